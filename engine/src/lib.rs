@@ -1,0 +1,11 @@
+//! Shoal's storage engine.
+//!
+//! It owns everything between a prepare and the disk: the wire header every other crate shares,
+//! the Kafka RecordBatch v2 format, segment logs with their indexes, the shard journal, the
+//! superblock, the in-memory prepare ring and recovery. It never opens a socket, reads a clock or
+//! spawns a thread, and knows nothing of quorums: view, op and commit are fields it checks for
+//! continuity and checksums only.
+
+pub mod batch;
+pub mod storage;
+pub mod wire;

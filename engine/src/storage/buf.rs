@@ -1,0 +1,194 @@
+//! [`AlignedBuf`]: an owned, zero-initialised buffer whose start is aligned for direct I/O.
+//!
+//! It owns its allocation exclusively (so I/O can take it by value and give it back) and turns
+//! into a [`Bytes`] without copying, so that reads hand out slices of the buffer the disk filled.
+//! It must never reallocate: its address is what the kernel writes into.
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::ptr::NonNull;
+
+use bytes::Bytes;
+
+/// An owned, aligned, fixed-capacity byte buffer. `len <= capacity`; bytes past `len` are
+/// initialised (zero or old contents) but not part of the value.
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+    layout: Layout,
+}
+
+// SAFETY: `AlignedBuf` owns its allocation exclusively, like a `Vec<u8>`; nothing else points
+// into it, so moving it to another thread is sound.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared access only hands out `&[u8]`; mutation needs `&mut self`.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// Allocates `capacity_bytes` zeroed bytes aligned to `alignment_bytes` (a power of two).
+    /// The capacity is rounded up to a multiple of the alignment so that a full buffer is always
+    /// a valid direct-I/O length.
+    ///
+    /// # Panics
+    /// If the alignment is not a power of two or the size overflows; both are programming errors.
+    #[must_use]
+    pub fn zeroed(capacity_bytes: usize, alignment_bytes: usize) -> Self {
+        assert!(alignment_bytes.is_power_of_two(), "alignment {alignment_bytes}");
+        let size = capacity_bytes.max(1).next_multiple_of(alignment_bytes);
+        let layout = Layout::from_size_align(size, alignment_bytes).expect("buffer layout");
+        // SAFETY: the layout has a non-zero size.
+        let raw = unsafe { alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(raw) else { std::alloc::handle_alloc_error(layout) };
+        Self { ptr, len: 0, layout }
+    }
+
+    /// The number of bytes in the value.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the value is empty.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The allocated size in bytes (a multiple of the alignment).
+    #[must_use]
+    pub fn capacity(&self) -> usize {
+        self.layout.size()
+    }
+
+    /// The alignment of the buffer's start, in bytes.
+    #[must_use]
+    pub fn alignment(&self) -> usize {
+        self.layout.align()
+    }
+
+    /// Sets the value's length. The bytes up to `len` are whatever the buffer holds.
+    ///
+    /// # Panics
+    /// If `len` exceeds the capacity.
+    pub fn set_len(&mut self, len: usize) {
+        assert!(len <= self.capacity(), "len {len} > capacity {}", self.capacity());
+        self.len = len;
+    }
+
+    /// Appends `data` after the value.
+    ///
+    /// # Panics
+    /// If it does not fit; callers size buffers before filling them.
+    pub fn extend_from_slice(&mut self, data: &[u8]) {
+        let end = self.len + data.len();
+        assert!(end <= self.capacity(), "append past capacity");
+        self.spare_mut()[..data.len()].copy_from_slice(data);
+        self.len = end;
+    }
+
+    /// Zeroes the whole allocation and empties the value.
+    pub fn clear_zeroed(&mut self) {
+        self.full_mut().fill(0);
+        self.len = 0;
+    }
+
+    /// The value.
+    #[must_use]
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the allocation is `capacity()` initialised bytes and `len <= capacity()`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The value, mutably.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, and `&mut self` guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes past the value, up to the capacity.
+    pub fn spare_mut(&mut self) -> &mut [u8] {
+        let len = self.len;
+        &mut self.full_mut()[len..]
+    }
+
+    /// The whole allocation, mutably, regardless of the value's length.
+    pub fn full_mut(&mut self) -> &mut [u8] {
+        // SAFETY: the allocation is `capacity()` initialised bytes, exclusively ours.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.capacity()) }
+    }
+
+    /// A raw pointer to the start, for backends that hand the buffer to the kernel.
+    #[must_use]
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// A raw mutable pointer to the start, for backends that let the kernel fill the buffer.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Turns the value into [`Bytes`] without copying; slices of it keep the allocation alive.
+    #[must_use]
+    pub fn freeze(self) -> Bytes {
+        Bytes::from_owner(Frozen(self))
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `alloc_zeroed` with exactly this layout and is freed once.
+        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlignedBuf")
+            .field("len", &self.len)
+            .field("capacity", &self.capacity())
+            .field("alignment", &self.alignment())
+            .finish()
+    }
+}
+
+/// The owner behind a frozen buffer: immutable from now on, so `Bytes` may alias it.
+struct Frozen(AlignedBuf);
+
+impl AsRef<[u8]> for Frozen {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_is_rounded_to_alignment_and_start_is_aligned() {
+        let buf = AlignedBuf::zeroed(5000, 4096);
+        assert_eq!(buf.capacity(), 8192);
+        assert_eq!(buf.as_ptr() as usize % 4096, 0);
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn freeze_keeps_the_bytes_without_copying() {
+        let mut buf = AlignedBuf::zeroed(4096, 4096);
+        buf.extend_from_slice(b"hello");
+        let start = buf.as_ptr();
+        let frozen = buf.freeze();
+        assert_eq!(&frozen[..], b"hello");
+        assert_eq!(frozen.as_ptr(), start);
+        let tail = frozen.slice(1..3);
+        drop(frozen);
+        assert_eq!(&tail[..], b"el");
+    }
+
+    #[test]
+    #[should_panic(expected = "append past capacity")]
+    fn extend_past_capacity_is_refused() {
+        let mut buf = AlignedBuf::zeroed(512, 512);
+        buf.extend_from_slice(&[1; 513]);
+    }
+}
