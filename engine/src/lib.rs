@@ -7,5 +7,8 @@
 //! continuity and checksums only.
 
 pub mod batch;
+mod error;
 pub mod storage;
 pub mod wire;
+
+pub use error::{Corruption, Error, Result};
