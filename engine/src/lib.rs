@@ -9,6 +9,7 @@
 pub mod batch;
 mod error;
 pub mod storage;
+pub mod superblock;
 pub mod wire;
 
 pub use error::{Corruption, Error, Result};

@@ -9,7 +9,9 @@
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(feature = "write-recorder")]
+use std::path::PathBuf;
 
 use bytes::Bytes;
 
