@@ -7,7 +7,11 @@
 //! continuity and checksums only.
 
 pub mod batch;
+mod chunk;
 mod error;
+pub mod record;
+pub mod ring;
+pub mod segment;
 pub mod storage;
 pub mod superblock;
 pub mod wire;

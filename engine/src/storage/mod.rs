@@ -14,6 +14,7 @@
 //! before the bytes it covers are durable.
 
 mod buf;
+pub mod sim;
 pub mod std_fs;
 #[cfg(feature = "uring")]
 pub mod uring;

@@ -1,0 +1,297 @@
+//! The partition write buffer: aligned chunks that prepares are copied into once, written to
+//! the segment from, and served to readers from, as [`Bytes`] views — the one copy on the way in
+//! (DESIGN.md §3).
+//!
+//! A chunk has a frozen prefix (`filled` bytes, never written again) and a spare suffix only its
+//! single owner writes into. Views never cover the spare suffix, which is what makes handing out
+//! `Bytes` sound while appends continue. A chunk maps to one segment file at a block-aligned
+//! `file_base`, so its full blocks can be written straight from memory with direct I/O; the
+//! partial tail block is written from a small copy, so no in-flight write ever reads bytes that
+//! are still changing. The pool reuses a chunk once no view of it is left.
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES};
+
+/// The memory of one chunk. Shared (behind `Arc`) by its owner and every view of its frozen
+/// prefix; written only by the owner, only past the prefix.
+struct ChunkMemory {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: the memory is a plain heap allocation. Views only read the frozen prefix, which is
+// never written again; the owner writes only past it, from one thread at a time (the owner is
+// not `Sync` and is moved, not shared, between threads).
+unsafe impl Send for ChunkMemory {}
+// SAFETY: as above: concurrent access is read-only on bytes no one writes any more.
+unsafe impl Sync for ChunkMemory {}
+
+impl Drop for ChunkMemory {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `ChunkMemory::new` with this layout, freed exactly once.
+        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+impl ChunkMemory {
+    fn new(size_bytes: usize) -> Self {
+        let layout = Layout::from_size_align(
+            size_bytes.next_multiple_of(BLOCK_SIZE_BYTES),
+            BLOCK_SIZE_BYTES,
+        )
+        .expect("chunk layout");
+        // SAFETY: non-zero size.
+        let raw = unsafe { alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(raw) else { std::alloc::handle_alloc_error(layout) };
+        Self { ptr, layout }
+    }
+
+    fn capacity(&self) -> usize {
+        self.layout.size()
+    }
+}
+
+/// A read-only window onto a chunk's frozen prefix: the owner behind a [`Bytes`] view.
+struct FrozenView {
+    memory: Arc<ChunkMemory>,
+    start: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for FrozenView {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `start + len <= filled <= capacity` was checked when the view was made, and
+        // the frozen prefix is never written again while any view exists.
+        unsafe { std::slice::from_raw_parts(self.memory.ptr.as_ptr().add(self.start), self.len) }
+    }
+}
+
+/// One chunk of a partition's write buffer, mapped to a segment file region.
+pub struct Chunk {
+    memory: Arc<ChunkMemory>,
+    /// Base offset (file name) of the segment this chunk's bytes belong to.
+    pub segment_base_offset: u64,
+    /// File position of the chunk's first byte (block-aligned).
+    pub file_base_bytes: u64,
+    filled: usize,
+    /// Bytes of the chunk already written to the file; the next write starts at the block
+    /// holding this position.
+    written: usize,
+}
+
+impl Chunk {
+    /// Bytes in the frozen prefix.
+    #[must_use]
+    pub fn filled(&self) -> usize {
+        self.filled
+    }
+
+    /// Bytes still free.
+    #[must_use]
+    pub fn spare(&self) -> usize {
+        self.memory.capacity() - self.filled
+    }
+
+    /// Whether the chunk holds bytes not yet written to its file.
+    #[must_use]
+    pub fn has_unwritten(&self) -> bool {
+        self.written < self.filled
+    }
+
+    /// File position just past the frozen prefix.
+    #[must_use]
+    pub fn file_end_bytes(&self) -> u64 {
+        self.file_base_bytes + self.filled as u64
+    }
+
+    /// Copies `parts` (concatenated) past the frozen prefix and freezes them; returns the view of
+    /// the appended bytes.
+    ///
+    /// # Panics
+    /// If they do not fit: the caller checks [`Chunk::spare`] first.
+    pub fn append(&mut self, parts: &[&[u8]]) -> Bytes {
+        let len: usize = parts.iter().map(|part| part.len()).sum();
+        assert!(len <= self.spare(), "chunk overflow");
+        let start = self.filled;
+        let mut at = start;
+        for part in parts {
+            // SAFETY: `[at, at + part.len())` lies in the spare suffix (checked above), which no
+            // view covers and only this owner (`&mut self`) writes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    part.as_ptr(),
+                    self.memory.ptr.as_ptr().add(at),
+                    part.len(),
+                );
+            }
+            at += part.len();
+        }
+        self.filled = at;
+        self.view(start, len)
+    }
+
+    /// A view of `[start, start + len)` of the frozen prefix.
+    ///
+    /// # Panics
+    /// If the range reaches past the frozen prefix.
+    #[must_use]
+    pub fn view(&self, start: usize, len: usize) -> Bytes {
+        assert!(start + len <= self.filled, "view past the frozen prefix");
+        Bytes::from_owner(FrozenView { memory: Arc::clone(&self.memory), start, len })
+    }
+
+    /// The writes that bring the file up to date with the frozen prefix: the unwritten full
+    /// blocks as a view of the chunk, and the partial tail block (zero-padded) as a copy.
+    /// Returns `(file_position, bytes)` pairs; the caller issues them, then calls
+    /// [`Chunk::mark_written`].
+    #[must_use]
+    pub fn unwritten(&self) -> Vec<(u64, Bytes)> {
+        let block = BLOCK_SIZE_BYTES;
+        let from = self.written - self.written % block;
+        let full_end = self.filled - self.filled % block;
+        let mut writes = Vec::with_capacity(2);
+        if full_end > from {
+            writes.push((self.file_base_bytes + from as u64, self.view(from, full_end - from)));
+        }
+        if self.filled > full_end {
+            let mut tail = AlignedBuf::zeroed(block, block);
+            tail.extend_from_slice(&self.view(full_end, self.filled - full_end));
+            tail.set_len(block);
+            writes.push((self.file_base_bytes + full_end as u64, tail.freeze()));
+        }
+        writes
+    }
+
+    /// Records that everything frozen so far is on the file.
+    pub fn mark_written(&mut self, up_to: usize) {
+        debug_assert!(up_to <= self.filled);
+        self.written = self.written.max(up_to);
+    }
+}
+
+/// A shard's pool of chunk memory: chunks are allocated once and reused once no view of them is
+/// left, so first-touch costs are paid at start-up, not per append.
+pub struct ChunkPool {
+    chunk_size_bytes: usize,
+    free: Vec<Arc<ChunkMemory>>,
+    retired: Vec<Arc<ChunkMemory>>,
+    allocated: usize,
+    allocated_max: usize,
+}
+
+impl ChunkPool {
+    /// A pool of chunks of `chunk_size_bytes`, holding at most `allocated_max` of them.
+    #[must_use]
+    pub fn new(chunk_size_bytes: usize, allocated_max: usize) -> Self {
+        Self {
+            chunk_size_bytes: chunk_size_bytes.next_multiple_of(BLOCK_SIZE_BYTES),
+            free: Vec::new(),
+            retired: Vec::new(),
+            allocated: 0,
+            allocated_max,
+        }
+    }
+
+    /// The size of every chunk.
+    #[must_use]
+    pub fn chunk_size_bytes(&self) -> usize {
+        self.chunk_size_bytes
+    }
+
+    /// Chunks allocated so far (memory held is this times the chunk size).
+    #[must_use]
+    pub fn allocated(&self) -> usize {
+        self.allocated
+    }
+
+    /// A chunk for `segment_base_offset` starting at block-aligned `file_base_bytes`, with
+    /// `prefix` (the partial block before the append point, already on file) copied to its start.
+    /// `None` when every chunk is in use and the pool is at its bound: the caller applies
+    /// backpressure.
+    pub fn take(
+        &mut self,
+        segment_base_offset: u64,
+        file_base_bytes: u64,
+        prefix: &[u8],
+    ) -> Option<Chunk> {
+        assert!(file_base_bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64));
+        assert!(prefix.len() < BLOCK_SIZE_BYTES);
+        let memory = self.reusable().or_else(|| {
+            (self.allocated < self.allocated_max).then(|| {
+                self.allocated += 1;
+                Arc::new(ChunkMemory::new(self.chunk_size_bytes))
+            })
+        })?;
+        let mut chunk =
+            Chunk { memory, segment_base_offset, file_base_bytes, filled: 0, written: 0 };
+        chunk.append(&[prefix]);
+        chunk.written = prefix.len();
+        Some(chunk)
+    }
+
+    /// Hands a chunk back; its memory is reused once every view of it is dropped.
+    pub fn give_back(&mut self, chunk: Chunk) {
+        self.retired.push(chunk.memory);
+    }
+
+    fn reusable(&mut self) -> Option<Arc<ChunkMemory>> {
+        if let Some(memory) = self.free.pop() {
+            return Some(memory);
+        }
+        let mut index = 0;
+        while index < self.retired.len() {
+            if Arc::strong_count(&self.retired[index]) == 1 {
+                self.free.push(self.retired.swap_remove(index));
+            } else {
+                index += 1;
+            }
+        }
+        self.free.pop()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appended_bytes_are_views_without_copy_and_tail_is_padded() {
+        let mut pool = ChunkPool::new(16 * 1024, 2);
+        let mut chunk = pool.take(0, 0, &[]).unwrap();
+        let view = chunk.append(&[&[1; 5000], &[2; 100]]);
+        assert_eq!(view.len(), 5100);
+        assert_eq!(chunk.filled(), 5100);
+        let writes = chunk.unwritten();
+        assert_eq!(writes.len(), 2);
+        assert_eq!((writes[0].0, writes[0].1.len()), (0, 4096));
+        assert_eq!((writes[1].0, writes[1].1.len()), (4096, 4096));
+        assert_eq!(&writes[1].1[..904], &[1; 904][..]);
+        assert_eq!(&writes[1].1[904..1004], &[2; 100][..]);
+        assert!(writes[1].1[1004..].iter().all(|&b| b == 0));
+        chunk.mark_written(chunk.filled());
+        // Only the partial block is rewritten next time.
+        chunk.append(&[&[3; 10]]);
+        let writes = chunk.unwritten();
+        assert_eq!(writes.len(), 1);
+        assert_eq!(writes[0].0, 4096);
+    }
+
+    #[test]
+    fn pool_reuses_memory_only_after_every_view_is_dropped() {
+        let mut pool = ChunkPool::new(4096, 1);
+        let mut chunk = pool.take(0, 0, &[]).unwrap();
+        let view = chunk.append(&[b"abc"]);
+        pool.give_back(chunk);
+        assert!(pool.take(0, 0, &[]).is_none(), "a view still holds the only chunk");
+        drop(view);
+        let chunk = pool.take(7, 8192, b"xy").unwrap();
+        assert_eq!(chunk.filled(), 2);
+        assert!(!chunk.has_unwritten());
+        assert_eq!(pool.allocated(), 1);
+    }
+}
