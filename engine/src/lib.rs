@@ -9,8 +9,11 @@
 pub mod batch;
 mod chunk;
 mod error;
+mod join;
+pub mod partition;
 pub mod record;
 pub mod ring;
+mod scan;
 pub mod segment;
 pub mod storage;
 pub mod superblock;

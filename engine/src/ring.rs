@@ -110,26 +110,35 @@ impl PrepareRing {
         Self { entries: VecDeque::new(), bytes: 0, limits, budget }
     }
 
-    /// Adds the newest prepare, first evicting the oldest *written* ones (`op <= written_op`)
-    /// until the bounds hold. Fails, leaving the ring unchanged, when that is not enough.
-    pub fn push(&mut self, prepare: StoredPrepare, written_op: u64) -> Result<(), RingFull> {
-        if let Some(last) = self.entries.back() {
-            assert_eq!(last.op() + 1, prepare.op(), "ring ops must be contiguous");
-        }
-        let size = prepare.record.len();
+    /// Makes room for a prepare of `size_bytes` by evicting the oldest *written* prepares
+    /// (`op <= written_op`); fails, evicting nothing more, when that is not enough. Call before
+    /// anything of the prepare becomes visible, then [`PrepareRing::push`].
+    pub fn reserve(&mut self, size_bytes: usize, written_op: u64) -> Result<(), RingFull> {
         while self.entries.len() + 1 > self.limits.entries_max
-            || self.bytes + size > self.limits.bytes_max
-            || self.budget.over(size)
+            || self.bytes + size_bytes > self.limits.bytes_max
+            || self.budget.over(size_bytes)
         {
             match self.entries.front() {
                 Some(oldest) if oldest.op() <= written_op => self.evict_oldest(),
                 _ => return Err(RingFull),
             }
         }
+        Ok(())
+    }
+
+    /// Adds the newest prepare. Its room must have been reserved.
+    ///
+    /// # Panics
+    /// If ops would not be contiguous, or the entry bound would be exceeded.
+    pub fn push(&mut self, prepare: StoredPrepare) {
+        if let Some(last) = self.entries.back() {
+            assert_eq!(last.op() + 1, prepare.op(), "ring ops must be contiguous");
+        }
+        assert!(self.entries.len() < self.limits.entries_max, "ring push without reserve");
+        let size = prepare.record.len();
         self.bytes += size;
         self.budget.used_bytes.set(self.budget.used_bytes.get() + size);
         self.entries.push_back(prepare);
-        Ok(())
     }
 
     /// The prepare with this op, if the ring holds it.

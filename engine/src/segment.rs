@@ -108,10 +108,10 @@ impl SegmentIndex {
         count.checked_sub(1).map_or(0, |index| self.entries[index].position_bytes)
     }
 
-    /// Encodes the index file: a header (magic, version, entry count, the segment bytes it
-    /// covers, checksum) followed by the entries, little-endian.
+    /// Encodes the index file: a header (magic, checksum, version, entry count, and the summary
+    /// of the segment it covers) followed by the entries, little-endian.
     #[must_use]
-    pub fn encode(&self, covered_bytes: u64) -> Vec<u8> {
+    pub fn encode(&self, summary: &IndexSummary) -> Vec<u8> {
         let mut bytes = Vec::with_capacity(
             INDEX_HEADER_SIZE_BYTES + self.entries.len() * INDEX_ENTRY_SIZE_BYTES,
         );
@@ -119,7 +119,10 @@ impl SegmentIndex {
         bytes.extend_from_slice(&0u32.to_le_bytes());
         bytes.extend_from_slice(&u32::from(INDEX_VERSION).to_le_bytes());
         bytes.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&covered_bytes.to_le_bytes());
+        bytes.extend_from_slice(&summary.covered_bytes.to_le_bytes());
+        bytes.extend_from_slice(&summary.next_offset.to_le_bytes());
+        bytes.extend_from_slice(&summary.last_op.to_le_bytes());
+        bytes.extend_from_slice(&summary.last_append_ms.to_le_bytes());
         bytes.resize(INDEX_HEADER_SIZE_BYTES, 0);
         for entry in &self.entries {
             bytes.extend_from_slice(&entry.op.to_le_bytes());
@@ -132,9 +135,9 @@ impl SegmentIndex {
         bytes
     }
 
-    /// Decodes an index file; returns the index and the segment bytes it covers, or why it
-    /// cannot be trusted (the caller then rebuilds it).
-    pub fn decode(bytes: &[u8], entries_max: usize) -> Result<(SegmentIndex, u64), String> {
+    /// Decodes an index file; returns the index and the summary of the segment it covers, or why
+    /// it cannot be trusted (the caller then rebuilds it).
+    pub fn decode(bytes: &[u8], entries_max: usize) -> Result<(SegmentIndex, IndexSummary), String> {
         if bytes.len() < INDEX_HEADER_SIZE_BYTES || bytes[..4] != INDEX_MAGIC {
             return Err("not an index file".to_string());
         }
@@ -175,7 +178,16 @@ impl SegmentIndex {
             }
             entries.push(entry);
         }
-        Ok((SegmentIndex { entries }, u64_at(INDEX_OFF_COVERED)))
+        let summary = IndexSummary {
+            covered_bytes: u64_at(INDEX_OFF_COVERED),
+            next_offset: u64_at(INDEX_OFF_COVERED + 8),
+            last_op: u64_at(INDEX_OFF_COVERED + 16),
+            last_append_ms: u64_at(INDEX_OFF_COVERED + 24) as i64,
+        };
+        if entries.first().is_none_or(|first| first.position_bytes != 0) || entries.last().is_some_and(|last| last.op > summary.last_op || last.position_bytes >= summary.covered_bytes) {
+            return Err("index entries disagree with its summary".to_string());
+        }
+        Ok((SegmentIndex { entries }, summary))
     }
 }
 
@@ -186,10 +198,24 @@ const INDEX_OFF_VERSION: usize = INDEX_OFF_CHECKSUM + 4;
 const INDEX_OFF_COUNT: usize = INDEX_OFF_VERSION + 4;
 const INDEX_OFF_COVERED: usize = INDEX_OFF_COUNT + 8;
 /// Bytes of the index file header.
-pub const INDEX_HEADER_SIZE_BYTES: usize = 32;
+pub const INDEX_HEADER_SIZE_BYTES: usize = 64;
 /// Bytes of one index entry on disk.
 pub const INDEX_ENTRY_SIZE_BYTES: usize = 32;
-const _: () = assert!(INDEX_OFF_COVERED + 8 <= INDEX_HEADER_SIZE_BYTES);
+const _: () = assert!(INDEX_OFF_COVERED + 32 <= INDEX_HEADER_SIZE_BYTES);
+
+/// What an index file says of its whole segment, so a synced segment can be opened without
+/// reading it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexSummary {
+    /// Bytes of valid records in the segment.
+    pub covered_bytes: u64,
+    /// The offset after the segment's last record.
+    pub next_offset: u64,
+    /// The segment's last op.
+    pub last_op: u64,
+    /// The segment's newest append time.
+    pub last_append_ms: i64,
+}
 
 #[cfg(test)]
 mod tests {
@@ -225,8 +251,10 @@ mod tests {
     #[test]
     fn index_file_round_trips_and_damage_is_detected() {
         let index = SegmentIndex { entries: vec![entry(1, 0, 0, 10), entry(5, 40, 5000, 20)] };
-        let bytes = index.encode(6000);
-        assert_eq!(SegmentIndex::decode(&bytes, 10), Ok((index.clone(), 6000)));
+        let summary =
+            IndexSummary { covered_bytes: 6000, next_offset: 50, last_op: 6, last_append_ms: 25 };
+        let bytes = index.encode(&summary);
+        assert_eq!(SegmentIndex::decode(&bytes, 10), Ok((index.clone(), summary)));
         assert!(SegmentIndex::decode(&bytes, 1).is_err(), "bound on entries");
         for position in 0..bytes.len() {
             let mut damaged = bytes.clone();

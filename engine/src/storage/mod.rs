@@ -42,7 +42,7 @@ pub enum OpenMode {
 }
 
 /// A directory and file namespace, plus the operations on it that need a directory sync.
-pub trait Storage {
+pub trait Storage: Clone {
     /// An open file of this backend.
     type File: StorageFile;
 

@@ -1,0 +1,1673 @@
+//! The partition log: one VSR group's prepares in a sequence of segment files, with the write
+//! buffer, the prepare ring, the sparse indexes, reads, truncation, retention and recovery.
+//!
+//! It owns the group's files and memory and nothing else: the shard decides when to flush,
+//! when to checkpoint and when the superblock is written, and supplies journal entries at
+//! recovery. Appends are synchronous memory operations (one copy into the write buffer); the
+//! I/O happens in [`PartitionLog::write_pending`], which the shard's flush cycle calls. The log
+//! checks view, op and commit only for continuity and checksums; it knows nothing of quorums.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+use crate::chunk::{Chunk, ChunkPool};
+use crate::error::{Corruption, Error, Result};
+use crate::join::join_all;
+use crate::record::{ChainNext, RecordFault, check_next, check_standalone, prepare_of};
+use crate::ring::{PrepareRing, RingBudget, RingFull, RingLimits, StoredPrepare};
+use crate::scan::Scanner;
+use crate::segment::{IndexSummary, SegmentIndex, index_name, log_name, parse_log_name};
+use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
+use crate::superblock::{Checkpoint, Durability, Fence, GroupSlot};
+use crate::wire::{HEADER_SIZE, Header};
+
+/// Smallest segment size a group may configure.
+pub const SEGMENT_SIZE_BYTES_MIN: u64 = 1 << 20;
+/// Largest segment size a group may configure.
+pub const SEGMENT_SIZE_BYTES_MAX: u64 = 4 << 30;
+
+/// Per-group settings, chosen when the group is created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupConfig {
+    /// How appends become durable.
+    pub durability: Durability,
+    /// A segment rolls before it would grow past this size.
+    pub segment_size_bytes: u64,
+    /// A segment rolls once its first record is older than this (0: never by age).
+    pub segment_age_ms_max: u64,
+    /// Retention keeps the log at most this big, deleting whole sealed segments (0: no bound).
+    pub retention_bytes: u64,
+    /// Retention deletes sealed segments whose newest record is older than this (0: keep).
+    pub retention_ms: u64,
+    /// Largest record (prepare header + batch) the log accepts.
+    pub record_size_bytes_max: usize,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        Self {
+            durability: Durability::Replicated,
+            segment_size_bytes: 1 << 30,
+            segment_age_ms_max: 7 * 24 * 3600 * 1000,
+            retention_bytes: 0,
+            retention_ms: 0,
+            record_size_bytes_max: HEADER_SIZE + (1 << 20),
+        }
+    }
+}
+
+impl GroupConfig {
+    /// Checks the bounds; names the setting that is out of them.
+    pub fn validate(&self) -> Result<()> {
+        if !(SEGMENT_SIZE_BYTES_MIN..=SEGMENT_SIZE_BYTES_MAX).contains(&self.segment_size_bytes) {
+            return Err(Error::Invalid(format!(
+                "segment_size_bytes {} is outside {SEGMENT_SIZE_BYTES_MIN}..={SEGMENT_SIZE_BYTES_MAX}",
+                self.segment_size_bytes
+            )));
+        }
+        if self.record_size_bytes_max <= HEADER_SIZE
+            || self.record_size_bytes_max as u64 > self.segment_size_bytes
+        {
+            return Err(Error::Invalid(format!(
+                "record_size_bytes_max {} must exceed the {HEADER_SIZE}-byte header and fit a segment",
+                self.record_size_bytes_max
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Shard-wide settings and resources every partition of the shard shares.
+pub struct Shared {
+    /// Cluster id stamped in every record.
+    pub cluster: u64,
+    /// Bytes of zeros written ahead of a segment's tail, so later syncs do not grow the file.
+    pub ready_ahead_bytes: u64,
+    /// Distance between sparse index entries.
+    pub index_interval_bytes: u64,
+    /// Bounds of each ring.
+    pub ring_limits: RingLimits,
+    /// Out-of-order prepares held per partition at most.
+    pub held_prepares_max: usize,
+    /// Read window for scans.
+    pub scan_window_bytes: usize,
+    /// Index entries a loaded index file may hold.
+    pub index_entries_max: usize,
+    /// The write-buffer chunks.
+    pub pool: RefCell<ChunkPool>,
+    /// The memory budget of all rings.
+    pub ring_budget: RingBudget,
+    /// An aligned run of zeros for making space ready.
+    pub zeros: Bytes,
+}
+
+/// Where one record lies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+struct Location {
+    op: u64,
+    checksum: u32,
+    next_offset: u64,
+    segment_base_offset: u64,
+    position_bytes: u64,
+    end_bytes: u64,
+}
+
+/// What the log knows of one segment.
+#[derive(Debug)]
+struct SegmentMeta {
+    base_offset: u64,
+    first_op: u64,
+    /// End of the last valid record.
+    end_bytes: u64,
+    next_offset: u64,
+    last_op: u64,
+    first_append_ms: i64,
+    last_append_ms: i64,
+    index: SegmentIndex,
+    /// No more appends go here (a newer segment exists).
+    sealed: bool,
+    /// Synced and its index file written since it was sealed.
+    settled: bool,
+}
+
+impl SegmentMeta {
+    fn new(base_offset: u64, first_op: u64) -> Self {
+        Self {
+            base_offset,
+            first_op,
+            end_bytes: 0,
+            next_offset: base_offset,
+            last_op: first_op.saturating_sub(1),
+            first_append_ms: i64::MIN,
+            last_append_ms: i64::MIN,
+            index: SegmentIndex::default(),
+            sealed: false,
+            settled: false,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.end_bytes == 0
+    }
+
+    fn summary(&self) -> IndexSummary {
+        IndexSummary {
+            covered_bytes: self.end_bytes,
+            next_offset: self.next_offset,
+            last_op: self.last_op,
+            last_append_ms: self.last_append_ms,
+        }
+    }
+
+    fn observe(&mut self, header: &Header, position_bytes: u64, interval_bytes: u64) {
+        let prepare = prepare_of(header);
+        if self.is_empty() {
+            self.first_append_ms = prepare.append_time_ms;
+        }
+        self.last_append_ms = self.last_append_ms.max(prepare.append_time_ms);
+        self.index.observe(header, position_bytes, interval_bytes);
+        self.end_bytes = position_bytes + u64::from(header.size);
+        self.next_offset = prepare.base_offset + u64::from(prepare.record_count);
+        self.last_op = prepare.op;
+    }
+}
+
+/// Ops the log cannot vouch for after recovery (DESIGN.md §3: faulty, not absent).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FaultyOps {
+    /// Every op from this one on may have existed and been acknowledged, but is gone.
+    pub suffix_from: Option<u64>,
+}
+
+/// What recovery found in one group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupRecovery {
+    /// The group.
+    pub group: u64,
+    /// The last valid op after recovery.
+    pub head_op: u64,
+    /// Records scanned in segments.
+    pub records_scanned: u64,
+    /// Prepares replayed from the shard journal.
+    pub journal_replayed: u64,
+    /// Where the torn tail was cut, and why (a torn tail is ordinary).
+    pub torn_tail: Option<(PathBuf, u64, String)>,
+    /// Damage before the torn window: the group refuses service.
+    pub corruption: Option<Corruption>,
+    /// Ops that are faulty rather than absent.
+    pub faulty: FaultyOps,
+    /// Index files rebuilt because they were missing, behind or damaged.
+    pub indexes_rebuilt: u64,
+}
+
+/// The outcome of one partition's writes in a flush cycle.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteOutcome {
+    /// Every op up to this one is now written to its segment.
+    pub written_op: u64,
+    /// Bytes written (data and zeros).
+    pub bytes_written: u64,
+    /// Segment syncs made (sealing rolled segments).
+    pub syncs: u64,
+    /// A segment was sealed: the shard should checkpoint this group.
+    pub sealed: bool,
+}
+
+/// One group's log.
+pub struct PartitionLog<S: Storage> {
+    storage: S,
+    shared: Rc<Shared>,
+    group: u64,
+    config: GroupConfig,
+    dir: PathBuf,
+    segments: Vec<SegmentMeta>,
+    /// Open files of segments with unsettled data (the active one at least).
+    files: BTreeMap<u64, Rc<S::File>>,
+    next: ChainNext,
+    head: Location,
+    written: Location,
+    /// Chunks with bytes not yet written; the last one receives appends.
+    chunks: VecDeque<Chunk>,
+    /// The bytes of the partial block before the append point, kept so the first append after
+    /// recovery or truncation can start a chunk without reading the disk.
+    tail_prefix: Vec<u8>,
+    ring: PrepareRing,
+    held: BTreeMap<u64, (Header, Bytes)>,
+    fence: Fence,
+    view: u32,
+    log_view: u32,
+    checkpoint: Checkpoint,
+    ready_end_bytes: u64,
+    /// Bytes appended since open, at the head, at the written op and at the checkpoint.
+    appended_bytes: u64,
+    written_appended_bytes: u64,
+    checkpoint_appended_bytes: u64,
+    flush_in_flight: bool,
+    storage_full: bool,
+    faulty: Option<String>,
+    faulty_ops: FaultyOps,
+}
+
+/// The I/O of one group's part of a flush cycle, owning everything it touches so appends can
+/// continue while it runs.
+pub struct FlushJob<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+    group: u64,
+    create: Vec<u64>,
+    files: BTreeMap<u64, Rc<S::File>>,
+    writes: Vec<(u64, u64, Bytes)>,
+    settle: Vec<(u64, Bytes)>,
+    target: Location,
+    target_appended_bytes: u64,
+    chunk_marks: Vec<usize>,
+    ready_end_bytes: u64,
+}
+
+/// A finished [`FlushJob`], to hand back to [`PartitionLog::finish_flush`].
+pub struct FlushDone<S: Storage> {
+    job: FlushJob<S>,
+    created: Vec<(u64, Rc<S::File>)>,
+    outcome: WriteOutcome,
+    result: Result<()>,
+}
+
+impl<S: Storage> FlushJob<S> {
+    /// The group this job writes for.
+    pub fn group(&self) -> u64 {
+        self.group
+    }
+
+    /// Runs the writes: creates new segment files (and syncs the directory), writes data and
+    /// zeros concurrently, then settles rolled segments (sync, index file).
+    pub async fn run(self) -> FlushDone<S> {
+        let mut created = Vec::new();
+        let mut outcome = WriteOutcome::default();
+        let result = self.run_inner(&mut created, &mut outcome).await;
+        FlushDone { job: self, created, outcome, result }
+    }
+
+    async fn run_inner(&self, created: &mut Vec<(u64, Rc<S::File>)>, outcome: &mut WriteOutcome) -> Result<()> {
+        for &base in &self.create {
+            let path = self.dir.join(log_name(base));
+            let file = self
+                .storage
+                .open(&path, OpenMode::CreateReadWrite, true)
+                .await
+                .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+            created.push((base, Rc::new(file)));
+        }
+        if !self.create.is_empty() {
+            self.storage
+                .sync_dir(&self.dir)
+                .await
+                .map_err(|e| Error::io(format!("syncing {}", self.dir.display()), e))?;
+        }
+        let file_of = |base: u64| -> Rc<S::File> {
+            self.files
+                .get(&base)
+                .cloned()
+                .or_else(|| created.iter().find(|(b, _)| *b == base).map(|(_, f)| Rc::clone(f)))
+                .expect("every written segment has a file")
+        };
+        let results = join_all(
+            self.writes
+                .iter()
+                .map(|(base, position, bytes)| {
+                    let file = file_of(*base);
+                    let bytes = bytes.clone();
+                    let position = *position;
+                    async move { file.write_at(bytes, position).await }
+                })
+                .collect(),
+        )
+        .await;
+        for result in results {
+            result.map_err(|e| Error::io(format!("writing group {} segment", self.group), e))?;
+        }
+        outcome.bytes_written = self.writes.iter().map(|(_, _, bytes)| bytes.len() as u64).sum();
+        for (base, index_bytes) in &self.settle {
+            file_of(*base).sync_data().await.map_err(|e| Error::io("syncing a rolled segment", e))?;
+            outcome.syncs += 1;
+            let path = self.dir.join(index_name(*base));
+            let index_file = self
+                .storage
+                .open(&path, OpenMode::CreateReadWrite, false)
+                .await
+                .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+            index_file.write_at(index_bytes.clone(), 0).await.map_err(|e| Error::io("writing an index", e))?;
+            index_file.sync_data().await.map_err(|e| Error::io("syncing an index", e))?;
+            outcome.sealed = true;
+        }
+        if !self.settle.is_empty() {
+            self.storage.sync_dir(&self.dir).await.map_err(|e| Error::io("syncing group dir", e))?;
+        }
+        Ok(())
+    }
+}
+
+/// A read that must go to disk, owning what it needs so it runs without borrowing the log.
+pub struct DiskRead<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+    cluster: u64,
+    group: u64,
+    record_size_bytes_max: usize,
+    scan_window_bytes: usize,
+    /// (segment base offset, open file if any, scan start, written end) in order.
+    segments: Vec<(u64, Option<Rc<S::File>>, u64, u64)>,
+    bytes_max: usize,
+    want: Want,
+    /// The read stopped at the written end of the log: continue from the ring.
+    continue_in_ring: bool,
+}
+
+/// What a read looks for first.
+#[derive(Clone, Copy, Debug)]
+enum Want {
+    Offset(u64),
+    Op(u64),
+    Time(i64),
+}
+
+impl Want {
+    fn accepts(&self, prepare: &StoredPrepare) -> bool {
+        match *self {
+            Want::Offset(offset) => prepare.end_offset() > offset,
+            Want::Op(op) => prepare.op() >= op,
+            Want::Time(time_ms) => prepare_of(&prepare.header).append_time_ms >= time_ms,
+        }
+    }
+}
+
+/// The result of a [`DiskRead`], to hand back to [`PartitionLog::finish_read`].
+pub struct DiskReadDone {
+    found: Vec<StoredPrepare>,
+    reached_written_end: bool,
+    bytes_max: usize,
+    want: Want,
+    result: Result<()>,
+}
+
+/// A read plan: served from memory already, or a disk read to run.
+pub enum ReadPlan<S: Storage> {
+    /// Served from the ring (or nothing to serve).
+    Done(Vec<StoredPrepare>),
+    /// Needs the disk: run it, then [`PartitionLog::finish_read`].
+    Disk(DiskRead<S>),
+}
+
+impl<S: Storage> DiskRead<S> {
+    /// Scans the planned segments, verifying every record's checksums.
+    pub async fn run(self) -> DiskReadDone {
+        let mut found = Vec::new();
+        let mut reached_written_end = true;
+        let result = self.run_inner(&mut found, &mut reached_written_end).await;
+        DiskReadDone { found, reached_written_end, bytes_max: self.bytes_max, want: self.want, result }
+    }
+
+    async fn run_inner(&self, found: &mut Vec<StoredPrepare>, reached_written_end: &mut bool) -> Result<()> {
+        let mut bytes = 0usize;
+        for (base, file, start, written_end) in &self.segments {
+            let path = self.dir.join(log_name(*base));
+            let opened;
+            let file: &S::File = match file {
+                Some(file) => file,
+                None => match self.storage.open(&path, OpenMode::Read, true).await {
+                    Ok(file) => {
+                        opened = file;
+                        &opened
+                    }
+                    // Retention removed it since the plan: the data is gone by policy.
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(error) => return Err(Error::io(format!("opening {}", path.display()), error)),
+                },
+            };
+            let mut scanner = Scanner::new(file, self.scan_window_bytes)
+                .await
+                .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+            let mut position = *start;
+            while position < *written_end {
+                let record = scanner
+                    .record_at(position, self.record_size_bytes_max)
+                    .await
+                    .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+                let header = check_standalone(&record, self.cluster, self.group, self.record_size_bytes_max)
+                    .map_err(|fault| {
+                        Error::Corruption(Corruption {
+                            file: path.clone(),
+                            position_bytes: position,
+                            offset: found.last().map(StoredPrepare::end_offset),
+                            op: found.last().map(|prepare| prepare.op() + 1),
+                            reason: fault.to_string(),
+                        })
+                    })?;
+                position += u64::from(header.size);
+                let prepare = StoredPrepare { header, record };
+                if found.is_empty() && !self.want.accepts(&prepare) {
+                    continue;
+                }
+                if !found.is_empty() && bytes + prepare.record.len() > self.bytes_max {
+                    *reached_written_end = false;
+                    return Ok(());
+                }
+                bytes += prepare.record.len();
+                found.push(prepare);
+            }
+        }
+        *reached_written_end = self.continue_in_ring;
+        Ok(())
+    }
+}
+
+impl<S: Storage> PartitionLog<S> {
+    /// The group id.
+    pub fn group(&self) -> u64 {
+        self.group
+    }
+
+    /// The group's settings.
+    pub fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    /// What the next prepare must be: op, parent checksum and base offset. The primary builds
+    /// its prepare header from this.
+    pub fn next(&self) -> ChainNext {
+        self.next
+    }
+
+    /// The last appended op (0 when empty).
+    pub fn head_op(&self) -> u64 {
+        self.head.op
+    }
+
+    /// The last op written to its segment file.
+    pub fn written_op(&self) -> u64 {
+        self.written.op
+    }
+
+    /// The offset of the oldest retained message.
+    pub fn first_offset(&self) -> u64 {
+        self.segments.first().map_or(self.next.offset, |segment| segment.base_offset)
+    }
+
+    /// The offset the next message will get (the log end offset).
+    pub fn next_offset(&self) -> u64 {
+        self.next.offset
+    }
+
+    /// Number of segment files.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Bytes of valid records in all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|segment| segment.end_bytes).sum()
+    }
+
+    /// Files this log holds open.
+    pub fn open_file_count(&self) -> usize {
+        self.files.len()
+    }
+
+    /// The durable checkpoint.
+    pub fn checkpoint(&self) -> Checkpoint {
+        self.checkpoint
+    }
+
+    /// The ring (for tests and metrics).
+    pub fn ring(&self) -> &PrepareRing {
+        &self.ring
+    }
+
+    /// Prepares held out of order, waiting for their predecessors.
+    pub fn held_count(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Ops that are faulty rather than absent.
+    pub fn faulty_ops(&self) -> &FaultyOps {
+        &self.faulty_ops
+    }
+
+    /// Why the log refuses work, if it does.
+    pub fn faulty_reason(&self) -> Option<&str> {
+        self.faulty.as_deref()
+    }
+
+    /// Whether bytes are waiting to be written.
+    pub fn has_unwritten(&self) -> bool {
+        self.written.op < self.head.op
+            || self.segments.iter().any(|segment| segment.sealed && !segment.settled)
+    }
+
+    /// Bytes appended since the last checkpoint.
+    pub fn bytes_since_checkpoint(&self) -> u64 {
+        self.appended_bytes - self.checkpoint_appended_bytes
+    }
+
+    /// The durable control state of this group, as the superblock should hold it.
+    pub fn slot(&self) -> GroupSlot {
+        GroupSlot {
+            group: self.group,
+            durability: self.config.durability,
+            view: self.view,
+            log_view: self.log_view,
+            checkpoint: self.checkpoint,
+            fence: self.fence,
+        }
+    }
+
+    /// Records view and log_view; durable once the shard writes the superblock.
+    pub fn set_views(&mut self, view: u32, log_view: u32) {
+        self.view = view;
+        self.log_view = log_view;
+    }
+
+    /// Appends a prepare (header and body) that continues the chain: checks its checksums,
+    /// group, op, parent and offset, copies it once into the write buffer and the ring, and
+    /// rolls the segment when it would outgrow its size or age. Durable only after the shard's
+    /// flush cycle reports it. Nothing changes when it fails.
+    pub fn append(&mut self, header: &Header, body: &[u8]) -> Result<()> {
+        self.check_serving()?;
+        let encoded = header.encode();
+        self.check_append(&encoded, header, body)?;
+        let size = header.size as usize;
+        self.ring.reserve(size, self.written.op).map_err(|RingFull| {
+            Error::LimitReached(format!("group {}: prepare ring full of unwritten prepares", self.group))
+        })?;
+        let prepare = *prepare_of(header);
+        let roll = self.segments.last().is_none_or(|active| {
+            !active.is_empty()
+                && (active.end_bytes + size as u64 > self.config.segment_size_bytes
+                    || (self.config.segment_age_ms_max > 0
+                        && prepare.append_time_ms.saturating_sub(active.first_append_ms)
+                            >= self.config.segment_age_ms_max as i64))
+        });
+        if roll {
+            self.roll(prepare.base_offset, prepare.op)?;
+        } else {
+            self.ensure_chunk_room(size)?;
+        }
+        let chunk = self.chunks.back_mut().expect("ensured");
+        let position = chunk.file_end_bytes();
+        let record = chunk.append(&[&encoded, body]);
+        self.ring.push(StoredPrepare { header: *header, record });
+        let active = self.segments.last_mut().expect("a segment exists after roll");
+        debug_assert_eq!(active.end_bytes, position);
+        active.observe(header, position, self.shared.index_interval_bytes);
+        self.head = Location {
+            op: prepare.op,
+            checksum: header.checksum_header,
+            next_offset: prepare.base_offset + u64::from(prepare.record_count),
+            segment_base_offset: active.base_offset,
+            position_bytes: position,
+            end_bytes: active.end_bytes,
+        };
+        self.next = self.next.after(header);
+        self.appended_bytes += size as u64;
+        Ok(())
+    }
+
+    /// Appends a prepare received from the primary. One that arrives early (a gap before it) is
+    /// held in memory, under a bound, until its predecessors arrive; a duplicate of an appended
+    /// op is ignored. Returns the ops appended by this call.
+    pub fn append_received(&mut self, header: &Header, body: &[u8]) -> Result<Vec<u64>> {
+        self.check_serving()?;
+        let prepare = *header.as_prepare().ok_or_else(|| Error::Invalid("not a prepare".into()))?;
+        if prepare.op < self.next.op {
+            return Ok(Vec::new());
+        }
+        if prepare.op > self.next.op {
+            if !self.held.contains_key(&prepare.op) {
+                if self.held.len() >= self.shared.held_prepares_max {
+                    return Err(Error::LimitReached(format!(
+                        "group {}: {} out-of-order prepares already held",
+                        self.group,
+                        self.held.len()
+                    )));
+                }
+                header.verify_body(body).map_err(|e| Error::Invalid(e.to_string()))?;
+                self.held.insert(prepare.op, (*header, Bytes::copy_from_slice(body)));
+            }
+            return Ok(Vec::new());
+        }
+        self.append(header, body)?;
+        let mut appended = vec![prepare.op];
+        while let Some((header, body)) = self.held.remove(&self.next.op) {
+            match self.append(&header, &body) {
+                Ok(()) => appended.push(prepare_of(&header).op),
+                // A held prepare that does not chain (another primary's) is dropped.
+                Err(Error::Invalid(_)) => break,
+                Err(error) => return Err(error),
+            }
+        }
+        let next_op = self.next.op;
+        self.held.retain(|&op, _| op > next_op);
+        Ok(appended)
+    }
+
+    /// Plans a read of the prepares containing `offset` and after it, up to `bytes_max` bytes of
+    /// records (always at least one whole record when one exists).
+    pub fn plan_read_offset(&self, offset: u64, bytes_max: usize) -> Result<ReadPlan<S>> {
+        self.check_serving()?;
+        if offset >= self.next.offset || offset < self.first_offset() {
+            return Ok(ReadPlan::Done(Vec::new()));
+        }
+        if let Some(index) = self.ring.position_of_offset(offset) {
+            return Ok(ReadPlan::Done(self.collect_ring(index, bytes_max, None)));
+        }
+        let segment = self.segments.partition_point(|segment| segment.base_offset <= offset) - 1;
+        let position = self.segments[segment].index.position_for_offset(offset);
+        Ok(self.plan_disk(segment, position, bytes_max, Want::Offset(offset)))
+    }
+
+    /// Plans a read of the prepare with this op.
+    pub fn plan_read_op(&self, op: u64) -> Result<ReadPlan<S>> {
+        self.check_serving()?;
+        if op == 0 || op > self.head.op {
+            return Ok(ReadPlan::Done(Vec::new()));
+        }
+        if let Some(prepare) = self.ring.by_op(op) {
+            return Ok(ReadPlan::Done(vec![prepare.clone()]));
+        }
+        let segment = self.segments.partition_point(|segment| segment.first_op <= op);
+        let Some(segment) = segment.checked_sub(1) else { return Ok(ReadPlan::Done(Vec::new())) };
+        let position = self.segments[segment].index.position_for_op(op);
+        Ok(self.plan_disk(segment, position, 1, Want::Op(op)))
+    }
+
+    /// Plans finding the first prepare appended at or after `time_ms`.
+    pub fn plan_read_time(&self, time_ms: i64) -> Result<ReadPlan<S>> {
+        self.check_serving()?;
+        let segment = self.segments.partition_point(|segment| segment.last_append_ms < time_ms);
+        if segment == self.segments.len() {
+            return Ok(ReadPlan::Done(Vec::new()));
+        }
+        let position = self.segments[segment].index.position_for_time(time_ms);
+        Ok(self.plan_disk(segment, position, 1, Want::Time(time_ms)))
+    }
+
+    fn plan_disk(&self, segment: usize, position: u64, bytes_max: usize, want: Want) -> ReadPlan<S> {
+        let mut segments = Vec::new();
+        let mut start = position;
+        let mut continue_in_ring = true;
+        for meta in &self.segments[segment..] {
+            let written_end = self.written_end(meta);
+            if written_end > start {
+                segments.push((meta.base_offset, self.files.get(&meta.base_offset).cloned(), start, written_end));
+            }
+            if written_end < meta.end_bytes {
+                break;
+            }
+            start = 0;
+        }
+        if segments.is_empty() {
+            continue_in_ring = true;
+        }
+        ReadPlan::Disk(DiskRead {
+            storage: self.storage.clone(),
+            dir: self.dir.clone(),
+            cluster: self.shared.cluster,
+            group: self.group,
+            record_size_bytes_max: self.config.record_size_bytes_max,
+            scan_window_bytes: self.shared.scan_window_bytes,
+            segments,
+            bytes_max,
+            want,
+            continue_in_ring,
+        })
+    }
+
+    /// Completes a disk read: reports corruption (marking the log faulty: it refuses service
+    /// rather than serve around damage) and continues from the ring where the disk part ended.
+    pub fn finish_read(&mut self, done: DiskReadDone) -> Result<Vec<StoredPrepare>> {
+        if let Err(error) = done.result {
+            return Err(self.fail(error));
+        }
+        let mut found = done.found;
+        if done.reached_written_end {
+            let bytes: usize = found.iter().map(|prepare| prepare.record.len()).sum();
+            let from_op = found.last().map_or(self.written.op + 1, |prepare| prepare.op() + 1);
+            if let Some(first) = self.ring.first_op() {
+                let limit = if matches!(done.want, Want::Op(_)) { 1 } else { usize::MAX };
+                if found.len() < limit && from_op >= first {
+                    let index = (from_op - first) as usize;
+                    let want = found.is_empty().then_some(done.want);
+                    let more = self.collect_ring(index, done.bytes_max.saturating_sub(bytes), want);
+                    found.extend(more.into_iter().take(limit - found.len()));
+                }
+            }
+        }
+        if let Want::Op(op) = done.want {
+            found.retain(|prepare| prepare.op() == op);
+        }
+        Ok(found)
+    }
+
+    /// Reads the prepares containing `offset` and after it (plan, run, finish in one call).
+    pub async fn read_offset(&mut self, offset: u64, bytes_max: usize) -> Result<Vec<StoredPrepare>> {
+        let plan = self.plan_read_offset(offset, bytes_max)?;
+        self.complete(plan).await
+    }
+
+    /// Reads the prepare with this op (plan, run, finish in one call).
+    pub async fn read_op(&mut self, op: u64) -> Result<Option<StoredPrepare>> {
+        let plan = self.plan_read_op(op)?;
+        Ok(self.complete(plan).await?.into_iter().next())
+    }
+
+    /// The offset of the first message appended at or after `time_ms`, if any.
+    pub async fn offset_for_time(&mut self, time_ms: i64) -> Result<Option<u64>> {
+        let plan = self.plan_read_time(time_ms)?;
+        Ok(self.complete(plan).await?.first().map(StoredPrepare::base_offset))
+    }
+
+    async fn complete(&mut self, plan: ReadPlan<S>) -> Result<Vec<StoredPrepare>> {
+        match plan {
+            ReadPlan::Done(found) => Ok(found),
+            ReadPlan::Disk(read) => {
+                let done = read.run().await;
+                self.finish_read(done)
+            }
+        }
+    }
+
+    /// Starts this group's part of a flush cycle: snapshots what is appended now and returns the
+    /// job that writes it (None when nothing is pending). Appends may continue while it runs;
+    /// they go into the next cycle. At most one job is in flight per log.
+    pub fn begin_flush(&mut self) -> Option<FlushJob<S>> {
+        if self.faulty.is_some() || !self.has_unwritten() {
+            return None;
+        }
+        assert!(!self.flush_in_flight, "one flush job at a time");
+        self.flush_in_flight = true;
+        let mut create = Vec::new();
+        let mut writes = Vec::new();
+        let mut chunk_marks = Vec::with_capacity(self.chunks.len());
+        for chunk in &self.chunks {
+            if !self.files.contains_key(&chunk.segment_base_offset) && !create.contains(&chunk.segment_base_offset) {
+                create.push(chunk.segment_base_offset);
+            }
+            for (position, bytes) in chunk.unwritten() {
+                writes.push((chunk.segment_base_offset, position, bytes));
+            }
+            chunk_marks.push(chunk.filled());
+        }
+        let mut ready_end_bytes = self.ready_end_bytes;
+        if let Some(active) = self.segments.last() {
+            if create.contains(&active.base_offset) {
+                ready_end_bytes = 0;
+            }
+            let data_end = active.end_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64);
+            if ready_end_bytes < data_end + self.shared.ready_ahead_bytes / 2 {
+                let limit = self.config.segment_size_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64);
+                let from = ready_end_bytes.max(data_end);
+                let to = (data_end + self.shared.ready_ahead_bytes).min(limit);
+                let mut position = from;
+                while position < to {
+                    let len = (to - position).min(self.shared.zeros.len() as u64) as usize;
+                    writes.push((active.base_offset, position, self.shared.zeros.slice(..len)));
+                    position += len as u64;
+                }
+                ready_end_bytes = ready_end_bytes.max(to);
+            }
+        }
+        let settle = self
+            .segments
+            .iter()
+            .filter(|segment| segment.sealed && !segment.settled)
+            .map(|segment| (segment.base_offset, Bytes::from(segment.index.encode(&segment.summary()))))
+            .collect();
+        Some(FlushJob {
+            storage: self.storage.clone(),
+            dir: self.dir.clone(),
+            group: self.group,
+            create,
+            files: self.files.clone(),
+            writes,
+            settle,
+            target: self.head,
+            target_appended_bytes: self.appended_bytes,
+            chunk_marks,
+            ready_end_bytes,
+        })
+    }
+
+    /// Applies a finished flush job: what it wrote counts as written; rolled segments it settled
+    /// are closed. ENOSPC leaves everything pending and the log refusing appends until a later
+    /// flush succeeds (storage full is clean and retryable); any other failure is fail-stop.
+    pub fn finish_flush(&mut self, done: FlushDone<S>) -> Result<WriteOutcome> {
+        assert!(self.flush_in_flight, "finish without a flush in flight");
+        self.flush_in_flight = false;
+        let FlushDone { job, created, mut outcome, result } = done;
+        for (base, file) in created {
+            self.files.insert(base, file);
+        }
+        if let Err(error) = result {
+            if matches!(error, Error::StorageFull) {
+                self.storage_full = true;
+            }
+            return Err(self.fail(error));
+        }
+        self.storage_full = false;
+        for (chunk, mark) in self.chunks.iter_mut().zip(&job.chunk_marks) {
+            chunk.mark_written(*mark);
+        }
+        while self.chunks.len() > 1 && !self.chunks[0].has_unwritten() {
+            let chunk = self.chunks.pop_front().expect("len > 1");
+            self.shared.pool.borrow_mut().give_back(chunk);
+        }
+        for (base, _) in &job.settle {
+            if let Some(segment) = self.segments.iter_mut().find(|segment| segment.base_offset == *base) {
+                segment.settled = true;
+            }
+            self.files.remove(base);
+        }
+        self.ready_end_bytes = job.ready_end_bytes;
+        self.written = job.target;
+        self.written_appended_bytes = job.target_appended_bytes;
+        outcome.written_op = job.target.op;
+        Ok(outcome)
+    }
+
+    /// Runs a whole flush of this log alone (begin, run, finish): for tests and tools; the shard
+    /// runs many logs' jobs at once.
+    pub async fn flush(&mut self) -> Result<WriteOutcome> {
+        match self.begin_flush() {
+            None => Ok(WriteOutcome { written_op: self.written.op, ..WriteOutcome::default() }),
+            Some(job) => {
+                let done = job.run().await;
+                self.finish_flush(done)
+            }
+        }
+    }
+
+    /// The checkpoint the written data allows, and the file to sync before it may be recorded.
+    /// The shard syncs the file, makes the checkpoint durable in the superblock, then calls
+    /// [`PartitionLog::set_checkpoint`].
+    pub fn checkpoint_candidate(&self) -> (Checkpoint, Option<Rc<S::File>>) {
+        let written = self.written;
+        if written.op == 0 {
+            return (self.checkpoint, None);
+        }
+        let file = self.files.get(&written.segment_base_offset).cloned();
+        (
+            Checkpoint {
+                op: written.op,
+                checksum: written.checksum,
+                next_offset: written.next_offset,
+                segment_base_offset: written.segment_base_offset,
+                position_bytes: written.position_bytes,
+            },
+            file,
+        )
+    }
+
+    /// Adopts a checkpoint once the superblock holding it is durable.
+    pub fn set_checkpoint(&mut self, checkpoint: Checkpoint) {
+        if checkpoint.op == self.written.op {
+            self.checkpoint_appended_bytes = self.written_appended_bytes;
+        }
+        self.checkpoint = checkpoint;
+    }
+
+    /// Truncates every op above `op`, for a new view `view` that must be newer than the view of
+    /// every truncated prepare. The segment tail is zeroed and synced here; the caller makes the
+    /// returned slot (with its fence) durable in the superblock before appending again. Call it
+    /// only with no flush job in flight and nothing unwritten (after a flush).
+    pub async fn truncate_after(&mut self, op: u64, view: u32) -> Result<GroupSlot> {
+        self.check_serving()?;
+        assert!(!self.flush_in_flight && !self.has_unwritten(), "truncate only after a flush");
+        self.held.retain(|&held_op, _| held_op <= op);
+        if op >= self.head.op {
+            return Ok(self.slot());
+        }
+        if let Some(first) = self.ring.by_op(op + 1) {
+            assert!(first.header.view < view, "truncation view must be newer than truncated ops");
+        }
+        match self.truncate_files(op).await {
+            Ok(()) => {}
+            Err(error) => return Err(self.fail(error)),
+        }
+        self.ring.truncate_after(op);
+        self.fence = Fence { op, view };
+        if self.checkpoint.op > op {
+            let (checkpoint, _) = self.checkpoint_candidate();
+            self.checkpoint = checkpoint;
+        }
+        Ok(self.slot())
+    }
+
+    async fn truncate_files(&mut self, op: u64) -> Result<()> {
+        let location = if op == 0 {
+            None
+        } else {
+            Some(self.locate(op).await?.ok_or_else(|| Error::Invalid(format!("op {op} not found")))?)
+        };
+        // Whole segments above the cut go.
+        let keep = self.segments.partition_point(|segment| segment.first_op <= op);
+        let removed: Vec<SegmentMeta> = self.segments.drain(keep..).collect();
+        for segment in &removed {
+            self.files.remove(&segment.base_offset);
+            self.remove_segment_files(segment.base_offset).await?;
+        }
+        if !removed.is_empty() {
+            self.storage.sync_dir(&self.dir).await.map_err(|e| Error::io("syncing group dir", e))?;
+        }
+        for chunk in self.chunks.drain(..) {
+            self.shared.pool.borrow_mut().give_back(chunk);
+        }
+        let Some(location) = location else {
+            self.segments.clear();
+            self.files.clear();
+            self.tail_prefix.clear();
+            self.head = Location::default();
+            self.written = Location::default();
+            self.ready_end_bytes = 0;
+            self.next = ChainNext { cluster: self.shared.cluster, group: self.group, op: 1, parent: 0, offset: 0 };
+            return Ok(());
+        };
+        let segment = self.segments.last_mut().expect("the segment holding op remains");
+        debug_assert_eq!(segment.base_offset, location.segment_base_offset);
+        let path = self.dir.join(log_name(segment.base_offset));
+        let file = match self.files.get(&segment.base_offset) {
+            Some(file) => Rc::clone(file),
+            None => {
+                let file = self
+                    .storage
+                    .open(&path, OpenMode::ReadWrite, true)
+                    .await
+                    .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+                let file = Rc::new(file);
+                self.files.insert(segment.base_offset, Rc::clone(&file));
+                file
+            }
+        };
+        let end = location.end_bytes;
+        let block = BLOCK_SIZE_BYTES as u64;
+        let block_start = end - end % block;
+        let mut scanner = Scanner::new(&*file, BLOCK_SIZE_BYTES).await.map_err(|e| Error::io("reading segment", e))?;
+        let prefix = scanner
+            .bytes_at(block_start, (end - block_start) as usize)
+            .await
+            .map_err(|e| Error::io("reading segment", e))?;
+        // Zero two blocks from the cut: the next record's header starts there, so it can never
+        // validate again, whatever the fence says.
+        let mut zeroed = AlignedBuf::zeroed(2 * BLOCK_SIZE_BYTES, BLOCK_SIZE_BYTES);
+        zeroed.extend_from_slice(&prefix);
+        zeroed.set_len(2 * BLOCK_SIZE_BYTES);
+        file.write_at(zeroed.freeze(), block_start).await.map_err(|e| Error::io("zeroing the truncated tail", e))?;
+        file.sync_data().await.map_err(|e| Error::io("syncing the truncated tail", e))?;
+        if segment.settled {
+            let index_path = self.dir.join(index_name(segment.base_offset));
+            if self.storage.exists(&index_path).await.map_err(|e| Error::io("probing an index", e))? {
+                self.storage.remove_file(&index_path).await.map_err(|e| Error::io("removing a stale index", e))?;
+            }
+        }
+        segment.sealed = false;
+        segment.settled = false;
+        segment.index.truncate(end);
+        segment.end_bytes = end;
+        segment.next_offset = location.next_offset;
+        segment.last_op = op;
+        self.tail_prefix = prefix.to_vec();
+        self.ready_end_bytes = block_start + 2 * block;
+        self.head = location;
+        self.written = location;
+        self.next = ChainNext {
+            cluster: self.shared.cluster,
+            group: self.group,
+            op: op + 1,
+            parent: location.checksum,
+            offset: location.next_offset,
+        };
+        Ok(())
+    }
+
+    /// Deletes whole sealed, settled segments beyond the retention bounds (total size, age of
+    /// the newest record), oldest first; never the active segment nor one at or after the
+    /// checkpoint. Returns how many it deleted. Call it with no flush job in flight.
+    pub async fn enforce_retention(&mut self, now_ms: i64) -> Result<usize> {
+        self.check_serving()?;
+        let mut total = self.size_bytes();
+        let mut delete = 0;
+        for segment in &self.segments {
+            let deletable = segment.sealed
+                && segment.settled
+                && segment.base_offset < self.checkpoint.segment_base_offset;
+            let by_size = self.config.retention_bytes > 0 && total > self.config.retention_bytes;
+            let by_age = self.config.retention_ms > 0
+                && segment.last_append_ms < now_ms.saturating_sub(self.config.retention_ms as i64);
+            if !deletable || !(by_size || by_age) {
+                break;
+            }
+            total -= segment.end_bytes;
+            delete += 1;
+        }
+        if delete == 0 {
+            return Ok(0);
+        }
+        let removed: Vec<SegmentMeta> = self.segments.drain(..delete).collect();
+        for segment in &removed {
+            if let Err(error) = self.remove_segment_files(segment.base_offset).await {
+                return Err(self.fail(error));
+            }
+        }
+        if let Err(error) = self.storage.sync_dir(&self.dir).await {
+            return Err(self.fail(Error::io("syncing group dir after retention", error)));
+        }
+        Ok(delete)
+    }
+
+    async fn remove_segment_files(&self, base_offset: u64) -> Result<()> {
+        for name in [log_name(base_offset), index_name(base_offset)] {
+            let path = self.dir.join(name);
+            if self.storage.exists(&path).await.map_err(|e| Error::io("probing a segment", e))? {
+                self.storage
+                    .remove_file(&path)
+                    .await
+                    .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_serving(&self) -> Result<()> {
+        match &self.faulty {
+            Some(reason) => Err(Error::Faulty { group: self.group, reason: reason.clone() }),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks the log fail-stop and passes the error on; storage full stays retryable.
+    fn fail(&mut self, error: Error) -> Error {
+        if !matches!(error, Error::StorageFull) && self.faulty.is_none() {
+            self.faulty = Some(error.to_string());
+        }
+        error
+    }
+
+    fn check_append(&self, encoded: &[u8; HEADER_SIZE], header: &Header, body: &[u8]) -> Result<()> {
+        if self.storage_full {
+            return Err(Error::StorageFull);
+        }
+        let size = header.size as usize;
+        if size > self.config.record_size_bytes_max {
+            return Err(Error::Invalid(format!(
+                "record of {size} bytes exceeds record_size_bytes_max {}",
+                self.config.record_size_bytes_max
+            )));
+        }
+        // Decode the very bytes that will be stored: what passes here passes recovery.
+        let decoded = Header::decode(encoded).map_err(|e| Error::Invalid(e.to_string()))?;
+        header.verify_body(body).map_err(|e| Error::Invalid(e.to_string()))?;
+        let prepare = decoded.as_prepare().ok_or_else(|| Error::Invalid("not a prepare".into()))?;
+        if decoded.cluster != self.shared.cluster || prepare.group != self.group {
+            return Err(Error::Invalid("prepare of another cluster or group".into()));
+        }
+        if prepare.op != self.next.op
+            || prepare.parent != self.next.parent
+            || prepare.base_offset != self.next.offset
+        {
+            return Err(Error::Invalid(format!(
+                "prepare op {} (parent {:#x}, offset {}) does not continue the chain at op {} \
+                 (parent {:#x}, offset {})",
+                prepare.op, prepare.parent, prepare.base_offset, self.next.op, self.next.parent, self.next.offset
+            )));
+        }
+        if self.fence.kills(prepare.op, decoded.view) {
+            return Err(Error::Invalid(format!(
+                "prepare op {} of view {} is behind the truncation fence",
+                prepare.op, decoded.view
+            )));
+        }
+        Ok(())
+    }
+
+    fn roll(&mut self, base_offset: u64, first_op: u64) -> Result<()> {
+        let chunk = self
+            .shared
+            .pool
+            .borrow_mut()
+            .take(base_offset, 0, &[])
+            .ok_or_else(|| Error::LimitReached("write buffer: every chunk is in use".into()))?;
+        if let Some(active) = self.segments.last_mut() {
+            active.sealed = true;
+        }
+        self.segments.push(SegmentMeta::new(base_offset, first_op));
+        self.chunks.push_back(chunk);
+        self.tail_prefix.clear();
+        Ok(())
+    }
+
+    /// Makes sure the chunk receiving appends has room for `size` more bytes.
+    fn ensure_chunk_room(&mut self, size: usize) -> Result<()> {
+        if self.chunks.back().is_some_and(|chunk| chunk.spare() >= size) {
+            return Ok(());
+        }
+        let active = self.segments.last().expect("a segment exists");
+        let end = active.end_bytes;
+        let block = BLOCK_SIZE_BYTES as u64;
+        let block_start = end - end % block;
+        let prefix: Vec<u8> = match self.chunks.back() {
+            Some(chunk) if chunk.segment_base_offset == active.base_offset => {
+                let start = (block_start - chunk.file_base_bytes) as usize;
+                chunk.view(start, (end - block_start) as usize).to_vec()
+            }
+            _ => self.tail_prefix.clone(),
+        };
+        debug_assert_eq!(prefix.len() as u64, end - block_start);
+        let mut pool = self.shared.pool.borrow_mut();
+        if size + BLOCK_SIZE_BYTES > pool.chunk_size_bytes() {
+            return Err(Error::Invalid(format!("record of {size} bytes exceeds the write-buffer chunk")));
+        }
+        let chunk = pool
+            .take(active.base_offset, block_start, &prefix)
+            .ok_or_else(|| Error::LimitReached("write buffer: every chunk is in use".into()))?;
+        if self.chunks.back().is_some_and(|previous| !previous.has_unwritten()) {
+            let previous = self.chunks.pop_back().expect("checked");
+            pool.give_back(previous);
+        }
+        self.chunks.push_back(chunk);
+        Ok(())
+    }
+
+    /// Ring entries from `index`: skipping those `want` rejects (until the first it accepts),
+    /// then up to `bytes_max` bytes, at least one.
+    fn collect_ring(&self, mut index: usize, bytes_max: usize, want: Option<Want>) -> Vec<StoredPrepare> {
+        let mut out: Vec<StoredPrepare> = Vec::new();
+        let mut bytes = 0;
+        while let Some(prepare) = self.ring.get(index) {
+            index += 1;
+            if out.is_empty() && want.is_some_and(|want| !want.accepts(prepare)) {
+                continue;
+            }
+            if !out.is_empty() && bytes + prepare.record.len() > bytes_max {
+                break;
+            }
+            bytes += prepare.record.len();
+            out.push(prepare.clone());
+        }
+        out
+    }
+
+    /// How far a segment's bytes are on file (the rest is only in memory).
+    fn written_end(&self, segment: &SegmentMeta) -> u64 {
+        use std::cmp::Ordering;
+        match segment.base_offset.cmp(&self.written.segment_base_offset) {
+            Ordering::Less => segment.end_bytes,
+            Ordering::Equal if self.written.op > 0 => self.written.end_bytes,
+            _ => 0,
+        }
+    }
+
+    /// Where the record of `op` lies.
+    async fn locate(&mut self, op: u64) -> Result<Option<Location>> {
+        if op == self.head.op {
+            return Ok(Some(self.head));
+        }
+        let Some(prepare) = self.read_op(op).await? else { return Ok(None) };
+        let segment = self.segments.partition_point(|segment| segment.first_op <= op) - 1;
+        let segment = &self.segments[segment];
+        // The record's position: scan the index-located region for it.
+        let base = segment.base_offset;
+        let position = self.position_of_op(segment, op).await?;
+        let end_bytes = position + prepare.record.len() as u64;
+        Ok(Some(Location {
+            op,
+            checksum: prepare.header.checksum_header,
+            next_offset: prepare.end_offset(),
+            segment_base_offset: base,
+            position_bytes: position,
+            end_bytes,
+        }))
+    }
+
+    async fn position_of_op(&self, segment: &SegmentMeta, op: u64) -> Result<u64> {
+        let path = self.dir.join(log_name(segment.base_offset));
+        let file = self
+            .storage
+            .open(&path, OpenMode::Read, true)
+            .await
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let mut scanner = Scanner::new(&file, self.shared.scan_window_bytes)
+            .await
+            .map_err(|e| Error::io("reading a segment", e))?;
+        let mut position = segment.index.position_for_op(op);
+        while position < segment.end_bytes {
+            let record = scanner
+                .record_at(position, self.config.record_size_bytes_max)
+                .await
+                .map_err(|e| Error::io("reading a segment", e))?;
+            let header = Header::decode_prefix(&record).map_err(|e| Error::Invalid(e.to_string()))?;
+            if prepare_of(&header).op == op {
+                return Ok(position);
+            }
+            position += u64::from(header.size);
+        }
+        Err(Error::Invalid(format!("op {op} not found in {}", path.display())))
+    }
+}
+
+/// A prepare found in the shard journal for this group, for replay at recovery.
+#[derive(Clone, Debug)]
+pub struct JournalPrepare {
+    /// The prepare's header.
+    pub header: Header,
+    /// The whole record (header and body).
+    pub record: Bytes,
+}
+
+impl<S: Storage> PartitionLog<S> {
+    /// Creates the directory of a new, empty group log (durably: the parent directory is
+    /// synced). The shard records the group's slot in the superblock before appending.
+    pub async fn create(storage: S, shared: Rc<Shared>, dir: PathBuf, slot: GroupSlot, config: GroupConfig) -> Result<Self> {
+        config.validate()?;
+        storage.create_dir_all(&dir).await.map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        if let Some(parent) = dir.parent() {
+            storage.sync_dir(parent).await.map_err(|e| Error::io(format!("syncing {}", parent.display()), e))?;
+        }
+        Ok(Self::empty(storage, shared, dir, slot, config))
+    }
+
+    fn empty(storage: S, shared: Rc<Shared>, dir: PathBuf, slot: GroupSlot, config: GroupConfig) -> Self {
+        let ring = PrepareRing::new(shared.ring_limits, shared.ring_budget.clone());
+        let cluster = shared.cluster;
+        Self {
+            storage,
+            shared,
+            group: slot.group,
+            config,
+            dir,
+            segments: Vec::new(),
+            files: BTreeMap::new(),
+            next: ChainNext { cluster, group: slot.group, op: 1, parent: 0, offset: 0 },
+            head: Location::default(),
+            written: Location::default(),
+            chunks: VecDeque::new(),
+            tail_prefix: Vec::new(),
+            ring,
+            held: BTreeMap::new(),
+            fence: slot.fence,
+            view: slot.view,
+            log_view: slot.log_view,
+            checkpoint: slot.checkpoint,
+            ready_end_bytes: 0,
+            appended_bytes: 0,
+            written_appended_bytes: 0,
+            checkpoint_appended_bytes: 0,
+            flush_in_flight: false,
+            storage_full: false,
+            faulty: None,
+            faulty_ops: FaultyOps::default(),
+        }
+    }
+
+    /// Recovers a group's log (DESIGN.md §3 Recovery): loads or rebuilds the indexes of synced
+    /// segments, checks the checkpoint record, scans forward from it through the torn window,
+    /// cuts the torn tail, replays journal prepares past it, and reports what it found. Damage
+    /// before the window leaves the log faulty (refusing service), never truncated.
+    pub async fn recover(
+        storage: S,
+        shared: Rc<Shared>,
+        dir: PathBuf,
+        slot: GroupSlot,
+        config: GroupConfig,
+        journal: &[JournalPrepare],
+    ) -> Result<(Self, GroupRecovery)> {
+        let mut log = Self::empty(storage, shared, dir, slot, config);
+        let mut report = GroupRecovery { group: slot.group, ..GroupRecovery::default() };
+        match log.recover_segments(&slot, &mut report).await {
+            Ok(()) => {}
+            Err(Error::Corruption(corruption)) => {
+                log.faulty = Some(corruption.to_string());
+                report.corruption = Some(corruption);
+                report.head_op = log.head.op;
+                return Ok((log, report));
+            }
+            Err(error) => return Err(error),
+        }
+        // Replay the journal past the segments' end (persisted groups).
+        for entry in journal {
+            let op = prepare_of(&entry.header).op;
+            if op < log.next.op {
+                continue;
+            }
+            if op > log.next.op {
+                // A synced prepare is missing before this one: it may have been acknowledged.
+                log.faulty_ops.suffix_from = Some(log.next.op);
+                break;
+            }
+            if check_next(&entry.record, &log.next, &log.fence, log.config.record_size_bytes_max).is_err() {
+                continue;
+            }
+            log.append(&entry.header, &entry.record[HEADER_SIZE..])?;
+            report.journal_replayed += 1;
+        }
+        report.head_op = log.head.op;
+        report.faulty = log.faulty_ops.clone();
+        Ok((log, report))
+    }
+
+    async fn recover_segments(&mut self, slot: &GroupSlot, report: &mut GroupRecovery) -> Result<()> {
+        let checkpoint = slot.checkpoint;
+        let names = match self.storage.list_dir(&self.dir).await {
+            Ok(names) => names,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound && checkpoint.op == 0 => {
+                self.storage.create_dir_all(&self.dir).await.map_err(|e| Error::io("creating group dir", e))?;
+                if let Some(parent) = self.dir.parent() {
+                    self.storage.sync_dir(parent).await.map_err(|e| Error::io("syncing shard dir", e))?;
+                }
+                return Ok(());
+            }
+            Err(error) => return Err(Error::io(format!("listing {}", self.dir.display()), error)),
+        };
+        let bases: Vec<u64> = names.iter().filter_map(|name| parse_log_name(name)).collect();
+        if checkpoint.op > 0 && !bases.contains(&checkpoint.segment_base_offset) {
+            return Err(Error::Corruption(Corruption {
+                file: self.dir.join(log_name(checkpoint.segment_base_offset)),
+                position_bytes: 0,
+                offset: Some(checkpoint.next_offset),
+                op: Some(checkpoint.op),
+                reason: "the checkpoint's segment is missing".into(),
+            }));
+        }
+        let record_max = self.config.record_size_bytes_max;
+        let window = self.shared.scan_window_bytes;
+        let interval = self.shared.index_interval_bytes;
+
+        // Segments before the checkpoint's are synced: take their index when it is sound, else
+        // rebuild it by scanning (any damage found is corruption).
+        let synced: Vec<u64> = bases.iter().copied().filter(|&base| checkpoint.op > 0 && base < checkpoint.segment_base_offset).collect();
+        for base in &synced {
+            let meta = self.load_synced_segment(*base, &names, report).await?;
+            self.segments.push(meta);
+        }
+        for pair in self.segments.windows(2) {
+            if pair[0].next_offset != pair[1].base_offset {
+                return Err(Error::Corruption(Corruption {
+                    file: self.dir.join(log_name(pair[1].base_offset)),
+                    position_bytes: 0,
+                    offset: Some(pair[0].next_offset),
+                    op: None,
+                    reason: format!("segments leave a gap: {} ends at offset {}", log_name(pair[0].base_offset), pair[0].next_offset),
+                }));
+            }
+        }
+
+        // The checkpoint's segment and every later one: the torn window starts at the
+        // checkpoint record.
+        let window_bases: Vec<u64> = bases.iter().copied().filter(|&base| checkpoint.op == 0 || base >= checkpoint.segment_base_offset).collect();
+        let mut next = ChainNext { cluster: self.shared.cluster, group: self.group, op: 1, parent: 0, offset: 0 };
+        let mut start_position = 0;
+        let mut start_index = SegmentIndex::default();
+        let mut start_meta_from_checkpoint = false;
+        if checkpoint.op > 0 {
+            let base = checkpoint.segment_base_offset;
+            let path = self.dir.join(log_name(base));
+            let file = self.storage.open(&path, OpenMode::Read, true).await.map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            let mut scanner = Scanner::new(&file, window).await.map_err(|e| Error::io("reading", e))?;
+            let record = scanner.record_at(checkpoint.position_bytes, record_max).await.map_err(|e| Error::io("reading", e))?;
+            let checked = check_standalone(&record, self.shared.cluster, self.group, record_max);
+            match checked {
+                Ok(header) if header.checksum_header == checkpoint.checksum && prepare_of(&header).op == checkpoint.op => {
+                    next = ChainNext { cluster: self.shared.cluster, group: self.group, op: checkpoint.op + 1, parent: checkpoint.checksum, offset: checkpoint.next_offset };
+                    start_position = checkpoint.position_bytes + u64::from(header.size);
+                    // The index of the synced part of this segment: from its file or rebuilt.
+                    start_index = self.index_up_to(base, &names, &file, start_position, report).await?;
+                    start_meta_from_checkpoint = true;
+                    let _ = header;
+                }
+                other => {
+                    let reason = match other {
+                        Ok(_) => "the checkpoint record is not the one the superblock names".to_string(),
+                        Err(fault) => format!("the checkpoint record is damaged: {fault}"),
+                    };
+                    if cfg!(feature = "canary-truncate-corruption") {
+                        // Canary: treat damage before the window as a torn tail and truncate it.
+                        start_position = 0;
+                    } else {
+                        return Err(Error::Corruption(Corruption {
+                            file: path,
+                            position_bytes: checkpoint.position_bytes,
+                            offset: None,
+                            op: Some(checkpoint.op),
+                            reason,
+                        }));
+                    }
+                }
+            }
+        }
+
+        let mut remaining = window_bases.into_iter().peekable();
+        let mut chain_ended = false;
+        let mut first_in_window = true;
+        let mut leftover = Vec::new();
+        while let Some(base) = remaining.next() {
+            if chain_ended {
+                leftover.push(base);
+                continue;
+            }
+            let path = self.dir.join(log_name(base));
+            let file = self.storage.open(&path, OpenMode::Read, true).await.map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            let mut scanner = Scanner::new(&file, window).await.map_err(|e| Error::io("reading", e))?;
+            let mut position = if first_in_window { start_position } else { 0 };
+            if !first_in_window || !start_meta_from_checkpoint {
+                // A segment after the checkpoint's must begin with the chain's next record, and
+                // a fresh log with op 1; anything else means the chain ended before it.
+                let record = scanner.record_at(0, record_max).await.map_err(|e| Error::io("reading", e))?;
+                let begins = if checkpoint.op == 0 && first_in_window && cfg!(feature = "canary-truncate-corruption") {
+                    check_standalone(&record, self.shared.cluster, self.group, record_max).map(|header| {
+                        let prepare = prepare_of(&header);
+                        next = ChainNext { cluster: self.shared.cluster, group: self.group, op: prepare.op, parent: prepare.parent, offset: prepare.base_offset };
+                    }).is_ok()
+                } else {
+                    check_next(&record, &next, &self.fence, record_max).is_ok()
+                };
+                if !begins {
+                    chain_ended = true;
+                    leftover.push(base);
+                    continue;
+                }
+            }
+            let mut meta = SegmentMeta::new(base, next.op);
+            if first_in_window && start_meta_from_checkpoint {
+                meta.index = std::mem::take(&mut start_index);
+                meta.end_bytes = start_position;
+                meta.next_offset = next.offset;
+                if let Some(first) = meta.index.entries().first() {
+                    meta.first_op = first.op;
+                    meta.first_append_ms = first.append_time_ms;
+                    meta.last_append_ms = meta.index.entries().last().map_or(i64::MIN, |e| e.append_time_ms);
+                }
+            }
+            first_in_window = false;
+            loop {
+                let record = scanner.record_at(position, record_max).await.map_err(|e| Error::io("reading", e))?;
+                match check_next(&record, &next, &self.fence, record_max) {
+                    Ok(header) => {
+                        meta.observe(&header, position, interval);
+                        self.head = Location {
+                            op: prepare_of(&header).op,
+                            checksum: header.checksum_header,
+                            next_offset: next.after(&header).offset,
+                            segment_base_offset: base,
+                            position_bytes: position,
+                            end_bytes: position + u64::from(header.size),
+                        };
+                        next = next.after(&header);
+                        position += u64::from(header.size);
+                        report.records_scanned += 1;
+                    }
+                    Err(fault) => {
+                        if !matches!(fault, RecordFault::Zeroed) {
+                            report.torn_tail = Some((path.clone(), position, fault.to_string()));
+                        }
+                        break;
+                    }
+                }
+            }
+            if meta.first_op == 0 || meta.is_empty() {
+                meta.first_op = next.op;
+            }
+            self.segments.push(meta);
+        }
+        // A torn tail in a `replicated` group may have held acknowledged ops (DESIGN.md §3).
+        if report.torn_tail.is_some() && self.config.durability == Durability::Replicated {
+            self.faulty_ops.suffix_from = Some(next.op);
+        }
+        // Segments past the chain's end are torn-window leftovers: never synced as part of the
+        // chain, so they go.
+        for base in &leftover {
+            self.remove_segment_files(*base).await?;
+        }
+        if !leftover.is_empty() {
+            self.storage.sync_dir(&self.dir).await.map_err(|e| Error::io("syncing group dir", e))?;
+        }
+        // Drop empty segments at the end (created, never written), except one that the chain
+        // names by the checkpoint.
+        while self.segments.len() > 1 && self.segments.last().is_some_and(|meta| meta.is_empty()) {
+            let meta = self.segments.pop().expect("checked");
+            self.remove_segment_files(meta.base_offset).await?;
+        }
+        if self.segments.last().is_some_and(SegmentMeta::is_empty) {
+            let meta = self.segments.pop().expect("checked");
+            self.remove_segment_files(meta.base_offset).await?;
+        }
+        let count = self.segments.len();
+        for (index, meta) in self.segments.iter_mut().enumerate() {
+            meta.sealed = index + 1 < count;
+            // Synced segments keep their index file unless it had to be rebuilt.
+            meta.settled = meta.settled || index + 1 < count && meta.base_offset < checkpoint.segment_base_offset;
+        }
+        self.next = next;
+        self.written = self.head;
+        if let Some(active) = self.segments.last() {
+            let path = self.dir.join(log_name(active.base_offset));
+            let file = self.storage.open(&path, OpenMode::ReadWrite, true).await.map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            let end = active.end_bytes;
+            let block_start = end - end % BLOCK_SIZE_BYTES as u64;
+            let mut scanner = Scanner::new(&file, BLOCK_SIZE_BYTES).await.map_err(|e| Error::io("reading", e))?;
+            self.tail_prefix = scanner.bytes_at(block_start, (end - block_start) as usize).await.map_err(|e| Error::io("reading", e))?.to_vec();
+            self.files.insert(active.base_offset, Rc::new(file));
+            // Rewrite the torn window with zeros on the first flush.
+            self.ready_end_bytes = 0;
+        }
+        Ok(())
+    }
+}
+
+impl<S: Storage> PartitionLog<S> {
+    /// Opens a synced segment (before the checkpoint's): its index file when sound, else an
+    /// index rebuilt by scanning it, where any damage is corruption.
+    async fn load_synced_segment(&self, base: u64, names: &[String], report: &mut GroupRecovery) -> Result<SegmentMeta> {
+        if names.iter().any(|name| *name == index_name(base)) {
+            let path = self.dir.join(index_name(base));
+            if let Some((index, summary)) = self.read_index_file(&path).await {
+                let mut meta = SegmentMeta::new(base, index.entries().first().map_or(0, |e| e.op));
+                meta.first_append_ms = index.entries().first().map_or(i64::MIN, |e| e.append_time_ms);
+                meta.index = index;
+                meta.end_bytes = summary.covered_bytes;
+                meta.next_offset = summary.next_offset;
+                meta.last_op = summary.last_op;
+                meta.last_append_ms = summary.last_append_ms;
+                meta.settled = true;
+                return Ok(meta);
+            }
+        }
+        report.indexes_rebuilt += 1;
+        let path = self.dir.join(log_name(base));
+        let file = self.storage.open(&path, OpenMode::Read, true).await.map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let (meta, fault) = self.scan_synced(&file, base, u64::MAX).await?;
+        if let Some((position, fault)) = fault {
+            // The segment was synced whole: only zeros may follow its last record.
+            if !matches!(fault, RecordFault::Zeroed) {
+                return Err(Error::Corruption(Corruption {
+                    file: path,
+                    position_bytes: position,
+                    offset: Some(meta.next_offset),
+                    op: Some(meta.last_op + 1),
+                    reason: fault.to_string(),
+                }));
+            }
+        }
+        Ok(meta)
+    }
+
+    /// The index of `[0, end)` of the checkpoint's segment: from its file when it covers that
+    /// far, else rebuilt by scanning (the region is synced, so damage is corruption).
+    async fn index_up_to(&self, base: u64, names: &[String], file: &S::File, end: u64, report: &mut GroupRecovery) -> Result<SegmentIndex> {
+        if names.iter().any(|name| *name == index_name(base)) {
+            let path = self.dir.join(index_name(base));
+            if let Some((mut index, summary)) = self.read_index_file(&path).await
+                && summary.covered_bytes >= end
+            {
+                index.truncate(end);
+                return Ok(index);
+            }
+        }
+        report.indexes_rebuilt += 1;
+        let (meta, fault) = self.scan_synced(file, base, end).await?;
+        if meta.end_bytes < end {
+            let (position, reason) = fault.map_or((meta.end_bytes, "ends early".to_string()), |(p, f)| (p, f.to_string()));
+            return Err(Error::Corruption(Corruption {
+                file: self.dir.join(log_name(base)),
+                position_bytes: position,
+                offset: Some(meta.next_offset),
+                op: Some(meta.last_op + 1),
+                reason,
+            }));
+        }
+        Ok(meta.index)
+    }
+
+    /// Scans a synced segment from its start up to `end` (or its first invalid record), with the
+    /// chain taken from its first record.
+    async fn scan_synced(&self, file: &S::File, base: u64, end: u64) -> Result<(SegmentMeta, Option<(u64, RecordFault)>)> {
+        let record_max = self.config.record_size_bytes_max;
+        let mut scanner = Scanner::new(file, self.shared.scan_window_bytes).await.map_err(|e| Error::io("reading", e))?;
+        let mut meta = SegmentMeta::new(base, 0);
+        let mut position = 0;
+        let mut next: Option<ChainNext> = None;
+        while position < end {
+            let record = scanner.record_at(position, record_max).await.map_err(|e| Error::io("reading", e))?;
+            let checked = match &next {
+                Some(next) => check_next(&record, next, &self.fence, record_max),
+                None => check_standalone(&record, self.shared.cluster, self.group, record_max),
+            };
+            match checked {
+                Ok(header) => {
+                    let prepare = prepare_of(&header);
+                    let chain = next.unwrap_or(ChainNext { cluster: self.shared.cluster, group: self.group, op: prepare.op, parent: prepare.parent, offset: prepare.base_offset });
+                    if meta.is_empty() {
+                        meta.first_op = prepare.op;
+                    }
+                    meta.observe(&header, position, self.shared.index_interval_bytes);
+                    next = Some(chain.after(&header));
+                    position += u64::from(header.size);
+                }
+                Err(fault) => return Ok((meta, Some((position, fault)))),
+            }
+        }
+        Ok((meta, None))
+    }
+
+    async fn read_index_file(&self, path: &Path) -> Option<(SegmentIndex, IndexSummary)> {
+        let file = self.storage.open(path, OpenMode::Read, false).await.ok()?;
+        let size = file.size_bytes().await.ok()? as usize;
+        let max = crate::segment::INDEX_HEADER_SIZE_BYTES + self.shared.index_entries_max * crate::segment::INDEX_ENTRY_SIZE_BYTES;
+        if size > max {
+            return None;
+        }
+        let (result, buffer) = file.read_at(AlignedBuf::zeroed(size.max(1), 1), 0).await;
+        result.ok()?;
+        SegmentIndex::decode(buffer.as_slice(), self.shared.index_entries_max).ok()
+    }
+}

@@ -1,0 +1,81 @@
+//! Sequential reads of records from a file through a window buffer: recovery, reads from disk,
+//! index rebuilds and the checker all walk files this way.
+//!
+//! The scanner only fetches bytes; deciding whether they are a valid record is `record`'s job.
+//! Every length it acts on is bounded (by the caller's record bound and the file size) before
+//! anything is read or allocated.
+
+use std::io;
+
+use bytes::Bytes;
+
+use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, StorageFile};
+use crate::wire::HEADER_SIZE;
+
+/// Byte offset of the `size` field in the wire header (see `wire`).
+const OFF_SIZE: usize = 16;
+
+/// Reads a file in aligned windows and hands out record-sized slices of them.
+pub struct Scanner<'f, F> {
+    file: &'f F,
+    file_size_bytes: u64,
+    window_bytes: usize,
+    window: Bytes,
+    window_start: u64,
+}
+
+impl<'f, F: StorageFile> Scanner<'f, F> {
+    /// A scanner over `file`, reading `window_bytes` (at least) at a time.
+    pub async fn new(file: &'f F, window_bytes: usize) -> io::Result<Scanner<'f, F>> {
+        let file_size_bytes = file.size_bytes().await?;
+        Ok(Scanner { file, file_size_bytes, window_bytes, window: Bytes::new(), window_start: 0 })
+    }
+
+    /// The file's size when the scanner was made.
+    #[must_use]
+    pub fn file_size_bytes(&self) -> u64 {
+        self.file_size_bytes
+    }
+
+    /// The bytes of the record that would start at `position`: the header's declared size if it
+    /// is plausible (at least a header, at most `record_size_bytes_max`), else just the header
+    /// region, so the caller's checks report what is wrong. Short (possibly empty) at end of file.
+    pub async fn record_at(&mut self, position: u64, record_size_bytes_max: usize) -> io::Result<Bytes> {
+        let head = self.bytes_at(position, HEADER_SIZE).await?;
+        if head.len() < HEADER_SIZE {
+            return Ok(head);
+        }
+        let declared = u32::from_le_bytes(head[OFF_SIZE..OFF_SIZE + 4].try_into().expect("4 bytes")) as usize;
+        if declared < HEADER_SIZE || declared > record_size_bytes_max {
+            return Ok(head);
+        }
+        self.bytes_at(position, declared).await
+    }
+
+    /// Up to `len` bytes at `position` (fewer only at end of file).
+    pub async fn bytes_at(&mut self, position: u64, len: usize) -> io::Result<Bytes> {
+        let end = (position + len as u64).min(self.file_size_bytes);
+        if position >= end {
+            return Ok(Bytes::new());
+        }
+        let window_end = self.window_start + self.window.len() as u64;
+        if position < self.window_start || end > window_end {
+            self.fill(position, (end - position) as usize).await?;
+        }
+        let start = (position - self.window_start) as usize;
+        Ok(self.window.slice(start..start + (end - position) as usize))
+    }
+
+    async fn fill(&mut self, position: u64, needed: usize) -> io::Result<()> {
+        let block = BLOCK_SIZE_BYTES as u64;
+        let start = position - position % block;
+        let span = (position - start) as usize + needed;
+        let capacity = span.max(self.window_bytes).next_multiple_of(BLOCK_SIZE_BYTES);
+        let buffer = AlignedBuf::zeroed(capacity, BLOCK_SIZE_BYTES);
+        let (result, buffer) = self.file.read_at(buffer, start).await;
+        result?;
+        self.window = buffer.freeze();
+        self.window_start = start;
+        Ok(())
+    }
+}
