@@ -22,64 +22,8 @@ use crate::ring::{PrepareRing, RingBudget, RingFull, RingLimits, StoredPrepare};
 use crate::scan::Scanner;
 use crate::segment::{IndexSummary, SegmentIndex, index_name, log_name, parse_log_name};
 use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
-use crate::superblock::{Checkpoint, Durability, Fence, GroupSlot};
+use crate::superblock::{Checkpoint, Durability, Fence, GroupConfig, GroupSlot};
 use crate::wire::{HEADER_SIZE, Header};
-
-/// Smallest segment size a group may configure.
-pub const SEGMENT_SIZE_BYTES_MIN: u64 = 1 << 20;
-/// Largest segment size a group may configure.
-pub const SEGMENT_SIZE_BYTES_MAX: u64 = 4 << 30;
-
-/// Per-group settings, chosen when the group is created.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GroupConfig {
-    /// How appends become durable.
-    pub durability: Durability,
-    /// A segment rolls before it would grow past this size.
-    pub segment_size_bytes: u64,
-    /// A segment rolls once its first record is older than this (0: never by age).
-    pub segment_age_ms_max: u64,
-    /// Retention keeps the log at most this big, deleting whole sealed segments (0: no bound).
-    pub retention_bytes: u64,
-    /// Retention deletes sealed segments whose newest record is older than this (0: keep).
-    pub retention_ms: u64,
-    /// Largest record (prepare header + batch) the log accepts.
-    pub record_size_bytes_max: usize,
-}
-
-impl Default for GroupConfig {
-    fn default() -> Self {
-        Self {
-            durability: Durability::Replicated,
-            segment_size_bytes: 1 << 30,
-            segment_age_ms_max: 7 * 24 * 3600 * 1000,
-            retention_bytes: 0,
-            retention_ms: 0,
-            record_size_bytes_max: HEADER_SIZE + (1 << 20),
-        }
-    }
-}
-
-impl GroupConfig {
-    /// Checks the bounds; names the setting that is out of them.
-    pub fn validate(&self) -> Result<()> {
-        if !(SEGMENT_SIZE_BYTES_MIN..=SEGMENT_SIZE_BYTES_MAX).contains(&self.segment_size_bytes) {
-            return Err(Error::Invalid(format!(
-                "segment_size_bytes {} is outside {SEGMENT_SIZE_BYTES_MIN}..={SEGMENT_SIZE_BYTES_MAX}",
-                self.segment_size_bytes
-            )));
-        }
-        if self.record_size_bytes_max <= HEADER_SIZE
-            || self.record_size_bytes_max as u64 > self.segment_size_bytes
-        {
-            return Err(Error::Invalid(format!(
-                "record_size_bytes_max {} must exceed the {HEADER_SIZE}-byte header and fit a segment",
-                self.record_size_bytes_max
-            )));
-        }
-        Ok(())
-    }
-}
 
 /// Shard-wide settings and resources every partition of the shard shares.
 pub struct Shared {
@@ -114,6 +58,18 @@ struct Location {
     segment_base_offset: u64,
     position_bytes: u64,
     end_bytes: u64,
+}
+
+impl Location {
+    fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            op: self.op,
+            checksum: self.checksum,
+            next_offset: self.next_offset,
+            segment_base_offset: self.segment_base_offset,
+            position_bytes: self.position_bytes,
+        }
+    }
 }
 
 /// What the log knows of one segment.
@@ -215,6 +171,8 @@ pub struct WriteOutcome {
     pub syncs: u64,
     /// A segment was sealed: the shard should checkpoint this group.
     pub sealed: bool,
+    /// The checkpoint the job synced for (record it in the superblock).
+    pub checkpoint: Option<Checkpoint>,
 }
 
 /// One group's log.
@@ -266,6 +224,8 @@ pub struct FlushJob<S: Storage> {
     target_appended_bytes: u64,
     chunk_marks: Vec<usize>,
     ready_end_bytes: u64,
+    /// Sync the target's segment after writing, for this checkpoint.
+    checkpoint: Option<Checkpoint>,
 }
 
 /// A finished [`FlushJob`], to hand back to [`PartitionLog::finish_flush`].
@@ -280,6 +240,11 @@ impl<S: Storage> FlushJob<S> {
     /// The group this job writes for.
     pub fn group(&self) -> u64 {
         self.group
+    }
+
+    /// The checkpoint this job syncs for, if any.
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        self.checkpoint
     }
 
     /// Runs the writes: creates new segment files (and syncs the directory), writes data and
@@ -346,7 +311,29 @@ impl<S: Storage> FlushJob<S> {
         if !self.settle.is_empty() {
             self.storage.sync_dir(&self.dir).await.map_err(|e| Error::io("syncing group dir", e))?;
         }
+        if let Some(checkpoint) = self.checkpoint
+            && !self.settle.iter().any(|(base, _)| *base == checkpoint.segment_base_offset)
+        {
+            file_of(checkpoint.segment_base_offset)
+                .sync_data()
+                .await
+                .map_err(|e| Error::io("syncing a segment for a checkpoint", e))?;
+            outcome.syncs += 1;
+        }
+        outcome.checkpoint = self.checkpoint;
         Ok(())
+    }
+}
+
+impl<S: Storage> FlushDone<S> {
+    /// The group the job wrote for.
+    pub fn group(&self) -> u64 {
+        self.job.group
+    }
+
+    /// Whether every step of the job succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.result.is_ok()
     }
 }
 
@@ -556,7 +543,7 @@ impl<S: Storage> PartitionLog<S> {
     pub fn slot(&self) -> GroupSlot {
         GroupSlot {
             group: self.group,
-            durability: self.config.durability,
+            config: self.config,
             view: self.view,
             log_view: self.log_view,
             checkpoint: self.checkpoint,
@@ -716,7 +703,7 @@ impl<S: Storage> PartitionLog<S> {
             dir: self.dir.clone(),
             cluster: self.shared.cluster,
             group: self.group,
-            record_size_bytes_max: self.config.record_size_bytes_max,
+            record_size_bytes_max: self.config.record_size_bytes_max as usize,
             scan_window_bytes: self.shared.scan_window_bytes,
             segments,
             bytes_max,
@@ -782,8 +769,13 @@ impl<S: Storage> PartitionLog<S> {
     /// Starts this group's part of a flush cycle: snapshots what is appended now and returns the
     /// job that writes it (None when nothing is pending). Appends may continue while it runs;
     /// they go into the next cycle. At most one job is in flight per log.
-    pub fn begin_flush(&mut self) -> Option<FlushJob<S>> {
-        if self.faulty.is_some() || !self.has_unwritten() {
+    ///
+    /// With `checkpoint`, the job also syncs the segment holding the target so that the shard
+    /// can record a checkpoint there (and returns a job for that alone when nothing else is
+    /// pending but the written data is past the durable checkpoint).
+    pub fn begin_flush(&mut self, checkpoint: bool) -> Option<FlushJob<S>> {
+        let checkpoint = checkpoint && self.head.op > self.checkpoint.op;
+        if self.faulty.is_some() || !(self.has_unwritten() || self.needs_ready() || checkpoint) {
             return None;
         }
         assert!(!self.flush_in_flight, "one flush job at a time");
@@ -837,7 +829,24 @@ impl<S: Storage> PartitionLog<S> {
             target_appended_bytes: self.appended_bytes,
             chunk_marks,
             ready_end_bytes,
+            checkpoint: checkpoint.then(|| self.head.checkpoint()),
         })
+    }
+
+    /// Whether the active segment's ready-ahead zeros have fallen behind (after recovery: the
+    /// torn window must be rewritten before new appends reach it).
+    fn needs_ready(&self) -> bool {
+        self.segments.last().is_some_and(|active| {
+            self.files.contains_key(&active.base_offset)
+                && self.ready_end_bytes
+                    < active.end_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64) + self.shared.ready_ahead_bytes / 2
+        })
+    }
+
+    /// Marks every op past the head faulty rather than absent (the shard calls this when the
+    /// journal lost a synced entry it cannot attribute).
+    pub fn mark_suffix_faulty(&mut self) {
+        self.faulty_ops.suffix_from = Some(self.next.op);
     }
 
     /// Applies a finished flush job: what it wrote counts as written; rolled segments it settled
@@ -880,34 +889,13 @@ impl<S: Storage> PartitionLog<S> {
     /// Runs a whole flush of this log alone (begin, run, finish): for tests and tools; the shard
     /// runs many logs' jobs at once.
     pub async fn flush(&mut self) -> Result<WriteOutcome> {
-        match self.begin_flush() {
+        match self.begin_flush(false) {
             None => Ok(WriteOutcome { written_op: self.written.op, ..WriteOutcome::default() }),
             Some(job) => {
                 let done = job.run().await;
                 self.finish_flush(done)
             }
         }
-    }
-
-    /// The checkpoint the written data allows, and the file to sync before it may be recorded.
-    /// The shard syncs the file, makes the checkpoint durable in the superblock, then calls
-    /// [`PartitionLog::set_checkpoint`].
-    pub fn checkpoint_candidate(&self) -> (Checkpoint, Option<Rc<S::File>>) {
-        let written = self.written;
-        if written.op == 0 {
-            return (self.checkpoint, None);
-        }
-        let file = self.files.get(&written.segment_base_offset).cloned();
-        (
-            Checkpoint {
-                op: written.op,
-                checksum: written.checksum,
-                next_offset: written.next_offset,
-                segment_base_offset: written.segment_base_offset,
-                position_bytes: written.position_bytes,
-            },
-            file,
-        )
     }
 
     /// Adopts a checkpoint once the superblock holding it is durable.
@@ -939,8 +927,8 @@ impl<S: Storage> PartitionLog<S> {
         self.ring.truncate_after(op);
         self.fence = Fence { op, view };
         if self.checkpoint.op > op {
-            let (checkpoint, _) = self.checkpoint_candidate();
-            self.checkpoint = checkpoint;
+            // The cut segment was synced above; the checkpoint moves back to the cut.
+            self.checkpoint = if op == 0 { Checkpoint::default() } else { self.head.checkpoint() };
         }
         Ok(self.slot())
     }
@@ -1099,10 +1087,10 @@ impl<S: Storage> PartitionLog<S> {
             return Err(Error::StorageFull);
         }
         let size = header.size as usize;
-        if size > self.config.record_size_bytes_max {
+        if size > self.config.record_size_bytes_max as usize {
             return Err(Error::Invalid(format!(
                 "record of {size} bytes exceeds record_size_bytes_max {}",
-                self.config.record_size_bytes_max
+                self.config.record_size_bytes_max as usize
             )));
         }
         // Decode the very bytes that will be stored: what passes here passes recovery.
@@ -1243,7 +1231,7 @@ impl<S: Storage> PartitionLog<S> {
         let mut position = segment.index.position_for_op(op);
         while position < segment.end_bytes {
             let record = scanner
-                .record_at(position, self.config.record_size_bytes_max)
+                .record_at(position, self.config.record_size_bytes_max as usize)
                 .await
                 .map_err(|e| Error::io("reading a segment", e))?;
             let header = Header::decode_prefix(&record).map_err(|e| Error::Invalid(e.to_string()))?;
@@ -1345,7 +1333,7 @@ impl<S: Storage> PartitionLog<S> {
                 log.faulty_ops.suffix_from = Some(log.next.op);
                 break;
             }
-            if check_next(&entry.record, &log.next, &log.fence, log.config.record_size_bytes_max).is_err() {
+            if check_next(&entry.record, &log.next, &log.fence, log.config.record_size_bytes_max as usize).is_err() {
                 continue;
             }
             log.append(&entry.header, &entry.record[HEADER_SIZE..])?;
@@ -1379,7 +1367,7 @@ impl<S: Storage> PartitionLog<S> {
                 reason: "the checkpoint's segment is missing".into(),
             }));
         }
-        let record_max = self.config.record_size_bytes_max;
+        let record_max = self.config.record_size_bytes_max as usize;
         let window = self.shared.scan_window_bytes;
         let interval = self.shared.index_interval_bytes;
 
@@ -1631,7 +1619,7 @@ impl<S: Storage> PartitionLog<S> {
     /// Scans a synced segment from its start up to `end` (or its first invalid record), with the
     /// chain taken from its first record.
     async fn scan_synced(&self, file: &S::File, base: u64, end: u64) -> Result<(SegmentMeta, Option<(u64, RecordFault)>)> {
-        let record_max = self.config.record_size_bytes_max;
+        let record_max = self.config.record_size_bytes_max as usize;
         let mut scanner = Scanner::new(file, self.shared.scan_window_bytes).await.map_err(|e| Error::io("reading", e))?;
         let mut meta = SegmentMeta::new(base, 0);
         let mut position = 0;

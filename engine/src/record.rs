@@ -145,3 +145,12 @@ pub fn check_standalone(
 pub fn prepare_of(header: &Header) -> &Prepare {
     header.as_prepare().expect("engine records are prepares")
 }
+
+/// The cluster id of an encoded record (its header's cluster field), without decoding it.
+///
+/// # Panics
+/// If `record` is shorter than a header: callers pass records the engine built.
+#[must_use]
+pub fn cluster_of(record: &[u8]) -> u64 {
+    u64::from_le_bytes(record[8..16].try_into().expect("a whole header"))
+}

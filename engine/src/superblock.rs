@@ -11,6 +11,9 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::Bytes;
 
 use crate::error::{Error, Result};
 use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
@@ -49,9 +52,14 @@ const SLOT_CHECKPOINT_CHECKSUM: usize = SLOT_CHECKPOINT_POSITION + 8;
 const SLOT_DURABILITY: usize = SLOT_CHECKPOINT_CHECKSUM + 4;
 const SLOT_FENCE_OP: usize = SLOT_DURABILITY + 4;
 const SLOT_FENCE_VIEW: usize = SLOT_FENCE_OP + 8;
-const SLOT_RESERVED: usize = SLOT_FENCE_VIEW + 4;
+const SLOT_RECORD_SIZE_MAX: usize = SLOT_FENCE_VIEW + 4;
+const SLOT_SEGMENT_SIZE: usize = SLOT_RECORD_SIZE_MAX + 4;
+const SLOT_SEGMENT_AGE_MS: usize = SLOT_SEGMENT_SIZE + 8;
+const SLOT_RETENTION_BYTES: usize = SLOT_SEGMENT_AGE_MS + 8;
+const SLOT_RETENTION_MS: usize = SLOT_RETENTION_BYTES + 8;
+const SLOT_RESERVED: usize = SLOT_RETENTION_MS + 8;
 /// Bytes of one group slot.
-pub const SLOT_SIZE_BYTES: usize = 96;
+pub const SLOT_SIZE_BYTES: usize = 128;
 const _: () = assert!(SLOT_RESERVED <= SLOT_SIZE_BYTES);
 const _: () = assert!(SLOT_CHECKPOINT_OP.is_multiple_of(8) && SLOT_FENCE_OP.is_multiple_of(8));
 
@@ -80,6 +88,64 @@ impl Durability {
             2 => Some(Durability::Persisted),
             _ => None,
         }
+    }
+}
+
+/// Per-group settings, chosen when the group is created and kept in its superblock slot so the
+/// engine can reopen the group on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupConfig {
+    /// How appends become durable.
+    pub durability: Durability,
+    /// A segment rolls before it would grow past this size.
+    pub segment_size_bytes: u64,
+    /// A segment rolls once its first record is older than this (0: never by age).
+    pub segment_age_ms_max: u64,
+    /// Retention keeps the log at most this big, deleting whole sealed segments (0: no bound).
+    pub retention_bytes: u64,
+    /// Retention deletes sealed segments whose newest record is older than this (0: keep).
+    pub retention_ms: u64,
+    /// Largest record (prepare header + batch) the log accepts.
+    pub record_size_bytes_max: u32,
+}
+
+/// Smallest segment size a group may configure.
+pub const SEGMENT_SIZE_BYTES_MIN: u64 = 1 << 20;
+/// Largest segment size a group may configure.
+pub const SEGMENT_SIZE_BYTES_MAX: u64 = 4 << 30;
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        Self {
+            durability: Durability::Replicated,
+            segment_size_bytes: 1 << 30,
+            segment_age_ms_max: 7 * 24 * 3600 * 1000,
+            retention_bytes: 0,
+            retention_ms: 0,
+            record_size_bytes_max: (crate::wire::HEADER_SIZE + (1 << 20)) as u32,
+        }
+    }
+}
+
+impl GroupConfig {
+    /// Checks the bounds; names the setting that is out of them.
+    pub fn validate(&self) -> Result<()> {
+        if !(SEGMENT_SIZE_BYTES_MIN..=SEGMENT_SIZE_BYTES_MAX).contains(&self.segment_size_bytes) {
+            return Err(Error::Invalid(format!(
+                "segment_size_bytes {} is outside {SEGMENT_SIZE_BYTES_MIN}..={SEGMENT_SIZE_BYTES_MAX}",
+                self.segment_size_bytes
+            )));
+        }
+        if self.record_size_bytes_max as usize <= crate::wire::HEADER_SIZE
+            || u64::from(self.record_size_bytes_max) > self.segment_size_bytes
+        {
+            return Err(Error::Invalid(format!(
+                "record_size_bytes_max {} must exceed the {}-byte header and fit a segment",
+                self.record_size_bytes_max,
+                crate::wire::HEADER_SIZE
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -123,8 +189,8 @@ impl Fence {
 pub struct GroupSlot {
     /// The group id.
     pub group: u64,
-    /// How the group's appends become durable.
-    pub durability: Durability,
+    /// The group's settings.
+    pub config: GroupConfig,
     /// Highest view the replica has seen (persisted before it votes).
     pub view: u32,
     /// Highest view in which the replica's log was accepted by a primary.
@@ -186,13 +252,12 @@ pub struct SuperblockState {
 
 /// The open superblock of one shard.
 pub struct Superblock<F> {
-    file: F,
+    file: Rc<F>,
     path: PathBuf,
     copy_size_bytes: usize,
     slots_max: usize,
     state: SuperblockState,
     writes: u64,
-    buffer: Option<AlignedBuf>,
 }
 
 impl<F: StorageFile> Superblock<F> {
@@ -215,7 +280,7 @@ impl<F: StorageFile> Superblock<F> {
             .await
             .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
         let mut superblock = Superblock {
-            file,
+            file: Rc::new(file),
             path,
             copy_size_bytes,
             slots_max,
@@ -227,7 +292,6 @@ impl<F: StorageFile> Superblock<F> {
                 groups: BTreeMap::new(),
             },
             writes: 0,
-            buffer: None,
         };
         if !exists {
             superblock.write(BTreeMap::new()).await?;
@@ -238,7 +302,7 @@ impl<F: StorageFile> Superblock<F> {
             return Ok((superblock, status));
         }
 
-        let copies = read_copies(&superblock.file, copy_size_bytes).await?;
+        let copies = read_copies(&*superblock.file, copy_size_bytes).await?;
         let decoded: Vec<_> = copies.iter().map(|bytes| decode_copy(bytes, slots_max)).collect();
         let newest = decoded
             .iter()
@@ -300,6 +364,15 @@ impl<F: StorageFile> Superblock<F> {
     /// Writes a new version holding `groups`, copy by copy, each synced before the next. On
     /// success the new version is durable and current.
     pub async fn write(&mut self, groups: BTreeMap<u64, GroupSlot>) -> Result<()> {
+        let write = self.begin_write(groups)?;
+        write.run().await?;
+        self.finish_write(write);
+        Ok(())
+    }
+
+    /// Encodes a new version holding `groups`; run the returned write, then
+    /// [`Superblock::finish_write`]. Nothing changes until then.
+    pub fn begin_write(&mut self, groups: BTreeMap<u64, GroupSlot>) -> Result<SuperblockWrite<F>> {
         if groups.len() > self.slots_max {
             return Err(Error::LimitReached(format!(
                 "superblock holds at most {} groups, asked for {}",
@@ -314,38 +387,57 @@ impl<F: StorageFile> Superblock<F> {
             parent: self.state.checksum,
             groups,
         };
-        let mut encoded = encode_version(&next, self.copy_size_bytes);
+        let encoded = encode_version(&next, self.copy_size_bytes);
         next.checksum = u32::from_le_bytes(encoded[..4].try_into().expect("4 bytes"));
-        encoded.truncate(used_size_bytes(next.groups.len()));
-        self.write_copies(encoded).await?;
-        self.state = next;
+        Ok(SuperblockWrite { file: Rc::clone(&self.file), bytes: self.block_image(&encoded), copy_size_bytes: self.copy_size_bytes, next })
+    }
+
+    /// Adopts a version whose write completed.
+    pub fn finish_write(&mut self, write: SuperblockWrite<F>) {
+        assert_eq!(write.next.sequence, self.state.sequence + 1, "superblock writes in order");
+        self.state = write.next;
         self.writes += 1;
-        Ok(())
     }
 
     async fn write_copies(&mut self, encoded: Vec<u8>) -> Result<()> {
-        let used = used_size_bytes(self.state.groups.len()).max(encoded.len());
-        let mut buffer = match self.buffer.take() {
-            Some(buffer) if buffer.capacity() >= self.copy_size_bytes => buffer,
-            _ => AlignedBuf::zeroed(self.copy_size_bytes, BLOCK_SIZE_BYTES),
-        };
-        buffer.clear_zeroed();
-        buffer.extend_from_slice(&encoded);
-        buffer.set_len(used.next_multiple_of(BLOCK_SIZE_BYTES).min(self.copy_size_bytes));
-        let frozen = buffer.freeze();
-        for copy in 0..COPIES {
-            let offset = (copy * self.copy_size_bytes) as u64;
-            self.file
-                .write_at(frozen.clone(), offset)
-                .await
-                .map_err(|e| Error::io(format!("writing superblock copy {copy}"), e))?;
-            self.file
-                .sync_data()
-                .await
-                .map_err(|e| Error::io(format!("syncing superblock copy {copy}"), e))?;
-        }
-        Ok(())
+        let bytes = self.block_image(&encoded);
+        write_copies(&*self.file, &bytes, self.copy_size_bytes).await
     }
+
+    /// `encoded` zero-padded to whole blocks, in an aligned buffer.
+    fn block_image(&self, encoded: &[u8]) -> Bytes {
+        let len = encoded.len().next_multiple_of(BLOCK_SIZE_BYTES).min(self.copy_size_bytes);
+        let mut buffer = AlignedBuf::zeroed(len, BLOCK_SIZE_BYTES);
+        buffer.extend_from_slice(encoded);
+        buffer.set_len(len);
+        buffer.freeze()
+    }
+}
+
+/// A superblock version being written: the copies go out one by one, each synced.
+pub struct SuperblockWrite<F> {
+    file: Rc<F>,
+    bytes: Bytes,
+    copy_size_bytes: usize,
+    next: SuperblockState,
+}
+
+impl<F: StorageFile> SuperblockWrite<F> {
+    /// Writes and syncs every copy in turn.
+    pub async fn run(&self) -> Result<()> {
+        write_copies(&*self.file, &self.bytes, self.copy_size_bytes).await
+    }
+}
+
+async fn write_copies<F: StorageFile>(file: &F, bytes: &Bytes, copy_size_bytes: usize) -> Result<()> {
+    for copy in 0..COPIES {
+        let offset = (copy * copy_size_bytes) as u64;
+        file.write_at(bytes.clone(), offset)
+            .await
+            .map_err(|e| Error::io(format!("writing superblock copy {copy}"), e))?;
+        file.sync_data().await.map_err(|e| Error::io(format!("syncing superblock copy {copy}"), e))?;
+    }
+    Ok(())
 }
 
 /// The size of one copy's region in the file: header and every slot, block-aligned.
@@ -414,9 +506,14 @@ fn encode_slot(bytes: &mut [u8], slot: &GroupSlot) {
     put(bytes, SLOT_CHECKPOINT_SEGMENT, &slot.checkpoint.segment_base_offset.to_le_bytes());
     put(bytes, SLOT_CHECKPOINT_POSITION, &slot.checkpoint.position_bytes.to_le_bytes());
     put(bytes, SLOT_CHECKPOINT_CHECKSUM, &slot.checkpoint.checksum.to_le_bytes());
-    bytes[SLOT_DURABILITY] = slot.durability.to_byte();
+    bytes[SLOT_DURABILITY] = slot.config.durability.to_byte();
     put(bytes, SLOT_FENCE_OP, &slot.fence.op.to_le_bytes());
     put(bytes, SLOT_FENCE_VIEW, &slot.fence.view.to_le_bytes());
+    put(bytes, SLOT_RECORD_SIZE_MAX, &slot.config.record_size_bytes_max.to_le_bytes());
+    put(bytes, SLOT_SEGMENT_SIZE, &slot.config.segment_size_bytes.to_le_bytes());
+    put(bytes, SLOT_SEGMENT_AGE_MS, &slot.config.segment_age_ms_max.to_le_bytes());
+    put(bytes, SLOT_RETENTION_BYTES, &slot.config.retention_bytes.to_le_bytes());
+    put(bytes, SLOT_RETENTION_MS, &slot.config.retention_ms.to_le_bytes());
 }
 
 /// Decodes one copy's bytes: checks the checksum before trusting any field, then the version,
@@ -453,9 +550,20 @@ pub fn decode_copy(bytes: &[u8], slots_max: usize) -> Result<SuperblockState, St
         let s64 = |at: usize| u64::from_le_bytes(slot[at..at + 8].try_into().expect("8 bytes"));
         let durability = Durability::from_byte(slot[SLOT_DURABILITY])
             .ok_or_else(|| format!("slot {index}: unknown durability {}", slot[SLOT_DURABILITY]))?;
+        let config = GroupConfig {
+            durability,
+            segment_size_bytes: s64(SLOT_SEGMENT_SIZE),
+            segment_age_ms_max: s64(SLOT_SEGMENT_AGE_MS),
+            retention_bytes: s64(SLOT_RETENTION_BYTES),
+            retention_ms: s64(SLOT_RETENTION_MS),
+            record_size_bytes_max: s32(SLOT_RECORD_SIZE_MAX),
+        };
+        if let Err(error) = config.validate() {
+            return Err(format!("slot {index}: {error}"));
+        }
         let group = GroupSlot {
             group: s64(SLOT_GROUP),
-            durability,
+            config,
             view: s32(SLOT_VIEW),
             log_view: s32(SLOT_LOG_VIEW),
             checkpoint: Checkpoint {

@@ -1,0 +1,353 @@
+//! The shard journal: one pre-written, circular file per shard that `persisted` prepares of
+//! every partition are appended to, so that *one* fdatasync per flush cycle makes everything
+//! pending on the shard durable (DESIGN.md §3 Shard journal).
+//!
+//! Each entry is a wire header (`JournalEntry`: seq, durable_seq, tail_seq) framing one whole
+//! prepare record. A cycle's entries are contiguous and start on a block boundary, so no block
+//! is ever written twice in flight and recovery can find cycles by probing block boundaries.
+//! Space behind the oldest entry still needed (not yet covered by its group's checkpoint) is
+//! reused; when the next cycle would overwrite a needed entry the journal refuses more until
+//! checkpoints release space. This module never decides when to checkpoint or flush.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+use crate::error::{Corruption, Error, Result};
+use crate::partition::JournalPrepare;
+use crate::record::prepare_of;
+use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
+use crate::wire::{HEADER_SIZE, Header, JournalEntry};
+
+/// The journal's file name inside a shard directory.
+pub const FILE_NAME: &str = "journal";
+
+/// One entry still needed for recovery.
+#[derive(Clone, Copy, Debug)]
+struct LiveEntry {
+    seq: u64,
+    group: u64,
+    op: u64,
+    position_bytes: u64,
+    released: bool,
+}
+
+/// The open journal of one shard.
+pub struct Journal<F> {
+    file: Rc<F>,
+    path: PathBuf,
+    size_bytes: u64,
+    /// Where the next cycle starts (block-aligned).
+    head_bytes: u64,
+    next_seq: u64,
+    durable_seq: u64,
+    live: VecDeque<LiveEntry>,
+    /// The cycle being filled: entries' bytes, contiguous.
+    pending: Vec<u8>,
+    pending_entries: usize,
+    /// Where the pending cycle will be written.
+    pending_start_bytes: u64,
+    in_flight: bool,
+}
+
+/// One flush cycle's journal write and sync, owning what it touches.
+pub struct JournalCycle<F> {
+    file: Rc<F>,
+    position_bytes: u64,
+    bytes: Bytes,
+    last_seq: u64,
+}
+
+impl<F: StorageFile> JournalCycle<F> {
+    /// Writes the cycle's entries, then syncs the journal file: the one sync of the cycle.
+    pub async fn run(&self) -> Result<()> {
+        self.file
+            .write_at(self.bytes.clone(), self.position_bytes)
+            .await
+            .map_err(|e| Error::io("writing the journal", e))?;
+        #[cfg(not(feature = "canary-ack-before-sync"))]
+        self.file.sync_data().await.map_err(|e| Error::io("syncing the journal", e))?;
+        Ok(())
+    }
+
+    /// Bytes the cycle writes.
+    pub fn len_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// What the journal held at open, for the partitions to replay.
+#[derive(Debug, Default)]
+pub struct JournalRecovery {
+    /// Needed prepares per group, in op order.
+    pub prepares: BTreeMap<u64, Vec<JournalPrepare>>,
+    /// Entries found valid.
+    pub entries_valid: u64,
+    /// Damage in the journal's synced region (an entry that was synced is gone).
+    pub corruption: Option<Corruption>,
+}
+
+impl<F: StorageFile> Journal<F> {
+    /// Opens the shard journal, creating and pre-writing it with zeros when missing, and scans
+    /// it for the entries recovery needs.
+    pub async fn open<S: Storage<File = F>>(storage: &S, dir: &Path, size_bytes: u64, record_size_bytes_max: usize) -> Result<(Self, JournalRecovery)> {
+        let path = dir.join(FILE_NAME);
+        if size_bytes < 2 * (record_size_bytes_max + HEADER_SIZE + BLOCK_SIZE_BYTES) as u64 || !size_bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64) {
+            return Err(Error::Invalid(format!(
+                "journal_size_bytes {size_bytes} must be block-aligned and hold two of the largest records"
+            )));
+        }
+        let exists = storage.exists(&path).await.map_err(|e| Error::io("probing the journal", e))?;
+        let file = storage
+            .open(&path, OpenMode::CreateReadWrite, true)
+            .await
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let mut journal = Journal {
+            file: Rc::new(file),
+            path,
+            size_bytes,
+            head_bytes: 0,
+            next_seq: 1,
+            durable_seq: 0,
+            live: VecDeque::new(),
+            pending: Vec::new(),
+            pending_entries: 0,
+            pending_start_bytes: 0,
+            in_flight: false,
+        };
+        if !exists {
+            journal.prewrite().await?;
+            storage.sync_dir(dir).await.map_err(|e| Error::io("syncing the shard directory", e))?;
+            return Ok((journal, JournalRecovery::default()));
+        }
+        let recovery = journal.scan(record_size_bytes_max).await?;
+        Ok((journal, recovery))
+    }
+
+    async fn prewrite(&self) -> Result<()> {
+        let step = (1 << 20).min(self.size_bytes as usize);
+        let mut zeros = AlignedBuf::zeroed(step, BLOCK_SIZE_BYTES);
+        zeros.set_len(step);
+        let zeros = zeros.freeze();
+        let mut position = 0;
+        while position < self.size_bytes {
+            let len = (self.size_bytes - position).min(step as u64) as usize;
+            self.file
+                .write_at(zeros.slice(..len), position)
+                .await
+                .map_err(|e| Error::io("pre-writing the journal", e))?;
+            position += len as u64;
+        }
+        self.file.sync_data().await.map_err(|e| Error::io("syncing the journal", e))
+    }
+
+    /// Scans the whole file for valid entries; rebuilds the writer's state from the newest.
+    async fn scan(&mut self, record_size_bytes_max: usize) -> Result<JournalRecovery> {
+        let mut buffer = AlignedBuf::zeroed(self.size_bytes as usize, BLOCK_SIZE_BYTES);
+        buffer.set_len(0);
+        let (result, buffer) = self.file.read_at(buffer, 0).await;
+        result.map_err(|e| Error::io("reading the journal", e))?;
+        let bytes = buffer.freeze();
+        let entry_max = HEADER_SIZE + record_size_bytes_max;
+        // seq -> (position, outer header, inner header, record)
+        let mut found: BTreeMap<u64, (u64, JournalEntry, Header, Bytes)> = BTreeMap::new();
+        let block = BLOCK_SIZE_BYTES;
+        let mut position = 0usize;
+        while position + HEADER_SIZE <= bytes.len() {
+            match decode_entry(&bytes[position..], entry_max) {
+                Some((outer, fields, inner)) => {
+                    let size = outer.size as usize;
+                    let record = bytes.slice(position + HEADER_SIZE..position + size);
+                    found.insert(fields.seq, (position as u64, fields, inner, record));
+                    position += size;
+                }
+                None => position = (position + 1).next_multiple_of(block),
+            }
+        }
+        let mut recovery = JournalRecovery { entries_valid: found.len() as u64, ..JournalRecovery::default() };
+        let Some((&newest_seq, &(newest_position, newest, _, ref newest_record))) = found.last_key_value() else {
+            return Ok(recovery);
+        };
+        let durable_seq = found.values().map(|(_, fields, _, _)| fields.durable_seq).max().unwrap_or(0);
+        let tail_seq = newest.tail_seq.max(1);
+        // Every entry the newest one says was synced and still needed must be here.
+        if let Some(missing) = (tail_seq..=durable_seq.min(newest_seq)).find(|seq| !found.contains_key(seq)) {
+            let before = found.range(..missing).next_back().map_or(0, |(_, (p, _, _, _))| *p);
+            recovery.corruption = Some(Corruption {
+                file: self.path.clone(),
+                position_bytes: before,
+                offset: None,
+                op: None,
+                reason: format!("journal entry seq {missing} was synced but is missing or damaged"),
+            });
+        }
+        self.next_seq = newest_seq + 1;
+        self.head_bytes = (newest_position + HEADER_SIZE as u64 + newest_record.len() as u64).next_multiple_of(block as u64) % self.size_bytes;
+        for (&seq, (position, _, inner, record)) in found.range(tail_seq..) {
+            let prepare = prepare_of(inner);
+            self.live.push_back(LiveEntry { seq, group: prepare.group, op: prepare.op, position_bytes: *position, released: false });
+            recovery.prepares.entry(prepare.group).or_default().push(JournalPrepare { header: *inner, record: record.clone() });
+        }
+        for prepares in recovery.prepares.values_mut() {
+            prepares.sort_by_key(|prepare| prepare_of(&prepare.header).op);
+        }
+        // What was found is now made durable, so the next entries may say so.
+        self.file.sync_data().await.map_err(|e| Error::io("syncing the journal", e))?;
+        self.durable_seq = newest_seq;
+        Ok(recovery)
+    }
+
+    /// Where the pending cycle would lie with one more entry of `record_size_bytes`: its start
+    /// and block-aligned end.
+    fn placement(&self, record_size_bytes: usize) -> (u64, u64) {
+        let start = if self.pending_entries == 0 { self.head_bytes } else { self.pending_start_bytes };
+        let len = (self.pending.len() + HEADER_SIZE + record_size_bytes) as u64;
+        let end = (start + len).next_multiple_of(BLOCK_SIZE_BYTES as u64);
+        if end > self.size_bytes {
+            // The cycle does not fit before the end: it goes to the start of the file.
+            (0, len.next_multiple_of(BLOCK_SIZE_BYTES as u64))
+        } else {
+            (start, end)
+        }
+    }
+
+    /// Whether a record of `record_size_bytes` can join the pending cycle now. When not, the
+    /// cycle would overwrite entries still needed: checkpoints must release space first.
+    pub fn has_room(&self, record_size_bytes: usize) -> bool {
+        let (start, end) = self.placement(record_size_bytes);
+        self.fits(start, end)
+    }
+
+    /// Adds a prepare record (header and body, as stored in the segment) to the pending cycle.
+    ///
+    /// # Panics
+    /// If there is no room: callers check [`Journal::has_room`] first.
+    pub fn add(&mut self, record: &[u8], group: u64, op: u64) {
+        assert!(self.has_room(record.len()), "journal add without room");
+        let entry_size = HEADER_SIZE + record.len();
+        let (cycle_start, _) = self.placement(record.len());
+        if self.pending_entries > 0 && cycle_start != self.pending_start_bytes {
+            // The pending cycle moved to the start of the file: so did its entries.
+            let pending_from = self.next_seq - self.pending_entries as u64;
+            let shift = self.pending_start_bytes - cycle_start;
+            for entry in self.live.iter_mut().filter(|entry| entry.seq >= pending_from) {
+                entry.position_bytes -= shift;
+            }
+        }
+        let tail_seq = self.live.front().map_or(self.next_seq, |entry| entry.seq);
+        let fields = JournalEntry { seq: self.next_seq, durable_seq: self.durable_seq, tail_seq };
+        let header = Header::journal_entry(crate::record::cluster_of(record), fields, record);
+        self.pending.extend_from_slice(&header.encode());
+        self.pending.extend_from_slice(record);
+        let position_bytes = cycle_start + (self.pending.len() - entry_size) as u64;
+        self.pending_start_bytes = cycle_start;
+        self.pending_entries += 1;
+        self.live.push_back(LiveEntry { seq: self.next_seq, group, op, position_bytes, released: false });
+        self.next_seq += 1;
+    }
+
+    /// Whether `[start, end)` avoids every needed entry outside the pending cycle. Needed bytes
+    /// run from the oldest needed entry to the head (where claimed space ends), wrapping.
+    fn fits(&self, start: u64, end: u64) -> bool {
+        if end > self.size_bytes {
+            return false;
+        }
+        let pending_from = self.next_seq - self.pending_entries as u64;
+        let oldest = self.live.iter().find(|entry| !entry.released && entry.seq < pending_from);
+        let Some(oldest) = oldest else { return true };
+        let (from, to) = (oldest.position_bytes, self.head_bytes);
+        let overlaps = |a: u64, b: u64| start < b && a < end;
+        if from < to {
+            !overlaps(from, to)
+        } else {
+            !overlaps(from, self.size_bytes) && !overlaps(0, to)
+        }
+    }
+
+    /// Takes the pending cycle for writing (None when nothing is pending).
+    pub fn begin_cycle(&mut self) -> Option<JournalCycle<F>> {
+        if self.pending_entries == 0 {
+            return None;
+        }
+        assert!(!self.in_flight, "one journal cycle at a time");
+        self.in_flight = true;
+        let len = self.pending.len().next_multiple_of(BLOCK_SIZE_BYTES);
+        let mut buffer = AlignedBuf::zeroed(len, BLOCK_SIZE_BYTES);
+        buffer.extend_from_slice(&self.pending);
+        buffer.set_len(len);
+        self.pending.clear();
+        self.pending_entries = 0;
+        let position_bytes = self.pending_start_bytes;
+        // The cycle's space is claimed from now on: the next cycle starts after it.
+        self.head_bytes = (position_bytes + len as u64) % self.size_bytes;
+        Some(JournalCycle {
+            file: Rc::clone(&self.file),
+            position_bytes,
+            bytes: buffer.freeze(),
+            last_seq: self.next_seq - 1,
+        })
+    }
+
+    /// Applies a completed cycle: its entries are durable.
+    pub fn finish_cycle(&mut self, cycle: &JournalCycle<F>) {
+        assert!(self.in_flight);
+        self.in_flight = false;
+        self.durable_seq = cycle.last_seq;
+    }
+
+    /// Releases every entry of `group` up to `op` (its checkpoint covers them now).
+    pub fn release(&mut self, group: u64, op: u64) {
+        for entry in &mut self.live {
+            if entry.group == group && entry.op <= op {
+                entry.released = true;
+            }
+        }
+        while self.live.front().is_some_and(|entry| entry.released) {
+            self.live.pop_front();
+        }
+    }
+
+    /// The oldest groups still holding journal space, oldest first (candidates for a
+    /// checkpoint under journal pressure).
+    pub fn oldest_groups(&self, count: usize) -> Vec<u64> {
+        let mut groups = Vec::new();
+        for entry in &self.live {
+            if !entry.released && !groups.contains(&entry.group) {
+                groups.push(entry.group);
+                if groups.len() == count {
+                    break;
+                }
+            }
+        }
+        groups
+    }
+
+    /// Entries waiting for the next cycle.
+    pub fn pending_entries(&self) -> usize {
+        self.pending_entries
+    }
+
+    /// Needed entries held (pending ones included).
+    pub fn live_entries(&self) -> usize {
+        self.live.iter().filter(|entry| !entry.released).count()
+    }
+}
+
+/// Decodes a journal entry at the start of `bytes`: outer header, body checksum, inner prepare.
+fn decode_entry(bytes: &[u8], entry_size_bytes_max: usize) -> Option<(Header, JournalEntry, Header)> {
+    let outer = Header::decode_prefix(bytes).ok()?;
+    let fields = *outer.as_journal_entry()?;
+    let size = outer.size as usize;
+    if size > entry_size_bytes_max || size > bytes.len() || size < 2 * HEADER_SIZE {
+        return None;
+    }
+    outer.verify_body(&bytes[HEADER_SIZE..size]).ok()?;
+    let inner = Header::decode_prefix(&bytes[HEADER_SIZE..size]).ok()?;
+    inner.as_prepare()?;
+    if HEADER_SIZE + inner.size as usize != size || inner.cluster != outer.cluster {
+        return None;
+    }
+    Some((outer, fields, inner))
+}

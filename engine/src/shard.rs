@@ -1,0 +1,711 @@
+//! The shard store: every group log of one shard, the shard journal and the superblock, and the
+//! flush cycle that ties them together (DESIGN.md §3).
+//!
+//! A flush starts as soon as the previous one completed and anything is pending: it writes every
+//! group's pending bytes and the journal's pending cycle concurrently, then issues the one
+//! journal sync that makes every `persisted` prepare of the shard durable, then the segment
+//! syncs a checkpoint needs, then at most one superblock write. The flush is split into
+//! begin (sync, snapshots), run (owned I/O) and finish (sync, applies) so appends continue while
+//! it runs. This module never reads a clock: times arrive as arguments.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use crate::chunk::ChunkPool;
+use crate::error::{Error, Result};
+use crate::join::join_all;
+use crate::journal::{Journal, JournalCycle};
+use crate::partition::{FlushDone, FlushJob, GroupRecovery, PartitionLog, Shared};
+use crate::record::{ChainNext, prepare_of};
+use crate::ring::{RingBudget, RingLimits};
+use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, Storage};
+use crate::superblock::{
+    CopyStatus, Durability, GroupConfig, GroupSlot, Identity, Superblock, SuperblockWrite,
+};
+use crate::wire::Header;
+
+/// Settings of one shard's storage.
+#[derive(Clone, Debug)]
+pub struct ShardConfig {
+    /// Cluster id stamped in every record.
+    pub cluster: u64,
+    /// This node's id.
+    pub node: u64,
+    /// This shard's index.
+    pub shard: u32,
+    /// Shards on this node (a changed count is refused at open).
+    pub shard_count: u32,
+    /// Groups the superblock can hold.
+    pub groups_max: usize,
+    /// Size of the shard journal file.
+    pub journal_size_bytes: u64,
+    /// A group is checkpointed once this many bytes were appended since its last checkpoint.
+    pub checkpoint_interval_bytes: u64,
+    /// Zeros written ahead of each active segment's tail.
+    pub ready_ahead_bytes: u64,
+    /// Distance between sparse index entries.
+    pub index_interval_bytes: u64,
+    /// Bounds of each group's prepare ring.
+    pub ring: RingLimits,
+    /// Memory all rings of the shard may hold together.
+    pub ring_budget_bytes: usize,
+    /// Size of one write-buffer chunk (must hold the largest record plus a block).
+    pub chunk_size_bytes: usize,
+    /// Write-buffer chunks the shard may allocate.
+    pub chunks_max: usize,
+    /// Out-of-order prepares a group holds at most.
+    pub held_prepares_max: usize,
+    /// Read window of scans.
+    pub scan_window_bytes: usize,
+    /// Entries an index file may hold.
+    pub index_entries_max: usize,
+    /// Largest record any group may configure (bounds journal entries).
+    pub record_size_bytes_max: usize,
+}
+
+impl Default for ShardConfig {
+    fn default() -> Self {
+        Self {
+            cluster: 0,
+            node: 0,
+            shard: 0,
+            shard_count: 1,
+            groups_max: 4096,
+            journal_size_bytes: 1 << 30,
+            checkpoint_interval_bytes: 128 << 20,
+            ready_ahead_bytes: 64 << 20,
+            index_interval_bytes: 64 << 10,
+            ring: RingLimits::default(),
+            ring_budget_bytes: 1 << 30,
+            chunk_size_bytes: 4 << 20,
+            chunks_max: 1024,
+            held_prepares_max: 1024,
+            scan_window_bytes: 1 << 20,
+            index_entries_max: 1 << 20,
+            record_size_bytes_max: crate::wire::HEADER_SIZE + (1 << 20),
+        }
+    }
+}
+
+impl ShardConfig {
+    /// A small profile for tests: small journal, rings, chunks and read-ahead.
+    #[must_use]
+    pub fn small() -> Self {
+        Self {
+            groups_max: 256,
+            journal_size_bytes: 4 << 20,
+            checkpoint_interval_bytes: 1 << 20,
+            ready_ahead_bytes: 256 << 10,
+            index_interval_bytes: 4 << 10,
+            ring: RingLimits { entries_max: 1024, bytes_max: 1 << 20 },
+            ring_budget_bytes: 8 << 20,
+            chunk_size_bytes: 256 << 10,
+            chunks_max: 256,
+            held_prepares_max: 64,
+            scan_window_bytes: 64 << 10,
+            index_entries_max: 1 << 16,
+            record_size_bytes_max: crate::wire::HEADER_SIZE + (64 << 10),
+            ..Self::default()
+        }
+    }
+}
+
+/// Counters of the shard's I/O (tests and metrics read them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShardCounters {
+    /// Flush cycles completed.
+    pub flushes: u64,
+    /// Journal fdatasyncs.
+    pub journal_syncs: u64,
+    /// Segment fdatasyncs (checkpoints and rolls).
+    pub segment_syncs: u64,
+    /// Superblock versions written.
+    pub superblock_writes: u64,
+    /// Bytes written to segments (data and zeros).
+    pub segment_bytes_written: u64,
+    /// Bytes written to the journal.
+    pub journal_bytes_written: u64,
+    /// Checkpoints recorded.
+    pub checkpoints: u64,
+}
+
+/// What opening the shard found.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveryReport {
+    /// Each superblock copy's status.
+    pub superblock: Vec<CopyStatus>,
+    /// Valid journal entries found.
+    pub journal_entries: u64,
+    /// Damage in the journal's synced region.
+    pub journal_corruption: Option<crate::Corruption>,
+    /// Each group's recovery.
+    pub groups: Vec<GroupRecovery>,
+}
+
+/// Groups whose appends became durable in a flush: (group, highest durable op).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlushReport {
+    /// Per group, the new durable op.
+    pub durable: Vec<(u64, u64)>,
+    /// Groups that failed (now fail-stop) with the error.
+    pub failed: Vec<(u64, String)>,
+    /// Storage was full: pending bytes stay pending; retry later.
+    pub storage_full: bool,
+}
+
+/// One shard's storage.
+pub struct Shard<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+    config: ShardConfig,
+    shared: Rc<Shared>,
+    superblock: Superblock<S::File>,
+    journal: Journal<S::File>,
+    groups: BTreeMap<u64, PartitionLog<S>>,
+    durable: BTreeMap<u64, u64>,
+    /// Groups whose slot changed (views, fence) and must reach the superblock.
+    slots_dirty: BTreeSet<u64>,
+    /// Groups to checkpoint in the next flush whatever their byte count.
+    checkpoint_wanted: BTreeSet<u64>,
+    counters: ShardCounters,
+    flush_in_flight: bool,
+    failed: Option<String>,
+}
+
+/// A flush cycle in flight, owning its I/O.
+pub struct ShardFlush<S: Storage> {
+    jobs: Vec<FlushJob<S>>,
+    journal: Option<JournalCycle<S::File>>,
+    /// Persisted groups whose prepares up to this op ride in the journal cycle.
+    journaled: Vec<(u64, u64)>,
+    superblock: Option<SuperblockWrite<S::File>>,
+    group_targets: Vec<(u64, u64)>,
+}
+
+/// A finished [`ShardFlush`], to hand back to [`Shard::finish_flush`].
+pub struct ShardFlushDone<S: Storage> {
+    jobs: Vec<FlushDone<S>>,
+    journal: Option<(JournalCycle<S::File>, Result<()>)>,
+    journaled: Vec<(u64, u64)>,
+    superblock: Option<(SuperblockWrite<S::File>, Result<()>)>,
+    group_targets: Vec<(u64, u64)>,
+}
+
+impl<S: Storage> ShardFlush<S> {
+    /// Runs the cycle: group writes (with the segment syncs checkpoints need) and the journal
+    /// write and sync concurrently, then the superblock — only if every earlier step
+    /// succeeded, so it never names a checkpoint whose data is not durable.
+    pub async fn run(self) -> ShardFlushDone<S> {
+        let ShardFlush { jobs, journal, journaled, superblock, group_targets } = self;
+        let jobs_future = join_all(jobs.into_iter().map(FlushJob::run).collect());
+        let journal_future = async {
+            match &journal {
+                Some(cycle) => Some(cycle.run().await),
+                None => None,
+            }
+        };
+        let (jobs_done, journal_result) = join2(jobs_future, journal_future).await;
+        let writes_ok =
+            jobs_done.iter().all(FlushDone::is_ok) && !matches!(journal_result, Some(Err(_)));
+        let superblock = match superblock {
+            Some(write) if writes_ok => {
+                let result = write.run().await;
+                Some((write, result))
+            }
+            Some(write) => Some((write, Err(Error::Invalid("skipped: a write of the cycle failed".into())))),
+            None => None,
+        };
+        ShardFlushDone {
+            jobs: jobs_done,
+            journal: journal.map(|cycle| (cycle, journal_result.expect("ran with the cycle"))),
+            journaled,
+            superblock,
+            group_targets,
+        }
+    }
+}
+
+impl<S: Storage> Shard<S> {
+    /// Opens (or creates) the shard's storage in `dir` and recovers every group.
+    pub async fn open(storage: S, dir: &Path, config: ShardConfig) -> Result<(Self, RecoveryReport)> {
+        storage.create_dir_all(dir).await.map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        if let Some(parent) = dir.parent() {
+            storage.sync_dir(parent).await.map_err(|e| Error::io("syncing the data directory", e))?;
+        }
+        let identity = Identity { cluster: config.cluster, node: config.node, shard: config.shard, shard_count: config.shard_count };
+        let (superblock, superblock_status) = Superblock::open(&storage, dir, identity, config.groups_max).await?;
+        let (journal, journal_recovery) =
+            Journal::open(&storage, dir, config.journal_size_bytes, config.record_size_bytes_max).await?;
+        let mut zeros = AlignedBuf::zeroed(1 << 20, BLOCK_SIZE_BYTES);
+        zeros.set_len(1 << 20);
+        let shared = Rc::new(Shared {
+            cluster: config.cluster,
+            ready_ahead_bytes: config.ready_ahead_bytes,
+            index_interval_bytes: config.index_interval_bytes,
+            ring_limits: config.ring,
+            held_prepares_max: config.held_prepares_max,
+            scan_window_bytes: config.scan_window_bytes,
+            index_entries_max: config.index_entries_max,
+            pool: std::cell::RefCell::new(ChunkPool::new(config.chunk_size_bytes, config.chunks_max)),
+            ring_budget: RingBudget::new(config.ring_budget_bytes),
+            zeros: zeros.freeze(),
+        });
+        let mut report = RecoveryReport {
+            superblock: superblock_status,
+            journal_entries: journal_recovery.entries_valid,
+            journal_corruption: journal_recovery.corruption.clone(),
+            groups: Vec::new(),
+        };
+        let mut groups = BTreeMap::new();
+        let mut durable = BTreeMap::new();
+        let mut checkpoint_wanted = BTreeSet::new();
+        let no_prepares = Vec::new();
+        for (&id, slot) in &superblock.state().groups {
+            let prepares = journal_recovery.prepares.get(&id).unwrap_or(&no_prepares);
+            let (mut log, mut recovery) = PartitionLog::recover(
+                storage.clone(),
+                Rc::clone(&shared),
+                group_dir(dir, id),
+                *slot,
+                slot.config,
+                prepares,
+            )
+            .await?;
+            if slot.config.durability == Durability::Persisted && journal_recovery.corruption.is_some() {
+                // A synced journal entry is gone and we cannot tell whose: every persisted
+                // group's suffix is faulty rather than absent (unavailable beats wrong).
+                log.mark_suffix_faulty();
+                recovery.faulty = log.faulty_ops().clone();
+            }
+            if recovery.journal_replayed > 0 || recovery.torn_tail.is_some() {
+                checkpoint_wanted.insert(id);
+            }
+            durable.insert(id, log.head_op());
+            groups.insert(id, log);
+            report.groups.push(recovery);
+        }
+        let shard = Shard {
+            storage,
+            dir: dir.to_path_buf(),
+            config,
+            shared,
+            superblock,
+            journal,
+            groups,
+            durable,
+            slots_dirty: BTreeSet::new(),
+            checkpoint_wanted,
+            counters: ShardCounters::default(),
+            flush_in_flight: false,
+            failed: None,
+        };
+        Ok((shard, report))
+    }
+
+    /// The shard's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The shard's settings.
+    pub fn config(&self) -> &ShardConfig {
+        &self.config
+    }
+
+    /// I/O counters.
+    pub fn counters(&self) -> ShardCounters {
+        ShardCounters { superblock_writes: self.superblock.writes(), ..self.counters }
+    }
+
+    /// Group ids, in order.
+    pub fn group_ids(&self) -> Vec<u64> {
+        self.groups.keys().copied().collect()
+    }
+
+    /// A group's log.
+    pub fn group(&self, group: u64) -> Option<&PartitionLog<S>> {
+        self.groups.get(&group)
+    }
+
+    /// A group's log, mutably (reads that finish from disk need it).
+    pub fn group_mut(&mut self, group: u64) -> Option<&mut PartitionLog<S>> {
+        self.groups.get_mut(&group)
+    }
+
+    /// The highest op of `group` known durable under its durability mode.
+    pub fn durable_op(&self, group: u64) -> Option<u64> {
+        self.durable.get(&group).copied()
+    }
+
+    /// Bytes held by all prepare rings.
+    pub fn ring_bytes(&self) -> usize {
+        self.shared.ring_budget.used_bytes()
+    }
+
+    /// Write-buffer chunks allocated.
+    pub fn chunks_allocated(&self) -> usize {
+        self.shared.pool.borrow().allocated()
+    }
+
+    /// Creates a group: its directory, and its slot in the superblock (durably, before this
+    /// returns). Call with no flush in flight.
+    pub async fn create_group(&mut self, group: u64, config: GroupConfig) -> Result<()> {
+        self.check_serving()?;
+        assert!(!self.flush_in_flight, "create_group between flushes");
+        config.validate()?;
+        if config.record_size_bytes_max as usize > self.config.record_size_bytes_max {
+            return Err(Error::Invalid(format!(
+                "record_size_bytes_max {} exceeds the shard's {}",
+                config.record_size_bytes_max, self.config.record_size_bytes_max
+            )));
+        }
+        if config.record_size_bytes_max as usize + BLOCK_SIZE_BYTES > self.config.chunk_size_bytes {
+            return Err(Error::Invalid("record_size_bytes_max does not fit a write-buffer chunk".into()));
+        }
+        if self.groups.contains_key(&group) {
+            return Err(Error::Invalid(format!("group {group} exists")));
+        }
+        if self.groups.len() >= self.config.groups_max {
+            return Err(Error::LimitReached(format!("shard holds at most {} groups", self.config.groups_max)));
+        }
+        let slot = GroupSlot { group, config, ..GroupSlot::default() };
+        let log = PartitionLog::create(self.storage.clone(), Rc::clone(&self.shared), group_dir(&self.dir, group), slot, config).await?;
+        let mut slots = self.slots();
+        slots.insert(group, slot);
+        if let Err(error) = self.superblock.write(slots).await {
+            return Err(self.fail(error));
+        }
+        self.groups.insert(group, log);
+        self.durable.insert(group, 0);
+        Ok(())
+    }
+
+    /// What the next prepare of `group` must be.
+    pub fn next(&self, group: u64) -> Result<ChainNext> {
+        Ok(self.log(group)?.next())
+    }
+
+    /// Appends a prepare to `group` (memory only; durable after a flush reports it). For a
+    /// `persisted` group the prepare also joins the journal's pending cycle.
+    pub fn append(&mut self, group: u64, header: &Header, body: &[u8]) -> Result<()> {
+        self.check_serving()?;
+        let persisted = self.log(group)?.config().durability == Durability::Persisted;
+        if persisted && !self.journal.has_room(header.size as usize) {
+            for oldest in self.journal.oldest_groups(8) {
+                self.checkpoint_wanted.insert(oldest);
+            }
+            return Err(Error::LimitReached("journal full until checkpoints release space".into()));
+        }
+        let log = self.groups.get_mut(&group).expect("checked by log()");
+        log.append(header, body)?;
+        if persisted {
+            let op = prepare_of(header).op;
+            let record = log.ring().by_op(op).expect("just appended").record.clone();
+            self.journal.add(&record, group, op);
+        }
+        Ok(())
+    }
+
+    /// Appends a prepare received from the primary (held when it arrives early).
+    pub fn append_received(&mut self, group: u64, header: &Header, body: &[u8]) -> Result<Vec<u64>> {
+        self.check_serving()?;
+        let persisted = self.log(group)?.config().durability == Durability::Persisted;
+        if persisted && !self.journal.has_room(header.size as usize) {
+            return Err(Error::LimitReached("journal full until checkpoints release space".into()));
+        }
+        let log = self.groups.get_mut(&group).expect("checked by log()");
+        let appended = log.append_received(header, body)?;
+        if persisted {
+            for op in &appended {
+                let record = log.ring().by_op(*op).expect("just appended").record.clone();
+                if !self.journal.has_room(record.len()) {
+                    // Held prepares drained past the journal's room: leave the rest in the log
+                    // only; they are journaled by the checkpoint that frees the room.
+                    self.checkpoint_wanted.insert(group);
+                    break;
+                }
+                self.journal.add(&record, group, *op);
+            }
+        }
+        Ok(appended)
+    }
+
+    /// Records a group's view and log_view; they are durable once a flush reports the group
+    /// (the superblock is written in that flush). Nothing revealing them may leave before.
+    pub fn set_views(&mut self, group: u64, view: u32, log_view: u32) -> Result<()> {
+        self.groups.get_mut(&group).ok_or_else(|| unknown(group))?.set_views(view, log_view);
+        self.slots_dirty.insert(group);
+        Ok(())
+    }
+
+    /// Whether a flush has anything to do.
+    pub fn has_pending(&self) -> bool {
+        !self.slots_dirty.is_empty()
+            || !self.checkpoint_wanted.is_empty()
+            || self.journal.pending_entries() > 0
+            || self.groups.values().any(|log| log.has_unwritten() && log.faulty_reason().is_none())
+    }
+
+    /// Starts a flush cycle (None when nothing is pending or one is in flight).
+    pub fn begin_flush(&mut self) -> Option<ShardFlush<S>> {
+        if self.flush_in_flight || self.failed.is_some() || !self.has_pending() {
+            return None;
+        }
+        self.flush_in_flight = true;
+        // Checkpoints: groups past the byte interval, rolled, or asked for. Their flush job
+        // syncs the segment after writing; the superblock then records the checkpoint.
+        let interval = self.config.checkpoint_interval_bytes;
+        let mut jobs = Vec::new();
+        let mut group_targets = Vec::new();
+        let mut checkpoints = BTreeMap::new();
+        for (&id, log) in &mut self.groups {
+            let checkpoint = self.checkpoint_wanted.contains(&id) || log.bytes_since_checkpoint() >= interval;
+            if let Some(job) = log.begin_flush(checkpoint) {
+                if let Some(candidate) = job.checkpoint() {
+                    checkpoints.insert(id, candidate);
+                }
+                jobs.push(job);
+            }
+            group_targets.push((id, log.head_op()));
+        }
+        self.checkpoint_wanted.clear();
+        let journal = self.journal.begin_cycle();
+        let journaled = if journal.is_some() {
+            group_targets
+                .iter()
+                .filter(|(id, _)| self.groups[id].config().durability == Durability::Persisted)
+                .copied()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let superblock = if checkpoints.is_empty() && self.slots_dirty.is_empty() {
+            None
+        } else {
+            let mut slots = self.slots();
+            for (id, checkpoint) in &checkpoints {
+                if let Some(slot) = slots.get_mut(id) {
+                    slot.checkpoint = *checkpoint;
+                }
+            }
+            self.slots_dirty.clear();
+            match self.superblock.begin_write(slots) {
+                Ok(write) => Some(write),
+                Err(error) => {
+                    self.failed = Some(error.to_string());
+                    None
+                }
+            }
+        };
+        Some(ShardFlush { jobs, journal, journaled, superblock, group_targets })
+    }
+
+    /// Applies a finished flush cycle and reports which groups' appends became durable.
+    pub fn finish_flush(&mut self, done: ShardFlushDone<S>) -> FlushReport {
+        assert!(self.flush_in_flight, "finish without a flush in flight");
+        self.flush_in_flight = false;
+        let mut report = FlushReport::default();
+        let mut checkpoints = Vec::new();
+        for job in done.jobs {
+            let group = job.group();
+            let log = self.groups.get_mut(&group).expect("jobs come from groups");
+            match log.finish_flush(job) {
+                Ok(outcome) => {
+                    self.counters.segment_syncs += outcome.syncs;
+                    self.counters.segment_bytes_written += outcome.bytes_written;
+                    if outcome.sealed {
+                        self.checkpoint_wanted.insert(group);
+                    }
+                    if let Some(checkpoint) = outcome.checkpoint {
+                        checkpoints.push((group, checkpoint));
+                    }
+                }
+                Err(Error::StorageFull) => report.storage_full = true,
+                Err(error) => report.failed.push((group, error.to_string())),
+            }
+        }
+        let journal_ok = match done.journal {
+            Some((cycle, result)) => {
+                self.counters.journal_bytes_written += cycle.len_bytes() as u64;
+                match result {
+                    Ok(()) => {
+                        self.counters.journal_syncs += 1;
+                        self.journal.finish_cycle(&cycle);
+                        true
+                    }
+                    Err(error) => {
+                        // The journal is shared: its failure stops the whole shard.
+                        self.failed = Some(error.to_string());
+                        false
+                    }
+                }
+            }
+            None => true,
+        };
+        if let Some((write, result)) = done.superblock {
+            match result {
+                Ok(()) => {
+                    self.superblock.finish_write(write);
+                    for (group, checkpoint) in &checkpoints {
+                        if let Some(log) = self.groups.get_mut(group) {
+                            log.set_checkpoint(*checkpoint);
+                            self.journal.release(*group, checkpoint.op);
+                            self.counters.checkpoints += 1;
+                        }
+                    }
+                }
+                Err(error) => {
+                    if self.failed.is_none() && !report.storage_full && report.failed.is_empty() && journal_ok {
+                        self.failed = Some(error.to_string());
+                    }
+                    // Slots stay dirty so a retry carries them.
+                    for (group, _) in &done.group_targets {
+                        self.slots_dirty.insert(*group);
+                    }
+                }
+            }
+        }
+        // Durable positions: replicated once written, persisted once the journal synced.
+        for (group, target) in done.group_targets {
+            let Some(log) = self.groups.get(&group) else { continue };
+            let durable_now = match log.config().durability {
+                Durability::Replicated => log.written_op().min(target),
+                Durability::Persisted => {
+                    let journaled = done.journaled.iter().any(|(g, _)| *g == group);
+                    if journaled && journal_ok { target.min(log.head_op()) } else { self.durable[&group] }
+                }
+            };
+            let entry = self.durable.entry(group).or_insert(0);
+            if durable_now > *entry && log.faulty_reason().is_none() {
+                *entry = durable_now;
+                report.durable.push((group, durable_now));
+            }
+        }
+        self.counters.flushes += 1;
+        report
+    }
+
+    /// Runs one whole flush cycle (begin, run, finish); returns an empty report when nothing
+    /// was pending.
+    pub async fn flush(&mut self) -> Result<FlushReport> {
+        self.check_serving()?;
+        match self.begin_flush() {
+            None => Ok(FlushReport::default()),
+            Some(flush) => {
+                let done = flush.run().await;
+                let report = self.finish_flush(done);
+                self.check_serving()?;
+                Ok(report)
+            }
+        }
+    }
+
+    /// Truncates `group` above `op` for view `view` (durably: the fence reaches the superblock
+    /// before this returns). Flushes first. Call with no flush in flight.
+    pub async fn truncate_after(&mut self, group: u64, op: u64, view: u32) -> Result<()> {
+        self.check_serving()?;
+        while self.groups.get(&group).ok_or_else(|| unknown(group))?.has_unwritten() {
+            self.flush().await?;
+        }
+        let log = self.groups.get_mut(&group).expect("checked");
+        log.truncate_after(op, view).await?;
+        let durable = self.durable.entry(group).or_insert(0);
+        *durable = (*durable).min(op);
+        let slots = self.slots();
+        if let Err(error) = self.superblock.write(slots).await {
+            return Err(self.fail(error));
+        }
+        Ok(())
+    }
+
+    /// Applies retention to every group (`now_ms` from the caller's clock). Call with no flush
+    /// in flight. Returns the segments deleted.
+    pub async fn enforce_retention(&mut self, now_ms: i64) -> Result<usize> {
+        self.check_serving()?;
+        let mut deleted = 0;
+        for log in self.groups.values_mut() {
+            if log.faulty_reason().is_none() {
+                deleted += log.enforce_retention(now_ms).await?;
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Flushes everything and checkpoints every group (graceful shutdown).
+    pub async fn close(mut self) -> Result<()> {
+        for _ in 0..4 {
+            self.checkpoint_wanted.extend(self.groups.keys().copied());
+            self.flush().await?;
+            if !self.has_pending() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The slot table as it should be durable now: every group's control state (whose
+    /// checkpoint is always one a superblock write already made durable).
+    fn slots(&self) -> BTreeMap<u64, GroupSlot> {
+        let mut slots = self.superblock.state().groups.clone();
+        for (&id, log) in &self.groups {
+            slots.insert(id, log.slot());
+        }
+        slots
+    }
+
+    fn log(&self, group: u64) -> Result<&PartitionLog<S>> {
+        self.groups.get(&group).ok_or_else(|| unknown(group))
+    }
+
+    fn check_serving(&self) -> Result<()> {
+        match &self.failed {
+            Some(reason) => Err(Error::Faulty { group: u64::MAX, reason: format!("shard storage failed: {reason}") }),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&mut self, error: Error) -> Error {
+        if self.failed.is_none() && !matches!(error, Error::StorageFull) {
+            self.failed = Some(error.to_string());
+        }
+        error
+    }
+}
+
+/// The directory of a group inside a shard directory.
+#[must_use]
+pub fn group_dir(shard_dir: &Path, group: u64) -> PathBuf {
+    shard_dir.join(format!("group-{group:020}"))
+}
+
+fn unknown(group: u64) -> Error {
+    Error::Invalid(format!("unknown group {group}"))
+}
+
+/// Awaits two futures concurrently.
+async fn join2<A: std::future::Future, B: std::future::Future>(a: A, b: B) -> (A::Output, B::Output) {
+    let mut a = std::pin::pin!(a);
+    let mut b = std::pin::pin!(b);
+    let mut out_a = None;
+    let mut out_b = None;
+    std::future::poll_fn(|context| {
+        if out_a.is_none()
+            && let std::task::Poll::Ready(value) = a.as_mut().poll(context)
+        {
+            out_a = Some(value);
+        }
+        if out_b.is_none()
+            && let std::task::Poll::Ready(value) = b.as_mut().poll(context)
+        {
+            out_b = Some(value);
+        }
+        if out_a.is_some() && out_b.is_some() {
+            std::task::Poll::Ready((out_a.take().expect("ready"), out_b.take().expect("ready")))
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
