@@ -74,6 +74,9 @@ impl AsRef<[u8]> for FrozenView {
 /// One chunk of a partition's write buffer, mapped to a segment file region.
 pub struct Chunk {
     memory: Arc<ChunkMemory>,
+    /// Unique within the pool: flush jobs name chunks by it, since chunks come and go while a
+    /// job is in flight.
+    pub id: u64,
     /// Base offset (file name) of the segment this chunk's bytes belong to.
     pub segment_base_offset: u64,
     /// File position of the chunk's first byte (block-aligned).
@@ -146,11 +149,12 @@ impl Chunk {
     }
 
     /// The writes that bring the file up to date with the frozen prefix: the unwritten full
-    /// blocks as a view of the chunk, and the partial tail block (zero-padded) as a copy.
-    /// Returns `(file_position, bytes)` pairs; the caller issues them, then calls
-    /// [`Chunk::mark_written`].
+    /// blocks as a view of the chunk, and the partial tail block (zero-padded) as a copy —
+    /// unless `with_tail` is false because a successor chunk starts with that block (two
+    /// in-flight writes must never cover one block). Returns `(file_position, bytes)` pairs; the
+    /// caller issues them, then calls [`Chunk::mark_written`].
     #[must_use]
-    pub fn unwritten(&self) -> Vec<(u64, Bytes)> {
+    pub fn unwritten(&self, with_tail: bool) -> Vec<(u64, Bytes)> {
         let block = BLOCK_SIZE_BYTES;
         let from = self.written - self.written % block;
         let full_end = self.filled - self.filled % block;
@@ -158,7 +162,7 @@ impl Chunk {
         if full_end > from {
             writes.push((self.file_base_bytes + from as u64, self.view(from, full_end - from)));
         }
-        if self.filled > full_end {
+        if with_tail && self.filled > full_end {
             let mut tail = AlignedBuf::zeroed(block, block);
             tail.extend_from_slice(&self.view(full_end, self.filled - full_end));
             tail.set_len(block);
@@ -182,6 +186,7 @@ pub struct ChunkPool {
     retired: Vec<Arc<ChunkMemory>>,
     allocated: usize,
     allocated_max: usize,
+    taken: u64,
 }
 
 impl ChunkPool {
@@ -194,6 +199,7 @@ impl ChunkPool {
             retired: Vec::new(),
             allocated: 0,
             allocated_max,
+            taken: 0,
         }
     }
 
@@ -227,8 +233,15 @@ impl ChunkPool {
                 Arc::new(ChunkMemory::new(self.chunk_size_bytes))
             })
         })?;
-        let mut chunk =
-            Chunk { memory, segment_base_offset, file_base_bytes, filled: 0, written: 0 };
+        self.taken += 1;
+        let mut chunk = Chunk {
+            memory,
+            id: self.taken,
+            segment_base_offset,
+            file_base_bytes,
+            filled: 0,
+            written: 0,
+        };
         chunk.append(&[prefix]);
         chunk.written = prefix.len();
         Some(chunk)
@@ -266,17 +279,18 @@ mod tests {
         let view = chunk.append(&[&[1; 5000], &[2; 100]]);
         assert_eq!(view.len(), 5100);
         assert_eq!(chunk.filled(), 5100);
-        let writes = chunk.unwritten();
+        let writes = chunk.unwritten(true);
         assert_eq!(writes.len(), 2);
         assert_eq!((writes[0].0, writes[0].1.len()), (0, 4096));
         assert_eq!((writes[1].0, writes[1].1.len()), (4096, 4096));
         assert_eq!(&writes[1].1[..904], &[1; 904][..]);
         assert_eq!(&writes[1].1[904..1004], &[2; 100][..]);
         assert!(writes[1].1[1004..].iter().all(|&b| b == 0));
+        assert_eq!(chunk.unwritten(false).len(), 1, "the successor writes the partial block");
         chunk.mark_written(chunk.filled());
         // Only the partial block is rewritten next time.
         chunk.append(&[&[3; 10]]);
-        let writes = chunk.unwritten();
+        let writes = chunk.unwritten(true);
         assert_eq!(writes.len(), 1);
         assert_eq!(writes[0].0, 4096);
     }

@@ -92,14 +92,22 @@ pub struct JournalRecovery {
 impl<F: StorageFile> Journal<F> {
     /// Opens the shard journal, creating and pre-writing it with zeros when missing, and scans
     /// it for the entries recovery needs.
-    pub async fn open<S: Storage<File = F>>(storage: &S, dir: &Path, size_bytes: u64, record_size_bytes_max: usize) -> Result<(Self, JournalRecovery)> {
+    pub async fn open<S: Storage<File = F>>(
+        storage: &S,
+        dir: &Path,
+        size_bytes: u64,
+        record_size_bytes_max: usize,
+    ) -> Result<(Self, JournalRecovery)> {
         let path = dir.join(FILE_NAME);
-        if size_bytes < 2 * (record_size_bytes_max + HEADER_SIZE + BLOCK_SIZE_BYTES) as u64 || !size_bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64) {
+        if size_bytes < 2 * (record_size_bytes_max + HEADER_SIZE + BLOCK_SIZE_BYTES) as u64
+            || !size_bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64)
+        {
             return Err(Error::Invalid(format!(
                 "journal_size_bytes {size_bytes} must be block-aligned and hold two of the largest records"
             )));
         }
-        let exists = storage.exists(&path).await.map_err(|e| Error::io("probing the journal", e))?;
+        let exists =
+            storage.exists(&path).await.map_err(|e| Error::io("probing the journal", e))?;
         let file = storage
             .open(&path, OpenMode::CreateReadWrite, true)
             .await
@@ -166,14 +174,20 @@ impl<F: StorageFile> Journal<F> {
                 None => position = (position + 1).next_multiple_of(block),
             }
         }
-        let mut recovery = JournalRecovery { entries_valid: found.len() as u64, ..JournalRecovery::default() };
-        let Some((&newest_seq, &(newest_position, newest, _, ref newest_record))) = found.last_key_value() else {
+        let mut recovery =
+            JournalRecovery { entries_valid: found.len() as u64, ..JournalRecovery::default() };
+        let Some((&newest_seq, &(newest_position, newest, _, ref newest_record))) =
+            found.last_key_value()
+        else {
             return Ok(recovery);
         };
-        let durable_seq = found.values().map(|(_, fields, _, _)| fields.durable_seq).max().unwrap_or(0);
+        let durable_seq =
+            found.values().map(|(_, fields, _, _)| fields.durable_seq).max().unwrap_or(0);
         let tail_seq = newest.tail_seq.max(1);
         // Every entry the newest one says was synced and still needed must be here.
-        if let Some(missing) = (tail_seq..=durable_seq.min(newest_seq)).find(|seq| !found.contains_key(seq)) {
+        if let Some(missing) =
+            (tail_seq..=durable_seq.min(newest_seq)).find(|seq| !found.contains_key(seq))
+        {
             let before = found.range(..missing).next_back().map_or(0, |(_, (p, _, _, _))| *p);
             recovery.corruption = Some(Corruption {
                 file: self.path.clone(),
@@ -184,11 +198,23 @@ impl<F: StorageFile> Journal<F> {
             });
         }
         self.next_seq = newest_seq + 1;
-        self.head_bytes = (newest_position + HEADER_SIZE as u64 + newest_record.len() as u64).next_multiple_of(block as u64) % self.size_bytes;
+        self.head_bytes = (newest_position + HEADER_SIZE as u64 + newest_record.len() as u64)
+            .next_multiple_of(block as u64)
+            % self.size_bytes;
         for (&seq, (position, _, inner, record)) in found.range(tail_seq..) {
             let prepare = prepare_of(inner);
-            self.live.push_back(LiveEntry { seq, group: prepare.group, op: prepare.op, position_bytes: *position, released: false });
-            recovery.prepares.entry(prepare.group).or_default().push(JournalPrepare { header: *inner, record: record.clone() });
+            self.live.push_back(LiveEntry {
+                seq,
+                group: prepare.group,
+                op: prepare.op,
+                position_bytes: *position,
+                released: false,
+            });
+            recovery
+                .prepares
+                .entry(prepare.group)
+                .or_default()
+                .push(JournalPrepare { header: *inner, record: record.clone() });
         }
         for prepares in recovery.prepares.values_mut() {
             prepares.sort_by_key(|prepare| prepare_of(&prepare.header).op);
@@ -202,7 +228,8 @@ impl<F: StorageFile> Journal<F> {
     /// Where the pending cycle would lie with one more entry of `record_size_bytes`: its start
     /// and block-aligned end.
     fn placement(&self, record_size_bytes: usize) -> (u64, u64) {
-        let start = if self.pending_entries == 0 { self.head_bytes } else { self.pending_start_bytes };
+        let start =
+            if self.pending_entries == 0 { self.head_bytes } else { self.pending_start_bytes };
         let len = (self.pending.len() + HEADER_SIZE + record_size_bytes) as u64;
         let end = (start + len).next_multiple_of(BLOCK_SIZE_BYTES as u64);
         if end > self.size_bytes {
@@ -244,7 +271,13 @@ impl<F: StorageFile> Journal<F> {
         let position_bytes = cycle_start + (self.pending.len() - entry_size) as u64;
         self.pending_start_bytes = cycle_start;
         self.pending_entries += 1;
-        self.live.push_back(LiveEntry { seq: self.next_seq, group, op, position_bytes, released: false });
+        self.live.push_back(LiveEntry {
+            seq: self.next_seq,
+            group,
+            op,
+            position_bytes,
+            released: false,
+        });
         self.next_seq += 1;
     }
 
@@ -336,7 +369,10 @@ impl<F: StorageFile> Journal<F> {
 }
 
 /// Decodes a journal entry at the start of `bytes`: outer header, body checksum, inner prepare.
-fn decode_entry(bytes: &[u8], entry_size_bytes_max: usize) -> Option<(Header, JournalEntry, Header)> {
+fn decode_entry(
+    bytes: &[u8],
+    entry_size_bytes_max: usize,
+) -> Option<(Header, JournalEntry, Header)> {
     let outer = Header::decode_prefix(bytes).ok()?;
     let fields = *outer.as_journal_entry()?;
     let size = outer.size as usize;

@@ -222,7 +222,7 @@ pub struct FlushJob<S: Storage> {
     settle: Vec<(u64, Bytes)>,
     target: Location,
     target_appended_bytes: u64,
-    chunk_marks: Vec<usize>,
+    chunk_marks: Vec<(u64, usize)>,
     ready_end_bytes: u64,
     /// Sync the target's segment after writing, for this checkpoint.
     checkpoint: Option<Checkpoint>,
@@ -256,7 +256,11 @@ impl<S: Storage> FlushJob<S> {
         FlushDone { job: self, created, outcome, result }
     }
 
-    async fn run_inner(&self, created: &mut Vec<(u64, Rc<S::File>)>, outcome: &mut WriteOutcome) -> Result<()> {
+    async fn run_inner(
+        &self,
+        created: &mut Vec<(u64, Rc<S::File>)>,
+        outcome: &mut WriteOutcome,
+    ) -> Result<()> {
         for &base in &self.create {
             let path = self.dir.join(log_name(base));
             let file = self
@@ -296,7 +300,10 @@ impl<S: Storage> FlushJob<S> {
         }
         outcome.bytes_written = self.writes.iter().map(|(_, _, bytes)| bytes.len() as u64).sum();
         for (base, index_bytes) in &self.settle {
-            file_of(*base).sync_data().await.map_err(|e| Error::io("syncing a rolled segment", e))?;
+            file_of(*base)
+                .sync_data()
+                .await
+                .map_err(|e| Error::io("syncing a rolled segment", e))?;
             outcome.syncs += 1;
             let path = self.dir.join(index_name(*base));
             let index_file = self
@@ -304,12 +311,18 @@ impl<S: Storage> FlushJob<S> {
                 .open(&path, OpenMode::CreateReadWrite, false)
                 .await
                 .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-            index_file.write_at(index_bytes.clone(), 0).await.map_err(|e| Error::io("writing an index", e))?;
+            index_file
+                .write_at(index_bytes.clone(), 0)
+                .await
+                .map_err(|e| Error::io("writing an index", e))?;
             index_file.sync_data().await.map_err(|e| Error::io("syncing an index", e))?;
             outcome.sealed = true;
         }
         if !self.settle.is_empty() {
-            self.storage.sync_dir(&self.dir).await.map_err(|e| Error::io("syncing group dir", e))?;
+            self.storage
+                .sync_dir(&self.dir)
+                .await
+                .map_err(|e| Error::io("syncing group dir", e))?;
         }
         if let Some(checkpoint) = self.checkpoint
             && !self.settle.iter().any(|(base, _)| *base == checkpoint.segment_base_offset)
@@ -394,10 +407,20 @@ impl<S: Storage> DiskRead<S> {
         let mut found = Vec::new();
         let mut reached_written_end = true;
         let result = self.run_inner(&mut found, &mut reached_written_end).await;
-        DiskReadDone { found, reached_written_end, bytes_max: self.bytes_max, want: self.want, result }
+        DiskReadDone {
+            found,
+            reached_written_end,
+            bytes_max: self.bytes_max,
+            want: self.want,
+            result,
+        }
     }
 
-    async fn run_inner(&self, found: &mut Vec<StoredPrepare>, reached_written_end: &mut bool) -> Result<()> {
+    async fn run_inner(
+        &self,
+        found: &mut Vec<StoredPrepare>,
+        reached_written_end: &mut bool,
+    ) -> Result<()> {
         let mut bytes = 0usize;
         for (base, file, start, written_end) in &self.segments {
             let path = self.dir.join(log_name(*base));
@@ -411,7 +434,9 @@ impl<S: Storage> DiskRead<S> {
                     }
                     // Retention removed it since the plan: the data is gone by policy.
                     Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(error) => return Err(Error::io(format!("opening {}", path.display()), error)),
+                    Err(error) => {
+                        return Err(Error::io(format!("opening {}", path.display()), error));
+                    }
                 },
             };
             let mut scanner = Scanner::new(file, self.scan_window_bytes)
@@ -423,16 +448,17 @@ impl<S: Storage> DiskRead<S> {
                     .record_at(position, self.record_size_bytes_max)
                     .await
                     .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-                let header = check_standalone(&record, self.cluster, self.group, self.record_size_bytes_max)
-                    .map_err(|fault| {
-                        Error::Corruption(Corruption {
-                            file: path.clone(),
-                            position_bytes: position,
-                            offset: found.last().map(StoredPrepare::end_offset),
-                            op: found.last().map(|prepare| prepare.op() + 1),
-                            reason: fault.to_string(),
-                        })
-                    })?;
+                let header =
+                    check_standalone(&record, self.cluster, self.group, self.record_size_bytes_max)
+                        .map_err(|fault| {
+                            Error::Corruption(Corruption {
+                                file: path.clone(),
+                                position_bytes: position,
+                                offset: found.last().map(StoredPrepare::end_offset),
+                                op: found.last().map(|prepare| prepare.op() + 1),
+                                reason: fault.to_string(),
+                            })
+                        })?;
                 position += u64::from(header.size);
                 let prepare = StoredPrepare { header, record };
                 if found.is_empty() && !self.want.accepts(&prepare) {
@@ -567,7 +593,10 @@ impl<S: Storage> PartitionLog<S> {
         self.check_append(&encoded, header, body)?;
         let size = header.size as usize;
         self.ring.reserve(size, self.written.op).map_err(|RingFull| {
-            Error::LimitReached(format!("group {}: prepare ring full of unwritten prepares", self.group))
+            Error::LimitReached(format!(
+                "group {}: prepare ring full of unwritten prepares",
+                self.group
+            ))
         })?;
         let prepare = *prepare_of(header);
         let roll = self.segments.last().is_none_or(|active| {
@@ -681,14 +710,25 @@ impl<S: Storage> PartitionLog<S> {
         Ok(self.plan_disk(segment, position, 1, Want::Time(time_ms)))
     }
 
-    fn plan_disk(&self, segment: usize, position: u64, bytes_max: usize, want: Want) -> ReadPlan<S> {
+    fn plan_disk(
+        &self,
+        segment: usize,
+        position: u64,
+        bytes_max: usize,
+        want: Want,
+    ) -> ReadPlan<S> {
         let mut segments = Vec::new();
         let mut start = position;
         let mut continue_in_ring = true;
         for meta in &self.segments[segment..] {
             let written_end = self.written_end(meta);
             if written_end > start {
-                segments.push((meta.base_offset, self.files.get(&meta.base_offset).cloned(), start, written_end));
+                segments.push((
+                    meta.base_offset,
+                    self.files.get(&meta.base_offset).cloned(),
+                    start,
+                    written_end,
+                ));
             }
             if written_end < meta.end_bytes {
                 break;
@@ -739,7 +779,11 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Reads the prepares containing `offset` and after it (plan, run, finish in one call).
-    pub async fn read_offset(&mut self, offset: u64, bytes_max: usize) -> Result<Vec<StoredPrepare>> {
+    pub async fn read_offset(
+        &mut self,
+        offset: u64,
+        bytes_max: usize,
+    ) -> Result<Vec<StoredPrepare>> {
         let plan = self.plan_read_offset(offset, bytes_max)?;
         self.complete(plan).await
     }
@@ -783,14 +827,21 @@ impl<S: Storage> PartitionLog<S> {
         let mut create = Vec::new();
         let mut writes = Vec::new();
         let mut chunk_marks = Vec::with_capacity(self.chunks.len());
-        for chunk in &self.chunks {
-            if !self.files.contains_key(&chunk.segment_base_offset) && !create.contains(&chunk.segment_base_offset) {
+        for (index, chunk) in self.chunks.iter().enumerate() {
+            if !self.files.contains_key(&chunk.segment_base_offset)
+                && !create.contains(&chunk.segment_base_offset)
+            {
                 create.push(chunk.segment_base_offset);
             }
-            for (position, bytes) in chunk.unwritten() {
+            // A successor chunk in the same segment starts with this chunk's partial block.
+            let successor_same_segment = self
+                .chunks
+                .get(index + 1)
+                .is_some_and(|next| next.segment_base_offset == chunk.segment_base_offset);
+            for (position, bytes) in chunk.unwritten(!successor_same_segment) {
                 writes.push((chunk.segment_base_offset, position, bytes));
             }
-            chunk_marks.push(chunk.filled());
+            chunk_marks.push((chunk.id, chunk.filled()));
         }
         let mut ready_end_bytes = self.ready_end_bytes;
         if let Some(active) = self.segments.last() {
@@ -799,7 +850,8 @@ impl<S: Storage> PartitionLog<S> {
             }
             let data_end = active.end_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64);
             if ready_end_bytes < data_end + self.shared.ready_ahead_bytes / 2 {
-                let limit = self.config.segment_size_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64);
+                let limit =
+                    self.config.segment_size_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64);
                 let from = ready_end_bytes.max(data_end);
                 let to = (data_end + self.shared.ready_ahead_bytes).min(limit);
                 let mut position = from;
@@ -815,7 +867,9 @@ impl<S: Storage> PartitionLog<S> {
             .segments
             .iter()
             .filter(|segment| segment.sealed && !segment.settled)
-            .map(|segment| (segment.base_offset, Bytes::from(segment.index.encode(&segment.summary()))))
+            .map(|segment| {
+                (segment.base_offset, Bytes::from(segment.index.encode(&segment.summary())))
+            })
             .collect();
         Some(FlushJob {
             storage: self.storage.clone(),
@@ -839,7 +893,8 @@ impl<S: Storage> PartitionLog<S> {
         self.segments.last().is_some_and(|active| {
             self.files.contains_key(&active.base_offset)
                 && self.ready_end_bytes
-                    < active.end_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64) + self.shared.ready_ahead_bytes / 2
+                    < active.end_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64)
+                        + self.shared.ready_ahead_bytes / 2
         })
     }
 
@@ -866,15 +921,19 @@ impl<S: Storage> PartitionLog<S> {
             return Err(self.fail(error));
         }
         self.storage_full = false;
-        for (chunk, mark) in self.chunks.iter_mut().zip(&job.chunk_marks) {
-            chunk.mark_written(*mark);
+        for chunk in &mut self.chunks {
+            if let Some((_, mark)) = job.chunk_marks.iter().find(|(id, _)| *id == chunk.id) {
+                chunk.mark_written(*mark);
+            }
         }
         while self.chunks.len() > 1 && !self.chunks[0].has_unwritten() {
             let chunk = self.chunks.pop_front().expect("len > 1");
             self.shared.pool.borrow_mut().give_back(chunk);
         }
         for (base, _) in &job.settle {
-            if let Some(segment) = self.segments.iter_mut().find(|segment| segment.base_offset == *base) {
+            if let Some(segment) =
+                self.segments.iter_mut().find(|segment| segment.base_offset == *base)
+            {
                 segment.settled = true;
             }
             self.files.remove(base);
@@ -937,7 +996,11 @@ impl<S: Storage> PartitionLog<S> {
         let location = if op == 0 {
             None
         } else {
-            Some(self.locate(op).await?.ok_or_else(|| Error::Invalid(format!("op {op} not found")))?)
+            Some(
+                self.locate(op)
+                    .await?
+                    .ok_or_else(|| Error::Invalid(format!("op {op} not found")))?,
+            )
         };
         // Whole segments above the cut go.
         let keep = self.segments.partition_point(|segment| segment.first_op <= op);
@@ -947,7 +1010,10 @@ impl<S: Storage> PartitionLog<S> {
             self.remove_segment_files(segment.base_offset).await?;
         }
         if !removed.is_empty() {
-            self.storage.sync_dir(&self.dir).await.map_err(|e| Error::io("syncing group dir", e))?;
+            self.storage
+                .sync_dir(&self.dir)
+                .await
+                .map_err(|e| Error::io("syncing group dir", e))?;
         }
         for chunk in self.chunks.drain(..) {
             self.shared.pool.borrow_mut().give_back(chunk);
@@ -959,7 +1025,13 @@ impl<S: Storage> PartitionLog<S> {
             self.head = Location::default();
             self.written = Location::default();
             self.ready_end_bytes = 0;
-            self.next = ChainNext { cluster: self.shared.cluster, group: self.group, op: 1, parent: 0, offset: 0 };
+            self.next = ChainNext {
+                cluster: self.shared.cluster,
+                group: self.group,
+                op: 1,
+                parent: 0,
+                offset: 0,
+            };
             return Ok(());
         };
         let segment = self.segments.last_mut().expect("the segment holding op remains");
@@ -981,7 +1053,9 @@ impl<S: Storage> PartitionLog<S> {
         let end = location.end_bytes;
         let block = BLOCK_SIZE_BYTES as u64;
         let block_start = end - end % block;
-        let mut scanner = Scanner::new(&*file, BLOCK_SIZE_BYTES).await.map_err(|e| Error::io("reading segment", e))?;
+        let mut scanner = Scanner::new(&*file, BLOCK_SIZE_BYTES)
+            .await
+            .map_err(|e| Error::io("reading segment", e))?;
         let prefix = scanner
             .bytes_at(block_start, (end - block_start) as usize)
             .await
@@ -991,12 +1065,22 @@ impl<S: Storage> PartitionLog<S> {
         let mut zeroed = AlignedBuf::zeroed(2 * BLOCK_SIZE_BYTES, BLOCK_SIZE_BYTES);
         zeroed.extend_from_slice(&prefix);
         zeroed.set_len(2 * BLOCK_SIZE_BYTES);
-        file.write_at(zeroed.freeze(), block_start).await.map_err(|e| Error::io("zeroing the truncated tail", e))?;
+        file.write_at(zeroed.freeze(), block_start)
+            .await
+            .map_err(|e| Error::io("zeroing the truncated tail", e))?;
         file.sync_data().await.map_err(|e| Error::io("syncing the truncated tail", e))?;
         if segment.settled {
             let index_path = self.dir.join(index_name(segment.base_offset));
-            if self.storage.exists(&index_path).await.map_err(|e| Error::io("probing an index", e))? {
-                self.storage.remove_file(&index_path).await.map_err(|e| Error::io("removing a stale index", e))?;
+            if self
+                .storage
+                .exists(&index_path)
+                .await
+                .map_err(|e| Error::io("probing an index", e))?
+            {
+                self.storage
+                    .remove_file(&index_path)
+                    .await
+                    .map_err(|e| Error::io("removing a stale index", e))?;
             }
         }
         segment.sealed = false;
@@ -1082,7 +1166,12 @@ impl<S: Storage> PartitionLog<S> {
         error
     }
 
-    fn check_append(&self, encoded: &[u8; HEADER_SIZE], header: &Header, body: &[u8]) -> Result<()> {
+    fn check_append(
+        &self,
+        encoded: &[u8; HEADER_SIZE],
+        header: &Header,
+        body: &[u8],
+    ) -> Result<()> {
         if self.storage_full {
             return Err(Error::StorageFull);
         }
@@ -1107,7 +1196,12 @@ impl<S: Storage> PartitionLog<S> {
             return Err(Error::Invalid(format!(
                 "prepare op {} (parent {:#x}, offset {}) does not continue the chain at op {} \
                  (parent {:#x}, offset {})",
-                prepare.op, prepare.parent, prepare.base_offset, self.next.op, self.next.parent, self.next.offset
+                prepare.op,
+                prepare.parent,
+                prepare.base_offset,
+                self.next.op,
+                self.next.parent,
+                self.next.offset
             )));
         }
         if self.fence.kills(prepare.op, decoded.view) {
@@ -1154,7 +1248,9 @@ impl<S: Storage> PartitionLog<S> {
         debug_assert_eq!(prefix.len() as u64, end - block_start);
         let mut pool = self.shared.pool.borrow_mut();
         if size + BLOCK_SIZE_BYTES > pool.chunk_size_bytes() {
-            return Err(Error::Invalid(format!("record of {size} bytes exceeds the write-buffer chunk")));
+            return Err(Error::Invalid(format!(
+                "record of {size} bytes exceeds the write-buffer chunk"
+            )));
         }
         let chunk = pool
             .take(active.base_offset, block_start, &prefix)
@@ -1169,7 +1265,12 @@ impl<S: Storage> PartitionLog<S> {
 
     /// Ring entries from `index`: skipping those `want` rejects (until the first it accepts),
     /// then up to `bytes_max` bytes, at least one.
-    fn collect_ring(&self, mut index: usize, bytes_max: usize, want: Option<Want>) -> Vec<StoredPrepare> {
+    fn collect_ring(
+        &self,
+        mut index: usize,
+        bytes_max: usize,
+        want: Option<Want>,
+    ) -> Vec<StoredPrepare> {
         let mut out: Vec<StoredPrepare> = Vec::new();
         let mut bytes = 0;
         while let Some(prepare) = self.ring.get(index) {
@@ -1234,7 +1335,8 @@ impl<S: Storage> PartitionLog<S> {
                 .record_at(position, self.config.record_size_bytes_max as usize)
                 .await
                 .map_err(|e| Error::io("reading a segment", e))?;
-            let header = Header::decode_prefix(&record).map_err(|e| Error::Invalid(e.to_string()))?;
+            let header =
+                Header::decode_prefix(&record).map_err(|e| Error::Invalid(e.to_string()))?;
             if prepare_of(&header).op == op {
                 return Ok(position);
             }
@@ -1256,16 +1358,34 @@ pub struct JournalPrepare {
 impl<S: Storage> PartitionLog<S> {
     /// Creates the directory of a new, empty group log (durably: the parent directory is
     /// synced). The shard records the group's slot in the superblock before appending.
-    pub async fn create(storage: S, shared: Rc<Shared>, dir: PathBuf, slot: GroupSlot, config: GroupConfig) -> Result<Self> {
+    pub async fn create(
+        storage: S,
+        shared: Rc<Shared>,
+        dir: PathBuf,
+        slot: GroupSlot,
+        config: GroupConfig,
+    ) -> Result<Self> {
         config.validate()?;
-        storage.create_dir_all(&dir).await.map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        storage
+            .create_dir_all(&dir)
+            .await
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         if let Some(parent) = dir.parent() {
-            storage.sync_dir(parent).await.map_err(|e| Error::io(format!("syncing {}", parent.display()), e))?;
+            storage
+                .sync_dir(parent)
+                .await
+                .map_err(|e| Error::io(format!("syncing {}", parent.display()), e))?;
         }
         Ok(Self::empty(storage, shared, dir, slot, config))
     }
 
-    fn empty(storage: S, shared: Rc<Shared>, dir: PathBuf, slot: GroupSlot, config: GroupConfig) -> Self {
+    fn empty(
+        storage: S,
+        shared: Rc<Shared>,
+        dir: PathBuf,
+        slot: GroupSlot,
+        config: GroupConfig,
+    ) -> Self {
         let ring = PrepareRing::new(shared.ring_limits, shared.ring_budget.clone());
         let cluster = shared.cluster;
         Self {
@@ -1312,7 +1432,20 @@ impl<S: Storage> PartitionLog<S> {
     ) -> Result<(Self, GroupRecovery)> {
         let mut log = Self::empty(storage, shared, dir, slot, config);
         let mut report = GroupRecovery { group: slot.group, ..GroupRecovery::default() };
-        match log.recover_segments(&slot, &mut report).await {
+        let mut outcome = log.recover_segments(&slot, &mut report, false).await;
+        if cfg!(feature = "canary-truncate-corruption")
+            && matches!(outcome, Err(Error::Corruption(_)))
+        {
+            // Canary (DESIGN.md §7): forget that the damage lies before the torn window and cut
+            // the log at the first invalid record, as if it were a torn tail.
+            let forgetful = GroupSlot { checkpoint: Checkpoint::default(), ..slot };
+            let (storage, shared, dir) =
+                (log.storage.clone(), Rc::clone(&log.shared), log.dir.clone());
+            log = Self::empty(storage, shared, dir, forgetful, config);
+            report = GroupRecovery { group: slot.group, ..GroupRecovery::default() };
+            outcome = log.recover_segments(&forgetful, &mut report, true).await;
+        }
+        match outcome {
             Ok(()) => {}
             Err(Error::Corruption(corruption)) => {
                 log.faulty = Some(corruption.to_string());
@@ -1333,7 +1466,14 @@ impl<S: Storage> PartitionLog<S> {
                 log.faulty_ops.suffix_from = Some(log.next.op);
                 break;
             }
-            if check_next(&entry.record, &log.next, &log.fence, log.config.record_size_bytes_max as usize).is_err() {
+            if check_next(
+                &entry.record,
+                &log.next,
+                &log.fence,
+                log.config.record_size_bytes_max as usize,
+            )
+            .is_err()
+            {
                 continue;
             }
             log.append(&entry.header, &entry.record[HEADER_SIZE..])?;
@@ -1344,14 +1484,25 @@ impl<S: Storage> PartitionLog<S> {
         Ok((log, report))
     }
 
-    async fn recover_segments(&mut self, slot: &GroupSlot, report: &mut GroupRecovery) -> Result<()> {
+    async fn recover_segments(
+        &mut self,
+        slot: &GroupSlot,
+        report: &mut GroupRecovery,
+        canary_truncate: bool,
+    ) -> Result<()> {
         let checkpoint = slot.checkpoint;
         let names = match self.storage.list_dir(&self.dir).await {
             Ok(names) => names,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound && checkpoint.op == 0 => {
-                self.storage.create_dir_all(&self.dir).await.map_err(|e| Error::io("creating group dir", e))?;
+                self.storage
+                    .create_dir_all(&self.dir)
+                    .await
+                    .map_err(|e| Error::io("creating group dir", e))?;
                 if let Some(parent) = self.dir.parent() {
-                    self.storage.sync_dir(parent).await.map_err(|e| Error::io("syncing shard dir", e))?;
+                    self.storage
+                        .sync_dir(parent)
+                        .await
+                        .map_err(|e| Error::io("syncing shard dir", e))?;
                 }
                 return Ok(());
             }
@@ -1373,7 +1524,11 @@ impl<S: Storage> PartitionLog<S> {
 
         // Segments before the checkpoint's are synced: take their index when it is sound, else
         // rebuild it by scanning (any damage found is corruption).
-        let synced: Vec<u64> = bases.iter().copied().filter(|&base| checkpoint.op > 0 && base < checkpoint.segment_base_offset).collect();
+        let synced: Vec<u64> = bases
+            .iter()
+            .copied()
+            .filter(|&base| checkpoint.op > 0 && base < checkpoint.segment_base_offset)
+            .collect();
         for base in &synced {
             let meta = self.load_synced_segment(*base, &names, report).await?;
             self.segments.push(meta);
@@ -1385,51 +1540,87 @@ impl<S: Storage> PartitionLog<S> {
                     position_bytes: 0,
                     offset: Some(pair[0].next_offset),
                     op: None,
-                    reason: format!("segments leave a gap: {} ends at offset {}", log_name(pair[0].base_offset), pair[0].next_offset),
+                    reason: format!(
+                        "segments leave a gap: {} ends at offset {}",
+                        log_name(pair[0].base_offset),
+                        pair[0].next_offset
+                    ),
                 }));
             }
         }
 
         // The checkpoint's segment and every later one: the torn window starts at the
         // checkpoint record.
-        let window_bases: Vec<u64> = bases.iter().copied().filter(|&base| checkpoint.op == 0 || base >= checkpoint.segment_base_offset).collect();
-        let mut next = ChainNext { cluster: self.shared.cluster, group: self.group, op: 1, parent: 0, offset: 0 };
+        let window_bases: Vec<u64> = bases
+            .iter()
+            .copied()
+            .filter(|&base| checkpoint.op == 0 || base >= checkpoint.segment_base_offset)
+            .collect();
+        let mut next = ChainNext {
+            cluster: self.shared.cluster,
+            group: self.group,
+            op: 1,
+            parent: 0,
+            offset: 0,
+        };
         let mut start_position = 0;
         let mut start_index = SegmentIndex::default();
         let mut start_meta_from_checkpoint = false;
         if checkpoint.op > 0 {
             let base = checkpoint.segment_base_offset;
             let path = self.dir.join(log_name(base));
-            let file = self.storage.open(&path, OpenMode::Read, true).await.map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-            let mut scanner = Scanner::new(&file, window).await.map_err(|e| Error::io("reading", e))?;
-            let record = scanner.record_at(checkpoint.position_bytes, record_max).await.map_err(|e| Error::io("reading", e))?;
+            let file = self
+                .storage
+                .open(&path, OpenMode::Read, true)
+                .await
+                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            let mut scanner =
+                Scanner::new(&file, window).await.map_err(|e| Error::io("reading", e))?;
+            let record = scanner
+                .record_at(checkpoint.position_bytes, record_max)
+                .await
+                .map_err(|e| Error::io("reading", e))?;
             let checked = check_standalone(&record, self.shared.cluster, self.group, record_max);
             match checked {
-                Ok(header) if header.checksum_header == checkpoint.checksum && prepare_of(&header).op == checkpoint.op => {
-                    next = ChainNext { cluster: self.shared.cluster, group: self.group, op: checkpoint.op + 1, parent: checkpoint.checksum, offset: checkpoint.next_offset };
+                Ok(header)
+                    if header.checksum_header == checkpoint.checksum
+                        && prepare_of(&header).op == checkpoint.op =>
+                {
+                    next = ChainNext {
+                        cluster: self.shared.cluster,
+                        group: self.group,
+                        op: checkpoint.op + 1,
+                        parent: checkpoint.checksum,
+                        offset: checkpoint.next_offset,
+                    };
                     start_position = checkpoint.position_bytes + u64::from(header.size);
+                    self.head = Location {
+                        op: checkpoint.op,
+                        checksum: checkpoint.checksum,
+                        next_offset: checkpoint.next_offset,
+                        segment_base_offset: base,
+                        position_bytes: checkpoint.position_bytes,
+                        end_bytes: start_position,
+                    };
                     // The index of the synced part of this segment: from its file or rebuilt.
-                    start_index = self.index_up_to(base, &names, &file, start_position, report).await?;
+                    start_index =
+                        self.index_up_to(base, &names, &file, start_position, report).await?;
                     start_meta_from_checkpoint = true;
-                    let _ = header;
                 }
                 other => {
                     let reason = match other {
-                        Ok(_) => "the checkpoint record is not the one the superblock names".to_string(),
+                        Ok(_) => {
+                            "the checkpoint record is not the one the superblock names".to_string()
+                        }
                         Err(fault) => format!("the checkpoint record is damaged: {fault}"),
                     };
-                    if cfg!(feature = "canary-truncate-corruption") {
-                        // Canary: treat damage before the window as a torn tail and truncate it.
-                        start_position = 0;
-                    } else {
-                        return Err(Error::Corruption(Corruption {
-                            file: path,
-                            position_bytes: checkpoint.position_bytes,
-                            offset: None,
-                            op: Some(checkpoint.op),
-                            reason,
-                        }));
-                    }
+                    return Err(Error::Corruption(Corruption {
+                        file: path,
+                        position_bytes: checkpoint.position_bytes,
+                        offset: None,
+                        op: Some(checkpoint.op),
+                        reason,
+                    }));
                 }
             }
         }
@@ -1444,18 +1635,32 @@ impl<S: Storage> PartitionLog<S> {
                 continue;
             }
             let path = self.dir.join(log_name(base));
-            let file = self.storage.open(&path, OpenMode::Read, true).await.map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-            let mut scanner = Scanner::new(&file, window).await.map_err(|e| Error::io("reading", e))?;
+            let file = self
+                .storage
+                .open(&path, OpenMode::Read, true)
+                .await
+                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            let mut scanner =
+                Scanner::new(&file, window).await.map_err(|e| Error::io("reading", e))?;
             let mut position = if first_in_window { start_position } else { 0 };
             if !first_in_window || !start_meta_from_checkpoint {
                 // A segment after the checkpoint's must begin with the chain's next record, and
                 // a fresh log with op 1; anything else means the chain ended before it.
-                let record = scanner.record_at(0, record_max).await.map_err(|e| Error::io("reading", e))?;
-                let begins = if checkpoint.op == 0 && first_in_window && cfg!(feature = "canary-truncate-corruption") {
-                    check_standalone(&record, self.shared.cluster, self.group, record_max).map(|header| {
-                        let prepare = prepare_of(&header);
-                        next = ChainNext { cluster: self.shared.cluster, group: self.group, op: prepare.op, parent: prepare.parent, offset: prepare.base_offset };
-                    }).is_ok()
+                let record =
+                    scanner.record_at(0, record_max).await.map_err(|e| Error::io("reading", e))?;
+                let begins = if checkpoint.op == 0 && first_in_window && canary_truncate {
+                    check_standalone(&record, self.shared.cluster, self.group, record_max)
+                        .map(|header| {
+                            let prepare = prepare_of(&header);
+                            next = ChainNext {
+                                cluster: self.shared.cluster,
+                                group: self.group,
+                                op: prepare.op,
+                                parent: prepare.parent,
+                                offset: prepare.base_offset,
+                            };
+                        })
+                        .is_ok()
                 } else {
                     check_next(&record, &next, &self.fence, record_max).is_ok()
                 };
@@ -1473,12 +1678,16 @@ impl<S: Storage> PartitionLog<S> {
                 if let Some(first) = meta.index.entries().first() {
                     meta.first_op = first.op;
                     meta.first_append_ms = first.append_time_ms;
-                    meta.last_append_ms = meta.index.entries().last().map_or(i64::MIN, |e| e.append_time_ms);
+                    meta.last_append_ms =
+                        meta.index.entries().last().map_or(i64::MIN, |e| e.append_time_ms);
                 }
             }
             first_in_window = false;
             loop {
-                let record = scanner.record_at(position, record_max).await.map_err(|e| Error::io("reading", e))?;
+                let record = scanner
+                    .record_at(position, record_max)
+                    .await
+                    .map_err(|e| Error::io("reading", e))?;
                 match check_next(&record, &next, &self.fence, record_max) {
                     Ok(header) => {
                         meta.observe(&header, position, interval);
@@ -1517,7 +1726,10 @@ impl<S: Storage> PartitionLog<S> {
             self.remove_segment_files(*base).await?;
         }
         if !leftover.is_empty() {
-            self.storage.sync_dir(&self.dir).await.map_err(|e| Error::io("syncing group dir", e))?;
+            self.storage
+                .sync_dir(&self.dir)
+                .await
+                .map_err(|e| Error::io("syncing group dir", e))?;
         }
         // Drop empty segments at the end (created, never written), except one that the chain
         // names by the checkpoint.
@@ -1533,17 +1745,27 @@ impl<S: Storage> PartitionLog<S> {
         for (index, meta) in self.segments.iter_mut().enumerate() {
             meta.sealed = index + 1 < count;
             // Synced segments keep their index file unless it had to be rebuilt.
-            meta.settled = meta.settled || index + 1 < count && meta.base_offset < checkpoint.segment_base_offset;
+            meta.settled = meta.settled
+                || index + 1 < count && meta.base_offset < checkpoint.segment_base_offset;
         }
         self.next = next;
         self.written = self.head;
         if let Some(active) = self.segments.last() {
             let path = self.dir.join(log_name(active.base_offset));
-            let file = self.storage.open(&path, OpenMode::ReadWrite, true).await.map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            let file = self
+                .storage
+                .open(&path, OpenMode::ReadWrite, true)
+                .await
+                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
             let end = active.end_bytes;
             let block_start = end - end % BLOCK_SIZE_BYTES as u64;
-            let mut scanner = Scanner::new(&file, BLOCK_SIZE_BYTES).await.map_err(|e| Error::io("reading", e))?;
-            self.tail_prefix = scanner.bytes_at(block_start, (end - block_start) as usize).await.map_err(|e| Error::io("reading", e))?.to_vec();
+            let mut scanner =
+                Scanner::new(&file, BLOCK_SIZE_BYTES).await.map_err(|e| Error::io("reading", e))?;
+            self.tail_prefix = scanner
+                .bytes_at(block_start, (end - block_start) as usize)
+                .await
+                .map_err(|e| Error::io("reading", e))?
+                .to_vec();
             self.files.insert(active.base_offset, Rc::new(file));
             // Rewrite the torn window with zeros on the first flush.
             self.ready_end_bytes = 0;
@@ -1555,12 +1777,18 @@ impl<S: Storage> PartitionLog<S> {
 impl<S: Storage> PartitionLog<S> {
     /// Opens a synced segment (before the checkpoint's): its index file when sound, else an
     /// index rebuilt by scanning it, where any damage is corruption.
-    async fn load_synced_segment(&self, base: u64, names: &[String], report: &mut GroupRecovery) -> Result<SegmentMeta> {
+    async fn load_synced_segment(
+        &self,
+        base: u64,
+        names: &[String],
+        report: &mut GroupRecovery,
+    ) -> Result<SegmentMeta> {
         if names.iter().any(|name| *name == index_name(base)) {
             let path = self.dir.join(index_name(base));
             if let Some((index, summary)) = self.read_index_file(&path).await {
                 let mut meta = SegmentMeta::new(base, index.entries().first().map_or(0, |e| e.op));
-                meta.first_append_ms = index.entries().first().map_or(i64::MIN, |e| e.append_time_ms);
+                meta.first_append_ms =
+                    index.entries().first().map_or(i64::MIN, |e| e.append_time_ms);
                 meta.index = index;
                 meta.end_bytes = summary.covered_bytes;
                 meta.next_offset = summary.next_offset;
@@ -1572,7 +1800,11 @@ impl<S: Storage> PartitionLog<S> {
         }
         report.indexes_rebuilt += 1;
         let path = self.dir.join(log_name(base));
-        let file = self.storage.open(&path, OpenMode::Read, true).await.map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let file = self
+            .storage
+            .open(&path, OpenMode::Read, true)
+            .await
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
         let (meta, fault) = self.scan_synced(&file, base, u64::MAX).await?;
         if let Some((position, fault)) = fault {
             // The segment was synced whole: only zeros may follow its last record.
@@ -1591,7 +1823,14 @@ impl<S: Storage> PartitionLog<S> {
 
     /// The index of `[0, end)` of the checkpoint's segment: from its file when it covers that
     /// far, else rebuilt by scanning (the region is synced, so damage is corruption).
-    async fn index_up_to(&self, base: u64, names: &[String], file: &S::File, end: u64, report: &mut GroupRecovery) -> Result<SegmentIndex> {
+    async fn index_up_to(
+        &self,
+        base: u64,
+        names: &[String],
+        file: &S::File,
+        end: u64,
+        report: &mut GroupRecovery,
+    ) -> Result<SegmentIndex> {
         if names.iter().any(|name| *name == index_name(base)) {
             let path = self.dir.join(index_name(base));
             if let Some((mut index, summary)) = self.read_index_file(&path).await
@@ -1604,7 +1843,8 @@ impl<S: Storage> PartitionLog<S> {
         report.indexes_rebuilt += 1;
         let (meta, fault) = self.scan_synced(file, base, end).await?;
         if meta.end_bytes < end {
-            let (position, reason) = fault.map_or((meta.end_bytes, "ends early".to_string()), |(p, f)| (p, f.to_string()));
+            let (position, reason) = fault
+                .map_or((meta.end_bytes, "ends early".to_string()), |(p, f)| (p, f.to_string()));
             return Err(Error::Corruption(Corruption {
                 file: self.dir.join(log_name(base)),
                 position_bytes: position,
@@ -1618,14 +1858,24 @@ impl<S: Storage> PartitionLog<S> {
 
     /// Scans a synced segment from its start up to `end` (or its first invalid record), with the
     /// chain taken from its first record.
-    async fn scan_synced(&self, file: &S::File, base: u64, end: u64) -> Result<(SegmentMeta, Option<(u64, RecordFault)>)> {
+    async fn scan_synced(
+        &self,
+        file: &S::File,
+        base: u64,
+        end: u64,
+    ) -> Result<(SegmentMeta, Option<(u64, RecordFault)>)> {
         let record_max = self.config.record_size_bytes_max as usize;
-        let mut scanner = Scanner::new(file, self.shared.scan_window_bytes).await.map_err(|e| Error::io("reading", e))?;
+        let mut scanner = Scanner::new(file, self.shared.scan_window_bytes)
+            .await
+            .map_err(|e| Error::io("reading", e))?;
         let mut meta = SegmentMeta::new(base, 0);
         let mut position = 0;
         let mut next: Option<ChainNext> = None;
         while position < end {
-            let record = scanner.record_at(position, record_max).await.map_err(|e| Error::io("reading", e))?;
+            let record = scanner
+                .record_at(position, record_max)
+                .await
+                .map_err(|e| Error::io("reading", e))?;
             let checked = match &next {
                 Some(next) => check_next(&record, next, &self.fence, record_max),
                 None => check_standalone(&record, self.shared.cluster, self.group, record_max),
@@ -1633,7 +1883,13 @@ impl<S: Storage> PartitionLog<S> {
             match checked {
                 Ok(header) => {
                     let prepare = prepare_of(&header);
-                    let chain = next.unwrap_or(ChainNext { cluster: self.shared.cluster, group: self.group, op: prepare.op, parent: prepare.parent, offset: prepare.base_offset });
+                    let chain = next.unwrap_or(ChainNext {
+                        cluster: self.shared.cluster,
+                        group: self.group,
+                        op: prepare.op,
+                        parent: prepare.parent,
+                        offset: prepare.base_offset,
+                    });
                     if meta.is_empty() {
                         meta.first_op = prepare.op;
                     }
@@ -1650,7 +1906,8 @@ impl<S: Storage> PartitionLog<S> {
     async fn read_index_file(&self, path: &Path) -> Option<(SegmentIndex, IndexSummary)> {
         let file = self.storage.open(path, OpenMode::Read, false).await.ok()?;
         let size = file.size_bytes().await.ok()? as usize;
-        let max = crate::segment::INDEX_HEADER_SIZE_BYTES + self.shared.index_entries_max * crate::segment::INDEX_ENTRY_SIZE_BYTES;
+        let max = crate::segment::INDEX_HEADER_SIZE_BYTES
+            + self.shared.index_entries_max * crate::segment::INDEX_ENTRY_SIZE_BYTES;
         if size > max {
             return None;
         }

@@ -154,3 +154,21 @@ pub fn prepare_of(header: &Header) -> &Prepare {
 pub fn cluster_of(record: &[u8]) -> u64 {
     u64::from_le_bytes(record[8..16].try_into().expect("a whole header"))
 }
+
+/// Builds the sealed header of the next prepare of a chain: `fields` supplies what the caller
+/// decides (record count, timestamps, client, session, request, commit); group, op, parent and
+/// base offset come from `next`.
+#[must_use]
+pub fn build_prepare(
+    next: &ChainNext,
+    view: u32,
+    replica: u8,
+    mut fields: Prepare,
+    body: &[u8],
+) -> Header {
+    fields.group = next.group;
+    fields.op = next.op;
+    fields.parent = next.parent;
+    fields.base_offset = next.offset;
+    Header::prepare(next.cluster, view, replica, fields, body)
+}

@@ -31,21 +31,20 @@ impl<'f, F: StorageFile> Scanner<'f, F> {
         Ok(Scanner { file, file_size_bytes, window_bytes, window: Bytes::new(), window_start: 0 })
     }
 
-    /// The file's size when the scanner was made.
-    #[must_use]
-    pub fn file_size_bytes(&self) -> u64 {
-        self.file_size_bytes
-    }
-
     /// The bytes of the record that would start at `position`: the header's declared size if it
     /// is plausible (at least a header, at most `record_size_bytes_max`), else just the header
     /// region, so the caller's checks report what is wrong. Short (possibly empty) at end of file.
-    pub async fn record_at(&mut self, position: u64, record_size_bytes_max: usize) -> io::Result<Bytes> {
+    pub async fn record_at(
+        &mut self,
+        position: u64,
+        record_size_bytes_max: usize,
+    ) -> io::Result<Bytes> {
         let head = self.bytes_at(position, HEADER_SIZE).await?;
         if head.len() < HEADER_SIZE {
             return Ok(head);
         }
-        let declared = u32::from_le_bytes(head[OFF_SIZE..OFF_SIZE + 4].try_into().expect("4 bytes")) as usize;
+        let declared =
+            u32::from_le_bytes(head[OFF_SIZE..OFF_SIZE + 4].try_into().expect("4 bytes")) as usize;
         if declared < HEADER_SIZE || declared > record_size_bytes_max {
             return Ok(head);
         }

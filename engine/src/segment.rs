@@ -137,7 +137,10 @@ impl SegmentIndex {
 
     /// Decodes an index file; returns the index and the summary of the segment it covers, or why
     /// it cannot be trusted (the caller then rebuilds it).
-    pub fn decode(bytes: &[u8], entries_max: usize) -> Result<(SegmentIndex, IndexSummary), String> {
+    pub fn decode(
+        bytes: &[u8],
+        entries_max: usize,
+    ) -> Result<(SegmentIndex, IndexSummary), String> {
         if bytes.len() < INDEX_HEADER_SIZE_BYTES || bytes[..4] != INDEX_MAGIC {
             return Err("not an index file".to_string());
         }
@@ -184,7 +187,11 @@ impl SegmentIndex {
             last_op: u64_at(INDEX_OFF_COVERED + 16),
             last_append_ms: u64_at(INDEX_OFF_COVERED + 24) as i64,
         };
-        if entries.first().is_none_or(|first| first.position_bytes != 0) || entries.last().is_some_and(|last| last.op > summary.last_op || last.position_bytes >= summary.covered_bytes) {
+        if entries.first().is_none_or(|first| first.position_bytes != 0)
+            || entries.last().is_some_and(|last| {
+                last.op > summary.last_op || last.position_bytes >= summary.covered_bytes
+            })
+        {
             return Err("index entries disagree with its summary".to_string());
         }
         Ok((SegmentIndex { entries }, summary))

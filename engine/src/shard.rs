@@ -213,7 +213,9 @@ impl<S: Storage> ShardFlush<S> {
                 let result = write.run().await;
                 Some((write, result))
             }
-            Some(write) => Some((write, Err(Error::Invalid("skipped: a write of the cycle failed".into())))),
+            Some(write) => {
+                Some((write, Err(Error::Invalid("skipped: a write of the cycle failed".into()))))
+            }
             None => None,
         };
         ShardFlushDone {
@@ -228,15 +230,32 @@ impl<S: Storage> ShardFlush<S> {
 
 impl<S: Storage> Shard<S> {
     /// Opens (or creates) the shard's storage in `dir` and recovers every group.
-    pub async fn open(storage: S, dir: &Path, config: ShardConfig) -> Result<(Self, RecoveryReport)> {
-        storage.create_dir_all(dir).await.map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    pub async fn open(
+        storage: S,
+        dir: &Path,
+        config: ShardConfig,
+    ) -> Result<(Self, RecoveryReport)> {
+        storage
+            .create_dir_all(dir)
+            .await
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         if let Some(parent) = dir.parent() {
-            storage.sync_dir(parent).await.map_err(|e| Error::io("syncing the data directory", e))?;
+            storage
+                .sync_dir(parent)
+                .await
+                .map_err(|e| Error::io("syncing the data directory", e))?;
         }
-        let identity = Identity { cluster: config.cluster, node: config.node, shard: config.shard, shard_count: config.shard_count };
-        let (superblock, superblock_status) = Superblock::open(&storage, dir, identity, config.groups_max).await?;
+        let identity = Identity {
+            cluster: config.cluster,
+            node: config.node,
+            shard: config.shard,
+            shard_count: config.shard_count,
+        };
+        let (superblock, superblock_status) =
+            Superblock::open(&storage, dir, identity, config.groups_max).await?;
         let (journal, journal_recovery) =
-            Journal::open(&storage, dir, config.journal_size_bytes, config.record_size_bytes_max).await?;
+            Journal::open(&storage, dir, config.journal_size_bytes, config.record_size_bytes_max)
+                .await?;
         let mut zeros = AlignedBuf::zeroed(1 << 20, BLOCK_SIZE_BYTES);
         zeros.set_len(1 << 20);
         let shared = Rc::new(Shared {
@@ -247,7 +266,10 @@ impl<S: Storage> Shard<S> {
             held_prepares_max: config.held_prepares_max,
             scan_window_bytes: config.scan_window_bytes,
             index_entries_max: config.index_entries_max,
-            pool: std::cell::RefCell::new(ChunkPool::new(config.chunk_size_bytes, config.chunks_max)),
+            pool: std::cell::RefCell::new(ChunkPool::new(
+                config.chunk_size_bytes,
+                config.chunks_max,
+            )),
             ring_budget: RingBudget::new(config.ring_budget_bytes),
             zeros: zeros.freeze(),
         });
@@ -272,7 +294,9 @@ impl<S: Storage> Shard<S> {
                 prepares,
             )
             .await?;
-            if slot.config.durability == Durability::Persisted && journal_recovery.corruption.is_some() {
+            if slot.config.durability == Durability::Persisted
+                && journal_recovery.corruption.is_some()
+            {
                 // A synced journal entry is gone and we cannot tell whose: every persisted
                 // group's suffix is faulty rather than absent (unavailable beats wrong).
                 log.mark_suffix_faulty();
@@ -361,16 +385,28 @@ impl<S: Storage> Shard<S> {
             )));
         }
         if config.record_size_bytes_max as usize + BLOCK_SIZE_BYTES > self.config.chunk_size_bytes {
-            return Err(Error::Invalid("record_size_bytes_max does not fit a write-buffer chunk".into()));
+            return Err(Error::Invalid(
+                "record_size_bytes_max does not fit a write-buffer chunk".into(),
+            ));
         }
         if self.groups.contains_key(&group) {
             return Err(Error::Invalid(format!("group {group} exists")));
         }
         if self.groups.len() >= self.config.groups_max {
-            return Err(Error::LimitReached(format!("shard holds at most {} groups", self.config.groups_max)));
+            return Err(Error::LimitReached(format!(
+                "shard holds at most {} groups",
+                self.config.groups_max
+            )));
         }
         let slot = GroupSlot { group, config, ..GroupSlot::default() };
-        let log = PartitionLog::create(self.storage.clone(), Rc::clone(&self.shared), group_dir(&self.dir, group), slot, config).await?;
+        let log = PartitionLog::create(
+            self.storage.clone(),
+            Rc::clone(&self.shared),
+            group_dir(&self.dir, group),
+            slot,
+            config,
+        )
+        .await?;
         let mut slots = self.slots();
         slots.insert(group, slot);
         if let Err(error) = self.superblock.write(slots).await {
@@ -408,7 +444,12 @@ impl<S: Storage> Shard<S> {
     }
 
     /// Appends a prepare received from the primary (held when it arrives early).
-    pub fn append_received(&mut self, group: u64, header: &Header, body: &[u8]) -> Result<Vec<u64>> {
+    pub fn append_received(
+        &mut self,
+        group: u64,
+        header: &Header,
+        body: &[u8],
+    ) -> Result<Vec<u64>> {
         self.check_serving()?;
         let persisted = self.log(group)?.config().durability == Durability::Persisted;
         if persisted && !self.journal.has_room(header.size as usize) {
@@ -460,7 +501,8 @@ impl<S: Storage> Shard<S> {
         let mut group_targets = Vec::new();
         let mut checkpoints = BTreeMap::new();
         for (&id, log) in &mut self.groups {
-            let checkpoint = self.checkpoint_wanted.contains(&id) || log.bytes_since_checkpoint() >= interval;
+            let checkpoint =
+                self.checkpoint_wanted.contains(&id) || log.bytes_since_checkpoint() >= interval;
             if let Some(job) = log.begin_flush(checkpoint) {
                 if let Some(candidate) = job.checkpoint() {
                     checkpoints.insert(id, candidate);
@@ -556,7 +598,11 @@ impl<S: Storage> Shard<S> {
                     }
                 }
                 Err(error) => {
-                    if self.failed.is_none() && !report.storage_full && report.failed.is_empty() && journal_ok {
+                    if self.failed.is_none()
+                        && !report.storage_full
+                        && report.failed.is_empty()
+                        && journal_ok
+                    {
                         self.failed = Some(error.to_string());
                     }
                     // Slots stay dirty so a retry carries them.
@@ -573,7 +619,11 @@ impl<S: Storage> Shard<S> {
                 Durability::Replicated => log.written_op().min(target),
                 Durability::Persisted => {
                     let journaled = done.journaled.iter().any(|(g, _)| *g == group);
-                    if journaled && journal_ok { target.min(log.head_op()) } else { self.durable[&group] }
+                    if journaled && journal_ok {
+                        target.min(log.head_op())
+                    } else {
+                        self.durable[&group]
+                    }
                 }
             };
             let entry = self.durable.entry(group).or_insert(0);
@@ -660,7 +710,10 @@ impl<S: Storage> Shard<S> {
 
     fn check_serving(&self) -> Result<()> {
         match &self.failed {
-            Some(reason) => Err(Error::Faulty { group: u64::MAX, reason: format!("shard storage failed: {reason}") }),
+            Some(reason) => Err(Error::Faulty {
+                group: u64::MAX,
+                reason: format!("shard storage failed: {reason}"),
+            }),
             None => Ok(()),
         }
     }
@@ -684,7 +737,10 @@ fn unknown(group: u64) -> Error {
 }
 
 /// Awaits two futures concurrently.
-async fn join2<A: std::future::Future, B: std::future::Future>(a: A, b: B) -> (A::Output, B::Output) {
+async fn join2<A: std::future::Future, B: std::future::Future>(
+    a: A,
+    b: B,
+) -> (A::Output, B::Output) {
     let mut a = std::pin::pin!(a);
     let mut b = std::pin::pin!(b);
     let mut out_a = None;
@@ -708,4 +764,3 @@ async fn join2<A: std::future::Future, B: std::future::Future>(a: A, b: B) -> (A
     })
     .await
 }
-

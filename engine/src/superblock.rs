@@ -389,7 +389,12 @@ impl<F: StorageFile> Superblock<F> {
         };
         let encoded = encode_version(&next, self.copy_size_bytes);
         next.checksum = u32::from_le_bytes(encoded[..4].try_into().expect("4 bytes"));
-        Ok(SuperblockWrite { file: Rc::clone(&self.file), bytes: self.block_image(&encoded), copy_size_bytes: self.copy_size_bytes, next })
+        Ok(SuperblockWrite {
+            file: Rc::clone(&self.file),
+            bytes: self.block_image(&encoded),
+            copy_size_bytes: self.copy_size_bytes,
+            next,
+        })
     }
 
     /// Adopts a version whose write completed.
@@ -429,13 +434,19 @@ impl<F: StorageFile> SuperblockWrite<F> {
     }
 }
 
-async fn write_copies<F: StorageFile>(file: &F, bytes: &Bytes, copy_size_bytes: usize) -> Result<()> {
+async fn write_copies<F: StorageFile>(
+    file: &F,
+    bytes: &Bytes,
+    copy_size_bytes: usize,
+) -> Result<()> {
     for copy in 0..COPIES {
         let offset = (copy * copy_size_bytes) as u64;
         file.write_at(bytes.clone(), offset)
             .await
             .map_err(|e| Error::io(format!("writing superblock copy {copy}"), e))?;
-        file.sync_data().await.map_err(|e| Error::io(format!("syncing superblock copy {copy}"), e))?;
+        file.sync_data()
+            .await
+            .map_err(|e| Error::io(format!("syncing superblock copy {copy}"), e))?;
     }
     Ok(())
 }

@@ -1,0 +1,152 @@
+//! The shard store end to end on the simulated disk: appends, flushes, reads by offset, op and
+//! time, restart, roll, retention and truncation.
+
+use shoal_engine::batch::BatchBuilder;
+use shoal_engine::record::build_prepare;
+use shoal_engine::shard::{Shard, ShardConfig};
+use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
+use shoal_engine::superblock::{Durability, GroupConfig};
+use shoal_engine::wire::Prepare;
+use std::path::Path;
+
+const GROUP: u64 = 7;
+
+fn group_config(durability: Durability) -> GroupConfig {
+    GroupConfig {
+        durability,
+        segment_size_bytes: 1 << 20,
+        record_size_bytes_max: 64 << 10,
+        ..GroupConfig::default()
+    }
+}
+
+fn batch(records: u32, value_len: usize, timestamp_ms: i64) -> bytes::Bytes {
+    let mut builder = BatchBuilder::new(timestamp_ms);
+    let value = vec![b'v'; value_len];
+    for i in 0..records {
+        builder.push(timestamp_ms + i64::from(i), None, Some(&value), &[]);
+    }
+    builder.build()
+}
+
+fn append(shard: &mut Shard<SimStorage>, records: u32, value_len: usize, append_ms: i64) -> u64 {
+    let next = shard.next(GROUP).unwrap();
+    let body = batch(records, value_len, append_ms);
+    let fields = Prepare { record_count: records, append_time_ms: append_ms, ..Prepare::default() };
+    let header = build_prepare(&next, 1, 0, fields, &body);
+    shard.append(GROUP, &header, &body).unwrap();
+    next.op
+}
+
+fn open(sim: &Sim, dir: &Path) -> Shard<SimStorage> {
+    let (shard, report) =
+        sim.block_on(Shard::open(sim.storage(), dir, ShardConfig::small())).unwrap();
+    assert!(report.groups.iter().all(|g| g.corruption.is_none()), "{report:?}");
+    shard
+}
+
+#[test]
+fn appends_survive_flush_and_restart_and_read_back_by_offset_op_and_time() {
+    for durability in [Durability::Replicated, Durability::Persisted] {
+        let sim = Sim::new(1, SimConfig::default());
+        let dir = Path::new("/data/shard-0");
+        let mut shard = open(&sim, dir);
+        sim.block_on(shard.create_group(GROUP, group_config(durability))).unwrap();
+        for i in 0..200 {
+            append(&mut shard, 3, 100, 1_000 + i);
+            if i % 7 == 0 {
+                let report = sim.block_on(shard.flush()).unwrap();
+                assert!(report.failed.is_empty(), "{report:?}");
+            }
+        }
+        let report = sim.block_on(shard.flush()).unwrap();
+        eprintln!(
+            "{report:?} {:?} head {} written {}",
+            shard.counters(),
+            shard.group(GROUP).unwrap().head_op(),
+            shard.group(GROUP).unwrap().written_op()
+        );
+        assert!(report.failed.is_empty());
+        assert_eq!(shard.durable_op(GROUP), Some(200));
+        let log = shard.group_mut(GROUP).unwrap();
+        assert_eq!(log.next_offset(), 600);
+        let read = sim.block_on(log.read_offset(301, 1)).unwrap();
+        assert_eq!(read.len(), 1);
+        assert_eq!(read[0].base_offset(), 300);
+        let by_op = sim.block_on(log.read_op(57)).unwrap().unwrap();
+        assert_eq!(by_op.base_offset(), 56 * 3);
+        assert_eq!(sim.block_on(log.offset_for_time(1_050)).unwrap(), Some(150));
+        sim.block_on(shard.close()).unwrap();
+
+        let mut shard = open(&sim, dir);
+        assert_eq!(shard.durable_op(GROUP), Some(200));
+        let log = shard.group_mut(GROUP).unwrap();
+        assert_eq!(log.next_offset(), 600);
+        let all = sim.block_on(log.read_offset(0, usize::MAX)).unwrap();
+        assert_eq!(all.len(), 200);
+        for (i, prepare) in all.iter().enumerate() {
+            assert_eq!(prepare.op(), i as u64 + 1);
+            assert_eq!(prepare.body(), batch(3, 100, 1_000 + i as i64));
+        }
+        // Appends continue the chain after restart.
+        append(&mut shard, 1, 10, 5_000);
+        sim.block_on(shard.flush()).unwrap();
+        assert_eq!(shard.durable_op(GROUP), Some(201));
+    }
+}
+
+#[test]
+fn segments_roll_by_size_and_retention_deletes_whole_sealed_segments() {
+    let sim = Sim::new(2, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    let mut shard = open(&sim, dir);
+    let config = GroupConfig { retention_bytes: 2 << 20, ..group_config(Durability::Replicated) };
+    sim.block_on(shard.create_group(GROUP, config)).unwrap();
+    for i in 0..400 {
+        append(&mut shard, 1, 16 << 10, i);
+        if i % 10 == 9 {
+            sim.block_on(shard.flush()).unwrap();
+        }
+    }
+    sim.block_on(shard.flush()).unwrap();
+    let segments = shard.group(GROUP).unwrap().segment_count();
+    assert!(segments >= 6, "400 x 16 KiB in 1 MiB segments: {segments}");
+    let deleted = sim.block_on(shard.enforce_retention(1_000_000)).unwrap();
+    assert!(deleted > 0);
+    let log = shard.group_mut(GROUP).unwrap();
+    assert!(log.size_bytes() <= (2 << 20) + (1 << 20));
+    let first = log.first_offset();
+    assert!(first > 0);
+    let read = sim.block_on(log.read_offset(first, 1)).unwrap();
+    assert_eq!(read[0].base_offset(), first);
+    sim.block_on(shard.close()).unwrap();
+    let mut shard = open(&sim, dir);
+    let log = shard.group_mut(GROUP).unwrap();
+    assert_eq!(log.first_offset(), first);
+    assert_eq!(log.next_offset(), 400);
+    let all = sim.block_on(log.read_offset(first, usize::MAX)).unwrap();
+    assert_eq!(all.len() as u64, 400 - first);
+}
+
+#[test]
+fn truncation_is_durable_and_never_resurrects_an_op() {
+    for durability in [Durability::Replicated, Durability::Persisted] {
+        let sim = Sim::new(3, SimConfig::default());
+        let dir = Path::new("/data/shard-0");
+        let mut shard = open(&sim, dir);
+        sim.block_on(shard.create_group(GROUP, group_config(durability))).unwrap();
+        for i in 0..50 {
+            append(&mut shard, 2, 50, i);
+        }
+        sim.block_on(shard.flush()).unwrap();
+        sim.block_on(shard.truncate_after(GROUP, 30, 2)).unwrap();
+        assert_eq!(shard.group(GROUP).unwrap().head_op(), 30);
+        // A power loss right now must not bring ops 31.. back.
+        sim.crash();
+        let mut shard = open(&sim, dir);
+        let log = shard.group_mut(GROUP).unwrap();
+        assert_eq!(log.head_op(), 30, "{durability:?}");
+        assert!(sim.block_on(log.read_op(31)).unwrap().is_none());
+        assert_eq!(log.next_offset(), 60);
+    }
+}
