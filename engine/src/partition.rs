@@ -276,6 +276,18 @@ impl<S: Storage> FlushJob<S> {
                 .await
                 .map_err(|e| Error::io(format!("syncing {}", self.dir.display()), e))?;
         }
+        // Segments settled after a restart were never opened: open them for their final sync.
+        for (base, _) in &self.settle {
+            if !self.files.contains_key(base) && !created.iter().any(|(b, _)| b == base) {
+                let path = self.dir.join(log_name(*base));
+                let file = self
+                    .storage
+                    .open(&path, OpenMode::ReadWrite, true)
+                    .await
+                    .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+                created.push((*base, Rc::new(file)));
+            }
+        }
         let file_of = |base: u64| -> Rc<S::File> {
             self.files
                 .get(&base)

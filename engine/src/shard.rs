@@ -239,11 +239,13 @@ impl<S: Storage> Shard<S> {
             .create_dir_all(dir)
             .await
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-        if let Some(parent) = dir.parent() {
+        // Every directory on the way may have just been created: make each entry durable, or a
+        // power loss could take the whole shard directory with it.
+        for ancestor in dir.ancestors().skip(1) {
             storage
-                .sync_dir(parent)
+                .sync_dir(ancestor)
                 .await
-                .map_err(|e| Error::io("syncing the data directory", e))?;
+                .map_err(|e| Error::io(format!("syncing {}", ancestor.display()), e))?;
         }
         let identity = Identity {
             cluster: config.cluster,
