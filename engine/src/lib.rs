@@ -9,6 +9,7 @@
 pub mod batch;
 mod chunk;
 mod error;
+pub mod inspect;
 mod join;
 pub mod journal;
 pub mod partition;

@@ -728,6 +728,12 @@ impl<S: Storage> Shard<S> {
     }
 }
 
+/// The directory of shard `shard` inside a node's data directory.
+#[must_use]
+pub fn shard_dir(data_dir: &Path, shard: u32) -> PathBuf {
+    data_dir.join(format!("shard-{shard}"))
+}
+
 /// The directory of a group inside a shard directory.
 #[must_use]
 pub fn group_dir(shard_dir: &Path, group: u64) -> PathBuf {

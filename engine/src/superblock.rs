@@ -35,7 +35,8 @@ const OFF_SHARD: usize = OFF_NODE + 8;
 const OFF_SHARD_COUNT: usize = OFF_SHARD + 4;
 const OFF_SLOT_COUNT: usize = OFF_SHARD_COUNT + 4;
 const OFF_VERSION: usize = OFF_SLOT_COUNT + 4;
-const OFF_HEADER_RESERVED: usize = OFF_VERSION + 1;
+const OFF_SLOTS_MAX: usize = OFF_VERSION + 4;
+const OFF_HEADER_RESERVED: usize = OFF_SLOTS_MAX + 4;
 /// Bytes of the copy header.
 pub const HEADER_SIZE_BYTES: usize = 64;
 const _: () = assert!(OFF_HEADER_RESERVED <= HEADER_SIZE_BYTES);
@@ -246,6 +247,8 @@ pub struct SuperblockState {
     pub checksum: u32,
     /// Checksum of the previous version (0 for the first).
     pub parent: u32,
+    /// The slot table's bound, which fixes the size of each copy's region.
+    pub slots_max: usize,
     /// Per-group control state, keyed by group id.
     pub groups: BTreeMap<u64, GroupSlot>,
 }
@@ -289,6 +292,7 @@ impl<F: StorageFile> Superblock<F> {
                 sequence: 0,
                 checksum: 0,
                 parent: 0,
+                slots_max,
                 groups: BTreeMap::new(),
             },
             writes: 0,
@@ -303,7 +307,7 @@ impl<F: StorageFile> Superblock<F> {
         }
 
         let copies = read_copies(&*superblock.file, copy_size_bytes).await?;
-        let decoded: Vec<_> = copies.iter().map(|bytes| decode_copy(bytes, slots_max)).collect();
+        let decoded: Vec<_> = copies.iter().map(|bytes| decode_copy(bytes)).collect();
         let newest = decoded
             .iter()
             .filter_map(|copy| copy.as_ref().ok())
@@ -320,6 +324,13 @@ impl<F: StorageFile> Superblock<F> {
                 reason: format!("no valid superblock copy: {}", reasons.join("; ")),
             }));
         };
+        if newest.slots_max != slots_max {
+            return Err(Error::Mismatch(format!(
+                "{} was created with groups_max {}, the configuration says {slots_max}",
+                superblock.path.display(),
+                newest.slots_max
+            )));
+        }
         if newest.identity != identity {
             return Err(Error::Mismatch(format!(
                 "{} belongs to {:?}, this server is {:?} (a changed shard count needs an offline \
@@ -385,6 +396,7 @@ impl<F: StorageFile> Superblock<F> {
             sequence: self.state.sequence + 1,
             checksum: 0,
             parent: self.state.checksum,
+            slots_max: self.slots_max,
             groups,
         };
         let encoded = encode_version(&next, self.copy_size_bytes);
@@ -495,6 +507,8 @@ fn encode_version(state: &SuperblockState, copy_size_bytes: usize) -> Vec<u8> {
     let slot_count = u32::try_from(state.groups.len()).expect("slot count bounded by slots_max");
     bytes[OFF_SLOT_COUNT..OFF_SLOT_COUNT + 4].copy_from_slice(&slot_count.to_le_bytes());
     bytes[OFF_VERSION] = VERSION;
+    let slots_max = u32::try_from(state.slots_max).expect("slots_max fits u32");
+    bytes[OFF_SLOTS_MAX..OFF_SLOTS_MAX + 4].copy_from_slice(&slots_max.to_le_bytes());
     for (index, slot) in state.groups.values().enumerate() {
         let start = HEADER_SIZE_BYTES + index * SLOT_SIZE_BYTES;
         encode_slot(&mut bytes[start..start + SLOT_SIZE_BYTES], slot);
@@ -529,12 +543,16 @@ fn encode_slot(bytes: &mut [u8], slot: &GroupSlot) {
 
 /// Decodes one copy's bytes: checks the checksum before trusting any field, then the version,
 /// the slot count bound and every slot. Errors are human-readable reasons (the copy is invalid).
-pub fn decode_copy(bytes: &[u8], slots_max: usize) -> Result<SuperblockState, String> {
+///
+/// The copy names its own slot bound (`slots_max`), so a reader needs no configuration; the
+/// bound is checked against the bytes at hand before any slot is read.
+pub fn decode_copy(bytes: &[u8]) -> Result<SuperblockState, String> {
     if bytes.len() < HEADER_SIZE_BYTES {
         return Err(format!("copy is {} bytes, shorter than its header", bytes.len()));
     }
     let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
     let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let slots_max = u32_at(OFF_SLOTS_MAX) as usize;
     let slot_count = u32_at(OFF_SLOT_COUNT) as usize;
     if slot_count > slots_max {
         return Err(format!("slot count {slot_count} exceeds the bound {slots_max}"));
@@ -600,6 +618,7 @@ pub fn decode_copy(bytes: &[u8], slots_max: usize) -> Result<SuperblockState, St
         sequence: u64_at(OFF_SEQUENCE),
         checksum: stored,
         parent: u32_at(OFF_PARENT),
+        slots_max,
         groups,
     })
 }
