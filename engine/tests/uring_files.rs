@@ -35,7 +35,8 @@ fn append(shard: &mut Shard<UringStorage>, group: u64, count: u64, len: usize) {
     for _ in 0..count {
         let next = shard.next(group).unwrap();
         let body = body(next.op, len);
-        let fields = Prepare { record_count: 1, append_time_ms: next.op as i64, ..Prepare::default() };
+        let fields =
+            Prepare { record_count: 1, append_time_ms: next.op as i64, ..Prepare::default() };
         let header = build_prepare(&next, 1, 0, fields, &body);
         shard.append(group, &header, &body).unwrap();
     }

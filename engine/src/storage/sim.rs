@@ -322,6 +322,16 @@ impl Sim {
         self.with_file(path, |file| file.fail_next_sync = true);
     }
 
+    /// Changes the disk's capacity (a full disk being cleaned up, or filling up).
+    pub fn set_capacity_bytes(&self, capacity_bytes: u64) {
+        self.shared.disk.borrow_mut().config.capacity_bytes = capacity_bytes;
+    }
+
+    /// Bytes held by all files now (what the capacity bounds).
+    pub fn used_bytes(&self) -> u64 {
+        self.shared.disk.borrow().used_bytes()
+    }
+
     /// The counters so far.
     #[must_use]
     pub fn stats(&self) -> SimStats {

@@ -1,0 +1,309 @@
+//! Faults and bounds on the simulated disk: corruption before the torn window (reported with
+//! file, byte position and offset, never truncated), a synced journal entry lost, disk full
+//! (clean, retryable, resumes by itself), an I/O error (fail-stop for that group only), and the
+//! engine's limits each exercised at their bound.
+
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use shoal_engine::Error;
+use shoal_engine::record::build_prepare;
+use shoal_engine::shard::{RecoveryReport, Shard, ShardConfig, group_dir};
+use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
+use shoal_engine::superblock::{Durability, GroupConfig};
+use shoal_engine::wire::{HEADER_SIZE, Prepare};
+
+const DIR: &str = "/data/shard-0";
+
+fn group_config(durability: Durability) -> GroupConfig {
+    GroupConfig {
+        durability,
+        segment_size_bytes: 1 << 20,
+        record_size_bytes_max: 32 << 10,
+        ..GroupConfig::default()
+    }
+}
+
+fn body(op: u64, len: usize) -> Bytes {
+    (0..len).map(|i| (i as u64 ^ op.wrapping_mul(31)) as u8).collect::<Vec<u8>>().into()
+}
+
+fn try_append(shard: &mut Shard<SimStorage>, group: u64, len: usize) -> Result<u64, Error> {
+    let next = shard.next(group)?;
+    let body = body(next.op, len);
+    let fields = Prepare { record_count: 2, append_time_ms: next.op as i64, ..Prepare::default() };
+    let header = build_prepare(&next, 1, 0, fields, &body);
+    shard.append(group, &header, &body).map(|()| next.op)
+}
+
+fn append(shard: &mut Shard<SimStorage>, group: u64, count: u64, len: usize) {
+    for _ in 0..count {
+        try_append(shard, group, len).unwrap();
+    }
+}
+
+fn open_with(sim: &Sim, config: ShardConfig) -> (Shard<SimStorage>, RecoveryReport) {
+    sim.block_on(Shard::open(sim.storage(), Path::new(DIR), config)).unwrap()
+}
+
+fn open(sim: &Sim) -> (Shard<SimStorage>, RecoveryReport) {
+    open_with(sim, ShardConfig::small())
+}
+
+fn segment_files(sim: &Sim, group: u64) -> Vec<PathBuf> {
+    let dir = group_dir(Path::new(DIR), group);
+    let mut files: Vec<PathBuf> = sim
+        .paths()
+        .into_iter()
+        .filter(|path| path.parent() == Some(&dir) && path.extension().is_some_and(|e| e == "log"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn populated(seed: u64, durability: Durability) -> Sim {
+    let sim = Sim::new(seed, SimConfig::default());
+    let (mut shard, _) = open(&sim);
+    sim.block_on(shard.create_group(1, group_config(durability))).unwrap();
+    for _ in 0..20 {
+        append(&mut shard, 1, 10, 6000);
+        sim.block_on(shard.flush()).unwrap();
+    }
+    sim.block_on(shard.close()).unwrap();
+    sim
+}
+
+#[test]
+fn corrupt_record_in_checkpoint_segment_is_reported_at_recovery_never_truncated() {
+    for durability in [Durability::Replicated, Durability::Persisted] {
+        let sim = populated(11, durability);
+        let last = segment_files(&sim, 1).pop().unwrap();
+        let contents = sim.durable_contents(&last).unwrap();
+        let used = contents.iter().rposition(|&b| b != 0).unwrap() as u64;
+        sim.corrupt(&last, used / 2, 3);
+        let damaged = sim.durable_contents(&last).unwrap();
+        let (mut shard, report) = open(&sim);
+        let corruption = report.groups[0].corruption.clone().expect("reported");
+        assert_eq!(corruption.file, last);
+        assert!(corruption.position_bytes <= used / 2, "{corruption}");
+        assert!(corruption.offset.is_some(), "{corruption}");
+        let log = shard.group_mut(1).unwrap();
+        assert!(matches!(sim.block_on(log.read_offset(0, 1)), Err(Error::Faulty { .. })));
+        drop(shard);
+        assert_eq!(sim.durable_contents(&last).unwrap(), damaged, "never truncated or rewritten");
+    }
+}
+
+#[test]
+fn corrupt_record_in_sealed_segment_is_reported_by_the_read_that_meets_it() {
+    let sim = populated(12, Durability::Replicated);
+    let first = segment_files(&sim, 1).remove(0);
+    sim.corrupt(&first, 100_000, 0);
+    let (mut shard, report) = open(&sim);
+    assert!(report.groups[0].corruption.is_none(), "sealed segments are trusted by their index");
+    let log = shard.group_mut(1).unwrap();
+    let error = sim.block_on(log.read_offset(0, usize::MAX)).unwrap_err();
+    let Error::Corruption(corruption) = error else { panic!("{error}") };
+    assert_eq!(corruption.file, first);
+    assert!(corruption.position_bytes <= 100_000 && corruption.position_bytes + 7000 > 100_000);
+    assert!(corruption.offset.is_some());
+    // Fail-stop: the group refuses further reads.
+    assert!(matches!(sim.block_on(log.read_offset(0, 1)), Err(Error::Faulty { .. })));
+}
+
+#[test]
+fn corrupt_synced_journal_entry_makes_persisted_suffix_faulty_not_absent() {
+    let sim = Sim::new(13, SimConfig::default());
+    let (mut shard, _) = open(&sim);
+    sim.block_on(shard.create_group(1, group_config(Durability::Persisted))).unwrap();
+    for _ in 0..4 {
+        append(&mut shard, 1, 3, 5000);
+        sim.block_on(shard.flush()).unwrap();
+    }
+    drop(shard);
+    // The first cycle's first entry: synced, and later entries say so.
+    sim.corrupt(&Path::new(DIR).join("journal"), 300, 1);
+    let (_, report) = open(&sim);
+    let corruption = report.journal_corruption.expect("a synced journal entry is gone");
+    assert!(corruption.file.ends_with("journal"));
+    assert_eq!(report.groups[0].faulty.suffix_from, Some(report.groups[0].head_op + 1));
+}
+
+#[test]
+fn disk_full_is_clean_retryable_and_resumes_by_itself() {
+    let sim = Sim::new(14, SimConfig::default());
+    let (mut shard, _) = open(&sim);
+    sim.block_on(shard.create_group(1, group_config(Durability::Persisted))).unwrap();
+    sim.block_on(shard.create_group(2, group_config(Durability::Replicated))).unwrap();
+    append(&mut shard, 1, 5, 1000);
+    append(&mut shard, 2, 5, 1000);
+    sim.block_on(shard.flush()).unwrap();
+    // The disk fills: the next space made ready ahead of the tail fails.
+    sim.set_capacity_bytes(sim.used_bytes() + 1000);
+    let mut storage_full = false;
+    for _ in 0..200 {
+        match try_append(&mut shard, 2, 8000) {
+            Ok(_) => {}
+            Err(Error::StorageFull) => {
+                storage_full = true;
+                break;
+            }
+            Err(error) => panic!("{error}"),
+        }
+        let report = sim.block_on(shard.flush()).unwrap();
+        if report.storage_full {
+            storage_full = true;
+        }
+    }
+    assert!(storage_full, "disk full must surface as StorageFull");
+    assert!(matches!(try_append(&mut shard, 2, 100), Err(Error::StorageFull)));
+    // Other groups keep serving reads.
+    let log = shard.group_mut(1).unwrap();
+    assert_eq!(sim.block_on(log.read_offset(0, usize::MAX)).unwrap().len(), 5);
+    // Space comes back: pending writes complete and appends resume without intervention.
+    sim.set_capacity_bytes(u64::MAX);
+    let report = sim.block_on(shard.flush()).unwrap();
+    assert!(!report.storage_full, "{report:?}");
+    let op = try_append(&mut shard, 2, 100).unwrap();
+    sim.block_on(shard.flush()).unwrap();
+    assert_eq!(shard.durable_op(2), Some(op));
+    sim.block_on(shard.close()).unwrap();
+    let (shard, report) = open(&sim);
+    assert!(report.groups.iter().all(|g| g.corruption.is_none()));
+    assert_eq!(shard.group(2).unwrap().head_op(), op, "no acknowledged write lost");
+}
+
+#[test]
+fn write_error_stops_only_its_group() {
+    let sim = Sim::new(15, SimConfig::default());
+    let (mut shard, _) = open(&sim);
+    sim.block_on(shard.create_group(1, group_config(Durability::Replicated))).unwrap();
+    sim.block_on(shard.create_group(2, group_config(Durability::Replicated))).unwrap();
+    append(&mut shard, 1, 2, 100);
+    append(&mut shard, 2, 2, 100);
+    sim.block_on(shard.flush()).unwrap();
+    sim.fail_next_write(&segment_files(&sim, 1)[0]);
+    append(&mut shard, 1, 1, 100);
+    append(&mut shard, 2, 1, 100);
+    let report = sim.block_on(shard.flush()).unwrap();
+    assert_eq!(report.failed.len(), 1, "{report:?}");
+    assert_eq!(report.failed[0].0, 1);
+    assert_eq!(shard.durable_op(2), Some(3));
+    assert!(matches!(try_append(&mut shard, 1, 10), Err(Error::Faulty { .. })));
+    append(&mut shard, 2, 1, 100);
+    sim.block_on(shard.flush()).unwrap();
+    assert_eq!(shard.durable_op(2), Some(4));
+    // Reopening recovers the failed group (fail-stop until recovered).
+    drop(shard);
+    let (mut shard, _) = open(&sim);
+    try_append(&mut shard, 1, 10).unwrap();
+}
+
+#[test]
+fn segment_fills_to_exactly_its_size_then_rolls() {
+    let sim = Sim::new(16, SimConfig::default());
+    let (mut shard, _) = open(&sim);
+    sim.block_on(shard.create_group(1, group_config(Durability::Replicated))).unwrap();
+    // 32 records of exactly 32 KiB fill a 1 MiB segment to the byte.
+    let len = (32 << 10) - HEADER_SIZE;
+    for _ in 0..4 {
+        append(&mut shard, 1, 8, len);
+        sim.block_on(shard.flush()).unwrap();
+    }
+    assert_eq!(shard.group(1).unwrap().segment_count(), 1);
+    assert_eq!(shard.group(1).unwrap().size_bytes(), 1 << 20);
+    append(&mut shard, 1, 1, 1);
+    assert_eq!(shard.group(1).unwrap().segment_count(), 2);
+    sim.block_on(shard.close()).unwrap();
+    let (mut shard, _) = open(&sim);
+    let log = shard.group_mut(1).unwrap();
+    assert_eq!(log.segment_count(), 2);
+    assert_eq!(sim.block_on(log.read_offset(0, usize::MAX)).unwrap().len(), 33);
+}
+
+#[test]
+fn record_larger_than_the_group_bound_is_refused() {
+    let sim = Sim::new(17, SimConfig::default());
+    let (mut shard, _) = open(&sim);
+    sim.block_on(shard.create_group(1, group_config(Durability::Replicated))).unwrap();
+    let len = (32 << 10) - HEADER_SIZE;
+    try_append(&mut shard, 1, len).unwrap();
+    assert!(matches!(try_append(&mut shard, 1, len + 1), Err(Error::Invalid(_))));
+    assert_eq!(shard.group(1).unwrap().head_op(), 1, "nothing of the refused record stays");
+}
+
+#[test]
+fn ring_at_its_entry_and_byte_limits_applies_backpressure_then_evicts_written() {
+    let sim = Sim::new(18, SimConfig::default());
+    let mut config = ShardConfig::small();
+    config.ring.entries_max = 8;
+    config.ring.bytes_max = 64 << 10;
+    let (mut shard, _) = open_with(&sim, config);
+    sim.block_on(shard.create_group(1, group_config(Durability::Replicated))).unwrap();
+    append(&mut shard, 1, 8, 100);
+    assert!(matches!(try_append(&mut shard, 1, 100), Err(Error::LimitReached(_))), "entries");
+    sim.block_on(shard.flush()).unwrap();
+    append(&mut shard, 1, 8, 100);
+    assert_eq!(shard.group(1).unwrap().ring().len(), 8);
+    sim.block_on(shard.flush()).unwrap();
+    // Bytes: 64 KiB holds two 30 KiB prepares, not three.
+    append(&mut shard, 1, 2, 30_000);
+    assert!(matches!(try_append(&mut shard, 1, 30_000), Err(Error::LimitReached(_))), "bytes");
+    sim.block_on(shard.flush()).unwrap();
+    try_append(&mut shard, 1, 30_000).unwrap();
+    // Evicted prepares are read from disk, identical.
+    let log = shard.group_mut(1).unwrap();
+    let all = sim.block_on(log.read_offset(0, usize::MAX)).unwrap();
+    assert_eq!(all.len(), 19);
+    for prepare in all {
+        assert_eq!(prepare.body(), body(prepare.op(), prepare.body().len()));
+    }
+}
+
+#[test]
+fn groups_held_prepares_and_journal_have_bounds() {
+    let sim = Sim::new(19, SimConfig::default());
+    let mut config = ShardConfig::small();
+    config.groups_max = 2;
+    config.held_prepares_max = 2;
+    config.journal_size_bytes = 256 << 10;
+    let (mut shard, _) = open_with(&sim, config);
+    sim.block_on(shard.create_group(1, group_config(Durability::Persisted))).unwrap();
+    sim.block_on(shard.create_group(2, group_config(Durability::Replicated))).unwrap();
+    assert!(matches!(
+        sim.block_on(shard.create_group(3, group_config(Durability::Replicated))),
+        Err(Error::LimitReached(_))
+    ));
+    // Out-of-order prepares wait in memory, at most two of them.
+    let next = shard.next(2).unwrap();
+    let mut early = Vec::new();
+    for gap in 2..5u64 {
+        let future = shoal_engine::record::ChainNext { op: next.op + gap, ..next };
+        let body = body(future.op, 10);
+        early.push((build_prepare(&future, 1, 0, Prepare::default(), &body), body));
+    }
+    shard.append_received(2, &early[0].0, &early[0].1).unwrap();
+    shard.append_received(2, &early[1].0, &early[1].1).unwrap();
+    assert!(matches!(
+        shard.append_received(2, &early[2].0, &early[2].1),
+        Err(Error::LimitReached(_))
+    ));
+    assert_eq!(shard.group(2).unwrap().held_count(), 2);
+    // The journal refuses entries that would overwrite ones not yet checkpointed; a flush with
+    // checkpoints frees it.
+    let mut refused = false;
+    for _ in 0..200 {
+        match try_append(&mut shard, 1, 20_000) {
+            Ok(_) => {}
+            Err(Error::LimitReached(_)) => {
+                refused = true;
+                break;
+            }
+            Err(error) => panic!("{error}"),
+        }
+    }
+    assert!(refused, "the journal is bounded");
+    sim.block_on(shard.flush()).unwrap();
+    sim.block_on(shard.flush()).unwrap();
+    try_append(&mut shard, 1, 20_000).unwrap();
+}
