@@ -370,12 +370,22 @@ pub struct DiskRead<S: Storage> {
     group: u64,
     record_size_bytes_max: usize,
     scan_window_bytes: usize,
-    /// (segment base offset, open file if any, scan start, written end) in order.
-    segments: Vec<(u64, Option<Rc<S::File>>, u64, u64)>,
+    /// The segments to scan, in order.
+    segments: Vec<PlannedSegment<S::File>>,
     bytes_max: usize,
     want: Want,
     /// The read stopped at the written end of the log: continue from the ring.
     continue_in_ring: bool,
+}
+
+/// One segment a disk read scans.
+struct PlannedSegment<F> {
+    base_offset: u64,
+    /// The open file, when the log holds one (else the read opens it by name).
+    file: Option<Rc<F>>,
+    start_bytes: u64,
+    /// Where the bytes on file end (later ones are only in memory yet).
+    written_end_bytes: u64,
 }
 
 /// What a read looks for first.
@@ -434,10 +444,10 @@ impl<S: Storage> DiskRead<S> {
         reached_written_end: &mut bool,
     ) -> Result<()> {
         let mut bytes = 0usize;
-        for (base, file, start, written_end) in &self.segments {
-            let path = self.dir.join(log_name(*base));
+        for planned in &self.segments {
+            let path = self.dir.join(log_name(planned.base_offset));
             let opened;
-            let file: &S::File = match file {
+            let file: &S::File = match &planned.file {
                 Some(file) => file,
                 None => match self.storage.open(&path, OpenMode::Read, true).await {
                     Ok(file) => {
@@ -454,8 +464,8 @@ impl<S: Storage> DiskRead<S> {
             let mut scanner = Scanner::new(file, self.scan_window_bytes)
                 .await
                 .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-            let mut position = *start;
-            while position < *written_end {
+            let mut position = planned.start_bytes;
+            while position < planned.written_end_bytes {
                 let record = scanner
                     .record_at(position, self.record_size_bytes_max)
                     .await
@@ -735,12 +745,12 @@ impl<S: Storage> PartitionLog<S> {
         for meta in &self.segments[segment..] {
             let written_end = self.written_end(meta);
             if written_end > start {
-                segments.push((
-                    meta.base_offset,
-                    self.files.get(&meta.base_offset).cloned(),
-                    start,
-                    written_end,
-                ));
+                segments.push(PlannedSegment {
+                    base_offset: meta.base_offset,
+                    file: self.files.get(&meta.base_offset).cloned(),
+                    start_bytes: start,
+                    written_end_bytes: written_end,
+                });
             }
             if written_end < meta.end_bytes {
                 break;
@@ -1637,11 +1647,10 @@ impl<S: Storage> PartitionLog<S> {
             }
         }
 
-        let mut remaining = window_bases.into_iter().peekable();
         let mut chain_ended = false;
         let mut first_in_window = true;
         let mut leftover = Vec::new();
-        while let Some(base) = remaining.next() {
+        for base in window_bases {
             if chain_ended {
                 leftover.push(base);
                 continue;

@@ -622,3 +622,113 @@ pub fn decode_copy(bytes: &[u8]) -> Result<SuperblockState, String> {
         groups,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::sim::{Sim, SimConfig, SimStorage};
+
+    const SLOTS: usize = 16;
+
+    fn identity() -> Identity {
+        Identity { cluster: 9, node: 1, shard: 0, shard_count: 1 }
+    }
+
+    fn groups(count: u64, view: u32) -> BTreeMap<u64, GroupSlot> {
+        (0..count)
+            .map(|group| {
+                let slot = GroupSlot { group, view, log_view: view, ..GroupSlot::default() };
+                (group, slot)
+            })
+            .collect()
+    }
+
+    fn open(sim: &Sim) -> Result<(Superblock<<SimStorage as Storage>::File>, Vec<CopyStatus>)> {
+        let storage = sim.storage();
+        sim.block_on(async {
+            storage.create_dir_all(Path::new("/s")).await.expect("mkdir");
+            storage.sync_dir(Path::new("/")).await.expect("sync root");
+            Superblock::open(&storage, Path::new("/s"), identity(), SLOTS).await
+        })
+    }
+
+    #[test]
+    fn survives_a_crash_between_any_two_of_its_writes() {
+        // One version is 4 writes and 4 syncs; crash after each possible completion.
+        let mut crashed_mid_write = 0;
+        for crash_after in 0..12u64 {
+            for seed in 0..8 {
+                let sim = Sim::new(seed * 100 + crash_after, SimConfig::default());
+                let (mut superblock, _) = open(&sim).expect("create");
+                sim.block_on(superblock.write(groups(3, 1))).expect("version 2");
+                let finished = sim.run_until_crash(superblock.write(groups(5, 2)), crash_after);
+                if finished.is_none() {
+                    crashed_mid_write += 1;
+                }
+                sim.crash();
+                let (superblock, status) = open(&sim).expect("some copy always survives");
+                let state = superblock.state();
+                assert!(state.sequence == 2 || state.sequence == 3, "old or new, nothing else");
+                let expected = if state.sequence == 2 { groups(3, 1) } else { groups(5, 2) };
+                assert_eq!(state.groups, expected);
+                assert_eq!(status.len(), COPIES);
+                // Open rewrote stale and torn copies: a second open finds all current.
+                drop(superblock);
+                let (_, status) = open(&sim).expect("reopen");
+                assert!(
+                    status.iter().all(|s| matches!(s, CopyStatus::Current { .. })),
+                    "{status:?}"
+                );
+            }
+        }
+        assert!(crashed_mid_write >= 40, "the crash points must fall inside the write");
+    }
+
+    #[test]
+    fn corruption_of_any_one_copy_is_survived_and_repaired() {
+        for copy in 0..COPIES {
+            let sim = Sim::new(copy as u64, SimConfig::default());
+            let (mut superblock, _) = open(&sim).expect("create");
+            sim.block_on(superblock.write(groups(4, 7))).expect("write");
+            drop(superblock);
+            let offset = (copy * copy_size_bytes(SLOTS) + 70) as u64;
+            sim.corrupt(Path::new("/s/superblock"), offset, 5);
+            let (superblock, status) = open(&sim).expect("three copies remain");
+            assert_eq!(superblock.state().groups, groups(4, 7));
+            assert!(matches!(status[copy], CopyStatus::Invalid { .. }), "{status:?}");
+            drop(superblock);
+            let (_, status) = open(&sim).expect("reopen");
+            assert!(status.iter().all(|s| matches!(s, CopyStatus::Current { .. })));
+        }
+    }
+
+    #[test]
+    fn every_copy_corrupt_is_corruption_and_a_foreign_directory_is_refused() {
+        let sim = Sim::new(1, SimConfig::default());
+        let (superblock, _) = open(&sim).expect("create");
+        drop(superblock);
+        for copy in 0..COPIES {
+            sim.corrupt(Path::new("/s/superblock"), (copy * copy_size_bytes(SLOTS) + 8) as u64, 0);
+        }
+        assert!(matches!(open(&sim), Err(Error::Corruption(_))));
+
+        let sim = Sim::new(2, SimConfig::default());
+        drop(open(&sim).expect("create"));
+        let storage = sim.storage();
+        let other = Identity { shard_count: 2, ..identity() };
+        let result = sim.block_on(Superblock::open(&storage, Path::new("/s"), other, SLOTS));
+        assert!(matches!(result, Err(Error::Mismatch(_))), "a changed shard count is refused");
+        let result =
+            sim.block_on(Superblock::open(&storage, Path::new("/s"), identity(), SLOTS * 2));
+        assert!(matches!(result, Err(Error::Mismatch(_))), "a changed slot bound is refused");
+    }
+
+    #[test]
+    fn slot_table_is_bounded() {
+        let sim = Sim::new(3, SimConfig::default());
+        let (mut superblock, _) = open(&sim).expect("create");
+        sim.block_on(superblock.write(groups(SLOTS as u64, 1))).expect("at the bound");
+        let result = sim.block_on(superblock.write(groups(SLOTS as u64 + 1, 1)));
+        assert!(matches!(result, Err(Error::LimitReached(_))));
+    }
+}

@@ -61,38 +61,48 @@ fn shard_config() -> ShardConfig {
     }
 }
 
+/// Appends a few prepares of random sizes to each group, then starts a flush.
+fn append_some(
+    rng: &mut SimRng,
+    shard: &Rc<RefCell<Option<Shard<SimStorage>>>>,
+    model: &Model,
+    seed: u64,
+    step: u64,
+) -> Option<shoal_engine::shard::ShardFlush<SimStorage>> {
+    let mut guard = shard.borrow_mut();
+    let shard_ref = guard.as_mut().expect("open");
+    for group in [PERSISTED, REPLICATED] {
+        for _ in 0..rng.below(4) {
+            let next = shard_ref.next(group).expect("group");
+            let len = 1 + rng.below(12_000) as usize;
+            let body: Bytes =
+                (0..len).map(|i| (i as u64 ^ seed ^ next.op) as u8).collect::<Vec<u8>>().into();
+            let view = model.borrow()[&group].view;
+            let fields = Prepare {
+                record_count: 1 + rng.below(5) as u32,
+                append_time_ms: step as i64,
+                ..Prepare::default()
+            };
+            let header = build_prepare(&next, view, 0, fields, &body);
+            match shard_ref.append(group, &header, &body) {
+                Ok(()) => {
+                    let mut model = model.borrow_mut();
+                    let group_model = model.get_mut(&group).expect("model");
+                    group_model.appended.insert(next.op, (next.offset, body));
+                }
+                Err(shoal_engine::Error::LimitReached(_)) => break,
+                Err(error) => panic!("append: {error}"),
+            }
+        }
+    }
+    shard_ref.begin_flush()
+}
+
 /// The workload: appends of random sizes to both groups, flushes, an occasional truncation.
 async fn workload(shard: Rc<RefCell<Option<Shard<SimStorage>>>>, model: Model, seed: u64) {
     let mut rng = SimRng::new(seed);
     for step in 0..400u64 {
-        let mut guard = shard.borrow_mut();
-        let shard_ref = guard.as_mut().expect("open");
-        for group in [PERSISTED, REPLICATED] {
-            for _ in 0..rng.below(4) {
-                let next = shard_ref.next(group).expect("group");
-                let len = 1 + rng.below(12_000) as usize;
-                let body: Bytes =
-                    (0..len).map(|i| (i as u64 ^ seed ^ next.op) as u8).collect::<Vec<u8>>().into();
-                let view = model.borrow()[&group].view;
-                let fields = Prepare {
-                    record_count: 1 + rng.below(5) as u32,
-                    append_time_ms: step as i64,
-                    ..Prepare::default()
-                };
-                let header = build_prepare(&next, view, 0, fields, &body);
-                match shard_ref.append(group, &header, &body) {
-                    Ok(()) => {
-                        let mut model = model.borrow_mut();
-                        let group_model = model.get_mut(&group).expect("model");
-                        group_model.appended.insert(next.op, (next.offset, body));
-                    }
-                    Err(shoal_engine::Error::LimitReached(_)) => break,
-                    Err(error) => panic!("append: {error}"),
-                }
-            }
-        }
-        let flush = shard_ref.begin_flush();
-        drop(guard);
+        let flush = append_some(&mut rng, &shard, &model, seed, step);
         if let Some(flush) = flush {
             let done = flush.run().await;
             let report = shard.borrow_mut().as_mut().expect("open").finish_flush(done);

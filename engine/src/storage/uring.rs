@@ -36,7 +36,11 @@ impl UringStorage {
     /// A backend that never uses direct I/O (the config switch that forces the fallback).
     #[must_use]
     pub fn buffered() -> Self {
-        Self { force_buffered: true, ..Self::default() }
+        Self {
+            force_buffered: true,
+            #[cfg(feature = "write-recorder")]
+            recorder: None,
+        }
     }
 
     /// Records every write, sync and directory change into `recorder`.
