@@ -43,6 +43,12 @@ pub struct Journal<F> {
     head_bytes: u64,
     next_seq: u64,
     durable_seq: u64,
+    /// The highest `durable_seq` carried by a synced entry: cycles up to it are known synced to
+    /// recovery, so damage to them is reported as corruption rather than taken for a torn write.
+    announced_seq: u64,
+    /// The `durable_seq` the pending cycle's entries carry.
+    pending_announces: u64,
+    cluster: u64,
     live: VecDeque<LiveEntry>,
     /// The cycle being filled: entries' bytes, contiguous.
     pending: Vec<u8>,
@@ -58,6 +64,8 @@ pub struct JournalCycle<F> {
     position_bytes: u64,
     bytes: Bytes,
     last_seq: u64,
+    /// The `durable_seq` its entries announce.
+    announces: u64,
 }
 
 impl<F: StorageFile> JournalCycle<F> {
@@ -95,6 +103,7 @@ impl<F: StorageFile> Journal<F> {
     pub async fn open<S: Storage<File = F>>(
         storage: &S,
         dir: &Path,
+        cluster: u64,
         size_bytes: u64,
         record_size_bytes_max: usize,
     ) -> Result<(Self, JournalRecovery)> {
@@ -119,6 +128,9 @@ impl<F: StorageFile> Journal<F> {
             head_bytes: 0,
             next_seq: 1,
             durable_seq: 0,
+            announced_seq: 0,
+            pending_announces: 0,
+            cluster,
             live: VecDeque::new(),
             pending: Vec::new(),
             pending_entries: 0,
@@ -160,7 +172,7 @@ impl<F: StorageFile> Journal<F> {
         let bytes = buffer.freeze();
         let entry_max = HEADER_SIZE + record_size_bytes_max;
         // seq -> (position, outer header, inner header, record)
-        let mut found: BTreeMap<u64, (u64, JournalEntry, Header, Bytes)> = BTreeMap::new();
+        let mut found: BTreeMap<u64, (u64, JournalEntry, Option<Header>, Bytes)> = BTreeMap::new();
         let block = BLOCK_SIZE_BYTES;
         let mut position = 0usize;
         while position + HEADER_SIZE <= bytes.len() {
@@ -202,6 +214,7 @@ impl<F: StorageFile> Journal<F> {
             .next_multiple_of(block as u64)
             % self.size_bytes;
         for (&seq, (position, _, inner, record)) in found.range(tail_seq..) {
+            let Some(inner) = inner else { continue };
             let prepare = prepare_of(inner);
             self.live.push_back(LiveEntry {
                 seq,
@@ -222,6 +235,7 @@ impl<F: StorageFile> Journal<F> {
         // What was found is now made durable, so the next entries may say so.
         self.file.sync_data().await.map_err(|e| Error::io("syncing the journal", e))?;
         self.durable_seq = newest_seq;
+        self.announced_seq = durable_seq;
         Ok(recovery)
     }
 
@@ -265,7 +279,8 @@ impl<F: StorageFile> Journal<F> {
         }
         let tail_seq = self.live.front().map_or(self.next_seq, |entry| entry.seq);
         let fields = JournalEntry { seq: self.next_seq, durable_seq: self.durable_seq, tail_seq };
-        let header = Header::journal_entry(crate::record::cluster_of(record), fields, record);
+        let header = Header::journal_entry(self.cluster, fields, record);
+        self.pending_announces = self.durable_seq;
         self.pending.extend_from_slice(&header.encode());
         self.pending.extend_from_slice(record);
         let position_bytes = cycle_start + (self.pending.len() - entry_size) as u64;
@@ -320,7 +335,31 @@ impl<F: StorageFile> Journal<F> {
             position_bytes,
             bytes: buffer.freeze(),
             last_seq: self.next_seq - 1,
+            announces: self.pending_announces,
         })
+    }
+
+    /// Whether the newest synced cycle is not yet announced by a later synced entry (so a
+    /// latent fault in it would look like a torn write). A marker cycle fixes that.
+    pub fn needs_marker(&self) -> bool {
+        self.durable_seq > self.announced_seq && self.pending_entries == 0 && !self.in_flight
+    }
+
+    /// Adds a marker entry: no prepare, only the announcement of what is durable. The shard
+    /// writes one when the journal goes idle after a sync.
+    pub fn add_marker(&mut self) {
+        if !self.has_room(0) {
+            return;
+        }
+        let (cycle_start, _) = self.placement(0);
+        let tail_seq = self.live.front().map_or(self.next_seq, |entry| entry.seq);
+        let fields = JournalEntry { seq: self.next_seq, durable_seq: self.durable_seq, tail_seq };
+        let header = Header::journal_entry(self.cluster, fields, &[]);
+        self.pending.extend_from_slice(&header.encode());
+        self.pending_start_bytes = cycle_start;
+        self.pending_entries += 1;
+        self.pending_announces = self.durable_seq;
+        self.next_seq += 1;
     }
 
     /// Applies a completed cycle: its entries are durable.
@@ -328,6 +367,7 @@ impl<F: StorageFile> Journal<F> {
         assert!(self.in_flight);
         self.in_flight = false;
         self.durable_seq = cycle.last_seq;
+        self.announced_seq = self.announced_seq.max(cycle.announces);
     }
 
     /// Releases every entry of `group` up to `op` (its checkpoint covers them now).
@@ -369,13 +409,18 @@ impl<F: StorageFile> Journal<F> {
 }
 
 /// Decodes a journal entry at the start of `bytes`: outer header, body checksum, inner prepare.
+/// A marker (no prepare: it only announces what earlier cycles made durable) has no inner header.
 fn decode_entry(
     bytes: &[u8],
     entry_size_bytes_max: usize,
-) -> Option<(Header, JournalEntry, Header)> {
+) -> Option<(Header, JournalEntry, Option<Header>)> {
     let outer = Header::decode_prefix(bytes).ok()?;
     let fields = *outer.as_journal_entry()?;
     let size = outer.size as usize;
+    if size == HEADER_SIZE {
+        outer.verify_body(&[]).ok()?;
+        return Some((outer, fields, None));
+    }
     if size > entry_size_bytes_max || size > bytes.len() || size < 2 * HEADER_SIZE {
         return None;
     }
@@ -385,5 +430,5 @@ fn decode_entry(
     if HEADER_SIZE + inner.size as usize != size || inner.cluster != outer.cluster {
         return None;
     }
-    Some((outer, fields, inner))
+    Some((outer, fields, Some(inner)))
 }

@@ -205,6 +205,8 @@ pub struct PartitionLog<S: Storage> {
     written_appended_bytes: u64,
     checkpoint_appended_bytes: u64,
     flush_in_flight: bool,
+    /// A truncation whose fence is being made durable: the cut op and where it lies.
+    truncation: Option<(u64, Option<Location>)>,
     storage_full: bool,
     faulty: Option<String>,
     faulty_ops: FaultyOps,
@@ -653,42 +655,39 @@ impl<S: Storage> PartitionLog<S> {
         Ok(())
     }
 
-    /// Appends a prepare received from the primary. One that arrives early (a gap before it) is
-    /// held in memory, under a bound, until its predecessors arrive; a duplicate of an appended
-    /// op is ignored. Returns the ops appended by this call.
-    pub fn append_received(&mut self, header: &Header, body: &[u8]) -> Result<Vec<u64>> {
+    /// Holds a prepare received from the primary ahead of its predecessors (a gap before it),
+    /// in memory under a bound, until they arrive. A duplicate or stale op is ignored.
+    pub fn hold(&mut self, header: &Header, body: &[u8]) -> Result<()> {
         self.check_serving()?;
         let prepare = *header.as_prepare().ok_or_else(|| Error::Invalid("not a prepare".into()))?;
-        if prepare.op < self.next.op {
-            return Ok(Vec::new());
+        if prepare.op <= self.next.op || self.held.contains_key(&prepare.op) {
+            return Ok(());
         }
-        if prepare.op > self.next.op {
-            if !self.held.contains_key(&prepare.op) {
-                if self.held.len() >= self.shared.held_prepares_max {
-                    return Err(Error::LimitReached(format!(
-                        "group {}: {} out-of-order prepares already held",
-                        self.group,
-                        self.held.len()
-                    )));
-                }
-                header.verify_body(body).map_err(|e| Error::Invalid(e.to_string()))?;
-                self.held.insert(prepare.op, (*header, Bytes::copy_from_slice(body)));
-            }
-            return Ok(Vec::new());
+        if self.held.len() >= self.shared.held_prepares_max {
+            return Err(Error::LimitReached(format!(
+                "group {}: {} out-of-order prepares already held",
+                self.group,
+                self.held.len()
+            )));
         }
-        self.append(header, body)?;
-        let mut appended = vec![prepare.op];
-        while let Some((header, body)) = self.held.remove(&self.next.op) {
-            match self.append(&header, &body) {
-                Ok(()) => appended.push(prepare_of(&header).op),
-                // A held prepare that does not chain (another primary's) is dropped.
-                Err(Error::Invalid(_)) => break,
-                Err(error) => return Err(error),
-            }
-        }
+        header.verify_body(body).map_err(|e| Error::Invalid(e.to_string()))?;
+        self.held.insert(prepare.op, (*header, Bytes::copy_from_slice(body)));
+        Ok(())
+    }
+
+    /// The held prepare that continues the chain now, if any (taken out of the hold); held
+    /// prepares the chain has passed are dropped.
+    pub fn take_held_next(&mut self) -> Option<(Header, Bytes)> {
         let next_op = self.next.op;
-        self.held.retain(|&op, _| op > next_op);
-        Ok(appended)
+        self.held.retain(|&op, _| op >= next_op);
+        self.held.remove(&next_op)
+    }
+
+    /// Puts back a prepare taken by [`PartitionLog::take_held_next`] that could not be appended
+    /// yet (backpressure).
+    pub fn return_held(&mut self, header: Header, body: Bytes) {
+        let op = prepare_of(&header).op;
+        self.held.insert(op, (header, body));
     }
 
     /// Plans a read of the prepares containing `offset` and after it, up to `bytes_max` bytes of
@@ -987,43 +986,54 @@ impl<S: Storage> PartitionLog<S> {
         self.checkpoint = checkpoint;
     }
 
-    /// Truncates every op above `op`, for a new view `view` that must be newer than the view of
-    /// every truncated prepare. The segment tail is zeroed and synced here; the caller makes the
-    /// returned slot (with its fence) durable in the superblock before appending again. Call it
-    /// only with no flush job in flight and nothing unwritten (after a flush).
-    pub async fn truncate_after(&mut self, op: u64, view: u32) -> Result<GroupSlot> {
+    /// Starts truncating every op above `op`, for a new view `view` that must be newer than
+    /// the view of every truncated prepare. Nothing on disk changes yet: this returns the slot
+    /// (fence, and the checkpoint moved back to the cut when it was above it) that the caller
+    /// makes durable in the superblock *first*, then [`PartitionLog::finish_truncate`] cuts the
+    /// files. A crash in between finds the fence and kills the old ops; a crash before finds the
+    /// old log intact. Call it with no flush job in flight and nothing unwritten. `None` when
+    /// there is nothing above `op`.
+    pub async fn begin_truncate(&mut self, op: u64, view: u32) -> Result<Option<GroupSlot>> {
         self.check_serving()?;
         assert!(!self.flush_in_flight && !self.has_unwritten(), "truncate only after a flush");
+        assert!(self.truncation.is_none(), "one truncation at a time");
         self.held.retain(|&held_op, _| held_op <= op);
         if op >= self.head.op {
-            return Ok(self.slot());
+            return Ok(None);
         }
         if let Some(first) = self.ring.by_op(op + 1) {
             assert!(first.header.view < view, "truncation view must be newer than truncated ops");
         }
-        match self.truncate_files(op).await {
-            Ok(()) => {}
-            Err(error) => return Err(self.fail(error)),
-        }
-        self.ring.truncate_after(op);
-        self.fence = Fence { op, view };
-        if self.checkpoint.op > op {
-            // The cut segment was synced above; the checkpoint moves back to the cut.
-            self.checkpoint = if op == 0 { Checkpoint::default() } else { self.head.checkpoint() };
-        }
-        Ok(self.slot())
-    }
-
-    async fn truncate_files(&mut self, op: u64) -> Result<()> {
         let location = if op == 0 {
             None
         } else {
-            Some(
-                self.locate(op)
-                    .await?
-                    .ok_or_else(|| Error::Invalid(format!("op {op} not found")))?,
-            )
+            match self.locate(op).await {
+                Ok(Some(location)) => Some(location),
+                Ok(None) => return Err(Error::Invalid(format!("op {op} not found"))),
+                Err(error) => return Err(self.fail(error)),
+            }
         };
+        self.fence = Fence { op, view };
+        if self.checkpoint.op > op {
+            // Everything up to the cut is below the old checkpoint, hence already synced.
+            self.checkpoint = location.map_or(Checkpoint::default(), |l| l.checkpoint());
+        }
+        self.truncation = Some((op, location));
+        Ok(Some(self.slot()))
+    }
+
+    /// Cuts the files after [`PartitionLog::begin_truncate`]'s slot is durable: removes whole
+    /// segments above the cut, zeroes the tail at the cut and syncs it.
+    pub async fn finish_truncate(&mut self) -> Result<()> {
+        let (op, location) = self.truncation.take().expect("begin_truncate first");
+        if let Err(error) = self.truncate_files(op, location).await {
+            return Err(self.fail(error));
+        }
+        self.ring.truncate_after(op);
+        Ok(())
+    }
+
+    async fn truncate_files(&mut self, op: u64, location: Option<Location>) -> Result<()> {
         // Whole segments above the cut go.
         let keep = self.segments.partition_point(|segment| segment.first_op <= op);
         let removed: Vec<SegmentMeta> = self.segments.drain(keep..).collect();
@@ -1149,13 +1159,15 @@ impl<S: Storage> PartitionLog<S> {
             return Ok(0);
         }
         let removed: Vec<SegmentMeta> = self.segments.drain(..delete).collect();
+        // Oldest first, each removal durable before the next: a crash leaves the log a suffix
+        // of itself, never a gap between segments.
         for segment in &removed {
             if let Err(error) = self.remove_segment_files(segment.base_offset).await {
                 return Err(self.fail(error));
             }
-        }
-        if let Err(error) = self.storage.sync_dir(&self.dir).await {
-            return Err(self.fail(Error::io("syncing group dir after retention", error)));
+            if let Err(error) = self.storage.sync_dir(&self.dir).await {
+                return Err(self.fail(Error::io("syncing group dir after retention", error)));
+            }
         }
         Ok(delete)
     }
@@ -1434,6 +1446,7 @@ impl<S: Storage> PartitionLog<S> {
             written_appended_bytes: 0,
             checkpoint_appended_bytes: 0,
             flush_in_flight: false,
+            truncation: None,
             storage_full: false,
             faulty: None,
             faulty_ops: FaultyOps::default(),
@@ -1765,9 +1778,10 @@ impl<S: Storage> PartitionLog<S> {
         let count = self.segments.len();
         for (index, meta) in self.segments.iter_mut().enumerate() {
             meta.sealed = index + 1 < count;
-            // Synced segments keep their index file unless it had to be rebuilt.
-            meta.settled = meta.settled
-                || index + 1 < count && meta.base_offset < checkpoint.segment_base_offset;
+            // Segments whose index file was sound stay settled; the rest (rebuilt indexes, and
+            // sealed segments from the torn window) are synced and get their index written by
+            // the next flush.
+            meta.settled = meta.sealed && meta.settled;
         }
         self.next = next;
         self.written = self.head;

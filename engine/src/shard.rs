@@ -169,6 +169,7 @@ pub struct Shard<S: Storage> {
     /// Groups to checkpoint in the next flush whatever their byte count.
     checkpoint_wanted: BTreeSet<u64>,
     counters: ShardCounters,
+    marker_wanted: bool,
     flush_in_flight: bool,
     failed: Option<String>,
 }
@@ -255,9 +256,14 @@ impl<S: Storage> Shard<S> {
         };
         let (superblock, superblock_status) =
             Superblock::open(&storage, dir, identity, config.groups_max).await?;
-        let (journal, journal_recovery) =
-            Journal::open(&storage, dir, config.journal_size_bytes, config.record_size_bytes_max)
-                .await?;
+        let (journal, journal_recovery) = Journal::open(
+            &storage,
+            dir,
+            config.cluster,
+            config.journal_size_bytes,
+            config.record_size_bytes_max,
+        )
+        .await?;
         let mut zeros = AlignedBuf::zeroed(1 << 20, BLOCK_SIZE_BYTES);
         zeros.set_len(1 << 20);
         let shared = Rc::new(Shared {
@@ -304,6 +310,15 @@ impl<S: Storage> Shard<S> {
                 log.mark_suffix_faulty();
                 recovery.faulty = log.faulty_ops().clone();
             }
+            if slot.config.durability == Durability::Replicated
+                && !superblock.state().clean_shutdown
+                && recovery.corruption.is_none()
+            {
+                // Writes past the checkpoint were acknowledged once written, not once synced: after
+                // an unclean stop some may be gone without a trace, so the suffix is faulty.
+                log.mark_suffix_faulty();
+                recovery.faulty = log.faulty_ops().clone();
+            }
             if recovery.journal_replayed > 0 || recovery.torn_tail.is_some() {
                 checkpoint_wanted.insert(id);
             }
@@ -311,6 +326,10 @@ impl<S: Storage> Shard<S> {
             groups.insert(id, log);
             report.groups.push(recovery);
         }
+        // Clear the clean-shutdown flag before anything can be acknowledged.
+        let mut superblock = superblock;
+        let slots = superblock.state().groups.clone();
+        superblock.write(slots).await?;
         let shard = Shard {
             storage,
             dir: dir.to_path_buf(),
@@ -323,6 +342,7 @@ impl<S: Storage> Shard<S> {
             slots_dirty: BTreeSet::new(),
             checkpoint_wanted,
             counters: ShardCounters::default(),
+            marker_wanted: false,
             flush_in_flight: false,
             failed: None,
         };
@@ -445,7 +465,9 @@ impl<S: Storage> Shard<S> {
         Ok(())
     }
 
-    /// Appends a prepare received from the primary (held when it arrives early).
+    /// Appends a prepare received from the primary, then any held prepares it lets continue;
+    /// one that arrives early is held. Returns the ops appended by this call. Held prepares that
+    /// the journal has no room for stay held (backpressure), never appended unjournaled.
     pub fn append_received(
         &mut self,
         group: u64,
@@ -453,22 +475,27 @@ impl<S: Storage> Shard<S> {
         body: &[u8],
     ) -> Result<Vec<u64>> {
         self.check_serving()?;
-        let persisted = self.log(group)?.config().durability == Durability::Persisted;
-        if persisted && !self.journal.has_room(header.size as usize) {
-            return Err(Error::LimitReached("journal full until checkpoints release space".into()));
+        let next_op = self.log(group)?.next().op;
+        let op = header.as_prepare().ok_or_else(|| Error::Invalid("not a prepare".into()))?.op;
+        if op != next_op {
+            self.groups.get_mut(&group).expect("checked by log()").hold(header, body)?;
+            return Ok(Vec::new());
         }
-        let log = self.groups.get_mut(&group).expect("checked by log()");
-        let appended = log.append_received(header, body)?;
-        if persisted {
-            for op in &appended {
-                let record = log.ring().by_op(*op).expect("just appended").record.clone();
-                if !self.journal.has_room(record.len()) {
-                    // Held prepares drained past the journal's room: leave the rest in the log
-                    // only; they are journaled by the checkpoint that frees the room.
-                    self.checkpoint_wanted.insert(group);
+        self.append(group, header, body)?;
+        let mut appended = vec![op];
+        loop {
+            let log = self.groups.get_mut(&group).expect("checked by log()");
+            let Some((held_header, held_body)) = log.take_held_next() else { break };
+            match self.append(group, &held_header, &held_body) {
+                Ok(()) => appended.push(prepare_of(&held_header).op),
+                Err(Error::LimitReached(_) | Error::StorageFull) => {
+                    let log = self.groups.get_mut(&group).expect("checked by log()");
+                    log.return_held(held_header, held_body);
                     break;
                 }
-                self.journal.add(&record, group, *op);
+                // A held prepare that does not chain (another primary's) is dropped.
+                Err(Error::Invalid(_)) => {}
+                Err(error) => return Err(error),
             }
         }
         Ok(appended)
@@ -482,9 +509,19 @@ impl<S: Storage> Shard<S> {
         Ok(())
     }
 
+    /// Asks the next flush to announce the newest synced journal cycle with a marker entry when
+    /// nothing else will (the node layer calls this when a shard goes idle). Until a later
+    /// synced entry announces a cycle, latent damage to it is indistinguishable from a torn
+    /// write; the marker closes that window at the cost of one small write and sync per idle
+    /// period, never on a busy shard.
+    pub fn request_journal_marker(&mut self) {
+        self.marker_wanted = true;
+    }
+
     /// Whether a flush has anything to do.
     pub fn has_pending(&self) -> bool {
-        !self.slots_dirty.is_empty()
+        (self.marker_wanted && self.journal.needs_marker())
+            || !self.slots_dirty.is_empty()
             || !self.checkpoint_wanted.is_empty()
             || self.journal.pending_entries() > 0
             || self.groups.values().any(|log| log.has_unwritten() && log.faulty_reason().is_none())
@@ -514,6 +551,9 @@ impl<S: Storage> Shard<S> {
             group_targets.push((id, log.head_op()));
         }
         self.checkpoint_wanted.clear();
+        if std::mem::take(&mut self.marker_wanted) && self.journal.needs_marker() {
+            self.journal.add_marker();
+        }
         let journal = self.journal.begin_cycle();
         let journaled = if journal.is_some() {
             group_targets
@@ -661,14 +701,17 @@ impl<S: Storage> Shard<S> {
             self.flush().await?;
         }
         let log = self.groups.get_mut(&group).expect("checked");
-        log.truncate_after(op, view).await?;
+        if log.begin_truncate(op, view).await?.is_none() {
+            return Ok(());
+        }
         let durable = self.durable.entry(group).or_insert(0);
         *durable = (*durable).min(op);
+        // The fence reaches the superblock before any byte of the log is cut.
         let slots = self.slots();
         if let Err(error) = self.superblock.write(slots).await {
             return Err(self.fail(error));
         }
-        Ok(())
+        self.groups.get_mut(&group).expect("checked").finish_truncate().await
     }
 
     /// Applies retention to every group (`now_ms` from the caller's clock). Call with no flush
@@ -684,16 +727,21 @@ impl<S: Storage> Shard<S> {
         Ok(deleted)
     }
 
-    /// Flushes everything and checkpoints every group (graceful shutdown).
+    /// Flushes everything, checkpoints every group and records a clean shutdown (graceful
+    /// shutdown). Call with no flush in flight.
     pub async fn close(mut self) -> Result<()> {
         for _ in 0..4 {
             self.checkpoint_wanted.extend(self.groups.keys().copied());
+            self.marker_wanted = true;
             self.flush().await?;
             if !self.has_pending() {
                 break;
             }
         }
-        Ok(())
+        let clean =
+            !self.has_pending() && self.groups.values().all(|log| log.faulty_reason().is_none());
+        let slots = self.slots();
+        self.superblock.write_with(slots, clean).await
     }
 
     /// The slot table as it should be durable now: every group's control state (whose

@@ -22,6 +22,8 @@ use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFil
 pub const COPIES: usize = 4;
 /// The superblock's file name inside a shard directory.
 pub const FILE_NAME: &str = "superblock";
+/// The name a new superblock is written under before it is renamed into place.
+pub const TEMP_FILE_NAME: &str = "superblock.new";
 /// Format version of the superblock copy layout.
 pub const VERSION: u8 = 1;
 
@@ -36,7 +38,10 @@ const OFF_SHARD_COUNT: usize = OFF_SHARD + 4;
 const OFF_SLOT_COUNT: usize = OFF_SHARD_COUNT + 4;
 const OFF_VERSION: usize = OFF_SLOT_COUNT + 4;
 const OFF_SLOTS_MAX: usize = OFF_VERSION + 4;
-const OFF_HEADER_RESERVED: usize = OFF_SLOTS_MAX + 4;
+const OFF_FLAGS: usize = OFF_SLOTS_MAX + 4;
+const OFF_HEADER_RESERVED: usize = OFF_FLAGS + 4;
+/// Flag: the shard was closed cleanly (everything synced and checkpointed) by this version.
+const FLAG_CLEAN_SHUTDOWN: u32 = 1;
 /// Bytes of the copy header.
 pub const HEADER_SIZE_BYTES: usize = 64;
 const _: () = assert!(OFF_HEADER_RESERVED <= HEADER_SIZE_BYTES);
@@ -249,6 +254,9 @@ pub struct SuperblockState {
     pub parent: u32,
     /// The slot table's bound, which fixes the size of each copy's region.
     pub slots_max: usize,
+    /// Written by a clean shutdown; the first write after open clears it. Without it, data past
+    /// a `replicated` group's checkpoint may have been lost after it was acknowledged.
+    pub clean_shutdown: bool,
     /// Per-group control state, keyed by group id.
     pub groups: BTreeMap<u64, GroupSlot>,
 }
@@ -278,10 +286,13 @@ impl<F: StorageFile> Superblock<F> {
         let path = dir.join(FILE_NAME);
         let copy_size_bytes = copy_size_bytes(slots_max);
         let exists = storage.exists(&path).await.map_err(|e| Error::io("probing superblock", e))?;
+        // A new superblock is written whole under a temporary name and renamed into place, so
+        // a crash during creation never leaves a `superblock` without a synced copy.
+        let open_path = if exists { path.clone() } else { dir.join(TEMP_FILE_NAME) };
         let file = storage
-            .open(&path, OpenMode::CreateReadWrite, true)
+            .open(&open_path, OpenMode::CreateReadWrite, true)
             .await
-            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            .map_err(|e| Error::io(format!("opening {}", open_path.display()), e))?;
         let mut superblock = Superblock {
             file: Rc::new(file),
             path,
@@ -293,12 +304,17 @@ impl<F: StorageFile> Superblock<F> {
                 checksum: 0,
                 parent: 0,
                 slots_max,
+                clean_shutdown: false,
                 groups: BTreeMap::new(),
             },
             writes: 0,
         };
         if !exists {
             superblock.write(BTreeMap::new()).await?;
+            storage
+                .rename(&open_path, &superblock.path)
+                .await
+                .map_err(|e| Error::io("renaming the new superblock into place", e))?;
             storage.sync_dir(dir).await.map_err(|e| Error::io("syncing shard directory", e))?;
             let status = (0..COPIES)
                 .map(|_| CopyStatus::Current { sequence: superblock.state.sequence })
@@ -375,7 +391,19 @@ impl<F: StorageFile> Superblock<F> {
     /// Writes a new version holding `groups`, copy by copy, each synced before the next. On
     /// success the new version is durable and current.
     pub async fn write(&mut self, groups: BTreeMap<u64, GroupSlot>) -> Result<()> {
-        let write = self.begin_write(groups)?;
+        self.write_with(groups, false).await
+    }
+
+    /// As [`Superblock::write`], saying whether this version ends a clean shutdown.
+    pub async fn write_with(
+        &mut self,
+        groups: BTreeMap<u64, GroupSlot>,
+        clean_shutdown: bool,
+    ) -> Result<()> {
+        let mut write = self.begin_write(groups)?;
+        if clean_shutdown {
+            write = self.begin_write_clean(write);
+        }
         write.run().await?;
         self.finish_write(write);
         Ok(())
@@ -397,6 +425,7 @@ impl<F: StorageFile> Superblock<F> {
             checksum: 0,
             parent: self.state.checksum,
             slots_max: self.slots_max,
+            clean_shutdown: false,
             groups,
         };
         let encoded = encode_version(&next, self.copy_size_bytes);
@@ -407,6 +436,14 @@ impl<F: StorageFile> Superblock<F> {
             copy_size_bytes: self.copy_size_bytes,
             next,
         })
+    }
+
+    fn begin_write_clean(&self, write: SuperblockWrite<F>) -> SuperblockWrite<F> {
+        let mut next = write.next;
+        next.clean_shutdown = true;
+        let encoded = encode_version(&next, self.copy_size_bytes);
+        next.checksum = u32::from_le_bytes(encoded[..4].try_into().expect("4 bytes"));
+        SuperblockWrite { bytes: self.block_image(&encoded), next, ..write }
     }
 
     /// Adopts a version whose write completed.
@@ -509,6 +546,8 @@ fn encode_version(state: &SuperblockState, copy_size_bytes: usize) -> Vec<u8> {
     bytes[OFF_VERSION] = VERSION;
     let slots_max = u32::try_from(state.slots_max).expect("slots_max fits u32");
     bytes[OFF_SLOTS_MAX..OFF_SLOTS_MAX + 4].copy_from_slice(&slots_max.to_le_bytes());
+    let flags = if state.clean_shutdown { FLAG_CLEAN_SHUTDOWN } else { 0 };
+    bytes[OFF_FLAGS..OFF_FLAGS + 4].copy_from_slice(&flags.to_le_bytes());
     for (index, slot) in state.groups.values().enumerate() {
         let start = HEADER_SIZE_BYTES + index * SLOT_SIZE_BYTES;
         encode_slot(&mut bytes[start..start + SLOT_SIZE_BYTES], slot);
@@ -619,6 +658,7 @@ pub fn decode_copy(bytes: &[u8]) -> Result<SuperblockState, String> {
         checksum: stored,
         parent: u32_at(OFF_PARENT),
         slots_max,
+        clean_shutdown: u32_at(OFF_FLAGS) & FLAG_CLEAN_SHUTDOWN != 0,
         groups,
     })
 }
