@@ -230,7 +230,10 @@ impl<F: StorageFile> Journal<F> {
                 .push(JournalPrepare { header: *inner, record: record.clone() });
         }
         for prepares in recovery.prepares.values_mut() {
-            prepares.sort_by_key(|prepare| prepare_of(&prepare.header).op);
+            // Op order, and within an op the newest view first (it supersedes older ones).
+            prepares.sort_by_key(|prepare| {
+                (prepare_of(&prepare.header).op, std::cmp::Reverse(prepare.header.view))
+            });
         }
         // What was found is now made durable, so the next entries may say so.
         self.file.sync_data().await.map_err(|e| Error::io("syncing the journal", e))?;

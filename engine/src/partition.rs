@@ -25,11 +25,17 @@ use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFil
 use crate::superblock::{Checkpoint, Durability, Fence, GroupConfig, GroupSlot};
 use crate::wire::{HEADER_SIZE, Header};
 
+/// The largest single write a flush issues: longer runs are split so that several writes are
+/// in flight at once (the device's queue depth, not one request, sets the throughput).
+pub const WRITE_PIECE_BYTES: usize = 1 << 20;
+const _: () = assert!(WRITE_PIECE_BYTES.is_multiple_of(BLOCK_SIZE_BYTES));
+
 /// Shard-wide settings and resources every partition of the shard shares.
 pub struct Shared {
     /// Cluster id stamped in every record.
     pub cluster: u64,
-    /// Bytes of zeros written ahead of a segment's tail, so later syncs do not grow the file.
+    /// Disk space reserved ahead of a segment's tail, so that running out of space surfaces as a
+    /// clean "storage full" before a cycle writes anything.
     pub ready_ahead_bytes: u64,
     /// Distance between sparse index entries.
     pub index_interval_bytes: u64,
@@ -45,7 +51,7 @@ pub struct Shared {
     pub pool: RefCell<ChunkPool>,
     /// The memory budget of all rings.
     pub ring_budget: RingBudget,
-    /// An aligned run of zeros for making space ready.
+    /// An aligned run of zeros, for rewriting a torn window.
     pub zeros: Bytes,
 }
 
@@ -226,6 +232,8 @@ pub struct FlushJob<S: Storage> {
     target_appended_bytes: u64,
     chunk_marks: Vec<(u64, usize)>,
     ready_end_bytes: u64,
+    /// Space to reserve before writing: (segment, from, to).
+    reserve: Option<(u64, u64, u64)>,
     /// Sync the target's segment after writing, for this checkpoint.
     checkpoint: Option<Checkpoint>,
 }
@@ -297,6 +305,13 @@ impl<S: Storage> FlushJob<S> {
                 .or_else(|| created.iter().find(|(b, _)| *b == base).map(|(_, f)| Rc::clone(f)))
                 .expect("every written segment has a file")
         };
+        if let Some((base, from, to)) = self.reserve
+            && to > from
+        {
+            file_of(base).allocate(from, to - from).await.map_err(|e| {
+                Error::io(format!("reserving space in group {} segment", self.group), e)
+            })?;
+        }
         let results = join_all(
             self.writes
                 .iter()
@@ -860,11 +875,24 @@ impl<S: Storage> PartitionLog<S> {
                 .get(index + 1)
                 .is_some_and(|next| next.segment_base_offset == chunk.segment_base_offset);
             for (position, bytes) in chunk.unwritten(!successor_same_segment) {
-                writes.push((chunk.segment_base_offset, position, bytes));
+                // Large runs go out as several block-aligned pieces in flight at once.
+                let mut start = 0;
+                while start < bytes.len() {
+                    let end = (start + WRITE_PIECE_BYTES).min(bytes.len());
+                    writes.push((
+                        chunk.segment_base_offset,
+                        position + start as u64,
+                        bytes.slice(start..end),
+                    ));
+                    start = end;
+                }
             }
             chunk_marks.push((chunk.id, chunk.filled()));
         }
+        // Space is reserved ahead of the tail in steps, so that running out of it surfaces
+        // here, cleanly, before any byte of the cycle is written.
         let mut ready_end_bytes = self.ready_end_bytes;
+        let mut reserve = None;
         if let Some(active) = self.segments.last() {
             if create.contains(&active.base_offset) {
                 ready_end_bytes = 0;
@@ -873,14 +901,9 @@ impl<S: Storage> PartitionLog<S> {
             if ready_end_bytes < data_end + self.shared.ready_ahead_bytes / 2 {
                 let limit =
                     self.config.segment_size_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64);
-                let from = ready_end_bytes.max(data_end);
-                let to = (data_end + self.shared.ready_ahead_bytes).min(limit);
-                let mut position = from;
-                while position < to {
-                    let len = (to - position).min(self.shared.zeros.len() as u64) as usize;
-                    writes.push((active.base_offset, position, self.shared.zeros.slice(..len)));
-                    position += len as u64;
-                }
+                let from = ready_end_bytes.max(data_end).min(limit);
+                let to = (data_end + self.shared.ready_ahead_bytes).min(limit).max(data_end);
+                reserve = Some((active.base_offset, from, to));
                 ready_end_bytes = ready_end_bytes.max(to);
             }
         }
@@ -904,6 +927,7 @@ impl<S: Storage> PartitionLog<S> {
             target_appended_bytes: self.appended_bytes,
             chunk_marks,
             ready_end_bytes,
+            reserve,
             checkpoint: checkpoint.then(|| self.head.checkpoint()),
         })
     }
@@ -1490,26 +1514,22 @@ impl<S: Storage> PartitionLog<S> {
             }
             Err(error) => return Err(error),
         }
-        // Replay the journal past the segments' end (persisted groups).
+        // Replay the journal past the segments' end (persisted groups). Entries come in op
+        // order, the newest view first: a later view's prepare of an op supersedes an older
+        // one, and one the fence killed is dead.
         for entry in journal {
             let op = prepare_of(&entry.header).op;
-            if op < log.next.op {
+            if op < log.next.op || log.fence.kills(op, entry.header.view) {
                 continue;
             }
-            if op > log.next.op {
-                // A synced prepare is missing before this one: it may have been acknowledged.
+            let record_max = log.config.record_size_bytes_max as usize;
+            if op > log.next.op
+                || check_next(&entry.record, &log.next, &log.fence, record_max).is_err()
+            {
+                // A synced prepare is missing (or does not connect) before this one: what
+                // follows may have been acknowledged, so it is faulty rather than absent.
                 log.faulty_ops.suffix_from = Some(log.next.op);
                 break;
-            }
-            if check_next(
-                &entry.record,
-                &log.next,
-                &log.fence,
-                log.config.record_size_bytes_max as usize,
-            )
-            .is_err()
-            {
-                continue;
             }
             log.append(&entry.header, &entry.record[HEADER_SIZE..])?;
             report.journal_replayed += 1;
@@ -1785,6 +1805,17 @@ impl<S: Storage> PartitionLog<S> {
         }
         self.next = next;
         self.written = self.head;
+        // The torn window is rewritten before anything new is appended: whatever survived past
+        // the chain's end in a segment of the window becomes zeros, durably.
+        let window: Vec<(u64, u64)> = self
+            .segments
+            .iter()
+            .filter(|meta| checkpoint.op == 0 || meta.base_offset >= checkpoint.segment_base_offset)
+            .map(|meta| (meta.base_offset, meta.end_bytes))
+            .collect();
+        for (base, end) in window {
+            self.rewrite_window(base, end).await?;
+        }
         if let Some(active) = self.segments.last() {
             let path = self.dir.join(log_name(active.base_offset));
             let file = self
@@ -1802,10 +1833,46 @@ impl<S: Storage> PartitionLog<S> {
                 .map_err(|e| Error::io("reading", e))?
                 .to_vec();
             self.files.insert(active.base_offset, Rc::new(file));
-            // Rewrite the torn window with zeros on the first flush.
             self.ready_end_bytes = 0;
         }
         Ok(())
+    }
+
+    /// Overwrites a segment's bytes past `end` (the chain's end) with zeros and syncs, when
+    /// anything lies there.
+    async fn rewrite_window(&self, base: u64, end: u64) -> Result<()> {
+        let path = self.dir.join(log_name(base));
+        let file = self
+            .storage
+            .open(&path, OpenMode::ReadWrite, true)
+            .await
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let size = file.size_bytes().await.map_err(|e| Error::io("sizing a segment", e))?;
+        if size <= end {
+            return Ok(());
+        }
+        let block = BLOCK_SIZE_BYTES as u64;
+        let block_start = end - end % block;
+        let mut scanner =
+            Scanner::new(&file, BLOCK_SIZE_BYTES).await.map_err(|e| Error::io("reading", e))?;
+        let prefix = scanner
+            .bytes_at(block_start, (end - block_start) as usize)
+            .await
+            .map_err(|e| Error::io("reading", e))?;
+        let mut first = AlignedBuf::zeroed(BLOCK_SIZE_BYTES, BLOCK_SIZE_BYTES);
+        first.extend_from_slice(&prefix);
+        first.set_len(BLOCK_SIZE_BYTES);
+        let rewrite =
+            |error| Error::io(format!("rewriting the torn window of {}", path.display()), error);
+        file.write_at(first.freeze(), block_start).await.map_err(rewrite)?;
+        let mut position = block_start + block;
+        let stop = size.next_multiple_of(block);
+        while position < stop {
+            let len = (stop - position).min(self.shared.zeros.len() as u64) as usize;
+            file.write_at(self.shared.zeros.slice(..len), position).await.map_err(rewrite)?;
+            position += len as u64;
+        }
+        file.sync_data().await.map_err(rewrite)
     }
 }
 

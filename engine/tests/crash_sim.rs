@@ -253,12 +253,17 @@ fn run_seed(seed: u64) -> SimStats {
 #[test]
 fn crash_at_random_points_loses_no_durable_append_and_serves_nothing_torn() {
     let mut total = SimStats::default();
-    let seeds = match std::env::var("CRASH_SIM_SEED") {
-        Ok(seed) => {
+    // CRASH_SIM_SEED=N reproduces one seed; CRASH_SIM_SEEDS=A..B soaks a range (xtask, not CI).
+    let seeds = match (std::env::var("CRASH_SIM_SEED"), std::env::var("CRASH_SIM_SEEDS")) {
+        (Ok(seed), _) => {
             let seed: u64 = seed.parse().expect("CRASH_SIM_SEED is a number");
             seed..seed + 1
         }
-        Err(_) => 0..SEEDS,
+        (_, Ok(range)) => {
+            let (start, end) = range.split_once("..").expect("CRASH_SIM_SEEDS is A..B");
+            start.parse().expect("A")..end.parse().expect("B")
+        }
+        _ => 0..SEEDS,
     };
     for seed in seeds.clone() {
         let stats = run_seed(seed);
@@ -269,7 +274,8 @@ fn crash_at_random_points_loses_no_durable_append_and_serves_nothing_torn() {
         total.syncs += stats.syncs;
     }
     println!(
-        "crash_sim: {SEEDS} seeds, {} crashes, {} unsynced writes lost, {} torn, {} namespace ops lost, {} syncs",
+        "crash_sim: {} seeds, {} crashes, {} unsynced writes lost, {} torn, {} namespace ops lost, {} syncs",
+        seeds.end - seeds.start,
         total.crashes,
         total.writes_lost_at_crash,
         total.writes_torn_at_crash,

@@ -94,6 +94,12 @@ pub trait StorageFile {
         offset_bytes: u64,
     ) -> impl Future<Output = (io::Result<()>, AlignedBuf)>;
 
+    /// Reserves disk space for `[offset_bytes, offset_bytes + len_bytes)` without changing the
+    /// file's size or contents, so that later writes there cannot fail for lack of space. Fails
+    /// with ENOSPC (the clean, retryable "storage full") when the space is not there. Where the
+    /// filesystem cannot reserve, it succeeds without reserving.
+    fn allocate(&self, offset_bytes: u64, len_bytes: u64) -> impl Future<Output = io::Result<()>>;
+
     /// Makes every completed write to this file durable.
     fn sync_data(&self) -> impl Future<Output = io::Result<()>>;
 

@@ -511,7 +511,32 @@ impl Storage for SimStorage {
     }
 }
 
+impl SimFile {
+    /// Reserves space (metadata only, completes at once, survives crashes: losing a reservation
+    /// would only matter for the capacity check, never for data).
+    fn reserve(&self, end_bytes: u64) -> io::Result<()> {
+        let mut disk = self.shared.disk.borrow_mut();
+        if disk.epoch != self.epoch {
+            return Err(stale_handle());
+        }
+        let Some(file) = disk.files.get(&self.inode) else { return Err(stale_handle()) };
+        let current = (file.visible.len() as u64).max(file.reserved_bytes);
+        let growth = end_bytes.saturating_sub(current);
+        if disk.used_bytes().saturating_add(growth) > disk.config.capacity_bytes {
+            disk.stats.enospc_errors += 1;
+            return Err(io::Error::from_raw_os_error(ENOSPC));
+        }
+        let file = disk.files.get_mut(&self.inode).expect("checked");
+        file.reserved_bytes = file.reserved_bytes.max(end_bytes);
+        Ok(())
+    }
+}
+
 impl StorageFile for SimFile {
+    async fn allocate(&self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
+        self.reserve(offset_bytes.saturating_add(len_bytes))
+    }
+
     async fn size_bytes(&self) -> io::Result<u64> {
         let disk = self.shared.disk.borrow();
         if disk.epoch != self.epoch {
@@ -875,6 +900,8 @@ struct FileState {
     pending: Vec<PendingWrite>,
     /// `durable` with `pending` applied in order: what reads see.
     visible: Vec<u8>,
+    /// Space reserved by `allocate` (counted against the capacity like written bytes).
+    reserved_bytes: u64,
     /// Cloned into every open handle; more than one strong count means the file is open.
     anchor: Rc<()>,
     fail_next_write: bool,
@@ -887,6 +914,7 @@ impl FileState {
             durable: Vec::new(),
             pending: Vec::new(),
             visible: Vec::new(),
+            reserved_bytes: 0,
             anchor: Rc::new(()),
             fail_next_write: false,
             fail_next_sync: false,
@@ -934,11 +962,12 @@ impl Disk {
     }
 
     fn used_bytes(&self) -> u64 {
-        self.files.values().map(|file| file.visible.len() as u64).sum()
+        self.files.values().map(|file| (file.visible.len() as u64).max(file.reserved_bytes)).sum()
     }
 
     fn fits(&self, inode: u64, offset: u64, len: usize) -> bool {
-        let size = self.files[&inode].visible.len() as u64;
+        let file = &self.files[&inode];
+        let size = (file.visible.len() as u64).max(file.reserved_bytes);
         let growth = (offset + len as u64).saturating_sub(size);
         self.used_bytes().saturating_add(growth) <= self.config.capacity_bytes
     }

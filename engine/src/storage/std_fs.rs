@@ -100,6 +100,11 @@ impl StorageFile for StdFile {
         (Ok(()), buf)
     }
 
+    async fn allocate(&self, _offset_bytes: u64, _len_bytes: u64) -> io::Result<()> {
+        // Offline tools never append; there is nothing to reserve for.
+        Ok(())
+    }
+
     async fn sync_data(&self) -> io::Result<()> {
         self.0.sync_data()
     }

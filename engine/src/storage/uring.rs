@@ -227,6 +227,26 @@ impl StorageFile for UringFile {
         (Ok(()), buf)
     }
 
+    async fn allocate(&self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
+        // monoio has no fallocate op; this is a rare, metadata-only call (once per reserved step
+        // of a segment), so a blocking syscall on the shard thread is the cheap choice.
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset_bytes), i64::try_from(len_bytes)) else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        // SAFETY: plain syscall on a file descriptor we own for the call's duration.
+        let rc = unsafe {
+            libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, offset, len)
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        match error.raw_os_error() {
+            Some(libc::EOPNOTSUPP) => Ok(()),
+            _ => Err(error),
+        }
+    }
+
     async fn sync_data(&self) -> io::Result<()> {
         self.file.sync_data().await?;
         #[cfg(feature = "write-recorder")]

@@ -1,0 +1,325 @@
+//! Engine micro-benchmarks on real files through io_uring (figures and method in
+//! docs/benchmarks.md; compare each to `../shared/bin/ceilings` measured in the same run):
+//! - `replicated_1mib`: one partition, 1 MiB batches, `replicated`, appends pipelined with the
+//!   flush cycle (vs `seq_write_direct_mb_s`);
+//! - `persisted_64k_one_in_flight`: one partition, 64 KiB batches, `persisted`, one append in
+//!   flight (vs `write64k_fdatasync_per_s`);
+//! - `persisted_64_partitions_16k`: 64 partitions on one shard, 16 KiB batches, `persisted`,
+//!   all appending at once (vs `write1m_fdatasync_mb_s`), with p99 append→durable latency;
+//! - memory and open files per idle partition (printed, not timed).
+//!
+//! The data directory is a temporary directory under `SHOAL_BENCH_DIR` (default: the system
+//! temporary directory), which should be on the disk under test.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use shoal_engine::record::build_prepare;
+use shoal_engine::ring::RingLimits;
+use shoal_engine::shard::{Shard, ShardConfig};
+use shoal_engine::storage::uring::{UringStorage, runtime};
+use shoal_engine::superblock::{Durability, GroupConfig};
+use shoal_engine::wire::{HEADER_SIZE, Prepare};
+
+const MIB: usize = 1 << 20;
+
+fn bench_dir() -> tempfile::TempDir {
+    match std::env::var_os("SHOAL_BENCH_DIR") {
+        Some(dir) => tempfile::tempdir_in(dir).expect("bench dir"),
+        None => tempfile::tempdir().expect("temp dir"),
+    }
+}
+
+/// Production sizes: 1 GiB segments, 64 MiB written ahead, 128 MiB checkpoints.
+fn production(record_size_bytes_max: usize) -> ShardConfig {
+    ShardConfig {
+        journal_size_bytes: 1 << 30,
+        chunk_size_bytes: 8 * MIB,
+        chunks_max: 64,
+        ring: RingLimits { entries_max: 65_536, bytes_max: 64 * MIB },
+        ring_budget_bytes: 256 * MIB,
+        record_size_bytes_max,
+        ..ShardConfig::default()
+    }
+}
+
+fn group_config(durability: Durability, record_size_bytes_max: usize) -> GroupConfig {
+    GroupConfig {
+        durability,
+        record_size_bytes_max: record_size_bytes_max as u32,
+        ..GroupConfig::default()
+    }
+}
+
+fn append_one(shard: &mut Shard<UringStorage>, group: u64, body: &Bytes) -> u64 {
+    let next = shard.next(group).expect("group");
+    let header =
+        build_prepare(&next, 1, 0, Prepare { record_count: 1, ..Prepare::default() }, body);
+    shard.append(group, &header, body).expect("append");
+    next.op
+}
+
+/// One partition, 1 MiB batches, `replicated`: an appender keeps up to `window` bytes
+/// unwritten while a flusher task runs flush cycles back to back, as the node layer will.
+fn replicated_1mib(c: &mut Criterion) {
+    let batch = Bytes::from(vec![7u8; MIB - HEADER_SIZE]);
+    let batches_per_iteration: u64 = 512;
+    let mut group = c.benchmark_group("engine");
+    group.sample_size(10).measurement_time(Duration::from_secs(20));
+    group.throughput(Throughput::Bytes(batches_per_iteration * MIB as u64));
+    group.bench_function("replicated_1mib", |b| {
+        b.iter_custom(|iterations| {
+            let dir = bench_dir();
+            let mut elapsed = Duration::ZERO;
+            runtime().block_on(async {
+                let (mut shard, _) =
+                    Shard::open(UringStorage::new(), dir.path(), production(2 * MIB))
+                        .await
+                        .expect("open");
+                shard
+                    .create_group(1, group_config(Durability::Replicated, 2 * MIB))
+                    .await
+                    .expect("group");
+                let shard = Rc::new(RefCell::new(shard));
+                for _ in 0..iterations {
+                    let start = Instant::now();
+                    pipelined(&shard, &batch, batches_per_iteration, 32 * MIB as u64).await;
+                    elapsed += start.elapsed();
+                }
+            });
+            elapsed
+        });
+    });
+    group.finish();
+}
+
+/// Appends `count` batches, keeping at most `window_bytes` not yet durable, with flush cycles
+/// running back to back in a second task; each side wakes the other through a [`Signal`].
+async fn pipelined(
+    shard: &Rc<RefCell<Shard<UringStorage>>>,
+    batch: &Bytes,
+    count: u64,
+    window_bytes: u64,
+) {
+    let start_op = shard.borrow().group(1).expect("group").head_op();
+    let target = start_op + count;
+    let batch_bytes = (batch.len() + HEADER_SIZE) as u64;
+    let appended_signal = Rc::new(Signal::default());
+    let durable_signal = Rc::new(Signal::default());
+    let flusher = {
+        let shard = Rc::clone(shard);
+        let appended_signal = Rc::clone(&appended_signal);
+        let durable_signal = Rc::clone(&durable_signal);
+        monoio::spawn(async move {
+            while shard.borrow().durable_op(1) != Some(target) {
+                let flush = shard.borrow_mut().begin_flush();
+                match flush {
+                    Some(flush) => {
+                        let done = flush.run().await;
+                        shard.borrow_mut().finish_flush(done);
+                        durable_signal.raise();
+                    }
+                    None => appended_signal.wait().await,
+                }
+            }
+        })
+    };
+    let mut appended = start_op;
+    while appended < target {
+        let progressed = {
+            let mut shard = shard.borrow_mut();
+            let durable = shard.durable_op(1).unwrap_or(0);
+            let before = appended;
+            while appended < target && (appended - durable) * batch_bytes < window_bytes {
+                appended = append_one(&mut shard, 1, batch);
+            }
+            appended > before
+        };
+        if progressed {
+            appended_signal.raise();
+        }
+        if appended < target {
+            durable_signal.wait().await;
+        }
+    }
+    flusher.await;
+}
+
+/// A single-task wake-up: `raise` wakes the task waiting in `wait` (or lets its next `wait`
+/// return at once).
+#[derive(Default)]
+struct Signal {
+    raised: std::cell::Cell<bool>,
+    waker: RefCell<Option<std::task::Waker>>,
+}
+
+impl Signal {
+    fn raise(&self) {
+        self.raised.set(true);
+        if let Some(waker) = self.waker.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    async fn wait(&self) {
+        std::future::poll_fn(|context| {
+            if self.raised.replace(false) {
+                std::task::Poll::Ready(())
+            } else {
+                *self.waker.borrow_mut() = Some(context.waker().clone());
+                std::task::Poll::Pending
+            }
+        })
+        .await;
+    }
+}
+
+/// One partition, 64 KiB batches, `persisted`, one append in flight: append, flush (journal
+/// write and its sync), and only then the next append.
+fn persisted_64k_one_in_flight(c: &mut Criterion) {
+    let batch = Bytes::from(vec![3u8; 64 * 1024]);
+    let appends_per_iteration: u64 = 2000;
+    let mut group = c.benchmark_group("engine");
+    group.sample_size(10).measurement_time(Duration::from_secs(20));
+    group.throughput(Throughput::Elements(appends_per_iteration));
+    group.bench_function("persisted_64k_one_in_flight", |b| {
+        b.iter_custom(|iterations| {
+            let dir = bench_dir();
+            let mut elapsed = Duration::ZERO;
+            runtime().block_on(async {
+                let (mut shard, _) = Shard::open(UringStorage::new(), dir.path(), production(MIB))
+                    .await
+                    .expect("open");
+                shard
+                    .create_group(1, group_config(Durability::Persisted, MIB))
+                    .await
+                    .expect("group");
+                for _ in 0..iterations {
+                    let start = Instant::now();
+                    for _ in 0..appends_per_iteration {
+                        let op = append_one(&mut shard, 1, &batch);
+                        shard.flush().await.expect("flush");
+                        assert_eq!(shard.durable_op(1), Some(op));
+                    }
+                    elapsed += start.elapsed();
+                }
+            });
+            elapsed
+        });
+    });
+    group.finish();
+}
+
+/// 64 partitions on one shard, 16 KiB batches, `persisted`, all appending at once: each cycle
+/// carries one batch of each (1 MiB) and one journal sync covers them all.
+fn persisted_64_partitions_16k(c: &mut Criterion) {
+    const PARTITIONS: u64 = 64;
+    let batch = Bytes::from(vec![5u8; 16 * 1024 - HEADER_SIZE]);
+    let cycles_per_iteration: u64 = 200;
+    let mut latencies_us: Vec<u64> = Vec::new();
+    let mut syncs_per_cycle = (0u64, 0u64);
+    let mut group = c.benchmark_group("engine");
+    group.sample_size(10).measurement_time(Duration::from_secs(20));
+    group.throughput(Throughput::Bytes(cycles_per_iteration * PARTITIONS * 16 * 1024));
+    group.bench_function("persisted_64_partitions_16k", |b| {
+        b.iter_custom(|iterations| {
+            let dir = bench_dir();
+            let mut elapsed = Duration::ZERO;
+            runtime().block_on(async {
+                let (mut shard, _) = Shard::open(UringStorage::new(), dir.path(), production(MIB))
+                    .await
+                    .expect("open");
+                for group in 1..=PARTITIONS {
+                    shard
+                        .create_group(group, group_config(Durability::Persisted, MIB))
+                        .await
+                        .expect("group");
+                }
+                let before = shard.counters();
+                for _ in 0..iterations {
+                    let start = Instant::now();
+                    for _ in 0..cycles_per_iteration {
+                        let cycle_start = Instant::now();
+                        for group in 1..=PARTITIONS {
+                            append_one(&mut shard, group, &batch);
+                        }
+                        shard.flush().await.expect("flush");
+                        latencies_us.push(cycle_start.elapsed().as_micros() as u64);
+                    }
+                    elapsed += start.elapsed();
+                }
+                let after = shard.counters();
+                syncs_per_cycle.0 += after.journal_syncs - before.journal_syncs;
+                syncs_per_cycle.1 += after.flushes - before.flushes;
+            });
+            elapsed
+        });
+    });
+    group.finish();
+    latencies_us.sort_unstable();
+    if !latencies_us.is_empty() {
+        let p = |q: f64| latencies_us[((latencies_us.len() - 1) as f64 * q) as usize];
+        println!(
+            "persisted_64_partitions_16k append->durable latency: p50 {} us, p99 {} us, max {} us; journal syncs per cycle {:.2}",
+            p(0.5),
+            p(0.99),
+            latencies_us[latencies_us.len() - 1],
+            syncs_per_cycle.0 as f64 / syncs_per_cycle.1.max(1) as f64
+        );
+    }
+}
+
+/// Memory and open files per idle partition: 1,000 groups created and never written, then the
+/// same groups after one small append each.
+fn idle_partition_footprint(_c: &mut Criterion) {
+    const GROUPS: u64 = 1000;
+    let dir = bench_dir();
+    runtime().block_on(async {
+        let mut config = production(MIB);
+        config.groups_max = 2048;
+        let (mut shard, _) = Shard::open(UringStorage::new(), dir.path(), config).await.expect("open");
+        let (rss_before, fds_before) = (rss_bytes(), open_fds());
+        for group in 1..=GROUPS {
+            shard.create_group(group, group_config(Durability::Persisted, MIB)).await.expect("group");
+        }
+        let (rss_idle, fds_idle) = (rss_bytes(), open_fds());
+        let body = Bytes::from(vec![1u8; 100]);
+        for group in 1..=GROUPS {
+            append_one(&mut shard, group, &body);
+        }
+        shard.flush().await.expect("flush");
+        let (rss_used, fds_used) = (rss_bytes(), open_fds());
+        println!(
+            "idle partition footprint: {} bytes and {:.2} open files per never-written partition; \
+             {} bytes and {:.2} open files after one append each (write-buffer chunks: {} of {} bytes)",
+            rss_idle.saturating_sub(rss_before) / GROUPS,
+            (fds_idle - fds_before) as f64 / GROUPS as f64,
+            rss_used.saturating_sub(rss_before) / GROUPS,
+            (fds_used - fds_before) as f64 / GROUPS as f64,
+            shard.chunks_allocated(),
+            shard.config().chunk_size_bytes,
+        );
+    });
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+    pages * 4096
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|entries| entries.count()).unwrap_or(0)
+}
+
+criterion_group!(
+    benches,
+    replicated_1mib,
+    persisted_64k_one_in_flight,
+    persisted_64_partitions_16k,
+    idle_partition_footprint
+);
+criterion_main!(benches);
