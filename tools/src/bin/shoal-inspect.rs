@@ -1,0 +1,472 @@
+//! `shoal-inspect`: verifies a Shoal data directory (or one shard directory) offline and reports
+//! what it holds and where the first damage lies.
+//!
+//! It runs the engine's checker (`shoal_engine::inspect`) over the blocking `std` storage
+//! backend, so it needs no io_uring runtime and never writes. Exit status: 0 when clean, 1 when
+//! a problem was found, 2 on a usage error or a path that cannot be inspected.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde_json::{Value, json};
+use shoal_engine::Corruption;
+use shoal_engine::inspect::{
+    CopyReport, GroupReport, IndexStatus, InspectReport, JournalReport, Note, SegmentEnd,
+    SegmentReport, ShardReport, durability_name, inspect,
+};
+use shoal_engine::storage::std_fs::{StdStorage, block_on};
+use shoal_engine::superblock::{GroupSlot, Identity};
+
+const USAGE: &str = "usage: shoal-inspect <data-dir> [--json]
+
+Verifies a Shoal data directory (holding shard-N directories) or a single shard directory:
+superblock copies, every group's segments and indexes, and the shard journal. Never writes.
+
+  --json      print the report as JSON instead of text
+  -h, --help  print this help
+
+exit status: 0 clean, 1 problems found, 2 usage error or unreadable path";
+
+const EXIT_CLEAN: u8 = 0;
+const EXIT_PROBLEMS: u8 = 1;
+const EXIT_USAGE: u8 = 2;
+
+struct Args {
+    path: PathBuf,
+    json: bool,
+}
+
+fn parse_args(args: impl Iterator<Item = std::ffi::OsString>) -> Result<Option<Args>, String> {
+    let mut path = None;
+    let mut json = false;
+    for arg in args {
+        match arg.to_str() {
+            Some("--json") => json = true,
+            Some("-h" | "--help") => return Ok(None),
+            Some(flag) if flag.starts_with('-') && flag.len() > 1 => {
+                return Err(format!("unknown option {flag}"));
+            }
+            _ if path.is_some() => return Err("more than one path given".to_string()),
+            _ => path = Some(PathBuf::from(arg)),
+        }
+    }
+    let path = path.ok_or_else(|| "no data directory given".to_string())?;
+    Ok(Some(Args { path, json }))
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args(std::env::args_os().skip(1)) {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::from(EXIT_CLEAN);
+        }
+        Err(reason) => {
+            eprintln!("shoal-inspect: {reason}\n\n{USAGE}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let report = block_on(inspect(&StdStorage, &args.path));
+    let text = if args.json {
+        let mut text = serde_json::to_string_pretty(&report_json(&report))
+            .unwrap_or_else(|e| format!("{{\"error\": \"cannot encode the report: {e}\"}}"));
+        text.push('\n');
+        text
+    } else {
+        human(&report)
+    };
+    // A closed pipe (`shoal-inspect ... | head`) must not turn into a panic; the exit status
+    // still tells the verdict.
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+    if let Some(error) = &report.error {
+        eprintln!("shoal-inspect: {error}");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    ExitCode::from(if report.is_clean() { EXIT_CLEAN } else { EXIT_PROBLEMS })
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON
+// ---------------------------------------------------------------------------------------------
+
+fn report_json(report: &InspectReport) -> Value {
+    json!({
+        "path": report.path.display().to_string(),
+        "clean": report.is_clean(),
+        "error": report.error,
+        "first_corruption": report.first_corruption().map(corruption_json),
+        "problems": report.problems.iter().map(corruption_json).collect::<Vec<_>>(),
+        "notes": report.notes.iter().map(note_json).collect::<Vec<_>>(),
+        "shards": report.shards.iter().map(shard_json).collect::<Vec<_>>(),
+    })
+}
+
+fn corruption_json(corruption: &Corruption) -> Value {
+    json!({
+        "file": corruption.file.display().to_string(),
+        "position_bytes": corruption.position_bytes,
+        "offset": corruption.offset,
+        "op": corruption.op,
+        "reason": corruption.reason,
+    })
+}
+
+fn note_json(note: &Note) -> Value {
+    json!({
+        "file": note.file.display().to_string(),
+        "position_bytes": note.position_bytes,
+        "message": note.message,
+    })
+}
+
+fn identity_json(identity: &Identity) -> Value {
+    json!({
+        "cluster": identity.cluster,
+        "node": identity.node,
+        "shard": identity.shard,
+        "shard_count": identity.shard_count,
+    })
+}
+
+fn shard_json(shard: &ShardReport) -> Value {
+    let superblock = &shard.superblock;
+    json!({
+        "dir": shard.dir.display().to_string(),
+        "shard": shard.shard,
+        "superblock": {
+            "file": superblock.file.display().to_string(),
+            "file_size_bytes": superblock.file_size_bytes,
+            "copy_size_bytes": superblock.copy_size_bytes,
+            "newest": superblock.newest,
+            "sequence": superblock.state.as_ref().map(|s| s.sequence),
+            "clean_shutdown": superblock.state.as_ref().map(|s| s.clean_shutdown),
+            "identity": superblock.state.as_ref().map(|s| identity_json(&s.identity)),
+            "copies": superblock.copies.iter().map(copy_json).collect::<Vec<_>>(),
+        },
+        "groups": shard.groups.iter().map(group_json).collect::<Vec<_>>(),
+        "journal": shard.journal.as_ref().map(journal_json),
+    })
+}
+
+fn copy_json(copy: &CopyReport) -> Value {
+    match &copy.status {
+        Ok(info) => json!({
+            "index": copy.index,
+            "position_bytes": copy.position_bytes,
+            "valid": true,
+            "current": info.current,
+            "sequence": info.sequence,
+            "checksum": info.checksum,
+            "parent": info.parent,
+            "identity": identity_json(&info.identity),
+            "slot_count": info.slot_count,
+            "slots_max": info.slots_max,
+        }),
+        Err(reason) => json!({
+            "index": copy.index,
+            "position_bytes": copy.position_bytes,
+            "valid": false,
+            "reason": reason,
+        }),
+    }
+}
+
+fn slot_json(slot: &GroupSlot) -> Value {
+    json!({
+        "durability": durability_name(slot.config.durability),
+        "view": slot.view,
+        "log_view": slot.log_view,
+        "checkpoint": {
+            "op": slot.checkpoint.op,
+            "checksum": slot.checkpoint.checksum,
+            "next_offset": slot.checkpoint.next_offset,
+            "segment_base_offset": slot.checkpoint.segment_base_offset,
+            "position_bytes": slot.checkpoint.position_bytes,
+        },
+        "fence": { "op": slot.fence.op, "view": slot.fence.view },
+        "config": {
+            "segment_size_bytes": slot.config.segment_size_bytes,
+            "segment_age_ms_max": slot.config.segment_age_ms_max,
+            "retention_bytes": slot.config.retention_bytes,
+            "retention_ms": slot.config.retention_ms,
+            "record_size_bytes_max": slot.config.record_size_bytes_max,
+        },
+    })
+}
+
+fn group_json(group: &GroupReport) -> Value {
+    json!({
+        "group": group.group,
+        "dir": group.dir.display().to_string(),
+        "slot": group.slot.as_ref().map(slot_json),
+        "first_op": group.first_op,
+        "last_op": group.last_op,
+        "first_offset": group.first_offset,
+        "next_offset": group.next_offset,
+        "records": group.records,
+        "valid_bytes": group.valid_bytes,
+        "segments": group.segments.iter().map(segment_json).collect::<Vec<_>>(),
+    })
+}
+
+fn segment_json(segment: &SegmentReport) -> Value {
+    let end = match &segment.end {
+        SegmentEnd::Clean => json!({ "state": "clean" }),
+        SegmentEnd::DataAfterEnd { position_bytes, reason, corruption } => json!({
+            "state": "data_after_end",
+            "position_bytes": position_bytes,
+            "reason": reason,
+            "corruption": corruption,
+        }),
+        SegmentEnd::Unreadable(reason) => json!({ "state": "unreadable", "reason": reason }),
+        SegmentEnd::NotScanned => json!({ "state": "not_scanned" }),
+    };
+    let index = match &segment.index {
+        IndexStatus::Missing => json!({ "state": "missing" }),
+        IndexStatus::Ok { entries } => json!({ "state": "ok", "entries": entries }),
+        IndexStatus::Damaged(reason) => json!({ "state": "damaged", "reason": reason }),
+        IndexStatus::Disagrees(reason) => json!({ "state": "disagrees", "reason": reason }),
+        IndexStatus::NotCompared { entries } => {
+            json!({ "state": "not_compared", "entries": entries })
+        }
+    };
+    json!({
+        "file": segment.file.display().to_string(),
+        "base_offset": segment.base_offset,
+        "file_size_bytes": segment.file_size_bytes,
+        "valid_bytes": segment.valid_bytes,
+        "records": segment.records,
+        "damaged_records": segment.damaged_records,
+        "first_op": segment.first_op,
+        "last_op": segment.last_op,
+        "first_offset": segment.first_offset,
+        "next_offset": segment.next_offset,
+        "leftover": segment.leftover,
+        "end": end,
+        "index": index,
+    })
+}
+
+fn journal_json(journal: &JournalReport) -> Value {
+    json!({
+        "file": journal.file.display().to_string(),
+        "file_size_bytes": journal.file_size_bytes,
+        "entries_valid": journal.entries_valid,
+        "markers": journal.markers,
+        "seq_first": journal.seq_first,
+        "seq_last": journal.seq_last,
+        "durable_seq": journal.durable_seq,
+        "tail_seq": journal.tail_seq,
+        "groups": journal.groups.iter().map(|g| json!({
+            "group": g.group,
+            "entries": g.entries,
+            "first_op": g.first_op,
+            "last_op": g.last_op,
+            "replayable": g.replayable,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Text
+// ---------------------------------------------------------------------------------------------
+
+fn human(report: &InspectReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "shoal-inspect {}", report.path.display());
+    if let Some(error) = &report.error {
+        let _ = writeln!(out, "cannot inspect: {error}");
+        return out;
+    }
+    for shard in &report.shards {
+        human_shard(&mut out, shard);
+    }
+    if !report.notes.is_empty() {
+        let _ = writeln!(out, "\nnotes ({}):", report.notes.len());
+        for note in &report.notes {
+            let at = note.position_bytes.map(|p| format!(" at byte {p}")).unwrap_or_default();
+            let _ = writeln!(out, "  {}{at}: {}", note.file.display(), note.message);
+        }
+    }
+    if report.problems.is_empty() {
+        let _ = writeln!(out, "\nresult: clean");
+    } else {
+        let _ = writeln!(out, "\nproblems ({}):", report.problems.len());
+        for problem in &report.problems {
+            let _ = writeln!(out, "  {problem}");
+        }
+        let first = report.first_corruption().map(ToString::to_string).unwrap_or_default();
+        let _ = writeln!(out, "\nresult: CORRUPTION FOUND; first: {first}");
+    }
+    out
+}
+
+fn human_shard(out: &mut String, shard: &ShardReport) {
+    use std::fmt::Write;
+    let name = shard.shard.map_or_else(|| "shard".to_string(), |n| format!("shard {n}"));
+    let _ = writeln!(out, "\n{name} ({})", shard.dir.display());
+    let superblock = &shard.superblock;
+    match &superblock.state {
+        Some(state) => {
+            let id = &state.identity;
+            let _ = writeln!(
+                out,
+                "  superblock: sequence {} (copy {}){}, cluster {} node {} shard {}/{}, {} of {} \
+                 group slots, copies of {} bytes",
+                state.sequence,
+                superblock.newest.unwrap_or(0),
+                if state.clean_shutdown { ", clean shutdown" } else { "" },
+                id.cluster,
+                id.node,
+                id.shard,
+                id.shard_count,
+                state.groups.len(),
+                state.slots_max,
+                superblock.copy_size_bytes
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  superblock: no valid copy");
+        }
+    }
+    for copy in &superblock.copies {
+        let status = match &copy.status {
+            Ok(info) => format!(
+                "sequence {} checksum {:#010x} parent {:#010x}{}",
+                info.sequence,
+                info.checksum,
+                info.parent,
+                if info.current { "" } else { " (stale)" }
+            ),
+            Err(reason) => format!("INVALID: {reason}"),
+        };
+        let _ = writeln!(out, "    copy {} at byte {}: {status}", copy.index, copy.position_bytes);
+    }
+    for group in &shard.groups {
+        human_group(out, group);
+    }
+    match &shard.journal {
+        Some(journal) => {
+            let seqs = match (journal.seq_first, journal.seq_last) {
+                (Some(first), Some(last)) => format!("seq {first}..={last}"),
+                _ => "no entries".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "  journal: {} bytes, {} valid entries, {seqs}, durable {}, tail {}",
+                journal.file_size_bytes,
+                journal.entries_valid,
+                journal.durable_seq,
+                journal.tail_seq
+            );
+            for group in &journal.groups {
+                let _ = writeln!(
+                    out,
+                    "    group {}: {} needed entries (ops {}..={}), {} to replay past the segments",
+                    group.group, group.entries, group.first_op, group.last_op, group.replayable
+                );
+            }
+        }
+        None => {
+            let _ = writeln!(out, "  journal: missing or unreadable");
+        }
+    }
+}
+
+fn human_group(out: &mut String, group: &GroupReport) {
+    use std::fmt::Write;
+    let _ = match &group.slot {
+        Some(slot) => writeln!(
+            out,
+            "  group {} ({}): view {} log_view {}, checkpoint op {} in {:020}.log at byte {}, \
+             fence {}",
+            group.group,
+            durability_name(slot.config.durability),
+            slot.view,
+            slot.log_view,
+            slot.checkpoint.op,
+            slot.checkpoint.segment_base_offset,
+            slot.checkpoint.position_bytes,
+            if slot.fence.view == 0 {
+                "none".to_string()
+            } else {
+                format!("op {} view {}", slot.fence.op, slot.fence.view)
+            }
+        ),
+        None => writeln!(out, "  group {} (not in the superblock)", group.group),
+    };
+    let _ = match (group.first_op, group.last_op, group.first_offset, group.next_offset) {
+        (Some(first_op), Some(last_op), Some(first_offset), Some(next_offset)) => writeln!(
+            out,
+            "    ops {first_op}..={last_op}, offsets {first_offset}..{next_offset}, {} records, \
+             {} bytes in {} segments",
+            group.records,
+            group.valid_bytes,
+            group.segments.len()
+        ),
+        _ => writeln!(out, "    no records ({} segments)", group.segments.len()),
+    };
+    for segment in &group.segments {
+        let name = segment
+            .file
+            .file_name()
+            .map_or_else(|| segment.file.display().to_string(), |n| n.to_string_lossy().into());
+        let range =
+            match (segment.first_offset, segment.next_offset, segment.first_op, segment.last_op) {
+                (Some(first), Some(next), Some(first_op), Some(last_op)) => {
+                    format!("offsets {first}..{next}, ops {first_op}..={last_op}")
+                }
+                _ => "no records".to_string(),
+            };
+        let end = match &segment.end {
+            SegmentEnd::Clean => "clean end".to_string(),
+            SegmentEnd::DataAfterEnd { position_bytes, corruption: true, .. } => {
+                format!("DAMAGED at byte {position_bytes}")
+            }
+            SegmentEnd::DataAfterEnd { position_bytes, .. } => {
+                format!("data after end at byte {position_bytes}")
+            }
+            SegmentEnd::Unreadable(reason) => format!("UNREADABLE: {reason}"),
+            SegmentEnd::NotScanned => "leftover past the chain's end".to_string(),
+        };
+        let index = match &segment.index {
+            IndexStatus::Missing => "no index".to_string(),
+            IndexStatus::Ok { entries } => format!("index ok ({entries} entries)"),
+            IndexStatus::Damaged(reason) => format!("index damaged: {reason}"),
+            IndexStatus::Disagrees(reason) => format!("index DISAGREES: {reason}"),
+            IndexStatus::NotCompared { entries } => {
+                format!("index not compared ({entries} entries)")
+            }
+        };
+        let damaged = match segment.damaged_records {
+            0 => String::new(),
+            n => format!(" ({n} DAMAGED)"),
+        };
+        let _ = writeln!(
+            out,
+            "    {name}: {range}, {} records{damaged}, {} of {} bytes; {end}; {index}",
+            segment.records, segment.valid_bytes, segment.file_size_bytes
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Option<Args>, String> {
+        parse_args(args.iter().map(std::ffi::OsString::from))
+    }
+
+    #[test]
+    fn arguments() {
+        let args = parse(&["/d", "--json"]).unwrap().unwrap();
+        assert_eq!((args.path, args.json), (PathBuf::from("/d"), true));
+        assert!(!parse(&["/d"]).unwrap().unwrap().json);
+        assert!(parse(&["--help"]).unwrap().is_none());
+        assert!(parse(&[]).is_err());
+        assert!(parse(&["/a", "/b"]).is_err());
+        assert!(parse(&["/a", "--jsn"]).is_err());
+    }
+}
