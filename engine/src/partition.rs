@@ -43,6 +43,9 @@ pub struct Shared {
     pub ring_limits: RingLimits,
     /// Out-of-order prepares held per partition at most.
     pub held_prepares_max: usize,
+    /// A `persisted` group writes its segment once this much is pending (the journal already
+    /// holds it durably).
+    pub persisted_write_batch_bytes: usize,
     /// Read window for scans.
     pub scan_window_bytes: usize,
     /// Index entries a loaded index file may hold.
@@ -855,7 +858,8 @@ impl<S: Storage> PartitionLog<S> {
     /// pending but the written data is past the durable checkpoint).
     pub fn begin_flush(&mut self, checkpoint: bool) -> Option<FlushJob<S>> {
         let checkpoint = checkpoint && self.head.op > self.checkpoint.op;
-        if self.faulty.is_some() || !(self.has_unwritten() || self.needs_ready() || checkpoint) {
+        let write_data = checkpoint || self.segment_write_due();
+        if self.faulty.is_some() || !(write_data || self.needs_ready()) {
             return None;
         }
         assert!(!self.flush_in_flight, "one flush job at a time");
@@ -863,7 +867,8 @@ impl<S: Storage> PartitionLog<S> {
         let mut create = Vec::new();
         let mut writes = Vec::new();
         let mut chunk_marks = Vec::with_capacity(self.chunks.len());
-        for (index, chunk) in self.chunks.iter().enumerate() {
+        let chunks = if write_data { self.chunks.len() } else { 0 };
+        for (index, chunk) in self.chunks.iter().enumerate().take(chunks) {
             if !self.files.contains_key(&chunk.segment_base_offset)
                 && !create.contains(&chunk.segment_base_offset)
             {
@@ -893,7 +898,10 @@ impl<S: Storage> PartitionLog<S> {
         // here, cleanly, before any byte of the cycle is written.
         let mut ready_end_bytes = self.ready_end_bytes;
         let mut reserve = None;
-        if let Some(active) = self.segments.last() {
+        if let Some(active) = self.segments.last()
+            && (self.files.contains_key(&active.base_offset)
+                || create.contains(&active.base_offset))
+        {
             if create.contains(&active.base_offset) {
                 ready_end_bytes = 0;
             }
@@ -910,7 +918,7 @@ impl<S: Storage> PartitionLog<S> {
         let settle = self
             .segments
             .iter()
-            .filter(|segment| segment.sealed && !segment.settled)
+            .filter(|segment| write_data && segment.sealed && !segment.settled)
             .map(|segment| {
                 (segment.base_offset, Bytes::from(segment.index.encode(&segment.summary())))
             })
@@ -923,13 +931,47 @@ impl<S: Storage> PartitionLog<S> {
             files: self.files.clone(),
             writes,
             settle,
-            target: self.head,
-            target_appended_bytes: self.appended_bytes,
+            target: if write_data { self.head } else { self.written },
+            target_appended_bytes: if write_data {
+                self.appended_bytes
+            } else {
+                self.written_appended_bytes
+            },
             chunk_marks,
             ready_end_bytes,
             reserve,
             checkpoint: checkpoint.then(|| self.head.checkpoint()),
         })
+    }
+
+    /// Whether this cycle should write the segment data. A `replicated` group writes whatever is
+    /// pending (the write is what makes it durable). A `persisted` group's prepares are durable
+    /// in the shard journal, so its segment writes wait until a batch worth writing has gathered
+    /// (or a chunk filled, a segment rolled, a checkpoint asks): the small synchronous cycles
+    /// then carry one write, not two, and the segment gets large sequential writes.
+    fn segment_write_due(&self) -> bool {
+        if !self.has_unwritten() {
+            return false;
+        }
+        match self.config.durability {
+            Durability::Replicated => true,
+            Durability::Persisted => {
+                let unwritten = self.appended_bytes - self.written_appended_bytes;
+                let batch = (self.shared.persisted_write_batch_bytes as u64)
+                    .min(self.shared.ring_limits.bytes_max as u64 / 4);
+                unwritten >= batch
+                    || self.chunks.len() > 1
+                    || self.segments.iter().any(|segment| segment.sealed && !segment.settled)
+            }
+        }
+    }
+
+    /// Whether a flush would do anything for this group now (`checkpoint`: one is wanted).
+    pub fn wants_flush(&self, checkpoint: bool) -> bool {
+        self.faulty.is_none()
+            && ((checkpoint && self.head.op > self.checkpoint.op)
+                || self.segment_write_due()
+                || self.needs_ready())
     }
 
     /// Whether the active segment's ready-ahead zeros have fallen behind (after recovery: the

@@ -56,6 +56,9 @@ pub struct ShardConfig {
     pub chunks_max: usize,
     /// Out-of-order prepares a group holds at most.
     pub held_prepares_max: usize,
+    /// A `persisted` group writes its segment once this much is pending (capped at a quarter of
+    /// the ring, which must hold it meanwhile).
+    pub persisted_write_batch_bytes: usize,
     /// Read window of scans.
     pub scan_window_bytes: usize,
     /// Entries an index file may hold.
@@ -81,6 +84,7 @@ impl Default for ShardConfig {
             chunk_size_bytes: 4 << 20,
             chunks_max: 1024,
             held_prepares_max: 1024,
+            persisted_write_batch_bytes: 1 << 20,
             scan_window_bytes: 1 << 20,
             index_entries_max: 1 << 20,
             record_size_bytes_max: crate::wire::HEADER_SIZE + (1 << 20),
@@ -272,6 +276,7 @@ impl<S: Storage> Shard<S> {
             index_interval_bytes: config.index_interval_bytes,
             ring_limits: config.ring,
             held_prepares_max: config.held_prepares_max,
+            persisted_write_batch_bytes: config.persisted_write_batch_bytes,
             scan_window_bytes: config.scan_window_bytes,
             index_entries_max: config.index_entries_max,
             pool: std::cell::RefCell::new(ChunkPool::new(
@@ -524,7 +529,10 @@ impl<S: Storage> Shard<S> {
             || !self.slots_dirty.is_empty()
             || !self.checkpoint_wanted.is_empty()
             || self.journal.pending_entries() > 0
-            || self.groups.values().any(|log| log.has_unwritten() && log.faulty_reason().is_none())
+            || self
+                .groups
+                .iter()
+                .any(|(id, log)| log.wants_flush(self.checkpoint_wanted.contains(id)))
     }
 
     /// Starts a flush cycle (None when nothing is pending or one is in flight).
@@ -697,7 +705,9 @@ impl<S: Storage> Shard<S> {
     /// before this returns). Flushes first. Call with no flush in flight.
     pub async fn truncate_after(&mut self, group: u64, op: u64, view: u32) -> Result<()> {
         self.check_serving()?;
+        // Everything appended must be on the segment first (a checkpoint writes it all).
         while self.groups.get(&group).ok_or_else(|| unknown(group))?.has_unwritten() {
+            self.checkpoint_wanted.insert(group);
             self.flush().await?;
         }
         let log = self.groups.get_mut(&group).expect("checked");

@@ -150,3 +150,28 @@ fn truncation_is_durable_and_never_resurrects_an_op() {
         assert_eq!(log.next_offset(), 60);
     }
 }
+
+#[test]
+fn sixty_four_concurrent_persisted_appends_cost_one_journal_sync_and_at_most_one_superblock_write()
+{
+    let sim = Sim::new(4, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    let mut shard = open(&sim, dir);
+    for group in 100..164 {
+        sim.block_on(shard.create_group(group, group_config(Durability::Persisted))).unwrap();
+    }
+    let before = shard.counters();
+    for group in 100..164 {
+        let next = shard.next(group).unwrap();
+        let body = batch(1, 1000, 1);
+        let header =
+            build_prepare(&next, 1, 0, Prepare { record_count: 1, ..Prepare::default() }, &body);
+        shard.append(group, &header, &body).unwrap();
+    }
+    let report = sim.block_on(shard.flush()).unwrap();
+    let after = shard.counters();
+    assert_eq!(report.durable.len(), 64, "every group's append is durable after one cycle");
+    assert_eq!(after.flushes - before.flushes, 1);
+    assert_eq!(after.journal_syncs - before.journal_syncs, 1);
+    assert!(after.superblock_writes - before.superblock_writes <= 1);
+}

@@ -61,12 +61,16 @@ async fn populate(storage: UringStorage, dir: &Path) {
 }
 
 async fn assert_reads_back(shard: &mut Shard<UringStorage>, group: u64, ops: u64) {
+    assert_reads_back_len(shard, group, ops, 3000).await;
+}
+
+async fn assert_reads_back_len(shard: &mut Shard<UringStorage>, group: u64, ops: u64, len: usize) {
     let log = shard.group_mut(group).unwrap();
     assert_eq!(log.head_op(), ops);
     let all = log.read_offset(0, usize::MAX).await.unwrap();
     assert_eq!(all.len() as u64, ops);
     for prepare in &all {
-        assert_eq!(prepare.body(), body(prepare.op(), 3000), "op {}", prepare.op());
+        assert_eq!(prepare.body(), body(prepare.op(), len), "op {}", prepare.op());
     }
 }
 
@@ -146,12 +150,14 @@ fn crash_torn_tail_is_cut_and_persisted_prepares_come_back_from_the_journal() {
         let (mut shard, _) = open(UringStorage::new(), &shard_dir).await;
         shard.create_group(PERSISTED, group_config(Durability::Persisted)).await.unwrap();
         shard.create_group(REPLICATED, group_config(Durability::Replicated)).await.unwrap();
-        append(&mut shard, PERSISTED, 5, 3000);
-        append(&mut shard, REPLICATED, 5, 3000);
+        // Large enough that the persisted group's deferred segment write is due in the flush.
+        const LEN: usize = 15_000;
+        append(&mut shard, PERSISTED, 5, LEN);
+        append(&mut shard, REPLICATED, 5, LEN);
         shard.close().await.unwrap();
         let (mut shard, _) = open(UringStorage::new(), &shard_dir).await;
-        append(&mut shard, PERSISTED, 20, 3000);
-        append(&mut shard, REPLICATED, 20, 3000);
+        append(&mut shard, PERSISTED, 20, LEN);
+        append(&mut shard, REPLICATED, 20, LEN);
         let report = shard.flush().await.unwrap();
         assert!(report.durable.contains(&(PERSISTED, 25)), "{report:?}");
         // The process dies here (no close): then the tail of each segment is torn.
@@ -160,7 +166,7 @@ fn crash_torn_tail_is_cut_and_persisted_prepares_come_back_from_the_journal() {
             let last = segments(&shard_dir, group).pop().unwrap();
             let mut bytes = std::fs::read(&last).unwrap();
             let used = bytes.iter().rposition(|&b| b != 0).unwrap();
-            for byte in &mut bytes[used - 10_000..used - 9_000] {
+            for byte in &mut bytes[used - 20_000..used - 19_000] {
                 *byte ^= 0xff;
             }
             std::fs::write(&last, &bytes).unwrap();
@@ -172,10 +178,10 @@ fn crash_torn_tail_is_cut_and_persisted_prepares_come_back_from_the_journal() {
         }
         let persisted = report.groups.iter().find(|g| g.group == PERSISTED).unwrap();
         assert!(persisted.journal_replayed > 0);
-        assert_reads_back(&mut shard, PERSISTED, 25).await;
+        assert_reads_back_len(&mut shard, PERSISTED, 25, LEN).await;
         let replicated = report.groups.iter().find(|g| g.group == REPLICATED).unwrap();
         assert!(replicated.head_op < 25 && replicated.head_op >= 5);
         assert_eq!(replicated.faulty.suffix_from, Some(replicated.head_op + 1));
-        assert_reads_back(&mut shard, REPLICATED, replicated.head_op).await;
+        assert_reads_back_len(&mut shard, REPLICATED, replicated.head_op, LEN).await;
     });
 }
