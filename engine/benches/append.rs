@@ -280,6 +280,9 @@ fn idle_partition_footprint(_c: &mut Criterion) {
     runtime().block_on(async {
         let mut config = production(MIB);
         config.groups_max = 2048;
+        // One write-buffer chunk per partition that appended: small chunks, enough of them.
+        config.chunk_size_bytes = 2 * MIB;
+        config.chunks_max = 2048;
         let (mut shard, _) = Shard::open(UringStorage::new(), dir.path(), config).await.expect("open");
         let (rss_before, fds_before) = (rss_bytes(), open_fds());
         for group in 1..=GROUPS {

@@ -42,7 +42,8 @@ pub struct ShardConfig {
     pub journal_size_bytes: u64,
     /// A group is checkpointed once this many bytes were appended since its last checkpoint.
     pub checkpoint_interval_bytes: u64,
-    /// Zeros written ahead of each active segment's tail.
+    /// Disk space reserved ahead of each active segment's tail (a clean "storage full" before a
+    /// cycle writes anything).
     pub ready_ahead_bytes: u64,
     /// Distance between sparse index entries.
     pub index_interval_bytes: u64,
