@@ -39,13 +39,20 @@ fn step() -> impl Strategy<Value = Step> {
 type Entry = (u64, u32, Bytes);
 
 fn open(sim: &Sim) -> Shard<SimStorage> {
-    sim.block_on(Shard::open(sim.storage(), Path::new("/m/shard-0"), ShardConfig::small())).expect("open").0
+    sim.block_on(Shard::open(sim.storage(), Path::new("/m/shard-0"), ShardConfig::small()))
+        .expect("open")
+        .0
 }
 
 fn run(durability: Durability, steps: Vec<Step>) {
     let sim = Sim::new(9, SimConfig::default());
     let mut shard = open(&sim);
-    let config = GroupConfig { durability, segment_size_bytes: 1 << 20, record_size_bytes_max: 32 << 10, ..GroupConfig::default() };
+    let config = GroupConfig {
+        durability,
+        segment_size_bytes: 1 << 20,
+        record_size_bytes_max: 32 << 10,
+        ..GroupConfig::default()
+    };
     sim.block_on(shard.create_group(GROUP, config)).expect("create");
     let mut model: Vec<Entry> = Vec::new();
     let mut view = 1;
@@ -53,8 +60,15 @@ fn run(durability: Durability, steps: Vec<Step>) {
         match step {
             Step::Append { len, records } => {
                 let next = shard.next(GROUP).expect("next");
-                let body: Bytes = (0..len).map(|i| (i as u64 ^ next.op) as u8).collect::<Vec<u8>>().into();
-                let header = build_prepare(&next, view, 0, Prepare { record_count: records, ..Prepare::default() }, &body);
+                let body: Bytes =
+                    (0..len).map(|i| (i as u64 ^ next.op) as u8).collect::<Vec<u8>>().into();
+                let header = build_prepare(
+                    &next,
+                    view,
+                    0,
+                    Prepare { record_count: records, ..Prepare::default() },
+                    &body,
+                );
                 match shard.append(GROUP, &header, &body) {
                     Ok(()) => model.push((next.offset, records, body)),
                     Err(shoal_engine::Error::LimitReached(_)) => {
@@ -67,7 +81,8 @@ fn run(durability: Durability, steps: Vec<Step>) {
                 sim.block_on(shard.flush()).expect("flush");
             }
             Step::ReadOffset { at, bytes_max } => {
-                let end = model.last().map_or(0, |(offset, records, _)| offset + u64::from(*records));
+                let end =
+                    model.last().map_or(0, |(offset, records, _)| offset + u64::from(*records));
                 let offset = if end == 0 { 0 } else { u64::from(at) % end };
                 let log = shard.group_mut(GROUP).expect("group");
                 let read = sim.block_on(log.read_offset(offset, bytes_max as usize)).expect("read");
@@ -75,7 +90,10 @@ fn run(durability: Durability, steps: Vec<Step>) {
                     assert!(read.is_empty());
                     continue;
                 }
-                let first = model.iter().position(|(base, records, _)| base + u64::from(*records) > offset).expect("in range");
+                let first = model
+                    .iter()
+                    .position(|(base, records, _)| base + u64::from(*records) > offset)
+                    .expect("in range");
                 assert!(!read.is_empty(), "at least one prepare");
                 for (index, prepare) in read.iter().enumerate() {
                     let (base, _, body) = &model[first + index];
@@ -105,7 +123,10 @@ fn run(durability: Durability, steps: Vec<Step>) {
         }
         let log = shard.group(GROUP).expect("group");
         assert_eq!(log.head_op(), model.len() as u64);
-        assert_eq!(log.next_offset(), model.last().map_or(0, |(offset, records, _)| offset + u64::from(*records)));
+        assert_eq!(
+            log.next_offset(),
+            model.last().map_or(0, |(offset, records, _)| offset + u64::from(*records))
+        );
     }
 }
 

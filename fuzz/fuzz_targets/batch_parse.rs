@@ -25,10 +25,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         if let Ok(header) = validated {
-            assert!(
-                !failed,
-                "validate accepted a batch whose records do not iterate"
-            );
+            assert!(!failed, "validate accepted a batch whose records do not iterate");
             assert_eq!(record_count, header.record_count());
         }
     }

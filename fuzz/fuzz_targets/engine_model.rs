@@ -17,7 +17,8 @@ use shoal_engine::wire::Prepare;
 const GROUP: u64 = 1;
 
 fn open(sim: &Sim) -> Shard<SimStorage> {
-    let opened = sim.block_on(Shard::open(sim.storage(), Path::new("/f/shard-0"), ShardConfig::small()));
+    let opened =
+        sim.block_on(Shard::open(sim.storage(), Path::new("/f/shard-0"), ShardConfig::small()));
     let (shard, report) = opened.expect("a crash never prevents opening");
     assert!(report.groups.iter().all(|g| g.corruption.is_none()), "a crash is not corruption");
     shard
@@ -27,7 +28,12 @@ fuzz_target!(|data: &[u8]| {
     let Some((&seed, script)) = data.split_first() else { return };
     let sim = Sim::new(u64::from(seed), SimConfig::default());
     let mut shard = open(&sim);
-    let config = GroupConfig { durability: Durability::Persisted, segment_size_bytes: 1 << 20, record_size_bytes_max: 32 << 10, ..GroupConfig::default() };
+    let config = GroupConfig {
+        durability: Durability::Persisted,
+        segment_size_bytes: 1 << 20,
+        record_size_bytes_max: 32 << 10,
+        ..GroupConfig::default()
+    };
     sim.block_on(shard.create_group(GROUP, config)).expect("create");
     // op -> body of every append not truncated; the highest op reported durable.
     let mut appended: Vec<Bytes> = Vec::new();
@@ -39,8 +45,15 @@ fuzz_target!(|data: &[u8]| {
             0 | 1 => {
                 let next = shard.next(GROUP).expect("next");
                 let len = 1 + usize::from(arg) * 97;
-                let body: Bytes = (0..len).map(|i| (i as u64 ^ next.op) as u8).collect::<Vec<u8>>().into();
-                let header = build_prepare(&next, view, 0, Prepare { record_count: 1, ..Prepare::default() }, &body);
+                let body: Bytes =
+                    (0..len).map(|i| (i as u64 ^ next.op) as u8).collect::<Vec<u8>>().into();
+                let header = build_prepare(
+                    &next,
+                    view,
+                    0,
+                    Prepare { record_count: 1, ..Prepare::default() },
+                    &body,
+                );
                 if shard.append(GROUP, &header, &body).is_ok() {
                     appended.push(body);
                 }
@@ -78,7 +91,12 @@ fuzz_target!(|data: &[u8]| {
                 let served = sim.block_on(log.read_offset(0, usize::MAX)).expect("read");
                 assert_eq!(served.len() as u64, head);
                 for prepare in &served {
-                    assert_eq!(Some(&prepare.body()), appended.get(prepare.op() as usize - 1), "op {}", prepare.op());
+                    assert_eq!(
+                        Some(&prepare.body()),
+                        appended.get(prepare.op() as usize - 1),
+                        "op {}",
+                        prepare.op()
+                    );
                 }
                 appended.truncate(head as usize);
                 durable = head;
