@@ -1594,36 +1594,18 @@ impl JournalFound {
 /// header and body checksum, an inner prepare that fills the body, one cluster; or a marker,
 /// a bare header); also notes whether the inner prepare's own body checksum holds.
 fn decode_journal_entry(bytes: &[u8], entry_max: usize, position: u64) -> Option<JournalFound> {
-    let outer = Header::decode_prefix(bytes).ok()?;
-    let fields = *outer.as_journal_entry()?;
+    let (outer, fields, inner) = crate::journal::decode_entry(bytes, entry_max)?;
     let size = outer.size as usize;
-    if size == HEADER_SIZE {
-        outer.verify_body(&[]).ok()?;
-        return Some(JournalFound {
-            position_bytes: position,
-            size_bytes: size as u64,
-            fields,
-            cluster: outer.cluster,
-            inner: None,
-            inner_body_ok: true,
-        });
-    }
-    if size > entry_max || size > bytes.len() || size < 2 * HEADER_SIZE {
-        return None;
-    }
-    outer.verify_body(&bytes[HEADER_SIZE..size]).ok()?;
-    let inner = Header::decode_prefix(&bytes[HEADER_SIZE..size]).ok()?;
-    inner.as_prepare()?;
-    if HEADER_SIZE + inner.size as usize != size || inner.cluster != outer.cluster {
-        return None;
-    }
-    let inner_body_ok = inner.verify_body(&bytes[2 * HEADER_SIZE..size]).is_ok();
+    // The outer checksum covers the framed record; its own body checksum is checked apart so a
+    // record that was framed damaged is told from one damaged at rest.
+    let inner_body_ok =
+        inner.is_none_or(|inner| inner.verify_body(&bytes[2 * HEADER_SIZE..size]).is_ok());
     Some(JournalFound {
         position_bytes: position,
         size_bytes: size as u64,
         fields,
         cluster: outer.cluster,
-        inner: Some(inner),
+        inner,
         inner_body_ok,
     })
 }

@@ -412,8 +412,11 @@ impl<F: StorageFile> Journal<F> {
 }
 
 /// Decodes a journal entry at the start of `bytes`: outer header, body checksum, inner prepare.
-/// A marker (no prepare: it only announces what earlier cycles made durable) has no inner header.
-fn decode_entry(
+/// Decodes the journal entry at the start of `bytes`: its header (checksum, then body
+/// checksum), its fields, and the prepare header it frames — `None` for a marker, which only
+/// announces what earlier cycles made durable. `None` overall when the bytes are not a whole,
+/// valid entry. Recovery and `inspect` both read the journal through this.
+pub fn decode_entry(
     bytes: &[u8],
     entry_size_bytes_max: usize,
 ) -> Option<(Header, JournalEntry, Option<Header>)> {

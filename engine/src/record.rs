@@ -146,15 +146,6 @@ pub fn prepare_of(header: &Header) -> &Prepare {
     header.as_prepare().expect("engine records are prepares")
 }
 
-/// The cluster id of an encoded record (its header's cluster field), without decoding it.
-///
-/// # Panics
-/// If `record` is shorter than a header: callers pass records the engine built.
-#[must_use]
-pub fn cluster_of(record: &[u8]) -> u64 {
-    u64::from_le_bytes(record[8..16].try_into().expect("a whole header"))
-}
-
 /// Builds the sealed header of the next prepare of a chain: `fields` supplies what the caller
 /// decides (record count, timestamps, client, session, request, commit); group, op, parent and
 /// base offset come from `next`.
