@@ -133,6 +133,13 @@ pub fn check_standalone(
     if header.cluster != cluster || prepare.group != group {
         return Err(RecordFault::Foreign);
     }
+    // What follows a record must be computable: the chain's next op and offset never overflow,
+    // whatever a damaged but well-formed file claims.
+    if prepare.op == u64::MAX
+        || prepare.base_offset.checked_add(u64::from(prepare.record_count)).is_none()
+    {
+        return Err(RecordFault::BadHeader("op or offset out of range".to_string()));
+    }
     Ok(header)
 }
 
@@ -162,4 +169,26 @@ pub fn build_prepare(
     fields.parent = next.parent;
     fields.base_offset = next.offset;
     Header::prepare(next.cluster, view, replica, fields, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(op: u64, base_offset: u64) -> Vec<u8> {
+        let fields = Prepare { group: 1, op, base_offset, record_count: 2, ..Prepare::default() };
+        let header = Header::prepare(5, 1, 0, fields, b"body");
+        let mut bytes = header.encode().to_vec();
+        bytes.extend_from_slice(b"body");
+        bytes
+    }
+
+    #[test]
+    fn records_whose_successor_would_overflow_are_refused_not_panicked_on() {
+        assert!(check_standalone(&record(7, 10), 5, 1, 1024).is_ok());
+        for bytes in [record(u64::MAX, 0), record(3, u64::MAX - 1)] {
+            let fault = check_standalone(&bytes, 5, 1, 1024).unwrap_err();
+            assert!(matches!(fault, RecordFault::BadHeader(_)), "{fault}");
+        }
+    }
 }
