@@ -293,11 +293,7 @@ impl<S: Storage> FlushJob<S> {
         for (base, _) in &self.settle {
             if !self.files.contains_key(base) && !created.iter().any(|(b, _)| b == base) {
                 let path = self.dir.join(log_name(*base));
-                let file = self
-                    .storage
-                    .open(&path, OpenMode::ReadWrite, true)
-                    .await
-                    .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+                let file = open_segment(&self.storage, &path, OpenMode::ReadWrite).await?;
                 created.push((*base, Rc::new(file)));
             }
         }
@@ -1138,11 +1134,7 @@ impl<S: Storage> PartitionLog<S> {
         let file = match self.files.get(&segment.base_offset) {
             Some(file) => Rc::clone(file),
             None => {
-                let file = self
-                    .storage
-                    .open(&path, OpenMode::ReadWrite, true)
-                    .await
-                    .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+                let file = open_segment(&self.storage, &path, OpenMode::ReadWrite).await?;
                 let file = Rc::new(file);
                 self.files.insert(segment.base_offset, Rc::clone(&file));
                 file
@@ -1421,11 +1413,7 @@ impl<S: Storage> PartitionLog<S> {
 
     async fn position_of_op(&self, segment: &SegmentMeta, op: u64) -> Result<u64> {
         let path = self.dir.join(log_name(segment.base_offset));
-        let file = self
-            .storage
-            .open(&path, OpenMode::Read, true)
-            .await
-            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let file = open_segment(&self.storage, &path, OpenMode::Read).await?;
         let mut scanner = Scanner::new(&file, self.shared.scan_window_bytes)
             .await
             .map_err(|e| Error::io("reading a segment", e))?;
@@ -1444,6 +1432,14 @@ impl<S: Storage> PartitionLog<S> {
         }
         Err(Error::Invalid(format!("op {op} not found in {}", path.display())))
     }
+}
+
+/// Opens a segment file for direct I/O, naming it in the error.
+async fn open_segment<S: Storage>(storage: &S, path: &Path, mode: OpenMode) -> Result<S::File> {
+    storage
+        .open(path, mode, true)
+        .await
+        .map_err(|e| Error::io(format!("opening {}", path.display()), e))
 }
 
 /// A prepare found in the shard journal for this group, for replay at recovery.
@@ -1666,11 +1662,7 @@ impl<S: Storage> PartitionLog<S> {
         if checkpoint.op > 0 {
             let base = checkpoint.segment_base_offset;
             let path = self.dir.join(log_name(base));
-            let file = self
-                .storage
-                .open(&path, OpenMode::Read, true)
-                .await
-                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            let file = open_segment(&self.storage, &path, OpenMode::Read).await?;
             let mut scanner =
                 Scanner::new(&file, window).await.map_err(|e| Error::io("reading", e))?;
             let record = scanner
@@ -1731,11 +1723,7 @@ impl<S: Storage> PartitionLog<S> {
                 continue;
             }
             let path = self.dir.join(log_name(base));
-            let file = self
-                .storage
-                .open(&path, OpenMode::Read, true)
-                .await
-                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            let file = open_segment(&self.storage, &path, OpenMode::Read).await?;
             let mut scanner =
                 Scanner::new(&file, window).await.map_err(|e| Error::io("reading", e))?;
             let mut position = if first_in_window { start_position } else { 0 };
@@ -1860,11 +1848,7 @@ impl<S: Storage> PartitionLog<S> {
         }
         if let Some(active) = self.segments.last() {
             let path = self.dir.join(log_name(active.base_offset));
-            let file = self
-                .storage
-                .open(&path, OpenMode::ReadWrite, true)
-                .await
-                .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+            let file = open_segment(&self.storage, &path, OpenMode::ReadWrite).await?;
             let end = active.end_bytes;
             let block_start = end - end % BLOCK_SIZE_BYTES as u64;
             let mut scanner =
@@ -1884,11 +1868,7 @@ impl<S: Storage> PartitionLog<S> {
     /// anything lies there.
     async fn rewrite_window(&self, base: u64, end: u64) -> Result<()> {
         let path = self.dir.join(log_name(base));
-        let file = self
-            .storage
-            .open(&path, OpenMode::ReadWrite, true)
-            .await
-            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let file = open_segment(&self.storage, &path, OpenMode::ReadWrite).await?;
         let size = file.size_bytes().await.map_err(|e| Error::io("sizing a segment", e))?;
         if size <= end {
             return Ok(());
@@ -1944,11 +1924,7 @@ impl<S: Storage> PartitionLog<S> {
         }
         report.indexes_rebuilt += 1;
         let path = self.dir.join(log_name(base));
-        let file = self
-            .storage
-            .open(&path, OpenMode::Read, true)
-            .await
-            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let file = open_segment(&self.storage, &path, OpenMode::Read).await?;
         let (meta, fault) = self.scan_synced(&file, base, u64::MAX).await?;
         if let Some((position, fault)) = fault {
             // The segment was synced whole: only zeros may follow its last record.
