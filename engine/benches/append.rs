@@ -114,6 +114,7 @@ async fn pipelined(
         let appended_signal = Rc::clone(&appended_signal);
         let durable_signal = Rc::clone(&durable_signal);
         monoio::spawn(async move {
+            let mut checkpoints = Vec::new();
             while shard.borrow().durable_op(1) != Some(target) {
                 let flush = shard.borrow_mut().begin_flush();
                 match flush {
@@ -124,6 +125,18 @@ async fn pipelined(
                     }
                     None => appended_signal.wait().await,
                 }
+                // A due checkpoint runs beside the next cycles, as the node layer will run it.
+                let checkpoint = shard.borrow_mut().begin_checkpoint();
+                if let Some(checkpoint) = checkpoint {
+                    let shard = Rc::clone(&shard);
+                    checkpoints.push(monoio::spawn(async move {
+                        let done = checkpoint.run().await;
+                        shard.borrow_mut().finish_checkpoint(done).expect("checkpoint");
+                    }));
+                }
+            }
+            for checkpoint in checkpoints {
+                checkpoint.await;
             }
         })
     };

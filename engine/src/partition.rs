@@ -180,8 +180,6 @@ pub struct WriteOutcome {
     pub syncs: u64,
     /// A segment was sealed: the shard should checkpoint this group.
     pub sealed: bool,
-    /// The checkpoint the job synced for (record it in the superblock).
-    pub checkpoint: Option<Checkpoint>,
 }
 
 /// One group's log.
@@ -237,8 +235,6 @@ pub struct FlushJob<S: Storage> {
     ready_end_bytes: u64,
     /// Space to reserve before writing: (segment, from, to).
     reserve: Option<(u64, u64, u64)>,
-    /// Sync the target's segment after writing, for this checkpoint.
-    checkpoint: Option<Checkpoint>,
 }
 
 /// A finished [`FlushJob`], to hand back to [`PartitionLog::finish_flush`].
@@ -253,11 +249,6 @@ impl<S: Storage> FlushJob<S> {
     /// The group this job writes for.
     pub fn group(&self) -> u64 {
         self.group
-    }
-
-    /// The checkpoint this job syncs for, if any.
-    pub fn checkpoint(&self) -> Option<Checkpoint> {
-        self.checkpoint
     }
 
     /// Runs the writes: creates new segment files (and syncs the directory), writes data and
@@ -352,16 +343,6 @@ impl<S: Storage> FlushJob<S> {
                 .await
                 .map_err(|e| Error::io("syncing group dir", e))?;
         }
-        if let Some(checkpoint) = self.checkpoint
-            && !self.settle.iter().any(|(base, _)| *base == checkpoint.segment_base_offset)
-        {
-            file_of(checkpoint.segment_base_offset)
-                .sync_data()
-                .await
-                .map_err(|e| Error::io("syncing a segment for a checkpoint", e))?;
-            outcome.syncs += 1;
-        }
-        outcome.checkpoint = self.checkpoint;
         Ok(())
     }
 }
@@ -849,12 +830,10 @@ impl<S: Storage> PartitionLog<S> {
     /// job that writes it (None when nothing is pending). Appends may continue while it runs;
     /// they go into the next cycle. At most one job is in flight per log.
     ///
-    /// With `checkpoint`, the job also syncs the segment holding the target so that the shard
-    /// can record a checkpoint there (and returns a job for that alone when nothing else is
-    /// pending but the written data is past the durable checkpoint).
-    pub fn begin_flush(&mut self, checkpoint: bool) -> Option<FlushJob<S>> {
-        let checkpoint = checkpoint && self.head.op > self.checkpoint.op;
-        let write_data = checkpoint || self.segment_write_due();
+    /// With `write_all` (a checkpoint is wanted), everything appended is written whatever the
+    /// group's batching, so that a checkpoint job can then sync and record it.
+    pub fn begin_flush(&mut self, write_all: bool) -> Option<FlushJob<S>> {
+        let write_data = (write_all && self.has_unwritten()) || self.segment_write_due();
         if self.faulty.is_some() || !(write_data || self.needs_ready()) {
             return None;
         }
@@ -936,7 +915,6 @@ impl<S: Storage> PartitionLog<S> {
             chunk_marks,
             ready_end_bytes,
             reserve,
-            checkpoint: checkpoint.then(|| self.head.checkpoint()),
         })
     }
 
@@ -962,12 +940,30 @@ impl<S: Storage> PartitionLog<S> {
         }
     }
 
-    /// Whether a flush would do anything for this group now (`checkpoint`: one is wanted).
-    pub fn wants_flush(&self, checkpoint: bool) -> bool {
+    /// Whether a flush would do anything for this group now (`write_all`: a checkpoint is
+    /// wanted, so everything appended must be written).
+    pub fn wants_flush(&self, write_all: bool) -> bool {
         self.faulty.is_none()
-            && ((checkpoint && self.head.op > self.checkpoint.op)
+            && ((write_all && self.has_unwritten())
                 || self.segment_write_due()
                 || self.needs_ready())
+    }
+
+    /// The checkpoint the written data allows, when it is past the durable one: the location,
+    /// the file to sync before recording it (None when that segment was already synced when it
+    /// rolled), and the append count it stands for.
+    pub fn checkpoint_candidate(&self) -> Option<(Checkpoint, Option<Rc<S::File>>, u64)> {
+        if self.faulty.is_some() || self.written.op <= self.checkpoint.op {
+            return None;
+        }
+        let file = self.files.get(&self.written.segment_base_offset).cloned();
+        Some((self.written.checkpoint(), file, self.written_appended_bytes))
+    }
+
+    /// Marks the log fail-stop after an I/O failure the shard saw on its behalf (a checkpoint
+    /// sync).
+    pub fn fail_io(&mut self, error: Error) -> Error {
+        self.fail(error)
     }
 
     /// Whether the active segment's ready-ahead zeros have fallen behind (after recovery: the
@@ -1040,12 +1036,13 @@ impl<S: Storage> PartitionLog<S> {
         }
     }
 
-    /// Adopts a checkpoint once the superblock holding it is durable.
-    pub fn set_checkpoint(&mut self, checkpoint: Checkpoint) {
-        if checkpoint.op == self.written.op {
-            self.checkpoint_appended_bytes = self.written_appended_bytes;
+    /// Adopts a checkpoint once the superblock holding it is durable; `appended_bytes` is what
+    /// [`PartitionLog::checkpoint_candidate`] said it stands for.
+    pub fn set_checkpoint(&mut self, checkpoint: Checkpoint, appended_bytes: u64) {
+        if checkpoint.op > self.checkpoint.op {
+            self.checkpoint_appended_bytes = appended_bytes;
+            self.checkpoint = checkpoint;
         }
-        self.checkpoint = checkpoint;
     }
 
     /// Starts truncating every op above `op`, for a new view `view` that must be newer than

@@ -1,12 +1,13 @@
 //! The shard store: every group log of one shard, the shard journal and the superblock, and the
-//! flush cycle that ties them together (DESIGN.md §3).
+//! two kinds of jobs that move their bytes to disk (DESIGN.md §3).
 //!
-//! A flush starts as soon as the previous one completed and anything is pending: it writes every
-//! group's pending bytes and the journal's pending cycle concurrently, then issues the one
-//! journal sync that makes every `persisted` prepare of the shard durable, then the segment
-//! syncs a checkpoint needs, then at most one superblock write. The flush is split into
-//! begin (sync, snapshots), run (owned I/O) and finish (sync, applies) so appends continue while
-//! it runs. This module never reads a clock: times arrive as arguments.
+//! A flush cycle starts as soon as the previous one completed and anything is pending: it
+//! writes every group's pending bytes and the journal's pending cycle concurrently, and the one
+//! journal sync that makes every `persisted` prepare of the shard durable. A checkpoint job runs
+//! beside the cycles: it syncs the segments of the groups due a checkpoint, then writes at most
+//! one superblock version recording those checkpoints (and any changed views). Both are split
+//! into begin (sync, snapshots), run (owned I/O) and finish (sync, applies), so appends continue
+//! while they run. This module never reads a clock: times arrive as arguments.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -19,9 +20,10 @@ use crate::journal::{Journal, JournalCycle};
 use crate::partition::{FlushDone, FlushJob, GroupRecovery, PartitionLog, Shared};
 use crate::record::{ChainNext, prepare_of};
 use crate::ring::{RingBudget, RingLimits};
-use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, Storage};
+use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, Storage, StorageFile};
 use crate::superblock::{
-    CopyStatus, Durability, GroupConfig, GroupSlot, Identity, Superblock, SuperblockWrite,
+    Checkpoint, CopyStatus, Durability, GroupConfig, GroupSlot, Identity, Superblock,
+    SuperblockWrite,
 };
 use crate::wire::Header;
 
@@ -175,6 +177,7 @@ pub struct Shard<S: Storage> {
     checkpoint_wanted: BTreeSet<u64>,
     counters: ShardCounters,
     marker_wanted: bool,
+    checkpoint_in_flight: bool,
     flush_in_flight: bool,
     failed: Option<String>,
 }
@@ -185,7 +188,6 @@ pub struct ShardFlush<S: Storage> {
     journal: Option<JournalCycle<S::File>>,
     /// Persisted groups whose prepares up to this op ride in the journal cycle.
     journaled: Vec<(u64, u64)>,
-    superblock: Option<SuperblockWrite<S::File>>,
     group_targets: Vec<(u64, u64)>,
 }
 
@@ -194,16 +196,13 @@ pub struct ShardFlushDone<S: Storage> {
     jobs: Vec<FlushDone<S>>,
     journal: Option<(JournalCycle<S::File>, Result<()>)>,
     journaled: Vec<(u64, u64)>,
-    superblock: Option<(SuperblockWrite<S::File>, Result<()>)>,
     group_targets: Vec<(u64, u64)>,
 }
 
 impl<S: Storage> ShardFlush<S> {
-    /// Runs the cycle: group writes (with the segment syncs checkpoints need) and the journal
-    /// write and sync concurrently, then the superblock — only if every earlier step
-    /// succeeded, so it never names a checkpoint whose data is not durable.
+    /// Runs the cycle: group writes and the journal write and its sync, concurrently.
     pub async fn run(self) -> ShardFlushDone<S> {
-        let ShardFlush { jobs, journal, journaled, superblock, group_targets } = self;
+        let ShardFlush { jobs, journal, journaled, group_targets } = self;
         let jobs_future = join_all(jobs.into_iter().map(FlushJob::run).collect());
         let journal_future = async {
             match &journal {
@@ -212,25 +211,54 @@ impl<S: Storage> ShardFlush<S> {
             }
         };
         let (jobs_done, journal_result) = join2(jobs_future, journal_future).await;
-        let writes_ok =
-            jobs_done.iter().all(FlushDone::is_ok) && !matches!(journal_result, Some(Err(_)));
-        let superblock = match superblock {
-            Some(write) if writes_ok => {
-                let result = write.run().await;
-                Some((write, result))
-            }
-            Some(write) => {
-                Some((write, Err(Error::Invalid("skipped: a write of the cycle failed".into()))))
-            }
-            None => None,
-        };
         ShardFlushDone {
             jobs: jobs_done,
             journal: journal.map(|cycle| (cycle, journal_result.expect("ran with the cycle"))),
             journaled,
-            superblock,
             group_targets,
         }
+    }
+}
+
+/// A checkpoint in flight: the segment syncs that make the written data durable, then the
+/// superblock version that records it (and carries any changed views). It runs beside flush
+/// cycles, so a sync that pays for everything the device absorbed never stalls appends.
+pub struct CheckpointJob<S: Storage> {
+    syncs: Vec<(u64, Rc<S::File>)>,
+    checkpoints: Vec<(u64, Checkpoint, u64)>,
+    superblock: SuperblockWrite<S::File>,
+}
+
+/// A finished [`CheckpointJob`], to hand back to [`Shard::finish_checkpoint`].
+pub struct CheckpointDone<S: Storage> {
+    job: CheckpointJob<S>,
+    failed_sync: Option<(u64, Error)>,
+    superblock: Result<()>,
+}
+
+impl<S: Storage> CheckpointJob<S> {
+    /// Syncs the segments concurrently, then writes the superblock only if every sync
+    /// succeeded, so it never names a checkpoint whose data is not durable.
+    pub async fn run(self) -> CheckpointDone<S> {
+        let results = join_all(
+            self.syncs
+                .iter()
+                .map(|(group, file)| {
+                    let file = Rc::clone(file);
+                    let group = *group;
+                    async move { file.sync_data().await.map_err(|e| (group, e)) }
+                })
+                .collect(),
+        )
+        .await;
+        let failed_sync = results.into_iter().find_map(Result::err).map(|(group, error)| {
+            (group, Error::io(format!("syncing group {group} for a checkpoint"), error))
+        });
+        let superblock = match failed_sync {
+            None => self.superblock.run().await,
+            Some(_) => Err(Error::Invalid("skipped: a checkpoint sync failed".into())),
+        };
+        CheckpointDone { job: self, failed_sync, superblock }
     }
 }
 
@@ -349,6 +377,7 @@ impl<S: Storage> Shard<S> {
             checkpoint_wanted,
             counters: ShardCounters::default(),
             marker_wanted: false,
+            checkpoint_in_flight: false,
             flush_in_flight: false,
             failed: None,
         };
@@ -404,7 +433,7 @@ impl<S: Storage> Shard<S> {
     /// returns). Call with no flush in flight.
     pub async fn create_group(&mut self, group: u64, config: GroupConfig) -> Result<()> {
         self.check_serving()?;
-        assert!(!self.flush_in_flight, "create_group between flushes");
+        assert!(!self.flush_in_flight && !self.checkpoint_in_flight, "create_group between jobs");
         config.validate()?;
         if config.record_size_bytes_max as usize > self.config.record_size_bytes_max {
             return Err(Error::Invalid(format!(
@@ -507,8 +536,8 @@ impl<S: Storage> Shard<S> {
         Ok(appended)
     }
 
-    /// Records a group's view and log_view; they are durable once a flush reports the group
-    /// (the superblock is written in that flush). Nothing revealing them may leave before.
+    /// Records a group's view and log_view; they are durable once the next checkpoint job
+    /// finishes (it writes the superblock). Nothing revealing them may leave before.
     pub fn set_views(&mut self, group: u64, view: u32, log_view: u32) -> Result<()> {
         self.groups.get_mut(&group).ok_or_else(|| unknown(group))?.set_views(view, log_view);
         self.slots_dirty.insert(group);
@@ -527,8 +556,6 @@ impl<S: Storage> Shard<S> {
     /// Whether a flush has anything to do.
     pub fn has_pending(&self) -> bool {
         (self.marker_wanted && self.journal.needs_marker())
-            || !self.slots_dirty.is_empty()
-            || !self.checkpoint_wanted.is_empty()
             || self.journal.pending_entries() > 0
             || self
                 .groups
@@ -542,24 +569,17 @@ impl<S: Storage> Shard<S> {
             return None;
         }
         self.flush_in_flight = true;
-        // Checkpoints: groups past the byte interval, rolled, or asked for. Their flush job
-        // syncs the segment after writing; the superblock then records the checkpoint.
-        let interval = self.config.checkpoint_interval_bytes;
         let mut jobs = Vec::new();
         let mut group_targets = Vec::new();
-        let mut checkpoints = BTreeMap::new();
         for (&id, log) in &mut self.groups {
-            let checkpoint =
-                self.checkpoint_wanted.contains(&id) || log.bytes_since_checkpoint() >= interval;
-            if let Some(job) = log.begin_flush(checkpoint) {
-                if let Some(candidate) = job.checkpoint() {
-                    checkpoints.insert(id, candidate);
-                }
+            // A group due a checkpoint writes everything, so the next checkpoint job can record it.
+            let write_all = self.checkpoint_wanted.contains(&id)
+                || log.bytes_since_checkpoint() >= self.config.checkpoint_interval_bytes;
+            if let Some(job) = log.begin_flush(write_all) {
                 jobs.push(job);
             }
             group_targets.push((id, log.head_op()));
         }
-        self.checkpoint_wanted.clear();
         if std::mem::take(&mut self.marker_wanted) && self.journal.needs_marker() {
             self.journal.add_marker();
         }
@@ -573,25 +593,83 @@ impl<S: Storage> Shard<S> {
         } else {
             Vec::new()
         };
-        let superblock = if checkpoints.is_empty() && self.slots_dirty.is_empty() {
-            None
-        } else {
-            let mut slots = self.slots();
-            for (id, checkpoint) in &checkpoints {
-                if let Some(slot) = slots.get_mut(id) {
-                    slot.checkpoint = *checkpoint;
-                }
+        Some(ShardFlush { jobs, journal, journaled, group_targets })
+    }
+
+    /// Whether a checkpoint job has anything to do: a group past its checkpoint interval or
+    /// asked to checkpoint with written data to record, or views to make durable.
+    pub fn has_checkpoint_pending(&self) -> bool {
+        !self.slots_dirty.is_empty()
+            || self.groups.iter().any(|(id, log)| self.checkpoint_due(*id, log))
+    }
+
+    fn checkpoint_due(&self, id: u64, log: &PartitionLog<S>) -> bool {
+        (self.checkpoint_wanted.contains(&id)
+            || log.bytes_since_checkpoint() >= self.config.checkpoint_interval_bytes)
+            && log.checkpoint_candidate().is_some()
+    }
+
+    /// Starts a checkpoint job (None when nothing is due or one is in flight). It may run
+    /// beside a flush cycle.
+    pub fn begin_checkpoint(&mut self) -> Option<CheckpointJob<S>> {
+        if self.checkpoint_in_flight || self.failed.is_some() || !self.has_checkpoint_pending() {
+            return None;
+        }
+        let mut syncs = Vec::new();
+        let mut checkpoints = Vec::new();
+        let mut slots = self.slots();
+        for (&id, log) in &self.groups {
+            if !self.checkpoint_due(id, log) {
+                continue;
             }
-            self.slots_dirty.clear();
-            match self.superblock.begin_write(slots) {
-                Ok(write) => Some(write),
-                Err(error) => {
-                    self.failed = Some(error.to_string());
-                    None
-                }
+            let (checkpoint, file, appended) = log.checkpoint_candidate().expect("due");
+            if let Some(file) = file {
+                syncs.push((id, file));
+            }
+            if let Some(slot) = slots.get_mut(&id) {
+                slot.checkpoint = checkpoint;
+            }
+            checkpoints.push((id, checkpoint, appended));
+        }
+        let superblock = match self.superblock.begin_write(slots) {
+            Ok(write) => write,
+            Err(error) => {
+                self.failed = Some(error.to_string());
+                return None;
             }
         };
-        Some(ShardFlush { jobs, journal, journaled, superblock, group_targets })
+        for (id, _, _) in &checkpoints {
+            self.checkpoint_wanted.remove(id);
+        }
+        self.slots_dirty.clear();
+        self.checkpoint_in_flight = true;
+        Some(CheckpointJob { syncs, checkpoints, superblock })
+    }
+
+    /// Applies a finished checkpoint job: the checkpoints it recorded release journal space.
+    pub fn finish_checkpoint(&mut self, done: CheckpointDone<S>) -> Result<()> {
+        assert!(self.checkpoint_in_flight, "finish without a checkpoint in flight");
+        self.checkpoint_in_flight = false;
+        let CheckpointDone { job, failed_sync, superblock } = done;
+        self.counters.segment_syncs += job.syncs.len() as u64;
+        if let Some((group, error)) = failed_sync {
+            // A failed sync is that group's I/O failure: it stops, the others go on.
+            let error = self.groups.get_mut(&group).expect("job groups exist").fail_io(error);
+            self.slots_dirty.extend(job.checkpoints.iter().map(|(id, _, _)| *id));
+            return Err(error);
+        }
+        if let Err(error) = superblock {
+            return Err(self.fail(error));
+        }
+        self.superblock.finish_write(job.superblock);
+        for (group, checkpoint, appended) in job.checkpoints {
+            if let Some(log) = self.groups.get_mut(&group) {
+                log.set_checkpoint(checkpoint, appended);
+                self.journal.release(group, checkpoint.op);
+                self.counters.checkpoints += 1;
+            }
+        }
+        Ok(())
     }
 
     /// Applies a finished flush cycle and reports which groups' appends became durable.
@@ -599,7 +677,6 @@ impl<S: Storage> Shard<S> {
         assert!(self.flush_in_flight, "finish without a flush in flight");
         self.flush_in_flight = false;
         let mut report = FlushReport::default();
-        let mut checkpoints = Vec::new();
         for job in done.jobs {
             let group = job.group();
             let log = self.groups.get_mut(&group).expect("jobs come from groups");
@@ -609,9 +686,6 @@ impl<S: Storage> Shard<S> {
                     self.counters.segment_bytes_written += outcome.bytes_written;
                     if outcome.sealed {
                         self.checkpoint_wanted.insert(group);
-                    }
-                    if let Some(checkpoint) = outcome.checkpoint {
-                        checkpoints.push((group, checkpoint));
                     }
                 }
                 Err(Error::StorageFull) => report.storage_full = true,
@@ -636,33 +710,6 @@ impl<S: Storage> Shard<S> {
             }
             None => true,
         };
-        if let Some((write, result)) = done.superblock {
-            match result {
-                Ok(()) => {
-                    self.superblock.finish_write(write);
-                    for (group, checkpoint) in &checkpoints {
-                        if let Some(log) = self.groups.get_mut(group) {
-                            log.set_checkpoint(*checkpoint);
-                            self.journal.release(*group, checkpoint.op);
-                            self.counters.checkpoints += 1;
-                        }
-                    }
-                }
-                Err(error) => {
-                    if self.failed.is_none()
-                        && !report.storage_full
-                        && report.failed.is_empty()
-                        && journal_ok
-                    {
-                        self.failed = Some(error.to_string());
-                    }
-                    // Slots stay dirty so a retry carries them.
-                    for (group, _) in &done.group_targets {
-                        self.slots_dirty.insert(*group);
-                    }
-                }
-            }
-        }
         // Durable positions: replicated once written, persisted once the journal synced.
         for (group, target) in done.group_targets {
             let Some(log) = self.groups.get(&group) else { continue };
@@ -689,23 +736,29 @@ impl<S: Storage> Shard<S> {
 
     /// Runs one whole flush cycle (begin, run, finish); returns an empty report when nothing
     /// was pending.
+    ///
+    /// A checkpoint job that is due runs after the cycle (the node layer runs them side by side
+    /// instead).
     pub async fn flush(&mut self) -> Result<FlushReport> {
         self.check_serving()?;
-        match self.begin_flush() {
-            None => Ok(FlushReport::default()),
-            Some(flush) => {
-                let done = flush.run().await;
-                let report = self.finish_flush(done);
-                self.check_serving()?;
-                Ok(report)
-            }
+        let mut report = FlushReport::default();
+        if let Some(flush) = self.begin_flush() {
+            let done = flush.run().await;
+            report = self.finish_flush(done);
+            self.check_serving()?;
         }
+        if let Some(checkpoint) = self.begin_checkpoint() {
+            let done = checkpoint.run().await;
+            self.finish_checkpoint(done)?;
+        }
+        Ok(report)
     }
 
     /// Truncates `group` above `op` for view `view` (durably: the fence reaches the superblock
     /// before this returns). Flushes first. Call with no flush in flight.
     pub async fn truncate_after(&mut self, group: u64, op: u64, view: u32) -> Result<()> {
         self.check_serving()?;
+        assert!(!self.flush_in_flight && !self.checkpoint_in_flight, "truncate between jobs");
         // Everything appended must be on the segment first (a checkpoint writes it all).
         while self.groups.get(&group).ok_or_else(|| unknown(group))?.has_unwritten() {
             self.checkpoint_wanted.insert(group);
@@ -741,16 +794,21 @@ impl<S: Storage> Shard<S> {
     /// Flushes everything, checkpoints every group and records a clean shutdown (graceful
     /// shutdown). Call with no flush in flight.
     pub async fn close(mut self) -> Result<()> {
+        assert!(
+            !self.flush_in_flight && !self.checkpoint_in_flight,
+            "close with nothing in flight"
+        );
         for _ in 0..4 {
             self.checkpoint_wanted.extend(self.groups.keys().copied());
             self.marker_wanted = true;
             self.flush().await?;
-            if !self.has_pending() {
+            if !self.has_pending() && !self.has_checkpoint_pending() {
                 break;
             }
         }
-        let clean =
-            !self.has_pending() && self.groups.values().all(|log| log.faulty_reason().is_none());
+        let clean = !self.has_pending()
+            && !self.has_checkpoint_pending()
+            && self.groups.values().all(|log| log.faulty_reason().is_none());
         let slots = self.slots();
         self.superblock.write_with(slots, clean).await
     }

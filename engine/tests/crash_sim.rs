@@ -113,6 +113,12 @@ async fn workload(shard: Rc<RefCell<Option<Shard<SimStorage>>>>, model: Model, s
                 group_model.durable = group_model.durable.max(op);
             }
         }
+        // Checkpoints run as jobs of their own (segment syncs, then the superblock).
+        let checkpoint = shard.borrow_mut().as_mut().expect("open").begin_checkpoint();
+        if let Some(checkpoint) = checkpoint {
+            let done = checkpoint.run().await;
+            shard.borrow_mut().as_mut().expect("open").finish_checkpoint(done).expect("checkpoint");
+        }
         if rng.chance(1, 40) {
             let group = if rng.chance(1, 2) { PERSISTED } else { REPLICATED };
             let (head, view) = {
