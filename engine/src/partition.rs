@@ -359,6 +359,16 @@ impl<S: Storage> FlushDone<S> {
     }
 }
 
+/// A checkpoint a group's written data allows.
+pub struct CheckpointCandidate<F> {
+    /// Where it lies.
+    pub checkpoint: Checkpoint,
+    /// The file to sync before recording it (None: that segment was synced when it rolled).
+    pub file: Option<Rc<F>>,
+    /// The group's append count it stands for.
+    pub appended_bytes: u64,
+}
+
 /// A read that must go to disk, owning what it needs so it runs without borrowing the log.
 pub struct DiskRead<S: Storage> {
     storage: S,
@@ -952,12 +962,15 @@ impl<S: Storage> PartitionLog<S> {
     /// The checkpoint the written data allows, when it is past the durable one: the location,
     /// the file to sync before recording it (None when that segment was already synced when it
     /// rolled), and the append count it stands for.
-    pub fn checkpoint_candidate(&self) -> Option<(Checkpoint, Option<Rc<S::File>>, u64)> {
+    pub fn checkpoint_candidate(&self) -> Option<CheckpointCandidate<S::File>> {
         if self.faulty.is_some() || self.written.op <= self.checkpoint.op {
             return None;
         }
-        let file = self.files.get(&self.written.segment_base_offset).cloned();
-        Some((self.written.checkpoint(), file, self.written_appended_bytes))
+        Some(CheckpointCandidate {
+            checkpoint: self.written.checkpoint(),
+            file: self.files.get(&self.written.segment_base_offset).cloned(),
+            appended_bytes: self.written_appended_bytes,
+        })
     }
 
     /// Marks the log fail-stop after an I/O failure the shard saw on its behalf (a checkpoint

@@ -622,14 +622,14 @@ impl<S: Storage> Shard<S> {
             if !self.checkpoint_due(id, log) {
                 continue;
             }
-            let (checkpoint, file, appended) = log.checkpoint_candidate().expect("due");
-            if let Some(file) = file {
+            let candidate = log.checkpoint_candidate().expect("due");
+            if let Some(file) = candidate.file {
                 syncs.push((id, file));
             }
             if let Some(slot) = slots.get_mut(&id) {
-                slot.checkpoint = checkpoint;
+                slot.checkpoint = candidate.checkpoint;
             }
-            checkpoints.push((id, checkpoint, appended));
+            checkpoints.push((id, candidate.checkpoint, candidate.appended_bytes));
         }
         let superblock = match self.superblock.begin_write(slots) {
             Ok(write) => write,
