@@ -54,6 +54,16 @@ fn group_config(durability: Durability, record_size_bytes_max: usize) -> GroupCo
     }
 }
 
+/// A shard at production sizes in `dir` with `groups` `persisted` groups, ids 1..=groups.
+async fn open_persisted(dir: &std::path::Path, groups: u64) -> Shard<UringStorage> {
+    let (mut shard, _) =
+        Shard::open(UringStorage::new(), dir, production(MIB)).await.expect("open");
+    for group in 1..=groups {
+        shard.create_group(group, group_config(Durability::Persisted, MIB)).await.expect("group");
+    }
+    shard
+}
+
 fn append_one(shard: &mut Shard<UringStorage>, group: u64, body: &Bytes) -> u64 {
     let next = shard.next(group).expect("group");
     let header =
@@ -203,13 +213,7 @@ fn persisted_64k_one_in_flight(c: &mut Criterion) {
             let dir = bench_dir();
             let mut elapsed = Duration::ZERO;
             runtime().block_on(async {
-                let (mut shard, _) = Shard::open(UringStorage::new(), dir.path(), production(MIB))
-                    .await
-                    .expect("open");
-                shard
-                    .create_group(1, group_config(Durability::Persisted, MIB))
-                    .await
-                    .expect("group");
+                let mut shard = open_persisted(dir.path(), 1).await;
                 for _ in 0..iterations {
                     let start = Instant::now();
                     for _ in 0..appends_per_iteration {
@@ -242,15 +246,7 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
             let dir = bench_dir();
             let mut elapsed = Duration::ZERO;
             runtime().block_on(async {
-                let (mut shard, _) = Shard::open(UringStorage::new(), dir.path(), production(MIB))
-                    .await
-                    .expect("open");
-                for group in 1..=PARTITIONS {
-                    shard
-                        .create_group(group, group_config(Durability::Persisted, MIB))
-                        .await
-                        .expect("group");
-                }
+                let mut shard = open_persisted(dir.path(), PARTITIONS).await;
                 let before = shard.counters();
                 for _ in 0..iterations {
                     let start = Instant::now();

@@ -11,6 +11,8 @@
 //! Each seed runs several crash/recover rounds; the test prints what it injected and requires
 //! minimums, so a change that stops injecting faults fails loudly.
 
+mod common;
+
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -43,13 +45,10 @@ struct GroupModel {
 
 type Model = Rc<RefCell<BTreeMap<u64, GroupModel>>>;
 
+const RECORD_BYTES_MAX: u32 = 32 << 10;
+
 fn config(durability: Durability) -> GroupConfig {
-    GroupConfig {
-        durability,
-        segment_size_bytes: 1 << 20,
-        record_size_bytes_max: 32 << 10,
-        ..GroupConfig::default()
-    }
+    common::group_config(durability, RECORD_BYTES_MAX)
 }
 
 fn shard_config() -> ShardConfig {

@@ -3,6 +3,8 @@
 //! (clean, retryable, resumes by itself), an I/O error (fail-stop for that group only), and the
 //! engine's limits each exercised at their bound.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -15,13 +17,10 @@ use shoal_engine::wire::{HEADER_SIZE, Prepare};
 
 const DIR: &str = "/data/shard-0";
 
+const RECORD_BYTES_MAX: u32 = 32 << 10;
+
 fn group_config(durability: Durability) -> GroupConfig {
-    GroupConfig {
-        durability,
-        segment_size_bytes: 1 << 20,
-        record_size_bytes_max: 32 << 10,
-        ..GroupConfig::default()
-    }
+    common::group_config(durability, RECORD_BYTES_MAX)
 }
 
 fn body(op: u64, len: usize) -> Bytes {

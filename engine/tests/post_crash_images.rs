@@ -8,6 +8,8 @@
 //! Directory entries are taken as durable here (the simulated disk covers their crash rules).
 #![cfg(feature = "write-recorder")]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -33,13 +35,10 @@ fn config() -> ShardConfig {
     }
 }
 
+const RECORD_BYTES_MAX: u32 = 32 << 10;
+
 fn group_config(durability: Durability) -> GroupConfig {
-    GroupConfig {
-        durability,
-        segment_size_bytes: 1 << 20,
-        record_size_bytes_max: 32 << 10,
-        ..GroupConfig::default()
-    }
+    common::group_config(durability, RECORD_BYTES_MAX)
 }
 
 fn body(group: u64, op: u64) -> Bytes {

@@ -1,6 +1,8 @@
 //! The shard store end to end on the simulated disk: appends, flushes, reads by offset, op and
 //! time, restart, roll, retention and truncation.
 
+mod common;
+
 use shoal_engine::batch::BatchBuilder;
 use shoal_engine::record::build_prepare;
 use shoal_engine::shard::{Shard, ShardConfig};
@@ -11,13 +13,10 @@ use std::path::Path;
 
 const GROUP: u64 = 7;
 
+const RECORD_BYTES_MAX: u32 = 64 << 10;
+
 fn group_config(durability: Durability) -> GroupConfig {
-    GroupConfig {
-        durability,
-        segment_size_bytes: 1 << 20,
-        record_size_bytes_max: 64 << 10,
-        ..GroupConfig::default()
-    }
+    common::group_config(durability, RECORD_BYTES_MAX)
 }
 
 fn batch(records: u32, value_len: usize, timestamp_ms: i64) -> bytes::Bytes {

@@ -3,6 +3,8 @@
 //! between runs — a flipped byte before the checkpoint is reported, never truncated away; a torn
 //! tail is cut, and a `persisted` group gets its prepares back from the journal.
 
+mod common;
+
 use std::path::Path;
 
 use shoal_engine::batch::BatchBuilder;
@@ -15,13 +17,10 @@ use shoal_engine::wire::Prepare;
 const PERSISTED: u64 = 1;
 const REPLICATED: u64 = 2;
 
+const RECORD_BYTES_MAX: u32 = 64 << 10;
+
 fn group_config(durability: Durability) -> GroupConfig {
-    GroupConfig {
-        durability,
-        segment_size_bytes: 1 << 20,
-        record_size_bytes_max: 64 << 10,
-        ..GroupConfig::default()
-    }
+    common::group_config(durability, RECORD_BYTES_MAX)
 }
 
 fn body(op: u64, len: usize) -> bytes::Bytes {
