@@ -1,6 +1,18 @@
-//! Viewstamped Replication for Shoal: the sans-IO replica state machine, the client table, the
-//! shard's node layer and the deterministic cluster simulator.
+//! Viewstamped Replication for Shoal: the sans-IO replica state machine, the shard's node layer
+//! and the deterministic cluster simulator.
 //!
-//! Not built yet: the VSR core issue fills this crate. It will never open a socket or a file,
-//! read a clock or spawn a thread; time arrives as ticks and randomness from a seeded PRNG.
+//! Nothing here opens a socket or a file, reads a clock or spawns a thread: time arrives as
+//! ticks, randomness from a seeded PRNG, and I/O through the node layer's storage and transport.
+
 #![forbid(unsafe_code)]
+
+mod config;
+mod message;
+mod replica;
+
+pub use config::{ReplicaConfig, TICK_MS};
+pub use message::{
+    Committed, Envelope, FLAG_NACK, FLAG_PRESENT, Message, Persisted, Ready, Reply, ReplyResult,
+    Request, ServePrepare, Write,
+};
+pub use replica::{RecoveredLog, Replica, ReplicaCounters, Status};

@@ -1,0 +1,159 @@
+//! The replica's settings: group membership, pipeline and header bounds, and every timer, in
+//! ticks (one tick is 10 ms in production; the driver decides).
+//!
+//! This module owns defaults and validation only; it never reads the environment or a file.
+
+/// Milliseconds per tick in production.
+pub const TICK_MS: u64 = 10;
+
+/// One replica's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaConfig {
+    /// Cluster id every message and prepare carries.
+    pub cluster: u64,
+    /// The VSR group.
+    pub group: u64,
+    /// Replicas in the group (1, 3 or 5 in practice; at most 32).
+    pub replica_count: u8,
+    /// This replica's index in the group.
+    pub replica: u8,
+    /// Uncommitted prepares the primary keeps in flight at most.
+    pub pipeline_prepares_max: u64,
+    /// Headers a DoViewChange or StartView carries at most (≥ the pipeline).
+    pub view_headers_max: usize,
+    /// The primary broadcasts its commit point (the heartbeat) this often.
+    pub commit_interval_ticks: u64,
+    /// A backup that hears nothing from its primary this long votes for a view change (a
+    /// random extra of up to half of it spreads the votes out).
+    pub heartbeat_timeout_ticks: u64,
+    /// A view change that has not started its view after this long moves to the next view.
+    pub view_change_timeout_ticks: u64,
+    /// A received vote counts this long after it arrived (voters repeat theirs every commit
+    /// interval, so a withdrawn vote fades).
+    pub vote_ttl_ticks: u64,
+    /// First retransmission delay of an unacknowledged prepare; doubles per retry.
+    pub prepare_retry_ticks_min: u64,
+    /// Longest retransmission delay.
+    pub prepare_retry_ticks_max: u64,
+    /// A replica missing prepares asks again this often.
+    pub repair_interval_ticks: u64,
+    /// A restarted replica probes for a StartView this often.
+    pub start_view_probe_interval_ticks: u64,
+    /// Unanswered probes after which a restarted replica starts a view change itself.
+    pub start_view_probes_max: u32,
+    /// Stamp each request's batch with its base offset and the view (partition groups do).
+    pub stamp_batches: bool,
+    /// Let a view start although an op may be faulty on every replica that could hold it,
+    /// treating such ops as lost (Kafka's unclean leader election). Off by default.
+    pub unclean_recovery: bool,
+}
+
+impl ReplicaConfig {
+    /// Production defaults for replica `replica` of a `replica_count`-member group.
+    pub fn new(cluster: u64, group: u64, replica_count: u8, replica: u8) -> ReplicaConfig {
+        ReplicaConfig {
+            cluster,
+            group,
+            replica_count,
+            replica,
+            pipeline_prepares_max: 32,
+            view_headers_max: 128,
+            commit_interval_ticks: 100 / TICK_MS,
+            heartbeat_timeout_ticks: 1_000 / TICK_MS,
+            view_change_timeout_ticks: 2_000 / TICK_MS,
+            vote_ttl_ticks: 300 / TICK_MS,
+            prepare_retry_ticks_min: 50 / TICK_MS,
+            prepare_retry_ticks_max: 1_000 / TICK_MS,
+            repair_interval_ticks: 50 / TICK_MS,
+            start_view_probe_interval_ticks: 200 / TICK_MS,
+            start_view_probes_max: 5,
+            stamp_batches: true,
+            unclean_recovery: false,
+        }
+    }
+
+    /// Replicas that make a quorum: a majority.
+    pub fn quorum(&self) -> usize {
+        usize::from(self.replica_count) / 2 + 1
+    }
+
+    /// Nacks that prove an op was never committed: n − q + 1.
+    pub fn nack_quorum(&self) -> usize {
+        usize::from(self.replica_count) - self.quorum() + 1
+    }
+
+    /// The primary of `view`: member `(view + group) mod n`.
+    pub fn primary_of(&self, view: u32) -> u8 {
+        ((u64::from(view) + self.group) % u64::from(self.replica_count)) as u8
+    }
+
+    /// Checks the settings hang together; names the first that does not.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.replica_count == 0 || self.replica_count > 32 {
+            return Err(format!("replica_count {} not in 1..=32", self.replica_count));
+        }
+        if self.replica >= self.replica_count {
+            return Err(format!("replica {} not below replica_count", self.replica));
+        }
+        if self.pipeline_prepares_max == 0 {
+            return Err("pipeline_prepares_max must be at least 1".into());
+        }
+        if (self.view_headers_max as u64) < self.pipeline_prepares_max + 1 {
+            return Err("view_headers_max must exceed pipeline_prepares_max".into());
+        }
+        for (name, ticks) in [
+            ("commit_interval_ticks", self.commit_interval_ticks),
+            ("heartbeat_timeout_ticks", self.heartbeat_timeout_ticks),
+            ("view_change_timeout_ticks", self.view_change_timeout_ticks),
+            ("vote_ttl_ticks", self.vote_ttl_ticks),
+            ("prepare_retry_ticks_min", self.prepare_retry_ticks_min),
+            ("repair_interval_ticks", self.repair_interval_ticks),
+            ("start_view_probe_interval_ticks", self.start_view_probe_interval_ticks),
+        ] {
+            if ticks == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        if self.prepare_retry_ticks_max < self.prepare_retry_ticks_min {
+            return Err("prepare_retry_ticks_max below prepare_retry_ticks_min".into());
+        }
+        if self.heartbeat_timeout_ticks <= self.commit_interval_ticks {
+            return Err("heartbeat_timeout_ticks must exceed commit_interval_ticks".into());
+        }
+        if self.vote_ttl_ticks <= self.commit_interval_ticks {
+            return Err("vote_ttl_ticks must exceed commit_interval_ticks".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quorums_for_one_three_and_five_replicas() {
+        for (n, q, nack) in [(1, 1, 1), (3, 2, 2), (5, 3, 3)] {
+            let config = ReplicaConfig::new(1, 0, n, 0);
+            assert_eq!((config.quorum(), config.nack_quorum()), (q, nack), "n = {n}");
+        }
+    }
+
+    #[test]
+    fn primaries_rotate_with_view_and_spread_across_groups() {
+        let config = ReplicaConfig::new(1, 7, 3, 0);
+        assert_eq!([0, 1, 2, 3].map(|v| config.primary_of(v)), [1, 2, 0, 1]);
+        let other = ReplicaConfig::new(1, 8, 3, 0);
+        assert_ne!(config.primary_of(0), other.primary_of(0));
+    }
+
+    #[test]
+    fn defaults_validate_and_bad_values_are_named() {
+        assert_eq!(ReplicaConfig::new(1, 0, 3, 2).validate(), Ok(()));
+        let mut config = ReplicaConfig::new(1, 0, 3, 3);
+        assert!(config.validate().unwrap_err().contains("replica 3"));
+        config.replica = 0;
+        config.view_headers_max = 8;
+        assert!(config.validate().unwrap_err().contains("view_headers_max"));
+    }
+}

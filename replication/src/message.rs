@@ -1,0 +1,297 @@
+//! The replica's vocabulary: the messages replicas exchange, the client requests and replies,
+//! and the outputs a [`crate::Replica`] hands to whoever drives it (the node layer).
+//!
+//! This module owns plain data only. It never encodes bytes (the node layer maps these to the
+//! one wire header of `engine::wire`) and never decides anything.
+
+use bytes::{Bytes, BytesMut};
+use shoal_engine::wire::Header;
+
+/// A message between two replicas of one group. `view` is always the sender's view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// A prepare: the stored header (its own `view` is the view it was prepared in) and batch.
+    /// Also the answer to [`Message::RequestPrepare`].
+    Prepare {
+        /// The sealed prepare header.
+        header: Header,
+        /// The record batch.
+        body: Bytes,
+    },
+    /// A backup holds `op` (with header checksum `prepare_checksum`) and every op below it, as
+    /// durable as the group's mode requires.
+    PrepareOk {
+        /// Sender's view.
+        view: u32,
+        /// The op acknowledged.
+        op: u64,
+        /// Sender's commit point.
+        commit: u64,
+        /// `checksum_header` of the acknowledged prepare.
+        prepare_checksum: u32,
+    },
+    /// The primary's commit point; doubles as its heartbeat.
+    Commit {
+        /// Sender's view.
+        view: u32,
+        /// Highest committed op.
+        commit: u64,
+        /// `checksum_header` of the committed op (0 when `commit` is 0).
+        commit_checksum: u32,
+    },
+    /// A vote to leave the sender's log view for `view`, cast on the sender's own timeout.
+    StartViewChange {
+        /// The view voted for.
+        view: u32,
+    },
+    /// The sender's log, offered to the new primary of `view`.
+    DoViewChange {
+        /// The view being started.
+        view: u32,
+        /// The view of the sender's last normal status.
+        log_view: u32,
+        /// The sender's head op.
+        op: u64,
+        /// The sender's commit point.
+        commit: u64,
+        /// Every op from this one on may have existed on the sender's disk and been lost
+        /// (faulty): the sender never nacks them.
+        faulty_from: Option<u64>,
+        /// Headers from the commit point (or the top `view_headers_max`) up to `op`, ascending.
+        headers: Vec<Header>,
+        /// Per header: [`FLAG_PRESENT`] when the body is held, [`FLAG_NACK`] when the sender
+        /// provably never acknowledged it.
+        flags: Vec<u8>,
+    },
+    /// The new primary's log for `view`: install it and rejoin.
+    StartView {
+        /// The view started.
+        view: u32,
+        /// The primary's head op.
+        op: u64,
+        /// The primary's commit point.
+        commit: u64,
+        /// Echo of a [`Message::RequestStartView`] nonce, 0 when unsolicited.
+        nonce: u64,
+        /// Headers from the commit point (or the top `view_headers_max`) up to `op`, ascending.
+        headers: Vec<Header>,
+    },
+    /// A restarted replica asks the primary of `view` (or a later one) for its log.
+    RequestStartView {
+        /// The asker's view.
+        view: u32,
+        /// Chosen at boot, echoed in the answer.
+        nonce: u64,
+    },
+    /// Asks for the prepare at `op`; with a checksum, exactly that one; without, the committed
+    /// op (only a replica that committed it answers).
+    RequestPrepare {
+        /// Sender's view.
+        view: u32,
+        /// The op wanted.
+        op: u64,
+        /// The wanted header checksum, when known.
+        checksum: Option<u32>,
+    },
+}
+
+/// Flag bit: the body of this header is held.
+pub const FLAG_PRESENT: u8 = 1;
+/// Flag bit: the sender provably never acknowledged this op.
+pub const FLAG_NACK: u8 = 2;
+
+impl Message {
+    /// The sender's view carried by the message (a prepare carries its own view).
+    pub fn view(&self) -> u32 {
+        match self {
+            Message::Prepare { header, .. } => header.view,
+            Message::PrepareOk { view, .. }
+            | Message::Commit { view, .. }
+            | Message::StartViewChange { view }
+            | Message::DoViewChange { view, .. }
+            | Message::StartView { view, .. }
+            | Message::RequestStartView { view, .. }
+            | Message::RequestPrepare { view, .. } => *view,
+        }
+    }
+
+    /// A short name, for traces and counters.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Message::Prepare { .. } => "prepare",
+            Message::PrepareOk { .. } => "prepare_ok",
+            Message::Commit { .. } => "commit",
+            Message::StartViewChange { .. } => "start_view_change",
+            Message::DoViewChange { .. } => "do_view_change",
+            Message::StartView { .. } => "start_view",
+            Message::RequestStartView { .. } => "request_start_view",
+            Message::RequestPrepare { .. } => "request_prepare",
+        }
+    }
+}
+
+/// A message with its addressing inside one group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Envelope {
+    /// The sending replica's index.
+    pub from: u8,
+    /// The receiving replica's index.
+    pub to: u8,
+    /// The message.
+    pub message: Message,
+}
+
+/// A client's write, as the node layer hands it to the primary.
+#[derive(Debug)]
+pub struct Request {
+    /// The client id.
+    pub client: u64,
+    /// The client's session.
+    pub session: u64,
+    /// The client's request number.
+    pub request: u64,
+    /// The record batch, already validated by the caller; stamped in place with its base offset
+    /// when the group stamps batches.
+    pub body: BytesMut,
+    /// Records in the batch.
+    pub record_count: u32,
+    /// The batch's first record timestamp.
+    pub first_timestamp_ms: i64,
+    /// The batch's largest record timestamp.
+    pub max_timestamp_ms: i64,
+    /// The caller's wall clock when the request arrived (the replica reads no clock).
+    pub append_time_ms: i64,
+}
+
+/// What happened to a client request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplyResult {
+    /// Committed at this op; the batch starts at this offset.
+    Committed {
+        /// The op.
+        op: u64,
+        /// The batch's first offset.
+        base_offset: u64,
+    },
+    /// This replica is not the primary; `primary` is in `view` as far as it knows.
+    NotPrimary {
+        /// The replica's view.
+        view: u32,
+        /// The primary of that view.
+        primary: u8,
+    },
+    /// Never entered the log: safe to send anywhere.
+    TransientNotAccepted,
+    /// Entered the log, outcome unknown: replay the same request number in the same session.
+    TransientNotCommitted,
+}
+
+/// The answer to one client request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// The client id.
+    pub client: u64,
+    /// The client's request number.
+    pub request: u64,
+    /// The outcome.
+    pub result: ReplyResult,
+}
+
+/// Something the driver must make durable, in the order given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// Append this prepare; it continues the log's chain.
+    Append {
+        /// The prepare header.
+        header: Header,
+        /// The batch.
+        body: Bytes,
+    },
+    /// Persist the replica's view and log view.
+    Views {
+        /// The view (the highest the replica has voted for or entered).
+        view: u32,
+        /// The view of the replica's last normal status.
+        log_view: u32,
+    },
+    /// Remove every op above `op`, durably, before any later append; `view` is newer than every
+    /// removed prepare's view and no newer than any prepare appended after.
+    Truncate {
+        /// The last op kept.
+        op: u64,
+        /// The truncation's fence view.
+        view: u32,
+    },
+}
+
+/// A completed write, fed back with [`crate::Replica::on_persisted`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Persisted {
+    /// Every appended op up to this one is durable.
+    Appended {
+        /// The highest durable op.
+        op: u64,
+    },
+    /// The views of a [`Write::Views`] are durable.
+    Views {
+        /// The durable view.
+        view: u32,
+        /// The durable log view.
+        log_view: u32,
+    },
+    /// A [`Write::Truncate`] is durable.
+    Truncated {
+        /// The last op kept.
+        op: u64,
+    },
+}
+
+/// An op the replica committed, in op order, for the state machine above.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// The committed prepare's header.
+    pub header: Header,
+}
+
+/// A request to serve a peer a prepare from the log (the replica no longer holds its body).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServePrepare {
+    /// The peer.
+    pub to: u8,
+    /// The op.
+    pub op: u64,
+    /// The checksum the stored prepare must have, when the peer named one.
+    pub checksum: Option<u32>,
+}
+
+/// Everything a replica produced since it was last drained. The driver handles it in this
+/// order: send `messages` now; issue `writes` in order; send `persisted_messages` only once
+/// every write issued so far (this batch's and every earlier one's) is durable; apply
+/// `committed` in order; deliver `replies`; serve `reads` from the log.
+#[derive(Debug, Default)]
+pub struct Ready {
+    /// Messages that reveal nothing not yet durable: send now.
+    pub messages: Vec<Envelope>,
+    /// Writes to make durable, in order.
+    pub writes: Vec<Write>,
+    /// Messages that may leave only after every write issued so far is durable.
+    pub persisted_messages: Vec<Envelope>,
+    /// Committed ops, in order.
+    pub committed: Vec<Committed>,
+    /// Client replies.
+    pub replies: Vec<Reply>,
+    /// Prepares to read from the log and send to a peer.
+    pub reads: Vec<ServePrepare>,
+}
+
+impl Ready {
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+            && self.writes.is_empty()
+            && self.persisted_messages.is_empty()
+            && self.committed.is_empty()
+            && self.replies.is_empty()
+            && self.reads.is_empty()
+    }
+}

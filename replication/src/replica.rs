@@ -1,0 +1,1380 @@
+//! One replica of one VSR group: the sans-IO state machine of normal operation, view change,
+//! restart and repair ("Viewstamped Replication Revisited", Liskov & Cowling 2012, with the
+//! deviations of DESIGN.md §4).
+//!
+//! It owns the group's protocol state (status, view, log view, the headers of its recent log,
+//! the primary's pipeline, votes, the new primary's merge) and never performs I/O, reads a clock
+//! or draws unseeded randomness: inputs arrive through `on_*` methods, time as ticks, and
+//! everything it wants done leaves through [`Ready`], drained by [`Replica::take_ready`].
+//!
+//! # Call protocol
+//!
+//! The driver calls [`Replica::on_message`], [`Replica::on_tick`],
+//! [`Replica::on_client_request`] and [`Replica::on_persisted`] in any order, then drains
+//! [`Replica::take_ready`] and handles it in the order [`Ready`] documents: messages now, writes
+//! in order, `persisted_messages` only once every write issued so far is durable.
+//!
+//! # Send only after persist
+//!
+//! A message that reveals state (a view, a log view, an acknowledged op) may leave only once
+//! that state is durable. [`Replica::send`] is the one place that decides: it queues a message
+//! in `Ready::messages` when everything it reveals is durable, and in
+//! `Ready::persisted_messages` otherwise. Nothing else pushes to either list.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use shoal_engine::storage::sim::SimRng;
+use shoal_engine::wire::{Header, Prepare};
+
+use crate::config::ReplicaConfig;
+use crate::message::{
+    Committed, Envelope, FLAG_NACK, FLAG_PRESENT, Message, Persisted, Ready, Reply, ReplyResult,
+    Request, ServePrepare, Write,
+};
+
+/// Stops on a protocol state that must be impossible, naming where it happened.
+macro_rules! fatal {
+    ($replica:expr, $($arg:tt)+) => {
+        panic!(
+            "replica {} group {} view {} op {}: {}",
+            $replica.config.replica,
+            $replica.config.group,
+            $replica.view,
+            $replica.op,
+            format_args!($($arg)+)
+        )
+    };
+}
+
+/// Where the replica stands in the protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Serving `view`: the primary prepares, backups acknowledge.
+    Normal,
+    /// Voting for, or assembling, `view`.
+    ViewChange,
+    /// Restarted: out of every quorum until a StartView (or, after unanswered probes, its own
+    /// view change) brings it back.
+    Recovering,
+}
+
+/// What a restarted replica found in its storage.
+#[derive(Clone, Debug, Default)]
+pub struct RecoveredLog {
+    /// The persisted view.
+    pub view: u32,
+    /// The persisted log view.
+    pub log_view: u32,
+    /// The newest headers of the log, ascending and contiguous, ending at the head (at most
+    /// `view_headers_max`; empty for an empty log).
+    pub headers: Vec<Header>,
+    /// Every op from this one on may have existed and been lost (DESIGN.md §3, faulty).
+    pub faulty_from: Option<u64>,
+}
+
+/// Counters of the branches a replica took, for coverage and status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaCounters {
+    /// View changes this replica voted for on its own timeout.
+    pub votes_cast: u64,
+    /// Votes withdrawn on a fresh heartbeat.
+    pub votes_withdrawn: u64,
+    /// Views this replica started as the new primary.
+    pub views_started: u64,
+    /// StartView messages installed.
+    pub start_views_installed: u64,
+    /// Ops dropped by a nack quorum while merging.
+    pub ops_nacked: u64,
+    /// Bodies the new primary fetched before StartView.
+    pub bodies_fetched_for_view: u64,
+    /// Merges that waited because an op could be neither proven dead nor found.
+    pub merges_stalled: u64,
+    /// Prepares retransmitted.
+    pub retransmissions: u64,
+    /// Repair requests sent.
+    pub repairs_requested: u64,
+    /// Truncations issued.
+    pub truncations: u64,
+    /// Ops committed.
+    pub commits: u64,
+    /// Recovering replicas that fell back to a view change.
+    pub recovery_view_changes: u64,
+    /// Ops possibly lost to `unclean_recovery`.
+    pub unclean_ops_lost: u64,
+    /// Prepares dropped while recovering.
+    pub prepares_dropped_recovering: u64,
+}
+
+/// One log entry the replica keeps in memory: a header, and its body while it is needed.
+#[derive(Clone, Debug)]
+struct Entry {
+    header: Header,
+    /// Held while the op is above the commit point (or waits to be appended).
+    body: Option<Bytes>,
+}
+
+/// A prepare of the primary's pipeline, waiting for its quorum.
+#[derive(Clone, Debug)]
+struct InFlight {
+    /// Replicas (bit per index) that acknowledged it, the primary excluded.
+    acks: u32,
+    next_retry_tick: u64,
+    retry_ticks: u64,
+    /// The client request it answers, when prepared in this view: (client, request).
+    request: Option<(u64, u64)>,
+}
+
+/// A DoViewChange received (or built) by the new primary.
+#[derive(Clone, Debug)]
+struct DoViewChange {
+    log_view: u32,
+    op: u64,
+    commit: u64,
+    faulty_from: Option<u64>,
+    headers: BTreeMap<u64, (Header, u8)>,
+}
+
+impl DoViewChange {
+    fn faulty(&self, op: u64) -> bool {
+        self.faulty_from.is_some_and(|from| op >= from)
+    }
+
+    /// Whether the sender provably never acknowledged `header` (DESIGN.md §4): it lacks the op,
+    /// holds another prepare there, or holds the header without the body; never for an op in
+    /// its faulty suffix.
+    fn nacks(&self, op: u64, header: Option<&Header>) -> bool {
+        if self.faulty(op) {
+            return false;
+        }
+        if op > self.op {
+            return true;
+        }
+        match (self.headers.get(&op), header) {
+            (Some((_, flags)), _) if flags & FLAG_NACK != 0 => true,
+            (Some((own, _)), Some(canonical)) => own.checksum_header != canonical.checksum_header,
+            // Below its header window: it holds the op, cannot tell which.
+            _ => false,
+        }
+    }
+}
+
+/// The new primary's work between a DoViewChange quorum and StartView.
+#[derive(Clone, Debug)]
+struct Merge {
+    /// The head op of the merged log.
+    op: u64,
+    next_fetch_tick: u64,
+}
+
+/// One replica of one group. See the module documentation for the call protocol.
+pub struct Replica {
+    config: ReplicaConfig,
+    rng: SimRng,
+    tick: u64,
+    status: Status,
+    view: u32,
+    log_view: u32,
+    /// The highest view ever handed to the driver to persist (a withdrawn vote leaves `view`
+    /// below it; what is persisted never goes back).
+    view_promised: u32,
+    view_durable: u32,
+    log_view_durable: u32,
+    /// Highest op whose header is in the log (the head).
+    op: u64,
+    /// Highest op handed to the driver to append: every op up to it has its body in storage.
+    op_appended: u64,
+    /// Highest op storage reported durable.
+    op_durable: u64,
+    /// Highest op applied (committed locally, in order).
+    commit: u64,
+    /// Highest op known committed in the group.
+    commit_max: u64,
+    faulty_from: Option<u64>,
+    log: BTreeMap<u64, Entry>,
+    // Primary.
+    pipeline: BTreeMap<u64, InFlight>,
+    last_heard_tick: Vec<u64>,
+    next_commit_tick: u64,
+    // Backup.
+    heartbeat_deadline_tick: u64,
+    next_repair_tick: u64,
+    next_request_start_view_tick: u64,
+    // View change.
+    votes: BTreeMap<u8, (u32, u64)>,
+    do_view_change_sent: bool,
+    do_view_changes: BTreeMap<u8, DoViewChange>,
+    view_change_deadline_tick: u64,
+    next_vote_tick: u64,
+    merge: Option<Merge>,
+    // Recovering.
+    /// Set by a restart; cleared only by a StartView (or by starting a view as primary): until
+    /// then a vote cannot be withdrawn into a normal status.
+    needs_start_view: bool,
+    boot_nonce: u64,
+    probes_sent: u32,
+    next_probe_tick: u64,
+    ready: Ready,
+    counters: ReplicaCounters,
+}
+
+impl Replica {
+    /// A replica of a group created just now: normal in view 0 with an empty log.
+    ///
+    /// # Panics
+    /// On an invalid config (a caller bug: configs are validated where they are read).
+    pub fn new(config: ReplicaConfig, seed: u64) -> Replica {
+        let mut replica = Replica::blank(config, seed);
+        replica.enter_normal_as_is();
+        replica
+    }
+
+    /// A replica restarted on a recovered log: `Recovering` until a StartView from the primary
+    /// of its view (or a later one) brings it back, probing every interval; after
+    /// `start_view_probes_max` unanswered probes it starts a view change itself.
+    ///
+    /// # Panics
+    /// On an invalid config, or headers that are not a contiguous ascending chain.
+    pub fn recover(config: ReplicaConfig, recovered: RecoveredLog, seed: u64) -> Replica {
+        let mut replica = Replica::blank(config, seed);
+        replica.view = recovered.view.max(recovered.log_view);
+        replica.log_view = recovered.log_view;
+        replica.view_promised = replica.view;
+        replica.view_durable = replica.view;
+        replica.log_view_durable = recovered.log_view;
+        for pair in recovered.headers.windows(2) {
+            let (a, b) = (prepare(&pair[0]), prepare(&pair[1]));
+            assert!(b.op == a.op + 1 && b.parent == pair[0].checksum_header, "recovered chain");
+        }
+        let mut commit = 0;
+        for header in &recovered.headers {
+            let fields = prepare(header);
+            commit = commit.max(fields.commit.min(fields.op));
+            replica.log.insert(fields.op, Entry { header: *header, body: None });
+        }
+        let head = recovered.headers.last().map_or(0, |h| prepare(h).op);
+        replica.op = head;
+        replica.op_appended = head;
+        replica.op_durable = head;
+        replica.commit = commit;
+        replica.commit_max = commit;
+        replica.faulty_from = recovered.faulty_from;
+        replica.status = Status::Recovering;
+        replica.needs_start_view = true;
+        replica.boot_nonce = replica.rng.next_u64() | 1;
+        replica
+    }
+
+    fn blank(config: ReplicaConfig, seed: u64) -> Replica {
+        if let Err(reason) = config.validate() {
+            panic!("invalid replica config: {reason}");
+        }
+        Replica {
+            config,
+            rng: SimRng::new(seed ^ (u64::from(config.replica) << 56) ^ config.group),
+            tick: 0,
+            status: Status::Recovering,
+            view: 0,
+            log_view: 0,
+            view_promised: 0,
+            view_durable: 0,
+            log_view_durable: 0,
+            op: 0,
+            op_appended: 0,
+            op_durable: 0,
+            commit: 0,
+            commit_max: 0,
+            faulty_from: None,
+            log: BTreeMap::new(),
+            pipeline: BTreeMap::new(),
+            last_heard_tick: vec![0; usize::from(config.replica_count)],
+            next_commit_tick: 0,
+            heartbeat_deadline_tick: 0,
+            next_repair_tick: 0,
+            next_request_start_view_tick: 0,
+            votes: BTreeMap::new(),
+            do_view_change_sent: false,
+            do_view_changes: BTreeMap::new(),
+            view_change_deadline_tick: 0,
+            next_vote_tick: 0,
+            merge: None,
+            needs_start_view: false,
+            boot_nonce: 0,
+            probes_sent: 0,
+            next_probe_tick: 0,
+            ready: Ready::default(),
+            counters: ReplicaCounters::default(),
+        }
+    }
+
+    // --- Observers -------------------------------------------------------------------------
+
+    /// The settings.
+    pub fn config(&self) -> &ReplicaConfig {
+        &self.config
+    }
+    /// The protocol status.
+    pub fn status(&self) -> Status {
+        self.status
+    }
+    /// The current view.
+    pub fn view(&self) -> u32 {
+        self.view
+    }
+    /// The view of the last normal status.
+    pub fn log_view(&self) -> u32 {
+        self.log_view
+    }
+    /// The head op.
+    pub fn op(&self) -> u64 {
+        self.op
+    }
+    /// The highest op applied.
+    pub fn commit(&self) -> u64 {
+        self.commit
+    }
+    /// Whether this replica is the primary of its view and serving.
+    pub fn is_primary(&self) -> bool {
+        self.status == Status::Normal && self.config.primary_of(self.view) == self.config.replica
+    }
+    /// The header of `op`, while the replica holds it in memory.
+    pub fn header(&self, op: u64) -> Option<&Header> {
+        self.log.get(&op).map(|entry| &entry.header)
+    }
+    /// Branch counters.
+    pub fn counters(&self) -> ReplicaCounters {
+        self.counters
+    }
+    /// The ticks seen.
+    pub fn tick(&self) -> u64 {
+        self.tick
+    }
+
+    /// Everything produced since the last call.
+    pub fn take_ready(&mut self) -> Ready {
+        std::mem::take(&mut self.ready)
+    }
+
+    // --- Inputs ----------------------------------------------------------------------------
+
+    /// A client's write. Only the primary of a normal view with a quorum in touch and room in
+    /// its pipeline accepts it; every other case is answered at once.
+    pub fn on_client_request(&mut self, mut request: Request) {
+        let refuse = |result| Reply { client: request.client, request: request.request, result };
+        match self.status {
+            Status::Normal if !self.is_primary() => {
+                let primary = self.config.primary_of(self.view);
+                self.ready
+                    .replies
+                    .push(refuse(ReplyResult::NotPrimary { view: self.view, primary }));
+                return;
+            }
+            Status::Normal => {}
+            Status::ViewChange | Status::Recovering => {
+                self.ready.replies.push(refuse(ReplyResult::TransientNotAccepted));
+                return;
+            }
+        }
+        if self.op - self.commit >= self.config.pipeline_prepares_max || !self.quorum_in_touch() {
+            self.ready.replies.push(refuse(ReplyResult::TransientNotAccepted));
+            return;
+        }
+        debug_assert_eq!(self.op, self.op_appended, "a normal primary holds every body");
+        let (parent, base_offset) = self.next_link();
+        if self.config.stamp_batches {
+            shoal_engine::batch::stamp(&mut request.body, base_offset, self.view);
+        }
+        let body = request.body.freeze();
+        let fields = Prepare {
+            group: self.config.group,
+            op: self.op + 1,
+            commit: self.commit,
+            parent,
+            base_offset,
+            record_count: request.record_count,
+            first_timestamp_ms: request.first_timestamp_ms,
+            max_timestamp_ms: request.max_timestamp_ms,
+            append_time_ms: request.append_time_ms,
+            client: request.client,
+            session: request.session,
+            request: request.request,
+        };
+        let header =
+            Header::prepare(self.config.cluster, self.view, self.config.replica, fields, &body);
+        self.op += 1;
+        self.log.insert(self.op, Entry { header, body: Some(body.clone()) });
+        self.op_appended = self.op;
+        self.ready.writes.push(Write::Append { header, body: body.clone() });
+        let retry_ticks = self.config.prepare_retry_ticks_min;
+        self.pipeline.insert(
+            self.op,
+            InFlight {
+                acks: 0,
+                next_retry_tick: self.tick + retry_ticks,
+                retry_ticks,
+                request: Some((request.client, request.request)),
+            },
+        );
+        for to in self.peers() {
+            self.send(to, Message::Prepare { header, body: body.clone() });
+        }
+    }
+
+    /// A completed write.
+    pub fn on_persisted(&mut self, persisted: Persisted) {
+        match persisted {
+            Persisted::Appended { op } => {
+                let op = op.min(self.op_appended);
+                if op <= self.op_durable {
+                    return;
+                }
+                self.op_durable = op;
+                if self.is_primary() {
+                    self.primary_commit();
+                } else if self.status == Status::Normal {
+                    self.acknowledge_head();
+                }
+                self.maybe_start_view();
+            }
+            Persisted::Views { view, log_view } => {
+                self.view_durable = self.view_durable.max(view);
+                self.log_view_durable = self.log_view_durable.max(log_view);
+            }
+            Persisted::Truncated { op } => {
+                self.op_durable = self.op_durable.min(op);
+            }
+        }
+    }
+
+    /// One tick of time.
+    pub fn on_tick(&mut self) {
+        self.tick += 1;
+        match self.status {
+            Status::Normal if self.is_primary() => {
+                if self.tick >= self.next_commit_tick {
+                    self.next_commit_tick = self.tick + self.config.commit_interval_ticks;
+                    self.broadcast_commit();
+                }
+                self.retransmit();
+            }
+            Status::Normal => {
+                if self.tick >= self.heartbeat_deadline_tick {
+                    self.start_view_change(self.view + 1);
+                } else {
+                    self.repair();
+                }
+            }
+            Status::ViewChange => {
+                if self.tick >= self.view_change_deadline_tick {
+                    let next = self.view + 1;
+                    self.start_view_change(next);
+                    return;
+                }
+                if self.tick >= self.next_vote_tick {
+                    self.next_vote_tick = self.tick + self.config.commit_interval_ticks;
+                    self.repeat_vote();
+                }
+                if self.merge.is_some() {
+                    self.fetch_for_view();
+                }
+            }
+            Status::Recovering => {
+                if self.tick >= self.next_probe_tick {
+                    if self.probes_sent >= self.config.start_view_probes_max {
+                        self.counters.recovery_view_changes += 1;
+                        let next = self.view + 1;
+                        self.start_view_change(next);
+                        return;
+                    }
+                    self.probes_sent += 1;
+                    self.next_probe_tick = self.tick + self.config.start_view_probe_interval_ticks;
+                    let (view, nonce) = (self.view, self.boot_nonce);
+                    for to in self.peers() {
+                        self.send(to, Message::RequestStartView { view, nonce });
+                    }
+                }
+            }
+        }
+    }
+
+    /// A message from replica `from` of this group. Network input: anything unexpected is
+    /// dropped, never asserted.
+    pub fn on_message(&mut self, from: u8, message: Message) {
+        if from >= self.config.replica_count || from == self.config.replica {
+            return;
+        }
+        match message {
+            Message::Prepare { header, body } => self.on_prepare(from, header, body),
+            Message::PrepareOk { view, op, prepare_checksum, .. } => {
+                self.on_prepare_ok(from, view, op, prepare_checksum);
+            }
+            Message::Commit { view, commit, commit_checksum } => {
+                self.on_commit(from, view, commit, commit_checksum);
+            }
+            Message::StartViewChange { view } => self.on_start_view_change(from, view),
+            Message::DoViewChange { view, log_view, op, commit, faulty_from, headers, flags } => {
+                if headers.len() != flags.len() || headers.len() > self.config.view_headers_max {
+                    return;
+                }
+                let Some(headers) = self.checked_headers(&headers, Some(&flags)) else { return };
+                let dvc = DoViewChange { log_view, op, commit, faulty_from, headers };
+                self.on_do_view_change(from, view, dvc);
+            }
+            Message::StartView { view, op, commit, nonce, headers } => {
+                if headers.len() > self.config.view_headers_max {
+                    return;
+                }
+                let Some(headers) = self.checked_headers(&headers, None) else { return };
+                self.on_start_view(from, view, op, commit, nonce, headers);
+            }
+            Message::RequestStartView { view, nonce } => {
+                self.on_request_start_view(from, view, nonce);
+            }
+            Message::RequestPrepare { op, checksum, .. } => {
+                self.on_request_prepare(from, op, checksum);
+            }
+        }
+    }
+
+    // --- Normal operation ------------------------------------------------------------------
+
+    fn on_prepare(&mut self, from: u8, header: Header, body: Bytes) {
+        let Some(fields) = header.as_prepare() else { return };
+        let fields = *fields;
+        if header.cluster != self.config.cluster
+            || fields.group != self.config.group
+            || header.verify_body(&body).is_err()
+            || fields.op == 0
+        {
+            return;
+        }
+        if self.status == Status::Recovering {
+            self.counters.prepares_dropped_recovering += 1;
+            return;
+        }
+        if header.view > self.view {
+            self.request_start_view(header.view);
+            return;
+        }
+        // A body for a header already in the log (retransmission, repair, view change fetch).
+        if let Some(entry) = self.log.get_mut(&fields.op) {
+            if entry.header.checksum_header != header.checksum_header {
+                return;
+            }
+            if entry.body.is_none() && fields.op > self.op_appended {
+                entry.body = Some(body);
+                if self.merge.is_some() {
+                    self.counters.bodies_fetched_for_view += 1;
+                }
+                self.append_ready_bodies();
+            } else if self.status == Status::Normal
+                && !self.is_primary()
+                && fields.op <= self.op_durable
+            {
+                // The primary retransmits what it has no acknowledgement for: ours was lost.
+                self.acknowledge_head();
+            }
+            return;
+        }
+        // A new op joins the log only as this view's next prepare from its primary, or as a
+        // committed op (canonical wherever it comes from) continuing the appended chain.
+        let from_primary = self.status == Status::Normal
+            && header.view == self.view
+            && from == self.config.primary_of(self.view)
+            && !self.is_primary();
+        if from_primary && fields.op == self.op + 1 && self.log_links(&header) {
+            if self.op - self.op_appended >= self.window_ops() {
+                return;
+            }
+            self.arm_heartbeat();
+            self.log.insert(fields.op, Entry { header, body: Some(body) });
+            self.op = fields.op;
+            self.commit_max = self.commit_max.max(fields.commit);
+        } else if fields.op == self.op_appended + 1
+            && fields.op <= self.commit_max
+            && self.links_to_appended(&header)
+        {
+            self.log.insert(fields.op, Entry { header, body: Some(body) });
+            self.op = self.op.max(fields.op);
+        } else {
+            return;
+        }
+        self.append_ready_bodies();
+        self.commit_up_to(self.commit_max);
+    }
+
+    fn on_prepare_ok(&mut self, from: u8, view: u32, op: u64, checksum: u32) {
+        if !self.is_primary() || view != self.view {
+            return;
+        }
+        self.last_heard_tick[usize::from(from)] = self.tick;
+        if op == 0 || self.log.get(&op).is_none_or(|e| e.header.checksum_header != checksum) {
+            return;
+        }
+        let bit = 1u32 << from;
+        for (_, in_flight) in self.pipeline.range_mut(..=op) {
+            in_flight.acks |= bit;
+        }
+        self.primary_commit();
+    }
+
+    fn on_commit(&mut self, from: u8, view: u32, commit: u64, checksum: u32) {
+        if view > self.view {
+            if self.status != Status::Recovering && from == self.config.primary_of(view) {
+                self.request_start_view(view);
+            }
+            return;
+        }
+        if from != self.config.primary_of(view) {
+            return;
+        }
+        // A vote not yet turned into a DoViewChange is withdrawn on a fresh heartbeat from the
+        // primary it voted against.
+        if self.status == Status::ViewChange
+            && !self.do_view_change_sent
+            && !self.needs_start_view
+            && view == self.log_view
+            && self.merge.is_none()
+        {
+            self.counters.votes_withdrawn += 1;
+            self.votes.remove(&self.config.replica);
+            self.view = self.log_view;
+            self.status = Status::Normal;
+        }
+        if self.status != Status::Normal || view != self.view || self.is_primary() {
+            return;
+        }
+        self.arm_heartbeat();
+        if commit > self.commit_max {
+            self.commit_max = commit;
+        }
+        let _ = checksum;
+        self.commit_up_to(self.commit_max);
+        // The answer tells the primary this backup is alive and how far it is.
+        self.acknowledge_head();
+        self.repair();
+    }
+
+    /// The primary commits every op a quorum holds durably, in order.
+    fn primary_commit(&mut self) {
+        let quorum = self.config.quorum();
+        while let Some((&op, in_flight)) = self.pipeline.first_key_value() {
+            let own = usize::from(self.op_durable >= op);
+            if in_flight.acks.count_ones() as usize + own < quorum {
+                break;
+            }
+            let in_flight = self.pipeline.remove(&op).expect("first key");
+            self.commit_max = self.commit_max.max(op);
+            self.commit_up_to(op);
+            if let Some((client, request)) = in_flight.request {
+                let base_offset = prepare(&self.log[&op].header).base_offset;
+                self.ready.replies.push(Reply {
+                    client,
+                    request,
+                    result: ReplyResult::Committed { op, base_offset },
+                });
+            }
+        }
+    }
+
+    /// Applies committed ops the log holds, in order, up to `target`.
+    fn commit_up_to(&mut self, target: u64) {
+        let target = target.min(self.op_appended);
+        while self.commit < target {
+            self.commit += 1;
+            let Some(entry) = self.log.get_mut(&self.commit) else {
+                fatal!(self, "committing op {} without its header", self.commit);
+            };
+            entry.body = None;
+            self.counters.commits += 1;
+            self.ready.committed.push(Committed { header: entry.header });
+        }
+        self.prune();
+    }
+
+    fn broadcast_commit(&mut self) {
+        let (commit, commit_checksum) = (self.commit, self.checksum_at(self.commit));
+        for to in self.peers() {
+            self.send(to, Message::Commit { view: self.view, commit, commit_checksum });
+        }
+    }
+
+    fn retransmit(&mut self) {
+        let all = self.peer_bits();
+        let mut due = Vec::new();
+        for (&op, in_flight) in &mut self.pipeline {
+            if in_flight.next_retry_tick > self.tick || in_flight.acks & all == all {
+                continue;
+            }
+            in_flight.retry_ticks =
+                (in_flight.retry_ticks * 2).min(self.config.prepare_retry_ticks_max);
+            let jitter = self.rng.below(in_flight.retry_ticks / 2 + 1);
+            in_flight.next_retry_tick = self.tick + in_flight.retry_ticks + jitter;
+            due.push((op, in_flight.acks));
+        }
+        for (op, acks) in due {
+            let Some(Entry { header, body: Some(body) }) = self.log.get(&op).cloned() else {
+                continue;
+            };
+            for to in self.peers() {
+                if acks & (1 << to) == 0 {
+                    self.counters.retransmissions += 1;
+                    self.send(to, Message::Prepare { header, body: body.clone() });
+                }
+            }
+        }
+    }
+
+    /// A backup acknowledges its durable head (cumulative: every op below it too).
+    fn acknowledge_head(&mut self) {
+        if self.log_view != self.view {
+            return;
+        }
+        let op = self.op_durable;
+        let message = Message::PrepareOk {
+            view: self.view,
+            op,
+            commit: self.commit,
+            prepare_checksum: self.checksum_at(op),
+        };
+        self.send(self.config.primary_of(self.view), message);
+    }
+
+    /// A backup behind the commit point, or holding headers without bodies, asks the primary.
+    fn repair(&mut self) {
+        if self.tick < self.next_repair_tick {
+            return;
+        }
+        let primary = self.config.primary_of(self.view);
+        if primary == self.config.replica {
+            return;
+        }
+        if let Some(message) = self.next_missing() {
+            self.next_repair_tick = self.tick + self.config.repair_interval_ticks;
+            self.counters.repairs_requested += 1;
+            self.send(primary, message);
+        }
+    }
+
+    /// The request for the lowest body the log lacks, if any.
+    fn next_missing(&self) -> Option<Message> {
+        let op = self.op_appended + 1;
+        if let Some(entry) = self.log.get(&op) {
+            if entry.body.is_none() {
+                let checksum = Some(entry.header.checksum_header);
+                return Some(Message::RequestPrepare { view: self.view, op, checksum });
+            }
+            return None;
+        }
+        (op <= self.commit_max).then_some(Message::RequestPrepare {
+            view: self.view,
+            op,
+            checksum: None,
+        })
+    }
+
+    fn on_request_prepare(&mut self, from: u8, op: u64, checksum: Option<u32>) {
+        if self.status == Status::Recovering || op == 0 {
+            return;
+        }
+        let wrong_checksum =
+            |wanted: u32| self.log.get(&op).is_some_and(|e| e.header.checksum_header != wanted);
+        match checksum {
+            None if op > self.commit => return,
+            Some(wanted) if wrong_checksum(wanted) => return,
+            _ => {}
+        }
+        match self.log.get(&op) {
+            Some(Entry { header, body: Some(body) }) => {
+                let message = Message::Prepare { header: *header, body: body.clone() };
+                self.send(from, message);
+            }
+            _ if op <= self.op_appended => {
+                self.ready.reads.push(ServePrepare { to: from, op, checksum });
+            }
+            _ => {}
+        }
+    }
+
+    // --- View change -----------------------------------------------------------------------
+
+    fn start_view_change(&mut self, view: u32) {
+        // Joining a higher view others voted for is allowed on one's own timeout.
+        let fresh_max = self
+            .votes
+            .iter()
+            .filter(|(_, (_, tick))| self.tick.saturating_sub(*tick) <= self.config.vote_ttl_ticks)
+            .map(|(_, (voted, _))| *voted)
+            .max()
+            .unwrap_or(0);
+        let view = view.max(fresh_max);
+        assert!(view > self.log_view, "a view change moves past the log view");
+        self.fail_pipeline();
+        self.status = Status::ViewChange;
+        self.view = view;
+        self.do_view_change_sent = false;
+        self.do_view_changes.clear();
+        self.merge = None;
+        let spread = self.rng.below(self.config.view_change_timeout_ticks / 2 + 1);
+        self.view_change_deadline_tick = self.tick + self.config.view_change_timeout_ticks + spread;
+        self.next_vote_tick = self.tick + self.config.commit_interval_ticks;
+        self.counters.votes_cast += 1;
+        self.votes.insert(self.config.replica, (view, self.tick));
+        self.persist_views();
+        for to in self.peers() {
+            self.send(to, Message::StartViewChange { view });
+        }
+        self.check_votes();
+    }
+
+    fn repeat_vote(&mut self) {
+        let view = self.view;
+        self.votes.insert(self.config.replica, (view, self.tick));
+        for to in self.peers() {
+            self.send(to, Message::StartViewChange { view });
+        }
+        let primary = self.config.primary_of(view);
+        if self.do_view_change_sent && primary != self.config.replica {
+            let message = self.build_do_view_change();
+            self.send(primary, message);
+        }
+    }
+
+    fn on_start_view_change(&mut self, from: u8, view: u32) {
+        if self.votes.get(&from).is_none_or(|(voted, _)| *voted <= view) {
+            self.votes.insert(from, (view, self.tick));
+        }
+        // No joining on receipt: only a replica that voted on its own timeout counts votes.
+        if self.status == Status::ViewChange && view == self.view {
+            self.check_votes();
+        }
+    }
+
+    fn check_votes(&mut self) {
+        if self.status != Status::ViewChange || self.do_view_change_sent {
+            return;
+        }
+        #[cfg(feature = "canary-join-on-receipt")]
+        let own_vote_needed = false;
+        #[cfg(not(feature = "canary-join-on-receipt"))]
+        let own_vote_needed = true;
+        let view = self.view;
+        let fresh = self
+            .votes
+            .iter()
+            .filter(|(_, (voted, tick))| {
+                *voted == view && self.tick.saturating_sub(*tick) <= self.config.vote_ttl_ticks
+            })
+            .count();
+        let own = self.votes.get(&self.config.replica).is_some_and(|(v, _)| *v == view);
+        if fresh < self.config.quorum() || (own_vote_needed && !own) {
+            return;
+        }
+        self.do_view_change_sent = true;
+        let primary = self.config.primary_of(view);
+        let message = self.build_do_view_change();
+        if primary == self.config.replica {
+            let Message::DoViewChange { log_view, op, commit, faulty_from, headers, flags, .. } =
+                message
+            else {
+                unreachable!("built a DoViewChange");
+            };
+            let headers = headers.into_iter().zip(flags).map(|(h, f)| (prepare(&h).op, (h, f)));
+            let dvc =
+                DoViewChange { log_view, op, commit, faulty_from, headers: headers.collect() };
+            self.do_view_changes.insert(self.config.replica, dvc);
+            self.try_merge();
+        } else {
+            self.send(primary, message);
+        }
+    }
+
+    /// This replica's log, as offered to the new primary.
+    fn build_do_view_change(&self) -> Message {
+        let (headers, flags) = self.headers_for_view();
+        Message::DoViewChange {
+            view: self.view,
+            log_view: self.log_view,
+            op: self.op,
+            commit: self.commit_max.min(self.op_appended),
+            faulty_from: self.faulty_from,
+            headers,
+            flags,
+        }
+    }
+
+    /// The top `view_headers_max` headers of the log with present/nack flags.
+    fn headers_for_view(&self) -> (Vec<Header>, Vec<u8>) {
+        let low = (self.op + 1).saturating_sub(self.config.view_headers_max as u64).max(1);
+        let mut headers = Vec::new();
+        let mut flags = Vec::new();
+        for (&op, entry) in self.log.range(low..=self.op) {
+            let present = op <= self.op_appended;
+            let faulty = self.faulty_from.is_some_and(|from| op >= from);
+            headers.push(entry.header);
+            flags.push(if present {
+                FLAG_PRESENT
+            } else if faulty {
+                0
+            } else {
+                FLAG_NACK
+            });
+        }
+        (headers, flags)
+    }
+
+    fn on_do_view_change(&mut self, from: u8, view: u32, dvc: DoViewChange) {
+        // A DoViewChange is also its sender's vote.
+        if self.votes.get(&from).is_none_or(|(voted, _)| *voted <= view) {
+            self.votes.insert(from, (view, self.tick));
+        }
+        if self.status != Status::ViewChange
+            || view != self.view
+            || self.config.primary_of(view) != self.config.replica
+        {
+            return;
+        }
+        self.do_view_changes.insert(from, dvc);
+        self.check_votes();
+        self.try_merge();
+    }
+
+    /// The new primary merges a quorum of DoViewChange (its own among them) into the log of
+    /// the new view: the log of the highest log view, minus the ops a nack quorum proves were
+    /// never committed. Waits (for more DoViewChange, or forever: unavailable beats wrong)
+    /// while an op above the merged head could be neither proven dead nor found.
+    fn try_merge(&mut self) {
+        if self.merge.is_some()
+            || !self.do_view_changes.contains_key(&self.config.replica)
+            || self.do_view_changes.len() < self.config.quorum()
+        {
+            return;
+        }
+        let dvcs = &self.do_view_changes;
+        let log_view = dvcs.values().map(|d| d.log_view).max().expect("quorum");
+        let best = dvcs
+            .values()
+            .filter(|d| d.log_view == log_view)
+            .max_by_key(|d| d.op)
+            .expect("one has the highest log view");
+        let commit_max = dvcs.values().map(|d| d.commit).max().expect("quorum");
+        let mut canonical: BTreeMap<u64, Header> = BTreeMap::new();
+        for dvc in dvcs.values().filter(|d| d.log_view == log_view) {
+            for (&op, (header, _)) in &dvc.headers {
+                let slot = canonical.entry(op).or_insert(*header);
+                if header.view > slot.view {
+                    *slot = *header;
+                }
+            }
+        }
+        let mut top = best.op;
+        let nack_quorum = self.config.nack_quorum();
+        let nacks = |op: u64, header: Option<&Header>| {
+            dvcs.values().filter(|d| d.nacks(op, header)).count()
+        };
+        // An op above the best head may have existed on a replica whose suffix is faulty.
+        let unknown_nacks = nacks(top + 1, None);
+        if unknown_nacks < nack_quorum {
+            if !self.config.unclean_recovery {
+                self.counters.merges_stalled += 1;
+                return;
+            }
+            self.counters.unclean_ops_lost += 1;
+        }
+        while top > commit_max {
+            let header = canonical.get(&top);
+            let count = nacks(top, header);
+            #[cfg(feature = "canary-nack-faulty")]
+            let count = count.max(dvcs.values().filter(|d| d.faulty(top)).count());
+            if count < nack_quorum {
+                if header.is_none() {
+                    // Neither proven dead nor known: wait.
+                    self.counters.merges_stalled += 1;
+                    return;
+                }
+                break;
+            }
+            self.counters.ops_nacked += 1;
+            top -= 1;
+        }
+        let canonical: BTreeMap<u64, Header> =
+            canonical.into_iter().filter(|(op, _)| *op <= top).collect();
+        self.commit_max = self.commit_max.max(commit_max.min(top));
+        self.adopt_log(&canonical, top);
+        self.merge = Some(Merge { op: top, next_fetch_tick: self.tick });
+        self.fetch_for_view();
+        self.maybe_start_view();
+    }
+
+    /// Makes the log agree with `canonical` (headers of the new view's log, ending at `top`):
+    /// cuts the divergent suffix durably, keeps what agrees, and records headers still
+    /// lacking bodies.
+    fn adopt_log(&mut self, canonical: &BTreeMap<u64, Header>, top: u64) {
+        // The highest op this replica holds that belongs to the canonical log: what matches a
+        // canonical header (the chain vouches for everything below it), what links to the
+        // lowest canonical header, and the committed prefix; anything unverifiable goes.
+        let mut keep = self.op_appended.min(top);
+        let low = canonical.keys().next().copied();
+        while keep > self.commit {
+            let ours = self.log.get(&keep).map(|e| e.header.checksum_header);
+            match canonical.get(&keep) {
+                Some(theirs) if Some(theirs.checksum_header) == ours => break,
+                Some(_) => keep -= 1,
+                None => {
+                    let links = low.is_some_and(|low| {
+                        keep + 1 == low && ours == Some(prepare(&canonical[&low]).parent)
+                    });
+                    if !links {
+                        keep = self.commit;
+                    }
+                    break;
+                }
+            }
+        }
+        if keep < self.op_appended {
+            let removed_view_max = self
+                .log
+                .range(keep + 1..=self.op_appended)
+                .map(|(_, e)| e.header.view)
+                .max()
+                .unwrap_or(0);
+            let fence_view = removed_view_max + 1;
+            if let Some(bad) = canonical.range(keep + 1..).find(|(_, h)| h.view < fence_view) {
+                fatal!(
+                    self,
+                    "canonical op {} of view {} older than a truncated op",
+                    bad.0,
+                    bad.1.view
+                );
+            }
+            if keep < self.commit {
+                fatal!(self, "truncating below the commit point {}", self.commit);
+            }
+            self.counters.truncations += 1;
+            self.ready.writes.push(Write::Truncate { op: keep, view: fence_view });
+            self.op_appended = keep;
+            self.op_durable = self.op_durable.min(keep);
+        }
+        // Entries above what we keep: replaced by the canonical headers (bodies kept on match).
+        let above: Vec<u64> = self.log.range(keep + 1..).map(|(&op, _)| op).collect();
+        for op in above {
+            let entry = self.log.remove(&op).expect("listed");
+            if let Some(header) = canonical.get(&op)
+                && header.checksum_header == entry.header.checksum_header
+            {
+                self.log.insert(op, entry);
+            }
+        }
+        for (&op, header) in canonical.range(keep + 1..) {
+            self.log.entry(op).or_insert(Entry { header: *header, body: None });
+        }
+        self.op = top.max(keep);
+        self.append_ready_bodies();
+    }
+
+    /// The new primary asks for every body its merged log lacks.
+    fn fetch_for_view(&mut self) {
+        let Some(merge) = &mut self.merge else { return };
+        if self.tick < merge.next_fetch_tick {
+            return;
+        }
+        merge.next_fetch_tick = self.tick + self.config.repair_interval_ticks;
+        let Some(message) = self.next_missing() else { return };
+        self.counters.repairs_requested += 1;
+        for to in self.peers() {
+            self.send(to, message.clone());
+        }
+    }
+
+    /// Once the merged log is whole, the new primary persists its log view and sends
+    /// StartView (held by [`Replica::send`] until the log view is durable).
+    fn maybe_start_view(&mut self) {
+        let Some(merge) = &self.merge else { return };
+        #[cfg(feature = "canary-skip-body-fetch")]
+        let whole = true;
+        #[cfg(not(feature = "canary-skip-body-fetch"))]
+        let whole = self.op_appended >= merge.op;
+        if !whole {
+            return;
+        }
+        let top = merge.op;
+        self.merge = None;
+        self.counters.views_started += 1;
+        self.status = Status::Normal;
+        self.log_view = self.view;
+        self.faulty_from = None;
+        self.needs_start_view = false;
+        self.votes.clear();
+        self.persist_views();
+        self.pipeline.clear();
+        let retry_ticks = self.config.prepare_retry_ticks_min;
+        for op in self.commit_max + 1..=top {
+            let in_flight =
+                InFlight { acks: 0, next_retry_tick: self.tick, retry_ticks, request: None };
+            self.pipeline.insert(op, in_flight);
+        }
+        self.last_heard_tick.fill(self.tick);
+        self.next_commit_tick = self.tick;
+        self.commit_up_to(self.commit_max);
+        let message = self.build_start_view(0);
+        for to in self.peers() {
+            self.send(to, message.clone());
+        }
+        self.primary_commit();
+    }
+
+    fn build_start_view(&self, nonce: u64) -> Message {
+        let (headers, _) = self.headers_for_view();
+        Message::StartView { view: self.view, op: self.op, commit: self.commit, nonce, headers }
+    }
+
+    fn on_start_view(
+        &mut self,
+        from: u8,
+        view: u32,
+        op: u64,
+        commit: u64,
+        nonce: u64,
+        headers: BTreeMap<u64, (Header, u8)>,
+    ) {
+        if from != self.config.primary_of(view) || view < self.view {
+            return;
+        }
+        let current = self.status == Status::Normal && view == self.view;
+        if current {
+            return;
+        }
+        if self.status == Status::Recovering && nonce != 0 && nonce != self.boot_nonce {
+            return;
+        }
+        if headers.keys().next_back().is_some_and(|&top| top != op)
+            || (headers.is_empty() && op > commit)
+        {
+            return;
+        }
+        let canonical: BTreeMap<u64, Header> =
+            headers.into_iter().map(|(op, (h, _))| (op, h)).collect();
+        self.fail_pipeline();
+        self.counters.start_views_installed += 1;
+        self.status = Status::Normal;
+        self.view = view;
+        self.log_view = view;
+        self.merge = None;
+        self.needs_start_view = false;
+        self.do_view_change_sent = false;
+        self.do_view_changes.clear();
+        self.votes.clear();
+        self.persist_views();
+        self.commit_max = self.commit_max.max(commit);
+        self.adopt_log(&canonical, op);
+        if self.op_appended >= op {
+            self.faulty_from = None;
+        }
+        self.arm_heartbeat();
+        self.commit_up_to(self.commit_max);
+        self.acknowledge_head();
+        self.next_repair_tick = self.tick;
+        self.repair();
+    }
+
+    fn on_request_start_view(&mut self, from: u8, view: u32, nonce: u64) {
+        if !self.is_primary() || view > self.view {
+            return;
+        }
+        let message = self.build_start_view(nonce);
+        self.send(from, message);
+    }
+
+    fn request_start_view(&mut self, view: u32) {
+        if self.tick < self.next_request_start_view_tick {
+            return;
+        }
+        self.next_request_start_view_tick = self.tick + self.config.repair_interval_ticks;
+        let nonce = self.boot_nonce;
+        self.send(self.config.primary_of(view), Message::RequestStartView { view, nonce });
+    }
+
+    // --- Helpers ---------------------------------------------------------------------------
+
+    /// The one send chokepoint: a message leaves now only when everything it reveals is
+    /// durable; otherwise it waits in `persisted_messages` for the writes issued so far.
+    fn send(&mut self, to: u8, message: Message) {
+        debug_assert_ne!(to, self.config.replica);
+        let reveals_durable = match &message {
+            Message::PrepareOk { op, .. } => *op <= self.op_durable && self.views_durable(),
+            Message::StartViewChange { .. }
+            | Message::DoViewChange { .. }
+            | Message::StartView { .. } => self.views_durable(),
+            Message::Prepare { .. }
+            | Message::Commit { .. }
+            | Message::RequestStartView { .. }
+            | Message::RequestPrepare { .. } => true,
+        };
+        #[cfg(feature = "canary-send-before-persist")]
+        let reveals_durable = reveals_durable || matches!(message, Message::PrepareOk { .. });
+        let envelope = Envelope { from: self.config.replica, to, message };
+        if reveals_durable {
+            self.ready.messages.push(envelope);
+        } else {
+            self.ready.persisted_messages.push(envelope);
+        }
+    }
+
+    fn views_durable(&self) -> bool {
+        self.view_durable >= self.view && self.log_view_durable >= self.log_view
+    }
+
+    fn persist_views(&mut self) {
+        self.view_promised = self.view_promised.max(self.view);
+        self.ready.writes.push(Write::Views { view: self.view_promised, log_view: self.log_view });
+    }
+
+    fn enter_normal_as_is(&mut self) {
+        self.status = Status::Normal;
+        self.arm_heartbeat();
+        self.last_heard_tick.fill(self.tick);
+    }
+
+    fn arm_heartbeat(&mut self) {
+        let spread = self.rng.below(self.config.heartbeat_timeout_ticks / 2 + 1);
+        self.heartbeat_deadline_tick = self.tick + self.config.heartbeat_timeout_ticks + spread;
+    }
+
+    /// Answers every request of the pipeline that may still commit with "outcome unknown".
+    fn fail_pipeline(&mut self) {
+        for (_, in_flight) in std::mem::take(&mut self.pipeline) {
+            if let Some((client, request)) = in_flight.request {
+                let result = ReplyResult::TransientNotCommitted;
+                self.ready.replies.push(Reply { client, request, result });
+            }
+        }
+    }
+
+    fn quorum_in_touch(&self) -> bool {
+        let fresh = self
+            .peers()
+            .filter(|&r| {
+                self.tick.saturating_sub(self.last_heard_tick[usize::from(r)])
+                    <= self.config.heartbeat_timeout_ticks
+            })
+            .count();
+        fresh + 1 >= self.config.quorum()
+    }
+
+    /// Hands the driver every body that now continues the appended chain.
+    fn append_ready_bodies(&mut self) {
+        while let Some(entry) = self.log.get(&(self.op_appended + 1)) {
+            let Some(body) = entry.body.clone() else { break };
+            let header = entry.header;
+            if !self.links_to_appended(&header) {
+                fatal!(self, "op {} does not continue the appended chain", prepare(&header).op);
+            }
+            self.op_appended += 1;
+            self.ready.writes.push(Write::Append { header, body });
+        }
+    }
+
+    fn links_to_appended(&self, header: &Header) -> bool {
+        let fields = prepare(header);
+        match self.log.get(&self.op_appended) {
+            Some(prev) => {
+                let p = prepare(&prev.header);
+                fields.parent == prev.header.checksum_header
+                    && fields.base_offset == p.base_offset + u64::from(p.record_count)
+            }
+            None => self.op_appended == 0 && fields.parent == 0 && fields.base_offset == 0,
+        }
+    }
+
+    /// Whether `header` continues the log's head.
+    fn log_links(&self, header: &Header) -> bool {
+        let fields = prepare(header);
+        match self.log.get(&self.op) {
+            Some(prev) => {
+                let p = prepare(&prev.header);
+                fields.parent == prev.header.checksum_header
+                    && fields.base_offset == p.base_offset + u64::from(p.record_count)
+            }
+            None => self.op == 0 && fields.parent == 0 && fields.base_offset == 0,
+        }
+    }
+
+    /// The parent checksum and base offset of the next op.
+    fn next_link(&self) -> (u32, u64) {
+        match self.log.get(&self.op) {
+            Some(prev) => {
+                let p = prepare(&prev.header);
+                (prev.header.checksum_header, p.base_offset + u64::from(p.record_count))
+            }
+            None => {
+                assert_eq!(self.op, 0, "the head header is always held");
+                (0, 0)
+            }
+        }
+    }
+
+    fn checksum_at(&self, op: u64) -> u32 {
+        if op == 0 {
+            return 0;
+        }
+        self.log.get(&op).map_or(0, |entry| entry.header.checksum_header)
+    }
+
+    /// Drops headers far below the head; keeps everything above the commit point.
+    fn prune(&mut self) {
+        let floor =
+            self.commit.min((self.op + 1).saturating_sub(2 * self.config.view_headers_max as u64));
+        while let Some((&op, _)) = self.log.first_key_value() {
+            if op >= floor {
+                break;
+            }
+            self.log.pop_first();
+        }
+    }
+
+    fn window_ops(&self) -> u64 {
+        2 * self.config.view_headers_max as u64
+    }
+
+    fn peers(&self) -> impl Iterator<Item = u8> + use<> {
+        let own = self.config.replica;
+        (0..self.config.replica_count).filter(move |&r| r != own)
+    }
+
+    fn peer_bits(&self) -> u32 {
+        self.peers().fold(0, |bits, r| bits | (1 << r))
+    }
+
+    /// Validates received headers: prepares of this cluster and group, ascending, contiguous,
+    /// chained; flags with known bits only.
+    fn checked_headers(
+        &self,
+        headers: &[Header],
+        flags: Option<&[u8]>,
+    ) -> Option<BTreeMap<u64, (Header, u8)>> {
+        let mut map = BTreeMap::new();
+        let mut previous: Option<&Header> = None;
+        for (index, header) in headers.iter().enumerate() {
+            let fields = header.as_prepare()?;
+            if header.cluster != self.config.cluster || fields.group != self.config.group {
+                return None;
+            }
+            if let Some(prev) = previous
+                && (prepare(prev).op + 1 != fields.op || fields.parent != prev.checksum_header)
+            {
+                return None;
+            }
+            let flag = flags.map_or(0, |f| f[index]);
+            if flag & !(FLAG_PRESENT | FLAG_NACK) != 0 {
+                return None;
+            }
+            map.insert(fields.op, (*header, flag));
+            previous = Some(header);
+        }
+        Some(map)
+    }
+}
+
+fn prepare(header: &Header) -> &Prepare {
+    header.as_prepare().expect("log entries are prepares")
+}

@@ -1,0 +1,333 @@
+//! The replica state machine driven in memory: perfect storage that completes every write at
+//! once, a network that delivers in order unless a link is cut. These tests pin the protocol's
+//! main paths (VR Revisited §4 normal operation, §4.2 view change, §4.3 recovery, and
+//! DESIGN.md §4's deviations) before the simulator adds faults.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::{Bytes, BytesMut};
+use shoal_engine::wire::Header;
+use shoal_replication::{
+    Message, Persisted, RecoveredLog, Replica, ReplicaConfig, ReplyResult, Request, Status, Write,
+};
+
+/// A replica's durable state.
+#[derive(Default, Clone)]
+struct Disk {
+    view: u32,
+    log_view: u32,
+    log: BTreeMap<u64, (Header, Bytes)>,
+}
+
+struct Cluster {
+    config: ReplicaConfig,
+    replicas: Vec<Option<Replica>>,
+    disks: Vec<Disk>,
+    queue: VecDeque<(u8, u8, Message)>,
+    /// Directed links that are down: (from, to).
+    cut: Vec<(u8, u8)>,
+    replies: Vec<(u64, ReplyResult)>,
+    committed: Vec<Vec<u32>>,
+    next_request: u64,
+}
+
+impl Cluster {
+    fn new(n: u8) -> Cluster {
+        let mut config = ReplicaConfig::new(7, 3, n, 0);
+        config.stamp_batches = false;
+        let replicas = (0..n)
+            .map(|r| Some(Replica::new(ReplicaConfig { replica: r, ..config }, 42)))
+            .collect();
+        Cluster {
+            config,
+            replicas,
+            disks: vec![Disk::default(); usize::from(n)],
+            queue: VecDeque::new(),
+            cut: Vec::new(),
+            replies: Vec::new(),
+            committed: vec![Vec::new(); usize::from(n)],
+            next_request: 1,
+        }
+    }
+
+    fn primary(&self) -> Option<u8> {
+        let mut primaries = self
+            .replicas
+            .iter()
+            .flatten()
+            .filter(|r| r.is_primary())
+            .map(|r| (r.view(), r.config().replica))
+            .collect::<Vec<_>>();
+        primaries.sort();
+        primaries.last().map(|(_, r)| *r)
+    }
+
+    fn request(&mut self, to: u8) -> u64 {
+        let request = self.next_request;
+        self.next_request += 1;
+        let body = BytesMut::from(&format!("batch {request}").into_bytes()[..]);
+        let replica = self.replicas[usize::from(to)].as_mut().expect("up");
+        replica.on_client_request(Request {
+            client: 1,
+            session: 1,
+            request,
+            body,
+            record_count: 1,
+            first_timestamp_ms: 0,
+            max_timestamp_ms: 0,
+            append_time_ms: 0,
+        });
+        self.drain(to);
+        request
+    }
+
+    /// Handles a replica's ready: writes complete at once, then every message leaves.
+    fn drain(&mut self, index: u8) {
+        let i = usize::from(index);
+        let Some(replica) = self.replicas[i].as_mut() else { return };
+        let ready = replica.take_ready();
+        let mut persisted = Vec::new();
+        for write in ready.writes {
+            let disk = &mut self.disks[i];
+            match write {
+                Write::Append { header, body } => {
+                    let op = header.as_prepare().unwrap().op;
+                    disk.log.insert(op, (header, body));
+                    persisted.push(Persisted::Appended { op });
+                }
+                Write::Views { view, log_view } => {
+                    assert!(view >= disk.view && log_view >= disk.log_view, "views regress");
+                    disk.view = view;
+                    disk.log_view = log_view;
+                    persisted.push(Persisted::Views { view, log_view });
+                }
+                Write::Truncate { op, .. } => {
+                    disk.log.retain(|&o, _| o <= op);
+                    persisted.push(Persisted::Truncated { op });
+                }
+            }
+        }
+        for envelope in ready.messages.into_iter().chain(ready.persisted_messages) {
+            self.queue.push_back((envelope.from, envelope.to, envelope.message));
+        }
+        for read in ready.reads {
+            if let Some((header, body)) = self.disks[i].log.get(&read.op)
+                && read.checksum.is_none_or(|c| c == header.checksum_header)
+            {
+                let message = Message::Prepare { header: *header, body: body.clone() };
+                self.queue.push_back((index, read.to, message));
+            }
+        }
+        for committed in ready.committed {
+            self.committed[i].push(committed.header.checksum_header);
+        }
+        for reply in ready.replies {
+            self.replies.push((reply.request, reply.result));
+        }
+        if !persisted.is_empty() {
+            let replica = self.replicas[i].as_mut().expect("up");
+            for p in persisted {
+                replica.on_persisted(p);
+            }
+            self.drain(index);
+        }
+    }
+
+    fn deliver_all(&mut self) {
+        for _ in 0..100_000 {
+            let Some((from, to, message)) = self.queue.pop_front() else { return };
+            if self.cut.contains(&(from, to)) {
+                continue;
+            }
+            let Some(replica) = self.replicas[usize::from(to)].as_mut() else { continue };
+            replica.on_message(from, message);
+            self.drain(to);
+        }
+        panic!("livelock: the message queue never drained");
+    }
+
+    fn tick(&mut self, ticks: u64) {
+        for _ in 0..ticks {
+            for i in 0..self.replicas.len() {
+                if let Some(replica) = self.replicas[i].as_mut() {
+                    replica.on_tick();
+                    self.drain(i as u8);
+                }
+            }
+            self.deliver_all();
+        }
+    }
+
+    fn crash(&mut self, index: u8) {
+        self.replicas[usize::from(index)] = None;
+    }
+
+    fn restart(&mut self, index: u8) {
+        let disk = &self.disks[usize::from(index)];
+        let headers = disk.log.values().map(|(h, _)| *h).collect::<Vec<_>>();
+        let keep = headers.len().saturating_sub(self.config.view_headers_max);
+        let recovered = RecoveredLog {
+            view: disk.view,
+            log_view: disk.log_view,
+            headers: headers[keep..].to_vec(),
+            faulty_from: None,
+        };
+        let config = ReplicaConfig { replica: index, ..self.config };
+        self.replicas[usize::from(index)] = Some(Replica::recover(config, recovered, 9));
+    }
+
+    fn committed_reply(&self, request: u64) -> Option<u64> {
+        self.replies.iter().find_map(|(r, result)| match result {
+            ReplyResult::Committed { op, .. } if *r == request => Some(*op),
+            _ => None,
+        })
+    }
+
+    /// Every replica's applied sequence is a prefix of the longest one.
+    fn check_committed_prefixes(&self) {
+        let longest = self.committed.iter().max_by_key(|c| c.len()).unwrap();
+        for committed in &self.committed {
+            assert_eq!(committed[..], longest[..committed.len()], "committed logs diverge");
+        }
+    }
+
+    fn replica(&self, index: u8) -> &Replica {
+        self.replicas[usize::from(index)].as_ref().expect("up")
+    }
+}
+
+#[test]
+fn a_single_replica_commits_each_request_once_durable() {
+    let mut cluster = Cluster::new(1);
+    for _ in 0..5 {
+        let request = cluster.request(0);
+        assert!(cluster.committed_reply(request).is_some());
+    }
+    assert_eq!(cluster.replica(0).commit(), 5);
+}
+
+#[test]
+fn three_replicas_commit_on_a_quorum_and_agree() {
+    let mut cluster = Cluster::new(3);
+    let primary = cluster.primary().expect("view 0 has a primary");
+    let mut requests = Vec::new();
+    for _ in 0..10 {
+        requests.push(cluster.request(primary));
+        cluster.deliver_all();
+    }
+    cluster.tick(20);
+    for (i, request) in requests.iter().enumerate() {
+        assert_eq!(cluster.committed_reply(*request), Some(i as u64 + 1));
+    }
+    for r in 0..3 {
+        assert_eq!(cluster.replica(r).commit(), 10, "replica {r} learns the commit point");
+    }
+    cluster.check_committed_prefixes();
+}
+
+#[test]
+fn a_backup_refuses_writes_naming_the_primary() {
+    let mut cluster = Cluster::new(3);
+    let primary = cluster.primary().unwrap();
+    let backup = (primary + 1) % 3;
+    let request = cluster.request(backup);
+    let reply = cluster.replies.iter().find(|(r, _)| *r == request).unwrap();
+    assert_eq!(reply.1, ReplyResult::NotPrimary { view: 0, primary });
+}
+
+/// VR Revisited §4.2: the backups notice the primary's silence, change view, and the new
+/// primary keeps every committed op.
+#[test]
+fn a_dead_primary_is_replaced_and_committed_ops_survive() {
+    for n in [3, 5] {
+        let mut cluster = Cluster::new(n);
+        let old = cluster.primary().unwrap();
+        for _ in 0..4 {
+            cluster.request(old);
+            cluster.deliver_all();
+        }
+        cluster.crash(old);
+        cluster.tick(600);
+        let new = cluster.primary().expect("a new primary");
+        assert_ne!(new, old);
+        assert!(cluster.replica(new).view() > 0);
+        assert!(cluster.replica(new).commit() >= 4, "committed ops kept");
+        let request = cluster.request(new);
+        cluster.tick(20);
+        assert!(cluster.committed_reply(request).is_some(), "n = {n}: the new view serves");
+        cluster.check_committed_prefixes();
+        assert!(
+            cluster.replicas.iter().flatten().map(|r| r.counters().views_started).sum::<u64>() >= 1
+        );
+    }
+}
+
+/// DESIGN.md §4: a backup that cannot hear the primary (but is heard) votes alone; the other
+/// backup never joins on receipt, so the healthy primary stays.
+#[test]
+fn a_one_way_partitioned_backup_cannot_depose_a_healthy_primary() {
+    let mut cluster = Cluster::new(3);
+    let primary = cluster.primary().unwrap();
+    let deaf = (primary + 1) % 3;
+    cluster.cut.push((primary, deaf));
+    cluster.tick(800);
+    assert!(cluster.replica(deaf).counters().votes_cast > 0, "the deaf backup voted");
+    assert_eq!(cluster.primary(), Some(primary));
+    assert_eq!(cluster.replica(primary).view(), 0);
+    let request = cluster.request(primary);
+    cluster.tick(10);
+    assert!(cluster.committed_reply(request).is_some());
+}
+
+/// VR Revisited §4.3, DESIGN.md §4 Restart: a restarted replica stays out until a StartView
+/// from the current primary, then catches up.
+#[test]
+fn a_restarted_backup_rejoins_through_start_view() {
+    let mut cluster = Cluster::new(3);
+    let primary = cluster.primary().unwrap();
+    let backup = (primary + 1) % 3;
+    for _ in 0..3 {
+        cluster.request(primary);
+        cluster.deliver_all();
+    }
+    cluster.crash(backup);
+    for _ in 0..3 {
+        cluster.request(primary);
+        cluster.deliver_all();
+    }
+    cluster.restart(backup);
+    assert_eq!(cluster.replica(backup).status(), Status::Recovering);
+    cluster.tick(100);
+    assert_eq!(cluster.replica(backup).status(), Status::Normal);
+    assert_eq!(cluster.replica(backup).commit(), 6, "caught up by repair");
+    assert_eq!(cluster.primary(), Some(primary), "no view change was needed");
+}
+
+/// DESIGN.md §4 Restart: when every replica restarts at once nobody answers the probes; they
+/// fall back to a view change offering their logs, and nothing committed is lost.
+#[test]
+fn all_replicas_restarting_at_once_come_back_with_their_log() {
+    let mut cluster = Cluster::new(3);
+    let primary = cluster.primary().unwrap();
+    let mut requests = Vec::new();
+    for _ in 0..5 {
+        requests.push(cluster.request(primary));
+        cluster.deliver_all();
+    }
+    for r in 0..3 {
+        cluster.crash(r);
+    }
+    for r in 0..3 {
+        cluster.restart(r);
+    }
+    cluster.tick(1_000);
+    let new = cluster.primary().expect("the cluster comes back");
+    assert!(cluster.replica(new).commit() >= 5);
+    assert!(
+        cluster.replicas.iter().flatten().map(|r| r.counters().recovery_view_changes).sum::<u64>()
+            > 0
+    );
+    let request = cluster.request(new);
+    cluster.tick(20);
+    assert_eq!(cluster.committed_reply(request), Some(6));
+}
