@@ -1379,7 +1379,7 @@ impl<S: Storage> Checker<'_, S> {
             }
             if prepare.parent != next.parent
                 || prepare.base_offset != next.offset
-                || fence.kills(prepare.op, inner.view)
+                || fence.kills_journal_entry(prepare.op, inner.view, entry.fields.seq)
             {
                 // Recovery skips it too: a stale entry of a truncated view.
                 continue;

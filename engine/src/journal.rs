@@ -223,11 +223,11 @@ impl<F: StorageFile> Journal<F> {
                 position_bytes: *position,
                 released: false,
             });
-            recovery
-                .prepares
-                .entry(prepare.group)
-                .or_default()
-                .push(JournalPrepare { header: *inner, record: record.clone() });
+            recovery.prepares.entry(prepare.group).or_default().push(JournalPrepare {
+                seq,
+                header: *inner,
+                record: record.clone(),
+            });
         }
         for prepares in recovery.prepares.values_mut() {
             // Op order, and within an op the newest view first (it supersedes older ones).
@@ -398,6 +398,11 @@ impl<F: StorageFile> Journal<F> {
             }
         }
         groups
+    }
+
+    /// The sequence number of the newest entry added (0 before any).
+    pub fn last_seq(&self) -> u64 {
+        self.next_seq - 1
     }
 
     /// Entries waiting for the next cycle.

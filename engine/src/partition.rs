@@ -1065,7 +1065,12 @@ impl<S: Storage> PartitionLog<S> {
     /// files. A crash in between finds the fence and kills the old ops; a crash before finds the
     /// old log intact. Call it with no flush job in flight and nothing unwritten. `None` when
     /// there is nothing above `op`.
-    pub async fn begin_truncate(&mut self, op: u64, view: u32) -> Result<Option<GroupSlot>> {
+    pub async fn begin_truncate(
+        &mut self,
+        op: u64,
+        view: u32,
+        journal_seq: u64,
+    ) -> Result<Option<GroupSlot>> {
         self.check_serving()?;
         assert!(!self.flush_in_flight && !self.has_unwritten(), "truncate only after a flush");
         assert!(self.truncation.is_none(), "one truncation at a time");
@@ -1085,13 +1090,19 @@ impl<S: Storage> PartitionLog<S> {
                 Err(error) => return Err(self.fail(error)),
             }
         };
-        self.fence = Fence { op, view };
+        self.fence = Fence { op, view, seq: journal_seq, finished: false };
         if self.checkpoint.op > op {
             // Everything up to the cut is below the old checkpoint, hence already synced.
             self.checkpoint = location.map_or(Checkpoint::default(), |l| l.checkpoint());
         }
         self.truncation = Some((op, location));
         Ok(Some(self.slot()))
+    }
+
+    /// Marks the fence finished: the files are cut, so segment records above it are new. The
+    /// shard makes it durable with its next superblock write.
+    pub fn finish_fence(&mut self) {
+        self.fence.finished = true;
     }
 
     /// Cuts the files after [`PartitionLog::begin_truncate`]'s slot is durable: removes whole
@@ -1455,6 +1466,8 @@ async fn open_segment<S: Storage>(storage: &S, path: &Path, mode: OpenMode) -> R
 /// A prepare found in the shard journal for this group, for replay at recovery.
 #[derive(Clone, Debug)]
 pub struct JournalPrepare {
+    /// The journal entry's sequence number.
+    pub seq: u64,
     /// The prepare's header.
     pub header: Header,
     /// The whole record (header and body).
@@ -1567,12 +1580,14 @@ impl<S: Storage> PartitionLog<S> {
         // one, and one the fence killed is dead.
         for entry in journal {
             let op = prepare_of(&entry.header).op;
-            if op < log.next.op || log.fence.kills(op, entry.header.view) {
+            if op < log.next.op || log.fence.kills_journal_entry(op, entry.header.view, entry.seq) {
                 continue;
             }
             let record_max = log.config.record_size_bytes_max as usize;
+            // The fence judged the entry above (by its journal position, not the segment rule).
+            let no_fence = Fence::default();
             if op > log.next.op
-                || check_next(&entry.record, &log.next, &log.fence, record_max).is_err()
+                || check_next(&entry.record, &log.next, &no_fence, record_max).is_err()
             {
                 // A synced prepare is missing (or does not connect) before this one: what
                 // follows may have been acknowledged, so it is faulty rather than absent.

@@ -360,9 +360,18 @@ impl<S: Storage> Shard<S> {
             groups.insert(id, log);
             report.groups.push(recovery);
         }
-        // Clear the clean-shutdown flag before anything can be acknowledged.
+        // Clear the clean-shutdown flag before anything can be acknowledged. A truncation a
+        // crash interrupted is finished now: recovery cut its tail as torn.
         let mut superblock = superblock;
-        let slots = superblock.state().groups.clone();
+        let mut slots = superblock.state().groups.clone();
+        for (id, slot) in &mut slots {
+            if slot.fence.view != 0 && !slot.fence.finished {
+                slot.fence.finished = true;
+                if let Some(log) = groups.get_mut(id) {
+                    log.finish_fence();
+                }
+            }
+        }
         superblock.write(slots).await?;
         let shard = Shard {
             storage,
@@ -765,7 +774,8 @@ impl<S: Storage> Shard<S> {
             self.flush().await?;
         }
         let log = self.groups.get_mut(&group).expect("checked");
-        if log.begin_truncate(op, view).await?.is_none() {
+        let journal_seq = self.journal.last_seq();
+        if log.begin_truncate(op, view, journal_seq).await?.is_none() {
             return Ok(());
         }
         let durable = self.durable.entry(group).or_insert(0);
@@ -775,7 +785,15 @@ impl<S: Storage> Shard<S> {
         if let Err(error) = self.superblock.write(slots).await {
             return Err(self.fail(error));
         }
-        self.groups.get_mut(&group).expect("checked").finish_truncate().await
+        self.groups.get_mut(&group).expect("checked").finish_truncate().await?;
+        // The cut is durable: from now on segment records above the fence are the new suffix,
+        // whatever view they were prepared in (a view change may re-adopt an older op).
+        self.groups.get_mut(&group).expect("checked").finish_fence();
+        let slots = self.slots();
+        if let Err(error) = self.superblock.write(slots).await {
+            return Err(self.fail(error));
+        }
+        Ok(())
     }
 
     /// Applies retention to every group (`now_ms` from the caller's clock). Call with no flush

@@ -63,11 +63,14 @@ const SLOT_SEGMENT_SIZE: usize = SLOT_RECORD_SIZE_MAX + 4;
 const SLOT_SEGMENT_AGE_MS: usize = SLOT_SEGMENT_SIZE + 8;
 const SLOT_RETENTION_BYTES: usize = SLOT_SEGMENT_AGE_MS + 8;
 const SLOT_RETENTION_MS: usize = SLOT_RETENTION_BYTES + 8;
-const SLOT_RESERVED: usize = SLOT_RETENTION_MS + 8;
+const SLOT_FENCE_SEQ: usize = SLOT_RETENTION_MS + 8;
+const SLOT_FENCE_FINISHED: usize = SLOT_FENCE_SEQ + 8;
+const SLOT_RESERVED: usize = SLOT_FENCE_FINISHED + 1;
 /// Bytes of one group slot.
 pub const SLOT_SIZE_BYTES: usize = 128;
 const _: () = assert!(SLOT_RESERVED <= SLOT_SIZE_BYTES);
 const _: () = assert!(SLOT_CHECKPOINT_OP.is_multiple_of(8) && SLOT_FENCE_OP.is_multiple_of(8));
+const _: () = assert!(SLOT_FENCE_SEQ == 104 && SLOT_FENCE_SEQ.is_multiple_of(8));
 
 /// The durability mode of a group, chosen at creation (DESIGN.md §3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -171,22 +174,43 @@ pub struct Checkpoint {
     pub position_bytes: u64,
 }
 
-/// A durable truncation: every record of this group above `op` written in a view below `view` is
-/// dead, wherever it still lies (segment tail, journal). Written before anything is appended in
-/// the new view, so a crash cannot resurrect a truncated op.
+/// A durable truncation of a group's log above `op`, for view `view`.
+///
+/// While the truncation is unfinished (the fence durable, the files not yet cut), every segment
+/// record above `op` from a view below `view` is dead. Once the files are cut (`finished`, made
+/// durable by a second superblock write) segment records above `op` are the new suffix, in
+/// whatever view they were prepared: a view change may re-adopt an op from an older view. Shard
+/// journal entries above `op` written up to `seq` (the journal's last sequence number at the
+/// truncation) stay dead for as long as they lie in the journal, so a crash can never resurrect a
+/// truncated op; entries written after it belong to the new suffix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Fence {
-    /// Ops above this one from older views are dead.
+    /// Ops above this one from before the truncation are dead.
     pub op: u64,
     /// The view the truncation belongs to (0: no fence).
     pub view: u32,
+    /// The shard journal's last sequence number when the truncation began (0 in fences from
+    /// before this field existed: then journal entries are judged by view, as segments).
+    pub seq: u64,
+    /// The files are cut: segment records above `op` are new, not dead.
+    pub finished: bool,
 }
 
 impl Fence {
-    /// Whether a record with this op and view was cut off by the fence.
+    /// Whether a segment record (or a prepare about to be appended) with this op and view was
+    /// cut off by the fence.
     #[must_use]
     pub fn kills(&self, op: u64, view: u32) -> bool {
-        self.view != 0 && op > self.op && view < self.view
+        self.view != 0 && !self.finished && op > self.op && view < self.view
+    }
+
+    /// Whether a shard journal entry with this op, view and sequence number was cut off.
+    #[must_use]
+    pub fn kills_journal_entry(&self, op: u64, view: u32, seq: u64) -> bool {
+        if self.view == 0 || op <= self.op {
+            return false;
+        }
+        if self.seq == 0 { view < self.view } else { seq <= self.seq }
     }
 }
 
@@ -573,6 +597,8 @@ fn encode_slot(bytes: &mut [u8], slot: &GroupSlot) {
     bytes[SLOT_DURABILITY] = slot.config.durability.to_byte();
     put(bytes, SLOT_FENCE_OP, &slot.fence.op.to_le_bytes());
     put(bytes, SLOT_FENCE_VIEW, &slot.fence.view.to_le_bytes());
+    put(bytes, SLOT_FENCE_SEQ, &slot.fence.seq.to_le_bytes());
+    bytes[SLOT_FENCE_FINISHED] = u8::from(slot.fence.finished);
     put(bytes, SLOT_RECORD_SIZE_MAX, &slot.config.record_size_bytes_max.to_le_bytes());
     put(bytes, SLOT_SEGMENT_SIZE, &slot.config.segment_size_bytes.to_le_bytes());
     put(bytes, SLOT_SEGMENT_AGE_MS, &slot.config.segment_age_ms_max.to_le_bytes());
@@ -641,7 +667,12 @@ pub fn decode_copy(bytes: &[u8]) -> Result<SuperblockState, String> {
                 segment_base_offset: s64(SLOT_CHECKPOINT_SEGMENT),
                 position_bytes: s64(SLOT_CHECKPOINT_POSITION),
             },
-            fence: Fence { op: s64(SLOT_FENCE_OP), view: s32(SLOT_FENCE_VIEW) },
+            fence: Fence {
+                op: s64(SLOT_FENCE_OP),
+                view: s32(SLOT_FENCE_VIEW),
+                seq: s64(SLOT_FENCE_SEQ),
+                finished: slot[SLOT_FENCE_FINISHED] != 0,
+            },
         };
         if groups.insert(group.group, group).is_some() {
             return Err(format!("slot {index}: group {} appears twice", group.group));

@@ -150,6 +150,47 @@ fn truncation_is_durable_and_never_resurrects_an_op() {
     }
 }
 
+/// Regression: a view change may re-adopt ops of an older view above an earlier truncation
+/// (their new primary never saw the view that cut them). The fence once killed every record
+/// above its op from a view below its own, forever, so the engine refused the re-adopted op and
+/// stopped the group. Now a finished fence lets new appends through, while journal entries
+/// written before the truncation stay dead.
+#[test]
+fn ops_of_an_older_view_readopted_after_a_truncation_append_and_survive_a_crash() {
+    for durability in [Durability::Replicated, Durability::Persisted] {
+        let sim = Sim::new(5, SimConfig::default());
+        let dir = Path::new("/data/shard-0");
+        let mut shard = open(&sim, dir);
+        sim.block_on(shard.create_group(GROUP, group_config(durability))).unwrap();
+        let mut prepares = Vec::new();
+        for i in 0..40 {
+            let next = shard.next(GROUP).unwrap();
+            let body = batch(1, 50, i);
+            let fields = Prepare { record_count: 1, append_time_ms: i, ..Prepare::default() };
+            let header = build_prepare(&next, 1, 0, fields, &body);
+            shard.append(GROUP, &header, &body).unwrap();
+            prepares.push((header, body));
+        }
+        sim.block_on(shard.flush()).unwrap();
+        sim.block_on(shard.truncate_after(GROUP, 30, 2)).unwrap();
+        for (header, body) in &prepares[30..35] {
+            shard.append(GROUP, header, body).expect("a re-adopted view-1 op appends");
+        }
+        sim.block_on(shard.flush()).unwrap();
+        // Persisted: the journal cycle synced them, so even a power loss keeps them. Replicated:
+        // written but not synced, so a process crash (the page cache survives) keeps them.
+        drop(shard);
+        if durability == Durability::Persisted {
+            sim.crash();
+        }
+        let mut shard = open(&sim, dir);
+        let log = shard.group_mut(GROUP).unwrap();
+        assert_eq!(log.head_op(), 35, "{durability:?}: re-adopted ops kept, 36.. stay dead");
+        let op_35 = sim.block_on(log.read_op(35)).unwrap().unwrap();
+        assert_eq!(op_35.header, prepares[34].0);
+    }
+}
+
 #[test]
 fn sixty_four_concurrent_persisted_appends_cost_one_journal_sync_and_at_most_one_superblock_write()
 {
