@@ -6,13 +6,17 @@
 
 #![forbid(unsafe_code)]
 
+pub mod codec;
 mod config;
 mod message;
+mod node;
 mod replica;
+pub mod simulator;
 
 pub use config::{ReplicaConfig, TICK_MS};
 pub use message::{
     Committed, Envelope, FLAG_NACK, FLAG_PRESENT, Message, Persisted, Ready, Reply, ReplyResult,
     Request, ServePrepare, Write,
 };
+pub use node::{Clock, Node, NodeConfig, NodeCounters, Transport};
 pub use replica::{RecoveredLog, Replica, ReplicaCounters, Status};

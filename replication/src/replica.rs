@@ -191,6 +191,10 @@ pub struct Replica {
     /// Highest op known committed in the group.
     commit_max: u64,
     faulty_from: Option<u64>,
+    /// The head of the last StartView installed: once every body up to it is appended, the
+    /// faulty suffix is gone (everything acknowledged before a restart is at or below it, or
+    /// was proven dead by the view change that produced it).
+    faulty_clear_op: Option<u64>,
     log: BTreeMap<u64, Entry>,
     // Primary.
     pipeline: BTreeMap<u64, InFlight>,
@@ -203,6 +207,10 @@ pub struct Replica {
     // View change.
     votes: BTreeMap<u8, (u32, u64)>,
     do_view_change_sent: bool,
+    /// No DoViewChange this replica sent (this incarnation, or before its restart: its durable
+    /// view then) names a view above this one, so it may still serve in any view from here up:
+    /// a mere vote binds nothing, a DoViewChange binds its log to its view.
+    view_floor: u32,
     do_view_changes: BTreeMap<u8, DoViewChange>,
     view_change_deadline_tick: u64,
     next_vote_tick: u64,
@@ -240,6 +248,7 @@ impl Replica {
         replica.view = recovered.view.max(recovered.log_view);
         replica.log_view = recovered.log_view;
         replica.view_promised = replica.view;
+        replica.view_floor = replica.view;
         replica.view_durable = replica.view;
         replica.log_view_durable = recovered.log_view;
         for pair in recovered.headers.windows(2) {
@@ -285,6 +294,7 @@ impl Replica {
             commit: 0,
             commit_max: 0,
             faulty_from: None,
+            faulty_clear_op: None,
             log: BTreeMap::new(),
             pipeline: BTreeMap::new(),
             last_heard_tick: vec![0; usize::from(config.replica_count)],
@@ -294,6 +304,7 @@ impl Replica {
             next_request_start_view_tick: 0,
             votes: BTreeMap::new(),
             do_view_change_sent: false,
+            view_floor: 0,
             do_view_changes: BTreeMap::new(),
             view_change_deadline_tick: 0,
             next_vote_tick: 0,
@@ -332,6 +343,22 @@ impl Replica {
     /// The highest op applied.
     pub fn commit(&self) -> u64 {
         self.commit
+    }
+    /// The highest op whose body (and every body below it) is in storage.
+    pub fn op_appended(&self) -> u64 {
+        self.op_appended
+    }
+    /// The view and log view storage reported durable.
+    pub fn durable_views(&self) -> (u32, u32) {
+        (self.view_durable, self.log_view_durable)
+    }
+    /// The first op of the faulty suffix a restart left, until repair clears it.
+    pub fn faulty_from(&self) -> Option<u64> {
+        self.faulty_from
+    }
+    /// Whether a restart still waits for a StartView.
+    pub fn needs_start_view(&self) -> bool {
+        self.needs_start_view
     }
     /// Whether this replica is the primary of its view and serving.
     pub fn is_primary(&self) -> bool {
@@ -451,6 +478,12 @@ impl Replica {
         self.tick += 1;
         match self.status {
             Status::Normal if self.is_primary() => {
+                // The primary's own failure detector: no quorum heard from for a heartbeat
+                // timeout (a one-way cut backup still acknowledges, so it never fires this).
+                if !self.quorum_in_touch() {
+                    self.start_view_change(self.view + 1);
+                    return;
+                }
                 if self.tick >= self.next_commit_tick {
                     self.next_commit_tick = self.tick + self.config.commit_interval_ticks;
                     self.broadcast_commit();
@@ -619,13 +652,16 @@ impl Replica {
     }
 
     fn on_commit(&mut self, from: u8, view: u32, commit: u64, checksum: u32) {
-        if view > self.view {
-            if self.status != Status::Recovering && from == self.config.primary_of(view) {
-                self.request_start_view(view);
-            }
+        if from != self.config.primary_of(view) {
             return;
         }
-        if from != self.config.primary_of(view) {
+        let newer_log = view > self.log_view && view >= self.view_floor;
+        if view > self.view || (self.status == Status::ViewChange && view < self.view && newer_log)
+        {
+            // A view this replica missed the start of: ask its primary for the log.
+            if self.status != Status::Recovering {
+                self.request_start_view(view);
+            }
             return;
         }
         // A vote not yet turned into a DoViewChange is withdrawn on a fresh heartbeat from the
@@ -634,6 +670,7 @@ impl Replica {
             && !self.do_view_change_sent
             && !self.needs_start_view
             && view == self.log_view
+            && self.log_view >= self.view_floor
             && self.merge.is_none()
         {
             self.counters.votes_withdrawn += 1;
@@ -871,6 +908,7 @@ impl Replica {
             return;
         }
         self.do_view_change_sent = true;
+        self.view_floor = self.view_floor.max(view);
         let primary = self.config.primary_of(view);
         let message = self.build_do_view_change();
         if primary == self.config.replica {
@@ -1038,15 +1076,9 @@ impl Replica {
                 .map(|(_, e)| e.header.view)
                 .max()
                 .unwrap_or(0);
+            // Newer than every removed prepare, so a crash before the cut is durable kills them
+            // all; the engine lets anything appended after the cut through, whatever its view.
             let fence_view = removed_view_max + 1;
-            if let Some(bad) = canonical.range(keep + 1..).find(|(_, h)| h.view < fence_view) {
-                fatal!(
-                    self,
-                    "canonical op {} of view {} older than a truncated op",
-                    bad.0,
-                    bad.1.view
-                );
-            }
             if keep < self.commit {
                 fatal!(self, "truncating below the commit point {}", self.commit);
             }
@@ -1137,11 +1169,17 @@ impl Replica {
         nonce: u64,
         headers: BTreeMap<u64, (Header, u8)>,
     ) {
-        if from != self.config.primary_of(view) || view < self.view {
+        if from != self.config.primary_of(view) {
             return;
         }
-        let current = self.status == Status::Normal && view == self.view;
-        if current {
+        // A view at or above this replica's; or, out of normal status, one below it that is
+        // newer than its log and not below any view it sent a DoViewChange for.
+        let lower_allowed =
+            self.status != Status::Normal && view > self.log_view && view >= self.view_floor;
+        if view < self.view && !lower_allowed {
+            return;
+        }
+        if self.status == Status::Normal && view == self.view {
             return;
         }
         if self.status == Status::Recovering && nonce != 0 && nonce != self.boot_nonce {
@@ -1166,10 +1204,8 @@ impl Replica {
         self.votes.clear();
         self.persist_views();
         self.commit_max = self.commit_max.max(commit);
+        self.faulty_clear_op = Some(op);
         self.adopt_log(&canonical, op);
-        if self.op_appended >= op {
-            self.faulty_from = None;
-        }
         self.arm_heartbeat();
         self.commit_up_to(self.commit_max);
         self.acknowledge_head();
@@ -1271,6 +1307,12 @@ impl Replica {
             }
             self.op_appended += 1;
             self.ready.writes.push(Write::Append { header, body });
+        }
+        if self.status == Status::Normal
+            && self.faulty_clear_op.is_some_and(|op| self.op_appended >= op)
+        {
+            self.faulty_from = None;
+            self.faulty_clear_op = None;
         }
     }
 

@@ -1,0 +1,525 @@
+//! The node layer: one shard's replicas and its storage engine, between the sans-IO replicas
+//! and the real world (DESIGN.md §1).
+//!
+//! It owns the shard's [`Shard`], one [`Replica`] per group, the writes the replicas asked for
+//! and the messages they may send only once those writes are durable. It turns replica outputs
+//! into engine calls and packets, feeds completions back, coalesces Commit heartbeats per node
+//! pair, and makes every group's view updates pending in one I/O round share one superblock
+//! write. It is the single chokepoint that holds a message back until the state it reveals is
+//! durable: `persisted_messages` wait here for their ticket. It is generic over storage,
+//! transport and clock, so the simulator and `server` run this same code; it never opens a
+//! socket, reads a clock or spawns a thread itself.
+//!
+//! Node `i` is replica `i` of every group (the member list is the node list).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+
+use bytes::Bytes;
+use shoal_engine::shard::{RecoveryReport, Shard, ShardConfig};
+use shoal_engine::storage::Storage;
+use shoal_engine::superblock::{Durability, GroupConfig};
+use shoal_engine::wire::{CommitEntry, Header};
+use shoal_engine::{Error as EngineError, Result as EngineResult};
+
+use crate::codec::{self, CodecLimits, DecodeError};
+use crate::config::ReplicaConfig;
+use crate::message::{
+    Committed, Envelope, Message, Persisted, Reply, Request, ServePrepare, Write,
+};
+use crate::replica::{RecoveredLog, Replica};
+
+/// Sends packets to other nodes (bounded queues, sockets, or the simulated network).
+pub trait Transport {
+    /// Sends `packet` to node `to`; may drop it (the protocol retransmits).
+    fn send(&mut self, to: u8, packet: Bytes);
+}
+
+/// The wall clock, for the append time stamped on each prepare.
+pub trait Clock {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> i64;
+}
+
+/// The node layer's settings.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeConfig {
+    /// This node's index (its replica index in every group).
+    pub node: u8,
+    /// The template of every group's replica config (`group` and `replica` are set per group).
+    pub replica: ReplicaConfig,
+    /// Largest packet accepted from a peer.
+    pub message_size_bytes_max: usize,
+    /// Messages held back for durability at most; beyond, the oldest are dropped (the protocol
+    /// retransmits) and counted.
+    pub held_messages_max: usize,
+}
+
+/// Counters of the node layer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeCounters {
+    /// Packets that failed to decode.
+    pub packets_rejected: u64,
+    /// Messages for groups this node does not hold.
+    pub messages_unknown_group: u64,
+    /// Messages held back until durable.
+    pub messages_held: u64,
+    /// Held messages dropped at the bound.
+    pub held_dropped: u64,
+    /// I/O rounds run.
+    pub io_rounds: u64,
+    /// Heartbeat packets sent (each carries many groups).
+    pub heartbeat_packets: u64,
+    /// Appends the engine refused for lack of room, retried after a flush.
+    pub append_backpressure: u64,
+    /// Groups stopped by an engine failure.
+    pub groups_failed: u64,
+}
+
+struct Group {
+    replica: Replica,
+    /// Set when the engine failed the group: it takes no more input.
+    failed: Option<String>,
+}
+
+/// One shard's replicas and engine. See the module documentation.
+pub struct Node<S: Storage, T: Transport, C: Clock> {
+    config: NodeConfig,
+    shard: Shard<S>,
+    transport: T,
+    clock: C,
+    seed: u64,
+    groups: BTreeMap<u64, Group>,
+    writes: VecDeque<(u64, Write)>,
+    tickets_issued: u64,
+    tickets_durable: u64,
+    held: VecDeque<(u64, u64, Envelope)>,
+    reads: Vec<(u64, ServePrepare)>,
+    heartbeats: BTreeMap<u8, Vec<CommitEntry>>,
+    replies: Vec<(u64, Reply)>,
+    committed: Vec<(u64, Committed)>,
+    counters: NodeCounters,
+}
+
+impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
+    /// Opens (recovering) the shard in `dir` and restarts a replica for every group it holds:
+    /// each starts `Recovering` with its views, newest headers and faulty suffix.
+    pub async fn open(
+        storage: S,
+        dir: &Path,
+        shard_config: ShardConfig,
+        config: NodeConfig,
+        transport: T,
+        clock: C,
+        seed: u64,
+    ) -> EngineResult<(Self, RecoveryReport)> {
+        let (shard, report) = Shard::open(storage, dir, shard_config).await?;
+        let mut node = Node {
+            config,
+            shard,
+            transport,
+            clock,
+            seed,
+            groups: BTreeMap::new(),
+            writes: VecDeque::new(),
+            tickets_issued: 0,
+            tickets_durable: 0,
+            held: VecDeque::new(),
+            reads: Vec::new(),
+            heartbeats: BTreeMap::new(),
+            replies: Vec::new(),
+            committed: Vec::new(),
+            counters: NodeCounters::default(),
+        };
+        for recovery in &report.groups {
+            let group = recovery.group;
+            let replica_config = node.replica_config(group);
+            let Some(log) = node.shard.group_mut(group) else { continue };
+            if let Some(reason) = log.faulty_reason() {
+                let reason = reason.to_string();
+                let replica = Replica::recover(replica_config, RecoveredLog::default(), seed);
+                node.groups.insert(group, Group { replica, failed: Some(reason) });
+                node.counters.groups_failed += 1;
+                continue;
+            }
+            let slot = log.slot();
+            let headers = newest_headers(log, replica_config.view_headers_max).await?;
+            let recovered = RecoveredLog {
+                view: slot.view,
+                log_view: slot.log_view,
+                headers,
+                faulty_from: recovery.faulty.suffix_from,
+            };
+            let replica = Replica::recover(replica_config, recovered, seed);
+            node.groups.insert(group, Group { replica, failed: None });
+        }
+        Ok((node, report))
+    }
+
+    /// Creates a group on this node (every member node creates it with the same id): its
+    /// storage durably, and a fresh replica in view 0.
+    pub async fn create_group(&mut self, group: u64, config: GroupConfig) -> EngineResult<()> {
+        self.settle().await;
+        self.shard.create_group(group, config).await?;
+        let replica = Replica::new(self.replica_config(group), self.seed);
+        self.groups.insert(group, Group { replica, failed: None });
+        Ok(())
+    }
+
+    /// A group's replica settings. A `replicated` group of one replica recovers uncleanly: with
+    /// no peer to ask, the ops its faulty suffix may have held are lost, which is the documented
+    /// single-node power-loss outcome (DESIGN.md §6); otherwise it would never serve again.
+    fn replica_config(&self, group: u64) -> ReplicaConfig {
+        let replicated = self
+            .shard
+            .group(group)
+            .is_some_and(|log| log.config().durability == Durability::Replicated);
+        let mut config = ReplicaConfig { group, replica: self.config.node, ..self.config.replica };
+        if replicated && config.replica_count == 1 {
+            config.unclean_recovery = true;
+        }
+        config
+    }
+
+    // --- Inputs ----------------------------------------------------------------------------
+
+    /// A packet from node `from`. Anything malformed is counted and dropped.
+    pub fn on_packet(&mut self, from: u8, packet: &Bytes) -> Result<(), DecodeError> {
+        let limits = CodecLimits {
+            message_size_bytes_max: self.config.message_size_bytes_max,
+            view_headers_max: self.config.replica.view_headers_max,
+            commit_entries_max: self.shard.config().groups_max,
+        };
+        let (sender, messages) = match codec::decode(self.config.replica.cluster, packet, &limits) {
+            Ok(decoded) => decoded,
+            Err(error) => {
+                self.counters.packets_rejected += 1;
+                return Err(error);
+            }
+        };
+        // A prepare names the replica that prepared it, whoever relays it; every other
+        // message names its sender.
+        let relayed = matches!(messages.as_slice(), [(_, Message::Prepare { .. })]);
+        if sender != from && !relayed {
+            self.counters.packets_rejected += 1;
+            return Err(DecodeError::Invalid("sender"));
+        }
+        for (group, message) in messages {
+            match self.groups.get_mut(&group) {
+                Some(entry) if entry.failed.is_none() => {
+                    entry.replica.on_message(from, message);
+                    self.collect(group);
+                }
+                _ => self.counters.messages_unknown_group += 1,
+            }
+        }
+        self.send_heartbeats();
+        Ok(())
+    }
+
+    /// One tick for every replica.
+    pub fn on_tick(&mut self) {
+        let groups: Vec<u64> = self.groups.keys().copied().collect();
+        for group in groups {
+            let entry = self.groups.get_mut(&group).expect("listed");
+            if entry.failed.is_none() {
+                entry.replica.on_tick();
+                self.collect(group);
+            }
+        }
+        self.send_heartbeats();
+    }
+
+    /// A client's write to `group`; the reply arrives through [`Node::take_replies`]. The
+    /// append time is this node's clock.
+    pub fn on_client_request(&mut self, group: u64, mut request: Request) -> Result<(), String> {
+        let Some(entry) = self.groups.get_mut(&group) else {
+            return Err(format!("group {group} is not on this node"));
+        };
+        if let Some(reason) = &entry.failed {
+            return Err(format!("group {group} stopped: {reason}"));
+        }
+        request.append_time_ms = self.clock.now_ms();
+        entry.replica.on_client_request(request);
+        self.collect(group);
+        self.send_heartbeats();
+        Ok(())
+    }
+
+    /// Whether [`Node::run_io`] has anything to do.
+    pub fn has_io(&self) -> bool {
+        !self.writes.is_empty()
+            || !self.reads.is_empty()
+            || self.shard.has_pending()
+            || self.shard.has_checkpoint_pending()
+    }
+
+    /// One I/O round: applies every pending write in order (appends, view updates, durable
+    /// truncations), runs flush cycles and checkpoints until they are all durable, feeds the
+    /// completions back to the replicas, releases the held messages whose writes are now
+    /// durable, and serves log reads to peers.
+    pub async fn run_io(&mut self) {
+        self.counters.io_rounds += 1;
+        let ticket = self.tickets_issued;
+        let mut views: BTreeMap<u64, (u32, u32)> = BTreeMap::new();
+        let mut truncated: Vec<(u64, u64)> = Vec::new();
+        let mut complete = true;
+        while let Some((group, write)) = self.writes.pop_front() {
+            if self.groups.get(&group).is_none_or(|g| g.failed.is_some()) {
+                continue;
+            }
+            let result = match write {
+                Write::Append { header, body } => self.append(group, &header, &body).await,
+                Write::Views { view, log_view } => {
+                    views.insert(group, (view, log_view));
+                    self.shard.set_views(group, view, log_view)
+                }
+                Write::Truncate { op, view } => {
+                    let result = self.shard.truncate_after(group, op, view).await;
+                    truncated.push((group, op));
+                    result
+                }
+            };
+            if let Err(error) = result {
+                complete &= !matches!(error, EngineError::StorageFull);
+                self.fail_group(group, error);
+            }
+        }
+        complete &= self.settle().await;
+        for (group, op) in truncated {
+            self.persisted(group, Persisted::Truncated { op });
+        }
+        for (group, (view, log_view)) in views {
+            self.persisted(group, Persisted::Views { view, log_view });
+        }
+        let groups: Vec<u64> = self.groups.keys().copied().collect();
+        for group in groups {
+            if let Some(op) = self.shard.durable_op(group) {
+                self.persisted(group, Persisted::Appended { op });
+            }
+        }
+        if complete {
+            self.tickets_durable = self.tickets_durable.max(ticket);
+        }
+        self.release_held();
+        self.serve_reads().await;
+        self.send_heartbeats();
+    }
+
+    // --- Outputs ---------------------------------------------------------------------------
+
+    /// Client replies, with their group.
+    pub fn take_replies(&mut self) -> Vec<(u64, Reply)> {
+        std::mem::take(&mut self.replies)
+    }
+
+    /// Committed ops, in order per group.
+    pub fn take_committed(&mut self) -> Vec<(u64, Committed)> {
+        std::mem::take(&mut self.committed)
+    }
+
+    /// The replica of `group`.
+    pub fn replica(&self, group: u64) -> Option<&Replica> {
+        self.groups.get(&group).map(|g| &g.replica)
+    }
+
+    /// Why `group` stopped, if it did.
+    pub fn group_failure(&self, group: u64) -> Option<&str> {
+        self.groups.get(&group).and_then(|g| g.failed.as_deref())
+    }
+
+    /// The groups held.
+    pub fn group_ids(&self) -> Vec<u64> {
+        self.groups.keys().copied().collect()
+    }
+
+    /// The engine (for reads and inspection).
+    pub fn shard_mut(&mut self) -> &mut Shard<S> {
+        &mut self.shard
+    }
+
+    /// The transport.
+    pub fn transport_mut(&mut self) -> &mut T {
+        &mut self.transport
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> NodeCounters {
+        self.counters
+    }
+
+    /// Flushes, checkpoints and records a clean shutdown.
+    pub async fn close(mut self) -> EngineResult<()> {
+        self.settle().await;
+        self.shard.close().await
+    }
+
+    // --- Internals -------------------------------------------------------------------------
+
+    /// Takes a replica's outputs: messages leave now, writes queue with a ticket, messages
+    /// that must wait are held until every write issued so far is durable.
+    fn collect(&mut self, group: u64) {
+        let entry = self.groups.get_mut(&group).expect("collect for a held group");
+        let ready = entry.replica.take_ready();
+        for envelope in ready.messages {
+            self.send(group, envelope);
+        }
+        for write in ready.writes {
+            self.tickets_issued += 1;
+            self.writes.push_back((group, write));
+        }
+        for envelope in ready.persisted_messages {
+            if self.tickets_durable >= self.tickets_issued {
+                self.send(group, envelope);
+                continue;
+            }
+            self.counters.messages_held += 1;
+            if self.held.len() >= self.config.held_messages_max {
+                self.held.pop_front();
+                self.counters.held_dropped += 1;
+            }
+            self.held.push_back((self.tickets_issued, group, envelope));
+        }
+        self.reads.extend(ready.reads.into_iter().map(|read| (group, read)));
+        self.committed.extend(ready.committed.into_iter().map(|c| (group, c)));
+        self.replies.extend(ready.replies.into_iter().map(|r| (group, r)));
+    }
+
+    fn send(&mut self, group: u64, envelope: Envelope) {
+        if let Message::Commit { view, commit, commit_checksum } = envelope.message {
+            let entry = CommitEntry { group, commit, commit_checksum, view };
+            self.heartbeats.entry(envelope.to).or_default().push(entry);
+            return;
+        }
+        let packet =
+            codec::encode(self.config.replica.cluster, envelope.from, group, &envelope.message);
+        self.transport.send(envelope.to, packet);
+    }
+
+    /// Sends the coalesced heartbeats: one packet per peer node, within the entry bound.
+    fn send_heartbeats(&mut self) {
+        let entries_max = self.shard.config().groups_max.max(1);
+        for (to, entries) in std::mem::take(&mut self.heartbeats) {
+            for chunk in entries.chunks(entries_max) {
+                self.counters.heartbeat_packets += 1;
+                let packet =
+                    codec::encode_commits(self.config.replica.cluster, self.config.node, chunk);
+                self.transport.send(to, packet);
+            }
+        }
+    }
+
+    fn release_held(&mut self) {
+        while let Some((ticket, _, _)) = self.held.front() {
+            if *ticket > self.tickets_durable {
+                break;
+            }
+            let (_, group, envelope) = self.held.pop_front().expect("front");
+            self.send(group, envelope);
+        }
+    }
+
+    fn persisted(&mut self, group: u64, persisted: Persisted) {
+        let Some(entry) = self.groups.get_mut(&group) else { return };
+        if entry.failed.is_some() {
+            return;
+        }
+        entry.replica.on_persisted(persisted);
+        self.collect(group);
+    }
+
+    /// Appends, making room by flushing when the engine's bounds (journal, ring, write buffer)
+    /// push back.
+    async fn append(&mut self, group: u64, header: &Header, body: &[u8]) -> EngineResult<()> {
+        for _ in 0..8 {
+            match self.shard.append(group, header, body) {
+                Err(EngineError::LimitReached(_)) => {
+                    self.counters.append_backpressure += 1;
+                    self.settle().await;
+                }
+                result => return result,
+            }
+        }
+        self.shard.append(group, header, body)
+    }
+
+    /// Runs flush cycles and checkpoints until nothing is pending (bounded); false when the
+    /// storage was full or an error stopped it.
+    async fn settle(&mut self) -> bool {
+        for _ in 0..64 {
+            if !self.shard.has_pending() && !self.shard.has_checkpoint_pending() {
+                return true;
+            }
+            match self.shard.flush().await {
+                Ok(report) => {
+                    for (group, reason) in report.failed {
+                        self.fail_group(group, EngineError::Invalid(reason));
+                    }
+                    if report.storage_full {
+                        return false;
+                    }
+                }
+                Err(error) => {
+                    let groups: Vec<u64> = self.groups.keys().copied().collect();
+                    let reason = error.to_string();
+                    for group in groups {
+                        self.fail_group(group, EngineError::Invalid(reason.clone()));
+                    }
+                    return false;
+                }
+            }
+        }
+        false
+    }
+
+    fn fail_group(&mut self, group: u64, error: EngineError) {
+        if let Some(entry) = self.groups.get_mut(&group)
+            && entry.failed.is_none()
+        {
+            entry.failed = Some(error.to_string());
+            self.counters.groups_failed += 1;
+        }
+    }
+
+    async fn serve_reads(&mut self) {
+        for (group, read) in std::mem::take(&mut self.reads) {
+            let Some(log) = self.shard.group_mut(group) else { continue };
+            let Ok(Some(stored)) = log.read_op(read.op).await else { continue };
+            if read.checksum.is_some_and(|c| c != stored.header.checksum_header) {
+                continue;
+            }
+            // A stored record is header and body exactly: the Prepare message itself.
+            self.transport.send(read.to, stored.record.clone());
+        }
+    }
+}
+
+/// The newest `count` headers of a recovered log, ascending.
+async fn newest_headers<S: Storage>(
+    log: &mut shoal_engine::partition::PartitionLog<S>,
+    count: usize,
+) -> EngineResult<Vec<Header>> {
+    let head = log.head_op();
+    let low = (head + 1).saturating_sub(count as u64).max(1);
+    let mut headers = Vec::new();
+    let mut op = low;
+    while op <= head {
+        let Some(first) = log.read_op(op).await? else {
+            // Below the log's start (retention): begin where it begins.
+            op += 1;
+            continue;
+        };
+        let prepares = log.read_offset(first.base_offset(), 1 << 20).await?;
+        let before = headers.len();
+        for prepare in prepares {
+            if prepare.op() >= op && prepare.op() <= head {
+                headers.push(prepare.header);
+            }
+        }
+        if headers.len() == before {
+            headers.push(first.header);
+        }
+        op = headers.last().and_then(|h| h.as_prepare()).map_or(op + 1, |p| p.op + 1);
+    }
+    Ok(headers)
+}

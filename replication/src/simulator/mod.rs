@@ -1,0 +1,1072 @@
+//! The deterministic cluster simulator: a whole cluster — nodes running the real node layer
+//! and engine over simulated disks, clients, and a faulty network — driven in one thread from
+//! one `u64` seed (DESIGN.md §7).
+//!
+//! It owns the cluster under test, the fault schedule, the clients' workload and the invariant
+//! checks, which run as the simulation goes: committed prefixes agree on every replica (by
+//! checksum), every acknowledged write sits at its acknowledged offset in the final log, view
+//! and log view never regress across restarts, offsets are dense, and once faults stop every
+//! client completes its requests within a bound. It never reads a clock, spawns a thread or
+//! touches a real file, and iterates only ordered collections, so a seed reproduces bit for bit
+//! (the trace hash proves it).
+//!
+//! A run has two phases. The fault phase injects what the seed's [`FaultProfile`] draws —
+//! message delay, loss, duplication and reordering; symmetric and one-way partitions and
+//! isolation; pauses; crashes at any tick, as a process crash (the page cache survives) or a
+//! power loss (the simulated disk's crash semantics), sometimes in the middle of an I/O round —
+//! within the fault model of DESIGN.md §6 for the seed's durability mode. The liveness phase
+//! heals everything and requires every client to finish.
+
+pub mod network;
+
+use std::cell::Cell;
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::path::Path;
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use shoal_engine::batch::BatchBuilder;
+use shoal_engine::shard::{ShardConfig, shard_dir};
+use shoal_engine::storage::sim::{Sim, SimConfig, SimRng, SimStorage};
+use shoal_engine::superblock::{Durability, GroupConfig};
+use shoal_engine::wire::HEADER_SIZE;
+
+use crate::config::ReplicaConfig;
+use crate::message::{Reply, ReplyResult, Request};
+use crate::node::{Clock, Node, NodeConfig, Transport};
+use crate::replica::{ReplicaCounters, Status};
+use network::{Network, NetworkConfig};
+
+/// Which durability the groups of a run use; decides which crashes are within the fault model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Every group `persisted`: any crashes, any number at once.
+    Persisted,
+    /// Every group `replicated`: at most f replicas down (or not yet caught up) at once.
+    Replicated,
+    /// Odd groups `persisted`, even groups `replicated` (the stricter crash rule applies).
+    Mixed,
+}
+
+/// Fault probabilities and durations of a run (per tick unless named otherwise).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultProfile {
+    /// The network's delay, loss, duplication and reordering during the fault phase.
+    pub network: NetworkConfig,
+    /// Chance per tick per node that it crashes.
+    pub crash_per_million: u32,
+    /// Chance that a crash is a power loss rather than a process crash.
+    pub power_loss_percent: u32,
+    /// Chance that a crash strikes in the middle of an I/O round.
+    pub crash_during_io_percent: u32,
+    /// A crashed node restarts after up to this many ticks.
+    pub restart_ticks_max: u64,
+    /// Chance per tick of a new partition (isolation, symmetric split or one-way cut).
+    pub partition_per_million: u32,
+    /// A partition heals after up to this many ticks.
+    pub partition_ticks_max: u64,
+    /// Chance per tick per node that it pauses.
+    pub pause_per_million: u32,
+    /// A pause lasts up to this many ticks.
+    pub pause_ticks_max: u64,
+}
+
+impl FaultProfile {
+    /// No faults at all.
+    pub fn none() -> FaultProfile {
+        FaultProfile {
+            network: NetworkConfig::reliable(),
+            crash_per_million: 0,
+            power_loss_percent: 0,
+            crash_during_io_percent: 0,
+            restart_ticks_max: 1,
+            partition_per_million: 0,
+            partition_ticks_max: 1,
+            pause_per_million: 0,
+            pause_ticks_max: 1,
+        }
+    }
+
+    /// Swarm testing: probabilities drawn per seed, each fault sometimes absent, sometimes
+    /// frequent.
+    pub fn swarm(rng: &mut SimRng) -> FaultProfile {
+        let mut rate =
+            |max: u32| if rng.chance(1, 4) { 0 } else { rng.below(u64::from(max)) as u32 + 1 };
+        let crash_per_million = rate(400);
+        let partition_per_million = rate(600);
+        let pause_per_million = rate(300);
+        FaultProfile {
+            network: NetworkConfig::swarm(rng),
+            crash_per_million,
+            power_loss_percent: rng.below(101) as u32,
+            crash_during_io_percent: rng.below(101) as u32,
+            restart_ticks_max: 50 + rng.below(1_500),
+            partition_per_million,
+            partition_ticks_max: 50 + rng.below(2_000),
+            pause_per_million,
+            pause_ticks_max: 10 + rng.below(500),
+        }
+    }
+}
+
+/// What to simulate.
+#[derive(Clone, Copy, Debug)]
+pub struct SimOptions {
+    /// Decides everything.
+    pub seed: u64,
+    /// Replicas per group (1, 3 or 5).
+    pub replicas: u8,
+    /// Groups (partitions), all with a replica on every node.
+    pub groups: u64,
+    /// Clients per group, each with one request outstanding at a time.
+    pub clients_per_group: u64,
+    /// Ticks of the fault phase.
+    pub ticks: u64,
+    /// Ticks the liveness phase may take at most.
+    pub liveness_ticks: u64,
+    /// Requests each client must complete in the liveness phase.
+    pub liveness_requests: u64,
+    /// The faults; `None` draws a swarm profile from the seed.
+    pub faults: Option<FaultProfile>,
+    /// The durability mode; `None` draws one from the seed.
+    pub mode: Option<Mode>,
+}
+
+impl SimOptions {
+    /// The CI defaults for `seed`: three replicas, two groups, 20,000 ticks of swarm faults.
+    pub fn new(seed: u64) -> SimOptions {
+        SimOptions {
+            seed,
+            replicas: 3,
+            groups: 2,
+            clients_per_group: 2,
+            ticks: 20_000,
+            liveness_ticks: 10_000,
+            liveness_requests: 3,
+            faults: None,
+            mode: None,
+        }
+    }
+}
+
+/// Branches a run exercised; a swarm requires minimums so a run that never reached a branch
+/// fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Votes cast on a replica's own timeout.
+    pub votes_cast: u64,
+    /// Votes withdrawn on a fresh heartbeat.
+    pub votes_withdrawn: u64,
+    /// Views started by a new primary.
+    pub views_started: u64,
+    /// StartView messages installed.
+    pub start_views_installed: u64,
+    /// Ops dropped by nack quorums.
+    pub ops_nacked: u64,
+    /// Bodies fetched by a new primary before StartView.
+    pub bodies_fetched_for_view: u64,
+    /// Merges that had to wait for proof.
+    pub merges_stalled: u64,
+    /// Truncations of a divergent suffix.
+    pub truncations: u64,
+    /// Prepares retransmitted.
+    pub retransmissions: u64,
+    /// Repair requests.
+    pub repairs_requested: u64,
+    /// Restarted replicas that fell back to a view change.
+    pub recovery_view_changes: u64,
+    /// Crashes (all kinds).
+    pub crashes: u64,
+    /// Crashes that were power losses.
+    pub power_losses: u64,
+    /// Power losses in the middle of an I/O round.
+    pub crashes_during_io: u64,
+    /// Unsynced writes torn by a power loss.
+    pub torn_writes: u64,
+    /// Unsynced writes lost by a power loss.
+    pub writes_lost: u64,
+    /// Partitions of any kind.
+    pub partitions: u64,
+    /// One-way partitions.
+    pub one_way_partitions: u64,
+    /// Pauses.
+    pub pauses: u64,
+    /// Writes acknowledged to clients.
+    pub acknowledged: u64,
+    /// Packets delivered.
+    pub packets_delivered: u64,
+    /// Packets lost, dropped or cut.
+    pub packets_dropped: u64,
+}
+
+impl Coverage {
+    fn add_replica(&mut self, counters: &ReplicaCounters) {
+        self.votes_cast += counters.votes_cast;
+        self.votes_withdrawn += counters.votes_withdrawn;
+        self.views_started += counters.views_started;
+        self.start_views_installed += counters.start_views_installed;
+        self.ops_nacked += counters.ops_nacked;
+        self.bodies_fetched_for_view += counters.bodies_fetched_for_view;
+        self.merges_stalled += counters.merges_stalled;
+        self.truncations += counters.truncations;
+        self.retransmissions += counters.retransmissions;
+        self.repairs_requested += counters.repairs_requested;
+        self.recovery_view_changes += counters.recovery_view_changes;
+    }
+
+    /// Adds another run's counters.
+    pub fn add(&mut self, other: &Coverage) {
+        let pairs = [
+            (&mut self.votes_cast, other.votes_cast),
+            (&mut self.votes_withdrawn, other.votes_withdrawn),
+            (&mut self.views_started, other.views_started),
+            (&mut self.start_views_installed, other.start_views_installed),
+            (&mut self.ops_nacked, other.ops_nacked),
+            (&mut self.bodies_fetched_for_view, other.bodies_fetched_for_view),
+            (&mut self.merges_stalled, other.merges_stalled),
+            (&mut self.truncations, other.truncations),
+            (&mut self.retransmissions, other.retransmissions),
+            (&mut self.repairs_requested, other.repairs_requested),
+            (&mut self.recovery_view_changes, other.recovery_view_changes),
+            (&mut self.crashes, other.crashes),
+            (&mut self.power_losses, other.power_losses),
+            (&mut self.crashes_during_io, other.crashes_during_io),
+            (&mut self.torn_writes, other.torn_writes),
+            (&mut self.writes_lost, other.writes_lost),
+            (&mut self.partitions, other.partitions),
+            (&mut self.one_way_partitions, other.one_way_partitions),
+            (&mut self.pauses, other.pauses),
+            (&mut self.acknowledged, other.acknowledged),
+            (&mut self.packets_delivered, other.packets_delivered),
+            (&mut self.packets_dropped, other.packets_dropped),
+        ];
+        for (mine, theirs) in pairs {
+            *mine += theirs;
+        }
+    }
+}
+
+/// The result of one run.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The seed.
+    pub seed: u64,
+    /// The mode the run used.
+    pub mode: Mode,
+    /// Hash of every delivery, reply and commit in order: equal for equal seeds.
+    pub trace_hash: u64,
+    /// Ticks simulated.
+    pub ticks: u64,
+    /// Branches exercised.
+    pub coverage: Coverage,
+    /// The first invariant violated, if any.
+    pub violation: Option<Violation>,
+}
+
+/// A broken invariant, with the tick it was found at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// When.
+    pub tick: u64,
+    /// Which invariant, and the evidence.
+    pub what: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tick {}: {}", self.tick, self.what)
+    }
+}
+
+/// Runs one seed to the end (or to the first violation, or to a panic inside the system under
+/// test, which the caller may catch).
+pub fn run(options: &SimOptions) -> Outcome {
+    let mut cluster = Cluster::new(options);
+    let violation = cluster.run();
+    cluster.finish(violation)
+}
+
+// --- The cluster under test ------------------------------------------------------------------
+
+const DATA_DIR: &str = "/data";
+/// Ticks a client waits for a reply before trying the next node.
+const CLIENT_TIMEOUT_TICKS: u64 = 400;
+/// Deliveries buffered for a paused node at most.
+const PAUSED_INBOX_MAX: usize = 1_024;
+/// Deliveries a run may make at most before it is declared a livelock.
+const DELIVERIES_MAX: u64 = 50_000_000;
+
+#[derive(Clone, Debug)]
+enum Packet {
+    Replica(Bytes),
+    Request { group: u64, client: u64, request: u64, body: Bytes },
+    Reply { group: u64, reply: Reply },
+}
+
+/// The transport of a simulated node: packets wait here until the simulator takes them.
+#[derive(Default)]
+struct Outbox {
+    packets: Vec<(u8, Bytes)>,
+}
+
+impl Transport for Outbox {
+    fn send(&mut self, to: u8, packet: Bytes) {
+        self.packets.push((to, packet));
+    }
+}
+
+/// The simulated wall clock, shared by every node.
+#[derive(Clone)]
+struct SimClock(Rc<Cell<i64>>);
+
+impl Clock for SimClock {
+    fn now_ms(&self) -> i64 {
+        self.0.get()
+    }
+}
+
+type SimNode = Node<SimStorage, Outbox, SimClock>;
+
+struct NodeSlot {
+    sim: Sim,
+    node: Option<SimNode>,
+    restart_tick: u64,
+    paused_until_tick: u64,
+    inbox: VecDeque<(usize, Packet)>,
+    /// Per group, the highest (view, log view) the replica was told is durable.
+    durable_views: BTreeMap<u64, (u32, u32)>,
+}
+
+struct Client {
+    id: u64,
+    group: u64,
+    next_request: u64,
+    pending: Option<Pending>,
+    target: u8,
+    ready_tick: u64,
+    /// Requests completed since the liveness phase began.
+    completed_late: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    request: u64,
+    body: Bytes,
+    resend_tick: u64,
+}
+
+/// One acknowledged write: where the client was told it is.
+#[derive(Clone, Copy, Debug)]
+struct Ack {
+    group: u64,
+    op: u64,
+    base_offset: u64,
+    client: u64,
+    request: u64,
+}
+
+struct Cluster {
+    options: SimOptions,
+    mode: Mode,
+    faults: FaultProfile,
+    rng: SimRng,
+    tick: u64,
+    clock: Rc<Cell<i64>>,
+    network: Network<Packet>,
+    nodes: Vec<NodeSlot>,
+    clients: Vec<Client>,
+    /// (group, op) → checksum of the committed prepare, as first seen on any replica.
+    committed: BTreeMap<(u64, u64), u32>,
+    acks: Vec<Ack>,
+    heal_tick: u64,
+    coverage: Coverage,
+    trace: u64,
+    deliveries: u64,
+}
+
+impl Cluster {
+    fn new(options: &SimOptions) -> Cluster {
+        let mut rng = SimRng::new(options.seed);
+        let faults = options.faults.unwrap_or_else(|| FaultProfile::swarm(&mut rng));
+        let mode = options.mode.unwrap_or_else(|| match rng.below(3) {
+            0 => Mode::Persisted,
+            1 => Mode::Replicated,
+            _ => Mode::Mixed,
+        });
+        let replicas = usize::from(options.replicas);
+        let client_count = (options.groups * options.clients_per_group) as usize;
+        let network = Network::new(replicas + client_count, faults.network, rng.next_u64());
+        let clock = Rc::new(Cell::new(0));
+        let mut cluster = Cluster {
+            options: *options,
+            mode,
+            faults,
+            rng,
+            tick: 0,
+            clock,
+            network,
+            nodes: Vec::new(),
+            clients: Vec::new(),
+            committed: BTreeMap::new(),
+            acks: Vec::new(),
+            heal_tick: u64::MAX,
+            coverage: Coverage::default(),
+            trace: 0xcbf2_9ce4_8422_2325,
+            deliveries: 0,
+        };
+        for index in 0..options.replicas {
+            let sim = Sim::new(cluster.rng.next_u64(), SimConfig::default());
+            let mut node = cluster.open_node(&sim, index);
+            for group in 1..=options.groups {
+                let config = cluster.group_config(group);
+                sim.block_on(node.create_group(group, config)).expect("create group");
+            }
+            cluster.nodes.push(NodeSlot {
+                sim,
+                node: Some(node),
+                restart_tick: 0,
+                paused_until_tick: 0,
+                inbox: VecDeque::new(),
+                durable_views: BTreeMap::new(),
+            });
+        }
+        for index in 0..client_count as u64 {
+            let group = index / options.clients_per_group + 1;
+            cluster.clients.push(Client {
+                id: index + 1,
+                group,
+                next_request: 1,
+                pending: None,
+                target: 0,
+                ready_tick: 0,
+                completed_late: 0,
+            });
+        }
+        cluster
+    }
+
+    fn group_config(&self, group: u64) -> GroupConfig {
+        let durability = match self.mode {
+            Mode::Persisted => Durability::Persisted,
+            Mode::Replicated => Durability::Replicated,
+            Mode::Mixed if group % 2 == 1 => Durability::Persisted,
+            Mode::Mixed => Durability::Replicated,
+        };
+        GroupConfig {
+            durability,
+            segment_size_bytes: 1 << 20,
+            segment_age_ms_max: 0,
+            retention_bytes: 0,
+            retention_ms: 0,
+            record_size_bytes_max: (HEADER_SIZE + 4096) as u32,
+        }
+    }
+
+    fn node_config(&self, index: u8) -> NodeConfig {
+        let mut replica = ReplicaConfig::new(0x5ea1, 0, self.options.replicas, 0);
+        // Faster timers than production keep runs short; the ratios between them are kept.
+        replica.heartbeat_timeout_ticks = 100;
+        replica.view_change_timeout_ticks = 200;
+        NodeConfig {
+            node: index,
+            replica,
+            message_size_bytes_max: 1 << 20,
+            held_messages_max: 4_096,
+        }
+    }
+
+    fn shard_config() -> ShardConfig {
+        ShardConfig { cluster: 0x5ea1, ..ShardConfig::small() }
+    }
+
+    fn open_node(&self, sim: &Sim, index: u8) -> SimNode {
+        let dir = shard_dir(Path::new(DATA_DIR), 0);
+        let clock = SimClock(Rc::clone(&self.clock));
+        let open = Node::open(
+            sim.storage(),
+            &dir,
+            Cluster::shard_config(),
+            self.node_config(index),
+            Outbox::default(),
+            clock,
+            self.options.seed ^ u64::from(index),
+        );
+        let (node, _) = sim.block_on(open).expect("a simulated node opens");
+        node
+    }
+
+    fn run(&mut self) -> Option<Violation> {
+        let end = self.options.ticks + self.options.liveness_ticks;
+        while self.tick < end {
+            self.tick += 1;
+            self.clock.set(self.tick as i64 * 10);
+            if self.tick == self.options.ticks {
+                self.stop_faults();
+            }
+            if self.tick < self.options.ticks {
+                self.inject_faults();
+            }
+            if let Some(violation) = self.wake_nodes() {
+                return Some(violation);
+            }
+            if let Some(violation) = self.deliver() {
+                return Some(violation);
+            }
+            for index in 0..self.nodes.len() {
+                if let Some(node) = self.live_node(index) {
+                    node.on_tick();
+                }
+            }
+            if let Some(violation) = self.run_io() {
+                return Some(violation);
+            }
+            if let Some(violation) = self.collect() {
+                return Some(violation);
+            }
+            self.drive_clients();
+            if self.tick > self.options.ticks && self.liveness_done() {
+                return None;
+            }
+        }
+        let stuck: Vec<String> = self
+            .clients
+            .iter()
+            .filter(|c| c.completed_late < self.options.liveness_requests)
+            .map(|c| format!("client {} (group {}) request {}", c.id, c.group, c.next_request))
+            .collect();
+        Some(Violation {
+            tick: self.tick,
+            what: format!(
+                "liveness: {} ticks after faults stopped, still waiting: {}; {}",
+                self.options.liveness_ticks,
+                stuck.join(", "),
+                self.describe()
+            ),
+        })
+    }
+
+    /// Every replica's protocol state, for a violation report.
+    fn describe(&self) -> String {
+        let mut out = String::new();
+        for (index, slot) in self.nodes.iter().enumerate() {
+            let Some(node) = &slot.node else {
+                out.push_str(&format!("[node {index} down] "));
+                continue;
+            };
+            for group in node.group_ids() {
+                let Some(r) = node.replica(group) else { continue };
+                out.push_str(&format!(
+                    "[node {index} group {group}: {:?} view {} log_view {} op {} appended {} \
+                     commit {} failed {:?} next {:?} {:?}] ",
+                    r.status(),
+                    r.view(),
+                    r.log_view(),
+                    r.op(),
+                    r.op_appended(),
+                    r.commit(),
+                    node.group_failure(group),
+                    [24u64, 28].map(|o| r.header(o).map(|h| (h.checksum_header, h.view))),
+                    r.counters(),
+                ));
+            }
+        }
+        out
+    }
+
+    fn liveness_done(&self) -> bool {
+        self.clients.iter().all(|c| c.completed_late >= self.options.liveness_requests)
+    }
+
+    // --- Faults ----------------------------------------------------------------------------
+
+    fn inject_faults(&mut self) {
+        let faults = self.faults;
+        if self.tick >= self.heal_tick {
+            self.network.heal();
+            self.heal_tick = u64::MAX;
+        }
+        if self.heal_tick == u64::MAX
+            && self.rng.chance(u64::from(faults.partition_per_million), 1_000_000)
+        {
+            self.partition();
+        }
+        for index in 0..self.nodes.len() {
+            if self.nodes[index].node.is_none() {
+                continue;
+            }
+            if self.rng.chance(u64::from(faults.crash_per_million), 1_000_000) {
+                self.crash(index);
+            } else if self.rng.chance(u64::from(faults.pause_per_million), 1_000_000)
+                && self.nodes[index].paused_until_tick <= self.tick
+            {
+                self.coverage.pauses += 1;
+                self.nodes[index].paused_until_tick =
+                    self.tick + 1 + self.rng.below(faults.pause_ticks_max);
+            }
+        }
+    }
+
+    fn partition(&mut self) {
+        let n = self.nodes.len();
+        if n < 2 {
+            return;
+        }
+        self.coverage.partitions += 1;
+        let a = self.rng.below(n as u64) as usize;
+        let b = (a + 1 + self.rng.below(n as u64 - 1) as usize) % n;
+        match self.rng.below(3) {
+            0 => self.network.isolate(a),
+            1 => {
+                let side: Vec<usize> = (0..n).filter(|_| self.rng.chance(1, 2)).collect();
+                let other: Vec<usize> = (0..n).filter(|i| !side.contains(i)).collect();
+                self.network.partition(&side, &other);
+            }
+            _ => {
+                self.coverage.one_way_partitions += 1;
+                self.network.partition_one_way(&[a], &[b]);
+            }
+        }
+        self.heal_tick = self.tick + 1 + self.rng.below(self.faults.partition_ticks_max);
+    }
+
+    /// Crashes node `index` if the fault model allows it now.
+    fn crash(&mut self, index: usize) {
+        let power = self.rng.chance(u64::from(self.faults.power_loss_percent), 100);
+        if !self.crash_allowed(index, power) {
+            return;
+        }
+        self.coverage.crashes += 1;
+        let slot = &mut self.nodes[index];
+        let mut node = slot.node.take().expect("crash a live node");
+        if power {
+            self.coverage.power_losses += 1;
+            let before = slot.sim.stats();
+            if node.has_io() && self.rng.chance(u64::from(self.faults.crash_during_io_percent), 100)
+            {
+                self.coverage.crashes_during_io += 1;
+                let after_io = 1 + self.rng.below(16);
+                let _ = slot.sim.run_until_crash(node.run_io(), after_io);
+            }
+            add_counters(&mut self.coverage, &node);
+            drop(node);
+            slot.sim.crash();
+            let after = slot.sim.stats();
+            self.coverage.torn_writes += after.writes_torn_at_crash - before.writes_torn_at_crash;
+            self.coverage.writes_lost += after.writes_lost_at_crash - before.writes_lost_at_crash;
+        } else {
+            add_counters(&mut self.coverage, &node);
+            drop(node);
+        }
+        slot.inbox.clear();
+        slot.paused_until_tick = 0;
+        slot.restart_tick = self.tick + 1 + self.rng.below(self.faults.restart_ticks_max);
+        self.network.drop_endpoint_inbound(index);
+    }
+
+    /// DESIGN.md §6: `persisted` groups survive any crashes; `replicated` groups survive at
+    /// most f replicas down, where a replica that restarted but has not caught up still counts
+    /// as down; a lone `replicated` replica survives process crashes only.
+    fn crash_allowed(&self, index: usize, power: bool) -> bool {
+        if self.mode == Mode::Persisted {
+            return true;
+        }
+        let n = self.nodes.len();
+        if n == 1 {
+            return !power;
+        }
+        let f = (n - 1) / 2;
+        let down_others = (0..n).filter(|&i| i != index && !self.caught_up(i)).count();
+        down_others < f && self.caught_up(index)
+    }
+
+    /// Whether node `index` is up and every replica on it is normal with every committed op.
+    fn caught_up(&self, index: usize) -> bool {
+        let Some(node) = &self.nodes[index].node else { return false };
+        (1..=self.options.groups).all(|group| {
+            let commit_max = self
+                .nodes
+                .iter()
+                .filter_map(|slot| slot.node.as_ref()?.replica(group).map(|r| r.commit()))
+                .max()
+                .unwrap_or(0);
+            node.replica(group).is_some_and(|r| {
+                r.status() == Status::Normal
+                    && !r.needs_start_view()
+                    && r.faulty_from().is_none()
+                    && r.op_appended() >= commit_max
+            })
+        })
+    }
+
+    fn stop_faults(&mut self) {
+        self.network.heal();
+        self.network.set_config(NetworkConfig::reliable());
+        self.heal_tick = u64::MAX;
+        for slot in &mut self.nodes {
+            slot.paused_until_tick = 0;
+            if slot.node.is_none() {
+                slot.restart_tick = self.tick;
+            }
+        }
+    }
+
+    /// Restarts crashed nodes whose time has come, checking their views did not regress.
+    fn wake_nodes(&mut self) -> Option<Violation> {
+        for index in 0..self.nodes.len() {
+            if self.nodes[index].node.is_none() && self.nodes[index].restart_tick <= self.tick {
+                let node = self.open_node(&self.nodes[index].sim, index as u8);
+                if let Some(violation) = self.check_views_after_restart(index, &node) {
+                    return Some(violation);
+                }
+                self.nodes[index].node = Some(node);
+            }
+        }
+        None
+    }
+
+    fn check_views_after_restart(&self, index: usize, node: &SimNode) -> Option<Violation> {
+        for (&group, &(view, log_view)) in &self.nodes[index].durable_views {
+            let replica = node.replica(group)?;
+            if replica.view() < view || replica.log_view() < log_view {
+                return Some(Violation {
+                    tick: self.tick,
+                    what: format!(
+                        "views regressed: node {index} group {group} restarted at view {} log \
+                         view {} after view {view} log view {log_view} was durable",
+                        replica.view(),
+                        replica.log_view()
+                    ),
+                });
+            }
+        }
+        None
+    }
+
+    fn live_node(&mut self, index: usize) -> Option<&mut SimNode> {
+        let slot = &mut self.nodes[index];
+        if slot.paused_until_tick > self.tick {
+            return None;
+        }
+        slot.node.as_mut()
+    }
+
+    // --- Steps -----------------------------------------------------------------------------
+
+    fn deliver(&mut self) -> Option<Violation> {
+        let replicas = self.nodes.len();
+        let mut deliveries: Vec<(usize, usize, Packet)> = Vec::new();
+        for index in 0..replicas {
+            let slot = &mut self.nodes[index];
+            if slot.node.is_some() && slot.paused_until_tick <= self.tick {
+                deliveries.extend(slot.inbox.drain(..).map(|(from, p)| (from, index, p)));
+            }
+        }
+        deliveries
+            .extend(self.network.deliver(self.tick).into_iter().map(|d| (d.from, d.to, d.packet)));
+        for (from, to, packet) in deliveries {
+            self.deliveries += 1;
+            if self.deliveries > DELIVERIES_MAX {
+                return Some(Violation {
+                    tick: self.tick,
+                    what: "livelock: delivery bound reached".into(),
+                });
+            }
+            self.coverage.packets_delivered += 1;
+            self.trace_packet(from, to, &packet);
+            if to >= replicas {
+                self.client_reply(to - replicas, packet);
+                continue;
+            }
+            let slot = &mut self.nodes[to];
+            if slot.paused_until_tick > self.tick {
+                if slot.inbox.len() < PAUSED_INBOX_MAX {
+                    slot.inbox.push_back((from, packet));
+                }
+                continue;
+            }
+            let Some(node) = slot.node.as_mut() else { continue };
+            match packet {
+                Packet::Replica(bytes) => {
+                    // A packet a node cannot decode is its problem to count, never a panic.
+                    let _ = node.on_packet(from as u8, &bytes);
+                }
+                Packet::Request { group, client, request, body } => {
+                    let request = Request {
+                        client,
+                        session: client,
+                        request,
+                        body: BytesMut::from(&body[..]),
+                        record_count: 1,
+                        first_timestamp_ms: 0,
+                        max_timestamp_ms: 0,
+                        append_time_ms: 0,
+                    };
+                    let _ = node.on_client_request(group, request);
+                }
+                Packet::Reply { .. } => {}
+            }
+        }
+        None
+    }
+
+    fn run_io(&mut self) -> Option<Violation> {
+        for index in 0..self.nodes.len() {
+            let tick = self.tick;
+            let slot = &mut self.nodes[index];
+            if slot.paused_until_tick > tick {
+                continue;
+            }
+            let Some(node) = slot.node.as_mut() else { continue };
+            if node.has_io() {
+                slot.sim.block_on(node.run_io());
+            }
+            for group in node.group_ids() {
+                if let Some(replica) = node.replica(group) {
+                    let seen = slot.durable_views.entry(group).or_insert((0, 0));
+                    let (view, log_view) = replica.durable_views();
+                    *seen = (seen.0.max(view), seen.1.max(log_view));
+                }
+            }
+        }
+        None
+    }
+
+    /// Moves every node's outputs out: packets to the network, replies to clients, commits
+    /// into the agreement check.
+    fn collect(&mut self) -> Option<Violation> {
+        let replicas = self.nodes.len();
+        for index in 0..replicas {
+            let Some(node) = self.nodes[index].node.as_mut() else { continue };
+            let packets = std::mem::take(&mut node.transport_mut().packets);
+            let replies = node.take_replies();
+            let committed = node.take_committed();
+            for (to, packet) in packets {
+                self.network.send(self.tick, index, usize::from(to), Packet::Replica(packet));
+            }
+            for (group, reply) in replies {
+                let client = (reply.client - 1) as usize;
+                self.network.send(
+                    self.tick,
+                    index,
+                    replicas + client,
+                    Packet::Reply { group, reply },
+                );
+            }
+            for (group, committed) in committed {
+                let header = committed.header;
+                let op = header.as_prepare().expect("prepares").op;
+                mix(&mut self.trace, group ^ (op << 8) ^ u64::from(header.checksum_header));
+                match self.committed.insert((group, op), header.checksum_header) {
+                    Some(previous) if previous != header.checksum_header => {
+                        return Some(Violation {
+                            tick: self.tick,
+                            what: format!(
+                                "committed prefixes diverge: group {group} op {op} committed as \
+                                 {previous:#010x} and as {:#010x} (node {index})",
+                                header.checksum_header
+                            ),
+                        });
+                    }
+                    _ => {}
+                }
+            }
+        }
+        None
+    }
+
+    // --- Clients ---------------------------------------------------------------------------
+
+    fn drive_clients(&mut self) {
+        let replicas = self.nodes.len();
+        let liveness = self.tick >= self.options.ticks;
+        for index in 0..self.clients.len() {
+            let tick = self.tick;
+            let client = &mut self.clients[index];
+            if client.pending.is_none() && tick >= client.ready_tick {
+                if liveness && client.completed_late >= self.options.liveness_requests {
+                    continue;
+                }
+                let request = client.next_request;
+                client.next_request += 1;
+                let value = format!("client {} request {request}", client.id);
+                let mut batch = BatchBuilder::new(tick as i64 * 10);
+                batch.push(tick as i64 * 10, None, Some(value.as_bytes()), &[]);
+                client.pending = Some(Pending { request, body: batch.build(), resend_tick: tick });
+            }
+            let Some(pending) = client.pending.as_mut() else { continue };
+            if pending.resend_tick > tick {
+                continue;
+            }
+            pending.resend_tick = tick + CLIENT_TIMEOUT_TICKS;
+            let packet = Packet::Request {
+                group: client.group,
+                client: client.id,
+                request: pending.request,
+                body: pending.body.clone(),
+            };
+            let (endpoint, target) = (replicas + index, usize::from(client.target));
+            // The next attempt (after a timeout) goes to the next node.
+            client.target = (client.target + 1) % self.options.replicas;
+            self.network.send(tick, endpoint, target, packet);
+        }
+    }
+
+    fn client_reply(&mut self, index: usize, packet: Packet) {
+        let Packet::Reply { group, reply } = packet else { return };
+        let tick = self.tick;
+        let backoff = 5 + self.rng.below(40);
+        let client = &mut self.clients[index];
+        let Some(pending) = client.pending.as_mut() else { return };
+        if reply.request != pending.request {
+            return;
+        }
+        match reply.result {
+            ReplyResult::Committed { op, base_offset } => {
+                self.acks.push(Ack {
+                    group,
+                    op,
+                    base_offset,
+                    client: client.id,
+                    request: reply.request,
+                });
+                self.coverage.acknowledged += 1;
+                client.pending = None;
+                client.ready_tick = tick + self.rng.below(5);
+                if tick >= self.options.ticks {
+                    client.completed_late += 1;
+                }
+            }
+            ReplyResult::NotPrimary { primary, .. } => {
+                client.target = primary;
+                pending.resend_tick = tick + 1;
+            }
+            ReplyResult::TransientNotAccepted | ReplyResult::TransientNotCommitted => {
+                pending.resend_tick = tick + backoff;
+            }
+        }
+    }
+
+    // --- The end ---------------------------------------------------------------------------
+
+    fn finish(mut self, violation: Option<Violation>) -> Outcome {
+        let violation = violation.or_else(|| self.check_final_logs());
+        for slot in &self.nodes {
+            if let Some(node) = &slot.node {
+                add_counters(&mut self.coverage, node);
+            }
+        }
+        let stats = self.network.stats();
+        self.coverage.packets_dropped = stats.lost
+            + stats.dropped_link_down
+            + stats.dropped_link_full
+            + stats.dropped_endpoint_inbound;
+        Outcome {
+            seed: self.options.seed,
+            mode: self.mode,
+            trace_hash: self.trace,
+            ticks: self.tick,
+            coverage: self.coverage,
+            violation,
+        }
+    }
+
+    /// Reads every node's log back: committed ops match the agreed checksums, offsets are
+    /// dense, and every acknowledged write sits at its acknowledged op and offset.
+    fn check_final_logs(&mut self) -> Option<Violation> {
+        let tick = self.tick;
+        let violation = |what: String| Some(Violation { tick, what });
+        let mut verified: BTreeMap<(u64, u64), (u64, u64, u64)> = BTreeMap::new();
+        for index in 0..self.nodes.len() {
+            let slot = &mut self.nodes[index];
+            let Some(node) = slot.node.as_mut() else { continue };
+            for group in 1..=self.options.groups {
+                let Some(commit) = node.replica(group).map(|r| r.commit()) else { continue };
+                if let Some(reason) = node.group_failure(group) {
+                    return violation(format!("node {index} group {group} stopped: {reason}"));
+                }
+                let sim = &slot.sim;
+                let Some(log) = node.shard_mut().group_mut(group) else { continue };
+                let mut next_offset = None;
+                for op in 1..=commit {
+                    let stored = match sim.block_on(log.read_op(op)) {
+                        Ok(Some(stored)) => stored,
+                        Ok(None) => {
+                            let head = log.head_op();
+                            return violation(format!(
+                                "node {index} group {group} lost committed op {op} (engine head {head})"
+                            ));
+                        }
+                        Err(error) => {
+                            return violation(format!(
+                                "node {index} group {group} op {op}: {error}"
+                            ));
+                        }
+                    };
+                    let fields = *stored.header.as_prepare().expect("prepares");
+                    if let Some(expected) = next_offset
+                        && fields.base_offset != expected
+                    {
+                        return violation(format!(
+                            "node {index} group {group} op {op}: offsets not dense"
+                        ));
+                    }
+                    next_offset = Some(fields.base_offset + u64::from(fields.record_count));
+                    if let Some(&checksum) = self.committed.get(&(group, op))
+                        && checksum != stored.header.checksum_header
+                    {
+                        return violation(format!(
+                            "node {index} group {group} op {op}: log differs from the committed prepare"
+                        ));
+                    }
+                    verified
+                        .insert((group, op), (fields.base_offset, fields.client, fields.request));
+                }
+            }
+        }
+        for ack in &self.acks {
+            match verified.get(&(ack.group, ack.op)) {
+                Some(&(base_offset, client, request))
+                    if base_offset == ack.base_offset
+                        && client == ack.client
+                        && request == ack.request => {}
+                found => {
+                    return violation(format!(
+                        "acknowledged write lost: group {} op {} offset {} (client {} request {}); the final log holds {found:?}",
+                        ack.group, ack.op, ack.base_offset, ack.client, ack.request
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    fn trace_packet(&mut self, from: usize, to: usize, packet: &Packet) {
+        let value = match packet {
+            Packet::Replica(bytes) => {
+                u64::from(u32::from_le_bytes(bytes[..4].try_into().unwrap_or([0; 4])))
+            }
+            Packet::Request { client, request, .. } => client << 32 ^ request,
+            Packet::Reply { reply, .. } => reply.client << 32 ^ reply.request ^ 1 << 63,
+        };
+        mix(&mut self.trace, self.tick);
+        mix(&mut self.trace, (from as u64) << 16 | to as u64);
+        mix(&mut self.trace, value);
+    }
+}
+
+fn add_counters(coverage: &mut Coverage, node: &SimNode) {
+    for group in node.group_ids() {
+        if let Some(replica) = node.replica(group) {
+            coverage.add_replica(&replica.counters());
+        }
+    }
+}
+
+/// FNV-1a over the eight bytes of `value`.
+fn mix(hash: &mut u64, value: u64) {
+    for byte in value.to_le_bytes() {
+        *hash ^= u64::from(byte);
+        *hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+}
