@@ -512,8 +512,13 @@ impl Replica {
                 }
             }
             Status::Recovering => {
+                // Canary (DESIGN.md §7): vote at once, as if the restart had lost nothing.
+                #[cfg(feature = "canary-vote-while-recovering")]
+                let probes_max = 0;
+                #[cfg(not(feature = "canary-vote-while-recovering"))]
+                let probes_max = self.config.start_view_probes_max;
                 if self.tick >= self.next_probe_tick {
-                    if self.probes_sent >= self.config.start_view_probes_max {
+                    if self.probes_sent >= probes_max {
                         self.counters.recovery_view_changes += 1;
                         let next = self.view + 1;
                         self.start_view_change(next);

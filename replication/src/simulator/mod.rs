@@ -35,7 +35,7 @@ use shoal_engine::wire::HEADER_SIZE;
 use crate::config::ReplicaConfig;
 use crate::message::{Reply, ReplyResult, Request};
 use crate::node::{Clock, Node, NodeConfig, Transport};
-use crate::replica::{ReplicaCounters, Status};
+use crate::replica::{Replica, ReplicaCounters, Status};
 use network::{Network, NetworkConfig};
 
 /// Which durability the groups of a run use; decides which crashes are within the fault model.
@@ -283,7 +283,7 @@ impl fmt::Display for Violation {
 /// test, which the caller may catch).
 pub fn run(options: &SimOptions) -> Outcome {
     let mut cluster = Cluster::new(options);
-    let violation = cluster.run();
+    let violation = cluster.run().err();
     cluster.finish(violation)
 }
 
@@ -366,7 +366,8 @@ struct Ack {
     request: u64,
 }
 
-struct Cluster {
+/// A simulated cluster, for [`run`] and for scripted scenarios.
+pub struct Cluster {
     options: SimOptions,
     mode: Mode,
     faults: FaultProfile,
@@ -380,13 +381,19 @@ struct Cluster {
     committed: BTreeMap<(u64, u64), u32>,
     acks: Vec<Ack>,
     heal_tick: u64,
+    /// Faults are injected while true (the fault phase of [`run`]); scripted runs drive their
+    /// own.
+    faults_active: bool,
+    clients_active: bool,
+    liveness_from_tick: u64,
     coverage: Coverage,
     trace: u64,
     deliveries: u64,
 }
 
 impl Cluster {
-    fn new(options: &SimOptions) -> Cluster {
+    /// Builds the cluster of `options`: every node up with every group created.
+    pub fn new(options: &SimOptions) -> Cluster {
         let mut rng = SimRng::new(options.seed);
         let faults = options.faults.unwrap_or_else(|| FaultProfile::swarm(&mut rng));
         let mode = options.mode.unwrap_or_else(|| match rng.below(3) {
@@ -411,6 +418,9 @@ impl Cluster {
             committed: BTreeMap::new(),
             acks: Vec::new(),
             heal_tick: u64::MAX,
+            faults_active: options.faults != Some(FaultProfile::none()),
+            clients_active: true,
+            liveness_from_tick: u64::MAX,
             coverage: Coverage::default(),
             trace: 0xcbf2_9ce4_8422_2325,
             deliveries: 0,
@@ -496,37 +506,75 @@ impl Cluster {
         node
     }
 
-    fn run(&mut self) -> Option<Violation> {
-        let end = self.options.ticks + self.options.liveness_ticks;
-        while self.tick < end {
-            self.tick += 1;
-            self.clock.set(self.tick as i64 * 10);
-            if self.tick == self.options.ticks {
-                self.stop_faults();
-            }
+    /// The whole run: the fault phase, then the liveness phase.
+    fn run(&mut self) -> Result<(), Violation> {
+        while self.tick < self.options.ticks {
+            self.step()?;
+        }
+        self.finish_liveness()
+    }
+
+    /// One tick: faults (during the fault phase), restarts, deliveries, every live node's tick
+    /// and I/O round, their outputs, then the clients.
+    pub fn step(&mut self) -> Result<(), Violation> {
+        self.tick += 1;
+        self.clock.set(self.tick as i64 * 10);
+        if self.faults_active {
             if self.tick < self.options.ticks {
                 self.inject_faults();
+            } else {
+                self.stop_faults();
             }
-            if let Some(violation) = self.wake_nodes() {
-                return Some(violation);
+        }
+        into_result(self.wake_nodes())?;
+        into_result(self.deliver())?;
+        for index in 0..self.nodes.len() {
+            if let Some(node) = self.live_node(index) {
+                node.on_tick();
             }
-            if let Some(violation) = self.deliver() {
-                return Some(violation);
+        }
+        into_result(self.run_io())?;
+        into_result(self.collect())?;
+        self.drive_clients();
+        Ok(())
+    }
+
+    /// Runs `ticks` steps.
+    pub fn run_ticks(&mut self, ticks: u64) -> Result<(), Violation> {
+        for _ in 0..ticks {
+            self.step()?;
+        }
+        Ok(())
+    }
+
+    /// Steps until `done` holds (true) or `ticks_max` steps passed (false).
+    pub fn run_until(
+        &mut self,
+        ticks_max: u64,
+        mut done: impl FnMut(&Cluster) -> bool,
+    ) -> Result<bool, Violation> {
+        for _ in 0..ticks_max {
+            if done(self) {
+                return Ok(true);
             }
-            for index in 0..self.nodes.len() {
-                if let Some(node) = self.live_node(index) {
-                    node.on_tick();
-                }
-            }
-            if let Some(violation) = self.run_io() {
-                return Some(violation);
-            }
-            if let Some(violation) = self.collect() {
-                return Some(violation);
-            }
-            self.drive_clients();
-            if self.tick > self.options.ticks && self.liveness_done() {
-                return None;
+            self.step()?;
+        }
+        Ok(done(self))
+    }
+
+    /// Ends every fault, then requires each client to complete `liveness_requests` more
+    /// requests within `liveness_ticks`.
+    pub fn finish_liveness(&mut self) -> Result<(), Violation> {
+        self.stop_faults();
+        self.clients_active = true;
+        self.liveness_from_tick = self.tick;
+        for client in &mut self.clients {
+            client.completed_late = 0;
+        }
+        for _ in 0..self.options.liveness_ticks {
+            self.step()?;
+            if self.liveness_done() {
+                return Ok(());
             }
         }
         let stuck: Vec<String> = self
@@ -535,7 +583,7 @@ impl Cluster {
             .filter(|c| c.completed_late < self.options.liveness_requests)
             .map(|c| format!("client {} (group {}) request {}", c.id, c.group, c.next_request))
             .collect();
-        Some(Violation {
+        Err(Violation {
             tick: self.tick,
             what: format!(
                 "liveness: {} ticks after faults stopped, still waiting: {}; {}",
@@ -544,6 +592,85 @@ impl Cluster {
                 self.describe()
             ),
         })
+    }
+
+    /// The current tick.
+    pub fn tick(&self) -> u64 {
+        self.tick
+    }
+
+    /// The replica of `group` on node `node`, when the node is up.
+    pub fn replica(&self, node: usize, group: u64) -> Option<&Replica> {
+        self.nodes[node].node.as_ref()?.replica(group)
+    }
+
+    /// The node whose replica of `group` is a normal primary in the highest view, if any.
+    pub fn primary(&self, group: u64) -> Option<usize> {
+        (0..self.nodes.len())
+            .filter_map(|n| self.replica(n, group).filter(|r| r.is_primary()).map(|r| (r.view(), n)))
+            .max()
+            .map(|(_, n)| n)
+    }
+
+    /// Whether node `node` is up.
+    pub fn is_up(&self, node: usize) -> bool {
+        self.nodes[node].node.is_some()
+    }
+
+    /// Crashes node `node` now — a power loss (the simulated disk's crash semantics) or a
+    /// process crash (the page cache survives) — whatever the fault model says. It stays down
+    /// until [`Cluster::restart`].
+    pub fn crash(&mut self, node: usize, power_loss: bool) {
+        self.crash_node(node, power_loss, false);
+        self.nodes[node].restart_tick = u64::MAX;
+    }
+
+    /// Restarts a crashed node now (recovery runs, its replicas start `Recovering`).
+    pub fn restart(&mut self, node: usize) -> Result<(), Violation> {
+        assert!(self.nodes[node].node.is_none(), "restart a crashed node");
+        self.nodes[node].restart_tick = self.tick;
+        into_result(self.wake_nodes())
+    }
+
+    /// Cuts (or restores) the directed link `from` → `to` between nodes.
+    pub fn set_link(&mut self, from: usize, to: usize, up: bool) {
+        self.network.set_link(from, to, up);
+    }
+
+    /// Cuts a node off in both directions until [`Cluster::heal`].
+    pub fn isolate(&mut self, node: usize) {
+        self.network.isolate(node);
+    }
+
+    /// Brings every link back up.
+    pub fn heal(&mut self) {
+        self.network.heal();
+    }
+
+    /// Whether clients issue new requests (outstanding ones are still retried).
+    pub fn set_clients_active(&mut self, active: bool) {
+        self.clients_active = active;
+    }
+
+    /// Writes acknowledged to clients so far.
+    pub fn acknowledged(&self) -> u64 {
+        self.acks.len() as u64
+    }
+
+    /// The coverage so far: crashed replicas' counters and the live ones'.
+    pub fn coverage(&self) -> Coverage {
+        let mut coverage = self.coverage;
+        for slot in &self.nodes {
+            if let Some(node) = &slot.node {
+                add_counters(&mut coverage, node);
+            }
+        }
+        coverage
+    }
+
+    /// Checks the final logs (see [`Cluster::finish`]).
+    pub fn check_logs(&mut self) -> Result<(), Violation> {
+        into_result(self.check_final_logs())
     }
 
     /// Every replica's protocol state, for a violation report.
@@ -596,7 +723,7 @@ impl Cluster {
                 continue;
             }
             if self.rng.chance(u64::from(faults.crash_per_million), 1_000_000) {
-                self.crash(index);
+                self.maybe_crash(index);
             } else if self.rng.chance(u64::from(faults.pause_per_million), 1_000_000)
                 && self.nodes[index].paused_until_tick <= self.tick
             {
@@ -631,36 +758,40 @@ impl Cluster {
     }
 
     /// Crashes node `index` if the fault model allows it now.
-    fn crash(&mut self, index: usize) {
+    fn maybe_crash(&mut self, index: usize) {
         let power = self.rng.chance(u64::from(self.faults.power_loss_percent), 100);
         if !self.crash_allowed(index, power) {
             return;
         }
+        let during_io = self.rng.chance(u64::from(self.faults.crash_during_io_percent), 100);
+        self.crash_node(index, power, during_io);
+        self.nodes[index].restart_tick =
+            self.tick + 1 + self.rng.below(self.faults.restart_ticks_max);
+    }
+
+    fn crash_node(&mut self, index: usize, power: bool, during_io: bool) {
         self.coverage.crashes += 1;
         let slot = &mut self.nodes[index];
         let mut node = slot.node.take().expect("crash a live node");
+        add_counters(&mut self.coverage, &node);
         if power {
             self.coverage.power_losses += 1;
             let before = slot.sim.stats();
-            if node.has_io() && self.rng.chance(u64::from(self.faults.crash_during_io_percent), 100)
-            {
+            if during_io && node.has_io() {
                 self.coverage.crashes_during_io += 1;
                 let after_io = 1 + self.rng.below(16);
                 let _ = slot.sim.run_until_crash(node.run_io(), after_io);
             }
-            add_counters(&mut self.coverage, &node);
             drop(node);
             slot.sim.crash();
             let after = slot.sim.stats();
             self.coverage.torn_writes += after.writes_torn_at_crash - before.writes_torn_at_crash;
             self.coverage.writes_lost += after.writes_lost_at_crash - before.writes_lost_at_crash;
         } else {
-            add_counters(&mut self.coverage, &node);
             drop(node);
         }
         slot.inbox.clear();
         slot.paused_until_tick = 0;
-        slot.restart_tick = self.tick + 1 + self.rng.below(self.faults.restart_ticks_max);
         self.network.drop_endpoint_inbound(index);
     }
 
@@ -699,7 +830,10 @@ impl Cluster {
         })
     }
 
-    fn stop_faults(&mut self) {
+    /// Ends the fault phase: heals the network, makes it reliable, resumes paused nodes and
+    /// restarts crashed ones.
+    pub fn stop_faults(&mut self) {
+        self.faults_active = false;
         self.network.heal();
         self.network.set_config(NetworkConfig::reliable());
         self.heal_tick = u64::MAX;
@@ -879,12 +1013,14 @@ impl Cluster {
 
     fn drive_clients(&mut self) {
         let replicas = self.nodes.len();
-        let liveness = self.tick >= self.options.ticks;
+        let liveness = self.tick >= self.liveness_from_tick;
         for index in 0..self.clients.len() {
             let tick = self.tick;
             let client = &mut self.clients[index];
             if client.pending.is_none() && tick >= client.ready_tick {
-                if liveness && client.completed_late >= self.options.liveness_requests {
+                if !self.clients_active
+                    || (liveness && client.completed_late >= self.options.liveness_requests)
+                {
                     continue;
                 }
                 let request = client.next_request;
@@ -933,7 +1069,7 @@ impl Cluster {
                 self.coverage.acknowledged += 1;
                 client.pending = None;
                 client.ready_tick = tick + self.rng.below(5);
-                if tick >= self.options.ticks {
+                if tick >= self.liveness_from_tick {
                     client.completed_late += 1;
                 }
             }
@@ -1053,6 +1189,10 @@ impl Cluster {
         mix(&mut self.trace, (from as u64) << 16 | to as u64);
         mix(&mut self.trace, value);
     }
+}
+
+fn into_result(violation: Option<Violation>) -> Result<(), Violation> {
+    violation.map_or(Ok(()), Err)
 }
 
 fn add_counters(coverage: &mut Coverage, node: &SimNode) {
