@@ -112,7 +112,8 @@ const OFF_DO_VIEW_CHANGE_COMMIT: usize = OFF_DO_VIEW_CHANGE_OP + size_of::<u64>(
 const OFF_DO_VIEW_CHANGE_FAULTY_FROM: usize = OFF_DO_VIEW_CHANGE_COMMIT + size_of::<u64>();
 const OFF_DO_VIEW_CHANGE_LOG_VIEW: usize = OFF_DO_VIEW_CHANGE_FAULTY_FROM + size_of::<u64>();
 const OFF_DO_VIEW_CHANGE_HEADER_COUNT: usize = OFF_DO_VIEW_CHANGE_LOG_VIEW + size_of::<u32>();
-const OFF_DO_VIEW_CHANGE_RESERVED_TAIL: usize = OFF_DO_VIEW_CHANGE_HEADER_COUNT + size_of::<u32>();
+const OFF_DO_VIEW_CHANGE_FLAGS: usize = OFF_DO_VIEW_CHANGE_HEADER_COUNT + size_of::<u32>();
+const OFF_DO_VIEW_CHANGE_RESERVED_TAIL: usize = OFF_DO_VIEW_CHANGE_FLAGS + size_of::<u32>();
 const SIZE_DO_VIEW_CHANGE_RESERVED_TAIL: usize = HEADER_SIZE - OFF_DO_VIEW_CHANGE_RESERVED_TAIL;
 
 // `Command::StartView` region; the prepare headers are the body.
@@ -149,6 +150,11 @@ const VIEW_HEADER_FLAGS_KNOWN: u8 = VIEW_HEADER_FLAG_PRESENT | VIEW_HEADER_FLAG_
 /// [`RequestPrepare::flags`] bit: `checksum` names the wanted prepare. Without it the request asks
 /// for the op the responder has committed, and `checksum` must be zero.
 pub const REQUEST_PREPARE_FLAG_CHECKSUM: u32 = 1 << 0;
+/// [`DoViewChange::flags`] bit: the sender has not restarted since its log view began for it
+/// (it installed that view's StartView or started the view), so it knows every header of that
+/// view's starting log; a restart loses those headers it held without bodies.
+pub const DO_VIEW_CHANGE_FLAG_LOG_COMPLETE: u32 = 1 << 0;
+const DO_VIEW_CHANGE_FLAGS_KNOWN: u32 = DO_VIEW_CHANGE_FLAG_LOG_COMPLETE;
 const REQUEST_PREPARE_FLAGS_KNOWN: u32 = REQUEST_PREPARE_FLAG_CHECKSUM;
 
 const _: () = assert!(SIZE_COMMON_PREFIX == 32);
@@ -167,7 +173,7 @@ const _: () = assert!(OFF_COMMIT_RESERVED_TAIL == 36);
 const _: () = assert!(COMMIT_ENTRY_SIZE == 24);
 const _: () = assert!(OFF_START_VIEW_CHANGE_RESERVED_TAIL == 40);
 const _: () = assert!(OFF_DO_VIEW_CHANGE_LOG_VIEW == 64);
-const _: () = assert!(OFF_DO_VIEW_CHANGE_RESERVED_TAIL == 72);
+const _: () = assert!(OFF_DO_VIEW_CHANGE_FLAGS == 72 && OFF_DO_VIEW_CHANGE_RESERVED_TAIL == 76);
 const _: () = assert!(OFF_START_VIEW_HEADER_COUNT == 64);
 const _: () = assert!(OFF_START_VIEW_RESERVED_TAIL == 68);
 const _: () = assert!(OFF_REQUEST_START_VIEW_RESERVED_TAIL == 48);
@@ -502,6 +508,8 @@ pub struct DoViewChange {
     pub log_view: u32,
     /// Number of prepare headers (and flag bytes) in the body.
     pub header_count: u32,
+    /// Bit set: [`DO_VIEW_CHANGE_FLAG_LOG_COMPLETE`]; other bits must be zero.
+    pub flags: u32,
 }
 
 /// The per-command fields of a start-view: the primary of the header's `view` announces its
@@ -762,6 +770,14 @@ impl Header {
             Some(fields) => fields,
             None => return Err(HeaderError::UnknownCommand(command_byte)),
         };
+        if let Fields::DoViewChange(dvc) = &fields
+            && dvc.flags & !DO_VIEW_CHANGE_FLAGS_KNOWN != 0
+        {
+            return Err(HeaderError::UnknownFlags {
+                offset: OFF_DO_VIEW_CHANGE_FLAGS,
+                flags: dvc.flags,
+            });
+        }
         if let Fields::RequestPrepare(request) = &fields {
             let unknown = request.flags & !REQUEST_PREPARE_FLAGS_KNOWN;
             if unknown != 0 {
@@ -915,6 +931,9 @@ impl Header {
                 "{:?} body length disagrees with its count field",
                 fields.command()
             );
+        }
+        if let Fields::DoViewChange(dvc) = &fields {
+            assert_eq!(dvc.flags & !DO_VIEW_CHANGE_FLAGS_KNOWN, 0, "unknown flags");
         }
         if let Fields::RequestPrepare(request) = &fields {
             assert_eq!(request.flags & !REQUEST_PREPARE_FLAGS_KNOWN, 0, "unknown flags");
@@ -1358,6 +1377,7 @@ fn encode_fields(bytes: &mut [u8; HEADER_SIZE], fields: &Fields) {
             put_u64(bytes, OFF_DO_VIEW_CHANGE_FAULTY_FROM, dvc.faulty_from);
             put_u32(bytes, OFF_DO_VIEW_CHANGE_LOG_VIEW, dvc.log_view);
             put_u32(bytes, OFF_DO_VIEW_CHANGE_HEADER_COUNT, dvc.header_count);
+            put_u32(bytes, OFF_DO_VIEW_CHANGE_FLAGS, dvc.flags);
         }
         Fields::StartView(start_view) => {
             put_u64(bytes, OFF_START_VIEW_GROUP, start_view.group);
@@ -1408,6 +1428,7 @@ fn decode_fields(bytes: &[u8; HEADER_SIZE], command: Command) -> Option<Fields> 
             faulty_from: get_u64(bytes, OFF_DO_VIEW_CHANGE_FAULTY_FROM),
             log_view: get_u32(bytes, OFF_DO_VIEW_CHANGE_LOG_VIEW),
             header_count: get_u32(bytes, OFF_DO_VIEW_CHANGE_HEADER_COUNT),
+            flags: get_u32(bytes, OFF_DO_VIEW_CHANGE_FLAGS),
         }),
         Command::StartView => Fields::StartView(StartView {
             group: get_u64(bytes, OFF_START_VIEW_GROUP),
@@ -1984,6 +2005,7 @@ mod tests {
             faulty_from: 0x3132_3334_3536_3738,
             log_view: 3,
             header_count: headers.len() as u32,
+            flags: 0,
         };
         (Header::do_view_change(CLUSTER, 4, 2, fields, &body), body)
     }
@@ -2151,8 +2173,15 @@ mod tests {
                         let flags = &flags[..headers.len()];
                         let body = encode_view_headers(&headers, Some(flags));
                         let header_count = headers.len() as u32;
-                        let fields =
-                            DoViewChange { group, op, commit, faulty_from, log_view, header_count };
+                        let fields = DoViewChange {
+                            group,
+                            op,
+                            commit,
+                            faulty_from,
+                            log_view,
+                            header_count,
+                            flags: (op & 1) as u32,
+                        };
                         (Header::do_view_change(cluster, view, replica, fields, &body), body)
                     }
                 ),
@@ -2300,7 +2329,7 @@ mod tests {
             (Command::PrepareOk, 196),
             (Command::Commit, 220),
             (Command::StartViewChange, 216),
-            (Command::DoViewChange, 184),
+            (Command::DoViewChange, 180),
             (Command::StartView, 188),
             (Command::RequestStartView, 208),
             (Command::RequestPrepare, 200),

@@ -102,7 +102,16 @@ pub fn encode(cluster: u64, from: u8, group: u64, message: &Message) -> Bytes {
             let fields = wire::StartViewChange { group };
             (Header::start_view_change(cluster, *view, from, fields), Bytes::new())
         }
-        Message::DoViewChange { view, log_view, op, commit, faulty_from, headers, flags } => {
+        Message::DoViewChange {
+            view,
+            log_view,
+            op,
+            commit,
+            faulty_from,
+            log_complete,
+            headers,
+            flags,
+        } => {
             let body = wire::encode_view_headers(headers, Some(flags));
             let fields = wire::DoViewChange {
                 group,
@@ -111,6 +120,7 @@ pub fn encode(cluster: u64, from: u8, group: u64, message: &Message) -> Bytes {
                 faulty_from: faulty_from.unwrap_or(0),
                 log_view: *log_view,
                 header_count: headers.len() as u32,
+                flags: if *log_complete { wire::DO_VIEW_CHANGE_FLAG_LOG_COMPLETE } else { 0 },
             };
             (Header::do_view_change(cluster, *view, from, fields, &body), Bytes::from(body))
         }
@@ -223,6 +233,7 @@ pub fn decode(
                 op: f.op,
                 commit: f.commit,
                 faulty_from: (f.faulty_from != 0).then_some(f.faulty_from),
+                log_complete: f.flags & wire::DO_VIEW_CHANGE_FLAG_LOG_COMPLETE != 0,
                 headers,
                 flags,
             };
@@ -288,6 +299,7 @@ mod tests {
                 op: 2,
                 commit: 1,
                 faulty_from: Some(2),
+                log_complete: true,
                 headers: vec![h1, h2],
                 flags: vec![FLAG_PRESENT, 0],
             },
@@ -297,6 +309,7 @@ mod tests {
                 op: 0,
                 commit: 0,
                 faulty_from: None,
+                log_complete: false,
                 headers: vec![],
                 flags: vec![],
             },
@@ -308,7 +321,9 @@ mod tests {
         for message in messages {
             let packet = encode(9, 1, 3, &message);
             let (from, decoded) = decode(9, &packet, &LIMITS).unwrap();
-            assert_eq!((from, decoded), (1, vec![(3, message)]));
+            // A prepare names its preparer (replica 0 here), whoever relays it.
+            let sender = if matches!(message, Message::Prepare { .. }) { 0 } else { 1 };
+            assert_eq!((from, decoded), (sender, vec![(3, message)]));
         }
     }
 

@@ -57,6 +57,9 @@ pub enum Message {
         /// Every op from this one on may have existed on the sender's disk and been lost
         /// (faulty): the sender never nacks them.
         faulty_from: Option<u64>,
+        /// The sender has not restarted since its log view began for it, so it knows every
+        /// header of that view's starting log.
+        log_complete: bool,
         /// Headers from the commit point (or the top `view_headers_max`) up to `op`, ascending.
         headers: Vec<Header>,
         /// Per header: [`FLAG_PRESENT`] when the body is held, [`FLAG_NACK`] when the sender

@@ -132,6 +132,7 @@ struct DoViewChange {
     op: u64,
     commit: u64,
     faulty_from: Option<u64>,
+    log_complete: bool,
     headers: BTreeMap<u64, (Header, u8)>,
 }
 
@@ -140,10 +141,14 @@ impl DoViewChange {
         self.faulty_from.is_some_and(|from| op >= from)
     }
 
-    /// Whether the sender provably never acknowledged `header` (DESIGN.md §4): it lacks the op,
-    /// holds another prepare there, or holds the header without the body; never for an op in
-    /// its faulty suffix.
+    /// Whether the sender provably never acknowledged `header` at `op` (DESIGN.md §4): it was
+    /// never normal in a view that could have acknowledged it (its log view is below the view
+    /// the op was prepared in), or — outside its faulty suffix — it lacks the op, holds another
+    /// prepare there, or holds the header without the body.
     fn nacks(&self, op: u64, header: Option<&Header>) -> bool {
+        if header.is_some_and(|h| self.log_view < h.view) {
+            return true;
+        }
         if self.faulty(op) {
             return false;
         }
@@ -550,12 +555,21 @@ impl Replica {
                 self.on_commit(from, view, commit, commit_checksum);
             }
             Message::StartViewChange { view } => self.on_start_view_change(from, view),
-            Message::DoViewChange { view, log_view, op, commit, faulty_from, headers, flags } => {
+            Message::DoViewChange {
+                view,
+                log_view,
+                op,
+                commit,
+                faulty_from,
+                log_complete,
+                headers,
+                flags,
+            } => {
                 if headers.len() != flags.len() || headers.len() > self.config.view_headers_max {
                     return;
                 }
                 let Some(headers) = self.checked_headers(&headers, Some(&flags)) else { return };
-                let dvc = DoViewChange { log_view, op, commit, faulty_from, headers };
+                let dvc = DoViewChange { log_view, op, commit, faulty_from, log_complete, headers };
                 self.on_do_view_change(from, view, dvc);
             }
             Message::StartView { view, op, commit, nonce, headers } => {
@@ -917,14 +931,28 @@ impl Replica {
         let primary = self.config.primary_of(view);
         let message = self.build_do_view_change();
         if primary == self.config.replica {
-            let Message::DoViewChange { log_view, op, commit, faulty_from, headers, flags, .. } =
-                message
+            let Message::DoViewChange {
+                log_view,
+                op,
+                commit,
+                faulty_from,
+                log_complete,
+                headers,
+                flags,
+                ..
+            } = message
             else {
                 unreachable!("built a DoViewChange");
             };
             let headers = headers.into_iter().zip(flags).map(|(h, f)| (prepare(&h).op, (h, f)));
-            let dvc =
-                DoViewChange { log_view, op, commit, faulty_from, headers: headers.collect() };
+            let dvc = DoViewChange {
+                log_view,
+                op,
+                commit,
+                faulty_from,
+                log_complete,
+                headers: headers.collect(),
+            };
             self.do_view_changes.insert(self.config.replica, dvc);
             self.try_merge();
         } else {
@@ -941,6 +969,7 @@ impl Replica {
             op: self.op,
             commit: self.commit_max.min(self.op_appended),
             faulty_from: self.faulty_from,
+            log_complete: !self.needs_start_view,
             headers,
             flags,
         }
@@ -1000,7 +1029,6 @@ impl Replica {
             .filter(|d| d.log_view == log_view)
             .max_by_key(|d| d.op)
             .expect("one has the highest log view");
-        let commit_max = dvcs.values().map(|d| d.commit).max().expect("quorum");
         let mut canonical: BTreeMap<u64, Header> = BTreeMap::new();
         for dvc in dvcs.values().filter(|d| d.log_view == log_view) {
             for (&op, (header, _)) in &dvc.headers {
@@ -1010,14 +1038,32 @@ impl Replica {
                 }
             }
         }
-        let mut top = best.op;
+        // Committed ops belong to every later log, wherever they are found: a canonical
+        // replica that restarted may know less of its view's log than another replica
+        // committed.
+        let committer = dvcs.values().max_by_key(|d| d.commit).expect("quorum");
+        let commit_max = committer.commit;
+        for (&op, (header, _)) in committer.headers.range(..=commit_max) {
+            canonical.insert(op, *header);
+        }
+        let mut top = best.op.max(commit_max);
         let nack_quorum = self.config.nack_quorum();
-        let nacks = |op: u64, header: Option<&Header>| {
-            dvcs.values().filter(|d| d.nacks(op, header)).count()
-        };
-        // An op above the best head may have existed on a replica whose suffix is faulty.
-        let unknown_nacks = nacks(top + 1, None);
-        if unknown_nacks < nack_quorum {
+        let nacks =
+            |op: u64, header: &Header| dvcs.values().filter(|d| d.nacks(op, Some(header))).count();
+        // The op above the merged head must be provably dead in both its possible forms: one
+        // prepared in the canonical log view or later (only replicas normal in that view could
+        // have acknowledged it), and one of an older view that a replica with a lower log view
+        // holds or may have lost (committed only if the canonical view's starting log held it,
+        // which only a canonical replica that never restarted since knows).
+        let unknown = top + 1;
+        let newer_nacks = dvcs
+            .values()
+            .filter(|d| d.log_view < log_view || (!d.faulty(unknown) && d.op < unknown))
+            .count();
+        let older_possible =
+            dvcs.values().any(|d| d.log_view < log_view && (d.faulty(unknown) || d.op >= unknown));
+        let refuted = dvcs.values().any(|d| d.log_view == log_view && d.log_complete);
+        if newer_nacks < nack_quorum || (older_possible && !refuted) {
             if !self.config.unclean_recovery {
                 self.counters.merges_stalled += 1;
                 return;
@@ -1025,16 +1071,15 @@ impl Replica {
             self.counters.unclean_ops_lost += 1;
         }
         while top > commit_max {
-            let header = canonical.get(&top);
+            let Some(header) = canonical.get(&top) else {
+                // Neither known nor provably dead: wait.
+                self.counters.merges_stalled += 1;
+                return;
+            };
             let count = nacks(top, header);
             #[cfg(feature = "canary-nack-faulty")]
             let count = count.max(dvcs.values().filter(|d| d.faulty(top)).count());
             if count < nack_quorum {
-                if header.is_none() {
-                    // Neither proven dead nor known: wait.
-                    self.counters.merges_stalled += 1;
-                    return;
-                }
                 break;
             }
             self.counters.ops_nacked += 1;

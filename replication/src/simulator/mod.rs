@@ -131,9 +131,17 @@ pub struct SimOptions {
     pub faults: Option<FaultProfile>,
     /// The durability mode; `None` draws one from the seed.
     pub mode: Option<Mode>,
+    /// Print every replica message of this group to stderr as it is delivered (debugging a
+    /// failing seed).
+    pub trace_group: Option<u64>,
 }
 
 impl SimOptions {
+    /// The fault profile this seed draws when `faults` is `None`.
+    pub fn drawn_faults(&self) -> FaultProfile {
+        FaultProfile::swarm(&mut SimRng::new(self.seed))
+    }
+
     /// The CI defaults for `seed`: three replicas, two groups, 20,000 ticks of swarm faults.
     pub fn new(seed: u64) -> SimOptions {
         SimOptions {
@@ -146,6 +154,7 @@ impl SimOptions {
             liveness_requests: 3,
             faults: None,
             mode: None,
+            trace_group: None,
         }
     }
 }
@@ -384,6 +393,7 @@ pub struct Cluster {
     /// Faults are injected while true (the fault phase of [`run`]); scripted runs drive their
     /// own.
     faults_active: bool,
+    crashes_due: Vec<usize>,
     clients_active: bool,
     liveness_from_tick: u64,
     coverage: Coverage,
@@ -419,6 +429,7 @@ impl Cluster {
             acks: Vec::new(),
             heal_tick: u64::MAX,
             faults_active: options.faults != Some(FaultProfile::none()),
+            crashes_due: Vec::new(),
             clients_active: true,
             liveness_from_tick: u64::MAX,
             coverage: Coverage::default(),
@@ -533,6 +544,11 @@ impl Cluster {
                 node.on_tick();
             }
         }
+        for index in std::mem::take(&mut self.crashes_due) {
+            if self.nodes[index].node.is_some() {
+                self.maybe_crash(index);
+            }
+        }
         into_result(self.run_io())?;
         into_result(self.collect())?;
         self.drive_clients();
@@ -607,7 +623,9 @@ impl Cluster {
     /// The node whose replica of `group` is a normal primary in the highest view, if any.
     pub fn primary(&self, group: u64) -> Option<usize> {
         (0..self.nodes.len())
-            .filter_map(|n| self.replica(n, group).filter(|r| r.is_primary()).map(|r| (r.view(), n)))
+            .filter_map(|n| {
+                self.replica(n, group).filter(|r| r.is_primary()).map(|r| (r.view(), n))
+            })
             .max()
             .map(|(_, n)| n)
     }
@@ -723,7 +741,9 @@ impl Cluster {
                 continue;
             }
             if self.rng.chance(u64::from(faults.crash_per_million), 1_000_000) {
-                self.maybe_crash(index);
+                // Struck later in the step, once this tick's deliveries queued writes, so a
+                // power loss can land in the middle of an I/O round.
+                self.crashes_due.push(index);
             } else if self.rng.chance(u64::from(faults.pause_per_million), 1_000_000)
                 && self.nodes[index].paused_until_tick <= self.tick
             {
@@ -922,6 +942,9 @@ impl Cluster {
             let Some(node) = slot.node.as_mut() else { continue };
             match packet {
                 Packet::Replica(bytes) => {
+                    if let Some(traced) = self.options.trace_group {
+                        trace_message(self.tick, from, to, traced, &bytes);
+                    }
                     // A packet a node cannot decode is its problem to count, never a panic.
                     let _ = node.on_packet(from as u8, &bytes);
                 }
@@ -1188,6 +1211,53 @@ impl Cluster {
         mix(&mut self.trace, self.tick);
         mix(&mut self.trace, (from as u64) << 16 | to as u64);
         mix(&mut self.trace, value);
+    }
+}
+
+/// Prints one delivered replica message of `group` (the debugging trace of `trace_group`).
+fn trace_message(tick: u64, from: usize, to: usize, group: u64, bytes: &Bytes) {
+    let limits = crate::codec::CodecLimits {
+        message_size_bytes_max: usize::MAX,
+        view_headers_max: usize::MAX,
+        commit_entries_max: usize::MAX,
+    };
+    let Ok((_, messages)) = crate::codec::decode(0x5ea1, bytes, &limits) else { return };
+    for (g, message) in messages {
+        if g != group {
+            continue;
+        }
+        let detail = match &message {
+            crate::message::Message::Prepare { header, .. } => {
+                let p = header.as_prepare().expect("prepare");
+                format!(
+                    "op {} view {} commit {} sum {:#x}",
+                    p.op, header.view, p.commit, header.checksum_header
+                )
+            }
+            crate::message::Message::DoViewChange { headers, flags, .. } => {
+                let ops: Vec<String> = headers
+                    .iter()
+                    .zip(flags)
+                    .rev()
+                    .take(4)
+                    .map(|(h, f)| format!("{}@{}/{f}", h.as_prepare().expect("prepare").op, h.view))
+                    .collect();
+                format!("{message:?}").split(", headers").next().unwrap_or("").to_string()
+                    + &format!(" top {ops:?}")
+            }
+            crate::message::Message::StartView { headers, .. } => {
+                let ops: Vec<String> = headers
+                    .iter()
+                    .rev()
+                    .take(4)
+                    .map(|h| format!("{}@{}", h.as_prepare().expect("prepare").op, h.view))
+                    .collect();
+                format!("{message:?}").split(", headers").next().unwrap_or("").to_string()
+                    + &format!(" top {ops:?}")
+            }
+            other => format!("{other:?}"),
+        };
+        eprintln!("{tick:>6} {from}->{to} {} {detail}", message.name());
     }
 }
 
