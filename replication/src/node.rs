@@ -523,3 +523,85 @@ async fn newest_headers<S: Storage>(
     }
     Ok(headers)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Sent(Vec<(u8, Bytes)>);
+
+    impl Transport for Sent {
+        fn send(&mut self, to: u8, packet: Bytes) {
+            self.0.push((to, packet));
+        }
+    }
+
+    struct Zero;
+
+    impl Clock for Zero {
+        fn now_ms(&self) -> i64 {
+            0
+        }
+    }
+
+    fn node(sim: &Sim, held_messages_max: usize) -> Node<SimStorage, Sent, Zero> {
+        let config = NodeConfig {
+            node: 0,
+            replica: ReplicaConfig::new(1, 0, 3, 0),
+            message_size_bytes_max: 1 << 20,
+            held_messages_max,
+        };
+        let shard = ShardConfig { cluster: 1, ..ShardConfig::small() };
+        let open =
+            Node::open(sim.storage(), Path::new("/d"), shard, config, Sent::default(), Zero, 3);
+        let (mut node, _) = sim.block_on(open).unwrap();
+        // Group 1: the primary of view 0 is node 1, so node 0 is a backup that will vote.
+        let group = GroupConfig {
+            segment_size_bytes: 1 << 20,
+            record_size_bytes_max: 4096,
+            ..GroupConfig::default()
+        };
+        sim.block_on(node.create_group(1, group)).unwrap();
+        node
+    }
+
+    /// A vote reveals a view that is not durable until the node's I/O round: the node holds the
+    /// StartViewChange messages back, within `held_messages_max`, and sends them once durable.
+    #[test]
+    fn messages_wait_for_durability_within_their_bound() {
+        let sim = Sim::new(1, SimConfig::default());
+        let mut node = node(&sim, 1);
+        for _ in 0..300 {
+            node.on_tick();
+        }
+        assert!(
+            node.transport.0.is_empty(),
+            "nothing revealing the vote left before it is durable"
+        );
+        let counters = node.counters();
+        assert!(counters.messages_held >= 2 && counters.held_dropped >= 1, "{counters:?}");
+        assert_eq!(node.held.len(), 1, "the bound holds");
+        sim.block_on(node.run_io());
+        assert!(!node.transport.0.is_empty(), "released once the view is durable");
+        assert!(node.held.is_empty());
+    }
+
+    #[test]
+    fn a_packet_from_another_cluster_or_sender_is_refused_and_counted() {
+        let sim = Sim::new(2, SimConfig::default());
+        let mut node = node(&sim, 8);
+        let foreign = codec::encode(2, 1, 1, &Message::StartViewChange { view: 1 });
+        assert!(matches!(node.on_packet(1, &foreign), Err(DecodeError::Invalid("cluster"))));
+        let spoofed = codec::encode(1, 2, 1, &Message::StartViewChange { view: 1 });
+        assert!(matches!(node.on_packet(1, &spoofed), Err(DecodeError::Invalid("sender"))));
+        let unknown = codec::encode(1, 1, 99, &Message::StartViewChange { view: 1 });
+        assert!(node.on_packet(1, &unknown).is_ok());
+        let counters = node.counters();
+        assert_eq!((counters.packets_rejected, counters.messages_unknown_group), (2, 1));
+    }
+}

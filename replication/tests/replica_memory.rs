@@ -331,3 +331,28 @@ fn all_replicas_restarting_at_once_come_back_with_their_log() {
     cluster.tick(20);
     assert_eq!(cluster.committed_reply(request), Some(6));
 }
+
+/// The pipeline bound (`pipeline_prepares_max`): with no backup acknowledging, the primary takes
+/// exactly that many requests, refuses the next with TransientNotAccepted (never entered the
+/// log), and commits them all once the backups are back.
+#[test]
+fn the_primary_pipeline_is_bounded_and_refuses_beyond_it() {
+    let mut cluster = Cluster::new(3);
+    let primary = cluster.primary().unwrap();
+    for backup in 0..3 {
+        if backup != primary {
+            cluster.cut.push((primary, backup));
+        }
+    }
+    let bound = cluster.config.pipeline_prepares_max;
+    let accepted: Vec<u64> = (0..bound).map(|_| cluster.request(primary)).collect();
+    let refused = cluster.request(primary);
+    assert!(cluster.replies.iter().all(|(r, _)| *r == refused), "only the extra one answered");
+    assert_eq!(cluster.replies, vec![(refused, ReplyResult::TransientNotAccepted)]);
+    assert_eq!(cluster.replica(primary).op(), bound);
+    cluster.cut.clear();
+    cluster.tick(50);
+    for request in accepted {
+        assert!(cluster.committed_reply(request).is_some(), "request {request} commits");
+    }
+}
