@@ -1180,6 +1180,12 @@ impl<S: Storage> PartitionLog<S> {
             .await
             .map_err(|e| Error::io("zeroing the truncated tail", e))?;
         file.sync_data().await.map_err(|e| Error::io("syncing the truncated tail", e))?;
+        // Everything further that the truncated ops occupied goes too: a view change may
+        // re-append byte-identical prepares at the same positions, and the scan must then stop
+        // where the new log ends instead of chaining on into the old, dead records.
+        let base = segment.base_offset;
+        self.rewrite_window(base, block_start + 2 * block).await?;
+        let segment = self.segments.last_mut().expect("the segment holding op remains");
         if segment.settled {
             let index_path = self.dir.join(index_name(segment.base_offset));
             if self

@@ -191,6 +191,57 @@ fn ops_of_an_older_view_readopted_after_a_truncation_append_and_survive_a_crash(
     }
 }
 
+/// Regression (found reading the fence change): a truncation zeroed only two blocks at the cut.
+/// When a view change re-appends byte-identical prepares at the same positions, a power loss
+/// may keep their full blocks but lose the unsynced tail block; past the two zeroed blocks that
+/// tail held the old, truncated records, which chain on the re-appended ones, so recovery
+/// resurrected a dead op and skipped the newer one in the journal. Now the cut zeroes, durably,
+/// everything the truncated ops occupied. A `replicated` group, whose segment writes are not
+/// synced per cycle; many seeds, because which writes a crash keeps is the seed's choice.
+#[test]
+fn readopted_identical_prepares_never_chain_into_the_old_truncated_records() {
+    for seed in 0..48 {
+        let sim = Sim::new(seed, SimConfig::default());
+        let dir = Path::new("/data/shard-0");
+        let mut shard = open(&sim, dir);
+        sim.block_on(shard.create_group(GROUP, group_config(Durability::Replicated))).unwrap();
+        let mut prepares = Vec::new();
+        for i in 0..40 {
+            let next = shard.next(GROUP).unwrap();
+            let body = batch(1, 3_000 + i as usize, i);
+            let fields = Prepare { record_count: 1, append_time_ms: i, ..Prepare::default() };
+            let header = build_prepare(&next, 1, 0, fields, &body);
+            shard.append(GROUP, &header, &body).unwrap();
+            prepares.push((header, body));
+        }
+        sim.block_on(shard.truncate_after(GROUP, 30, 2)).unwrap();
+        for (header, body) in &prepares[30..38] {
+            shard.append(GROUP, header, body).unwrap();
+        }
+        let next = shard.next(GROUP).unwrap();
+        let body = batch(1, 10, 99);
+        let fields = Prepare { record_count: 1, ..Prepare::default() };
+        let header = build_prepare(&next, 3, 0, fields, &body);
+        shard.append(GROUP, &header, &body).unwrap();
+        for _ in 0..3 {
+            sim.block_on(shard.flush()).unwrap();
+        }
+        drop(shard);
+        sim.crash();
+        let mut shard = open(&sim, dir);
+        let log = shard.group_mut(GROUP).unwrap();
+        // Unsynced writes may be lost, so the head may be anywhere from the cut on; whatever
+        // survived must be the new log, never a truncated op.
+        let head = log.head_op();
+        assert!((30..=39).contains(&head), "seed {seed}: head {head}");
+        for op in 31..=head {
+            let stored = sim.block_on(log.read_op(op)).unwrap().unwrap();
+            let expected = if op == 39 { header } else { prepares[op as usize - 1].0 };
+            assert_eq!(stored.header, expected, "seed {seed}: op {op} is a truncated op");
+        }
+    }
+}
+
 #[test]
 fn sixty_four_concurrent_persisted_appends_cost_one_journal_sync_and_at_most_one_superblock_write()
 {
