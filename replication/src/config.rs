@@ -37,6 +37,8 @@ pub struct ReplicaConfig {
     pub prepare_retry_ticks_max: u64,
     /// A replica missing prepares asks again this often.
     pub repair_interval_ticks: u64,
+    /// Prepares one repair round asks for at most.
+    pub repair_prepares_max: usize,
     /// A restarted replica probes for a StartView this often.
     pub start_view_probe_interval_ticks: u64,
     /// Unanswered probes after which a restarted replica starts a view change itself.
@@ -65,6 +67,7 @@ impl ReplicaConfig {
             prepare_retry_ticks_min: 50 / TICK_MS,
             prepare_retry_ticks_max: 1_000 / TICK_MS,
             repair_interval_ticks: 50 / TICK_MS,
+            repair_prepares_max: 16,
             start_view_probe_interval_ticks: 200 / TICK_MS,
             start_view_probes_max: 5,
             stamp_batches: true,
@@ -113,6 +116,9 @@ impl ReplicaConfig {
             if ticks == 0 {
                 return Err(format!("{name} must be at least 1"));
             }
+        }
+        if self.repair_prepares_max == 0 {
+            return Err("repair_prepares_max must be at least 1".into());
         }
         if self.prepare_retry_ticks_max < self.prepare_retry_ticks_min {
             return Err("prepare_retry_ticks_max below prepare_retry_ticks_min".into());

@@ -201,6 +201,9 @@ pub struct Replica {
     /// was proven dead by the view change that produced it).
     faulty_clear_op: Option<u64>,
     log: BTreeMap<u64, Entry>,
+    /// Committed ops a repair brought ahead of their predecessors (at most
+    /// `repair_prepares_max`), waiting for the chain to reach them.
+    repaired: BTreeMap<u64, (Header, Bytes)>,
     // Primary.
     pipeline: BTreeMap<u64, InFlight>,
     last_heard_tick: Vec<u64>,
@@ -301,6 +304,7 @@ impl Replica {
             faulty_from: None,
             faulty_clear_op: None,
             log: BTreeMap::new(),
+            repaired: BTreeMap::new(),
             pipeline: BTreeMap::new(),
             last_heard_tick: vec![0; usize::from(config.replica_count)],
             next_commit_tick: 0,
@@ -642,12 +646,13 @@ impl Replica {
             self.log.insert(fields.op, Entry { header, body: Some(body) });
             self.op = fields.op;
             self.commit_max = self.commit_max.max(fields.commit);
-        } else if fields.op == self.op_appended + 1
+        } else if fields.op > self.op_appended
             && fields.op <= self.commit_max
-            && self.links_to_appended(&header)
+            && fields.op - self.op_appended <= self.config.repair_prepares_max as u64
         {
-            self.log.insert(fields.op, Entry { header, body: Some(body) });
-            self.op = self.op.max(fields.op);
+            // A committed op (canonical wherever it comes from), perhaps ahead of its
+            // predecessors: it joins the log once the chain reaches and vouches for it.
+            self.repaired.insert(fields.op, (header, body));
         } else {
             return;
         }
@@ -805,28 +810,35 @@ impl Replica {
         if primary == self.config.replica {
             return;
         }
-        if let Some(message) = self.next_missing() {
+        let requests = self.missing_requests();
+        if !requests.is_empty() {
             self.next_repair_tick = self.tick + self.config.repair_interval_ticks;
-            self.counters.repairs_requested += 1;
+            self.counters.repairs_requested += requests.len() as u64;
+        }
+        for message in requests {
             self.send(primary, message);
         }
     }
 
-    /// The request for the lowest body the log lacks, if any.
-    fn next_missing(&self) -> Option<Message> {
-        let op = self.op_appended + 1;
-        if let Some(entry) = self.log.get(&op) {
-            if entry.body.is_none() {
-                let checksum = Some(entry.header.checksum_header);
-                return Some(Message::RequestPrepare { view: self.view, op, checksum });
+    /// Requests for the lowest bodies the log lacks (at most `repair_prepares_max`): by
+    /// checksum where the header is known, as "the committed op" where it is not.
+    fn missing_requests(&self) -> Vec<Message> {
+        let mut requests = Vec::new();
+        let last = self.op.max(self.commit_max);
+        let mut op = self.op_appended + 1;
+        while op <= last && requests.len() < self.config.repair_prepares_max {
+            let checksum = match self.log.get(&op) {
+                Some(entry) if entry.body.is_none() => Some(Some(entry.header.checksum_header)),
+                Some(_) => None,
+                None if op <= self.commit_max && !self.repaired.contains_key(&op) => Some(None),
+                None => None,
+            };
+            if let Some(checksum) = checksum {
+                requests.push(Message::RequestPrepare { view: self.view, op, checksum });
             }
-            return None;
+            op += 1;
         }
-        (op <= self.commit_max).then_some(Message::RequestPrepare {
-            view: self.view,
-            op,
-            checksum: None,
-        })
+        requests
     }
 
     fn on_request_prepare(&mut self, from: u8, op: u64, checksum: Option<u32>) {
@@ -1161,10 +1173,11 @@ impl Replica {
             return;
         }
         merge.next_fetch_tick = self.tick + self.config.repair_interval_ticks;
-        let Some(message) = self.next_missing() else { return };
-        self.counters.repairs_requested += 1;
-        for to in self.peers() {
-            self.send(to, message.clone());
+        for message in self.missing_requests() {
+            self.counters.repairs_requested += 1;
+            for to in self.peers() {
+                self.send(to, message.clone());
+            }
         }
     }
 
@@ -1349,15 +1362,30 @@ impl Replica {
 
     /// Hands the driver every body that now continues the appended chain.
     fn append_ready_bodies(&mut self) {
-        while let Some(entry) = self.log.get(&(self.op_appended + 1)) {
-            let Some(body) = entry.body.clone() else { break };
-            let header = entry.header;
+        loop {
+            let next = self.op_appended + 1;
+            let (header, body) = match self.log.get(&next) {
+                Some(Entry { header, body: Some(body) }) => (*header, body.clone()),
+                Some(Entry { body: None, .. }) => break,
+                None => {
+                    let Some((header, body)) = self.repaired.remove(&next) else { break };
+                    if !self.links_to_appended(&header) {
+                        // Not the committed op after ours: a peer's divergent answer.
+                        continue;
+                    }
+                    self.log.insert(next, Entry { header, body: Some(body.clone()) });
+                    self.op = self.op.max(next);
+                    (header, body)
+                }
+            };
             if !self.links_to_appended(&header) {
-                fatal!(self, "op {} does not continue the appended chain", prepare(&header).op);
+                fatal!(self, "op {next} does not continue the appended chain");
             }
-            self.op_appended += 1;
+            self.op_appended = next;
             self.ready.writes.push(Write::Append { header, body });
         }
+        let appended = self.op_appended;
+        self.repaired.retain(|&op, _| op > appended);
         if self.status == Status::Normal
             && self.faulty_clear_op.is_some_and(|op| self.op_appended >= op)
         {
