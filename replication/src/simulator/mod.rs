@@ -18,6 +18,7 @@
 //! heals everything and requires every client to finish.
 
 pub mod network;
+mod script;
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
