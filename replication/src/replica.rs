@@ -658,6 +658,10 @@ impl Replica {
         }
         self.append_ready_bodies();
         self.commit_up_to(self.commit_max);
+        #[cfg(feature = "canary-send-before-persist")]
+        if self.status == Status::Normal && !self.is_primary() {
+            self.acknowledge_head();
+        }
     }
 
     fn on_prepare_ok(&mut self, from: u8, view: u32, op: u64, checksum: u32) {
@@ -791,6 +795,10 @@ impl Replica {
         if self.log_view != self.view {
             return;
         }
+        // Canary (DESIGN.md §7): acknowledge what is appended, before it is durable.
+        #[cfg(feature = "canary-send-before-persist")]
+        let op = self.op_appended;
+        #[cfg(not(feature = "canary-send-before-persist"))]
         let op = self.op_durable;
         let message = Message::PrepareOk {
             view: self.view,
@@ -912,6 +920,13 @@ impl Replica {
         if self.votes.get(&from).is_none_or(|(voted, _)| *voted <= view) {
             self.votes.insert(from, (view, self.tick));
         }
+        // Canary (DESIGN.md §7): join a view change on receipt, as the paper does, so a backup
+        // cut off one way can depose a healthy primary.
+        #[cfg(feature = "canary-join-on-receipt")]
+        if self.status == Status::Normal && view > self.view {
+            self.start_view_change(view);
+            return;
+        }
         // No joining on receipt: only a replica that voted on its own timeout counts votes.
         if self.status == Status::ViewChange && view == self.view {
             self.check_votes();
@@ -922,10 +937,6 @@ impl Replica {
         if self.status != Status::ViewChange || self.do_view_change_sent {
             return;
         }
-        #[cfg(feature = "canary-join-on-receipt")]
-        let own_vote_needed = false;
-        #[cfg(not(feature = "canary-join-on-receipt"))]
-        let own_vote_needed = true;
         let view = self.view;
         let fresh = self
             .votes
@@ -935,7 +946,7 @@ impl Replica {
             })
             .count();
         let own = self.votes.get(&self.config.replica).is_some_and(|(v, _)| *v == view);
-        if fresh < self.config.quorum() || (own_vote_needed && !own) {
+        if fresh < self.config.quorum() || !own {
             return;
         }
         self.do_view_change_sent = true;

@@ -795,6 +795,16 @@ impl Cluster {
         let slot = &mut self.nodes[index];
         let mut node = slot.node.take().expect("crash a live node");
         add_counters(&mut self.coverage, &node);
+        // What the node sent this step, before its I/O round, left before the crash: a message
+        // that went out too early must be able to reveal lost state.
+        let replicas = self.options.replicas as usize;
+        for (to, packet) in std::mem::take(&mut node.transport_mut().packets) {
+            self.network.send(self.tick, index, usize::from(to), Packet::Replica(packet));
+        }
+        for (group, reply) in node.take_replies() {
+            let client = replicas + (reply.client - 1) as usize;
+            self.network.send(self.tick, index, client, Packet::Reply { group, reply });
+        }
         if power {
             self.coverage.power_losses += 1;
             let before = slot.sim.stats();
