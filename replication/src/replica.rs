@@ -1314,11 +1314,11 @@ impl Replica {
             Message::PrepareOk { op, .. } => *op <= self.op_durable && self.views_durable(),
             Message::StartViewChange { .. }
             | Message::DoViewChange { .. }
-            | Message::StartView { .. } => self.views_durable(),
-            Message::Prepare { .. }
-            | Message::Commit { .. }
-            | Message::RequestStartView { .. }
-            | Message::RequestPrepare { .. } => true,
+            | Message::StartView { .. }
+            | Message::Commit { .. } => self.views_durable(),
+            // A prepare of this view reveals the view; a relayed older one reveals nothing new.
+            Message::Prepare { header, .. } => header.view != self.view || self.views_durable(),
+            Message::RequestStartView { .. } | Message::RequestPrepare { .. } => true,
         };
         #[cfg(feature = "canary-send-before-persist")]
         let reveals_durable = reveals_durable || matches!(message, Message::PrepareOk { .. });

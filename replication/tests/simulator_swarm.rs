@@ -1,6 +1,6 @@
-//! The CI swarm (DESIGN.md §7): a fixed set of seeds, each a three-replica cluster of two groups
-//! with fault probabilities drawn per seed, 20,000 ticks of faults then a liveness phase, all
-//! invariants checked as it runs. Summed coverage must reach minimums, so a swarm that never
+//! The CI swarm (DESIGN.md §7): a fixed set of seeds, each a cluster of two groups (three
+//! replicas; every fifth seed five, every tenth one) with fault probabilities drawn per seed,
+//! 20,000 ticks of faults then a liveness phase, all invariants checked as it runs. Summed coverage must reach minimums, so a swarm that never
 //! exercised a branch fails rather than passing vacuously. Fresh random seeds and long soaks
 //! belong to `scripts/sim-soak`, not here.
 
@@ -26,11 +26,17 @@ fn swarm_of_fixed_seeds_keeps_every_invariant_and_reaches_every_branch() {
                     if seed >= seeds {
                         break;
                     }
-                    let outcome = run(&SimOptions::new(seed));
+                    let replicas = match seed % 10 {
+                        0 => 1,
+                        5 => 5,
+                        _ => 3,
+                    };
+                    let outcome = run(&SimOptions { replicas, ..SimOptions::new(seed) });
                     total.lock().unwrap().add(&outcome.coverage);
                     if let Some(violation) = outcome.violation {
                         failures.lock().unwrap().push(format!(
-                            "seed {seed} ({:?}): {violation}\n  reproduce: shoal-sim --seed {seed}",
+                            "seed {seed} ({:?}, {replicas} replicas): {violation}\n  reproduce: \
+                             shoal-sim --seed {seed} --replicas {replicas}",
                             outcome.mode
                         ));
                     }
