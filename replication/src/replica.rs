@@ -104,6 +104,8 @@ pub struct ReplicaCounters {
     pub unclean_ops_lost: u64,
     /// Prepares dropped while recovering.
     pub prepares_dropped_recovering: u64,
+    /// Headers from a peer that did not continue the appended chain (dropped).
+    pub chain_mismatches: u64,
 }
 
 /// One log entry the replica keeps in memory: a header, and its body while it is needed.
@@ -1259,8 +1261,12 @@ impl Replica {
         if self.status == Status::Recovering && nonce != 0 && nonce != self.boot_nonce {
             return;
         }
+        // A view's log holds every committed op: one that ends below this replica's commit
+        // point, or whose headers do not end at its op, is not a StartView to trust.
         if headers.keys().next_back().is_some_and(|&top| top != op)
             || (headers.is_empty() && op > commit)
+            || op < self.commit
+            || commit > op
         {
             return;
         }
@@ -1390,7 +1396,12 @@ impl Replica {
                 }
             };
             if !self.links_to_appended(&header) {
-                fatal!(self, "op {next} does not continue the appended chain");
+                // Headers a peer sent that do not continue what this replica holds: forget
+                // them (network input never panics); a StartView or repair brings the log again.
+                self.counters.chain_mismatches += 1;
+                self.log.retain(|&op, _| op < next);
+                self.op = self.op_appended;
+                break;
             }
             self.op_appended = next;
             self.ready.writes.push(Write::Append { header, body });
