@@ -1005,6 +1005,9 @@ impl Replica {
         let low = (self.op + 1).saturating_sub(self.config.view_headers_max as u64).max(1);
         let mut headers = Vec::new();
         let mut flags = Vec::new();
+        if self.op == 0 {
+            return (headers, flags);
+        }
         for (&op, entry) in self.log.range(low..=self.op) {
             let present = op <= self.op_appended;
             let faulty = self.faulty_from.is_some_and(|from| op >= from);

@@ -433,3 +433,20 @@ fn arbitrary_peer_messages_never_panic_a_replica() {
         cluster.check_committed_prefixes();
     }
 }
+
+/// A view change before any write starts the next view (every DoViewChange carries no header).
+#[test]
+fn a_view_change_before_any_write_starts_the_next_view() {
+    for n in [3, 5] {
+        let mut cluster = Cluster::new(n);
+        let old = cluster.primary().unwrap();
+        cluster.crash(old);
+        cluster.tick(600);
+        let new = cluster.primary().expect("a new primary");
+        assert_ne!(new, old);
+        assert_eq!(cluster.replica(new).op(), 0);
+        let request = cluster.request(new);
+        cluster.tick(20);
+        assert_eq!(cluster.committed_reply(request), Some(1));
+    }
+}

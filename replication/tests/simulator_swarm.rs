@@ -90,3 +90,14 @@ fn a_seed_reproduces_its_trace() {
     options.seed = 12;
     assert_ne!(run(&options).trace_hash, first.trace_hash, "the seed decides the run");
 }
+
+/// Regressions found by soaks, each a seed that once failed (`scripts/sim-soak`).
+#[test]
+fn seeds_that_once_failed_pass() {
+    // Five replicas: a replica whose head was op 0 built its DoViewChange headers from the op
+    // range 1..=0, which panics as soon as its log map holds any entry.
+    for (seed, replicas) in [(900_150, 5)] {
+        let outcome = run(&SimOptions { replicas, ..SimOptions::new(seed) });
+        assert!(outcome.violation.is_none(), "seed {seed}: {:?}", outcome.violation);
+    }
+}
