@@ -275,7 +275,8 @@ impl<S: Storage> Shard<S> {
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         // Every directory on the way may have just been created: make each entry durable, or a
         // power loss could take the whole shard directory with it.
-        for ancestor in dir.ancestors().skip(1) {
+        // A relative path ends in an empty ancestor, which names no directory to sync.
+        for ancestor in dir.ancestors().skip(1).filter(|a| !a.as_os_str().is_empty()) {
             storage
                 .sync_dir(ancestor)
                 .await

@@ -1,0 +1,48 @@
+//! Two-stage shutdown on SIGINT/SIGTERM: the first asks every shard to stop gracefully, a second
+//! exits at once. The signals are blocked in every thread and taken synchronously with `sigwait`
+//! on the main thread, so no handler runs in an arbitrary context.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The blocked signal set.
+pub struct Signals {
+    set: libc::sigset_t,
+}
+
+/// Blocks SIGINT and SIGTERM in this thread (and every thread it starts later).
+pub fn block() -> Result<Signals, String> {
+    // SAFETY: the sigset is initialised by sigemptyset before use, and pthread_sigmask only reads
+    // it; all pointers are to locals that outlive the calls.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        let result = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if result != 0 {
+            return Err(std::io::Error::from_raw_os_error(result).to_string());
+        }
+        Ok(Signals { set })
+    }
+}
+
+/// Waits for the first signal, sets `stop`, then watches for a second one on another thread,
+/// which exits the process at once.
+pub fn wait_then_stop(signals: Signals, stop: &Arc<AtomicBool>) {
+    let signal = wait(&signals);
+    eprintln!("shoal: signal {signal}: shutting down (again to exit at once)");
+    stop.store(true, Ordering::SeqCst);
+    std::thread::spawn(move || {
+        let signal = wait(&signals);
+        eprintln!("shoal: signal {signal} again: exiting now");
+        std::process::exit(130);
+    });
+}
+
+fn wait(signals: &Signals) -> i32 {
+    let mut signal = 0;
+    // SAFETY: `signals.set` was initialised in `block`; `signal` is a valid out pointer.
+    unsafe { libc::sigwait(&signals.set, &mut signal) };
+    signal
+}
