@@ -1420,27 +1420,25 @@ impl Replica {
     }
 
     fn links_to_appended(&self, header: &Header) -> bool {
-        let fields = prepare(header);
-        match self.log.get(&self.op_appended) {
-            Some(prev) => {
-                let p = prepare(&prev.header);
-                fields.parent == prev.header.checksum_header
-                    && fields.base_offset == p.base_offset + u64::from(p.record_count)
-            }
-            None => self.op_appended == 0 && fields.parent == 0 && fields.base_offset == 0,
-        }
+        self.links_after(self.op_appended, header)
     }
 
     /// Whether `header` continues the log's head.
     fn log_links(&self, header: &Header) -> bool {
+        self.links_after(self.op, header)
+    }
+
+    /// Whether `header` is the op after `op` in this log: it names `op`'s checksum as its
+    /// parent and starts at the offset after `op`'s batch.
+    fn links_after(&self, op: u64, header: &Header) -> bool {
         let fields = prepare(header);
-        match self.log.get(&self.op) {
+        match self.log.get(&op) {
             Some(prev) => {
                 let p = prepare(&prev.header);
                 fields.parent == prev.header.checksum_header
                     && fields.base_offset == p.base_offset + u64::from(p.record_count)
             }
-            None => self.op == 0 && fields.parent == 0 && fields.base_offset == 0,
+            None => op == 0 && fields.parent == 0 && fields.base_offset == 0,
         }
     }
 
