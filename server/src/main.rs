@@ -18,12 +18,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
 const USAGE: &str = "\
-usage: shoal [--data-dir DIR] [--listen ADDR] [--shards N] [--profile default|small]
+usage: shoal [--data-dir DIR] [--listen ADDR] [--shards N] [--cpus LIST] [--profile P]
 
   --data-dir DIR   data directory (default ./shoal-data), created if missing, locked while served
   --listen ADDR    native protocol address (default 127.0.0.1:7070; port 0 picks a free port)
   --shards N       shards, one thread each (default: one per available CPU); a data directory
                    keeps the shard count it was created with
+  --cpus LIST      CPU of each shard thread, comma-separated (one per shard), or none (no
+                   pinning); default: shard i on the i-th available CPU when there are enough
   --profile P      storage sizes: default (production) or small (tests: small journal and rings)
 
 Prints one JSON line {\"ready\":true,\"native\":\"ADDR\"} once recovery is done and the listener is
@@ -36,6 +38,8 @@ pub struct Options {
     data_dir: PathBuf,
     listen: SocketAddr,
     shards: u32,
+    /// `None`: the default placement; `Some(empty)`: no pinning.
+    cpus: Option<Vec<usize>>,
     small: bool,
 }
 
@@ -44,6 +48,7 @@ fn parse() -> Result<Options, String> {
         data_dir: PathBuf::from("shoal-data"),
         listen: "127.0.0.1:7070".parse().expect("a valid default address"),
         shards: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        cpus: None,
         small: false,
     };
     let mut words = std::env::args().skip(1);
@@ -65,6 +70,19 @@ fn parse() -> Result<Options, String> {
                     .filter(|n| (1..=256).contains(n))
                     .ok_or_else(|| format!("--shards {value}: use 1 to 256"))?;
             }
+            "--cpus" => {
+                options.cpus = Some(if value == "none" {
+                    Vec::new()
+                } else {
+                    value
+                        .split(',')
+                        .map(|cpu| cpu.trim().parse::<usize>())
+                        .collect::<Result<_, _>>()
+                        .map_err(|_| {
+                            format!("--cpus {value}: a comma-separated CPU list or none")
+                        })?
+                });
+            }
             "--profile" => {
                 options.small = match value.as_str() {
                     "default" => false,
@@ -75,7 +93,41 @@ fn parse() -> Result<Options, String> {
             other => return Err(format!("unknown flag {other}")),
         }
     }
+    if let Some(cpus) = &options.cpus
+        && !cpus.is_empty()
+        && cpus.len() != options.shards as usize
+    {
+        return Err(format!(
+            "--cpus names {} CPUs for {} shards: give one per shard, or none",
+            cpus.len(),
+            options.shards
+        ));
+    }
     Ok(options)
+}
+
+/// The CPU each shard thread is pinned to (`None`: not pinned).
+fn placement(options: &Options) -> Vec<Option<usize>> {
+    let shards = options.shards as usize;
+    match &options.cpus {
+        Some(cpus) if cpus.is_empty() => vec![None; shards],
+        Some(cpus) => cpus.iter().map(|&cpu| Some(cpu)).collect(),
+        None => {
+            let available: Vec<usize> = core_affinity::get_core_ids()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|core| core.id)
+                .collect();
+            if available.len() < shards {
+                eprintln!(
+                    "shoal: {shards} shards on {} CPUs: shard threads are not pinned",
+                    available.len()
+                );
+                return vec![None; shards];
+            }
+            available.into_iter().take(shards).map(Some).collect()
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -121,6 +173,7 @@ fn main() -> ExitCode {
     let mut threads = Vec::new();
     // Shard 0 binds first so that port 0 becomes a real port the other shards share.
     let mut listen = options.listen;
+    let cpus = placement(&options);
     for index in 0..options.shards {
         let (bound_tx, bound_rx) = mpsc::channel();
         let spec = shard::ShardSpec {
@@ -129,6 +182,7 @@ fn main() -> ExitCode {
             data_dir: options.data_dir.clone(),
             listen,
             small: options.small,
+            cpu: cpus[index as usize],
             stop: Arc::clone(&stop),
             bound: bound_tx,
             ready: ready_tx.clone(),

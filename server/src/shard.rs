@@ -28,6 +28,8 @@ pub struct ShardSpec {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub small: bool,
+    /// The CPU to pin this thread to, if any.
+    pub cpu: Option<usize>,
     pub stop: Arc<AtomicBool>,
     /// The bound listener address (or why binding failed).
     pub bound: Sender<Result<SocketAddr, String>>,
@@ -53,6 +55,13 @@ impl Clock for WallClock {
 
 /// Runs the shard until the stop flag is set, then shuts its storage down cleanly.
 pub fn run(spec: ShardSpec) -> Result<(), String> {
+    if let Some(cpu) = spec.cpu
+        && !core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
+    {
+        let message = format!("shard {}: cannot pin to CPU {cpu}", spec.index);
+        let _ = spec.bound.send(Err(message.clone()));
+        return Err(message);
+    }
     let mut runtime = runtime();
     runtime.block_on(serve(spec))
 }
