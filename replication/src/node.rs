@@ -74,6 +74,8 @@ pub struct NodeCounters {
     pub append_backpressure: u64,
     /// Groups stopped by an engine failure.
     pub groups_failed: u64,
+    /// I/O rounds cut short by a full disk (retried in the next round).
+    pub storage_full_rounds: u64,
 }
 
 struct Group {
@@ -268,21 +270,29 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             if self.groups.get(&group).is_none_or(|g| g.failed.is_some()) {
                 continue;
             }
-            let result = match write {
-                Write::Append { header, body } => self.append(group, &header, &body).await,
+            let result = match &write {
+                Write::Append { header, body } => self.append(group, header, body).await,
                 Write::Views { view, log_view } => {
-                    views.insert(group, (view, log_view));
-                    self.shard.set_views(group, view, log_view)
+                    views.insert(group, (*view, *log_view));
+                    self.shard.set_views(group, *view, *log_view)
                 }
                 Write::Truncate { op, view } => {
-                    let result = self.shard.truncate_after(group, op, view).await;
-                    truncated.push((group, op));
+                    let result = self.shard.truncate_after(group, *op, *view).await;
+                    truncated.push((group, *op));
                     result
                 }
             };
-            if let Err(error) = result {
-                complete &= !matches!(error, EngineError::StorageFull);
-                self.fail_group(group, error);
+            match result {
+                Ok(()) => {}
+                // Disk full is clean and retryable (DESIGN.md §3): the write and everything after
+                // it wait, in order, for a later round; nothing held behind them leaves.
+                Err(EngineError::StorageFull) => {
+                    self.counters.storage_full_rounds += 1;
+                    self.writes.push_front((group, write));
+                    complete = false;
+                    break;
+                }
+                Err(error) => self.fail_group(group, error),
             }
         }
         complete &= self.settle().await;
@@ -531,6 +541,7 @@ mod tests {
     use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 
     use super::*;
+    use crate::message::Request;
 
     #[derive(Default)]
     struct Sent(Vec<(u8, Bytes)>);
@@ -589,6 +600,57 @@ mod tests {
         sim.block_on(node.run_io());
         assert!(!node.transport.0.is_empty(), "released once the view is durable");
         assert!(node.held.is_empty());
+    }
+
+    /// Disk full is clean and retryable: the group is not stopped, nothing is acknowledged
+    /// while the disk is full, and the writes go through once there is room again. (A
+    /// `replicated` group, whose segment writes grow files; a `persisted` group's journal is
+    /// pre-written, so its appends stay durable on a full disk.)
+    #[test]
+    fn a_full_disk_holds_writes_back_and_they_resume_with_room() {
+        let sim = Sim::new(3, SimConfig::default());
+        let config = NodeConfig {
+            node: 0,
+            replica: ReplicaConfig { stamp_batches: false, ..ReplicaConfig::new(1, 0, 1, 0) },
+            message_size_bytes_max: 1 << 20,
+            held_messages_max: 64,
+        };
+        let shard = ShardConfig { cluster: 1, ..ShardConfig::small() };
+        let open =
+            Node::open(sim.storage(), Path::new("/d"), shard, config, Sent::default(), Zero, 3);
+        let (mut node, _) = sim.block_on(open).unwrap();
+        let group = GroupConfig {
+            durability: shoal_engine::superblock::Durability::Replicated,
+            segment_size_bytes: 1 << 20,
+            record_size_bytes_max: 4096,
+            ..GroupConfig::default()
+        };
+        sim.block_on(node.create_group(1, group)).unwrap();
+        sim.set_capacity_bytes(sim.used_bytes());
+        for request in 1..=20 {
+            let body = bytes::BytesMut::from(&[7u8; 1000][..]);
+            let request = Request {
+                client: 1,
+                session: 1,
+                request,
+                body,
+                record_count: 1,
+                first_timestamp_ms: 0,
+                max_timestamp_ms: 0,
+                append_time_ms: 0,
+            };
+            node.on_client_request(1, request).unwrap();
+            sim.block_on(node.run_io());
+        }
+        assert!(node.group_failure(1).is_none(), "{:?}", node.group_failure(1));
+        assert!(node.take_replies().is_empty(), "nothing acknowledged on a full disk");
+        sim.set_capacity_bytes(u64::MAX);
+        for _ in 0..4 {
+            node.on_tick();
+            sim.block_on(node.run_io());
+        }
+        let replies = node.take_replies();
+        assert_eq!(replies.len(), 20, "every write went through once there was room");
     }
 
     #[test]
