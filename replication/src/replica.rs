@@ -561,23 +561,7 @@ impl Replica {
                 self.on_commit(from, view, commit, commit_checksum);
             }
             Message::StartViewChange { view } => self.on_start_view_change(from, view),
-            Message::DoViewChange {
-                view,
-                log_view,
-                op,
-                commit,
-                faulty_from,
-                log_complete,
-                headers,
-                flags,
-            } => {
-                if headers.len() != flags.len() || headers.len() > self.config.view_headers_max {
-                    return;
-                }
-                let Some(headers) = self.checked_headers(&headers, Some(&flags)) else { return };
-                let dvc = DoViewChange { log_view, op, commit, faulty_from, log_complete, headers };
-                self.on_do_view_change(from, view, dvc);
-            }
+            message @ Message::DoViewChange { .. } => self.accept_do_view_change(from, message),
             Message::StartView { view, op, commit, nonce, headers } => {
                 if headers.len() > self.config.view_headers_max {
                     return;
@@ -956,30 +940,7 @@ impl Replica {
         let primary = self.config.primary_of(view);
         let message = self.build_do_view_change();
         if primary == self.config.replica {
-            let Message::DoViewChange {
-                log_view,
-                op,
-                commit,
-                faulty_from,
-                log_complete,
-                headers,
-                flags,
-                ..
-            } = message
-            else {
-                unreachable!("built a DoViewChange");
-            };
-            let headers = headers.into_iter().zip(flags).map(|(h, f)| (prepare(&h).op, (h, f)));
-            let dvc = DoViewChange {
-                log_view,
-                op,
-                commit,
-                faulty_from,
-                log_complete,
-                headers: headers.collect(),
-            };
-            self.do_view_changes.insert(self.config.replica, dvc);
-            self.try_merge();
+            self.accept_do_view_change(primary, message);
         } else {
             self.send(primary, message);
         }
@@ -1021,6 +982,29 @@ impl Replica {
             });
         }
         (headers, flags)
+    }
+
+    /// Checks a DoViewChange (a peer's, or this replica's own) and hands it to the merge.
+    fn accept_do_view_change(&mut self, from: u8, message: Message) {
+        let Message::DoViewChange {
+            view,
+            log_view,
+            op,
+            commit,
+            faulty_from,
+            log_complete,
+            headers,
+            flags,
+        } = message
+        else {
+            return;
+        };
+        if headers.len() != flags.len() || headers.len() > self.config.view_headers_max {
+            return;
+        }
+        let Some(headers) = self.checked_headers(&headers, Some(&flags)) else { return };
+        let dvc = DoViewChange { log_view, op, commit, faulty_from, log_complete, headers };
+        self.on_do_view_change(from, view, dvc);
     }
 
     fn on_do_view_change(&mut self, from: u8, view: u32, dvc: DoViewChange) {
