@@ -140,6 +140,23 @@ const OFF_REQUEST_PREPARE_FLAGS: usize = OFF_REQUEST_PREPARE_CHECKSUM + size_of:
 const OFF_REQUEST_PREPARE_RESERVED_TAIL: usize = OFF_REQUEST_PREPARE_FLAGS + size_of::<u32>();
 const SIZE_REQUEST_PREPARE_RESERVED_TAIL: usize = HEADER_SIZE - OFF_REQUEST_PREPARE_RESERVED_TAIL;
 
+// `Command::Request` region: a client's request; the operation's arguments are the body.
+const OFF_REQUEST_CLIENT: usize = SIZE_COMMON_PREFIX;
+const OFF_REQUEST_SESSION: usize = OFF_REQUEST_CLIENT + size_of::<u64>();
+const OFF_REQUEST_REQUEST: usize = OFF_REQUEST_SESSION + size_of::<u64>();
+const OFF_REQUEST_OPERATION: usize = OFF_REQUEST_REQUEST + size_of::<u64>();
+const OFF_REQUEST_RESERVED_TAIL: usize = OFF_REQUEST_OPERATION + size_of::<u32>();
+const SIZE_REQUEST_RESERVED_TAIL: usize = HEADER_SIZE - OFF_REQUEST_RESERVED_TAIL;
+
+// `Command::Reply` region: the server's answer; the operation's result (or the error's text)
+// is the body.
+const OFF_REPLY_CLIENT: usize = SIZE_COMMON_PREFIX;
+const OFF_REPLY_REQUEST: usize = OFF_REPLY_CLIENT + size_of::<u64>();
+const OFF_REPLY_OPERATION: usize = OFF_REPLY_REQUEST + size_of::<u64>();
+const OFF_REPLY_ERROR: usize = OFF_REPLY_OPERATION + size_of::<u32>();
+const OFF_REPLY_RESERVED_TAIL: usize = OFF_REPLY_ERROR + size_of::<u32>();
+const SIZE_REPLY_RESERVED_TAIL: usize = HEADER_SIZE - OFF_REPLY_RESERVED_TAIL;
+
 /// Flag byte bit of a [`Command::DoViewChange`] body: the sender holds this op's body.
 pub const VIEW_HEADER_FLAG_PRESENT: u8 = 1 << 0;
 /// Flag byte bit of a [`Command::DoViewChange`] body: the sender provably never acknowledged this
@@ -179,6 +196,8 @@ const _: () = assert!(OFF_START_VIEW_RESERVED_TAIL == 68);
 const _: () = assert!(OFF_REQUEST_START_VIEW_RESERVED_TAIL == 48);
 const _: () = assert!(OFF_REQUEST_PREPARE_FLAGS == 52);
 const _: () = assert!(OFF_REQUEST_PREPARE_RESERVED_TAIL == 56);
+const _: () = assert!(OFF_REQUEST_OPERATION == 56 && OFF_REQUEST_RESERVED_TAIL == 60);
+const _: () = assert!(OFF_REPLY_ERROR == 52 && OFF_REPLY_RESERVED_TAIL == 56);
 // Every region ends inside the header (a reserved tail of at least one byte is left by each).
 const _: () = {
     let tails = [
@@ -190,6 +209,8 @@ const _: () = {
         OFF_START_VIEW_RESERVED_TAIL,
         OFF_REQUEST_START_VIEW_RESERVED_TAIL,
         OFF_REQUEST_PREPARE_RESERVED_TAIL,
+        OFF_REQUEST_RESERVED_TAIL,
+        OFF_REPLY_RESERVED_TAIL,
     ];
     let mut i = 0;
     while i < tails.len() {
@@ -236,6 +257,11 @@ const _: () = {
         OFF_REQUEST_START_VIEW_NONCE,
         OFF_REQUEST_PREPARE_GROUP,
         OFF_REQUEST_PREPARE_OP,
+        OFF_REQUEST_CLIENT,
+        OFF_REQUEST_SESSION,
+        OFF_REQUEST_REQUEST,
+        OFF_REPLY_CLIENT,
+        OFF_REPLY_REQUEST,
     ];
     let mut i = 0;
     while i < offsets_u64.len() {
@@ -288,11 +314,18 @@ const RESERVED_REQUEST_START_VIEW: [(usize, usize); 1] =
 const RESERVED_REQUEST_PREPARE: [(usize, usize); 1] =
     [(OFF_REQUEST_PREPARE_RESERVED_TAIL, SIZE_REQUEST_PREPARE_RESERVED_TAIL)];
 
+/// Byte ranges (offset, length) that must be zero in a [`Command::Request`] header.
+const RESERVED_REQUEST: [(usize, usize); 1] =
+    [(OFF_REQUEST_RESERVED_TAIL, SIZE_REQUEST_RESERVED_TAIL)];
+
+/// Byte ranges (offset, length) that must be zero in a [`Command::Reply`] header.
+const RESERVED_REPLY: [(usize, usize); 1] = [(OFF_REPLY_RESERVED_TAIL, SIZE_REPLY_RESERVED_TAIL)];
+
 /// What a message is, and therefore how bytes 32..256 of its header are laid out.
 ///
-/// Numbers 3..=9 are the VSR replica messages; `docs/protocol.md` says who sends each and what
-/// the receiver checks. Later issues add `Request`, `Reply`, `Ping`, … as new variants with new
-/// numbers (never reusing one), each with its own [`Fields`] variant. Until a command is added
+/// Numbers 3..=9 are the VSR replica messages and 10..=11 the native client protocol;
+/// `docs/protocol.md` says who sends each and what the receiver checks. Later issues add new
+/// variants with new numbers (never reusing one), each with its own [`Fields`] variant. Until a command is added
 /// here, [`Header::decode`] rejects its byte as [`HeaderError::UnknownCommand`].
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -318,6 +351,10 @@ pub enum Command {
     RequestStartView = 8,
     /// Asks a peer for one stored prepare. Empty body; the answer is the `Prepare` itself.
     RequestPrepare = 9,
+    /// A client's request. Body: the operation's arguments (`engine::protocol`).
+    Request = 10,
+    /// The server's answer to one request. Body: the operation's result, or an error's text.
+    Reply = 11,
 }
 
 impl Command {
@@ -333,6 +370,8 @@ impl Command {
             7 => Some(Command::StartView),
             8 => Some(Command::RequestStartView),
             9 => Some(Command::RequestPrepare),
+            10 => Some(Command::Request),
+            11 => Some(Command::Reply),
             _ => None,
         }
     }
@@ -359,6 +398,10 @@ pub enum Fields {
     RequestStartView(RequestStartView),
     /// Fields of a [`Command::RequestPrepare`] header.
     RequestPrepare(RequestPrepare),
+    /// Fields of a [`Command::Request`] header.
+    Request(ClientRequest),
+    /// Fields of a [`Command::Reply`] header.
+    Reply(ClientReply),
 }
 
 impl Fields {
@@ -374,6 +417,8 @@ impl Fields {
             Fields::StartView(_) => Command::StartView,
             Fields::RequestStartView(_) => Command::RequestStartView,
             Fields::RequestPrepare(_) => Command::RequestPrepare,
+            Fields::Request(_) => Command::Request,
+            Fields::Reply(_) => Command::Reply,
         }
     }
 
@@ -383,7 +428,10 @@ impl Fields {
     /// can overflow.
     pub fn body_size_required(&self) -> Option<u64> {
         match self {
-            Fields::Prepare(_) | Fields::JournalEntry(_) => None,
+            Fields::Prepare(_)
+            | Fields::JournalEntry(_)
+            | Fields::Request(_)
+            | Fields::Reply(_) => None,
             Fields::PrepareOk(_)
             | Fields::StartViewChange(_)
             | Fields::RequestStartView(_)
@@ -572,6 +620,33 @@ impl RequestPrepare {
     }
 }
 
+/// The per-command fields of a client request. Which operation it is, and so how its body is
+/// laid out, is `operation` (see `engine::protocol`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ClientRequest {
+    /// The client's id, chosen at random by the client and kept for its lifetime.
+    pub client: u64,
+    /// The session the server registered for the client (`0` before registration).
+    pub session: u64,
+    /// The client's request number: increasing within a connection; the reply echoes it.
+    pub request: u64,
+    /// The operation code.
+    pub operation: u32,
+}
+
+/// The per-command fields of a reply to a client request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ClientReply {
+    /// The requesting client's id.
+    pub client: u64,
+    /// The request number answered.
+    pub request: u64,
+    /// The operation answered.
+    pub operation: u32,
+    /// `0` on success; otherwise an error code, and the body is the error's text.
+    pub error: u32,
+}
+
 /// A decoded (or about-to-be-encoded) wire header.
 ///
 /// Invariant: `command == fields.command()`. The constructors and [`Header::decode`] uphold it;
@@ -700,6 +775,24 @@ impl Header {
     /// not zero while that flag is clear.
     pub fn request_prepare(cluster: u64, view: u32, replica: u8, fields: RequestPrepare) -> Header {
         Header::sealed(cluster, view, replica, Fields::RequestPrepare(fields), &[])
+    }
+
+    /// Builds a sealed client request header for `body`.
+    ///
+    /// # Panics
+    ///
+    /// As [`Header::prepare`], on a body longer than the size field can hold.
+    pub fn request(cluster: u64, fields: ClientRequest, body: &[u8]) -> Header {
+        Header::sealed(cluster, 0, 0, Fields::Request(fields), body)
+    }
+
+    /// Builds a sealed reply header for `body`.
+    ///
+    /// # Panics
+    ///
+    /// As [`Header::prepare`], on a body longer than the size field can hold.
+    pub fn reply(cluster: u64, fields: ClientReply, body: &[u8]) -> Header {
+        Header::sealed(cluster, 0, 0, Fields::Reply(fields), body)
     }
 
     /// Recomputes `checksum_header` from every other field. Call it after changing any field;
@@ -911,6 +1004,22 @@ impl Header {
     pub fn as_request_prepare(&self) -> Option<&RequestPrepare> {
         match &self.fields {
             Fields::RequestPrepare(request) => Some(request),
+            _ => None,
+        }
+    }
+
+    /// The client request fields, if this is a request.
+    pub fn as_request(&self) -> Option<&ClientRequest> {
+        match &self.fields {
+            Fields::Request(request) => Some(request),
+            _ => None,
+        }
+    }
+
+    /// The reply fields, if this is a reply.
+    pub fn as_reply(&self) -> Option<&ClientReply> {
+        match &self.fields {
+            Fields::Reply(reply) => Some(reply),
             _ => None,
         }
     }
@@ -1339,6 +1448,8 @@ fn reserved_ranges(command: Command) -> &'static [(usize, usize)] {
         Command::StartView => &RESERVED_START_VIEW,
         Command::RequestStartView => &RESERVED_REQUEST_START_VIEW,
         Command::RequestPrepare => &RESERVED_REQUEST_PREPARE,
+        Command::Request => &RESERVED_REQUEST,
+        Command::Reply => &RESERVED_REPLY,
     }
 }
 
@@ -1396,6 +1507,18 @@ fn encode_fields(bytes: &mut [u8; HEADER_SIZE], fields: &Fields) {
             put_u32(bytes, OFF_REQUEST_PREPARE_CHECKSUM, request.checksum);
             put_u32(bytes, OFF_REQUEST_PREPARE_FLAGS, request.flags);
         }
+        Fields::Request(request) => {
+            put_u64(bytes, OFF_REQUEST_CLIENT, request.client);
+            put_u64(bytes, OFF_REQUEST_SESSION, request.session);
+            put_u64(bytes, OFF_REQUEST_REQUEST, request.request);
+            put_u32(bytes, OFF_REQUEST_OPERATION, request.operation);
+        }
+        Fields::Reply(reply) => {
+            put_u64(bytes, OFF_REPLY_CLIENT, reply.client);
+            put_u64(bytes, OFF_REPLY_REQUEST, reply.request);
+            put_u32(bytes, OFF_REPLY_OPERATION, reply.operation);
+            put_u32(bytes, OFF_REPLY_ERROR, reply.error);
+        }
     }
 }
 
@@ -1446,6 +1569,18 @@ fn decode_fields(bytes: &[u8; HEADER_SIZE], command: Command) -> Option<Fields> 
             op: get_u64(bytes, OFF_REQUEST_PREPARE_OP),
             checksum: get_u32(bytes, OFF_REQUEST_PREPARE_CHECKSUM),
             flags: get_u32(bytes, OFF_REQUEST_PREPARE_FLAGS),
+        }),
+        Command::Request => Fields::Request(ClientRequest {
+            client: get_u64(bytes, OFF_REQUEST_CLIENT),
+            session: get_u64(bytes, OFF_REQUEST_SESSION),
+            request: get_u64(bytes, OFF_REQUEST_REQUEST),
+            operation: get_u32(bytes, OFF_REQUEST_OPERATION),
+        }),
+        Command::Reply => Fields::Reply(ClientReply {
+            client: get_u64(bytes, OFF_REPLY_CLIENT),
+            request: get_u64(bytes, OFF_REPLY_REQUEST),
+            operation: get_u32(bytes, OFF_REPLY_OPERATION),
+            error: get_u32(bytes, OFF_REPLY_ERROR),
         }),
     };
     Some(fields)
@@ -1734,7 +1869,7 @@ mod tests {
 
     #[test]
     fn wire_unknown_command_rejected() {
-        for command in [Command::Reserved as u8, 10, 0x7f, u8::MAX] {
+        for command in [Command::Reserved as u8, 12, 0x7f, u8::MAX] {
             let mut bytes = sample_header().encode();
             bytes[OFF_COMMAND] = command;
             reseal(&mut bytes);
@@ -2057,7 +2192,31 @@ mod tests {
             sample_start_view(),
             (sample_request_start_view(), Vec::new()),
             (sample_request_prepare(), Vec::new()),
+            sample_client_request(),
+            sample_client_reply(),
         ]
+    }
+
+    fn sample_client_request() -> (Header, Vec<u8>) {
+        let fields = ClientRequest {
+            client: 0x1112_1314_1516_1718,
+            session: 0x2122_2324_2526_2728,
+            request: 0x3132_3334_3536_3738,
+            operation: 0x4142_4344,
+        };
+        let body = b"request body".to_vec();
+        (Header::request(CLUSTER, fields, &body), body)
+    }
+
+    fn sample_client_reply() -> (Header, Vec<u8>) {
+        let fields = ClientReply {
+            client: 0x1112_1314_1516_1718,
+            request: 0x3132_3334_3536_3738,
+            operation: 0x4142_4344,
+            error: 0x5152_5354,
+        };
+        let body = b"reply body".to_vec();
+        (Header::reply(CLUSTER, fields, &body), body)
     }
 
     /// The one round-trip check for every command: header bytes, body, and (for commands with a
@@ -2298,7 +2457,7 @@ mod tests {
     #[test]
     fn wire_every_command_round_trips() {
         let messages = sample_messages();
-        assert_eq!(messages.len(), 9);
+        assert_eq!(messages.len(), 11);
         for (i, (header, body)) in messages.iter().enumerate() {
             assert_eq!(header.command as u8, i as u8 + 1);
             check_message(header, body).unwrap();
@@ -2333,6 +2492,8 @@ mod tests {
             (Command::StartView, 188),
             (Command::RequestStartView, 208),
             (Command::RequestPrepare, 200),
+            (Command::Request, 196),
+            (Command::Reply, 200),
         ];
         for ((header, _body), (command, field_bytes)) in
             sample_messages().into_iter().zip(reserved_field_bytes)
@@ -2417,9 +2578,11 @@ mod tests {
                 command == Command::RequestStartView
             );
             assert_eq!(header.as_request_prepare().is_some(), command == Command::RequestPrepare);
+            assert_eq!(header.as_request().is_some(), command == Command::Request);
+            assert_eq!(header.as_reply().is_some(), command == Command::Reply);
             assert_eq!(Command::from_u8(command as u8), Some(command));
         }
-        assert_eq!(Command::from_u8(10), None);
+        assert_eq!(Command::from_u8(12), None);
         assert_eq!(sample_prepare_ok().as_prepare_ok().unwrap().prepare_checksum, 0x4142_4344);
         assert_eq!(sample_commit().0.as_commit(), Some(&Commit { entry_count: 2 }));
         assert_eq!(sample_start_view().0.as_start_view().unwrap().nonce, 0x4142_4344_4546_4748);

@@ -1,0 +1,1181 @@
+//! The native client protocol's bodies: operation and error codes, and the byte layout of each
+//! operation's arguments and result. The header around them is [`crate::wire`]'s `Request` and
+//! `Reply`.
+//!
+//! It lives in the engine crate because both sides need it and the engine is the one crate both
+//! the server and the client library (built without io_uring) depend on. It owns the encoding and
+//! the hostile-input decoding of these bodies, the name rule for streams and topics, and Kafka's
+//! key partitioner (so native and Kafka clients place keys alike). It must never decide what a
+//! request does (that is the server's), never allocate more than the input's own length
+//! justifies, and never panic on any bytes. `docs/protocol.md` documents every layout here; change
+//! them together.
+//!
+//! Encoding: little-endian integers; a string is a `u16` length and UTF-8 bytes; an optional
+//! `u64` is a presence byte (0 or 1) and the value; a list is a `u32` count and its items. A
+//! record batch, where present, is the body's tail, so it can be sliced out without copying.
+
+use std::fmt;
+
+use crate::superblock::Durability;
+
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// The oldest protocol version this build still speaks.
+pub const PROTOCOL_VERSION_MIN: u16 = 1;
+
+/// Longest stream or topic name, in bytes (Kafka's limit, so a Kafka listener can map names).
+pub const NAME_LEN_MAX: usize = 249;
+/// Longest free-text string (client name, error text) a body may carry.
+pub const TEXT_LEN_MAX: usize = 4096;
+
+/// What a request asks for. Values never change meaning; new ones get new numbers.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// Version negotiation; the first request on a connection.
+    Hello = 1,
+    /// Registers a session for the client (the producer id).
+    Register = 2,
+    /// Creates a stream.
+    CreateStream = 3,
+    /// Deletes a stream and its topics.
+    DeleteStream = 4,
+    /// Lists streams.
+    ListStreams = 5,
+    /// Creates a topic in a stream.
+    CreateTopic = 6,
+    /// Deletes a topic.
+    DeleteTopic = 7,
+    /// Lists a stream's topics.
+    ListTopics = 8,
+    /// One topic with its partitions, their shards and offsets.
+    DescribeTopic = 9,
+    /// Appends one record batch to a partition.
+    Produce = 10,
+    /// Reads record batches from a partition.
+    Fetch = 11,
+    /// The server's effective config, shards, partition map and per-partition offsets (JSON).
+    Status = 12,
+}
+
+impl Operation {
+    /// The operation a code denotes, if any.
+    pub fn from_u32(code: u32) -> Option<Operation> {
+        Some(match code {
+            1 => Operation::Hello,
+            2 => Operation::Register,
+            3 => Operation::CreateStream,
+            4 => Operation::DeleteStream,
+            5 => Operation::ListStreams,
+            6 => Operation::CreateTopic,
+            7 => Operation::DeleteTopic,
+            8 => Operation::ListTopics,
+            9 => Operation::DescribeTopic,
+            10 => Operation::Produce,
+            11 => Operation::Fetch,
+            12 => Operation::Status,
+            _ => return None,
+        })
+    }
+
+    /// Whether the operation changes metadata (and so goes through the metadata group).
+    pub fn is_metadata_write(self) -> bool {
+        matches!(
+            self,
+            Operation::Register
+                | Operation::CreateStream
+                | Operation::DeleteStream
+                | Operation::CreateTopic
+                | Operation::DeleteTopic
+        )
+    }
+}
+
+/// A reply's error code. `0` is success and is not a variant. Values never change meaning.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// The frame was not a valid request (checksum, size, command); the connection is closed.
+    InvalidFrame = 1,
+    /// No protocol version in common; the connection is closed.
+    UnsupportedVersion = 2,
+    /// The operation code is unknown.
+    UnknownOperation = 3,
+    /// The body does not decode as the operation's arguments.
+    InvalidRequest = 4,
+    /// A stream or topic name breaks the rule `[a-zA-Z0-9._-]{1,249}`.
+    InvalidName = 5,
+    /// No such stream.
+    StreamNotFound = 6,
+    /// A stream with that name exists.
+    StreamExists = 7,
+    /// No such topic.
+    TopicNotFound = 8,
+    /// A topic with that name exists in the stream.
+    TopicExists = 9,
+    /// No such partition in the topic.
+    PartitionNotFound = 10,
+    /// The batch is larger than the topic's `message_size_bytes_max`, or the frame than the
+    /// server's frame limit.
+    TooLarge = 11,
+    /// The batch is not a valid RecordBatch v2 (CRC, format, unsupported compression, control).
+    InvalidBatch = 12,
+    /// A configured bound was reached (connections, topics, partitions, sessions).
+    LimitReached = 13,
+    /// A queue is full: retry later.
+    Busy = 14,
+    /// The disk is full: retry once space is freed.
+    StorageFull = 15,
+    /// This node does not lead the partition's group; the text names the view and primary.
+    NotPrimary = 16,
+    /// The request never entered the log: safe to retry anywhere.
+    TransientNotAccepted = 17,
+    /// The request entered the log with an unknown outcome: retry with the same request number.
+    TransientNotCommitted = 18,
+    /// The partition stopped serving (storage damage or an I/O error); the text says why.
+    PartitionFailed = 19,
+    /// The request needs a registered session.
+    SessionRequired = 20,
+    /// The server is shutting down.
+    ShuttingDown = 21,
+    /// An invalid argument other than a name (a zero partition count, bad retention, …).
+    InvalidArgument = 22,
+}
+
+impl ErrorCode {
+    /// The error a code denotes, if any (`0` is success, not an error).
+    pub fn from_u32(code: u32) -> Option<ErrorCode> {
+        use ErrorCode::*;
+        Some(match code {
+            1 => InvalidFrame,
+            2 => UnsupportedVersion,
+            3 => UnknownOperation,
+            4 => InvalidRequest,
+            5 => InvalidName,
+            6 => StreamNotFound,
+            7 => StreamExists,
+            8 => TopicNotFound,
+            9 => TopicExists,
+            10 => PartitionNotFound,
+            11 => TooLarge,
+            12 => InvalidBatch,
+            13 => LimitReached,
+            14 => Busy,
+            15 => StorageFull,
+            16 => NotPrimary,
+            17 => TransientNotAccepted,
+            18 => TransientNotCommitted,
+            19 => PartitionFailed,
+            20 => SessionRequired,
+            21 => ShuttingDown,
+            22 => InvalidArgument,
+            _ => return None,
+        })
+    }
+
+    /// Whether the same request may succeed if retried later.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::Busy
+                | ErrorCode::StorageFull
+                | ErrorCode::NotPrimary
+                | ErrorCode::TransientNotAccepted
+                | ErrorCode::TransientNotCommitted
+        )
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Why a body did not decode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProtocolError {
+    /// The body ended inside a field.
+    Truncated {
+        /// What was being read.
+        field: &'static str,
+    },
+    /// A field's value is out of its range.
+    Invalid {
+        /// The field.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// Bytes were left over after the last field.
+    TrailingBytes {
+        /// How many.
+        len: usize,
+    },
+}
+
+impl fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProtocolError::Truncated { field } => write!(f, "body ends inside {field}"),
+            ProtocolError::Invalid { field, reason } => write!(f, "{field}: {reason}"),
+            ProtocolError::TrailingBytes { len } => write!(f, "{len} bytes after the last field"),
+        }
+    }
+}
+
+impl std::error::Error for ProtocolError {}
+
+type Result<T> = std::result::Result<T, ProtocolError>;
+
+/// Checks a stream or topic name against `[a-zA-Z0-9._-]{1,249}`.
+pub fn validate_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() {
+        return Err("a name must not be empty".into());
+    }
+    if name.len() > NAME_LEN_MAX {
+        return Err(format!("a name is at most {NAME_LEN_MAX} bytes, not {}", name.len()));
+    }
+    if let Some(bad) =
+        name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!("{bad:?} is not allowed: use a-z, A-Z, 0-9, '.', '_' and '-'"));
+    }
+    if name == "." || name == ".." {
+        return Err(format!("{name:?} is reserved"));
+    }
+    Ok(())
+}
+
+/// Kafka's murmur2 hash (the Java client's `Utils.murmur2`), seed `0x9747b28c`.
+pub fn murmur2(data: &[u8]) -> i32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    const R: u32 = 24;
+    let len = data.len();
+    let mut h: u32 = SEED ^ (len as u32);
+    let mut chunks = data.chunks_exact(4);
+    for chunk in &mut chunks {
+        let mut k = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> R;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    let tail = chunks.remainder();
+    if tail.len() == 3 {
+        h ^= u32::from(tail[2]) << 16;
+    }
+    if tail.len() >= 2 {
+        h ^= u32::from(tail[1]) << 8;
+    }
+    if !tail.is_empty() {
+        h ^= u32::from(tail[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h as i32
+}
+
+/// The partition Kafka's default partitioner picks for `key` among `partitions` (> 0).
+pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
+    assert!(partitions > 0, "a topic has at least one partition");
+    ((murmur2(key) & 0x7fff_ffff) as u32) % partitions
+}
+
+// ---------------------------------------------------------------------------------------------
+// Primitive encoding
+// ---------------------------------------------------------------------------------------------
+
+/// Appends fields to a body.
+#[derive(Debug, Default)]
+pub struct Writer {
+    /// The bytes written so far.
+    pub bytes: Vec<u8>,
+}
+
+impl Writer {
+    /// An empty writer.
+    pub fn new() -> Writer {
+        Writer::default()
+    }
+
+    /// Appends a byte.
+    pub fn u8(&mut self, value: u8) -> &mut Self {
+        self.bytes.push(value);
+        self
+    }
+
+    /// Appends a little-endian `u16`.
+    pub fn u16(&mut self, value: u16) -> &mut Self {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+        self
+    }
+
+    /// Appends a little-endian `u32`.
+    pub fn u32(&mut self, value: u32) -> &mut Self {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+        self
+    }
+
+    /// Appends a little-endian `u64`.
+    pub fn u64(&mut self, value: u64) -> &mut Self {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+        self
+    }
+
+    /// Appends a little-endian `i64`.
+    pub fn i64(&mut self, value: i64) -> &mut Self {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+        self
+    }
+
+    /// Appends an optional `u64` (presence byte, then the value).
+    pub fn opt_u64(&mut self, value: Option<u64>) -> &mut Self {
+        match value {
+            Some(value) => self.u8(1).u64(value),
+            None => self.u8(0).u64(0),
+        }
+    }
+
+    /// Appends a string, truncated to `u16::MAX` bytes at a character boundary.
+    pub fn str(&mut self, value: &str) -> &mut Self {
+        let mut end = value.len().min(usize::from(u16::MAX));
+        while !value.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.u16(end as u16);
+        self.bytes.extend_from_slice(&value.as_bytes()[..end]);
+        self
+    }
+
+    /// Appends length-prefixed bytes (`u32` length).
+    ///
+    /// # Panics
+    /// If `value` is longer than `u32::MAX` bytes.
+    pub fn bytes(&mut self, value: &[u8]) -> &mut Self {
+        self.u32(u32::try_from(value.len()).expect("bytes field over 4 GiB"));
+        self.bytes.extend_from_slice(value);
+        self
+    }
+
+    /// Appends raw bytes (a tail field).
+    pub fn raw(&mut self, value: &[u8]) -> &mut Self {
+        self.bytes.extend_from_slice(value);
+        self
+    }
+
+    /// The body.
+    pub fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.bytes)
+    }
+}
+
+/// Reads fields from a body, refusing to read past its end.
+#[derive(Debug)]
+pub struct Reader<'a> {
+    bytes: &'a [u8],
+    position: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader at the start of `bytes`.
+    pub fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader { bytes, position: 0 }
+    }
+
+    /// Bytes read so far.
+    pub fn position(&self) -> usize {
+        self.position
+    }
+
+    /// Bytes not yet read.
+    pub fn remaining(&self) -> usize {
+        self.bytes.len() - self.position
+    }
+
+    fn take(&mut self, len: usize, field: &'static str) -> Result<&'a [u8]> {
+        if self.remaining() < len {
+            return Err(ProtocolError::Truncated { field });
+        }
+        let slice = &self.bytes[self.position..self.position + len];
+        self.position += len;
+        Ok(slice)
+    }
+
+    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N]> {
+        let mut array = [0u8; N];
+        array.copy_from_slice(self.take(N, field)?);
+        Ok(array)
+    }
+
+    /// Reads a byte.
+    pub fn u8(&mut self, field: &'static str) -> Result<u8> {
+        Ok(self.take(1, field)?[0])
+    }
+
+    /// Reads a little-endian `u16`.
+    pub fn u16(&mut self, field: &'static str) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.array(field)?))
+    }
+
+    /// Reads a little-endian `u32`.
+    pub fn u32(&mut self, field: &'static str) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array(field)?))
+    }
+
+    /// Reads a little-endian `u64`.
+    pub fn u64(&mut self, field: &'static str) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.array(field)?))
+    }
+
+    /// Reads a little-endian `i64`.
+    pub fn i64(&mut self, field: &'static str) -> Result<i64> {
+        Ok(i64::from_le_bytes(self.array(field)?))
+    }
+
+    /// Reads an optional `u64`.
+    pub fn opt_u64(&mut self, field: &'static str) -> Result<Option<u64>> {
+        let present = self.u8(field)?;
+        let value = self.u64(field)?;
+        match present {
+            0 => Ok(None),
+            1 => Ok(Some(value)),
+            other => Err(invalid(field, format!("presence byte {other}, not 0 or 1"))),
+        }
+    }
+
+    /// Reads a string of at most `len_max` bytes.
+    pub fn str(&mut self, field: &'static str, len_max: usize) -> Result<String> {
+        let len = usize::from(self.u16(field)?);
+        if len > len_max {
+            return Err(invalid(field, format!("{len} bytes, more than {len_max}")));
+        }
+        let bytes = self.take(len, field)?;
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Ok(text.to_string()),
+            Err(_) => Err(invalid(field, "not UTF-8".into())),
+        }
+    }
+
+    /// Reads a stream or topic name (checked against the name rule by the caller, which owns the
+    /// error code).
+    pub fn name(&mut self, field: &'static str) -> Result<String> {
+        self.str(field, NAME_LEN_MAX)
+    }
+
+    /// Reads length-prefixed bytes of at most `len_max`.
+    pub fn bytes(&mut self, field: &'static str, len_max: usize) -> Result<&'a [u8]> {
+        let len = self.u32(field)? as usize;
+        if len > len_max {
+            return Err(invalid(field, format!("{len} bytes, more than {len_max}")));
+        }
+        self.take(len, field)
+    }
+
+    /// Reads a list count, bounded by what the rest of the body could hold at `item_size_min`
+    /// bytes per item, so a hostile count cannot make the caller allocate.
+    pub fn count(&mut self, field: &'static str, item_size_min: usize) -> Result<usize> {
+        let count = self.u32(field)? as usize;
+        if count.saturating_mul(item_size_min.max(1)) > self.remaining() {
+            return Err(ProtocolError::Truncated { field });
+        }
+        Ok(count)
+    }
+
+    /// The unread rest of the body (a tail field).
+    pub fn rest(&mut self) -> &'a [u8] {
+        let rest = &self.bytes[self.position..];
+        self.position = self.bytes.len();
+        rest
+    }
+
+    /// Checks that nothing is left.
+    pub fn end(&self) -> Result<()> {
+        match self.remaining() {
+            0 => Ok(()),
+            len => Err(ProtocolError::TrailingBytes { len }),
+        }
+    }
+}
+
+fn invalid(field: &'static str, reason: String) -> ProtocolError {
+    ProtocolError::Invalid { field, reason }
+}
+
+fn durability_byte(durability: Option<Durability>) -> u8 {
+    match durability {
+        None => 0,
+        Some(Durability::Replicated) => 1,
+        Some(Durability::Persisted) => 2,
+    }
+}
+
+fn durability_from(byte: u8, field: &'static str) -> Result<Option<Durability>> {
+    match byte {
+        0 => Ok(None),
+        1 => Ok(Some(Durability::Replicated)),
+        2 => Ok(Some(Durability::Persisted)),
+        other => Err(invalid(field, format!("durability {other}: use 1 or 2 (0: default)"))),
+    }
+}
+
+/// The durability's name in text output.
+pub fn durability_name(durability: Durability) -> &'static str {
+    match durability {
+        Durability::Replicated => "replicated",
+        Durability::Persisted => "persisted",
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operation bodies
+// ---------------------------------------------------------------------------------------------
+
+/// `Hello` arguments: the versions the client speaks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// Oldest version the client speaks.
+    pub version_min: u16,
+    /// Newest version the client speaks.
+    pub version_max: u16,
+    /// Free text naming the client (logged).
+    pub client_name: String,
+}
+
+impl Hello {
+    /// Encodes the arguments.
+    pub fn encode(&self) -> Vec<u8> {
+        Writer::new().u16(self.version_min).u16(self.version_max).str(&self.client_name).finish()
+    }
+
+    /// Decodes the arguments.
+    pub fn decode(body: &[u8]) -> Result<Hello> {
+        let mut r = Reader::new(body);
+        let hello = Hello {
+            version_min: r.u16("version_min")?,
+            version_max: r.u16("version_max")?,
+            client_name: r.str("client_name", TEXT_LEN_MAX)?,
+        };
+        r.end()?;
+        Ok(hello)
+    }
+
+    /// The newest version both sides speak, if any.
+    pub fn negotiate(&self) -> Option<u16> {
+        let high = self.version_max.min(PROTOCOL_VERSION);
+        (high >= self.version_min.max(PROTOCOL_VERSION_MIN)).then_some(high)
+    }
+}
+
+/// `Hello` result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HelloReply {
+    /// The version the connection speaks from now on.
+    pub version: u16,
+    /// Shards on the node.
+    pub shards: u32,
+    /// The server's name and build.
+    pub server: String,
+}
+
+impl HelloReply {
+    /// Encodes the result.
+    pub fn encode(&self) -> Vec<u8> {
+        Writer::new().u16(self.version).u32(self.shards).str(&self.server).finish()
+    }
+
+    /// Decodes the result.
+    pub fn decode(body: &[u8]) -> Result<HelloReply> {
+        let mut r = Reader::new(body);
+        let reply = HelloReply {
+            version: r.u16("version")?,
+            shards: r.u32("shards")?,
+            server: r.str("server", TEXT_LEN_MAX)?,
+        };
+        r.end()?;
+        Ok(reply)
+    }
+}
+
+/// `Register` result: the session (producer id).
+pub fn encode_session(session: u64) -> Vec<u8> {
+    Writer::new().u64(session).finish()
+}
+
+/// Decodes a `Register` result.
+pub fn decode_session(body: &[u8]) -> Result<u64> {
+    let mut r = Reader::new(body);
+    let session = r.u64("session")?;
+    r.end()?;
+    Ok(session)
+}
+
+/// Arguments naming a stream (`CreateStream`, `DeleteStream`, `ListTopics`).
+pub fn encode_stream_name(stream: &str) -> Vec<u8> {
+    Writer::new().str(stream).finish()
+}
+
+/// Decodes arguments naming a stream.
+pub fn decode_stream_name(body: &[u8]) -> Result<String> {
+    let mut r = Reader::new(body);
+    let stream = r.name("stream")?;
+    r.end()?;
+    Ok(stream)
+}
+
+/// Arguments naming a topic (`DeleteTopic`, `DescribeTopic`).
+pub fn encode_topic_name(stream: &str, topic: &str) -> Vec<u8> {
+    Writer::new().str(stream).str(topic).finish()
+}
+
+/// Decodes arguments naming a topic.
+pub fn decode_topic_name(body: &[u8]) -> Result<(String, String)> {
+    let mut r = Reader::new(body);
+    let names = (r.name("stream")?, r.name("topic")?);
+    r.end()?;
+    Ok(names)
+}
+
+/// One stream in a `ListStreams` result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamInfo {
+    /// The stream's name.
+    pub name: String,
+    /// Topics in it.
+    pub topic_count: u32,
+    /// When it was created, in milliseconds since the Unix epoch.
+    pub created_ms: i64,
+}
+
+/// Encodes a `ListStreams` result.
+pub fn encode_streams(streams: &[StreamInfo]) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.u32(streams.len() as u32);
+    for stream in streams {
+        w.str(&stream.name).u32(stream.topic_count).i64(stream.created_ms);
+    }
+    w.finish()
+}
+
+/// Decodes a `ListStreams` result.
+pub fn decode_streams(body: &[u8]) -> Result<Vec<StreamInfo>> {
+    let mut r = Reader::new(body);
+    let count = r.count("streams", 2 + 4 + 8)?;
+    let mut streams = Vec::with_capacity(count);
+    for _ in 0..count {
+        streams.push(StreamInfo {
+            name: r.name("stream")?,
+            topic_count: r.u32("topic_count")?,
+            created_ms: r.i64("created_ms")?,
+        });
+    }
+    r.end()?;
+    Ok(streams)
+}
+
+/// `CreateTopic` arguments. `None` (or a zero partition count) takes the server's default.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct CreateTopic {
+    /// The stream.
+    pub stream: String,
+    /// The new topic's name.
+    pub topic: String,
+    /// Partitions (0: the server's default).
+    pub partitions: u32,
+    /// Durability mode.
+    pub durability: Option<Durability>,
+    /// Size-based retention in bytes per partition (0: unbounded).
+    pub retention_bytes: Option<u64>,
+    /// Age-based retention (0: unbounded).
+    pub retention_ms: Option<u64>,
+    /// Segment roll size.
+    pub segment_size_bytes: Option<u64>,
+    /// Largest batch accepted.
+    pub message_size_bytes_max: Option<u64>,
+}
+
+impl CreateTopic {
+    /// Encodes the arguments.
+    pub fn encode(&self) -> Vec<u8> {
+        Writer::new()
+            .str(&self.stream)
+            .str(&self.topic)
+            .u32(self.partitions)
+            .u8(durability_byte(self.durability))
+            .opt_u64(self.retention_bytes)
+            .opt_u64(self.retention_ms)
+            .opt_u64(self.segment_size_bytes)
+            .opt_u64(self.message_size_bytes_max)
+            .finish()
+    }
+
+    /// Decodes the arguments.
+    pub fn decode(body: &[u8]) -> Result<CreateTopic> {
+        let mut r = Reader::new(body);
+        let create = CreateTopic {
+            stream: r.name("stream")?,
+            topic: r.name("topic")?,
+            partitions: r.u32("partitions")?,
+            durability: durability_from(r.u8("durability")?, "durability")?,
+            retention_bytes: r.opt_u64("retention_bytes")?,
+            retention_ms: r.opt_u64("retention_ms")?,
+            segment_size_bytes: r.opt_u64("segment_size_bytes")?,
+            message_size_bytes_max: r.opt_u64("message_size_bytes_max")?,
+        };
+        r.end()?;
+        Ok(create)
+    }
+}
+
+/// A topic as `ListTopics` and `DescribeTopic` report it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// The stream.
+    pub stream: String,
+    /// The topic.
+    pub name: String,
+    /// Partitions.
+    pub partitions: u32,
+    /// Durability mode.
+    pub durability: Durability,
+    /// Size-based retention per partition (0: unbounded).
+    pub retention_bytes: u64,
+    /// Age-based retention (0: unbounded).
+    pub retention_ms: u64,
+    /// Segment roll size.
+    pub segment_size_bytes: u64,
+    /// Largest batch accepted.
+    pub message_size_bytes_max: u64,
+    /// When it was created, in milliseconds since the Unix epoch.
+    pub created_ms: i64,
+}
+
+impl TopicInfo {
+    fn write(&self, w: &mut Writer) {
+        w.str(&self.stream)
+            .str(&self.name)
+            .u32(self.partitions)
+            .u8(durability_byte(Some(self.durability)))
+            .u64(self.retention_bytes)
+            .u64(self.retention_ms)
+            .u64(self.segment_size_bytes)
+            .u64(self.message_size_bytes_max)
+            .i64(self.created_ms);
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<TopicInfo> {
+        Ok(TopicInfo {
+            stream: r.name("stream")?,
+            name: r.name("topic")?,
+            partitions: r.u32("partitions")?,
+            durability: durability_from(r.u8("durability")?, "durability")?
+                .ok_or_else(|| invalid("durability", "missing".into()))?,
+            retention_bytes: r.u64("retention_bytes")?,
+            retention_ms: r.u64("retention_ms")?,
+            segment_size_bytes: r.u64("segment_size_bytes")?,
+            message_size_bytes_max: r.u64("message_size_bytes_max")?,
+            created_ms: r.i64("created_ms")?,
+        })
+    }
+}
+
+/// Encodes a `ListTopics` result.
+pub fn encode_topics(topics: &[TopicInfo]) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.u32(topics.len() as u32);
+    for topic in topics {
+        topic.write(&mut w);
+    }
+    w.finish()
+}
+
+/// Decodes a `ListTopics` result.
+pub fn decode_topics(body: &[u8]) -> Result<Vec<TopicInfo>> {
+    let mut r = Reader::new(body);
+    let count = r.count("topics", 2 + 2 + 4 + 1 + 8 * 5)?;
+    let mut topics = Vec::with_capacity(count);
+    for _ in 0..count {
+        topics.push(TopicInfo::read(&mut r)?);
+    }
+    r.end()?;
+    Ok(topics)
+}
+
+/// One partition in a `DescribeTopic` result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionInfo {
+    /// The partition's index in its topic.
+    pub partition: u32,
+    /// The shard that owns it.
+    pub shard: u32,
+    /// Its VSR group.
+    pub group: u64,
+    /// The first offset still held (retention moves it).
+    pub first_offset: u64,
+    /// The offset the next message gets (the log end offset).
+    pub next_offset: u64,
+    /// Bytes on disk.
+    pub size_bytes: u64,
+}
+
+const PARTITION_INFO_SIZE: usize = 4 + 4 + 8 * 4;
+
+/// Encodes a `DescribeTopic` result.
+pub fn encode_describe(topic: &TopicInfo, partitions: &[PartitionInfo]) -> Vec<u8> {
+    let mut w = Writer::new();
+    topic.write(&mut w);
+    w.u32(partitions.len() as u32);
+    for p in partitions {
+        w.u32(p.partition).u32(p.shard).u64(p.group).u64(p.first_offset);
+        w.u64(p.next_offset).u64(p.size_bytes);
+    }
+    w.finish()
+}
+
+/// Decodes a `DescribeTopic` result.
+pub fn decode_describe(body: &[u8]) -> Result<(TopicInfo, Vec<PartitionInfo>)> {
+    let mut r = Reader::new(body);
+    let topic = TopicInfo::read(&mut r)?;
+    let count = r.count("partitions", PARTITION_INFO_SIZE)?;
+    let mut partitions = Vec::with_capacity(count);
+    for _ in 0..count {
+        partitions.push(PartitionInfo {
+            partition: r.u32("partition")?,
+            shard: r.u32("shard")?,
+            group: r.u64("group")?,
+            first_offset: r.u64("first_offset")?,
+            next_offset: r.u64("next_offset")?,
+            size_bytes: r.u64("size_bytes")?,
+        });
+    }
+    r.end()?;
+    Ok((topic, partitions))
+}
+
+/// How a produce request picks its partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Partitioning {
+    /// This partition.
+    Explicit(u32),
+    /// Kafka's murmur2 partitioner over this key ([`partition_for_key`]).
+    Key(Vec<u8>),
+    /// The server spreads batches over the partitions.
+    Balanced,
+}
+
+/// Longest key a produce request may carry for partitioning.
+pub const PARTITION_KEY_LEN_MAX: usize = 4096;
+
+/// `Produce` arguments before the batch. The record batch is the rest of the body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Produce {
+    /// The stream.
+    pub stream: String,
+    /// The topic.
+    pub topic: String,
+    /// How to choose the partition.
+    pub partitioning: Partitioning,
+}
+
+impl Produce {
+    /// Encodes the arguments followed by `batch`.
+    pub fn encode(&self, batch: &[u8]) -> Vec<u8> {
+        let mut w = Writer::new();
+        self.encode_prefix(&mut w);
+        w.raw(batch);
+        w.finish()
+    }
+
+    /// Encodes the arguments only; the batch is appended by the caller.
+    pub fn encode_prefix(&self, w: &mut Writer) {
+        w.str(&self.stream).str(&self.topic);
+        match &self.partitioning {
+            Partitioning::Explicit(partition) => w.u8(0).u32(*partition),
+            Partitioning::Key(key) => w.u8(1).bytes(key),
+            Partitioning::Balanced => w.u8(2),
+        };
+    }
+
+    /// Decodes the arguments; returns them and the offset in `body` where the batch starts.
+    pub fn decode(body: &[u8]) -> Result<(Produce, usize)> {
+        let mut r = Reader::new(body);
+        let stream = r.name("stream")?;
+        let topic = r.name("topic")?;
+        let partitioning = match r.u8("partitioning")? {
+            0 => Partitioning::Explicit(r.u32("partition")?),
+            1 => Partitioning::Key(r.bytes("key", PARTITION_KEY_LEN_MAX)?.to_vec()),
+            2 => Partitioning::Balanced,
+            other => return Err(invalid("partitioning", format!("{other}: use 0, 1 or 2"))),
+        };
+        Ok((Produce { stream, topic, partitioning }, r.position()))
+    }
+}
+
+/// `Produce` result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProduceReply {
+    /// The partition the batch went to.
+    pub partition: u32,
+    /// The offset assigned to the batch's first record.
+    pub base_offset: u64,
+    /// Records in the batch.
+    pub record_count: u32,
+}
+
+impl ProduceReply {
+    /// Encodes the result.
+    pub fn encode(&self) -> Vec<u8> {
+        Writer::new().u32(self.partition).u64(self.base_offset).u32(self.record_count).finish()
+    }
+
+    /// Decodes the result.
+    pub fn decode(body: &[u8]) -> Result<ProduceReply> {
+        let mut r = Reader::new(body);
+        let reply = ProduceReply {
+            partition: r.u32("partition")?,
+            base_offset: r.u64("base_offset")?,
+            record_count: r.u32("record_count")?,
+        };
+        r.end()?;
+        Ok(reply)
+    }
+}
+
+/// Where a fetch starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchFrom {
+    /// At this offset (the batch containing it).
+    Offset(u64),
+    /// At the first message appended at or after this time (ms since the Unix epoch).
+    Timestamp(i64),
+    /// At the first offset still held.
+    First,
+    /// At the last message (the log end offset − 1); with nothing stored, at the end.
+    Last,
+}
+
+/// `Fetch` arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fetch {
+    /// The stream.
+    pub stream: String,
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+    /// Where to start.
+    pub from: FetchFrom,
+    /// Bytes of batches to return at most (at least one whole batch when one exists).
+    pub bytes_max: u32,
+    /// Records to return at most, counted in whole batches (the last batch may overshoot; the
+    /// client trims).
+    pub count_max: u32,
+}
+
+impl Fetch {
+    /// Encodes the arguments.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.str(&self.stream).str(&self.topic).u32(self.partition);
+        match self.from {
+            FetchFrom::Offset(offset) => w.u8(0).u64(offset),
+            FetchFrom::Timestamp(time_ms) => w.u8(1).i64(time_ms),
+            FetchFrom::First => w.u8(2).u64(0),
+            FetchFrom::Last => w.u8(3).u64(0),
+        };
+        w.u32(self.bytes_max).u32(self.count_max).finish()
+    }
+
+    /// Decodes the arguments.
+    pub fn decode(body: &[u8]) -> Result<Fetch> {
+        let mut r = Reader::new(body);
+        let stream = r.name("stream")?;
+        let topic = r.name("topic")?;
+        let partition = r.u32("partition")?;
+        let kind = r.u8("from")?;
+        let value = r.u64("from")?;
+        let from = match kind {
+            0 => FetchFrom::Offset(value),
+            1 => FetchFrom::Timestamp(value as i64),
+            2 => FetchFrom::First,
+            3 => FetchFrom::Last,
+            other => return Err(invalid("from", format!("{other}: use 0..=3"))),
+        };
+        let fetch = Fetch {
+            stream,
+            topic,
+            partition,
+            from,
+            bytes_max: r.u32("bytes_max")?,
+            count_max: r.u32("count_max")?,
+        };
+        r.end()?;
+        Ok(fetch)
+    }
+}
+
+/// `Fetch` result before the batches; the batches, concatenated, are the rest of the body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FetchReply {
+    /// The partition.
+    pub partition: u32,
+    /// The first offset still held.
+    pub first_offset: u64,
+    /// The log end offset (the next offset to be assigned).
+    pub next_offset: u64,
+    /// Batches that follow.
+    pub batch_count: u32,
+}
+
+/// Size of the fixed part of a `Fetch` result.
+pub const FETCH_REPLY_PREFIX_SIZE: usize = 4 + 8 + 8 + 4;
+
+impl FetchReply {
+    /// Encodes the fixed part.
+    pub fn encode_prefix(&self) -> [u8; FETCH_REPLY_PREFIX_SIZE] {
+        let mut bytes = [0u8; FETCH_REPLY_PREFIX_SIZE];
+        bytes[0..4].copy_from_slice(&self.partition.to_le_bytes());
+        bytes[4..12].copy_from_slice(&self.first_offset.to_le_bytes());
+        bytes[12..20].copy_from_slice(&self.next_offset.to_le_bytes());
+        bytes[20..24].copy_from_slice(&self.batch_count.to_le_bytes());
+        bytes
+    }
+
+    /// Decodes the fixed part; returns it and the offset in `body` where the batches start.
+    pub fn decode(body: &[u8]) -> Result<(FetchReply, usize)> {
+        let mut r = Reader::new(body);
+        let reply = FetchReply {
+            partition: r.u32("partition")?,
+            first_offset: r.u64("first_offset")?,
+            next_offset: r.u64("next_offset")?,
+            batch_count: r.u32("batch_count")?,
+        };
+        Ok((reply, r.position()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_murmur2_matches_kafka() {
+        // Values from Kafka's UtilsTest.testMurmur2.
+        let cases: [(&[u8], i32); 6] = [
+            (b"21", -973_932_308),
+            (b"foobar", -790_332_482),
+            (b"a-little-bit-long-string", -985_981_536),
+            (b"a-little-bit-longer-string", -1_486_304_829),
+            (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58_897_971),
+            (b"abc", 479_470_107),
+        ];
+        for (key, expected) in cases {
+            assert_eq!(murmur2(key), expected, "{:?}", std::str::from_utf8(key));
+        }
+        assert!(partition_for_key(b"foobar", 7) < 7);
+    }
+
+    #[test]
+    fn protocol_names_follow_kafka_rule() {
+        for good in ["a", "orders", "A.b_c-9", &"x".repeat(NAME_LEN_MAX)] {
+            assert_eq!(validate_name(good), Ok(()), "{good}");
+        }
+        for bad in ["", "has space", "slash/", "ü", ".", "..", &"x".repeat(NAME_LEN_MAX + 1)] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn protocol_bodies_round_trip() {
+        let hello = Hello { version_min: 1, version_max: 3, client_name: "t".into() };
+        assert_eq!(Hello::decode(&hello.encode()), Ok(hello.clone()));
+        assert_eq!(hello.negotiate(), Some(PROTOCOL_VERSION));
+        let future = Hello { version_min: 2, version_max: 9, client_name: String::new() };
+        assert_eq!(future.negotiate(), None);
+
+        let create = CreateTopic {
+            stream: "s".into(),
+            topic: "t".into(),
+            partitions: 3,
+            durability: Some(Durability::Persisted),
+            retention_bytes: Some(0),
+            retention_ms: None,
+            segment_size_bytes: Some(1 << 20),
+            message_size_bytes_max: None,
+        };
+        assert_eq!(CreateTopic::decode(&create.encode()), Ok(create));
+
+        let produce = Produce {
+            stream: "s".into(),
+            topic: "t".into(),
+            partitioning: Partitioning::Key(vec![1, 2]),
+        };
+        let body = produce.encode(b"BATCH");
+        let (decoded, at) = Produce::decode(&body).unwrap();
+        assert_eq!(decoded, produce);
+        assert_eq!(&body[at..], b"BATCH");
+
+        let fetch = Fetch {
+            stream: "s".into(),
+            topic: "t".into(),
+            partition: 2,
+            from: FetchFrom::Timestamp(-5),
+            bytes_max: 10,
+            count_max: 1,
+        };
+        assert_eq!(Fetch::decode(&fetch.encode()), Ok(fetch));
+
+        let topic = TopicInfo {
+            stream: "s".into(),
+            name: "t".into(),
+            partitions: 1,
+            durability: Durability::Replicated,
+            retention_bytes: 1,
+            retention_ms: 2,
+            segment_size_bytes: 3,
+            message_size_bytes_max: 4,
+            created_ms: 5,
+        };
+        let partition = PartitionInfo {
+            partition: 0,
+            shard: 1,
+            group: 2,
+            first_offset: 3,
+            next_offset: 4,
+            size_bytes: 5,
+        };
+        let body = encode_describe(&topic, &[partition]);
+        assert_eq!(decode_describe(&body), Ok((topic.clone(), vec![partition])));
+        assert_eq!(decode_topics(&encode_topics(&[topic.clone()])), Ok(vec![topic]));
+        let streams = vec![StreamInfo { name: "s".into(), topic_count: 2, created_ms: 3 }];
+        assert_eq!(decode_streams(&encode_streams(&streams)), Ok(streams));
+    }
+
+    #[test]
+    fn protocol_hostile_bodies_rejected_without_panic() {
+        // A huge list count with no items behind it must not allocate or panic.
+        let mut body = Writer::new().u32(u32::MAX).finish();
+        assert!(decode_streams(&body).is_err());
+        assert!(decode_topics(&body).is_err());
+        body.extend_from_slice(&[0xff; 64]);
+        assert!(decode_streams(&body).is_err());
+        // Every prefix of a valid body is rejected, never a panic.
+        let create = CreateTopic { stream: "s".into(), topic: "t".into(), ..Default::default() };
+        let encoded = create.encode();
+        for len in 0..encoded.len() {
+            assert!(CreateTopic::decode(&encoded[..len]).is_err(), "prefix {len}");
+        }
+        let mut trailing = encoded.clone();
+        trailing.push(0);
+        assert_eq!(CreateTopic::decode(&trailing), Err(ProtocolError::TrailingBytes { len: 1 }));
+        // Over-long names and invalid UTF-8.
+        let long = Writer::new().u16(NAME_LEN_MAX as u16 + 1).finish();
+        assert!(matches!(decode_stream_name(&long), Err(ProtocolError::Invalid { .. })));
+        let not_utf8 = Writer::new().u16(1).u8(0xff).finish();
+        assert!(matches!(decode_stream_name(&not_utf8), Err(ProtocolError::Invalid { .. })));
+    }
+}
