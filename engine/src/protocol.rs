@@ -1150,7 +1150,7 @@ mod tests {
         };
         let body = encode_describe(&topic, &[partition]);
         assert_eq!(decode_describe(&body), Ok((topic.clone(), vec![partition])));
-        assert_eq!(decode_topics(&encode_topics(&[topic.clone()])), Ok(vec![topic]));
+        assert_eq!(decode_topics(&encode_topics(std::slice::from_ref(&topic))), Ok(vec![topic]));
         let streams = vec![StreamInfo { name: "s".into(), topic_count: 2, created_ms: 3 }];
         assert_eq!(decode_streams(&encode_streams(&streams)), Ok(streams));
     }
