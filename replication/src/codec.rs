@@ -256,7 +256,10 @@ pub fn decode(
             let f = header.as_request_prepare().expect("command checked");
             (f.group, Message::RequestPrepare { view, op: f.op, checksum: f.checksum_given() })
         }
-        command @ (Command::Reserved | Command::JournalEntry) => {
+        command @ (Command::Reserved
+        | Command::JournalEntry
+        | Command::Request
+        | Command::Reply) => {
             return Err(DecodeError::NotReplicaMessage(command));
         }
     };

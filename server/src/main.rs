@@ -6,139 +6,115 @@
 //! shutdown. The native protocol, streams/topics/partitions, produce and consume arrive with the
 //! rest of the thread-per-core server issue; until then connections are accepted and closed.
 
+mod config;
+mod connection;
 mod lock;
+mod metadata;
 mod shard;
 mod signals;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
-const USAGE: &str = "\
-usage: shoal [--data-dir DIR] [--listen ADDR] [--shards N] [--cpus LIST] [--profile P]
+use config::{Config, ConfigError, Host, Layers};
 
+const USAGE: &str = "\
+usage: shoal [--config FILE] [--data-dir DIR] [--listen ADDR] [--shards N] [--cpus LIST]
+             [--profile P] [--print-config]
+
+  --config FILE    TOML config file (configs/single-node.toml lists every key and its default)
   --data-dir DIR   data directory (default ./shoal-data), created if missing, locked while served
   --listen ADDR    native protocol address (default 127.0.0.1:7070; port 0 picks a free port)
-  --shards N       shards, one thread each (default: one per available CPU); a data directory
-                   keeps the shard count it was created with
+  --shards N       shards, one thread each, 1 to 256 (default: one per available CPU); a data
+                   directory keeps the shard count it was created with
   --cpus LIST      CPU of each shard thread, comma-separated (one per shard), or none (no
                    pinning); default: shard i on the i-th available CPU when there are enough
   --profile P      storage sizes: default (production) or small (tests: small journal and rings)
+  --print-config   print the effective configuration as TOML and exit (starts nothing, touches
+                   no data directory)
+  --help           print this and exit
+
+Settings resolve in this order, later winning: built-in defaults, the config file, SHOAL_*
+environment variables (SHOAL_<KEY> or SHOAL_<SECTION>_<KEY>, e.g. SHOAL_SHARDS,
+SHOAL_NETWORK_CONNECTIONS_MAX), flags; docs/configuration.md lists every key. An invalid setting
+prints \"shoal: config: KEY: REASON\" and exits 2.
 
 Prints one JSON line {\"ready\":true,\"native\":\"ADDR\"} once recovery is done and the listener is
 bound. SIGINT or SIGTERM shuts down gracefully (flush, checkpoint, clean-shutdown flag, exit 0);
 a second signal exits at once.
 ";
 
-/// What the flags asked for.
-pub struct Options {
-    data_dir: PathBuf,
-    listen: SocketAddr,
-    shards: u32,
-    /// `None`: the default placement; `Some(empty)`: no pinning.
-    cpus: Option<Vec<usize>>,
-    small: bool,
-}
-
-fn parse() -> Result<Options, String> {
-    let mut options = Options {
-        data_dir: PathBuf::from("shoal-data"),
-        listen: "127.0.0.1:7070".parse().expect("a valid default address"),
-        shards: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
-        cpus: None,
-        small: false,
+/// Resolves the configuration from the command line, the config file and the environment.
+/// `Ok(None)`: nothing to start (`--help`, `--print-config`, both already answered).
+fn configure() -> Result<Option<Config>, ConfigError> {
+    let words = std::env::args_os()
+        .skip(1)
+        .map(|word| {
+            word.into_string()
+                .map_err(|word| ConfigError::new(word.to_string_lossy(), "not valid UTF-8"))
+        })
+        .collect::<Result<Vec<String>, _>>()?;
+    let args = config::parse_args(words)?;
+    if args.help {
+        print!("{USAGE}");
+        return Ok(None);
+    }
+    let mut layers = Layers::default();
+    if let Some(path) = &args.config_file {
+        let text = std::fs::read_to_string(path).map_err(|error| {
+            ConfigError::new("--config", format!("cannot read {}: {error}", path.display()))
+        })?;
+        layers.file(path, &text)?;
+    }
+    layers.env(shoal_environment()?)?;
+    for (flag, value) in &args.settings {
+        layers.flag(flag, value)?;
+    }
+    let host = Host {
+        parallelism: std::thread::available_parallelism()
+            .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+        core_ids: core_affinity::get_core_ids()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|core| core.id)
+            .collect(),
     };
-    let mut words = std::env::args().skip(1);
-    while let Some(flag) = words.next() {
-        if flag == "--help" || flag == "-h" {
-            return Err(String::new());
-        }
-        let value = words.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--data-dir" => options.data_dir = PathBuf::from(value),
-            "--listen" => {
-                options.listen =
-                    value.parse().map_err(|_| format!("--listen {value}: not an address"))?;
-            }
-            "--shards" => {
-                options.shards = value
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=256).contains(n))
-                    .ok_or_else(|| format!("--shards {value}: use 1 to 256"))?;
-            }
-            "--cpus" => {
-                options.cpus = Some(if value == "none" {
-                    Vec::new()
-                } else {
-                    value
-                        .split(',')
-                        .map(|cpu| cpu.trim().parse::<usize>())
-                        .collect::<Result<_, _>>()
-                        .map_err(|_| {
-                            format!("--cpus {value}: a comma-separated CPU list or none")
-                        })?
-                });
-            }
-            "--profile" => {
-                options.small = match value.as_str() {
-                    "default" => false,
-                    "small" => true,
-                    other => return Err(format!("--profile {other}: use default or small")),
-                };
-            }
-            other => return Err(format!("unknown flag {other}")),
-        }
+    let resolved = layers.resolve(&host)?;
+    for warning in &resolved.warnings {
+        eprintln!("shoal: {warning}");
     }
-    if let Some(cpus) = &options.cpus
-        && !cpus.is_empty()
-        && cpus.len() != options.shards as usize
-    {
-        return Err(format!(
-            "--cpus names {} CPUs for {} shards: give one per shard, or none",
-            cpus.len(),
-            options.shards
-        ));
+    if args.print_config {
+        print!("{}", resolved.config.to_toml());
+        return Ok(None);
     }
-    Ok(options)
+    Ok(Some(resolved.config))
 }
 
-/// The CPU each shard thread is pinned to (`None`: not pinned).
-fn placement(options: &Options) -> Vec<Option<usize>> {
-    let shards = options.shards as usize;
-    match &options.cpus {
-        Some(cpus) if cpus.is_empty() => vec![None; shards],
-        Some(cpus) => cpus.iter().map(|&cpu| Some(cpu)).collect(),
-        None => {
-            let available: Vec<usize> = core_affinity::get_core_ids()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|core| core.id)
-                .collect();
-            if available.len() < shards {
-                eprintln!(
-                    "shoal: {shards} shards on {} CPUs: shard threads are not pinned",
-                    available.len()
-                );
-                return vec![None; shards];
-            }
-            available.into_iter().take(shards).map(Some).collect()
-        }
-    }
+/// The `SHOAL_*` environment variables (the config layer rejects the unknown ones).
+fn shoal_environment() -> Result<Vec<(String, String)>, ConfigError> {
+    std::env::vars_os()
+        .filter(|(name, _)| name.as_encoded_bytes().starts_with(b"SHOAL_"))
+        .map(|(name, value)| {
+            let name = name.into_string().map_err(|name| {
+                ConfigError::new(name.to_string_lossy(), "variable name is not valid UTF-8")
+            })?;
+            let value = value
+                .into_string()
+                .map_err(|_| ConfigError::new(name.as_str(), "value is not valid UTF-8"))?;
+            Ok((name, value))
+        })
+        .collect()
 }
 
 fn main() -> ExitCode {
-    let options = match parse() {
-        Ok(options) => options,
+    let mut config = match configure() {
+        Ok(Some(config)) => config,
+        Ok(None) => return ExitCode::SUCCESS,
         Err(error) => {
-            if !error.is_empty() {
-                eprintln!("shoal: {error}\n");
-            }
-            eprint!("{USAGE}");
-            return if error.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) };
+            eprintln!("shoal: config: {error}");
+            return ExitCode::from(2);
         }
     };
     // Signals are blocked before any thread starts, so only the signal thread receives them.
@@ -149,43 +125,48 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(error) = std::fs::create_dir_all(&options.data_dir) {
-        eprintln!("shoal: cannot create data directory {}: {error}", options.data_dir.display());
+    if let Err(error) = std::fs::create_dir_all(&config.data_dir) {
+        eprintln!("shoal: cannot create data directory {}: {error}", config.data_dir.display());
         return ExitCode::FAILURE;
     }
     // Absolute from here on, so every message names the directory unambiguously.
-    let options = match std::fs::canonicalize(&options.data_dir) {
-        Ok(data_dir) => Options { data_dir, ..options },
+    match std::fs::canonicalize(&config.data_dir) {
+        Ok(data_dir) => config.data_dir = data_dir,
         Err(error) => {
-            eprintln!("shoal: data directory {}: {error}", options.data_dir.display());
+            eprintln!("shoal: data directory {}: {error}", config.data_dir.display());
             return ExitCode::FAILURE;
         }
-    };
-    let _lock = match lock::DataDirLock::acquire(&options.data_dir) {
+    }
+    let _lock = match lock::DataDirLock::acquire(&config.data_dir) {
         Ok(lock) => lock,
         Err(error) => {
             eprintln!("shoal: {error}");
             return ExitCode::FAILURE;
         }
     };
+    let config = Arc::new(config);
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = mpsc::channel();
     let mut threads = Vec::new();
+    let (mesh, mut inboxes) = shard::mesh(config.shards, config.network.shard_inbox_max);
+    let published =
+        Arc::new(metadata::Published::new(Arc::new(metadata::Catalog::new(config.shards, 0))));
+    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     // Shard 0 binds first so that port 0 becomes a real port the other shards share.
-    let mut listen = options.listen;
-    let cpus = placement(&options);
-    for index in 0..options.shards {
+    let mut listen = config.native_listen;
+    for index in 0..config.shards {
         let (bound_tx, bound_rx) = mpsc::channel();
         let spec = shard::ShardSpec {
             index,
-            count: options.shards,
-            data_dir: options.data_dir.clone(),
+            config: Arc::clone(&config),
             listen,
-            small: options.small,
-            cpu: cpus[index as usize],
             stop: Arc::clone(&stop),
             bound: bound_tx,
             ready: ready_tx.clone(),
+            inbox: inboxes.remove(0),
+            mesh: Arc::clone(&mesh),
+            published: Arc::clone(&published),
+            connections: Arc::clone(&connections),
         };
         threads.push(std::thread::spawn(move || shard::run(spec)));
         match bound_rx.recv() {
@@ -203,7 +184,7 @@ fn main() -> ExitCode {
         }
     }
     drop(ready_tx);
-    for _ in 0..options.shards {
+    for _ in 0..config.shards {
         match ready_rx.recv() {
             Ok(Ok(report)) => eprintln!("shoal: {report}"),
             Ok(Err(error)) => {

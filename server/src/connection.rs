@@ -1,0 +1,491 @@
+//! Native protocol connections: accepting them (within the node's connection bound), reading and
+//! checking request frames, routing each request to the shard that owns what it names, and
+//! writing the replies back in request order.
+//!
+//! A connection is two tasks on the accepting shard: the reader decodes a frame, routes it and
+//! queues the reply slot; the writer awaits the slots in order and writes each reply, so a
+//! connection's replies never overtake each other whichever shards answered them. The queue is
+//! bounded by `requests_in_flight_max`: when it is full the reader stops reading (backpressure).
+//! A frame that cannot be trusted (bad checksum, wrong command, over the size limit, bad body
+//! checksum) gets an `InvalidFrame` or `TooLarge` reply and the connection is closed; nothing it
+//! sent reaches a shard. This module never touches storage or replicas: shards do that, through
+//! their inboxes.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use bytes::BytesMut;
+use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt, Splitable};
+use monoio::net::{TcpListener, TcpStream};
+use shoal_engine::batch::{self, BatchLimits};
+use shoal_engine::protocol::{
+    self, CreateTopic, ErrorCode, Fetch, Hello, HelloReply, Operation, PartitionInfo, Partitioning,
+    Produce,
+};
+use shoal_engine::wire::{ClientReply, ClientRequest, HEADER_SIZE, Header};
+use shoal_replication::Request;
+
+use crate::config::Config;
+use crate::metadata::{Catalog, MetaCommand, Published, TopicSettings};
+use crate::shard::{CLUSTER, FetchArgs, GroupStats, Mesh, Outcome, Work, now_ms};
+
+/// Accepts connections on one shard's listener.
+pub struct Acceptor {
+    pub config: Arc<Config>,
+    pub mesh: Mesh,
+    pub published: Arc<Published>,
+    pub connections: Arc<AtomicUsize>,
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Acceptor {
+    /// Accepts until the listener fails; each connection is served by its own tasks.
+    pub async fn run(self, listener: TcpListener) {
+        let context = Rc::new(self);
+        while let Ok((stream, _)) = listener.accept().await {
+            if context.stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let _ = stream.set_nodelay(true);
+            let open = context.connections.fetch_add(1, Ordering::SeqCst);
+            let guard = ConnectionGuard(Arc::clone(&context.connections));
+            if open >= context.config.network.connections_max {
+                let limit = context.config.network.connections_max;
+                monoio::spawn(refuse(stream, limit, guard));
+                continue;
+            }
+            monoio::spawn(serve(stream, Rc::clone(&context), guard));
+        }
+    }
+}
+
+/// Counts a connection as open until dropped.
+struct ConnectionGuard(Arc<AtomicUsize>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Answers a connection over the bound with one `LimitReached` reply and closes it.
+async fn refuse(mut stream: TcpStream, limit: usize, _guard: ConnectionGuard) {
+    let text = format!("the server holds at most {limit} connections");
+    let reply = ClientReply { error: ErrorCode::LimitReached as u32, ..ClientReply::default() };
+    let _ = stream.write_all(frame(reply, text.as_bytes())).await;
+}
+
+fn frame(reply: ClientReply, body: &[u8]) -> Vec<u8> {
+    let header = Header::reply(CLUSTER, reply, body);
+    let mut bytes = Vec::with_capacity(HEADER_SIZE + body.len());
+    bytes.extend_from_slice(&header.encode());
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// A reply the writer will send, once its outcome is known.
+struct Pending {
+    reply: ClientReply,
+    outcome: Waiting,
+    /// Close the connection after this reply.
+    close: bool,
+}
+
+enum Waiting {
+    Ready(Outcome),
+    Slot(flume::Receiver<Outcome>),
+}
+
+async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard) {
+    let (mut reader, mut writer) = stream.into_split();
+    let (queue, replies) = flume::bounded::<Pending>(context.config.network.requests_in_flight_max);
+    let writing = monoio::spawn(async move {
+        while let Ok(pending) = replies.recv_async().await {
+            let outcome = match pending.outcome {
+                Waiting::Ready(outcome) => outcome,
+                Waiting::Slot(slot) => slot.recv_async().await.unwrap_or_else(|_| {
+                    Outcome::error(ErrorCode::ShuttingDown, "the shard stopped before answering")
+                }),
+            };
+            let reply = ClientReply { error: outcome.error, ..pending.reply };
+            let (result, _) = writer.write_all(frame(reply, &outcome.body)).await;
+            if result.is_err() || pending.close {
+                break;
+            }
+        }
+    });
+    let mut session = Session {
+        context,
+        catalog: Arc::new(Catalog::new(1, 0)),
+        hello: false,
+        balanced: Cell::new(0),
+    };
+    let mut header_buffer = vec![0u8; HEADER_SIZE];
+    loop {
+        let (result, buffer) = reader.read_exact(header_buffer).await;
+        header_buffer = buffer;
+        if result.is_err() {
+            break;
+        }
+        let pending = match session.read_request(&header_buffer, &mut reader).await {
+            Ok(pending) => pending,
+            Err(None) => break,
+            Err(Some(pending)) => pending,
+        };
+        let close = pending.close;
+        if queue.send_async(pending).await.is_err() || close {
+            break;
+        }
+    }
+    drop(queue);
+    let _ = writing.await;
+}
+
+/// One connection's reading side.
+struct Session {
+    context: Rc<Acceptor>,
+    catalog: Arc<Catalog>,
+    hello: bool,
+    balanced: Cell<u32>,
+}
+
+type Reader = monoio::io::OwnedReadHalf<TcpStream>;
+
+impl Session {
+    /// Reads one request's body and routes it. `Err(None)`: the connection broke;
+    /// `Err(Some(reply))`: answer this and close.
+    async fn read_request(
+        &mut self,
+        header_bytes: &[u8],
+        reader: &mut Reader,
+    ) -> Result<Pending, Option<Pending>> {
+        let closing = |reply: ClientReply, code: ErrorCode, text: String| {
+            Some(Pending {
+                reply,
+                outcome: Waiting::Ready(Outcome::error(code, text)),
+                close: true,
+            })
+        };
+        let header = match Header::decode_prefix(header_bytes) {
+            Ok(header) => header,
+            Err(error) => {
+                let code = match error {
+                    shoal_engine::wire::HeaderError::UnsupportedVersion(_) => {
+                        ErrorCode::UnsupportedVersion
+                    }
+                    _ => ErrorCode::InvalidFrame,
+                };
+                return Err(closing(ClientReply::default(), code, format!("bad header: {error}")));
+            }
+        };
+        let Some(fields) = header.as_request().copied() else {
+            let text = format!("command {:?} is not a client request", header.command);
+            return Err(closing(ClientReply::default(), ErrorCode::InvalidFrame, text));
+        };
+        let reply = ClientReply {
+            client: fields.client,
+            request: fields.request,
+            operation: fields.operation,
+            error: 0,
+        };
+        if header.cluster != CLUSTER {
+            let text = format!("cluster {} is not this server's {CLUSTER}", header.cluster);
+            return Err(closing(reply, ErrorCode::InvalidFrame, text));
+        }
+        let frame_max = self.context.config.network.frame_size_bytes_max;
+        if header.size as usize > frame_max {
+            let text = format!("frame of {} bytes exceeds the limit of {frame_max}", header.size);
+            return Err(closing(reply, ErrorCode::TooLarge, text));
+        }
+        let body_size = header.body_size();
+        let mut body = BytesMut::with_capacity(body_size);
+        if body_size > 0 {
+            use monoio::buf::IoBufMut;
+            let (result, slice) = reader.read_exact(body.slice_mut(0..body_size)).await;
+            body = slice.into_inner();
+            if result.is_err() {
+                return Err(None);
+            }
+        }
+        if let Err(error) = header.verify_body(&body) {
+            return Err(closing(reply, ErrorCode::InvalidFrame, format!("bad body: {error}")));
+        }
+        let ready = |outcome| Pending { reply, outcome: Waiting::Ready(outcome), close: false };
+        let Some(operation) = Operation::from_u32(fields.operation) else {
+            let text = format!("unknown operation {}", fields.operation);
+            return Ok(ready(Outcome::error(ErrorCode::UnknownOperation, text)));
+        };
+        if !self.hello {
+            if operation != Operation::Hello {
+                let text = "the first request on a connection must be Hello".to_string();
+                return Err(closing(reply, ErrorCode::InvalidRequest, text));
+            }
+            return match Hello::decode(&body) {
+                Err(error) => Err(closing(reply, ErrorCode::InvalidRequest, error.to_string())),
+                Ok(hello) => match hello.negotiate() {
+                    Some(version) => {
+                        self.hello = true;
+                        let body = HelloReply {
+                            version,
+                            shards: self.context.config.shards,
+                            server: format!("shoal {}", env!("CARGO_PKG_VERSION")),
+                        }
+                        .encode();
+                        Ok(ready(Outcome::ok(body)))
+                    }
+                    None => {
+                        let text = format!(
+                            "client speaks versions {}..={}, this server {}..={}",
+                            hello.version_min,
+                            hello.version_max,
+                            protocol::PROTOCOL_VERSION_MIN,
+                            protocol::PROTOCOL_VERSION
+                        );
+                        Err(closing(reply, ErrorCode::UnsupportedVersion, text))
+                    }
+                },
+            };
+        }
+        self.context.published.refresh(&mut self.catalog);
+        let outcome = match self.route(fields, operation, body).await {
+            Ok(outcome) => outcome,
+            Err((code, text)) => Waiting::Ready(Outcome::error(code, text)),
+        };
+        Ok(Pending { reply, outcome, close: false })
+    }
+
+    /// Sends the request where it belongs, or answers it here.
+    async fn route(
+        &self,
+        fields: ClientRequest,
+        operation: Operation,
+        mut body: BytesMut,
+    ) -> Result<Waiting, (ErrorCode, String)> {
+        let invalid =
+            |error: protocol::ProtocolError| (ErrorCode::InvalidRequest, error.to_string());
+        let catalog = &self.catalog;
+        match operation {
+            Operation::Hello => Ok(Waiting::Ready(Outcome::error(
+                ErrorCode::InvalidRequest,
+                "Hello was already sent on this connection",
+            ))),
+            Operation::Register => self.metadata(fields, MetaCommand::RegisterSession).await,
+            Operation::CreateStream => {
+                let name = protocol::decode_stream_name(&body).map_err(invalid)?;
+                self.metadata(fields, MetaCommand::CreateStream { name }).await
+            }
+            Operation::DeleteStream => {
+                let name = protocol::decode_stream_name(&body).map_err(invalid)?;
+                self.metadata(fields, MetaCommand::DeleteStream { name }).await
+            }
+            Operation::CreateTopic => {
+                let request = CreateTopic::decode(&body).map_err(invalid)?;
+                let config = &self.context.config;
+                let record_max = config.shard.iter().map(|s| s.storage.record_size_bytes_max).min();
+                let settings = TopicSettings::resolve(
+                    &request,
+                    &config.topic_defaults,
+                    record_max.unwrap_or(0),
+                )?;
+                let command = MetaCommand::CreateTopic {
+                    stream: request.stream,
+                    topic: request.topic,
+                    settings,
+                };
+                self.metadata(fields, command).await
+            }
+            Operation::DeleteTopic => {
+                let (stream, topic) = protocol::decode_topic_name(&body).map_err(invalid)?;
+                self.metadata(fields, MetaCommand::DeleteTopic { stream, topic }).await
+            }
+            Operation::ListStreams => {
+                protocol::Reader::new(&body).end().map_err(invalid)?;
+                let body = protocol::encode_streams(&catalog.stream_infos());
+                Ok(Waiting::Ready(Outcome::ok(body)))
+            }
+            Operation::ListTopics => {
+                let name = protocol::decode_stream_name(&body).map_err(invalid)?;
+                let stream = catalog.stream(&name)?;
+                let topics: Vec<_> = stream
+                    .topics
+                    .iter()
+                    .map(|(topic, entry)| Catalog::topic_info(&name, topic, entry))
+                    .collect();
+                Ok(Waiting::Ready(Outcome::ok(protocol::encode_topics(&topics))))
+            }
+            Operation::DescribeTopic => {
+                let (stream, topic) = protocol::decode_topic_name(&body).map_err(invalid)?;
+                let entry = catalog.topic(&stream, &topic)?;
+                let info = Catalog::topic_info(&stream, &topic, entry);
+                let mut partitions: Vec<PartitionInfo> = catalog
+                    .partition_infos()
+                    .into_iter()
+                    .filter(|(s, t, _)| *s == stream && *t == topic)
+                    .map(|(_, _, p)| p)
+                    .collect();
+                self.fill_stats(&mut partitions).await;
+                Ok(Waiting::Ready(Outcome::ok(protocol::encode_describe(&info, &partitions))))
+            }
+            Operation::Status => {
+                protocol::Reader::new(&body).end().map_err(invalid)?;
+                Ok(Waiting::Ready(Outcome::ok(self.status().await.into_bytes())))
+            }
+            Operation::Produce => {
+                let (produce, at) = Produce::decode(&body).map_err(invalid)?;
+                let topic = catalog.topic(&produce.stream, &produce.topic)?;
+                let partitions = topic.partitions.len() as u32;
+                let partition = match &produce.partitioning {
+                    Partitioning::Explicit(partition) => *partition,
+                    Partitioning::Key(key) => protocol::partition_for_key(key, partitions),
+                    Partitioning::Balanced => {
+                        let next = self.balanced.get();
+                        self.balanced.set(next.wrapping_add(1));
+                        next % partitions
+                    }
+                };
+                let (topic, place) =
+                    catalog.partition(&produce.stream, &produce.topic, partition)?;
+                let batch_bytes = body.split_off(at);
+                let size_max = topic.settings.message_size_bytes_max;
+                if batch_bytes.len() as u64 > size_max {
+                    return Err((
+                        ErrorCode::TooLarge,
+                        format!(
+                            "batch of {} bytes exceeds the topic's {size_max}",
+                            batch_bytes.len()
+                        ),
+                    ));
+                }
+                let limits = BatchLimits {
+                    batch_size_bytes_max: size_max.min(u64::from(u32::MAX)) as u32,
+                    ..BatchLimits::default()
+                };
+                let checked = batch::validate(&batch_bytes, &limits)
+                    .map_err(|error| (ErrorCode::InvalidBatch, error.to_string()))?;
+                let request = Request {
+                    client: fields.client,
+                    session: fields.session,
+                    request: fields.request,
+                    body: batch_bytes,
+                    record_count: checked.record_count(),
+                    first_timestamp_ms: checked.base_timestamp(),
+                    max_timestamp_ms: checked.max_timestamp(),
+                    append_time_ms: now_ms(),
+                };
+                let (slot, answer) = flume::bounded(1);
+                let work = Work::Produce { group: place.group, partition, request, reply: slot };
+                self.send(place.shard, work).await?;
+                Ok(Waiting::Slot(answer))
+            }
+            Operation::Fetch => {
+                let fetch = Fetch::decode(&body).map_err(invalid)?;
+                let (_, place) = catalog.partition(&fetch.stream, &fetch.topic, fetch.partition)?;
+                let args = FetchArgs {
+                    partition: fetch.partition,
+                    from: fetch.from,
+                    bytes_max: fetch.bytes_max.min(self.reply_bytes_max()),
+                    count_max: fetch.count_max,
+                };
+                let (slot, answer) = flume::bounded(1);
+                self.send(place.shard, Work::Fetch { group: place.group, args, reply: slot })
+                    .await?;
+                Ok(Waiting::Slot(answer))
+            }
+        }
+    }
+
+    /// The largest reply body a fetch may produce: the frame limit, less the fixed part.
+    fn reply_bytes_max(&self) -> u32 {
+        let frame_max = self.context.config.network.frame_size_bytes_max;
+        frame_max.saturating_sub(HEADER_SIZE + protocol::FETCH_REPLY_PREFIX_SIZE) as u32
+    }
+
+    async fn metadata(
+        &self,
+        fields: ClientRequest,
+        command: MetaCommand,
+    ) -> Result<Waiting, (ErrorCode, String)> {
+        let (slot, answer) = flume::bounded(1);
+        self.send(0, Work::Metadata { client: fields, command, reply: slot }).await?;
+        Ok(Waiting::Slot(answer))
+    }
+
+    async fn send(&self, shard: u32, work: Work) -> Result<(), (ErrorCode, String)> {
+        match self.context.mesh[shard as usize].send_async(work).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err((ErrorCode::ShuttingDown, format!("shard {shard} stopped"))),
+        }
+    }
+
+    /// Asks each owning shard for its partitions' figures.
+    async fn fill_stats(&self, partitions: &mut [PartitionInfo]) {
+        let shards = self.context.config.shards;
+        for shard in 0..shards {
+            let groups: Vec<u64> =
+                partitions.iter().filter(|p| p.shard == shard).map(|p| p.group).collect();
+            if groups.is_empty() {
+                continue;
+            }
+            let (slot, answer) = flume::bounded(1);
+            if self.send(shard, Work::Stats { groups, reply: slot }).await.is_err() {
+                continue;
+            }
+            let Ok(stats) = answer.recv_async().await else { continue };
+            for (group, GroupStats { first_offset, next_offset, size_bytes }) in stats {
+                if let Some(p) = partitions.iter_mut().find(|p| p.group == group) {
+                    p.first_offset = first_offset;
+                    p.next_offset = next_offset;
+                    p.size_bytes = size_bytes;
+                }
+            }
+        }
+    }
+
+    /// The `Status` JSON: config, shards and every partition with its figures.
+    async fn status(&self) -> String {
+        let all = self.catalog.partition_infos();
+        let mut infos: Vec<PartitionInfo> = all.iter().map(|(_, _, p)| *p).collect();
+        self.fill_stats(&mut infos).await;
+        let partitions: Vec<serde_json::Value> = all
+            .iter()
+            .zip(&infos)
+            .map(|((stream, topic, _), p)| {
+                serde_json::json!({
+                    "stream": stream,
+                    "topic": topic,
+                    "partition": p.partition,
+                    "shard": p.shard,
+                    "group": p.group,
+                    "first_offset": p.first_offset,
+                    "next_offset": p.next_offset,
+                    "size_bytes": p.size_bytes,
+                })
+            })
+            .collect();
+        let config = &self.context.config;
+        serde_json::json!({
+            "shards": config.shards,
+            "config": config.to_json(),
+            "partitions": partitions,
+        })
+        .to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_engine::wire::Command;
+
+    #[test]
+    fn connection_frames_decode_as_replies() {
+        let reply = ClientReply { client: 7, request: 9, operation: 10, error: 0 };
+        let bytes = frame(reply, b"body");
+        let header = Header::decode_prefix(&bytes).unwrap();
+        assert_eq!(header.command, Command::Reply);
+        assert_eq!(header.as_reply(), Some(&reply));
+        header.verify_body(&bytes[HEADER_SIZE..]).unwrap();
+    }
+}

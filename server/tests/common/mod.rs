@@ -1,0 +1,283 @@
+//! Shared harness of the server's end-to-end tests: starting the real `shoal` binary on a temp
+//! directory with ephemeral ports and the small profile, waiting for its readiness line, stopping
+//! or killing it, and a raw-frame client built on `engine::wire` and `engine::protocol` (raw on
+//! purpose: the bad-input tests must send what no client library would).
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use shoal_engine::batch::BatchBuilder;
+use shoal_engine::protocol::{
+    CreateTopic, ErrorCode, Fetch, FetchFrom, FetchReply, Hello, Operation, PROTOCOL_VERSION,
+    Partitioning, Produce, ProduceReply,
+};
+use shoal_engine::superblock::Durability;
+use shoal_engine::wire::{ClientReply, ClientRequest, HEADER_SIZE, Header};
+
+/// A running server, killed if the test ends early.
+pub struct Server {
+    pub child: Option<Child>,
+    pub address: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `shoal` on `dir` with `shards` shards, the small profile, port 0 and no pinning.
+pub fn command(dir: &Path, shards: u32) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_shoal"));
+    command.args(["--data-dir"]).arg(dir).args([
+        "--listen",
+        "127.0.0.1:0",
+        "--shards",
+        &shards.to_string(),
+        "--profile",
+        "small",
+        "--cpus",
+        "none",
+    ]);
+    command
+}
+
+pub fn start(dir: &Path, shards: u32) -> Server {
+    start_command(command(dir, shards))
+}
+
+/// Starts `command` and waits (at most 60 s) for its readiness line.
+pub fn start_command(mut command: Command) -> Server {
+    let mut child =
+        command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("shoal starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(60)).expect("a readiness line within 60 s");
+    let address = line
+        .trim()
+        .strip_prefix("{\"ready\":true,\"native\":\"")
+        .and_then(|rest| rest.strip_suffix("\"}"))
+        .unwrap_or_else(|| panic!("not a readiness line: {line:?}"))
+        .to_string();
+    Server { child: Some(child), address }
+}
+
+/// SIGTERM, then the exit code (within 60 s).
+pub fn terminate(mut server: Server) -> i32 {
+    let mut child = server.child.take().expect("running");
+    // SAFETY: kill takes a pid and a signal number; no memory is involved.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = rx.recv_timeout(Duration::from_secs(60)).expect("exits within 60 s").unwrap();
+    status.code().expect("exited, not killed")
+}
+
+/// SIGKILL and reap.
+pub fn kill(mut server: Server) {
+    let mut child = server.child.take().expect("running");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A blocking client speaking raw frames. Every read is bounded by a 30 s timeout.
+pub struct Raw {
+    pub stream: TcpStream,
+    pub client: u64,
+    pub next_request: u64,
+}
+
+/// A reply: its error code (0 = ok) and body.
+pub struct Answer {
+    pub reply: ClientReply,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    pub fn ok(&self) -> &[u8] {
+        assert_eq!(self.reply.error, 0, "error reply: {}", String::from_utf8_lossy(&self.body));
+        &self.body
+    }
+
+    pub fn error(&self) -> ErrorCode {
+        ErrorCode::from_u32(self.reply.error)
+            .unwrap_or_else(|| panic!("not an error reply: {}", self.reply.error))
+    }
+}
+
+impl Raw {
+    /// Connects without saying hello.
+    pub fn connect_only(address: &str, client: u64) -> Raw {
+        let stream = TcpStream::connect(address).expect("connects");
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        stream.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+        Raw { stream, client, next_request: 1 }
+    }
+
+    /// Connects and negotiates the version.
+    pub fn connect(address: &str, client: u64) -> Raw {
+        let mut raw = Raw::connect_only(address, client);
+        let hello = Hello {
+            version_min: PROTOCOL_VERSION,
+            version_max: PROTOCOL_VERSION,
+            client_name: "test".into(),
+        };
+        raw.call(Operation::Hello, &hello.encode()).ok();
+        raw
+    }
+
+    pub fn frame(&mut self, operation: u32, body: &[u8]) -> Vec<u8> {
+        let fields = ClientRequest {
+            client: self.client,
+            session: 0,
+            request: self.next_request,
+            operation,
+        };
+        self.next_request += 1;
+        let header = Header::request(1, fields, body);
+        let mut bytes = header.encode().to_vec();
+        bytes.extend_from_slice(body);
+        bytes
+    }
+
+    pub fn send(&mut self, operation: Operation, body: &[u8]) {
+        let bytes = self.frame(operation as u32, body);
+        self.stream.write_all(&bytes).expect("sends");
+    }
+
+    /// Reads one reply; `None` once the server closed the connection.
+    pub fn try_receive(&mut self) -> Option<Answer> {
+        let mut header = [0u8; HEADER_SIZE];
+        self.stream.read_exact(&mut header).ok()?;
+        let header = Header::decode(&header).expect("a valid reply header");
+        let reply = *header.as_reply().expect("a reply");
+        let mut body = vec![0u8; header.body_size()];
+        self.stream.read_exact(&mut body).expect("the reply body");
+        header.verify_body(&body).expect("the body checksum");
+        Some(Answer { reply, body })
+    }
+
+    pub fn receive(&mut self) -> Answer {
+        self.try_receive().expect("a reply before the connection closed")
+    }
+
+    pub fn call(&mut self, operation: Operation, body: &[u8]) -> Answer {
+        self.send(operation, body);
+        let answer = self.receive();
+        assert_eq!(answer.reply.request, self.next_request - 1, "replies come in order");
+        answer
+    }
+
+    /// Whether the server closed the connection (EOF within the read timeout).
+    pub fn closed(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(self.stream.read(&mut byte), Ok(0) | Err(_))
+    }
+
+    pub fn create_stream(&mut self, name: &str) -> Answer {
+        self.call(Operation::CreateStream, &shoal_engine::protocol::encode_stream_name(name))
+    }
+
+    pub fn create_topic(
+        &mut self,
+        stream: &str,
+        topic: &str,
+        partitions: u32,
+        durability: Durability,
+    ) -> Answer {
+        let create = CreateTopic {
+            stream: stream.into(),
+            topic: topic.into(),
+            partitions,
+            durability: Some(durability),
+            ..CreateTopic::default()
+        };
+        self.call(Operation::CreateTopic, &create.encode())
+    }
+
+    pub fn produce_body(stream: &str, topic: &str, partition: u32, values: &[&[u8]]) -> Vec<u8> {
+        let produce = Produce {
+            stream: stream.into(),
+            topic: topic.into(),
+            partitioning: Partitioning::Explicit(partition),
+        };
+        produce.encode(&batch(values))
+    }
+
+    pub fn produce(
+        &mut self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+        values: &[&[u8]],
+    ) -> ProduceReply {
+        let body = Raw::produce_body(stream, topic, partition, values);
+        ProduceReply::decode(self.call(Operation::Produce, &body).ok()).expect("a produce reply")
+    }
+
+    /// Every record value from `from` on (up to `count_max` records), with its offset.
+    pub fn fetch(
+        &mut self,
+        stream: &str,
+        topic: &str,
+        partition: u32,
+        from: FetchFrom,
+        count_max: u32,
+    ) -> (FetchReply, Vec<(u64, Vec<u8>)>) {
+        let fetch = Fetch {
+            stream: stream.into(),
+            topic: topic.into(),
+            partition,
+            from,
+            bytes_max: 1 << 20,
+            count_max,
+        };
+        let answer = self.call(Operation::Fetch, &fetch.encode());
+        decode_fetch(answer.ok())
+    }
+}
+
+/// A batch of one record per value.
+pub fn batch(values: &[&[u8]]) -> Vec<u8> {
+    let mut builder = BatchBuilder::new(1_700_000_000_000);
+    for value in values {
+        builder.push(1_700_000_000_000, None, Some(value), &[]);
+    }
+    builder.build().to_vec()
+}
+
+/// The records of a fetch reply, with their offsets.
+pub fn decode_fetch(body: &[u8]) -> (FetchReply, Vec<(u64, Vec<u8>)>) {
+    let (reply, at) = FetchReply::decode(body).expect("a fetch reply");
+    let mut records = Vec::new();
+    let mut rest = &body[at..];
+    for _ in 0..reply.batch_count {
+        let header = shoal_engine::batch::BatchHeader::parse(rest).expect("a batch");
+        let size = header.total_size();
+        let base = header.base_offset() as u64;
+        for record in shoal_engine::batch::records(&rest[..size]).expect("records") {
+            let record = record.expect("a record");
+            let value = record.value.unwrap_or_default().to_vec();
+            records.push((base + record.offset_delta as u64, value));
+        }
+        rest = &rest[size..];
+    }
+    assert!(rest.is_empty(), "bytes after the last batch");
+    (reply, records)
+}

@@ -1,0 +1,151 @@
+//! The native protocol end to end, on the real binary: metadata that survives restart, produce and
+//! fetch with the offsets they promise, and every kind of bad input answered with its error while
+//! other clients keep being served.
+
+mod common;
+
+use std::io::Write;
+
+use common::{Raw, start, terminate};
+use shoal_engine::protocol::{
+    self, ErrorCode, FetchFrom, Hello, Operation, decode_describe, decode_streams, decode_topics,
+};
+use shoal_engine::superblock::Durability;
+
+#[test]
+fn metadata_produce_and_fetch_round_trip_and_survive_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 1);
+    let mut client = Raw::connect(&server.address, 1);
+    client.create_stream("orders").ok();
+    assert_eq!(client.create_stream("orders").error(), ErrorCode::StreamExists);
+    client.create_topic("orders", "eu", 2, Durability::Persisted).ok();
+    assert_eq!(
+        client.create_topic("orders", "eu", 2, Durability::Persisted).error(),
+        ErrorCode::TopicExists
+    );
+
+    let first = client.produce("orders", "eu", 0, &[b"a", b"b", b"c"]);
+    assert_eq!((first.partition, first.base_offset, first.record_count), (0, 0, 3));
+    let second = client.produce("orders", "eu", 0, &[b"d"]);
+    assert_eq!(second.base_offset, 3);
+    let other = client.produce("orders", "eu", 1, &[b"x"]);
+    assert_eq!((other.partition, other.base_offset), (1, 0));
+
+    let (reply, records) = client.fetch("orders", "eu", 0, FetchFrom::First, 100);
+    assert_eq!(reply.next_offset, 4);
+    let values: Vec<(u64, &[u8])> = records.iter().map(|(o, v)| (*o, v.as_slice())).collect();
+    assert_eq!(values, [(0, &b"a"[..]), (1, b"b"), (2, b"c"), (3, b"d")]);
+    let (_, from_three) = client.fetch("orders", "eu", 0, FetchFrom::Offset(3), 100);
+    assert_eq!(from_three, [(3, b"d".to_vec())]);
+    let (_, last) = client.fetch("orders", "eu", 0, FetchFrom::Last, 1);
+    assert_eq!(last.last().map(|(o, _)| *o), Some(3));
+    let (end, nothing) = client.fetch("orders", "eu", 0, FetchFrom::Offset(4), 100);
+    assert!(nothing.is_empty());
+    assert_eq!(end.next_offset, 4);
+
+    let body = client.call(Operation::DescribeTopic, &protocol::encode_topic_name("orders", "eu"));
+    let (topic, partitions) = decode_describe(body.ok()).unwrap();
+    assert_eq!(topic.durability, Durability::Persisted);
+    assert_eq!(partitions.iter().map(|p| p.next_offset).collect::<Vec<_>>(), [4, 1]);
+    let status = client.call(Operation::Status, &[]);
+    let status: serde_json::Value = serde_json::from_slice(status.ok()).unwrap();
+    assert_eq!(status["partitions"].as_array().unwrap().len(), 2);
+    assert_eq!(status["partitions"][0]["next_offset"], 4);
+
+    let session = client.call(Operation::Register, &[]);
+    assert!(protocol::decode_session(session.ok()).unwrap() > 0);
+    drop(client);
+    assert_eq!(terminate(server), 0);
+
+    let server = start(dir.path(), 1);
+    let mut client = Raw::connect(&server.address, 2);
+    let streams = decode_streams(client.call(Operation::ListStreams, &[]).ok()).unwrap();
+    assert_eq!(streams.len(), 1);
+    assert_eq!(streams[0].name, "orders");
+    let topics = client.call(Operation::ListTopics, &protocol::encode_stream_name("orders"));
+    let topics = decode_topics(topics.ok()).unwrap();
+    assert_eq!((topics[0].name.as_str(), topics[0].partitions), ("eu", 2));
+    let (_, records) = client.fetch("orders", "eu", 0, FetchFrom::First, 100);
+    assert_eq!(records.len(), 4);
+    assert_eq!(client.produce("orders", "eu", 0, &[b"e"]).base_offset, 4);
+
+    // Deletion is durable too.
+    let delete = client.call(Operation::DeleteTopic, &protocol::encode_topic_name("orders", "eu"));
+    delete.ok();
+    assert_eq!(terminate(server), 0);
+    let server = start(dir.path(), 1);
+    let mut client = Raw::connect(&server.address, 3);
+    let topics = client.call(Operation::ListTopics, &protocol::encode_stream_name("orders"));
+    assert!(decode_topics(topics.ok()).unwrap().is_empty());
+    assert_eq!(terminate(server), 0);
+}
+
+#[test]
+fn bad_input_gets_its_error_and_other_clients_are_still_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 1);
+    let mut good = Raw::connect(&server.address, 100);
+    good.create_stream("s").ok();
+    good.create_topic("s", "t", 1, Durability::Replicated).ok();
+
+    // Random bytes: an InvalidFrame reply, then the connection is closed.
+    let mut noise = Raw::connect_only(&server.address, 1);
+    let bytes: Vec<u8> = (0..300u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    noise.stream.write_all(&bytes).unwrap();
+    assert_eq!(noise.receive().error(), ErrorCode::InvalidFrame);
+    assert!(noise.closed());
+
+    // A truncated frame: the server waits for the rest; closing the socket costs nothing else.
+    let mut truncated = Raw::connect_only(&server.address, 2);
+    let frame = truncated.frame(Operation::Hello as u32, b"partial");
+    truncated.stream.write_all(&frame[..100]).unwrap();
+    drop(truncated);
+
+    // An oversized frame: refused by its header before the body is read.
+    let mut oversized = Raw::connect(&server.address, 3);
+    let big = vec![0u8; 2 << 20];
+    oversized.send(Operation::Produce, &big);
+    assert_eq!(oversized.receive().error(), ErrorCode::TooLarge);
+    assert!(oversized.closed());
+
+    // Requests before Hello, and a Hello with no version in common.
+    let mut rude = Raw::connect_only(&server.address, 4);
+    assert_eq!(rude.call(Operation::ListStreams, &[]).error(), ErrorCode::InvalidRequest);
+    assert!(rude.closed());
+    let mut future = Raw::connect_only(&server.address, 5);
+    let hello = Hello { version_min: 99, version_max: 100, client_name: "future".into() };
+    assert_eq!(
+        future.call(Operation::Hello, &hello.encode()).error(),
+        ErrorCode::UnsupportedVersion
+    );
+    assert!(future.closed());
+
+    // Errors that keep the connection: unknown operation, invalid name, bad batch CRC, unknown
+    // stream, topic and partition, a malformed body.
+    let mut client = Raw::connect(&server.address, 6);
+    let frame = client.frame(999, &[]);
+    client.stream.write_all(&frame).unwrap();
+    assert_eq!(client.receive().error(), ErrorCode::UnknownOperation);
+    assert_eq!(client.create_stream("bad name").error(), ErrorCode::InvalidName);
+    assert_eq!(client.create_stream(&"x".repeat(250)).error(), ErrorCode::InvalidRequest);
+    let mut body = Raw::produce_body("s", "t", 0, &[b"value"]);
+    let last = body.len() - 1;
+    body[last] ^= 0xff;
+    assert_eq!(client.call(Operation::Produce, &body).error(), ErrorCode::InvalidBatch);
+    let unknown_stream = Raw::produce_body("nope", "t", 0, &[b"v"]);
+    assert_eq!(client.call(Operation::Produce, &unknown_stream).error(), ErrorCode::StreamNotFound);
+    let unknown_topic = Raw::produce_body("s", "nope", 0, &[b"v"]);
+    assert_eq!(client.call(Operation::Produce, &unknown_topic).error(), ErrorCode::TopicNotFound);
+    let unknown_partition = Raw::produce_body("s", "t", 7, &[b"v"]);
+    assert_eq!(
+        client.call(Operation::Produce, &unknown_partition).error(),
+        ErrorCode::PartitionNotFound
+    );
+    assert_eq!(client.call(Operation::CreateTopic, &[1, 2, 3]).error(), ErrorCode::InvalidRequest);
+    assert_eq!(client.produce("s", "t", 0, &[b"still served"]).base_offset, 0);
+
+    // The well-behaved client never noticed.
+    assert_eq!(good.produce("s", "t", 0, &[b"fine"]).base_offset, 1);
+    assert_eq!(terminate(server), 0);
+}
