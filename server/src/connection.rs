@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use bytes::BytesMut;
-use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt, Splitable};
+use monoio::io::{AsyncReadRent, AsyncReadRentExt, AsyncWriteRent, AsyncWriteRentExt, Splitable};
 use monoio::net::{TcpListener, TcpStream};
 use shoal_engine::batch::{self, BatchLimits};
 use shoal_engine::protocol::{
@@ -52,8 +52,9 @@ impl Acceptor {
             let open = context.connections.fetch_add(1, Ordering::SeqCst);
             let guard = ConnectionGuard(Arc::clone(&context.connections));
             if open >= context.config.network.connections_max {
-                let limit = context.config.network.connections_max;
-                monoio::spawn(refuse(stream, limit, guard));
+                // A refused connection does not hold a slot while it is told why.
+                drop(guard);
+                monoio::spawn(refuse(stream, context.config.network.connections_max));
                 continue;
             }
             monoio::spawn(serve(stream, Rc::clone(&context), guard));
@@ -71,10 +72,15 @@ impl Drop for ConnectionGuard {
 }
 
 /// Answers a connection over the bound with one `LimitReached` reply and closes it.
-async fn refuse(mut stream: TcpStream, limit: usize, _guard: ConnectionGuard) {
+async fn refuse(stream: TcpStream, limit: usize) {
     let text = format!("the server holds at most {limit} connections");
     let reply = ClientReply { error: ErrorCode::LimitReached as u32, ..ClientReply::default() };
-    let _ = stream.write_all(frame(reply, text.as_bytes())).await;
+    let (mut reader, mut writer) = stream.into_split();
+    let (result, _) = writer.write_all(frame(reply, text.as_bytes())).await;
+    if result.is_ok() {
+        let _ = writer.shutdown().await;
+        drain(&mut reader, vec![0u8; HEADER_SIZE]).await;
+    }
 }
 
 fn frame(reply: ClientReply, body: &[u8]) -> Vec<u8> {
@@ -111,7 +117,12 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
             };
             let reply = ClientReply { error: outcome.error, ..pending.reply };
             let (result, _) = writer.write_all(frame(reply, &outcome.body)).await;
-            if result.is_err() || pending.close {
+            if result.is_err() {
+                break;
+            }
+            if pending.close {
+                // FIN after the last reply, so the client reads it and then sees the end.
+                let _ = writer.shutdown().await;
                 break;
             }
         }
@@ -123,6 +134,7 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
         balanced: Cell::new(0),
     };
     let mut header_buffer = vec![0u8; HEADER_SIZE];
+    let mut refused = false;
     loop {
         let (result, buffer) = reader.read_exact(header_buffer).await;
         header_buffer = buffer;
@@ -134,13 +146,39 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
             Err(None) => break,
             Err(Some(pending)) => pending,
         };
-        let close = pending.close;
-        if queue.send_async(pending).await.is_err() || close {
+        refused = pending.close;
+        if queue.send_async(pending).await.is_err() || refused {
             break;
         }
     }
     drop(queue);
     let _ = writing.await;
+    if refused {
+        drain(&mut reader, header_buffer).await;
+    }
+}
+
+/// Bytes a refused connection's unread input is drained for at most, and for how long.
+const DRAIN_BYTES_MAX: usize = 4 << 20;
+const DRAIN_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Reads and discards what a refused client still sends (bounded in bytes and time), so that
+/// closing does not reset the connection before the client has read the error reply: a close
+/// with unread input sends a reset, which discards data the client has not read yet.
+async fn drain(reader: &mut Reader, mut buffer: Vec<u8>) {
+    let deadline = std::time::Instant::now() + DRAIN_TIME_MAX;
+    let mut drained = 0;
+    while drained < DRAIN_BYTES_MAX {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let Ok((result, back)) = monoio::time::timeout(left, reader.read(buffer)).await else {
+            return;
+        };
+        buffer = back;
+        match result {
+            Ok(0) | Err(_) => return,
+            Ok(n) => drained += n,
+        }
+    }
 }
 
 /// One connection's reading side.
@@ -467,6 +505,7 @@ impl Session {
         let config = &self.context.config;
         serde_json::json!({
             "shards": config.shards,
+            "connections": self.context.connections.load(Ordering::SeqCst),
             "config": config.to_json(),
             "partitions": partitions,
         })
