@@ -179,9 +179,6 @@ impl Config {
 
     /// The effective configuration as JSON (the admin command returns it): every key resolved,
     /// one object per shard (no `[shard]`/`[shard.N]` inheritance left to work out).
-    // `allow`, not `expect`: the admin command that calls it is being written alongside, and an
-    // `expect` would turn into a warning (an error under CI's -D warnings) the moment it lands.
-    #[allow(dead_code, reason = "the admin command (arriving with the native protocol) returns it")]
     pub fn to_json(&self) -> serde_json::Value {
         let mut network = serde_json::Map::new();
         for key in &NETWORK_KEYS {
@@ -431,7 +428,7 @@ impl Layers {
     pub fn file(&mut self, path: &Path, text: &str) -> Result<(), ConfigError> {
         let table: toml::Table = text.parse().map_err(|error: toml::de::Error| {
             let at = error.span().map_or(String::new(), |span| {
-                let before = &text[..span.start.min(text.len())];
+                let before = text.get(..span.start).unwrap_or(text);
                 let line = before.matches('\n').count() + 1;
                 let column = before.len() - before.rfind('\n').map_or(0, |at| at + 1) + 1;
                 format!("line {line}, column {column}: ")
@@ -1388,21 +1385,23 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_refused_by_name() {
-        let cases: [(&str, &[(&str, &str)], &[&str], &str); 10] = [
-            ("sharts = 2\n", &[], &[], "sharts"),
-            ("[server]\nlisten = \"127.0.0.1:1\"\n", &[], &[], "server.listen"),
-            ("[network]\nconections_max = 5\n", &[], &[], "network.conections_max"),
-            ("[netwrok]\nconnections_max = 5\n", &[], &[], "netwrok"),
-            ("[topic_defaults]\nsegment_bytes = 5\n", &[], &[], "topic_defaults.segment_bytes"),
-            ("[shard.0]\nring_bytes = 5\n", &[], &[], "shard.0.ring_bytes"),
-            ("", &[("SHOAL_NETWORK_CONECTIONS_MAX", "5")], &[], "SHOAL_NETWORK_CONECTIONS_MAX"),
-            ("", &[("SHOAL_shards", "5")], &[], "SHOAL_shards"),
-            ("", &[("SHOAL_SHARD_0_CPU", "5")], &[], "SHOAL_SHARD_0_CPU"),
-            ("", &[], &["--shard", "5"], "--shard"),
+        // (file, key named)
+        let in_the_file = [
+            ("sharts = 2\n", "sharts"),
+            ("[server]\nlisten = \"127.0.0.1:1\"\n", "server.listen"),
+            ("[network]\nconections_max = 5\n", "network.conections_max"),
+            ("[netwrok]\nconnections_max = 5\n", "netwrok"),
+            ("[topic_defaults]\nsegment_bytes = 5\n", "topic_defaults.segment_bytes"),
+            ("[shard.0]\nring_bytes = 5\n", "shard.0.ring_bytes"),
         ];
-        for (file, env, flags, key) in cases {
-            check_error(file, env, flags, key, "unknown");
+        for (file, key) in in_the_file {
+            check_error(file, &[], &[], key, "unknown key");
         }
+        // Misspelt, lower-case, and per-shard (which only the file has).
+        for var in ["SHOAL_NETWORK_CONECTIONS_MAX", "SHOAL_shards", "SHOAL_SHARD_0_CPU"] {
+            check_error("", &[(var, "5")], &[], var, "unknown SHOAL_ variable");
+        }
+        check_error("", &[], &["--shard", "5"], "--shard", "unknown flag");
         check_error("[shard]\ncpu = 1\n", &[], &[], "shard.cpu", "per shard");
         check_error("", &[], &["shards"], "shards", "unexpected argument");
     }
@@ -1421,174 +1420,117 @@ mod tests {
 
     #[test]
     fn every_validation_error_names_its_key() {
-        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a [&'a str], &'a str, &'a str);
-        let cases: &[Case<'_>] = &[
-            // Each key's own bounds and type, in each layer.
+        // (file, key named, part of the reason)
+        let in_the_file: &[(&str, &str, &str)] = &[
+            // Each key's own bounds and type.
             (
                 "[topic_defaults]\nsegment_size_bytes = 1000\n",
-                &[],
-                &[],
                 "topic_defaults.segment_size_bytes",
                 "outside 1048576..=4294967296",
             ),
-            (
-                "",
-                &[("SHOAL_NETWORK_CONNECTIONS_MAX", "0")],
-                &[],
-                "SHOAL_NETWORK_CONNECTIONS_MAX",
-                "outside 1..=",
-            ),
-            (
-                "",
-                &[("SHOAL_SHARDS", "x")],
-                &[],
-                "SHOAL_SHARDS",
-                "not a non-negative decimal integer",
-            ),
-            ("", &[], &["--shards", "0"], "--shards", "outside 1..=256"),
-            ("", &[], &["--shards=257"], "--shards", "outside 1..=256"),
-            ("shards = \"two\"\n", &[], &[], "shards", "expected an integer, found a string"),
-            (
-                "[server]\nshards = 1.5\n",
-                &[],
-                &[],
-                "server.shards",
-                "expected an integer, found a float",
-            ),
-            (
-                "[topic_defaults]\nretention_ms = -1\n",
-                &[],
-                &[],
-                "topic_defaults.retention_ms",
-                "negative",
-            ),
-            (
-                "native_listen = \"localhost\"\n",
-                &[],
-                &[],
-                "native_listen",
-                "not an IP address and port",
-            ),
-            ("", &[], &["--listen", "1.2.3.4"], "--listen", "not an IP address and port"),
-            ("native_listen = 7070\n", &[], &[], "native_listen", "expected a string"),
-            ("data_dir = \"\"\n", &[], &[], "data_dir", "must not be empty"),
-            ("profile = \"huge\"\n", &[], &[], "profile", "use \"default\" or \"small\""),
-            ("", &[("SHOAL_PROFILE", "Small")], &[], "SHOAL_PROFILE", "use \"default\""),
+            ("shards = \"two\"\n", "shards", "expected an integer, found a string"),
+            ("[server]\nshards = 1.5\n", "server.shards", "expected an integer, found a float"),
+            ("[topic_defaults]\nretention_ms = -1\n", "topic_defaults.retention_ms", "negative"),
+            ("native_listen = \"localhost\"\n", "native_listen", "not an IP address and port"),
+            ("native_listen = 7070\n", "native_listen", "expected a string"),
+            ("data_dir = \"\"\n", "data_dir", "must not be empty"),
+            ("profile = \"huge\"\n", "profile", "use \"default\" or \"small\""),
             (
                 "[topic_defaults]\ndurability = \"fast\"\n",
-                &[],
-                &[],
                 "topic_defaults.durability",
-                "\"replicated\" or \"persisted\"",
+                "\"replicated\" or",
             ),
-            (
-                "",
-                &[("SHOAL_TOPIC_DEFAULTS_DURABILITY", "")],
-                &[],
-                "SHOAL_TOPIC_DEFAULTS_DURABILITY",
-                "\"replicated\"",
-            ),
-            ("cpus = \"0,one\"\n", &[], &[], "cpus", "comma-separated CPU list"),
-            ("[shard.0]\ncpu = 70000\n", &[], &[], "shard.0.cpu", "outside 0..=65535"),
-            (
-                "",
-                &[],
-                &["--shards", "2", "--cpus", "0"],
-                "--cpus",
-                "--cpus names 1 CPUs for 2 shards",
-            ),
-            ("cpus = \"0,1\"\n", &[], &[], "cpus", "cpus names 2 CPUs for 4 shards"),
-            ("[shard]\nchunks_max = 0\n", &[], &[], "shard.chunks_max", "outside 1..="),
+            ("cpus = \"0,one\"\n", "cpus", "comma-separated CPU list"),
+            ("cpus = \"0,1\"\n", "cpus", "cpus names 2 CPUs for 4 shards"),
+            ("[shard.0]\ncpu = 70000\n", "shard.0.cpu", "outside 0..=65535"),
+            ("[shard]\nchunks_max = 0\n", "shard.chunks_max", "outside 1..="),
             // Rules between keys: the key the user set is named.
             (
                 "[shard]\nchunk_size_bytes = 8192\n",
-                &[],
-                &[],
                 "shard.chunk_size_bytes",
-                "must hold record_size_bytes_max",
+                "must hold record_size",
             ),
             (
                 "[shard.1]\nrecord_size_bytes_max = 5000000\n",
-                &[],
-                &[],
                 "shard.1.record_size_bytes_max",
-                "must hold record_size_bytes_max",
+                "must hold record_size",
             ),
             (
                 "[shard]\njournal_size_bytes = 1048577\n",
-                &[],
-                &[],
                 "shard.journal_size_bytes",
-                "not a multiple of the 4096-byte block",
+                "not a multiple of the 4096",
             ),
             (
                 "[shard]\njournal_size_bytes = 1048576\n",
-                &[],
-                &[],
                 "shard.journal_size_bytes",
                 "two of the largest records",
             ),
             (
-                "",
-                &[("SHOAL_SHARD_READY_AHEAD_BYTES", "5000")],
-                &[],
-                "SHOAL_SHARD_READY_AHEAD_BYTES",
-                "not a multiple",
+                "[shard]\nready_ahead_bytes = 5000\n",
+                "shard.ready_ahead_bytes",
+                "not a multiple of the 4096",
             ),
             (
                 "[shard]\nring_bytes_max = 1000\n",
-                &[],
-                &[],
                 "shard.ring_bytes_max",
                 "must hold the largest record",
             ),
-            (
-                "[shard]\nring_budget_bytes = 1048576\n",
-                &[],
-                &[],
-                "shard.ring_budget_bytes",
-                "one full ring",
-            ),
+            ("[shard]\nring_budget_bytes = 1048576\n", "shard.ring_budget_bytes", "one full ring"),
             (
                 "[topic_defaults]\nmessage_size_bytes_max = 2097152\n",
-                &[],
-                &[],
                 "topic_defaults.message_size_bytes_max",
-                "must fit shard 0's record_size_bytes_max",
+                "must fit shard 0's record",
             ),
             (
                 "profile = \"small\"\n[shard.2]\nrecord_size_bytes_max = 4096\n",
-                &[],
-                &[],
                 "shard.2.record_size_bytes_max",
                 "must fit shard 2's",
             ),
             (
                 "[topic_defaults]\nsegment_size_bytes = 1048576\n",
-                &[],
-                &[],
                 "topic_defaults.segment_size_bytes",
                 "must fit a segment",
             ),
             (
                 "[network]\nframe_size_bytes_max = 4096\n",
-                &[],
-                &[],
                 "network.frame_size_bytes_max",
                 "must carry the largest message",
             ),
             // The file's shape.
-            ("shards = 2\n[server]\nshards = 3\n", &[], &[], "server.shards", "set it once"),
-            ("network = 5\n", &[], &[], "network", "must be a table"),
-            ("[shard]\n0 = 5\n", &[], &[], "shard.0", "must be a table"),
-            ("shards = 2\nshards = 3\n", &[], &[], "test.toml", "line 2"),
-            ("[network\n", &[], &[], "test.toml", "not a valid TOML file: line 1"),
-            // The command line's shape.
-            ("", &[], &["--data-dir"], "--data-dir", "needs a value"),
-            ("", &[], &["--print-config=yes"], "--print-config", "takes no value"),
+            ("shards = 2\n[server]\nshards = 3\n", "server.shards", "set it once"),
+            ("network = 5\n", "network", "must be a table"),
+            ("[shard]\n0 = 5\n", "shard.0", "must be a table"),
+            ("shards = 2\nshards = 3\n", "test.toml", "line 2"),
+            ("[network\n", "test.toml", "not a valid TOML file: line 1"),
         ];
-        for &(file, env, flags, key, reason) in cases {
-            check_error(file, env, flags, key, reason);
+        for &(file, key, reason) in in_the_file {
+            check_error(file, &[], &[], key, reason);
+        }
+        // (variable, value, part of the reason); the variable is the key named.
+        let in_the_environment: &[(&str, &str, &str)] = &[
+            ("SHOAL_NETWORK_CONNECTIONS_MAX", "0", "outside 1..="),
+            ("SHOAL_SHARDS", "x", "not a non-negative decimal integer"),
+            ("SHOAL_SHARDS", "", "not a non-negative decimal integer"),
+            ("SHOAL_PROFILE", "Small", "use \"default\""),
+            ("SHOAL_TOPIC_DEFAULTS_DURABILITY", "", "\"replicated\""),
+            ("SHOAL_SHARD_READY_AHEAD_BYTES", "5000", "not a multiple"),
+            ("SHOAL_CPUS", "0,1", "SHOAL_CPUS names 2 CPUs for 4 shards"),
+        ];
+        for &(var, value, reason) in in_the_environment {
+            check_error("", &[(var, value)], &[], var, reason);
+        }
+        // (command line, key named, part of the reason)
+        let on_the_command_line: &[(&[&str], &str, &str)] = &[
+            (&["--shards", "0"], "--shards", "outside 1..=256"),
+            (&["--shards=257"], "--shards", "outside 1..=256"),
+            (&["--listen", "1.2.3.4"], "--listen", "not an IP address and port"),
+            (&["--shards", "2", "--cpus", "0"], "--cpus", "--cpus names 1 CPUs for 2 shards"),
+            (&["--profile", "tiny"], "--profile", "use \"default\" or \"small\""),
+            (&["--data-dir"], "--data-dir", "needs a value"),
+            (&["--print-config=yes"], "--print-config", "takes no value"),
+        ];
+        for &(flags, key, reason) in on_the_command_line {
+            check_error("", &[], flags, key, reason);
         }
     }
 
@@ -1631,7 +1573,8 @@ mod tests {
             SEGMENT_SIZE_BYTES_MAX
         );
         // message_size_bytes_max may use the whole record bound but the header.
-        let exact = "[topic_defaults]\nmessage_size_bytes_max = 1048576\n[shard]\nrecord_size_bytes_max = 1048832\n";
+        let exact = "[topic_defaults]\nmessage_size_bytes_max = 1048576\n\
+                     [shard]\nrecord_size_bytes_max = 1048832\n";
         assert_eq!(resolve(exact, &[], &[]).topic_defaults.message_size_bytes_max, 1 << 20);
         check_error(
             "[topic_defaults]\nmessage_size_bytes_max = 1048577\n",

@@ -39,6 +39,10 @@ use crate::metadata::{Applied, Catalog, METADATA_GROUP, MetaCommand, Published};
 /// The cluster id of a single node until cluster configuration arrives.
 pub const CLUSTER: u64 = 1;
 
+/// Whether accepted writes go to their groups at once (always, except under the
+/// `canary-ack-on-receipt` canary, which holds them until the next tick).
+const SUBMIT_AT_ONCE: bool = !cfg!(feature = "canary-ack-on-receipt");
+
 /// Ticks a recovering shard may take to bring every group back to normal before it gives up.
 const RECOVERY_TICKS_MAX: u32 = 10_000;
 
@@ -234,6 +238,9 @@ struct ShardState {
     waiting_count: usize,
     /// Disk reads completed by their tasks.
     reads_done: Rc<RefCell<Vec<ReadDone>>>,
+    /// Canary: the offset each group's next acknowledged-on-receipt write is promised.
+    #[cfg(feature = "canary-ack-on-receipt")]
+    predicted_offsets: HashMap<u64, u64>,
 }
 
 struct MetadataState {
@@ -291,6 +298,8 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         waiting: BTreeMap::new(),
         waiting_count: 0,
         reads_done: Rc::new(RefCell::new(Vec::new())),
+        #[cfg(feature = "canary-ack-on-receipt")]
+        predicted_offsets: HashMap::new(),
     };
     let mut early = Vec::new();
     if let Err(error) = state.start(&spec.inbox, &spec.stop, &mut early).await {
@@ -490,6 +499,9 @@ impl ShardState {
             if Instant::now() >= next_tick {
                 next_tick = Instant::now() + tick;
                 self.node.on_tick();
+                if !SUBMIT_AT_ONCE {
+                    self.submit_waiting();
+                }
             }
             self.round().await;
         }
@@ -516,7 +528,31 @@ impl ShardState {
         }
         self.answer_replies();
         self.apply_committed().await;
-        self.submit_waiting();
+        if SUBMIT_AT_ONCE {
+            self.submit_waiting();
+        }
+    }
+
+    /// Canary (DESIGN.md §7): acknowledges a write on receipt with the offset it will get,
+    /// before it is in the log, let alone durable; the writes themselves wait for the next tick.
+    /// The kill -9 test must catch it.
+    #[cfg(feature = "canary-ack-on-receipt")]
+    fn ack_on_receipt(
+        &mut self,
+        group: u64,
+        partition: u32,
+        record_count: u32,
+        reply: Slot,
+    ) -> Slot {
+        let stored = self.node.shard_mut().group(group).map_or(0, |log| log.next_offset());
+        let next = self.predicted_offsets.entry(group).or_insert(stored);
+        *next = (*next).max(stored);
+        let base_offset = *next;
+        *next += u64::from(record_count);
+        let reply_body =
+            shoal_engine::protocol::ProduceReply { partition, base_offset, record_count };
+        let _ = reply.send(Outcome::ok(reply_body.encode()));
+        flume::bounded(1).0
     }
 
     async fn handle(&mut self, work: Work) {
@@ -531,10 +567,14 @@ impl ShardState {
                     return;
                 }
                 let record_count = request.record_count;
+                #[cfg(feature = "canary-ack-on-receipt")]
+                let reply = self.ack_on_receipt(group, partition, record_count, reply);
                 let pending = PendingProduce { partition, record_count, reply };
                 self.waiting.entry(group).or_default().push_back((request, pending));
                 self.waiting_count += 1;
-                self.submit_waiting();
+                if SUBMIT_AT_ONCE {
+                    self.submit_waiting();
+                }
             }
             Work::Fetch { group, args, reply } => {
                 self.ensure_group(group).await;

@@ -1,0 +1,232 @@
+//! The real `shoal` binary's configuration, driven as an operator would: a config file, `SHOAL_*`
+//! variables and flags resolve in that order (checked through `--print-config`, which must start
+//! nothing and create no data directory); an invalid setting exits 2 naming its key, before any
+//! data directory exists; and `configs/test.toml` starts a server.
+//!
+//! Every child runs with an emptied environment (so a `SHOAL_*` variable of the machine running
+//! the tests cannot change the outcome) and under a deadline.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How long any child may take; a hung server fails the test instead of stalling it.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// `shoal` with no environment but the `SHOAL_*` variables given.
+fn shoal(env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_shoal"));
+    command.env_clear().envs(env.iter().copied()).stdin(Stdio::null());
+    command
+}
+
+fn repo_file(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+/// `Command::output` bounded by [`DEADLINE`].
+trait OutputWithin {
+    fn output_within(&mut self) -> Output;
+}
+
+impl OutputWithin for Command {
+    fn output_within(&mut self) -> Output {
+        let child = self.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("runs");
+        let pid = child.id();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        match rx.recv_timeout(DEADLINE) {
+            Ok(output) => output.expect("output"),
+            Err(_) => {
+                // SAFETY: kill takes a pid and a signal number; no memory is involved.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                panic!("shoal did not exit within {DEADLINE:?}");
+            }
+        }
+    }
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The value of `key` in the section `[section]` (`""`: the top level) of printed TOML.
+fn printed<'a>(toml: &'a str, section: &str, key: &str) -> Option<&'a str> {
+    let mut current = "";
+    for line in toml.lines() {
+        if let Some(name) = line.strip_prefix('[').and_then(|rest| rest.strip_suffix(']')) {
+            current = name;
+        } else if current == section
+            && let Some((name, value)) = line.split_once(" = ")
+            && name == key
+        {
+            return Some(value);
+        }
+    }
+    None
+}
+
+#[test]
+fn print_config_resolves_file_then_environment_then_flags_and_touches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let file = dir.path().join("shoal.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "data_dir = {:?}\nshards = 2\ncpus = \"none\"\nprofile = \"small\"\n\
+             [network]\nconnections_max = 10\nrequests_in_flight_max = 11\n\
+             [topic_defaults]\npartitions = 3\n\
+             [shard]\nchunks_max = 12\n[shard.1]\nchunks_max = 13\n",
+            data_dir.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let env = [("SHOAL_SHARDS", "3"), ("SHOAL_NETWORK_CONNECTIONS_MAX", "20")];
+    let output = shoal(&env)
+        .arg("--config")
+        .arg(&file)
+        .args(["--shards", "4", "--print-config"])
+        .output_within();
+    assert!(output.status.success(), "{output:?}");
+    let toml = stdout(&output);
+    assert_eq!(printed(&toml, "", "shards"), Some("4"), "the flag over the variable: {toml}");
+    assert_eq!(
+        printed(&toml, "network", "connections_max"),
+        Some("20"),
+        "the variable over the file"
+    );
+    assert_eq!(printed(&toml, "network", "requests_in_flight_max"), Some("11"), "the file");
+    assert_eq!(printed(&toml, "network", "shard_inbox_max"), Some("4096"), "the default");
+    assert_eq!(printed(&toml, "topic_defaults", "partitions"), Some("3"));
+    assert_eq!(printed(&toml, "topic_defaults", "message_size_bytes_max"), Some("61440"), "small");
+    assert_eq!(printed(&toml, "shard", "chunks_max"), Some("12"));
+    assert_eq!(printed(&toml, "shard.1", "chunks_max"), Some("13"));
+    assert_eq!(printed(&toml, "", "cpus"), Some("\"none\""));
+    assert!(!data_dir.exists(), "--print-config created the data directory");
+
+    // What it prints is a config file that resolves to the same configuration.
+    let again = dir.path().join("printed.toml");
+    std::fs::write(&again, &toml).unwrap();
+    let output = shoal(&[]).arg("--config").arg(&again).arg("--print-config").output_within();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(stdout(&output), toml);
+    assert!(!data_dir.exists());
+}
+
+/// One way to get the configuration wrong, and the key the error must name.
+struct Case<'a> {
+    args: &'a [&'a str],
+    env: &'a [(&'a str, &'a str)],
+    key: &'a str,
+}
+
+#[test]
+fn an_invalid_setting_exits_2_naming_its_key_and_creates_no_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, "[topic_defaults]\nsegment_size_bytes = 1000\n").unwrap();
+    let bad_file = ["--config", file.to_str().unwrap()];
+    let cases = [
+        Case { args: &bad_file, env: &[], key: "topic_defaults.segment_size_bytes" },
+        Case {
+            args: &[],
+            env: &[("SHOAL_NETWORK_CONNECTIONS_MAX", "0")],
+            key: "SHOAL_NETWORK_CONNECTIONS_MAX",
+        },
+        Case {
+            args: &[],
+            env: &[("SHOAL_NETWORK_CONECTIONS_MAX", "5")],
+            key: "SHOAL_NETWORK_CONECTIONS_MAX",
+        },
+        Case { args: &["--shards", "0"], env: &[], key: "--shards" },
+        Case { args: &["--frobnicate"], env: &[], key: "--frobnicate" },
+        Case { args: &["--config", "/nonexistent/shoal.toml"], env: &[], key: "--config" },
+    ];
+    for Case { args, env, key } in cases {
+        let output = shoal(env)
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(["--listen", "127.0.0.1:0", "--cpus", "none", "--profile", "small"])
+            .args(args)
+            .output_within();
+        let stderr = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?} {env:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("shoal: config: {key}: ")),
+            "{args:?} {env:?}: {stderr}"
+        );
+        assert!(stdout(&output).is_empty(), "{args:?}: no readiness line");
+        assert!(!data_dir.exists(), "{args:?} {env:?} created the data directory");
+    }
+}
+
+#[test]
+fn help_prints_the_usage_and_exits_0() {
+    let output = shoal(&[]).arg("--help").output_within();
+    assert!(output.status.success(), "{output:?}");
+    let usage = stdout(&output);
+    for flag in
+        ["--config", "--data-dir", "--listen", "--shards", "--cpus", "--profile", "--print-config"]
+    {
+        assert!(usage.contains(flag), "usage lacks {flag}: {usage}");
+    }
+}
+
+/// A running server, killed if the test ends early.
+struct Server(Option<Child>);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[test]
+fn the_test_config_starts_a_server_that_stops_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = shoal(&[])
+        .arg("--config")
+        .arg(repo_file("configs/test.toml"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("shoal starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut server = Server(Some(child));
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(DEADLINE).expect("a readiness line in time");
+    assert!(line.starts_with("{\"ready\":true,\"native\":\"127.0.0.1:"), "{line:?}");
+    assert!(!line.contains(":0\""), "port 0 became a real port: {line:?}");
+    assert!(dir.path().join("shard-0").exists(), "one shard");
+    assert!(!dir.path().join("shard-1").exists(), "one shard only");
+
+    let mut child = server.0.take().expect("running");
+    // SAFETY: kill takes a pid and a signal number; no memory is involved.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = rx.recv_timeout(DEADLINE).expect("exits in time").expect("waits");
+    assert_eq!(status.code(), Some(0), "graceful shutdown");
+}
