@@ -6,14 +6,13 @@
 //! Every child runs with an emptied environment (so a `SHOAL_*` variable of the machine running
 //! the tests cannot change the outcome) and under a deadline.
 
+mod common;
+
+use common::{DEADLINE, OutputWithin};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
-
-/// How long any child may take; a hung server fails the test instead of stalling it.
-const DEADLINE: Duration = Duration::from_secs(60);
 
 /// `shoal` with no environment but the `SHOAL_*` variables given.
 fn shoal(env: &[(&str, &str)]) -> Command {
@@ -24,30 +23,6 @@ fn shoal(env: &[(&str, &str)]) -> Command {
 
 fn repo_file(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
-}
-
-/// `Command::output` bounded by [`DEADLINE`].
-trait OutputWithin {
-    fn output_within(&mut self) -> Output;
-}
-
-impl OutputWithin for Command {
-    fn output_within(&mut self) -> Output {
-        let child = self.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("runs");
-        let pid = child.id();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        match rx.recv_timeout(DEADLINE) {
-            Ok(output) => output.expect("output"),
-            Err(_) => {
-                // SAFETY: kill takes a pid and a signal number; no memory is involved.
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-                panic!("shoal did not exit within {DEADLINE:?}");
-            }
-        }
-    }
 }
 
 fn stdout(output: &Output) -> String {

@@ -3,104 +3,11 @@
 //! server on its data directory, refuses a changed shard count, and shuts down cleanly (exit 0)
 //! on SIGTERM, after which it starts again on the same directory.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::net::TcpStream;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
 
-/// A running server, killed if the test ends early.
-struct Server {
-    child: Option<Child>,
-    address: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn command(dir: &Path, shards: u32) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_shoal"));
-    command.args(["--data-dir"]).arg(dir).args([
-        "--listen",
-        "127.0.0.1:0",
-        "--shards",
-        &shards.to_string(),
-        "--profile",
-        "small",
-        "--cpus",
-        "none",
-    ]);
-    command
-}
-
-/// `Command::output` bounded by a deadline: a server that should refuse to start but hangs
-/// fails the test instead of stalling it.
-trait OutputWithin {
-    fn output_within(&mut self) -> std::process::Output;
-}
-
-impl OutputWithin for Command {
-    fn output_within(&mut self) -> std::process::Output {
-        let child = self.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("runs");
-        let pid = child.id();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(output) => output.expect("output"),
-            Err(_) => {
-                // SAFETY: kill takes a pid and a signal number; no memory is involved.
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-                panic!("shoal did not exit within 60 s");
-            }
-        }
-    }
-}
-
-fn start(dir: &Path, shards: u32) -> Server {
-    start_command(command(dir, shards))
-}
-
-/// Starts `command` and waits (at most 60 s) for its readiness line.
-fn start_command(mut command: Command) -> Server {
-    let mut child =
-        command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("shoal starts");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(Duration::from_secs(60)).expect("a readiness line within 60 s");
-    let address = line
-        .trim()
-        .strip_prefix("{\"ready\":true,\"native\":\"")
-        .and_then(|rest| rest.strip_suffix("\"}"))
-        .unwrap_or_else(|| panic!("not a readiness line: {line:?}"))
-        .to_string();
-    Server { child: Some(child), address }
-}
-
-fn terminate(mut server: Server) -> i32 {
-    let mut child = server.child.take().expect("running");
-    // SAFETY: kill takes a pid and a signal number; no memory is involved.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    let status = rx.recv_timeout(Duration::from_secs(60)).expect("exits within 60 s").unwrap();
-    status.code().expect("exited, not killed")
-}
+use common::{OutputWithin, command, start, start_command, terminate};
 
 #[test]
 fn starts_serves_refuses_a_second_server_and_stops_cleanly_on_sigterm() {

@@ -8,7 +8,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -51,6 +51,33 @@ pub fn command(dir: &Path, shards: u32) -> Command {
     command
 }
 
+/// How long any child may take; a hung server fails the test instead of stalling it.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// `Command::output` bounded by [`DEADLINE`].
+pub trait OutputWithin {
+    fn output_within(&mut self) -> Output;
+}
+
+impl OutputWithin for Command {
+    fn output_within(&mut self) -> Output {
+        let child = self.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("runs");
+        let pid = child.id();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        match rx.recv_timeout(DEADLINE) {
+            Ok(output) => output.expect("output"),
+            Err(_) => {
+                // SAFETY: kill takes a pid and a signal number; no memory is involved.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                panic!("shoal did not exit within {DEADLINE:?}");
+            }
+        }
+    }
+}
+
 pub fn start(dir: &Path, shards: u32) -> Server {
     start_command(command(dir, shards))
 }
@@ -66,7 +93,7 @@ pub fn start_command(mut command: Command) -> Server {
         let _ = BufReader::new(stdout).read_line(&mut line);
         let _ = tx.send(line);
     });
-    let line = rx.recv_timeout(Duration::from_secs(60)).expect("a readiness line within 60 s");
+    let line = rx.recv_timeout(DEADLINE).expect("a readiness line in time");
     let address = line
         .trim()
         .strip_prefix("{\"ready\":true,\"native\":\"")
@@ -85,7 +112,7 @@ pub fn terminate(mut server: Server) -> i32 {
     std::thread::spawn(move || {
         let _ = tx.send(child.wait());
     });
-    let status = rx.recv_timeout(Duration::from_secs(60)).expect("exits within 60 s").unwrap();
+    let status = rx.recv_timeout(DEADLINE).expect("exits in time").unwrap();
     status.code().expect("exited, not killed")
 }
 
