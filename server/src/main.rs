@@ -1,11 +1,10 @@
 //! The `shoal` server binary: starts the shards of one node on a data directory and serves until
 //! SIGINT or SIGTERM.
 //!
-//! Today it owns start-up (the configuration, which `config` resolves from the config file,
-//! `SHOAL_*` variables and flags; the data-directory lock, one thread per shard with its own
-//! io_uring runtime running the node layer, the native listener, the readiness line) and graceful
-//! shutdown. The native protocol, streams/topics/partitions, produce and consume arrive with the
-//! rest of the thread-per-core server issue; until then connections are accepted and closed.
+//! It owns start-up (the configuration, which `config` resolves from the config file, `SHOAL_*`
+//! variables and flags; the data-directory lock; the shards' inboxes and the published catalog;
+//! one thread per shard, each serving its connections and partitions; the readiness line) and
+//! graceful shutdown. What a shard does is in `shard`, `connection` and `metadata`.
 
 mod config;
 mod connection;
