@@ -14,8 +14,8 @@ use shoal_engine::superblock::Durability;
 
 /// Produces until the connection breaks, `window` requests in flight; reports each
 /// acknowledgement as it arrives.
-fn produce_until_killed(address: String, acks: mpsc::Sender<(u64, String)>) {
-    let mut raw = Raw::connect(&address, 7);
+fn produce_until_killed(address: String, round: u32, acks: mpsc::Sender<(u64, String)>) {
+    let mut raw = Raw::connect(&address, 7 + u64::from(round));
     let window = 8;
     let mut in_flight = std::collections::VecDeque::new();
     for i in 0.. {
@@ -30,13 +30,33 @@ fn produce_until_killed(address: String, acks: mpsc::Sender<(u64, String)>) {
                 return;
             }
         }
-        let value = format!("message-{i}");
+        let value = format!("round-{round}-message-{i}");
         let body = Raw::produce_body("s", "t", 0, &[value.as_bytes()]);
         let bytes = raw.frame(Operation::Produce as u32, &body);
         if std::io::Write::write_all(&mut raw.stream, &bytes).is_err() {
             return;
         }
         in_flight.push_back(value);
+    }
+}
+
+/// Kill rounds to run: 1 in the CI gate; `scripts/crash-soak` runs many (`CRASH_SOAK_ROUNDS`).
+fn rounds() -> u32 {
+    std::env::var("CRASH_SOAK_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
+}
+
+/// Every record of partition 0 from offset 0 to the log end, with the log end.
+fn read_all(client: &mut Raw) -> (Vec<(u64, Vec<u8>)>, u64) {
+    let mut records = Vec::new();
+    let mut next = 0;
+    loop {
+        let (reply, batch) = client.fetch("s", "t", 0, FetchFrom::Offset(next), 10_000);
+        match batch.last() {
+            Some((offset, _)) => next = offset + 1,
+            None => return (records, reply.next_offset),
+        }
+        records.extend(batch);
+        assert!(records.len() < 10_000_000, "bounded");
     }
 }
 
@@ -47,39 +67,39 @@ fn kill_9_during_persisted_produce_loses_no_acknowledged_write() {
     let mut admin = Raw::connect(&server.address, 1);
     admin.create_stream("s").ok();
     admin.create_topic("s", "t", 1, Durability::Persisted).ok();
+    drop(admin);
 
-    let (tx, rx) = mpsc::channel();
-    let address = server.address.clone();
-    let producer = std::thread::spawn(move || produce_until_killed(address, tx));
-    let mut acked = Vec::new();
-    while acked.len() < 300 {
-        acked.push(rx.recv_timeout(Duration::from_secs(60)).expect("acknowledgements flow"));
-    }
-    kill(server);
-    producer.join().expect("producer thread");
-    acked.extend(rx.try_iter());
-
-    let server = start(dir.path(), 1);
-    let mut client = Raw::connect(&server.address, 2);
-    let mut records = Vec::new();
-    let mut next = 0;
-    let end = loop {
-        let (reply, batch) = client.fetch("s", "t", 0, FetchFrom::Offset(next), 10_000);
-        match batch.last() {
-            Some((offset, _)) => next = offset + 1,
-            None => break reply.next_offset,
+    // Every acknowledgement of every round, checked after every restart.
+    let mut acked: Vec<(u64, String)> = Vec::new();
+    let mut server = server;
+    for round in 0..rounds() {
+        let (tx, rx) = mpsc::channel();
+        let address = server.address.clone();
+        let producer = std::thread::spawn(move || produce_until_killed(address, round, tx));
+        let target = acked.len() + 300 + (round as usize * 37) % 200;
+        while acked.len() < target {
+            acked.push(rx.recv_timeout(Duration::from_secs(60)).expect("acknowledgements flow"));
         }
-        records.extend(batch);
-        assert!(records.len() < 1_000_000, "bounded");
-    };
-    let offsets: Vec<u64> = records.iter().map(|(o, _)| *o).collect();
-    assert_eq!(offsets, (0..end).collect::<Vec<_>>(), "dense offsets from 0");
-    for (offset, value) in &acked {
-        let stored = records.get(*offset as usize).map(|(_, v)| v.as_slice());
-        assert_eq!(stored, Some(value.as_bytes()), "acknowledged offset {offset} (log end {end})");
+        kill(server);
+        producer.join().expect("producer thread");
+        acked.extend(rx.try_iter());
+
+        server = start(dir.path(), 1);
+        let mut client = Raw::connect(&server.address, 2);
+        let (records, end) = read_all(&mut client);
+        let offsets: Vec<u64> = records.iter().map(|(o, _)| *o).collect();
+        assert_eq!(offsets, (0..end).collect::<Vec<_>>(), "round {round}: dense offsets from 0");
+        for (offset, value) in &acked {
+            let stored = records.get(*offset as usize).map(|(_, v)| v.as_slice());
+            assert_eq!(
+                stored,
+                Some(value.as_bytes()),
+                "round {round}: acknowledged offset {offset} (log end {end})"
+            );
+        }
+        let after = client.produce("s", "t", 0, &[b"after"]);
+        assert_eq!(after.base_offset, end, "round {round}: no offset issued twice");
+        acked.push((after.base_offset, "after".to_string()));
     }
-    let after = client.produce("s", "t", 0, &[b"after"]);
-    assert_eq!(after.base_offset, end, "no offset issued twice");
-    assert!(end as usize >= acked.len());
     assert_eq!(terminate(server), 0);
 }
