@@ -1,4 +1,7 @@
-//! Shoal's command-line tools and the Rust client library they share.
+//! Shoal's command-line tools.
 //!
-//! `shoal-inspect` (the data-directory verifier) lives here now; `shoalctl`, `shoal-sim` and the
-//! client library arrive with the issues that build them.
+//! `shoal-inspect` (the data-directory verifier) and `shoal-sim` (the simulator CLI) are thin
+//! binaries; `shoalctl`'s argument parsing and commands live in [`ctl`]. The client library is
+//! the `shoal-client` crate (`tools/client`).
+
+pub mod ctl;

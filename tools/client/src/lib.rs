@@ -1,0 +1,55 @@
+//! Shoal's Rust client library: the native protocol over TCP.
+//!
+//! Layers, bottom up — each owns one thing and performs no I/O unless it says so:
+//!
+//! - `codec`: request frames out, verified reply frames in (sans-IO).
+//! - `connection`: one connection's state: request FIFO, handshake, session (sans-IO).
+//! - `fetch`: a fetch result and the records in it (sans-IO).
+//! - `transport`: the monoio TCP socket under one connection (the only I/O).
+//! - `client`: [`Client`], connect/reconnect, timeouts, admin calls, produce, fetch, status.
+//! - `producer`: [`Producer`], batching and pipelining with in-order acknowledgements.
+//!
+//! The client speaks `shoal_engine::wire` headers and `shoal_engine::protocol` bodies, built
+//! without the engine's io_uring storage backend. It never panics on server bytes; every failure
+//! is a [`ClientError`].
+//!
+//! ```no_run
+//! use shoal_client::{Client, ClientConfig, Producer, ProducerConfig};
+//!
+//! shoal_client::runtime().unwrap().block_on(async {
+//!     let client = Client::connect(ClientConfig::with_seeds(["127.0.0.1:7070"])).await?;
+//!     let mut producer = Producer::new(client, "orders", "created", ProducerConfig::default())
+//!         .await?;
+//!     producer.send(Some(b"customer-7"), b"{\"total\": 12}").await?;
+//!     producer.flush().await?;
+//!     for ack in producer.poll_acks() {
+//!         println!("{} at {}/{}", ack.ticket, ack.partition, ack.offset);
+//!     }
+//!     Ok::<_, shoal_client::ClientError>(())
+//! })
+//! .unwrap();
+//! ```
+
+mod client;
+pub mod codec;
+pub mod connection;
+mod error;
+mod fetch;
+mod producer;
+#[cfg(test)]
+mod testing;
+mod transport;
+
+pub use client::{Client, ClientConfig, runtime};
+pub use error::{ClientError, Result};
+pub use fetch::{Fetched, FetchedRecord, Records};
+pub use producer::{Ack, Producer, ProducerConfig};
+/// Batches are built with the engine's builder.
+pub use shoal_engine::batch::BatchBuilder;
+/// The protocol's argument and result types, re-exported so callers need no engine dependency.
+pub use shoal_engine::protocol::{
+    CreateTopic, ErrorCode, Fetch, FetchFrom, FetchReply, HelloReply, PartitionInfo, Partitioning,
+    ProduceReply, StreamInfo, TopicInfo,
+};
+/// Durability modes of a topic.
+pub use shoal_engine::superblock::Durability;

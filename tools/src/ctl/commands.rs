@@ -1,0 +1,679 @@
+//! What each `shoalctl` command does against the server, and how its result is printed.
+//!
+//! It owns the command flows (admin calls, the stdin-to-producer pipe, the consume loop, the
+//! status summary) and their text and JSON output. It talks to the server only through
+//! `shoal_client`, and never decides exit codes beyond returning an error (`main` maps it).
+
+use std::io::{BufRead, Write};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use shoal_client::{
+    Client, ClientConfig, ClientError, CreateTopic, Durability, Fetch, FetchFrom, FetchedRecord,
+    PartitionInfo, Producer, ProducerConfig, TopicInfo,
+};
+
+use super::args::{Cli, Command, Format};
+
+/// Why a command failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// The client or server refused.
+    Client(ClientError),
+    /// Whoever read stdout went away (`shoalctl consume ... | head`).
+    StdoutClosed,
+    /// Local I/O (stdin, stdout) or unexpected server output.
+    Other(String),
+}
+
+impl From<ClientError> for Failure {
+    fn from(error: ClientError) -> Self {
+        Failure::Client(error)
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Client(error) => write!(f, "{error}"),
+            Failure::StdoutClosed => f.write_str("stdout was closed"),
+            Failure::Other(reason) => f.write_str(reason),
+        }
+    }
+}
+
+type Outcome = Result<(), Failure>;
+
+/// Bytes one fetch asks for.
+const FETCH_BYTES_MAX: u32 = 1 << 20;
+/// Records one fetch asks for when no `--count` bounds it.
+const FETCH_COUNT_MAX: u32 = 10_000;
+/// Wait between polls of `consume --follow` when nothing new arrived.
+const FOLLOW_POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How long `produce` waits for more stdin lines to join a batch.
+const PRODUCE_LINGER: Duration = Duration::from_millis(1);
+/// Lines the stdin reader may run ahead of the producer.
+const STDIN_LINES_AHEAD_MAX: usize = 4096;
+
+/// Runs a parsed command on the current thread's runtime.
+pub async fn run(cli: Cli) -> Outcome {
+    let config = ClientConfig {
+        request_timeout_ms: cli.timeout_ms,
+        client_name: format!("shoalctl/{}", env!("CARGO_PKG_VERSION")),
+        ..ClientConfig::with_seeds(cli.servers.iter().cloned())
+    };
+    let mut client = Client::connect(config).await?;
+    let json = cli.json;
+    match cli.command {
+        Command::StreamCreate { name } => {
+            client.create_stream(&name).await?;
+            print(json, json!({ "created": { "stream": name } }), format!("created stream {name}"))
+        }
+        Command::StreamDelete { name } => {
+            client.delete_stream(&name).await?;
+            print(json, json!({ "deleted": { "stream": name } }), format!("deleted stream {name}"))
+        }
+        Command::StreamList => {
+            let streams = client.list_streams().await?;
+            let value = Value::Array(
+                streams
+                    .iter()
+                    .map(|s| {
+                        json!({ "name": s.name, "topic_count": s.topic_count, "created_ms": s.created_ms })
+                    })
+                    .collect(),
+            );
+            let rows = streams
+                .iter()
+                .map(|s| vec![s.name.clone(), s.topic_count.to_string(), utc(s.created_ms)])
+                .collect();
+            print(json, value, table(&["NAME", "TOPICS", "CREATED"], rows))
+        }
+        Command::TopicCreate {
+            stream,
+            topic,
+            partitions,
+            durability,
+            retention_bytes,
+            retention_ms,
+            segment_size_bytes,
+            message_size_bytes_max,
+        } => {
+            let create = CreateTopic {
+                stream: stream.clone(),
+                topic: topic.clone(),
+                partitions,
+                durability: Some(durability),
+                retention_bytes,
+                retention_ms,
+                segment_size_bytes,
+                message_size_bytes_max,
+            };
+            client.create_topic(&create).await?;
+            print(
+                json,
+                json!({ "created": { "stream": stream, "topic": topic, "partitions": partitions } }),
+                format!("created topic {stream}/{topic} with {partitions} partitions"),
+            )
+        }
+        Command::TopicList { stream } => {
+            let topics = client.list_topics(&stream).await?;
+            let value = Value::Array(topics.iter().map(topic_json).collect());
+            let rows = topics
+                .iter()
+                .map(|t| {
+                    vec![
+                        t.name.clone(),
+                        t.partitions.to_string(),
+                        durability_name(t.durability).to_string(),
+                        t.retention_bytes.to_string(),
+                        t.retention_ms.to_string(),
+                        t.segment_size_bytes.to_string(),
+                        t.message_size_bytes_max.to_string(),
+                        utc(t.created_ms),
+                    ]
+                })
+                .collect();
+            let headers = [
+                "TOPIC",
+                "PARTITIONS",
+                "DURABILITY",
+                "RETENTION_BYTES",
+                "RETENTION_MS",
+                "SEGMENT_BYTES",
+                "MESSAGE_BYTES_MAX",
+                "CREATED",
+            ];
+            print(json, value, table(&headers, rows))
+        }
+        Command::TopicDescribe { stream, topic } => {
+            let (info, partitions) = client.describe_topic(&stream, &topic).await?;
+            let mut value = topic_json(&info);
+            value["partitions"] = Value::Array(partitions.iter().map(partition_json).collect());
+            print(json, value, describe_text(&info, &partitions))
+        }
+        Command::TopicDelete { stream, topic } => {
+            client.delete_topic(&stream, &topic).await?;
+            print(
+                json,
+                json!({ "deleted": { "stream": stream, "topic": topic } }),
+                format!("deleted topic {stream}/{topic}"),
+            )
+        }
+        Command::Produce { stream, topic, partition, key } => {
+            produce(client, &stream, &topic, partition, key, json).await
+        }
+        Command::Consume { stream, topic, partition, from, count, follow, format } => {
+            let consume = Consume { stream, topic, partition, from, count, follow, format };
+            consume.run(&mut client).await
+        }
+        Command::Status => {
+            let text = client.status().await?;
+            let status: Value = serde_json::from_str(&text)
+                .map_err(|e| Failure::Other(format!("the server's status is not JSON: {e}")))?;
+            if json {
+                write_stdout(format!("{text}\n").as_bytes())
+            } else {
+                write_stdout(status_text(&status).as_bytes())
+            }
+        }
+    }
+}
+
+// -- produce ----------------------------------------------------------------------------------
+
+enum Input {
+    Line(Vec<u8>),
+    End,
+    Failed(String),
+}
+
+/// Reads stdin lines on a plain thread (stdin has no io_uring-friendly form here), so the
+/// runtime thread can keep batching and collecting acknowledgements.
+fn spawn_stdin_reader() -> mpsc::Receiver<Input> {
+    let (sender, receiver) = mpsc::sync_channel(STDIN_LINES_AHEAD_MAX);
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut stdin = stdin.lock();
+        loop {
+            let mut line = Vec::new();
+            match stdin.read_until(b'\n', &mut line) {
+                Ok(0) => {
+                    let _ = sender.send(Input::End);
+                    return;
+                }
+                Ok(_) => {
+                    if line.last() == Some(&b'\n') {
+                        line.pop();
+                        if line.last() == Some(&b'\r') {
+                            line.pop();
+                        }
+                    }
+                    if sender.send(Input::Line(line)).is_err() {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    let _ = sender.send(Input::Failed(format!("reading stdin: {error}")));
+                    return;
+                }
+            }
+        }
+    });
+    receiver
+}
+
+async fn produce(
+    client: Client,
+    stream: &str,
+    topic: &str,
+    partition: Option<u32>,
+    key: Option<String>,
+    json: bool,
+) -> Outcome {
+    let config = ProducerConfig { partition, ..ProducerConfig::default() };
+    let mut producer = Producer::new(client, stream, topic, config).await?;
+    let key = key.map(String::into_bytes);
+    let key = key.as_deref();
+    let input = spawn_stdin_reader();
+    let mut ended = false;
+    loop {
+        // Everything already piped or typed joins the open batches.
+        while !ended {
+            match input.try_recv() {
+                Ok(Input::Line(line)) => {
+                    producer.send(key, &line).await?;
+                }
+                Ok(Input::End) | Err(mpsc::TryRecvError::Disconnected) => ended = true,
+                Ok(Input::Failed(reason)) => return fail_after_acks(&mut producer, json, reason),
+                Err(mpsc::TryRecvError::Empty) => break,
+            }
+        }
+        print_acks(&mut producer, json)?;
+        if ended {
+            // Report what was acknowledged even if the flush fails part-way.
+            let flushed = producer.flush().await;
+            print_acks(&mut producer, json)?;
+            return flushed.map_err(Failure::from);
+        }
+        if producer.buffered_records() > 0 {
+            // A moment's linger lets a burst of lines share a batch.
+            match input.recv_timeout(PRODUCE_LINGER) {
+                Ok(Input::Line(line)) => {
+                    producer.send(key, &line).await?;
+                    continue;
+                }
+                Ok(Input::End) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    ended = true;
+                    continue;
+                }
+                Ok(Input::Failed(reason)) => return fail_after_acks(&mut producer, json, reason),
+                Err(mpsc::RecvTimeoutError::Timeout) => producer.send_buffered().await?,
+            }
+        }
+        if producer.in_flight() > 0 {
+            producer.await_ack().await?;
+            continue;
+        }
+        // Nothing buffered, nothing in flight: wait for the next line.
+        match input.recv() {
+            Ok(Input::Line(line)) => {
+                producer.send(key, &line).await?;
+            }
+            Ok(Input::End) | Err(mpsc::RecvError) => ended = true,
+            Ok(Input::Failed(reason)) => return fail_after_acks(&mut producer, json, reason),
+        }
+    }
+}
+
+fn fail_after_acks(producer: &mut Producer, json: bool, reason: String) -> Outcome {
+    print_acks(producer, json)?;
+    Err(Failure::Other(reason))
+}
+
+/// Prints every acknowledgement received so far and flushes stdout, so a reader sees exactly
+/// what is acknowledged.
+fn print_acks(producer: &mut Producer, json: bool) -> Outcome {
+    let mut text = String::new();
+    for ack in producer.poll_acks() {
+        if json {
+            text.push_str(&json!({ "partition": ack.partition, "offset": ack.offset }).to_string());
+            text.push('\n');
+        } else {
+            text.push_str(&format!("{} {}\n", ack.partition, ack.offset));
+        }
+    }
+    if text.is_empty() {
+        return Ok(());
+    }
+    write_stdout(text.as_bytes())
+}
+
+// -- consume ----------------------------------------------------------------------------------
+
+struct Consume {
+    stream: String,
+    topic: String,
+    partition: u32,
+    from: FetchFrom,
+    count: Option<u64>,
+    follow: bool,
+    format: Format,
+}
+
+impl Consume {
+    async fn run(self, client: &mut Client) -> Outcome {
+        let mut position = self.from;
+        let mut remaining = self.count;
+        let mut out = Vec::new();
+        loop {
+            if remaining == Some(0) {
+                return Ok(());
+            }
+            let count_max =
+                remaining.map_or(FETCH_COUNT_MAX, |r| r.min(u64::from(u32::MAX)) as u32);
+            let fetch = Fetch {
+                stream: self.stream.clone(),
+                topic: self.topic.clone(),
+                partition: self.partition,
+                from: position,
+                bytes_max: FETCH_BYTES_MAX,
+                count_max,
+            };
+            let fetched = client.fetch(&fetch).await?;
+            let mut after_last = None;
+            out.clear();
+            for record in fetched.records() {
+                let record = record?;
+                self.format_record(&record, &mut out);
+                after_last = Some(record.offset + 1);
+                if let Some(left) = remaining.as_mut() {
+                    *left -= 1;
+                    if *left == 0 {
+                        break;
+                    }
+                }
+            }
+            if !out.is_empty() {
+                match write_stdout(&out) {
+                    Ok(()) => {}
+                    // A reader that went away (`| head`) ends the command quietly.
+                    Err(Failure::StdoutClosed) => return Ok(()),
+                    Err(error) => return Err(error),
+                }
+            }
+            let previous = match position {
+                FetchFrom::Offset(offset) => Some(offset),
+                _ => None,
+            };
+            // Resume after the last record printed, else after the batches returned (all of
+            // whose records were before the start); a fetch that did not move forward is
+            // treated as "nothing new".
+            let resume = after_last
+                .or(fetched.end_offset())
+                .filter(|next| previous.is_none_or(|p| *next > p));
+            match resume {
+                Some(next) => {
+                    position = FetchFrom::Offset(next);
+                    if !self.follow && next >= fetched.reply.next_offset {
+                        return Ok(());
+                    }
+                }
+                None => {
+                    if !self.follow {
+                        return Ok(());
+                    }
+                    if !matches!(position, FetchFrom::Offset(_)) {
+                        // Nothing at first/last/time yet: wait at the end for what comes next.
+                        position = FetchFrom::Offset(fetched.reply.next_offset);
+                    }
+                    monoio::time::sleep(FOLLOW_POLL_INTERVAL).await;
+                }
+            }
+        }
+    }
+
+    fn format_record(&self, record: &FetchedRecord<'_>, out: &mut Vec<u8>) {
+        let value = record.value.unwrap_or_default();
+        match self.format {
+            Format::Value => {
+                out.extend_from_slice(value);
+                out.push(b'\n');
+            }
+            Format::Offset => {
+                out.extend_from_slice(record.offset.to_string().as_bytes());
+                out.push(b'\t');
+                out.extend_from_slice(value);
+                out.push(b'\n');
+            }
+            Format::Json => {
+                let text = |bytes: Option<&[u8]>| {
+                    bytes.map_or(Value::Null, |b| {
+                        Value::String(String::from_utf8_lossy(b).into_owned())
+                    })
+                };
+                let line = json!({
+                    "offset": record.offset,
+                    "timestamp_ms": record.timestamp_ms,
+                    "key": text(record.key),
+                    "value": text(record.value),
+                });
+                out.extend_from_slice(line.to_string().as_bytes());
+                out.push(b'\n');
+            }
+        }
+    }
+}
+
+// -- output -----------------------------------------------------------------------------------
+
+/// Writes and flushes stdout.
+fn write_stdout(bytes: &[u8]) -> Outcome {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Err(Failure::StdoutClosed),
+        Err(error) => Err(Failure::Other(format!("writing stdout: {error}"))),
+    }
+}
+
+fn print(json: bool, value: Value, text: String) -> Outcome {
+    let mut line = if json { value.to_string() } else { text };
+    if !line.ends_with('\n') {
+        line.push('\n');
+    }
+    write_stdout(line.as_bytes())
+}
+
+fn durability_name(durability: Durability) -> &'static str {
+    match durability {
+        Durability::Replicated => "replicated",
+        Durability::Persisted => "persisted",
+    }
+}
+
+fn topic_json(t: &TopicInfo) -> Value {
+    json!({
+        "stream": t.stream,
+        "name": t.name,
+        "partitions": t.partitions,
+        "durability": durability_name(t.durability),
+        "retention_bytes": t.retention_bytes,
+        "retention_ms": t.retention_ms,
+        "segment_size_bytes": t.segment_size_bytes,
+        "message_size_bytes_max": t.message_size_bytes_max,
+        "created_ms": t.created_ms,
+    })
+}
+
+fn partition_json(p: &PartitionInfo) -> Value {
+    json!({
+        "partition": p.partition,
+        "shard": p.shard,
+        "group": p.group,
+        "first_offset": p.first_offset,
+        "next_offset": p.next_offset,
+        "size_bytes": p.size_bytes,
+    })
+}
+
+fn describe_text(info: &TopicInfo, partitions: &[PartitionInfo]) -> String {
+    let mut text = format!(
+        "topic {}/{}\n  partitions: {}\n  durability: {}\n  retention_bytes: {}\n  retention_ms: \
+         {}\n  segment_size_bytes: {}\n  message_size_bytes_max: {}\n  created: {}\n\n",
+        info.stream,
+        info.name,
+        info.partitions,
+        durability_name(info.durability),
+        info.retention_bytes,
+        info.retention_ms,
+        info.segment_size_bytes,
+        info.message_size_bytes_max,
+        utc(info.created_ms),
+    );
+    let rows = partitions
+        .iter()
+        .map(|p| {
+            vec![
+                p.partition.to_string(),
+                p.shard.to_string(),
+                p.group.to_string(),
+                p.first_offset.to_string(),
+                p.next_offset.to_string(),
+                p.size_bytes.to_string(),
+            ]
+        })
+        .collect();
+    text.push_str(&table(
+        &["PARTITION", "SHARD", "GROUP", "FIRST_OFFSET", "NEXT_OFFSET", "SIZE_BYTES"],
+        rows,
+    ));
+    text
+}
+
+/// The human summary of the server's status document (extra keys are ignored, missing ones
+/// shown as `?`).
+pub fn status_text(status: &Value) -> String {
+    let shards = status.get("shards").and_then(Value::as_u64);
+    let partitions: &[Value] =
+        status.get("partitions").and_then(Value::as_array).map_or(&[], Vec::as_slice);
+    let number = |p: &Value, key: &str| p.get(key).and_then(Value::as_u64);
+    let shown = |value: Option<u64>| value.map_or_else(|| "?".to_string(), |v| v.to_string());
+
+    let mut text = format!("shards: {}\n", shown(shards));
+    let mut per_shard: std::collections::BTreeMap<u64, (u64, u64)> =
+        (0..shards.unwrap_or(0)).map(|shard| (shard, (0, 0))).collect();
+    let mut total_bytes = 0u64;
+    for p in partitions {
+        let size = number(p, "size_bytes").unwrap_or(0);
+        total_bytes = total_bytes.saturating_add(size);
+        if let Some(shard) = number(p, "shard") {
+            let entry = per_shard.entry(shard).or_default();
+            entry.0 += 1;
+            entry.1 = entry.1.saturating_add(size);
+        }
+    }
+    text.push_str(&format!(
+        "partitions: {}\ndisk usage: {total_bytes} bytes\n\n",
+        partitions.len()
+    ));
+    let rows = per_shard
+        .iter()
+        .map(|(shard, (count, bytes))| {
+            vec![shard.to_string(), count.to_string(), bytes.to_string()]
+        })
+        .collect();
+    text.push_str(&table(&["SHARD", "PARTITIONS", "SIZE_BYTES"], rows));
+    if !partitions.is_empty() {
+        text.push('\n');
+        let string =
+            |p: &Value, key: &str| p.get(key).and_then(Value::as_str).unwrap_or("?").to_string();
+        let rows = partitions
+            .iter()
+            .map(|p| {
+                vec![
+                    string(p, "stream"),
+                    string(p, "topic"),
+                    shown(number(p, "partition")),
+                    shown(number(p, "shard")),
+                    shown(number(p, "group")),
+                    shown(number(p, "first_offset")),
+                    shown(number(p, "next_offset")),
+                    shown(number(p, "size_bytes")),
+                ]
+            })
+            .collect();
+        text.push_str(&table(
+            &[
+                "STREAM",
+                "TOPIC",
+                "PARTITION",
+                "SHARD",
+                "GROUP",
+                "FIRST_OFFSET",
+                "NEXT_OFFSET",
+                "SIZE_BYTES",
+            ],
+            rows,
+        ));
+    }
+    text
+}
+
+/// Left-aligned columns separated by two spaces.
+fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut text = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut out = String::new();
+        for (i, cell) in cells.enumerate() {
+            if i > 0 {
+                out.push_str("  ");
+            }
+            out.push_str(&format!("{cell:<width$}", width = widths[i]));
+        }
+        text.push_str(out.trim_end());
+        text.push('\n');
+    };
+    line(&mut headers.iter().copied());
+    for row in &rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    text
+}
+
+/// Milliseconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ` (UTC).
+fn utc(time_ms: i64) -> String {
+    let seconds = time_ms.div_euclid(1000);
+    let days = seconds.div_euclid(86_400);
+    let second_of_day = seconds.rem_euclid(86_400);
+    // Howard Hinnant's civil-from-days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 { month_index + 3 } else { month_index - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        second_of_day / 3600,
+        second_of_day / 60 % 60,
+        second_of_day % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_utc_formats_known_instants() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(utc(1_700_000_000_123), "2023-11-14T22:13:20Z");
+        assert_eq!(utc(-1_000), "1969-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn commands_status_summary_tolerates_extra_and_missing_keys() {
+        let status = json!({
+            "shards": 2,
+            "config": {"anything": true},
+            "extra": [1, 2],
+            "partitions": [
+                {"stream": "s", "topic": "t", "partition": 0, "shard": 0, "group": 1,
+                 "first_offset": 0, "next_offset": 100, "size_bytes": 4096},
+                {"stream": "s", "topic": "t", "partition": 1, "shard": 1, "group": 2,
+                 "first_offset": 0, "next_offset": 7, "size_bytes": 1000, "new_key": 1},
+                {"stream": "s"}
+            ]
+        });
+        let text = status_text(&status);
+        assert!(text.contains("shards: 2"), "{text}");
+        assert!(text.contains("disk usage: 5096 bytes"), "{text}");
+        assert!(
+            text.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["0", "1", "4096"]),
+            "{text}"
+        );
+        assert!(text.contains("100"), "{text}");
+        assert!(text.contains('?'), "{text}");
+        let empty = status_text(&json!({}));
+        assert!(empty.contains("shards: ?"), "{empty}");
+    }
+
+    #[test]
+    fn commands_table_aligns_columns() {
+        let text = table(&["A", "BB"], vec![vec!["xyz".into(), "1".into()]]);
+        assert_eq!(text, "A    BB\nxyz  1\n");
+    }
+}

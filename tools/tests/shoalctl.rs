@@ -1,0 +1,322 @@
+//! `shoalctl` as a user runs it, against the real `shoal` binary: streams and topics are created
+//! and listed, 100 stdin lines produced to one partition come back acknowledged with dense
+//! offsets and are consumed exactly, `topic describe` and `status` report the log end, a
+//! follower sees messages produced after it started, and bad arguments and unknown streams get
+//! their exit codes (2 with the usage text; 1 naming the server's error code).
+//!
+//! Every child process runs under a deadline and is killed past it; the server is killed when
+//! its guard drops.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use shoal_engine::protocol::partition_for_key;
+
+/// How long any child process may take.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A running `shoal`, killed when the test ends.
+struct Server {
+    child: Option<Child>,
+    address: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn shoal_binary() -> PathBuf {
+    let shoalctl = Path::new(env!("CARGO_BIN_EXE_shoalctl"));
+    let shoal = shoalctl.with_file_name("shoal");
+    if !shoal.exists() {
+        panic!(
+            "{} is missing: run `cargo test --workspace` so the server binary is built",
+            shoal.display()
+        );
+    }
+    shoal
+}
+
+/// Starts the real server on a fresh directory and waits (bounded) for its readiness line.
+fn start(dir: &Path) -> Server {
+    let mut child = Command::new(shoal_binary())
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["--listen", "127.0.0.1:0", "--shards", "2", "--profile", "small", "--cpus", "none"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("shoal starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    // The guard exists before the wait, so a server that never gets ready is killed too.
+    let mut server = Server { child: Some(child), address: String::new() };
+    let line = rx.recv_timeout(DEADLINE).expect("a readiness line within 60 s");
+    let address = line
+        .trim()
+        .strip_prefix("{\"ready\":true,\"native\":\"")
+        .and_then(|rest| rest.strip_suffix("\"}"))
+        .unwrap_or_else(|| panic!("not a readiness line: {line:?}"))
+        .to_string();
+    server.address = address;
+    server
+}
+
+/// A `shoalctl` child with its stdin, stdout and stderr piped.
+fn spawn_shoalctl(server: Option<&Server>, args: &[&str]) -> Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_shoalctl"));
+    if let Some(server) = server {
+        command.args(["--server", &server.address]);
+    }
+    command
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("shoalctl runs")
+}
+
+/// Waits for a child under the deadline, killing it past it.
+fn output_within(mut child: Child, stdin: &[u8]) -> Output {
+    let mut input = child.stdin.take().expect("piped stdin");
+    let stdin = stdin.to_vec();
+    std::thread::spawn(move || {
+        let _ = input.write_all(&stdin);
+        // Dropping `input` closes stdin: the end of the messages.
+    });
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(DEADLINE) {
+        Ok(output) => output.expect("output"),
+        Err(_) => {
+            // SAFETY: kill takes a pid and a signal number; no memory is involved.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("shoalctl did not exit within {DEADLINE:?}");
+        }
+    }
+}
+
+/// Runs `shoalctl --server ADDRESS ARGS` with `stdin`.
+fn shoalctl(server: &Server, args: &[&str], stdin: &[u8]) -> Output {
+    output_within(spawn_shoalctl(Some(server), args), stdin)
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Asserts success and returns stdout.
+fn ok(output: Output) -> String {
+    assert!(
+        output.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        output.status.code(),
+        stdout(&output),
+        stderr(&output)
+    );
+    stdout(&output)
+}
+
+/// Parses `PARTITION OFFSET` lines.
+fn acks(text: &str) -> Vec<(u32, u64)> {
+    text.lines()
+        .map(|line| {
+            let (partition, offset) = line.split_once(' ').unwrap_or_else(|| panic!("{line:?}"));
+            (partition.parse().unwrap(), offset.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn bad_arguments_exit_2_with_the_usage_text() {
+    for args in [
+        &[][..],
+        &["frobnicate"],
+        &["stream"],
+        &["topic", "create", "s", "t", "--partitions", "two", "--durability", "persisted"],
+        &["consume", "s", "t", "--partition", "0"],
+        &["consume", "s", "t", "--partition", "0", "--from", "middle"],
+        &["stream", "list", "--bogus", "1"],
+    ] {
+        let output = output_within(spawn_shoalctl(None, args), b"");
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", stderr(&output));
+        assert!(stderr(&output).contains("usage: shoalctl"), "{args:?}: {}", stderr(&output));
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+    let help = output_within(spawn_shoalctl(None, &["--help"]), b"");
+    assert_eq!(help.status.code(), Some(0));
+    assert!(stdout(&help).contains("usage: shoalctl"));
+}
+
+#[test]
+fn streams_topics_produce_consume_describe_and_status_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+
+    ok(shoalctl(&server, &["stream", "create", "orders"], b""));
+    let listed = ok(shoalctl(&server, &["stream", "list"], b""));
+    assert!(listed.lines().any(|line| line.starts_with("orders ")), "{listed}");
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(shoalctl(&server, &["--json", "stream", "list"], b""))).unwrap();
+    assert_eq!(listed[0]["name"], "orders", "{listed}");
+
+    let create =
+        ["topic", "create", "orders", "events", "--partitions", "2", "--durability", "persisted"];
+    ok(shoalctl(&server, &create, b""));
+    let topics = ok(shoalctl(&server, &["topic", "list", "orders"], b""));
+    assert!(topics.lines().any(|line| line.starts_with("events ")), "{topics}");
+
+    // 100 lines to partition 0: each acknowledged on its own line, offsets dense from 0.
+    let lines: String = (0..100).map(|i| format!("line-{i}\n")).collect();
+    let produced = ok(shoalctl(
+        &server,
+        &["produce", "orders", "events", "--partition", "0"],
+        lines.as_bytes(),
+    ));
+    assert_eq!(acks(&produced), (0..100).map(|i| (0, i)).collect::<Vec<_>>(), "{produced}");
+
+    // They come back exactly, with their offsets.
+    let consumed = ok(shoalctl(
+        &server,
+        &[
+            "consume",
+            "orders",
+            "events",
+            "--partition",
+            "0",
+            "--from",
+            "first",
+            "--count",
+            "100",
+            "--format",
+            "offset",
+        ],
+        b"",
+    ));
+    let expected: String = (0..100).map(|i| format!("{i}\tline-{i}\n")).collect();
+    assert_eq!(consumed, expected);
+    let middle = ok(shoalctl(
+        &server,
+        &["consume", "orders", "events", "--partition", "0", "--from", "50", "--count", "5"],
+        b"",
+    ));
+    assert_eq!(middle, "line-50\nline-51\nline-52\nline-53\nline-54\n");
+    // Without --count (and without --follow) it stops at the log end.
+    let all = ok(shoalctl(
+        &server,
+        &["consume", "orders", "events", "--partition", "0", "--from", "first"],
+        b"",
+    ));
+    assert_eq!(all, lines);
+    let last = ok(shoalctl(
+        &server,
+        &["consume", "orders", "events", "--partition", "0", "--from", "last"],
+        b"",
+    ));
+    assert_eq!(last, "line-99\n");
+
+    let described =
+        ok(shoalctl(&server, &["--json", "topic", "describe", "orders", "events"], b""));
+    let described: serde_json::Value = serde_json::from_str(&described).unwrap();
+    assert_eq!(described["partitions"][0]["next_offset"], 100, "{described}");
+    assert_eq!(described["partitions"][1]["next_offset"], 0, "{described}");
+    let text = ok(shoalctl(&server, &["topic", "describe", "orders", "events"], b""));
+    assert!(
+        text.lines().any(|l| l.split_whitespace().nth(4) == Some("100")),
+        "partition 0's NEXT_OFFSET column shows 100: {text}"
+    );
+
+    // The status document parses and names the partition's log end.
+    let status = ok(shoalctl(&server, &["status", "--json"], b""));
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert!(status["shards"].as_u64().is_some(), "{status}");
+    let partitions = status["partitions"].as_array().expect("a partition list");
+    assert!(
+        partitions.iter().any(|p| p["stream"] == "orders"
+            && p["topic"] == "events"
+            && p["partition"] == 0
+            && p["next_offset"] == 100),
+        "{status}"
+    );
+    let human = ok(shoalctl(&server, &["status"], b""));
+    assert!(human.contains("shards: 2"), "{human}");
+
+    // A follower started on the empty partition 1 sees what is produced after it started.
+    let follower = spawn_shoalctl(
+        Some(&server),
+        &[
+            "consume",
+            "orders",
+            "events",
+            "--partition",
+            "1",
+            "--from",
+            "first",
+            "--follow",
+            "--count",
+            "3",
+            "--format",
+            "offset",
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let late =
+        ok(shoalctl(&server, &["produce", "orders", "events", "--partition", "1"], b"a\nb\nc\n"));
+    assert_eq!(acks(&late), [(1, 0), (1, 1), (1, 2)]);
+    assert_eq!(stdout(&output_within(follower, b"")), "0\ta\n1\tb\n2\tc\n");
+
+    // A key picks Kafka's partition for it; no key and no partition lets the server balance.
+    let key_partition = partition_for_key(b"customer-7", 2);
+    let by_key =
+        ok(shoalctl(&server, &["produce", "orders", "events", "--key", "customer-7"], b"k1\nk2\n"));
+    assert!(acks(&by_key).iter().all(|(p, _)| *p == key_partition), "{by_key}");
+    assert_eq!(acks(&by_key).len(), 2);
+    let balanced = ok(shoalctl(&server, &["produce", "orders", "events"], b"x\ny\nz\n"));
+    assert_eq!(acks(&balanced).len(), 3, "{balanced}");
+
+    // An unknown stream: exit 1, the server's error code on stderr.
+    let missing = shoalctl(&server, &["topic", "list", "no-such-stream"], b"");
+    assert_eq!(missing.status.code(), Some(1), "{}", stderr(&missing));
+    assert!(stderr(&missing).starts_with("shoalctl: StreamNotFound"), "{}", stderr(&missing));
+    let missing = shoalctl(&server, &["produce", "no-such-stream", "t"], b"x\n");
+    assert_eq!(missing.status.code(), Some(1), "{}", stderr(&missing));
+    assert!(stderr(&missing).contains("StreamNotFound"), "{}", stderr(&missing));
+    assert!(missing.stdout.is_empty());
+
+    ok(shoalctl(&server, &["topic", "delete", "orders", "events"], b""));
+    ok(shoalctl(&server, &["stream", "delete", "orders"], b""));
+}
+
+#[test]
+fn an_unreachable_server_is_an_error_not_a_hang() {
+    let output = output_within(
+        spawn_shoalctl(
+            None,
+            &["--server", "127.0.0.1:1", "--timeout-ms", "2000", "stream", "list"],
+        ),
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("127.0.0.1:1"), "{}", stderr(&output));
+}
