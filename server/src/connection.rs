@@ -402,6 +402,15 @@ impl Session {
                 };
                 let checked = batch::validate(&batch_bytes, &limits)
                     .map_err(|error| (ErrorCode::InvalidBatch, error.to_string()))?;
+                // Canary (DESIGN.md §7): one allocation per message; the allocation test must
+                // catch it.
+                #[cfg(feature = "canary-alloc-per-message")]
+                let _copies: Vec<Vec<u8>> = batch::records(&batch_bytes)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|record| record.value.unwrap_or_default().to_vec())
+                    .collect();
                 let request = Request {
                     client: fields.client,
                     session: fields.session,
@@ -503,8 +512,23 @@ impl Session {
             })
             .collect();
         let config = &self.context.config;
+        let mut reports = Vec::new();
+        for shard in 0..config.shards {
+            let (slot, answer) = flume::bounded(1);
+            if self.send(shard, Work::Report { reply: slot }).await.is_ok()
+                && let Ok(report) = answer.recv_async().await
+            {
+                reports.push(serde_json::json!({
+                    "shard": report.shard,
+                    "groups": report.groups,
+                    "allocations": report.allocations,
+                    "io_rounds": report.io_rounds,
+                }));
+            }
+        }
         serde_json::json!({
             "shards": config.shards,
+            "shard_reports": reports,
             "connections": self.context.connections.load(Ordering::SeqCst),
             "config": config.to_json(),
             "partitions": partitions,

@@ -6,6 +6,7 @@
 //! one thread per shard, each serving its connections and partitions; the readiness line) and
 //! graceful shutdown. What a shard does is in `shard`, `connection` and `metadata`.
 
+mod alloc;
 mod config;
 mod connection;
 mod lock;
@@ -19,6 +20,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
 use config::{Config, ConfigError, Host, Layers};
+
+#[global_allocator]
+static ALLOCATOR: alloc::Counting = alloc::Counting;
 
 const USAGE: &str = "\
 usage: shoal [--config FILE] [--data-dir DIR] [--listen ADDR] [--shards N] [--cpus LIST]

@@ -134,8 +134,26 @@ pub enum Work {
         /// The answer.
         reply: flume::Sender<Vec<(u64, GroupStats)>>,
     },
+    /// Report the shard's own figures.
+    Report {
+        /// The answer.
+        reply: flume::Sender<ShardReport>,
+    },
     /// Nothing: wakes the loop to look at its local completions.
     Wake,
+}
+
+/// A shard's own figures, for status.
+#[derive(Clone, Copy, Debug)]
+pub struct ShardReport {
+    /// The shard.
+    pub shard: u32,
+    /// Groups it holds (the metadata group included).
+    pub groups: usize,
+    /// Heap allocations its thread has made since it started.
+    pub allocations: u64,
+    /// I/O rounds its node layer has run.
+    pub io_rounds: u64,
 }
 
 /// Every shard's inbox.
@@ -601,6 +619,14 @@ impl ShardState {
                     .collect();
                 let _ = reply.send(stats);
             }
+            Work::Report { reply } => {
+                let _ = reply.send(ShardReport {
+                    shard: self.index,
+                    groups: self.node.group_ids().len(),
+                    allocations: crate::alloc::allocations_on_this_thread(),
+                    io_rounds: self.node.counters().io_rounds,
+                });
+            }
             Work::Wake => {}
         }
     }
@@ -936,6 +962,7 @@ fn refuse(work: Work) {
         Work::Stats { reply, .. } => {
             let _ = reply.send(Vec::new());
         }
+        Work::Report { .. } => {}
         Work::Catalog(_) | Work::Wake => {}
     }
 }
