@@ -43,6 +43,9 @@ pub const CLUSTER: u64 = 1;
 /// `canary-ack-on-receipt` canary, which holds them until the next tick).
 const SUBMIT_AT_ONCE: bool = !cfg!(feature = "canary-ack-on-receipt");
 
+/// Ticks between two retention passes over the shard's groups.
+const RETENTION_INTERVAL_TICKS: u64 = 100;
+
 /// Ticks a recovering shard may take to bring every group back to normal before it gives up.
 const RECOVERY_TICKS_MAX: u32 = 10_000;
 
@@ -497,6 +500,7 @@ impl ShardState {
     async fn serve(&mut self, inbox: &flume::Receiver<Work>, stop: &AtomicBool) {
         let tick = Duration::from_millis(TICK_MS);
         let mut next_tick = Instant::now() + tick;
+        let mut ticks: u64 = 0;
         let batch_max = self.config.network.shard_inbox_max;
         while !stop.load(Ordering::SeqCst) {
             let wait = next_tick.saturating_duration_since(Instant::now());
@@ -517,6 +521,10 @@ impl ShardState {
             if Instant::now() >= next_tick {
                 next_tick = Instant::now() + tick;
                 self.node.on_tick();
+                ticks += 1;
+                if ticks.is_multiple_of(RETENTION_INTERVAL_TICKS) {
+                    self.enforce_retention().await;
+                }
                 if !SUBMIT_AT_ONCE {
                     self.submit_waiting();
                 }
@@ -536,6 +544,17 @@ impl ShardState {
                 let _ =
                     pending.reply.send(Outcome::error(ErrorCode::ShuttingDown, "shutting down"));
             }
+        }
+    }
+
+    /// Deletes sealed segments beyond each topic's retention. Between rounds no flush is in
+    /// flight, which the engine requires; a round first settles anything pending.
+    async fn enforce_retention(&mut self) {
+        if self.node.has_io() {
+            self.round().await;
+        }
+        if let Err(error) = self.node.shard_mut().enforce_retention(now_ms()).await {
+            eprintln!("shoal: shard {}: retention: {error}", self.index);
         }
     }
 

@@ -249,3 +249,68 @@ fn two_shards_and_four_pipelining_clients_keep_order_and_dense_offsets() {
     }
     assert_eq!(terminate(server), 0);
 }
+
+#[test]
+fn retention_deletes_the_oldest_segments_beyond_the_size_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 1);
+    let mut client = Raw::connect(&server.address, 1);
+    client.create_stream("s").ok();
+    let create = protocol::CreateTopic {
+        stream: "s".into(),
+        topic: "t".into(),
+        partitions: 1,
+        durability: Some(Durability::Persisted),
+        retention_bytes: Some(1 << 20),
+        segment_size_bytes: Some(1 << 20),
+        ..protocol::CreateTopic::default()
+    };
+    client.call(Operation::CreateTopic, &create.encode()).ok();
+    let value = vec![b'r'; 50_000];
+    let body = Raw::produce_body("s", "t", 0, &[&value]);
+    for _ in 0..100 {
+        client.call(Operation::Produce, &body).ok();
+    }
+    // Retention runs on the shard's own schedule (every second); wait for it, bounded.
+    let mut polls = 0;
+    let first_offset = loop {
+        let body = client.call(Operation::DescribeTopic, &protocol::encode_topic_name("s", "t"));
+        let (_, partitions) = decode_describe(body.ok()).unwrap();
+        if partitions[0].first_offset > 0 {
+            assert!(partitions[0].size_bytes <= 3 << 20, "{partitions:?}");
+            break partitions[0].first_offset;
+        }
+        polls += 1;
+        assert!(polls < 1500, "retention never deleted a segment: {partitions:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let (reply, records) = client.fetch("s", "t", 0, FetchFrom::First, 1);
+    assert_eq!(reply.first_offset, first_offset);
+    assert_eq!(records.first().map(|(o, _)| *o), Some(first_offset));
+    assert_eq!(terminate(server), 0);
+}
+
+#[test]
+fn one_request_in_flight_and_a_one_item_inbox_still_serve_a_pipelining_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = common::command(dir.path(), 2);
+    command.env("SHOAL_NETWORK_REQUESTS_IN_FLIGHT_MAX", "1");
+    command.env("SHOAL_NETWORK_SHARD_INBOX_MAX", "1");
+    let server = common::start_command(command);
+    let mut client = Raw::connect(&server.address, 1);
+    client.create_stream("s").ok();
+    client.create_topic("s", "t", 2, Durability::Replicated).ok();
+    let first = client.next_request;
+    for i in 0..100u32 {
+        client.send(Operation::Produce, &Raw::produce_body("s", "t", i % 2, &[b"v"]));
+    }
+    let mut next = [0u64; 2];
+    for i in 0..100u64 {
+        let answer = client.receive();
+        assert_eq!(answer.reply.request, first + i, "in order at the bounds");
+        let reply = protocol::ProduceReply::decode(answer.ok()).unwrap();
+        assert_eq!(reply.base_offset, next[reply.partition as usize]);
+        next[reply.partition as usize] += 1;
+    }
+    assert_eq!(terminate(server), 0);
+}
