@@ -33,6 +33,8 @@ use crate::shard::{CLUSTER, FetchArgs, GroupStats, Mesh, Outcome, Work, now_ms};
 
 /// Accepts connections on one shard's listener.
 pub struct Acceptor {
+    /// Replies this shard's connections owe their clients (read, not yet written).
+    pub replies_owed: Rc<Cell<usize>>,
     pub config: Arc<Config>,
     pub mesh: Mesh,
     pub published: Arc<Published>,
@@ -97,6 +99,24 @@ struct Pending {
     outcome: Waiting,
     /// Close the connection after this reply.
     close: bool,
+    _owed: Owed,
+}
+
+/// One reply owed to a client, counted until written or abandoned, so shutdown can wait for
+/// the replies of requests it finished.
+struct Owed(Rc<Cell<usize>>);
+
+impl Owed {
+    fn new(count: &Rc<Cell<usize>>) -> Owed {
+        count.set(count.get() + 1);
+        Owed(Rc::clone(count))
+    }
+}
+
+impl Drop for Owed {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
 }
 
 enum Waiting {
@@ -204,6 +224,7 @@ impl Session {
                 reply,
                 outcome: Waiting::Ready(Outcome::error(code, text)),
                 close: true,
+                _owed: Owed::new(&self.context.replies_owed),
             })
         };
         let header = match Header::decode_prefix(header_bytes) {
@@ -250,7 +271,13 @@ impl Session {
         if let Err(error) = header.verify_body(&body) {
             return Err(closing(reply, ErrorCode::InvalidFrame, format!("bad body: {error}")));
         }
-        let ready = |outcome| Pending { reply, outcome: Waiting::Ready(outcome), close: false };
+        let owed = &self.context.replies_owed;
+        let ready = |outcome| Pending {
+            reply,
+            outcome: Waiting::Ready(outcome),
+            close: false,
+            _owed: Owed::new(owed),
+        };
         let Some(operation) = Operation::from_u32(fields.operation) else {
             let text = format!("unknown operation {}", fields.operation);
             return Ok(ready(Outcome::error(ErrorCode::UnknownOperation, text)));
@@ -286,12 +313,17 @@ impl Session {
                 },
             };
         }
+        if self.context.stop.load(Ordering::SeqCst) {
+            let text = "the server is shutting down".to_string();
+            return Err(closing(reply, ErrorCode::ShuttingDown, text));
+        }
         self.context.published.refresh(&mut self.catalog);
+        let owed = Owed::new(&self.context.replies_owed);
         let outcome = match self.route(fields, operation, body).await {
             Ok(outcome) => outcome,
             Err((code, text)) => Waiting::Ready(Outcome::error(code, text)),
         };
-        Ok(Pending { reply, outcome, close: false })
+        Ok(Pending { reply, outcome, close: false, _owed: owed })
     }
 
     /// Sends the request where it belongs, or answers it here.

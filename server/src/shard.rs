@@ -43,6 +43,9 @@ pub const CLUSTER: u64 = 1;
 /// `canary-ack-on-receipt` canary, which holds them until the next tick).
 const SUBMIT_AT_ONCE: bool = !cfg!(feature = "canary-ack-on-receipt");
 
+/// How long a stopping shard waits for its connections to write the replies they owe.
+const SHUTDOWN_REPLIES_TIME_MAX: Duration = Duration::from_secs(2);
+
 /// Ticks between two retention passes over the shard's groups.
 const RETENTION_INTERVAL_TICKS: u64 = 100;
 
@@ -344,7 +347,9 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         dir.display()
     )));
 
+    let replies_owed = Rc::new(std::cell::Cell::new(0));
     let acceptor = connection::Acceptor {
+        replies_owed: Rc::clone(&replies_owed),
         config: Arc::clone(&spec.config),
         mesh: Arc::clone(&spec.mesh),
         published: Arc::clone(&spec.published),
@@ -357,6 +362,15 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         state.handle(work).await;
     }
     state.serve(&spec.inbox, &spec.stop).await;
+    // Let the connections write the replies of what was finished (bounded): new requests are
+    // refused with ShuttingDown by the readers, and work still arriving is refused here.
+    let deadline = Instant::now() + SHUTDOWN_REPLIES_TIME_MAX;
+    while replies_owed.get() > 0 && Instant::now() < deadline {
+        while let Ok(work) = spec.inbox.try_recv() {
+            refuse(work);
+        }
+        monoio::time::sleep(Duration::from_millis(1)).await;
+    }
     drop(accepting);
     state.node.close().await.map_err(|e| format!("shard {index}: shutdown: {e}"))
 }

@@ -314,3 +314,38 @@ fn one_request_in_flight_and_a_one_item_inbox_still_serve_a_pipelining_client() 
     }
     assert_eq!(terminate(server), 0);
 }
+
+#[test]
+fn sigterm_answers_what_it_finished_and_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 1);
+    let mut client = Raw::connect(&server.address, 1);
+    client.create_stream("s").ok();
+    client.create_topic("s", "t", 1, Durability::Persisted).ok();
+    for i in 0..200u32 {
+        client.send(
+            Operation::Produce,
+            &Raw::produce_body("s", "t", 0, &[format!("{i}").as_bytes()]),
+        );
+    }
+    let pid = server.child.as_ref().expect("running").id();
+    // SAFETY: kill takes a pid and a signal number; no memory is involved.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let mut acked = Vec::new();
+    while let Some(answer) = client.try_receive() {
+        if answer.reply.error == 0 {
+            let reply = protocol::ProduceReply::decode(&answer.body).unwrap();
+            acked.push(reply.base_offset);
+        } else {
+            assert_eq!(answer.error(), ErrorCode::ShuttingDown);
+        }
+    }
+    assert_eq!(common::wait_exit(server), 0);
+    let server = start(dir.path(), 1);
+    let mut client = Raw::connect(&server.address, 2);
+    let (reply, _) = client.fetch("s", "t", 0, FetchFrom::First, 1);
+    for offset in &acked {
+        assert!(*offset < reply.next_offset, "acknowledged offset {offset} kept");
+    }
+    assert_eq!(terminate(server), 0);
+}

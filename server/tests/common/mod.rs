@@ -103,11 +103,17 @@ pub fn start_command(mut command: Command) -> Server {
     Server { child: Some(child), address }
 }
 
-/// SIGTERM, then the exit code (within 60 s).
-pub fn terminate(mut server: Server) -> i32 {
-    let mut child = server.child.take().expect("running");
+/// SIGTERM, then the exit code (within [`DEADLINE`]).
+pub fn terminate(server: Server) -> i32 {
+    let pid = server.child.as_ref().expect("running").id();
     // SAFETY: kill takes a pid and a signal number; no memory is involved.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    wait_exit(server)
+}
+
+/// The exit code of a server that was told to stop (within [`DEADLINE`]).
+pub fn wait_exit(mut server: Server) -> i32 {
+    let mut child = server.child.take().expect("running");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait());
