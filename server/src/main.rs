@@ -148,6 +148,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Err(error) = check_shard_count(&config.data_dir, config.shards) {
+        eprintln!("shoal: {error}");
+        return ExitCode::FAILURE;
+    }
     let config = Arc::new(config);
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -221,4 +225,31 @@ fn join_all(threads: Vec<std::thread::JoinHandle<Result<(), String>>>, code: Exi
         }
     }
     code
+}
+
+/// Refuses a data directory created with another shard count before any shard directory is
+/// created (each shard's superblock checks it too, but only after a missing shard's directory
+/// would have been made).
+fn check_shard_count(data_dir: &std::path::Path, shards: u32) -> Result<(), String> {
+    let entries = std::fs::read_dir(data_dir)
+        .map_err(|error| format!("data directory {}: {error}", data_dir.display()))?;
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if let Some(index) = name.to_str().and_then(|n| n.strip_prefix("shard-"))
+            && let Ok(index) = index.parse::<u32>()
+        {
+            found.push(index);
+        }
+    }
+    found.sort_unstable();
+    if found.is_empty() || found == (0..shards).collect::<Vec<_>>() {
+        return Ok(());
+    }
+    Err(format!(
+        "{} holds {} shard directories but {shards} shards were asked for: a data directory keeps \
+         the shard count it was created with",
+        data_dir.display(),
+        found.len()
+    ))
 }

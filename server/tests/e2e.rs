@@ -30,6 +30,7 @@ fn a_changed_shard_count_is_refused_with_a_reason() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("shard count"), "{stderr}");
+    assert!(!dir.path().join("shard-1").exists(), "nothing created for the refused shard");
 }
 
 #[test]
