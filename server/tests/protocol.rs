@@ -40,6 +40,12 @@ fn metadata_produce_and_fetch_round_trip_and_survive_restart() {
     assert_eq!(from_three, [(3, b"d".to_vec())]);
     let (_, last) = client.fetch("orders", "eu", 0, FetchFrom::Last, 1);
     assert_eq!(last.last().map(|(o, _)| *o), Some(3));
+    let hour_ago = common::now_ms() - 3_600_000;
+    let (_, by_time) = client.fetch("orders", "eu", 0, FetchFrom::Timestamp(hour_ago), 100);
+    assert_eq!(by_time.first().map(|(o, _)| *o), Some(0), "appended after an hour ago: all");
+    let later = common::now_ms() + 3_600_000;
+    let (_, none_later) = client.fetch("orders", "eu", 0, FetchFrom::Timestamp(later), 100);
+    assert!(none_later.is_empty(), "nothing appended in the future");
     let (end, nothing) = client.fetch("orders", "eu", 0, FetchFrom::Offset(4), 100);
     assert!(nothing.is_empty());
     assert_eq!(end.next_offset, 4);
@@ -68,6 +74,9 @@ fn metadata_produce_and_fetch_round_trip_and_survive_restart() {
     assert_eq!((topics[0].name.as_str(), topics[0].partitions), ("eu", 2));
     let (_, records) = client.fetch("orders", "eu", 0, FetchFrom::First, 100);
     assert_eq!(records.len(), 4);
+    let hour_ago = common::now_ms() - 3_600_000;
+    let (_, by_time) = client.fetch("orders", "eu", 0, FetchFrom::Timestamp(hour_ago), 100);
+    assert_eq!(by_time.len(), 4, "found by time after restart");
     assert_eq!(client.produce("orders", "eu", 0, &[b"e"]).base_offset, 4);
 
     // Deletion is durable too.

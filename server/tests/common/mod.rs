@@ -286,6 +286,12 @@ impl Raw {
     }
 }
 
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |d| d.as_millis() as i64)
+}
+
 /// A batch of one record per value.
 pub fn batch(values: &[&[u8]]) -> Vec<u8> {
     let mut builder = BatchBuilder::new(1_700_000_000_000);
