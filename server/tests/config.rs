@@ -8,11 +8,10 @@
 
 mod common;
 
-use common::{DEADLINE, OutputWithin};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output, Stdio};
+
+use common::OutputWithin;
 
 /// `shoal` with no environment but the `SHOAL_*` variables given.
 fn shoal(env: &[(&str, &str)]) -> Command {
@@ -157,51 +156,15 @@ fn help_prints_the_usage_and_exits_0() {
     }
 }
 
-/// A running server, killed if the test ends early.
-struct Server(Option<Child>);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 #[test]
 fn the_test_config_starts_a_server_that_stops_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = shoal(&[])
-        .arg("--config")
-        .arg(repo_file("configs/test.toml"))
-        .arg("--data-dir")
-        .arg(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("shoal starts");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut server = Server(Some(child));
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(DEADLINE).expect("a readiness line in time");
-    assert!(line.starts_with("{\"ready\":true,\"native\":\"127.0.0.1:"), "{line:?}");
-    assert!(!line.contains(":0\""), "port 0 became a real port: {line:?}");
+    let mut command = shoal(&[]);
+    command.arg("--config").arg(repo_file("configs/test.toml")).arg("--data-dir").arg(dir.path());
+    let server = common::start_command(command);
+    assert!(server.address.starts_with("127.0.0.1:"), "{}", server.address);
+    assert!(!server.address.ends_with(":0"), "port 0 became a real port: {}", server.address);
     assert!(dir.path().join("shard-0").exists(), "one shard");
     assert!(!dir.path().join("shard-1").exists(), "one shard only");
-
-    let mut child = server.0.take().expect("running");
-    // SAFETY: kill takes a pid and a signal number; no memory is involved.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    let status = rx.recv_timeout(DEADLINE).expect("exits in time").expect("waits");
-    assert_eq!(status.code(), Some(0), "graceful shutdown");
+    assert_eq!(common::terminate(server), 0, "graceful shutdown");
 }
