@@ -926,10 +926,22 @@ pub struct ProduceReply {
     pub record_count: u32,
 }
 
+/// Size of an encoded [`ProduceReply`].
+pub const PRODUCE_REPLY_SIZE: usize = 4 + 8 + 4;
+
 impl ProduceReply {
     /// Encodes the result.
     pub fn encode(&self) -> Vec<u8> {
-        Writer::new().u32(self.partition).u64(self.base_offset).u32(self.record_count).finish()
+        self.encode_array().to_vec()
+    }
+
+    /// Encodes the result without allocating.
+    pub fn encode_array(&self) -> [u8; PRODUCE_REPLY_SIZE] {
+        let mut bytes = [0u8; PRODUCE_REPLY_SIZE];
+        bytes[0..4].copy_from_slice(&self.partition.to_le_bytes());
+        bytes[4..12].copy_from_slice(&self.base_offset.to_le_bytes());
+        bytes[12..16].copy_from_slice(&self.record_count.to_le_bytes());
+        bytes
     }
 
     /// Decodes the result.

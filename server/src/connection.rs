@@ -29,7 +29,7 @@ use shoal_replication::Request;
 
 use crate::config::Config;
 use crate::metadata::{Catalog, MetaCommand, Published, TopicSettings};
-use crate::shard::{CLUSTER, FetchArgs, GroupStats, Mesh, Outcome, Work, now_ms};
+use crate::shard::{Body, CLUSTER, FetchArgs, GroupStats, Mesh, Outcome, Work, now_ms};
 
 /// Accepts connections on one shard's listener.
 pub struct Acceptor {
@@ -78,19 +78,20 @@ async fn refuse(stream: TcpStream, limit: usize) {
     let text = format!("the server holds at most {limit} connections");
     let reply = ClientReply { error: ErrorCode::LimitReached as u32, ..ClientReply::default() };
     let (mut reader, mut writer) = stream.into_split();
-    let (result, _) = writer.write_all(frame(reply, text.as_bytes())).await;
+    let mut bytes = Vec::new();
+    write_frame(&mut bytes, reply, text.as_bytes());
+    let (result, _) = writer.write_all(bytes).await;
     if result.is_ok() {
         let _ = writer.shutdown().await;
         drain(&mut reader, vec![0u8; HEADER_SIZE]).await;
     }
 }
 
-fn frame(reply: ClientReply, body: &[u8]) -> Vec<u8> {
+/// Appends a reply frame (header and body) to `out`.
+fn write_frame(out: &mut Vec<u8>, reply: ClientReply, body: &[u8]) {
     let header = Header::reply(CLUSTER, reply, body);
-    let mut bytes = Vec::with_capacity(HEADER_SIZE + body.len());
-    bytes.extend_from_slice(&header.encode());
-    bytes.extend_from_slice(body);
-    bytes
+    out.extend_from_slice(&header.encode());
+    out.extend_from_slice(body);
 }
 
 /// A reply the writer will send, once its outcome is known.
@@ -128,6 +129,8 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
     let (mut reader, mut writer) = stream.into_split();
     let (queue, replies) = flume::bounded::<Pending>(context.config.network.requests_in_flight_max);
     let writing = monoio::spawn(async move {
+        // One frame buffer for the connection's life: replies are written one at a time.
+        let mut out = Vec::with_capacity(HEADER_SIZE + 64);
         while let Ok(pending) = replies.recv_async().await {
             let outcome = match pending.outcome {
                 Waiting::Ready(outcome) => outcome,
@@ -136,7 +139,13 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
                 }),
             };
             let reply = ClientReply { error: outcome.error, ..pending.reply };
-            let (result, _) = writer.write_all(frame(reply, &outcome.body)).await;
+            out.clear();
+            match &outcome.body {
+                Body::Encoded(body) => write_frame(&mut out, reply, body),
+                Body::Produce(produced) => write_frame(&mut out, reply, &produced.encode_array()),
+            }
+            let (result, buffer) = writer.write_all(out).await;
+            out = buffer;
             if result.is_err() {
                 break;
             }
@@ -577,7 +586,8 @@ mod tests {
     #[test]
     fn connection_frames_decode_as_replies() {
         let reply = ClientReply { client: 7, request: 9, operation: 10, error: 0 };
-        let bytes = frame(reply, b"body");
+        let mut bytes = Vec::new();
+        write_frame(&mut bytes, reply, b"body");
         let header = Header::decode_prefix(&bytes).unwrap();
         assert_eq!(header.command, Command::Reply);
         assert_eq!(header.as_reply(), Some(&reply));

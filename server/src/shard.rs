@@ -22,7 +22,7 @@ use bytes::{Bytes, BytesMut};
 use monoio::net::{ListenerOpts, TcpListener};
 use shoal_engine::batch::BatchBuilder;
 use shoal_engine::partition::{DiskReadDone, ReadPlan};
-use shoal_engine::protocol::{ErrorCode, FetchFrom, FetchReply};
+use shoal_engine::protocol::{ErrorCode, FetchFrom, FetchReply, ProduceReply};
 use shoal_engine::ring::StoredPrepare;
 use shoal_engine::shard::{ShardConfig, shard_dir};
 use shoal_engine::storage::uring::{UringStorage, runtime};
@@ -58,18 +58,33 @@ pub struct Outcome {
     /// `0` or an [`ErrorCode`].
     pub error: u32,
     /// The result, or the error's text.
-    pub body: Vec<u8>,
+    pub body: Body,
+}
+
+/// A reply body. A produce result travels unencoded, so the hot path allocates no buffer for
+/// it: the connection's writer encodes it into its reused frame buffer.
+#[derive(Debug)]
+pub enum Body {
+    /// Bytes already encoded.
+    Encoded(Vec<u8>),
+    /// A produce result.
+    Produce(ProduceReply),
 }
 
 impl Outcome {
     /// A success with this body.
     pub fn ok(body: Vec<u8>) -> Outcome {
-        Outcome { error: 0, body }
+        Outcome { error: 0, body: Body::Encoded(body) }
+    }
+
+    /// A produce success.
+    pub fn produced(reply: ProduceReply) -> Outcome {
+        Outcome { error: 0, body: Body::Produce(reply) }
     }
 
     /// An error with its text.
     pub fn error(code: ErrorCode, text: impl Into<String>) -> Outcome {
-        Outcome { error: code as u32, body: text.into().into_bytes() }
+        Outcome { error: code as u32, body: Body::Encoded(text.into().into_bytes()) }
     }
 }
 
@@ -600,9 +615,8 @@ impl ShardState {
         *next = (*next).max(stored);
         let base_offset = *next;
         *next += u64::from(record_count);
-        let reply_body =
-            shoal_engine::protocol::ProduceReply { partition, base_offset, record_count };
-        let _ = reply.send(Outcome::ok(reply_body.encode()));
+        let _ =
+            reply.send(Outcome::produced(ProduceReply { partition, base_offset, record_count }));
         flume::bounded(1).0
     }
 
@@ -678,10 +692,14 @@ impl ShardState {
 
     /// Hands waiting writes to their groups while their pipelines have room.
     fn submit_waiting(&mut self) {
+        if self.waiting_count == 0 {
+            return;
+        }
         let pipeline_max = self.node_pipeline_max();
-        let groups: Vec<u64> = self.waiting.keys().copied().collect();
-        for group in groups {
-            loop {
+        // Empty queues stay in the map (at most one per group), so a steady stream of writes
+        // allocates no queue per request.
+        for (&group, queue) in self.waiting.iter_mut() {
+            while !queue.is_empty() {
                 let room = match self.node.replica(group) {
                     Some(replica) if self.node.group_failure(group).is_none() => {
                         replica.status() == Status::Normal
@@ -692,11 +710,7 @@ impl ShardState {
                 if !room {
                     break;
                 }
-                let Some(queue) = self.waiting.get_mut(&group) else { break };
-                let Some((request, pending)) = queue.pop_front() else {
-                    self.waiting.remove(&group);
-                    break;
-                };
+                let Some((request, pending)) = queue.pop_front() else { break };
                 self.waiting_count -= 1;
                 let key = (group, request.client, request.request);
                 if self.pending.contains_key(&key) {
@@ -740,14 +754,11 @@ impl ShardState {
                 continue;
             };
             let outcome = match reply.result {
-                ReplyResult::Committed { base_offset, .. } => Outcome::ok(
-                    shoal_engine::protocol::ProduceReply {
-                        partition: pending.partition,
-                        base_offset,
-                        record_count: pending.record_count,
-                    }
-                    .encode(),
-                ),
+                ReplyResult::Committed { base_offset, .. } => Outcome::produced(ProduceReply {
+                    partition: pending.partition,
+                    base_offset,
+                    record_count: pending.record_count,
+                }),
                 other => result_error(&other),
             };
             let _ = pending.reply.send(outcome);
