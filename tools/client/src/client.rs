@@ -273,12 +273,9 @@ impl Client {
 
     /// Queues and writes one request without waiting for its reply; returns its request number.
     /// Reconnects first if there is no live connection. The caller must collect the reply with
-    /// [`Client::receive`] (replies come in request order).
-    pub(crate) async fn submit(
-        &mut self,
-        operation: Operation,
-        body_parts: &[&[u8]],
-    ) -> Result<u64> {
+    /// [`Client::receive`] (replies come in request order) and keep at most `in_flight_max`
+    /// requests outstanding ([`Client::has_room`]); pipelining tools (the load tool) use this pair.
+    pub async fn submit(&mut self, operation: Operation, body_parts: &[&[u8]]) -> Result<u64> {
         let timeout = self.request_timeout();
         match monoio::time::timeout(timeout, self.submit_unbounded(operation, body_parts)).await {
             Ok(result) => result,
@@ -308,7 +305,7 @@ impl Client {
 
     /// The next reply on the connection, within the request timeout. A failure drops the
     /// connection: every request still outstanding on it is lost.
-    pub(crate) async fn receive(&mut self) -> Result<Reply> {
+    pub async fn receive(&mut self) -> Result<Reply> {
         let timeout = self.request_timeout();
         match monoio::time::timeout(timeout, self.receive_unbounded()).await {
             Ok(result) => result,
@@ -344,7 +341,7 @@ impl Client {
 
     /// Whether the live connection may take another request now (`true` without one: the next
     /// submit reconnects).
-    pub(crate) fn has_room(&self) -> bool {
+    pub fn has_room(&self) -> bool {
         self.transport.as_ref().is_none_or(|t| t.connection.has_room())
     }
 

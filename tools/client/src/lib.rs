@@ -41,6 +41,7 @@ mod testing;
 mod transport;
 
 pub use client::{Client, ClientConfig, runtime};
+pub use connection::Reply;
 pub use error::{ClientError, Result};
 pub use fetch::{Fetched, FetchedRecord, Records};
 pub use producer::{Ack, Producer, ProducerConfig};

@@ -1,0 +1,180 @@
+//! `shoal-bench` end to end: a 2-second run against a real server, whose JSON report must be
+//! well formed and whose acknowledged message count must equal what the server stored; and a
+//! short run with `--spawn-server`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+fn bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shoal-bench"))
+}
+
+fn shoal() -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_shoal-bench")).with_file_name("shoal");
+    assert!(path.exists(), "run `cargo test --workspace` so the server binary is built");
+    path
+}
+
+fn repo_file(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+/// `Command::output` bounded by [`DEADLINE`].
+fn output_within(command: &mut Command) -> Output {
+    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("runs");
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(DEADLINE) {
+        Ok(output) => output.expect("output"),
+        Err(_) => {
+            // SAFETY: kill takes a pid and a signal number; no memory is involved.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("shoal-bench did not finish within {DEADLINE:?}");
+        }
+    }
+}
+
+/// A server, killed when dropped.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_server(dir: &Path) -> (Server, String) {
+    let mut child = Command::new(shoal())
+        .arg("--config")
+        .arg(repo_file("configs/test.toml"))
+        .arg("--data-dir")
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("shoal starts");
+    let stdout = child.stdout.take().expect("piped");
+    let server = Server(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(DEADLINE).expect("ready in time");
+    let ready: serde_json::Value = serde_json::from_str(line.trim()).expect("a readiness line");
+    (server, ready["native"].as_str().expect("address").to_string())
+}
+
+fn status(address: &str) -> serde_json::Value {
+    let mut runtime = shoal_client::runtime().expect("runtime");
+    runtime.block_on(async {
+        let config = shoal_client::ClientConfig::with_seeds([address]);
+        let mut client = shoal_client::Client::connect(config).await.expect("connects");
+        serde_json::from_str(&client.status().await.expect("status")).expect("JSON")
+    })
+}
+
+fn check_report(report: &serde_json::Value) {
+    for key in ["throughput_mb_s", "throughput_msg_s"] {
+        assert!(report[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {}", report[key]);
+    }
+    for key in ["p50", "p99", "p999", "p9999", "max"] {
+        assert!(report["latency_us"][key].as_u64().is_some_and(|v| v > 0), "latency_us.{key}");
+    }
+    let latency = &report["latency_us"];
+    assert!(latency["p50"].as_u64() <= latency["p99"].as_u64());
+    assert!(latency["p99"].as_u64() <= latency["max"].as_u64());
+    assert!(report["time_series"].as_array().is_some_and(|s| !s.is_empty()));
+    assert!(report["environment"]["cores"].as_u64().is_some_and(|c| c > 0));
+    assert!(report["server"]["shards"].as_u64().is_some_and(|s| s > 0));
+    assert_eq!(report["errors"], serde_json::json!({}));
+}
+
+#[test]
+fn a_two_second_run_reports_what_the_server_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, address) = start_server(dir.path());
+    let json = dir.path().join("report.json");
+    let output = output_within(bench().args([
+        "produce",
+        "--server",
+        &address,
+        "--producers",
+        "2",
+        "--messages-per-batch",
+        "100",
+        "--message-size",
+        "50..150",
+        "--duration",
+        "2",
+        "--warmup",
+        "0.5",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]));
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("JSON report");
+    check_report(&report);
+    assert_eq!(report["actors"].as_array().unwrap().len(), 2);
+    let stored: u64 = status(&address)["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["stream"] == "bench-0")
+        .map(|p| p["next_offset"].as_u64().unwrap())
+        .sum();
+    assert_eq!(report["messages_acked_total"].as_u64(), Some(stored), "acknowledged = stored");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("throughput:"));
+}
+
+#[test]
+fn spawn_server_runs_a_local_server_for_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let output = output_within(bench().args([
+        "produce",
+        "--spawn-server",
+        repo_file("configs/test.toml").to_str().unwrap(),
+        "--messages",
+        "5000",
+        "--messages-per-batch",
+        "50",
+        "--message-size",
+        "10",
+        "--warmup",
+        "0",
+        "--rate",
+        "20000msg/s",
+        "--durability",
+        "persisted",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]));
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("JSON report");
+    check_report(&report);
+    assert_eq!(report["messages_acked_total"], 5000);
+    assert_eq!(report["parameters"]["durability"], "persisted");
+}
+
+#[test]
+fn bad_arguments_exit_2_with_the_usage() {
+    let output = output_within(bench().args(["produce", "--producers", "none"]));
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--producers") && stderr.contains("usage:"), "{stderr}");
+}
