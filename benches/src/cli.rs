@@ -6,20 +6,30 @@ use std::time::Duration;
 
 use shoal_client::Durability;
 
-use crate::run::{Placement, ProduceOptions};
+use shoal_client::FetchFrom;
+
+use crate::run::{Mode, Options, Placement};
 use crate::schedule::Rate;
 
 /// The usage text.
 pub const USAGE: &str = "\
-usage: shoal-bench produce [options]
+usage: shoal-bench produce|consume|e2e [options]
 
-Sends batches to a Shoal server from N producer threads and reports throughput and
-produce→ack latency (measured from each send's intended time when --rate is given).
+  produce   N producer threads send batches; reports throughput and produce→ack latency per
+            batch (from each send's intended time when --rate is given)
+  consume   N consumer threads read their partitions from --from; reports throughput and poll
+            latency
+  e2e       producers and consumers at once; reports end-to-end latency per message (consumed
+            − produced, from a send-time stamp in each message of at least 8 bytes)
 
 options:
   --server ADDRS             server address(es), comma-separated (default 127.0.0.1:7070)
   --spawn-server CONFIG      start a local shoal with this config for the run, stop it after
   --producers N              producer actors, one thread and connection each (default 1)
+  --consumers N              consumer actors (consume, e2e; default 1)
+  --from first|last|OFFSET   where consumers start in consume (default first)
+  --fetch-bytes B            bytes per poll at most (default 1048576)
+  --fetch-count N            messages per poll at most (default 10000)
   --streams N                streams the producers spread over (default 1)
   --topics N                 topics per stream (default 1)
   --partitions N             partitions per topic (default: the producers per topic)
@@ -44,7 +54,7 @@ Exit status: 0 success, 1 the run failed, 2 bad arguments.
 #[derive(Debug)]
 pub struct Command {
     /// The run.
-    pub produce: ProduceOptions,
+    pub options: Options,
     /// Where to write the JSON report.
     pub json: Option<PathBuf>,
 }
@@ -65,12 +75,14 @@ fn count<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
 /// Parses the arguments after the program name. `Ok(None)`: help was asked for.
 pub fn parse(words: &[String]) -> Result<Option<Command>, String> {
     let mut words = words.iter();
-    match words.next().map(String::as_str) {
-        Some("produce") => {}
+    let mode = match words.next().map(String::as_str) {
+        Some("produce") => Mode::Produce,
+        Some("consume") => Mode::Consume,
+        Some("e2e") => Mode::EndToEnd,
         Some("-h" | "--help") | None => return Ok(None),
-        Some(other) => return Err(format!("unknown mode {other:?} (this build has: produce)")),
-    }
-    let mut options = ProduceOptions::default();
+        Some(other) => return Err(format!("unknown mode {other:?}: produce, consume or e2e")),
+    };
+    let mut options = Options { mode, ..Options::default() };
     let mut json = None;
     while let Some(flag) = words.next() {
         match flag.as_str() {
@@ -86,6 +98,16 @@ pub fn parse(words: &[String]) -> Result<Option<Command>, String> {
             "--server" => options.seeds = value.split(',').map(str::to_string).collect(),
             "--spawn-server" => options.spawn_server = Some(PathBuf::from(value)),
             "--producers" => options.producers = count(flag, value)?,
+            "--consumers" => options.consumers = count(flag, value)?,
+            "--from" => {
+                options.from = match value.as_str() {
+                    "first" => FetchFrom::First,
+                    "last" => FetchFrom::Last,
+                    offset => FetchFrom::Offset(count(flag, offset)?),
+                }
+            }
+            "--fetch-bytes" => options.fetch_bytes_max = count(flag, value)?,
+            "--fetch-count" => options.fetch_count_max = count(flag, value)?,
             "--streams" => options.streams = count(flag, value)?,
             "--topics" => options.topics = count(flag, value)?,
             "--partitions" => options.partitions = count(flag, value)?,
@@ -133,10 +155,20 @@ pub fn parse(words: &[String]) -> Result<Option<Command>, String> {
             other => return Err(format!("unknown flag {other}")),
         }
     }
-    if options.producers == 0 || options.messages_per_batch == 0 || options.in_flight_max == 0 {
-        return Err("--producers, --messages-per-batch and --in-flight must be at least 1".into());
+    if options.producers == 0
+        || options.consumers == 0
+        || options.messages_per_batch == 0
+        || options.in_flight_max == 0
+    {
+        return Err(
+            "--producers, --consumers, --messages-per-batch and --in-flight must be at least 1"
+                .into(),
+        );
     }
-    Ok(Some(Command { produce: options, json }))
+    if mode == Mode::EndToEnd && options.message_bytes.0 < 8 {
+        return Err("--message-size: e2e stamps 8 bytes into every message; use at least 8".into());
+    }
+    Ok(Some(Command { options, json }))
 }
 
 #[cfg(test)]
@@ -155,13 +187,13 @@ mod tests {
         ))
         .unwrap()
         .unwrap();
-        assert_eq!(command.produce.producers, 2);
-        assert_eq!(command.produce.message_bytes, (100, 200));
-        assert_eq!(command.produce.rate, Some(Rate::MegabytesPerSecond(50.0)));
-        assert_eq!(command.produce.durability, Durability::Persisted);
-        assert_eq!(command.produce.cpus, [1, 0]);
-        assert_eq!(command.produce.placement, Placement::Keyed);
-        assert!(!command.produce.progress);
+        assert_eq!(command.options.producers, 2);
+        assert_eq!(command.options.message_bytes, (100, 200));
+        assert_eq!(command.options.rate, Some(Rate::MegabytesPerSecond(50.0)));
+        assert_eq!(command.options.durability, Durability::Persisted);
+        assert_eq!(command.options.cpus, [1, 0]);
+        assert_eq!(command.options.placement, Placement::Keyed);
+        assert!(!command.options.progress);
         assert_eq!(command.json, Some(PathBuf::from("out.json")));
     }
 
@@ -175,10 +207,16 @@ mod tests {
             ("produce --duration", "--duration"),
             ("produce --bogus 1", "--bogus"),
             ("consume-all", "consume-all"),
+            ("consume --from nowhere", "--from"),
         ] {
             let error = parse(&words(text)).unwrap_err();
             assert!(error.contains(flag), "{text}: {error}");
         }
         assert!(parse(&words("--help")).unwrap().is_none());
+        let e2e = parse(&words("e2e --message-size 4")).unwrap_err();
+        assert!(e2e.contains("--message-size"), "{e2e}");
+        let consume = parse(&words("consume --consumers 3 --from 42")).unwrap().unwrap();
+        assert_eq!(consume.options.mode, Mode::Consume);
+        assert_eq!(consume.options.from, FetchFrom::Offset(42));
     }
 }

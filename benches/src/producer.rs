@@ -51,6 +51,8 @@ pub struct ProducerSpec {
     pub start: Instant,
     /// Live counters for the progress line.
     pub live: Arc<Live>,
+    /// Stamp every message with its send time (the `e2e` mode).
+    pub stamp: bool,
 }
 
 /// Counters every actor adds to while running.
@@ -100,7 +102,44 @@ pub fn run(spec: ProducerSpec) -> Result<ProducerResult, String> {
     runtime.block_on(produce(spec))
 }
 
-fn error_kind(error: &ClientError) -> String {
+/// Nanoseconds since the Unix epoch (the one clock producers and consumers share for the
+/// end-to-end latency; both run on this machine).
+pub fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Where in a Kafka v2 batch the CRC-32C sits and where the bytes it covers start.
+const BATCH_CRC_POS: usize = 17;
+const BATCH_ATTRIBUTES_POS: usize = 21;
+
+/// The positions of every message value of `batch` that can hold an 8-byte stamp.
+pub fn stamp_positions(batch: &[u8]) -> Result<Vec<usize>, String> {
+    let records = shoal_engine::batch::records(batch).map_err(|e| format!("batch: {e}"))?;
+    let mut positions = Vec::new();
+    for record in records {
+        let record = record.map_err(|e| format!("batch: {e}"))?;
+        let value = record.value.unwrap_or_default();
+        if value.len() < 8 {
+            return Err("end-to-end latency needs messages of at least 8 bytes".into());
+        }
+        positions.push(value.as_ptr() as usize - batch.as_ptr() as usize);
+    }
+    Ok(positions)
+}
+
+/// Writes the send time into every message of `batch` and reseals its CRC.
+fn stamp(batch: &mut [u8], positions: &[usize], now_wall_ns: u64) {
+    for &position in positions {
+        batch[position..position + 8].copy_from_slice(&now_wall_ns.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&batch[BATCH_ATTRIBUTES_POS..]);
+    batch[BATCH_CRC_POS..BATCH_CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// An error's kind, as the report counts it.
+pub fn error_kind(error: &ClientError) -> String {
     match error.code() {
         Some(code) => format!("{code:?}"),
         None => match error {
@@ -130,7 +169,7 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
     body.extend_from_slice(&writer.finish());
     let prefix_len = body.len();
     body.extend_from_slice(&spec.batch);
-    let (prefix, batch) = body.split_at(prefix_len);
+    let positions = if spec.stamp { stamp_positions(&spec.batch)? } else { Vec::new() };
 
     let mut result = ProducerResult { actor: spec.actor, ..ProducerResult::default() };
     let mut schedule = Schedule::new(0, spec.interval_ns);
@@ -146,6 +185,10 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
         }
         if sending && client.has_room() && schedule.is_due(now) {
             let intended = schedule.take(now);
+            if spec.stamp {
+                stamp(&mut body[prefix_len..], &positions, wall_ns());
+            }
+            let (prefix, batch) = body.split_at(prefix_len);
             match client.submit(Operation::Produce, &[prefix, batch]).await {
                 Ok(request) => outstanding.push_back((request, intended)),
                 Err(error) => {

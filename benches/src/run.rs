@@ -1,6 +1,6 @@
-//! The `produce` mode end to end: prepares the streams and topics, builds the batch once, starts
-//! one pinned thread per producer, shows a live progress line on a terminal, and pools what the
-//! actors measured into one report.
+//! A whole run of any mode (`produce`, `consume`, `e2e`): prepares the streams and topics,
+//! builds the batch once, starts one pinned thread per producer and per consumer, shows a live
+//! progress line on a terminal, and pools what the actors measured into one report.
 //!
 //! It owns the run's shape (which actor targets which partition, warm-up, end) and the report;
 //! the actors own the measuring.
@@ -13,7 +13,11 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use shoal_client::{BatchBuilder, Client, ClientConfig, CreateTopic, Durability, Partitioning};
+use shoal_client::{
+    BatchBuilder, Client, ClientConfig, CreateTopic, Durability, FetchFrom, Partitioning,
+};
+
+use crate::consumer::{self, ConsumerResult, ConsumerSpec};
 
 use crate::producer::{self, Live, ProducerResult, ProducerSpec};
 use crate::schedule::Rate;
@@ -31,9 +35,30 @@ pub enum Placement {
     Keyed,
 }
 
-/// Everything `shoal-bench produce` was asked for.
+/// What a run does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Producers only; the main latency is produce→ack per batch.
+    Produce,
+    /// Consumers only, reading what is stored; the main latency is the poll's.
+    Consume,
+    /// Producers and consumers at once; the main latency is end to end per message.
+    EndToEnd,
+}
+
+/// Everything a run was asked for.
 #[derive(Clone, Debug)]
-pub struct ProduceOptions {
+pub struct Options {
+    /// The mode.
+    pub mode: Mode,
+    /// Consumer actors (`consume`, `e2e`).
+    pub consumers: usize,
+    /// Where consumers start in the `consume` mode.
+    pub from: FetchFrom,
+    /// Bytes per poll at most.
+    pub fetch_bytes_max: u32,
+    /// Messages per poll at most.
+    pub fetch_count_max: u32,
     /// Server addresses.
     pub seeds: Vec<String>,
     /// Start a local server with this config instead.
@@ -72,9 +97,14 @@ pub struct ProduceOptions {
     pub progress: bool,
 }
 
-impl Default for ProduceOptions {
+impl Default for Options {
     fn default() -> Self {
-        ProduceOptions {
+        Options {
+            mode: Mode::Produce,
+            consumers: 1,
+            from: FetchFrom::First,
+            fetch_bytes_max: 1 << 20,
+            fetch_count_max: 10_000,
             seeds: vec!["127.0.0.1:7070".into()],
             spawn_server: None,
             producers: 1,
@@ -122,7 +152,7 @@ fn build_batch(messages: usize, (low, high): (usize, usize)) -> (Vec<u8>, u64) {
     (builder.build().to_vec(), payload)
 }
 
-fn stream_name(options: &ProduceOptions, index: usize) -> String {
+fn stream_name(options: &Options, index: usize) -> String {
     format!("{}-{index}", options.stream_prefix)
 }
 
@@ -130,10 +160,15 @@ fn topic_name(index: usize) -> String {
     format!("topic-{index}")
 }
 
-/// Runs `produce` and returns the report.
-pub fn produce(options: &ProduceOptions) -> Result<Value, String> {
-    if options.producers == 0 || options.messages_per_batch == 0 {
-        return Err("producers and messages per batch must be at least 1".into());
+/// Runs the mode and returns the report.
+pub fn run(options: &Options) -> Result<Value, String> {
+    if options.messages_per_batch == 0 {
+        return Err("messages per batch must be at least 1".into());
+    }
+    let producers = if options.mode == Mode::Consume { 0 } else { options.producers };
+    let consumers = if options.mode == Mode::Produce { 0 } else { options.consumers };
+    if producers + consumers == 0 {
+        return Err("the run needs at least one producer or consumer".into());
     }
     let spawned = match &options.spawn_server {
         Some(config) => Some(SpawnedServer::start(config)?),
@@ -144,7 +179,7 @@ pub fn produce(options: &ProduceOptions) -> Result<Value, String> {
         None => options.seeds.clone(),
     };
     let targets = options.streams.max(1) * options.topics.max(1);
-    let producers_per_topic = options.producers.div_ceil(targets) as u32;
+    let producers_per_topic = producers.max(consumers).div_ceil(targets) as u32;
     let partitions =
         if options.partitions == 0 { producers_per_topic.max(1) } else { options.partitions };
     let server_status = prepare(&seeds, options, partitions)?;
@@ -152,11 +187,7 @@ pub fn produce(options: &ProduceOptions) -> Result<Value, String> {
     let (batch, payload_bytes) = build_batch(options.messages_per_batch, options.message_bytes);
     let batch = Arc::new(batch);
     let interval_ns = options.rate.map(|rate| {
-        rate.batch_interval_ns(
-            options.producers,
-            options.messages_per_batch,
-            payload_bytes as usize,
-        )
+        rate.batch_interval_ns(producers.max(1), options.messages_per_batch, payload_bytes as usize)
     });
     let warmup_ns = options.warmup.as_nanos() as u64;
     let stop_ns = warmup_ns + options.duration.as_nanos() as u64;
@@ -169,7 +200,7 @@ pub fn produce(options: &ProduceOptions) -> Result<Value, String> {
     let start = Instant::now();
     let mut cpus = Vec::new();
     let mut threads = Vec::new();
-    for actor in 0..options.producers {
+    for actor in 0..producers {
         let target = actor % targets;
         let partitioning = match options.placement {
             Placement::Pinned => Partitioning::Explicit((actor / targets) as u32 % partitions),
@@ -178,8 +209,8 @@ pub fn produce(options: &ProduceOptions) -> Result<Value, String> {
         };
         let cpu = (!options.cpus.is_empty()).then(|| options.cpus[actor % options.cpus.len()]);
         cpus.push(cpu);
-        let batches_max = batches_total / options.producers as u64
-            + u64::from((actor as u64) < batches_total % options.producers as u64);
+        let batches_max = batches_total / producers as u64
+            + u64::from((actor as u64) < batches_total % producers as u64);
         let spec = ProducerSpec {
             actor,
             seeds: seeds.clone(),
@@ -197,21 +228,104 @@ pub fn produce(options: &ProduceOptions) -> Result<Value, String> {
             cpu,
             start,
             live: Arc::clone(&live),
+            stamp: options.mode == Mode::EndToEnd,
         };
-        threads.push(std::thread::spawn(move || producer::run(spec)));
+        threads.push(std::thread::spawn(move || producer::run(spec).map(Actor::Producer)));
+    }
+    let messages_per_consumer = if options.messages == 0 {
+        u64::MAX
+    } else {
+        options.messages.div_ceil(consumers.max(1) as u64)
+    };
+    for actor in 0..consumers {
+        let target = actor % targets;
+        let stream = stream_name(options, target % options.streams.max(1));
+        let topic = topic_name(target / options.streams.max(1));
+        let partition = (actor / targets) as u32 % partitions;
+        // In `e2e`, consumers start at the end the partition had before the run, so that they
+        // read only what this run's producers stamp.
+        let from = match options.mode {
+            Mode::EndToEnd => {
+                FetchFrom::Offset(next_offset(&server_status, &stream, &topic, partition))
+            }
+            _ => options.from,
+        };
+        let cpu = (!options.cpus.is_empty())
+            .then(|| options.cpus[(producers + actor) % options.cpus.len()]);
+        cpus.push(cpu);
+        let spec = ConsumerSpec {
+            actor,
+            seeds: seeds.clone(),
+            stream,
+            topic,
+            partition,
+            from,
+            fetch_bytes_max: options.fetch_bytes_max,
+            fetch_count_max: options.fetch_count_max,
+            end_to_end: options.mode == Mode::EndToEnd,
+            warmup_ns,
+            // Consumers of an `e2e` run drain what the producers sent in their last moments.
+            stop_ns: if options.mode == Mode::EndToEnd { stop_ns + 1_000_000_000 } else { stop_ns },
+            messages_max: messages_per_consumer,
+            cpu,
+            start,
+            live: Arc::clone(&live),
+        };
+        threads.push(std::thread::spawn(move || consumer::run(spec).map(Actor::Consumer)));
     }
     progress(options, &live, start, &threads);
-    let mut results = Vec::new();
+    let mut producer_results = Vec::new();
+    let mut consumer_results = Vec::new();
     for thread in threads {
-        results.push(thread.join().map_err(|_| "a producer panicked".to_string())??);
+        match thread.join().map_err(|_| "an actor panicked".to_string())?? {
+            Actor::Producer(result) => producer_results.push(result),
+            Actor::Consumer(result) => consumer_results.push(result),
+        }
     }
     let elapsed = start.elapsed();
     drop(spawned);
-    Ok(report(options, &results, payload_bytes, partitions, &cpus, server_status, elapsed))
+    let run = Finished {
+        producers: producer_results,
+        consumers: consumer_results,
+        payload_bytes,
+        partitions,
+        cpus,
+        elapsed,
+    };
+    Ok(report(options, &run, server_status))
+}
+
+/// What an actor thread returns.
+enum Actor {
+    Producer(ProducerResult),
+    Consumer(ConsumerResult),
+}
+
+/// Everything the actors of a run measured.
+struct Finished {
+    producers: Vec<ProducerResult>,
+    consumers: Vec<ConsumerResult>,
+    payload_bytes: u64,
+    partitions: u32,
+    cpus: Vec<Option<usize>>,
+    elapsed: Duration,
+}
+
+/// A partition's log end offset in a status report (0 when absent).
+fn next_offset(status: &Value, stream: &str, topic: &str, partition: u32) -> u64 {
+    status["partitions"]
+        .as_array()
+        .and_then(|all| {
+            all.iter().find(|p| {
+                p["stream"] == stream && p["topic"] == topic && p["partition"] == partition
+            })
+        })
+        .and_then(|p| p["next_offset"].as_u64())
+        .unwrap_or(0)
 }
 
 /// Creates the streams and topics (existing ones are reused) and returns the server's status.
-fn prepare(seeds: &[String], options: &ProduceOptions, partitions: u32) -> Result<Value, String> {
+fn prepare(seeds: &[String], options: &Options, partitions: u32) -> Result<Value, String> {
     let mut runtime = shoal_client::runtime().map_err(|e| format!("io_uring runtime: {e}"))?;
     runtime.block_on(async {
         let config = ClientConfig {
@@ -248,10 +362,10 @@ fn prepare(seeds: &[String], options: &ProduceOptions, partitions: u32) -> Resul
 
 /// Prints the live progress line once a second on a terminal, until every actor is done.
 fn progress(
-    options: &ProduceOptions,
+    options: &Options,
     live: &Live,
     start: Instant,
-    threads: &[std::thread::JoinHandle<Result<ProducerResult, String>>],
+    threads: &[std::thread::JoinHandle<Result<Actor, String>>],
 ) {
     let terminal = options.progress && std::io::stderr().is_terminal();
     let mut last = (0u64, 0u64, start);
@@ -280,65 +394,117 @@ fn progress(
     }
 }
 
-fn report(
-    options: &ProduceOptions,
-    results: &[ProducerResult],
-    payload_bytes: u64,
-    partitions: u32,
-    cpus: &[Option<usize>],
-    server_status: Value,
-    elapsed: Duration,
-) -> Value {
-    let mut latency = Latency::new();
-    let mut series = Series::default();
+/// Pooled figures of one side (producers or consumers).
+#[derive(Default)]
+struct Side {
+    latency: Latency,
+    series: Series,
+    messages: u64,
+    bytes: u64,
+    messages_total: u64,
+    from_ns: u64,
+    to_ns: u64,
+    actors: Vec<Value>,
+}
+
+impl Side {
+    fn add(&mut self, messages: u64, bytes: u64, total: u64, window: (u64, u64)) {
+        self.messages += messages;
+        self.bytes += bytes;
+        self.messages_total += total;
+        if messages > 0 {
+            self.from_ns = if self.from_ns == 0 { window.0 } else { self.from_ns.min(window.0) };
+            self.to_ns = self.to_ns.max(window.1);
+        }
+    }
+
+    fn seconds(&self) -> f64 {
+        if self.to_ns > self.from_ns { (self.to_ns - self.from_ns) as f64 / 1e9 } else { 0.0 }
+    }
+
+    fn throughput(&self) -> Value {
+        json!({
+            "messages": self.messages,
+            "throughput_msg_s": rate(self.messages as f64, self.seconds()),
+            "throughput_mb_s": rate(self.bytes as f64 / 1e6, self.seconds()),
+        })
+    }
+}
+
+fn count_errors(errors: &mut BTreeMap<String, u64>, actor: &BTreeMap<String, u64>) {
+    for (kind, count) in actor {
+        *errors.entry(kind.clone()).or_default() += count;
+    }
+}
+
+fn report(options: &Options, run: &Finished, server_status: Value) -> Value {
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
-    let (mut messages, mut bytes, mut messages_total) = (0u64, 0u64, 0u64);
-    let (mut from, mut to) = (u64::MAX, 0u64);
-    let mut actors = Vec::new();
-    for result in results {
-        latency.merge(&result.latency);
-        series.merge(&result.series);
-        for (kind, count) in &result.errors {
-            *errors.entry(kind.clone()).or_default() += count;
-        }
-        messages += result.messages;
-        bytes += result.bytes;
-        messages_total += result.messages_total;
-        if result.messages > 0 {
-            from = from.min(result.measured_from_ns);
-            to = to.max(result.measured_to_ns);
-        }
-        let window = (result.measured_to_ns.saturating_sub(result.measured_from_ns)) as f64 / 1e9;
-        actors.push(json!({
+    let mut produced = Side::default();
+    for result in &run.producers {
+        produced.latency.merge(&result.latency);
+        produced.series.merge(&result.series);
+        count_errors(&mut errors, &result.errors);
+        let window = (result.measured_from_ns, result.measured_to_ns);
+        produced.add(result.messages, result.bytes, result.messages_total, window);
+        let seconds = window.1.saturating_sub(window.0) as f64 / 1e9;
+        produced.actors.push(json!({
             "actor": result.actor,
+            "role": "producer",
             "partitions": result.partitions,
             "messages": result.messages,
-            "throughput_msg_s": rate(result.messages as f64, window),
-            "throughput_mb_s": rate(result.bytes as f64 / 1e6, window),
+            "throughput_msg_s": rate(result.messages as f64, seconds),
+            "throughput_mb_s": rate(result.bytes as f64 / 1e6, seconds),
             "latency_us": result.latency.summary().to_json(),
             "errors": result.errors,
         }));
     }
-    let window = if to > from { (to - from) as f64 / 1e9 } else { 0.0 };
-    let summary = latency.summary();
+    let mut consumed = Side::default();
+    let mut end_to_end = Latency::new();
+    for result in &run.consumers {
+        consumed.latency.merge(&result.poll_latency);
+        consumed.series.merge(&result.series);
+        end_to_end.merge(&result.end_to_end);
+        count_errors(&mut errors, &result.errors);
+        let window = (result.measured_from_ns, result.measured_to_ns);
+        consumed.add(result.messages, result.bytes, result.messages_total, window);
+        let seconds = window.1.saturating_sub(window.0) as f64 / 1e9;
+        consumed.actors.push(json!({
+            "actor": result.actor,
+            "role": "consumer",
+            "partitions": [result.partition],
+            "messages": result.messages,
+            "throughput_msg_s": rate(result.messages as f64, seconds),
+            "throughput_mb_s": rate(result.bytes as f64 / 1e6, seconds),
+            "poll_latency_us": result.poll_latency.summary().to_json(),
+            "end_to_end_latency_us": result.end_to_end.summary().to_json(),
+            "errors": result.errors,
+        }));
+    }
+    let (main, main_latency, latency_kind, mode) = match options.mode {
+        Mode::Produce => (&produced, &produced.latency, "produce_to_ack_per_batch", "produce"),
+        Mode::Consume => (&consumed, &consumed.latency, "poll", "consume"),
+        Mode::EndToEnd => (&consumed, &end_to_end, "end_to_end_per_message", "e2e"),
+    };
     let mut server = server_status;
     if let Some(object) = server.as_object_mut() {
         object.remove("partitions");
     }
+    let actors: Vec<Value> = produced.actors.iter().chain(&consumed.actors).cloned().collect();
     json!({
-        "mode": "produce",
+        "mode": mode,
         "parameters": {
             "seeds": options.seeds,
             "spawned_server": options.spawn_server.as_ref().map(|p| p.display().to_string()),
-            "producers": options.producers,
+            "producers": run.producers.len(),
+            "consumers": run.consumers.len(),
             "streams": options.streams,
             "topics": options.topics,
-            "partitions": partitions,
+            "partitions": run.partitions,
             "placement": format!("{:?}", options.placement).to_lowercase(),
             "message_bytes_min": options.message_bytes.0,
             "message_bytes_max": options.message_bytes.1,
             "messages_per_batch": options.messages_per_batch,
-            "batch_payload_bytes": payload_bytes,
+            "batch_payload_bytes": run.payload_bytes,
             "duration_s": options.duration.as_secs_f64(),
             "messages_limit": options.messages,
             "rate": options.rate.map(|r| format!("{r:?}")),
@@ -348,21 +514,29 @@ fn report(
             },
             "in_flight_max": options.in_flight_max,
             "warmup_s": options.warmup.as_secs_f64(),
+            "fetch_bytes_max": options.fetch_bytes_max,
+            "fetch_count_max": options.fetch_count_max,
         },
-        "environment": crate::environment::describe(cpus),
+        "environment": crate::environment::describe(&run.cpus),
         "server": server,
-        "elapsed_s": elapsed.as_secs_f64(),
-        "measured_s": window,
-        "messages": messages,
-        "messages_acked_total": messages_total,
-        "bytes": bytes,
-        "throughput_msg_s": rate(messages as f64, window),
-        "throughput_mb_s": rate(bytes as f64 / 1e6, window),
-        "latency_kind": "produce_to_ack_per_batch",
-        "latency_us": summary.to_json(),
-        "latency_distribution_us": latency.distribution(),
+        "elapsed_s": run.elapsed.as_secs_f64(),
+        "measured_s": main.seconds(),
+        "messages": main.messages,
+        "messages_acked_total": produced.messages_total,
+        "messages_consumed_total": consumed.messages_total,
+        "bytes": main.bytes,
+        "throughput_msg_s": rate(main.messages as f64, main.seconds()),
+        "throughput_mb_s": rate(main.bytes as f64 / 1e6, main.seconds()),
+        "latency_kind": latency_kind,
+        "latency_us": main_latency.summary().to_json(),
+        "latency_distribution_us": main_latency.distribution(),
+        "produce_latency_us": produced.latency.summary().to_json(),
+        "poll_latency_us": consumed.latency.summary().to_json(),
+        "end_to_end_latency_us": end_to_end.summary().to_json(),
+        "produced": produced.throughput(),
+        "consumed": consumed.throughput(),
         "actors": actors,
-        "time_series": series.to_json(),
+        "time_series": main.series.to_json(),
         "errors": errors,
         "retries": 0,
     })
@@ -378,8 +552,10 @@ pub fn summary_text(report: &Value) -> String {
     let mut text = String::new();
     let p = &report["parameters"];
     text.push_str(&format!(
-        "produce: {} producers, {} × {}–{} B messages per batch, {}, in flight {}\n",
+        "{}: {} producers, {} consumers, {} × {}–{} B messages per batch, {}, in flight {}\n",
+        report["mode"].as_str().unwrap_or("?"),
         p["producers"],
+        p["consumers"],
         p["messages_per_batch"],
         p["message_bytes_min"],
         p["message_bytes_max"],
@@ -387,14 +563,15 @@ pub fn summary_text(report: &Value) -> String {
         p["in_flight_max"]
     ));
     text.push_str(&format!(
-        "throughput: {:.1} MB/s, {:.0} msg/s over {:.1} s ({} messages measured, {} acknowledged in all)\n",
+        "throughput: {:.1} MB/s, {:.0} msg/s over {:.1} s ({} measured; {} acknowledged, {} consumed in all)\n",
         report["throughput_mb_s"].as_f64().unwrap_or(0.0),
         report["throughput_msg_s"].as_f64().unwrap_or(0.0),
         report["measured_s"].as_f64().unwrap_or(0.0),
         report["messages"],
         report["messages_acked_total"],
+        report["messages_consumed_total"],
     ));
-    text.push_str("latency (produce→ack per batch, µs):\n");
+    text.push_str(&format!("latency ({}, µs):\n", report["latency_kind"].as_str().unwrap_or("?")));
     text.push_str("  p50      p90      p95      p99      p99.9    p99.99   max      mean     stdev    samples\n");
     let cell = |key: &str| format!("{:<9}", latency[key].to_string());
     text.push_str(&format!(

@@ -178,3 +178,40 @@ fn bad_arguments_exit_2_with_the_usage() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--producers") && stderr.contains("usage:"), "{stderr}");
 }
+
+fn run_json(dir: &Path, name: &str, args: &[&str]) -> serde_json::Value {
+    let json = dir.join(format!("{name}.json"));
+    let mut command = bench();
+    command.args(args).args(["--quiet", "--json", json.to_str().unwrap()]);
+    let output = output_within(&mut command);
+    assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("JSON report")
+}
+
+#[test]
+fn consume_reads_back_what_produce_stored_and_e2e_consumes_what_it_produces() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, address) = start_server(dir.path());
+    let common = ["--server", &address, "--messages-per-batch", "100", "--message-size", "64"];
+    let produce =
+        [&common[..], &["--producers", "2", "--messages", "20000", "--warmup", "0"]].concat();
+    let produced = run_json(dir.path(), "produce", &[&["produce"], &produce[..]].concat());
+    assert_eq!(produced["messages_acked_total"], 20000);
+
+    let consume =
+        [&common[..], &["--consumers", "2", "--messages", "20000", "--warmup", "0"]].concat();
+    let consumed = run_json(dir.path(), "consume", &[&["consume"], &consume[..]].concat());
+    check_report(&consumed);
+    assert_eq!(consumed["messages_consumed_total"], 20000);
+    assert_eq!(consumed["latency_kind"], "poll");
+
+    let e2e = [
+        &common[..],
+        &["--duration", "1", "--warmup", "0.2", "--rate", "2MB/s", "--stream-prefix", "e2e"],
+    ]
+    .concat();
+    let both = run_json(dir.path(), "e2e", &[&["e2e"], &e2e[..]].concat());
+    check_report(&both);
+    assert_eq!(both["latency_kind"], "end_to_end_per_message");
+    assert_eq!(both["messages_consumed_total"], both["messages_acked_total"], "all consumed");
+}

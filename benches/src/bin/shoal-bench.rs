@@ -18,7 +18,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let report = match run::produce(&command.produce) {
+    let report = match run::run(&command.options) {
         Ok(report) => report,
         Err(error) => {
             eprintln!("shoal-bench: {error}");

@@ -1,0 +1,174 @@
+//! One consumer actor: a thread with its own io_uring runtime and connection, fetching one
+//! partition from a start position, recording each poll's latency (request → reply) and, in the
+//! `e2e` mode, each message's end-to-end latency (consumed − produced, from the wall-clock send
+//! time the producer stamped into the first 8 bytes of every message).
+//!
+//! It owns its connection, histograms and series; it shares only the live counters.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use shoal_client::{Client, ClientConfig, ClientError, Fetch, FetchFrom};
+
+use crate::producer::{Live, error_kind, wall_ns};
+use crate::stats::{Latency, Series};
+
+/// Pause between polls that found nothing new (long-poll arrives with consumer groups).
+const IDLE_POLL: Duration = Duration::from_millis(1);
+
+/// What one consumer does.
+#[derive(Clone, Debug)]
+pub struct ConsumerSpec {
+    /// Actor index.
+    pub actor: usize,
+    /// Server addresses.
+    pub seeds: Vec<String>,
+    /// Source.
+    pub stream: String,
+    /// Source.
+    pub topic: String,
+    /// Source.
+    pub partition: u32,
+    /// Where to start.
+    pub from: FetchFrom,
+    /// Bytes per poll at most.
+    pub fetch_bytes_max: u32,
+    /// Messages per poll at most (whole batches).
+    pub fetch_count_max: u32,
+    /// Read the producers' send stamps (the `e2e` mode).
+    pub end_to_end: bool,
+    /// Samples before this time are warm-up.
+    pub warmup_ns: u64,
+    /// Stop at this time since the start...
+    pub stop_ns: u64,
+    /// ...or after this many messages, whichever comes first.
+    pub messages_max: u64,
+    /// CPU to pin the thread to.
+    pub cpu: Option<usize>,
+    /// The run's common start.
+    pub start: Instant,
+    /// Live counters for the progress line.
+    pub live: Arc<Live>,
+}
+
+/// What one consumer measured.
+#[derive(Debug, Default)]
+pub struct ConsumerResult {
+    /// Actor index.
+    pub actor: usize,
+    /// Its partition.
+    pub partition: u32,
+    /// Poll latency of measured polls that returned data.
+    pub poll_latency: Latency,
+    /// End-to-end latency of measured batches (`e2e` mode).
+    pub end_to_end: Latency,
+    /// Per-second series.
+    pub series: Series,
+    /// Measured messages and payload bytes.
+    pub messages: u64,
+    /// See `messages`.
+    pub bytes: u64,
+    /// Every message consumed, warm-up included.
+    pub messages_total: u64,
+    /// First and last measured poll, since the start.
+    pub measured_from_ns: u64,
+    /// See `measured_from_ns`.
+    pub measured_to_ns: u64,
+    /// Errors by kind.
+    pub errors: BTreeMap<String, u64>,
+}
+
+/// Runs one consumer to its end on the calling thread.
+pub fn run(spec: ConsumerSpec) -> Result<ConsumerResult, String> {
+    if let Some(cpu) = spec.cpu
+        && !core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
+    {
+        return Err(format!("consumer {}: cannot pin to CPU {cpu}", spec.actor));
+    }
+    let mut runtime = shoal_client::runtime().map_err(|e| format!("io_uring runtime: {e}"))?;
+    runtime.block_on(consume(spec))
+}
+
+async fn consume(spec: ConsumerSpec) -> Result<ConsumerResult, String> {
+    let config = ClientConfig {
+        client_name: format!("shoal-bench/consumer-{}", spec.actor),
+        reply_size_bytes_max: spec.fetch_bytes_max as usize + (4 << 20),
+        ..ClientConfig::with_seeds(spec.seeds.clone())
+    };
+    let mut client = Client::connect(config).await.map_err(|e| format!("connect: {e}"))?;
+    let mut result =
+        ConsumerResult { actor: spec.actor, partition: spec.partition, ..Default::default() };
+    let mut from = spec.from;
+    let now_ns = || spec.start.elapsed().as_nanos() as u64;
+    while now_ns() < spec.stop_ns && result.messages_total < spec.messages_max {
+        let fetch = Fetch {
+            stream: spec.stream.clone(),
+            topic: spec.topic.clone(),
+            partition: spec.partition,
+            from,
+            bytes_max: spec.fetch_bytes_max,
+            count_max: spec.fetch_count_max,
+        };
+        let asked = now_ns();
+        let fetched = match client.fetch(&fetch).await {
+            Ok(fetched) => fetched,
+            Err(error) => {
+                *result.errors.entry(error_kind(&error)).or_default() += 1;
+                if matches!(error, ClientError::Io(_) | ClientError::Closed) {
+                    monoio::time::sleep(IDLE_POLL).await;
+                }
+                continue;
+            }
+        };
+        let done = now_ns();
+        let consumed_wall_ns = wall_ns();
+        let (mut messages, mut bytes) = (0u64, 0u64);
+        let mut last_offset = None;
+        for record in fetched.records() {
+            let Ok(record) = record else {
+                *result.errors.entry("Protocol".into()).or_default() += 1;
+                break;
+            };
+            let value = record.value.unwrap_or_default();
+            messages += 1;
+            bytes += value.len() as u64;
+            if spec.end_to_end
+                && asked >= spec.warmup_ns
+                && let Some(stamp) = value.first_chunk::<8>().map(|s| u64::from_le_bytes(*s))
+                && stamp > 0
+            {
+                result.end_to_end.record_us(consumed_wall_ns.saturating_sub(stamp) / 1_000);
+            }
+            last_offset = Some(record.offset);
+        }
+        match last_offset.or(fetched.end_offset().map(|end| end.saturating_sub(1))) {
+            Some(last) if messages > 0 => {
+                from = FetchFrom::Offset(last + 1);
+                result.messages_total += messages;
+                spec.live.messages.fetch_add(messages, Ordering::Relaxed);
+                spec.live.bytes.fetch_add(bytes, Ordering::Relaxed);
+                let latency_us = (done - asked) / 1_000;
+                result.series.record(done, messages, bytes, latency_us);
+                if asked >= spec.warmup_ns {
+                    result.poll_latency.record_us(latency_us);
+                    result.messages += messages;
+                    result.bytes += bytes;
+                    if result.measured_from_ns == 0 {
+                        result.measured_from_ns = asked;
+                    }
+                    result.measured_to_ns = done;
+                }
+            }
+            _ => {
+                // Nothing new: keep the position (resolved to an offset once known).
+                if let FetchFrom::Last | FetchFrom::First = from {
+                    from = FetchFrom::Offset(fetched.reply.next_offset);
+                }
+                monoio::time::sleep(IDLE_POLL).await;
+            }
+        }
+    }
+    Ok(result)
+}
