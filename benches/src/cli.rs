@@ -13,7 +13,8 @@ use crate::schedule::Rate;
 
 /// The usage text.
 pub const USAGE: &str = "\
-usage: shoal-bench produce|consume|e2e [options]
+usage: shoal-bench produce|consume|e2e|mixed [options]
+       shoal-bench compare A.json B.json
 
   produce   N producer threads send batches; reports throughput and produce→ack latency per
             batch (from each send's intended time when --rate is given)
@@ -21,6 +22,9 @@ usage: shoal-bench produce|consume|e2e [options]
             latency
   e2e       producers and consumers at once; reports end-to-end latency per message (consumed
             − produced, from a send-time stamp in each message of at least 8 bytes)
+  mixed     --producers and --consumers at once on the same partitions (their ratio is the
+            mix); reports the producers' throughput and latency and the consumers' beside them
+  compare   two --json reports side by side, with B / A ratios
 
 options:
   --server ADDRS             server address(es), comma-separated (default 127.0.0.1:7070)
@@ -79,8 +83,11 @@ pub fn parse(words: &[String]) -> Result<Option<Command>, String> {
         Some("produce") => Mode::Produce,
         Some("consume") => Mode::Consume,
         Some("e2e") => Mode::EndToEnd,
+        Some("mixed") => Mode::Mixed,
         Some("-h" | "--help") | None => return Ok(None),
-        Some(other) => return Err(format!("unknown mode {other:?}: produce, consume or e2e")),
+        Some(other) => {
+            return Err(format!("unknown mode {other:?}: produce, consume, e2e or mixed"));
+        }
     };
     let mut options = Options { mode, ..Options::default() };
     let mut json = None;

@@ -44,6 +44,9 @@ pub enum Mode {
     Consume,
     /// Producers and consumers at once; the main latency is end to end per message.
     EndToEnd,
+    /// Producers and consumers at once in the ratio given by their counts; the main figures are
+    /// the producers', the consumers' are reported beside them.
+    Mixed,
 }
 
 /// Everything a run was asked for.
@@ -242,10 +245,10 @@ pub fn run(options: &Options) -> Result<Value, String> {
         let stream = stream_name(options, target % options.streams.max(1));
         let topic = topic_name(target / options.streams.max(1));
         let partition = (actor / targets) as u32 % partitions;
-        // In `e2e`, consumers start at the end the partition had before the run, so that they
-        // read only what this run's producers stamp.
+        // In `e2e` and `mixed`, consumers start at the end the partition had before the run, so
+        // that they read what this run's producers send.
         let from = match options.mode {
-            Mode::EndToEnd => {
+            Mode::EndToEnd | Mode::Mixed => {
                 FetchFrom::Offset(next_offset(&server_status, &stream, &topic, partition))
             }
             _ => options.from,
@@ -265,7 +268,10 @@ pub fn run(options: &Options) -> Result<Value, String> {
             end_to_end: options.mode == Mode::EndToEnd,
             warmup_ns,
             // Consumers of an `e2e` run drain what the producers sent in their last moments.
-            stop_ns: if options.mode == Mode::EndToEnd { stop_ns + 1_000_000_000 } else { stop_ns },
+            stop_ns: match options.mode {
+                Mode::EndToEnd | Mode::Mixed => stop_ns + 1_000_000_000,
+                Mode::Produce | Mode::Consume => stop_ns,
+            },
             messages_max: messages_per_consumer,
             cpu,
             start,
@@ -484,6 +490,7 @@ fn report(options: &Options, run: &Finished, server_status: Value) -> Value {
         Mode::Produce => (&produced, &produced.latency, "produce_to_ack_per_batch", "produce"),
         Mode::Consume => (&consumed, &consumed.latency, "poll", "consume"),
         Mode::EndToEnd => (&consumed, &end_to_end, "end_to_end_per_message", "e2e"),
+        Mode::Mixed => (&produced, &produced.latency, "produce_to_ack_per_batch", "mixed"),
     };
     let mut server = server_status;
     if let Some(object) = server.as_object_mut() {

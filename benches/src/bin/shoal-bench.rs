@@ -5,8 +5,33 @@ use std::process::ExitCode;
 
 use shoal_bench::{cli, run};
 
+/// `shoal-bench compare A.json B.json`.
+fn compare(paths: &[String]) -> ExitCode {
+    let [a, b] = paths else {
+        eprintln!("shoal-bench: compare takes two report files\n\n{}", cli::USAGE);
+        return ExitCode::from(2);
+    };
+    let read = |path: &String| -> Result<serde_json::Value, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+        serde_json::from_str(&text).map_err(|e| format!("{path}: not a report: {e}"))
+    };
+    match (read(a), read(b)) {
+        (Ok(a), Ok(b)) => {
+            print!("{}", shoal_bench::compare::compare(&a, &b));
+            ExitCode::SUCCESS
+        }
+        (Err(error), _) | (_, Err(error)) => {
+            eprintln!("shoal-bench: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let words: Vec<String> = std::env::args().skip(1).collect();
+    if words.first().map(String::as_str) == Some("compare") {
+        return compare(&words[1..]);
+    }
     let command = match cli::parse(&words) {
         Ok(Some(command)) => command,
         Ok(None) => {
