@@ -49,6 +49,7 @@ options:
   --cpus LIST                CPUs of the producer threads, comma-separated (default: not pinned)
   --stream-prefix NAME       stream names are NAME-0, NAME-1, ... (default bench)
   --json FILE                write the full report as JSON
+  --html FILE                write a self-contained report page with charts (opens offline)
   --quiet                    no progress line
 
 Exit status: 0 success, 1 the run failed, 2 bad arguments.
@@ -61,6 +62,8 @@ pub struct Command {
     pub options: Options,
     /// Where to write the JSON report.
     pub json: Option<PathBuf>,
+    /// Where to write the HTML report.
+    pub html: Option<PathBuf>,
 }
 
 fn seconds(flag: &str, value: &str) -> Result<Duration, String> {
@@ -91,6 +94,7 @@ pub fn parse(words: &[String]) -> Result<Option<Command>, String> {
     };
     let mut options = Options { mode, ..Options::default() };
     let mut json = None;
+    let mut html = None;
     while let Some(flag) = words.next() {
         match flag.as_str() {
             "-h" | "--help" => return Ok(None),
@@ -159,6 +163,7 @@ pub fn parse(words: &[String]) -> Result<Option<Command>, String> {
             }
             "--stream-prefix" => options.stream_prefix = value.clone(),
             "--json" => json = Some(PathBuf::from(value)),
+            "--html" => html = Some(PathBuf::from(value)),
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -175,7 +180,7 @@ pub fn parse(words: &[String]) -> Result<Option<Command>, String> {
     if mode == Mode::EndToEnd && options.message_bytes.0 < 8 {
         return Err("--message-size: e2e stamps 8 bytes into every message; use at least 8".into());
     }
-    Ok(Some(Command { options, json }))
+    Ok(Some(Command { options, json, html }))
 }
 
 #[cfg(test)]

@@ -51,6 +51,12 @@ fn main() -> ExitCode {
         }
     };
     print!("{}", run::summary_text(&report));
+    if let Some(path) = &command.html
+        && let Err(error) = std::fs::write(path, shoal_bench::html::render(&report))
+    {
+        eprintln!("shoal-bench: writing {}: {error}", path.display());
+        return ExitCode::FAILURE;
+    }
     if let Some(path) = &command.json {
         let text = serde_json::to_string_pretty(&report).expect("a JSON value serializes");
         if let Err(error) = std::fs::write(path, text) {
