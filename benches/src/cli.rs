@@ -15,6 +15,7 @@ use crate::schedule::Rate;
 pub const USAGE: &str = "\
 usage: shoal-bench produce|consume|e2e|mixed [options]
        shoal-bench compare A.json B.json
+       shoal-bench loopback --size BYTES [--samples N] [--cpus SERVER,CLIENT]
 
   produce   N producer threads send batches; reports throughput and produce→ack latency per
             batch (from each send's intended time when --rate is given)
@@ -25,12 +26,14 @@ usage: shoal-bench produce|consume|e2e|mixed [options]
   mixed     --producers and --consumers at once on the same partitions (their ratio is the
             mix); reports the producers' throughput and latency and the consumers' beside them
   compare   two --json reports side by side, with B / A ratios
+  loopback  TCP round trips of a BYTES request and a small reply between two threads (the
+            same-size round trip a benchmark's latency is judged against); one JSON line
 
 options:
   --server ADDRS             server address(es), comma-separated (default 127.0.0.1:7070)
   --spawn-server CONFIG      start a local shoal with this config for the run, stop it after
   --producers N              producer actors, one thread and connection each (default 1)
-  --consumers N              consumer actors (consume, e2e; default 1)
+  --consumers N              consumer actors (consume, e2e, mixed; default 1)
   --from first|last|OFFSET   where consumers start in consume (default first)
   --fetch-bytes B            bytes per poll at most (default 1048576)
   --fetch-count N            messages per poll at most (default 10000)
@@ -46,7 +49,7 @@ options:
   --durability D             replicated or persisted, for the topics created (default replicated)
   --in-flight N              batches in flight per producer (default 8)
   --warmup SECS              seconds sent but not measured first (default 1)
-  --cpus LIST                CPUs of the producer threads, comma-separated (default: not pinned)
+  --cpus LIST                CPUs of the actor threads, producers first (default: not pinned)
   --stream-prefix NAME       stream names are NAME-0, NAME-1, ... (default bench)
   --json FILE                write the full report as JSON
   --html FILE                write a self-contained report page with charts (opens offline)

@@ -5,6 +5,41 @@ use std::process::ExitCode;
 
 use shoal_bench::{cli, run};
 
+/// `shoal-bench loopback --size BYTES [--samples N] [--cpus SERVER,CLIENT]`: one JSON line.
+fn loopback(words: &[String]) -> ExitCode {
+    let (mut size, mut samples, mut cpus) = (1usize << 20, 2000usize, (None, None));
+    let mut words = words.iter();
+    while let Some(flag) = words.next() {
+        let value = words.next().map(String::as_str).unwrap_or_default();
+        let parsed = match flag.as_str() {
+            "--size" => value.parse().map(|v| size = v).is_ok(),
+            "--samples" => value.parse().map(|v| samples = v).is_ok(),
+            "--cpus" => match value.split_once(',').map(|(a, b)| (a.parse(), b.parse())) {
+                Some((Ok(a), Ok(b))) => {
+                    cpus = (Some(a), Some(b));
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        };
+        if !parsed || size == 0 || samples == 0 {
+            eprintln!("shoal-bench: loopback {flag} {value}: bad argument\n\n{}", cli::USAGE);
+            return ExitCode::from(2);
+        }
+    }
+    match shoal_bench::loopback::measure(size, samples, cpus.0, cpus.1) {
+        Ok(report) => {
+            println!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("shoal-bench: loopback: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// `shoal-bench compare A.json B.json`.
 fn compare(paths: &[String]) -> ExitCode {
     let [a, b] = paths else {
@@ -31,6 +66,9 @@ fn main() -> ExitCode {
     let words: Vec<String> = std::env::args().skip(1).collect();
     if words.first().map(String::as_str) == Some("compare") {
         return compare(&words[1..]);
+    }
+    if words.first().map(String::as_str) == Some("loopback") {
+        return loopback(&words[1..]);
     }
     let command = match cli::parse(&words) {
         Ok(Some(command)) => command,
