@@ -6,13 +6,7 @@
 //! one thread per shard, each serving its connections and partitions; the readiness line) and
 //! graceful shutdown. What a shard does is in `shard`, `connection` and `metadata`.
 
-mod alloc;
-mod config;
-mod connection;
-mod lock;
-mod metadata;
-mod shard;
-mod signals;
+use shoal_server::{alloc, config, lock, metadata, shard, signals};
 
 use std::process::ExitCode;
 use std::sync::Arc;

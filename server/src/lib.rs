@@ -1,0 +1,13 @@
+//! The `shoal` server's library: everything the binary (`main.rs`) runs, in modules a benchmark
+//! or test can reach. `config` resolves the configuration; `shard` is one shard's loop;
+//! `connection` the native protocol; `metadata` the metadata state machine; `lock` the data
+//! directory's lock; `signals` the shutdown signals; `alloc` the counting allocator the binary
+//! installs. ARCHITECTURE.md maps how they fit.
+
+pub mod alloc;
+pub mod config;
+pub mod connection;
+pub mod lock;
+pub mod metadata;
+pub mod shard;
+pub mod signals;
