@@ -85,17 +85,21 @@ pub enum Command {
     /// `produce STREAM TOPIC [--partition P] [--key K]`
     Produce { stream: String, topic: String, partition: Option<u32>, key: Option<String> },
     /// `consume ...`
-    Consume {
-        stream: String,
-        topic: String,
-        partition: u32,
-        from: FetchFrom,
-        count: Option<u64>,
-        follow: bool,
-        format: Format,
-    },
+    Consume(Consume),
     /// `status`
     Status,
+}
+
+/// What `consume` was asked for (run by `commands`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Consume {
+    pub stream: String,
+    pub topic: String,
+    pub partition: u32,
+    pub from: FetchFrom,
+    pub count: Option<u64>,
+    pub follow: bool,
+    pub format: Format,
 }
 
 /// How `consume` prints a message.
@@ -294,7 +298,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, UsageEr
                 None => Format::Value,
             };
             (
-                Command::Consume {
+                Command::Consume(Consume {
                     stream: stream.to_string(),
                     topic: topic.to_string(),
                     partition,
@@ -305,7 +309,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, UsageEr
                         .transpose()?,
                     follow: options.contains_key("--follow"),
                     format,
-                },
+                }),
                 &["--partition", "--from", "--count", "--follow", "--format"],
             )
         }
@@ -361,7 +365,7 @@ pub fn command_name(command: &Command) -> &'static str {
         Command::TopicDescribe { .. } => "topic describe",
         Command::TopicDelete { .. } => "topic delete",
         Command::Produce { .. } => "produce",
-        Command::Consume { .. } => "consume",
+        Command::Consume(_) => "consume",
         Command::Status => "status",
     }
 }
@@ -409,7 +413,7 @@ mod tests {
         );
         assert_eq!(
             command("--json consume s t --partition 1 --from time:-5 --follow"),
-            Command::Consume {
+            Command::Consume(Consume {
                 stream: "s".into(),
                 topic: "t".into(),
                 partition: 1,
@@ -417,7 +421,7 @@ mod tests {
                 count: None,
                 follow: true,
                 format: Format::Json,
-            }
+            })
         );
         let Ok(Parsed::Run(cli)) = run("status --server a:1,b:2 --timeout-ms 5") else { panic!() };
         assert_eq!(cli.servers, ["a:1", "b:2"]);

@@ -14,7 +14,7 @@ use shoal_client::{
     PartitionInfo, Producer, ProducerConfig, TopicInfo,
 };
 
-use super::args::{Cli, Command, Format};
+use super::args::{Cli, Command, Consume, Format};
 
 /// Why a command failed.
 #[derive(Debug)]
@@ -164,10 +164,7 @@ pub async fn run(cli: Cli) -> Outcome {
         Command::Produce { stream, topic, partition, key } => {
             produce(client, &stream, &topic, partition, key, json).await
         }
-        Command::Consume { stream, topic, partition, from, count, follow, format } => {
-            let consume = Consume { stream, topic, partition, from, count, follow, format };
-            consume.run(&mut client).await
-        }
+        Command::Consume(consume) => consume.run(&mut client).await,
         Command::Status => {
             let text = client.status().await?;
             let status: Value = serde_json::from_str(&text)
@@ -311,16 +308,6 @@ fn print_acks(producer: &mut Producer, json: bool) -> Outcome {
 }
 
 // -- consume ----------------------------------------------------------------------------------
-
-struct Consume {
-    stream: String,
-    topic: String,
-    partition: u32,
-    from: FetchFrom,
-    count: Option<u64>,
-    follow: bool,
-    format: Format,
-}
 
 impl Consume {
     async fn run(self, client: &mut Client) -> Outcome {
