@@ -5,13 +5,13 @@
 //!
 //! It owns its connection, histograms and series; it shares only the live counters.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use shoal_client::{Client, ClientConfig, ClientError, Fetch, FetchFrom};
 
+use crate::actor::{Tally, run_pinned};
 use crate::producer::{Live, error_kind, wall_ns};
 use crate::stats::{Latency, Series};
 
@@ -66,29 +66,15 @@ pub struct ConsumerResult {
     pub end_to_end: Latency,
     /// Per-second series.
     pub series: Series,
-    /// Measured messages and payload bytes.
-    pub messages: u64,
-    /// See `messages`.
-    pub bytes: u64,
-    /// Every message consumed, warm-up included.
-    pub messages_total: u64,
-    /// First and last measured poll, since the start.
-    pub measured_from_ns: u64,
-    /// See `measured_from_ns`.
-    pub measured_to_ns: u64,
-    /// Errors by kind.
-    pub errors: BTreeMap<String, u64>,
+    /// Messages consumed (measured: polls after warm-up; in all: warm-up included), the window
+    /// of the measured polls, errors.
+    pub tally: Tally,
 }
 
 /// Runs one consumer to its end on the calling thread.
 pub fn run(spec: ConsumerSpec) -> Result<ConsumerResult, String> {
-    if let Some(cpu) = spec.cpu
-        && !core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
-    {
-        return Err(format!("consumer {}: cannot pin to CPU {cpu}", spec.actor));
-    }
-    let mut runtime = shoal_client::runtime().map_err(|e| format!("io_uring runtime: {e}"))?;
-    runtime.block_on(consume(spec))
+    let (actor, cpu) = (spec.actor, spec.cpu);
+    run_pinned(cpu, consume(spec)).map_err(|e| format!("consumer {actor}: {e}"))
 }
 
 async fn consume(spec: ConsumerSpec) -> Result<ConsumerResult, String> {
@@ -102,7 +88,7 @@ async fn consume(spec: ConsumerSpec) -> Result<ConsumerResult, String> {
         ConsumerResult { actor: spec.actor, partition: spec.partition, ..Default::default() };
     let mut from = spec.from;
     let now_ns = || spec.start.elapsed().as_nanos() as u64;
-    while now_ns() < spec.stop_ns && result.messages_total < spec.messages_max {
+    while now_ns() < spec.stop_ns && result.tally.messages_total < spec.messages_max {
         let fetch = Fetch {
             stream: spec.stream.clone(),
             topic: spec.topic.clone(),
@@ -115,7 +101,7 @@ async fn consume(spec: ConsumerSpec) -> Result<ConsumerResult, String> {
         let fetched = match client.fetch(&fetch).await {
             Ok(fetched) => fetched,
             Err(error) => {
-                *result.errors.entry(error_kind(&error)).or_default() += 1;
+                result.tally.error(error_kind(&error));
                 if matches!(error, ClientError::Io(_) | ClientError::Closed) {
                     monoio::time::sleep(IDLE_POLL).await;
                 }
@@ -128,7 +114,7 @@ async fn consume(spec: ConsumerSpec) -> Result<ConsumerResult, String> {
         let mut last_offset = None;
         for record in fetched.records() {
             let Ok(record) = record else {
-                *result.errors.entry("Protocol".into()).or_default() += 1;
+                result.tally.error("Protocol");
                 break;
             };
             let value = record.value.unwrap_or_default();
@@ -146,19 +132,14 @@ async fn consume(spec: ConsumerSpec) -> Result<ConsumerResult, String> {
         match last_offset.or(fetched.end_offset().map(|end| end.saturating_sub(1))) {
             Some(last) if messages > 0 => {
                 from = FetchFrom::Offset(last + 1);
-                result.messages_total += messages;
+                result.tally.moved(messages);
                 spec.live.messages.fetch_add(messages, Ordering::Relaxed);
                 spec.live.bytes.fetch_add(bytes, Ordering::Relaxed);
                 let latency_us = (done - asked) / 1_000;
                 result.series.record(done, messages, bytes, latency_us);
                 if asked >= spec.warmup_ns {
                     result.poll_latency.record_us(latency_us);
-                    result.messages += messages;
-                    result.bytes += bytes;
-                    if result.measured_from_ns == 0 {
-                        result.measured_from_ns = asked;
-                    }
-                    result.measured_to_ns = done;
+                    result.tally.measured(asked, done, messages, bytes);
                 }
             }
             _ => {

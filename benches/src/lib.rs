@@ -8,11 +8,13 @@
 //! a self-contained HTML page with inline SVG charts; `compare` puts two reports side by side. It drives a running (or spawned) server through the client library
 //! in `tools/client` and never reaches into the server's internals.
 //!
-//! Modules: `compare` (two reports side by side), `html` (the report page), `loopback` (the
+//! Modules: `actor` (pinning, runtime and tally every actor thread shares), `compare` (two
+//! reports side by side), `html` (the report page), `loopback` (the
 //! same-size TCP round trip latency is judged against), `schedule` (the open-loop schedule and rate limits, on times passed in), `stats`
 //! (histograms and per-second series), `producer` and `consumer` (one actor each), `run` (a
 //! whole run and its report), `server` (`--spawn-server`), `environment` (machine facts), `cli` (arguments).
 
+pub mod actor;
 pub mod cli;
 pub mod compare;
 pub mod consumer;

@@ -10,19 +10,11 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
+use crate::actor::pin;
 use crate::stats::Latency;
 
 /// Size of the reply to each request (a produce acknowledgement's frame is about this).
 const REPLY_BYTES: usize = 272;
-
-fn pin(cpu: Option<usize>) -> Result<(), String> {
-    match cpu {
-        Some(cpu) if !core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) => {
-            Err(format!("cannot pin to CPU {cpu}"))
-        }
-        _ => Ok(()),
-    }
-}
 
 /// Measures `samples` round trips of `request_bytes`; returns the report object.
 pub fn measure(

@@ -5,7 +5,7 @@
 //! It owns its connection, its histogram and its series; it shares only the live counters the
 //! progress line reads. It builds its request body once and reuses it for every send.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use shoal_client::{Client, ClientConfig, ClientError};
 use shoal_engine::protocol::{Operation, Partitioning, Produce, ProduceReply, Writer};
 
+use crate::actor::{Tally, run_pinned};
 use crate::schedule::Schedule;
 use crate::stats::{Latency, Series};
 
@@ -77,29 +78,16 @@ pub struct ProducerResult {
     pub latency: Latency,
     /// Per-second series (whole run, warm-up included).
     pub series: Series,
-    /// Measured messages and bytes (acknowledged, intended after warm-up).
-    pub messages: u64,
-    /// See `messages`.
-    pub bytes: u64,
-    /// Every message acknowledged, warm-up included (what the server stored from this actor).
-    pub messages_total: u64,
-    /// First and last measured acknowledgement, since the start.
-    pub measured_from_ns: u64,
-    /// See `measured_from_ns`.
-    pub measured_to_ns: u64,
-    /// Errors by kind.
-    pub errors: BTreeMap<String, u64>,
+    /// Messages acknowledged (measured: intended after warm-up; in all: what the server stored
+    /// from this actor), the window from the first measured send to the last acknowledgement,
+    /// errors.
+    pub tally: Tally,
 }
 
 /// Runs one producer to its end on the calling thread.
 pub fn run(spec: ProducerSpec) -> Result<ProducerResult, String> {
-    if let Some(cpu) = spec.cpu
-        && !core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
-    {
-        return Err(format!("producer {}: cannot pin to CPU {cpu}", spec.actor));
-    }
-    let mut runtime = shoal_client::runtime().map_err(|e| format!("io_uring runtime: {e}"))?;
-    runtime.block_on(produce(spec))
+    let (actor, cpu) = (spec.actor, spec.cpu);
+    run_pinned(cpu, produce(spec)).map_err(|e| format!("producer {actor}: {e}"))
 }
 
 /// Nanoseconds since the Unix epoch (the one clock producers and consumers share for the
@@ -192,7 +180,7 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
             match client.submit(Operation::Produce, &[prefix, batch]).await {
                 Ok(request) => outstanding.push_back((request, intended)),
                 Err(error) => {
-                    *result.errors.entry(error_kind(&error)).or_default() += 1;
+                    result.tally.error(error_kind(&error));
                     // The connection is gone, and with it every outstanding request.
                     outstanding.clear();
                 }
@@ -211,12 +199,12 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
             Ok(reply) if reply.request == request => match reply.result {
                 Ok(body) => {
                     let Ok(produced) = ProduceReply::decode(&body) else {
-                        *result.errors.entry("Protocol".into()).or_default() += 1;
+                        result.tally.error("Protocol");
                         continue;
                     };
                     let latency_us = (done - intended) / 1_000;
                     let messages = u64::from(produced.record_count);
-                    result.messages_total += messages;
+                    result.tally.moved(messages);
                     if !result.partitions.contains(&produced.partition) {
                         result.partitions.push(produced.partition);
                     }
@@ -225,12 +213,7 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
                     spec.live.bytes.fetch_add(spec.payload_bytes, Ordering::Relaxed);
                     if intended >= spec.warmup_ns {
                         result.latency.record_us(latency_us);
-                        result.messages += messages;
-                        result.bytes += spec.payload_bytes;
-                        if result.measured_from_ns == 0 {
-                            result.measured_from_ns = intended;
-                        }
-                        result.measured_to_ns = done;
+                        result.tally.measured(intended, done, messages, spec.payload_bytes);
                     }
                     let index = done / 1_000_000_000;
                     if index != second_index {
@@ -241,11 +224,11 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
                     }
                     second_latency.record_us(latency_us);
                 }
-                Err(error) => *result.errors.entry(error_kind(&error)).or_default() += 1,
+                Err(error) => result.tally.error(error_kind(&error)),
             },
-            Ok(_) => *result.errors.entry("Protocol".into()).or_default() += 1,
+            Ok(_) => result.tally.error("Protocol"),
             Err(error) => {
-                *result.errors.entry(error_kind(&error)).or_default() += 1;
+                result.tally.error(error_kind(&error));
                 outstanding.clear();
             }
         }

@@ -5,7 +5,6 @@
 //! It owns the run's shape (which actor targets which partition, warm-up, end) and the report;
 //! the actors own the measuring.
 
-use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +16,7 @@ use shoal_client::{
     BatchBuilder, Client, ClientConfig, CreateTopic, Durability, FetchFrom, Partitioning,
 };
 
+use crate::actor::Tally;
 use crate::consumer::{self, ConsumerResult, ConsumerSpec};
 
 use crate::producer::{self, Live, ProducerResult, ProducerSpec};
@@ -405,87 +405,53 @@ fn progress(
 struct Side {
     latency: Latency,
     series: Series,
-    messages: u64,
-    bytes: u64,
-    messages_total: u64,
-    from_ns: u64,
-    to_ns: u64,
+    tally: Tally,
     actors: Vec<Value>,
 }
 
 impl Side {
-    fn add(&mut self, messages: u64, bytes: u64, total: u64, window: (u64, u64)) {
-        self.messages += messages;
-        self.bytes += bytes;
-        self.messages_total += total;
-        if messages > 0 {
-            self.from_ns = if self.from_ns == 0 { window.0 } else { self.from_ns.min(window.0) };
-            self.to_ns = self.to_ns.max(window.1);
+    /// Adds one actor: its figures to the pool, its own line to `actors`.
+    fn add(&mut self, series: &Series, tally: &Tally, mut line: Value) {
+        self.series.merge(series);
+        self.tally.merge(tally);
+        if let (Some(line), Value::Object(throughput)) =
+            (line.as_object_mut(), tally.throughput_json())
+        {
+            line.extend(throughput);
+            line.insert("errors".into(), json!(tally.errors));
         }
-    }
-
-    fn seconds(&self) -> f64 {
-        if self.to_ns > self.from_ns { (self.to_ns - self.from_ns) as f64 / 1e9 } else { 0.0 }
-    }
-
-    fn throughput(&self) -> Value {
-        json!({
-            "messages": self.messages,
-            "throughput_msg_s": rate(self.messages as f64, self.seconds()),
-            "throughput_mb_s": rate(self.bytes as f64 / 1e6, self.seconds()),
-        })
-    }
-}
-
-fn count_errors(errors: &mut BTreeMap<String, u64>, actor: &BTreeMap<String, u64>) {
-    for (kind, count) in actor {
-        *errors.entry(kind.clone()).or_default() += count;
+        self.actors.push(line);
     }
 }
 
 fn report(options: &Options, run: &Finished, server_status: Value) -> Value {
-    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
     let mut produced = Side::default();
     for result in &run.producers {
         produced.latency.merge(&result.latency);
-        produced.series.merge(&result.series);
-        count_errors(&mut errors, &result.errors);
-        let window = (result.measured_from_ns, result.measured_to_ns);
-        produced.add(result.messages, result.bytes, result.messages_total, window);
-        let seconds = window.1.saturating_sub(window.0) as f64 / 1e9;
-        produced.actors.push(json!({
+        let line = json!({
             "actor": result.actor,
             "role": "producer",
             "partitions": result.partitions,
-            "messages": result.messages,
-            "throughput_msg_s": rate(result.messages as f64, seconds),
-            "throughput_mb_s": rate(result.bytes as f64 / 1e6, seconds),
             "latency_us": result.latency.summary().to_json(),
-            "errors": result.errors,
-        }));
+        });
+        produced.add(&result.series, &result.tally, line);
     }
     let mut consumed = Side::default();
     let mut end_to_end = Latency::new();
     for result in &run.consumers {
         consumed.latency.merge(&result.poll_latency);
-        consumed.series.merge(&result.series);
         end_to_end.merge(&result.end_to_end);
-        count_errors(&mut errors, &result.errors);
-        let window = (result.measured_from_ns, result.measured_to_ns);
-        consumed.add(result.messages, result.bytes, result.messages_total, window);
-        let seconds = window.1.saturating_sub(window.0) as f64 / 1e9;
-        consumed.actors.push(json!({
+        let line = json!({
             "actor": result.actor,
             "role": "consumer",
             "partitions": [result.partition],
-            "messages": result.messages,
-            "throughput_msg_s": rate(result.messages as f64, seconds),
-            "throughput_mb_s": rate(result.bytes as f64 / 1e6, seconds),
             "poll_latency_us": result.poll_latency.summary().to_json(),
             "end_to_end_latency_us": result.end_to_end.summary().to_json(),
-            "errors": result.errors,
-        }));
+        });
+        consumed.add(&result.series, &result.tally, line);
     }
+    let mut both = produced.tally.clone();
+    both.merge(&consumed.tally);
     let (main, main_latency, latency_kind, mode) = match options.mode {
         Mode::Produce => (&produced, &produced.latency, "produce_to_ack_per_batch", "produce"),
         Mode::Consume => (&consumed, &consumed.latency, "poll", "consume"),
@@ -496,6 +462,7 @@ fn report(options: &Options, run: &Finished, server_status: Value) -> Value {
     if let Some(object) = server.as_object_mut() {
         object.remove("partitions");
     }
+    let main_throughput = main.tally.throughput_json();
     let actors: Vec<Value> = produced.actors.iter().chain(&consumed.actors).cloned().collect();
     json!({
         "mode": mode,
@@ -527,30 +494,26 @@ fn report(options: &Options, run: &Finished, server_status: Value) -> Value {
         "environment": crate::environment::describe(&run.cpus),
         "server": server,
         "elapsed_s": run.elapsed.as_secs_f64(),
-        "measured_s": main.seconds(),
-        "messages": main.messages,
-        "messages_acked_total": produced.messages_total,
-        "messages_consumed_total": consumed.messages_total,
-        "bytes": main.bytes,
-        "throughput_msg_s": rate(main.messages as f64, main.seconds()),
-        "throughput_mb_s": rate(main.bytes as f64 / 1e6, main.seconds()),
+        "measured_s": main.tally.seconds(),
+        "messages": main.tally.messages,
+        "messages_acked_total": produced.tally.messages_total,
+        "messages_consumed_total": consumed.tally.messages_total,
+        "bytes": main.tally.bytes,
+        "throughput_msg_s": main_throughput["throughput_msg_s"],
+        "throughput_mb_s": main_throughput["throughput_mb_s"],
         "latency_kind": latency_kind,
         "latency_us": main_latency.summary().to_json(),
         "latency_distribution_us": main_latency.distribution(),
         "produce_latency_us": produced.latency.summary().to_json(),
         "poll_latency_us": consumed.latency.summary().to_json(),
         "end_to_end_latency_us": end_to_end.summary().to_json(),
-        "produced": produced.throughput(),
-        "consumed": consumed.throughput(),
+        "produced": produced.tally.throughput_json(),
+        "consumed": consumed.tally.throughput_json(),
         "actors": actors,
         "time_series": main.series.to_json(),
-        "errors": errors,
+        "errors": both.errors,
         "retries": 0,
     })
-}
-
-fn rate(amount: f64, seconds: f64) -> f64 {
-    if seconds > 0.0 { ((amount / seconds) * 100.0).round() / 100.0 } else { 0.0 }
 }
 
 /// The human summary of a report.

@@ -84,6 +84,18 @@ fn status(address: &str) -> serde_json::Value {
     })
 }
 
+/// Runs `shoal-bench ARGS --quiet --json DIR/NAME.json`, which must succeed; the report and
+/// what it printed.
+fn run_json(dir: &Path, name: &str, args: &[&str]) -> (serde_json::Value, String) {
+    let json = dir.join(format!("{name}.json"));
+    let mut command = bench();
+    command.args(args).args(["--quiet", "--json", json.to_str().unwrap()]);
+    let output = output_within(&mut command);
+    assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
+    let report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("JSON");
+    (report, String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
 fn check_report(report: &serde_json::Value) {
     for key in ["throughput_mb_s", "throughput_msg_s"] {
         assert!(report[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {}", report[key]);
@@ -104,28 +116,25 @@ fn check_report(report: &serde_json::Value) {
 fn a_two_second_run_reports_what_the_server_stored() {
     let dir = tempfile::tempdir().unwrap();
     let (_server, address) = start_server(dir.path());
-    let json = dir.path().join("report.json");
-    let output = output_within(bench().args([
-        "produce",
-        "--server",
-        &address,
-        "--producers",
-        "2",
-        "--messages-per-batch",
-        "100",
-        "--message-size",
-        "50..150",
-        "--duration",
-        "2",
-        "--warmup",
-        "0.5",
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-    ]));
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("JSON report");
+    let (report, printed) = run_json(
+        dir.path(),
+        "report",
+        &[
+            "produce",
+            "--server",
+            &address,
+            "--producers",
+            "2",
+            "--messages-per-batch",
+            "100",
+            "--message-size",
+            "50..150",
+            "--duration",
+            "2",
+            "--warmup",
+            "0.5",
+        ],
+    );
     check_report(&report);
     assert_eq!(report["actors"].as_array().unwrap().len(), 2);
     let stored: u64 = status(&address)["partitions"]
@@ -136,36 +145,34 @@ fn a_two_second_run_reports_what_the_server_stored() {
         .map(|p| p["next_offset"].as_u64().unwrap())
         .sum();
     assert_eq!(report["messages_acked_total"].as_u64(), Some(stored), "acknowledged = stored");
-    assert!(String::from_utf8_lossy(&output.stdout).contains("throughput:"));
+    assert!(printed.contains("throughput:"));
 }
 
 #[test]
 fn spawn_server_runs_a_local_server_for_the_run() {
     let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("report.json");
-    let output = output_within(bench().args([
-        "produce",
-        "--spawn-server",
-        repo_file("configs/test.toml").to_str().unwrap(),
-        "--messages",
-        "5000",
-        "--messages-per-batch",
-        "50",
-        "--message-size",
-        "10",
-        "--warmup",
-        "0",
-        "--rate",
-        "20000msg/s",
-        "--durability",
-        "persisted",
-        "--quiet",
-        "--json",
-        json.to_str().unwrap(),
-    ]));
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("JSON report");
+    let config = repo_file("configs/test.toml");
+    let (report, _) = run_json(
+        dir.path(),
+        "report",
+        &[
+            "produce",
+            "--spawn-server",
+            config.to_str().unwrap(),
+            "--messages",
+            "5000",
+            "--messages-per-batch",
+            "50",
+            "--message-size",
+            "10",
+            "--warmup",
+            "0",
+            "--rate",
+            "20000msg/s",
+            "--durability",
+            "persisted",
+        ],
+    );
     check_report(&report);
     assert_eq!(report["messages_acked_total"], 5000);
     assert_eq!(report["parameters"]["durability"], "persisted");
@@ -179,15 +186,6 @@ fn bad_arguments_exit_2_with_the_usage() {
     assert!(stderr.contains("--producers") && stderr.contains("usage:"), "{stderr}");
 }
 
-fn run_json(dir: &Path, name: &str, args: &[&str]) -> serde_json::Value {
-    let json = dir.join(format!("{name}.json"));
-    let mut command = bench();
-    command.args(args).args(["--quiet", "--json", json.to_str().unwrap()]);
-    let output = output_within(&mut command);
-    assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));
-    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("JSON report")
-}
-
 #[test]
 fn consume_reads_back_what_produce_stored_and_e2e_consumes_what_it_produces() {
     let dir = tempfile::tempdir().unwrap();
@@ -195,12 +193,12 @@ fn consume_reads_back_what_produce_stored_and_e2e_consumes_what_it_produces() {
     let common = ["--server", &address, "--messages-per-batch", "100", "--message-size", "64"];
     let produce =
         [&common[..], &["--producers", "2", "--messages", "20000", "--warmup", "0"]].concat();
-    let produced = run_json(dir.path(), "produce", &[&["produce"], &produce[..]].concat());
+    let (produced, _) = run_json(dir.path(), "produce", &[&["produce"], &produce[..]].concat());
     assert_eq!(produced["messages_acked_total"], 20000);
 
     let consume =
         [&common[..], &["--consumers", "2", "--messages", "20000", "--warmup", "0"]].concat();
-    let consumed = run_json(dir.path(), "consume", &[&["consume"], &consume[..]].concat());
+    let (consumed, _) = run_json(dir.path(), "consume", &[&["consume"], &consume[..]].concat());
     check_report(&consumed);
     assert_eq!(consumed["messages_consumed_total"], 20000);
     assert_eq!(consumed["latency_kind"], "poll");
@@ -210,7 +208,7 @@ fn consume_reads_back_what_produce_stored_and_e2e_consumes_what_it_produces() {
         &["--duration", "1", "--warmup", "0.2", "--rate", "2MB/s", "--stream-prefix", "e2e"],
     ]
     .concat();
-    let both = run_json(dir.path(), "e2e", &[&["e2e"], &e2e[..]].concat());
+    let (both, _) = run_json(dir.path(), "e2e", &[&["e2e"], &e2e[..]].concat());
     check_report(&both);
     assert_eq!(both["latency_kind"], "end_to_end_per_message");
     assert_eq!(both["messages_consumed_total"], both["messages_acked_total"], "all consumed");
