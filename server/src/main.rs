@@ -174,14 +174,11 @@ fn main() -> ExitCode {
         match bound_rx.recv() {
             Ok(Ok(address)) => listen = address,
             Ok(Err(error)) => {
-                eprintln!("shoal: shard {index}: {error}");
-                stop.store(true, Ordering::SeqCst);
-                return join_all(threads, ExitCode::FAILURE);
+                return abort_start(format!("shard {index}: {error}"), &stop, threads);
             }
             Err(_) => {
-                eprintln!("shoal: shard {index} stopped while starting");
-                stop.store(true, Ordering::SeqCst);
-                return join_all(threads, ExitCode::FAILURE);
+                let error = format!("shard {index} stopped while starting");
+                return abort_start(error, &stop, threads);
             }
         }
     }
@@ -189,21 +186,26 @@ fn main() -> ExitCode {
     for _ in 0..config.shards {
         match ready_rx.recv() {
             Ok(Ok(report)) => eprintln!("shoal: {report}"),
-            Ok(Err(error)) => {
-                eprintln!("shoal: {error}");
-                stop.store(true, Ordering::SeqCst);
-                return join_all(threads, ExitCode::FAILURE);
-            }
+            Ok(Err(error)) => return abort_start(error, &stop, threads),
             Err(_) => {
-                eprintln!("shoal: a shard stopped during recovery");
-                stop.store(true, Ordering::SeqCst);
-                return join_all(threads, ExitCode::FAILURE);
+                return abort_start("a shard stopped during recovery".into(), &stop, threads);
             }
         }
     }
     println!("{{\"ready\":true,\"native\":\"{listen}\"}}");
     signals::wait_then_stop(signals, &stop);
     join_all(threads, ExitCode::SUCCESS)
+}
+
+/// A failed start: says why, stops the shards already started and waits for them.
+fn abort_start(
+    error: String,
+    stop: &AtomicBool,
+    threads: Vec<std::thread::JoinHandle<Result<(), String>>>,
+) -> ExitCode {
+    eprintln!("shoal: {error}");
+    stop.store(true, Ordering::SeqCst);
+    join_all(threads, ExitCode::FAILURE)
 }
 
 fn join_all(threads: Vec<std::thread::JoinHandle<Result<(), String>>>, code: ExitCode) -> ExitCode {

@@ -695,7 +695,6 @@ impl ShardState {
         if self.waiting_count == 0 {
             return;
         }
-        let pipeline_max = self.node_pipeline_max();
         // Empty queues stay in the map (at most one per group), so a steady stream of writes
         // allocates no queue per request.
         for (&group, queue) in self.waiting.iter_mut() {
@@ -703,7 +702,8 @@ impl ShardState {
                 let room = match self.node.replica(group) {
                     Some(replica) if self.node.group_failure(group).is_none() => {
                         replica.status() == Status::Normal
-                            && replica.op() - replica.commit() < pipeline_max
+                            && replica.op() - replica.commit()
+                                < replica.config().pipeline_prepares_max
                     }
                     _ => true, // on_client_request answers a missing or failed group at once
                 };
@@ -731,10 +731,6 @@ impl ShardState {
                 }
             }
         }
-    }
-
-    fn node_pipeline_max(&self) -> u64 {
-        ReplicaConfig::new(CLUSTER, 0, 1, 0).pipeline_prepares_max
     }
 
     fn answer_replies(&mut self) {
