@@ -846,6 +846,11 @@ impl<S: Storage> Shard<S> {
         self.groups.get(&group).ok_or_else(|| unknown(group))
     }
 
+    /// Why the shard's storage stopped (a journal or superblock failure), if it did.
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
     fn check_serving(&self) -> Result<()> {
         match &self.failed {
             Some(reason) => Err(Error::Faulty {

@@ -13,10 +13,13 @@
 //! Node `i` is replica `i` of every group (the member list is the node list).
 
 use std::collections::{BTreeMap, VecDeque};
+use std::future::{Future, poll_fn};
 use std::path::Path;
+use std::pin::Pin;
+use std::task::Poll;
 
 use bytes::Bytes;
-use shoal_engine::shard::{RecoveryReport, Shard, ShardConfig};
+use shoal_engine::shard::{CheckpointDone, FlushReport, RecoveryReport, Shard, ShardConfig};
 use shoal_engine::storage::Storage;
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::{CommitEntry, Header};
@@ -78,6 +81,9 @@ pub struct NodeCounters {
     pub storage_full_rounds: u64,
 }
 
+/// A checkpoint job running across I/O rounds.
+type CheckpointRun<S> = Pin<Box<dyn Future<Output = CheckpointDone<S>>>>;
+
 struct Group {
     replica: Replica,
     /// Set when the engine failed the group: it takes no more input.
@@ -100,6 +106,9 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     heartbeats: BTreeMap<u8, Vec<CommitEntry>>,
     replies: Vec<(u64, Reply)>,
     committed: Vec<(u64, Committed)>,
+    /// The checkpoint job in flight: it outlives the round that started it, so its segment
+    /// syncs never hold up a round's flush (and the replies waiting on it).
+    checkpoint: Option<CheckpointRun<S>>,
     counters: NodeCounters,
 }
 
@@ -131,6 +140,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             heartbeats: BTreeMap::new(),
             replies: Vec::new(),
             committed: Vec::new(),
+            checkpoint: None,
             counters: NodeCounters::default(),
         };
         for recovery in &report.groups {
@@ -254,12 +264,19 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             || !self.reads.is_empty()
             || self.shard.has_pending()
             || self.shard.has_checkpoint_pending()
+            || self.checkpoint.is_some()
     }
 
     /// One I/O round: applies every pending write in order (appends, view updates, durable
-    /// truncations), runs flush cycles and checkpoints until they are all durable, feeds the
-    /// completions back to the replicas, releases the held messages whose writes are now
-    /// durable, and serves log reads to peers.
+    /// truncations), runs flush cycles until they are all durable, feeds the completions back
+    /// to the replicas, releases the held messages whose writes are now durable, and serves log
+    /// reads to peers.
+    ///
+    /// A due checkpoint starts as a job that outlives the round and is polled beside later
+    /// rounds' flushes: appends are durable without it (written for `replicated`, journaled for
+    /// `persisted`), so its segment syncs stay off the reply path. A round that records views
+    /// does wait for a checkpoint, since the superblock write that ends one is what makes views
+    /// durable.
     pub async fn run_io(&mut self) {
         self.counters.io_rounds += 1;
         let ticket = self.tickets_issued;
@@ -277,6 +294,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                     self.shard.set_views(group, *view, *log_view)
                 }
                 Write::Truncate { op, view } => {
+                    complete &= self.finish_checkpoint().await;
                     let result = self.shard.truncate_after(group, *op, *view).await;
                     truncated.push((group, *op));
                     result
@@ -295,7 +313,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 Err(error) => self.fail_group(group, error),
             }
         }
-        complete &= self.settle().await;
+        complete &= if views.is_empty() { self.flush().await } else { self.settle().await };
         for (group, op) in truncated {
             self.persisted(group, Persisted::Truncated { op });
         }
@@ -438,8 +456,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.collect(group);
     }
 
-    /// Appends, making room by flushing when the engine's bounds (journal, ring, write buffer)
-    /// push back.
+    /// Appends, making room by flushing and checkpointing when the engine's bounds (journal,
+    /// ring, write buffer) push back.
     async fn append(&mut self, group: u64, header: &Header, body: &[u8]) -> EngineResult<()> {
         for _ in 0..8 {
             match self.shard.append(group, header, body) {
@@ -453,33 +471,118 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.shard.append(group, header, body)
     }
 
-    /// Runs flush cycles and checkpoints until nothing is pending (bounded); false when the
-    /// storage was full or an error stopped it.
+    /// Runs flush cycles until nothing is pending (bounded), polling the checkpoint in flight
+    /// beside them, then starts a due checkpoint without waiting for it; false when the storage
+    /// was full or an error stopped it.
+    async fn flush(&mut self) -> bool {
+        for _ in 0..64 {
+            if !self.poll_checkpoint().await {
+                return false;
+            }
+            let Some(flush) = self.shard.begin_flush() else { break };
+            let (done, checkpoint) = beside(flush.run(), &mut self.checkpoint).await;
+            if let Some(checkpoint) = checkpoint
+                && !self.apply_checkpoint(checkpoint)
+            {
+                return false;
+            }
+            let report = self.shard.finish_flush(done);
+            if !self.apply_flush_report(report) {
+                return false;
+            }
+        }
+        if self.checkpoint.is_none()
+            && let Some(job) = self.shard.begin_checkpoint()
+        {
+            self.checkpoint = Some(Box::pin(job.run()));
+            // The first poll submits its syncs, so they run while the node waits for input.
+            if !self.poll_checkpoint().await {
+                return false;
+            }
+        }
+        self.shard.failure().is_none() && !self.shard.has_pending()
+    }
+
+    /// Runs flush cycles and checkpoints to the end, waiting for each (bounded): for view
+    /// changes, truncations, creating groups, backpressure and closing. False when the storage
+    /// was full or an error stopped it.
     async fn settle(&mut self) -> bool {
+        if !self.finish_checkpoint().await {
+            return false;
+        }
         for _ in 0..64 {
             if !self.shard.has_pending() && !self.shard.has_checkpoint_pending() {
                 return true;
             }
             match self.shard.flush().await {
                 Ok(report) => {
-                    for (group, reason) in report.failed {
-                        self.fail_group(group, EngineError::Invalid(reason));
-                    }
-                    if report.storage_full {
+                    if !self.apply_flush_report(report) {
                         return false;
                     }
                 }
                 Err(error) => {
-                    let groups: Vec<u64> = self.groups.keys().copied().collect();
-                    let reason = error.to_string();
-                    for group in groups {
-                        self.fail_group(group, EngineError::Invalid(reason.clone()));
-                    }
+                    self.fail_all(&error);
                     return false;
                 }
             }
         }
         false
+    }
+
+    /// Applies a flush cycle's failures; false when the storage was full or the shard failed.
+    fn apply_flush_report(&mut self, report: FlushReport) -> bool {
+        for (group, reason) in report.failed {
+            self.fail_group(group, EngineError::Invalid(reason));
+        }
+        if let Some(reason) = self.shard.failure() {
+            let error = EngineError::Invalid(format!("shard storage failed: {reason}"));
+            self.fail_all(&error);
+            return false;
+        }
+        !report.storage_full
+    }
+
+    /// Polls the checkpoint in flight once, applying it if it finished; false when it failed.
+    async fn poll_checkpoint(&mut self) -> bool {
+        let Some(run) = self.checkpoint.as_mut() else { return true };
+        let polled = poll_fn(|cx| Poll::Ready(run.as_mut().poll(cx))).await;
+        match polled {
+            Poll::Ready(done) => {
+                self.checkpoint = None;
+                self.apply_checkpoint(done)
+            }
+            Poll::Pending => true,
+        }
+    }
+
+    /// Waits for the checkpoint in flight, if any, and applies it; false when it failed.
+    async fn finish_checkpoint(&mut self) -> bool {
+        match self.checkpoint.take() {
+            Some(run) => {
+                let done = run.await;
+                self.apply_checkpoint(done)
+            }
+            None => true,
+        }
+    }
+
+    fn apply_checkpoint(&mut self, done: CheckpointDone<S>) -> bool {
+        match self.shard.finish_checkpoint(done) {
+            Ok(()) => true,
+            Err(error) => {
+                self.fail_all(&error);
+                false
+            }
+        }
+    }
+
+    /// A failure of the shard's storage (or a checkpoint) stops every group.
+    fn fail_all(&mut self, error: &EngineError) {
+        let groups: Vec<u64> = self.groups.keys().copied().collect();
+        let reason = error.to_string();
+        for group in groups {
+            self.fail_group(group, EngineError::Invalid(reason.clone()));
+        }
     }
 
     fn fail_group(&mut self, group: u64, error: EngineError) {
@@ -505,6 +608,27 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
 }
 
 /// The newest `count` headers of a recovered log, ascending.
+/// Runs `main` to its end while polling `side` too; returns `main`'s output and `side`'s if it
+/// finished meanwhile (`side` is then empty).
+async fn beside<F: Future, D>(
+    main: F,
+    side: &mut Option<Pin<Box<dyn Future<Output = D>>>>,
+) -> (F::Output, Option<D>) {
+    let mut main = std::pin::pin!(main);
+    let mut side_output = None;
+    let output = poll_fn(|cx| {
+        if let Some(run) = side.as_mut()
+            && let Poll::Ready(output) = run.as_mut().poll(cx)
+        {
+            *side = None;
+            side_output = Some(output);
+        }
+        main.as_mut().poll(cx)
+    })
+    .await;
+    (output, side_output)
+}
+
 async fn newest_headers<S: Storage>(
     log: &mut shoal_engine::partition::PartitionLog<S>,
     count: usize,
@@ -602,13 +726,9 @@ mod tests {
         assert!(node.held.is_empty());
     }
 
-    /// Disk full is clean and retryable: the group is not stopped, nothing is acknowledged
-    /// while the disk is full, and the writes go through once there is room again. (A
-    /// `replicated` group, whose segment writes grow files; a `persisted` group's journal is
-    /// pre-written, so its appends stay durable on a full disk.)
-    #[test]
-    fn a_full_disk_holds_writes_back_and_they_resume_with_room() {
-        let sim = Sim::new(3, SimConfig::default());
+    /// A node of one with a `replicated` group 1 (single-replica groups, so writes commit
+    /// at once).
+    fn single_node(sim: &Sim) -> Node<SimStorage, Sent, Zero> {
         let config = NodeConfig {
             node: 0,
             replica: ReplicaConfig { stamp_batches: false, ..ReplicaConfig::new(1, 0, 1, 0) },
@@ -621,25 +741,77 @@ mod tests {
         let (mut node, _) = sim.block_on(open).unwrap();
         let group = GroupConfig {
             durability: shoal_engine::superblock::Durability::Replicated,
-            segment_size_bytes: 1 << 20,
-            record_size_bytes_max: 4096,
+            segment_size_bytes: 64 << 20,
+            record_size_bytes_max: 64 << 10,
             ..GroupConfig::default()
         };
         sim.block_on(node.create_group(1, group)).unwrap();
+        node
+    }
+
+    fn request(number: u64, body_bytes: usize) -> Request {
+        Request {
+            client: 1,
+            session: 1,
+            request: number,
+            body: bytes::BytesMut::from(&vec![7u8; body_bytes][..]),
+            record_count: 1,
+            first_timestamp_ms: 0,
+            max_timestamp_ms: 0,
+            append_time_ms: 0,
+        }
+    }
+
+    /// A checkpoint's segment sync stays off the reply path: while it is held in flight, every
+    /// round still acknowledges its writes, and the checkpoint lands in a later round once
+    /// the sync completes.
+    #[test]
+    fn rounds_acknowledge_writes_while_a_checkpoint_sync_is_in_flight() {
+        let sim = Sim::new(4, SimConfig::default());
+        let mut node = single_node(&sim);
+        sim.set_syncs_held(true);
+        let mut number = 0;
+        let mut write_and_acknowledge = |node: &mut Node<SimStorage, Sent, Zero>| {
+            number += 1;
+            node.on_client_request(1, request(number, 32 << 10)).unwrap();
+            sim.block_on(node.run_io());
+            assert_eq!(node.take_replies().len(), 1, "request {number} answered in its round");
+        };
+        // The small profile checkpoints every 1 MiB: 32 KiB writes reach it within 40.
+        for _ in 0..40 {
+            write_and_acknowledge(&mut node);
+            if node.checkpoint.is_some() {
+                break;
+            }
+        }
+        assert!(node.checkpoint.is_some(), "a checkpoint started");
+        for _ in 0..40 {
+            write_and_acknowledge(&mut node);
+        }
+        assert!(node.checkpoint.is_some(), "its sync is still held");
+        assert_eq!(node.shard.counters().checkpoints, 0);
+        sim.set_syncs_held(false);
+        for _ in 0..40 {
+            write_and_acknowledge(&mut node);
+            if node.shard.counters().checkpoints > 0 {
+                break;
+            }
+        }
+        assert!(node.shard.counters().checkpoints > 0, "the checkpoint landed once released");
+        sim.block_on(node.close()).unwrap();
+    }
+
+    /// Disk full is clean and retryable: the group is not stopped, nothing is acknowledged
+    /// while the disk is full, and the writes go through once there is room again. (A
+    /// `replicated` group, whose segment writes grow files; a `persisted` group's journal is
+    /// pre-written, so its appends stay durable on a full disk.)
+    #[test]
+    fn a_full_disk_holds_writes_back_and_they_resume_with_room() {
+        let sim = Sim::new(3, SimConfig::default());
+        let mut node = single_node(&sim);
         sim.set_capacity_bytes(sim.used_bytes());
-        for request in 1..=20 {
-            let body = bytes::BytesMut::from(&[7u8; 1000][..]);
-            let request = Request {
-                client: 1,
-                session: 1,
-                request,
-                body,
-                record_count: 1,
-                first_timestamp_ms: 0,
-                max_timestamp_ms: 0,
-                append_time_ms: 0,
-            };
-            node.on_client_request(1, request).unwrap();
+        for number in 1..=20 {
+            node.on_client_request(1, request(number, 1000)).unwrap();
             sim.block_on(node.run_io());
         }
         assert!(node.group_failure(1).is_none(), "{:?}", node.group_failure(1));

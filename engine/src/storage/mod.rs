@@ -42,9 +42,9 @@ pub enum OpenMode {
 }
 
 /// A directory and file namespace, plus the operations on it that need a directory sync.
-pub trait Storage: Clone {
+pub trait Storage: Clone + 'static {
     /// An open file of this backend.
-    type File: StorageFile;
+    type File: StorageFile + 'static;
 
     /// Opens `path`. Files the engine appends to are opened for direct I/O where the backend
     /// supports it (`direct = true`); `false` asks for buffered I/O.

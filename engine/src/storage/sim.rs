@@ -210,6 +210,7 @@ impl Sim {
             write_seq: 0,
             in_flight: BTreeMap::new(),
             next_op: 0,
+            syncs_held: false,
         };
         let shared = Shared {
             disk: RefCell::new(disk),
@@ -320,6 +321,12 @@ impl Sim {
     /// If `path` is not a visible file.
     pub fn fail_next_sync(&self, path: &Path) {
         self.with_file(path, |file| file.fail_next_sync = true);
+    }
+
+    /// Holds every file's `sync_data` in flight (not completed, not failed) until released: a
+    /// device slow to flush its cache, for tests of what must not wait for a sync.
+    pub fn set_syncs_held(&self, held: bool) {
+        self.shared.disk.borrow_mut().syncs_held = held;
     }
 
     /// Changes the disk's capacity (a full disk being cleaned up, or filling up).
@@ -665,12 +672,21 @@ impl Shared {
     fn complete_one(&self) -> bool {
         let (slot, done) = {
             let mut disk = self.disk.borrow_mut();
-            if disk.in_flight.is_empty() {
+            let syncs_held = disk.syncs_held;
+            let eligible =
+                |entry: &InFlight| !(syncs_held && matches!(entry.op, Op::SyncData { .. }));
+            let count = disk.in_flight.values().filter(|entry| eligible(entry)).count() as u64;
+            if count == 0 {
                 return false;
             }
-            let count = disk.in_flight.len() as u64;
             let index = disk.rng.below(count);
-            let id = *disk.in_flight.keys().nth(to_usize(index)).expect("index below len");
+            let id = *disk
+                .in_flight
+                .iter()
+                .filter(|(_, entry)| eligible(entry))
+                .nth(to_usize(index))
+                .expect("index below count")
+                .0;
             let entry = disk.in_flight.remove(&id).expect("chosen op");
             disk.stats.io_completions += 1;
             let done = disk.complete(entry.op);
@@ -947,6 +963,8 @@ struct Disk {
     write_seq: u64,
     in_flight: BTreeMap<u64, InFlight>,
     next_op: u64,
+    /// Set by [`Sim::set_syncs_held`].
+    syncs_held: bool,
 }
 
 impl Disk {
