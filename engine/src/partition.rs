@@ -891,9 +891,8 @@ impl<S: Storage> PartitionLog<S> {
                 ready_end_bytes = 0;
             }
             let data_end = active.end_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64);
-            if ready_end_bytes < data_end + self.shared.ready_ahead_bytes / 2 {
-                let limit =
-                    self.config.segment_size_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64);
+            if ready_end_bytes < self.ready_wanted_end_bytes(data_end) {
+                let limit = self.segment_limit_bytes();
                 let from = ready_end_bytes.max(data_end).min(limit);
                 let to = (data_end + self.shared.ready_ahead_bytes).min(limit).max(data_end);
                 reserve = Some((active.base_offset, from, to));
@@ -985,9 +984,21 @@ impl<S: Storage> PartitionLog<S> {
         self.segments.last().is_some_and(|active| {
             self.files.contains_key(&active.base_offset)
                 && self.ready_end_bytes
-                    < active.end_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64)
-                        + self.shared.ready_ahead_bytes / 2
+                    < self.ready_wanted_end_bytes(
+                        active.end_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64),
+                    )
         })
+    }
+
+    /// How far the active segment must be ready once its data reaches `data_end_bytes`: half
+    /// the ready-ahead window past it, but never past the segment's end, which no reservation
+    /// can pass (otherwise a segment near its end would want a flush every cycle until it rolls).
+    fn ready_wanted_end_bytes(&self, data_end_bytes: u64) -> u64 {
+        (data_end_bytes + self.shared.ready_ahead_bytes / 2).min(self.segment_limit_bytes())
+    }
+
+    fn segment_limit_bytes(&self) -> u64 {
+        self.config.segment_size_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64)
     }
 
     /// Marks every op past the head faulty rather than absent (the shard calls this when the

@@ -127,6 +127,25 @@ fn segments_roll_by_size_and_retention_deletes_whole_sealed_segments() {
     assert_eq!(all.len() as u64, 400 - first);
 }
 
+/// Near a segment's end the ready-ahead window is cut short by the segment's size: once a
+/// cycle has reserved up to the end, the log wants no further cycle until it appends again.
+#[test]
+fn a_segment_near_its_end_wants_no_flush_once_ready_to_its_end() {
+    let sim = Sim::new(3, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    let mut shard = open(&sim, dir);
+    sim.block_on(shard.create_group(GROUP, group_config(Durability::Replicated))).unwrap();
+    // 1 MiB segments, 256 KiB ready-ahead (the small profile): 56 × 16 KiB ends within 128 KiB
+    // of the segment's end, before it rolls.
+    for i in 0..56 {
+        append(&mut shard, 1, 16 << 10, i);
+        sim.block_on(shard.flush()).unwrap();
+    }
+    assert_eq!(shard.group(GROUP).unwrap().segment_count(), 1);
+    assert!(!shard.has_pending(), "a flushed log near its segment's end has nothing pending");
+    assert!(shard.begin_flush().is_none());
+}
+
 #[test]
 fn truncation_is_durable_and_never_resurrects_an_op() {
     for durability in [Durability::Replicated, Durability::Persisted] {
