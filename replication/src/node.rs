@@ -16,10 +16,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::future::{Future, poll_fn};
 use std::path::Path;
 use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use shoal_engine::shard::{CheckpointDone, FlushReport, RecoveryReport, Shard, ShardConfig};
+use shoal_engine::shard::{
+    CheckpointDone, FlushReport, RecoveryReport, Shard, ShardConfig, ShardFlushDone,
+};
 use shoal_engine::storage::Storage;
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::{CommitEntry, Header};
@@ -84,6 +86,13 @@ pub struct NodeCounters {
 /// A checkpoint job running across I/O rounds.
 type CheckpointRun<S> = Pin<Box<dyn Future<Output = CheckpointDone<S>>>>;
 
+/// A flush cycle running across I/O rounds.
+type FlushRun<S> = Pin<Box<dyn Future<Output = ShardFlushDone<S>>>>;
+
+/// Flush cycles one round (or one poll of the jobs) runs at most before yielding: each carries
+/// everything pending when it began, so more than a few means something keeps failing.
+const FLUSHES_PER_ROUND_MAX: usize = 64;
+
 struct Group {
     replica: Replica,
     /// Set when the engine failed the group: it takes no more input.
@@ -109,6 +118,10 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     /// The checkpoint job in flight: it outlives the round that started it, so its segment
     /// syncs never hold up a round's flush (and the replies waiting on it).
     checkpoint: Option<CheckpointRun<S>>,
+    /// The flush cycle in flight and the ticket of the newest write it carries.
+    flush: Option<(FlushRun<S>, u64)>,
+    /// Set when a cycle hit a full disk or failed: the next round retries, not the poll.
+    flush_blocked: bool,
     counters: NodeCounters,
 }
 
@@ -141,6 +154,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             replies: Vec::new(),
             committed: Vec::new(),
             checkpoint: None,
+            flush: None,
+            flush_blocked: false,
             counters: NodeCounters::default(),
         };
         for recovery in &report.groups {
@@ -264,22 +279,37 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             || !self.reads.is_empty()
             || self.shard.has_pending()
             || self.shard.has_checkpoint_pending()
-            || self.checkpoint.is_some()
+            || self.io_in_flight()
     }
 
-    /// One I/O round: applies every pending write in order (appends, view updates, durable
-    /// truncations), runs flush cycles until they are all durable, feeds the completions back
-    /// to the replicas, releases the held messages whose writes are now durable, and serves log
-    /// reads to peers.
-    ///
-    /// A due checkpoint starts as a job that outlives the round and is polled beside later
-    /// rounds' flushes: appends are durable without it (written for `replicated`, journaled for
-    /// `persisted`), so its segment syncs stay off the reply path. A round that records views
-    /// does wait for a checkpoint, since the superblock write that ends one is what makes views
-    /// durable.
+    /// One I/O round to its end: [`Node::start_io`], then [`Node::wait_io`] until no flush
+    /// cycle is in flight, so everything the round applied is durable (or failed) when it
+    /// returns. The simulator and tests drive nodes with it; a checkpoint it starts may still
+    /// be running afterwards.
     pub async fn run_io(&mut self) {
+        self.start_io().await;
+        for _ in 0..FLUSHES_PER_ROUND_MAX {
+            if self.flush.is_none() {
+                break;
+            }
+            self.wait_io().await;
+        }
+    }
+
+    /// Starts a round: applies every pending write in order (appends, view updates, durable
+    /// truncations) and starts a flush cycle for them unless one is in flight (the next starts
+    /// as soon as it finishes, see [`Node::wait_io`]), then releases what is durable and serves
+    /// log reads to peers. It does not wait for the flush: the driver goes on taking input,
+    /// whose appends the next cycle carries.
+    ///
+    /// A due checkpoint job (segment syncs, then a superblock version) also outlives the round
+    /// that starts it: appends are durable without it (written for `replicated`, journaled for
+    /// `persisted`), so its syncs stay off the reply path. A round that records views or
+    /// truncates waits for every job instead and settles: views are durable only once a
+    /// superblock holds them, and a truncation needs the log at rest.
+    pub async fn start_io(&mut self) {
         self.counters.io_rounds += 1;
-        let ticket = self.tickets_issued;
+        self.flush_blocked = false;
         let mut views: BTreeMap<u64, (u32, u32)> = BTreeMap::new();
         let mut truncated: Vec<(u64, u64)> = Vec::new();
         let mut complete = true;
@@ -294,7 +324,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                     self.shard.set_views(group, *view, *log_view)
                 }
                 Write::Truncate { op, view } => {
-                    complete &= self.finish_checkpoint().await;
+                    complete &= self.finish_jobs().await;
                     let result = self.shard.truncate_after(group, *op, *view).await;
                     truncated.push((group, *op));
                     result
@@ -313,24 +343,43 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 Err(error) => self.fail_group(group, error),
             }
         }
-        complete &= if views.is_empty() { self.flush().await } else { self.settle().await };
-        for (group, op) in truncated {
-            self.persisted(group, Persisted::Truncated { op });
-        }
-        for (group, (view, log_view)) in views {
-            self.persisted(group, Persisted::Views { view, log_view });
-        }
-        let groups: Vec<u64> = self.groups.keys().copied().collect();
-        for group in groups {
-            if let Some(op) = self.shard.durable_op(group) {
-                self.persisted(group, Persisted::Appended { op });
+        if views.is_empty() && truncated.is_empty() {
+            poll_fn(|cx| {
+                self.poll_jobs(cx);
+                Poll::Ready(())
+            })
+            .await;
+        } else {
+            let ticket = self.applied_ticket();
+            complete &= self.settle().await;
+            for (group, op) in truncated {
+                self.persisted(group, Persisted::Truncated { op });
             }
-        }
-        if complete {
-            self.tickets_durable = self.tickets_durable.max(ticket);
+            for (group, (view, log_view)) in views {
+                self.persisted(group, Persisted::Views { view, log_view });
+            }
+            self.report_durable();
+            if complete {
+                self.tickets_durable = self.tickets_durable.max(ticket);
+            }
         }
         self.release_held();
         self.serve_reads().await;
+        self.send_heartbeats();
+    }
+
+    /// Whether a flush cycle or a checkpoint job is in flight (see [`Node::wait_io`]).
+    pub fn io_in_flight(&self) -> bool {
+        self.flush.is_some() || self.checkpoint.is_some()
+    }
+
+    /// Waits until a flush cycle or checkpoint job in flight finishes, and applies it: the
+    /// writes its cycle carried are durable (replies and held messages follow), and the next
+    /// cycle starts at once with whatever was appended meanwhile. Never finishes when nothing
+    /// is in flight. Cancel-safe: the jobs live in the node, not in this future.
+    pub async fn wait_io(&mut self) {
+        poll_fn(|cx| if self.poll_jobs(cx) { Poll::Ready(()) } else { Poll::Pending }).await;
+        self.release_held();
         self.send_heartbeats();
     }
 
@@ -374,6 +423,13 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// Counters.
     pub fn counters(&self) -> NodeCounters {
         self.counters
+    }
+
+    /// Deletes the sealed segments beyond each group's retention (`now_ms` from the driver's
+    /// clock), once the flush cycle in flight has finished. Returns the segments deleted.
+    pub async fn enforce_retention(&mut self, now_ms: i64) -> EngineResult<usize> {
+        self.finish_flush_in_flight().await;
+        self.shard.enforce_retention(now_ms).await
     }
 
     /// Flushes, checkpoints and records a clean shutdown.
@@ -471,43 +527,104 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.shard.append(group, header, body)
     }
 
-    /// Runs flush cycles until nothing is pending (bounded), polling the checkpoint in flight
-    /// beside them, then starts a due checkpoint without waiting for it; false when the storage
-    /// was full or an error stopped it.
-    async fn flush(&mut self) -> bool {
-        for _ in 0..64 {
-            if !self.poll_checkpoint().await {
-                return false;
-            }
-            let Some(flush) = self.shard.begin_flush() else { break };
-            let (done, checkpoint) = beside(flush.run(), &mut self.checkpoint).await;
-            if let Some(checkpoint) = checkpoint
-                && !self.apply_checkpoint(checkpoint)
+    /// Polls the jobs in flight, applies those that finished and starts the next ones (a flush
+    /// cycle when anything is pending, a checkpoint when one is due); true when a job finished.
+    fn poll_jobs(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut finished = false;
+        for _ in 0..FLUSHES_PER_ROUND_MAX {
+            let mut again = false;
+            if let Some(run) = self.checkpoint.as_mut()
+                && let Poll::Ready(done) = run.as_mut().poll(cx)
             {
-                return false;
+                self.checkpoint = None;
+                self.apply_checkpoint(done);
+                finished = true;
             }
-            let report = self.shard.finish_flush(done);
-            if !self.apply_flush_report(report) {
-                return false;
+            if let Some((run, ticket)) = self.flush.as_mut()
+                && let Poll::Ready(done) = run.as_mut().poll(cx)
+            {
+                let ticket = *ticket;
+                self.flush = None;
+                self.finish_flush(done, ticket);
+                finished = true;
+            }
+            if self.flush.is_none()
+                && !self.flush_blocked
+                && let Some(flush) = self.shard.begin_flush()
+            {
+                self.flush = Some((Box::pin(flush.run()), self.applied_ticket()));
+                again = true;
+            }
+            if self.checkpoint.is_none()
+                && let Some(job) = self.shard.begin_checkpoint()
+            {
+                self.checkpoint = Some(Box::pin(job.run()));
+                again = true;
+            }
+            if !again {
+                break;
             }
         }
-        if self.checkpoint.is_none()
-            && let Some(job) = self.shard.begin_checkpoint()
-        {
-            self.checkpoint = Some(Box::pin(job.run()));
-            // The first poll submits its syncs, so they run while the node waits for input.
-            if !self.poll_checkpoint().await {
-                return false;
+        finished
+    }
+
+    /// Applies a finished flush cycle: failures, then the durable positions it reached.
+    fn finish_flush(&mut self, done: ShardFlushDone<S>, ticket: u64) {
+        let report = self.shard.finish_flush(done);
+        if self.apply_flush_report(report) {
+            // Everything applied before the cycle began is durable now.
+            self.tickets_durable = self.tickets_durable.max(ticket);
+        } else {
+            // A full disk or a failure: retried by the next round, not at once.
+            self.flush_blocked = true;
+        }
+        self.report_durable();
+    }
+
+    /// The ticket of the newest write applied to the engine (those still queued are not).
+    fn applied_ticket(&self) -> u64 {
+        self.tickets_issued - self.writes.len() as u64
+    }
+
+    /// Waits for the flush cycle in flight, if any, and applies it; false when it failed.
+    async fn finish_flush_in_flight(&mut self) -> bool {
+        let Some((run, ticket)) = self.flush.take() else { return true };
+        let done = run.await;
+        let report = self.shard.finish_flush(done);
+        let ok = self.apply_flush_report(report);
+        if ok {
+            self.tickets_durable = self.tickets_durable.max(ticket);
+        }
+        self.report_durable();
+        ok
+    }
+
+    /// Tells every replica how far its log is durable.
+    fn report_durable(&mut self) {
+        let groups: Vec<u64> = self.groups.keys().copied().collect();
+        for group in groups {
+            if let Some(op) = self.shard.durable_op(group) {
+                self.persisted(group, Persisted::Appended { op });
             }
         }
-        self.shard.failure().is_none() && !self.shard.has_pending()
+    }
+
+    /// Waits for the flush cycle and the checkpoint in flight, if any, and applies them; false
+    /// when one failed.
+    async fn finish_jobs(&mut self) -> bool {
+        let mut ok = self.finish_flush_in_flight().await;
+        if let Some(run) = self.checkpoint.take() {
+            let done = run.await;
+            ok &= self.apply_checkpoint(done);
+        }
+        ok
     }
 
     /// Runs flush cycles and checkpoints to the end, waiting for each (bounded): for view
     /// changes, truncations, creating groups, backpressure and closing. False when the storage
     /// was full or an error stopped it.
     async fn settle(&mut self) -> bool {
-        if !self.finish_checkpoint().await {
+        if !self.finish_jobs().await {
             return false;
         }
         for _ in 0..64 {
@@ -540,30 +657,6 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             return false;
         }
         !report.storage_full
-    }
-
-    /// Polls the checkpoint in flight once, applying it if it finished; false when it failed.
-    async fn poll_checkpoint(&mut self) -> bool {
-        let Some(run) = self.checkpoint.as_mut() else { return true };
-        let polled = poll_fn(|cx| Poll::Ready(run.as_mut().poll(cx))).await;
-        match polled {
-            Poll::Ready(done) => {
-                self.checkpoint = None;
-                self.apply_checkpoint(done)
-            }
-            Poll::Pending => true,
-        }
-    }
-
-    /// Waits for the checkpoint in flight, if any, and applies it; false when it failed.
-    async fn finish_checkpoint(&mut self) -> bool {
-        match self.checkpoint.take() {
-            Some(run) => {
-                let done = run.await;
-                self.apply_checkpoint(done)
-            }
-            None => true,
-        }
     }
 
     fn apply_checkpoint(&mut self, done: CheckpointDone<S>) -> bool {
@@ -608,27 +701,6 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
 }
 
 /// The newest `count` headers of a recovered log, ascending.
-/// Runs `main` to its end while polling `side` too; returns `main`'s output and `side`'s if it
-/// finished meanwhile (`side` is then empty).
-async fn beside<F: Future, D>(
-    main: F,
-    side: &mut Option<Pin<Box<dyn Future<Output = D>>>>,
-) -> (F::Output, Option<D>) {
-    let mut main = std::pin::pin!(main);
-    let mut side_output = None;
-    let output = poll_fn(|cx| {
-        if let Some(run) = side.as_mut()
-            && let Poll::Ready(output) = run.as_mut().poll(cx)
-        {
-            *side = None;
-            side_output = Some(output);
-        }
-        main.as_mut().poll(cx)
-    })
-    .await;
-    (output, side_output)
-}
-
 async fn newest_headers<S: Storage>(
     log: &mut shoal_engine::partition::PartitionLog<S>,
     count: usize,
@@ -799,6 +871,34 @@ mod tests {
         }
         assert!(node.shard.counters().checkpoints > 0, "the checkpoint landed once released");
         sim.block_on(node.close()).unwrap();
+    }
+
+    /// Rounds overlap their flushes: a write applied while a cycle is in flight waits for
+    /// the next cycle, and is acknowledged only once that one finishes.
+    #[test]
+    fn a_write_applied_during_a_flush_is_acknowledged_only_after_its_own_cycle() {
+        let sim = Sim::new(5, SimConfig::default());
+        let mut node = single_node(&sim);
+        node.on_client_request(1, request(1, 1000)).unwrap();
+        sim.block_on(node.start_io());
+        assert!(node.io_in_flight(), "the first cycle runs on after the round");
+        assert!(node.take_replies().is_empty(), "nothing is acknowledged before its write");
+        node.on_client_request(1, request(2, 1000)).unwrap();
+        sim.block_on(node.start_io());
+        let mut acknowledged = Vec::new();
+        for _ in 0..8 {
+            if !node.io_in_flight() {
+                break;
+            }
+            sim.block_on(node.wait_io());
+            let replies: Vec<u64> = node.take_replies().iter().map(|(_, r)| r.request).collect();
+            if acknowledged.is_empty() && !replies.is_empty() {
+                assert_eq!(replies, vec![1], "the first cycle carried request 1 only");
+            }
+            acknowledged.extend(replies);
+        }
+        assert_eq!(acknowledged, vec![1, 2], "request 2 was acknowledged by the second cycle");
+        assert_eq!(node.shard.counters().flushes, 2, "one cycle each");
     }
 
     /// Disk full is clean and retryable: the group is not stopped, nothing is acknowledged

@@ -11,6 +11,7 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::pending;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -533,9 +534,15 @@ impl ShardState {
         let batch_max = self.config.network.shard_inbox_max;
         while !stop.load(Ordering::SeqCst) {
             let wait = next_tick.saturating_duration_since(Instant::now());
+            // A flush cycle finishing wakes the loop too: its replies go out and the next
+            // cycle starts with whatever arrived meanwhile.
+            let node = &mut self.node;
             let first = monoio::select! {
                 work = inbox.recv_async() => work.ok(),
                 _ = monoio::time::sleep(wait) => None,
+                _ = async {
+                    if node.io_in_flight() { node.wait_io().await } else { pending().await }
+                } => None,
             };
             if let Some(work) = first {
                 self.handle(work).await;
@@ -561,6 +568,7 @@ impl ShardState {
             self.round().await;
         }
         // Finish what was accepted; refuse what is still queued.
+        self.node.run_io().await;
         self.round().await;
         while let Ok(work) = inbox.try_recv() {
             refuse(work);
@@ -576,21 +584,18 @@ impl ShardState {
         }
     }
 
-    /// Deletes sealed segments beyond each topic's retention. Between rounds no flush is in
-    /// flight, which the engine requires; a round first settles anything pending.
+    /// Deletes sealed segments beyond each topic's retention.
     async fn enforce_retention(&mut self) {
-        if self.node.has_io() {
-            self.round().await;
-        }
-        if let Err(error) = self.node.shard_mut().enforce_retention(now_ms()).await {
+        if let Err(error) = self.node.enforce_retention(now_ms()).await {
             eprintln!("shoal: shard {}: retention: {error}", self.index);
         }
     }
 
-    /// One I/O round if anything is pending, then every answer it produced.
+    /// Starts an I/O round if anything is pending (its flush runs on while the loop takes more
+    /// work), then sends every answer that is ready.
     async fn round(&mut self) {
         if self.node.has_io() {
-            self.node.run_io().await;
+            self.node.start_io().await;
         }
         self.answer_replies();
         self.apply_committed().await;
