@@ -43,6 +43,9 @@ pub struct ShardConfig {
     /// Size of the shard journal file.
     pub journal_size_bytes: u64,
     /// A group is checkpointed once this many bytes were appended since its last checkpoint.
+    /// Small enough that each checkpoint's segment sync is short: on a device with a write
+    /// cache a sync costs every byte written since the last one, and a long one stalls the
+    /// writes beside it (docs/benchmarks.md).
     pub checkpoint_interval_bytes: u64,
     /// Disk space reserved ahead of each active segment's tail (a clean "storage full" before a
     /// cycle writes anything).
@@ -79,7 +82,7 @@ impl Default for ShardConfig {
             shard_count: 1,
             groups_max: 4096,
             journal_size_bytes: 1 << 30,
-            checkpoint_interval_bytes: 128 << 20,
+            checkpoint_interval_bytes: 16 << 20,
             ready_ahead_bytes: 64 << 20,
             index_interval_bytes: 64 << 10,
             ring: RingLimits::default(),
