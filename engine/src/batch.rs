@@ -14,6 +14,8 @@ use std::iter::FusedIterator;
 
 use bytes::Bytes;
 
+use crate::checksum;
+
 // ---------------------------------------------------------------------------------------------
 // Layout
 // ---------------------------------------------------------------------------------------------
@@ -321,7 +323,21 @@ pub struct BatchBuilder {
 /// `bytes` must be exactly one batch. Control batches are refused ([`BatchError::ControlBatch`]);
 /// transactional ones are accepted and reported by [`BatchHeader::is_transactional`].
 pub fn validate(bytes: &[u8], limits: &BatchLimits) -> Result<BatchHeader, BatchError> {
-    let header = validate_header_only(bytes, limits)?;
+    validate_records(bytes, validate_header(bytes, limits, None)?)
+}
+
+/// [`validate`] given `crc_whole`, the CRC-32C of all of `bytes`, which the caller derived from
+/// a checksum it verified (a request body's): the Kafka CRC is derived from it rather than read
+/// again (see [`crate::checksum`]).
+pub fn validate_checksummed(
+    bytes: &[u8],
+    limits: &BatchLimits,
+    crc_whole: u32,
+) -> Result<BatchHeader, BatchError> {
+    validate_records(bytes, validate_header(bytes, limits, Some(crc_whole))?)
+}
+
+fn validate_records(bytes: &[u8], header: BatchHeader) -> Result<BatchHeader, BatchError> {
     if header.compression() == Compression::None {
         // The header checks above already bound the walk: the count is within limits and the
         // iterator never reads past `bytes`.
@@ -335,6 +351,14 @@ pub fn validate(bytes: &[u8], limits: &BatchLimits) -> Result<BatchHeader, Batch
 /// [`validate`] without the record walk: the fast path for compressed batches, whose records
 /// cannot be read without decompressing.
 pub fn validate_header_only(bytes: &[u8], limits: &BatchLimits) -> Result<BatchHeader, BatchError> {
+    validate_header(bytes, limits, None)
+}
+
+fn validate_header(
+    bytes: &[u8],
+    limits: &BatchLimits,
+    crc_whole: Option<u32>,
+) -> Result<BatchHeader, BatchError> {
     let header = read_header(bytes)?;
     header.check_framing()?;
     let declared = header.total_size();
@@ -346,7 +370,11 @@ pub fn validate_header_only(bytes: &[u8], limits: &BatchLimits) -> Result<BatchH
     }
     // CRC before the remaining fields: if the bytes are damaged, the fields mean nothing and the
     // CRC is the error worth reporting.
-    let computed = crc32c::crc32c(&bytes[ATTRIBUTES_POS..]);
+    let covered = bytes.len() - ATTRIBUTES_POS;
+    let computed = match crc_whole {
+        Some(crc) => checksum::suffix(crc, &bytes[..ATTRIBUTES_POS], covered),
+        None => crc32c::crc32c(&bytes[ATTRIBUTES_POS..]),
+    };
     if computed != header.crc {
         return Err(BatchError::BadCrc { stored: header.crc, computed });
     }
@@ -385,6 +413,25 @@ pub fn stamp(bytes: &mut [u8], base_offset: u64, partition_leader_epoch: u32) {
         .copy_from_slice(&base_offset.to_be_bytes());
     bytes[PARTITION_LEADER_EPOCH_POS..PARTITION_LEADER_EPOCH_POS + size_of::<u32>()]
         .copy_from_slice(&partition_leader_epoch.to_be_bytes());
+}
+
+/// [`stamp`] for a batch whose CRC-32C (of all its bytes) is `crc_whole`; returns the CRC-32C
+/// of the stamped batch, derived without reading the batch again.
+///
+/// # Panics
+///
+/// As [`stamp`].
+pub fn stamp_checksummed(
+    bytes: &mut [u8],
+    base_offset: u64,
+    partition_leader_epoch: u32,
+    crc_whole: u32,
+) -> u32 {
+    const STAMPED_END: usize = PARTITION_LEADER_EPOCH_POS + size_of::<u32>();
+    let rest_len = bytes.len().saturating_sub(STAMPED_END);
+    let rest = checksum::suffix(crc_whole, &bytes[..STAMPED_END.min(bytes.len())], rest_len);
+    stamp(bytes, base_offset, partition_leader_epoch);
+    checksum::concat(crc32c::crc32c(&bytes[..STAMPED_END]), rest, rest_len)
 }
 
 /// Iterates the records of an uncompressed batch. Checks the fixed header as [`BatchHeader::parse`]
@@ -1037,6 +1084,39 @@ impl std::error::Error for RecordError {}
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    fn three_records() -> Vec<u8> {
+        let mut builder = BatchBuilder::new(1_000);
+        for i in 0..3 {
+            builder.push(1_000 + i, Some(b"key"), Some(&[i as u8; 200]), &[]);
+        }
+        builder.build().to_vec()
+    }
+
+    /// The checksummed paths give what the reading paths give: a derived Kafka CRC accepts and
+    /// refuses exactly as a computed one, and a stamp's derived checksum is the stamped bytes'.
+    #[test]
+    fn checksummed_validation_and_stamping_agree_with_reading_the_bytes() {
+        let limits = BatchLimits::default();
+        let mut bytes = three_records();
+        let crc = crc32c::crc32c(&bytes);
+        assert_eq!(validate_checksummed(&bytes, &limits, crc), validate(&bytes, &limits));
+        assert!(validate_checksummed(&bytes, &limits, crc).is_ok());
+        let mut damaged = bytes.clone();
+        damaged[RECORDS_POS + 5] ^= 0x40;
+        let damaged_crc = crc32c::crc32c(&damaged);
+        assert!(matches!(
+            validate_checksummed(&damaged, &limits, damaged_crc),
+            Err(BatchError::BadCrc { .. })
+        ));
+        assert_eq!(
+            validate_checksummed(&damaged, &limits, damaged_crc),
+            validate(&damaged, &limits)
+        );
+        let stamped_crc = stamp_checksummed(&mut bytes, 1 << 40, 7, crc);
+        assert_eq!(stamped_crc, crc32c::crc32c(&bytes));
+        assert_eq!(BatchHeader::parse(&bytes).unwrap().base_offset, 1 << 40);
+    }
 
     type OwnedHeader = (Vec<u8>, Option<Vec<u8>>);
 

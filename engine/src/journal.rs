@@ -264,11 +264,13 @@ impl<F: StorageFile> Journal<F> {
         self.fits(start, end)
     }
 
-    /// Adds a prepare record (header and body, as stored in the segment) to the pending cycle.
+    /// Adds a prepare record (header and body, as stored in the segment) to the pending cycle;
+    /// `record_checksum` is the record's CRC-32C, which the caller derives from the prepare's
+    /// checksums without reading the body again.
     ///
     /// # Panics
     /// If there is no room: callers check [`Journal::has_room`] first.
-    pub fn add(&mut self, record: &[u8], group: u64, op: u64) {
+    pub fn add(&mut self, record: &[u8], record_checksum: u32, group: u64, op: u64) {
         assert!(self.has_room(record.len()), "journal add without room");
         let entry_size = HEADER_SIZE + record.len();
         let (cycle_start, _) = self.placement(record.len());
@@ -282,7 +284,8 @@ impl<F: StorageFile> Journal<F> {
         }
         let tail_seq = self.live.front().map_or(self.next_seq, |entry| entry.seq);
         let fields = JournalEntry { seq: self.next_seq, durable_seq: self.durable_seq, tail_seq };
-        let header = Header::journal_entry(self.cluster, fields, record);
+        let header =
+            Header::journal_entry_checksummed(self.cluster, fields, record, record_checksum);
         self.pending_announces = self.durable_seq;
         self.pending.extend_from_slice(&header.encode());
         self.pending.extend_from_slice(record);

@@ -8,6 +8,7 @@
 //! continuity and checksums only.
 
 pub mod batch;
+pub mod checksum;
 mod chunk;
 mod error;
 pub mod inspect;

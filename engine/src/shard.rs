@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use crate::checksum;
 use crate::chunk::ChunkPool;
 use crate::error::{Error, Result};
 use crate::join::join_all;
@@ -25,7 +26,7 @@ use crate::superblock::{
     Checkpoint, CopyStatus, Durability, GroupConfig, GroupSlot, Identity, Superblock,
     SuperblockWrite,
 };
-use crate::wire::Header;
+use crate::wire::{HEADER_SIZE, Header};
 
 /// Settings of one shard's storage.
 #[derive(Clone, Debug)]
@@ -508,7 +509,12 @@ impl<S: Storage> Shard<S> {
         if persisted {
             let op = prepare_of(header).op;
             let record = log.ring().by_op(op).expect("just appended").record.clone();
-            self.journal.add(&record, group, op);
+            let checksum = checksum::concat(
+                crc32c::crc32c(&record[..HEADER_SIZE]),
+                header.checksum_body,
+                header.body_size(),
+            );
+            self.journal.add(&record, checksum, group, op);
         }
         Ok(())
     }

@@ -687,6 +687,26 @@ impl Header {
         Header::sealed(cluster, view, replica, Fields::Prepare(fields), body)
     }
 
+    /// [`Header::prepare`] for a body whose CRC-32C the caller already holds, so the body is
+    /// not read again.
+    pub fn prepare_checksummed(
+        cluster: u64,
+        view: u32,
+        replica: u8,
+        fields: Prepare,
+        body: &[u8],
+        checksum_body: u32,
+    ) -> Header {
+        Header::sealed_checksummed(
+            cluster,
+            view,
+            replica,
+            Fields::Prepare(fields),
+            body,
+            checksum_body,
+        )
+    }
+
     /// Builds a sealed journal entry header framing `body` (one encoded prepare).
     ///
     /// # Panics
@@ -694,6 +714,16 @@ impl Header {
     /// As [`Header::prepare`], on a body longer than the size field can hold.
     pub fn journal_entry(cluster: u64, fields: JournalEntry, body: &[u8]) -> Header {
         Header::sealed(cluster, 0, 0, Fields::JournalEntry(fields), body)
+    }
+
+    /// [`Header::journal_entry`] for a body whose CRC-32C the caller already holds.
+    pub fn journal_entry_checksummed(
+        cluster: u64,
+        fields: JournalEntry,
+        body: &[u8],
+        checksum_body: u32,
+    ) -> Header {
+        Header::sealed_checksummed(cluster, 0, 0, Fields::JournalEntry(fields), body, checksum_body)
     }
 
     /// Builds a sealed prepare-ok header (empty body).
@@ -1028,6 +1058,20 @@ impl Header {
     /// fields are ones [`Header::decode`] accepts with this body length: a sender must never
     /// put on the wire what its peer will reject.
     fn sealed(cluster: u64, view: u32, replica: u8, fields: Fields, body: &[u8]) -> Header {
+        Header::sealed_checksummed(cluster, view, replica, fields, body, crc32c::crc32c(body))
+    }
+
+    /// [`Header::sealed`] with the body's CRC-32C already known (derived from checksums verified
+    /// on receipt, see [`crate::checksum`]); debug builds recompute it.
+    fn sealed_checksummed(
+        cluster: u64,
+        view: u32,
+        replica: u8,
+        fields: Fields,
+        body: &[u8],
+        checksum_body: u32,
+    ) -> Header {
+        debug_assert_eq!(crc32c::crc32c(body), checksum_body, "a derived body checksum is wrong");
         let size = body
             .len()
             .checked_add(HEADER_SIZE)
@@ -1053,7 +1097,7 @@ impl Header {
         }
         let mut header = Header {
             checksum_header: 0,
-            checksum_body: crc32c::crc32c(body),
+            checksum_body,
             cluster,
             size,
             view,

@@ -156,6 +156,10 @@ pub struct Request {
     /// The record batch, already validated by the caller; stamped in place with its base offset
     /// when the group stamps batches.
     pub body: BytesMut,
+    /// The CRC-32C of `body` as given, which the caller computed or derived from a checksum it
+    /// verified; the replica derives the prepare's body checksum from it instead of reading the
+    /// batch again.
+    pub body_checksum: u32,
     /// Records in the batch.
     pub record_count: u32,
     /// The batch's first record timestamp.

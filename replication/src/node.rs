@@ -827,6 +827,7 @@ mod tests {
             session: 1,
             request: number,
             body: bytes::BytesMut::from(&vec![7u8; body_bytes][..]),
+            body_checksum: shoal_engine::checksum::crc32c(&vec![7u8; body_bytes]),
             record_count: 1,
             first_timestamp_ms: 0,
             max_timestamp_ms: 0,

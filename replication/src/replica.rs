@@ -419,8 +419,14 @@ impl Replica {
         }
         debug_assert_eq!(self.op, self.op_appended, "a normal primary holds every body");
         let (parent, base_offset) = self.next_link();
+        let mut checksum_body = request.body_checksum;
         if self.config.stamp_batches {
-            shoal_engine::batch::stamp(&mut request.body, base_offset, self.view);
+            checksum_body = shoal_engine::batch::stamp_checksummed(
+                &mut request.body,
+                base_offset,
+                self.view,
+                checksum_body,
+            );
         }
         let body = request.body.freeze();
         let fields = Prepare {
@@ -437,8 +443,14 @@ impl Replica {
             session: request.session,
             request: request.request,
         };
-        let header =
-            Header::prepare(self.config.cluster, self.view, self.config.replica, fields, &body);
+        let header = Header::prepare_checksummed(
+            self.config.cluster,
+            self.view,
+            self.config.replica,
+            fields,
+            &body,
+            checksum_body,
+        );
         self.op += 1;
         self.log.insert(self.op, Entry { header, body: Some(body.clone()) });
         self.op_appended = self.op;

@@ -66,12 +66,14 @@ impl Cluster {
         let request = self.next_request;
         self.next_request += 1;
         let body = BytesMut::from(&format!("batch {request}").into_bytes()[..]);
+        let body_checksum = shoal_engine::checksum::crc32c(&body);
         let replica = self.replicas[usize::from(to)].as_mut().expect("up");
         replica.on_client_request(Request {
             client: 1,
             session: 1,
             request,
             body,
+            body_checksum,
             record_count: 1,
             first_timestamp_ms: 0,
             max_timestamp_ms: 0,

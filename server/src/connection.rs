@@ -20,6 +20,7 @@ use bytes::BytesMut;
 use monoio::io::{AsyncReadRent, AsyncReadRentExt, AsyncWriteRent, AsyncWriteRentExt, Splitable};
 use monoio::net::{TcpListener, TcpStream};
 use shoal_engine::batch::{self, BatchLimits};
+use shoal_engine::checksum;
 use shoal_engine::protocol::{
     self, CreateTopic, ErrorCode, Fetch, Hello, HelloReply, Operation, PartitionInfo, Partitioning,
     Produce,
@@ -328,7 +329,8 @@ impl Session {
         }
         self.context.published.refresh(&mut self.catalog);
         let owed = Owed::new(&self.context.replies_owed);
-        let outcome = match self.route(fields, operation, body).await {
+        // The body is verified: its checksum now vouches for any part of it (see `checksum`).
+        let outcome = match self.route(fields, operation, body, header.checksum_body).await {
             Ok(outcome) => outcome,
             Err((code, text)) => Waiting::Ready(Outcome::error(code, text)),
         };
@@ -341,6 +343,7 @@ impl Session {
         fields: ClientRequest,
         operation: Operation,
         mut body: BytesMut,
+        body_checksum: u32,
     ) -> Result<Waiting, (ErrorCode, String)> {
         let invalid =
             |error: protocol::ProtocolError| (ErrorCode::InvalidRequest, error.to_string());
@@ -427,6 +430,8 @@ impl Session {
                 let (topic, place) =
                     catalog.partition(&produce.stream, &produce.topic, partition)?;
                 let batch_bytes = body.split_off(at);
+                // One pass over the batch (the frame check) serves every checksum after it.
+                let batch_checksum = checksum::suffix(body_checksum, &body, batch_bytes.len());
                 let size_max = topic.settings.message_size_bytes_max;
                 if batch_bytes.len() as u64 > size_max {
                     return Err((
@@ -441,7 +446,7 @@ impl Session {
                     batch_size_bytes_max: size_max.min(u64::from(u32::MAX)) as u32,
                     ..BatchLimits::default()
                 };
-                let checked = batch::validate(&batch_bytes, &limits)
+                let checked = batch::validate_checksummed(&batch_bytes, &limits, batch_checksum)
                     .map_err(|error| (ErrorCode::InvalidBatch, error.to_string()))?;
                 // Canary (DESIGN.md §7): one allocation per message; the allocation test must
                 // catch it.
@@ -457,6 +462,7 @@ impl Session {
                     session: fields.session,
                     request: fields.request,
                     body: batch_bytes,
+                    body_checksum: batch_checksum,
                     record_count: checked.record_count(),
                     first_timestamp_ms: checked.base_timestamp(),
                     max_timestamp_ms: checked.max_timestamp(),

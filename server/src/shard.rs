@@ -22,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::{Bytes, BytesMut};
 use monoio::net::{ListenerOpts, TcpListener};
 use shoal_engine::batch::BatchBuilder;
+use shoal_engine::checksum;
 use shoal_engine::partition::{DiskReadDone, ReadPlan};
 use shoal_engine::protocol::{ErrorCode, FetchFrom, FetchReply, ProduceReply};
 use shoal_engine::ring::StoredPrepare;
@@ -837,11 +838,13 @@ impl ShardState {
         let now = now_ms();
         let mut batch = BatchBuilder::new(now);
         batch.push(now, None, Some(&command.encode()), &[]);
+        let batch = batch.build();
         let request = Request {
             client: client.client,
             session: client.session,
             request: client.request,
-            body: BytesMut::from(&batch.build()[..]),
+            body: BytesMut::from(&batch[..]),
+            body_checksum: checksum::crc32c(&batch),
             record_count: 1,
             first_timestamp_ms: now,
             max_timestamp_ms: now,
