@@ -18,13 +18,60 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
 /// `prefix`: one pass over the prefix instead of one over the suffix.
 #[must_use]
 pub fn suffix(crc_whole: u32, prefix: &[u8], suffix_len: usize) -> u32 {
-    crc_whole ^ crc32c::crc32c_combine(crc32c::crc32c(prefix), 0, suffix_len)
+    crc_whole ^ shift(crc32c::crc32c(prefix), suffix_len)
 }
 
 /// The CRC-32C of `A ‖ B` from the CRC-32C of each and the length of `B`.
 #[must_use]
 pub fn concat(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
-    crc32c::crc32c_combine(crc_a, crc_b, len_b)
+    shift(crc_a, len_b) ^ crc_b
+}
+
+/// CRC-32C's polynomial, bit-reflected (bit 31 is x⁰).
+const POLYNOMIAL: u32 = 0x82F6_3B78;
+
+/// `x^(2^k) mod P` for k = 0..67: the powers `shift` multiplies together (a byte count of up
+/// to 64 bits is up to 2^67 bits).
+const X_POW_2K: [u32; 67] = {
+    let mut table = [0u32; 67];
+    table[0] = 1 << 30; // x¹
+    let mut k = 1;
+    while k < 67 {
+        table[k] = multiply(table[k - 1], table[k - 1]);
+        k += 1;
+    }
+    table
+};
+
+/// `crc · x^(8·len) mod P`: what appending `len` bytes does to a checksum's contribution. About
+/// 64 multiplications of 32 steps for any `len` (the `crc32c` crate's own combine squares a
+/// 32 × 32 matrix per bit of `len`, which costs as much as checksumming a large batch).
+fn shift(crc: u32, len: usize) -> u32 {
+    let mut power: u32 = 1 << 31; // x⁰
+    let mut bits = len as u64;
+    let mut k = 3; // a byte is x⁸ = x^(2³)
+    while bits != 0 {
+        if bits & 1 != 0 {
+            power = multiply(X_POW_2K[k], power);
+        }
+        bits >>= 1;
+        k += 1;
+    }
+    multiply(power, crc)
+}
+
+/// `a · b mod P` in the bit-reflected representation.
+const fn multiply(a: u32, mut b: u32) -> u32 {
+    let mut product = 0;
+    let mut bit: u32 = 1 << 31;
+    while bit != 0 {
+        if a & bit != 0 {
+            product ^= b;
+        }
+        b = if b & 1 != 0 { (b >> 1) ^ POLYNOMIAL } else { b >> 1 };
+        bit >>= 1;
+    }
+    product
 }
 
 #[cfg(test)]
@@ -52,6 +99,17 @@ mod tests {
             let (a, b) = whole.split_at(split);
             let crc = concat(crc32c::crc32c(a), crc32c::crc32c(b), b.len());
             assert_eq!(crc, crc32c::crc32c(&whole), "split at {split}");
+        }
+    }
+
+    #[test]
+    fn concatenation_agrees_with_the_crc32c_crates_combine_at_any_length() {
+        // An empty B has CRC 0, whatever else a caller might pass.
+        assert_eq!(concat(0xDEAD_BEEF, 0, 0), crc32c::crc32c_combine(0xDEAD_BEEF, 0, 0));
+        for len in [1usize, 7, 8, 255, 4096, 1 << 20, (1 << 32) + 5, usize::MAX >> 3] {
+            for (a, b) in [(0u32, 0u32), (0xDEAD_BEEF, 0x1234_5678), (u32::MAX, 1)] {
+                assert_eq!(concat(a, b, len), crc32c::crc32c_combine(a, b, len), "len {len}");
+            }
         }
     }
 

@@ -107,6 +107,7 @@ fn shoal_environment() -> Result<Vec<(String, String)>, ConfigError> {
 }
 
 fn main() -> ExitCode {
+    alloc::keep_freed_memory();
     let mut config = match configure() {
         Ok(Some(config)) => config,
         Ok(None) => return ExitCode::SUCCESS,
