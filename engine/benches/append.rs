@@ -33,7 +33,7 @@ fn bench_dir() -> tempfile::TempDir {
     }
 }
 
-/// Production sizes: 1 GiB segments, 64 MiB reserved ahead, 16 MiB checkpoints (the defaults).
+/// Production sizes: 1 GiB segments, 64 MiB reserved ahead, 4 MiB checkpoints (the defaults).
 fn production(record_size_bytes_max: usize) -> ShardConfig {
     ShardConfig {
         journal_size_bytes: 1 << 30,

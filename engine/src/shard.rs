@@ -83,7 +83,7 @@ impl Default for ShardConfig {
             shard_count: 1,
             groups_max: 4096,
             journal_size_bytes: 1 << 30,
-            checkpoint_interval_bytes: 16 << 20,
+            checkpoint_interval_bytes: 4 << 20,
             ready_ahead_bytes: 64 << 20,
             index_interval_bytes: 64 << 10,
             ring: RingLimits::default(),
