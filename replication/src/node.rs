@@ -545,7 +545,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             {
                 let ticket = *ticket;
                 self.flush = None;
-                self.finish_flush(done, ticket);
+                // A failure is recorded in the groups; the next round retries a full disk.
+                let _ = self.finish_flush(done, ticket);
                 finished = true;
             }
             if self.flush.is_none()
@@ -568,17 +569,20 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         finished
     }
 
-    /// Applies a finished flush cycle: failures, then the durable positions it reached.
-    fn finish_flush(&mut self, done: ShardFlushDone<S>, ticket: u64) {
+    /// Applies a finished flush cycle: failures, then the durable positions it reached; false
+    /// when the disk was full or the cycle failed.
+    fn finish_flush(&mut self, done: ShardFlushDone<S>, ticket: u64) -> bool {
         let report = self.shard.finish_flush(done);
-        if self.apply_flush_report(report) {
+        let ok = self.apply_flush_report(report);
+        if ok {
             // Everything applied before the cycle began is durable now.
             self.tickets_durable = self.tickets_durable.max(ticket);
         } else {
-            // A full disk or a failure: retried by the next round, not at once.
+            // Retried by the next round, not at once.
             self.flush_blocked = true;
         }
         self.report_durable();
+        ok
     }
 
     /// The ticket of the newest write applied to the engine (those still queued are not).
@@ -590,13 +594,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     async fn finish_flush_in_flight(&mut self) -> bool {
         let Some((run, ticket)) = self.flush.take() else { return true };
         let done = run.await;
-        let report = self.shard.finish_flush(done);
-        let ok = self.apply_flush_report(report);
-        if ok {
-            self.tickets_durable = self.tickets_durable.max(ticket);
-        }
-        self.report_durable();
-        ok
+        self.finish_flush(done, ticket)
     }
 
     /// Tells every replica how far its log is durable.

@@ -568,9 +568,11 @@ impl ShardState {
             }
             self.round().await;
         }
-        // Finish what was accepted; refuse what is still queued.
+        // Finish what was accepted (to the end: nothing may stay in flight); refuse what is
+        // still queued.
         self.node.run_io().await;
-        self.round().await;
+        self.answer_replies();
+        self.apply_committed().await;
         while let Ok(work) = inbox.try_recv() {
             refuse(work);
         }
