@@ -614,9 +614,9 @@ impl<S: Storage> PartitionLog<S> {
 
     /// Appends a prepare (header and body) that continues the chain: checks its header
     /// checksum, body length, group, op, parent and offset, copies it once into the write
-    /// buffer and the ring, and
-    /// rolls the segment when it would outgrow its size or age. Durable only after the shard's
-    /// flush cycle reports it. Nothing changes when it fails.
+    /// buffer and the ring, and rolls the segment when it would outgrow its size or age. The
+    /// body's checksum is the caller's to vouch for (see `check_append`). Durable only after the
+    /// shard's flush cycle reports it. Nothing changes when it fails.
     pub fn append(&mut self, header: &Header, body: &[u8]) -> Result<()> {
         self.check_serving()?;
         let encoded = header.encode();
