@@ -4,7 +4,8 @@
 //! It owns the group's files and memory and nothing else: the shard decides when to flush,
 //! when to checkpoint and when the superblock is written, and supplies journal entries at
 //! recovery. Appends are synchronous memory operations (one copy into the write buffer); the
-//! I/O happens in [`PartitionLog::write_pending`], which the shard's flush cycle calls. The log
+//! I/O happens in the [`FlushJob`] that [`PartitionLog::begin_flush`] hands the shard's flush
+//! cycle, which gives it back to [`PartitionLog::finish_flush`]. The log
 //! checks view, op and commit only for continuity and checksums; it knows nothing of quorums.
 
 use std::cell::RefCell;
