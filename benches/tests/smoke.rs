@@ -2,10 +2,8 @@
 //! well formed and whose acknowledged message count must equal what the server stored; and a
 //! short run with `--spawn-server`.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -27,19 +25,7 @@ fn repo_file(path: &str) -> PathBuf {
 /// `Command::output` bounded by [`DEADLINE`].
 fn output_within(command: &mut Command) -> Output {
     let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("runs");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(DEADLINE) {
-        Ok(output) => output.expect("output"),
-        Err(_) => {
-            // SAFETY: kill takes a pid and a signal number; no memory is involved.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("shoal-bench did not finish within {DEADLINE:?}");
-        }
-    }
+    shoal_testkit::output_within(child, DEADLINE, "shoal-bench")
 }
 
 /// A server, killed when dropped.
@@ -63,16 +49,10 @@ fn start_server(dir: &Path) -> (Server, String) {
         .spawn()
         .expect("shoal starts");
     let stdout = child.stdout.take().expect("piped");
+    // The guard exists before the wait, so a server that never gets ready is killed too.
     let server = Server(child);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(DEADLINE).expect("ready in time");
-    let ready: serde_json::Value = serde_json::from_str(line.trim()).expect("a readiness line");
-    (server, ready["native"].as_str().expect("address").to_string())
+    let address = shoal_testkit::ready_address(stdout, DEADLINE);
+    (server, address)
 }
 
 fn status(address: &str) -> serde_json::Value {

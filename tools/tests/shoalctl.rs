@@ -7,10 +7,9 @@
 //! Every child process runs under a deadline and is killed past it; the server is killed when
 //! its guard drops.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use shoal_engine::protocol::partition_for_key;
@@ -56,22 +55,9 @@ fn start(dir: &Path) -> Server {
         .spawn()
         .expect("shoal starts");
     let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
     // The guard exists before the wait, so a server that never gets ready is killed too.
     let mut server = Server { child: Some(child), address: String::new() };
-    let line = rx.recv_timeout(DEADLINE).expect("a readiness line within 60 s");
-    let address = line
-        .trim()
-        .strip_prefix("{\"ready\":true,\"native\":\"")
-        .and_then(|rest| rest.strip_suffix("\"}"))
-        .unwrap_or_else(|| panic!("not a readiness line: {line:?}"))
-        .to_string();
-    server.address = address;
+    server.address = shoal_testkit::ready_address(stdout, DEADLINE);
     server
 }
 
@@ -98,19 +84,7 @@ fn output_within(mut child: Child, stdin: &[u8]) -> Output {
         let _ = input.write_all(&stdin);
         // Dropping `input` closes stdin: the end of the messages.
     });
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(DEADLINE) {
-        Ok(output) => output.expect("output"),
-        Err(_) => {
-            // SAFETY: kill takes a pid and a signal number; no memory is involved.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("shoalctl did not exit within {DEADLINE:?}");
-        }
-    }
+    shoal_testkit::output_within(child, DEADLINE, "shoalctl")
 }
 
 /// Runs `shoalctl --server ADDRESS ARGS` with `stdin`.

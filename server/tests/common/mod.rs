@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -62,19 +62,7 @@ pub trait OutputWithin {
 impl OutputWithin for Command {
     fn output_within(&mut self) -> Output {
         let child = self.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("runs");
-        let pid = child.id();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        match rx.recv_timeout(DEADLINE) {
-            Ok(output) => output.expect("output"),
-            Err(_) => {
-                // SAFETY: kill takes a pid and a signal number; no memory is involved.
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-                panic!("shoal did not exit within {DEADLINE:?}");
-            }
-        }
+        shoal_testkit::output_within(child, DEADLINE, "shoal")
     }
 }
 
@@ -87,20 +75,10 @@ pub fn start_command(mut command: Command) -> Server {
     let mut child =
         command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("shoal starts");
     let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(DEADLINE).expect("a readiness line in time");
-    let address = line
-        .trim()
-        .strip_prefix("{\"ready\":true,\"native\":\"")
-        .and_then(|rest| rest.strip_suffix("\"}"))
-        .unwrap_or_else(|| panic!("not a readiness line: {line:?}"))
-        .to_string();
-    Server { child: Some(child), address }
+    // The guard exists before the wait, so a server that never gets ready is killed too.
+    let mut server = Server { child: Some(child), address: String::new() };
+    server.address = shoal_testkit::ready_address(stdout, DEADLINE);
+    server
 }
 
 /// SIGTERM, then the exit code (within [`DEADLINE`]).
