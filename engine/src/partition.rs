@@ -177,9 +177,8 @@ pub struct WriteOutcome {
     pub written_op: u64,
     /// Bytes written (data and zeros).
     pub bytes_written: u64,
-    /// Segment syncs made (sealing rolled segments).
-    pub syncs: u64,
-    /// A segment was sealed: the shard should checkpoint this group.
+    /// The written data crossed into a newer segment: the shard should checkpoint this group,
+    /// which settles the rolled one.
     pub sealed: bool,
 }
 
@@ -229,7 +228,6 @@ pub struct FlushJob<S: Storage> {
     create: Vec<u64>,
     files: BTreeMap<u64, Rc<S::File>>,
     writes: Vec<(u64, u64, Bytes)>,
-    settle: Vec<(u64, Bytes)>,
     target: Location,
     target_appended_bytes: u64,
     chunk_marks: Vec<(u64, usize)>,
@@ -252,8 +250,9 @@ impl<S: Storage> FlushJob<S> {
         self.group
     }
 
-    /// Runs the writes: creates new segment files (and syncs the directory), writes data and
-    /// zeros concurrently, then settles rolled segments (sync, index file).
+    /// Runs the writes: creates new segment files (and syncs the directory), then writes data
+    /// and zeros concurrently. It never syncs data: that is the checkpoint's job, off the path
+    /// that acknowledges appends.
     pub async fn run(self) -> FlushDone<S> {
         let mut created = Vec::new();
         let mut outcome = WriteOutcome::default();
@@ -280,14 +279,6 @@ impl<S: Storage> FlushJob<S> {
                 .sync_dir(&self.dir)
                 .await
                 .map_err(|e| Error::io(format!("syncing {}", self.dir.display()), e))?;
-        }
-        // Segments settled after a restart were never opened: open them for their final sync.
-        for (base, _) in &self.settle {
-            if !self.files.contains_key(base) && !created.iter().any(|(b, _)| b == base) {
-                let path = self.dir.join(log_name(*base));
-                let file = open_segment(&self.storage, &path, OpenMode::ReadWrite).await?;
-                created.push((*base, Rc::new(file)));
-            }
         }
         let file_of = |base: u64| -> Rc<S::File> {
             self.files
@@ -319,13 +310,54 @@ impl<S: Storage> FlushJob<S> {
             result.map_err(|e| Error::io(format!("writing group {} segment", self.group), e))?;
         }
         outcome.bytes_written = self.writes.iter().map(|(_, _, bytes)| bytes.len() as u64).sum();
-        for (base, index_bytes) in &self.settle {
-            file_of(*base)
-                .sync_data()
-                .await
-                .map_err(|e| Error::io("syncing a rolled segment", e))?;
-            outcome.syncs += 1;
-            let path = self.dir.join(index_name(*base));
+        Ok(())
+    }
+}
+
+/// The I/O that makes a group's rolled segments final before a checkpoint moves past them:
+/// each one's data synced, its index file written and synced, then the directory synced. It
+/// runs in the shard's checkpoint job, so a roll never stalls the cycles that acknowledge
+/// appends.
+pub struct SettleJob<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+    group: u64,
+    segments: Vec<RolledSegment<S::File>>,
+}
+
+/// A sealed segment waiting to be settled.
+struct RolledSegment<F> {
+    base_offset: u64,
+    /// None when the segment was sealed before a restart and never opened since.
+    file: Option<Rc<F>>,
+    index_bytes: Bytes,
+}
+
+impl<S: Storage> SettleJob<S> {
+    /// The group whose segments it settles.
+    pub fn group(&self) -> u64 {
+        self.group
+    }
+
+    /// The base offsets of the segments it settles.
+    pub fn segment_base_offsets(&self) -> Vec<u64> {
+        self.segments.iter().map(|segment| segment.base_offset).collect()
+    }
+
+    /// Runs the syncs and index writes; returns the number of segment syncs made.
+    pub async fn run(&self) -> Result<u64> {
+        for RolledSegment { base_offset, file, index_bytes } in &self.segments {
+            let opened;
+            let file = match file {
+                Some(file) => file,
+                None => {
+                    let path = self.dir.join(log_name(*base_offset));
+                    opened = open_segment(&self.storage, &path, OpenMode::ReadWrite).await?;
+                    &opened
+                }
+            };
+            file.sync_data().await.map_err(|e| Error::io("syncing a rolled segment", e))?;
+            let path = self.dir.join(index_name(*base_offset));
             let index_file = self
                 .storage
                 .open(&path, OpenMode::CreateReadWrite, false)
@@ -336,15 +368,9 @@ impl<S: Storage> FlushJob<S> {
                 .await
                 .map_err(|e| Error::io("writing an index", e))?;
             index_file.sync_data().await.map_err(|e| Error::io("syncing an index", e))?;
-            outcome.sealed = true;
         }
-        if !self.settle.is_empty() {
-            self.storage
-                .sync_dir(&self.dir)
-                .await
-                .map_err(|e| Error::io("syncing group dir", e))?;
-        }
-        Ok(())
+        self.storage.sync_dir(&self.dir).await.map_err(|e| Error::io("syncing group dir", e))?;
+        Ok(self.segments.len() as u64)
     }
 }
 
@@ -361,11 +387,13 @@ impl<S: Storage> FlushDone<S> {
 }
 
 /// A checkpoint a group's written data allows.
-pub struct CheckpointCandidate<F> {
+pub struct CheckpointCandidate<S: Storage> {
     /// Where it lies.
     pub checkpoint: Checkpoint,
     /// The file to sync before recording it (None: that segment was synced when it rolled).
-    pub file: Option<Rc<F>>,
+    pub file: Option<Rc<S::File>>,
+    /// Rolled segments below it to settle first (None: every one is settled).
+    pub settle: Option<SettleJob<S>>,
     /// The group's append count it stands for.
     pub appended_bytes: u64,
 }
@@ -587,7 +615,6 @@ impl<S: Storage> PartitionLog<S> {
     /// Whether bytes are waiting to be written.
     pub fn has_unwritten(&self) -> bool {
         self.written.op < self.head.op
-            || self.segments.iter().any(|segment| segment.sealed && !segment.settled)
     }
 
     /// Bytes appended since the last checkpoint.
@@ -901,14 +928,6 @@ impl<S: Storage> PartitionLog<S> {
                 ready_end_bytes = ready_end_bytes.max(to);
             }
         }
-        let settle = self
-            .segments
-            .iter()
-            .filter(|segment| write_data && segment.sealed && !segment.settled)
-            .map(|segment| {
-                (segment.base_offset, Bytes::from(segment.index.encode(&segment.summary())))
-            })
-            .collect();
         Some(FlushJob {
             storage: self.storage.clone(),
             dir: self.dir.clone(),
@@ -916,7 +935,6 @@ impl<S: Storage> PartitionLog<S> {
             create,
             files: self.files.clone(),
             writes,
-            settle,
             target: if write_data { self.head } else { self.written },
             target_appended_bytes: if write_data {
                 self.appended_bytes
@@ -944,9 +962,7 @@ impl<S: Storage> PartitionLog<S> {
                 let unwritten = self.appended_bytes - self.written_appended_bytes;
                 let batch = (self.shared.persisted_write_batch_bytes as u64)
                     .min(self.shared.ring_limits.bytes_max as u64 / 4);
-                unwritten >= batch
-                    || self.chunks.len() > 1
-                    || self.segments.iter().any(|segment| segment.sealed && !segment.settled)
+                unwritten >= batch || self.chunks.len() > 1
             }
         }
     }
@@ -960,18 +976,56 @@ impl<S: Storage> PartitionLog<S> {
                 || self.needs_ready())
     }
 
+    /// Whether the written data allows a checkpoint past the durable one.
+    pub fn has_checkpoint_candidate(&self) -> bool {
+        self.faulty.is_none() && self.written.op > self.checkpoint.op
+    }
+
     /// The checkpoint the written data allows, when it is past the durable one: the location,
     /// the file to sync before recording it (None when that segment was already synced when it
-    /// rolled), and the append count it stands for.
-    pub fn checkpoint_candidate(&self) -> Option<CheckpointCandidate<S::File>> {
-        if self.faulty.is_some() || self.written.op <= self.checkpoint.op {
+    /// rolled), the rolled segments below it to settle, and the append count it stands for.
+    pub fn checkpoint_candidate(&self) -> Option<CheckpointCandidate<S>> {
+        if !self.has_checkpoint_candidate() {
             return None;
         }
+        let written_base = self.written.segment_base_offset;
+        let segments: Vec<_> = self
+            .segments
+            .iter()
+            .filter(|segment| {
+                segment.sealed && !segment.settled && segment.base_offset < written_base
+            })
+            .map(|segment| RolledSegment {
+                base_offset: segment.base_offset,
+                file: self.files.get(&segment.base_offset).cloned(),
+                index_bytes: Bytes::from(segment.index.encode(&segment.summary())),
+            })
+            .collect();
+        let settle = (!segments.is_empty()).then(|| SettleJob {
+            storage: self.storage.clone(),
+            dir: self.dir.clone(),
+            group: self.group,
+            segments,
+        });
         Some(CheckpointCandidate {
             checkpoint: self.written.checkpoint(),
-            file: self.files.get(&self.written.segment_base_offset).cloned(),
+            file: self.files.get(&written_base).cloned(),
+            settle,
             appended_bytes: self.written_appended_bytes,
         })
+    }
+
+    /// Applies a finished [`SettleJob`]: its segments are final and their files close.
+    pub fn finish_settle(&mut self, segment_base_offsets: &[u64]) {
+        for base in segment_base_offsets {
+            if let Some(segment) =
+                self.segments.iter_mut().find(|segment| segment.base_offset == *base)
+            {
+                assert!(segment.sealed, "only rolled segments settle");
+                segment.settled = true;
+            }
+            self.files.remove(base);
+        }
     }
 
     /// Marks the log fail-stop after an I/O failure the shard saw on its behalf (a checkpoint
@@ -1009,8 +1063,7 @@ impl<S: Storage> PartitionLog<S> {
         self.faulty_ops.suffix_from = Some(self.next.op);
     }
 
-    /// Applies a finished flush job: what it wrote counts as written; rolled segments it settled
-    /// are closed. ENOSPC leaves everything pending and the log refusing appends until a later
+    /// Applies a finished flush job: what it wrote counts as written. ENOSPC leaves everything pending and the log refusing appends until a later
     /// flush succeeds (storage full is clean and retryable); any other failure is fail-stop.
     pub fn finish_flush(&mut self, done: FlushDone<S>) -> Result<WriteOutcome> {
         assert!(self.flush_in_flight, "finish without a flush in flight");
@@ -1035,14 +1088,7 @@ impl<S: Storage> PartitionLog<S> {
             let chunk = self.chunks.pop_front().expect("len > 1");
             self.shared.pool.borrow_mut().give_back(chunk);
         }
-        for (base, _) in &job.settle {
-            if let Some(segment) =
-                self.segments.iter_mut().find(|segment| segment.base_offset == *base)
-            {
-                segment.settled = true;
-            }
-            self.files.remove(base);
-        }
+        outcome.sealed = job.target.segment_base_offset != self.written.segment_base_offset;
         self.ready_end_bytes = job.ready_end_bytes;
         self.written = job.target;
         self.written_appended_bytes = job.target_appended_bytes;

@@ -18,7 +18,7 @@ use crate::chunk::ChunkPool;
 use crate::error::{Error, Result};
 use crate::join::join_all;
 use crate::journal::{Journal, JournalCycle};
-use crate::partition::{FlushDone, FlushJob, GroupRecovery, PartitionLog, Shared};
+use crate::partition::{FlushDone, FlushJob, GroupRecovery, PartitionLog, SettleJob, Shared};
 use crate::record::{ChainNext, prepare_of};
 use crate::ring::{RingBudget, RingLimits};
 use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, Storage, StorageFile};
@@ -229,6 +229,8 @@ impl<S: Storage> ShardFlush<S> {
 /// cycles, so a sync that pays for everything the device absorbed never stalls appends.
 pub struct CheckpointJob<S: Storage> {
     syncs: Vec<(u64, Rc<S::File>)>,
+    /// Rolled segments below the new checkpoints, made final first.
+    settles: Vec<SettleJob<S>>,
     checkpoints: Vec<(u64, Checkpoint, u64)>,
     superblock: SuperblockWrite<S::File>,
 }
@@ -237,32 +239,45 @@ pub struct CheckpointJob<S: Storage> {
 pub struct CheckpointDone<S: Storage> {
     job: CheckpointJob<S>,
     failed_sync: Option<(u64, Error)>,
+    settle_syncs: u64,
     superblock: Result<()>,
 }
 
 impl<S: Storage> CheckpointJob<S> {
-    /// Syncs the segments concurrently, then writes the superblock only if every sync
-    /// succeeded, so it never names a checkpoint whose data is not durable.
+    /// Syncs the segments and settles rolled ones concurrently, then writes the superblock only
+    /// if every step succeeded, so it never names a checkpoint whose data is not durable.
     pub async fn run(self) -> CheckpointDone<S> {
-        let results = join_all(
+        let syncs = join_all(
             self.syncs
                 .iter()
                 .map(|(group, file)| {
                     let file = Rc::clone(file);
                     let group = *group;
-                    async move { file.sync_data().await.map_err(|e| (group, e)) }
+                    async move {
+                        file.sync_data().await.map_err(|e| {
+                            (group, Error::io(format!("syncing group {group} for a checkpoint"), e))
+                        })
+                    }
                 })
                 .collect(),
-        )
-        .await;
-        let failed_sync = results.into_iter().find_map(Result::err).map(|(group, error)| {
-            (group, Error::io(format!("syncing group {group} for a checkpoint"), error))
-        });
+        );
+        let settles = join_all(
+            self.settles
+                .iter()
+                .map(|settle| async move { settle.run().await.map_err(|e| (settle.group(), e)) })
+                .collect(),
+        );
+        let (sync_results, settle_results) = join2(syncs, settles).await;
+        let settle_syncs = settle_results.iter().filter_map(|result| result.as_ref().ok()).sum();
+        let failed_sync = sync_results
+            .into_iter()
+            .chain(settle_results.into_iter().map(|result| result.map(drop)))
+            .find_map(Result::err);
         let superblock = match failed_sync {
             None => self.superblock.run().await,
             Some(_) => Err(Error::Invalid("skipped: a checkpoint sync failed".into())),
         };
-        CheckpointDone { job: self, failed_sync, superblock }
+        CheckpointDone { job: self, failed_sync, settle_syncs, superblock }
     }
 }
 
@@ -625,7 +640,7 @@ impl<S: Storage> Shard<S> {
     fn checkpoint_due(&self, id: u64, log: &PartitionLog<S>) -> bool {
         (self.checkpoint_wanted.contains(&id)
             || log.bytes_since_checkpoint() >= self.config.checkpoint_interval_bytes)
-            && log.checkpoint_candidate().is_some()
+            && log.has_checkpoint_candidate()
     }
 
     /// Starts a checkpoint job (None when nothing is due or one is in flight). It may run
@@ -635,6 +650,7 @@ impl<S: Storage> Shard<S> {
             return None;
         }
         let mut syncs = Vec::new();
+        let mut settles = Vec::new();
         let mut checkpoints = Vec::new();
         let mut slots = self.slots();
         for (&id, log) in &self.groups {
@@ -645,6 +661,7 @@ impl<S: Storage> Shard<S> {
             if let Some(file) = candidate.file {
                 syncs.push((id, file));
             }
+            settles.extend(candidate.settle);
             if let Some(slot) = slots.get_mut(&id) {
                 slot.checkpoint = candidate.checkpoint;
             }
@@ -662,15 +679,15 @@ impl<S: Storage> Shard<S> {
         }
         self.slots_dirty.clear();
         self.checkpoint_in_flight = true;
-        Some(CheckpointJob { syncs, checkpoints, superblock })
+        Some(CheckpointJob { syncs, settles, checkpoints, superblock })
     }
 
     /// Applies a finished checkpoint job: the checkpoints it recorded release journal space.
     pub fn finish_checkpoint(&mut self, done: CheckpointDone<S>) -> Result<()> {
         assert!(self.checkpoint_in_flight, "finish without a checkpoint in flight");
         self.checkpoint_in_flight = false;
-        let CheckpointDone { job, failed_sync, superblock } = done;
-        self.counters.segment_syncs += job.syncs.len() as u64;
+        let CheckpointDone { job, failed_sync, settle_syncs, superblock } = done;
+        self.counters.segment_syncs += job.syncs.len() as u64 + settle_syncs;
         if let Some((group, error)) = failed_sync {
             // A failed sync is that group's I/O failure: it stops, the others go on.
             let error = self.groups.get_mut(&group).expect("job groups exist").fail_io(error);
@@ -681,6 +698,11 @@ impl<S: Storage> Shard<S> {
             return Err(self.fail(error));
         }
         self.superblock.finish_write(job.superblock);
+        for settle in &job.settles {
+            if let Some(log) = self.groups.get_mut(&settle.group()) {
+                log.finish_settle(&settle.segment_base_offsets());
+            }
+        }
         for (group, checkpoint, appended) in job.checkpoints {
             if let Some(log) = self.groups.get_mut(&group) {
                 log.set_checkpoint(checkpoint, appended);
@@ -701,7 +723,6 @@ impl<S: Storage> Shard<S> {
             let log = self.groups.get_mut(&group).expect("jobs come from groups");
             match log.finish_flush(job) {
                 Ok(outcome) => {
-                    self.counters.segment_syncs += outcome.syncs;
                     self.counters.segment_bytes_written += outcome.bytes_written;
                     if outcome.sealed {
                         self.checkpoint_wanted.insert(group);

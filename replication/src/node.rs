@@ -799,6 +799,13 @@ mod tests {
     /// A node of one with a `replicated` group 1 (single-replica groups, so writes commit
     /// at once).
     fn single_node(sim: &Sim) -> Node<SimStorage, Sent, Zero> {
+        single_node_with_segments(sim, 64 << 20)
+    }
+
+    fn single_node_with_segments(
+        sim: &Sim,
+        segment_size_bytes: u64,
+    ) -> Node<SimStorage, Sent, Zero> {
         let config = NodeConfig {
             node: 0,
             replica: ReplicaConfig { stamp_batches: false, ..ReplicaConfig::new(1, 0, 1, 0) },
@@ -811,7 +818,7 @@ mod tests {
         let (mut node, _) = sim.block_on(open).unwrap();
         let group = GroupConfig {
             durability: shoal_engine::superblock::Durability::Replicated,
-            segment_size_bytes: 64 << 20,
+            segment_size_bytes,
             record_size_bytes_max: 64 << 10,
             ..GroupConfig::default()
         };
@@ -869,6 +876,37 @@ mod tests {
             }
         }
         assert!(node.shard.counters().checkpoints > 0, "the checkpoint landed once released");
+        sim.block_on(node.close()).unwrap();
+    }
+
+    /// A segment roll's syncs (the rolled segment, its index, the directory) belong to the
+    /// checkpoint job: writes that cross rolls are acknowledged while every sync is held.
+    #[test]
+    fn rounds_acknowledge_writes_across_segment_rolls_while_syncs_are_held() {
+        let sim = Sim::new(6, SimConfig::default());
+        let mut node = single_node_with_segments(&sim, 1 << 20);
+        sim.set_syncs_held(true);
+        // 96 × 32 KiB = 3 MiB: at least two rolls of 1 MiB segments.
+        for number in 1..=96 {
+            node.on_client_request(1, request(number, 32 << 10)).unwrap();
+            sim.block_on(node.run_io());
+            assert_eq!(node.take_replies().len(), 1, "request {number} answered in its round");
+        }
+        let log = node.shard.group(1).unwrap();
+        assert!(log.segment_count() >= 3, "the writes rolled segments");
+        assert!(log.open_file_count() >= 2, "rolled segments stay open until settled");
+        assert_eq!(node.shard.counters().segment_syncs, 0, "no sync completed");
+        sim.set_syncs_held(false);
+        for number in 97..=200 {
+            node.on_client_request(1, request(number, 32 << 10)).unwrap();
+            sim.block_on(node.run_io());
+            assert_eq!(node.take_replies().len(), 1, "request {number} answered in its round");
+            if node.shard.group(1).unwrap().open_file_count() == 1 {
+                break;
+            }
+        }
+        assert_eq!(node.shard.group(1).unwrap().open_file_count(), 1, "rolled segments settled");
+        assert!(node.shard.counters().segment_syncs >= 2, "each rolled segment was synced");
         sim.block_on(node.close()).unwrap();
     }
 
