@@ -82,8 +82,10 @@ pub struct Chunk {
     /// File position of the chunk's first byte (block-aligned).
     pub file_base_bytes: u64,
     filled: usize,
-    /// Bytes of the chunk already written to the file; the next write starts at the block
+    /// Bytes of the chunk handed to flush jobs; the next job's write starts at the block
     /// holding this position.
+    submitted: usize,
+    /// Bytes of the chunk whose writes completed (`written <= submitted`).
     written: usize,
 }
 
@@ -148,15 +150,23 @@ impl Chunk {
         Bytes::from_owner(FrozenView { memory: Arc::clone(&self.memory), start, len })
     }
 
-    /// The writes that bring the file up to date with the frozen prefix: the unwritten full
-    /// blocks as a view of the chunk, and the partial tail block (zero-padded) as a copy —
-    /// unless `with_tail` is false because a successor chunk starts with that block (two
-    /// in-flight writes must never cover one block). Returns `(file_position, bytes)` pairs; the
-    /// caller issues them, then calls [`Chunk::mark_written`].
+    /// Whether the chunk holds bytes not yet handed to a flush job.
     #[must_use]
-    pub fn unwritten(&self, with_tail: bool) -> Vec<(u64, Bytes)> {
+    pub fn has_unsubmitted(&self) -> bool {
+        self.submitted < self.filled
+    }
+
+    /// The writes that bring the file up to date with the frozen prefix, past what earlier jobs
+    /// were handed: the full blocks as a view of the chunk, and the partial tail block
+    /// (zero-padded) as a copy — unless `with_tail` is false because a successor chunk starts
+    /// with that block. Returns `(file_position, bytes)` pairs; the caller issues them after
+    /// [`Chunk::mark_submitted`], then calls [`Chunk::mark_written`]. The first write starts at
+    /// the block holding the submitted end, which an earlier job may have written partially:
+    /// the caller orders the two writes of that block.
+    #[must_use]
+    pub fn unsubmitted(&self, with_tail: bool) -> Vec<(u64, Bytes)> {
         let block = BLOCK_SIZE_BYTES;
-        let from = self.written - self.written % block;
+        let from = self.submitted - self.submitted % block;
         let full_end = self.filled - self.filled % block;
         let mut writes = Vec::with_capacity(2);
         if full_end > from {
@@ -171,10 +181,22 @@ impl Chunk {
         writes
     }
 
-    /// Records that everything frozen so far is on the file.
-    pub fn mark_written(&mut self, up_to: usize) {
+    /// Records that the first `up_to` bytes were handed to a flush job.
+    pub fn mark_submitted(&mut self, up_to: usize) {
         debug_assert!(up_to <= self.filled);
+        self.submitted = self.submitted.max(up_to);
+    }
+
+    /// Records that the writes of the first `up_to` bytes completed.
+    pub fn mark_written(&mut self, up_to: usize) {
+        debug_assert!(up_to <= self.submitted);
         self.written = self.written.max(up_to);
+    }
+
+    /// Forgets submissions whose writes did not complete (after a failed job): they are handed
+    /// out again.
+    pub fn reset_submitted(&mut self) {
+        self.submitted = self.written;
     }
 }
 
@@ -240,9 +262,11 @@ impl ChunkPool {
             segment_base_offset,
             file_base_bytes,
             filled: 0,
+            submitted: 0,
             written: 0,
         };
         chunk.append(&[prefix]);
+        chunk.submitted = prefix.len();
         chunk.written = prefix.len();
         Some(chunk)
     }
@@ -279,20 +303,26 @@ mod tests {
         let view = chunk.append(&[&[1; 5000], &[2; 100]]);
         assert_eq!(view.len(), 5100);
         assert_eq!(chunk.filled(), 5100);
-        let writes = chunk.unwritten(true);
+        let writes = chunk.unsubmitted(true);
         assert_eq!(writes.len(), 2);
         assert_eq!((writes[0].0, writes[0].1.len()), (0, 4096));
         assert_eq!((writes[1].0, writes[1].1.len()), (4096, 4096));
         assert_eq!(&writes[1].1[..904], &[1; 904][..]);
         assert_eq!(&writes[1].1[904..1004], &[2; 100][..]);
         assert!(writes[1].1[1004..].iter().all(|&b| b == 0));
-        assert_eq!(chunk.unwritten(false).len(), 1, "the successor writes the partial block");
-        chunk.mark_written(chunk.filled());
-        // Only the partial block is rewritten next time.
+        assert_eq!(chunk.unsubmitted(false).len(), 1, "the successor writes the partial block");
+        chunk.mark_submitted(chunk.filled());
+        assert!(chunk.has_unwritten() && !chunk.has_unsubmitted());
+        // Only the partial block is rewritten by the next job, even before this one completes.
         chunk.append(&[&[3; 10]]);
-        let writes = chunk.unwritten(true);
+        let writes = chunk.unsubmitted(true);
         assert_eq!(writes.len(), 1);
         assert_eq!(writes[0].0, 4096);
+        chunk.mark_written(5100);
+        // A failed job's submissions are handed out again.
+        chunk.mark_submitted(chunk.filled());
+        chunk.reset_submitted();
+        assert_eq!(chunk.unsubmitted(true)[0].0, 4096);
     }
 
     #[test]

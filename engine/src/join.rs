@@ -1,10 +1,50 @@
-//! A tiny, executor-agnostic `join_all`: runs several futures of one task concurrently, so one
-//! flush can have many writes in flight without spawning (spawning would tie the engine to an
-//! executor). It never allocates per poll beyond the initial boxing.
+//! Tiny, executor-agnostic concurrency for one thread: `join_all` runs several futures of one
+//! task concurrently, so one flush can have many writes in flight without spawning (spawning
+//! would tie the engine to an executor), and [`Latch`] lets one job's write wait for another
+//! job's. Neither allocates per poll beyond the initial boxing and the wakers it keeps.
 
-use std::future::Future;
+use std::cell::{Cell, RefCell};
+use std::future::{Future, poll_fn};
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
+
+/// A one-shot completion flag of one thread: opened once, awaited by any number of futures.
+#[derive(Debug, Default)]
+pub struct Latch {
+    open: Cell<bool>,
+    waiting: RefCell<Vec<Waker>>,
+}
+
+impl Latch {
+    /// Opens the latch and wakes every waiter; later waits return at once.
+    pub fn open(&self) {
+        self.open.set(true);
+        for waker in self.waiting.borrow_mut().drain(..) {
+            waker.wake();
+        }
+    }
+
+    /// Whether it is open.
+    pub fn is_open(&self) -> bool {
+        self.open.get()
+    }
+
+    /// Waits until the latch is open.
+    pub async fn wait(&self) {
+        poll_fn(|context| {
+            if self.open.get() {
+                Poll::Ready(())
+            } else {
+                let mut waiting = self.waiting.borrow_mut();
+                if !waiting.iter().any(|waker| waker.will_wake(context.waker())) {
+                    waiting.push(context.waker().clone());
+                }
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+}
 
 /// Awaits every future, polling all unfinished ones on each wake; outputs in input order.
 pub async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {

@@ -320,6 +320,11 @@ impl<F: StorageFile> Journal<F> {
         }
     }
 
+    /// Whether a cycle is being written.
+    pub fn cycle_in_flight(&self) -> bool {
+        self.in_flight
+    }
+
     /// Takes the pending cycle for writing (None when nothing is pending).
     pub fn begin_cycle(&mut self) -> Option<JournalCycle<F>> {
         if self.pending_entries == 0 {

@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 use crate::chunk::{Chunk, ChunkPool};
 use crate::error::{Corruption, Error, Result};
-use crate::join::join_all;
+use crate::join::{Latch, join_all};
 use crate::record::{ChainNext, RecordFault, check_next, check_standalone, prepare_of};
 use crate::ring::{PrepareRing, RingBudget, RingFull, RingLimits, StoredPrepare};
 use crate::scan::Scanner;
@@ -195,6 +195,8 @@ pub struct PartitionLog<S: Storage> {
     next: ChainNext,
     head: Location,
     written: Location,
+    /// Where the flush jobs handed out so far end (`written` when none is in flight).
+    submitted: Location,
     /// Chunks with bytes not yet written; the last one receives appends.
     chunks: VecDeque<Chunk>,
     /// The bytes of the partial block before the append point, kept so the first append after
@@ -210,8 +212,19 @@ pub struct PartitionLog<S: Storage> {
     /// Bytes appended since open, at the head, at the written op and at the checkpoint.
     appended_bytes: u64,
     written_appended_bytes: u64,
+    submitted_appended_bytes: u64,
     checkpoint_appended_bytes: u64,
-    flush_in_flight: bool,
+    /// Flush jobs in flight; they finish in the order they began.
+    flushes_in_flight: usize,
+    /// The job in flight creates files or reserves space: no other job runs beside it.
+    exclusive_in_flight: bool,
+    /// A job failed while later ones were in flight: theirs are void, and no job starts until
+    /// every one has finished.
+    flush_failed: bool,
+    /// The partial block the newest job writing one pads (segment, position) and that job's
+    /// latch: a later job rewriting the block waits until the job finished, so the older,
+    /// shorter copy can never land last.
+    tail_in_flight: Option<(u64, u64, Rc<Latch>)>,
     /// A truncation whose fence is being made durable: the cut op and where it lies.
     truncation: Option<(u64, Option<Location>)>,
     storage_full: bool,
@@ -220,7 +233,8 @@ pub struct PartitionLog<S: Storage> {
 }
 
 /// The I/O of one group's part of a flush cycle, owning everything it touches so appends can
-/// continue while it runs.
+/// continue while it runs. Several may be in flight per log, each writing what was appended
+/// after the previous one began; they are finished in the order they began.
 pub struct FlushJob<S: Storage> {
     storage: S,
     dir: PathBuf,
@@ -234,6 +248,19 @@ pub struct FlushJob<S: Storage> {
     ready_end_bytes: u64,
     /// Space to reserve before writing: (segment, from, to).
     reserve: Option<(u64, u64, u64)>,
+    /// Opened when the job's I/O ended (or the job was dropped).
+    done: Rc<Latch>,
+    /// A block (segment, position) an earlier job in flight pads: this job's write of it waits
+    /// for that job's latch.
+    after: Option<(u64, u64, Rc<Latch>)>,
+}
+
+impl<S: Storage> Drop for FlushJob<S> {
+    fn drop(&mut self) {
+        // A job dropped unfinished (its node closing, a simulated crash) must not leave a later
+        // job waiting for it.
+        self.done.open();
+    }
 }
 
 /// A finished [`FlushJob`], to hand back to [`PartitionLog::finish_flush`].
@@ -257,6 +284,7 @@ impl<S: Storage> FlushJob<S> {
         let mut created = Vec::new();
         let mut outcome = WriteOutcome::default();
         let result = self.run_inner(&mut created, &mut outcome).await;
+        self.done.open();
         FlushDone { job: self, created, outcome, result }
     }
 
@@ -301,7 +329,19 @@ impl<S: Storage> FlushJob<S> {
                     let file = file_of(*base);
                     let bytes = bytes.clone();
                     let position = *position;
-                    async move { file.write_at(bytes, position).await }
+                    let after = self
+                        .after
+                        .as_ref()
+                        .filter(|(b, p, _)| (*b, *p) == (*base, position))
+                        .map(|(_, _, latch)| Rc::clone(latch));
+                    async move {
+                        if let Some(latch) = after
+                            && !cfg!(feature = "canary-tail-unordered")
+                        {
+                            latch.wait().await;
+                        }
+                        file.write_at(bytes, position).await
+                    }
                 })
                 .collect(),
         )
@@ -612,9 +652,14 @@ impl<S: Storage> PartitionLog<S> {
         self.faulty.as_deref()
     }
 
-    /// Whether bytes are waiting to be written.
+    /// Whether bytes are waiting to be written (or are being written).
     pub fn has_unwritten(&self) -> bool {
         self.written.op < self.head.op
+    }
+
+    /// Whether bytes are waiting for a flush job to be handed to.
+    pub fn has_unsubmitted(&self) -> bool {
+        self.submitted.op < self.head.op
     }
 
     /// Bytes appended since the last checkpoint.
@@ -865,48 +910,34 @@ impl<S: Storage> PartitionLog<S> {
         }
     }
 
-    /// Starts this group's part of a flush cycle: snapshots what is appended now and returns the
-    /// job that writes it (None when nothing is pending). Appends may continue while it runs;
-    /// they go into the next cycle. At most one job is in flight per log.
+    /// Starts this group's part of a flush cycle: snapshots what was appended since the last job
+    /// began and returns the job that writes it (None when nothing is pending, or when it cannot
+    /// run beside the jobs in flight). Appends may continue while it runs; they go into the next
+    /// job. Jobs may overlap — the device then always has writes queued, instead of draining at
+    /// the end of every cycle — except that a job creating files or reserving space runs alone,
+    /// and after a failure none starts until every job in flight has finished. Jobs must be
+    /// finished in the order they began.
     ///
     /// With `write_all` (a checkpoint is wanted), everything appended is written whatever the
     /// group's batching, so that a checkpoint job can then sync and record it.
     pub fn begin_flush(&mut self, write_all: bool) -> Option<FlushJob<S>> {
-        let write_data = (write_all && self.has_unwritten()) || self.segment_write_due();
-        if self.faulty.is_some() || !(write_data || self.needs_ready()) {
+        if self.faulty.is_some()
+            || (self.flushes_in_flight > 0 && (self.flush_failed || self.exclusive_in_flight))
+        {
             return None;
         }
-        assert!(!self.flush_in_flight, "one flush job at a time");
-        self.flush_in_flight = true;
-        let mut create = Vec::new();
-        let mut writes = Vec::new();
-        let mut chunk_marks = Vec::with_capacity(self.chunks.len());
+        let write_data = (write_all && self.has_unsubmitted()) || self.segment_write_due();
+        if !(write_data || self.needs_ready()) {
+            return None;
+        }
         let chunks = if write_data { self.chunks.len() } else { 0 };
-        for (index, chunk) in self.chunks.iter().enumerate().take(chunks) {
+        let mut create = Vec::new();
+        for chunk in self.chunks.iter().take(chunks) {
             if !self.files.contains_key(&chunk.segment_base_offset)
                 && !create.contains(&chunk.segment_base_offset)
             {
                 create.push(chunk.segment_base_offset);
             }
-            // A successor chunk in the same segment starts with this chunk's partial block.
-            let successor_same_segment = self
-                .chunks
-                .get(index + 1)
-                .is_some_and(|next| next.segment_base_offset == chunk.segment_base_offset);
-            for (position, bytes) in chunk.unwritten(!successor_same_segment) {
-                // Large runs go out as several block-aligned pieces in flight at once.
-                let mut start = 0;
-                while start < bytes.len() {
-                    let end = (start + WRITE_PIECE_BYTES).min(bytes.len());
-                    writes.push((
-                        chunk.segment_base_offset,
-                        position + start as u64,
-                        bytes.slice(start..end),
-                    ));
-                    start = end;
-                }
-            }
-            chunk_marks.push((chunk.id, chunk.filled()));
         }
         // Space is reserved ahead of the tail in steps, so that running out of it surfaces
         // here, cleanly, before any byte of the cycle is written.
@@ -928,6 +959,54 @@ impl<S: Storage> PartitionLog<S> {
                 ready_end_bytes = ready_end_bytes.max(to);
             }
         }
+        let exclusive = !create.is_empty() || reserve.is_some();
+        if exclusive && self.flushes_in_flight > 0 {
+            return None;
+        }
+        let done = Rc::new(Latch::default());
+        let after = self.tail_in_flight.clone().filter(|(_, _, latch)| !latch.is_open());
+        let mut writes = Vec::new();
+        let mut chunk_marks = Vec::with_capacity(chunks);
+        for index in 0..chunks {
+            // A successor chunk in the same segment starts with this chunk's partial block.
+            let successor_same_segment = self.chunks.get(index + 1).is_some_and(|next| {
+                next.segment_base_offset == self.chunks[index].segment_base_offset
+            });
+            let chunk = &mut self.chunks[index];
+            let with_tail = !successor_same_segment;
+            let pads_tail = with_tail
+                && chunk.has_unsubmitted()
+                && !chunk.filled().is_multiple_of(BLOCK_SIZE_BYTES);
+            for (position, bytes) in chunk.unsubmitted(with_tail) {
+                // Large runs go out as several block-aligned pieces in flight at once.
+                let mut start = 0;
+                while start < bytes.len() {
+                    let end = (start + WRITE_PIECE_BYTES).min(bytes.len());
+                    writes.push((
+                        chunk.segment_base_offset,
+                        position + start as u64,
+                        bytes.slice(start..end),
+                    ));
+                    start = end;
+                }
+            }
+            if pads_tail {
+                let filled = chunk.filled() as u64;
+                let position = chunk.file_base_bytes + filled - filled % BLOCK_SIZE_BYTES as u64;
+                self.tail_in_flight = Some((chunk.segment_base_offset, position, Rc::clone(&done)));
+            }
+            chunk.mark_submitted(chunk.filled());
+            chunk_marks.push((chunk.id, chunk.filled()));
+        }
+        let (target, target_appended_bytes) = if write_data {
+            (self.head, self.appended_bytes)
+        } else {
+            (self.submitted, self.submitted_appended_bytes)
+        };
+        self.submitted = target;
+        self.submitted_appended_bytes = target_appended_bytes;
+        self.flushes_in_flight += 1;
+        self.exclusive_in_flight = exclusive;
         Some(FlushJob {
             storage: self.storage.clone(),
             dir: self.dir.clone(),
@@ -935,15 +1014,13 @@ impl<S: Storage> PartitionLog<S> {
             create,
             files: self.files.clone(),
             writes,
-            target: if write_data { self.head } else { self.written },
-            target_appended_bytes: if write_data {
-                self.appended_bytes
-            } else {
-                self.written_appended_bytes
-            },
+            target,
+            target_appended_bytes,
             chunk_marks,
             ready_end_bytes,
             reserve,
+            done,
+            after,
         })
     }
 
@@ -953,16 +1030,17 @@ impl<S: Storage> PartitionLog<S> {
     /// (or a chunk filled, a segment rolled, a checkpoint asks): the small synchronous cycles
     /// then carry one write, not two, and the segment gets large sequential writes.
     fn segment_write_due(&self) -> bool {
-        if !self.has_unwritten() {
+        if !self.has_unsubmitted() {
             return false;
         }
         match self.config.durability {
             Durability::Replicated => true,
             Durability::Persisted => {
-                let unwritten = self.appended_bytes - self.written_appended_bytes;
+                let unsubmitted = self.appended_bytes - self.submitted_appended_bytes;
                 let batch = (self.shared.persisted_write_batch_bytes as u64)
                     .min(self.shared.ring_limits.bytes_max as u64 / 4);
-                unwritten >= batch || self.chunks.len() > 1
+                // A chunk other than the last one receiving appends is full.
+                unsubmitted >= batch || self.chunks.iter().rev().skip(1).any(Chunk::has_unsubmitted)
             }
         }
     }
@@ -971,7 +1049,7 @@ impl<S: Storage> PartitionLog<S> {
     /// wanted, so everything appended must be written).
     pub fn wants_flush(&self, write_all: bool) -> bool {
         self.faulty.is_none()
-            && ((write_all && self.has_unwritten())
+            && ((write_all && self.has_unsubmitted())
                 || self.segment_write_due()
                 || self.needs_ready())
     }
@@ -1063,18 +1141,36 @@ impl<S: Storage> PartitionLog<S> {
         self.faulty_ops.suffix_from = Some(self.next.op);
     }
 
-    /// Applies a finished flush job: what it wrote counts as written. ENOSPC leaves everything pending and the log refusing appends until a later
+    /// Applies a finished flush job (in the order the jobs began): what it wrote counts as
+    /// written. ENOSPC leaves everything pending and the log refusing appends until a later
     /// flush succeeds (storage full is clean and retryable); any other failure is fail-stop.
+    /// After a failure, the jobs that were in flight beside the failed one are void — their
+    /// data is handed out again once all of them have finished.
     pub fn finish_flush(&mut self, done: FlushDone<S>) -> Result<WriteOutcome> {
-        assert!(self.flush_in_flight, "finish without a flush in flight");
-        self.flush_in_flight = false;
+        assert!(self.flushes_in_flight > 0, "finish without a flush in flight");
+        self.flushes_in_flight -= 1;
+        if self.flushes_in_flight == 0 {
+            self.exclusive_in_flight = false;
+            self.tail_in_flight = None;
+        }
         let FlushDone { job, created, mut outcome, result } = done;
         for (base, file) in created {
             self.files.insert(base, file);
         }
+        if self.flush_failed {
+            self.flush_failed = self.flushes_in_flight > 0;
+            self.check_serving()?;
+            return Err(Error::StorageFull);
+        }
         if let Err(error) = result {
             if matches!(error, Error::StorageFull) {
                 self.storage_full = true;
+            }
+            self.flush_failed = self.flushes_in_flight > 0;
+            self.submitted = self.written;
+            self.submitted_appended_bytes = self.written_appended_bytes;
+            for chunk in &mut self.chunks {
+                chunk.reset_submitted();
             }
             return Err(self.fail(error));
         }
@@ -1088,6 +1184,7 @@ impl<S: Storage> PartitionLog<S> {
             let chunk = self.chunks.pop_front().expect("len > 1");
             self.shared.pool.borrow_mut().give_back(chunk);
         }
+        assert!(job.target.op >= self.written.op, "flush jobs finish in the order they began");
         outcome.sealed = job.target.segment_base_offset != self.written.segment_base_offset;
         self.ready_end_bytes = job.ready_end_bytes;
         self.written = job.target;
@@ -1131,7 +1228,10 @@ impl<S: Storage> PartitionLog<S> {
         journal_seq: u64,
     ) -> Result<Option<GroupSlot>> {
         self.check_serving()?;
-        assert!(!self.flush_in_flight && !self.has_unwritten(), "truncate only after a flush");
+        assert!(
+            self.flushes_in_flight == 0 && !self.has_unwritten(),
+            "truncate only after a flush"
+        );
         assert!(self.truncation.is_none(), "one truncation at a time");
         self.held.retain(|&held_op, _| held_op <= op);
         if op >= self.head.op {
@@ -1198,6 +1298,7 @@ impl<S: Storage> PartitionLog<S> {
             self.tail_prefix.clear();
             self.head = Location::default();
             self.written = Location::default();
+            self.submitted = Location::default();
             self.ready_end_bytes = 0;
             self.next = ChainNext {
                 cluster: self.shared.cluster,
@@ -1269,6 +1370,7 @@ impl<S: Storage> PartitionLog<S> {
         self.ready_end_bytes = block_start + 2 * block;
         self.head = location;
         self.written = location;
+        self.submitted = location;
         self.next = ChainNext {
             cluster: self.shared.cluster,
             group: self.group,
@@ -1592,6 +1694,7 @@ impl<S: Storage> PartitionLog<S> {
             next: ChainNext { cluster, group: slot.group, op: 1, parent: 0, offset: 0 },
             head: Location::default(),
             written: Location::default(),
+            submitted: Location::default(),
             chunks: VecDeque::new(),
             tail_prefix: Vec::new(),
             ring,
@@ -1603,8 +1706,12 @@ impl<S: Storage> PartitionLog<S> {
             ready_end_bytes: 0,
             appended_bytes: 0,
             written_appended_bytes: 0,
+            submitted_appended_bytes: 0,
             checkpoint_appended_bytes: 0,
-            flush_in_flight: false,
+            flushes_in_flight: 0,
+            exclusive_in_flight: false,
+            flush_failed: false,
+            tail_in_flight: None,
             truncation: None,
             storage_full: false,
             faulty: None,
@@ -1934,6 +2041,7 @@ impl<S: Storage> PartitionLog<S> {
         }
         self.next = next;
         self.written = self.head;
+        self.submitted = self.head;
         // The torn window is rewritten before anything new is appended: whatever survived past
         // the chain's end in a segment of the window becomes zeros, durably.
         let window: Vec<(u64, u64)> = self

@@ -53,6 +53,10 @@ pub struct ShardConfig {
     pub ready_ahead_bytes: u64,
     /// Distance between sparse index entries.
     pub index_interval_bytes: u64,
+    /// Flush cycles in flight at once (at least 1). A cycle may start while earlier ones are
+    /// still writing, so the device always has writes queued; the shard journal still has one
+    /// cycle in flight at a time.
+    pub flush_cycles_in_flight_max: usize,
     /// Bounds of each group's prepare ring.
     pub ring: RingLimits,
     /// Memory all rings of the shard may hold together.
@@ -86,6 +90,7 @@ impl Default for ShardConfig {
             checkpoint_interval_bytes: 4 << 20,
             ready_ahead_bytes: 64 << 20,
             index_interval_bytes: 64 << 10,
+            flush_cycles_in_flight_max: 4,
             ring: RingLimits::default(),
             ring_budget_bytes: 1 << 30,
             chunk_size_bytes: 4 << 20,
@@ -109,6 +114,7 @@ impl ShardConfig {
             checkpoint_interval_bytes: 1 << 20,
             ready_ahead_bytes: 256 << 10,
             index_interval_bytes: 4 << 10,
+            flush_cycles_in_flight_max: 2,
             ring: RingLimits { entries_max: 1024, bytes_max: 1 << 20 },
             ring_budget_bytes: 8 << 20,
             chunk_size_bytes: 256 << 10,
@@ -182,12 +188,20 @@ pub struct Shard<S: Storage> {
     counters: ShardCounters,
     marker_wanted: bool,
     checkpoint_in_flight: bool,
-    flush_in_flight: bool,
+    /// Flush cycles begun and not yet finished, and the sequence number of the next to begin;
+    /// cycles finish in the order they began.
+    flushes_in_flight: usize,
+    next_flush_seq: u64,
     failed: Option<String>,
 }
 
 /// A flush cycle in flight, owning its I/O.
 pub struct ShardFlush<S: Storage> {
+    seq: u64,
+    /// Every append made before the cycle began is durable once it (and the cycles before it)
+    /// finished: no `replicated` group was left with data for a later cycle, and the journal
+    /// cycle took every pending entry.
+    complete: bool,
     jobs: Vec<FlushJob<S>>,
     journal: Option<JournalCycle<S::File>>,
     /// Persisted groups whose prepares up to this op ride in the journal cycle.
@@ -197,6 +211,7 @@ pub struct ShardFlush<S: Storage> {
 
 /// A finished [`ShardFlush`], to hand back to [`Shard::finish_flush`].
 pub struct ShardFlushDone<S: Storage> {
+    seq: u64,
     jobs: Vec<FlushDone<S>>,
     journal: Option<(JournalCycle<S::File>, Result<()>)>,
     journaled: Vec<(u64, u64)>,
@@ -204,9 +219,15 @@ pub struct ShardFlushDone<S: Storage> {
 }
 
 impl<S: Storage> ShardFlush<S> {
+    /// Whether every append made before the cycle began is durable once it finishes
+    /// successfully (a cycle beside others in flight may leave some for a later one).
+    pub fn is_complete(&self) -> bool {
+        self.complete
+    }
+
     /// Runs the cycle: group writes and the journal write and its sync, concurrently.
     pub async fn run(self) -> ShardFlushDone<S> {
-        let ShardFlush { jobs, journal, journaled, group_targets } = self;
+        let ShardFlush { seq, complete: _, jobs, journal, journaled, group_targets } = self;
         let jobs_future = join_all(jobs.into_iter().map(FlushJob::run).collect());
         let journal_future = async {
             match &journal {
@@ -216,6 +237,7 @@ impl<S: Storage> ShardFlush<S> {
         };
         let (jobs_done, journal_result) = join2(jobs_future, journal_future).await;
         ShardFlushDone {
+            seq,
             jobs: jobs_done,
             journal: journal.map(|cycle| (cycle, journal_result.expect("ran with the cycle"))),
             journaled,
@@ -407,7 +429,8 @@ impl<S: Storage> Shard<S> {
             counters: ShardCounters::default(),
             marker_wanted: false,
             checkpoint_in_flight: false,
-            flush_in_flight: false,
+            flushes_in_flight: 0,
+            next_flush_seq: 0,
             failed: None,
         };
         Ok((shard, report))
@@ -462,7 +485,10 @@ impl<S: Storage> Shard<S> {
     /// returns). Call with no flush in flight.
     pub async fn create_group(&mut self, group: u64, config: GroupConfig) -> Result<()> {
         self.check_serving()?;
-        assert!(!self.flush_in_flight && !self.checkpoint_in_flight, "create_group between jobs");
+        assert!(
+            self.flushes_in_flight == 0 && !self.checkpoint_in_flight,
+            "create_group between jobs"
+        );
         config.validate()?;
         if config.record_size_bytes_max as usize > self.config.record_size_bytes_max {
             return Err(Error::Invalid(format!(
@@ -597,12 +623,17 @@ impl<S: Storage> Shard<S> {
                 .any(|(id, log)| log.wants_flush(self.checkpoint_wanted.contains(id)))
     }
 
-    /// Starts a flush cycle (None when nothing is pending or one is in flight).
+    /// Starts a flush cycle, possibly beside cycles still in flight (None when nothing is
+    /// pending that can start now, or `flush_cycles_in_flight_max` cycles are in flight). A
+    /// group whose job cannot run beside its jobs in flight, and a journal whose cycle is still
+    /// in flight, wait for a later cycle. Cycles must be finished in the order they began.
     pub fn begin_flush(&mut self) -> Option<ShardFlush<S>> {
-        if self.flush_in_flight || self.failed.is_some() || !self.has_pending() {
+        if self.flushes_in_flight >= self.config.flush_cycles_in_flight_max.max(1)
+            || self.failed.is_some()
+            || !self.has_pending()
+        {
             return None;
         }
-        self.flush_in_flight = true;
         let mut jobs = Vec::new();
         let mut group_targets = Vec::new();
         for (&id, log) in &mut self.groups {
@@ -614,10 +645,17 @@ impl<S: Storage> Shard<S> {
             }
             group_targets.push((id, log.head_op()));
         }
-        if std::mem::take(&mut self.marker_wanted) && self.journal.needs_marker() {
-            self.journal.add_marker();
+        let journal = if self.journal.cycle_in_flight() {
+            None
+        } else {
+            if std::mem::take(&mut self.marker_wanted) && self.journal.needs_marker() {
+                self.journal.add_marker();
+            }
+            self.journal.begin_cycle()
+        };
+        if jobs.is_empty() && journal.is_none() {
+            return None;
         }
-        let journal = self.journal.begin_cycle();
         let journaled = if journal.is_some() {
             group_targets
                 .iter()
@@ -627,7 +665,16 @@ impl<S: Storage> Shard<S> {
         } else {
             Vec::new()
         };
-        Some(ShardFlush { jobs, journal, journaled, group_targets })
+        let complete = self.journal.pending_entries() == 0
+            && self.groups.values().all(|log| {
+                log.config().durability == Durability::Persisted
+                    || log.faulty_reason().is_some()
+                    || !log.has_unsubmitted()
+            });
+        let seq = self.next_flush_seq;
+        self.next_flush_seq += 1;
+        self.flushes_in_flight += 1;
+        Some(ShardFlush { seq, complete, jobs, journal, journaled, group_targets })
     }
 
     /// Whether a checkpoint job has anything to do: a group past its checkpoint interval or
@@ -715,8 +762,13 @@ impl<S: Storage> Shard<S> {
 
     /// Applies a finished flush cycle and reports which groups' appends became durable.
     pub fn finish_flush(&mut self, done: ShardFlushDone<S>) -> FlushReport {
-        assert!(self.flush_in_flight, "finish without a flush in flight");
-        self.flush_in_flight = false;
+        assert!(self.flushes_in_flight > 0, "finish without a flush in flight");
+        assert_eq!(
+            done.seq,
+            self.next_flush_seq - self.flushes_in_flight as u64,
+            "flush cycles finish in the order they began"
+        );
+        self.flushes_in_flight -= 1;
         let mut report = FlushReport::default();
         for job in done.jobs {
             let group = job.group();
@@ -798,7 +850,7 @@ impl<S: Storage> Shard<S> {
     /// before this returns). Flushes first. Call with no flush in flight.
     pub async fn truncate_after(&mut self, group: u64, op: u64, view: u32) -> Result<()> {
         self.check_serving()?;
-        assert!(!self.flush_in_flight && !self.checkpoint_in_flight, "truncate between jobs");
+        assert!(self.flushes_in_flight == 0 && !self.checkpoint_in_flight, "truncate between jobs");
         // Everything appended must be on the segment first (a checkpoint writes it all).
         while self.groups.get(&group).ok_or_else(|| unknown(group))?.has_unwritten() {
             self.checkpoint_wanted.insert(group);
@@ -844,7 +896,7 @@ impl<S: Storage> Shard<S> {
     /// shutdown). Call with no flush in flight.
     pub async fn close(mut self) -> Result<()> {
         assert!(
-            !self.flush_in_flight && !self.checkpoint_in_flight,
+            self.flushes_in_flight == 0 && !self.checkpoint_in_flight,
             "close with nothing in flight"
         );
         for _ in 0..4 {

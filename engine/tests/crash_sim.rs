@@ -8,19 +8,25 @@
 //!   and nothing past a torn record is served;
 //! - a truncation that completed never comes back.
 //!
+//! Flush cycles overlap (up to the profile's `flush_cycles_in_flight_max`), finished in the order
+//! they began, so the simulated disk completes the writes of several cycles in any order.
+//!
 //! Each seed runs several crash/recover rounds; the test prints what it injected and requires
 //! minimums, so a change that stops injecting faults fails loudly.
 
 mod common;
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::future::{Future, poll_fn};
 use std::path::Path;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::Poll;
 
 use bytes::Bytes;
 use shoal_engine::record::build_prepare;
-use shoal_engine::shard::{Shard, ShardConfig};
+use shoal_engine::shard::{Shard, ShardConfig, ShardFlushDone};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimRng, SimStats, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::Prepare;
@@ -97,20 +103,57 @@ fn append_some(
     shard_ref.begin_flush()
 }
 
-/// The workload: appends of random sizes to both groups, flushes, an occasional truncation.
+/// A flush cycle in flight and its result once it finished.
+struct InFlight {
+    run: Pin<Box<dyn Future<Output = ShardFlushDone<SimStorage>>>>,
+    done: Option<ShardFlushDone<SimStorage>>,
+}
+
+/// Polls every cycle in flight until the oldest has finished, and returns it.
+async fn oldest_done(flushes: &mut VecDeque<InFlight>) -> ShardFlushDone<SimStorage> {
+    poll_fn(|context| {
+        for flush in flushes.iter_mut().filter(|flush| flush.done.is_none()) {
+            if let Poll::Ready(done) = flush.run.as_mut().poll(context) {
+                flush.done = Some(done);
+            }
+        }
+        match flushes.front().is_some_and(|flush| flush.done.is_some()) {
+            true => Poll::Ready(flushes.pop_front().and_then(|flush| flush.done).expect("done")),
+            false => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// Finishes the oldest cycle in flight and records the durable positions it reports.
+async fn finish_oldest(
+    flushes: &mut VecDeque<InFlight>,
+    shard: &Rc<RefCell<Option<Shard<SimStorage>>>>,
+    model: &Model,
+    seed: u64,
+) {
+    let done = oldest_done(flushes).await;
+    let report = shard.borrow_mut().as_mut().expect("open").finish_flush(done);
+    assert!(report.failed.is_empty(), "seed {seed}: {report:?}");
+    let mut model = model.borrow_mut();
+    for (group, op) in report.durable {
+        let group_model = model.get_mut(&group).expect("model");
+        group_model.durable = group_model.durable.max(op);
+    }
+}
+
+/// The workload: appends of random sizes to both groups, overlapping flushes, an occasional
+/// truncation.
 async fn workload(shard: Rc<RefCell<Option<Shard<SimStorage>>>>, model: Model, seed: u64) {
     let mut rng = SimRng::new(seed);
+    let mut flushes: VecDeque<InFlight> = VecDeque::new();
     for step in 0..400u64 {
-        let flush = append_some(&mut rng, &shard, &model, seed, step);
-        if let Some(flush) = flush {
-            let done = flush.run().await;
-            let report = shard.borrow_mut().as_mut().expect("open").finish_flush(done);
-            assert!(report.failed.is_empty(), "seed {seed}: {report:?}");
-            let mut model = model.borrow_mut();
-            for (group, op) in report.durable {
-                let group_model = model.get_mut(&group).expect("model");
-                group_model.durable = group_model.durable.max(op);
-            }
+        if let Some(flush) = append_some(&mut rng, &shard, &model, seed, step) {
+            flushes.push_back(InFlight { run: Box::pin(flush.run()), done: None });
+        }
+        // Sometimes the next cycle starts before the oldest has finished.
+        if !flushes.is_empty() && (rng.chance(1, 2) || flushes.len() >= 2) {
+            finish_oldest(&mut flushes, &shard, &model, seed).await;
         }
         // Checkpoints run as jobs of their own (segment syncs, then the superblock).
         let checkpoint = shard.borrow_mut().as_mut().expect("open").begin_checkpoint();
@@ -125,6 +168,10 @@ async fn workload(shard: Rc<RefCell<Option<Shard<SimStorage>>>>, model: Model, s
                 let shard_ref = guard.as_ref().expect("open");
                 (shard_ref.group(group).expect("group").head_op(), model.borrow()[&group].view)
             };
+            // A truncation needs the log at rest.
+            while !flushes.is_empty() {
+                finish_oldest(&mut flushes, &shard, &model, seed).await;
+            }
             if head > 2 {
                 let cut = head - 1 - rng.below(head.min(6) - 1);
                 {

@@ -5,11 +5,13 @@ mod common;
 
 use shoal_engine::batch::BatchBuilder;
 use shoal_engine::record::build_prepare;
-use shoal_engine::shard::{Shard, ShardConfig};
+use shoal_engine::shard::{Shard, ShardConfig, ShardFlush, ShardFlushDone};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::Prepare;
+use std::future::{Future, poll_fn};
 use std::path::Path;
+use std::task::Poll;
 
 const GROUP: u64 = 7;
 
@@ -125,6 +127,84 @@ fn segments_roll_by_size_and_retention_deletes_whole_sealed_segments() {
     assert_eq!(log.next_offset(), 400);
     let all = sim.block_on(log.read_offset(first, usize::MAX)).unwrap();
     assert_eq!(all.len() as u64, 400 - first);
+}
+
+/// Runs two flush cycles concurrently (one task, both polled), returning both results.
+fn run_both(
+    sim: &Sim,
+    first: ShardFlush<SimStorage>,
+    second: ShardFlush<SimStorage>,
+) -> (ShardFlushDone<SimStorage>, ShardFlushDone<SimStorage>) {
+    let mut runs = [Box::pin(first.run()), Box::pin(second.run())];
+    let mut done: [Option<ShardFlushDone<SimStorage>>; 2] = [None, None];
+    sim.block_on(poll_fn(|context| {
+        for (run, done) in runs.iter_mut().zip(done.iter_mut()) {
+            if done.is_none()
+                && let Poll::Ready(output) = run.as_mut().poll(context)
+            {
+                *done = Some(output);
+            }
+        }
+        if done.iter().all(Option::is_some) { Poll::Ready(()) } else { Poll::Pending }
+    }));
+    let [first, second] = done;
+    (first.unwrap(), second.unwrap())
+}
+
+/// A cycle starts while another is in flight, up to `flush_cycles_in_flight_max`; the two write
+/// the same partial block (the later one with more data), are finished in order, and what
+/// reaches the disk is every byte of both.
+#[test]
+fn flush_cycles_overlap_up_to_their_bound_and_finish_in_order() {
+    let sim = Sim::new(9, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    let mut shard = open(&sim, dir);
+    assert_eq!(shard.config().flush_cycles_in_flight_max, 2);
+    sim.block_on(shard.create_group(GROUP, group_config(Durability::Replicated))).unwrap();
+    // The first cycle creates the file and reserves space: it runs alone.
+    append(&mut shard, 1, 700, 1);
+    let first = shard.begin_flush().unwrap();
+    append(&mut shard, 1, 700, 2);
+    assert!(shard.begin_flush().is_none(), "nothing may run beside a reserving job");
+    let done = sim.block_on(first.run());
+    assert_eq!(shard.finish_flush(done).durable, vec![(GROUP, 1)]);
+    // Now two cycles overlap, each ending inside the same block.
+    let second = shard.begin_flush().unwrap();
+    assert!(second.is_complete());
+    append(&mut shard, 1, 700, 3);
+    let third = shard.begin_flush().unwrap();
+    append(&mut shard, 1, 700, 4);
+    assert!(shard.begin_flush().is_none(), "at most two cycles in flight");
+    let (second, third) = run_both(&sim, second, third);
+    assert_eq!(shard.finish_flush(second).durable, vec![(GROUP, 2)]);
+    assert_eq!(shard.finish_flush(third).durable, vec![(GROUP, 3)]);
+    let fourth = shard.begin_flush().unwrap();
+    let done = sim.block_on(fourth.run());
+    assert_eq!(shard.finish_flush(done).durable, vec![(GROUP, 4)]);
+    sim.block_on(shard.close()).unwrap();
+    let mut shard = open(&sim, dir);
+    let log = shard.group_mut(GROUP).unwrap();
+    let all = sim.block_on(log.read_offset(0, usize::MAX)).unwrap();
+    assert_eq!(all.len(), 4, "every op is on disk");
+    for (index, prepare) in all.iter().enumerate() {
+        assert_eq!(prepare.body(), batch(1, 700, index as i64 + 1));
+    }
+}
+
+#[test]
+#[should_panic(expected = "flush cycles finish in the order they began")]
+fn flush_cycles_finished_out_of_order_are_refused() {
+    let sim = Sim::new(10, SimConfig::default());
+    let mut shard = open(&sim, Path::new("/data/shard-0"));
+    sim.block_on(shard.create_group(GROUP, group_config(Durability::Replicated))).unwrap();
+    append(&mut shard, 1, 700, 1);
+    sim.block_on(shard.flush()).unwrap();
+    append(&mut shard, 1, 700, 2);
+    let second = shard.begin_flush().unwrap();
+    append(&mut shard, 1, 700, 3);
+    let third = shard.begin_flush().unwrap();
+    let (_, third) = run_both(&sim, second, third);
+    shard.finish_flush(third);
 }
 
 /// Near a segment's end the ready-ahead window is cut short by the segment's size: once a

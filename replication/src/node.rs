@@ -89,6 +89,15 @@ type CheckpointRun<S> = Pin<Box<dyn Future<Output = CheckpointDone<S>>>>;
 /// A flush cycle running across I/O rounds.
 type FlushRun<S> = Pin<Box<dyn Future<Output = ShardFlushDone<S>>>>;
 
+/// A flush cycle in flight: its I/O, the ticket of the newest write it makes durable (None when
+/// it left some of what preceded it to a later cycle), and its result once it finished ahead of
+/// an older cycle (cycles are applied in the order they began).
+struct FlushSlot<S: Storage> {
+    run: FlushRun<S>,
+    ticket: Option<u64>,
+    done: Option<ShardFlushDone<S>>,
+}
+
 /// Flush cycles one round (or one poll of the jobs) runs at most before yielding: each carries
 /// everything pending when it began, so more than a few means something keeps failing.
 const FLUSHES_PER_ROUND_MAX: usize = 64;
@@ -118,8 +127,8 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     /// The checkpoint job in flight: it outlives the round that started it, so its segment
     /// syncs never hold up a round's flush (and the replies waiting on it).
     checkpoint: Option<CheckpointRun<S>>,
-    /// The flush cycle in flight and the ticket of the newest write it carries.
-    flush: Option<(FlushRun<S>, u64)>,
+    /// The flush cycles in flight, oldest first (the shard bounds how many).
+    flushes: VecDeque<FlushSlot<S>>,
     /// Set when a cycle hit a full disk or failed: the next round retries, not the poll.
     flush_blocked: bool,
     counters: NodeCounters,
@@ -154,7 +163,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             replies: Vec::new(),
             committed: Vec::new(),
             checkpoint: None,
-            flush: None,
+            flushes: VecDeque::new(),
             flush_blocked: false,
             counters: NodeCounters::default(),
         };
@@ -289,7 +298,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     pub async fn run_io(&mut self) {
         self.start_io().await;
         for _ in 0..FLUSHES_PER_ROUND_MAX {
-            if self.flush.is_none() {
+            if self.flushes.is_empty() {
                 break;
             }
             self.wait_io().await;
@@ -370,7 +379,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
 
     /// Whether a flush cycle or a checkpoint job is in flight (see [`Node::wait_io`]).
     pub fn io_in_flight(&self) -> bool {
-        self.flush.is_some() || self.checkpoint.is_some()
+        !self.flushes.is_empty() || self.checkpoint.is_some()
     }
 
     /// Waits until a flush cycle or checkpoint job in flight finishes, and applies it: the
@@ -426,9 +435,9 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     }
 
     /// Deletes the sealed segments beyond each group's retention (`now_ms` from the driver's
-    /// clock), once the flush cycle in flight has finished. Returns the segments deleted.
+    /// clock), once the flush cycles in flight have finished. Returns the segments deleted.
     pub async fn enforce_retention(&mut self, now_ms: i64) -> EngineResult<usize> {
-        self.finish_flush_in_flight().await;
+        self.finish_flushes_in_flight().await;
         self.shard.enforce_retention(now_ms).await
     }
 
@@ -540,20 +549,26 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 self.apply_checkpoint(done);
                 finished = true;
             }
-            if let Some((run, ticket)) = self.flush.as_mut()
-                && let Poll::Ready(done) = run.as_mut().poll(cx)
-            {
-                let ticket = *ticket;
-                self.flush = None;
+            for slot in self.flushes.iter_mut().filter(|slot| slot.done.is_none()) {
+                if let Poll::Ready(done) = slot.run.as_mut().poll(cx) {
+                    slot.done = Some(done);
+                }
+            }
+            while self.flushes.front().is_some_and(|slot| slot.done.is_some()) {
+                let slot = self.flushes.pop_front().expect("checked");
                 // A failure is recorded in the groups; the next round retries a full disk.
-                let _ = self.finish_flush(done, ticket);
+                let _ = self.finish_flush(slot.done.expect("checked"), slot.ticket);
                 finished = true;
             }
-            if self.flush.is_none()
-                && !self.flush_blocked
+            if !self.flush_blocked
                 && let Some(flush) = self.shard.begin_flush()
             {
-                self.flush = Some((Box::pin(flush.run()), self.applied_ticket()));
+                let ticket = flush.is_complete().then(|| self.applied_ticket());
+                self.flushes.push_back(FlushSlot {
+                    run: Box::pin(flush.run()),
+                    ticket,
+                    done: None,
+                });
                 again = true;
             }
             if self.checkpoint.is_none()
@@ -571,12 +586,14 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
 
     /// Applies a finished flush cycle: failures, then the durable positions it reached; false
     /// when the disk was full or the cycle failed.
-    fn finish_flush(&mut self, done: ShardFlushDone<S>, ticket: u64) -> bool {
+    fn finish_flush(&mut self, done: ShardFlushDone<S>, ticket: Option<u64>) -> bool {
         let report = self.shard.finish_flush(done);
         let ok = self.apply_flush_report(report);
         if ok {
-            // Everything applied before the cycle began is durable now.
-            self.tickets_durable = self.tickets_durable.max(ticket);
+            // A complete cycle: everything applied before it began is durable now.
+            if let Some(ticket) = ticket {
+                self.tickets_durable = self.tickets_durable.max(ticket);
+            }
         } else {
             // Retried by the next round, not at once.
             self.flush_blocked = true;
@@ -590,11 +607,19 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.tickets_issued - self.writes.len() as u64
     }
 
-    /// Waits for the flush cycle in flight, if any, and applies it; false when it failed.
-    async fn finish_flush_in_flight(&mut self) -> bool {
-        let Some((run, ticket)) = self.flush.take() else { return true };
-        let done = run.await;
-        self.finish_flush(done, ticket)
+    /// Waits for the flush cycles in flight, oldest first, and applies them; false when one
+    /// failed. (An older cycle never waits for a newer one, so awaiting them one at a time
+    /// cannot stall.)
+    async fn finish_flushes_in_flight(&mut self) -> bool {
+        let mut ok = true;
+        while let Some(slot) = self.flushes.pop_front() {
+            let done = match slot.done {
+                Some(done) => done,
+                None => slot.run.await,
+            };
+            ok &= self.finish_flush(done, slot.ticket);
+        }
+        ok
     }
 
     /// Tells every replica how far its log is durable.
@@ -610,7 +635,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// Waits for the flush cycle and the checkpoint in flight, if any, and applies them; false
     /// when one failed.
     async fn finish_jobs(&mut self) -> bool {
-        let mut ok = self.finish_flush_in_flight().await;
+        let mut ok = self.finish_flushes_in_flight().await;
         if let Some(run) = self.checkpoint.take() {
             let done = run.await;
             ok &= self.apply_checkpoint(done);

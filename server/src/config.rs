@@ -1103,7 +1103,7 @@ const TOPIC_KEYS: [IntKey<TopicDefaults>; 5] = [
 ];
 
 /// `[shard]` and `[shard.N]`: the engine's `ShardConfig` fields (`ring_*_max` → `ring`).
-const STORAGE_KEYS: [IntKey<ShardConfig>; 15] = [
+const STORAGE_KEYS: [IntKey<ShardConfig>; 16] = [
     IntKey {
         name: "groups_max",
         min: 1,
@@ -1138,6 +1138,13 @@ const STORAGE_KEYS: [IntKey<ShardConfig>; 15] = [
         max: 1 << 30,
         get: |s| s.index_interval_bytes,
         set: |s, v| s.index_interval_bytes = v,
+    },
+    IntKey {
+        name: "flush_cycles_in_flight_max",
+        min: 1,
+        max: 64,
+        get: |s| s.flush_cycles_in_flight_max as u64,
+        set: |s, v| s.flush_cycles_in_flight_max = v as usize,
     },
     IntKey {
         name: "ring_entries_max",
