@@ -12,19 +12,25 @@
 //! temporary directory), which should be on the disk under test.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use shoal_engine::record::build_prepare;
 use shoal_engine::ring::RingLimits;
-use shoal_engine::shard::{Shard, ShardConfig};
+use shoal_engine::shard::{Shard, ShardConfig, ShardFlushDone};
 use shoal_engine::storage::uring::{UringStorage, runtime};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::{HEADER_SIZE, Prepare};
 
 const MIB: usize = 1 << 20;
+
+type FlushRun = Pin<Box<dyn Future<Output = ShardFlushDone<UringStorage>>>>;
 
 fn bench_dir() -> tempfile::TempDir {
     match std::env::var_os("SHOAL_BENCH_DIR") {
@@ -34,15 +40,22 @@ fn bench_dir() -> tempfile::TempDir {
 }
 
 /// Production sizes: 1 GiB segments, 64 MiB reserved ahead, 4 MiB checkpoints (the defaults).
+/// `SHOAL_BENCH_FLUSH_CYCLES=N` overrides `flush_cycles_in_flight_max`, for A/B runs.
 fn production(record_size_bytes_max: usize) -> ShardConfig {
+    let defaults = ShardConfig::default();
+    let flush_cycles_in_flight_max = std::env::var("SHOAL_BENCH_FLUSH_CYCLES")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(defaults.flush_cycles_in_flight_max);
     ShardConfig {
+        flush_cycles_in_flight_max,
         journal_size_bytes: 1 << 30,
         chunk_size_bytes: 8 * MIB,
         chunks_max: 64,
         ring: RingLimits { entries_max: 65_536, bytes_max: 64 * MIB },
         ring_budget_bytes: 256 * MIB,
         record_size_bytes_max,
-        ..ShardConfig::default()
+        ..defaults
     }
 }
 
@@ -107,7 +120,9 @@ fn replicated_1mib(c: &mut Criterion) {
 }
 
 /// Appends `count` batches, keeping at most `window_bytes` not yet durable, with flush cycles
-/// running back to back in a second task; each side wakes the other through a [`Signal`].
+/// in a second task — as many in flight as the shard allows, a new one started whenever
+/// anything was appended, finished in the order they began (as the node layer runs them); each
+/// side wakes the other through a [`Signal`].
 async fn pipelined(
     shard: &Rc<RefCell<Shard<UringStorage>>>,
     batch: &Bytes,
@@ -125,15 +140,33 @@ async fn pipelined(
         let durable_signal = Rc::clone(&durable_signal);
         monoio::spawn(async move {
             let mut checkpoints = Vec::new();
+            let mut flushes: VecDeque<(FlushRun, Option<ShardFlushDone<UringStorage>>)> =
+                VecDeque::new();
             while shard.borrow().durable_op(1) != Some(target) {
-                let flush = shard.borrow_mut().begin_flush();
-                match flush {
-                    Some(flush) => {
-                        let done = flush.run().await;
-                        shard.borrow_mut().finish_flush(done);
-                        durable_signal.raise();
+                loop {
+                    let flush = shard.borrow_mut().begin_flush();
+                    let Some(flush) = flush else { break };
+                    flushes.push_back((Box::pin(flush.run()), None));
+                }
+                // Until the oldest cycle finished, or something new was appended.
+                let oldest = poll_fn(|context| {
+                    for (run, done) in flushes.iter_mut().filter(|(_, done)| done.is_none()) {
+                        if let Poll::Ready(output) = run.as_mut().poll(context) {
+                            *done = Some(output);
+                        }
                     }
-                    None => appended_signal.wait().await,
+                    if flushes.front().is_some_and(|(_, done)| done.is_some()) {
+                        Poll::Ready(flushes.pop_front().and_then(|(_, done)| done))
+                    } else if appended_signal.poll_raised(context) {
+                        Poll::Ready(None)
+                    } else {
+                        Poll::Pending
+                    }
+                })
+                .await;
+                if let Some(done) = oldest {
+                    shard.borrow_mut().finish_flush(done);
+                    durable_signal.raise();
                 }
                 // A due checkpoint runs beside the next cycles, as the node layer will run it.
                 let checkpoint = shard.borrow_mut().begin_checkpoint();
@@ -156,19 +189,42 @@ async fn pipelined(
             let mut shard = shard.borrow_mut();
             let durable = shard.durable_op(1).unwrap_or(0);
             let before = appended;
-            while appended < target && (appended - durable) * batch_bytes < window_bytes {
+            // A slice at a time, as a server's connections deliver them, so the flusher can
+            // start a cycle for each while earlier ones are still writing.
+            while appended < target
+                && appended - before < APPEND_SLICE_BATCHES
+                && (appended - durable) * batch_bytes < window_bytes
+            {
                 appended = append_one(&mut shard, 1, batch);
             }
             appended > before
         };
         if progressed {
             appended_signal.raise();
-        }
-        if appended < target {
+            yield_now().await;
+        } else if appended < target {
             durable_signal.wait().await;
         }
     }
     flusher.await;
+}
+
+/// Batches the pipelined appender adds before it lets the flusher run.
+const APPEND_SLICE_BATCHES: u64 = 4;
+
+/// Lets the other tasks of the thread run once.
+async fn yield_now() {
+    let mut yielded = false;
+    poll_fn(|context| {
+        if yielded {
+            Poll::Ready(())
+        } else {
+            yielded = true;
+            context.waker().wake_by_ref();
+            Poll::Pending
+        }
+    })
+    .await;
 }
 
 /// A single-task wake-up: `raise` wakes the task waiting in `wait` (or lets its next `wait`
@@ -188,15 +244,18 @@ impl Signal {
     }
 
     async fn wait(&self) {
-        std::future::poll_fn(|context| {
-            if self.raised.replace(false) {
-                std::task::Poll::Ready(())
-            } else {
-                *self.waker.borrow_mut() = Some(context.waker().clone());
-                std::task::Poll::Pending
-            }
-        })
-        .await;
+        poll_fn(|context| if self.poll_raised(context) { Poll::Ready(()) } else { Poll::Pending })
+            .await;
+    }
+
+    /// Takes the raised flag, or registers the task to be woken when it is raised.
+    fn poll_raised(&self, context: &mut std::task::Context<'_>) -> bool {
+        if self.raised.replace(false) {
+            true
+        } else {
+            *self.waker.borrow_mut() = Some(context.waker().clone());
+            false
+        }
     }
 }
 
