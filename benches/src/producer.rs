@@ -1,16 +1,21 @@
 //! One producer actor: a thread with its own io_uring runtime and connection, sending the same
 //! prepared batch to its partition on the open-loop schedule with up to `in_flight_max` requests
 //! outstanding, and recording each batch's produce→ack latency from its intended send time.
+//! The connection is split ([`Client::into_split`]): a send that is due goes out while earlier
+//! replies are still awaited, so a slow reply delays no later send, and the last stretch of each
+//! wait is spent yielding rather than on the runtime's millisecond timer.
 //!
 //! It owns its connection, its histogram and its series; it shares only the live counters the
 //! progress line reads. It builds its request body once and reuses it for every send.
 
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
-use shoal_client::{Client, ClientConfig, ClientError};
+use shoal_client::{Client, ClientConfig, ClientError, ReplyReceiver, RequestSender};
 use shoal_engine::protocol::{Operation, Partitioning, Produce, ProduceReply, Writer};
 
 use crate::actor::{Tally, run_pinned};
@@ -90,6 +95,35 @@ pub fn run(spec: ProducerSpec) -> Result<ProducerResult, String> {
     run_pinned(cpu, produce(spec)).map_err(|e| format!("producer {actor}: {e}"))
 }
 
+/// How much earlier than a send's intended time the timer is asked to wake: the runtime's timer
+/// has a granularity of a millisecond, so the rest of the wait is spent yielding.
+const TIMER_SLACK_NS: u64 = 1_500_000;
+
+/// Waits about `wait_ns`: on the timer for all but the last [`TIMER_SLACK_NS`], by yielding for
+/// the rest (the caller re-checks the schedule after each return).
+async fn wait_for(wait_ns: u64) {
+    if wait_ns > TIMER_SLACK_NS {
+        monoio::time::sleep(Duration::from_nanos(wait_ns - TIMER_SLACK_NS)).await;
+    } else {
+        yield_now().await;
+    }
+}
+
+/// Lets the thread's other tasks run once.
+async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|context| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            context.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+}
+
 /// Nanoseconds since the Unix epoch (the one clock producers and consumers share for the
 /// end-to-end latency; both run on this machine).
 pub fn wall_ns() -> u64 {
@@ -145,7 +179,6 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
         client_name: format!("shoal-bench/producer-{}", spec.actor),
         ..ClientConfig::with_seeds(spec.seeds.clone())
     };
-    let mut client = Client::connect(config).await.map_err(|e| format!("connect: {e}"))?;
     let mut body = Vec::with_capacity(spec.batch.len() + 600);
     let request = Produce {
         stream: spec.stream.clone(),
@@ -159,79 +192,232 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
     body.extend_from_slice(&spec.batch);
     let positions = if spec.stamp { stamp_positions(&spec.batch)? } else { Vec::new() };
 
-    let mut result = ProducerResult { actor: spec.actor, ..ProducerResult::default() };
+    let state = RefCell::new(State {
+        result: ProducerResult { actor: spec.actor, ..ProducerResult::default() },
+        outstanding: VecDeque::with_capacity(spec.in_flight_max),
+        second_latency: Latency::new(),
+        second_index: 0,
+        sending_done: false,
+        connection_failed: false,
+    });
     let mut schedule = Schedule::new(0, spec.interval_ns);
-    let mut outstanding: VecDeque<(u64, u64)> = VecDeque::with_capacity(spec.in_flight_max);
-    let mut second_latency = Latency::new();
-    let mut second_index = 0;
+    let replied = Signal::default();
+    let sent = Signal::default();
+    let mut client =
+        Some(Client::connect(config.clone()).await.map_err(|e| format!("connect: {e}"))?);
+    while sending(&spec, &schedule) {
+        let connected = match client.take() {
+            Some(client) => client.into_split().await,
+            None => match Client::connect(config.clone()).await {
+                Ok(client) => client.into_split().await,
+                Err(error) => Err(error),
+            },
+        };
+        let (mut requests, mut replies) = match connected {
+            Ok(halves) => halves,
+            Err(error) => {
+                state.borrow_mut().result.tally.error(error_kind(&error));
+                // The server is unreachable: retry, without spinning, until the run ends.
+                monoio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        {
+            let mut state = state.borrow_mut();
+            state.connection_failed = false;
+            state.sending_done = false;
+        }
+        let send = send_loop(
+            &spec,
+            &state,
+            &mut schedule,
+            &mut requests,
+            &replied,
+            &sent,
+            &mut body,
+            prefix_len,
+            &positions,
+        );
+        let receive = receive_loop(&spec, &state, &mut replies, &replied, &sent);
+        monoio::join!(send, receive);
+    }
+    let state = state.into_inner();
+    Ok(state.result)
+}
+
+/// What a producer's sending and receiving halves share.
+struct State {
+    result: ProducerResult,
+    /// Requests sent and not yet answered: (request number, intended send time).
+    outstanding: VecDeque<(u64, u64)>,
+    second_latency: Latency,
+    second_index: u64,
+    /// The sender has stopped (the run ended or the connection failed).
+    sending_done: bool,
+    /// The connection failed: both halves stop, and every outstanding request is lost.
+    connection_failed: bool,
+}
+
+fn sending(spec: &ProducerSpec, schedule: &Schedule) -> bool {
+    (spec.start.elapsed().as_nanos() as u64) < spec.stop_ns && schedule.sent() < spec.batches_max
+}
+
+/// Sends on the open-loop schedule, whatever the replies are doing, while the connection has
+/// room; stops when the run ends or the connection failed.
+#[allow(clippy::too_many_arguments)]
+async fn send_loop(
+    spec: &ProducerSpec,
+    state: &RefCell<State>,
+    schedule: &mut Schedule,
+    requests: &mut RequestSender,
+    replied: &Signal,
+    sent: &Signal,
+    body: &mut [u8],
+    prefix_len: usize,
+    positions: &[usize],
+) {
     let now_ns = || spec.start.elapsed().as_nanos() as u64;
-    loop {
+    while sending(spec, schedule) && !state.borrow().connection_failed {
         let now = now_ns();
-        let sending = now < spec.stop_ns && schedule.sent() < spec.batches_max;
-        if !sending && outstanding.is_empty() {
-            break;
-        }
-        if sending && client.has_room() && schedule.is_due(now) {
-            let intended = schedule.take(now);
-            if spec.stamp {
-                stamp(&mut body[prefix_len..], &positions, wall_ns());
-            }
-            let (prefix, batch) = body.split_at(prefix_len);
-            match client.submit(Operation::Produce, &[prefix, batch]).await {
-                Ok(request) => outstanding.push_back((request, intended)),
-                Err(error) => {
-                    result.tally.error(error_kind(&error));
-                    // The connection is gone, and with it every outstanding request.
-                    outstanding.clear();
-                }
-            }
+        if !requests.has_room() {
+            replied.wait().await;
             continue;
         }
-        if outstanding.is_empty() {
-            // Nothing to collect: wait for the next intended send.
-            monoio::time::sleep(Duration::from_nanos(schedule.wait_ns(now))).await;
+        if !schedule.is_due(now) {
+            wait_for(schedule.wait_ns(now)).await;
             continue;
         }
-        let reply = client.receive().await;
-        let done = now_ns();
-        let Some((request, intended)) = outstanding.pop_front() else { continue };
+        let intended = schedule.take(now);
+        if spec.stamp {
+            stamp(&mut body[prefix_len..], positions, wall_ns());
+        }
+        let (prefix, batch) = body.split_at(prefix_len);
+        match requests.submit(Operation::Produce, &[prefix, batch]).await {
+            Ok(request) => {
+                state.borrow_mut().outstanding.push_back((request, intended));
+                sent.raise();
+            }
+            Err(error) => {
+                let mut state = state.borrow_mut();
+                state.result.tally.error(error_kind(&error));
+                state.connection_failed = true;
+            }
+        }
+    }
+    state.borrow_mut().sending_done = true;
+    sent.raise();
+}
+
+/// Collects replies in order and records each one's latency from its intended send time; ends
+/// once the sender stopped and nothing is outstanding, or the connection failed.
+async fn receive_loop(
+    spec: &ProducerSpec,
+    state: &RefCell<State>,
+    replies: &mut ReplyReceiver,
+    replied: &Signal,
+    sent: &Signal,
+) {
+    loop {
+        let idle = {
+            let mut state = state.borrow_mut();
+            if state.connection_failed {
+                // The connection is gone, and with it every outstanding request.
+                state.outstanding.clear();
+                break;
+            }
+            if state.outstanding.is_empty() && state.sending_done {
+                break;
+            }
+            state.outstanding.is_empty()
+        };
+        if idle {
+            sent.wait().await;
+            continue;
+        }
+        let reply = replies.receive().await;
+        let done = spec.start.elapsed().as_nanos() as u64;
+        let mut guard = state.borrow_mut();
+        let state = &mut *guard;
+        let Some((request, intended)) = state.outstanding.pop_front() else { continue };
+        replied.raise();
         match reply {
             Ok(reply) if reply.request == request => match reply.result {
                 Ok(body) => {
                     let Ok(produced) = ProduceReply::decode(&body) else {
-                        result.tally.error("Protocol");
+                        state.result.tally.error("Protocol");
                         continue;
                     };
-                    let latency_us = (done - intended) / 1_000;
-                    let messages = u64::from(produced.record_count);
-                    result.tally.moved(messages);
-                    if !result.partitions.contains(&produced.partition) {
-                        result.partitions.push(produced.partition);
-                    }
-                    result.series.record(done, messages, spec.payload_bytes, latency_us);
-                    spec.live.messages.fetch_add(messages, Ordering::Relaxed);
-                    spec.live.bytes.fetch_add(spec.payload_bytes, Ordering::Relaxed);
-                    if intended >= spec.warmup_ns {
-                        result.latency.record_us(latency_us);
-                        result.tally.measured(intended, done, messages, spec.payload_bytes);
-                    }
-                    let index = done / 1_000_000_000;
-                    if index != second_index {
-                        let p99 = second_latency.summary().p99;
-                        spec.live.p99_us.fetch_max(p99, Ordering::Relaxed);
-                        second_latency = Latency::new();
-                        second_index = index;
-                    }
-                    second_latency.record_us(latency_us);
+                    record(spec, state, &produced, intended, done);
                 }
-                Err(error) => result.tally.error(error_kind(&error)),
+                Err(error) => state.result.tally.error(error_kind(&error)),
             },
-            Ok(_) => result.tally.error("Protocol"),
+            Ok(_) => state.result.tally.error("Protocol"),
             Err(error) => {
-                result.tally.error(error_kind(&error));
-                outstanding.clear();
+                state.result.tally.error(error_kind(&error));
+                state.connection_failed = true;
             }
         }
     }
-    Ok(result)
+    replied.raise();
+}
+
+/// Records one acknowledged batch.
+fn record(
+    spec: &ProducerSpec,
+    state: &mut State,
+    produced: &ProduceReply,
+    intended: u64,
+    done: u64,
+) {
+    let result = &mut state.result;
+    let latency_us = (done - intended) / 1_000;
+    let messages = u64::from(produced.record_count);
+    result.tally.moved(messages);
+    if !result.partitions.contains(&produced.partition) {
+        result.partitions.push(produced.partition);
+    }
+    result.series.record(done, messages, spec.payload_bytes, latency_us);
+    spec.live.messages.fetch_add(messages, Ordering::Relaxed);
+    spec.live.bytes.fetch_add(spec.payload_bytes, Ordering::Relaxed);
+    if intended >= spec.warmup_ns {
+        result.latency.record_us(latency_us);
+        result.tally.measured(intended, done, messages, spec.payload_bytes);
+    }
+    let index = done / 1_000_000_000;
+    if index != state.second_index {
+        let p99 = state.second_latency.summary().p99;
+        spec.live.p99_us.fetch_max(p99, Ordering::Relaxed);
+        state.second_latency = Latency::new();
+        state.second_index = index;
+    }
+    state.second_latency.record_us(latency_us);
+}
+
+/// A one-task wake-up between the two halves: `raise` wakes the task waiting in `wait` (or lets
+/// its next `wait` return at once).
+#[derive(Default)]
+struct Signal {
+    raised: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Signal {
+    fn raise(&self) {
+        self.raised.set(true);
+        if let Some(waker) = self.waker.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    async fn wait(&self) {
+        std::future::poll_fn(|context| {
+            if self.raised.replace(false) {
+                Poll::Ready(())
+            } else {
+                *self.waker.borrow_mut() = Some(context.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await;
+    }
 }

@@ -24,6 +24,7 @@ use shoal_engine::protocol::{
 use crate::connection::{ConnectionConfig, HelloState, Reply};
 use crate::error::{ClientError, Result};
 use crate::fetch::Fetched;
+use crate::split::{ReplyReceiver, RequestSender};
 use crate::transport::Transport;
 
 /// How to reach the server and the limits every call keeps.
@@ -332,6 +333,19 @@ impl Client {
                 Err(error)
             }
         }
+    }
+
+    /// Splits the live connection into its writing and reading halves (see [`RequestSender`]),
+    /// connecting first if there is none. The halves keep this client's request timeout but
+    /// never reconnect: after a failure, connect a new client.
+    pub async fn into_split(mut self) -> Result<(RequestSender, ReplyReceiver)> {
+        if !self.is_connected() {
+            self.reconnect().await?;
+        }
+        let timeout = self.request_timeout();
+        let transport = self.transport.take().ok_or(ClientError::Closed)?;
+        let (stream, connection) = transport.into_parts();
+        Ok(crate::split::split(stream, connection, timeout))
     }
 
     /// Requests outstanding on the live connection.

@@ -8,6 +8,8 @@
 //! - `transport`: the monoio TCP socket under one connection (the only I/O).
 //! - `client`: [`Client`], connect/reconnect, timeouts, admin calls, produce, fetch, status.
 //! - `producer`: [`Producer`], batching and pipelining with in-order acknowledgements.
+//! - `split`: a connection's two directions apart ([`Client::into_split`]), for writing a request
+//!   while an earlier reply is awaited (the load tool's open-loop producer).
 //!
 //! The client speaks `shoal_engine::wire` headers and `shoal_engine::protocol` bodies, built
 //! without the engine's io_uring storage backend. It never panics on server bytes; every failure
@@ -36,6 +38,7 @@ pub mod connection;
 mod error;
 mod fetch;
 mod producer;
+mod split;
 #[cfg(test)]
 mod testing;
 mod transport;
@@ -54,3 +57,4 @@ pub use shoal_engine::protocol::{
 };
 /// Durability modes of a topic.
 pub use shoal_engine::superblock::Durability;
+pub use split::{ReplyReceiver, RequestSender};

@@ -15,7 +15,23 @@ use crate::connection::{Connection, ConnectionConfig, Reply};
 use crate::error::{ClientError, Result};
 
 /// Bytes asked of the kernel per read.
-const READ_CHUNK_BYTES: usize = 64 << 10;
+pub(crate) const READ_CHUNK_BYTES: usize = 64 << 10;
+
+/// Reads the next bytes of `reader` into `read_buf` (refilled in place, so steady-state reads
+/// allocate nothing); returns how many, 0 meaning the stream ended.
+pub(crate) async fn read_chunk<R: AsyncReadRent>(
+    reader: &mut R,
+    read_buf: &mut Vec<u8>,
+) -> Result<usize> {
+    let mut buffer = std::mem::take(read_buf);
+    // The read fills from the start of the buffer's capacity; an empty capacity would make it
+    // return 0, which means end of stream.
+    buffer.clear();
+    buffer.reserve(READ_CHUNK_BYTES);
+    let (result, buffer) = reader.read(buffer).await;
+    *read_buf = buffer;
+    result.map_err(ClientError::io)
+}
 
 /// One open TCP connection to a server.
 #[derive(Debug)]
@@ -45,6 +61,11 @@ impl Transport {
         })
     }
 
+    /// Gives up the socket and the connection state, for [`crate::split`].
+    pub(crate) fn into_parts(self) -> (TcpStream, Connection) {
+        (self.stream, self.connection)
+    }
+
     /// Writes every byte the connection has queued.
     pub(crate) async fn write_pending(&mut self) -> Result<()> {
         if !self.connection.wants_write() {
@@ -62,18 +83,11 @@ impl Transport {
             if let Some(reply) = self.connection.poll_reply()? {
                 return Ok(reply);
             }
-            let mut buffer = std::mem::take(&mut self.read_buf);
-            // The read fills from the start of the buffer's capacity; an empty capacity would make
-            // it return 0, which means end of stream.
-            buffer.clear();
-            buffer.reserve(READ_CHUNK_BYTES);
-            let (result, buffer) = self.stream.read(buffer).await;
-            let read = result.map_err(ClientError::io)?;
+            let read = read_chunk(&mut self.stream, &mut self.read_buf).await?;
             if read == 0 {
                 return Err(self.connection.on_closed());
             }
-            self.connection.on_bytes(&buffer[..read]);
-            self.read_buf = buffer;
+            self.connection.on_bytes(&self.read_buf[..read]);
         }
     }
 
