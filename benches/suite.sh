@@ -14,6 +14,9 @@
 #   rep-half      replicated at 50% of rep-large's throughput (open loop): latency
 #   per-half      persisted at 50% of per-large's throughput: latency
 #   rtt           loopback round trip of a batch-sized request (the latency yardstick)
+# and once, after the rounds:
+#   tail          replicated, 100-message batches at 50% of rep-large's median throughput for
+#                 TAIL_SECONDS (default 90; 0 skips it): >= 10^5 samples, so p99.99 can be quoted
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -44,6 +47,14 @@ for round in $(seq 1 "$rounds"); do
   batch=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['parameters']['batch_payload_bytes'])" "$out/rep-large-$round.json")
   "$bench" loopback --size "$batch" --samples 2000 --cpus 0,1 > "$out/rtt-$round.json"
 done
+tail_seconds=${TAIL_SECONDS:-90}
+if [ "$tail_seconds" -gt 0 ]; then
+  rate=$(python3 -c 'import json, statistics, sys
+print("%.1fMB/s" % (statistics.median(json.load(open(f))["throughput_mb_s"] for f in sys.argv[1:]) / 2))' "$out"/rep-large-*.json)
+  "$bench" produce --spawn-server "$one" --warmup 2 --duration "$tail_seconds" --quiet \
+    --json "$out/tail.json" --cpus 1 --durability replicated --messages-per-batch 100 \
+    --rate "$rate" > "$out/tail.txt"
+fi
 python3 - "$out" "$rounds" <<'PY'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
@@ -77,4 +88,11 @@ for n in ["rep-small", "rep-4p", "rep-shared"]:
     print(f"| {n} / same ceiling | {statistics.median(ratios[n]):.2f} | — |")
 print(f'| rep-half p99 / (3 × rtt p99) | {statistics.median(lat["rep"]):.2f} | ≤ 1 |')
 print(f'| per-half p99 / (3 × (rtt p99 + fdatasync_64k p99)) | {statistics.median(lat["per"]):.2f} | ≤ 1 |')
+import os
+if os.path.exists(f"{out}/tail.json"):
+    t = json.load(open(f"{out}/tail.json"))
+    l = t["latency_us"]
+    samples = l.get("count") or l.get("samples") or 0
+    quoted = "" if samples >= 100_000 else " (fewer than 10^5 samples: not quoted)"
+    print(f'| tail p99.99 / p99 ({samples} samples, p99 {l["p99"]} µs, p99.99 {l["p9999"]} µs) | {l["p9999"] / l["p99"]:.1f}{quoted} | ≤ 10 |')
 PY
