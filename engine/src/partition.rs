@@ -973,10 +973,13 @@ impl<S: Storage> PartitionLog<S> {
                 next.segment_base_offset == self.chunks[index].segment_base_offset
             });
             let chunk = &mut self.chunks[index];
+            chunk_marks.push((chunk.id, chunk.filled()));
+            // Every byte of it went to an earlier job (its tail block included): nothing to do.
+            if !chunk.has_unsubmitted() {
+                continue;
+            }
             let with_tail = !successor_same_segment;
-            let pads_tail = with_tail
-                && chunk.has_unsubmitted()
-                && !chunk.filled().is_multiple_of(BLOCK_SIZE_BYTES);
+            let pads_tail = with_tail && !chunk.filled().is_multiple_of(BLOCK_SIZE_BYTES);
             for (position, bytes) in chunk.unsubmitted(with_tail) {
                 // Large runs go out as several block-aligned pieces in flight at once.
                 let mut start = 0;
@@ -996,7 +999,6 @@ impl<S: Storage> PartitionLog<S> {
                 self.tail_in_flight = Some((chunk.segment_base_offset, position, Rc::clone(&done)));
             }
             chunk.mark_submitted(chunk.filled());
-            chunk_marks.push((chunk.id, chunk.filled()));
         }
         let (target, target_appended_bytes) = if write_data {
             (self.head, self.appended_bytes)
