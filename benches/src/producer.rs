@@ -179,18 +179,7 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
         client_name: format!("shoal-bench/producer-{}", spec.actor),
         ..ClientConfig::with_seeds(spec.seeds.clone())
     };
-    let mut body = Vec::with_capacity(spec.batch.len() + 600);
-    let request = Produce {
-        stream: spec.stream.clone(),
-        topic: spec.topic.clone(),
-        partitioning: spec.partitioning.clone(),
-    };
-    let mut writer = Writer::new();
-    request.encode_prefix(&mut writer);
-    body.extend_from_slice(&writer.finish());
-    let prefix_len = body.len();
-    body.extend_from_slice(&spec.batch);
-    let positions = if spec.stamp { stamp_positions(&spec.batch)? } else { Vec::new() };
+    let mut body = RequestBody::new(&spec)?;
 
     let state = RefCell::new(State {
         result: ProducerResult { actor: spec.actor, ..ProducerResult::default() },
@@ -227,22 +216,48 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
             state.connection_failed = false;
             state.sending_done = false;
         }
-        let send = send_loop(
-            &spec,
-            &state,
-            &mut schedule,
-            &mut requests,
-            &replied,
-            &sent,
-            &mut body,
-            prefix_len,
-            &positions,
-        );
+        let send =
+            send_loop(&spec, &state, &mut schedule, &mut requests, &replied, &sent, &mut body);
         let receive = receive_loop(&spec, &state, &mut replies, &replied, &sent);
         monoio::join!(send, receive);
     }
     let state = state.into_inner();
     Ok(state.result)
+}
+
+/// The produce request sent every time: the encoded prefix, then the prepared batch.
+struct RequestBody {
+    bytes: Vec<u8>,
+    prefix_len: usize,
+    /// Where the batch's message values can take a send-time stamp (`e2e` only).
+    stamp_positions: Vec<usize>,
+}
+
+impl RequestBody {
+    fn new(spec: &ProducerSpec) -> Result<RequestBody, String> {
+        let mut bytes = Vec::with_capacity(spec.batch.len() + 600);
+        let request = Produce {
+            stream: spec.stream.clone(),
+            topic: spec.topic.clone(),
+            partitioning: spec.partitioning.clone(),
+        };
+        let mut writer = Writer::new();
+        request.encode_prefix(&mut writer);
+        bytes.extend_from_slice(&writer.finish());
+        let prefix_len = bytes.len();
+        bytes.extend_from_slice(&spec.batch);
+        let stamp_positions = if spec.stamp { stamp_positions(&spec.batch)? } else { Vec::new() };
+        Ok(RequestBody { bytes, prefix_len, stamp_positions })
+    }
+
+    /// The request's two parts, the batch stamped with the send time first when `stamp`.
+    fn parts(&mut self, stamp_now: bool) -> [&[u8]; 2] {
+        if stamp_now {
+            stamp(&mut self.bytes[self.prefix_len..], &self.stamp_positions, wall_ns());
+        }
+        let (prefix, batch) = self.bytes.split_at(self.prefix_len);
+        [prefix, batch]
+    }
 }
 
 /// What a producer's sending and receiving halves share.
@@ -264,7 +279,6 @@ fn sending(spec: &ProducerSpec, schedule: &Schedule) -> bool {
 
 /// Sends on the open-loop schedule, whatever the replies are doing, while the connection has
 /// room; stops when the run ends or the connection failed.
-#[allow(clippy::too_many_arguments)]
 async fn send_loop(
     spec: &ProducerSpec,
     state: &RefCell<State>,
@@ -272,9 +286,7 @@ async fn send_loop(
     requests: &mut RequestSender,
     replied: &Signal,
     sent: &Signal,
-    body: &mut [u8],
-    prefix_len: usize,
-    positions: &[usize],
+    body: &mut RequestBody,
 ) {
     let now_ns = || spec.start.elapsed().as_nanos() as u64;
     while sending(spec, schedule) && !state.borrow().connection_failed {
@@ -288,11 +300,7 @@ async fn send_loop(
             continue;
         }
         let intended = schedule.take(now);
-        if spec.stamp {
-            stamp(&mut body[prefix_len..], positions, wall_ns());
-        }
-        let (prefix, batch) = body.split_at(prefix_len);
-        match requests.submit(Operation::Produce, &[prefix, batch]).await {
+        match requests.submit(Operation::Produce, &body.parts(spec.stamp)).await {
             Ok(request) => {
                 state.borrow_mut().outstanding.push_back((request, intended));
                 sent.raise();
