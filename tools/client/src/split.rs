@@ -9,13 +9,13 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use monoio::io::{AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf};
+use monoio::io::{OwnedReadHalf, OwnedWriteHalf};
 use monoio::net::TcpStream;
 use shoal_engine::protocol::Operation;
 
 use crate::connection::{Connection, Reply};
 use crate::error::{ClientError, Result};
-use crate::transport::{READ_CHUNK_BYTES, read_chunk};
+use crate::transport::{READ_CHUNK_BYTES, read_chunk, write_keeping};
 
 /// The writing half: queues and writes requests.
 pub struct RequestSender {
@@ -62,12 +62,9 @@ impl RequestSender {
             let request = connection.request(operation, body_parts)?;
             (request, connection.take_outgoing(std::mem::take(&mut self.spare)))
         };
-        match monoio::time::timeout(self.timeout, self.writer.write_all(outgoing)).await {
-            Ok((result, buffer)) => {
-                self.spare = buffer;
-                result.map_err(ClientError::io)?;
-                Ok(request)
-            }
+        let write = write_keeping(&mut self.writer, outgoing, &mut self.spare);
+        match monoio::time::timeout(self.timeout, write).await {
+            Ok(result) => result.map(|()| request),
             Err(_) => Err(ClientError::Timeout),
         }
     }

@@ -8,7 +8,7 @@
 //! never reused, because an interrupted owned-buffer operation leaves the stream in an unknown
 //! state.
 
-use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 
 use crate::connection::{Connection, ConnectionConfig, Reply};
@@ -31,6 +31,18 @@ pub(crate) async fn read_chunk<R: AsyncReadRent>(
     let (result, buffer) = reader.read(buffer).await;
     *read_buf = buffer;
     result.map_err(ClientError::io)
+}
+
+/// Writes all of `outgoing` to `writer` and keeps its buffer in `spare` for the next request's
+/// bytes, so steady-state writes allocate nothing.
+pub(crate) async fn write_keeping<W: AsyncWriteRent>(
+    writer: &mut W,
+    outgoing: Vec<u8>,
+    spare: &mut Vec<u8>,
+) -> Result<()> {
+    let (result, buffer) = writer.write_all(outgoing).await;
+    *spare = buffer;
+    result.map(|_| ()).map_err(ClientError::io)
 }
 
 /// One open TCP connection to a server.
@@ -72,9 +84,7 @@ impl Transport {
             return Ok(());
         }
         let outgoing = self.connection.take_outgoing(std::mem::take(&mut self.spare));
-        let (result, buffer) = self.stream.write_all(outgoing).await;
-        self.spare = buffer;
-        result.map(|_| ()).map_err(ClientError::io)
+        write_keeping(&mut self.stream, outgoing, &mut self.spare).await
     }
 
     /// Reads until the connection yields the next reply, or fails.
