@@ -19,7 +19,9 @@ impl Latch {
     /// Opens the latch and wakes every waiter; later waits return at once.
     pub fn open(&self) {
         self.open.set(true);
-        for waker in self.waiting.borrow_mut().drain(..) {
+        // Taken out first: an executor that polls on wake would otherwise find the list borrowed.
+        let waiting = std::mem::take(&mut *self.waiting.borrow_mut());
+        for waker in waiting {
             waker.wake();
         }
     }
