@@ -14,6 +14,8 @@
 //! `u64` is a presence byte (0 or 1) and the value; a list is a `u32` count and its items. A
 //! record batch, where present, is the body's tail, so it can be sliced out without copying.
 
+pub mod consumer;
+
 use std::fmt;
 
 use crate::superblock::Durability;
@@ -56,6 +58,20 @@ pub enum Operation {
     Fetch = 11,
     /// The server's effective config, shards, partition map and per-partition offsets (JSON).
     Status = 12,
+    /// Stores a consumer's (or a consumer group's) offset in a partition.
+    StoreOffset = 13,
+    /// Reads a stored offset.
+    GetOffset = 14,
+    /// Deletes a stored offset.
+    DeleteOffset = 15,
+    /// Joins a topic's consumer group.
+    JoinGroup = 16,
+    /// Keeps a group member alive and reports its assignment.
+    Heartbeat = 17,
+    /// Leaves a consumer group.
+    LeaveGroup = 18,
+    /// Fetches from the consumer's stored offset (consume next).
+    Poll = 19,
 }
 
 impl Operation {
@@ -74,6 +90,13 @@ impl Operation {
             10 => Operation::Produce,
             11 => Operation::Fetch,
             12 => Operation::Status,
+            13 => Operation::StoreOffset,
+            14 => Operation::GetOffset,
+            15 => Operation::DeleteOffset,
+            16 => Operation::JoinGroup,
+            17 => Operation::Heartbeat,
+            18 => Operation::LeaveGroup,
+            19 => Operation::Poll,
             _ => return None,
         })
     }
@@ -140,6 +163,13 @@ pub enum ErrorCode {
     ShuttingDown = 21,
     /// An invalid argument other than a name (a zero partition count, bad retention, …).
     InvalidArgument = 22,
+    /// A group member acted under a generation that is no longer in force: it must take its
+    /// new assignment (`Heartbeat`) before committing or polling again.
+    StaleGeneration = 23,
+    /// The group has no such member (it left, or was declared dead): join again.
+    UnknownMember = 24,
+    /// The partition is not assigned to this member in the current generation.
+    NotAssigned = 25,
 }
 
 impl ErrorCode {
@@ -169,6 +199,9 @@ impl ErrorCode {
             20 => SessionRequired,
             21 => ShuttingDown,
             22 => InvalidArgument,
+            23 => StaleGeneration,
+            24 => UnknownMember,
+            25 => NotAssigned,
             _ => return None,
         })
     }
@@ -226,7 +259,8 @@ impl fmt::Display for ProtocolError {
 
 impl std::error::Error for ProtocolError {}
 
-type Result<T> = std::result::Result<T, ProtocolError>;
+/// What decoding a body returns.
+pub type Result<T> = std::result::Result<T, ProtocolError>;
 
 /// Checks a stream or topic name against `[a-zA-Z0-9._-]{1,249}`.
 pub fn validate_name(name: &str) -> std::result::Result<(), String> {

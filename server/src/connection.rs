@@ -21,16 +21,22 @@ use monoio::io::{AsyncReadRent, AsyncReadRentExt, AsyncWriteRent, AsyncWriteRent
 use monoio::net::{TcpListener, TcpStream};
 use shoal_engine::batch::{self, BatchLimits};
 use shoal_engine::checksum;
+use shoal_engine::protocol::consumer::{
+    ConsumerId, ConsumerKind, GroupMember, JoinGroup, Membership, OffsetCommitRecord, OffsetKey,
+    PartitionRef, Poll, StoreOffset,
+};
 use shoal_engine::protocol::{
-    self, CreateTopic, ErrorCode, Fetch, Hello, HelloReply, Operation, PartitionInfo, Partitioning,
-    Produce,
+    self, CreateTopic, ErrorCode, Fetch, FetchFrom, Hello, HelloReply, Operation, PartitionInfo,
+    Partitioning, Produce,
 };
 use shoal_engine::wire::{ClientReply, ClientRequest, HEADER_SIZE, Header};
 use shoal_replication::Request;
 
 use crate::config::Config;
 use crate::metadata::{Catalog, MetaCommand, Published, TopicSettings};
-use crate::shard::{Body, CLUSTER, FetchArgs, GroupStats, Mesh, Outcome, Work, now_ms};
+use crate::shard::{
+    Body, CLUSTER, FetchArgs, GroupRequest, GroupStats, Mesh, Outcome, Work, now_ms,
+};
 
 /// Accepts connections on one shard's listener.
 pub struct Acceptor {
@@ -476,16 +482,7 @@ impl Session {
             Operation::Fetch => {
                 let fetch = Fetch::decode(&body).map_err(invalid)?;
                 let (_, place) = catalog.partition(&fetch.stream, &fetch.topic, fetch.partition)?;
-                let wait_ms_max = self.context.config.network.fetch_wait_ms_max;
-                if fetch.wait_ms_max > wait_ms_max {
-                    return Err((
-                        ErrorCode::InvalidArgument,
-                        format!(
-                            "wait_ms_max {} is above this server's {wait_ms_max}",
-                            fetch.wait_ms_max
-                        ),
-                    ));
-                }
+                self.check_wait(fetch.wait_ms_max)?;
                 let args = FetchArgs {
                     partition: fetch.partition,
                     from: fetch.from,
@@ -498,7 +495,147 @@ impl Session {
                     .await?;
                 Ok(Waiting::Slot(answer))
             }
+            Operation::StoreOffset => {
+                let store = StoreOffset::decode(&body).map_err(invalid)?;
+                let target = &store.partition;
+                let (_, place) =
+                    catalog.partition(&target.stream, &target.topic, target.partition)?;
+                self.check_consumer(&store.partition, &store.consumer, &store.membership)?;
+                let work = |reply| Work::StoreOffset {
+                    group: place.group,
+                    client: fields,
+                    record: OffsetCommitRecord {
+                        consumer: store.consumer,
+                        offset: Some(store.offset),
+                    },
+                    reply,
+                };
+                self.send_work(place.shard, work).await
+            }
+            Operation::DeleteOffset => {
+                let key = OffsetKey::decode(&body).map_err(invalid)?;
+                let target = &key.partition;
+                let (topic, place) =
+                    catalog.partition(&target.stream, &target.topic, target.partition)?;
+                if key.consumer.kind == ConsumerKind::Group
+                    && topic
+                        .consumer_groups
+                        .get(&key.consumer.name)
+                        .is_some_and(|g| !g.members.is_empty())
+                {
+                    return Err((
+                        ErrorCode::InvalidRequest,
+                        format!("group {} has members: its offsets are theirs", key.consumer.name),
+                    ));
+                }
+                check_consumer_name(&key.consumer)?;
+                let work = |reply| Work::StoreOffset {
+                    group: place.group,
+                    client: fields,
+                    record: OffsetCommitRecord { consumer: key.consumer, offset: None },
+                    reply,
+                };
+                self.send_work(place.shard, work).await
+            }
+            Operation::GetOffset => {
+                let key = OffsetKey::decode(&body).map_err(invalid)?;
+                let target = &key.partition;
+                let (_, place) =
+                    catalog.partition(&target.stream, &target.topic, target.partition)?;
+                check_consumer_name(&key.consumer)?;
+                let work =
+                    |reply| Work::GetOffset { group: place.group, consumer: key.consumer, reply };
+                self.send_work(place.shard, work).await
+            }
+            Operation::JoinGroup => {
+                let join = JoinGroup::decode(&body).map_err(invalid)?;
+                catalog.topic(&join.group.stream, &join.group.topic)?;
+                check_consumer_name(&ConsumerId::group(join.group.group.clone()))?;
+                self.send_work(0, |reply| Work::Group { request: GroupRequest::Join(join), reply })
+                    .await
+            }
+            Operation::Heartbeat | Operation::LeaveGroup => {
+                let member = GroupMember::decode(&body).map_err(invalid)?;
+                catalog.topic(&member.group.stream, &member.group.topic)?;
+                let request = if operation == Operation::Heartbeat {
+                    GroupRequest::Heartbeat(member)
+                } else {
+                    GroupRequest::Leave(member)
+                };
+                self.send_work(0, |reply| Work::Group { request, reply }).await
+            }
+            Operation::Poll => {
+                let poll = Poll::decode(&body).map_err(invalid)?;
+                let target = &poll.partition;
+                let (_, place) =
+                    catalog.partition(&target.stream, &target.topic, target.partition)?;
+                self.check_consumer(&poll.partition, &poll.consumer, &poll.membership)?;
+                self.check_wait(poll.wait_ms_max)?;
+                let args = FetchArgs {
+                    partition: target.partition,
+                    from: FetchFrom::First,
+                    bytes_max: poll.bytes_max.min(self.reply_bytes_max()),
+                    count_max: poll.count_max,
+                    wait_ms_max: poll.wait_ms_max,
+                };
+                let work = |reply| Work::Poll {
+                    group: place.group,
+                    args,
+                    consumer: poll.consumer,
+                    auto_commit: poll.auto_commit,
+                    client: fields,
+                    reply,
+                };
+                self.send_work(place.shard, work).await
+            }
         }
+    }
+
+    /// Sends the work `make` builds around a fresh reply slot to `shard`.
+    async fn send_work(
+        &self,
+        shard: u32,
+        make: impl FnOnce(crate::shard::Slot) -> Work,
+    ) -> Result<Waiting, (ErrorCode, String)> {
+        let (slot, answer) = flume::bounded(1);
+        self.send(shard, make(slot)).await?;
+        Ok(Waiting::Slot(answer))
+    }
+
+    /// A group member must act under the group's generation in force, for a partition assigned
+    /// to it; a standalone consumer names no member.
+    fn check_consumer(
+        &self,
+        partition: &PartitionRef,
+        consumer: &ConsumerId,
+        membership: &Membership,
+    ) -> Result<(), (ErrorCode, String)> {
+        check_consumer_name(consumer)?;
+        match consumer.kind {
+            ConsumerKind::Group => self.catalog.check_member(
+                &partition.stream,
+                &partition.topic,
+                &consumer.name,
+                membership,
+                partition.partition,
+            ),
+            ConsumerKind::Consumer if *membership != Membership::default() => Err((
+                ErrorCode::InvalidArgument,
+                "a standalone consumer names no member or generation".into(),
+            )),
+            ConsumerKind::Consumer => Ok(()),
+        }
+    }
+
+    fn check_wait(&self, wait_ms_max: u32) -> Result<(), (ErrorCode, String)> {
+        let bound = self.context.config.network.fetch_wait_ms_max;
+        if wait_ms_max > bound {
+            return Err((
+                ErrorCode::InvalidArgument,
+                format!("wait_ms_max {wait_ms_max} is above this server's {bound}"),
+            ));
+        }
+        Ok(())
     }
 
     /// The largest reply body a fetch may produce: the frame limit, less the fixed part.
@@ -593,6 +730,12 @@ impl Session {
         })
         .to_string()
     }
+}
+
+/// Consumer and group names follow the stream and topic name rule.
+fn check_consumer_name(consumer: &ConsumerId) -> Result<(), (ErrorCode, String)> {
+    protocol::validate_name(&consumer.name)
+        .map_err(|reason| (ErrorCode::InvalidName, format!("{:?}: {reason}", consumer.name)))
 }
 
 #[cfg(test)]

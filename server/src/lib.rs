@@ -7,7 +7,9 @@
 pub mod alloc;
 pub mod config;
 pub mod connection;
+pub mod groups;
 pub mod lock;
 pub mod metadata;
+pub mod offsets;
 pub mod shard;
 pub mod signals;

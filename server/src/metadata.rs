@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use shoal_engine::protocol::consumer::Membership;
 use shoal_engine::protocol::{
     CreateTopic, ErrorCode, PartitionInfo, ProtocolError, Reader, StreamInfo, TopicInfo, Writer,
     validate_name,
@@ -30,6 +31,10 @@ pub const PARTITIONS_PER_TOPIC_MAX: u32 = 1024;
 pub const STREAMS_MAX: usize = 4096;
 /// Topics a stream may hold at most.
 pub const TOPICS_PER_STREAM_MAX: usize = 4096;
+/// Consumer groups a topic may have at most.
+pub const CONSUMER_GROUPS_PER_TOPIC_MAX: usize = 1024;
+/// Members a consumer group may have at most.
+pub const GROUP_MEMBERS_MAX: usize = 1024;
 
 /// A change to the catalog, as stored in the metadata log.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,6 +67,47 @@ pub enum MetaCommand {
         /// The topic.
         topic: String,
     },
+    /// Puts a consumer group's next assignment in force (the coordinator on shard 0 proposes
+    /// one after every join, leave or session timeout).
+    Rebalance {
+        /// The stream.
+        stream: String,
+        /// The topic.
+        topic: String,
+        /// The group.
+        group: String,
+        /// The group's generation after this one: one more than the one in force.
+        generation: u64,
+        /// Every member, ascending by id, and its share.
+        members: Vec<GroupMemberAssignment>,
+    },
+}
+
+/// One member's part of an assignment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupMemberAssignment {
+    /// The member id.
+    pub member: String,
+    /// Its session timeout (kept so a restarted coordinator can time it out).
+    pub session_timeout_ms: u32,
+    /// Its partitions, ascending.
+    pub partitions: Vec<u32>,
+}
+
+/// A consumer group's assignment in force.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ConsumerGroup {
+    /// Raised by every rebalance; never reused, so a member of an old generation is refused.
+    pub generation: u64,
+    /// Every member, ascending by id.
+    pub members: Vec<GroupMemberAssignment>,
+}
+
+impl ConsumerGroup {
+    /// A member's part.
+    pub fn member(&self, member: &str) -> Option<&GroupMemberAssignment> {
+        self.members.iter().find(|m| m.member == member)
+    }
 }
 
 /// A topic's settings, fixed at creation.
@@ -145,6 +191,7 @@ const TAG_CREATE_STREAM: u8 = 2;
 const TAG_DELETE_STREAM: u8 = 3;
 const TAG_CREATE_TOPIC: u8 = 4;
 const TAG_DELETE_TOPIC: u8 = 5;
+const TAG_REBALANCE: u8 = 6;
 
 impl MetaCommand {
     /// The command's bytes (the record value in the metadata log).
@@ -171,6 +218,17 @@ impl MetaCommand {
             }
             MetaCommand::DeleteTopic { stream, topic } => {
                 w.u8(TAG_DELETE_TOPIC).str(stream).str(topic);
+            }
+            MetaCommand::Rebalance { stream, topic, group, generation, members } => {
+                w.u8(TAG_REBALANCE).str(stream).str(topic).str(group).u64(*generation);
+                w.u32(members.len() as u32);
+                for member in members {
+                    w.str(&member.member).u32(member.session_timeout_ms);
+                    w.u32(member.partitions.len() as u32);
+                    for partition in &member.partitions {
+                        w.u32(*partition);
+                    }
+                }
             }
         }
         w.finish()
@@ -210,6 +268,23 @@ impl MetaCommand {
             TAG_DELETE_TOPIC => {
                 MetaCommand::DeleteTopic { stream: r.name("stream")?, topic: r.name("topic")? }
             }
+            TAG_REBALANCE => {
+                let stream = r.name("stream")?;
+                let topic = r.name("topic")?;
+                let group = r.name("group")?;
+                let generation = r.u64("generation")?;
+                let count = r.count("members", 2 + 4 + 4)?;
+                let mut members = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let member = r.name("member")?;
+                    let session_timeout_ms = r.u32("session_timeout_ms")?;
+                    let partitions = r.count("partitions", 4)?;
+                    let partitions =
+                        (0..partitions).map(|_| r.u32("partition")).collect::<Result<_, _>>()?;
+                    members.push(GroupMemberAssignment { member, session_timeout_ms, partitions });
+                }
+                MetaCommand::Rebalance { stream, topic, group, generation, members }
+            }
             other => {
                 return Err(ProtocolError::Invalid { field: "tag", reason: format!("{other}") });
             }
@@ -237,6 +312,8 @@ pub struct Topic {
     pub partitions: Vec<PartitionPlace>,
     /// Creation time (the creating prepare's append time).
     pub created_ms: i64,
+    /// Its consumer groups by name.
+    pub consumer_groups: BTreeMap<String, ConsumerGroup>,
 }
 
 /// A stream in the catalog.
@@ -340,6 +417,43 @@ impl Catalog {
                 Ok(())
             }
             MetaCommand::DeleteTopic { stream, topic } => self.topic(stream, topic).map(|_| ()),
+            MetaCommand::Rebalance { stream, topic, group, generation, members } => {
+                check_name(group)?;
+                let entry = self.topic(stream, topic)?;
+                let current = entry.consumer_groups.get(group);
+                if current.is_none() && entry.consumer_groups.len() >= CONSUMER_GROUPS_PER_TOPIC_MAX
+                {
+                    return Err((
+                        ErrorCode::LimitReached,
+                        format!(
+                            "a topic has at most {CONSUMER_GROUPS_PER_TOPIC_MAX} consumer groups"
+                        ),
+                    ));
+                }
+                let expected = current.map_or(0, |g| g.generation) + 1;
+                if *generation != expected {
+                    return Err((
+                        ErrorCode::StaleGeneration,
+                        format!("group {group}: generation {generation} proposed, {expected} next"),
+                    ));
+                }
+                if members.len() > GROUP_MEMBERS_MAX {
+                    return Err((
+                        ErrorCode::LimitReached,
+                        format!("a consumer group has at most {GROUP_MEMBERS_MAX} members"),
+                    ));
+                }
+                let partitions = entry.partitions.len() as u32;
+                if members.iter().flat_map(|m| &m.partitions).any(|p| *p >= partitions) {
+                    return Err((
+                        ErrorCode::PartitionNotFound,
+                        format!(
+                            "group {group}: an assignment names a partition beyond {partitions}"
+                        ),
+                    ));
+                }
+                Ok(())
+            }
         }
     }
 
@@ -371,12 +485,24 @@ impl Catalog {
                     partitions.push(PartitionPlace { group: self.next_group, shard: shard as u32 });
                     self.next_group += 1;
                 }
-                let entry = Topic { settings: *settings, partitions, created_ms: append_time_ms };
+                let entry = Topic {
+                    settings: *settings,
+                    partitions,
+                    created_ms: append_time_ms,
+                    consumer_groups: BTreeMap::new(),
+                };
                 let stream = self.streams.get_mut(stream).expect("checked");
                 stream.topics.insert(topic.clone(), entry);
             }
             MetaCommand::DeleteTopic { stream, topic } => {
                 self.streams.get_mut(stream).expect("checked").topics.remove(topic);
+            }
+            MetaCommand::Rebalance { stream, topic, group, generation, members } => {
+                let entry = self.streams.get_mut(stream).expect("checked");
+                let entry = entry.topics.get_mut(topic).expect("checked");
+                let group = entry.consumer_groups.entry(group.clone()).or_default();
+                group.generation = *generation;
+                group.members = members.clone();
             }
         }
         Ok(Applied::Done)
@@ -427,6 +553,48 @@ impl Catalog {
                 ),
             )),
         }
+    }
+
+    /// Whether `member` of consumer group `group` may commit or poll for `partition` of
+    /// `stream/topic` under `generation`: the group's assignment in force must be that
+    /// generation and give the member that partition.
+    pub fn check_member(
+        &self,
+        stream: &str,
+        topic: &str,
+        group: &str,
+        membership: &Membership,
+        partition: u32,
+    ) -> Result<(), (ErrorCode, String)> {
+        let entry = self.topic(stream, topic)?;
+        let Some(in_force) = entry.consumer_groups.get(group) else {
+            return Err((ErrorCode::UnknownMember, format!("group {group} has no members")));
+        };
+        if membership.generation != in_force.generation {
+            return Err((
+                ErrorCode::StaleGeneration,
+                format!(
+                    "group {group} is at generation {}, not {}: take the new assignment",
+                    in_force.generation, membership.generation
+                ),
+            ));
+        }
+        let Some(part) = in_force.member(&membership.member) else {
+            return Err((
+                ErrorCode::UnknownMember,
+                format!("group {group} has no member {:?}: join again", membership.member),
+            ));
+        };
+        if !part.partitions.contains(&partition) {
+            return Err((
+                ErrorCode::NotAssigned,
+                format!(
+                    "partition {partition} is not assigned to {} in generation {}",
+                    membership.member, in_force.generation
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Every partition placed on `shard`, with its engine settings.

@@ -10,7 +10,7 @@
 //! published catalog is immutable and read through [`Published`].
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::pending;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -21,12 +21,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use monoio::net::{ListenerOpts, TcpListener};
-use shoal_engine::batch::BatchBuilder;
+use shoal_engine::batch::{BatchBuilder, BatchHeader};
 use shoal_engine::checksum;
 use shoal_engine::partition::{DiskReadDone, ReadPlan};
+use shoal_engine::protocol::consumer::{
+    self, ConsumerId, GroupMember, GroupRef, JoinGroup, OffsetCommitRecord,
+};
 use shoal_engine::protocol::{ErrorCode, FetchFrom, FetchReply, ProduceReply};
 use shoal_engine::ring::StoredPrepare;
-use shoal_engine::shard::{ShardConfig, shard_dir};
+use shoal_engine::shard::{ShardConfig, group_dir, shard_dir};
+use shoal_engine::state::{self, GroupState};
 use shoal_engine::storage::uring::{UringStorage, runtime};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::ClientRequest;
@@ -36,7 +40,9 @@ use shoal_replication::{
 
 use crate::config::Config;
 use crate::connection;
+use crate::groups::{self, Coordinator};
 use crate::metadata::{Applied, Catalog, METADATA_GROUP, MetaCommand, Published};
+use crate::offsets::PartitionOffsets;
 
 /// The cluster id of a single node until cluster configuration arrives.
 pub const CLUSTER: u64 = 1;
@@ -50,6 +56,14 @@ const SHUTDOWN_REPLIES_TIME_MAX: Duration = Duration::from_secs(2);
 
 /// Ticks between two retention passes over the shard's groups.
 const RETENTION_INTERVAL_TICKS: u64 = 100;
+
+/// Consumers whose offsets one partition stores at most.
+pub const CONSUMERS_PER_PARTITION_MAX: usize = 65_536;
+
+/// A partition group's state snapshot is saved once its log has grown (or shrunk) by this
+/// much since the last one, or its offsets changed: restart replays at most about this much of
+/// each log to rebuild its consumer offsets.
+const STATE_SNAPSHOT_INTERVAL_BYTES: u64 = 16 << 20;
 
 /// Ticks a recovering shard may take to bring every group back to normal before it gives up.
 const RECOVERY_TICKS_MAX: u32 = 10_000;
@@ -159,6 +173,49 @@ pub enum Work {
         /// The answer.
         reply: flume::Sender<Vec<(u64, GroupStats)>>,
     },
+    /// Store or delete a consumer's offset in a partition group owned here (a control record
+    /// in the group's log).
+    StoreOffset {
+        /// The group.
+        group: u64,
+        /// The request's header fields (the commit is a write of this client's).
+        client: ClientRequest,
+        /// The commit.
+        record: OffsetCommitRecord,
+        /// The answer.
+        reply: Slot,
+    },
+    /// Read a consumer's stored offset in a partition group owned here.
+    GetOffset {
+        /// The group.
+        group: u64,
+        /// Whose.
+        consumer: ConsumerId,
+        /// The answer.
+        reply: Slot,
+    },
+    /// A consumer group request (shard 0 only: the coordinator).
+    Group {
+        /// What is asked.
+        request: GroupRequest,
+        /// The answer.
+        reply: Slot,
+    },
+    /// Fetch from a consumer's stored offset in a partition group owned here.
+    Poll {
+        /// The group.
+        group: u64,
+        /// Limits and wait (`from` is resolved here, from the stored offset).
+        args: FetchArgs,
+        /// Whose offset.
+        consumer: ConsumerId,
+        /// Commit past what is returned before answering.
+        auto_commit: bool,
+        /// The request's header fields (an auto-commit is a write of this client's).
+        client: ClientRequest,
+        /// The answer.
+        reply: Slot,
+    },
     /// Report the shard's own figures.
     Report {
         /// The answer.
@@ -166,6 +223,16 @@ pub enum Work {
     },
     /// Nothing: wakes the loop to look at its local completions.
     Wake,
+}
+
+/// A consumer group request for the coordinator.
+pub enum GroupRequest {
+    /// Join (or rejoin) a group.
+    Join(JoinGroup),
+    /// Keep a member alive; answered with its assignment.
+    Heartbeat(GroupMember),
+    /// Leave a group.
+    Leave(GroupMember),
 }
 
 /// A shard's own figures, for status.
@@ -249,26 +316,62 @@ pub fn run(spec: ShardSpec) -> Result<(), String> {
     runtime.block_on(serve(spec))
 }
 
+/// Where a read's result goes: a fetch's slot, or a poll's (which may commit first).
+enum ReadFor {
+    Fetch(Slot),
+    Poll(PollFor),
+}
+
+struct PollFor {
+    consumer: ConsumerId,
+    /// Where the poll starts at the earliest: past control records it skipped.
+    skipped_to: u64,
+    auto_commit: bool,
+    client: ClientRequest,
+    reply: Slot,
+}
+
 /// A disk read finished by a spawned task, for the loop to complete.
 struct ReadDone {
     group: u64,
     args: FetchArgs,
     done: DiskReadDone,
-    reply: Slot,
+    to: ReadFor,
+}
+
+/// A group state snapshot saved (or not) by a spawned task.
+struct StateSaved {
+    group: u64,
+    end_offset: u64,
+    size_bytes: u64,
+    result: shoal_engine::Result<()>,
 }
 
 /// A fetch waiting for its group's committed log to reach its start (long-poll).
 struct ParkedFetch {
     args: FetchArgs,
     deadline: Instant,
+    to: ReadFor,
+}
+
+/// A write accepted by this shard, waiting for its reply.
+struct PendingWrite {
+    kind: WriteKind,
     reply: Slot,
 }
 
-/// A produce accepted by this shard, waiting for its reply.
-struct PendingProduce {
-    partition: u32,
-    record_count: u32,
-    reply: Slot,
+enum WriteKind {
+    Produce {
+        partition: u32,
+        record_count: u32,
+    },
+    /// A stored offset: answered empty once committed.
+    Offset(OffsetCommitRecord),
+    /// A poll's auto-commit: the poll's answer goes out once the commit is committed.
+    PollCommit {
+        record: OffsetCommitRecord,
+        answer: Outcome,
+    },
 }
 
 /// The shard's state, owned by its loop.
@@ -281,10 +384,10 @@ struct ShardState {
     catalog: Arc<Catalog>,
     /// Shard 0 only: the authoritative catalog and the metadata requests awaiting their apply.
     metadata: Option<MetadataState>,
-    /// Produce requests in a group's pipeline, by (group, client, request).
-    pending: HashMap<(u64, u64, u64), PendingProduce>,
-    /// Produce requests waiting for room in their group's pipeline, oldest first.
-    waiting: BTreeMap<u64, VecDeque<(Request, PendingProduce)>>,
+    /// Writes (produce, offset commits) in a group's pipeline, by (group, client, request).
+    pending: HashMap<(u64, u64, u64), PendingWrite>,
+    /// Writes waiting for room in their group's pipeline, oldest first.
+    waiting: BTreeMap<u64, VecDeque<(Request, PendingWrite)>>,
     waiting_count: usize,
     /// Disk reads completed by their tasks.
     reads_done: Rc<RefCell<Vec<ReadDone>>>,
@@ -293,6 +396,14 @@ struct ShardState {
     /// Fetches waiting for their group's committed log to grow, by group.
     parked: HashMap<u64, Vec<ParkedFetch>>,
     parked_count: usize,
+    /// Per partition group, its consumers' stored offsets.
+    offsets: HashMap<u64, PartitionOffsets>,
+    /// Consumers whose poll's auto-commit is in flight: their next poll waits for it.
+    commits_in_flight: HashSet<(u64, ConsumerId)>,
+    /// Snapshot saves completed by their tasks.
+    states_saved: Rc<RefCell<Vec<StateSaved>>>,
+    /// The node's random seed (distinct per start).
+    node_seed: u64,
     /// Canary: the offset each group's next acknowledged-on-receipt write is promised.
     #[cfg(feature = "canary-ack-on-receipt")]
     predicted_offsets: HashMap<u64, u64>,
@@ -300,7 +411,18 @@ struct ShardState {
 
 struct MetadataState {
     catalog: Catalog,
-    pending: HashMap<(u64, u64), Slot>,
+    pending: HashMap<(u64, u64), MetaWaiter>,
+    /// The consumer group coordinator.
+    coordinator: Coordinator<Slot>,
+    /// The client id of the coordinator's own proposals (random per start) and its next request.
+    internal_client: u64,
+    internal_request: u64,
+}
+
+/// Who waits for a metadata command: a client, or the coordinator's rebalance of a group.
+enum MetaWaiter {
+    Client(Slot),
+    Rebalance(GroupRef),
 }
 
 async fn serve(spec: ShardSpec) -> Result<(), String> {
@@ -353,9 +475,13 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         waiting: BTreeMap::new(),
         waiting_count: 0,
         reads_done: Rc::new(RefCell::new(Vec::new())),
+        node_seed: seed,
         committed_end: HashMap::new(),
         parked: HashMap::new(),
         parked_count: 0,
+        offsets: HashMap::new(),
+        commits_in_flight: HashSet::new(),
+        states_saved: Rc::new(RefCell::new(Vec::new())),
         #[cfg(feature = "canary-ack-on-receipt")]
         predicted_offsets: HashMap::new(),
     };
@@ -442,7 +568,15 @@ impl ShardState {
                     .await
                     .map_err(|e| format!("creating the metadata group: {e}"))?;
             }
-            self.metadata = Some(MetadataState { catalog, pending: HashMap::new() });
+            let mut coordinator = Coordinator::new(format!("{:x}", now_ms()));
+            coordinator.seed(&catalog, now_ms());
+            self.metadata = Some(MetadataState {
+                catalog,
+                pending: HashMap::new(),
+                coordinator,
+                internal_client: self.node_seed | (1 << 63),
+                internal_request: 0,
+            });
         }
         let mut ticks = 0;
         while !self.all_normal() {
@@ -454,6 +588,7 @@ impl ShardState {
             self.round().await;
         }
         self.recover_committed_ends().await;
+        self.recover_offsets().await;
         if let Some(metadata) = &self.metadata {
             self.publish(Arc::new(metadata.catalog.clone()));
         }
@@ -496,6 +631,164 @@ impl ShardState {
                 }
             };
             self.committed_end.insert(group, end);
+        }
+    }
+
+    /// Rebuilds every partition group's consumer offsets: its snapshot, then the committed log
+    /// past it (a damaged or missing snapshot means the whole log still held). Retention then
+    /// keeps whatever the snapshot does not cover.
+    async fn recover_offsets(&mut self) {
+        let shard_dir = shard_dir(&self.config.data_dir, self.index);
+        let storage = UringStorage::new();
+        for group in self.node.group_ids() {
+            if group == METADATA_GROUP || self.node.group_failure(group).is_some() {
+                continue;
+            }
+            let committed_end = self.committed_end.get(&group).copied().unwrap_or(0);
+            let dir = group_dir(&shard_dir, group);
+            let mut offsets = PartitionOffsets::default();
+            let mut replay_from = 0;
+            match state::load(&storage, &dir).await {
+                Ok(Some(saved)) => match PartitionOffsets::decode(&saved.bytes) {
+                    Ok(table) => {
+                        offsets = table;
+                        offsets.snapshot_end = saved.end_offset;
+                        replay_from = saved.end_offset;
+                    }
+                    Err(why) => eprintln!(
+                        "shoal: shard {}: group {group}: offsets snapshot unreadable ({why}); \
+                         rebuilding from the log",
+                        self.index
+                    ),
+                },
+                Ok(None) => {}
+                Err(error) => eprintln!(
+                    "shoal: shard {}: group {group}: {error}; rebuilding offsets from the log",
+                    self.index
+                ),
+            }
+            let Some(log) = self.node.shard_mut().group_mut(group) else { continue };
+            offsets.snapshot_size_bytes = log.size_bytes();
+            let mut offset = replay_from.max(log.first_offset());
+            let mut replayed = 0;
+            'scan: while offset < committed_end {
+                let prepares = match log.read_offset(offset, 1 << 20).await {
+                    Ok(prepares) if !prepares.is_empty() => prepares,
+                    other => {
+                        eprintln!(
+                            "shoal: shard {}: group {group}: offsets replay stopped at offset \
+                             {offset}: {other:?}",
+                            self.index
+                        );
+                        break;
+                    }
+                };
+                for prepare in prepares {
+                    if prepare.end_offset() > committed_end {
+                        break 'scan;
+                    }
+                    if prepare.end_offset() <= offset {
+                        continue;
+                    }
+                    offset = prepare.end_offset();
+                    match OffsetCommitRecord::from_batch(&prepare.body()) {
+                        Some(Ok(record)) => {
+                            offsets.apply(record);
+                            replayed += 1;
+                        }
+                        Some(Err(error)) => eprintln!(
+                            "shoal: shard {}: group {group}: offset {}: bad offset commit: {error}",
+                            self.index,
+                            prepare.base_offset()
+                        ),
+                        None => {}
+                    }
+                }
+            }
+            offsets.dirty = replayed > 0 || offsets.snapshot_end == 0;
+            log.set_retention_floor(offsets.snapshot_end);
+            self.offsets.insert(group, offsets);
+        }
+    }
+
+    /// Starts a snapshot save (a spawned task) for every partition group whose offsets changed
+    /// or whose log moved by the snapshot interval since its last one, one save per group at a
+    /// time. The snapshot is the table as of the committed end, which the loop keeps in step.
+    fn save_states(&mut self) {
+        let shard_dir = shard_dir(&self.config.data_dir, self.index);
+        for (&group, offsets) in self.offsets.iter_mut() {
+            let Some(log) = self.node.shard_mut().group(group) else { continue };
+            let size_bytes = log.size_bytes();
+            let moved = size_bytes.abs_diff(offsets.snapshot_size_bytes);
+            let end_offset = self.committed_end.get(&group).copied().unwrap_or(0);
+            // Retention deletes nothing the newest snapshot does not cover: a log with sealed
+            // segments past it and a retention bound needs a new one.
+            let config = log.config();
+            let over_bound = config.retention_bytes > 0 && size_bytes > config.retention_bytes;
+            let retention_held = (over_bound || config.retention_ms > 0)
+                && log.segment_count() > 1
+                && end_offset > offsets.snapshot_end;
+            if offsets.saving
+                || !(offsets.dirty || retention_held || moved >= STATE_SNAPSHOT_INTERVAL_BYTES)
+            {
+                continue;
+            }
+            let op = self.node.replica(group).map_or(0, |r| r.commit());
+            let saved = GroupState { op, end_offset, bytes: offsets.encode() };
+            offsets.saving = true;
+            offsets.dirty = false;
+            let dir = group_dir(&shard_dir, group);
+            let done = Rc::clone(&self.states_saved);
+            let wake = self.mesh[self.index as usize].clone();
+            monoio::spawn(async move {
+                let result = state::save(&UringStorage::new(), &dir, &saved).await;
+                done.borrow_mut().push(StateSaved { group, end_offset, size_bytes, result });
+                let _ = wake.try_send(Work::Wake);
+            });
+        }
+    }
+
+    /// Takes in finished snapshot saves: retention may now delete what each one covers.
+    fn finish_state_saves(&mut self) {
+        let saved: Vec<StateSaved> = std::mem::take(&mut *self.states_saved.borrow_mut());
+        for StateSaved { group, end_offset, size_bytes, result } in saved {
+            let Some(offsets) = self.offsets.get_mut(&group) else { continue };
+            offsets.saving = false;
+            match result {
+                Ok(()) => {
+                    offsets.snapshot_end = end_offset;
+                    offsets.snapshot_size_bytes = size_bytes;
+                    if let Some(log) = self.node.shard_mut().group_mut(group) {
+                        log.set_retention_floor(end_offset);
+                    }
+                }
+                Err(error) => {
+                    offsets.dirty = true;
+                    eprintln!(
+                        "shoal: shard {}: group {group}: offsets snapshot: {error}",
+                        self.index
+                    );
+                }
+            }
+        }
+    }
+
+    /// At shutdown: saves every changed table and waits for it, so the next start replays
+    /// nothing.
+    async fn save_states_now(&mut self) {
+        let shard_dir = shard_dir(&self.config.data_dir, self.index);
+        let storage = UringStorage::new();
+        for (&group, offsets) in self.offsets.iter_mut() {
+            // A save in flight owns the group's new-snapshot file; what it misses is replayed.
+            if !offsets.dirty || offsets.saving {
+                continue;
+            }
+            let end_offset = self.committed_end.get(&group).copied().unwrap_or(0);
+            let op = self.node.replica(group).map_or(0, |r| r.commit());
+            let saved = GroupState { op, end_offset, bytes: offsets.encode() };
+            if let Err(error) = state::save(&storage, &group_dir(&shard_dir, group), &saved).await {
+                eprintln!("shoal: shard {}: group {group}: offsets snapshot: {error}", self.index);
+            }
         }
     }
 
@@ -564,6 +857,11 @@ impl ShardState {
             match self.node.create_group(group, config).await {
                 Ok(()) => {
                     self.committed_end.insert(group, 0);
+                    self.offsets.insert(group, PartitionOffsets::default());
+                    if let Some(log) = self.node.shard_mut().group_mut(group) {
+                        // Nothing may be deleted before a snapshot covers it.
+                        log.set_retention_floor(0);
+                    }
                 }
                 Err(error) => {
                     eprintln!("shoal: shard {}: cannot create group {group}: {error}", self.index)
@@ -600,12 +898,15 @@ impl ShardState {
                 }
             }
             self.finish_reads();
+            self.finish_state_saves();
             if Instant::now() >= next_tick {
                 next_tick = Instant::now() + tick;
                 self.node.on_tick();
                 self.expire_parked();
+                self.expire_members();
                 ticks += 1;
                 if ticks.is_multiple_of(RETENTION_INTERVAL_TICKS) {
+                    self.save_states();
                     self.enforce_retention().await;
                 }
                 if !SUBMIT_AT_ONCE {
@@ -619,6 +920,12 @@ impl ShardState {
         self.node.run_io().await;
         self.answer_replies();
         self.apply_committed().await;
+        self.save_states_now().await;
+        if let Some(metadata) = self.metadata.as_mut() {
+            for slot in metadata.coordinator.drain_joins() {
+                let _ = slot.send(Outcome::error(ErrorCode::ShuttingDown, "shutting down"));
+            }
+        }
         while let Ok(work) = inbox.try_recv() {
             refuse(work);
         }
@@ -627,7 +934,8 @@ impl ShardState {
         }
         for (_, parked) in self.parked.drain() {
             for fetch in parked {
-                let _ = fetch.reply.send(Outcome::error(ErrorCode::ShuttingDown, "shutting down"));
+                let outcome = Outcome::error(ErrorCode::ShuttingDown, "shutting down");
+                fetch.to.reply().send_outcome(outcome);
             }
         }
         for (_, queue) in std::mem::take(&mut self.waiting) {
@@ -683,29 +991,38 @@ impl ShardState {
         match work {
             Work::Produce { group, partition, request, reply } => {
                 self.ensure_group(group).await;
-                if self.waiting_count >= self.config.network.shard_inbox_max {
-                    let _ = reply.send(Outcome::error(
-                        ErrorCode::Busy,
-                        format!("shard {} has too many writes waiting", self.index),
-                    ));
+                if let Some(busy) = self.writes_busy() {
+                    let _ = reply.send(busy);
                     return;
                 }
                 let record_count = request.record_count;
                 #[cfg(feature = "canary-ack-on-receipt")]
                 let reply = self.ack_on_receipt(group, partition, record_count, reply);
-                let pending = PendingProduce { partition, record_count, reply };
-                self.waiting.entry(group).or_default().push_back((request, pending));
-                self.waiting_count += 1;
-                if SUBMIT_AT_ONCE {
-                    self.submit_waiting();
-                }
+                let kind = WriteKind::Produce { partition, record_count };
+                self.queue_write(group, request, PendingWrite { kind, reply });
+            }
+            Work::StoreOffset { group, client, record, reply } => {
+                self.ensure_group(group).await;
+                self.store_offset(group, client, record, WriteKind::Offset, reply);
+            }
+            Work::GetOffset { group, consumer, reply } => {
+                self.ensure_group(group).await;
+                let stored = self.offsets.get(&group).and_then(|o| o.get(&consumer));
+                let _ = reply.send(Outcome::ok(consumer::encode_stored_offset(stored)));
+            }
+            Work::Group { request, reply } => self.group_request(request, reply),
+            Work::Poll { group, args, consumer, auto_commit, client, reply } => {
+                self.ensure_group(group).await;
+                let to =
+                    ReadFor::Poll(PollFor { consumer, skipped_to: 0, auto_commit, client, reply });
+                self.fetch(group, args, to);
             }
             Work::Fetch { group, args, reply } => {
                 self.ensure_group(group).await;
-                self.fetch(group, args, reply);
+                self.fetch(group, args, ReadFor::Fetch(reply));
             }
             Work::Metadata { client, command, reply } => {
-                self.propose_metadata(client, command, reply)
+                self.propose_metadata(client, command, MetaWaiter::Client(reply))
             }
             Work::Catalog(catalog) => self.install(catalog).await,
             Work::Stats { groups, reply } => {
@@ -749,11 +1066,75 @@ impl ShardState {
         }
     }
 
+    /// The refusal of one more write when the shard's queue of waiting writes is full.
+    fn writes_busy(&self) -> Option<Outcome> {
+        (self.waiting_count >= self.config.network.shard_inbox_max).then(|| {
+            Outcome::error(
+                ErrorCode::Busy,
+                format!("shard {} has too many writes waiting", self.index),
+            )
+        })
+    }
+
+    /// Queues a write for its group's pipeline (submitted at once unless the canary holds it).
+    fn queue_write(&mut self, group: u64, request: Request, pending: PendingWrite) {
+        self.waiting.entry(group).or_default().push_back((request, pending));
+        self.waiting_count += 1;
+        if SUBMIT_AT_ONCE {
+            self.submit_waiting();
+        }
+    }
+
+    /// Proposes an offset commit: a one-record control batch in the partition's own log, under
+    /// the requesting client's header fields, answered as `kind` says once committed.
+    fn store_offset(
+        &mut self,
+        group: u64,
+        client: ClientRequest,
+        record: OffsetCommitRecord,
+        kind: impl FnOnce(OffsetCommitRecord) -> WriteKind,
+        reply: Slot,
+    ) -> bool {
+        if let Some(busy) = self.writes_busy() {
+            let _ = reply.send(busy);
+            return false;
+        }
+        let table = self.offsets.entry(group).or_default();
+        if record.offset.is_some()
+            && let Err(full) = table.check_room(&record.consumer, CONSUMERS_PER_PARTITION_MAX)
+        {
+            let _ = reply.send(Outcome::error(
+                ErrorCode::LimitReached,
+                format!(
+                    "a partition stores the offsets of at most {} consumers",
+                    full.consumers_max
+                ),
+            ));
+            return false;
+        }
+        let now = now_ms();
+        let batch = record.to_batch(now);
+        let request = Request {
+            client: client.client,
+            session: client.session,
+            request: client.request,
+            body_checksum: checksum::crc32c(&batch),
+            body: BytesMut::from(&batch[..]),
+            record_count: 1,
+            first_timestamp_ms: now,
+            max_timestamp_ms: now,
+            append_time_ms: now,
+        };
+        self.queue_write(group, request, PendingWrite { kind: kind(record), reply });
+        true
+    }
+
     /// Hands waiting writes to their groups while their pipelines have room.
     fn submit_waiting(&mut self) {
         if self.waiting_count == 0 {
             return;
         }
+        let mut refused = Vec::new();
         // Empty queues stay in the map (at most one per group), so a steady stream of writes
         // allocates no queue per request.
         for (&group, queue) in self.waiting.iter_mut() {
@@ -773,10 +1154,9 @@ impl ShardState {
                 self.waiting_count -= 1;
                 let key = (group, request.client, request.request);
                 if self.pending.contains_key(&key) {
-                    let _ = pending.reply.send(Outcome::error(
-                        ErrorCode::InvalidRequest,
-                        format!("request {} of this client is already in flight", request.request),
-                    ));
+                    let text =
+                        format!("request {} of this client is already in flight", request.request);
+                    refused.push((group, pending, Outcome::error(ErrorCode::InvalidRequest, text)));
                     continue;
                 }
                 match self.node.on_client_request(group, request) {
@@ -784,39 +1164,71 @@ impl ShardState {
                         self.pending.insert(key, pending);
                     }
                     Err(reason) => {
-                        let _ =
-                            pending.reply.send(Outcome::error(ErrorCode::PartitionFailed, reason));
+                        let outcome = Outcome::error(ErrorCode::PartitionFailed, reason);
+                        refused.push((group, pending, outcome));
                     }
                 }
             }
         }
+        for (group, pending, outcome) in refused {
+            if let WriteKind::PollCommit { record, .. } = &pending.kind {
+                self.commits_in_flight.remove(&(group, record.consumer.clone()));
+            }
+            let _ = pending.reply.send(outcome);
+        }
     }
 
     fn answer_replies(&mut self) {
+        let mut woken = Vec::new();
         for (group, reply) in self.node.take_replies() {
             if group == METADATA_GROUP
                 && let Some(metadata) = &mut self.metadata
             {
                 // A committed metadata request is answered by its apply.
                 if !matches!(reply.result, ReplyResult::Committed { .. })
-                    && let Some(slot) = metadata.pending.remove(&(reply.client, reply.request))
+                    && let Some(waiter) = metadata.pending.remove(&(reply.client, reply.request))
                 {
-                    let _ = slot.send(result_error(&reply.result));
+                    match waiter {
+                        MetaWaiter::Client(slot) => {
+                            let _ = slot.send(result_error(&reply.result));
+                        }
+                        MetaWaiter::Rebalance(group) => {
+                            metadata.coordinator.settled(&group, None);
+                        }
+                    }
                 }
                 continue;
             }
             let Some(pending) = self.pending.remove(&(group, reply.client, reply.request)) else {
                 continue;
             };
-            let outcome = match reply.result {
-                ReplyResult::Committed { base_offset, .. } => Outcome::produced(ProduceReply {
-                    partition: pending.partition,
-                    base_offset,
-                    record_count: pending.record_count,
-                }),
-                other => result_error(&other),
+            let committed = matches!(reply.result, ReplyResult::Committed { .. });
+            let outcome = match (pending.kind, reply.result) {
+                (
+                    WriteKind::Produce { partition, record_count },
+                    ReplyResult::Committed { base_offset, .. },
+                ) => Outcome::produced(ProduceReply { partition, base_offset, record_count }),
+                (WriteKind::Offset(record), _) if committed => {
+                    self.offsets.entry(group).or_default().apply(record);
+                    Outcome::ok(Vec::new())
+                }
+                (WriteKind::PollCommit { record, answer }, result) => {
+                    self.commits_in_flight.remove(&(group, record.consumer.clone()));
+                    // The consumer's next poll may have been waiting for this commit.
+                    woken.push(group);
+                    if committed {
+                        self.offsets.entry(group).or_default().apply(record);
+                        answer
+                    } else {
+                        result_error(&result)
+                    }
+                }
+                (_, other) => result_error(&other),
             };
             let _ = pending.reply.send(outcome);
+        }
+        for group in woken {
+            self.wake_parked(group);
         }
     }
 
@@ -859,14 +1271,14 @@ impl ShardState {
                 }
                 Err((code, text)) => Outcome::error(code, text),
             };
-            if let Some(slot) = metadata.pending.remove(&(fields.client, fields.request)) {
+            if let Some(waiter) = metadata.pending.remove(&(fields.client, fields.request)) {
                 // Publish before answering, so the client's next request sees the change.
                 if changed {
                     let catalog = Arc::new(metadata.catalog.clone());
                     changed = false;
                     self.publish(catalog);
                 }
-                let _ = slot.send(outcome);
+                self.answer_metadata(waiter, outcome);
             }
         }
         if changed && let Some(metadata) = &self.metadata {
@@ -875,21 +1287,74 @@ impl ShardState {
         }
     }
 
-    fn propose_metadata(&mut self, client: ClientRequest, command: MetaCommand, reply: Slot) {
+    /// Answers whoever waited for a metadata command: its client, or (for a rebalance) the
+    /// coordinator, which answers the joins the new assignment includes.
+    fn answer_metadata(&mut self, waiter: MetaWaiter, outcome: Outcome) {
+        match waiter {
+            MetaWaiter::Client(slot) => {
+                let _ = slot.send(outcome);
+            }
+            MetaWaiter::Rebalance(group) => {
+                let Some(metadata) = self.metadata.as_mut() else { return };
+                let in_force = metadata
+                    .catalog
+                    .topic(&group.stream, &group.topic)
+                    .ok()
+                    .and_then(|topic| topic.consumer_groups.get(&group.group))
+                    .cloned();
+                let applied = outcome.error == 0;
+                let answered =
+                    metadata.coordinator.settled(&group, in_force.as_ref().filter(|_| applied));
+                for (slot, assignment) in answered {
+                    let _ = slot.send(Outcome::ok(assignment.encode()));
+                }
+                // Members may have changed while this one was in flight.
+                self.propose_rebalances();
+            }
+        }
+    }
+
+    /// Proposes every rebalance the coordinator finds due.
+    fn propose_rebalances(&mut self) {
+        let Some(metadata) = self.metadata.as_mut() else { return };
+        let due = metadata.coordinator.rebalances_due(&metadata.catalog);
+        for (group, command) in due {
+            let Some(metadata) = self.metadata.as_mut() else { return };
+            metadata.internal_request += 1;
+            let client = ClientRequest {
+                client: metadata.internal_client,
+                session: 0,
+                request: metadata.internal_request,
+                operation: 0,
+            };
+            self.propose_metadata(client, command, MetaWaiter::Rebalance(group));
+        }
+    }
+
+    fn propose_metadata(
+        &mut self,
+        client: ClientRequest,
+        command: MetaCommand,
+        waiter: MetaWaiter,
+    ) {
         let Some(metadata) = self.metadata.as_mut() else {
-            let _ = reply.send(Outcome::error(ErrorCode::InvalidRequest, "not the metadata shard"));
+            if let MetaWaiter::Client(reply) = waiter {
+                let _ =
+                    reply.send(Outcome::error(ErrorCode::InvalidRequest, "not the metadata shard"));
+            }
             return;
         };
         if let Err((code, text)) = metadata.catalog.check(&command) {
-            let _ = reply.send(Outcome::error(code, text));
+            self.answer_metadata(waiter, Outcome::error(code, text));
             return;
         }
         let key = (client.client, client.request);
         if metadata.pending.contains_key(&key) {
-            let _ = reply.send(Outcome::error(
+            let outcome = Outcome::error(
                 ErrorCode::InvalidRequest,
                 format!("request {} of this client is already in flight", client.request),
-            ));
+            );
+            self.answer_metadata(waiter, outcome);
             return;
         }
         let now = now_ms();
@@ -907,21 +1372,99 @@ impl ShardState {
             max_timestamp_ms: now,
             append_time_ms: now,
         };
-        metadata.pending.insert(key, reply);
+        metadata.pending.insert(key, waiter);
         if let Err(reason) = self.node.on_client_request(METADATA_GROUP, request)
-            && let Some(slot) = self.metadata.as_mut().and_then(|m| m.pending.remove(&key))
+            && let Some(waiter) = self.metadata.as_mut().and_then(|m| m.pending.remove(&key))
         {
-            let _ = slot.send(Outcome::error(ErrorCode::PartitionFailed, reason));
+            self.answer_metadata(waiter, Outcome::error(ErrorCode::PartitionFailed, reason));
         }
     }
 
-    fn fetch(&mut self, group: u64, args: FetchArgs, reply: Slot) {
+    /// A consumer group request: the coordinator updates membership, a changed membership
+    /// becomes a rebalance proposal, and a join is answered once an assignment includes it.
+    fn group_request(&mut self, request: GroupRequest, reply: Slot) {
+        let Some(metadata) = self.metadata.as_mut() else {
+            let _ =
+                reply.send(Outcome::error(ErrorCode::InvalidRequest, "not the coordinator shard"));
+            return;
+        };
+        let now = now_ms();
+        let coordinator = &mut metadata.coordinator;
+        match request {
+            GroupRequest::Join(join) => {
+                match coordinator.join(&join.group, &join.member, join.session_timeout_ms, now) {
+                    Ok(member) => coordinator.wait_for_assignment(&join.group, member, reply),
+                    Err((code, text)) => {
+                        let _ = reply.send(Outcome::error(code, text));
+                        return;
+                    }
+                }
+                self.propose_rebalances();
+                let Some(metadata) = self.metadata.as_mut() else { return };
+                if let Ok(topic) = metadata.catalog.topic(&join.group.stream, &join.group.topic)
+                    && let Some(in_force) = topic.consumer_groups.get(&join.group.group)
+                {
+                    for (slot, assignment) in
+                        metadata.coordinator.answer_joins(&join.group, in_force)
+                    {
+                        let _ = slot.send(Outcome::ok(assignment.encode()));
+                    }
+                }
+            }
+            GroupRequest::Heartbeat(member) => {
+                match coordinator.heartbeat(&member.group, &member.member, now) {
+                    Ok(()) => {
+                        let assignment =
+                            groups::assignment_of(&metadata.catalog, &member.group, &member.member);
+                        let _ = reply.send(Outcome::ok(assignment.encode()));
+                    }
+                    Err((code, text)) => {
+                        let _ = reply.send(Outcome::error(code, text));
+                    }
+                }
+            }
+            GroupRequest::Leave(member) => match coordinator.leave(&member.group, &member.member) {
+                Ok(()) => {
+                    let _ = reply.send(Outcome::ok(Vec::new()));
+                    self.propose_rebalances();
+                }
+                Err((code, text)) => {
+                    let _ = reply.send(Outcome::error(code, text));
+                }
+            },
+        }
+    }
+
+    /// Declares dead every member whose session ran out, and rebalances their groups.
+    fn expire_members(&mut self) {
+        let Some(metadata) = self.metadata.as_mut() else { return };
+        if metadata.coordinator.expire(now_ms()) > 0 {
+            self.propose_rebalances();
+        }
+    }
+
+    fn fetch(&mut self, group: u64, args: FetchArgs, to: ReadFor) {
         let committed_end = self.committed_end.get(&group).copied().unwrap_or(0);
+        // A poll starts at its consumer's stored offset, looked up again at every run (a parked
+        // poll woken later sees commits made meanwhile); it waits while its own auto-commit is
+        // in flight, so two polls never return the same messages.
+        let mut args = args;
+        if let ReadFor::Poll(poll) = &to {
+            if poll.auto_commit && self.commits_in_flight.contains(&(group, poll.consumer.clone()))
+            {
+                let args = FetchArgs { wait_ms_max: args.wait_ms_max.max(1), ..args };
+                self.park_or_answer(group, args, to);
+                return;
+            }
+            args.from = match self.offsets.get(&group).and_then(|o| o.get(&poll.consumer)) {
+                Some(offset) => FetchFrom::Offset(offset.max(poll.skipped_to)),
+                None if poll.skipped_to > 0 => FetchFrom::Offset(poll.skipped_to),
+                None => FetchFrom::First,
+            };
+        }
         let Some(log) = self.node.shard_mut().group_mut(group) else {
-            let _ = reply.send(Outcome::error(
-                ErrorCode::PartitionFailed,
-                format!("group {group} is not on shard {}", self.index),
-            ));
+            let text = format!("group {group} is not on shard {}", self.index);
+            to.reply().send_outcome(Outcome::error(ErrorCode::PartitionFailed, text));
             return;
         };
         // Where an offset read starts; a start at or past the committed end waits for data
@@ -938,7 +1481,7 @@ impl ShardState {
             && start >= committed_end
         {
             let args = FetchArgs { from: FetchFrom::Offset(start), ..args };
-            self.park_or_answer(group, args, reply);
+            self.park_or_answer(group, args, to);
             return;
         }
         let plan = match args.from {
@@ -947,15 +1490,16 @@ impl ShardState {
         };
         match plan {
             Err(error) => {
-                let _ = reply.send(Outcome::error(ErrorCode::PartitionFailed, error.to_string()));
+                let outcome = Outcome::error(ErrorCode::PartitionFailed, error.to_string());
+                to.reply().send_outcome(outcome);
             }
-            Ok(ReadPlan::Done(found)) => self.found(group, args, found, reply),
+            Ok(ReadPlan::Done(found)) => self.found(group, args, found, to),
             Ok(ReadPlan::Disk(read)) => {
                 let done_list = Rc::clone(&self.reads_done);
                 let wake = self.mesh[self.index as usize].clone();
                 monoio::spawn(async move {
                     let done = read.run().await;
-                    done_list.borrow_mut().push(ReadDone { group, args, done, reply });
+                    done_list.borrow_mut().push(ReadDone { group, args, done, to });
                     let _ = wake.try_send(Work::Wake);
                 });
             }
@@ -964,17 +1508,18 @@ impl ShardState {
 
     /// A fetch with nothing to read yet: held until its group commits more or its wait runs
     /// out, or answered at once (empty) when it may not wait or the shard holds enough waiting.
-    fn park_or_answer(&mut self, group: u64, args: FetchArgs, reply: Slot) {
+    fn park_or_answer(&mut self, group: u64, args: FetchArgs, to: ReadFor) {
         if args.wait_ms_max == 0 || self.parked_count >= self.config.network.fetch_parked_max {
-            self.answer_fetch(group, args, Vec::new(), reply);
+            self.answer_fetch(group, args, Vec::new(), to);
             return;
         }
         let deadline = Instant::now() + Duration::from_millis(u64::from(args.wait_ms_max));
-        self.parked.entry(group).or_default().push(ParkedFetch { args, deadline, reply });
+        self.parked.entry(group).or_default().push(ParkedFetch { args, deadline, to });
         self.parked_count += 1;
     }
 
-    /// Runs again every fetch parked on `group`, whose committed log just grew.
+    /// Runs again every fetch parked on `group`, whose committed log just grew (or whose
+    /// consumer's auto-commit finished).
     fn wake_parked(&mut self, group: u64) {
         let Some(parked) = self.parked.remove(&group) else { return };
         self.parked_count -= parked.len();
@@ -982,7 +1527,7 @@ impl ShardState {
         for fetch in parked {
             let wait_ms_left = fetch.deadline.saturating_duration_since(now).as_millis() as u32;
             let args = FetchArgs { wait_ms_max: wait_ms_left.max(1), ..fetch.args };
-            self.fetch(group, args, fetch.reply);
+            self.fetch(group, args, fetch.to);
         }
     }
 
@@ -1006,7 +1551,7 @@ impl ShardState {
         self.parked.retain(|_, parked| !parked.is_empty());
         self.parked_count -= expired.len();
         for (group, fetch) in expired {
-            self.answer_fetch(group, fetch.args, Vec::new(), fetch.reply);
+            self.answer_fetch(group, fetch.args, Vec::new(), fetch.to);
         }
     }
 
@@ -1015,11 +1560,10 @@ impl ShardState {
         for read in done {
             let Some(log) = self.node.shard_mut().group_mut(read.group) else { continue };
             match log.finish_read(read.done) {
-                Ok(found) => self.found(read.group, read.args, found, read.reply),
+                Ok(found) => self.found(read.group, read.args, found, read.to),
                 Err(error) => {
-                    let _ = read
-                        .reply
-                        .send(Outcome::error(ErrorCode::PartitionFailed, error.to_string()));
+                    let outcome = Outcome::error(ErrorCode::PartitionFailed, error.to_string());
+                    read.to.reply().send_outcome(outcome);
                 }
             }
         }
@@ -1027,35 +1571,38 @@ impl ShardState {
 
     /// Completes a fetch with what the log returned: a time lookup becomes an offset read,
     /// anything else is the answer.
-    fn found(&mut self, group: u64, args: FetchArgs, found: Vec<StoredPrepare>, reply: Slot) {
+    fn found(&mut self, group: u64, args: FetchArgs, found: Vec<StoredPrepare>, to: ReadFor) {
         if let FetchFrom::Timestamp(_) = args.from {
             match found.first() {
                 Some(prepare) => {
                     let from = FetchFrom::Offset(prepare.base_offset());
-                    self.fetch(group, FetchArgs { from, ..args }, reply);
+                    self.fetch(group, FetchArgs { from, ..args }, to);
                 }
                 None => {
                     // Nothing at or after that time yet: what comes next will be.
                     let end = self.committed_end.get(&group).copied().unwrap_or(0);
                     let args = FetchArgs { from: FetchFrom::Offset(end), ..args };
-                    self.park_or_answer(group, args, reply);
+                    self.park_or_answer(group, args, to);
                 }
             }
             return;
         }
-        self.answer_fetch(group, args, found, reply);
+        self.answer_fetch(group, args, found, to);
     }
 
+    /// Answers a fetch with the committed batches of `found`; a poll that auto-commits first
+    /// stores the offset after them and answers once that commit is committed.
     fn answer_fetch(
         &mut self,
         group: u64,
         args: FetchArgs,
         found: Vec<StoredPrepare>,
-        reply: Slot,
+        mut to: ReadFor,
     ) {
         let next_offset = self.committed_end.get(&group).copied().unwrap_or(0);
         let first_offset = self.node.shard_mut().group(group).map_or(0, |log| log.first_offset());
         let mut records = 0u64;
+        let mut end_offset = None;
         let mut batches: Vec<Bytes> = Vec::new();
         for prepare in found {
             // Consumers read only committed data; the log may hold more.
@@ -1064,6 +1611,7 @@ impl ShardState {
             }
             let fields = shoal_engine::record::prepare_of(&prepare.header);
             records += u64::from(fields.record_count);
+            end_offset = Some(prepare.end_offset());
             batches.push(prepare.body());
         }
         let prefix = FetchReply {
@@ -1074,12 +1622,63 @@ impl ShardState {
         }
         .encode_prefix();
         let size: usize = batches.iter().map(Bytes::len).sum();
-        let mut body = Vec::with_capacity(prefix.len() + size);
+        let mut body = Vec::with_capacity(8 + prefix.len() + size);
+        if let ReadFor::Poll(_) = to {
+            // A poll's reply starts with where it started (the stored offset), so the client
+            // skips what precedes it in the first batch.
+            let start = match args.from {
+                FetchFrom::Offset(offset) => offset,
+                _ => first_offset,
+            };
+            body.extend_from_slice(&start.to_le_bytes());
+        }
         body.extend_from_slice(&prefix);
         for batch in &batches {
             body.extend_from_slice(batch);
         }
-        let _ = reply.send(Outcome::ok(body));
+        // A poll that found only control records (offset commits) has nothing to deliver: it
+        // goes on from past them (waiting, when it may, for what comes next).
+        if let (ReadFor::Poll(poll), Some(end)) = (&mut to, end_offset)
+            && batches.iter().all(|batch| BatchHeader::parse(batch).is_ok_and(|h| h.is_control()))
+        {
+            poll.skipped_to = end;
+            self.fetch(group, args, to);
+            return;
+        }
+        let answer = Outcome::ok(body);
+        match (to, end_offset) {
+            (ReadFor::Poll(poll), Some(end)) if poll.auto_commit => {
+                let key = (group, poll.consumer.clone());
+                let record = OffsetCommitRecord { consumer: poll.consumer, offset: Some(end) };
+                let kind = |record| WriteKind::PollCommit { record, answer };
+                // Marked first: a write refused inside `store_offset` clears the mark again.
+                self.commits_in_flight.insert(key.clone());
+                if !self.store_offset(group, poll.client, record, kind, poll.reply) {
+                    self.commits_in_flight.remove(&key);
+                }
+            }
+            (to, _) => to.reply().send_outcome(answer),
+        }
+    }
+}
+
+impl ReadFor {
+    fn reply(self) -> Slot {
+        match self {
+            ReadFor::Fetch(reply) => reply,
+            ReadFor::Poll(poll) => poll.reply,
+        }
+    }
+}
+
+/// Sending an answer whose receiver may be gone (the connection closed).
+trait SendOutcome {
+    fn send_outcome(self, outcome: Outcome);
+}
+
+impl SendOutcome for Slot {
+    fn send_outcome(self, outcome: Outcome) {
+        let _ = self.send(outcome);
     }
 }
 
@@ -1125,7 +1724,13 @@ fn result_error(result: &ReplyResult) -> Outcome {
 fn refuse(work: Work) {
     let outcome = || Outcome::error(ErrorCode::ShuttingDown, "shutting down");
     match work {
-        Work::Produce { reply, .. } | Work::Fetch { reply, .. } | Work::Metadata { reply, .. } => {
+        Work::Produce { reply, .. }
+        | Work::Fetch { reply, .. }
+        | Work::Metadata { reply, .. }
+        | Work::StoreOffset { reply, .. }
+        | Work::GetOffset { reply, .. }
+        | Work::Group { reply, .. }
+        | Work::Poll { reply, .. } => {
             let _ = reply.send(outcome());
         }
         Work::Stats { reply, .. } => {

@@ -1,9 +1,17 @@
 //! Consuming end to end, on the real binary: long-poll fetches woken by the commit of new data,
-//! their bounds, and the committed end they report.
+//! their bounds and the committed end they report; stored offsets across restarts; consumer
+//! groups rebalancing as members leave and die, refusing stale generations; polling from the
+//! stored offset with auto-commit.
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::{Raw, decode_fetch, start, start_command};
+use shoal_engine::protocol::consumer::{
+    Assignment, ConsumerId, GroupMember, GroupRef, JoinGroup, Membership, OffsetKey, PartitionRef,
+    Poll, StoreOffset, decode_stored_offset,
+};
 use shoal_engine::protocol::{ErrorCode, Fetch, FetchFrom, Operation};
 use shoal_engine::superblock::Durability;
 
@@ -85,4 +93,201 @@ fn long_polls_are_bounded_per_request_and_per_shard() {
     assert!(second.is_empty(), "beyond fetch_parked_max a fetch does not wait");
     assert_eq!(reply.next_offset, 0, "it was answered before the write committed");
     consumer.receive().ok();
+}
+
+fn partition(index: u32) -> PartitionRef {
+    PartitionRef { stream: "s".into(), topic: "t".into(), partition: index }
+}
+
+fn store(consumer: ConsumerId, membership: Membership, index: u32, offset: u64) -> Vec<u8> {
+    StoreOffset { partition: partition(index), consumer, membership, offset }.encode()
+}
+
+fn get(client: &mut Raw, consumer: &ConsumerId, index: u32) -> Option<u64> {
+    let key = OffsetKey { partition: partition(index), consumer: consumer.clone() };
+    decode_stored_offset(client.call(Operation::GetOffset, &key.encode()).ok()).unwrap()
+}
+
+#[test]
+fn stored_offsets_survive_a_clean_restart_and_a_kill_and_deletes_stick() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 1);
+    let mut client = Raw::connect(&server.address, 1);
+    client.create_stream("s").ok();
+    client.create_topic("s", "t", 2, Durability::Persisted).ok();
+    client.produce("s", "t", 0, &[b"a", b"b"]);
+    let (alice, bob) = (ConsumerId::consumer("alice"), ConsumerId::consumer("bob"));
+    assert_eq!(get(&mut client, &alice, 0), None);
+    client.call(Operation::StoreOffset, &store(alice.clone(), Membership::default(), 0, 1)).ok();
+    client.call(Operation::StoreOffset, &store(bob.clone(), Membership::default(), 1, 40)).ok();
+    assert_eq!((get(&mut client, &alice, 0), get(&mut client, &bob, 1)), (Some(1), Some(40)));
+    assert_eq!(get(&mut client, &alice, 1), None, "offsets are per partition");
+    // The commits sit in the partition's log between the data, and consumers skip them.
+    client.produce("s", "t", 0, &[b"c"]);
+    let (_, records) = client.fetch("s", "t", 0, FetchFrom::First, 100);
+    let values: Vec<&[u8]> = records.iter().map(|(_, v)| v.as_slice()).collect();
+    assert_eq!(values, [&b"a"[..], b"b", b"c"]);
+    // A standalone consumer names no membership.
+    let membership = Membership { member: "m".into(), generation: 1 };
+    let refused = client.call(Operation::StoreOffset, &store(alice.clone(), membership, 0, 2));
+    assert_eq!(refused.error(), ErrorCode::InvalidArgument);
+
+    // A clean stop snapshots the offsets; the start after it loads the snapshot.
+    assert_eq!(common::terminate(server), 0);
+    let server = start(dir.path(), 1);
+    let mut client = Raw::connect(&server.address, 1);
+    assert_eq!((get(&mut client, &alice, 0), get(&mut client, &bob, 1)), (Some(1), Some(40)));
+    // Commits after the snapshot, then a kill: the start after it replays them from the log.
+    client.call(Operation::StoreOffset, &store(alice.clone(), Membership::default(), 0, 3)).ok();
+    let key = OffsetKey { partition: partition(1), consumer: bob.clone() };
+    client.call(Operation::DeleteOffset, &key.encode()).ok();
+    common::kill(server);
+    let server = start(dir.path(), 1);
+    let mut client = Raw::connect(&server.address, 1);
+    assert_eq!((get(&mut client, &alice, 0), get(&mut client, &bob, 1)), (Some(3), None));
+}
+
+fn join(client: &mut Raw, member: &str, session_timeout_ms: u32) -> Assignment {
+    let group = GroupRef { stream: "s".into(), topic: "t".into(), group: "g".into() };
+    let join = JoinGroup { group, member: member.into(), session_timeout_ms };
+    Assignment::decode(client.call(Operation::JoinGroup, &join.encode()).ok()).unwrap()
+}
+
+fn member(name: &str) -> Vec<u8> {
+    let group = GroupRef { stream: "s".into(), topic: "t".into(), group: "g".into() };
+    GroupMember { group, member: name.into() }.encode()
+}
+
+fn heartbeat(client: &mut Raw, name: &str) -> Assignment {
+    Assignment::decode(client.call(Operation::Heartbeat, &member(name)).ok()).unwrap()
+}
+
+/// Heartbeats `name` until its assignment satisfies `done` (bounded by a deadline).
+fn heartbeat_until(client: &mut Raw, name: &str, done: impl Fn(&Assignment) -> bool) -> Assignment {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let assignment = heartbeat(client, name);
+        if done(&assignment) {
+            return assignment;
+        }
+        assert!(Instant::now() < deadline, "no rebalance in time: {assignment:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_group_of_three_rebalances_when_one_leaves_and_when_one_dies_and_stale_commits_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 1);
+    let mut admin = Raw::connect(&server.address, 1);
+    admin.create_stream("s").ok();
+    admin.create_topic("s", "t", 6, Durability::Replicated).ok();
+    let mut clients: Vec<Raw> = (0..3).map(|i| Raw::connect(&server.address, 10 + i)).collect();
+    let names: Vec<String> =
+        clients.iter_mut().map(|client| join(client, "", 1_000).member).collect();
+    // Everyone takes the newest assignment: the partitions, dealt over three, cover the topic.
+    let parts: Vec<Assignment> = clients
+        .iter_mut()
+        .zip(&names)
+        .map(|(client, name)| heartbeat_until(client, name, |a| a.partitions.len() == 2))
+        .collect();
+    let generation = parts[0].generation;
+    assert!(parts.iter().all(|a| a.generation == generation));
+    let mut all: Vec<u32> = parts.iter().flat_map(|a| a.partitions.clone()).collect();
+    all.sort_unstable();
+    assert_eq!(all, [0, 1, 2, 3, 4, 5]);
+
+    // Commits: under the generation in force for an own partition only.
+    let group = ConsumerId::group("g");
+    let own = parts[0].partitions[0];
+    let other = parts[1].partitions[0];
+    let current = Membership { member: names[0].clone(), generation };
+    let stale = Membership { member: names[0].clone(), generation: generation - 1 };
+    clients[0].call(Operation::StoreOffset, &store(group.clone(), current.clone(), own, 5)).ok();
+    let refused = clients[0].call(Operation::StoreOffset, &store(group.clone(), stale, own, 6));
+    assert_eq!(refused.error(), ErrorCode::StaleGeneration);
+    let refused = clients[0].call(Operation::StoreOffset, &store(group.clone(), current, other, 6));
+    assert_eq!(refused.error(), ErrorCode::NotAssigned);
+    let delete = OffsetKey { partition: partition(own), consumer: group.clone() };
+    assert_eq!(
+        clients[0].call(Operation::DeleteOffset, &delete.encode()).error(),
+        ErrorCode::InvalidRequest
+    );
+
+    // One leaves: the other two share its partitions in a new generation.
+    clients[1].call(Operation::LeaveGroup, &member(&names[1])).ok();
+    let after_leave = heartbeat_until(&mut clients[0], &names[0], |a| a.partitions.len() == 3);
+    assert!(after_leave.generation > generation);
+    let third =
+        heartbeat_until(&mut clients[2], &names[2], |a| a.generation == after_leave.generation);
+    assert_eq!(third.partitions.len(), 3);
+    let gone = clients[1].call(Operation::Heartbeat, &member(&names[1]));
+    assert_eq!(gone.error(), ErrorCode::UnknownMember);
+    // The member that was declared gone cannot commit: its generation is over.
+    let old = Membership { member: names[1].clone(), generation };
+    let refused = clients[1]
+        .call(Operation::StoreOffset, &store(group.clone(), old, parts[1].partitions[0], 1));
+    assert_eq!(refused.error(), ErrorCode::StaleGeneration);
+
+    // One dies (stops heartbeating): after its session it is dropped and the survivor takes all.
+    let survivor = heartbeat_until(&mut clients[0], &names[0], |a| a.partitions.len() == 6);
+    assert!(survivor.generation > after_leave.generation);
+    let dead = Membership { member: names[2].clone(), generation: after_leave.generation };
+    let refused = clients[2]
+        .call(Operation::StoreOffset, &store(group.clone(), dead, third.partitions[0], 1));
+    assert_eq!(refused.error(), ErrorCode::StaleGeneration);
+    assert_eq!(get(&mut admin, &group, own), Some(5));
+}
+
+#[test]
+fn poll_continues_from_the_stored_offset_and_auto_commit_moves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 1);
+    let mut client = Raw::connect(&server.address, 1);
+    client.create_stream("s").ok();
+    client.create_topic("s", "t", 1, Durability::Persisted).ok();
+    client.produce("s", "t", 0, &[b"a", b"b", b"c"]);
+    let poll = |auto_commit: bool, wait_ms_max: u32| {
+        Poll {
+            partition: partition(0),
+            consumer: ConsumerId::consumer("c"),
+            membership: Membership::default(),
+            bytes_max: 1 << 20,
+            count_max: 100,
+            wait_ms_max,
+            auto_commit,
+        }
+        .encode()
+    };
+    let polled = |answer: &[u8]| {
+        let start = u64::from_le_bytes(answer[..8].try_into().unwrap());
+        let (_, records) = decode_fetch(&answer[8..]);
+        let values: Vec<Vec<u8>> =
+            records.into_iter().filter(|(o, _)| *o >= start).map(|(_, v)| v).collect();
+        (start, values)
+    };
+    // Without a commit, the same messages again.
+    for _ in 0..2 {
+        let (start, values) = polled(client.call(Operation::Poll, &poll(false, 0)).ok());
+        assert_eq!((start, values.len()), (0, 3));
+    }
+    // Mid-batch: the stored offset is honoured inside the first batch.
+    client
+        .call(
+            Operation::StoreOffset,
+            &store(ConsumerId::consumer("c"), Membership::default(), 0, 1),
+        )
+        .ok();
+    let (start, values) = polled(client.call(Operation::Poll, &poll(true, 0)).ok());
+    assert_eq!((start, values), (1, vec![b"b".to_vec(), b"c".to_vec()]));
+    let consumer = ConsumerId::consumer("c");
+    // The end of what was returned: the data (0..3) and the store above's control record (3).
+    assert_eq!(get(&mut client, &consumer, 0), Some(4), "auto-commit stored the end");
+    // At the end: a waiting poll is woken by the next write (pipelined behind it, so it waits
+    // first), and continues after the offset commit the last poll wrote.
+    client.send(Operation::Poll, &poll(true, WAIT_MS));
+    client.send(Operation::Produce, &Raw::produce_body("s", "t", 0, &[b"d"]));
+    let (_, values) = polled(client.receive().ok());
+    assert_eq!(values, [b"d".to_vec()]);
+    client.receive().ok();
 }

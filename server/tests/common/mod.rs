@@ -289,6 +289,11 @@ pub fn decode_fetch(body: &[u8]) -> (FetchReply, Vec<(u64, Vec<u8>)>) {
         let header = shoal_engine::batch::BatchHeader::parse(rest).expect("a batch");
         let size = header.total_size();
         let base = header.base_offset() as u64;
+        if header.is_control() {
+            // Offset commits live in the partition's log; consumers skip them, as Kafka's do.
+            rest = &rest[size..];
+            continue;
+        }
         for record in shoal_engine::batch::records(&rest[..size]).expect("records") {
             let record = record.expect("a record");
             let value = record.value.unwrap_or_default().to_vec();

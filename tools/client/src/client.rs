@@ -15,10 +15,13 @@ use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use bytes::Bytes;
+use shoal_engine::protocol::consumer::{
+    self, Assignment, GroupMember, JoinGroup, OffsetKey, Poll, StoreOffset,
+};
 use shoal_engine::protocol::{
-    CreateTopic, Fetch, FetchReply, HelloReply, Operation, PartitionInfo, Partitioning, Produce,
-    ProduceReply, StreamInfo, TopicInfo, Writer, decode_describe, decode_streams, decode_topics,
-    encode_stream_name, encode_topic_name,
+    CreateTopic, Fetch, FetchFrom, FetchReply, HelloReply, Operation, PartitionInfo, Partitioning,
+    Produce, ProduceReply, StreamInfo, TopicInfo, Writer, decode_describe, decode_streams,
+    decode_topics, encode_stream_name, encode_topic_name,
 };
 
 use crate::connection::{ConnectionConfig, HelloState, Reply};
@@ -238,6 +241,73 @@ impl Client {
             )));
         }
         Fetched::new(reply, body.slice(at..), fetch.from)
+    }
+
+    // -- Consumers -----------------------------------------------------------------------------
+
+    /// Stores `consumer`'s offset (of the next message to process) in a partition. A group's
+    /// member names its membership (member id and generation); a standalone consumer passes
+    /// `Membership::default()`.
+    pub async fn store_offset(&mut self, store: &StoreOffset) -> Result<()> {
+        self.call(Operation::StoreOffset, &[&store.encode()]).await.map(drop)
+    }
+
+    /// `consumer`'s stored offset in a partition, if any.
+    pub async fn get_offset(&mut self, key: &OffsetKey) -> Result<Option<u64>> {
+        let body = self.call(Operation::GetOffset, &[&key.encode()]).await?;
+        consumer::decode_stored_offset(&body)
+            .map_err(|e| ClientError::Protocol(format!("GetOffset reply: {e}")))
+    }
+
+    /// Deletes `consumer`'s stored offset in a partition (a group's only while it has no
+    /// members).
+    pub async fn delete_offset(&mut self, key: &OffsetKey) -> Result<()> {
+        self.call(Operation::DeleteOffset, &[&key.encode()]).await.map(drop)
+    }
+
+    /// Joins a topic's consumer group (an empty `member` joins as a new member). Answered once
+    /// an assignment including the member is in force, so the wait is bounded by a rebalance,
+    /// not the request timeout alone.
+    pub async fn join_group(&mut self, join: &JoinGroup) -> Result<Assignment> {
+        let rebalance = Duration::from_millis(u64::from(join.session_timeout_ms));
+        let body = self.call_within(rebalance, Operation::JoinGroup, &[&join.encode()]).await?;
+        Assignment::decode(&body)
+            .map_err(|e| ClientError::Protocol(format!("JoinGroup reply: {e}")))
+    }
+
+    /// Keeps a member alive; returns its part of the assignment in force (a new generation
+    /// means a rebalance happened: commit under the new one from now on).
+    pub async fn heartbeat(&mut self, member: &GroupMember) -> Result<Assignment> {
+        let body = self.call(Operation::Heartbeat, &[&member.encode()]).await?;
+        Assignment::decode(&body)
+            .map_err(|e| ClientError::Protocol(format!("Heartbeat reply: {e}")))
+    }
+
+    /// Leaves a consumer group; its partitions go to the other members.
+    pub async fn leave_group(&mut self, member: &GroupMember) -> Result<()> {
+        self.call(Operation::LeaveGroup, &[&member.encode()]).await.map(drop)
+    }
+
+    /// Fetches from the consumer's stored offset (from the first message when it has none),
+    /// waiting up to `wait_ms_max` for data; with `auto_commit` the server stores the offset
+    /// after what it returns before answering (at-most-once delivery of what it returned).
+    pub async fn poll(&mut self, poll: &Poll) -> Result<Fetched> {
+        let wait = Duration::from_millis(u64::from(poll.wait_ms_max));
+        let body = self.call_within(wait, Operation::Poll, &[&poll.encode()]).await?;
+        let start = body
+            .first_chunk::<8>()
+            .map(|bytes| u64::from_le_bytes(*bytes))
+            .ok_or_else(|| ClientError::Protocol("Poll reply: shorter than its start".into()))?;
+        let body = body.slice(8..);
+        let (reply, at) = FetchReply::decode(&body)
+            .map_err(|e| ClientError::Protocol(format!("Poll reply: {e}")))?;
+        if reply.partition != poll.partition.partition {
+            return Err(ClientError::Protocol(format!(
+                "polled partition {}, the reply is for partition {}",
+                poll.partition.partition, reply.partition
+            )));
+        }
+        Fetched::new(reply, body.slice(at..), FetchFrom::Offset(start))
     }
 
     // -- Requests ------------------------------------------------------------------------------

@@ -1,0 +1,132 @@
+//! Consumer offsets of one partition: the table that the partition's committed offset-commit
+//! control records add up to, and its snapshot.
+//!
+//! It owns the table, its bound and the snapshot's byte layout. It never proposes a commit,
+//! never checks who may commit (group generations are the shard's, against the catalog) and
+//! never does I/O: the shard applies committed records in log order, saves snapshots through
+//! `engine::state` and replays the log past the newest one at start-up.
+
+use std::collections::BTreeMap;
+
+use shoal_engine::protocol::consumer::{ConsumerId, OffsetCommitRecord};
+use shoal_engine::protocol::{Reader, Writer};
+
+/// Why a commit cannot be applied.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TableFull {
+    /// The bound.
+    pub consumers_max: usize,
+}
+
+/// One partition's stored offsets, as of `end_offset` of its log.
+#[derive(Debug, Default)]
+pub struct PartitionOffsets {
+    table: BTreeMap<ConsumerId, u64>,
+    /// Changed since the last snapshot was taken.
+    pub dirty: bool,
+    /// What the newest durable snapshot covers: the log below this offset.
+    pub snapshot_end: u64,
+    /// The log's size when that snapshot was taken.
+    pub snapshot_size_bytes: u64,
+    /// A snapshot save is in flight.
+    pub saving: bool,
+}
+
+impl PartitionOffsets {
+    /// The stored offset of `consumer`.
+    pub fn get(&self, consumer: &ConsumerId) -> Option<u64> {
+        self.table.get(consumer).copied()
+    }
+
+    /// Whether one more consumer could store an offset.
+    pub fn check_room(&self, consumer: &ConsumerId, consumers_max: usize) -> Result<(), TableFull> {
+        if self.table.len() >= consumers_max && !self.table.contains_key(consumer) {
+            return Err(TableFull { consumers_max });
+        }
+        Ok(())
+    }
+
+    /// Applies a committed record. A record beyond the bound (possible only when the bound was
+    /// lowered since it was accepted) is still applied: the log is the truth.
+    pub fn apply(&mut self, record: OffsetCommitRecord) {
+        match record.offset {
+            Some(offset) => self.table.insert(record.consumer, offset),
+            None => self.table.remove(&record.consumer),
+        };
+        self.dirty = true;
+    }
+
+    /// Consumers with a stored offset.
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Whether no consumer has a stored offset.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// The snapshot's bytes: a count, then each consumer's kind, name and offset.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.u32(self.table.len() as u32);
+        for (consumer, offset) in &self.table {
+            consumer.write(&mut w);
+            w.u64(*offset);
+        }
+        w.finish()
+    }
+
+    /// A table from snapshot bytes (hostile-input safe: counts are bounded by the bytes present).
+    pub fn decode(bytes: &[u8]) -> Result<PartitionOffsets, String> {
+        let mut r = Reader::new(bytes);
+        let decode = |r: &mut Reader<'_>| -> shoal_engine::protocol::Result<_> {
+            let count = r.count("consumers", 1 + 2 + 8)?;
+            let mut table = BTreeMap::new();
+            for _ in 0..count {
+                let consumer = ConsumerId::read(r)?;
+                table.insert(consumer, r.u64("offset")?);
+            }
+            r.end()?;
+            Ok(table)
+        };
+        let table = decode(&mut r).map_err(|e| e.to_string())?;
+        Ok(PartitionOffsets { table, ..PartitionOffsets::default() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commits_apply_in_order_and_the_snapshot_round_trips() {
+        let mut offsets = PartitionOffsets::default();
+        let group = ConsumerId::group("g");
+        let consumer = ConsumerId::consumer("c");
+        offsets.apply(OffsetCommitRecord { consumer: group.clone(), offset: Some(5) });
+        offsets.apply(OffsetCommitRecord { consumer: consumer.clone(), offset: Some(1) });
+        offsets.apply(OffsetCommitRecord { consumer: group.clone(), offset: Some(9) });
+        offsets.apply(OffsetCommitRecord { consumer: consumer.clone(), offset: None });
+        assert_eq!((offsets.get(&group), offsets.get(&consumer)), (Some(9), None));
+        assert!(offsets.dirty);
+        let decoded = PartitionOffsets::decode(&offsets.encode()).unwrap();
+        assert_eq!(decoded.get(&group), Some(9));
+        assert_eq!(decoded.len(), 1);
+        assert!(!decoded.dirty);
+        let mut garbled = offsets.encode();
+        garbled[4] = 7; // the consumer kind
+        assert!(PartitionOffsets::decode(&garbled).is_err());
+    }
+
+    #[test]
+    fn the_table_is_bounded_but_a_known_consumer_may_always_commit() {
+        let mut offsets = PartitionOffsets::default();
+        offsets.apply(OffsetCommitRecord { consumer: ConsumerId::consumer("a"), offset: Some(1) });
+        assert_eq!(offsets.check_room(&ConsumerId::consumer("a"), 1), Ok(()));
+        assert_eq!(
+            offsets.check_room(&ConsumerId::consumer("b"), 1),
+            Err(TableFull { consumers_max: 1 })
+        );
+    }
+}
