@@ -37,6 +37,7 @@ use shoal_replication::{
 use crate::config::Config;
 use crate::connection;
 use crate::metadata::{Applied, Catalog, METADATA_GROUP, MetaCommand, Published};
+use crate::metrics::{self, ShardMetrics, ShardSnapshot};
 
 /// The cluster id of a single node until cluster configuration arrives.
 pub const CLUSTER: u64 = 1;
@@ -162,6 +163,11 @@ pub enum Work {
         /// The answer.
         reply: flume::Sender<ShardReport>,
     },
+    /// Report the shard's metrics (a scrape of the metrics endpoint).
+    Metrics {
+        /// The answer.
+        reply: flume::Sender<ShardSnapshot>,
+    },
     /// Nothing: wakes the loop to look at its local completions.
     Wake,
 }
@@ -203,6 +209,8 @@ pub struct ShardSpec {
     pub published: Arc<Published>,
     /// Open connections on the whole node.
     pub connections: Arc<AtomicUsize>,
+    /// Shard 0 only: the bound metrics listener, served on this shard's runtime.
+    pub metrics_listener: Option<std::net::TcpListener>,
 }
 
 /// Creates the inboxes of `shards` shards.
@@ -279,6 +287,8 @@ struct ShardState {
     waiting_count: usize,
     /// Disk reads completed by their tasks.
     reads_done: Rc<RefCell<Vec<ReadDone>>>,
+    /// Counters this loop and its connections keep (see `metrics`).
+    metrics: Rc<ShardMetrics>,
     /// Canary: the offset each group's next acknowledged-on-receipt write is promised.
     #[cfg(feature = "canary-ack-on-receipt")]
     predicted_offsets: HashMap<u64, u64>,
@@ -339,6 +349,7 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         waiting: BTreeMap::new(),
         waiting_count: 0,
         reads_done: Rc::new(RefCell::new(Vec::new())),
+        metrics: Rc::new(ShardMetrics::default()),
         #[cfg(feature = "canary-ack-on-receipt")]
         predicted_offsets: HashMap::new(),
     };
@@ -372,8 +383,17 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         published: Arc::clone(&spec.published),
         connections: Arc::clone(&spec.connections),
         stop: Arc::clone(&spec.stop),
+        metrics: Rc::clone(&state.metrics),
     };
     let accepting = monoio::spawn(acceptor.run(listener));
+    if let Some(listener) = spec.metrics_listener {
+        let exporter = metrics::Exporter {
+            config: Arc::clone(&spec.config),
+            mesh: Arc::clone(&spec.mesh),
+            published: Arc::clone(&spec.published),
+        };
+        monoio::spawn(crate::http::serve(listener, exporter, Arc::clone(&spec.stop)));
+    }
 
     for work in early {
         state.handle(work).await;
@@ -522,7 +542,7 @@ impl ShardState {
                 continue;
             }
             if let Err(error) = self.node.create_group(group, config).await {
-                eprintln!("shoal: shard {}: cannot create group {group}: {error}", self.index);
+                tracing::error!(shard = self.index, group, %error, "cannot create group");
             }
         }
         self.catalog = catalog;
@@ -587,10 +607,17 @@ impl ShardState {
         }
     }
 
-    /// Deletes sealed segments beyond each topic's retention.
+    /// Deletes sealed segments beyond each topic's retention, and counts what it deleted.
     async fn enforce_retention(&mut self) {
-        if let Err(error) = self.node.enforce_retention(now_ms()).await {
-            eprintln!("shoal: shard {}: retention: {error}", self.index);
+        let before = metrics::stored_bytes(&mut self.node);
+        match self.node.enforce_retention(now_ms()).await {
+            Ok(0) => {}
+            Ok(segments) => {
+                let bytes = before.saturating_sub(metrics::stored_bytes(&mut self.node));
+                self.metrics.retention(segments, bytes);
+                tracing::debug!(shard = self.index, segments, bytes, "retention deleted segments");
+            }
+            Err(error) => tracing::error!(shard = self.index, %error, "retention failed"),
         }
     }
 
@@ -681,6 +708,9 @@ impl ShardState {
                     allocations: crate::alloc::allocations_on_this_thread(),
                     io_rounds: self.node.counters().io_rounds,
                 });
+            }
+            Work::Metrics { reply } => {
+                let _ = reply.send(metrics::snapshot(self.index, &self.metrics, &mut self.node));
             }
             Work::Wake => {}
         }
@@ -788,7 +818,7 @@ impl ShardState {
             let prepare = match read {
                 Ok(Some(prepare)) => prepare,
                 other => {
-                    eprintln!("shoal: metadata op {op} unreadable after commit: {other:?}");
+                    tracing::error!(op, result = ?other, "metadata op unreadable after commit");
                     continue;
                 }
             };
@@ -1012,7 +1042,8 @@ fn refuse(work: Work) {
         Work::Stats { reply, .. } => {
             let _ = reply.send(Vec::new());
         }
-        Work::Report { .. } => {}
+        // Dropping the reply slot tells the scrape this shard has nothing to show.
+        Work::Report { .. } | Work::Metrics { .. } => {}
         Work::Catalog(_) | Work::Wake => {}
     }
 }
