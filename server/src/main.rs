@@ -240,7 +240,8 @@ fn main() -> ExitCode {
         }
         None => println!("{{\"ready\":true,\"native\":\"{listen}\"}}"),
     }
-    tracing::info!(native = %listen, metrics = ?metrics_address, "ready");
+    let metrics = metrics_address.map_or_else(|| "off".to_string(), |address| address.to_string());
+    tracing::info!(native = %listen, %metrics, "ready");
     signals::wait_then_stop(signals, &stop);
     join_all(threads, ExitCode::SUCCESS)
 }
