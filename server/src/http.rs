@@ -185,7 +185,7 @@ async fn answer<P: Page>(mut stream: TcpStream, page: Rc<P>, slot: Slot) {
         Head::TimedOut => (Status::RequestTimeout, Method::Get),
         Head::TooLarge => (Status::HeadTooLarge, Method::Get),
         Head::Complete(bytes) => match parse_head(&bytes) {
-            Err(()) => (Status::BadRequest, Method::Get),
+            Err(Malformed) => (Status::BadRequest, Method::Get),
             Ok(request) => (route(&request), request.method),
         },
     };
@@ -303,6 +303,10 @@ pub struct Request<'a> {
     pub path: &'a str,
 }
 
+/// A request head that breaks the grammar (answered 400; which rule it broke is not reported).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Malformed;
+
 /// Longest method token accepted (the longest standard one, `OPTIONS`, has 7 letters).
 const METHOD_BYTES_MAX: usize = 16;
 
@@ -310,46 +314,46 @@ const METHOD_BYTES_MAX: usize = 16;
 /// only, `METHOD SP /path SP HTTP/1.x`, every header line `name: value` with a token name, no
 /// obsolete line folding. Header values are not interpreted (a request body, if any, is never
 /// read: the connection closes after the response).
-pub fn parse_head(bytes: &[u8]) -> Result<Request<'_>, ()> {
-    let text = std::str::from_utf8(bytes).map_err(|_| ())?;
+pub fn parse_head(bytes: &[u8]) -> Result<Request<'_>, Malformed> {
+    let text = std::str::from_utf8(bytes).map_err(|_| Malformed)?;
     // Without its last newline, the head's last line is the blank one.
-    let text = text.strip_suffix('\n').ok_or(())?;
+    let text = text.strip_suffix('\n').ok_or(Malformed)?;
     let mut lines = text.split('\n').map(|line| line.strip_suffix('\r').unwrap_or(line));
-    let request_line = lines.next().ok_or(())?;
+    let request_line = lines.next().ok_or(Malformed)?;
     let mut parts = request_line.split(' ');
     let (Some(method), Some(target), Some(version), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
-        return Err(());
+        return Err(Malformed);
     };
     if method.is_empty() || method.len() > METHOD_BYTES_MAX || !method.bytes().all(is_tchar) {
-        return Err(());
+        return Err(Malformed);
     }
     if !matches!(version, "HTTP/1.1" | "HTTP/1.0") {
-        return Err(());
+        return Err(Malformed);
     }
     if !target.starts_with('/') || !target.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(());
+        return Err(Malformed);
     }
     let mut ended = false;
     for line in lines {
         if ended {
-            return Err(());
+            return Err(Malformed);
         }
         if line.is_empty() {
             ended = true;
             continue;
         }
-        let (name, value) = line.split_once(':').ok_or(())?;
+        let (name, value) = line.split_once(':').ok_or(Malformed)?;
         if name.is_empty() || !name.bytes().all(is_tchar) {
-            return Err(());
+            return Err(Malformed);
         }
         if !value.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)) {
-            return Err(());
+            return Err(Malformed);
         }
     }
     if !ended {
-        return Err(());
+        return Err(Malformed);
     }
     let method = match method {
         "GET" => Method::Get,
@@ -428,7 +432,7 @@ mod tests {
             b"GET /metrics HTTP/1.1\r\n",
         ];
         for head in bad {
-            assert_eq!(parse_head(head), Err(()), "{:?}", String::from_utf8_lossy(head));
+            assert_eq!(parse_head(head), Err(Malformed), "{:?}", String::from_utf8_lossy(head));
         }
     }
 

@@ -540,7 +540,8 @@ pub fn render(
         }
     }
 
-    let histograms: [(&str, &str, fn(&ShardSnapshot) -> &HistogramSnapshot); 2] = [
+    type Latency = fn(&ShardSnapshot) -> &HistogramSnapshot;
+    let histograms: [(&str, &str, Latency); 2] = [
         (
             "shoal_produce_latency_seconds",
             "Successful produce requests on the shard's connections: from the request decoded \
@@ -579,7 +580,8 @@ pub fn render(
         .map(|(stream, topic, info)| (info.group, (stream, topic, info.partition.to_string())))
         .collect();
     let unnamed = (String::new(), String::new(), String::new());
-    let per_group: [(&str, &str, fn(&GroupFigures) -> u64); 7] = [
+    type GroupFigure = fn(&GroupFigures) -> u64;
+    let per_group: [(&str, &str, GroupFigure); 7] = [
         (
             "shoal_partition_next_offset",
             "The partition's log end offset: the offset its next message gets.",
