@@ -40,6 +40,9 @@ pub const CONNECTIONS_MAX: usize = 8;
 const DRAIN_BYTES_MAX: usize = 64 << 10;
 const DRAIN_TIME_MAX: Duration = Duration::from_secs(1);
 
+/// The pause after a failed accept.
+const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
+
 /// The path served.
 pub const METRICS_PATH: &str = "/metrics";
 
@@ -157,9 +160,11 @@ pub async fn serve<P: Page + 'static>(
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             // A failed accept (a client that reset before it was taken, a full descriptor
-            // table) concerns that client only.
+            // table) concerns that client only; the pause keeps a lasting failure from spinning
+            // shard 0's thread.
             Err(error) => {
                 tracing::debug!(%error, "metrics endpoint: accept failed");
+                monoio::time::sleep(ACCEPT_RETRY_DELAY).await;
                 continue;
             }
         };

@@ -17,7 +17,7 @@ use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Raw, Server, start, start_command, terminate};
+use common::{OutputWithin, Raw, Server, start, start_command, terminate};
 use shoal_engine::protocol::{CreateTopic, ErrorCode, FetchFrom, Operation};
 use shoal_engine::superblock::Durability;
 
@@ -245,8 +245,27 @@ fn the_log_level_follows_shoal_log() {
     assert!(info.contains("recovered"), "{info}");
     let warn = run(Some("warn"));
     assert!(!warn.contains(" INFO "), "SHOAL_LOG=warn still logged info: {warn}");
-    let debug = run(Some("warn,shoal=info"));
-    assert!(debug.contains(" INFO shoal: ready"), "{debug}");
+    let directives = run(Some("warn,shoal=info"));
+    assert!(directives.contains(" INFO shoal: ready"), "{directives}");
+}
+
+#[test]
+fn a_taken_metrics_port_stops_the_start_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let output =
+        common::command(dir.path(), 1).args(["--metrics-listen", &address]).output_within();
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty(), "no readiness line");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&format!("cannot listen for metrics on {address}")), "{stderr}");
+    // Off: no endpoint, and the readiness line has no metrics field.
+    let mut command = common::command(dir.path(), 1);
+    command.args(["--metrics-listen", "off"]);
+    let server = start_command(command);
+    assert_eq!(server.metrics, None);
+    assert_eq!(terminate(server), 0);
 }
 
 // --- An HTTP client and a strict text-format parser --------------------------------------------
