@@ -15,8 +15,11 @@ use crate::actor::{Tally, run_pinned};
 use crate::producer::{Live, error_kind, wall_ns};
 use crate::stats::{Latency, Series};
 
-/// Pause between polls that found nothing new (long-poll arrives with consumer groups).
-const IDLE_POLL: Duration = Duration::from_millis(1);
+/// Pause before polling again after the connection failed.
+const RETRY_PAUSE: Duration = Duration::from_millis(1);
+/// Longest one fetch waits at the end of the partition for new data (long-poll): the server
+/// answers as soon as a write commits, so this only bounds an idle poll.
+const WAIT_MS_MAX: u64 = 500;
 
 /// What one consumer does.
 #[derive(Clone, Debug)]
@@ -96,6 +99,9 @@ async fn consume(spec: ConsumerSpec) -> Result<ConsumerResult, String> {
             from,
             bytes_max: spec.fetch_bytes_max,
             count_max: spec.fetch_count_max,
+            // Long-poll at the end of the partition, but never much past the run's end.
+            wait_ms_max: (spec.stop_ns.saturating_sub(now_ns()) / 1_000_000).min(WAIT_MS_MAX)
+                as u32,
         };
         let asked = now_ns();
         let fetched = match client.fetch(&fetch).await {
@@ -103,7 +109,7 @@ async fn consume(spec: ConsumerSpec) -> Result<ConsumerResult, String> {
             Err(error) => {
                 result.tally.error(error_kind(&error));
                 if matches!(error, ClientError::Io(_) | ClientError::Closed) {
-                    monoio::time::sleep(IDLE_POLL).await;
+                    monoio::time::sleep(RETRY_PAUSE).await;
                 }
                 continue;
             }
@@ -147,7 +153,6 @@ async fn consume(spec: ConsumerSpec) -> Result<ConsumerResult, String> {
                 if let FetchFrom::Last | FetchFrom::First = from {
                     from = FetchFrom::Offset(fetched.reply.next_offset);
                 }
-                monoio::time::sleep(IDLE_POLL).await;
             }
         }
     }

@@ -311,6 +311,7 @@ pub struct BatchBuilder {
     base_sequence: i32,
     record_count: i32,
     records_bytes: Vec<u8>,
+    attributes: i16,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -860,7 +861,16 @@ impl BatchBuilder {
             base_sequence: -1,
             record_count: 0,
             records_bytes: Vec::new(),
+            attributes: 0,
         }
+    }
+
+    /// Marks the batch as a control batch: records the server itself writes into a partition's
+    /// log (Kafka's transaction markers; Shoal's consumer offset commits), which consumers skip.
+    #[must_use]
+    pub fn control(mut self) -> Self {
+        self.attributes |= ATTR_CONTROL;
+        self
     }
 
     /// Marks the batch as coming from an idempotent producer.
@@ -962,7 +972,7 @@ impl BatchBuilder {
         out.extend_from_slice(&0i32.to_be_bytes()); // leader epoch: stamped by the server
         out.extend_from_slice(&MAGIC.to_be_bytes());
         out.extend_from_slice(&0u32.to_be_bytes()); // CRC, filled in below
-        out.extend_from_slice(&0i16.to_be_bytes()); // attributes: uncompressed, CreateTime
+        out.extend_from_slice(&self.attributes.to_be_bytes()); // uncompressed, CreateTime
         out.extend_from_slice(&(self.record_count - 1).to_be_bytes());
         out.extend_from_slice(&self.base_timestamp_ms.to_be_bytes());
         out.extend_from_slice(&self.max_timestamp_ms.to_be_bytes());
@@ -1489,6 +1499,20 @@ mod tests {
         assert!(header.is_control());
         assert!(header.is_transactional());
         check(&bytes, &BatchLimits::default(), Err(BatchError::ControlBatch));
+    }
+
+    #[test]
+    fn a_built_control_batch_is_flagged_and_its_checksum_holds() {
+        let mut builder = BatchBuilder::new(7).control();
+        builder.push(7, Some(&[0, 0, 0x53, 0x48]), Some(b"commit"), &[]);
+        let bytes = builder.build();
+        let header = BatchHeader::parse(&bytes).unwrap();
+        assert!(header.is_control());
+        assert!(!header.is_transactional());
+        assert_eq!(header.crc(), crc32c::crc32c(&bytes[ATTRIBUTES_POS..]));
+        check(&bytes, &BatchLimits::default(), Err(BatchError::ControlBatch));
+        let record = records(&bytes).unwrap().next().unwrap().unwrap();
+        assert_eq!(record.value, Some(&b"commit"[..]));
     }
 
     #[test]

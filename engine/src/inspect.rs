@@ -718,6 +718,12 @@ impl<S: Storage> Checker<'_, S> {
         for name in &names {
             if let Some(base) = parse_log_name(name) {
                 bases.push(base);
+            } else if name == crate::state::STATE_FILE {
+                if let Err(error) = crate::state::load(self.storage, dir).await {
+                    self.problem(&dir.join(name), At::byte(0), format!("group state: {error}"));
+                }
+            } else if name == crate::state::STATE_FILE_NEW {
+                self.note(dir.join(name), None, "leftover of an interrupted group state save");
             } else if parse_index_name(name).is_none() {
                 self.note(dir.join(name), None, "unknown file in the group directory");
             }

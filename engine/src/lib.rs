@@ -21,6 +21,7 @@ pub mod ring;
 mod scan;
 pub mod segment;
 pub mod shard;
+pub mod state;
 pub mod storage;
 pub mod superblock;
 pub mod wire;

@@ -230,6 +230,9 @@ pub struct PartitionLog<S: Storage> {
     storage_full: bool,
     faulty: Option<String>,
     faulty_ops: FaultyOps,
+    /// Retention keeps every segment holding an offset at or above this (the owner's state
+    /// snapshot covers only what is below it).
+    retention_floor_offset: u64,
 }
 
 /// The I/O of one group's part of a flush cycle, owning everything it touches so appends can
@@ -615,6 +618,14 @@ impl<S: Storage> PartitionLog<S> {
     /// Number of segment files.
     pub fn segment_count(&self) -> usize {
         self.segments.len()
+    }
+
+    /// Keeps retention from deleting any segment that holds an offset at or above `offset`:
+    /// the group's owner keeps state derived from the log (consumer offsets) and can rebuild it
+    /// only from its last snapshot on, which covers the offsets below this. `u64::MAX` (the
+    /// default) sets no floor.
+    pub fn set_retention_floor(&mut self, offset: u64) {
+        self.retention_floor_offset = offset;
     }
 
     /// Bytes of valid records in all segments.
@@ -1390,10 +1401,13 @@ impl<S: Storage> PartitionLog<S> {
         self.check_serving()?;
         let mut total = self.size_bytes();
         let mut delete = 0;
-        for segment in &self.segments {
+        for (index, segment) in self.segments.iter().enumerate() {
+            // A sealed segment ends where the next begins.
+            let end_offset = self.segments.get(index + 1).map_or(u64::MAX, |next| next.base_offset);
             let deletable = segment.sealed
                 && segment.settled
-                && segment.base_offset < self.checkpoint.segment_base_offset;
+                && segment.base_offset < self.checkpoint.segment_base_offset
+                && end_offset <= self.retention_floor_offset;
             let by_size = self.config.retention_bytes > 0 && total > self.config.retention_bytes;
             let by_age = self.config.retention_ms > 0
                 && segment.last_append_ms < now_ms.saturating_sub(self.config.retention_ms as i64);
@@ -1718,6 +1732,7 @@ impl<S: Storage> PartitionLog<S> {
             storage_full: false,
             faulty: None,
             faulty_ops: FaultyOps::default(),
+            retention_floor_offset: u64::MAX,
         }
     }
 

@@ -986,6 +986,9 @@ pub struct Fetch {
     /// Records to return at most, counted in whole batches (the last batch may overshoot; the
     /// client trims).
     pub count_max: u32,
+    /// Long-poll: when nothing committed is at or after the start yet, how long the server may
+    /// hold the request waiting for it (0: answer at once).
+    pub wait_ms_max: u32,
 }
 
 impl Fetch {
@@ -999,7 +1002,7 @@ impl Fetch {
             FetchFrom::First => w.u8(2).u64(0),
             FetchFrom::Last => w.u8(3).u64(0),
         };
-        w.u32(self.bytes_max).u32(self.count_max).finish()
+        w.u32(self.bytes_max).u32(self.count_max).u32(self.wait_ms_max).finish()
     }
 
     /// Decodes the arguments.
@@ -1024,6 +1027,7 @@ impl Fetch {
             from,
             bytes_max: r.u32("bytes_max")?,
             count_max: r.u32("count_max")?,
+            wait_ms_max: r.u32("wait_ms_max")?,
         };
         r.end()?;
         Ok(fetch)
@@ -1037,7 +1041,8 @@ pub struct FetchReply {
     pub partition: u32,
     /// The first offset still held.
     pub first_offset: u64,
-    /// The log end offset (the next offset to be assigned).
+    /// The end of the committed log: the offset after the last committed message (what a
+    /// consumer may read up to; Kafka's high watermark).
     pub next_offset: u64,
     /// Batches that follow.
     pub batch_count: u32,
@@ -1138,6 +1143,7 @@ mod tests {
             from: FetchFrom::Timestamp(-5),
             bytes_max: 10,
             count_max: 1,
+            wait_ms_max: 500,
         };
         assert_eq!(Fetch::decode(&fetch.encode()), Ok(fetch));
 

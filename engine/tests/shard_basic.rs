@@ -112,6 +112,13 @@ fn segments_roll_by_size_and_retention_deletes_whole_sealed_segments() {
     sim.block_on(shard.flush()).unwrap();
     let segments = shard.group(GROUP).unwrap().segment_count();
     assert!(segments >= 6, "400 x 16 KiB in 1 MiB segments: {segments}");
+    // A floor inside the second segment (offset 70: one 16 KiB record per batch, about 63 per
+    // segment) lets retention take the first segment only.
+    shard.group_mut(GROUP).unwrap().set_retention_floor(71);
+    let deleted = sim.block_on(shard.enforce_retention(1_000_000)).unwrap();
+    assert_eq!(deleted, 1, "the floor keeps every segment holding an offset at or above it");
+    assert!(shard.group(GROUP).unwrap().first_offset() <= 70);
+    shard.group_mut(GROUP).unwrap().set_retention_floor(u64::MAX);
     let deleted = sim.block_on(shard.enforce_retention(1_000_000)).unwrap();
     assert!(deleted > 0);
     let log = shard.group_mut(GROUP).unwrap();

@@ -75,6 +75,10 @@ pub struct NetworkConfig {
     pub requests_in_flight_max: usize,
     /// Work items a shard's inbox holds (local and forwarded requests).
     pub shard_inbox_max: usize,
+    /// Longest a fetch may wait for new data (long-poll); a longer wait is refused.
+    pub fetch_wait_ms_max: u32,
+    /// Fetches a shard holds waiting for new data; one more is answered at once (empty).
+    pub fetch_parked_max: usize,
 }
 
 impl Default for NetworkConfig {
@@ -84,6 +88,8 @@ impl Default for NetworkConfig {
             frame_size_bytes_max: (1 << 20) + (64 << 10),
             requests_in_flight_max: 256,
             shard_inbox_max: 4096,
+            fetch_wait_ms_max: 30_000,
+            fetch_parked_max: 4096,
         }
     }
 }
@@ -1186,7 +1192,7 @@ struct IntKey<T> {
 }
 
 /// `[network]`.
-const NETWORK_KEYS: [IntKey<NetworkConfig>; 4] = [
+const NETWORK_KEYS: [IntKey<NetworkConfig>; 6] = [
     IntKey {
         name: "connections_max",
         min: 1,
@@ -1214,6 +1220,20 @@ const NETWORK_KEYS: [IntKey<NetworkConfig>; 4] = [
         max: 1 << 24,
         get: |c| c.shard_inbox_max as u64,
         set: |c, v| c.shard_inbox_max = v as usize,
+    },
+    IntKey {
+        name: "fetch_wait_ms_max",
+        min: 0,
+        max: 600_000,
+        get: |c| u64::from(c.fetch_wait_ms_max),
+        set: |c, v| c.fetch_wait_ms_max = v as u32,
+    },
+    IntKey {
+        name: "fetch_parked_max",
+        min: 1,
+        max: 1 << 20,
+        get: |c| c.fetch_parked_max as u64,
+        set: |c, v| c.fetch_parked_max = v as usize,
     },
 ];
 

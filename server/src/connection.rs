@@ -492,11 +492,22 @@ impl Session {
             Operation::Fetch => {
                 let fetch = Fetch::decode(&body).map_err(invalid)?;
                 let (_, place) = catalog.partition(&fetch.stream, &fetch.topic, fetch.partition)?;
+                let wait_ms_max = self.context.config.network.fetch_wait_ms_max;
+                if fetch.wait_ms_max > wait_ms_max {
+                    return Err((
+                        ErrorCode::InvalidArgument,
+                        format!(
+                            "wait_ms_max {} is above this server's {wait_ms_max}",
+                            fetch.wait_ms_max
+                        ),
+                    ));
+                }
                 let args = FetchArgs {
                     partition: fetch.partition,
                     from: fetch.from,
                     bytes_max: fetch.bytes_max.min(self.reply_bytes_max()),
                     count_max: fetch.count_max,
+                    wait_ms_max: fetch.wait_ms_max,
                 };
                 let (slot, answer) = flume::bounded(1);
                 self.send(place.shard, Work::Fetch { group: place.group, args, reply: slot })

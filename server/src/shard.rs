@@ -105,6 +105,8 @@ pub struct FetchArgs {
     pub bytes_max: u32,
     /// Record limit.
     pub count_max: u32,
+    /// Long-poll: how long to wait for data when nothing committed is at the start yet.
+    pub wait_ms_max: u32,
 }
 
 /// A partition's figures, for describe and status.
@@ -263,6 +265,13 @@ struct ReadDone {
     reply: Slot,
 }
 
+/// A fetch waiting for its group's committed log to reach its start (long-poll).
+struct ParkedFetch {
+    args: FetchArgs,
+    deadline: Instant,
+    reply: Slot,
+}
+
 /// A produce accepted by this shard, waiting for its reply.
 struct PendingProduce {
     partition: u32,
@@ -287,6 +296,11 @@ struct ShardState {
     waiting_count: usize,
     /// Disk reads completed by their tasks.
     reads_done: Rc<RefCell<Vec<ReadDone>>>,
+    /// Per group, the offset after its last committed message: consumers read below it only.
+    committed_end: HashMap<u64, u64>,
+    /// Fetches waiting for their group's committed log to grow, by group.
+    parked: HashMap<u64, Vec<ParkedFetch>>,
+    parked_count: usize,
     /// Counters this loop and its connections keep (see `metrics`).
     metrics: Rc<ShardMetrics>,
     /// Canary: the offset each group's next acknowledged-on-receipt write is promised.
@@ -349,6 +363,9 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         waiting: BTreeMap::new(),
         waiting_count: 0,
         reads_done: Rc::new(RefCell::new(Vec::new())),
+        committed_end: HashMap::new(),
+        parked: HashMap::new(),
+        parked_count: 0,
         metrics: Rc::new(ShardMetrics::default()),
         #[cfg(feature = "canary-ack-on-receipt")]
         predicted_offsets: HashMap::new(),
@@ -456,6 +473,7 @@ impl ShardState {
             self.node.on_tick();
             self.round().await;
         }
+        self.recover_committed_ends().await;
         if let Some(metadata) = &self.metadata {
             self.publish(Arc::new(metadata.catalog.clone()));
         }
@@ -476,6 +494,28 @@ impl ShardState {
                 Ok(other) => early.push(other),
                 Err(_) => return Err("every inbox sender is gone".into()),
             }
+        }
+    }
+
+    /// Learns where each recovered group's committed log ends: the replica restarts knowing its
+    /// commit op, and the offset after that op is in the op's prepare.
+    async fn recover_committed_ends(&mut self) {
+        for group in self.node.group_ids() {
+            if self.committed_end.contains_key(&group) {
+                continue;
+            }
+            let Some(commit) = self.node.replica(group).map(|r| r.commit()) else { continue };
+            let Some(log) = self.node.shard_mut().group_mut(group) else { continue };
+            let end = if commit == 0 {
+                0
+            } else {
+                match log.read_op(commit).await {
+                    Ok(Some(prepare)) => prepare.end_offset(),
+                    // A failed or damaged group serves no reads; nothing of it is visible.
+                    _ => 0,
+                }
+            };
+            self.committed_end.insert(group, end);
         }
     }
 
@@ -541,8 +581,13 @@ impl ShardState {
             if existing.contains(&group) {
                 continue;
             }
-            if let Err(error) = self.node.create_group(group, config).await {
-                tracing::error!(shard = self.index, group, %error, "cannot create group");
+            match self.node.create_group(group, config).await {
+                Ok(()) => {
+                    self.committed_end.insert(group, 0);
+                }
+                Err(error) => {
+                    tracing::error!(shard = self.index, group, %error, "cannot create group");
+                }
             }
         }
         self.catalog = catalog;
@@ -578,6 +623,7 @@ impl ShardState {
             if Instant::now() >= next_tick {
                 next_tick = Instant::now() + tick;
                 self.node.on_tick();
+                self.expire_parked();
                 ticks += 1;
                 if ticks.is_multiple_of(RETENTION_INTERVAL_TICKS) {
                     self.enforce_retention().await;
@@ -598,6 +644,11 @@ impl ShardState {
         }
         for (_, pending) in self.pending.drain() {
             let _ = pending.reply.send(Outcome::error(ErrorCode::ShuttingDown, "shutting down"));
+        }
+        for (_, parked) in self.parked.drain() {
+            for fetch in parked {
+                let _ = fetch.reply.send(Outcome::error(ErrorCode::ShuttingDown, "shutting down"));
+            }
         }
         for (_, queue) in std::mem::take(&mut self.waiting) {
             for (_, pending) in queue {
@@ -801,12 +852,16 @@ impl ShardState {
 
     async fn apply_committed(&mut self) {
         let committed = self.node.take_committed();
-        if self.metadata.is_none() {
-            return;
-        }
         let mut changed = false;
         for (group, entry) in committed {
-            if group != METADATA_GROUP {
+            let fields = shoal_engine::record::prepare_of(&entry.header);
+            let end = fields.base_offset + u64::from(fields.record_count);
+            let known = self.committed_end.entry(group).or_insert(0);
+            if end > *known {
+                *known = end;
+                self.wake_parked(group);
+            }
+            if group != METADATA_GROUP || self.metadata.is_none() {
                 continue;
             }
             let op = shoal_engine::record::prepare_of(&entry.header).op;
@@ -891,6 +946,7 @@ impl ShardState {
     }
 
     fn fetch(&mut self, group: u64, args: FetchArgs, reply: Slot) {
+        let committed_end = self.committed_end.get(&group).copied().unwrap_or(0);
         let Some(log) = self.node.shard_mut().group_mut(group) else {
             let _ = reply.send(Outcome::error(
                 ErrorCode::PartitionFailed,
@@ -898,14 +954,26 @@ impl ShardState {
             ));
             return;
         };
+        // Where an offset read starts; a start at or past the committed end waits for data
+        // (long-poll) or gets nothing.
+        let start = match args.from {
+            FetchFrom::Timestamp(_) => None,
+            FetchFrom::Offset(offset) => Some(offset),
+            FetchFrom::First => Some(log.first_offset()),
+            FetchFrom::Last => {
+                Some(committed_end.saturating_sub(1).max(log.first_offset()).min(committed_end))
+            }
+        };
+        if let Some(start) = start
+            && start >= committed_end
+        {
+            let args = FetchArgs { from: FetchFrom::Offset(start), ..args };
+            self.park_or_answer(group, args, reply);
+            return;
+        }
         let plan = match args.from {
             FetchFrom::Timestamp(time_ms) => log.plan_read_time(time_ms),
-            FetchFrom::Offset(offset) => log.plan_read_offset(offset, args.bytes_max as usize),
-            FetchFrom::First => log.plan_read_offset(log.first_offset(), args.bytes_max as usize),
-            FetchFrom::Last => {
-                let last = log.next_offset().saturating_sub(1).max(log.first_offset());
-                log.plan_read_offset(last, args.bytes_max as usize)
-            }
+            _ => log.plan_read_offset(start.unwrap_or(0), args.bytes_max as usize),
         };
         match plan {
             Err(error) => {
@@ -921,6 +989,54 @@ impl ShardState {
                     let _ = wake.try_send(Work::Wake);
                 });
             }
+        }
+    }
+
+    /// A fetch with nothing to read yet: held until its group commits more or its wait runs
+    /// out, or answered at once (empty) when it may not wait or the shard holds enough waiting.
+    fn park_or_answer(&mut self, group: u64, args: FetchArgs, reply: Slot) {
+        if args.wait_ms_max == 0 || self.parked_count >= self.config.network.fetch_parked_max {
+            self.answer_fetch(group, args, Vec::new(), reply);
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_millis(u64::from(args.wait_ms_max));
+        self.parked.entry(group).or_default().push(ParkedFetch { args, deadline, reply });
+        self.parked_count += 1;
+    }
+
+    /// Runs again every fetch parked on `group`, whose committed log just grew.
+    fn wake_parked(&mut self, group: u64) {
+        let Some(parked) = self.parked.remove(&group) else { return };
+        self.parked_count -= parked.len();
+        let now = Instant::now();
+        for fetch in parked {
+            let wait_ms_left = fetch.deadline.saturating_duration_since(now).as_millis() as u32;
+            let args = FetchArgs { wait_ms_max: wait_ms_left.max(1), ..fetch.args };
+            self.fetch(group, args, fetch.reply);
+        }
+    }
+
+    /// Answers, empty, every parked fetch whose wait ran out (checked every tick).
+    fn expire_parked(&mut self) {
+        if self.parked_count == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let mut expired = Vec::new();
+        for (&group, parked) in self.parked.iter_mut() {
+            let mut index = 0;
+            while index < parked.len() {
+                if parked[index].deadline <= now {
+                    expired.push((group, parked.swap_remove(index)));
+                } else {
+                    index += 1;
+                }
+            }
+        }
+        self.parked.retain(|_, parked| !parked.is_empty());
+        self.parked_count -= expired.len();
+        for (group, fetch) in expired {
+            self.answer_fetch(group, fetch.args, Vec::new(), fetch.reply);
         }
     }
 
@@ -948,7 +1064,12 @@ impl ShardState {
                     let from = FetchFrom::Offset(prepare.base_offset());
                     self.fetch(group, FetchArgs { from, ..args }, reply);
                 }
-                None => self.answer_fetch(group, args, Vec::new(), reply),
+                None => {
+                    // Nothing at or after that time yet: what comes next will be.
+                    let end = self.committed_end.get(&group).copied().unwrap_or(0);
+                    let args = FetchArgs { from: FetchFrom::Offset(end), ..args };
+                    self.park_or_answer(group, args, reply);
+                }
             }
             return;
         }
@@ -962,15 +1083,13 @@ impl ShardState {
         found: Vec<StoredPrepare>,
         reply: Slot,
     ) {
-        let (first_offset, next_offset) = self
-            .node
-            .shard_mut()
-            .group(group)
-            .map_or((0, 0), |log| (log.first_offset(), log.next_offset()));
+        let next_offset = self.committed_end.get(&group).copied().unwrap_or(0);
+        let first_offset = self.node.shard_mut().group(group).map_or(0, |log| log.first_offset());
         let mut records = 0u64;
         let mut batches: Vec<Bytes> = Vec::new();
         for prepare in found {
-            if records >= u64::from(args.count_max.max(1)) {
+            // Consumers read only committed data; the log may hold more.
+            if records >= u64::from(args.count_max.max(1)) || prepare.end_offset() > next_offset {
                 break;
             }
             let fields = shoal_engine::record::prepare_of(&prepare.header);

@@ -267,6 +267,7 @@ impl Raw {
             from,
             bytes_max: 1 << 20,
             count_max,
+            wait_ms_max: 0,
         };
         let answer = self.call(Operation::Fetch, &fetch.encode());
         decode_fetch(answer.ok())

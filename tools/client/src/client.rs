@@ -224,9 +224,11 @@ impl Client {
     }
 
     /// Reads batches from a partition. The result's `records` skips records before the
-    /// requested position.
+    /// requested position. With `wait_ms_max`, the server holds the request until data is
+    /// committed at the position or the wait runs out; the request timeout runs on top of it.
     pub async fn fetch(&mut self, fetch: &Fetch) -> Result<Fetched> {
-        let body = self.call(Operation::Fetch, &[&fetch.encode()]).await?;
+        let wait = Duration::from_millis(u64::from(fetch.wait_ms_max));
+        let body = self.call_within(wait, Operation::Fetch, &[&fetch.encode()]).await?;
         let (reply, at) = FetchReply::decode(&body)
             .map_err(|e| ClientError::Protocol(format!("Fetch reply: {e}")))?;
         if reply.partition != fetch.partition {
@@ -242,7 +244,17 @@ impl Client {
 
     /// Sends one request and waits for its reply body, within the request timeout.
     pub async fn call(&mut self, operation: Operation, body_parts: &[&[u8]]) -> Result<Bytes> {
-        let timeout = self.request_timeout();
+        self.call_within(Duration::ZERO, operation, body_parts).await
+    }
+
+    /// [`Client::call`] for a request the server may hold for up to `held` (a long-poll).
+    async fn call_within(
+        &mut self,
+        held: Duration,
+        operation: Operation,
+        body_parts: &[&[u8]],
+    ) -> Result<Bytes> {
+        let timeout = self.request_timeout() + held;
         match monoio::time::timeout(timeout, self.call_unbounded(operation, body_parts)).await {
             Ok(result) => result,
             Err(_) => {
@@ -498,6 +510,7 @@ mod tests {
                 from: FetchFrom::Offset(1),
                 bytes_max: 1 << 20,
                 count_max: 100,
+                wait_ms_max: 0,
             };
             let fetched = client.fetch(&fetch).await.unwrap();
             let values: Vec<(u64, Vec<u8>)> = fetched

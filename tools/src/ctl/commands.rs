@@ -50,7 +50,8 @@ const FETCH_BYTES_MAX: u32 = 1 << 20;
 /// Records one fetch asks for when no `--count` bounds it.
 const FETCH_COUNT_MAX: u32 = 10_000;
 /// Wait between polls of `consume --follow` when nothing new arrived.
-const FOLLOW_POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How long one `--follow` fetch waits at the end of the partition for new data (long-poll).
+const FOLLOW_WAIT_MS: u32 = 5_000;
 /// How long `produce` waits for more stdin lines to join a batch.
 const PRODUCE_LINGER: Duration = Duration::from_millis(1);
 /// Lines the stdin reader may run ahead of the producer.
@@ -327,6 +328,7 @@ impl Consume {
                 from: position,
                 bytes_max: FETCH_BYTES_MAX,
                 count_max,
+                wait_ms_max: if self.follow { FOLLOW_WAIT_MS } else { 0 },
             };
             let fetched = client.fetch(&fetch).await?;
             let mut after_last = None;
@@ -375,7 +377,6 @@ impl Consume {
                         // Nothing at first/last/time yet: wait at the end for what comes next.
                         position = FetchFrom::Offset(fetched.reply.next_offset);
                     }
-                    monoio::time::sleep(FOLLOW_POLL_INTERVAL).await;
                 }
             }
         }
