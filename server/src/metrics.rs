@@ -228,6 +228,8 @@ pub struct GroupFigures {
     pub first_offset: u64,
     /// The log end offset: the offset the next message gets.
     pub next_offset: u64,
+    /// The offset after the last committed message: consumers read below it.
+    pub committed_offset: u64,
     pub commit_op: u64,
     pub view: u64,
     pub segments: u64,
@@ -262,12 +264,13 @@ pub struct ShardSnapshot {
     pub groups: Vec<GroupFigures>,
 }
 
-/// Reads a shard's figures: its counters, its engine's and replicas'. Called by the shard's loop
-/// when a scrape asks (`Work::Metrics`).
+/// Reads a shard's figures: its counters, its engine's and replicas', and each group's committed
+/// end as the loop tracks it. Called by the shard's loop when a scrape asks (`Work::Metrics`).
 pub fn snapshot<S: Storage, T: Transport, C: Clock>(
     shard: u32,
     metrics: &ShardMetrics,
     node: &mut Node<S, T, C>,
+    committed_end: &HashMap<u64, u64>,
 ) -> ShardSnapshot {
     let mut groups = Vec::new();
     for group in node.group_ids() {
@@ -275,7 +278,9 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         let (commit_op, view) = node
             .replica(group)
             .map_or((0, 0), |replica| (replica.commit(), u64::from(replica.view())));
-        let mut figures = GroupFigures { group, commit_op, view, failed, ..Default::default() };
+        let committed_offset = committed_end.get(&group).copied().unwrap_or(0);
+        let mut figures =
+            GroupFigures { group, commit_op, committed_offset, view, failed, ..Default::default() };
         if let Some(log) = node.shard_mut().group(group) {
             figures.first_offset = log.first_offset();
             figures.next_offset = log.next_offset();
@@ -581,11 +586,16 @@ pub fn render(
         .collect();
     let unnamed = (String::new(), String::new(), String::new());
     type GroupFigure = fn(&GroupFigures) -> u64;
-    let per_group: [(&str, &str, GroupFigure); 7] = [
+    let per_group: [(&str, &str, GroupFigure); 8] = [
         (
             "shoal_partition_next_offset",
             "The partition's log end offset: the offset its next message gets.",
             |g| g.next_offset,
+        ),
+        (
+            "shoal_partition_committed_offset",
+            "The offset after the partition's last committed message: consumers read below it.",
+            |g| g.committed_offset,
         ),
         (
             "shoal_partition_first_offset",

@@ -761,7 +761,13 @@ impl ShardState {
                 });
             }
             Work::Metrics { reply } => {
-                let _ = reply.send(metrics::snapshot(self.index, &self.metrics, &mut self.node));
+                let figures = metrics::snapshot(
+                    self.index,
+                    &self.metrics,
+                    &mut self.node,
+                    &self.committed_end,
+                );
+                let _ = reply.send(figures);
             }
             Work::Wake => {}
         }

@@ -46,6 +46,7 @@ fn the_page_parses_and_counts_what_was_produced() {
     let partition = [("stream", "s"), ("topic", "t"), ("partition", "0")];
     let messages = (REQUESTS * MESSAGES as u64) as f64;
     assert_eq!(page.value("shoal_partition_next_offset", &partition), messages);
+    assert_eq!(page.value("shoal_partition_committed_offset", &partition), messages);
     assert_eq!(page.value("shoal_partition_first_offset", &partition), 0.0);
     assert!(page.value("shoal_partition_commit_op", &partition) >= REQUESTS as f64);
     assert!(page.value("shoal_partition_segments", &partition) >= 1.0);
