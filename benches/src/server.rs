@@ -1,6 +1,7 @@
 //! `--spawn-server CONFIG`: starts a local `shoal` for the run (the binary beside this one, the
-//! given config, a fresh data directory, an ephemeral port), waits for its readiness line, and
-//! stops it (SIGTERM, then SIGKILL after a bound) and removes its directory afterwards.
+//! given config, a fresh data directory, ephemeral native and metrics ports), waits for its
+//! readiness line, and stops it (SIGTERM, then SIGKILL after a bound) and removes its directory
+//! afterwards.
 //!
 //! It owns that one child process; it never talks the protocol.
 
@@ -20,6 +21,8 @@ pub struct SpawnedServer {
     dir: PathBuf,
     /// Its native address.
     pub address: String,
+    /// Its metrics endpoint's address (`None`: the config turned it off).
+    pub metrics: Option<String>,
 }
 
 /// The `shoal` binary beside the running executable.
@@ -55,14 +58,15 @@ impl SpawnedServer {
             .arg(config)
             .arg("--data-dir")
             .arg(&dir)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("starting shoal: {e}"))?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut server = SpawnedServer { child: Some(child), dir, address: String::new() };
+        let mut server =
+            SpawnedServer { child: Some(child), dir, address: String::new(), metrics: None };
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut line = String::new();
@@ -73,6 +77,7 @@ impl SpawnedServer {
         let ready: serde_json::Value = serde_json::from_str(line.trim())
             .map_err(|_| format!("shoal printed {line:?}, not a readiness line"))?;
         server.address = ready["native"].as_str().ok_or("no native address")?.to_string();
+        server.metrics = ready["metrics"].as_str().map(str::to_string);
         Ok(server)
     }
 

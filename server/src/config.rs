@@ -54,6 +54,10 @@ pub struct Config {
     pub profile: Profile,
     /// Connection and request limits.
     pub network: NetworkConfig,
+    /// The Prometheus endpoint.
+    pub metrics: MetricsConfig,
+    /// The log.
+    pub log: LogConfig,
     /// Settings a topic gets when its creator does not choose.
     pub topic_defaults: TopicDefaults,
     /// One entry per shard, index = shard.
@@ -88,6 +92,88 @@ impl Default for NetworkConfig {
             fetch_parked_max: 4096,
         }
     }
+}
+
+/// The Prometheus text endpoint (`docs/metrics.md`).
+#[derive(Clone, Copy, Debug)]
+pub struct MetricsConfig {
+    /// Where shard 0 serves `GET /metrics` (port 0 picks a free port); `None`: no endpoint.
+    pub listen: Option<SocketAddr>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        // 9464 is the port Prometheus exporters of OpenTelemetry use; loopback only, like the
+        // native listener, until the operator opens it.
+        MetricsConfig { listen: Some(SocketAddr::from(([127, 0, 0, 1], 9464))) }
+    }
+}
+
+impl MetricsConfig {
+    /// The listen setting as written: `IP:PORT` or `off`.
+    pub fn listen_text(&self) -> String {
+        self.listen.map_or_else(|| "off".to_string(), |address| address.to_string())
+    }
+}
+
+/// The structured log on stderr.
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    /// What is logged: a level (`info`) or comma-separated directives (`warn,shoal_server=debug`),
+    /// already checked by [`log_filter`].
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig { level: "info".to_string() }
+    }
+}
+
+/// The levels a log directive may name, from quietest to loudest.
+pub const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// Checks a log filter and returns it normalised (levels lower-cased, spaces around directives
+/// removed): comma-separated directives, each a level (the default for every target; at most one)
+/// or `TARGET=LEVEL`, where a target is a Rust module path (`shoal_server::shard`). Stricter than
+/// `tracing-subscriber`'s own parser on purpose: there a misspelt level silently becomes a target
+/// name and the log goes quiet.
+pub fn log_filter(text: &str) -> Result<String, String> {
+    let level = |word: &str| {
+        let lower = word.trim().to_ascii_lowercase();
+        LOG_LEVELS.contains(&lower.as_str()).then_some(lower).ok_or_else(|| {
+            format!(
+                "{text:?}: {word:?} is not a level (use off, error, warn, info, debug or trace)"
+            )
+        })
+    };
+    let mut directives = Vec::new();
+    let mut default_given = false;
+    for directive in text.split(',') {
+        let directive = directive.trim();
+        match directive.split_once('=') {
+            None => {
+                if default_given {
+                    return Err(format!("{text:?} gives two default levels"));
+                }
+                default_given = true;
+                directives.push(level(directive)?);
+            }
+            Some((target, value)) => {
+                let target = target.trim();
+                let valid = !target.is_empty()
+                    && target.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':');
+                if !valid {
+                    return Err(format!(
+                        "{text:?}: {target:?} is not a target (a module path such as \
+                         shoal_server::shard)"
+                    ));
+                }
+                directives.push(format!("{target}={}", level(value)?));
+            }
+        }
+    }
+    Ok(directives.join(","))
 }
 
 /// Topic settings used when a create request leaves them at zero.
@@ -173,6 +259,8 @@ impl Config {
             shards,
             profile: if small { Profile::Small } else { Profile::Default },
             network: NetworkConfig::default(),
+            metrics: MetricsConfig::default(),
+            log: LogConfig::default(),
             topic_defaults,
             shard: (0..shards)
                 .map(|index| ShardSettings {
@@ -220,6 +308,8 @@ impl Config {
             "shards": self.shards,
             "profile": self.profile.as_str(),
             "network": network,
+            "metrics": { "listen": self.metrics.listen_text() },
+            "log": { "level": self.log.level },
             "topic_defaults": topic_defaults,
             "shard": shard,
         })
@@ -250,6 +340,12 @@ impl Config {
         for key in &NETWORK_KEYS {
             line(format!("{} = {}", key.name, (key.get)(&self.network)));
         }
+        line(String::new());
+        line("[metrics]".into());
+        line(format!("listen = {}", quoted(&self.metrics.listen_text())));
+        line(String::new());
+        line("[log]".into());
+        line(format!("level = {}", quoted(&self.log.level)));
         line(String::new());
         line("[topic_defaults]".into());
         for key in &TOPIC_KEYS {
@@ -292,6 +388,12 @@ impl Config {
     }
 }
 
+/// A shard's storage settings by their `[shard]` key names, in the table's order (the metrics
+/// endpoint shows each as a gauge, so a `[shard.N]` override can be seen at work).
+pub fn storage_settings(storage: &ShardConfig) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+    STORAGE_KEYS.iter().map(move |key| (key.name, (key.get)(storage)))
+}
+
 /// An invalid setting: the key as the user wrote it, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError {
@@ -330,13 +432,15 @@ pub struct Args {
     pub settings: Vec<(&'static str, String)>,
 }
 
-/// The flags that set a key, and the (top-level) key each sets.
-const FLAGS: [(&str, &str); 5] = [
-    ("--data-dir", "data_dir"),
-    ("--listen", "native_listen"),
-    ("--shards", "shards"),
-    ("--cpus", "cpus"),
-    ("--profile", "profile"),
+/// The flags that set a key, and the key each sets.
+const FLAGS: [(&str, Scope, &str); 7] = [
+    ("--data-dir", Scope::Server, "data_dir"),
+    ("--listen", Scope::Server, "native_listen"),
+    ("--shards", Scope::Server, "shards"),
+    ("--cpus", Scope::Server, "cpus"),
+    ("--profile", Scope::Server, "profile"),
+    ("--metrics-listen", Scope::Metrics, "listen"),
+    ("--log-level", Scope::Log, "level"),
 ];
 
 /// Splits the command line (without the program name) into [`Args`]. Takes `--flag VALUE` and
@@ -363,7 +467,7 @@ pub fn parse_args(words: impl IntoIterator<Item = String>) -> Result<Args, Confi
             _ => {
                 let Some(known) = FLAGS
                     .iter()
-                    .map(|&(known, _)| known)
+                    .map(|&(known, _, _)| known)
                     .chain(["--config"])
                     .find(|&known| known == flag)
                 else {
@@ -408,9 +512,9 @@ pub struct Resolved {
 }
 
 /// The `SHOAL_*` variables other programs of the project own; the server ignores them instead of
-/// rejecting them as unknown keys. No config section is named `log`, `bench` or `sim`, so these
-/// can never shadow a key.
-const ENV_OWNED_ELSEWHERE: [&str; 3] = ["SHOAL_LOG", "SHOAL_BENCH_", "SHOAL_SIM_"];
+/// rejecting them as unknown keys. No config section is named `bench` or `sim`, so these can
+/// never shadow a key.
+const ENV_OWNED_ELSEWHERE: [&str; 2] = ["SHOAL_BENCH_", "SHOAL_SIM_"];
 
 /// The settings given so far, layer by layer: each `file`, `env` or `flag` call sets keys,
 /// replacing what an earlier call set for the same key; [`Layers::resolve`] fills in the
@@ -419,6 +523,8 @@ const ENV_OWNED_ELSEWHERE: [&str; 3] = ["SHOAL_LOG", "SHOAL_BENCH_", "SHOAL_SIM_
 pub struct Layers {
     data_dir: Option<Given<PathBuf>>,
     native_listen: Option<Given<SocketAddr>>,
+    metrics_listen: Option<Given<Option<SocketAddr>>>,
+    log_level: Option<Given<String>>,
     shards: Option<Given<u32>>,
     profile: Option<Given<Profile>>,
     cpus: Option<Given<Placement>>,
@@ -459,6 +565,18 @@ impl Layers {
                     for (key, value) in section(value, "network")? {
                         let written = format!("network.{key}");
                         self.set(Scope::Network, key, Raw::Toml(value), written)?;
+                    }
+                }
+                "metrics" => {
+                    for (key, value) in section(value, "metrics")? {
+                        let written = format!("metrics.{key}");
+                        self.set(Scope::Metrics, key, Raw::Toml(value), written)?;
+                    }
+                }
+                "log" => {
+                    for (key, value) in section(value, "log")? {
+                        let written = format!("log.{key}");
+                        self.set(Scope::Log, key, Raw::Toml(value), written)?;
                     }
                 }
                 "topic_defaults" => {
@@ -509,10 +627,12 @@ impl Layers {
                 continue;
             }
             let Some((scope, key)) = env_key(name) else {
-                return Err(ConfigError::new(
-                    name,
-                    "unknown SHOAL_ variable (docs/configuration.md lists them)",
-                ));
+                let reason = if name == "SHOAL_LOG_LEVEL" {
+                    "unknown SHOAL_ variable: the log level is SHOAL_LOG"
+                } else {
+                    "unknown SHOAL_ variable (docs/configuration.md lists them)"
+                };
+                return Err(ConfigError::new(name, reason));
             };
             self.set(scope, key, Raw::Text(value), name.clone())?;
         }
@@ -521,10 +641,10 @@ impl Layers {
 
     /// Applies one setting flag (`--shards`, ...) from [`Args::settings`].
     pub fn flag(&mut self, flag: &str, value: &str) -> Result<(), ConfigError> {
-        let Some(&(flag, key)) = FLAGS.iter().find(|(known, _)| *known == flag) else {
+        let Some(&(flag, scope, key)) = FLAGS.iter().find(|(known, _, _)| *known == flag) else {
             return Err(ConfigError::new(flag, "unknown flag (shoal --help lists them)"));
         };
-        self.set(Scope::Server, key, Raw::Text(value), flag.to_string())
+        self.set(scope, key, Raw::Text(value), flag.to_string())
     }
 
     /// Fills in the defaults (`host` gives the machine-dependent ones), applies the settings on
@@ -540,6 +660,12 @@ impl Layers {
         }
         if let Some(native_listen) = &self.native_listen {
             config.native_listen = native_listen.value;
+        }
+        if let Some(listen) = &self.metrics_listen {
+            config.metrics.listen = listen.value;
+        }
+        if let Some(level) = &self.log_level {
+            config.log.level.clone_from(&level.value);
         }
         for key in &NETWORK_KEYS {
             if let Some(given) = self.ints.get(&(Scope::Network, key.name)) {
@@ -791,6 +917,23 @@ impl Layers {
                 })?;
                 self.native_listen = Some(Given { value: address, key: written });
             }
+            (Scope::Metrics, "listen") => {
+                let text = raw.text().map_err(error)?;
+                let listen = if text == "off" {
+                    None
+                } else {
+                    Some(text.parse().map_err(|_| {
+                        error(format!(
+                            "{text:?} is not an IP address and port, e.g. 127.0.0.1:9464, or \"off\""
+                        ))
+                    })?)
+                };
+                self.metrics_listen = Some(Given { value: listen, key: written });
+            }
+            (Scope::Log, "level") => {
+                let level = log_filter(raw.text().map_err(error)?).map_err(error)?;
+                self.log_level = Some(Given { value: level, key: written });
+            }
             (Scope::Server, "shards") => {
                 let shards = raw.int(1, u64::from(SHARDS_MAX)).map_err(error)?;
                 self.shards = Some(Given { value: shards as u32, key: written });
@@ -879,6 +1022,8 @@ enum Scope {
     /// The top level or `[server]`.
     Server,
     Network,
+    Metrics,
+    Log,
     TopicDefaults,
     /// `[shard]`: every shard's defaults.
     Shard,
@@ -892,6 +1037,8 @@ impl Scope {
         match self {
             Scope::Server => name.to_string(),
             Scope::Network => format!("network.{name}"),
+            Scope::Metrics => format!("metrics.{name}"),
+            Scope::Log => format!("log.{name}"),
             Scope::TopicDefaults => format!("topic_defaults.{name}"),
             Scope::Shard => format!("shard.{name}"),
             Scope::ShardN(index) => format!("shard.{index}.{name}"),
@@ -904,7 +1051,7 @@ impl Scope {
             keys.iter().find(|key| key.name == name).map(|key| (key.name, key.min, key.max))
         }
         match self {
-            Scope::Server => None,
+            Scope::Server | Scope::Metrics | Scope::Log => None,
             Scope::Network => find(&NETWORK_KEYS, name),
             Scope::TopicDefaults => find(&TOPIC_KEYS, name),
             Scope::Shard | Scope::ShardN(_) => find(&STORAGE_KEYS, name),
@@ -926,6 +1073,13 @@ fn env_key(var: &str) -> Option<(Scope, &'static str)> {
     }
     if let Some(key) = NETWORK_KEYS.iter().find(|key| matches("NETWORK_", key.name)) {
         return Some((Scope::Network, key.name));
+    }
+    if matches("METRICS_", "listen") {
+        return Some((Scope::Metrics, "listen"));
+    }
+    // The one variable outside the SHOAL_<SECTION>_<KEY> rule: SHOAL_LOG, like RUST_LOG.
+    if suffix == "LOG" {
+        return Some((Scope::Log, "level"));
     }
     if matches("TOPIC_DEFAULTS_", "durability") {
         return Some((Scope::TopicDefaults, "durability"));
@@ -1287,6 +1441,8 @@ mod tests {
         let mut keys: Vec<(Scope, &'static str)> =
             SERVER_KEYS.iter().map(|&name| (Scope::Server, name)).collect();
         keys.extend(NETWORK_KEYS.iter().map(|key| (Scope::Network, key.name)));
+        keys.push((Scope::Metrics, "listen"));
+        keys.push((Scope::Log, "level"));
         keys.push((Scope::TopicDefaults, "durability"));
         keys.extend(TOPIC_KEYS.iter().map(|key| (Scope::TopicDefaults, key.name)));
         keys.extend(STORAGE_KEYS.iter().map(|key| (Scope::Shard, key.name)));
@@ -1297,6 +1453,8 @@ mod tests {
         let section = match scope {
             Scope::Server => "",
             Scope::Network => "NETWORK_",
+            Scope::Metrics => "METRICS_",
+            Scope::Log => return "SHOAL_LOG".to_string(),
             Scope::TopicDefaults => "TOPIC_DEFAULTS_",
             Scope::Shard | Scope::ShardN(_) => "SHARD_",
         };
@@ -1436,7 +1594,6 @@ mod tests {
     #[test]
     fn variables_other_programs_own_are_left_alone() {
         let env = [
-            ("SHOAL_LOG", "debug"),
             ("SHOAL_BENCH_DIR", "/nowhere"),
             ("SHOAL_SIM_SEEDS", "9"),
             ("PATH", "/bin"),
@@ -1649,6 +1806,56 @@ mod tests {
         assert!(printed.contains("cpus = \"none\""), "{printed}");
         assert!(printed.contains("[shard.1]\ncpu = 7\nring_entries_max = 5\n"), "{printed}");
         assert!(!printed.contains("[shard.0]"), "shard 0 is [shard] itself: {printed}");
+    }
+
+    #[test]
+    fn metrics_listen_and_log_level_resolve_through_every_layer() {
+        let config = resolve("", &[], &[]);
+        assert_eq!(config.metrics.listen_text(), "127.0.0.1:9464");
+        assert_eq!(config.log.level, "info");
+        let file = "[metrics]\nlisten = \"127.0.0.1:1\"\n[log]\nlevel = \"warn\"\n";
+        let config = resolve(file, &[], &[]);
+        assert_eq!(config.metrics.listen_text(), "127.0.0.1:1");
+        assert_eq!(config.log.level, "warn");
+        let env = [("SHOAL_METRICS_LISTEN", "off"), ("SHOAL_LOG", "DEBUG")];
+        let config = resolve(file, &env, &[]);
+        assert_eq!(config.metrics.listen, None, "off turns the endpoint off");
+        assert_eq!(config.log.level, "debug", "SHOAL_LOG over the file, lower-cased");
+        let flags = ["--metrics-listen", "127.0.0.1:0", "--log-level=error,shoal_server=trace"];
+        let config = resolve(file, &env, &flags);
+        assert_eq!(config.metrics.listen_text(), "127.0.0.1:0");
+        assert_eq!(config.log.level, "error,shoal_server=trace");
+    }
+
+    #[test]
+    fn a_bad_metrics_listen_or_log_level_is_refused_by_name() {
+        check_error(
+            "[metrics]\nlisten = \"localhost\"\n",
+            &[],
+            &[],
+            "metrics.listen",
+            "or \"off\"",
+        );
+        check_error("[metrics]\nport = 1\n", &[], &[], "metrics.port", "unknown key");
+        check_error("[log]\nlevel = \"loud\"\n", &[], &[], "log.level", "\"loud\" is not a level");
+        check_error("[log]\nlevel = 3\n", &[], &[], "log.level", "expected a string");
+        check_error("", &[("SHOAL_LOG", "inf")], &[], "SHOAL_LOG", "is not a level");
+        check_error("", &[("SHOAL_LOG_LEVEL", "info")], &[], "SHOAL_LOG_LEVEL", "is SHOAL_LOG");
+        check_error("", &[], &["--log-level", "a b=info"], "--log-level", "not a target");
+        check_error("", &[], &["--metrics-listen", "9464"], "--metrics-listen", "IP address");
+    }
+
+    #[test]
+    fn log_filters_are_checked_and_normalised() {
+        assert_eq!(log_filter("INFO"), Ok("info".to_string()));
+        assert_eq!(
+            log_filter(" warn , shoal_server::shard = Debug "),
+            Ok("warn,shoal_server::shard=debug".to_string())
+        );
+        assert_eq!(log_filter("shoal_server=off"), Ok("shoal_server=off".to_string()));
+        for bad in ["", "info,debug", "verbose", "=info", "shoal-server=info", "a=b=c", "info,"] {
+            assert!(log_filter(bad).is_err(), "{bad:?} was accepted");
+        }
     }
 
     #[test]

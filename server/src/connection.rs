@@ -34,6 +34,7 @@ use shoal_replication::Request;
 
 use crate::config::Config;
 use crate::metadata::{Catalog, MetaCommand, Published, TopicSettings};
+use crate::metrics::ShardMetrics;
 use crate::shard::{
     Body, CLUSTER, FetchArgs, GroupRequest, GroupStats, Mesh, Outcome, Work, now_ms,
 };
@@ -47,6 +48,8 @@ pub struct Acceptor {
     pub published: Arc<Published>,
     pub connections: Arc<AtomicUsize>,
     pub stop: Arc<AtomicBool>,
+    /// This shard's counters.
+    pub metrics: Rc<ShardMetrics>,
 }
 
 impl Acceptor {
@@ -63,6 +66,7 @@ impl Acceptor {
             if open >= context.config.network.connections_max {
                 // A refused connection does not hold a slot while it is told why.
                 drop(guard);
+                context.metrics.connection_refused();
                 monoio::spawn(refuse(stream, context.config.network.connections_max));
                 continue;
             }
@@ -107,6 +111,8 @@ struct Pending {
     outcome: Waiting,
     /// Close the connection after this reply.
     close: bool,
+    /// When the request was decoded (its latency runs from here to its reply being written).
+    received: std::time::Instant,
     _owed: Owed,
 }
 
@@ -133,8 +139,10 @@ enum Waiting {
 }
 
 async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard) {
+    let _open = context.metrics.connection_opened();
     let (mut reader, mut writer) = stream.into_split();
     let (queue, replies) = flume::bounded::<Pending>(context.config.network.requests_in_flight_max);
+    let metrics = Rc::clone(&context.metrics);
     let writing = monoio::spawn(async move {
         // One frame buffer for the connection's life: replies are written one at a time.
         let mut out = Vec::with_capacity(HEADER_SIZE + 64);
@@ -146,6 +154,7 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
                 }),
             };
             let reply = ClientReply { error: outcome.error, ..pending.reply };
+            metrics.replied(reply.operation, reply.error, pending.received);
             out.clear();
             match &outcome.body {
                 Body::Encoded(body) => write_frame(&mut out, reply, body),
@@ -156,6 +165,7 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
             if result.is_err() {
                 break;
             }
+            metrics.sent(out.len());
             if pending.close {
                 // FIN after the last reply, so the client reads it and then sees the end.
                 let _ = writer.shutdown().await;
@@ -177,6 +187,7 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
         if result.is_err() {
             break;
         }
+        session.context.metrics.received(HEADER_SIZE);
         let pending = match session.read_request(&header_buffer, &mut reader).await {
             Ok(pending) => pending,
             Err(None) => break,
@@ -240,6 +251,7 @@ impl Session {
                 reply,
                 outcome: Waiting::Ready(Outcome::error(code, text)),
                 close: true,
+                received: std::time::Instant::now(),
                 _owed: Owed::new(&self.context.replies_owed),
             })
         };
@@ -265,6 +277,7 @@ impl Session {
             operation: fields.operation,
             error: 0,
         };
+        self.context.metrics.request(fields.operation);
         if header.cluster != CLUSTER {
             let text = format!("cluster {} is not this server's {CLUSTER}", header.cluster);
             return Err(closing(reply, ErrorCode::InvalidFrame, text));
@@ -283,15 +296,18 @@ impl Session {
             if result.is_err() {
                 return Err(None);
             }
+            self.context.metrics.received(body_size);
         }
         if let Err(error) = header.verify_body(&body) {
             return Err(closing(reply, ErrorCode::InvalidFrame, format!("bad body: {error}")));
         }
+        let received = std::time::Instant::now();
         let owed = &self.context.replies_owed;
         let ready = |outcome| Pending {
             reply,
             outcome: Waiting::Ready(outcome),
             close: false,
+            received,
             _owed: Owed::new(owed),
         };
         let Some(operation) = Operation::from_u32(fields.operation) else {
@@ -340,7 +356,7 @@ impl Session {
             Ok(outcome) => outcome,
             Err((code, text)) => Waiting::Ready(Outcome::error(code, text)),
         };
-        Ok(Pending { reply, outcome, close: false, _owed: owed })
+        Ok(Pending { reply, outcome, close: false, received, _owed: owed })
     }
 
     /// Sends the request where it belongs, or answers it here.

@@ -2,25 +2,30 @@
 //! SIGINT or SIGTERM.
 //!
 //! It owns start-up (the configuration, which `config` resolves from the config file, `SHOAL_*`
-//! variables and flags; the data-directory lock; the shards' inboxes and the published catalog;
-//! one thread per shard, each serving its connections and partitions; the readiness line) and
-//! graceful shutdown. What a shard does is in `shard`, `connection` and `metadata`.
+//! variables and flags; the log; the data-directory lock; the metrics listener; the shards'
+//! inboxes and the published catalog; one thread per shard, each serving its connections and
+//! partitions; the readiness line) and graceful shutdown. What a shard does is in `shard`,
+//! `connection`, `metadata` and `metrics`.
+//!
+//! stdout carries the readiness line only; everything else goes to stderr: configuration errors
+//! as one plain line (the log is not set up before the configuration is known), the rest as
+//! `tracing` events (`logging`).
 
-use shoal_server::{alloc, config, lock, metadata, shard, signals};
+use shoal_server::{alloc, config, lock, logging, metadata, shard, signals};
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
-use config::{Config, ConfigError, Host, Layers};
+use config::{ConfigError, Host, Layers};
 
 #[global_allocator]
 static ALLOCATOR: alloc::Counting = alloc::Counting;
 
 const USAGE: &str = "\
 usage: shoal [--config FILE] [--data-dir DIR] [--listen ADDR] [--shards N] [--cpus LIST]
-             [--profile P] [--print-config]
+             [--profile P] [--metrics-listen ADDR] [--log-level LEVEL] [--print-config]
 
   --config FILE    TOML config file (configs/single-node.toml lists every key and its default)
   --data-dir DIR   data directory (default ./shoal-data), created if missing, locked while served
@@ -30,6 +35,12 @@ usage: shoal [--config FILE] [--data-dir DIR] [--listen ADDR] [--shards N] [--cp
   --cpus LIST      CPU of each shard thread, comma-separated (one per shard), or none (no
                    pinning); default: shard i on the i-th available CPU when there are enough
   --profile P      storage sizes: default (production) or small (tests: small journal and rings)
+  --metrics-listen ADDR
+                   Prometheus endpoint, GET /metrics on shard 0 (default 127.0.0.1:9464; port 0
+                   picks a free port; off: none)
+  --log-level LEVEL
+                   stderr log filter: off, error, warn, info (default), debug or trace, or
+                   directives such as warn,shoal_server::shard=debug (also SHOAL_LOG)
   --print-config   print the effective configuration as TOML and exit (starts nothing, touches
                    no data directory)
   --help           print this and exit
@@ -39,14 +50,15 @@ environment variables (SHOAL_<KEY> or SHOAL_<SECTION>_<KEY>, e.g. SHOAL_SHARDS,
 SHOAL_NETWORK_CONNECTIONS_MAX), flags; docs/configuration.md lists every key. An invalid setting
 prints \"shoal: config: KEY: REASON\" and exits 2.
 
-Prints one JSON line {\"ready\":true,\"native\":\"ADDR\"} once recovery is done and the listener is
-bound. SIGINT or SIGTERM shuts down gracefully (flush, checkpoint, clean-shutdown flag, exit 0);
-a second signal exits at once.
+Prints one JSON line {\"ready\":true,\"native\":\"ADDR\",\"metrics\":\"ADDR\"} (no metrics field when
+the endpoint is off) once recovery is done and the listeners are bound. SIGINT or SIGTERM shuts
+down gracefully (flush, checkpoint, clean-shutdown flag, exit 0); a second signal exits at once.
 ";
 
-/// Resolves the configuration from the command line, the config file and the environment.
-/// `Ok(None)`: nothing to start (`--help`, `--print-config`, both already answered).
-fn configure() -> Result<Option<Config>, ConfigError> {
+/// Resolves the configuration from the command line, the config file and the environment, with
+/// the warnings to log. `Ok(None)`: nothing to start (`--help`, `--print-config`, both already
+/// answered).
+fn configure() -> Result<Option<config::Resolved>, ConfigError> {
     let words = std::env::args_os()
         .skip(1)
         .map(|word| {
@@ -80,14 +92,14 @@ fn configure() -> Result<Option<Config>, ConfigError> {
             .collect(),
     };
     let resolved = layers.resolve(&host)?;
-    for warning in &resolved.warnings {
-        eprintln!("shoal: {warning}");
-    }
     if args.print_config {
+        for warning in &resolved.warnings {
+            eprintln!("shoal: {warning}");
+        }
         print!("{}", resolved.config.to_toml());
         return Ok(None);
     }
-    Ok(Some(resolved.config))
+    Ok(Some(resolved))
 }
 
 /// The `SHOAL_*` environment variables (the config layer rejects the unknown ones).
@@ -108,45 +120,72 @@ fn shoal_environment() -> Result<Vec<(String, String)>, ConfigError> {
 
 fn main() -> ExitCode {
     alloc::keep_freed_memory();
-    let mut config = match configure() {
-        Ok(Some(config)) => config,
+    let (mut config, warnings) = match configure() {
+        Ok(Some(resolved)) => (resolved.config, resolved.warnings),
         Ok(None) => return ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("shoal: config: {error}");
             return ExitCode::from(2);
         }
     };
+    if let Err(error) = logging::init(&config.log.level) {
+        eprintln!("shoal: {error}");
+        return ExitCode::FAILURE;
+    }
+    for warning in &warnings {
+        tracing::warn!("{warning}");
+    }
     // Signals are blocked before any thread starts, so only the signal thread receives them.
     let signals = match signals::block() {
         Ok(signals) => signals,
         Err(error) => {
-            eprintln!("shoal: cannot set up signal handling: {error}");
+            tracing::error!(%error, "cannot set up signal handling");
             return ExitCode::FAILURE;
         }
     };
     if let Err(error) = std::fs::create_dir_all(&config.data_dir) {
-        eprintln!("shoal: cannot create data directory {}: {error}", config.data_dir.display());
+        let dir = config.data_dir.display();
+        tracing::error!(%error, "cannot create data directory {dir}");
         return ExitCode::FAILURE;
     }
     // Absolute from here on, so every message names the directory unambiguously.
     match std::fs::canonicalize(&config.data_dir) {
         Ok(data_dir) => config.data_dir = data_dir,
         Err(error) => {
-            eprintln!("shoal: data directory {}: {error}", config.data_dir.display());
+            tracing::error!(%error, "data directory {}", config.data_dir.display());
             return ExitCode::FAILURE;
         }
     }
     let _lock = match lock::DataDirLock::acquire(&config.data_dir) {
         Ok(lock) => lock,
         Err(error) => {
-            eprintln!("shoal: {error}");
+            tracing::error!("{error}");
             return ExitCode::FAILURE;
         }
     };
     if let Err(error) = check_shard_count(&config.data_dir, config.shards) {
-        eprintln!("shoal: {error}");
+        tracing::error!("{error}");
         return ExitCode::FAILURE;
     }
+    // Bound here, not on shard 0, so a taken port stops the start before any shard runs, and
+    // without SO_REUSEPORT (monoio's default), so a second server cannot share the port.
+    let mut metrics_listener = match config.metrics.listen.map(std::net::TcpListener::bind) {
+        None => None,
+        Some(Ok(listener)) => Some(listener),
+        Some(Err(error)) => {
+            let address = config.metrics.listen_text();
+            tracing::error!(%error, "cannot listen for metrics on {address}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let metrics_address = match metrics_listener.as_ref().map(std::net::TcpListener::local_addr) {
+        None => None,
+        Some(Ok(address)) => Some(address),
+        Some(Err(error)) => {
+            tracing::error!(%error, "the metrics listener has no address");
+            return ExitCode::FAILURE;
+        }
+    };
     let config = Arc::new(config);
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -170,6 +209,7 @@ fn main() -> ExitCode {
             mesh: Arc::clone(&mesh),
             published: Arc::clone(&published),
             connections: Arc::clone(&connections),
+            metrics_listener: if index == 0 { metrics_listener.take() } else { None },
         };
         threads.push(std::thread::spawn(move || shard::run(spec)));
         match bound_rx.recv() {
@@ -186,14 +226,22 @@ fn main() -> ExitCode {
     drop(ready_tx);
     for _ in 0..config.shards {
         match ready_rx.recv() {
-            Ok(Ok(report)) => eprintln!("shoal: {report}"),
+            Ok(Ok(report)) => tracing::info!("{report}"),
             Ok(Err(error)) => return abort_start(error, &stop, threads),
             Err(_) => {
                 return abort_start("a shard stopped during recovery".into(), &stop, threads);
             }
         }
     }
-    println!("{{\"ready\":true,\"native\":\"{listen}\"}}");
+    // Addresses print without quotes or backslashes, so the line needs no JSON escaping.
+    match metrics_address {
+        Some(metrics) => {
+            println!("{{\"ready\":true,\"native\":\"{listen}\",\"metrics\":\"{metrics}\"}}");
+        }
+        None => println!("{{\"ready\":true,\"native\":\"{listen}\"}}"),
+    }
+    let metrics = metrics_address.map_or_else(|| "off".to_string(), |address| address.to_string());
+    tracing::info!(native = %listen, %metrics, "ready");
     signals::wait_then_stop(signals, &stop);
     join_all(threads, ExitCode::SUCCESS)
 }
@@ -204,7 +252,7 @@ fn abort_start(
     stop: &AtomicBool,
     threads: Vec<std::thread::JoinHandle<Result<(), String>>>,
 ) -> ExitCode {
-    eprintln!("shoal: {error}");
+    tracing::error!("{error}");
     stop.store(true, Ordering::SeqCst);
     join_all(threads, ExitCode::FAILURE)
 }
@@ -215,7 +263,7 @@ fn join_all(threads: Vec<std::thread::JoinHandle<Result<(), String>>>, code: Exi
         match thread.join() {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
-                eprintln!("shoal: {error}");
+                tracing::error!("{error}");
                 code = ExitCode::FAILURE;
             }
             Err(_) => code = ExitCode::FAILURE,

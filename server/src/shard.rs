@@ -42,6 +42,7 @@ use crate::config::Config;
 use crate::connection;
 use crate::groups::{self, Coordinator};
 use crate::metadata::{Applied, Catalog, METADATA_GROUP, MetaCommand, Published};
+use crate::metrics::{self, ShardMetrics, ShardSnapshot};
 use crate::offsets::PartitionOffsets;
 
 /// The cluster id of a single node until cluster configuration arrives.
@@ -221,6 +222,11 @@ pub enum Work {
         /// The answer.
         reply: flume::Sender<ShardReport>,
     },
+    /// Report the shard's metrics (a scrape of the metrics endpoint).
+    Metrics {
+        /// The answer.
+        reply: flume::Sender<ShardSnapshot>,
+    },
     /// Nothing: wakes the loop to look at its local completions.
     Wake,
 }
@@ -272,6 +278,8 @@ pub struct ShardSpec {
     pub published: Arc<Published>,
     /// Open connections on the whole node.
     pub connections: Arc<AtomicUsize>,
+    /// Shard 0 only: the bound metrics listener, served on this shard's runtime.
+    pub metrics_listener: Option<std::net::TcpListener>,
 }
 
 /// Creates the inboxes of `shards` shards.
@@ -404,6 +412,8 @@ struct ShardState {
     states_saved: Rc<RefCell<Vec<StateSaved>>>,
     /// The node's random seed (distinct per start).
     node_seed: u64,
+    /// Counters this loop and its connections keep (see `metrics`).
+    metrics: Rc<ShardMetrics>,
     /// Canary: the offset each group's next acknowledged-on-receipt write is promised.
     #[cfg(feature = "canary-ack-on-receipt")]
     predicted_offsets: HashMap<u64, u64>,
@@ -482,6 +492,7 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         offsets: HashMap::new(),
         commits_in_flight: HashSet::new(),
         states_saved: Rc::new(RefCell::new(Vec::new())),
+        metrics: Rc::new(ShardMetrics::default()),
         #[cfg(feature = "canary-ack-on-receipt")]
         predicted_offsets: HashMap::new(),
     };
@@ -515,8 +526,17 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         published: Arc::clone(&spec.published),
         connections: Arc::clone(&spec.connections),
         stop: Arc::clone(&spec.stop),
+        metrics: Rc::clone(&state.metrics),
     };
     let accepting = monoio::spawn(acceptor.run(listener));
+    if let Some(listener) = spec.metrics_listener {
+        let exporter = metrics::Exporter {
+            config: Arc::clone(&spec.config),
+            mesh: Arc::clone(&spec.mesh),
+            published: Arc::clone(&spec.published),
+        };
+        monoio::spawn(crate::http::serve(listener, exporter, Arc::clone(&spec.stop)));
+    }
 
     for work in early {
         state.handle(work).await;
@@ -655,16 +675,19 @@ impl ShardState {
                         offsets.snapshot_end = saved.end_offset;
                         replay_from = saved.end_offset;
                     }
-                    Err(why) => eprintln!(
-                        "shoal: shard {}: group {group}: offsets snapshot unreadable ({why}); \
-                         rebuilding from the log",
-                        self.index
+                    Err(why) => tracing::warn!(
+                        shard = self.index,
+                        group,
+                        why,
+                        "offsets snapshot unreadable; rebuilding offsets from the log"
                     ),
                 },
                 Ok(None) => {}
-                Err(error) => eprintln!(
-                    "shoal: shard {}: group {group}: {error}; rebuilding offsets from the log",
-                    self.index
+                Err(error) => tracing::warn!(
+                    shard = self.index,
+                    group,
+                    %error,
+                    "offsets snapshot unusable; rebuilding offsets from the log"
                 ),
             }
             let Some(log) = self.node.shard_mut().group_mut(group) else { continue };
@@ -675,10 +698,13 @@ impl ShardState {
                 let prepares = match log.read_offset(offset, 1 << 20).await {
                     Ok(prepares) if !prepares.is_empty() => prepares,
                     other => {
-                        eprintln!(
-                            "shoal: shard {}: group {group}: offsets replay stopped at offset \
-                             {offset}: {other:?}",
-                            self.index
+                        let result = format!("{other:?}");
+                        tracing::error!(
+                            shard = self.index,
+                            group,
+                            offset,
+                            result,
+                            "offsets replay stopped"
                         );
                         break;
                     }
@@ -696,10 +722,12 @@ impl ShardState {
                             offsets.apply(record);
                             replayed += 1;
                         }
-                        Some(Err(error)) => eprintln!(
-                            "shoal: shard {}: group {group}: offset {}: bad offset commit: {error}",
-                            self.index,
-                            prepare.base_offset()
+                        Some(Err(error)) => tracing::error!(
+                            shard = self.index,
+                            group,
+                            offset = prepare.base_offset(),
+                            %error,
+                            "an offset commit record does not decode; skipped"
                         ),
                         None => {}
                     }
@@ -764,10 +792,7 @@ impl ShardState {
                 }
                 Err(error) => {
                     offsets.dirty = true;
-                    eprintln!(
-                        "shoal: shard {}: group {group}: offsets snapshot: {error}",
-                        self.index
-                    );
+                    tracing::error!(shard = self.index, group, %error, "offsets snapshot failed");
                 }
             }
         }
@@ -787,7 +812,7 @@ impl ShardState {
             let op = self.node.replica(group).map_or(0, |r| r.commit());
             let saved = GroupState { op, end_offset, bytes: offsets.encode() };
             if let Err(error) = state::save(&storage, &group_dir(&shard_dir, group), &saved).await {
-                eprintln!("shoal: shard {}: group {group}: offsets snapshot: {error}", self.index);
+                tracing::error!(shard = self.index, group, %error, "offsets snapshot failed");
             }
         }
     }
@@ -864,7 +889,7 @@ impl ShardState {
                     }
                 }
                 Err(error) => {
-                    eprintln!("shoal: shard {}: cannot create group {group}: {error}", self.index)
+                    tracing::error!(shard = self.index, group, %error, "cannot create group");
                 }
             }
         }
@@ -946,10 +971,17 @@ impl ShardState {
         }
     }
 
-    /// Deletes sealed segments beyond each topic's retention.
+    /// Deletes sealed segments beyond each topic's retention, and counts what it deleted.
     async fn enforce_retention(&mut self) {
-        if let Err(error) = self.node.enforce_retention(now_ms()).await {
-            eprintln!("shoal: shard {}: retention: {error}", self.index);
+        let before = metrics::stored_bytes(&mut self.node);
+        match self.node.enforce_retention(now_ms()).await {
+            Ok(0) => {}
+            Ok(segments) => {
+                let bytes = before.saturating_sub(metrics::stored_bytes(&mut self.node));
+                self.metrics.retention(segments, bytes);
+                tracing::debug!(shard = self.index, segments, bytes, "retention deleted segments");
+            }
+            Err(error) => tracing::error!(shard = self.index, %error, "retention failed"),
         }
     }
 
@@ -1049,6 +1081,15 @@ impl ShardState {
                     allocations: crate::alloc::allocations_on_this_thread(),
                     io_rounds: self.node.counters().io_rounds,
                 });
+            }
+            Work::Metrics { reply } => {
+                let figures = metrics::snapshot(
+                    self.index,
+                    &self.metrics,
+                    &mut self.node,
+                    &self.committed_end,
+                );
+                let _ = reply.send(figures);
             }
             Work::Wake => {}
         }
@@ -1255,7 +1296,7 @@ impl ShardState {
             let prepare = match read {
                 Ok(Some(prepare)) => prepare,
                 other => {
-                    eprintln!("shoal: metadata op {op} unreadable after commit: {other:?}");
+                    tracing::error!(op, result = ?other, "metadata op unreadable after commit");
                     continue;
                 }
             };
@@ -1736,7 +1777,8 @@ fn refuse(work: Work) {
         Work::Stats { reply, .. } => {
             let _ = reply.send(Vec::new());
         }
-        Work::Report { .. } => {}
+        // Dropping the reply slot tells the scrape this shard has nothing to show.
+        Work::Report { .. } | Work::Metrics { .. } => {}
         Work::Catalog(_) | Work::Wake => {}
     }
 }

@@ -31,11 +31,11 @@ pub fn block() -> Result<Signals, String> {
 /// which exits the process at once.
 pub fn wait_then_stop(signals: Signals, stop: &Arc<AtomicBool>) {
     let signal = wait(&signals);
-    eprintln!("shoal: signal {signal}: shutting down (again to exit at once)");
+    tracing::info!(signal, "shutting down (signal again to exit at once)");
     stop.store(true, Ordering::SeqCst);
     std::thread::spawn(move || {
         let signal = wait(&signals);
-        eprintln!("shoal: signal {signal} again: exiting now");
+        tracing::warn!(signal, "second signal: exiting now");
         std::process::exit(130);
     });
 }

@@ -27,9 +27,18 @@ pub fn output_within(child: Child, deadline: Duration, what: &str) -> Output {
     }
 }
 
-/// Reads the server's readiness line (`{"ready":true,"native":"ADDR"}`) from its `stdout`
-/// within `deadline` and returns the native address.
-pub fn ready_address(stdout: ChildStdout, deadline: Duration) -> String {
+/// What the server's readiness line announces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ready {
+    /// The native protocol address.
+    pub native: String,
+    /// The metrics endpoint's address (`None`: the endpoint is off).
+    pub metrics: Option<String>,
+}
+
+/// Reads the server's readiness line (`{"ready":true,"native":"ADDR","metrics":"ADDR"}`, the
+/// metrics field absent when the endpoint is off) from its `stdout` within `deadline`.
+pub fn ready(stdout: ChildStdout, deadline: Duration) -> Ready {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
@@ -37,9 +46,45 @@ pub fn ready_address(stdout: ChildStdout, deadline: Duration) -> String {
         let _ = tx.send(line);
     });
     let line = rx.recv_timeout(deadline).expect("a readiness line in time");
-    line.trim()
-        .strip_prefix("{\"ready\":true,\"native\":\"")
-        .and_then(|rest| rest.strip_suffix("\"}"))
-        .unwrap_or_else(|| panic!("not a readiness line: {line:?}"))
-        .to_string()
+    parse_ready(&line).unwrap_or_else(|| panic!("not a readiness line: {line:?}"))
+}
+
+/// Reads the readiness line like [`ready`] and returns the native address.
+pub fn ready_address(stdout: ChildStdout, deadline: Duration) -> String {
+    ready(stdout, deadline).native
+}
+
+/// The addresses of a readiness line, or `None` if it is not one.
+pub fn parse_ready(line: &str) -> Option<Ready> {
+    let value: serde_json::Value = serde_json::from_str(line.trim()).ok()?;
+    if value["ready"] != serde_json::Value::Bool(true) {
+        return None;
+    }
+    let native = value["native"].as_str()?.to_string();
+    let metrics = match &value["metrics"] {
+        serde_json::Value::Null => None,
+        other => Some(other.as_str()?.to_string()),
+    };
+    Some(Ready { native, metrics })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_lines_parse_with_and_without_the_metrics_address() {
+        let both = parse_ready(
+            "{\"ready\":true,\"native\":\"127.0.0.1:1\",\"metrics\":\"127.0.0.1:2\"}\n",
+        );
+        assert_eq!(
+            both,
+            Some(Ready { native: "127.0.0.1:1".into(), metrics: Some("127.0.0.1:2".into()) })
+        );
+        let native_only = parse_ready("{\"ready\":true,\"native\":\"127.0.0.1:1\"}");
+        assert_eq!(native_only, Some(Ready { native: "127.0.0.1:1".into(), metrics: None }));
+        for bad in ["", "ready", "{\"ready\":false,\"native\":\"a\"}", "{\"ready\":true}"] {
+            assert_eq!(parse_ready(bad), None, "{bad:?}");
+        }
+    }
 }

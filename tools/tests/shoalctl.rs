@@ -50,6 +50,7 @@ fn start(dir: &Path) -> Server {
         .arg("--data-dir")
         .arg(dir)
         .args(["--listen", "127.0.0.1:0", "--shards", "2", "--profile", "small", "--cpus", "none"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

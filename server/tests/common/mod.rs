@@ -1,7 +1,8 @@
 //! Shared harness of the server's end-to-end tests: starting the real `shoal` binary on a temp
-//! directory with ephemeral ports and the small profile, waiting for its readiness line, stopping
-//! or killing it, and a raw-frame client built on `engine::wire` and `engine::protocol` (raw on
-//! purpose: the bad-input tests must send what no client library would).
+//! directory with ephemeral ports (native and metrics) and the small profile, waiting for its
+//! readiness line, stopping or killing it, and a raw-frame client built on `engine::wire` and
+//! `engine::protocol` (raw on purpose: the bad-input tests must send what no client library
+//! would).
 
 #![allow(dead_code)]
 
@@ -23,7 +24,10 @@ use shoal_engine::wire::{ClientReply, ClientRequest, HEADER_SIZE, Header};
 /// A running server, killed if the test ends early.
 pub struct Server {
     pub child: Option<Child>,
+    /// The native protocol address.
     pub address: String,
+    /// The metrics endpoint's address (`None`: started with it off).
+    pub metrics: Option<String>,
 }
 
 impl Drop for Server {
@@ -35,7 +39,8 @@ impl Drop for Server {
     }
 }
 
-/// `shoal` on `dir` with `shards` shards, the small profile, port 0 and no pinning.
+/// `shoal` on `dir` with `shards` shards, the small profile, port 0 (native and metrics) and no
+/// pinning.
 pub fn command(dir: &Path, shards: u32) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_shoal"));
     command.args(["--data-dir"]).arg(dir).args([
@@ -47,6 +52,8 @@ pub fn command(dir: &Path, shards: u32) -> Command {
         "small",
         "--cpus",
         "none",
+        "--metrics-listen",
+        "127.0.0.1:0",
     ]);
     command
 }
@@ -76,8 +83,10 @@ pub fn start_command(mut command: Command) -> Server {
         command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("shoal starts");
     let stdout = child.stdout.take().expect("piped stdout");
     // The guard exists before the wait, so a server that never gets ready is killed too.
-    let mut server = Server { child: Some(child), address: String::new() };
-    server.address = shoal_testkit::ready_address(stdout, DEADLINE);
+    let mut server = Server { child: Some(child), address: String::new(), metrics: None };
+    let ready = shoal_testkit::ready(stdout, DEADLINE);
+    server.address = ready.native;
+    server.metrics = ready.metrics;
     server
 }
 

@@ -1,0 +1,894 @@
+//! The server's metrics: per-shard counters and latency histograms, the snapshot each shard
+//! answers a scrape with, and the Prometheus text page shard 0 renders from them
+//! (`docs/metrics.md` lists every metric).
+//!
+//! It owns [`ShardMetrics`] — plain `Cell`s that a shard's loop and its connection tasks, which
+//! all run on the shard's one thread, update in place: no atomic, no lock and no allocation on
+//! the request path — and the scrape: the [`Exporter`] sends `Work::Metrics` to every shard's
+//! inbox, each shard copies its counters and reads its engine and replicas into a
+//! [`ShardSnapshot`] (the only time they are read), and the exporter renders the page from the
+//! snapshots, the configuration and the published catalog. It never touches another shard's
+//! state, never blocks a shard's loop (a scrape is one more inbox item) and never speaks HTTP
+//! (`http` does).
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::fmt::{self, Write as _};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shoal_engine::protocol::{ErrorCode, Operation};
+use shoal_engine::shard::ShardCounters;
+use shoal_engine::storage::Storage;
+use shoal_replication::{Clock, Node, NodeCounters, Transport};
+
+use crate::config::{self, Config};
+use crate::http::{self, HttpStats};
+use crate::metadata::{Catalog, Published};
+use crate::shard::{Mesh, Work};
+
+/// Operation and error codes counted one by one; a code at or past this (or one the build does
+/// not know) is counted as `unknown`. New codes below it need no change here: their labels come
+/// from their enums' names.
+pub const CODE_SLOTS: usize = 64;
+
+/// Upper bounds of the latency histograms' buckets, in nanoseconds: 1, 2.5 and 5 per decade from
+/// 10 µs to 10 s — log-spaced, so the relative resolution is the same for a 50 µs fetch from the
+/// ring and a 50 ms synced produce. Values above the last land in `+Inf` only.
+pub const LATENCY_BOUNDS_NS: [u64; 19] = [
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+];
+
+const BUCKETS: usize = LATENCY_BOUNDS_NS.len() + 1;
+
+/// How long a scrape waits for the shards' snapshots; a shard that has not answered by then is
+/// shown as `shoal_shard_scrape_ok 0` and its other series are left out of that page.
+pub const SCRAPE_TIME_MAX: Duration = Duration::from_secs(5);
+
+/// A latency histogram with fixed buckets ([`LATENCY_BOUNDS_NS`]), on one thread.
+#[derive(Debug)]
+pub struct Histogram {
+    /// Observations per bucket (not cumulative); the last is above every bound.
+    buckets: [Cell<u64>; BUCKETS],
+    sum_ns: Cell<u64>,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram { buckets: std::array::from_fn(|_| Cell::new(0)), sum_ns: Cell::new(0) }
+    }
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn record(&self, elapsed: Duration) {
+        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let bucket = &self.buckets[bucket_of(ns)];
+        bucket.set(bucket.get() + 1);
+        self.sum_ns.set(self.sum_ns.get().saturating_add(ns));
+    }
+
+    fn snapshot(&self) -> HistogramSnapshot {
+        HistogramSnapshot {
+            buckets: std::array::from_fn(|index| self.buckets[index].get()),
+            sum_ns: self.sum_ns.get(),
+        }
+    }
+}
+
+/// The bucket of an observation of `ns` nanoseconds: the first whose bound is at least `ns`
+/// (Prometheus buckets are `le`, less than or equal).
+fn bucket_of(ns: u64) -> usize {
+    LATENCY_BOUNDS_NS.partition_point(|&bound| bound < ns)
+}
+
+/// A histogram's figures at a scrape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistogramSnapshot {
+    /// Observations per bucket, not cumulative; the last is above every bound.
+    pub buckets: [u64; BUCKETS],
+    pub sum_ns: u64,
+}
+
+impl HistogramSnapshot {
+    /// Observations in all.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+}
+
+/// One shard's request-path counters, shared (`Rc`) by the shard's loop and the connection tasks
+/// it runs. Only that thread touches them; a scrape reads a copy ([`ShardSnapshot`]).
+#[derive(Debug)]
+pub struct ShardMetrics {
+    connections_open: Cell<u64>,
+    connections_accepted: Cell<u64>,
+    connections_refused: Cell<u64>,
+    /// Requests decoded, by operation code (slot 0: past [`CODE_SLOTS`]).
+    requests: [Cell<u64>; CODE_SLOTS],
+    /// Error replies written, by error code (slot 0: past [`CODE_SLOTS`]).
+    errors: [Cell<u64>; CODE_SLOTS],
+    received_bytes: Cell<u64>,
+    sent_bytes: Cell<u64>,
+    produce_latency: Histogram,
+    fetch_latency: Histogram,
+    retention_segments: Cell<u64>,
+    retention_bytes: Cell<u64>,
+}
+
+impl Default for ShardMetrics {
+    fn default() -> Self {
+        let cell = |_| Cell::new(0);
+        ShardMetrics {
+            connections_open: Cell::new(0),
+            connections_accepted: Cell::new(0),
+            connections_refused: Cell::new(0),
+            requests: std::array::from_fn(cell),
+            errors: std::array::from_fn(cell),
+            received_bytes: Cell::new(0),
+            sent_bytes: Cell::new(0),
+            produce_latency: Histogram::default(),
+            fetch_latency: Histogram::default(),
+            retention_segments: Cell::new(0),
+            retention_bytes: Cell::new(0),
+        }
+    }
+}
+
+fn add(cell: &Cell<u64>, n: u64) {
+    cell.set(cell.get().wrapping_add(n));
+}
+
+fn slot(code: u32) -> usize {
+    usize::try_from(code).ok().filter(|&code| code < CODE_SLOTS).unwrap_or(0)
+}
+
+impl ShardMetrics {
+    /// A connection was accepted; it counts as open until the returned guard drops.
+    pub fn connection_opened(self: &Rc<Self>) -> OpenConnection {
+        add(&self.connections_accepted, 1);
+        add(&self.connections_open, 1);
+        OpenConnection(Rc::clone(self))
+    }
+
+    /// A connection was refused at the node's connection bound.
+    pub fn connection_refused(&self) {
+        add(&self.connections_refused, 1);
+    }
+
+    /// A request with this operation code was decoded.
+    pub fn request(&self, operation: u32) {
+        add(&self.requests[slot(operation)], 1);
+    }
+
+    /// A reply was written: its error code (`0`: success) and, for a successful produce or
+    /// fetch, the time since its request was decoded.
+    pub fn replied(&self, operation: u32, error: u32, received: Instant) {
+        if error != 0 {
+            add(&self.errors[slot(error)], 1);
+            return;
+        }
+        if operation == Operation::Produce as u32 {
+            self.produce_latency.record(received.elapsed());
+        } else if operation == Operation::Fetch as u32 {
+            self.fetch_latency.record(received.elapsed());
+        }
+    }
+
+    /// Bytes read from clients (frames).
+    pub fn received(&self, bytes: usize) {
+        add(&self.received_bytes, bytes as u64);
+    }
+
+    /// Bytes written to clients (frames).
+    pub fn sent(&self, bytes: usize) {
+        add(&self.sent_bytes, bytes as u64);
+    }
+
+    /// A retention pass deleted this much.
+    pub fn retention(&self, segments: usize, bytes: u64) {
+        add(&self.retention_segments, segments as u64);
+        add(&self.retention_bytes, bytes);
+    }
+}
+
+/// Counts one connection as open while it lives.
+pub struct OpenConnection(Rc<ShardMetrics>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        let open = &self.0.connections_open;
+        open.set(open.get().saturating_sub(1));
+    }
+}
+
+/// One partition group's figures at a scrape.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GroupFigures {
+    pub group: u64,
+    pub first_offset: u64,
+    /// The log end offset: the offset the next message gets.
+    pub next_offset: u64,
+    /// The offset after the last committed message: consumers read below it.
+    pub committed_offset: u64,
+    pub commit_op: u64,
+    pub view: u64,
+    pub segments: u64,
+    pub size_bytes: u64,
+    /// The group stopped serving (storage damage or an I/O error).
+    pub failed: bool,
+}
+
+/// What a shard answers a scrape with: a plain copy, sent across threads.
+#[derive(Clone, Debug)]
+pub struct ShardSnapshot {
+    pub shard: u32,
+    pub connections_open: u64,
+    pub connections_accepted: u64,
+    pub connections_refused: u64,
+    pub requests: [u64; CODE_SLOTS],
+    pub errors: [u64; CODE_SLOTS],
+    pub received_bytes: u64,
+    pub sent_bytes: u64,
+    pub produce_latency: HistogramSnapshot,
+    pub fetch_latency: HistogramSnapshot,
+    pub retention_segments: u64,
+    pub retention_bytes: u64,
+    /// The engine's I/O counters.
+    pub engine: ShardCounters,
+    /// The node layer's counters.
+    pub node: NodeCounters,
+    pub ring_bytes: u64,
+    pub chunks_allocated: u64,
+    /// Heap allocations by the shard's thread since it started.
+    pub allocations: u64,
+    pub groups: Vec<GroupFigures>,
+}
+
+/// Reads a shard's figures: its counters, its engine's and replicas', and each group's committed
+/// end as the loop tracks it. Called by the shard's loop when a scrape asks (`Work::Metrics`).
+pub fn snapshot<S: Storage, T: Transport, C: Clock>(
+    shard: u32,
+    metrics: &ShardMetrics,
+    node: &mut Node<S, T, C>,
+    committed_end: &HashMap<u64, u64>,
+) -> ShardSnapshot {
+    let mut groups = Vec::new();
+    for group in node.group_ids() {
+        let failed = node.group_failure(group).is_some();
+        let (commit_op, view) = node
+            .replica(group)
+            .map_or((0, 0), |replica| (replica.commit(), u64::from(replica.view())));
+        let committed_offset = committed_end.get(&group).copied().unwrap_or(0);
+        let mut figures =
+            GroupFigures { group, commit_op, committed_offset, view, failed, ..Default::default() };
+        if let Some(log) = node.shard_mut().group(group) {
+            figures.first_offset = log.first_offset();
+            figures.next_offset = log.next_offset();
+            figures.segments = log.segment_count() as u64;
+            figures.size_bytes = log.size_bytes();
+            figures.failed |= log.faulty_reason().is_some();
+        }
+        groups.push(figures);
+    }
+    let engine = node.shard_mut();
+    ShardSnapshot {
+        shard,
+        connections_open: metrics.connections_open.get(),
+        connections_accepted: metrics.connections_accepted.get(),
+        connections_refused: metrics.connections_refused.get(),
+        requests: std::array::from_fn(|index| metrics.requests[index].get()),
+        errors: std::array::from_fn(|index| metrics.errors[index].get()),
+        received_bytes: metrics.received_bytes.get(),
+        sent_bytes: metrics.sent_bytes.get(),
+        produce_latency: metrics.produce_latency.snapshot(),
+        fetch_latency: metrics.fetch_latency.snapshot(),
+        retention_segments: metrics.retention_segments.get(),
+        retention_bytes: metrics.retention_bytes.get(),
+        engine: engine.counters(),
+        ring_bytes: engine.ring_bytes() as u64,
+        chunks_allocated: engine.chunks_allocated() as u64,
+        node: node.counters(),
+        allocations: crate::alloc::allocations_on_this_thread(),
+        groups,
+    }
+}
+
+/// The bytes of every group's segments, for telling what a retention pass deleted (nothing is
+/// appended while the pass runs: appends happen only in the shard loop's I/O rounds).
+pub fn stored_bytes<S: Storage, T: Transport, C: Clock>(node: &mut Node<S, T, C>) -> u64 {
+    let groups = node.group_ids();
+    let engine = node.shard_mut();
+    groups.iter().filter_map(|&group| engine.group(group)).map(|log| log.size_bytes()).sum()
+}
+
+/// The metrics page: scrapes every shard through its inbox and renders what they answered.
+pub struct Exporter {
+    pub config: Arc<Config>,
+    pub mesh: Mesh,
+    pub published: Arc<Published>,
+}
+
+impl http::Page for Exporter {
+    async fn render(&self, http: HttpStats) -> String {
+        let shards = scrape(&self.mesh, SCRAPE_TIME_MAX).await;
+        let mut catalog = Arc::new(Catalog::new(self.config.shards, 0));
+        self.published.refresh(&mut catalog);
+        render(&self.config, &catalog, &shards, &http)
+    }
+}
+
+/// Asks every shard for its snapshot and waits for the answers until `time_max` has passed;
+/// `None` for a shard that did not answer in time (or has stopped).
+pub async fn scrape(mesh: &Mesh, time_max: Duration) -> Vec<Option<ShardSnapshot>> {
+    let deadline = Instant::now() + time_max;
+    let mut answers = Vec::with_capacity(mesh.len());
+    for inbox in mesh.iter() {
+        let (reply, answer) = flume::bounded(1);
+        let left = deadline.saturating_duration_since(Instant::now());
+        // A full inbox is waited on (within the deadline) rather than skipped: a busy shard is
+        // the one worth seeing.
+        let sent = monoio::time::timeout(left, inbox.send_async(Work::Metrics { reply })).await;
+        answers.push(matches!(sent, Ok(Ok(()))).then_some(answer));
+    }
+    let mut snapshots = Vec::with_capacity(answers.len());
+    for answer in answers {
+        let snapshot = match answer {
+            Some(answer) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                monoio::time::timeout(left, answer.recv_async()).await.ok().and_then(Result::ok)
+            }
+            None => None,
+        };
+        snapshots.push(snapshot);
+    }
+    snapshots
+}
+
+/// The Prometheus text page (format 0.0.4): every family once, with its `# HELP` and `# TYPE`.
+/// `shards[i]` is shard i's snapshot (`None`: it did not answer); the configuration gauges come
+/// from `config` and the partitions' names from `catalog`.
+pub fn render(
+    config: &Config,
+    catalog: &Catalog,
+    shards: &[Option<ShardSnapshot>],
+    http: &HttpStats,
+) -> String {
+    let mut page = Page::default();
+    let answered: Vec<&ShardSnapshot> = shards.iter().flatten().collect();
+
+    page.family("shoal_build_info", Kind::Gauge, "Always 1; the version label names the build.");
+    page.sample("shoal_build_info", &[("version", env!("CARGO_PKG_VERSION"))], 1);
+
+    page.family(
+        "shoal_shard_scrape_ok",
+        Kind::Gauge,
+        "1 if the shard answered this scrape in time; without it, its other series are missing.",
+    );
+    for (index, snapshot) in shards.iter().enumerate() {
+        let shard = index.to_string();
+        page.sample("shoal_shard_scrape_ok", &[("shard", &shard)], u64::from(snapshot.is_some()));
+    }
+
+    type Figure = fn(&ShardSnapshot) -> u64;
+    let per_shard: [(&str, Kind, &str, Figure); 22] = [
+        (
+            "shoal_connections_open",
+            Kind::Gauge,
+            "Native protocol connections the shard serves now.",
+            |s| s.connections_open,
+        ),
+        (
+            "shoal_connections_accepted_total",
+            Kind::Counter,
+            "Native protocol connections the shard accepted and served.",
+            |s| s.connections_accepted,
+        ),
+        (
+            "shoal_connections_refused_total",
+            Kind::Counter,
+            "Native protocol connections refused at network.connections_max.",
+            |s| s.connections_refused,
+        ),
+        (
+            "shoal_network_received_bytes_total",
+            Kind::Counter,
+            "Bytes of request frames read from the shard's connections.",
+            |s| s.received_bytes,
+        ),
+        (
+            "shoal_network_sent_bytes_total",
+            Kind::Counter,
+            "Bytes of reply frames written to the shard's connections.",
+            |s| s.sent_bytes,
+        ),
+        (
+            "shoal_ring_memory_bytes",
+            Kind::Gauge,
+            "Bytes held by the shard's prepare rings (bounded by ring_budget_bytes).",
+            |s| s.ring_bytes,
+        ),
+        (
+            "shoal_write_buffer_chunks",
+            Kind::Gauge,
+            "Write-buffer chunks the shard has allocated (bounded by chunks_max).",
+            |s| s.chunks_allocated,
+        ),
+        (
+            "shoal_groups",
+            Kind::Gauge,
+            "Groups (partition replicas, the metadata group included) the shard holds.",
+            |s| s.groups.len() as u64,
+        ),
+        (
+            "shoal_flush_cycles_total",
+            Kind::Counter,
+            "Flush cycles the shard's engine completed.",
+            |s| s.engine.flushes,
+        ),
+        ("shoal_checkpoints_total", Kind::Counter, "Group checkpoints the shard recorded.", |s| {
+            s.engine.checkpoints
+        }),
+        (
+            "shoal_superblock_writes_total",
+            Kind::Counter,
+            "Superblock versions the shard wrote (every copy synced).",
+            |s| s.engine.superblock_writes,
+        ),
+        ("shoal_io_rounds_total", Kind::Counter, "I/O rounds the shard's node layer ran.", |s| {
+            s.node.io_rounds
+        }),
+        (
+            "shoal_storage_full_rounds_total",
+            Kind::Counter,
+            "I/O rounds cut short by a full disk (retried).",
+            |s| s.node.storage_full_rounds,
+        ),
+        (
+            "shoal_append_backpressure_total",
+            Kind::Counter,
+            "Appends the engine refused for lack of room and retried after a flush.",
+            |s| s.node.append_backpressure,
+        ),
+        ("shoal_groups_failed_total", Kind::Counter, "Groups stopped by an engine failure.", |s| {
+            s.node.groups_failed
+        }),
+        (
+            "shoal_allocations_total",
+            Kind::Counter,
+            "Heap allocations made by the shard's thread.",
+            |s| s.allocations,
+        ),
+        (
+            "shoal_retention_deleted_segments_total",
+            Kind::Counter,
+            "Segments the shard's retention passes deleted.",
+            |s| s.retention_segments,
+        ),
+        (
+            "shoal_retention_deleted_bytes_total",
+            Kind::Counter,
+            "Bytes of segments the shard's retention passes deleted.",
+            |s| s.retention_bytes,
+        ),
+        ("shoal_journal_syncs_total", Kind::Counter, "fdatasyncs of the shard journal.", |s| {
+            s.engine.journal_syncs
+        }),
+        (
+            "shoal_segment_syncs_total",
+            Kind::Counter,
+            "fdatasyncs of segment files (checkpoints and rolls).",
+            |s| s.engine.segment_syncs,
+        ),
+        (
+            "shoal_journal_written_bytes_total",
+            Kind::Counter,
+            "Bytes written to the shard journal.",
+            |s| s.engine.journal_bytes_written,
+        ),
+        (
+            "shoal_segment_written_bytes_total",
+            Kind::Counter,
+            "Bytes written to segment files (data and zeros).",
+            |s| s.engine.segment_bytes_written,
+        ),
+    ];
+    for (name, kind, help, figure) in per_shard {
+        page.family(name, kind, help);
+        for snapshot in &answered {
+            page.sample(name, &[("shard", &snapshot.shard.to_string())], figure(snapshot));
+        }
+    }
+
+    let operations = code_labels(|code| Operation::from_u32(code).map(|op| format!("{op:?}")));
+    page.family(
+        "shoal_requests_total",
+        Kind::Counter,
+        "Requests decoded on the shard's connections, by operation.",
+    );
+    for snapshot in &answered {
+        let shard = snapshot.shard.to_string();
+        for (label, count) in by_label(&operations, &snapshot.requests) {
+            page.sample("shoal_requests_total", &[("shard", &shard), ("operation", label)], count);
+        }
+    }
+    let codes = code_labels(|code| ErrorCode::from_u32(code).map(|error| format!("{error:?}")));
+    page.family(
+        "shoal_request_errors_total",
+        Kind::Counter,
+        "Error replies written on the shard's connections, by error code.",
+    );
+    for snapshot in &answered {
+        let shard = snapshot.shard.to_string();
+        for (label, count) in by_label(&codes, &snapshot.errors) {
+            let labels = [("shard", shard.as_str()), ("code", label)];
+            page.sample("shoal_request_errors_total", &labels, count);
+        }
+    }
+
+    type Latency = fn(&ShardSnapshot) -> &HistogramSnapshot;
+    let histograms: [(&str, &str, Latency); 2] = [
+        (
+            "shoal_produce_latency_seconds",
+            "Successful produce requests on the shard's connections: from the request decoded \
+             to its reply ready to write.",
+            |s| &s.produce_latency,
+        ),
+        (
+            "shoal_fetch_latency_seconds",
+            "Successful fetch requests on the shard's connections: from the request decoded to \
+             its reply ready to write.",
+            |s| &s.fetch_latency,
+        ),
+    ];
+    for (name, help, histogram) in histograms {
+        page.family(name, Kind::Histogram, help);
+        for snapshot in &answered {
+            page.histogram(name, &snapshot.shard.to_string(), histogram(snapshot));
+        }
+    }
+
+    for (key, _) in config::storage_settings(&config.shard[0].storage) {
+        let name = format!("shoal_shard_config_{key}");
+        let help = format!("The shard's {key} setting ([shard], or its [shard.N] override).");
+        page.family(&name, Kind::Gauge, &help);
+        for (index, settings) in config.shard.iter().enumerate() {
+            let value = config::storage_settings(&settings.storage)
+                .find(|&(name, _)| name == key)
+                .map_or(0, |(_, value)| value);
+            page.sample(&name, &[("shard", &index.to_string())], value);
+        }
+    }
+
+    let names: HashMap<u64, (String, String, String)> = catalog
+        .partition_infos()
+        .into_iter()
+        .map(|(stream, topic, info)| (info.group, (stream, topic, info.partition.to_string())))
+        .collect();
+    let unnamed = (String::new(), String::new(), String::new());
+    type GroupFigure = fn(&GroupFigures) -> u64;
+    let per_group: [(&str, &str, GroupFigure); 8] = [
+        (
+            "shoal_partition_next_offset",
+            "The partition's log end offset: the offset its next message gets.",
+            |g| g.next_offset,
+        ),
+        (
+            "shoal_partition_committed_offset",
+            "The offset after the partition's last committed message: consumers read below it.",
+            |g| g.committed_offset,
+        ),
+        (
+            "shoal_partition_first_offset",
+            "The oldest offset the partition still holds (retention moves it).",
+            |g| g.first_offset,
+        ),
+        ("shoal_partition_commit_op", "The highest op the partition's group committed.", |g| {
+            g.commit_op
+        }),
+        ("shoal_partition_view", "The view the partition's replica is in.", |g| g.view),
+        ("shoal_partition_segments", "Segment files the partition holds.", |g| g.segments),
+        ("shoal_partition_size_bytes", "Bytes of records in the partition's segments.", |g| {
+            g.size_bytes
+        }),
+        (
+            "shoal_partition_failed",
+            "1 if the partition stopped serving (storage damage or an I/O error).",
+            |g| u64::from(g.failed),
+        ),
+    ];
+    for (name, help, figure) in per_group {
+        page.family(name, Kind::Gauge, help);
+        for snapshot in &answered {
+            let shard = snapshot.shard.to_string();
+            for group in &snapshot.groups {
+                let (stream, topic, partition) = names.get(&group.group).unwrap_or(&unnamed);
+                let id = group.group.to_string();
+                let labels = [
+                    ("shard", shard.as_str()),
+                    ("group", id.as_str()),
+                    ("stream", stream.as_str()),
+                    ("topic", topic.as_str()),
+                    ("partition", partition.as_str()),
+                ];
+                page.sample(name, &labels, figure(group));
+            }
+        }
+    }
+
+    page.family(
+        "shoal_metrics_http_responses_total",
+        Kind::Counter,
+        "Responses of the metrics endpoint before this one, by status code.",
+    );
+    for (status, count) in http::STATUSES.iter().zip(http.responses) {
+        let code = status.code().to_string();
+        page.sample("shoal_metrics_http_responses_total", &[("code", &code)], count);
+    }
+    page.family(
+        "shoal_metrics_http_connections_refused_total",
+        Kind::Counter,
+        "Metrics connections closed unanswered because the endpoint served its maximum.",
+    );
+    page.sample("shoal_metrics_http_connections_refused_total", &[], http.connections_refused);
+    page.text
+}
+
+/// The label of every code below [`CODE_SLOTS`] that `name` knows, in `snake_case`; the others
+/// (and slot 0) are counted together as `unknown`.
+fn code_labels(name: impl Fn(u32) -> Option<String>) -> Vec<Option<String>> {
+    (0..CODE_SLOTS as u32).map(|code| name(code).map(|name| snake_case(&name))).collect()
+}
+
+/// Each known code's count under its label, then `unknown` with every other code's.
+fn by_label<'a>(
+    labels: &'a [Option<String>],
+    counts: &[u64; CODE_SLOTS],
+) -> impl Iterator<Item = (&'a str, u64)> {
+    let unknown: u64 =
+        labels.iter().zip(counts).filter(|(label, _)| label.is_none()).map(|(_, n)| n).sum();
+    let known = labels.iter().zip(counts).filter_map(|(label, &n)| Some((label.as_deref()?, n)));
+    known.chain(std::iter::once(("unknown", unknown)))
+}
+
+/// `CreateStream` → `create_stream`.
+fn snake_case(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    for (index, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if index > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A metric family's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// A page of the text format being written.
+#[derive(Default)]
+struct Page {
+    text: String,
+}
+
+impl Page {
+    /// Starts a family: its `# HELP` and `# TYPE` lines.
+    fn family(&mut self, name: &str, kind: Kind, help: &str) {
+        let _ = writeln!(self.text, "# HELP {name} {}", Escaped::help(help));
+        let _ = writeln!(self.text, "# TYPE {name} {}", kind.as_str());
+    }
+
+    /// One sample line.
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl fmt::Display) {
+        self.text.push_str(name);
+        if !labels.is_empty() {
+            self.text.push('{');
+            for (index, (label, value)) in labels.iter().enumerate() {
+                if index > 0 {
+                    self.text.push(',');
+                }
+                let _ = write!(self.text, "{label}=\"{}\"", Escaped::label(value));
+            }
+            self.text.push('}');
+        }
+        let _ = writeln!(self.text, " {value}");
+    }
+
+    /// A histogram's samples: cumulative buckets ending with `+Inf`, then `_sum` and `_count`.
+    fn histogram(&mut self, name: &str, shard: &str, histogram: &HistogramSnapshot) {
+        let bucket = format!("{name}_bucket");
+        let mut cumulative = 0;
+        for (index, count) in histogram.buckets.iter().enumerate() {
+            cumulative += count;
+            let le = LATENCY_BOUNDS_NS.get(index).map_or("+Inf".to_string(), |&ns| seconds(ns));
+            self.sample(&bucket, &[("shard", shard), ("le", &le)], cumulative);
+        }
+        let sum = histogram.sum_ns as f64 / 1e9;
+        self.sample(&format!("{name}_sum"), &[("shard", shard)], sum);
+        self.sample(&format!("{name}_count"), &[("shard", shard)], histogram.count());
+    }
+}
+
+/// `ns` nanoseconds as exact decimal seconds (`10000` → `0.00001`), with no float rounding.
+fn seconds(ns: u64) -> String {
+    let whole = ns / 1_000_000_000;
+    let fraction = ns % 1_000_000_000;
+    if fraction == 0 {
+        return whole.to_string();
+    }
+    let digits = format!("{fraction:09}");
+    format!("{whole}.{}", digits.trim_end_matches('0'))
+}
+
+/// Text escaped for the text format: in a label value `\`, `"` and newline; in help text `\`
+/// and newline.
+struct Escaped<'a> {
+    text: &'a str,
+    quotes: bool,
+}
+
+impl<'a> Escaped<'a> {
+    fn label(text: &'a str) -> Self {
+        Escaped { text, quotes: true }
+    }
+
+    fn help(text: &'a str) -> Self {
+        Escaped { text, quotes: false }
+    }
+}
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.text.chars() {
+            match c {
+                '\\' => f.write_str("\\\\")?,
+                '\n' => f.write_str("\\n")?,
+                '"' if self.quotes => f.write_str("\\\"")?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observations_land_in_the_first_bucket_at_or_above_them() {
+        assert_eq!(bucket_of(0), 0);
+        assert_eq!(bucket_of(10_000), 0, "a bound is inclusive (le)");
+        assert_eq!(bucket_of(10_001), 1);
+        assert_eq!(bucket_of(1_000_000_000), 15);
+        assert_eq!(bucket_of(10_000_000_000), 18);
+        assert_eq!(bucket_of(10_000_000_001), 19, "past the last bound: +Inf only");
+        assert_eq!(bucket_of(u64::MAX), 19);
+        assert!(LATENCY_BOUNDS_NS.windows(2).all(|pair| pair[0] < pair[1]));
+
+        let histogram = Histogram::default();
+        for micros in [5, 10, 11, 2_000_000, 20_000_000] {
+            histogram.record(Duration::from_micros(micros));
+        }
+        let snapshot = histogram.snapshot();
+        assert_eq!(snapshot.count(), 5);
+        assert_eq!(snapshot.buckets[0], 2);
+        assert_eq!(snapshot.buckets[1], 1);
+        assert_eq!(snapshot.buckets[16], 1, "2 s is in le=2.5");
+        assert_eq!(snapshot.buckets[19], 1);
+        assert_eq!(snapshot.sum_ns, 22_000_026_000);
+        histogram.record(Duration::MAX);
+        assert_eq!(histogram.snapshot().sum_ns, u64::MAX, "the sum saturates");
+    }
+
+    #[test]
+    fn a_histogram_renders_cumulative_buckets_ending_in_inf_equal_to_count() {
+        let histogram = Histogram::default();
+        for micros in [5, 300, 300, 20_000_000] {
+            histogram.record(Duration::from_micros(micros));
+        }
+        let mut page = Page::default();
+        page.histogram("h_seconds", "0", &histogram.snapshot());
+        let lines: Vec<&str> = page.text.lines().collect();
+        assert_eq!(lines[0], "h_seconds_bucket{shard=\"0\",le=\"0.00001\"} 1");
+        assert_eq!(lines[4], "h_seconds_bucket{shard=\"0\",le=\"0.00025\"} 1");
+        assert_eq!(lines[5], "h_seconds_bucket{shard=\"0\",le=\"0.0005\"} 3");
+        assert_eq!(lines[18], "h_seconds_bucket{shard=\"0\",le=\"10\"} 3");
+        assert_eq!(lines[19], "h_seconds_bucket{shard=\"0\",le=\"+Inf\"} 4");
+        assert_eq!(lines[20], "h_seconds_sum{shard=\"0\"} 20.000605");
+        assert_eq!(lines[21], "h_seconds_count{shard=\"0\"} 4");
+        assert_eq!(lines.len(), 22);
+    }
+
+    #[test]
+    fn seconds_are_exact_decimals() {
+        assert_eq!(seconds(10_000), "0.00001");
+        assert_eq!(seconds(2_500_000), "0.0025");
+        assert_eq!(seconds(1_000_000_000), "1");
+        assert_eq!(seconds(2_500_000_000), "2.5");
+    }
+
+    #[test]
+    fn label_values_and_help_are_escaped() {
+        let mut page = Page::default();
+        page.family("m", Kind::Gauge, "a \\ b\nc \"q\"");
+        page.sample("m", &[("a", "x\\y\"z\nw"), ("b", "")], 7);
+        assert_eq!(
+            page.text,
+            "# HELP m a \\\\ b\\nc \"q\"\n# TYPE m gauge\nm{a=\"x\\\\y\\\"z\\nw\",b=\"\"} 7\n"
+        );
+    }
+
+    #[test]
+    fn codes_are_labelled_by_name_and_the_rest_counted_as_unknown() {
+        assert_eq!(snake_case("CreateStream"), "create_stream");
+        assert_eq!(snake_case("Hello"), "hello");
+        let metrics = Rc::new(ShardMetrics::default());
+        metrics.request(Operation::Produce as u32);
+        metrics.request(Operation::Produce as u32);
+        metrics.request(0);
+        metrics.request(CODE_SLOTS as u32 - 1);
+        metrics.request(u32::MAX);
+        let labels = code_labels(|code| Operation::from_u32(code).map(|op| format!("{op:?}")));
+        let requests: [u64; CODE_SLOTS] = std::array::from_fn(|i| metrics.requests[i].get());
+        let counted: Vec<(&str, u64)> = by_label(&labels, &requests).collect();
+        assert!(counted.contains(&("produce", 2)), "{counted:?}");
+        assert!(counted.contains(&("fetch", 0)), "{counted:?}");
+        assert_eq!(counted.last(), Some(&("unknown", 3)));
+        let mut names: Vec<&str> = counted.iter().map(|(label, _)| *label).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), counted.len(), "one series per label");
+    }
+
+    #[test]
+    fn an_open_connection_counts_until_dropped() {
+        let metrics = Rc::new(ShardMetrics::default());
+        let first = metrics.connection_opened();
+        let second = metrics.connection_opened();
+        drop(first);
+        assert_eq!(metrics.connections_open.get(), 1);
+        assert_eq!(metrics.connections_accepted.get(), 2);
+        drop(second);
+        assert_eq!(metrics.connections_open.get(), 0);
+    }
+}
