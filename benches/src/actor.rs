@@ -2,11 +2,14 @@
 //! tally of what it moved (messages, bytes, the measured window, errors by kind), which the
 //! report merges across actors.
 //!
-//! It owns no measuring policy (what counts as measured is the actor's call) and reads no clock.
+//! It owns no measuring policy (what counts as measured is the actor's call) and reads no clock;
+//! `connect` is the one connection step every actor shares (`--connect owner` moves the client to
+//! the shard that owns the actor's partition).
 
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
+use shoal_client::{Client, ClientConfig, ClientError};
 
 /// Pins the calling thread to `cpu` (nothing when `None`).
 pub fn pin(cpu: Option<usize>) -> Result<(), String> {
@@ -26,6 +29,37 @@ pub fn run_pinned<T>(
     pin(cpu)?;
     let mut runtime = shoal_client::runtime().map_err(|e| format!("io_uring runtime: {e}"))?;
     runtime.block_on(actor)
+}
+
+/// The partition an actor works on, to find the shard that owns it.
+#[derive(Clone, Debug)]
+pub struct Target<'a> {
+    pub stream: &'a str,
+    pub topic: &'a str,
+    pub partition: u32,
+}
+
+/// Connects an actor's client; with `to_owner`, moves it to the shard that owns `target`
+/// (`--connect owner`: the server must name per-shard listeners, `[network] shard_listen`).
+/// Returns the client and whether the shard serving it owns the partition (`None`: no single
+/// partition, or a server that names no shard).
+pub async fn connect(
+    config: ClientConfig,
+    target: Option<Target<'_>>,
+    to_owner: bool,
+) -> Result<(Client, Option<bool>), ClientError> {
+    let mut client = Client::connect(config).await?;
+    let Some(target) = target else { return Ok((client, None)) };
+    let (_, partitions) = client.describe_topic(target.stream, target.topic).await?;
+    let Some(owner) = partitions.iter().find(|p| p.partition == target.partition).map(|p| p.shard)
+    else {
+        return Ok((client, None));
+    };
+    if to_owner {
+        client.connect_to_shard(owner).await?;
+    }
+    let served_by = client.server().filter(|hello| hello.version >= 2).map(|hello| hello.shard);
+    Ok((client, served_by.map(|shard| shard == owner)))
 }
 
 /// What an actor (or, merged, a side of the run) moved.

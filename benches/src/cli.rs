@@ -8,7 +8,7 @@ use shoal_client::Durability;
 
 use shoal_client::FetchFrom;
 
-use crate::run::{Mode, Options, Placement};
+use crate::run::{Connect, Mode, Options, Placement};
 use crate::schedule::Rate;
 
 /// The usage text.
@@ -41,6 +41,10 @@ options:
   --topics N                 topics per stream (default 1)
   --partitions N             partitions per topic (default: the producers per topic)
   --placement P              pinned (a partition per producer), balanced or keyed (default pinned)
+  --connect C                any: every actor connects to the server address (the kernel spreads
+                             connections over the shards; requests for another shard's partition
+                             are forwarded) or owner: to the own listener of the shard owning its
+                             partition (needs [network] shard_listen; default any)
   --message-size B|MIN..MAX  message payload bytes (default 1000)
   --messages-per-batch N     messages per produce request (default 1000)
   --duration SECS            measured seconds after warm-up (default 10)
@@ -133,6 +137,13 @@ pub fn parse(words: &[String]) -> Result<Option<Command>, String> {
                     other => return Err(format!("--placement {other}: pinned, balanced or keyed")),
                 }
             }
+            "--connect" => {
+                options.connect = match value.as_str() {
+                    "any" => Connect::Any,
+                    "owner" => Connect::Owner,
+                    other => return Err(format!("--connect {other}: any or owner")),
+                }
+            }
             "--message-size" => {
                 options.message_bytes = match value.split_once("..") {
                     Some((low, high)) => (count(flag, low)?, count(flag, high)?),
@@ -198,7 +209,7 @@ mod tests {
     fn cli_parses_a_full_produce_command() {
         let command = parse(&words(
             "produce --producers 2 --message-size 100..200 --rate 50MB/s --durability persisted \
-             --cpus 1,0 --json out.json --placement keyed --quiet",
+             --cpus 1,0 --json out.json --placement keyed --connect owner --quiet",
         ))
         .unwrap()
         .unwrap();
@@ -208,6 +219,7 @@ mod tests {
         assert_eq!(command.options.durability, Durability::Persisted);
         assert_eq!(command.options.cpus, [1, 0]);
         assert_eq!(command.options.placement, Placement::Keyed);
+        assert_eq!(command.options.connect, Connect::Owner);
         assert!(!command.options.progress);
         assert_eq!(command.json, Some(PathBuf::from("out.json")));
     }
@@ -223,6 +235,7 @@ mod tests {
             ("produce --bogus 1", "--bogus"),
             ("consume-all", "consume-all"),
             ("consume --from nowhere", "--from"),
+            ("produce --connect nearest", "--connect"),
         ] {
             let error = parse(&words(text)).unwrap_err();
             assert!(error.contains(flag), "{text}: {error}");

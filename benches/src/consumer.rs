@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use shoal_client::{Client, ClientConfig, ClientError, Fetch, FetchFrom};
+use shoal_client::{ClientConfig, ClientError, Fetch, FetchFrom};
 
-use crate::actor::{Tally, run_pinned};
+use crate::actor::{Tally, Target, connect, run_pinned};
 use crate::producer::{Live, error_kind, wall_ns};
 use crate::stats::{Latency, Series};
 
@@ -54,6 +54,8 @@ pub struct ConsumerSpec {
     pub start: Instant,
     /// Live counters for the progress line.
     pub live: Arc<Live>,
+    /// Connect to the shard that owns the partition (`--connect owner`).
+    pub connect_to_owner: bool,
 }
 
 /// What one consumer measured.
@@ -63,6 +65,9 @@ pub struct ConsumerResult {
     pub actor: usize,
     /// Its partition.
     pub partition: u32,
+    /// Whether its connection was served by the shard owning its partition (`None`: the server
+    /// names no shards).
+    pub on_owner: Option<bool>,
     /// Poll latency of measured polls that returned data.
     pub poll_latency: Latency,
     /// End-to-end latency of measured batches (`e2e` mode).
@@ -86,9 +91,16 @@ async fn consume(spec: ConsumerSpec) -> Result<ConsumerResult, String> {
         reply_size_bytes_max: spec.fetch_bytes_max as usize + (4 << 20),
         ..ClientConfig::with_seeds(spec.seeds.clone())
     };
-    let mut client = Client::connect(config).await.map_err(|e| format!("connect: {e}"))?;
-    let mut result =
-        ConsumerResult { actor: spec.actor, partition: spec.partition, ..Default::default() };
+    let target = Target { stream: &spec.stream, topic: &spec.topic, partition: spec.partition };
+    let (mut client, on_owner) = connect(config, Some(target), spec.connect_to_owner)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let mut result = ConsumerResult {
+        actor: spec.actor,
+        partition: spec.partition,
+        on_owner,
+        ..Default::default()
+    };
     let mut from = spec.from;
     let now_ns = || spec.start.elapsed().as_nanos() as u64;
     while now_ns() < spec.stop_ns && result.tally.messages_total < spec.messages_max {

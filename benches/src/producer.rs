@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use shoal_client::{Client, ClientConfig, ClientError, ReplyReceiver, RequestSender};
 use shoal_engine::protocol::{Operation, Partitioning, Produce, ProduceReply, Writer};
 
-use crate::actor::{Tally, run_pinned};
+use crate::actor::{Tally, Target, connect, run_pinned};
 use crate::schedule::Schedule;
 use crate::stats::{Latency, Series};
 
@@ -59,6 +59,8 @@ pub struct ProducerSpec {
     pub live: Arc<Live>,
     /// Stamp every message with its send time (the `e2e` mode).
     pub stamp: bool,
+    /// Connect to the shard that owns the partition (`--connect owner`).
+    pub connect_to_owner: bool,
 }
 
 /// Counters every actor adds to while running.
@@ -79,6 +81,9 @@ pub struct ProducerResult {
     pub actor: usize,
     /// The partitions its acknowledgements named.
     pub partitions: Vec<u32>,
+    /// Whether its (last) connection was served by the shard owning its partition (`None`: not
+    /// one partition, or the server names no shards).
+    pub on_owner: Option<bool>,
     /// Latency of measured sends (after warm-up).
     pub latency: Latency,
     /// Per-second series (whole run, warm-up included).
@@ -192,13 +197,24 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
     let mut schedule = Schedule::new(0, spec.interval_ns);
     let replied = Signal::default();
     let sent = Signal::default();
-    let mut client =
-        Some(Client::connect(config.clone()).await.map_err(|e| format!("connect: {e}"))?);
+    let target = match spec.partitioning {
+        Partitioning::Explicit(partition) => {
+            Some(Target { stream: &spec.stream, topic: &spec.topic, partition })
+        }
+        _ => None,
+    };
+    let connecting = connect(config.clone(), target.clone(), spec.connect_to_owner);
+    let (first, on_owner) = connecting.await.map_err(|e| format!("connect: {e}"))?;
+    state.borrow_mut().result.on_owner = on_owner;
+    let mut client: Option<Client> = Some(first);
     while sending(&spec, &schedule) {
         let connected = match client.take() {
             Some(client) => client.into_split().await,
-            None => match Client::connect(config.clone()).await {
-                Ok(client) => client.into_split().await,
+            None => match connect(config.clone(), target.clone(), spec.connect_to_owner).await {
+                Ok((client, on_owner)) => {
+                    state.borrow_mut().result.on_owner = on_owner;
+                    client.into_split().await
+                }
                 Err(error) => Err(error),
             },
         };

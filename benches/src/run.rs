@@ -35,6 +35,17 @@ pub enum Placement {
     Keyed,
 }
 
+/// Which shard an actor's connection lands on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Connect {
+    /// The seed address: with several shards the kernel spreads connections over them
+    /// (`SO_REUSEPORT`), and a request for another shard's partition is forwarded there.
+    Any,
+    /// The own listener of the shard that owns the actor's partition (pinned placement; the
+    /// server needs `[network] shard_listen`), so nothing is forwarded.
+    Owner,
+}
+
 /// What a run does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -76,6 +87,8 @@ pub struct Options {
     pub partitions: u32,
     /// Partition choice.
     pub placement: Placement,
+    /// Where actors connect.
+    pub connect: Connect,
     /// Message size range in bytes (inclusive).
     pub message_bytes: (usize, usize),
     /// Messages per batch.
@@ -115,6 +128,7 @@ impl Default for Options {
             topics: 1,
             partitions: 0,
             placement: Placement::Pinned,
+            connect: Connect::Any,
             message_bytes: (1000, 1000),
             messages_per_batch: 1000,
             duration: Duration::from_secs(10),
@@ -232,6 +246,7 @@ pub fn run(options: &Options) -> Result<Value, String> {
             start,
             live: Arc::clone(&live),
             stamp: options.mode == Mode::EndToEnd,
+            connect_to_owner: options.connect == Connect::Owner,
         };
         threads.push(std::thread::spawn(move || producer::run(spec).map(Actor::Producer)));
     }
@@ -276,6 +291,7 @@ pub fn run(options: &Options) -> Result<Value, String> {
             cpu,
             start,
             live: Arc::clone(&live),
+            connect_to_owner: options.connect == Connect::Owner,
         };
         threads.push(std::thread::spawn(move || consumer::run(spec).map(Actor::Consumer)));
     }
@@ -432,6 +448,7 @@ fn report(options: &Options, run: &Finished, server_status: Value) -> Value {
             "actor": result.actor,
             "role": "producer",
             "partitions": result.partitions,
+            "on_owner_shard": result.on_owner,
             "latency_us": result.latency.summary().to_json(),
         });
         produced.add(&result.series, &result.tally, line);
@@ -445,6 +462,7 @@ fn report(options: &Options, run: &Finished, server_status: Value) -> Value {
             "actor": result.actor,
             "role": "consumer",
             "partitions": [result.partition],
+            "on_owner_shard": result.on_owner,
             "poll_latency_us": result.poll_latency.summary().to_json(),
             "end_to_end_latency_us": result.end_to_end.summary().to_json(),
         });
@@ -475,6 +493,14 @@ fn report(options: &Options, run: &Finished, server_status: Value) -> Value {
             "topics": options.topics,
             "partitions": run.partitions,
             "placement": format!("{:?}", options.placement).to_lowercase(),
+            "connect": format!("{:?}", options.connect).to_lowercase(),
+            "connections_on_owner_shard": run
+                .producers
+                .iter()
+                .map(|p| p.on_owner)
+                .chain(run.consumers.iter().map(|c| c.on_owner))
+                .filter(|on| *on == Some(true))
+                .count(),
             "message_bytes_min": options.message_bytes.0,
             "message_bytes_max": options.message_bytes.1,
             "messages_per_batch": options.messages_per_batch,

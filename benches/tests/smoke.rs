@@ -159,6 +159,60 @@ fn spawn_server_runs_a_local_server_for_the_run() {
 }
 
 #[test]
+fn connect_owner_puts_every_actor_on_the_shard_that_owns_its_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("two-shards.toml");
+    std::fs::write(
+        &config,
+        "shards = 2\ncpus = \"none\"\nprofile = \"small\"\n\
+         [network]\nshard_listen = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    let args = |connect: &'static str| {
+        [
+            "e2e",
+            "--spawn-server",
+            config.to_str().unwrap(),
+            "--producers",
+            "2",
+            "--consumers",
+            "2",
+            "--connect",
+            connect,
+            "--duration",
+            "1",
+            "--warmup",
+            "0.2",
+            "--rate",
+            "1MB/s",
+            "--messages-per-batch",
+            "20",
+            "--message-size",
+            "16",
+        ]
+        .map(str::to_string)
+    };
+    let (owner, _) = run_json(
+        dir.path(),
+        "owner",
+        &args("owner").iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    check_report(&owner);
+    assert_eq!(owner["parameters"]["connect"], "owner");
+    assert_eq!(owner["parameters"]["connections_on_owner_shard"], 4, "2 producers, 2 consumers");
+    for actor in owner["actors"].as_array().unwrap() {
+        assert_eq!(actor["on_owner_shard"], true, "{actor}");
+    }
+    assert_eq!(owner["messages_consumed_total"], owner["messages_acked_total"]);
+    // The default leaves each connection where the kernel put it.
+    let (any, _) =
+        run_json(dir.path(), "any", &args("any").iter().map(String::as_str).collect::<Vec<_>>());
+    check_report(&any);
+    assert_eq!(any["parameters"]["connect"], "any");
+    assert!(any["parameters"]["connections_on_owner_shard"].as_u64().is_some_and(|n| n <= 4));
+}
+
+#[test]
 fn bad_arguments_exit_2_with_the_usage() {
     let output = output_within(bench().args(["produce", "--producers", "none"]));
     assert_eq!(output.status.code(), Some(2));

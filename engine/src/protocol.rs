@@ -20,8 +20,9 @@ use std::fmt;
 
 use crate::superblock::Durability;
 
-/// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The protocol version this build speaks. Version 2 added the shard map to the `Hello` result
+/// ([`HelloReply::shard`], [`HelloReply::shard_addresses`]); nothing else differs from 1.
+pub const PROTOCOL_VERSION: u16 = 2;
 /// The oldest protocol version this build still speaks.
 pub const PROTOCOL_VERSION_MIN: u16 = 1;
 
@@ -605,7 +606,13 @@ impl Hello {
     }
 }
 
-/// `Hello` result.
+/// Shards a `Hello` result may list addresses for (the server runs at most 256).
+pub const HELLO_SHARD_ADDRESSES_MAX: usize = 256;
+/// Longest shard address (`[IPv6%scope]:PORT` fits with room).
+pub const SHARD_ADDRESS_LEN_MAX: usize = 64;
+
+/// `Hello` result. The shard fields exist from version 2 on; a version 1 result carries neither
+/// (decoded as shard 0 and no addresses).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HelloReply {
     /// The version the connection speaks from now on.
@@ -614,22 +621,52 @@ pub struct HelloReply {
     pub shards: u32,
     /// The server's name and build.
     pub server: String,
+    /// The shard serving this connection (v2).
+    pub shard: u32,
+    /// Each shard's own listener, indexed by shard, as `IP:PORT` (v2): connecting there lands
+    /// on that shard, so requests for its partitions are served without forwarding. Empty when
+    /// the server has no per-shard listeners. An unspecified IP (`0.0.0.0`, `::`) means "the
+    /// host you reached this connection on".
+    pub shard_addresses: Vec<String>,
 }
 
 impl HelloReply {
-    /// Encodes the result.
+    /// Encodes the result for the negotiated `version` (the shard fields only from 2 on).
     pub fn encode(&self) -> Vec<u8> {
-        Writer::new().u16(self.version).u32(self.shards).str(&self.server).finish()
+        let mut w = Writer::new();
+        w.u16(self.version).u32(self.shards).str(&self.server);
+        if self.version >= 2 {
+            w.u32(self.shard).u32(self.shard_addresses.len() as u32);
+            for address in &self.shard_addresses {
+                w.str(address);
+            }
+        }
+        w.finish()
     }
 
-    /// Decodes the result.
+    /// Decodes the result; its own `version` says whether the shard fields follow.
     pub fn decode(body: &[u8]) -> Result<HelloReply> {
         let mut r = Reader::new(body);
-        let reply = HelloReply {
+        let mut reply = HelloReply {
             version: r.u16("version")?,
             shards: r.u32("shards")?,
             server: r.str("server", TEXT_LEN_MAX)?,
+            shard: 0,
+            shard_addresses: Vec::new(),
         };
+        if reply.version >= 2 {
+            reply.shard = r.u32("shard")?;
+            let count = r.count("shard_addresses", 2)?;
+            if count > HELLO_SHARD_ADDRESSES_MAX {
+                return Err(invalid(
+                    "shard_addresses",
+                    format!("{count} addresses, more than {HELLO_SHARD_ADDRESSES_MAX}"),
+                ));
+            }
+            for _ in 0..count {
+                reply.shard_addresses.push(r.str("shard_address", SHARD_ADDRESS_LEN_MAX)?);
+            }
+        }
         r.end()?;
         Ok(reply)
     }
@@ -1145,8 +1182,30 @@ mod tests {
         let hello = Hello { version_min: 1, version_max: 3, client_name: "t".into() };
         assert_eq!(Hello::decode(&hello.encode()), Ok(hello.clone()));
         assert_eq!(hello.negotiate(), Some(PROTOCOL_VERSION));
-        let future = Hello { version_min: 2, version_max: 9, client_name: String::new() };
+        let future = Hello { version_min: 3, version_max: 9, client_name: String::new() };
         assert_eq!(future.negotiate(), None);
+        let old = Hello { version_min: 1, version_max: 1, client_name: String::new() };
+        assert_eq!(old.negotiate(), Some(1), "version 1 clients are still served");
+
+        // The shard map exists from version 2 on; a version 1 result has neither field.
+        let v2 = HelloReply {
+            version: 2,
+            shards: 2,
+            server: "shoal".into(),
+            shard: 1,
+            shard_addresses: vec!["127.0.0.1:7100".into(), "127.0.0.1:7101".into()],
+        };
+        assert_eq!(HelloReply::decode(&v2.encode()), Ok(v2.clone()));
+        let v1 = HelloReply { version: 1, ..v2.clone() };
+        let plain = HelloReply { shard: 0, shard_addresses: Vec::new(), ..v1.clone() };
+        assert_eq!(HelloReply::decode(&v1.encode()), Ok(plain));
+        assert_eq!(v1.encode().len() + 4 + 4 + 2 * (2 + 14), v2.encode().len());
+        let mut too_many = Writer::new();
+        too_many.u16(2).u32(1).str("s").u32(0).u32(HELLO_SHARD_ADDRESSES_MAX as u32 + 1);
+        for _ in 0..=HELLO_SHARD_ADDRESSES_MAX {
+            too_many.str("a");
+        }
+        assert!(HelloReply::decode(&too_many.finish()).is_err(), "the address count is bounded");
 
         let create = CreateTopic {
             stream: "s".into(),

@@ -282,6 +282,12 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         Ok(())
     }
 
+    /// Writes the replicas asked for that no I/O round has applied yet (the driver's group
+    /// commit may hold them back for a while to gather more per round).
+    pub fn writes_queued(&self) -> usize {
+        self.writes.len()
+    }
+
     /// Whether [`Node::run_io`] has anything to do.
     pub fn has_io(&self) -> bool {
         !self.writes.is_empty()

@@ -79,6 +79,9 @@ pub struct NetworkConfig {
     pub fetch_wait_ms_max: u32,
     /// Fetches a shard holds waiting for new data; one more is answered at once (empty).
     pub fetch_parked_max: usize,
+    /// Each shard's own listener: shard i on this IP and port + i (port 0: each shard picks a
+    /// free port); `None`: only the shared `native_listen`.
+    pub shard_listen: Option<SocketAddr>,
 }
 
 impl Default for NetworkConfig {
@@ -90,7 +93,26 @@ impl Default for NetworkConfig {
             shard_inbox_max: 4096,
             fetch_wait_ms_max: 30_000,
             fetch_parked_max: 4096,
+            shard_listen: None,
         }
+    }
+}
+
+impl NetworkConfig {
+    /// The shard listener setting as written: `IP:PORT` or `off`.
+    pub fn shard_listen_text(&self) -> String {
+        self.shard_listen.map_or_else(|| "off".to_string(), |address| address.to_string())
+    }
+
+    /// Where shard `index` listens on its own (`None`: per-shard listeners are off). Validation
+    /// keeps base port + index within the port range.
+    pub fn shard_listen_address(&self, index: u32) -> Option<SocketAddr> {
+        let mut address = self.shard_listen?;
+        if address.port() != 0 {
+            let port = u32::from(address.port()) + index;
+            address.set_port(u16::try_from(port).unwrap_or(u16::MAX));
+        }
+        Some(address)
     }
 }
 
@@ -213,6 +235,48 @@ pub struct ShardSettings {
     pub cpu: Option<usize>,
     /// The shard's storage engine settings (cluster, shard index and count filled in).
     pub storage: ShardConfig,
+    /// What the server itself does differently on this shard: its ring, its I/O mode, its
+    /// group commit, its new partitions' segment age.
+    pub tuning: ShardTuning,
+}
+
+/// A shard's settings that are the server's, not the engine's `ShardConfig`: how its io_uring
+/// ring is built, whether its files use direct I/O, how long its loop may hold writes back to
+/// gather a larger flush cycle, and how partitions created on it roll their segments by age.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardTuning {
+    /// Submission queue entries of the shard's io_uring ring (a power of two).
+    pub uring_entries: u32,
+    /// SQPOLL: a kernel thread polls the ring's submission queue and sleeps after this many idle
+    /// milliseconds (0: off, submissions are system calls).
+    pub sqpoll_idle_ms: u32,
+    /// The CPU the SQPOLL thread is bound to (`[shard.N]` only; required with SQPOLL, since the
+    /// thread would otherwise inherit the shard's own CPU and spin against it).
+    pub sqpoll_cpu: Option<usize>,
+    /// Segment and journal files use O_DIRECT where the filesystem allows (false: buffered I/O,
+    /// through the page cache).
+    pub direct_io: bool,
+    /// Group commit: how long the shard may hold the writes that arrived since its last I/O
+    /// round, counted from the first of them, before it hands them to a flush cycle (0: at once).
+    pub flush_delay_us_max: u32,
+    /// Partitions created on this shard roll their active segment once its first record is this
+    /// old (0: never by age). Recorded in each partition's superblock slot at creation.
+    pub segment_age_ms_max: u64,
+}
+
+impl Default for ShardTuning {
+    fn default() -> Self {
+        ShardTuning {
+            // What the shard's runtime was built with before the key existed: deep enough for a
+            // flush cycle's writes (1 MiB pieces) plus the connections' reads and writes.
+            uring_entries: 256,
+            sqpoll_idle_ms: 0,
+            sqpoll_cpu: None,
+            direct_io: true,
+            flush_delay_us_max: 0,
+            segment_age_ms_max: GroupConfig::default().segment_age_ms_max,
+        }
+    }
 }
 
 /// The base storage sizes (`profile`): the engine's `ShardConfig::default()` or
@@ -266,6 +330,7 @@ impl Config {
                 .map(|index| ShardSettings {
                     cpu: None,
                     storage: ShardConfig { shard: index, shard_count: shards, ..base.clone() },
+                    tuning: ShardTuning::default(),
                 })
                 .collect(),
         }
@@ -278,6 +343,7 @@ impl Config {
         for key in &NETWORK_KEYS {
             network.insert(key.name.into(), (key.get)(&self.network).into());
         }
+        network.insert("shard_listen".into(), self.network.shard_listen_text().into());
         let mut topic_defaults = serde_json::Map::new();
         for key in &TOPIC_KEYS {
             topic_defaults.insert(key.name.into(), (key.get)(&self.topic_defaults).into());
@@ -296,8 +362,18 @@ impl Config {
                 let mut object = serde_json::Map::new();
                 object.insert("index".into(), index.into());
                 object.insert("cpu".into(), settings.cpu.into());
+                object.insert("sqpoll_cpu".into(), settings.tuning.sqpoll_cpu.into());
                 for key in &STORAGE_KEYS {
                     object.insert(key.name.into(), (key.get)(&settings.storage).into());
+                }
+                for key in &TUNING_KEYS {
+                    let value = (key.get)(&settings.tuning);
+                    let value = if is_bool_key(key.name) {
+                        serde_json::Value::Bool(value != 0)
+                    } else {
+                        value.into()
+                    };
+                    object.insert(key.name.into(), value);
                 }
                 object.into()
             })
@@ -340,6 +416,7 @@ impl Config {
         for key in &NETWORK_KEYS {
             line(format!("{} = {}", key.name, (key.get)(&self.network)));
         }
+        line(format!("shard_listen = {}", quoted(&self.network.shard_listen_text())));
         line(String::new());
         line("[metrics]".into());
         line(format!("listen = {}", quoted(&self.metrics.listen_text())));
@@ -365,6 +442,9 @@ impl Config {
         for key in &STORAGE_KEYS {
             line(format!("{} = {}", key.name, (key.get)(&first.storage)));
         }
+        for key in &TUNING_KEYS {
+            line(format!("{} = {}", key.name, tuning_text(key, &first.tuning)));
+        }
         for (index, settings) in self.shard.iter().enumerate() {
             let mut lines = Vec::new();
             if all_pinned.is_none()
@@ -372,10 +452,18 @@ impl Config {
             {
                 lines.push(format!("cpu = {cpu}"));
             }
+            if let Some(cpu) = settings.tuning.sqpoll_cpu {
+                lines.push(format!("sqpoll_cpu = {cpu}"));
+            }
             for key in &STORAGE_KEYS {
                 let value = (key.get)(&settings.storage);
                 if value != (key.get)(&first.storage) {
                     lines.push(format!("{} = {value}", key.name));
+                }
+            }
+            for key in &TUNING_KEYS {
+                if (key.get)(&settings.tuning) != (key.get)(&first.tuning) {
+                    lines.push(format!("{} = {}", key.name, tuning_text(key, &settings.tuning)));
                 }
             }
             if !lines.is_empty() {
@@ -388,10 +476,12 @@ impl Config {
     }
 }
 
-/// A shard's storage settings by their `[shard]` key names, in the table's order (the metrics
-/// endpoint shows each as a gauge, so a `[shard.N]` override can be seen at work).
-pub fn storage_settings(storage: &ShardConfig) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-    STORAGE_KEYS.iter().map(move |key| (key.name, (key.get)(storage)))
+/// A shard's settings by their `[shard]` key names, in the tables' order — the engine's storage
+/// settings, then the server's tuning (`direct_io` as 0 or 1) — so the metrics endpoint can show
+/// each as a gauge and a `[shard.N]` override can be seen at work.
+pub fn shard_settings(settings: &ShardSettings) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+    let storage = STORAGE_KEYS.iter().map(move |key| (key.name, (key.get)(&settings.storage)));
+    storage.chain(TUNING_KEYS.iter().map(move |key| (key.name, (key.get)(&settings.tuning))))
 }
 
 /// An invalid setting: the key as the user wrote it, and why.
@@ -524,12 +614,14 @@ pub struct Layers {
     data_dir: Option<Given<PathBuf>>,
     native_listen: Option<Given<SocketAddr>>,
     metrics_listen: Option<Given<Option<SocketAddr>>>,
+    shard_listen: Option<Given<Option<SocketAddr>>>,
     log_level: Option<Given<String>>,
     shards: Option<Given<u32>>,
     profile: Option<Given<Profile>>,
     cpus: Option<Given<Placement>>,
     durability: Option<Given<Durability>>,
-    /// Every integer key (network, topic defaults, shard storage, per-shard `cpu`).
+    /// Every integer key (network, topic defaults, shard storage and tuning, per-shard `cpu`),
+    /// and the boolean shard keys as 0 or 1.
     ints: BTreeMap<(Scope, &'static str), Given<u64>>,
     /// The `[shard.N]` tables of the file, even empty ones, with the key that names each.
     shard_tables: BTreeMap<u32, String>,
@@ -664,6 +756,9 @@ impl Layers {
         if let Some(listen) = &self.metrics_listen {
             config.metrics.listen = listen.value;
         }
+        if let Some(listen) = &self.shard_listen {
+            config.network.shard_listen = listen.value;
+        }
         if let Some(level) = &self.log_level {
             config.log.level.clone_from(&level.value);
         }
@@ -699,6 +794,18 @@ impl Layers {
                 if let Some(given) = given {
                     (key.set)(&mut settings.storage, given.value);
                 }
+            }
+            for key in &TUNING_KEYS {
+                let given = self
+                    .ints
+                    .get(&(Scope::ShardN(index), key.name))
+                    .or_else(|| self.ints.get(&(Scope::Shard, key.name)));
+                if let Some(given) = given {
+                    (key.set)(&mut settings.tuning, given.value);
+                }
+            }
+            if let Some(given) = self.ints.get(&(Scope::ShardN(index), "sqpoll_cpu")) {
+                settings.tuning.sqpoll_cpu = Some(given.value as usize);
             }
         }
         for (settings, cpu) in
@@ -762,6 +869,14 @@ impl Layers {
         for (index, settings) in (0..config.shards).zip(&config.shard) {
             let storage = &settings.storage;
             let key = |name: &'static str| self.storage_key(index, name);
+            let tuning = &settings.tuning;
+            if !tuning.uring_entries.is_power_of_two() {
+                return Err(key("uring_entries").error(format!(
+                    "{} is not a power of two (the kernel would round it up silently)",
+                    tuning.uring_entries
+                )));
+            }
+            self.check_sqpoll(config, index)?;
             let record = storage.record_size_bytes_max as u64;
             let chunk = storage.chunk_size_bytes as u64;
             if chunk < record + block {
@@ -814,6 +929,41 @@ impl Layers {
                     format!(
                         "ring_budget_bytes ({budget}), the memory of all rings of the shard, must \
                          hold at least one full ring (ring_bytes_max {ring})"
+                    ),
+                ));
+            }
+        }
+
+        if let (Some(listen), Some(given)) = (config.network.shard_listen, &self.shard_listen) {
+            let last = u32::from(listen.port()) + (config.shards - 1);
+            if listen.port() != 0 && last > u32::from(u16::MAX) {
+                return Err(ConfigError::new(
+                    &given.key,
+                    format!(
+                        "shard {} would listen on port {last}: with {} shards the base port may \
+                         be at most {}",
+                        config.shards - 1,
+                        config.shards,
+                        u32::from(u16::MAX) + 1 - config.shards
+                    ),
+                ));
+            }
+            let native = config.native_listen;
+            let clash = (0..config.shards).find(|&index| {
+                config.network.shard_listen_address(index).is_some_and(|address| {
+                    address.port() != 0
+                        && address.port() == native.port()
+                        && (address.ip() == native.ip()
+                            || address.ip().is_unspecified()
+                            || native.ip().is_unspecified())
+                })
+            });
+            if let Some(index) = clash {
+                return Err(ConfigError::new(
+                    &given.key,
+                    format!(
+                        "shard {index}'s own port would be native_listen's ({native}): the \
+                         shared listener and the per-shard ones need different ports"
                     ),
                 ));
             }
@@ -879,6 +1029,65 @@ impl Layers {
         })
     }
 
+    /// SQPOLL's rules for shard `index`: a kernel thread busy-polls the shard's ring, so it is
+    /// only sensible with cores to spare — the shard pinned to its own CPU and the polling
+    /// thread bound to another one that no shard and no other polling thread uses (unbound, the
+    /// thread inherits the shard's CPU and spins against it: checked on kernel 6.18).
+    fn check_sqpoll(&self, config: &Config, index: u32) -> Result<(), ConfigError> {
+        let settings = &config.shard[index as usize];
+        let idle_key = || self.storage_key(index, "sqpoll_idle_ms");
+        let cpu_key = || self.key_of(Scope::ShardN(index), "sqpoll_cpu");
+        let Some(sqpoll_cpu) = settings.tuning.sqpoll_cpu else {
+            if settings.tuning.sqpoll_idle_ms == 0 {
+                return Ok(());
+            }
+            let reason = match settings.cpu {
+                None => format!(
+                    "SQPOLL adds a kernel thread that busy-polls shard {index}'s ring: only \
+                     sensible on dedicated cores, so pin the shard first (cpus, or \
+                     [shard.{index}] cpu) and give the thread a CPU of its own \
+                     ([shard.{index}] sqpoll_cpu), or set 0"
+                ),
+                Some(cpu) => format!(
+                    "SQPOLL needs [shard.{index}] sqpoll_cpu, a CPU for its polling thread: \
+                     without it the thread shares the shard's CPU {cpu} and spins against it"
+                ),
+            };
+            return Err(idle_key().error(reason));
+        };
+        if settings.tuning.sqpoll_idle_ms == 0 {
+            return Err(cpu_key().error(
+                "SQPOLL is off (sqpoll_idle_ms is 0), so there is no polling thread to place"
+                    .into(),
+            ));
+        }
+        let Some(cpu) = settings.cpu else {
+            return Err(idle_key().error(format!(
+                "SQPOLL is only sensible on dedicated cores: pin shard {index} first (cpus, or \
+                 [shard.{index}] cpu)"
+            )));
+        };
+        if let Some(other) = config.shard.iter().position(|s| s.cpu == Some(sqpoll_cpu)) {
+            let whose = if other == index as usize { "this shard" } else { "another shard" };
+            return Err(cpu_key().error(format!(
+                "CPU {sqpoll_cpu} runs shard {other} ({whose}; shard {index} is on CPU {cpu}): \
+                 the polling thread needs a CPU no shard uses"
+            )));
+        }
+        let shared = config.shard.iter().enumerate().find(|&(other, s)| {
+            other != index as usize
+                && s.tuning.sqpoll_idle_ms > 0
+                && s.tuning.sqpoll_cpu == Some(sqpoll_cpu)
+        });
+        if let Some((other, _)) = shared {
+            return Err(cpu_key().error(format!(
+                "CPU {sqpoll_cpu} already polls shard {other}'s ring: each polling thread needs \
+                 a CPU of its own"
+            )));
+        }
+        Ok(())
+    }
+
     /// The key that set `name` in `scope`, or its default's dotted name.
     fn key_of(&self, scope: Scope, name: &'static str) -> Written {
         match self.ints.get(&(scope, name)) {
@@ -930,6 +1139,34 @@ impl Layers {
                 };
                 self.metrics_listen = Some(Given { value: listen, key: written });
             }
+            (Scope::Network, "shard_listen") => {
+                let text = raw.text().map_err(error)?;
+                let listen = if text == "off" {
+                    None
+                } else {
+                    Some(text.parse().map_err(|_| {
+                        error(format!(
+                            "{text:?} is not an IP address and port, e.g. 127.0.0.1:7100, or \
+                             \"off\""
+                        ))
+                    })?)
+                };
+                self.shard_listen = Some(Given { value: listen, key: written });
+            }
+            (Scope::Shard | Scope::ShardN(_), "direct_io") => {
+                let value = raw.bool().map_err(error)?;
+                self.ints
+                    .insert((scope, "direct_io"), Given { value: u64::from(value), key: written });
+            }
+            (Scope::Shard | Scope::ShardN(_), name)
+                if name == "durability" || TOPIC_KEYS.iter().any(|key| key.name == name) =>
+            {
+                return Err(error(format!(
+                    "{name} is a topic setting, and a topic's partitions span shards: set it \
+                     for the node in [topic_defaults] (docs/configuration.md, \"Per-shard topic \
+                     defaults\")"
+                )));
+            }
             (Scope::Log, "level") => {
                 let level = log_filter(raw.text().map_err(error)?).map_err(error)?;
                 self.log_level = Some(Given { value: level, key: written });
@@ -969,6 +1206,17 @@ impl Layers {
             (Scope::Shard, "cpu") => {
                 return Err(error(
                     "cpu is set per shard, in [shard.N]; for all shards use the top-level cpus"
+                        .into(),
+                ));
+            }
+            (Scope::ShardN(_), "sqpoll_cpu") => {
+                let cpu = raw.int(0, CPU_ID_MAX).map_err(error)?;
+                self.ints.insert((scope, "sqpoll_cpu"), Given { value: cpu, key: written });
+            }
+            (Scope::Shard, "sqpoll_cpu") => {
+                return Err(error(
+                    "sqpoll_cpu is set per shard, in [shard.N]: each shard's polling thread needs \
+                     a CPU of its own"
                         .into(),
                 ));
             }
@@ -1054,7 +1302,10 @@ impl Scope {
             Scope::Server | Scope::Metrics | Scope::Log => None,
             Scope::Network => find(&NETWORK_KEYS, name),
             Scope::TopicDefaults => find(&TOPIC_KEYS, name),
-            Scope::Shard | Scope::ShardN(_) => find(&STORAGE_KEYS, name),
+            Scope::Shard | Scope::ShardN(_) if is_bool_key(name) => None,
+            Scope::Shard | Scope::ShardN(_) => {
+                find(&STORAGE_KEYS, name).or_else(|| find(&TUNING_KEYS, name))
+            }
         }
     }
 }
@@ -1074,6 +1325,9 @@ fn env_key(var: &str) -> Option<(Scope, &'static str)> {
     if let Some(key) = NETWORK_KEYS.iter().find(|key| matches("NETWORK_", key.name)) {
         return Some((Scope::Network, key.name));
     }
+    if matches("NETWORK_", "shard_listen") {
+        return Some((Scope::Network, "shard_listen"));
+    }
     if matches("METRICS_", "listen") {
         return Some((Scope::Metrics, "listen"));
     }
@@ -1087,7 +1341,10 @@ fn env_key(var: &str) -> Option<(Scope, &'static str)> {
     if let Some(key) = TOPIC_KEYS.iter().find(|key| matches("TOPIC_DEFAULTS_", key.name)) {
         return Some((Scope::TopicDefaults, key.name));
     }
-    STORAGE_KEYS.iter().find(|key| matches("SHARD_", key.name)).map(|key| (Scope::Shard, key.name))
+    if let Some(key) = STORAGE_KEYS.iter().find(|key| matches("SHARD_", key.name)) {
+        return Some((Scope::Shard, key.name));
+    }
+    TUNING_KEYS.iter().find(|key| matches("SHARD_", key.name)).map(|key| (Scope::Shard, key.name))
 }
 
 /// The index of a `[shard.N]` table: a plain decimal number (no sign, no leading zero).
@@ -1128,6 +1385,19 @@ impl<'a> Raw<'a> {
             Raw::Toml(toml::Value::String(text)) => Ok(text),
             Raw::Text(text) => Ok(text),
             Raw::Toml(other) => Err(format!("expected a string, found a {}", other.type_str())),
+        }
+    }
+
+    /// `true` or `false` (a TOML boolean in the file, the word elsewhere).
+    fn bool(self) -> Result<bool, String> {
+        match self {
+            Raw::Toml(toml::Value::Boolean(value)) => Ok(*value),
+            Raw::Toml(other) => {
+                Err(format!("expected true or false, found a {}", other.type_str()))
+            }
+            Raw::Text("true") => Ok(true),
+            Raw::Text("false") => Ok(false),
+            Raw::Text(text) => Err(format!("{text:?}: use true or false")),
         }
     }
 
@@ -1392,6 +1662,60 @@ const STORAGE_KEYS: [IntKey<ShardConfig>; 16] = [
     },
 ];
 
+/// `[shard]` and `[shard.N]` keys the server owns (`ShardTuning`); `direct_io` is a boolean,
+/// held as 0 or 1.
+const TUNING_KEYS: [IntKey<ShardTuning>; 5] = [
+    IntKey {
+        // monoio builds at least 256 entries, and the kernel refuses more than 32768
+        // (IORING_MAX_ENTRIES): within these bounds the ring is the size configured.
+        name: "uring_entries",
+        min: 256,
+        max: 32_768,
+        get: |t| u64::from(t.uring_entries),
+        set: |t, v| t.uring_entries = v as u32,
+    },
+    IntKey {
+        name: "sqpoll_idle_ms",
+        min: 0,
+        max: 10_000,
+        get: |t| u64::from(t.sqpoll_idle_ms),
+        set: |t, v| t.sqpoll_idle_ms = v as u32,
+    },
+    IntKey {
+        name: "direct_io",
+        min: 0,
+        max: 1,
+        get: |t| u64::from(t.direct_io),
+        set: |t, v| t.direct_io = v != 0,
+    },
+    IntKey {
+        // 100 ms is ten ticks: a longer hold would only add latency, no flush gathers that long.
+        name: "flush_delay_us_max",
+        min: 0,
+        max: 100_000,
+        get: |t| u64::from(t.flush_delay_us_max),
+        set: |t, v| t.flush_delay_us_max = v as u32,
+    },
+    IntKey {
+        name: "segment_age_ms_max",
+        min: 0,
+        max: TOML_INT_MAX,
+        get: |t| t.segment_age_ms_max,
+        set: |t, v| t.segment_age_ms_max = v,
+    },
+];
+
+/// The shard keys whose values are `true` or `false`.
+fn is_bool_key(name: &str) -> bool {
+    name == "direct_io"
+}
+
+/// A tuning key's value as written in a config file.
+fn tuning_text(key: &IntKey<ShardTuning>, tuning: &ShardTuning) -> String {
+    let value = (key.get)(tuning);
+    if is_bool_key(key.name) { (value != 0).to_string() } else { value.to_string() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1441,11 +1765,13 @@ mod tests {
         let mut keys: Vec<(Scope, &'static str)> =
             SERVER_KEYS.iter().map(|&name| (Scope::Server, name)).collect();
         keys.extend(NETWORK_KEYS.iter().map(|key| (Scope::Network, key.name)));
+        keys.push((Scope::Network, "shard_listen"));
         keys.push((Scope::Metrics, "listen"));
         keys.push((Scope::Log, "level"));
         keys.push((Scope::TopicDefaults, "durability"));
         keys.extend(TOPIC_KEYS.iter().map(|key| (Scope::TopicDefaults, key.name)));
         keys.extend(STORAGE_KEYS.iter().map(|key| (Scope::Shard, key.name)));
+        keys.extend(TUNING_KEYS.iter().map(|key| (Scope::Shard, key.name)));
         keys
     }
 
@@ -1505,6 +1831,8 @@ mod tests {
             assert!(docs.contains(&format!("`{name}`")), "docs/configuration.md lacks {dotted}");
         }
         assert!(docs.contains("`cpu`"), "docs/configuration.md lacks [shard.N] cpu");
+        assert!(docs.contains("`sqpoll_cpu`"), "docs/configuration.md lacks [shard.N] sqpoll_cpu");
+        assert!(file.contains("# sqpoll_cpu = "), "configs/single-node.toml lacks sqpoll_cpu");
     }
 
     #[test]
@@ -1795,6 +2123,10 @@ mod tests {
             "data_dir = 'dir \"with\" quotes\\\\'\nshards = 3\n[shard]\nchunks_max = 9\n\
              [shard.1]\ncpu = 7\nring_entries_max = 5\n[shard.2]\nscan_window_bytes = 8192\n",
             "[topic_defaults]\ndurability = \"persisted\"\nretention_ms = 9223372036854775807\n",
+            "shards = 2\ncpus = \"3,5\"\n[network]\nshard_listen = \"0.0.0.0:7100\"\n\
+             [shard]\nuring_entries = 1024\n[shard.0]\nsqpoll_idle_ms = 20\nsqpoll_cpu = 4\n\
+             [shard.1]\ndirect_io = false\nflush_delay_us_max = 300\nsegment_age_ms_max = 0\n",
+            include_str!("../../configs/i4i.4xlarge.toml"),
         ];
         for file in files {
             let config = resolve(file, &[], &[]);
@@ -1859,6 +2191,154 @@ mod tests {
     }
 
     #[test]
+    fn shard_tuning_resolves_through_every_layer_with_shard_n_winning() {
+        let config = resolve("", &[], &[]);
+        assert!(config.shard.iter().all(|s| s.tuning == ShardTuning::default()));
+        assert_eq!(config.shard[0].tuning.uring_entries, 256, "what the shards were built with");
+        assert_eq!(config.shard[0].tuning.segment_age_ms_max, 7 * 24 * 3600 * 1000);
+        let file = "shards = 3\n[shard]\nuring_entries = 512\nflush_delay_us_max = 100\n\
+                    [shard.1]\nuring_entries = 2048\ndirect_io = false\nsqpoll_idle_ms = 5\n\
+                    sqpoll_cpu = 3\nsegment_age_ms_max = 3600000\n";
+        let env = [("SHOAL_SHARD_URING_ENTRIES", "1024"), ("SHOAL_SHARD_DIRECT_IO", "true")];
+        let config = resolve(file, &env, &["--cpus", "0,1,2"]);
+        let tuning: Vec<ShardTuning> = config.shard.iter().map(|s| s.tuning).collect();
+        let entries: Vec<u32> = tuning.iter().map(|t| t.uring_entries).collect();
+        assert_eq!(entries, [1024, 2048, 1024], "env replaces [shard], not [shard.1]");
+        let direct: Vec<bool> = tuning.iter().map(|t| t.direct_io).collect();
+        assert_eq!(direct, [true, false, true]);
+        let sqpoll: Vec<u32> = tuning.iter().map(|t| t.sqpoll_idle_ms).collect();
+        assert_eq!(sqpoll, [0, 5, 0]);
+        let sqpoll_cpus: Vec<Option<usize>> = tuning.iter().map(|t| t.sqpoll_cpu).collect();
+        assert_eq!(sqpoll_cpus, [None, Some(3), None]);
+        assert!(tuning.iter().all(|t| t.flush_delay_us_max == 100));
+        assert_eq!(tuning[1].segment_age_ms_max, 3_600_000);
+        let settings: BTreeMap<&str, u64> = shard_settings(&config.shard[1]).collect();
+        assert_eq!(settings["uring_entries"], 2048, "the gauges see the override");
+        assert_eq!(settings["direct_io"], 0);
+        assert_eq!(settings["ring_bytes_max"], 64 << 20, "storage keys are there too");
+        let json = config.to_json();
+        assert_eq!(json["shard"][1]["direct_io"], false);
+        assert_eq!(json["shard"][0]["uring_entries"], 1024);
+    }
+
+    #[test]
+    fn shard_tuning_is_refused_by_name_when_it_cannot_work() {
+        check_error(
+            "[shard]\nuring_entries = 300\n",
+            &[],
+            &[],
+            "shard.uring_entries",
+            "power of two",
+        );
+        check_error(
+            "[shard.2]\nuring_entries = 128\n",
+            &[],
+            &[],
+            "shard.2.uring_entries",
+            "256..=",
+        );
+        check_error("[shard]\ndirect_io = 1\n", &[], &[], "shard.direct_io", "true or false");
+        check_error("", &[("SHOAL_SHARD_DIRECT_IO", "yes")], &[], "SHOAL_SHARD_DIRECT_IO", "true");
+        check_error(
+            "[shard]\nflush_delay_us_max = 100001\n",
+            &[],
+            &[],
+            "shard.flush_delay_us_max",
+            "outside 0..=100000",
+        );
+        // SQPOLL needs a pinned shard (not pinned by "none", nor by a default placement that
+        // found too few CPUs) and a CPU of its own for the polling thread.
+        let unpinned = "cpus = \"none\"\n[shard.1]\nsqpoll_idle_ms = 10\nsqpoll_cpu = 2\n";
+        check_error(unpinned, &[], &[], "shard.1.sqpoll_idle_ms", "pin shard 1 first");
+        let unpinned = "cpus = \"none\"\n[shard.1]\nsqpoll_idle_ms = 10\n";
+        check_error(unpinned, &[], &[], "shard.1.sqpoll_idle_ms", "[shard.1] cpu");
+        check_error(
+            "shards = 5\n[shard]\nsqpoll_idle_ms = 10\n",
+            &[],
+            &[],
+            "shard.sqpoll_idle_ms",
+            "[shard.0] cpu",
+        );
+        let no_cpu = "shards = 2\n[shard.1]\nsqpoll_idle_ms = 10\n";
+        check_error(no_cpu, &[], &[], "shard.1.sqpoll_idle_ms", "shares the shard's CPU 1");
+        let on_a_shard = "shards = 2\n[shard.1]\nsqpoll_idle_ms = 10\nsqpoll_cpu = 0\n";
+        check_error(on_a_shard, &[], &[], "shard.1.sqpoll_cpu", "CPU 0 runs shard 0");
+        let shared = "shards = 2\n[shard]\nsqpoll_idle_ms = 10\n\
+                      [shard.0]\nsqpoll_cpu = 3\n[shard.1]\nsqpoll_cpu = 3\n";
+        check_error(shared, &[], &[], "shard.0.sqpoll_cpu", "already polls shard 1");
+        check_error("[shard.0]\nsqpoll_cpu = 3\n", &[], &[], "shard.0.sqpoll_cpu", "SQPOLL is off");
+        check_error("[shard]\nsqpoll_cpu = 3\n", &[], &[], "shard.sqpoll_cpu", "per shard");
+        let good = "shards = 2\n[shard.1]\nsqpoll_idle_ms = 10\nsqpoll_cpu = 3\n";
+        let config = resolve(good, &[], &[]);
+        assert_eq!(config.shard[1].tuning.sqpoll_idle_ms, 10);
+        assert_eq!(config.shard[1].tuning.sqpoll_cpu, Some(3));
+        // Topic settings stay node-wide, with the reason instead of "unknown key".
+        for key in ["segment_size_bytes", "durability", "retention_ms", "partitions"] {
+            let file = format!("[shard.0]\n{key} = 1\n");
+            check_error(&file, &[], &[], &format!("shard.0.{key}"), "[topic_defaults]");
+        }
+    }
+
+    #[test]
+    fn shard_listen_gives_each_shard_its_port_within_the_port_range() {
+        let config = resolve("", &[], &[]);
+        assert_eq!(config.network.shard_listen, None, "off by default");
+        assert_eq!(config.network.shard_listen_address(0), None);
+        let config = resolve("[network]\nshard_listen = \"127.0.0.1:7100\"\n", &[], &[]);
+        let ports: Vec<u16> = (0..4)
+            .filter_map(|i| config.network.shard_listen_address(i))
+            .map(|a| a.port())
+            .collect();
+        assert_eq!(ports, [7100, 7101, 7102, 7103]);
+        let config = resolve("", &[("SHOAL_NETWORK_SHARD_LISTEN", "127.0.0.1:0")], &[]);
+        let ports: Vec<u16> = (0..4)
+            .filter_map(|i| config.network.shard_listen_address(i))
+            .map(|a| a.port())
+            .collect();
+        assert_eq!(ports, [0, 0, 0, 0], "port 0: each shard picks a free one");
+        let last = "[network]\nshard_listen = \"127.0.0.1:65532\"\n";
+        assert_eq!(resolve(last, &[], &[]).network.shard_listen_address(3).unwrap().port(), 65535);
+        let past = "[network]\nshard_listen = \"127.0.0.1:65533\"\n";
+        check_error(past, &[], &[], "network.shard_listen", "at most 65532");
+        let clash =
+            "native_listen = \"0.0.0.0:7102\"\n[network]\nshard_listen = \"127.0.0.1:7100\"\n";
+        check_error(clash, &[], &[], "network.shard_listen", "shard 2's own port");
+        let bad = [("SHOAL_NETWORK_SHARD_LISTEN", "7100")];
+        check_error("", &bad, &[], "SHOAL_NETWORK_SHARD_LISTEN", "or \"off\"");
+        let off = resolve("[network]\nshard_listen = \"off\"\n", &[], &[]);
+        assert_eq!(off.network.shard_listen_text(), "off");
+    }
+
+    #[test]
+    fn i4i_profile_parses_validates_and_explains_every_choice() {
+        let text = include_str!("../../configs/i4i.4xlarge.toml");
+        // As shipped (its CPU list names CPUs this machine may not have: resolving checks no
+        // CPU), and unpinned, as a smaller test box would run it.
+        for flags in [&[][..], &["--cpus", "none"][..]] {
+            let config = resolve(text, &[], flags);
+            assert_eq!(config.shards, 14);
+            assert_eq!(config.profile, Profile::Default);
+            assert!(config.shard.iter().all(|s| s.tuning.sqpoll_idle_ms == 0), "SQPOLL off");
+            assert!(config.network.shard_listen.is_some(), "clients can reach the owner");
+        }
+        let pinned = resolve(text, &[], &[]);
+        let cpus: Vec<Option<usize>> = pinned.shard.iter().map(|s| s.cpu).collect();
+        assert!(!cpus.contains(&Some(0)) && !cpus.contains(&Some(8)), "core 0 left to the kernel");
+        // Every setting line carries its reason in the comment lines right above it.
+        let mut commented = false;
+        for line in text.lines().map(str::trim) {
+            if line.starts_with('#') {
+                commented = true;
+            } else if line.contains(" = ") {
+                assert!(commented, "no reason given for {line:?}");
+                commented = false;
+            } else if line.is_empty() || line.starts_with('[') {
+                commented = false;
+            }
+        }
+    }
+
+    #[test]
     fn json_holds_every_key_of_every_shard() {
         let config = resolve("shards = 2\n[shard.1]\ncpu = 3\n", &[], &[]);
         let json = config.to_json();
@@ -1871,5 +2351,10 @@ mod tests {
         for key in &STORAGE_KEYS {
             assert!(json["shard"][1][key.name].is_u64(), "{}", key.name);
         }
+        for key in &TUNING_KEYS {
+            let value = &json["shard"][1][key.name];
+            assert!(value.is_u64() || value.is_boolean(), "{}", key.name);
+        }
+        assert_eq!(json["network"]["shard_listen"], "off");
     }
 }

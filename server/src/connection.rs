@@ -10,6 +10,12 @@
 //! checksum) gets an `InvalidFrame` or `TooLarge` reply and the connection is closed; nothing it
 //! sent reaches a shard. This module never touches storage or replicas: shards do that, through
 //! their inboxes.
+//!
+//! Every shard accepts on the node's shared port (`SO_REUSEPORT`: the kernel spreads connections
+//! over the shards) and, when `[network] shard_listen` is set, on a port of its own; both are
+//! served alike. The `Hello` result (version 2) names the serving shard and every shard's own
+//! address, so a client can connect to the shard that owns its partition, whose requests then
+//! need no forwarding (`shoal_requests_forwarded_total` counts the ones that did).
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -39,8 +45,12 @@ use crate::shard::{
     Body, CLUSTER, FetchArgs, GroupRequest, GroupStats, Mesh, Outcome, Work, now_ms,
 };
 
-/// Accepts connections on one shard's listener.
+/// Accepts connections on one shard's listeners.
 pub struct Acceptor {
+    /// The shard accepting.
+    pub shard: u32,
+    /// Every shard's own listener address, by shard (empty: per-shard listeners are off).
+    pub shard_addresses: Arc<Vec<String>>,
     /// Replies this shard's connections owe their clients (read, not yet written).
     pub replies_owed: Rc<Cell<usize>>,
     pub config: Arc<Config>,
@@ -53,9 +63,9 @@ pub struct Acceptor {
 }
 
 impl Acceptor {
-    /// Accepts until the listener fails; each connection is served by its own tasks.
-    pub async fn run(self, listener: TcpListener) {
-        let context = Rc::new(self);
+    /// Accepts on `listener` until it fails; each connection is served by its own tasks. A
+    /// shard runs one of these per listener, sharing `context` (and its connection bound).
+    pub async fn run(context: Rc<Acceptor>, listener: TcpListener) {
         while let Ok((stream, _)) = listener.accept().await {
             if context.stop.load(Ordering::SeqCst) {
                 break;
@@ -328,6 +338,8 @@ impl Session {
                             version,
                             shards: self.context.config.shards,
                             server: format!("shoal {}", env!("CARGO_PKG_VERSION")),
+                            shard: self.context.shard,
+                            shard_addresses: self.context.shard_addresses.to_vec(),
                         }
                         .encode();
                         Ok(ready(Outcome::ok(body)))
@@ -670,7 +682,17 @@ impl Session {
         Ok(Waiting::Slot(answer))
     }
 
+    /// Routes a request's work to `shard` (counted as forwarded when that is not this one).
     async fn send(&self, shard: u32, work: Work) -> Result<(), (ErrorCode, String)> {
+        if shard != self.context.shard {
+            self.context.metrics.forwarded();
+        }
+        self.send_internal(shard, work).await
+    }
+
+    /// Sends `work` to `shard`: a request's own work through [`Session::send`], or a fan-out
+    /// that asks every shard for its figures (`DescribeTopic`, `Status`), which is no forwarding.
+    async fn send_internal(&self, shard: u32, work: Work) -> Result<(), (ErrorCode, String)> {
         match self.context.mesh[shard as usize].send_async(work).await {
             Ok(()) => Ok(()),
             Err(_) => Err((ErrorCode::ShuttingDown, format!("shard {shard} stopped"))),
@@ -687,7 +709,7 @@ impl Session {
                 continue;
             }
             let (slot, answer) = flume::bounded(1);
-            if self.send(shard, Work::Stats { groups, reply: slot }).await.is_err() {
+            if self.send_internal(shard, Work::Stats { groups, reply: slot }).await.is_err() {
                 continue;
             }
             let Ok(stats) = answer.recv_async().await else { continue };
@@ -726,7 +748,7 @@ impl Session {
         let mut reports = Vec::new();
         for shard in 0..config.shards {
             let (slot, answer) = flume::bounded(1);
-            if self.send(shard, Work::Report { reply: slot }).await.is_ok()
+            if self.send_internal(shard, Work::Report { reply: slot }).await.is_ok()
                 && let Ok(report) = answer.recv_async().await
             {
                 reports.push(serde_json::json!({

@@ -50,8 +50,9 @@ environment variables (SHOAL_<KEY> or SHOAL_<SECTION>_<KEY>, e.g. SHOAL_SHARDS,
 SHOAL_NETWORK_CONNECTIONS_MAX), flags; docs/configuration.md lists every key. An invalid setting
 prints \"shoal: config: KEY: REASON\" and exits 2.
 
-Prints one JSON line {\"ready\":true,\"native\":\"ADDR\",\"metrics\":\"ADDR\"} (no metrics field when
-the endpoint is off) once recovery is done and the listeners are bound. SIGINT or SIGTERM shuts
+Prints one JSON line {\"ready\":true,\"native\":\"ADDR\",\"metrics\":\"ADDR\",\"shards\":[ADDR,...]}
+(no metrics field when the endpoint is off; shards, each shard's own listener, only with
+[network] shard_listen) once recovery is done and the listeners are bound. SIGINT or SIGTERM shuts
 down gracefully (flush, checkpoint, clean-shutdown flag, exit 0); a second signal exits at once.
 ";
 
@@ -186,6 +187,32 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Each shard's own listener, bound here for the same reasons as the metrics listener (a
+    // taken port stops the start; no SO_REUSEPORT), and before any shard starts, so that every
+    // shard's first Hello can name every shard's address.
+    let mut own_listeners = Vec::new();
+    for index in 0..config.shards {
+        let Some(address) = config.network.shard_listen_address(index) else { break };
+        match std::net::TcpListener::bind(address) {
+            Ok(listener) => own_listeners.push(listener),
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for shard {index} on {address}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let mut shard_addresses = Vec::with_capacity(own_listeners.len());
+    for (index, listener) in own_listeners.iter().enumerate() {
+        match listener.local_addr() {
+            Ok(address) => shard_addresses.push(address.to_string()),
+            Err(error) => {
+                tracing::error!(%error, "shard {index}'s listener has no address");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let shard_addresses = Arc::new(shard_addresses);
+    let mut own_listeners = own_listeners.into_iter();
     let config = Arc::new(config);
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -204,6 +231,8 @@ fn main() -> ExitCode {
             listen,
             stop: Arc::clone(&stop),
             bound: bound_tx,
+            own_listener: own_listeners.next(),
+            shard_addresses: Arc::clone(&shard_addresses),
             ready: ready_tx.clone(),
             inbox: inboxes.remove(0),
             mesh: Arc::clone(&mesh),
@@ -234,14 +263,19 @@ fn main() -> ExitCode {
         }
     }
     // Addresses print without quotes or backslashes, so the line needs no JSON escaping.
-    match metrics_address {
-        Some(metrics) => {
-            println!("{{\"ready\":true,\"native\":\"{listen}\",\"metrics\":\"{metrics}\"}}");
-        }
-        None => println!("{{\"ready\":true,\"native\":\"{listen}\"}}"),
+    let mut line = format!("{{\"ready\":true,\"native\":\"{listen}\"");
+    if let Some(metrics) = metrics_address {
+        line.push_str(&format!(",\"metrics\":\"{metrics}\""));
     }
+    if !shard_addresses.is_empty() {
+        let quoted: Vec<String> = shard_addresses.iter().map(|a| format!("\"{a}\"")).collect();
+        line.push_str(&format!(",\"shards\":[{}]", quoted.join(",")));
+    }
+    println!("{line}}}");
     let metrics = metrics_address.map_or_else(|| "off".to_string(), |address| address.to_string());
-    tracing::info!(native = %listen, %metrics, "ready");
+    let shards =
+        if shard_addresses.is_empty() { "off".to_string() } else { shard_addresses.join(",") };
+    tracing::info!(native = %listen, %metrics, shards, "ready");
     signals::wait_then_stop(signals, &stop);
     join_all(threads, ExitCode::SUCCESS)
 }

@@ -127,6 +127,8 @@ pub struct ShardMetrics {
     requests: [Cell<u64>; CODE_SLOTS],
     /// Error replies written, by error code (slot 0: past [`CODE_SLOTS`]).
     errors: [Cell<u64>; CODE_SLOTS],
+    /// Requests handed to another shard's inbox (the owner of what they name).
+    requests_forwarded: Cell<u64>,
     received_bytes: Cell<u64>,
     sent_bytes: Cell<u64>,
     produce_latency: Histogram,
@@ -144,6 +146,7 @@ impl Default for ShardMetrics {
             connections_refused: Cell::new(0),
             requests: std::array::from_fn(cell),
             errors: std::array::from_fn(cell),
+            requests_forwarded: Cell::new(0),
             received_bytes: Cell::new(0),
             sent_bytes: Cell::new(0),
             produce_latency: Histogram::default(),
@@ -178,6 +181,11 @@ impl ShardMetrics {
     /// A request with this operation code was decoded.
     pub fn request(&self, operation: u32) {
         add(&self.requests[slot(operation)], 1);
+    }
+
+    /// A request was handed to another shard, which owns what it names.
+    pub fn forwarded(&self) {
+        add(&self.requests_forwarded, 1);
     }
 
     /// A reply was written: its error code (`0`: success) and, for a successful produce or
@@ -247,6 +255,7 @@ pub struct ShardSnapshot {
     pub connections_refused: u64,
     pub requests: [u64; CODE_SLOTS],
     pub errors: [u64; CODE_SLOTS],
+    pub requests_forwarded: u64,
     pub received_bytes: u64,
     pub sent_bytes: u64,
     pub produce_latency: HistogramSnapshot,
@@ -298,6 +307,7 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         connections_refused: metrics.connections_refused.get(),
         requests: std::array::from_fn(|index| metrics.requests[index].get()),
         errors: std::array::from_fn(|index| metrics.errors[index].get()),
+        requests_forwarded: metrics.requests_forwarded.get(),
         received_bytes: metrics.received_bytes.get(),
         sent_bytes: metrics.sent_bytes.get(),
         produce_latency: metrics.produce_latency.snapshot(),
@@ -390,7 +400,7 @@ pub fn render(
     }
 
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 22] = [
+    let per_shard: [(&str, Kind, &str, Figure); 23] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -408,6 +418,13 @@ pub fn render(
             Kind::Counter,
             "Native protocol connections refused at network.connections_max.",
             |s| s.connections_refused,
+        ),
+        (
+            "shoal_requests_forwarded_total",
+            Kind::Counter,
+            "Requests the shard's connections handed to another shard, the owner of what they \
+             name.",
+            |s| s.requests_forwarded,
         ),
         (
             "shoal_network_received_bytes_total",
@@ -567,15 +584,32 @@ pub fn render(
         }
     }
 
-    for (key, _) in config::storage_settings(&config.shard[0].storage) {
+    for (key, _) in config::shard_settings(&config.shard[0]) {
         let name = format!("shoal_shard_config_{key}");
         let help = format!("The shard's {key} setting ([shard], or its [shard.N] override).");
         page.family(&name, Kind::Gauge, &help);
         for (index, settings) in config.shard.iter().enumerate() {
-            let value = config::storage_settings(&settings.storage)
+            let value = config::shard_settings(settings)
                 .find(|&(name, _)| name == key)
                 .map_or(0, |(_, value)| value);
             page.sample(&name, &[("shard", &index.to_string())], value);
+        }
+    }
+    // The CPUs a shard's threads are bound to: only for the shards that are (an absent series
+    // means "not pinned", which no number could say).
+    type Cpu = fn(&config::ShardSettings) -> Option<usize>;
+    let cpus: [(&str, &str, Cpu); 2] = [
+        ("shoal_shard_config_cpu", "The CPU the shard's thread is pinned to.", |s| s.cpu),
+        ("shoal_shard_config_sqpoll_cpu", "The CPU the shard's SQPOLL thread is bound to.", |s| {
+            s.tuning.sqpoll_cpu
+        }),
+    ];
+    for (name, help, cpu) in cpus {
+        page.family(name, Kind::Gauge, help);
+        for (index, settings) in config.shard.iter().enumerate() {
+            if let Some(cpu) = cpu(settings) {
+                page.sample(name, &[("shard", &index.to_string())], cpu);
+            }
         }
     }
 

@@ -8,6 +8,11 @@
 //! meanwhile durable together), answers what committed, and, on shard 0, applies committed
 //! metadata and publishes the new catalog. It never shares mutable state with another shard; the
 //! published catalog is immutable and read through [`Published`].
+//!
+//! The shard's `[shard]` tuning is applied here: its runtime's ring (`uring_entries`, SQPOLL),
+//! direct or buffered files (`direct_io`), how long the loop holds new writes back before an I/O
+//! round so that more of them share one flush cycle ([`FlushGate`], `flush_delay_us_max`), and
+//! the segment age its new partitions get (`segment_age_ms_max`).
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -31,14 +36,14 @@ use shoal_engine::protocol::{ErrorCode, FetchFrom, FetchReply, ProduceReply};
 use shoal_engine::ring::StoredPrepare;
 use shoal_engine::shard::{ShardConfig, group_dir, shard_dir};
 use shoal_engine::state::{self, GroupState};
-use shoal_engine::storage::uring::{UringStorage, runtime};
+use shoal_engine::storage::uring::UringStorage;
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::ClientRequest;
 use shoal_replication::{
     Clock, Node, NodeConfig, ReplicaConfig, ReplyResult, Request, Status, TICK_MS, Transport,
 };
 
-use crate::config::Config;
+use crate::config::{Config, ShardTuning};
 use crate::connection;
 use crate::groups::{self, Coordinator};
 use crate::metadata::{Applied, Catalog, METADATA_GROUP, MetaCommand, Published};
@@ -268,6 +273,11 @@ pub struct ShardSpec {
     pub stop: Arc<AtomicBool>,
     /// The bound listener address (or why binding failed).
     pub bound: Sender<Result<SocketAddr, String>>,
+    /// This shard's own listener (`[network] shard_listen`), bound by `main` before any shard
+    /// starts, so that every shard can name every shard's address from its first `Hello`.
+    pub own_listener: Option<std::net::TcpListener>,
+    /// Every shard's own listener address, by shard (empty: none).
+    pub shard_addresses: Arc<Vec<String>>,
     /// What recovery found (or why it failed).
     pub ready: Sender<Result<String, String>>,
     /// This shard's inbox.
@@ -313,15 +323,104 @@ type ShardNode = Node<UringStorage, NoPeers, WallClock>;
 
 /// Runs the shard until the stop flag is set, then shuts its storage down cleanly.
 pub fn run(spec: ShardSpec) -> Result<(), String> {
-    if let Some(cpu) = spec.config.shard[spec.index as usize].cpu
+    let settings = &spec.config.shard[spec.index as usize];
+    if let Some(cpu) = settings.cpu
         && !core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
     {
         let message = format!("shard {}: cannot pin to CPU {cpu}", spec.index);
         let _ = spec.bound.send(Err(message.clone()));
         return Err(message);
     }
-    let mut runtime = runtime();
+    let mut runtime = match build_runtime(&settings.tuning) {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            let message = format!(
+                "shard {}: cannot build its io_uring runtime ({} entries, SQPOLL {}): {error}",
+                spec.index,
+                settings.tuning.uring_entries,
+                match (settings.tuning.sqpoll_idle_ms, settings.tuning.sqpoll_cpu) {
+                    (0, _) => "off".to_string(),
+                    (idle, cpu) => format!("idle {idle} ms on CPU {cpu:?}"),
+                }
+            );
+            let _ = spec.bound.send(Err(message.clone()));
+            return Err(message);
+        }
+    };
     runtime.block_on(serve(spec))
+}
+
+type ShardRuntime = monoio::Runtime<monoio::time::TimeDriver<monoio::IoUringDriver>>;
+
+/// The shard's monoio runtime on the io_uring driver with the ring its tuning asks for. Never
+/// falls back to epoll: a shard without io_uring would be a different, untested server.
+fn build_runtime(tuning: &ShardTuning) -> std::io::Result<ShardRuntime> {
+    let mut ring = io_uring::IoUring::builder();
+    if tuning.sqpoll_idle_ms > 0 {
+        // The kernel thread polls the submission queue, so submitting costs no system call
+        // while it is awake; it sleeps after the idle time and the next submit wakes it (monoio
+        // submits through io-uring's `submit`, which sets IORING_ENTER_SQ_WAKEUP when needed).
+        ring.setup_sqpoll(tuning.sqpoll_idle_ms);
+        // Bound to its own CPU: an unbound polling thread inherits the shard thread's affinity
+        // (seen on kernel 6.18) and would spin on the shard's CPU. The config refuses SQPOLL
+        // without one, so this is always set here.
+        if let Some(cpu) = tuning.sqpoll_cpu {
+            ring.setup_sqpoll_cpu(u32::try_from(cpu).unwrap_or(u32::MAX));
+        }
+    }
+    monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+        .enable_timer()
+        .with_entries(tuning.uring_entries)
+        .uring_builder(ring)
+        .build()
+}
+
+/// The storage backend the shard's tuning asks for: direct I/O where the filesystem allows it,
+/// or buffered everywhere.
+fn storage_for(tuning: &ShardTuning) -> UringStorage {
+    if tuning.direct_io { UringStorage::new() } else { UringStorage::buffered() }
+}
+
+/// Group commit for the shard's loop (`flush_delay_us_max`): decides when the writes that
+/// arrived since the last I/O round may start one. With a delay of 0 a round starts as soon as
+/// anything is pending, as if there were no gate; otherwise the first write that finds no round
+/// due opens a window of the delay, and every write arriving within it joins the same round (and
+/// so the same flush cycle). It reads no clock: the loop passes `now` in.
+#[derive(Clone, Copy, Debug)]
+pub struct FlushGate {
+    delay: Duration,
+    /// When the oldest write not yet handed to a round arrived.
+    pending_since: Option<Instant>,
+}
+
+impl FlushGate {
+    /// A gate holding writes for at most `delay_us_max` microseconds.
+    pub fn new(delay_us_max: u32) -> FlushGate {
+        FlushGate { delay: Duration::from_micros(u64::from(delay_us_max)), pending_since: None }
+    }
+
+    /// Whether a round may start now, given whether writes wait for one. A `true` answer is
+    /// taken as the round starting: the window closes with it.
+    pub fn open(&mut self, now: Instant, writes_pending: bool) -> bool {
+        if self.delay.is_zero() {
+            return true;
+        }
+        if !writes_pending {
+            self.pending_since = None;
+            return true;
+        }
+        let since = *self.pending_since.get_or_insert(now);
+        if now.saturating_duration_since(since) >= self.delay {
+            self.pending_since = None;
+            return true;
+        }
+        false
+    }
+
+    /// When a window that is open now closes (the loop must wake by then).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.pending_since.map(|since| since + self.delay)
+    }
 }
 
 /// Where a read's result goes: a fetch's slot, or a poll's (which may commit first).
@@ -412,6 +511,12 @@ struct ShardState {
     states_saved: Rc<RefCell<Vec<StateSaved>>>,
     /// The node's random seed (distinct per start).
     node_seed: u64,
+    /// The shard's files: direct or buffered, as its tuning says.
+    storage: UringStorage,
+    /// The shard's tuning (`[shard]` and its `[shard.N]`).
+    tuning: ShardTuning,
+    /// Holds new writes back to gather more of them per flush cycle.
+    flush_gate: FlushGate,
     /// Counters this loop and its connections keep (see `metrics`).
     metrics: Rc<ShardMetrics>,
     /// Canary: the offset each group's next acknowledged-on-receipt write is promised.
@@ -463,8 +568,10 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         held_messages_max: 4096,
     };
     let seed = u64::from(index) ^ now_ms() as u64;
+    let tuning = spec.config.shard[index as usize].tuning;
+    let storage = storage_for(&tuning);
     let open =
-        Node::open(UringStorage::new(), &dir, shard_config, node_config, NoPeers, WallClock, seed);
+        Node::open(storage.clone(), &dir, shard_config, node_config, NoPeers, WallClock, seed);
     let (node, report) = match open.await {
         Ok(opened) => opened,
         Err(error) => {
@@ -486,6 +593,9 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         waiting_count: 0,
         reads_done: Rc::new(RefCell::new(Vec::new())),
         node_seed: seed,
+        storage,
+        tuning,
+        flush_gate: FlushGate::new(tuning.flush_delay_us_max),
         committed_end: HashMap::new(),
         parked: HashMap::new(),
         parked_count: 0,
@@ -519,7 +629,9 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
     )));
 
     let replies_owed = Rc::new(std::cell::Cell::new(0));
-    let acceptor = connection::Acceptor {
+    let acceptor = Rc::new(connection::Acceptor {
+        shard: index,
+        shard_addresses: Arc::clone(&spec.shard_addresses),
         replies_owed: Rc::clone(&replies_owed),
         config: Arc::clone(&spec.config),
         mesh: Arc::clone(&spec.mesh),
@@ -527,8 +639,18 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         connections: Arc::clone(&spec.connections),
         stop: Arc::clone(&spec.stop),
         metrics: Rc::clone(&state.metrics),
+    });
+    let accepting = monoio::spawn(connection::Acceptor::run(Rc::clone(&acceptor), listener));
+    let accepting_own = match spec.own_listener.map(TcpListener::from_std) {
+        None => None,
+        Some(Ok(own)) => Some(monoio::spawn(connection::Acceptor::run(acceptor, own))),
+        Some(Err(error)) => {
+            // Bound and listening already (by main), so this is the ring refusing the socket;
+            // the shared port still serves this shard's connections.
+            tracing::error!(shard = index, %error, "cannot serve the shard's own listener");
+            None
+        }
     };
-    let accepting = monoio::spawn(acceptor.run(listener));
     if let Some(listener) = spec.metrics_listener {
         let exporter = metrics::Exporter {
             config: Arc::clone(&spec.config),
@@ -552,6 +674,7 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         monoio::time::sleep(Duration::from_millis(1)).await;
     }
     drop(accepting);
+    drop(accepting_own);
     state.node.close().await.map_err(|e| format!("shard {index}: shutdown: {e}"))
 }
 
@@ -605,7 +728,9 @@ impl ShardState {
                 return Err(format!("groups not back to normal after {RECOVERY_TICKS_MAX} ticks"));
             }
             self.node.on_tick();
-            self.round().await;
+            // Recovery's rounds skip the flush gate: nothing waits to join them, and the loop
+            // here does not sleep until the gate's deadline.
+            self.round(false).await;
         }
         self.recover_committed_ends().await;
         self.recover_offsets().await;
@@ -659,7 +784,7 @@ impl ShardState {
     /// keeps whatever the snapshot does not cover.
     async fn recover_offsets(&mut self) {
         let shard_dir = shard_dir(&self.config.data_dir, self.index);
-        let storage = UringStorage::new();
+        let storage = self.storage.clone();
         for group in self.node.group_ids() {
             if group == METADATA_GROUP || self.node.group_failure(group).is_some() {
                 continue;
@@ -768,8 +893,9 @@ impl ShardState {
             let dir = group_dir(&shard_dir, group);
             let done = Rc::clone(&self.states_saved);
             let wake = self.mesh[self.index as usize].clone();
+            let storage = self.storage.clone();
             monoio::spawn(async move {
-                let result = state::save(&UringStorage::new(), &dir, &saved).await;
+                let result = state::save(&storage, &dir, &saved).await;
                 done.borrow_mut().push(StateSaved { group, end_offset, size_bytes, result });
                 let _ = wake.try_send(Work::Wake);
             });
@@ -802,7 +928,7 @@ impl ShardState {
     /// nothing.
     async fn save_states_now(&mut self) {
         let shard_dir = shard_dir(&self.config.data_dir, self.index);
-        let storage = UringStorage::new();
+        let storage = self.storage.clone();
         for (&group, offsets) in self.offsets.iter_mut() {
             // A save in flight owns the group's new-snapshot file; what it misses is replayed.
             if !offsets.dirty || offsets.saving {
@@ -879,6 +1005,10 @@ impl ShardState {
             if existing.contains(&group) {
                 continue;
             }
+            // The roll age is this shard's choice, not the topic's (docs/configuration.md, "Per-
+            // shard topic defaults"); the superblock slot keeps it for the partition's life.
+            let config =
+                GroupConfig { segment_age_ms_max: self.tuning.segment_age_ms_max, ..config };
             match self.node.create_group(group, config).await {
                 Ok(()) => {
                     self.committed_end.insert(group, 0);
@@ -902,7 +1032,9 @@ impl ShardState {
         let mut ticks: u64 = 0;
         let batch_max = self.config.network.shard_inbox_max;
         while !stop.load(Ordering::SeqCst) {
-            let wait = next_tick.saturating_duration_since(Instant::now());
+            // Wake for the tick, or sooner for the writes the flush gate holds.
+            let wake_at = self.flush_gate.deadline().map_or(next_tick, |d| d.min(next_tick));
+            let wait = wake_at.saturating_duration_since(Instant::now());
             // A flush cycle finishing wakes the loop too: its replies go out and the next
             // cycle starts with whatever arrived meanwhile.
             let node = &mut self.node;
@@ -938,7 +1070,7 @@ impl ShardState {
                     self.submit_waiting();
                 }
             }
-            self.round().await;
+            self.round(true).await;
         }
         // Finish what was accepted (to the end: nothing may stay in flight); refuse what is
         // still queued.
@@ -986,9 +1118,11 @@ impl ShardState {
     }
 
     /// Starts an I/O round if anything is pending (its flush runs on while the loop takes more
-    /// work), then sends every answer that is ready.
-    async fn round(&mut self) {
-        if self.node.has_io() {
+    /// work) and, when `gated`, the flush gate lets the writes waiting for it go now; then sends
+    /// every answer that is ready.
+    async fn round(&mut self, gated: bool) {
+        let due = !gated || self.flush_gate.open(Instant::now(), self.node.writes_queued() > 0);
+        if due && self.node.has_io() {
             self.node.start_io().await;
         }
         self.answer_replies();
@@ -1780,5 +1914,37 @@ fn refuse(work: Work) {
         // Dropping the reply slot tells the scrape this shard has nothing to show.
         Work::Report { .. } | Work::Metrics { .. } => {}
         Work::Catalog(_) | Work::Wake => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flush_gate_holds_writes_for_the_delay_from_the_first_of_them() {
+        let start = Instant::now();
+        let at = |us: u64| start + Duration::from_micros(us);
+        let mut undelayed = FlushGate::new(0);
+        assert!(undelayed.open(at(0), true), "no delay: a round whenever anything is pending");
+        assert_eq!(undelayed.deadline(), None);
+
+        let mut gate = FlushGate::new(500);
+        assert!(gate.open(at(0), false), "nothing waits: nothing to hold back");
+        assert_eq!(gate.deadline(), None);
+        // The first write opens the window; later ones join it without stretching it.
+        assert!(!gate.open(at(10), true));
+        assert_eq!(gate.deadline(), Some(at(510)));
+        assert!(!gate.open(at(300), true));
+        assert!(!gate.open(at(509), true));
+        assert_eq!(gate.deadline(), Some(at(510)));
+        assert!(gate.open(at(510), true), "the window's end lets them all go in one round");
+        assert_eq!(gate.deadline(), None, "the round took them: the window is closed");
+        // The next write opens a new window.
+        assert!(!gate.open(at(600), true));
+        assert_eq!(gate.deadline(), Some(at(1100)));
+        // Writes that left another way (a round that had to run anyway) close it too.
+        assert!(gate.open(at(700), false));
+        assert_eq!(gate.deadline(), None);
     }
 }

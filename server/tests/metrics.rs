@@ -84,7 +84,8 @@ fn a_shard_override_shows_in_that_shards_config_gauge() {
     let file = dir.path().join("shoal.toml");
     std::fs::write(
         &file,
-        "[shard.1]\nring_budget_bytes = 16777216\nflush_cycles_in_flight_max = 3\n",
+        "[shard.1]\nring_budget_bytes = 16777216\nflush_cycles_in_flight_max = 3\n\
+         uring_entries = 512\ndirect_io = false\nflush_delay_us_max = 200\n",
     )
     .unwrap();
     let mut command = common::command(&dir.path().join("data"), 2);
@@ -105,6 +106,11 @@ fn a_shard_override_shows_in_that_shards_config_gauge() {
     assert_eq!(gauge("flush_cycles_in_flight_max", "0"), 2.0);
     assert_eq!(gauge("flush_cycles_in_flight_max", "1"), 3.0);
     assert_eq!(gauge("chunks_max", "0"), gauge("chunks_max", "1"), "not overridden");
+    // The server's own tuning keys, beside the engine's.
+    assert_eq!((gauge("uring_entries", "0"), gauge("uring_entries", "1")), (256.0, 512.0));
+    assert_eq!((gauge("direct_io", "0"), gauge("direct_io", "1")), (1.0, 0.0));
+    assert_eq!((gauge("flush_delay_us_max", "0"), gauge("flush_delay_us_max", "1")), (0.0, 200.0));
+    assert_eq!(gauge("sqpoll_idle_ms", "1"), 0.0);
     for shard in ["0", "1"] {
         assert_eq!(page.value("shoal_shard_scrape_ok", &[("shard", shard)]), 1.0);
     }
@@ -231,7 +237,12 @@ fn the_log_level_follows_shoal_log() {
         let mut child =
             command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("shoal starts");
         let stdout = child.stdout.take().expect("piped stdout");
-        let mut server = Server { child: Some(child), address: String::new(), metrics: None };
+        let mut server = Server {
+            child: Some(child),
+            address: String::new(),
+            metrics: None,
+            shards: Vec::new(),
+        };
         let ready = shoal_testkit::ready(stdout, common::DEADLINE);
         assert!(ready.metrics.is_some());
         let child = server.child.take().expect("running");

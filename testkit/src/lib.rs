@@ -34,10 +34,13 @@ pub struct Ready {
     pub native: String,
     /// The metrics endpoint's address (`None`: the endpoint is off).
     pub metrics: Option<String>,
+    /// Each shard's own listener, by shard (empty: `[network] shard_listen` is off).
+    pub shards: Vec<String>,
 }
 
-/// Reads the server's readiness line (`{"ready":true,"native":"ADDR","metrics":"ADDR"}`, the
-/// metrics field absent when the endpoint is off) from its `stdout` within `deadline`.
+/// Reads the server's readiness line (`{"ready":true,"native":"ADDR","metrics":"ADDR",
+/// "shards":["ADDR",...]}`, the metrics field absent when the endpoint is off, the shards field
+/// without per-shard listeners) from its `stdout` within `deadline`.
 pub fn ready(stdout: ChildStdout, deadline: Duration) -> Ready {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -65,7 +68,15 @@ pub fn parse_ready(line: &str) -> Option<Ready> {
         serde_json::Value::Null => None,
         other => Some(other.as_str()?.to_string()),
     };
-    Some(Ready { native, metrics })
+    let shards = match &value["shards"] {
+        serde_json::Value::Null => Vec::new(),
+        other => other
+            .as_array()?
+            .iter()
+            .map(|address| address.as_str().map(str::to_string))
+            .collect::<Option<Vec<String>>>()?,
+    };
+    Some(Ready { native, metrics, shards })
 }
 
 #[cfg(test)]
@@ -77,12 +88,22 @@ mod tests {
         let both = parse_ready(
             "{\"ready\":true,\"native\":\"127.0.0.1:1\",\"metrics\":\"127.0.0.1:2\"}\n",
         );
+        let metrics = Some("127.0.0.1:2".to_string());
+        let native = "127.0.0.1:1".to_string();
         assert_eq!(
             both,
-            Some(Ready { native: "127.0.0.1:1".into(), metrics: Some("127.0.0.1:2".into()) })
+            Some(Ready { native: native.clone(), metrics: metrics.clone(), shards: Vec::new() })
         );
         let native_only = parse_ready("{\"ready\":true,\"native\":\"127.0.0.1:1\"}");
-        assert_eq!(native_only, Some(Ready { native: "127.0.0.1:1".into(), metrics: None }));
+        let expected = Ready { native: native.clone(), metrics: None, shards: Vec::new() };
+        assert_eq!(native_only, Some(expected));
+        let with_shards = parse_ready(
+            "{\"ready\":true,\"native\":\"127.0.0.1:1\",\"metrics\":\"127.0.0.1:2\",\
+             \"shards\":[\"127.0.0.1:3\",\"127.0.0.1:4\"]}",
+        );
+        let shards = vec!["127.0.0.1:3".to_string(), "127.0.0.1:4".to_string()];
+        assert_eq!(with_shards, Some(Ready { native, metrics, shards }));
+        assert_eq!(parse_ready("{\"ready\":true,\"native\":\"a\",\"shards\":[1]}"), None);
         for bad in ["", "ready", "{\"ready\":false,\"native\":\"a\"}", "{\"ready\":true}"] {
             assert_eq!(parse_ready(bad), None, "{bad:?}");
         }

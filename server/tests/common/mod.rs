@@ -28,6 +28,8 @@ pub struct Server {
     pub address: String,
     /// The metrics endpoint's address (`None`: started with it off).
     pub metrics: Option<String>,
+    /// Each shard's own listener (empty: started without `shard_listen`).
+    pub shards: Vec<String>,
 }
 
 impl Drop for Server {
@@ -83,10 +85,12 @@ pub fn start_command(mut command: Command) -> Server {
         command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("shoal starts");
     let stdout = child.stdout.take().expect("piped stdout");
     // The guard exists before the wait, so a server that never gets ready is killed too.
-    let mut server = Server { child: Some(child), address: String::new(), metrics: None };
+    let mut server =
+        Server { child: Some(child), address: String::new(), metrics: None, shards: Vec::new() };
     let ready = shoal_testkit::ready(stdout, DEADLINE);
     server.address = ready.native;
     server.metrics = ready.metrics;
+    server.shards = ready.shards;
     server
 }
 

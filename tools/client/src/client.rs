@@ -3,7 +3,9 @@
 //! [`Client`] owns the client's identity (a random client id, the registered session), the seed
 //! list and at most one live [`Transport`]. Every call is bounded by `request_timeout_ms`; a
 //! connection that failed or timed out is dropped, and the next call reconnects, trying the seeds
-//! in turn (the one that worked last first). Requests outstanding on a dropped connection fail
+//! in turn (the one that worked last first) — after the shard address
+//! [`Client::connect_to_shard`] chose, if any: a server with per-shard listeners names them in
+//! its `Hello` result, and a connection there is served by that shard without forwarding. Requests outstanding on a dropped connection fail
 //! with a retryable error ([`ClientError::is_retryable`]); the client never retries a call by
 //! itself, because only the caller knows whether a repeat is harmless.
 //!
@@ -106,6 +108,10 @@ pub struct Client {
     server: Option<HelloReply>,
     /// The seed to try first on the next connect: the one that worked last.
     seed_first: usize,
+    /// The shard listener [`Client::connect_to_shard`] chose, tried before the seeds.
+    preferred: Option<String>,
+    /// The address of the live connection (or of the last one).
+    address: Option<String>,
 }
 
 impl Client {
@@ -119,6 +125,8 @@ impl Client {
             transport: None,
             server: None,
             seed_first: 0,
+            preferred: None,
+            address: None,
         };
         client.reconnect().await?;
         Ok(client)
@@ -137,6 +145,45 @@ impl Client {
     /// What the server said in its last `Hello` reply (version, shards, name).
     pub fn server(&self) -> Option<&HelloReply> {
         self.server.as_ref()
+    }
+
+    /// The address of the live connection (or of the last one): a seed, or the shard address
+    /// [`Client::connect_to_shard`] moved to.
+    pub fn address(&self) -> Option<&str> {
+        self.address.as_deref()
+    }
+
+    /// Where shard `shard`'s own listener is, as the server's `Hello` result named it (`None`:
+    /// the server speaks protocol version 1 or has no per-shard listeners). An unspecified IP
+    /// (the server listens on every interface) is replaced by the host this connection reached.
+    pub fn shard_address(&self, shard: u32) -> Option<String> {
+        let advertised = self.server.as_ref()?.shard_addresses.get(shard as usize)?;
+        let parsed: std::net::SocketAddr = advertised.parse().ok()?;
+        if !parsed.ip().is_unspecified() {
+            return Some(advertised.clone());
+        }
+        let reached = self.address.as_deref()?;
+        let host = reached.rsplit_once(':').map_or(reached, |(host, _)| host);
+        Some(format!("{host}:{}", parsed.port()))
+    }
+
+    /// Moves the client to shard `shard`'s own listener, so that requests for the partitions it
+    /// owns are served there without being forwarded between shards. Returns whether the
+    /// connection is now served by that shard. Without a shard address (`Client::shard_address`)
+    /// the client stays where it is; if the shard's address cannot be reached the client falls
+    /// back to its seeds and forgets the address. Requests outstanding on the current connection
+    /// are lost: call it with none.
+    pub async fn connect_to_shard(&mut self, shard: u32) -> Result<bool> {
+        if self.is_connected() && self.server.as_ref().is_some_and(|hello| hello.version >= 2) {
+            let here = self.server.as_ref().map(|hello| hello.shard);
+            if here == Some(shard) {
+                return Ok(true);
+            }
+        }
+        let Some(address) = self.shard_address(shard) else { return Ok(false) };
+        self.preferred = Some(address);
+        self.reconnect().await?;
+        Ok(self.server.as_ref().is_some_and(|hello| hello.version >= 2 && hello.shard == shard))
     }
 
     /// The configuration.
@@ -447,10 +494,22 @@ impl Client {
 
     // -- Connecting ----------------------------------------------------------------------------
 
-    /// Drops any connection and connects to the first seed that completes the handshake,
-    /// starting with the one that worked last.
+    /// Drops any connection and connects to the chosen shard address, else to the first seed
+    /// that completes the handshake, starting with the one that worked last.
     async fn reconnect(&mut self) -> Result<()> {
         self.transport = None;
+        if let Some(address) = self.preferred.clone() {
+            match self.open(&address).await {
+                Ok(transport) => {
+                    self.transport = Some(transport);
+                    self.address = Some(address);
+                    return Ok(());
+                }
+                // Stale or unreachable (a restarted server may listen elsewhere): the seeds
+                // are the way back, and the next connect_to_shard learns the address anew.
+                Err(_) => self.preferred = None,
+            }
+        }
         let seeds = self.config.seeds.len();
         if seeds == 0 {
             return Err(ClientError::Invalid("no server address to connect to".into()));
@@ -463,6 +522,7 @@ impl Client {
                 Ok(transport) => {
                     self.transport = Some(transport);
                     self.seed_first = index;
+                    self.address = Some(address);
                     return Ok(());
                 }
                 Err(error) => last_error = Some(error),

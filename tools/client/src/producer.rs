@@ -16,6 +16,11 @@
 //! twice, and with `in_flight_max > 1` a resent batch may land after a later one of the same
 //! partition (as in Kafka without idempotence).
 //!
+//! A producer for one partition (`partition: Some(p)`) moves its client to the shard that owns
+//! the partition when the server has per-shard listeners (`connect_to_owner`, on by default), so
+//! its requests are served without a hop between shards; a producer spread over partitions keeps
+//! the connection it was given (its partitions may live on every shard).
+//!
 //! The batching, ordering and retry logic (`ProducerCore`) is sans-IO and takes the time as an
 //! argument; `Producer` drives it with a [`Client`]. Buffers (request bodies, ticket lists, the
 //! acknowledgement queues) are reused; at steady state a record costs no allocation of its own.
@@ -57,6 +62,9 @@ pub struct ProducerConfig {
     pub retry_backoff_ms: u64,
     /// Longest backoff, in milliseconds.
     pub retry_backoff_ms_max: u64,
+    /// With `partition` set, connect to the shard that owns it when the server names per-shard
+    /// listeners ([`Client::connect_to_shard`]); otherwise stay on the client's connection.
+    pub connect_to_owner: bool,
 }
 
 impl Default for ProducerConfig {
@@ -70,6 +78,7 @@ impl Default for ProducerConfig {
             retries_max: 5,
             retry_backoff_ms: 50,
             retry_backoff_ms_max: 2_000,
+            connect_to_owner: true,
         }
     }
 }
@@ -461,14 +470,21 @@ pub struct Producer {
 
 impl Producer {
     /// A producer for `stream`/`topic` on `client`. Looks the topic up first (its partition
-    /// count routes keys; its `message_size_bytes_max` caps the batch size).
+    /// count routes keys; its `message_size_bytes_max` caps the batch size; with `partition` and
+    /// `connect_to_owner`, the owning shard is where the client connects).
     pub async fn new(
         mut client: Client,
         stream: &str,
         topic: &str,
         config: ProducerConfig,
     ) -> Result<Producer> {
-        let (info, _) = client.describe_topic(stream, topic).await?;
+        let (info, partitions) = client.describe_topic(stream, topic).await?;
+        if config.connect_to_owner
+            && let Some(partition) = config.partition
+            && let Some(owner) = partitions.iter().find(|p| p.partition == partition)
+        {
+            client.connect_to_shard(owner.shard).await?;
+        }
         // The request frame carries the header and the produce arguments besides the batch.
         let prefix_bytes_max = 2 + stream.len() + 2 + topic.len() + 1 + 4;
         let frame_room =
@@ -609,6 +625,7 @@ mod tests {
     use crate::connection::{Connection, ConnectionConfig};
     use crate::testing::{
         Faults, MemoryServer, Responder, hello_reply_body, reply_frame, spawn_tcp,
+        spawn_tcp_as_shard,
     };
     use crate::{ClientConfig, runtime};
     use shoal_engine::batch::records;
@@ -921,5 +938,72 @@ mod tests {
         let server = server.lock().unwrap();
         assert_eq!(server.next_offsets[1], 25);
         assert_eq!(server.hellos, 2, "the producer reconnected once");
+    }
+
+    /// A server naming per-shard listeners: a one-partition producer moves to the owner's,
+    /// others (and one told not to) stay on the seed.
+    #[test]
+    fn producer_for_one_partition_connects_to_the_shard_that_owns_it() {
+        let server = Arc::new(Mutex::new(MemoryServer::new(4)));
+        let shard0 = spawn_tcp_as_shard(server.clone(), Faults::default(), 0);
+        let shard1 = spawn_tcp_as_shard(server.clone(), Faults::default(), 1);
+        server.lock().unwrap().shard_addresses = vec![shard0.to_string(), shard1.to_string()];
+        let connect = || {
+            Client::connect(ClientConfig {
+                request_timeout_ms: 2_000,
+                ..ClientConfig::with_seeds([shard0.to_string()])
+            })
+        };
+        runtime().unwrap().block_on(async move {
+            // (partition, connect_to_owner, where the producer ends up); partition p is on
+            // shard p % 2.
+            let cases = [
+                (Some(3), true, shard1),
+                (Some(2), true, shard0),
+                (Some(1), false, shard0),
+                (None, true, shard0),
+            ];
+            for (partition, connect_to_owner, expected) in cases {
+                let client = connect().await.unwrap();
+                let config = ProducerConfig { partition, connect_to_owner, ..config() };
+                let mut producer = Producer::new(client, "s", "t", config).await.unwrap();
+                producer.send(Some(b"k"), b"v").await.unwrap();
+                producer.flush().await.unwrap();
+                assert_eq!(producer.poll_acks().count(), 1);
+                let client = producer.into_client();
+                let case = format!("{partition:?} {connect_to_owner}");
+                assert_eq!(client.address(), Some(expected.to_string().as_str()), "{case}");
+                let shard = client.server().map(|hello| hello.shard);
+                assert_eq!(shard, Some(u32::from(expected == shard1)), "{case}");
+            }
+            // A client already on the owner stays; an unknown shard is no move.
+            let mut client = connect().await.unwrap();
+            assert!(client.connect_to_shard(0).await.unwrap());
+            assert!(!client.connect_to_shard(7).await.unwrap());
+            assert_eq!(client.address(), Some(shard0.to_string().as_str()));
+            assert_eq!(client.shard_address(1), Some(shard1.to_string()));
+        });
+    }
+
+    /// A listener on every interface is named with an unspecified IP: the client substitutes
+    /// the host it reached.
+    #[test]
+    fn an_unspecified_shard_address_means_the_host_the_client_reached() {
+        let server = Arc::new(Mutex::new(MemoryServer::new(2)));
+        let shard0 = spawn_tcp_as_shard(server.clone(), Faults::default(), 0);
+        let shard1 = spawn_tcp_as_shard(server.clone(), Faults::default(), 1);
+        let anywhere = format!("0.0.0.0:{}", shard1.port());
+        server.lock().unwrap().shard_addresses = vec![shard0.to_string(), anywhere];
+        runtime().unwrap().block_on(async move {
+            let mut client = Client::connect(ClientConfig {
+                request_timeout_ms: 2_000,
+                ..ClientConfig::with_seeds([shard0.to_string()])
+            })
+            .await
+            .unwrap();
+            assert_eq!(client.shard_address(1), Some(shard1.to_string()));
+            assert!(client.connect_to_shard(1).await.unwrap());
+            assert_eq!(client.address(), Some(shard1.to_string().as_str()));
+        });
     }
 }

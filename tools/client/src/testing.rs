@@ -47,9 +47,16 @@ pub fn reply_frame_with(
     frame
 }
 
-/// A `Hello` result speaking `version`.
+/// A `Hello` result speaking `version`, from shard 0 of a server without per-shard listeners.
 pub fn hello_reply_body(version: u16) -> Vec<u8> {
-    HelloReply { version, shards: 1, server: "memory".into() }.encode()
+    HelloReply {
+        version,
+        shards: 1,
+        server: "memory".into(),
+        shard: 0,
+        shard_addresses: Vec::new(),
+    }
+    .encode()
 }
 
 /// An uncompressed batch of `values` (no keys) stamped with `base_offset`, record `i` stamped
@@ -131,6 +138,9 @@ pub struct MemoryServer {
     pub produce_log: Vec<(Partitioning, u32)>,
     /// `Hello` requests answered (one per connection).
     pub hellos: usize,
+    /// Per-shard listener addresses to name in `Hello` (version 2 when any); partition `p` is
+    /// then on shard `p % len`. Empty: a version 1 server of one shard.
+    pub shard_addresses: Vec<String>,
 }
 
 impl MemoryServer {
@@ -144,6 +154,7 @@ impl MemoryServer {
             produce_requests: 0,
             produce_log: Vec::new(),
             hellos: 0,
+            shard_addresses: Vec::new(),
         }
     }
 
@@ -178,7 +189,17 @@ impl MemoryServer {
         match request.operation {
             Operation::Hello => {
                 self.hellos += 1;
-                Ok(hello_reply_body(1))
+                if self.shard_addresses.is_empty() {
+                    return Ok(hello_reply_body(1));
+                }
+                Ok(HelloReply {
+                    version: 2,
+                    shards: self.shard_addresses.len() as u32,
+                    server: "memory".into(),
+                    shard: 0,
+                    shard_addresses: self.shard_addresses.clone(),
+                }
+                .encode())
             }
             Operation::Register => Ok(encode_session(7)),
             Operation::CreateStream | Operation::DeleteStream => {
@@ -219,7 +240,7 @@ impl MemoryServer {
         (0..self.partitions)
             .map(|p| PartitionInfo {
                 partition: p,
-                shard: 0,
+                shard: p % (self.shard_addresses.len().max(1) as u32),
                 group: u64::from(p) + 1,
                 first_offset: 0,
                 next_offset: self.next_offsets[p as usize],
@@ -316,6 +337,16 @@ pub struct Faults {
 /// Serves `server` on a loopback TCP port from a plain thread, one connection at a time, for
 /// transport tests. Returns the address; the thread lives until the test process ends.
 pub fn spawn_tcp(server: Arc<Mutex<MemoryServer>>, faults: Faults) -> SocketAddr {
+    spawn_tcp_as_shard(server, faults, 0)
+}
+
+/// [`spawn_tcp`] for a listener of shard `shard`: its version 2 `Hello` results name that shard
+/// (several listeners may share one `MemoryServer`, as a real server's shards share a catalog).
+pub fn spawn_tcp_as_shard(
+    server: Arc<Mutex<MemoryServer>>,
+    faults: Faults,
+    shard: u32,
+) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
     let address = listener.local_addr().expect("local address");
     std::thread::spawn(move || {
@@ -339,7 +370,14 @@ pub fn spawn_tcp(server: Arc<Mutex<MemoryServer>>, faults: Faults) -> SocketAddr
                     if close_after == Some(answered) {
                         break 'connection;
                     }
-                    let (error, body) = server.lock().unwrap().answer(&request);
+                    let (error, mut body) = server.lock().unwrap().answer(&request);
+                    if request.operation == Operation::Hello
+                        && let Ok(mut hello) = HelloReply::decode(&body)
+                        && hello.version >= 2
+                    {
+                        hello.shard = shard;
+                        body = hello.encode();
+                    }
                     let frame = reply_frame(
                         1,
                         request.client,
