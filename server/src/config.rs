@@ -6,7 +6,9 @@
 //! through, so a key has one name, one bound and one env variable), the defaults, the resolution
 //! order — built-in defaults, then the file, then `SHOAL_*` variables, then flags, later winning
 //! key by key; a `[shard.N]` key beats the same `[shard]` key (and `cpus`) from any layer — and
-//! every validation rule. An error names the key as the user wrote it
+//! every validation rule. `[shard]` holds two tables of keys: the engine's `ShardConfig` fields
+//! and the server's own per-shard `ShardTuning` (ring, SQPOLL, direct I/O, group-commit delay,
+//! new partitions' segment age). An error names the key as the user wrote it
 //! (`topic_defaults.segment_size_bytes`, `SHOAL_NETWORK_CONNECTIONS_MAX`, `--shards`) and the
 //! reason.
 //!

@@ -550,6 +550,16 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
             return Err(message);
         }
     };
+    // The shard's own listener is advertised (readiness line, Hello) as soon as main bound it,
+    // so a shard that cannot serve it must not start.
+    let own_listener = match spec.own_listener.map(TcpListener::from_std).transpose() {
+        Ok(own) => own,
+        Err(error) => {
+            let message = format!("shard {}: cannot serve its own listener: {error}", spec.index);
+            let _ = spec.bound.send(Err(message.clone()));
+            return Err(message);
+        }
+    };
     let address = listener.local_addr().map_err(|e| e.to_string())?;
     let _ = spec.bound.send(Ok(address));
 
@@ -641,16 +651,8 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         metrics: Rc::clone(&state.metrics),
     });
     let accepting = monoio::spawn(connection::Acceptor::run(Rc::clone(&acceptor), listener));
-    let accepting_own = match spec.own_listener.map(TcpListener::from_std) {
-        None => None,
-        Some(Ok(own)) => Some(monoio::spawn(connection::Acceptor::run(acceptor, own))),
-        Some(Err(error)) => {
-            // Bound and listening already (by main), so this is the ring refusing the socket;
-            // the shared port still serves this shard's connections.
-            tracing::error!(shard = index, %error, "cannot serve the shard's own listener");
-            None
-        }
-    };
+    let accepting_own =
+        own_listener.map(|own| monoio::spawn(connection::Acceptor::run(acceptor, own)));
     if let Some(listener) = spec.metrics_listener {
         let exporter = metrics::Exporter {
             config: Arc::clone(&spec.config),
