@@ -189,7 +189,7 @@ impl ShardMetrics {
         }
         if operation == Operation::Produce as u32 {
             self.produce_latency.record(received.elapsed());
-        } else if operation == Operation::Fetch as u32 {
+        } else if operation == Operation::Fetch as u32 || operation == Operation::Poll as u32 {
             self.fetch_latency.record(received.elapsed());
         }
     }
