@@ -555,8 +555,8 @@ pub fn render(
         ),
         (
             "shoal_fetch_latency_seconds",
-            "Successful fetch requests on the shard's connections: from the request decoded to \
-             its reply ready to write.",
+            "Successful fetch and poll requests on the shard's connections: from the request \
+             decoded to its reply ready to write.",
             |s| &s.fetch_latency,
         ),
     ];
