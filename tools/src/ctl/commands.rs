@@ -359,22 +359,13 @@ impl Consume {
                 for &partition in &assignment.partitions.clone() {
                     let count_max = remaining
                         .map_or(FETCH_COUNT_MAX, |r| r.min(u64::from(FETCH_COUNT_MAX)) as u32);
-                    let poll = Poll {
-                        partition: PartitionRef {
-                            stream: self.stream.clone(),
-                            topic: self.topic.clone(),
-                            partition,
-                        },
-                        consumer: consumer.clone(),
-                        membership: Membership {
-                            member: assignment.member.clone(),
-                            generation: assignment.generation,
-                        },
-                        bytes_max: FETCH_BYTES_MAX,
-                        count_max,
-                        wait_ms_max: 0,
-                        auto_commit: false,
-                    };
+                    let poll = self.group_poll(
+                        &assignment,
+                        &consumer,
+                        partition,
+                        (FETCH_BYTES_MAX, count_max),
+                        0,
+                    );
                     let fetched = match client.poll(&poll).await {
                         Ok(fetched) => fetched,
                         Err(error) if needs_new_assignment(&error) => {
@@ -454,7 +445,25 @@ impl Consume {
             monoio::time::sleep(at_most).await;
             return Ok(());
         };
-        let poll = Poll {
+        let wait_ms_max = GROUP_POLL_WAIT_MS.min(at_most.as_millis() as u32);
+        let poll = self.group_poll(assignment, consumer, partition, (1, 1), wait_ms_max);
+        match client.poll(&poll).await {
+            Ok(_) => Ok(()),
+            Err(error) if needs_new_assignment(&error) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// A poll of `partition` for the group under `assignment`, committing nothing.
+    fn group_poll(
+        &self,
+        assignment: &Assignment,
+        consumer: &ConsumerId,
+        partition: u32,
+        (bytes_max, count_max): (u32, u32),
+        wait_ms_max: u32,
+    ) -> Poll {
+        Poll {
             partition: PartitionRef {
                 stream: self.stream.clone(),
                 topic: self.topic.clone(),
@@ -465,15 +474,10 @@ impl Consume {
                 member: assignment.member.clone(),
                 generation: assignment.generation,
             },
-            bytes_max: 1,
-            count_max: 1,
-            wait_ms_max: GROUP_POLL_WAIT_MS.min(at_most.as_millis() as u32),
+            bytes_max,
+            count_max,
+            wait_ms_max,
             auto_commit: false,
-        };
-        match client.poll(&poll).await {
-            Ok(_) => Ok(()),
-            Err(error) if needs_new_assignment(&error) => Ok(()),
-            Err(error) => Err(error.into()),
         }
     }
 
