@@ -35,6 +35,9 @@ options:
   --producers N              producer actors, one thread and connection each (default 1)
   --consumers N              consumer actors (consume, e2e, mixed; default 1)
   --from first|last|OFFSET   where consumers start in consume (default first)
+  --group NAME               consumers join consumer group NAME of their topic and poll their
+                             share of its partitions from the group's stored offsets, auto-
+                             committing (a new group starts at the first message)
   --fetch-bytes B            bytes per poll at most (default 1048576)
   --fetch-count N            messages per poll at most (default 10000)
   --streams N                streams the producers spread over (default 1)
@@ -124,6 +127,7 @@ pub fn parse(words: &[String]) -> Result<Option<Command>, String> {
                     offset => FetchFrom::Offset(count(flag, offset)?),
                 }
             }
+            "--group" => options.group = Some(value.clone()),
             "--fetch-bytes" => options.fetch_bytes_max = count(flag, value)?,
             "--fetch-count" => options.fetch_count_max = count(flag, value)?,
             "--streams" => options.streams = count(flag, value)?,

@@ -69,6 +69,9 @@ pub struct Options {
     pub consumers: usize,
     /// Where consumers start in the `consume` mode.
     pub from: FetchFrom,
+    /// Consumers join this consumer group (per topic) and poll their share from its stored
+    /// offsets, auto-committing, instead of each fetching one partition.
+    pub group: Option<String>,
     /// Bytes per poll at most.
     pub fetch_bytes_max: u32,
     /// Messages per poll at most.
@@ -119,6 +122,7 @@ impl Default for Options {
             mode: Mode::Produce,
             consumers: 1,
             from: FetchFrom::First,
+            group: None,
             fetch_bytes_max: 1 << 20,
             fetch_count_max: 10_000,
             seeds: vec!["127.0.0.1:7070".into()],
@@ -277,6 +281,7 @@ pub fn run(options: &Options) -> Result<Value, String> {
             stream,
             topic,
             partition,
+            group: options.group.clone(),
             from,
             fetch_bytes_max: options.fetch_bytes_max,
             fetch_count_max: options.fetch_count_max,

@@ -237,6 +237,17 @@ fn consume_reads_back_what_produce_stored_and_e2e_consumes_what_it_produces() {
     assert_eq!(consumed["messages_consumed_total"], 20000);
     assert_eq!(consumed["latency_kind"], "poll");
 
+    // A consumer group shares the partitions and, auto-committing, reads each message once.
+    let group = [
+        &common[..],
+        &["--consumers", "2", "--group", "g", "--messages", "20000", "--warmup", "0"],
+        &["--duration", "5"],
+    ]
+    .concat();
+    let (grouped, _) = run_json(dir.path(), "group", &[&["consume"], &group[..]].concat());
+    assert_eq!(grouped["messages_consumed_total"], 20000, "every message, once");
+    assert_eq!(grouped["errors"], serde_json::json!({}));
+
     let e2e = [
         &common[..],
         &["--duration", "1", "--warmup", "0.2", "--rate", "2MB/s", "--stream-prefix", "e2e"],

@@ -148,15 +148,18 @@ impl<W> Coordinator<W> {
         }
     }
 
-    /// Removes a member at its request.
+    /// Removes a member at its request (with its join, if that still waits).
     pub fn leave(&mut self, group: &GroupRef, member: &str) -> Result<(), Refusal> {
-        match self.groups.get_mut(group).and_then(|g| g.members.remove(member)) {
-            Some(_) => Ok(()),
-            None => Err(unknown(group, member)),
+        let Some(entry) = self.groups.get_mut(group) else { return Err(unknown(group, member)) };
+        if entry.members.remove(member).is_none() {
+            return Err(unknown(group, member));
         }
+        entry.joins.retain(|(waiting, _)| waiting != member);
+        Ok(())
     }
 
-    /// Removes every member whose session ran out; returns how many.
+    /// Removes every member whose session ran out, with any join of theirs still waiting (its
+    /// requester is gone or timing out); returns how many.
     pub fn expire(&mut self, now_ms: i64) -> usize {
         let mut expired = 0;
         for entry in self.groups.values_mut() {
@@ -165,6 +168,8 @@ impl<W> Coordinator<W> {
                 .members
                 .retain(|_, m| now_ms - m.last_heard_ms <= i64::from(m.session_timeout_ms));
             expired += before - entry.members.len();
+            let members = &entry.members;
+            entry.joins.retain(|(member, _)| members.contains_key(member));
         }
         expired
     }
@@ -427,5 +432,9 @@ mod tests {
             joined(&mut coordinator, "", 1000, 0, waiter);
         }
         assert_eq!(coordinator.join(&group(), "", 1000, 0).unwrap_err().0, ErrorCode::LimitReached);
+        // Members whose joins were never answered and who never heartbeat take their joins
+        // with them, so the bound frees up.
+        assert_eq!(coordinator.expire(5_000), GROUP_MEMBERS_MAX);
+        assert!(coordinator.drain_joins().is_empty());
     }
 }

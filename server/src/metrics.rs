@@ -197,7 +197,7 @@ impl ShardMetrics {
         }
         if operation == Operation::Produce as u32 {
             self.produce_latency.record(received.elapsed());
-        } else if operation == Operation::Fetch as u32 {
+        } else if operation == Operation::Fetch as u32 || operation == Operation::Poll as u32 {
             self.fetch_latency.record(received.elapsed());
         }
     }
@@ -572,8 +572,8 @@ pub fn render(
         ),
         (
             "shoal_fetch_latency_seconds",
-            "Successful fetch requests on the shard's connections: from the request decoded to \
-             its reply ready to write.",
+            "Successful fetch and poll requests on the shard's connections: from the request \
+             decoded to its reply ready to write.",
             |s| &s.fetch_latency,
         ),
     ];

@@ -1302,7 +1302,16 @@ impl ShardState {
             max_timestamp_ms: now,
             append_time_ms: now,
         };
-        self.queue_write(group, request, PendingWrite { kind: kind(record), reply });
+        let kind = kind(record);
+        // Canary (DESIGN.md §7): a stored offset is answered and applied without entering the
+        // log, so a restart loses it; the offsets restart test must catch it.
+        #[cfg(feature = "canary-offsets-unlogged")]
+        if let WriteKind::Offset(record) = &kind {
+            table.apply(record.clone());
+            let _ = reply.send(Outcome::ok(Vec::new()));
+            return true;
+        }
+        self.queue_write(group, request, PendingWrite { kind, reply });
         true
     }
 

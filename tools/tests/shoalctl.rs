@@ -295,3 +295,23 @@ fn an_unreachable_server_is_an_error_not_a_hang() {
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr(&output).contains("127.0.0.1:1"), "{}", stderr(&output));
 }
+
+#[test]
+fn a_group_member_consumes_its_share_from_the_stored_offsets_and_leaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    ok(shoalctl(&server, &["stream", "create", "s"], b""));
+    let create = ["topic", "create", "s", "t", "--partitions", "2", "--durability", "persisted"];
+    ok(shoalctl(&server, &create, b""));
+    ok(shoalctl(&server, &["produce", "s", "t", "--partition", "0"], b"a\nb\n"));
+    ok(shoalctl(&server, &["produce", "s", "t", "--partition", "1"], b"c\n"));
+    let consume = ["consume", "s", "t", "--group", "g", "--format", "offset"];
+    // The only member gets both partitions and reads each from the start.
+    let first = ok(shoalctl(&server, &consume, b""));
+    assert_eq!(first, "0\t0\ta\n0\t1\tb\n1\t0\tc\n");
+    // It stored where it stopped and left: the next member goes on from there.
+    ok(shoalctl(&server, &["produce", "s", "t", "--partition", "1"], b"d\n"));
+    let second = ok(shoalctl(&server, &consume, b""));
+    assert_eq!(second, "1\t2\td\n", "the group's offset commit sits at offset 1");
+    assert_eq!(ok(shoalctl(&server, &consume, b"")), "", "nothing new");
+}

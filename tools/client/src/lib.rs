@@ -50,6 +50,11 @@ pub use fetch::{Fetched, FetchedRecord, Records};
 pub use producer::{Ack, Producer, ProducerConfig};
 /// Batches are built with the engine's builder.
 pub use shoal_engine::batch::BatchBuilder;
+/// Consumer offsets, groups and polling.
+pub use shoal_engine::protocol::consumer::{
+    Assignment, ConsumerId, ConsumerKind, GroupMember, GroupRef, JoinGroup, Membership, OffsetKey,
+    PartitionRef, Poll, StoreOffset,
+};
 /// The protocol's argument and result types, re-exported so callers need no engine dependency.
 pub use shoal_engine::protocol::{
     CreateTopic, ErrorCode, Fetch, FetchFrom, FetchReply, HelloReply, PartitionInfo, Partitioning,

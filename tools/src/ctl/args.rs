@@ -32,6 +32,11 @@ commands:
   consume STREAM TOPIC --partition P --from first|last|OFFSET|time:MS [--count N] [--follow]
                [--format value|offset|json]
       one message per line; stops at the log end (or after N messages) unless --follow.
+  consume STREAM TOPIC --group G [--count N] [--follow] [--format value|offset|json]
+      as a member of consumer group G: its share of the partitions, from the group's stored
+      offsets (the first message where none is stored), each offset stored once its messages
+      are printed (at-least-once); leaves the group at the end. --format offset prints
+      PARTITION, OFFSET and VALUE.
   status
       shards, partitions per shard, disk usage and per-partition offsets.
 
@@ -95,6 +100,8 @@ pub enum Command {
 pub struct Consume {
     pub stream: String,
     pub topic: String,
+    /// Consume as a member of this consumer group (then `partition` and `from` are unused).
+    pub group: Option<String>,
     pub partition: u32,
     pub from: FetchFrom,
     pub count: Option<u64>,
@@ -279,14 +286,23 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, UsageEr
             &["--partition", "--key"],
         ),
         ["consume", stream, topic] => {
-            let partition = match options.get("--partition") {
-                Some(value) => number::<u32>("--partition", value)?,
-                None => return usage("consume needs --partition P"),
-            };
-            let from = match options.get("--from") {
-                Some(value) => parse_from(value)?,
-                None => return usage("consume needs --from first|last|OFFSET|time:MS"),
-            };
+            let group = options.get("--group").cloned();
+            let (partition, from) =
+                match (&group, options.get("--partition"), options.get("--from")) {
+                    (Some(_), None, None) => (0, FetchFrom::First),
+                    (Some(_), _, _) => {
+                        return usage(
+                            "consume --group takes its partitions and offsets from the group",
+                        );
+                    }
+                    (None, Some(partition), Some(from)) => {
+                        (number::<u32>("--partition", partition)?, parse_from(from)?)
+                    }
+                    (None, None, _) => return usage("consume needs --partition P (or --group G)"),
+                    (None, _, None) => {
+                        return usage("consume needs --from first|last|OFFSET|time:MS");
+                    }
+                };
             let format = match options.get("--format").map(String::as_str) {
                 Some("value") => Format::Value,
                 Some("offset") => Format::Offset,
@@ -301,6 +317,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, UsageEr
                 Command::Consume(Consume {
                     stream: stream.to_string(),
                     topic: topic.to_string(),
+                    group,
                     partition,
                     from,
                     count: options
@@ -310,7 +327,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, UsageEr
                     follow: options.contains_key("--follow"),
                     format,
                 }),
-                &["--partition", "--from", "--count", "--follow", "--format"],
+                &["--partition", "--from", "--group", "--count", "--follow", "--format"],
             )
         }
         ["status"] => (Command::Status, &[]),
@@ -416,6 +433,7 @@ mod tests {
             Command::Consume(Consume {
                 stream: "s".into(),
                 topic: "t".into(),
+                group: None,
                 partition: 1,
                 from: FetchFrom::Timestamp(-5),
                 count: None,
@@ -423,6 +441,20 @@ mod tests {
                 format: Format::Json,
             })
         );
+        assert_eq!(
+            command("consume s t --group g --count 3"),
+            Command::Consume(Consume {
+                stream: "s".into(),
+                topic: "t".into(),
+                group: Some("g".into()),
+                partition: 0,
+                from: FetchFrom::First,
+                count: Some(3),
+                follow: false,
+                format: Format::Value,
+            })
+        );
+        assert!(run("consume s t --group g --partition 1").is_err());
         let Ok(Parsed::Run(cli)) = run("status --server a:1,b:2 --timeout-ms 5") else { panic!() };
         assert_eq!(cli.servers, ["a:1", "b:2"]);
         assert_eq!(cli.timeout_ms, 5);

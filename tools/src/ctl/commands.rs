@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use shoal_client::{
-    Client, ClientConfig, ClientError, CreateTopic, Durability, Fetch, FetchFrom, FetchedRecord,
-    PartitionInfo, Producer, ProducerConfig, TopicInfo,
+    Assignment, Client, ClientConfig, ClientError, ConsumerId, CreateTopic, Durability, ErrorCode,
+    Fetch, FetchFrom, FetchedRecord, GroupMember, GroupRef, JoinGroup, Membership, PartitionInfo,
+    PartitionRef, Poll, Producer, ProducerConfig, StoreOffset, TopicInfo,
 };
 
 use super::args::{Cli, Command, Consume, Format};
@@ -310,8 +311,198 @@ fn print_acks(producer: &mut Producer, json: bool) -> Outcome {
 
 // -- consume ----------------------------------------------------------------------------------
 
+/// A group member's session timeout: a killed `shoalctl` gives its partitions up this soon.
+const GROUP_SESSION_TIMEOUT_MS: u32 = 10_000;
+/// Heartbeats per session timeout.
+const HEARTBEATS_PER_SESSION: u32 = 4;
+/// How long one poll of a member with nothing to read waits for new data.
+const GROUP_POLL_WAIT_MS: u32 = 500;
+
 impl Consume {
     async fn run(self, client: &mut Client) -> Outcome {
+        match self.group.clone() {
+            Some(group) => self.run_in_group(client, group).await,
+            None => self.run_partition(client).await,
+        }
+    }
+
+    /// Consumes as a member of `group`: joins, then polls each assigned partition from the
+    /// group's stored offset and stores the offset after what it printed (at-least-once: a
+    /// crash between printing and storing prints those messages again to the next member).
+    /// Heartbeats keep the membership; a new generation brings a new share.
+    async fn run_in_group(self, client: &mut Client, group: String) -> Outcome {
+        let group_ref = GroupRef { stream: self.stream.clone(), topic: self.topic.clone(), group };
+        let consumer = ConsumerId::group(group_ref.group.clone());
+        let join = JoinGroup {
+            group: group_ref.clone(),
+            member: String::new(),
+            session_timeout_ms: GROUP_SESSION_TIMEOUT_MS,
+        };
+        let mut assignment = client.join_group(&join).await?;
+        let member = GroupMember { group: group_ref.clone(), member: assignment.member.clone() };
+        let heartbeat_every =
+            Duration::from_millis(u64::from(GROUP_SESSION_TIMEOUT_MS / HEARTBEATS_PER_SESSION));
+        let mut last_heartbeat = std::time::Instant::now();
+        let mut remaining = self.count;
+        let mut out = Vec::new();
+        let result: Outcome = async {
+            loop {
+                if remaining == Some(0) {
+                    return Ok(());
+                }
+                if last_heartbeat.elapsed() >= heartbeat_every {
+                    assignment = client.heartbeat(&member).await?;
+                    last_heartbeat = std::time::Instant::now();
+                }
+                let mut printed_any = false;
+                let idle = assignment.partitions.is_empty();
+                for &partition in &assignment.partitions.clone() {
+                    let count_max = remaining
+                        .map_or(FETCH_COUNT_MAX, |r| r.min(u64::from(FETCH_COUNT_MAX)) as u32);
+                    let poll = self.group_poll(
+                        &assignment,
+                        &consumer,
+                        partition,
+                        (FETCH_BYTES_MAX, count_max),
+                        0,
+                    );
+                    let fetched = match client.poll(&poll).await {
+                        Ok(fetched) => fetched,
+                        Err(error) if needs_new_assignment(&error) => {
+                            assignment = client.heartbeat(&member).await?;
+                            last_heartbeat = std::time::Instant::now();
+                            break;
+                        }
+                        Err(error) => return Err(error.into()),
+                    };
+                    out.clear();
+                    let mut next = None;
+                    for record in fetched.records() {
+                        let record = record?;
+                        self.format_group_record(partition, &record, &mut out);
+                        next = Some(record.offset + 1);
+                        if let Some(left) = remaining.as_mut() {
+                            *left -= 1;
+                            if *left == 0 {
+                                break;
+                            }
+                        }
+                    }
+                    let Some(next) = next else { continue };
+                    match write_stdout(&out) {
+                        Ok(()) => {}
+                        Err(Failure::StdoutClosed) => return Ok(()),
+                        Err(error) => return Err(error),
+                    }
+                    printed_any = true;
+                    let store = StoreOffset {
+                        partition: poll.partition,
+                        consumer: consumer.clone(),
+                        membership: poll.membership,
+                        offset: next,
+                    };
+                    match client.store_offset(&store).await {
+                        Ok(()) => {}
+                        // The share moved on: the next owner starts from the last stored offset.
+                        Err(error) if needs_new_assignment(&error) => {
+                            assignment = client.heartbeat(&member).await?;
+                            last_heartbeat = std::time::Instant::now();
+                            break;
+                        }
+                        Err(error) => return Err(error.into()),
+                    }
+                    if remaining == Some(0) {
+                        return Ok(());
+                    }
+                }
+                if !printed_any {
+                    if !self.follow && !idle {
+                        return Ok(());
+                    }
+                    // Nothing new anywhere: wait on the first partition (or, with none
+                    // assigned yet, just until the next heartbeat) instead of spinning.
+                    self.wait_for_data(client, &assignment, &consumer, heartbeat_every).await?;
+                }
+            }
+        }
+        .await;
+        // Leaving hands the partitions over at once instead of after the session timeout.
+        let left = client.leave_group(&member).await;
+        result?;
+        left.map_err(Failure::from)
+    }
+
+    /// Blocks until the first assigned partition has data (a long poll whose result is
+    /// discarded: the next round polls again from the stored offset) or `at_most` passes.
+    async fn wait_for_data(
+        &self,
+        client: &mut Client,
+        assignment: &Assignment,
+        consumer: &ConsumerId,
+        at_most: Duration,
+    ) -> Outcome {
+        let Some(&partition) = assignment.partitions.first() else {
+            monoio::time::sleep(at_most).await;
+            return Ok(());
+        };
+        let wait_ms_max = GROUP_POLL_WAIT_MS.min(at_most.as_millis() as u32);
+        let poll = self.group_poll(assignment, consumer, partition, (1, 1), wait_ms_max);
+        match client.poll(&poll).await {
+            Ok(_) => Ok(()),
+            Err(error) if needs_new_assignment(&error) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// A poll of `partition` for the group under `assignment`, committing nothing.
+    fn group_poll(
+        &self,
+        assignment: &Assignment,
+        consumer: &ConsumerId,
+        partition: u32,
+        (bytes_max, count_max): (u32, u32),
+        wait_ms_max: u32,
+    ) -> Poll {
+        Poll {
+            partition: PartitionRef {
+                stream: self.stream.clone(),
+                topic: self.topic.clone(),
+                partition,
+            },
+            consumer: consumer.clone(),
+            membership: Membership {
+                member: assignment.member.clone(),
+                generation: assignment.generation,
+            },
+            bytes_max,
+            count_max,
+            wait_ms_max,
+            auto_commit: false,
+        }
+    }
+
+    fn format_group_record(&self, partition: u32, record: &FetchedRecord<'_>, out: &mut Vec<u8>) {
+        if self.format == Format::Offset {
+            out.extend_from_slice(format!("{partition}\t").as_bytes());
+        }
+        if self.format == Format::Json {
+            let value = record.value.map(|v| String::from_utf8_lossy(v).into_owned());
+            let key = record.key.map(|k| String::from_utf8_lossy(k).into_owned());
+            let line = json!({
+                "partition": partition,
+                "offset": record.offset,
+                "timestamp_ms": record.timestamp_ms,
+                "key": key,
+                "value": value,
+            });
+            out.extend_from_slice(line.to_string().as_bytes());
+            out.push(b'\n');
+            return;
+        }
+        self.format_record(record, out);
+    }
+
+    async fn run_partition(self, client: &mut Client) -> Outcome {
         let mut position = self.from;
         let mut remaining = self.count;
         let mut out = Vec::new();
@@ -412,6 +603,15 @@ impl Consume {
             }
         }
     }
+}
+
+/// Whether a group member's request failed because its share changed: it must take the
+/// assignment in force (a heartbeat answers with it) before going on.
+fn needs_new_assignment(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Server { code: ErrorCode::StaleGeneration | ErrorCode::NotAssigned, .. }
+    )
 }
 
 // -- output -----------------------------------------------------------------------------------
