@@ -208,10 +208,11 @@ async fn consume(spec: ConsumerSpec) -> Result<ConsumerResult, String> {
     };
     // A group member polls whatever share it is given, so only a one-partition consumer has an
     // owning shard to connect to.
-    let target = spec
-        .group
-        .is_none()
-        .then(|| Target { stream: &spec.stream, topic: &spec.topic, partition: spec.partition });
+    let target = spec.group.is_none().then(|| Target {
+        stream: &spec.stream,
+        topic: &spec.topic,
+        partition: spec.partition,
+    });
     let (mut client, on_owner) = connect(config, target, spec.connect_to_owner)
         .await
         .map_err(|e| format!("connect: {e}"))?;
