@@ -50,10 +50,11 @@ environment variables (SHOAL_<KEY> or SHOAL_<SECTION>_<KEY>, e.g. SHOAL_SHARDS,
 SHOAL_NETWORK_CONNECTIONS_MAX), flags; docs/configuration.md lists every key. An invalid setting
 prints \"shoal: config: KEY: REASON\" and exits 2.
 
-Prints one JSON line {\"ready\":true,\"native\":\"ADDR\",\"metrics\":\"ADDR\",\"shards\":[ADDR,...]}
+Prints one JSON line once recovery is done and the listeners are bound:
+  {\"ready\":true,\"native\":\"ADDR\",\"metrics\":\"ADDR\",\"shards\":[\"ADDR\",...]}
 (no metrics field when the endpoint is off; shards, each shard's own listener, only with
-[network] shard_listen) once recovery is done and the listeners are bound. SIGINT or SIGTERM shuts
-down gracefully (flush, checkpoint, clean-shutdown flag, exit 0); a second signal exits at once.
+[network] shard_listen). SIGINT or SIGTERM shuts down gracefully (flush, checkpoint,
+clean-shutdown flag, exit 0); a second signal exits at once.
 ";
 
 /// Resolves the configuration from the command line, the config file and the environment, with

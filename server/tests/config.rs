@@ -1,7 +1,8 @@
 //! The real `shoal` binary's configuration, driven as an operator would: a config file, `SHOAL_*`
 //! variables and flags resolve in that order (checked through `--print-config`, which must start
 //! nothing and create no data directory); an invalid setting exits 2 naming its key, before any
-//! data directory exists; and `configs/test.toml` starts a server.
+//! data directory exists; `configs/i4i.4xlarge.toml` loads; and `configs/test.toml` starts a
+//! server.
 //!
 //! Every child runs with an emptied environment (so a `SHOAL_*` variable of the machine running
 //! the tests cannot change the outcome) and under a deadline.
@@ -153,6 +154,27 @@ fn help_prints_the_usage_and_exits_0() {
         ["--config", "--data-dir", "--listen", "--shards", "--cpus", "--profile", "--print-config"]
     {
         assert!(usage.contains(flag), "usage lacks {flag}: {usage}");
+    }
+}
+
+#[test]
+fn the_i4i_profile_loads_and_prints_as_shipped_and_unpinned() {
+    // --print-config pins nothing and touches no disk, so the 16-CPU profile loads on any box;
+    // --cpus none is how a smaller machine would run it.
+    for extra in [&[][..], &["--cpus", "none"][..]] {
+        let output = shoal(&[])
+            .arg("--config")
+            .arg(repo_file("configs/i4i.4xlarge.toml"))
+            .args(extra)
+            .arg("--print-config")
+            .output_within();
+        assert!(output.status.success(), "{extra:?}: {}", stderr(&output));
+        let toml = stdout(&output);
+        assert_eq!(printed(&toml, "", "shards"), Some("14"));
+        assert_eq!(printed(&toml, "network", "shard_listen"), Some("\"0.0.0.0:7100\""));
+        assert_eq!(printed(&toml, "shard", "uring_entries"), Some("1024"));
+        assert_eq!(printed(&toml, "shard", "sqpoll_idle_ms"), Some("0"));
+        assert_eq!(printed(&toml, "shard", "ring_budget_bytes"), Some("2147483648"));
     }
 }
 
