@@ -31,7 +31,8 @@ use shoal_engine::storage::uring::{UringStorage, runtime};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::ClientRequest;
 use shoal_replication::{
-    Clock, Node, NodeConfig, ReplicaConfig, ReplyResult, Request, Status, TICK_MS, Transport,
+    Clock, Node, NodeConfig, ReplicaConfig, ReplyResult, Request, RequestRefused, Status, TICK_MS,
+    Transport,
 };
 
 use crate::config::Config;
@@ -687,14 +688,13 @@ impl ShardState {
     }
 
     /// A request may reach this shard before the catalog that placed its group here does (when
-    /// shard 0 found this inbox full): install the published catalog first.
+    /// shard 0 found this inbox full), or after creating the group failed (a full disk had no
+    /// room for its directory): install the published catalog, which creates what is missing.
     async fn ensure_group(&mut self, group: u64) {
         if self.node.shard_mut().group(group).is_none() {
             let mut latest = Arc::clone(&self.catalog);
             self.published.refresh(&mut latest);
-            if latest.applied_op > self.catalog.applied_op {
-                self.install(latest).await;
-            }
+            self.install(latest).await;
         }
     }
 
@@ -708,12 +708,18 @@ impl ShardState {
         for (&group, queue) in self.waiting.iter_mut() {
             while !queue.is_empty() {
                 let room = match self.node.replica(group) {
-                    Some(replica) if self.node.group_failure(group).is_none() => {
+                    Some(replica)
+                        if self.node.group_failure(group).is_none()
+                            && !self.node.is_storage_full(group) =>
+                    {
                         replica.status() == Status::Normal
                             && replica.op() - replica.commit()
                                 < replica.config().pipeline_prepares_max
                     }
-                    _ => true, // on_client_request answers a missing or failed group at once
+                    // on_client_request answers a missing or failed group, or one whose storage
+                    // is full, at once: such a write must not wait behind a pipeline that
+                    // itself waits for disk space.
+                    _ => true,
                 };
                 if !room {
                     break;
@@ -732,9 +738,8 @@ impl ShardState {
                     Ok(()) => {
                         self.pending.insert(key, pending);
                     }
-                    Err(reason) => {
-                        let _ =
-                            pending.reply.send(Outcome::error(ErrorCode::PartitionFailed, reason));
+                    Err(refused) => {
+                        let _ = pending.reply.send(refusal(&refused));
                     }
                 }
             }
@@ -853,10 +858,10 @@ impl ShardState {
             append_time_ms: now,
         };
         metadata.pending.insert(key, reply);
-        if let Err(reason) = self.node.on_client_request(METADATA_GROUP, request)
+        if let Err(refused) = self.node.on_client_request(METADATA_GROUP, request)
             && let Some(slot) = self.metadata.as_mut().and_then(|m| m.pending.remove(&key))
         {
-            let _ = slot.send(Outcome::error(ErrorCode::PartitionFailed, reason));
+            let _ = slot.send(refusal(&refused));
         }
     }
 
@@ -1001,6 +1006,18 @@ fn result_error(result: &ReplyResult) -> Outcome {
             "outcome unknown: retry with the same request number",
         ),
     }
+}
+
+/// The answer to a request the node refused before it reached the replica.
+fn refusal(refused: &RequestRefused) -> Outcome {
+    let code = match refused {
+        // Retryable: the client may send it again once disk space is freed.
+        RequestRefused::StorageFull { .. } => ErrorCode::StorageFull,
+        RequestRefused::UnknownGroup { .. } | RequestRefused::GroupFailed { .. } => {
+            ErrorCode::PartitionFailed
+        }
+    };
+    Outcome::error(code, refused.to_string())
 }
 
 fn refuse(work: Work) {
