@@ -23,7 +23,7 @@ use crate::record::{ChainNext, RecordFault, check_next, check_standalone, prepar
 use crate::scan::Scanner;
 use crate::segment::{
     INDEX_ENTRY_SIZE_BYTES, INDEX_HEADER_SIZE_BYTES, INDEX_SUFFIX, IndexEntry, IndexSummary,
-    SegmentIndex, index_name, parse_log_name,
+    SPARE_NAME, SegmentIndex, index_name, parse_log_name,
 };
 use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
 use crate::superblock::{
@@ -718,6 +718,8 @@ impl<S: Storage> Checker<'_, S> {
         for name in &names {
             if let Some(base) = parse_log_name(name) {
                 bases.push(base);
+            } else if name == SPARE_NAME {
+                // Space made ready for the next segment: it holds no data to check.
             } else if parse_index_name(name).is_none() {
                 self.note(dir.join(name), None, "unknown file in the group directory");
             }

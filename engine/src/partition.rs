@@ -21,7 +21,9 @@ use crate::join::{Latch, join_all};
 use crate::record::{ChainNext, RecordFault, check_next, check_standalone, prepare_of};
 use crate::ring::{PrepareRing, RingBudget, RingFull, RingLimits, StoredPrepare};
 use crate::scan::Scanner;
-use crate::segment::{IndexSummary, SegmentIndex, index_name, log_name, parse_log_name};
+use crate::segment::{
+    IndexSummary, SPARE_NAME, SegmentIndex, index_name, log_name, parse_log_name,
+};
 use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
 use crate::superblock::{Checkpoint, Durability, Fence, GroupConfig, GroupSlot};
 use crate::wire::{HEADER_SIZE, Header};
@@ -102,6 +104,9 @@ struct SegmentMeta {
     /// Space made ready (reserved, or written) from the file's start: a write below it cannot
     /// run out of space. 0 when unknown (after recovery), so the next job reserves again.
     ready_end_bytes: u64,
+    /// Not created yet: the job that creates it renames the spare segment file instead, whose
+    /// reserved space `ready_end_bytes` stands for.
+    from_spare: bool,
 }
 
 impl SegmentMeta {
@@ -118,6 +123,7 @@ impl SegmentMeta {
             sealed: false,
             settled: false,
             ready_end_bytes: 0,
+            from_spare: false,
         }
     }
 
@@ -190,10 +196,11 @@ pub struct WriteOutcome {
     pub storage_full: bool,
 }
 
-/// Space a flush job makes ready before it writes: `[from_bytes, to_bytes)` of one segment.
+/// Space a flush job makes ready before it writes: `[from_bytes, to_bytes)` of one file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Reserve {
-    base_offset: u64,
+    /// The segment (by base offset), or `None` for the spare segment file.
+    base_offset: Option<u64>,
     from_bytes: u64,
     to_bytes: u64,
     /// The job's own writes land here: without it nothing of the job may be written. Otherwise
@@ -252,6 +259,12 @@ pub struct PartitionLog<S: Storage> {
     /// [`PartitionLog::retry_storage_full`], so a full disk is probed at the caller's pace
     /// rather than by every cycle).
     storage_retry: bool,
+    /// The spare segment file exists, with this much space reserved in it (0: unknown). It
+    /// makes a roll's new segment ready before the roll, so that a full disk is found while the
+    /// active segment still has room, not by the append that starts a new one.
+    spare_ready_end_bytes: Option<u64>,
+    /// A job reserving space in the spare is in flight: no roll takes the spare meanwhile.
+    spare_in_flight: bool,
     faulty: Option<String>,
     faulty_ops: FaultyOps,
 }
@@ -271,6 +284,8 @@ pub struct FlushJob<S: Storage> {
     chunk_marks: Vec<(u64, usize)>,
     /// Space to make ready before writing, in order: every `needed` one first.
     reserves: Vec<Reserve>,
+    /// The segment among `create` that takes the spare segment file (renamed, not created).
+    spare_for: Option<u64>,
     /// Opened when the job's I/O ended (or the job was dropped).
     done: Rc<Latch>,
     /// A block (segment, position) an earlier job in flight pads: this job's write of it waits
@@ -290,8 +305,8 @@ impl<S: Storage> Drop for FlushJob<S> {
 pub struct FlushDone<S: Storage> {
     job: FlushJob<S>,
     created: Vec<(u64, Rc<S::File>)>,
-    /// The reservations that succeeded: (segment, ready end).
-    reserved: Vec<(u64, u64)>,
+    /// The reservations that succeeded: (segment, or `None` for the spare; ready end).
+    reserved: Vec<(Option<u64>, u64)>,
     outcome: WriteOutcome,
     result: Result<()>,
 }
@@ -318,11 +333,22 @@ impl<S: Storage> FlushJob<S> {
     async fn run_inner(
         &self,
         created: &mut Vec<(u64, Rc<S::File>)>,
-        reserved: &mut Vec<(u64, u64)>,
+        reserved: &mut Vec<(Option<u64>, u64)>,
         outcome: &mut WriteOutcome,
     ) -> Result<()> {
+        let spare_path = self.dir.join(SPARE_NAME);
         for &base in &self.create {
             let path = self.dir.join(log_name(base));
+            if self.spare_for == Some(base) {
+                // The spare's reserved space becomes the new segment's (durable with the
+                // directory sync below; a crash before leaves an empty segment or the spare).
+                self.storage.rename(&spare_path, &path).await.map_err(|e| {
+                    Error::preparing(format!("renaming the spare to {}", path.display()), e)
+                })?;
+                let file = open_segment(&self.storage, &path, OpenMode::ReadWrite).await?;
+                created.push((base, Rc::new(file)));
+                continue;
+            }
             // Nothing depends on a file that does not exist yet: ENOSPC here is clean.
             let file = self
                 .storage
@@ -346,10 +372,18 @@ impl<S: Storage> FlushJob<S> {
         };
         for reserve in &self.reserves {
             let Reserve { base_offset, from_bytes, to_bytes, needed } = *reserve;
-            let result = file_of(base_offset).allocate(from_bytes, to_bytes - from_bytes).await;
-            match result.map_err(|e| {
-                Error::preparing(format!("reserving space in group {} segment", self.group), e)
-            }) {
+            let result = match base_offset {
+                Some(base) => {
+                    file_of(base).allocate(from_bytes, to_bytes - from_bytes).await.map_err(|e| {
+                        Error::preparing(
+                            format!("reserving space in group {} segment", self.group),
+                            e,
+                        )
+                    })
+                }
+                None => self.reserve_spare(&spare_path, from_bytes, to_bytes).await,
+            };
+            match result {
                 Ok(()) => reserved.push((base_offset, to_bytes)),
                 // The step ahead failed, but every write of this job lands in space already
                 // ready: they go out, and the group reports storage full.
@@ -389,6 +423,19 @@ impl<S: Storage> FlushJob<S> {
         }
         outcome.bytes_written = self.writes.iter().map(|(_, _, bytes)| bytes.len() as u64).sum();
         Ok(())
+    }
+
+    /// Creates the spare segment file if missing and reserves `[from, to)` in it. Its directory
+    /// entry is not synced: a spare lost in a crash is simply made again.
+    async fn reserve_spare(&self, path: &Path, from_bytes: u64, to_bytes: u64) -> Result<()> {
+        let file = self
+            .storage
+            .open(path, OpenMode::CreateReadWrite, false)
+            .await
+            .map_err(|e| Error::preparing(format!("creating {}", path.display()), e))?;
+        file.allocate(from_bytes, to_bytes - from_bytes)
+            .await
+            .map_err(|e| Error::preparing(format!("reserving space in {}", path.display()), e))
     }
 }
 
@@ -768,8 +815,17 @@ impl<S: Storage> PartitionLog<S> {
                             >= self.config.segment_age_ms_max as i64))
         });
         // On a full disk only what fits the space already made ready is taken: it is sure to
-        // be written. A roll needs a new file and new space.
-        if self.storage_full && (roll || !self.fits_ready_space(size)) {
+        // be written. A roll needs new space: the spare segment's.
+        let fits = if roll {
+            // The new segment would take the spare's space, if any is ready.
+            !self.spare_in_flight
+                && self.spare_ready_end_bytes.is_some_and(|end| {
+                    (size as u64).next_multiple_of(BLOCK_SIZE_BYTES as u64) <= end
+                })
+        } else {
+            self.fits_ready_space(size)
+        };
+        if self.storage_full && !fits {
             return Err(Error::StorageFull);
         }
         self.ring.reserve(size, self.written.op).map_err(|RingFull| {
@@ -1032,6 +1088,12 @@ impl<S: Storage> PartitionLog<S> {
                 self.storage_full = false;
             }
         }
+        let spare_for = create.iter().copied().find(|base| {
+            self.segments.iter().any(|meta| meta.base_offset == *base && meta.from_spare)
+        });
+        if reserves.iter().any(|reserve| reserve.base_offset.is_none()) {
+            self.spare_in_flight = true;
+        }
         let done = Rc::new(Latch::default());
         let after = self.tail_in_flight.clone().filter(|(_, _, latch)| !latch.is_open());
         let mut writes = Vec::new();
@@ -1089,6 +1151,7 @@ impl<S: Storage> PartitionLog<S> {
             target_appended_bytes,
             chunk_marks,
             reserves,
+            spare_for,
             done,
             after,
         })
@@ -1128,7 +1191,7 @@ impl<S: Storage> PartitionLog<S> {
             let to = meta.end_bytes.next_multiple_of(block);
             if to > from {
                 reserves.push(Reserve {
-                    base_offset: meta.base_offset,
+                    base_offset: Some(meta.base_offset),
                     from_bytes: from,
                     to_bytes: to,
                     needed: true,
@@ -1146,7 +1209,7 @@ impl<S: Storage> PartitionLog<S> {
                 let to = (data_end + self.shared.ready_ahead_bytes).min(limit).max(data_end);
                 if to > from {
                     reserves.push(Reserve {
-                        base_offset: active.base_offset,
+                        base_offset: Some(active.base_offset),
                         from_bytes: from,
                         to_bytes: to,
                         needed: false,
@@ -1154,7 +1217,33 @@ impl<S: Storage> PartitionLog<S> {
                 }
             }
         }
+        if self.spare_wanted() {
+            reserves.push(Reserve {
+                base_offset: None,
+                from_bytes: self.spare_ready_end_bytes.unwrap_or(0),
+                to_bytes: self.spare_target_bytes(),
+                needed: false,
+            });
+        }
         reserves
+    }
+
+    /// How much space the spare segment file should have ready: a step, within one segment.
+    fn spare_target_bytes(&self) -> u64 {
+        self.shared.ready_ahead_bytes.min(self.segment_limit_bytes())
+    }
+
+    /// Whether the spare segment file should be made (more) ready now: once the active segment
+    /// is within half a step of its end (its own space ahead can grow no further), or before
+    /// the group's first segment.
+    fn spare_wanted(&self) -> bool {
+        let near_end = self.segments.last().is_none_or(|active| {
+            let data_end = active.end_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64);
+            data_end + self.shared.ready_ahead_bytes / 2 >= self.segment_limit_bytes()
+        });
+        near_end
+            && !self.spare_in_flight
+            && self.spare_ready_end_bytes.is_none_or(|end| end < self.spare_target_bytes())
     }
 
     /// How far a segment's space is ready: reserved, or occupied by what is on file or being
@@ -1268,13 +1357,14 @@ impl<S: Storage> PartitionLog<S> {
     /// Whether the space made ready ahead of the active segment's tail has fallen below half a
     /// step (or is unknown, after recovery).
     fn needs_ready(&self) -> bool {
-        self.segments.last().is_some_and(|active| {
+        let active_behind = self.segments.last().is_some_and(|active| {
             self.files.contains_key(&active.base_offset)
                 && self.ready_end_of(active)
                     < self.ready_wanted_end_bytes(
                         active.end_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64),
                     )
-        })
+        });
+        active_behind || self.spare_wanted()
     }
 
     /// How far the active segment must be ready once its data reaches `data_end_bytes`: half
@@ -1315,8 +1405,31 @@ impl<S: Storage> PartitionLog<S> {
         }
         // Space made ready stays ready whatever became of the writes.
         for (base, end) in reserved.iter().copied() {
-            if let Some(meta) = self.segments.iter_mut().find(|meta| meta.base_offset == base) {
-                meta.ready_end_bytes = meta.ready_end_bytes.max(end);
+            match base {
+                Some(base) => {
+                    if let Some(meta) =
+                        self.segments.iter_mut().find(|meta| meta.base_offset == base)
+                    {
+                        meta.ready_end_bytes = meta.ready_end_bytes.max(end);
+                    }
+                }
+                None => {
+                    self.spare_ready_end_bytes =
+                        Some(self.spare_ready_end_bytes.unwrap_or(0).max(end));
+                }
+            }
+        }
+        if job.reserves.iter().any(|reserve| reserve.base_offset.is_none()) {
+            self.spare_in_flight = false;
+        }
+        for meta in self.segments.iter_mut().filter(|meta| meta.from_spare) {
+            if self.files.contains_key(&meta.base_offset) {
+                meta.from_spare = false;
+            } else if job.spare_for == Some(meta.base_offset) {
+                // The rename did not happen: whatever became of the spare, this segment is
+                // created like any other, with no space of its own yet.
+                meta.from_spare = false;
+                meta.ready_end_bytes = 0;
             }
         }
         if self.flush_failed {
@@ -1675,7 +1788,15 @@ impl<S: Storage> PartitionLog<S> {
         if let Some(active) = self.segments.last_mut() {
             active.sealed = true;
         }
-        self.segments.push(SegmentMeta::new(base_offset, first_op));
+        let mut meta = SegmentMeta::new(base_offset, first_op);
+        if !self.spare_in_flight
+            && let Some(ready_end_bytes) = self.spare_ready_end_bytes.take()
+        {
+            // The new segment takes the spare's space (the job creating it renames the spare).
+            meta.from_spare = true;
+            meta.ready_end_bytes = ready_end_bytes;
+        }
+        self.segments.push(meta);
         self.chunks.push_back(chunk);
         self.tail_prefix.clear();
         Ok(())
@@ -1883,6 +2004,8 @@ impl<S: Storage> PartitionLog<S> {
             truncation: None,
             storage_full: false,
             storage_retry: false,
+            spare_ready_end_bytes: None,
+            spare_in_flight: false,
             faulty: None,
             faulty_ops: FaultyOps::default(),
         }
@@ -2237,7 +2360,31 @@ impl<S: Storage> PartitionLog<S> {
             // Its reservation is unknown (`ready_end_bytes` 0): the first flush reserves again.
             self.files.insert(active.base_offset, Rc::new(file));
         }
+        if names.iter().any(|name| name == SPARE_NAME) {
+            self.adopt_spare().await?;
+        }
         Ok(())
+    }
+
+    /// A spare segment file left by the previous run is reused (reserving again over what it
+    /// holds costs no new space, which matters on a full disk); one that is not empty was never
+    /// ours to write and goes.
+    async fn adopt_spare(&mut self) -> Result<()> {
+        let path = self.dir.join(SPARE_NAME);
+        let file = self
+            .storage
+            .open(&path, OpenMode::Read, false)
+            .await
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let size = file.size_bytes().await.map_err(|e| Error::io("sizing the spare", e))?;
+        if size == 0 {
+            self.spare_ready_end_bytes = Some(0);
+            return Ok(());
+        }
+        self.storage
+            .remove_file(&path)
+            .await
+            .map_err(|e| Error::io(format!("removing {}", path.display()), e))
     }
 
     /// Overwrites a segment's bytes past `end` (the chain's end) with zeros and syncs, when

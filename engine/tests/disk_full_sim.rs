@@ -102,11 +102,24 @@ impl Model {
     }
 }
 
-/// Fills the disk while appending to `FILLED`, then frees space. With `at_roll`, the disk fills
-/// exactly as an append starts a new segment, so data accepted before the engine knew waits in
-/// memory for space; otherwise it fills while space ahead of the tail is still ready.
-fn fill_then_free(seed: u64, durability: Durability, at_roll: bool) {
-    let what = format!("seed {seed}, {durability:?}, at roll {at_roll}");
+/// How the disk fills up under `FILLED`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fill {
+    /// While space ahead of the active segment's tail is still ready: appends go on into it,
+    /// then are refused; everything taken is written and acknowledged.
+    Ahead,
+    /// Exactly as appends start a new segment: the spare segment made ready earlier takes the
+    /// roll, so this is as clean as `Ahead`.
+    AtRoll,
+    /// After a burst of appends larger than the space ready, taken before the flush that finds
+    /// the disk full: that data waits in memory for space (unacknowledged in a `replicated`
+    /// group, acknowledged through the journal in a `persisted` one).
+    Burst,
+}
+
+/// Fills the disk while appending to `FILLED`, then frees space.
+fn fill_then_free(seed: u64, durability: Durability, fill: Fill) {
+    let what = format!("seed {seed}, {durability:?}, {fill:?}");
     let sim = Sim::new(seed, SimConfig::default());
     let (mut shard, _) = open(&sim);
     sim.block_on(shard.create_group(OTHER, group_config(Durability::Persisted))).unwrap();
@@ -118,17 +131,26 @@ fn fill_then_free(seed: u64, durability: Durability, at_roll: bool) {
     }
     other.flush(&sim, &mut shard, OTHER);
 
-    // A 1 MiB segment holds 35 records of 29 KiB; stop two short of the roll for `at_roll`.
-    let records = if at_roll { 34 } else { 10 };
+    // A 1 MiB segment holds 35 records of 29 KiB; `AtRoll` stops two short of the roll.
+    let records = if fill == Fill::AtRoll { 34 } else { 10 };
     for _ in 0..records {
         filled.try_append(&mut shard, FILLED, 29_000).unwrap();
         filled.flush(&sim, &mut shard, FILLED);
     }
-    sim.set_capacity_bytes(sim.used_bytes() + if at_roll { 0 } else { 16 << 10 });
+    if fill == Fill::Burst {
+        // 12 × 29 KiB, more than the 256 KiB step ready ahead, with no flush in between.
+        for _ in 0..12 {
+            filled.try_append(&mut shard, FILLED, 29_000).unwrap();
+        }
+    }
+    sim.set_capacity_bytes(sim.used_bytes() + if fill == Fill::Ahead { 16 << 10 } else { 0 });
 
     // Appends go on while they fit the space already made ready, then are refused.
     let mut refused = false;
     for _ in 0..200 {
+        if filled.flush(&sim, &mut shard, FILLED) && fill != Fill::Burst {
+            panic!("{what}: only data taken beyond the space ready waits for space");
+        }
         match filled.try_append(&mut shard, FILLED, 29_000) {
             Ok(_) => {}
             Err(Error::StorageFull) => {
@@ -139,22 +161,29 @@ fn fill_then_free(seed: u64, durability: Durability, at_roll: bool) {
             Err(Error::LimitReached(_)) => {}
             Err(error) => panic!("{what}: {error}"),
         }
-        filled.flush(&sim, &mut shard, FILLED);
     }
+    filled.flush(&sim, &mut shard, FILLED);
     assert!(refused, "{what}: a full disk refuses appends");
     let log = shard.group(FILLED).unwrap();
     assert!(log.is_storage_full(), "{what}");
     assert!(log.faulty_reason().is_none(), "{what}: storage full is not fail-stop");
     assert!(shard.failure().is_none(), "{what}");
     let last = *filled.appended.keys().last().unwrap();
-    if at_roll && durability == Durability::Replicated {
-        // What the disk had no room for waits in memory, unacknowledged.
-        assert!(shard.group(FILLED).unwrap().has_unwritten(), "{what}");
-        assert!(filled.acknowledged < last, "{what}: acknowledged without room");
+    match fill {
+        Fill::Ahead | Fill::AtRoll => {
+            // Everything taken fit the space made ready: all written and acknowledged.
+            assert_eq!(filled.acknowledged, last, "{what}");
+            assert!(!log.has_unwritten() || durability == Durability::Persisted, "{what}");
+        }
+        Fill::Burst if durability == Durability::Replicated => {
+            // What the disk had no room for waits in memory, unacknowledged.
+            assert!(log.has_unwritten(), "{what}");
+            assert!(filled.acknowledged < last, "{what}: acknowledged without room");
+        }
+        Fill::Burst => {}
     }
-    if !at_roll {
-        // Everything taken fit the space made ready: it is all written and acknowledged.
-        assert_eq!(filled.acknowledged, last, "{what}");
+    if fill == Fill::AtRoll {
+        assert_eq!(log.segment_count(), 2, "{what}: the roll took the spare");
     }
 
     // Refused again and again, while flushes and reads go on: no failure, no busy probing.
@@ -222,8 +251,8 @@ fn fill_then_free(seed: u64, durability: Durability, at_roll: bool) {
 fn full_disk_refuses_appends_keeps_the_group_and_resumes_once_space_is_freed() {
     for seed in 0..4 {
         for durability in [Durability::Replicated, Durability::Persisted] {
-            for at_roll in [false, true] {
-                fill_then_free(30 + seed, durability, at_roll);
+            for fill in [Fill::Ahead, Fill::AtRoll, Fill::Burst] {
+                fill_then_free(30 + seed, durability, fill);
             }
         }
     }
@@ -329,4 +358,65 @@ fn enospc_from_a_journal_sync_stops_the_shard() {
     assert!(sim.block_on(shard.flush()).is_err(), "the shard stops");
     assert!(shard.failure().is_some());
     assert_eq!(shard.durable_op(FILLED), Some(1), "nothing unsynced counts as durable");
+}
+
+fn spare_path() -> PathBuf {
+    group_dir(Path::new(DIR), FILLED).join(shoal_engine::segment::SPARE_NAME)
+}
+
+/// The spare segment file makes the next segment's space ready before the roll: it is there
+/// once the active segment nears its end, survives a restart (reused, so a full disk after a
+/// restart still has it), takes the roll without new space, and `shoal-inspect` knows it.
+#[test]
+fn spare_segment_takes_the_roll_on_a_full_disk_after_a_restart() {
+    let sim = Sim::new(43, SimConfig::default());
+    let (mut shard, _) = open(&sim);
+    sim.block_on(shard.create_group(FILLED, group_config(Durability::Replicated))).unwrap();
+    let mut model = Model::default();
+    for _ in 0..33 {
+        model.try_append(&mut shard, FILLED, 29_000).unwrap();
+        model.flush(&sim, &mut shard, FILLED);
+    }
+    assert_eq!(shard.group(FILLED).unwrap().segment_count(), 1);
+    assert!(sim.file_contents(&spare_path()).is_some_and(|c| c.is_empty()), "spare made");
+    sim.block_on(shard.close()).unwrap();
+    let report = sim.block_on(shoal_engine::inspect::inspect(&sim.storage(), Path::new("/data")));
+    assert!(report.is_clean(), "{report:?}");
+    assert!(report.notes.iter().all(|note| note.file != spare_path()), "{:?}", report.notes);
+
+    // Restart on a disk that is now full: what was reserved before is still there.
+    sim.set_capacity_bytes(sim.used_bytes());
+    let (mut shard, _) = open(&sim);
+    for _ in 0..6 {
+        match model.try_append(&mut shard, FILLED, 29_000) {
+            Ok(_) => {}
+            Err(Error::StorageFull) => break,
+            Err(error) => panic!("{error}"),
+        }
+        assert!(!model.flush(&sim, &mut shard, FILLED), "nothing waits for space");
+    }
+    let log = shard.group(FILLED).unwrap();
+    assert_eq!(log.segment_count(), 2, "rolled into the spare");
+    assert!(sim.file_contents(&spare_path()).is_none(), "the spare became the new segment");
+    assert_eq!(model.acknowledged, *model.appended.keys().last().unwrap());
+    model.check(&sim, &mut shard, FILLED, "after the roll into the spare");
+
+    // A spare that is not empty was never the engine's: recovery removes it.
+    sim.set_capacity_bytes(u64::MAX);
+    drop(shard);
+    let storage = sim.storage();
+    let file = sim
+        .block_on(shoal_engine::storage::Storage::open(
+            &storage,
+            &spare_path(),
+            shoal_engine::storage::OpenMode::CreateReadWrite,
+            false,
+        ))
+        .unwrap();
+    sim.block_on(shoal_engine::storage::StorageFile::write_at(&file, Bytes::from_static(b"x"), 0))
+        .unwrap();
+    drop(file);
+    let (mut shard, _) = open(&sim);
+    assert!(sim.file_contents(&spare_path()).is_none(), "a written spare is removed");
+    model.check(&sim, &mut shard, FILLED, "after removing a written spare");
 }
