@@ -705,6 +705,13 @@ impl<S: Storage> Shard<S> {
         !self.settle_blocked.is_empty() || self.groups.values().any(PartitionLog::is_storage_full)
     }
 
+    /// How many groups refuse appends for lack of disk space (their writes of what they hold
+    /// go on). Unlike [`Shard::is_storage_full`] it ignores checkpoints waiting for room, which
+    /// come and go with every retry.
+    pub fn storage_full_group_count(&self) -> usize {
+        self.groups.values().filter(|log| log.is_storage_full()).count()
+    }
+
     /// Lets the next flush cycle and checkpoint job try again what a full disk refused: each
     /// storage-full group's reservation, and the index files of rolled segments. The caller
     /// paces this (the node layer calls it once per tick): a full disk is probed at that pace,

@@ -350,6 +350,12 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.shard.group(group).is_some_and(|log| log.is_storage_full())
     }
 
+    /// How many groups of this shard refuse client requests for lack of disk space; for logs
+    /// and status.
+    pub fn storage_full_group_count(&self) -> usize {
+        self.shard.storage_full_group_count()
+    }
+
     /// Whether [`Node::run_io`] has anything to do.
     pub fn has_io(&self) -> bool {
         !self.writes.is_empty()

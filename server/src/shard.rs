@@ -280,6 +280,8 @@ struct ShardState {
     waiting_count: usize,
     /// Disk reads completed by their tasks.
     reads_done: Rc<RefCell<Vec<ReadDone>>>,
+    /// Groups refusing writes for lack of disk space at the last tick (logged when it changes).
+    storage_full_groups: usize,
     /// Canary: the offset each group's next acknowledged-on-receipt write is promised.
     #[cfg(feature = "canary-ack-on-receipt")]
     predicted_offsets: HashMap<u64, u64>,
@@ -340,6 +342,7 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         waiting: BTreeMap::new(),
         waiting_count: 0,
         reads_done: Rc::new(RefCell::new(Vec::new())),
+        storage_full_groups: 0,
         #[cfg(feature = "canary-ack-on-receipt")]
         predicted_offsets: HashMap::new(),
     };
@@ -563,6 +566,7 @@ impl ShardState {
                 if ticks.is_multiple_of(RETENTION_INTERVAL_TICKS) {
                     self.enforce_retention().await;
                 }
+                self.log_storage_full();
                 if !SUBMIT_AT_ONCE {
                     self.submit_waiting();
                 }
@@ -586,6 +590,25 @@ impl ShardState {
                     pending.reply.send(Outcome::error(ErrorCode::ShuttingDown, "shutting down"));
             }
         }
+    }
+
+    /// Says when partitions start or stop refusing writes for lack of disk space (once per
+    /// change, checked every tick).
+    fn log_storage_full(&mut self) {
+        let full = self.node.storage_full_group_count();
+        if full == self.storage_full_groups {
+            return;
+        }
+        if full > 0 {
+            eprintln!(
+                "shoal: shard {}: storage full: {full} partition(s) refuse produce with \
+                 StorageFull until disk space is freed",
+                self.index
+            );
+        } else {
+            eprintln!("shoal: shard {}: disk space is back: writes go through again", self.index);
+        }
+        self.storage_full_groups = full;
     }
 
     /// Deletes sealed segments beyond each topic's retention.
