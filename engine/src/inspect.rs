@@ -719,7 +719,16 @@ impl<S: Storage> Checker<'_, S> {
             if let Some(base) = parse_log_name(name) {
                 bases.push(base);
             } else if name == SPARE_NAME {
-                // Space made ready for the next segment: it holds no data to check.
+                // Space made ready for the next segment: it holds no data to check, and is
+                // never written.
+                let path = dir.join(name);
+                let size = match self.storage.open(&path, OpenMode::Read, false).await {
+                    Ok(file) => file.size_bytes().await.unwrap_or(0),
+                    Err(_) => 0,
+                };
+                if size > 0 {
+                    self.note(path, None, "spare segment file is not empty; open removes it");
+                }
             } else if parse_index_name(name).is_none() {
                 self.note(dir.join(name), None, "unknown file in the group directory");
             }

@@ -882,12 +882,11 @@ impl<S: Storage> Shard<S> {
     /// was pending.
     ///
     /// A checkpoint job that is due runs after the cycle (the node layer runs them side by side
-    /// instead). Each call tries again once what a full disk refused
-    /// ([`Shard::retry_storage_full`]): the caller paces it. A full disk is in the report
-    /// (`storage_full`, or [`Shard::is_storage_full`] for a checkpoint), never an error.
+    /// instead). What a full disk refused is tried again only after
+    /// [`Shard::retry_storage_full`]; a full disk is in the report (`storage_full`, or
+    /// [`Shard::is_storage_full`]), never an error.
     pub async fn flush(&mut self) -> Result<FlushReport> {
         self.check_serving()?;
-        self.retry_storage_full();
         let mut report = FlushReport::default();
         if let Some(flush) = self.begin_flush() {
             let done = flush.run().await;
@@ -910,10 +909,13 @@ impl<S: Storage> Shard<S> {
         self.check_serving()?;
         assert!(self.flushes_in_flight == 0 && !self.checkpoint_in_flight, "truncate between jobs");
         // Everything appended must be on the segment first (a checkpoint writes it all). On a
-        // full disk that cannot happen yet: the caller retries later.
+        // full disk that may not be possible yet: the caller retries later.
         while self.groups.get(&group).ok_or_else(|| unknown(group))?.has_unwritten() {
             self.checkpoint_wanted.insert(group);
-            if self.flush().await?.storage_full {
+            let written = self.groups[&group].written_op();
+            let report = self.flush().await?;
+            let log = &self.groups[&group];
+            if report.storage_full || (log.is_storage_full() && log.written_op() == written) {
                 return Err(Error::StorageFull);
             }
         }
@@ -960,6 +962,8 @@ impl<S: Storage> Shard<S> {
             self.flushes_in_flight == 0 && !self.checkpoint_in_flight,
             "close with nothing in flight"
         );
+        // One more try at what a full disk refused, so that whatever fits now is written.
+        self.retry_storage_full();
         for _ in 0..4 {
             self.checkpoint_wanted.extend(self.groups.keys().copied());
             self.marker_wanted = true;

@@ -72,9 +72,10 @@ impl Model {
         Ok(next.op)
     }
 
-    /// One flush (with its retry of what a full disk refused); what it made durable counts as
-    /// acknowledged.
+    /// One flush, after allowing a retry of what a full disk refused (as the node layer does
+    /// once per tick); what it made durable counts as acknowledged.
     fn flush(&mut self, sim: &Sim, shard: &mut Shard<SimStorage>, group: u64) -> bool {
+        shard.retry_storage_full();
         let report = sim.block_on(shard.flush()).expect("a full disk is no error");
         assert!(report.failed.is_empty(), "{report:?}");
         self.acknowledged = self.acknowledged.max(shard.durable_op(group).unwrap_or(0));
@@ -416,6 +417,8 @@ fn spare_segment_takes_the_roll_on_a_full_disk_after_a_restart() {
     sim.block_on(shoal_engine::storage::StorageFile::write_at(&file, Bytes::from_static(b"x"), 0))
         .unwrap();
     drop(file);
+    let report = sim.block_on(shoal_engine::inspect::inspect(&sim.storage(), Path::new("/data")));
+    assert!(report.notes.iter().any(|note| note.file == spare_path()), "{:?}", report.notes);
     let (mut shard, _) = open(&sim);
     assert!(sim.file_contents(&spare_path()).is_none(), "a written spare is removed");
     model.check(&sim, &mut shard, FILLED, "after removing a written spare");

@@ -76,8 +76,9 @@ impl Namespace {
     fn free_bytes(&self) -> u64 {
         let path = self.reach(&self.mount);
         let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: statvfs writes into the zeroed struct we own; the path is a valid C string.
+        // SAFETY: statvfs is plain old data, for which all zeros is a valid value.
         let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: statvfs writes into the struct we own; the path is a valid C string.
         let rc = unsafe { libc::statvfs(c_path.as_ptr(), &mut stats) };
         assert_eq!(rc, 0, "statvfs {}: {}", path.display(), std::io::Error::last_os_error());
         stats.f_bavail as u64 * stats.f_frsize as u64
@@ -274,14 +275,23 @@ fn create_topic(client: &mut Raw, topic: &str, durability: Durability) {
     client.call(Operation::CreateTopic, &create.encode()).ok();
 }
 
-/// Allocates `bytes` to a new file (without writing them: fallocate), so the file system is
-/// that much fuller at once.
-fn fill(path: &Path, bytes: u64) {
-    let file = File::create(path).expect("filler");
-    // SAFETY: fallocate on a descriptor we own for the call's duration.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, bytes as libc::off_t) };
-    assert_eq!(rc, 0, "fallocate the filler: {}", std::io::Error::last_os_error());
-    file.sync_all().expect("sync the filler");
+/// Allocates a file (without writing it: fallocate) that leaves about `left_bytes` free on the
+/// namespace's file system. The server may reserve space meanwhile (it makes space ready ahead
+/// on its own), so a filler that no longer fits is measured again, a bounded number of times.
+fn fill(namespace: &Namespace, path: &Path, left_bytes: u64) {
+    let file = File::create(namespace.reach(path)).expect("filler");
+    for _ in 0..16 {
+        let bytes = namespace.free_bytes().saturating_sub(left_bytes);
+        // SAFETY: fallocate on a descriptor we own for the call's duration.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, bytes as libc::off_t) };
+        if rc == 0 {
+            file.sync_all().expect("sync the filler");
+            return;
+        }
+        let error = std::io::Error::last_os_error();
+        assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "fallocate the filler: {error}");
+    }
+    panic!("the free space kept shrinking under the filler");
 }
 
 #[test]
@@ -321,7 +331,7 @@ fn full_disk_refuses_produce_with_storage_full_and_resumes_once_space_is_freed()
     let filler = namespace.mount.join("filler");
     let free = namespace.free_bytes();
     assert!(free > LEFT_FREE_BYTES * 4, "{free} bytes free on a fresh {}", namespace.kind);
-    fill(&namespace.reach(&filler), free - LEFT_FREE_BYTES);
+    fill(&namespace, &filler, LEFT_FREE_BYTES);
 
     // Producing to one partition ends in StorageFull: a clean, retryable refusal.
     let mut index = acked_full.len();
