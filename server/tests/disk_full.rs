@@ -125,13 +125,19 @@ impl OutputWithinChecked for Command {
     }
 }
 
-/// Starts the helper: a private mount namespace in which `mount_script` mounts on `mount`, then
-/// it waits for its stdin to close.
-fn helper(mount: &Path, mount_script: &str, kind: &'static str) -> Result<Namespace, String> {
+/// Starts the helper: a private mount namespace in which `mount_script` mounts on `$1` (`mount`,
+/// with `source` as `$2`), then it waits for its stdin to close.
+fn helper(
+    mount: &Path,
+    source: &Path,
+    mount_script: &str,
+    kind: &'static str,
+) -> Result<Namespace, String> {
     let script = format!("{mount_script} || exit 3; echo mounted; exec cat");
     let mut child = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "--", "sh", "-c", &script, "sh"])
         .arg(mount)
+        .arg(source)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -193,8 +199,7 @@ fn namespace(dir: &Path) -> Result<Namespace, String> {
             run(Command::new("mkfs.ext4").args(["-q", "-F", "-b", "4096", "-m", "0"]).arg(&image))
         })
         .and_then(|()| {
-            let script = format!("mount -o loop '{}' \"$1\"", image.display());
-            helper(&mount, &script, "ext4 on a loop device")
+            helper(&mount, &image, "mount -o loop \"$2\" \"$1\"", "ext4 on a loop device")
         });
     let ext4_error = match ext4 {
         Ok(mut namespace) => {
@@ -203,8 +208,8 @@ fn namespace(dir: &Path) -> Result<Namespace, String> {
         }
         Err(error) => error,
     };
-    let script = format!("mount -t tmpfs -o size={FS_BYTES} shoal-disk-full \"$1\"");
-    helper(&mount, &script, "tmpfs")
+    let script = format!("mount -t tmpfs -o size={FS_BYTES} \"$2\" \"$1\"");
+    helper(&mount, Path::new("shoal-disk-full"), &script, "tmpfs")
         .map_err(|tmpfs_error| format!("{ext4_error}; and {tmpfs_error}"))
 }
 
