@@ -265,6 +265,9 @@ pub struct PartitionLog<S: Storage> {
     spare_ready_end_bytes: Option<u64>,
     /// A job reserving space in the spare is in flight: no roll takes the spare meanwhile.
     spare_in_flight: bool,
+    /// A segment took the spare and the job renaming it has not finished: the file
+    /// `spare.segment` is that segment's, so no new spare is made meanwhile.
+    spare_claimed: bool,
     faulty: Option<String>,
     faulty_ops: FaultyOps,
 }
@@ -1088,9 +1091,10 @@ impl<S: Storage> PartitionLog<S> {
                 self.storage_full = false;
             }
         }
-        let spare_for = create.iter().copied().find(|base| {
-            self.segments.iter().any(|meta| meta.base_offset == *base && meta.from_spare)
-        });
+        let spare_for = create
+            .iter()
+            .copied()
+            .find(|base| self.segment(*base).is_some_and(|meta| meta.from_spare));
         if reserves.iter().any(|reserve| reserve.base_offset.is_none()) {
             self.spare_in_flight = true;
         }
@@ -1183,10 +1187,9 @@ impl<S: Storage> PartitionLog<S> {
                 written_segments.push(chunk.segment_base_offset);
             }
         }
-        for meta in &self.segments {
-            if !written_segments.contains(&meta.base_offset) {
-                continue;
-            }
+        // Written segments are the last few: look them up from the end, so a long log costs
+        // nothing per cycle.
+        for meta in written_segments.iter().filter_map(|base| self.segment(*base)) {
             let from = self.ready_end_of(meta);
             let to = meta.end_bytes.next_multiple_of(block);
             if to > from {
@@ -1243,7 +1246,17 @@ impl<S: Storage> PartitionLog<S> {
         });
         near_end
             && !self.spare_in_flight
+            && !self.spare_claimed
             && self.spare_ready_end_bytes.is_none_or(|end| end < self.spare_target_bytes())
+    }
+
+    /// The segment with this base offset, searched from the newest (callers ask for the last few).
+    fn segment(&self, base_offset: u64) -> Option<&SegmentMeta> {
+        self.segments.iter().rev().find(|meta| meta.base_offset == base_offset)
+    }
+
+    fn segment_mut(&mut self, base_offset: u64) -> Option<&mut SegmentMeta> {
+        self.segments.iter_mut().rev().find(|meta| meta.base_offset == base_offset)
     }
 
     /// How far a segment's space is ready: reserved, or occupied by what is on file or being
@@ -1407,9 +1420,7 @@ impl<S: Storage> PartitionLog<S> {
         for (base, end) in reserved.iter().copied() {
             match base {
                 Some(base) => {
-                    if let Some(meta) =
-                        self.segments.iter_mut().find(|meta| meta.base_offset == base)
-                    {
+                    if let Some(meta) = self.segment_mut(base) {
                         meta.ready_end_bytes = meta.ready_end_bytes.max(end);
                     }
                 }
@@ -1422,14 +1433,16 @@ impl<S: Storage> PartitionLog<S> {
         if job.reserves.iter().any(|reserve| reserve.base_offset.is_none()) {
             self.spare_in_flight = false;
         }
-        for meta in self.segments.iter_mut().filter(|meta| meta.from_spare) {
-            if self.files.contains_key(&meta.base_offset) {
+        if let Some(base) = job.spare_for {
+            self.spare_claimed = false;
+            let renamed = self.files.contains_key(&base);
+            if let Some(meta) = self.segment_mut(base) {
                 meta.from_spare = false;
-            } else if job.spare_for == Some(meta.base_offset) {
-                // The rename did not happen: whatever became of the spare, this segment is
-                // created like any other, with no space of its own yet.
-                meta.from_spare = false;
-                meta.ready_end_bytes = 0;
+                if !renamed {
+                    // The rename did not happen: whatever became of the spare, this segment is
+                    // created like any other, with no space of its own yet.
+                    meta.ready_end_bytes = 0;
+                }
             }
         }
         if self.flush_failed {
@@ -1558,6 +1571,9 @@ impl<S: Storage> PartitionLog<S> {
         // Whole segments above the cut go.
         let keep = self.segments.partition_point(|segment| segment.first_op <= op);
         let removed: Vec<SegmentMeta> = self.segments.drain(keep..).collect();
+        // A segment that took the spare but was never created leaves the spare file unowned
+        // (the next flush reserves in it again).
+        self.spare_claimed &= self.segments.iter().rev().any(|segment| segment.from_spare);
         for segment in &removed {
             self.files.remove(&segment.base_offset);
             self.remove_segment_files(segment.base_offset).await?;
@@ -1795,6 +1811,7 @@ impl<S: Storage> PartitionLog<S> {
             // The new segment takes the spare's space (the job creating it renames the spare).
             meta.from_spare = true;
             meta.ready_end_bytes = ready_end_bytes;
+            self.spare_claimed = true;
         }
         self.segments.push(meta);
         self.chunks.push_back(chunk);
@@ -2006,6 +2023,7 @@ impl<S: Storage> PartitionLog<S> {
             storage_retry: false,
             spare_ready_end_bytes: None,
             spare_in_flight: false,
+            spare_claimed: false,
             faulty: None,
             faulty_ops: FaultyOps::default(),
         }
