@@ -49,8 +49,9 @@ pub enum Error {
         /// The operating system's error.
         source: io::Error,
     },
-    /// The disk has no room to make space ready ahead of the tail: the one clean, retryable
-    /// failure of an append.
+    /// The disk has no room to make space ready ahead of the tail (or to create a file or an
+    /// index before anything depends on it): the one clean, retryable failure of an append.
+    /// Nothing written is affected; the step is retried once space may be back.
     StorageFull,
     /// Stored data failed its checks before the torn window.
     Corruption(Corruption),
@@ -70,12 +71,27 @@ pub enum Error {
 }
 
 impl Error {
-    /// Wraps an I/O error with what the engine was doing. ENOSPC becomes [`Error::StorageFull`].
+    /// Wraps an I/O error with what the engine was doing. ENOSPC stays an I/O error here: a data
+    /// write, a sync, a journal or superblock write that runs out of space broke the promise
+    /// that writes only go into space made ready, so it is fail-stop like any other failure
+    /// (after a failed sync the page cache may already have dropped the data).
     pub fn io(context: impl Into<String>, source: io::Error) -> Self {
-        if source.raw_os_error() == Some(28) || source.kind() == io::ErrorKind::StorageFull {
+        Error::Io { context: context.into(), source }
+    }
+
+    /// Wraps an I/O error of a step that only *prepares* space — reserving it ahead of a
+    /// segment's tail, creating a segment file or a group directory, writing a rebuildable
+    /// index file — where no data depends on the outcome yet. There, and only there, ENOSPC
+    /// (or an exhausted quota, EDQUOT) is the clean, retryable [`Error::StorageFull`].
+    pub fn preparing(context: impl Into<String>, source: io::Error) -> Self {
+        const ENOSPC: i32 = 28;
+        const EDQUOT: i32 = 122;
+        let full = matches!(source.raw_os_error(), Some(ENOSPC | EDQUOT))
+            || matches!(source.kind(), io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded);
+        if full {
             return Error::StorageFull;
         }
-        Error::Io { context: context.into(), source }
+        Error::io(context, source)
     }
 }
 

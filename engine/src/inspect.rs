@@ -23,7 +23,7 @@ use crate::record::{ChainNext, RecordFault, check_next, check_standalone, prepar
 use crate::scan::Scanner;
 use crate::segment::{
     INDEX_ENTRY_SIZE_BYTES, INDEX_HEADER_SIZE_BYTES, INDEX_SUFFIX, IndexEntry, IndexSummary,
-    SegmentIndex, index_name, parse_log_name,
+    SPARE_NAME, SegmentIndex, index_name, parse_log_name,
 };
 use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
 use crate::superblock::{
@@ -724,6 +724,17 @@ impl<S: Storage> Checker<'_, S> {
                 }
             } else if name == crate::state::STATE_FILE_NEW {
                 self.note(dir.join(name), None, "leftover of an interrupted group state save");
+            } else if name == SPARE_NAME {
+                // Space made ready for the next segment: it holds no data to check, and is
+                // never written.
+                let path = dir.join(name);
+                let size = match self.storage.open(&path, OpenMode::Read, false).await {
+                    Ok(file) => file.size_bytes().await.unwrap_or(0),
+                    Err(_) => 0,
+                };
+                if size > 0 {
+                    self.note(path, None, "spare segment file is not empty; open removes it");
+                }
             } else if parse_index_name(name).is_none() {
                 self.note(dir.join(name), None, "unknown file in the group directory");
             }

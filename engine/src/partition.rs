@@ -21,7 +21,9 @@ use crate::join::{Latch, join_all};
 use crate::record::{ChainNext, RecordFault, check_next, check_standalone, prepare_of};
 use crate::ring::{PrepareRing, RingBudget, RingFull, RingLimits, StoredPrepare};
 use crate::scan::Scanner;
-use crate::segment::{IndexSummary, SegmentIndex, index_name, log_name, parse_log_name};
+use crate::segment::{
+    IndexSummary, SPARE_NAME, SegmentIndex, index_name, log_name, parse_log_name,
+};
 use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
 use crate::superblock::{Checkpoint, Durability, Fence, GroupConfig, GroupSlot};
 use crate::wire::{HEADER_SIZE, Header};
@@ -36,7 +38,8 @@ pub struct Shared {
     /// Cluster id stamped in every record.
     pub cluster: u64,
     /// Disk space reserved ahead of a segment's tail, so that running out of space surfaces as a
-    /// clean "storage full" before a cycle writes anything.
+    /// clean "storage full" while the space already made ready still takes the writes in
+    /// flight.
     pub ready_ahead_bytes: u64,
     /// Distance between sparse index entries.
     pub index_interval_bytes: u64,
@@ -98,6 +101,12 @@ struct SegmentMeta {
     sealed: bool,
     /// Synced and its index file written since it was sealed.
     settled: bool,
+    /// Space made ready (reserved, or written) from the file's start: a write below it cannot
+    /// run out of space. 0 when unknown (after recovery), so the next job reserves again.
+    ready_end_bytes: u64,
+    /// Not created yet: the job that creates it renames the spare segment file instead, whose
+    /// reserved space `ready_end_bytes` stands for.
+    from_spare: bool,
 }
 
 impl SegmentMeta {
@@ -113,6 +122,8 @@ impl SegmentMeta {
             index: SegmentIndex::default(),
             sealed: false,
             settled: false,
+            ready_end_bytes: 0,
+            from_spare: false,
         }
     }
 
@@ -180,6 +191,21 @@ pub struct WriteOutcome {
     /// The written data crossed into a newer segment: the shard should checkpoint this group,
     /// which settles the rolled one.
     pub sealed: bool,
+    /// The disk had no room for the step ahead of the tail. What the job wrote went into space
+    /// made ready earlier; the group now refuses appends that would need more (storage full).
+    pub storage_full: bool,
+}
+
+/// Space a flush job makes ready before it writes: `[from_bytes, to_bytes)` of one file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Reserve {
+    /// The segment (by base offset), or `None` for the spare segment file.
+    base_offset: Option<u64>,
+    from_bytes: u64,
+    to_bytes: u64,
+    /// The job's own writes land here: without it nothing of the job may be written. Otherwise
+    /// it is the step ahead of the tail, whose failure is the clean "storage full".
+    needed: bool,
 }
 
 /// One group's log.
@@ -208,7 +234,6 @@ pub struct PartitionLog<S: Storage> {
     view: u32,
     log_view: u32,
     checkpoint: Checkpoint,
-    ready_end_bytes: u64,
     /// Bytes appended since open, at the head, at the written op and at the checkpoint.
     appended_bytes: u64,
     written_appended_bytes: u64,
@@ -227,7 +252,22 @@ pub struct PartitionLog<S: Storage> {
     tail_in_flight: Option<(u64, u64, Rc<Latch>)>,
     /// A truncation whose fence is being made durable: the cut op and where it lies.
     truncation: Option<(u64, Option<Location>)>,
+    /// The disk had no room for space ahead of the tail: appends that would need more than is
+    /// ready are refused with `StorageFull` until a reservation succeeds.
     storage_full: bool,
+    /// The next flush may try the failed reservation again (armed by
+    /// [`PartitionLog::retry_storage_full`], so a full disk is probed at the caller's pace
+    /// rather than by every cycle).
+    storage_retry: bool,
+    /// The spare segment file exists, with this much space reserved in it (0: unknown). It
+    /// makes a roll's new segment ready before the roll, so that a full disk is found while the
+    /// active segment still has room, not by the append that starts a new one.
+    spare_ready_end_bytes: Option<u64>,
+    /// A job reserving space in the spare is in flight: no roll takes the spare meanwhile.
+    spare_in_flight: bool,
+    /// A segment took the spare and the job renaming it has not finished: the file
+    /// `spare.segment` is that segment's, so no new spare is made meanwhile.
+    spare_claimed: bool,
     faulty: Option<String>,
     faulty_ops: FaultyOps,
     /// Retention keeps every segment holding an offset at or above this (the owner's state
@@ -248,9 +288,10 @@ pub struct FlushJob<S: Storage> {
     target: Location,
     target_appended_bytes: u64,
     chunk_marks: Vec<(u64, usize)>,
-    ready_end_bytes: u64,
-    /// Space to reserve before writing: (segment, from, to).
-    reserve: Option<(u64, u64, u64)>,
+    /// Space to make ready before writing, in order: every `needed` one first.
+    reserves: Vec<Reserve>,
+    /// The segment among `create` that takes the spare segment file (renamed, not created).
+    spare_for: Option<u64>,
     /// Opened when the job's I/O ended (or the job was dropped).
     done: Rc<Latch>,
     /// A block (segment, position) an earlier job in flight pads: this job's write of it waits
@@ -270,6 +311,8 @@ impl<S: Storage> Drop for FlushJob<S> {
 pub struct FlushDone<S: Storage> {
     job: FlushJob<S>,
     created: Vec<(u64, Rc<S::File>)>,
+    /// The reservations that succeeded: (segment, or `None` for the spare; ready end).
+    reserved: Vec<(Option<u64>, u64)>,
     outcome: WriteOutcome,
     result: Result<()>,
 }
@@ -280,29 +323,44 @@ impl<S: Storage> FlushJob<S> {
         self.group
     }
 
-    /// Runs the writes: creates new segment files (and syncs the directory), then writes data
-    /// and zeros concurrently. It never syncs data: that is the checkpoint's job, off the path
-    /// that acknowledges appends.
+    /// Runs the writes: creates new segment files (and syncs the directory), makes space ready
+    /// (everything the writes cover first, then the step ahead of the tail), then writes data
+    /// concurrently. It never syncs data: that is the checkpoint's job, off the path that
+    /// acknowledges appends.
     pub async fn run(self) -> FlushDone<S> {
         let mut created = Vec::new();
+        let mut reserved = Vec::new();
         let mut outcome = WriteOutcome::default();
-        let result = self.run_inner(&mut created, &mut outcome).await;
+        let result = self.run_inner(&mut created, &mut reserved, &mut outcome).await;
         self.done.open();
-        FlushDone { job: self, created, outcome, result }
+        FlushDone { job: self, created, reserved, outcome, result }
     }
 
     async fn run_inner(
         &self,
         created: &mut Vec<(u64, Rc<S::File>)>,
+        reserved: &mut Vec<(Option<u64>, u64)>,
         outcome: &mut WriteOutcome,
     ) -> Result<()> {
+        let spare_path = self.dir.join(SPARE_NAME);
         for &base in &self.create {
             let path = self.dir.join(log_name(base));
+            if self.spare_for == Some(base) {
+                // The spare's reserved space becomes the new segment's (durable with the
+                // directory sync below; a crash before leaves an empty segment or the spare).
+                self.storage.rename(&spare_path, &path).await.map_err(|e| {
+                    Error::preparing(format!("renaming the spare to {}", path.display()), e)
+                })?;
+                let file = open_segment(&self.storage, &path, OpenMode::ReadWrite).await?;
+                created.push((base, Rc::new(file)));
+                continue;
+            }
+            // Nothing depends on a file that does not exist yet: ENOSPC here is clean.
             let file = self
                 .storage
                 .open(&path, OpenMode::CreateReadWrite, true)
                 .await
-                .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+                .map_err(|e| Error::preparing(format!("creating {}", path.display()), e))?;
             created.push((base, Rc::new(file)));
         }
         if !self.create.is_empty() {
@@ -318,12 +376,29 @@ impl<S: Storage> FlushJob<S> {
                 .or_else(|| created.iter().find(|(b, _)| *b == base).map(|(_, f)| Rc::clone(f)))
                 .expect("every written segment has a file")
         };
-        if let Some((base, from, to)) = self.reserve
-            && to > from
-        {
-            file_of(base).allocate(from, to - from).await.map_err(|e| {
-                Error::io(format!("reserving space in group {} segment", self.group), e)
-            })?;
+        for reserve in &self.reserves {
+            let Reserve { base_offset, from_bytes, to_bytes, needed } = *reserve;
+            let result = match base_offset {
+                Some(base) => {
+                    file_of(base).allocate(from_bytes, to_bytes - from_bytes).await.map_err(|e| {
+                        Error::preparing(
+                            format!("reserving space in group {} segment", self.group),
+                            e,
+                        )
+                    })
+                }
+                None => self.reserve_spare(&spare_path, from_bytes, to_bytes).await,
+            };
+            match result {
+                Ok(()) => reserved.push((base_offset, to_bytes)),
+                // The step ahead failed, but every write of this job lands in space already
+                // ready: they go out, and the group reports storage full.
+                Err(Error::StorageFull) if !needed => {
+                    outcome.storage_full = true;
+                    break;
+                }
+                Err(error) => return Err(error),
+            }
         }
         let results = join_all(
             self.writes
@@ -354,6 +429,19 @@ impl<S: Storage> FlushJob<S> {
         }
         outcome.bytes_written = self.writes.iter().map(|(_, _, bytes)| bytes.len() as u64).sum();
         Ok(())
+    }
+
+    /// Creates the spare segment file if missing and reserves `[from, to)` in it. Its directory
+    /// entry is not synced: a spare lost in a crash is simply made again.
+    async fn reserve_spare(&self, path: &Path, from_bytes: u64, to_bytes: u64) -> Result<()> {
+        let file = self
+            .storage
+            .open(path, OpenMode::CreateReadWrite, false)
+            .await
+            .map_err(|e| Error::preparing(format!("creating {}", path.display()), e))?;
+        file.allocate(from_bytes, to_bytes - from_bytes)
+            .await
+            .map_err(|e| Error::preparing(format!("reserving space in {}", path.display()), e))
     }
 }
 
@@ -401,16 +489,19 @@ impl<S: Storage> SettleJob<S> {
             };
             file.sync_data().await.map_err(|e| Error::io("syncing a rolled segment", e))?;
             let path = self.dir.join(index_name(*base_offset));
+            // An index is only an optimisation, checked when loaded and rebuilt when missing or
+            // damaged, and written whole each time: running out of space for it is a clean
+            // "storage full" that a later checkpoint retries, not a failure of the group.
             let index_file = self
                 .storage
                 .open(&path, OpenMode::CreateReadWrite, false)
                 .await
-                .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+                .map_err(|e| Error::preparing(format!("creating {}", path.display()), e))?;
             index_file
                 .write_at(index_bytes.clone(), 0)
                 .await
-                .map_err(|e| Error::io("writing an index", e))?;
-            index_file.sync_data().await.map_err(|e| Error::io("syncing an index", e))?;
+                .map_err(|e| Error::preparing("writing an index", e))?;
+            index_file.sync_data().await.map_err(|e| Error::preparing("syncing an index", e))?;
         }
         self.storage.sync_dir(&self.dir).await.map_err(|e| Error::io("syncing group dir", e))?;
         Ok(self.segments.len() as u64)
@@ -663,6 +754,29 @@ impl<S: Storage> PartitionLog<S> {
         self.faulty.as_deref()
     }
 
+    /// Whether the disk had no room for this log's space ahead of the tail (or for data it
+    /// holds): it refuses appends that need more space than is ready (`StorageFull`) until a
+    /// retried reservation succeeds. Reads, and writes of what it holds, go on.
+    pub fn is_storage_full(&self) -> bool {
+        self.storage_full
+    }
+
+    /// Lets the next flush try the reservation that failed for lack of space again. The caller
+    /// paces the retries (the node layer: once per tick), so a full disk is not probed by every
+    /// flush cycle.
+    pub fn retry_storage_full(&mut self) {
+        self.storage_retry = self.storage_full;
+    }
+
+    /// Whether a record of `size_bytes` appended now lands in the active segment's space that is
+    /// already ready, padded tail block included.
+    fn fits_ready_space(&self, size_bytes: usize) -> bool {
+        self.segments.last().is_some_and(|active| {
+            (active.end_bytes + size_bytes as u64).next_multiple_of(BLOCK_SIZE_BYTES as u64)
+                <= self.ready_end_of(active)
+        })
+    }
+
     /// Whether bytes are waiting to be written (or are being written).
     pub fn has_unwritten(&self) -> bool {
         self.written.op < self.head.op
@@ -706,12 +820,6 @@ impl<S: Storage> PartitionLog<S> {
         let encoded = header.encode();
         self.check_append(&encoded, header, body)?;
         let size = header.size as usize;
-        self.ring.reserve(size, self.written.op).map_err(|RingFull| {
-            Error::LimitReached(format!(
-                "group {}: prepare ring full of unwritten prepares",
-                self.group
-            ))
-        })?;
         let prepare = *prepare_of(header);
         let roll = self.segments.last().is_none_or(|active| {
             !active.is_empty()
@@ -720,6 +828,26 @@ impl<S: Storage> PartitionLog<S> {
                         && prepare.append_time_ms.saturating_sub(active.first_append_ms)
                             >= self.config.segment_age_ms_max as i64))
         });
+        // On a full disk only what fits the space already made ready is taken: it is sure to
+        // be written. A roll needs new space: the spare segment's.
+        let fits = if roll {
+            // The new segment would take the spare's space, if any is ready.
+            !self.spare_in_flight
+                && self.spare_ready_end_bytes.is_some_and(|end| {
+                    (size as u64).next_multiple_of(BLOCK_SIZE_BYTES as u64) <= end
+                })
+        } else {
+            self.fits_ready_space(size)
+        };
+        if self.storage_full && !fits {
+            return Err(Error::StorageFull);
+        }
+        self.ring.reserve(size, self.written.op).map_err(|RingFull| {
+            Error::LimitReached(format!(
+                "group {}: prepare ring full of unwritten prepares",
+                self.group
+            ))
+        })?;
         if roll {
             self.roll(prepare.base_offset, prepare.op)?;
         } else {
@@ -937,42 +1065,49 @@ impl<S: Storage> PartitionLog<S> {
         {
             return None;
         }
-        let write_data = (write_all && self.has_unsubmitted()) || self.segment_write_due();
+        let retrying = self.storage_full && self.storage_retry;
+        // A retry after a full disk writes everything pending, so that its reservation covers
+        // whatever waits for space.
+        let write_data =
+            ((write_all || retrying) && self.has_unsubmitted()) || self.segment_write_due();
         if !(write_data || self.needs_ready()) {
+            if retrying {
+                // Nothing waits for space any more (a truncation took it): appends may try.
+                self.storage_full = false;
+                self.storage_retry = false;
+            }
             return None;
         }
         let chunks = if write_data { self.chunks.len() } else { 0 };
-        let mut create = Vec::new();
-        for chunk in self.chunks.iter().take(chunks) {
-            if !self.files.contains_key(&chunk.segment_base_offset)
-                && !create.contains(&chunk.segment_base_offset)
-            {
-                create.push(chunk.segment_base_offset);
+        let create = self.files_to_create(chunks);
+        // Every byte a job writes lies in space made ready first, so a data write cannot run out
+        // of space; and space is made ready ahead of the tail in steps, so that running out of
+        // it surfaces cleanly while the space already ready still takes the writes.
+        let mut reserves = self.reservations(chunks, &create);
+        if self.storage_full && !retrying {
+            // Until the next retry, only writes that need no new space go out.
+            if !write_data || reserves.iter().any(|reserve| reserve.needed) {
+                return None;
             }
+            reserves.clear();
         }
-        // Space is reserved ahead of the tail in steps, so that running out of it surfaces
-        // here, cleanly, before any byte of the cycle is written.
-        let mut ready_end_bytes = self.ready_end_bytes;
-        let mut reserve = None;
-        if let Some(active) = self.segments.last()
-            && (self.files.contains_key(&active.base_offset)
-                || create.contains(&active.base_offset))
-        {
-            if create.contains(&active.base_offset) {
-                ready_end_bytes = 0;
-            }
-            let data_end = active.end_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64);
-            if ready_end_bytes < self.ready_wanted_end_bytes(data_end) {
-                let limit = self.segment_limit_bytes();
-                let from = ready_end_bytes.max(data_end).min(limit);
-                let to = (data_end + self.shared.ready_ahead_bytes).min(limit).max(data_end);
-                reserve = Some((active.base_offset, from, to));
-                ready_end_bytes = ready_end_bytes.max(to);
-            }
-        }
-        let exclusive = !create.is_empty() || reserve.is_some();
+        let exclusive = !create.is_empty() || !reserves.is_empty();
         if exclusive && self.flushes_in_flight > 0 {
             return None;
+        }
+        if retrying {
+            self.storage_retry = false;
+            if reserves.is_empty() {
+                // Nothing is left to make ready: appends may try the disk again.
+                self.storage_full = false;
+            }
+        }
+        let spare_for = create
+            .iter()
+            .copied()
+            .find(|base| self.segment(*base).is_some_and(|meta| meta.from_spare));
+        if reserves.iter().any(|reserve| reserve.base_offset.is_none()) {
+            self.spare_in_flight = true;
         }
         let done = Rc::new(Latch::default());
         let after = self.tail_in_flight.clone().filter(|(_, _, latch)| !latch.is_open());
@@ -1030,11 +1165,116 @@ impl<S: Storage> PartitionLog<S> {
             target,
             target_appended_bytes,
             chunk_marks,
-            ready_end_bytes,
-            reserve,
+            reserves,
+            spare_for,
             done,
             after,
         })
+    }
+
+    /// The segments the first `chunks` write-buffer chunks write to that have no file yet.
+    fn files_to_create(&self, chunks: usize) -> Vec<u64> {
+        let mut create = Vec::new();
+        for chunk in self.chunks.iter().take(chunks) {
+            if !self.files.contains_key(&chunk.segment_base_offset)
+                && !create.contains(&chunk.segment_base_offset)
+            {
+                create.push(chunk.segment_base_offset);
+            }
+        }
+        create
+    }
+
+    /// The space a job writing the first `chunks` chunks must make ready, in the order it must
+    /// do so: for every segment it writes, whatever of the written range is not ready yet
+    /// (`needed`: usually nothing, except in a new segment or after a burst of more than half
+    /// the step), then, when due, the step ahead of the active segment's tail.
+    fn reservations(&self, chunks: usize, create: &[u64]) -> Vec<Reserve> {
+        let block = BLOCK_SIZE_BYTES as u64;
+        let mut reserves = Vec::new();
+        let mut written_segments: Vec<u64> = Vec::new();
+        for chunk in self.chunks.iter().take(chunks) {
+            if chunk.has_unsubmitted() && !written_segments.contains(&chunk.segment_base_offset) {
+                written_segments.push(chunk.segment_base_offset);
+            }
+        }
+        // Written segments are the last few: look them up from the end, so a long log costs
+        // nothing per cycle.
+        for meta in written_segments.iter().filter_map(|base| self.segment(*base)) {
+            let from = self.ready_end_of(meta);
+            let to = meta.end_bytes.next_multiple_of(block);
+            if to > from {
+                reserves.push(Reserve {
+                    base_offset: Some(meta.base_offset),
+                    from_bytes: from,
+                    to_bytes: to,
+                    needed: true,
+                });
+            }
+        }
+        if let Some(active) = self.segments.last()
+            && (self.files.contains_key(&active.base_offset)
+                || create.contains(&active.base_offset))
+        {
+            let data_end = active.end_bytes.next_multiple_of(block);
+            if self.ready_end_of(active) < self.ready_wanted_end_bytes(data_end) {
+                let from = self.ready_end_of(active).max(data_end);
+                let limit = self.segment_limit_bytes();
+                let to = (data_end + self.shared.ready_ahead_bytes).min(limit).max(data_end);
+                if to > from {
+                    reserves.push(Reserve {
+                        base_offset: Some(active.base_offset),
+                        from_bytes: from,
+                        to_bytes: to,
+                        needed: false,
+                    });
+                }
+            }
+        }
+        if self.spare_wanted() {
+            reserves.push(Reserve {
+                base_offset: None,
+                from_bytes: self.spare_ready_end_bytes.unwrap_or(0),
+                to_bytes: self.spare_target_bytes(),
+                needed: false,
+            });
+        }
+        reserves
+    }
+
+    /// How much space the spare segment file should have ready: a step, within one segment.
+    fn spare_target_bytes(&self) -> u64 {
+        self.shared.ready_ahead_bytes.min(self.segment_limit_bytes())
+    }
+
+    /// Whether the spare segment file should be made (more) ready now: once the active segment
+    /// is within half a step of its end (its own space ahead can grow no further), or before
+    /// the group's first segment.
+    fn spare_wanted(&self) -> bool {
+        let near_end = self.segments.last().is_none_or(|active| {
+            let data_end = active.end_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64);
+            data_end + self.shared.ready_ahead_bytes / 2 >= self.segment_limit_bytes()
+        });
+        near_end
+            && !self.spare_in_flight
+            && !self.spare_claimed
+            && self.spare_ready_end_bytes.is_none_or(|end| end < self.spare_target_bytes())
+    }
+
+    /// The segment with this base offset, searched from the newest (callers ask for the last few).
+    fn segment(&self, base_offset: u64) -> Option<&SegmentMeta> {
+        self.segments.iter().rev().find(|meta| meta.base_offset == base_offset)
+    }
+
+    fn segment_mut(&mut self, base_offset: u64) -> Option<&mut SegmentMeta> {
+        self.segments.iter_mut().rev().find(|meta| meta.base_offset == base_offset)
+    }
+
+    /// How far a segment's space is ready: reserved, or occupied by what is on file or being
+    /// written by a job in flight (the padded tail block is always written whole).
+    fn ready_end_of(&self, meta: &SegmentMeta) -> u64 {
+        let on_file = self.end_on_file(meta, &self.submitted);
+        meta.ready_end_bytes.max(on_file.next_multiple_of(BLOCK_SIZE_BYTES as u64))
     }
 
     /// Whether this cycle should write the segment data. A `replicated` group writes whatever is
@@ -1061,10 +1301,23 @@ impl<S: Storage> PartitionLog<S> {
     /// Whether a flush would do anything for this group now (`write_all`: a checkpoint is
     /// wanted, so everything appended must be written).
     pub fn wants_flush(&self, write_all: bool) -> bool {
-        self.faulty.is_none()
-            && ((write_all && self.has_unsubmitted())
-                || self.segment_write_due()
-                || self.needs_ready())
+        if self.faulty.is_some() {
+            return false;
+        }
+        if self.storage_full {
+            if self.storage_retry {
+                return true;
+            }
+            // Until the next retry, only writes that need no new space.
+            let write_data = (write_all && self.has_unsubmitted()) || self.segment_write_due();
+            let chunks = self.chunks.len();
+            return write_data
+                && !self
+                    .reservations(chunks, &self.files_to_create(chunks))
+                    .iter()
+                    .any(|reserve| reserve.needed);
+        }
+        (write_all && self.has_unsubmitted()) || self.segment_write_due() || self.needs_ready()
     }
 
     /// Whether the written data allows a checkpoint past the durable one.
@@ -1125,16 +1378,17 @@ impl<S: Storage> PartitionLog<S> {
         self.fail(error)
     }
 
-    /// Whether the active segment's ready-ahead zeros have fallen behind (after recovery: the
-    /// torn window must be rewritten before new appends reach it).
+    /// Whether the space made ready ahead of the active segment's tail has fallen below half a
+    /// step (or is unknown, after recovery).
     fn needs_ready(&self) -> bool {
-        self.segments.last().is_some_and(|active| {
+        let active_behind = self.segments.last().is_some_and(|active| {
             self.files.contains_key(&active.base_offset)
-                && self.ready_end_bytes
+                && self.ready_end_of(active)
                     < self.ready_wanted_end_bytes(
                         active.end_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64),
                     )
-        })
+        });
+        active_behind || self.spare_wanted()
     }
 
     /// How far the active segment must be ready once its data reaches `data_end_bytes`: half
@@ -1155,8 +1409,11 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Applies a finished flush job (in the order the jobs began): what it wrote counts as
-    /// written. ENOSPC leaves everything pending and the log refusing appends until a later
-    /// flush succeeds (storage full is clean and retryable); any other failure is fail-stop.
+    /// written. Storage full (no room to create a segment or to make the job's space ready)
+    /// leaves everything pending; no room for the step ahead leaves the job's writes done. Either
+    /// way the log then refuses appends that need more space than is ready until a retried
+    /// reservation succeeds (storage full is clean and retryable); any other failure is
+    /// fail-stop.
     /// After a failure, the jobs that were in flight beside the failed one are void — their
     /// data is handed out again once all of them have finished.
     pub fn finish_flush(&mut self, done: FlushDone<S>) -> Result<WriteOutcome> {
@@ -1166,9 +1423,38 @@ impl<S: Storage> PartitionLog<S> {
             self.exclusive_in_flight = false;
             self.tail_in_flight = None;
         }
-        let FlushDone { job, created, mut outcome, result } = done;
+        let FlushDone { job, created, reserved, mut outcome, result } = done;
         for (base, file) in created {
             self.files.insert(base, file);
+        }
+        // Space made ready stays ready whatever became of the writes.
+        for (base, end) in reserved.iter().copied() {
+            match base {
+                Some(base) => {
+                    if let Some(meta) = self.segment_mut(base) {
+                        meta.ready_end_bytes = meta.ready_end_bytes.max(end);
+                    }
+                }
+                None => {
+                    self.spare_ready_end_bytes =
+                        Some(self.spare_ready_end_bytes.unwrap_or(0).max(end));
+                }
+            }
+        }
+        if job.reserves.iter().any(|reserve| reserve.base_offset.is_none()) {
+            self.spare_in_flight = false;
+        }
+        if let Some(base) = job.spare_for {
+            self.spare_claimed = false;
+            let renamed = self.files.contains_key(&base);
+            if let Some(meta) = self.segment_mut(base) {
+                meta.from_spare = false;
+                if !renamed {
+                    // The rename did not happen: whatever became of the spare, this segment is
+                    // created like any other, with no space of its own yet.
+                    meta.ready_end_bytes = 0;
+                }
+            }
         }
         if self.flush_failed {
             self.flush_failed = self.flushes_in_flight > 0;
@@ -1187,7 +1473,12 @@ impl<S: Storage> PartitionLog<S> {
             }
             return Err(self.fail(error));
         }
-        self.storage_full = false;
+        if outcome.storage_full {
+            self.storage_full = true;
+        } else if !job.reserves.is_empty() {
+            // Every reservation it asked for succeeded: the disk has room again.
+            self.storage_full = false;
+        }
         for chunk in &mut self.chunks {
             if let Some((_, mark)) = job.chunk_marks.iter().find(|(id, _)| *id == chunk.id) {
                 chunk.mark_written(*mark);
@@ -1199,7 +1490,6 @@ impl<S: Storage> PartitionLog<S> {
         }
         assert!(job.target.op >= self.written.op, "flush jobs finish in the order they began");
         outcome.sealed = job.target.segment_base_offset != self.written.segment_base_offset;
-        self.ready_end_bytes = job.ready_end_bytes;
         self.written = job.target;
         self.written_appended_bytes = job.target_appended_bytes;
         outcome.written_op = job.target.op;
@@ -1292,6 +1582,9 @@ impl<S: Storage> PartitionLog<S> {
         // Whole segments above the cut go.
         let keep = self.segments.partition_point(|segment| segment.first_op <= op);
         let removed: Vec<SegmentMeta> = self.segments.drain(keep..).collect();
+        // A segment that took the spare but was never created leaves the spare file unowned
+        // (the next flush reserves in it again).
+        self.spare_claimed &= self.segments.iter().rev().any(|segment| segment.from_spare);
         for segment in &removed {
             self.files.remove(&segment.base_offset);
             self.remove_segment_files(segment.base_offset).await?;
@@ -1312,7 +1605,6 @@ impl<S: Storage> PartitionLog<S> {
             self.head = Location::default();
             self.written = Location::default();
             self.submitted = Location::default();
-            self.ready_end_bytes = 0;
             self.next = ChainNext {
                 cluster: self.shared.cluster,
                 group: self.group,
@@ -1379,8 +1671,9 @@ impl<S: Storage> PartitionLog<S> {
         segment.end_bytes = end;
         segment.next_offset = location.next_offset;
         segment.last_op = op;
+        // The zeroed blocks are written, and any reservation past them still holds.
+        segment.ready_end_bytes = segment.ready_end_bytes.max(block_start + 2 * block);
         self.tail_prefix = prefix.to_vec();
-        self.ready_end_bytes = block_start + 2 * block;
         self.head = location;
         self.written = location;
         self.submitted = location;
@@ -1468,9 +1761,6 @@ impl<S: Storage> PartitionLog<S> {
         header: &Header,
         body: &[u8],
     ) -> Result<()> {
-        if self.storage_full {
-            return Err(Error::StorageFull);
-        }
         let size = header.size as usize;
         if size > self.config.record_size_bytes_max as usize {
             return Err(Error::Invalid(format!(
@@ -1528,7 +1818,16 @@ impl<S: Storage> PartitionLog<S> {
         if let Some(active) = self.segments.last_mut() {
             active.sealed = true;
         }
-        self.segments.push(SegmentMeta::new(base_offset, first_op));
+        let mut meta = SegmentMeta::new(base_offset, first_op);
+        if !self.spare_in_flight
+            && let Some(ready_end_bytes) = self.spare_ready_end_bytes.take()
+        {
+            // The new segment takes the spare's space (the job creating it renames the spare).
+            meta.from_spare = true;
+            meta.ready_end_bytes = ready_end_bytes;
+            self.spare_claimed = true;
+        }
+        self.segments.push(meta);
         self.chunks.push_back(chunk);
         self.tail_prefix.clear();
         Ok(())
@@ -1594,10 +1893,15 @@ impl<S: Storage> PartitionLog<S> {
 
     /// How far a segment's bytes are on file (the rest is only in memory).
     fn written_end(&self, segment: &SegmentMeta) -> u64 {
+        self.end_on_file(segment, &self.written)
+    }
+
+    /// How far a segment's bytes reach once everything up to `upto` is on file.
+    fn end_on_file(&self, segment: &SegmentMeta, upto: &Location) -> u64 {
         use std::cmp::Ordering;
-        match segment.base_offset.cmp(&self.written.segment_base_offset) {
+        match segment.base_offset.cmp(&upto.segment_base_offset) {
             Ordering::Less => segment.end_bytes,
-            Ordering::Equal if self.written.op > 0 => self.written.end_bytes,
+            Ordering::Equal if upto.op > 0 => upto.end_bytes,
             _ => 0,
         }
     }
@@ -1677,10 +1981,11 @@ impl<S: Storage> PartitionLog<S> {
         config: GroupConfig,
     ) -> Result<Self> {
         config.validate()?;
+        // No data depends on a group that does not exist yet: no room for it is clean.
         storage
             .create_dir_all(&dir)
             .await
-            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+            .map_err(|e| Error::preparing(format!("creating {}", dir.display()), e))?;
         if let Some(parent) = dir.parent() {
             storage
                 .sync_dir(parent)
@@ -1719,7 +2024,6 @@ impl<S: Storage> PartitionLog<S> {
             view: slot.view,
             log_view: slot.log_view,
             checkpoint: slot.checkpoint,
-            ready_end_bytes: 0,
             appended_bytes: 0,
             written_appended_bytes: 0,
             submitted_appended_bytes: 0,
@@ -1730,6 +2034,10 @@ impl<S: Storage> PartitionLog<S> {
             tail_in_flight: None,
             truncation: None,
             storage_full: false,
+            storage_retry: false,
+            spare_ready_end_bytes: None,
+            spare_in_flight: false,
+            spare_claimed: false,
             faulty: None,
             faulty_ops: FaultyOps::default(),
             retention_floor_offset: u64::MAX,
@@ -2082,10 +2390,34 @@ impl<S: Storage> PartitionLog<S> {
                 .await
                 .map_err(|e| Error::io("reading", e))?
                 .to_vec();
+            // Its reservation is unknown (`ready_end_bytes` 0): the first flush reserves again.
             self.files.insert(active.base_offset, Rc::new(file));
-            self.ready_end_bytes = 0;
+        }
+        if names.iter().any(|name| name == SPARE_NAME) {
+            self.adopt_spare().await?;
         }
         Ok(())
+    }
+
+    /// A spare segment file left by the previous run is reused (reserving again over what it
+    /// holds costs no new space, which matters on a full disk); one that is not empty was never
+    /// ours to write and goes.
+    async fn adopt_spare(&mut self) -> Result<()> {
+        let path = self.dir.join(SPARE_NAME);
+        let file = self
+            .storage
+            .open(&path, OpenMode::Read, false)
+            .await
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let size = file.size_bytes().await.map_err(|e| Error::io("sizing the spare", e))?;
+        if size == 0 {
+            self.spare_ready_end_bytes = Some(0);
+            return Ok(());
+        }
+        self.storage
+            .remove_file(&path)
+            .await
+            .map_err(|e| Error::io(format!("removing {}", path.display()), e))
     }
 
     /// Overwrites a segment's bytes past `end` (the chain's end) with zeros and syncs, when

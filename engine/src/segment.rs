@@ -12,6 +12,10 @@ use crate::wire::Header;
 pub const LOG_SUFFIX: &str = ".log";
 /// Suffix of index files.
 pub const INDEX_SUFFIX: &str = ".index";
+/// The group's spare segment file: space made ready for the next segment before the active one
+/// fills, renamed to the next segment's name when it rolls. Empty (its space is reserved, never
+/// written) and never read: a leftover one is reused or removed.
+pub const SPARE_NAME: &str = "spare.segment";
 
 /// File name of the segment whose first record starts at `base_offset`.
 #[must_use]

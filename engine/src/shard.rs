@@ -167,7 +167,8 @@ pub struct FlushReport {
     pub durable: Vec<(u64, u64)>,
     /// Groups that failed (now fail-stop) with the error.
     pub failed: Vec<(u64, String)>,
-    /// Storage was full: pending bytes stay pending; retry later.
+    /// Storage was full: some group's pending bytes stay pending until a retried reservation
+    /// succeeds (see [`Shard::retry_storage_full`]).
     pub storage_full: bool,
 }
 
@@ -185,6 +186,9 @@ pub struct Shard<S: Storage> {
     slots_dirty: BTreeSet<u64>,
     /// Groups to checkpoint in the next flush whatever their byte count.
     checkpoint_wanted: BTreeSet<u64>,
+    /// Groups whose rolled segments' index files found no room: no checkpoint of theirs starts
+    /// until the next [`Shard::retry_storage_full`].
+    settle_blocked: BTreeSet<u64>,
     counters: ShardCounters,
     marker_wanted: bool,
     checkpoint_in_flight: bool,
@@ -260,7 +264,8 @@ pub struct CheckpointJob<S: Storage> {
 /// A finished [`CheckpointJob`], to hand back to [`Shard::finish_checkpoint`].
 pub struct CheckpointDone<S: Storage> {
     job: CheckpointJob<S>,
-    failed_sync: Option<(u64, Error)>,
+    /// Every sync or settle that failed, by group.
+    failed_sync: Vec<(u64, Error)>,
     settle_syncs: u64,
     superblock: Result<()>,
 }
@@ -291,13 +296,15 @@ impl<S: Storage> CheckpointJob<S> {
         );
         let (sync_results, settle_results) = join2(syncs, settles).await;
         let settle_syncs = settle_results.iter().filter_map(|result| result.as_ref().ok()).sum();
-        let failed_sync = sync_results
+        let failed_sync: Vec<(u64, Error)> = sync_results
             .into_iter()
             .chain(settle_results.into_iter().map(|result| result.map(drop)))
-            .find_map(Result::err);
-        let superblock = match failed_sync {
-            None => self.superblock.run().await,
-            Some(_) => Err(Error::Invalid("skipped: a checkpoint sync failed".into())),
+            .filter_map(Result::err)
+            .collect();
+        let superblock = if failed_sync.is_empty() {
+            self.superblock.run().await
+        } else {
+            Err(Error::Invalid("skipped: a checkpoint sync failed".into()))
         };
         CheckpointDone { job: self, failed_sync, settle_syncs, superblock }
     }
@@ -426,6 +433,7 @@ impl<S: Storage> Shard<S> {
             durable,
             slots_dirty: BTreeSet::new(),
             checkpoint_wanted,
+            settle_blocked: BTreeSet::new(),
             counters: ShardCounters::default(),
             marker_wanted: false,
             checkpoint_in_flight: false,
@@ -688,6 +696,31 @@ impl<S: Storage> Shard<S> {
         (self.checkpoint_wanted.contains(&id)
             || log.bytes_since_checkpoint() >= self.config.checkpoint_interval_bytes)
             && log.has_checkpoint_candidate()
+            && !self.settle_blocked.contains(&id)
+    }
+
+    /// Whether the disk was found full: some group refuses appends that need more space than it
+    /// has ready, or waits to write what it holds, or cannot settle a rolled segment.
+    pub fn is_storage_full(&self) -> bool {
+        !self.settle_blocked.is_empty() || self.groups.values().any(PartitionLog::is_storage_full)
+    }
+
+    /// How many groups refuse appends for lack of disk space (their writes of what they hold
+    /// go on). Unlike [`Shard::is_storage_full`] it ignores checkpoints waiting for room, which
+    /// come and go with every retry.
+    pub fn storage_full_group_count(&self) -> usize {
+        self.groups.values().filter(|log| log.is_storage_full()).count()
+    }
+
+    /// Lets the next flush cycle and checkpoint job try again what a full disk refused: each
+    /// storage-full group's reservation, and the index files of rolled segments. The caller
+    /// paces this (the node layer calls it once per tick): a full disk is probed at that pace,
+    /// never by every cycle, and once space is freed writes resume without anyone's help.
+    pub fn retry_storage_full(&mut self) {
+        for log in self.groups.values_mut() {
+            log.retry_storage_full();
+        }
+        self.settle_blocked.clear();
     }
 
     /// Starts a checkpoint job (None when nothing is due or one is in flight). It may run
@@ -730,16 +763,35 @@ impl<S: Storage> Shard<S> {
     }
 
     /// Applies a finished checkpoint job: the checkpoints it recorded release journal space.
+    ///
+    /// `StorageFull` when an index file found no room: nothing is recorded, no group fails, and
+    /// the job's groups checkpoint again — the one that found no room after the next
+    /// [`Shard::retry_storage_full`].
     pub fn finish_checkpoint(&mut self, done: CheckpointDone<S>) -> Result<()> {
         assert!(self.checkpoint_in_flight, "finish without a checkpoint in flight");
         self.checkpoint_in_flight = false;
         let CheckpointDone { job, failed_sync, settle_syncs, superblock } = done;
         self.counters.segment_syncs += job.syncs.len() as u64 + settle_syncs;
-        if let Some((group, error)) = failed_sync {
-            // A failed sync is that group's I/O failure: it stops, the others go on.
-            let error = self.groups.get_mut(&group).expect("job groups exist").fail_io(error);
-            self.slots_dirty.extend(job.checkpoints.iter().map(|(id, _, _)| *id));
-            return Err(error);
+        if !failed_sync.is_empty() {
+            let mut first = None;
+            for (group, error) in failed_sync {
+                let error = if matches!(error, Error::StorageFull) {
+                    self.settle_blocked.insert(group);
+                    error
+                } else {
+                    // A failed sync is that group's I/O failure: it stops, the others go on.
+                    self.groups.get_mut(&group).expect("job groups exist").fail_io(error)
+                };
+                // A real failure is what the caller must hear of, before a full disk.
+                if first.as_ref().is_none_or(|first| matches!(first, Error::StorageFull)) {
+                    first = Some(error);
+                }
+            }
+            for (id, _, _) in &job.checkpoints {
+                self.slots_dirty.insert(*id);
+                self.checkpoint_wanted.insert(*id);
+            }
+            return Err(first.expect("a failure"));
         }
         if let Err(error) = superblock {
             return Err(self.fail(error));
@@ -830,7 +882,9 @@ impl<S: Storage> Shard<S> {
     /// was pending.
     ///
     /// A checkpoint job that is due runs after the cycle (the node layer runs them side by side
-    /// instead).
+    /// instead). What a full disk refused is tried again only after
+    /// [`Shard::retry_storage_full`]; a full disk is in the report (`storage_full`, or
+    /// [`Shard::is_storage_full`]), never an error.
     pub async fn flush(&mut self) -> Result<FlushReport> {
         self.check_serving()?;
         let mut report = FlushReport::default();
@@ -841,7 +895,10 @@ impl<S: Storage> Shard<S> {
         }
         if let Some(checkpoint) = self.begin_checkpoint() {
             let done = checkpoint.run().await;
-            self.finish_checkpoint(done)?;
+            match self.finish_checkpoint(done) {
+                Ok(()) | Err(Error::StorageFull) => {}
+                Err(error) => return Err(error),
+            }
         }
         Ok(report)
     }
@@ -851,10 +908,16 @@ impl<S: Storage> Shard<S> {
     pub async fn truncate_after(&mut self, group: u64, op: u64, view: u32) -> Result<()> {
         self.check_serving()?;
         assert!(self.flushes_in_flight == 0 && !self.checkpoint_in_flight, "truncate between jobs");
-        // Everything appended must be on the segment first (a checkpoint writes it all).
+        // Everything appended must be on the segment first (a checkpoint writes it all). On a
+        // full disk that may not be possible yet: the caller retries later.
         while self.groups.get(&group).ok_or_else(|| unknown(group))?.has_unwritten() {
             self.checkpoint_wanted.insert(group);
-            self.flush().await?;
+            let written = self.groups[&group].written_op();
+            let report = self.flush().await?;
+            let log = &self.groups[&group];
+            if report.storage_full || (log.is_storage_full() && log.written_op() == written) {
+                return Err(Error::StorageFull);
+            }
         }
         let log = self.groups.get_mut(&group).expect("checked");
         let journal_seq = self.journal.last_seq();
@@ -899,6 +962,8 @@ impl<S: Storage> Shard<S> {
             self.flushes_in_flight == 0 && !self.checkpoint_in_flight,
             "close with nothing in flight"
         );
+        // One more try at what a full disk refused, so that whatever fits now is written.
+        self.retry_storage_full();
         for _ in 0..4 {
             self.checkpoint_wanted.extend(self.groups.keys().copied());
             self.marker_wanted = true;

@@ -46,6 +46,49 @@ pub trait Clock {
     fn now_ms(&self) -> i64;
 }
 
+/// Why the node refused a client's request before it reached the replica. Nothing of the
+/// request entered the log, so the client may send it again (to this node or another).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestRefused {
+    /// The group is not on this node.
+    UnknownGroup {
+        /// The group asked for.
+        group: u64,
+    },
+    /// The engine stopped the group (fail-stop); it takes no input until it is recovered.
+    GroupFailed {
+        /// The group.
+        group: u64,
+        /// Why, as the engine first reported it.
+        reason: String,
+    },
+    /// The disk has no room for the group's next writes (DESIGN.md §3: the clean, retryable
+    /// storage full). The group keeps serving reads; it takes writes again once a retried
+    /// reservation succeeds, which the node tries once per tick.
+    StorageFull {
+        /// The group.
+        group: u64,
+    },
+}
+
+impl std::fmt::Display for RequestRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestRefused::UnknownGroup { group } => {
+                write!(f, "group {group} is not on this node")
+            }
+            RequestRefused::GroupFailed { group, reason } => {
+                write!(f, "group {group} stopped: {reason}")
+            }
+            RequestRefused::StorageFull { group } => {
+                write!(f, "group {group}: storage full; retry once disk space is freed")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RequestRefused {}
+
 /// The node layer's settings.
 #[derive(Clone, Copy, Debug)]
 pub struct NodeConfig {
@@ -79,8 +122,10 @@ pub struct NodeCounters {
     pub append_backpressure: u64,
     /// Groups stopped by an engine failure.
     pub groups_failed: u64,
-    /// I/O rounds cut short by a full disk (retried in the next round).
+    /// I/O rounds in which a full disk deferred some group's writes (retried in a later round).
     pub storage_full_rounds: u64,
+    /// Client requests refused because their group's storage was full.
+    pub storage_full_refusals: u64,
 }
 
 /// A checkpoint job running across I/O rounds.
@@ -116,7 +161,9 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     clock: C,
     seed: u64,
     groups: BTreeMap<u64, Group>,
-    writes: VecDeque<(u64, Write)>,
+    /// The writes the replicas asked for, not yet applied to the engine: (ticket, group, write),
+    /// in ticket order.
+    writes: VecDeque<(u64, u64, Write)>,
     tickets_issued: u64,
     tickets_durable: u64,
     held: VecDeque<(u64, u64, Envelope)>,
@@ -253,8 +300,11 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         Ok(())
     }
 
-    /// One tick for every replica.
+    /// One tick for every replica. It also lets the engine try again, once, whatever a full
+    /// disk refused, so writes resume by themselves once space is freed (and a full disk is
+    /// probed once per tick, not by every flush cycle).
     pub fn on_tick(&mut self) {
+        self.shard.retry_storage_full();
         let groups: Vec<u64> = self.groups.keys().copied().collect();
         for group in groups {
             let entry = self.groups.get_mut(&group).expect("listed");
@@ -268,12 +318,24 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
 
     /// A client's write to `group`; the reply arrives through [`Node::take_replies`]. The
     /// append time is this node's clock.
-    pub fn on_client_request(&mut self, group: u64, mut request: Request) -> Result<(), String> {
+    ///
+    /// Refused at once, before the replica sees it, when the group is not here, has failed, or
+    /// its storage is full: a request the replica accepted takes an op, which it must then see
+    /// through, so a write that cannot get disk space must never get that far.
+    pub fn on_client_request(
+        &mut self,
+        group: u64,
+        mut request: Request,
+    ) -> Result<(), RequestRefused> {
         let Some(entry) = self.groups.get_mut(&group) else {
-            return Err(format!("group {group} is not on this node"));
+            return Err(RequestRefused::UnknownGroup { group });
         };
         if let Some(reason) = &entry.failed {
-            return Err(format!("group {group} stopped: {reason}"));
+            return Err(RequestRefused::GroupFailed { group, reason: reason.clone() });
+        }
+        if self.shard.group(group).is_some_and(|log| log.is_storage_full()) {
+            self.counters.storage_full_refusals += 1;
+            return Err(RequestRefused::StorageFull { group });
         }
         request.append_time_ms = self.clock.now_ms();
         entry.replica.on_client_request(request);
@@ -286,6 +348,18 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// commit may hold them back for a while to gather more per round).
     pub fn writes_queued(&self) -> usize {
         self.writes.len()
+    }
+
+    /// Whether `group`'s storage is full: its client requests are refused with
+    /// [`RequestRefused::StorageFull`] until a retried reservation succeeds.
+    pub fn is_storage_full(&self, group: u64) -> bool {
+        self.shard.group(group).is_some_and(|log| log.is_storage_full())
+    }
+
+    /// How many groups of this shard refuse client requests for lack of disk space; for logs
+    /// and status.
+    pub fn storage_full_group_count(&self) -> usize {
+        self.shard.storage_full_group_count()
     }
 
     /// Whether [`Node::run_io`] has anything to do.
@@ -328,8 +402,15 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         let mut views: BTreeMap<u64, (u32, u32)> = BTreeMap::new();
         let mut truncated: Vec<(u64, u64)> = Vec::new();
         let mut complete = true;
-        while let Some((group, write)) = self.writes.pop_front() {
+        // Writes of groups whose storage is full, kept in order for a later round.
+        let mut deferred: VecDeque<(u64, u64, Write)> = VecDeque::new();
+        let mut full_groups: Vec<u64> = Vec::new();
+        while let Some((ticket, group, write)) = self.writes.pop_front() {
             if self.groups.get(&group).is_none_or(|g| g.failed.is_some()) {
+                continue;
+            }
+            if full_groups.contains(&group) {
+                deferred.push_back((ticket, group, write));
                 continue;
             }
             let result = match &write {
@@ -341,23 +422,31 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 Write::Truncate { op, view } => {
                     complete &= self.finish_jobs().await;
                     let result = self.shard.truncate_after(group, *op, *view).await;
-                    truncated.push((group, *op));
+                    if result.is_ok() {
+                        truncated.push((group, *op));
+                    }
                     result
                 }
             };
             match result {
                 Ok(()) => {}
-                // Disk full is clean and retryable (DESIGN.md §3): the write and everything after
-                // it wait, in order, for a later round; nothing held behind them leaves.
+                // Disk full is clean and retryable (DESIGN.md §3): this write and the group's
+                // later ones wait, in order, for a later round, while other groups' writes go
+                // on. The durability ticket stops below the first one waiting, so nothing held
+                // behind them leaves.
                 Err(EngineError::StorageFull) => {
-                    self.counters.storage_full_rounds += 1;
-                    self.writes.push_front((group, write));
+                    full_groups.push(group);
+                    deferred.push_back((ticket, group, write));
                     complete = false;
-                    break;
                 }
                 Err(error) => self.fail_group(group, error),
             }
         }
+        if !deferred.is_empty() {
+            self.counters.storage_full_rounds += 1;
+        }
+        debug_assert!(self.writes.is_empty(), "the loop drains what it queues too");
+        self.writes = deferred;
         if views.is_empty() && truncated.is_empty() {
             poll_fn(|cx| {
                 self.poll_jobs(cx);
@@ -465,7 +554,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         }
         for write in ready.writes {
             self.tickets_issued += 1;
-            self.writes.push_back((group, write));
+            self.writes.push_back((self.tickets_issued, group, write));
         }
         for envelope in ready.persisted_messages {
             if self.tickets_durable >= self.tickets_issued {
@@ -528,10 +617,17 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     }
 
     /// Appends, making room by flushing and checkpointing when the engine's bounds (journal,
-    /// ring, write buffer) push back.
+    /// ring, write buffer) push back. On a full disk those bounds may not drain (the journal
+    /// waits for checkpoints that cannot cover data waiting for space): then the append waits
+    /// like one the disk refused, rather than failing the group.
     async fn append(&mut self, group: u64, header: &Header, body: &[u8]) -> EngineResult<()> {
-        for _ in 0..8 {
+        for attempt in 0..8 {
             match self.shard.append(group, header, body) {
+                Err(EngineError::LimitReached(_))
+                    if attempt > 0 && self.shard.is_storage_full() =>
+                {
+                    return Err(EngineError::StorageFull);
+                }
                 Err(EngineError::LimitReached(_)) => {
                     self.counters.append_backpressure += 1;
                     self.settle().await;
@@ -539,7 +635,12 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 result => return result,
             }
         }
-        self.shard.append(group, header, body)
+        match self.shard.append(group, header, body) {
+            Err(EngineError::LimitReached(_)) if self.shard.is_storage_full() => {
+                Err(EngineError::StorageFull)
+            }
+            result => result,
+        }
     }
 
     /// Polls the jobs in flight, applies those that finished and starts the next ones (a flush
@@ -608,9 +709,10 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         ok
     }
 
-    /// The ticket of the newest write applied to the engine (those still queued are not).
+    /// The ticket below which every write is applied to the engine (queued ones, and those
+    /// after the first one a full disk deferred, are not all).
     fn applied_ticket(&self) -> u64 {
-        self.tickets_issued - self.writes.len() as u64
+        self.writes.front().map_or(self.tickets_issued, |(ticket, _, _)| ticket - 1)
     }
 
     /// Waits for the flush cycles in flight, oldest first, and applies them; false when one
@@ -691,6 +793,9 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     fn apply_checkpoint(&mut self, done: CheckpointDone<S>) -> bool {
         match self.shard.finish_checkpoint(done) {
             Ok(()) => true,
+            // No room for a rolled segment's index: the checkpoint waits for the next retry,
+            // and nothing has failed.
+            Err(EngineError::StorageFull) => false,
             Err(error) => {
                 self.fail_all(&error);
                 false
@@ -766,7 +871,7 @@ mod tests {
     use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 
     use super::*;
-    use crate::message::Request;
+    use crate::message::{ReplyResult, Request};
 
     #[derive(Default)]
     struct Sent(Vec<(u8, Bytes)>);
@@ -969,28 +1074,125 @@ mod tests {
         assert_eq!(node.shard.counters().flushes, 2, "one cycle each");
     }
 
-    /// Disk full is clean and retryable: the group is not stopped, nothing is acknowledged
-    /// while the disk is full, and the writes go through once there is room again. (A
-    /// `replicated` group, whose segment writes grow files; a `persisted` group's journal is
-    /// pre-written, so its appends stay durable on a full disk.)
+    /// A second `replicated` group on a single node.
+    fn add_group(sim: &Sim, node: &mut Node<SimStorage, Sent, Zero>, group: u64) {
+        let config = GroupConfig {
+            durability: shoal_engine::superblock::Durability::Replicated,
+            segment_size_bytes: 64 << 20,
+            record_size_bytes_max: 64 << 10,
+            ..GroupConfig::default()
+        };
+        sim.block_on(node.create_group(group, config)).unwrap();
+    }
+
+    fn replied(node: &mut Node<SimStorage, Sent, Zero>) -> Vec<(u64, u64)> {
+        let replies = node.take_replies();
+        assert!(replies.iter().all(|(_, r)| matches!(r.result, ReplyResult::Committed { .. })));
+        replies.into_iter().map(|(group, reply)| (group, reply.request)).collect()
+    }
+
+    /// Disk full is clean and retryable (DESIGN.md §3): once the space made ready ahead of a
+    /// group's tail runs out and no more can be reserved, its requests are refused with the
+    /// typed `StorageFull` before they reach the replica; the group is not stopped, its reads
+    /// and the other groups' writes (into their own ready space) go on, and once space is
+    /// freed a tick's retry lets writes through again, with no reopen.
     #[test]
-    fn a_full_disk_holds_writes_back_and_they_resume_with_room() {
+    fn a_full_disk_refuses_requests_as_storage_full_until_a_tick_finds_room() {
         let sim = Sim::new(3, SimConfig::default());
         let mut node = single_node(&sim);
-        sim.set_capacity_bytes(sim.used_bytes());
-        for number in 1..=20 {
-            node.on_client_request(1, request(number, 1000)).unwrap();
+        add_group(&sim, &mut node, 2);
+        for (number, group) in [(1, 1), (2, 2)] {
+            node.on_client_request(group, request(number, 1000)).unwrap();
             sim.block_on(node.run_io());
         }
+        assert_eq!(replied(&mut node), vec![(1, 1), (2, 2)]);
+        sim.set_capacity_bytes(sim.used_bytes());
+        let mut accepted = 0;
+        let refusal = loop {
+            match node.on_client_request(1, request(100 + accepted, 32 << 10)) {
+                Ok(()) => accepted += 1,
+                Err(refusal) => break refusal,
+            }
+            sim.block_on(node.run_io());
+            assert!(accepted < 100, "a full disk must refuse");
+        };
+        assert_eq!(refusal, RequestRefused::StorageFull { group: 1 });
+        assert!(node.is_storage_full(1) && !node.is_storage_full(2));
+        // What was taken fit the space already ready: every one of them is acknowledged.
+        assert_eq!(replied(&mut node).len() as u64, accepted);
+        for _ in 0..5 {
+            node.on_tick();
+            sim.block_on(node.run_io());
+            assert!(node.on_client_request(1, request(900, 1000)).is_err(), "still full");
+        }
         assert!(node.group_failure(1).is_none(), "{:?}", node.group_failure(1));
-        assert!(node.take_replies().is_empty(), "nothing acknowledged on a full disk");
+        assert!(node.counters().storage_full_refusals >= 6);
+        // Group 2 writes into the space made ready for it earlier.
+        node.on_client_request(2, request(3, 1000)).unwrap();
+        sim.block_on(node.run_io());
+        assert_eq!(replied(&mut node), vec![(2, 3)]);
+        // Reads go on.
+        let log = node.shard_mut().group_mut(1).unwrap();
+        assert_eq!(
+            sim.block_on(log.read_offset(0, usize::MAX)).unwrap().len() as u64,
+            accepted + 1
+        );
+        // Space is freed: the next tick's retry finds it, and writes resume by themselves.
+        sim.set_capacity_bytes(u64::MAX);
+        node.on_tick();
+        sim.block_on(node.run_io());
+        assert!(!node.is_storage_full(1));
+        node.on_client_request(1, request(901, 1000)).unwrap();
+        sim.block_on(node.run_io());
+        assert_eq!(replied(&mut node), vec![(1, 901)]);
+    }
+
+    /// A write the replica took before the engine knew the disk was full waits for space — in
+    /// order, with the group's later writes — while other groups' writes are applied and
+    /// acknowledged; once space is freed every waiting write is acknowledged, in order.
+    #[test]
+    fn writes_waiting_for_space_hold_back_only_their_own_group() {
+        let sim = Sim::new(7, SimConfig::default());
+        let mut node = single_node(&sim);
+        add_group(&sim, &mut node, 2);
+        node.on_client_request(2, request(1, 1000)).unwrap();
+        sim.block_on(node.run_io());
+        assert_eq!(replied(&mut node), vec![(2, 1)]);
+        sim.set_capacity_bytes(sim.used_bytes());
+        // A burst larger than the space group 1 has ready (256 KiB in the small profile), taken
+        // before any flush could find the disk full.
+        for number in 10..22 {
+            node.on_client_request(1, request(number, 32 << 10)).unwrap();
+        }
+        sim.block_on(node.start_io());
+        // Taken while that cycle runs: the engine does not know yet.
+        node.on_client_request(1, request(22, 32 << 10)).unwrap();
+        node.on_client_request(2, request(2, 1000)).unwrap();
+        while node.io_in_flight() {
+            sim.block_on(node.wait_io());
+        }
+        assert!(node.is_storage_full(1));
+        sim.block_on(node.run_io());
+        assert_eq!(replied(&mut node), vec![(2, 2)], "group 2 is not held back");
+        assert!(node.counters().storage_full_rounds > 0, "group 1's last write waits");
+        assert!(matches!(
+            node.on_client_request(1, request(23, 1000)),
+            Err(RequestRefused::StorageFull { group: 1 })
+        ));
+        for _ in 0..3 {
+            node.on_tick();
+            sim.block_on(node.run_io());
+        }
+        assert!(node.take_replies().is_empty(), "nothing acknowledged without room");
         sim.set_capacity_bytes(u64::MAX);
         for _ in 0..4 {
             node.on_tick();
             sim.block_on(node.run_io());
         }
-        let replies = node.take_replies();
-        assert_eq!(replies.len(), 20, "every write went through once there was room");
+        let expected: Vec<(u64, u64)> = (10..23).map(|number| (1, number)).collect();
+        assert_eq!(replied(&mut node), expected, "in order, once there is room");
+        assert!(node.group_failure(1).is_none());
+        sim.block_on(node.close()).unwrap();
     }
 
     #[test]

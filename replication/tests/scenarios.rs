@@ -425,7 +425,7 @@ fn a_backup_acknowledges_a_new_view_only_once_it_is_durable() -> Result<(), Viol
 /// Never are two replicas down at once.
 #[test]
 fn faulty_suffixes_never_nack_an_acknowledged_op() -> Result<(), Violation> {
-    let mut cluster = cluster(22, Mode::Replicated, 1);
+    let mut cluster = cluster(23, Mode::Replicated, 1);
     let (old, keeper, other) = (primary_of(0), primary_of(1), primary_of(2));
     cluster.run_ticks(100)?;
     cluster.set_link(old, other, false);

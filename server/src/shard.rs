@@ -40,7 +40,8 @@ use shoal_engine::storage::uring::UringStorage;
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::ClientRequest;
 use shoal_replication::{
-    Clock, Node, NodeConfig, ReplicaConfig, ReplyResult, Request, Status, TICK_MS, Transport,
+    Clock, Node, NodeConfig, ReplicaConfig, ReplyResult, Request, RequestRefused, Status, TICK_MS,
+    Transport,
 };
 
 use crate::config::{Config, ShardTuning};
@@ -519,6 +520,8 @@ struct ShardState {
     flush_gate: FlushGate,
     /// Counters this loop and its connections keep (see `metrics`).
     metrics: Rc<ShardMetrics>,
+    /// Groups refusing writes for lack of disk space at the last tick (logged when it changes).
+    storage_full_groups: usize,
     /// Canary: the offset each group's next acknowledged-on-receipt write is promised.
     #[cfg(feature = "canary-ack-on-receipt")]
     predicted_offsets: HashMap<u64, u64>,
@@ -613,6 +616,7 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
         commits_in_flight: HashSet::new(),
         states_saved: Rc::new(RefCell::new(Vec::new())),
         metrics: Rc::new(ShardMetrics::default()),
+        storage_full_groups: 0,
         #[cfg(feature = "canary-ack-on-receipt")]
         predicted_offsets: HashMap::new(),
     };
@@ -1068,6 +1072,7 @@ impl ShardState {
                     self.save_states();
                     self.enforce_retention().await;
                 }
+                self.log_storage_full();
                 if !SUBMIT_AT_ONCE {
                     self.submit_waiting();
                 }
@@ -1103,6 +1108,26 @@ impl ShardState {
                     pending.reply.send(Outcome::error(ErrorCode::ShuttingDown, "shutting down"));
             }
         }
+    }
+
+    /// Says when partitions start or stop refusing writes for lack of disk space (once per
+    /// change, checked every tick).
+    fn log_storage_full(&mut self) {
+        let full = self.node.storage_full_group_count();
+        if full == self.storage_full_groups {
+            return;
+        }
+        if full > 0 {
+            tracing::warn!(
+                shard = self.index,
+                partitions = full,
+                "storage full: these partitions refuse produce with StorageFull until disk space \
+                 is freed"
+            );
+        } else {
+            tracing::info!(shard = self.index, "disk space is back: writes go through again");
+        }
+        self.storage_full_groups = full;
     }
 
     /// Deletes sealed segments beyond each topic's retention, and counts what it deleted.
@@ -1232,14 +1257,13 @@ impl ShardState {
     }
 
     /// A request may reach this shard before the catalog that placed its group here does (when
-    /// shard 0 found this inbox full): install the published catalog first.
+    /// shard 0 found this inbox full), or after creating the group failed (a full disk had no
+    /// room for its directory): install the published catalog, which creates what is missing.
     async fn ensure_group(&mut self, group: u64) {
         if self.node.shard_mut().group(group).is_none() {
             let mut latest = Arc::clone(&self.catalog);
             self.published.refresh(&mut latest);
-            if latest.applied_op > self.catalog.applied_op {
-                self.install(latest).await;
-            }
+            self.install(latest).await;
         }
     }
 
@@ -1326,12 +1350,18 @@ impl ShardState {
         for (&group, queue) in self.waiting.iter_mut() {
             while !queue.is_empty() {
                 let room = match self.node.replica(group) {
-                    Some(replica) if self.node.group_failure(group).is_none() => {
+                    Some(replica)
+                        if self.node.group_failure(group).is_none()
+                            && !self.node.is_storage_full(group) =>
+                    {
                         replica.status() == Status::Normal
                             && replica.op() - replica.commit()
                                 < replica.config().pipeline_prepares_max
                     }
-                    _ => true, // on_client_request answers a missing or failed group at once
+                    // on_client_request answers a missing or failed group, or one whose storage
+                    // is full, at once: such a write must not wait behind a pipeline that
+                    // itself waits for disk space.
+                    _ => true,
                 };
                 if !room {
                     break;
@@ -1349,8 +1379,8 @@ impl ShardState {
                     Ok(()) => {
                         self.pending.insert(key, pending);
                     }
-                    Err(reason) => {
-                        let outcome = Outcome::error(ErrorCode::PartitionFailed, reason);
+                    Err(why) => {
+                        let outcome = refusal(&why);
                         refused.push((group, pending, outcome));
                     }
                 }
@@ -1559,10 +1589,10 @@ impl ShardState {
             append_time_ms: now,
         };
         metadata.pending.insert(key, waiter);
-        if let Err(reason) = self.node.on_client_request(METADATA_GROUP, request)
+        if let Err(refused) = self.node.on_client_request(METADATA_GROUP, request)
             && let Some(waiter) = self.metadata.as_mut().and_then(|m| m.pending.remove(&key))
         {
-            self.answer_metadata(waiter, Outcome::error(ErrorCode::PartitionFailed, reason));
+            self.answer_metadata(waiter, refusal(&refused));
         }
     }
 
@@ -1905,6 +1935,18 @@ fn result_error(result: &ReplyResult) -> Outcome {
             "outcome unknown: retry with the same request number",
         ),
     }
+}
+
+/// The answer to a request the node refused before it reached the replica.
+fn refusal(refused: &RequestRefused) -> Outcome {
+    let code = match refused {
+        // Retryable: the client may send it again once disk space is freed.
+        RequestRefused::StorageFull { .. } => ErrorCode::StorageFull,
+        RequestRefused::UnknownGroup { .. } | RequestRefused::GroupFailed { .. } => {
+            ErrorCode::PartitionFailed
+        }
+    };
+    Outcome::error(code, refused.to_string())
 }
 
 fn refuse(work: Work) {

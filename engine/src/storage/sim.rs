@@ -312,7 +312,16 @@ impl Sim {
     /// # Panics
     /// If `path` is not a visible file.
     pub fn fail_next_write(&self, path: &Path) {
-        self.with_file(path, |file| file.fail_next_write = true);
+        self.fail_next_write_with(path, EIO);
+    }
+
+    /// Makes the next write to `path` to complete fail with the OS error `errno`, without
+    /// effect: ENOSPC from a write the engine believed had space ready, for instance.
+    ///
+    /// # Panics
+    /// If `path` is not a visible file.
+    pub fn fail_next_write_with(&self, path: &Path, errno: i32) {
+        self.with_file(path, |file| file.fail_next_write = Some(errno));
     }
 
     /// Makes the next `sync_data` of `path` to complete fail with EIO, making nothing durable.
@@ -320,7 +329,16 @@ impl Sim {
     /// # Panics
     /// If `path` is not a visible file.
     pub fn fail_next_sync(&self, path: &Path) {
-        self.with_file(path, |file| file.fail_next_sync = true);
+        self.fail_next_sync_with(path, EIO);
+    }
+
+    /// Makes the next `sync_data` of `path` to complete fail with the OS error `errno`, making
+    /// nothing durable (ENOSPC from writeback, for instance).
+    ///
+    /// # Panics
+    /// If `path` is not a visible file.
+    pub fn fail_next_sync_with(&self, path: &Path, errno: i32) {
+        self.with_file(path, |file| file.fail_next_sync = Some(errno));
     }
 
     /// Holds every file's `sync_data` in flight (not completed, not failed) until released: a
@@ -920,8 +938,9 @@ struct FileState {
     reserved_bytes: u64,
     /// Cloned into every open handle; more than one strong count means the file is open.
     anchor: Rc<()>,
-    fail_next_write: bool,
-    fail_next_sync: bool,
+    /// The OS error the next completing write (sync) fails with, if any.
+    fail_next_write: Option<i32>,
+    fail_next_sync: Option<i32>,
 }
 
 impl FileState {
@@ -932,8 +951,8 @@ impl FileState {
             visible: Vec::new(),
             reserved_bytes: 0,
             anchor: Rc::new(()),
-            fail_next_write: false,
-            fail_next_sync: false,
+            fail_next_write: None,
+            fail_next_sync: None,
         }
     }
 
@@ -1054,9 +1073,9 @@ impl Disk {
         let Some(file) = self.files.get_mut(&inode) else {
             return Err(io::Error::from_raw_os_error(EBADF));
         };
-        if std::mem::take(&mut file.fail_next_write) {
+        if let Some(errno) = file.fail_next_write.take() {
             self.stats.injected_errors += 1;
-            return Err(io::Error::from_raw_os_error(EIO));
+            return Err(io::Error::from_raw_os_error(errno));
         }
         if !self.fits(inode, offset, data.len()) {
             self.stats.enospc_errors += 1;
@@ -1077,9 +1096,9 @@ impl Disk {
         let Some(file) = self.files.get_mut(&inode) else {
             return Err(io::Error::from_raw_os_error(EBADF));
         };
-        if std::mem::take(&mut file.fail_next_sync) {
+        if let Some(errno) = file.fail_next_sync.take() {
             self.stats.injected_errors += 1;
-            return Err(io::Error::from_raw_os_error(EIO));
+            return Err(io::Error::from_raw_os_error(errno));
         }
         // Pending writes are in completion order, so the covered ones are a prefix and moving
         // them into `durable` leaves `visible` unchanged.
@@ -1212,8 +1231,8 @@ impl Disk {
             file.durable = contents;
             // Old handles are dead: they must not keep files alive.
             file.anchor = Rc::new(());
-            file.fail_next_write = false;
-            file.fail_next_sync = false;
+            file.fail_next_write = None;
+            file.fail_next_sync = None;
         }
 
         let mut ns = std::mem::take(&mut self.durable_ns);
