@@ -217,16 +217,9 @@ fn namespace(dir: &Path) -> Result<Namespace, String> {
 fn start(namespace: &Namespace, data_dir: &Path, log: &Path) -> Server {
     let mut command = namespace.enter(&common::command(data_dir, 1));
     let stderr = File::create(log).expect("log file");
-    let mut child =
+    let child =
         command.stdout(Stdio::piped()).stderr(stderr).spawn().expect("nsenter and shoal start");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut server =
-        Server { child: Some(child), address: String::new(), metrics: None, shards: Vec::new() };
-    let ready = shoal_testkit::ready(stdout, DEADLINE);
-    server.address = ready.native;
-    server.metrics = ready.metrics;
-    server.shards = ready.shards;
-    server
+    common::ready_server(child)
 }
 
 /// A payload that names its topic and index, so any misplaced byte shows.

@@ -81,8 +81,12 @@ pub fn start(dir: &Path, shards: u32) -> Server {
 
 /// Starts `command` and waits (at most 60 s) for its readiness line.
 pub fn start_command(mut command: Command) -> Server {
-    let mut child =
-        command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("shoal starts");
+    let child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("shoal starts");
+    ready_server(child)
+}
+
+/// Waits (at most 60 s) for the readiness line of a spawned `shoal` whose stdout is piped.
+pub fn ready_server(mut child: Child) -> Server {
     let stdout = child.stdout.take().expect("piped stdout");
     // The guard exists before the wait, so a server that never gets ready is killed too.
     let mut server =
