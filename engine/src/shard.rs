@@ -422,6 +422,13 @@ impl<S: Storage> Shard<S> {
             }
         }
         superblock.write(slots).await?;
+        // The journal's tail may still hold entries a checkpoint covered just before the stop
+        // (no later entry recorded the tail moving past them): they are free now, or an idle
+        // group's stale entries would pin the journal until every other group stalls on it.
+        let mut journal = journal;
+        for (&id, log) in &groups {
+            journal.release(id, log.checkpoint().op);
+        }
         let shard = Shard {
             storage,
             dir: dir.to_path_buf(),

@@ -370,3 +370,30 @@ fn crash_during_retention_leaves_a_suffix_of_the_log() {
         assert_eq!(all.last().unwrap().op(), 600);
     }
 }
+
+/// Regression (found by the cluster simulator): journal entries a checkpoint covered just
+/// before a stop came back as live at the next open, because no later entry recorded the tail
+/// moving past them. An idle group's stale entries then pinned the journal's tail for good, and
+/// every other persisted group of the shard stopped on "journal full". Open releases them now.
+#[test]
+fn entries_covered_before_a_restart_never_pin_the_journal() {
+    let sim = Sim::new(23, SimConfig::default());
+    let mut config = ShardConfig::small();
+    config.journal_size_bytes = 256 << 10;
+    let (mut shard, _) = open_with(&sim, config.clone());
+    sim.block_on(shard.create_group(1, group_config(Durability::Persisted))).unwrap();
+    sim.block_on(shard.create_group(2, group_config(Durability::Persisted))).unwrap();
+    append(&mut shard, 1, 3, 1_000);
+    sim.block_on(shard.flush()).unwrap();
+    sim.block_on(shard.close()).unwrap();
+    // Group 1 stays idle from here on; group 2 writes many times the journal's size.
+    let (mut shard, _) = open_with(&sim, config);
+    for _ in 0..100 {
+        if let Err(Error::LimitReached(_)) = try_append(&mut shard, 2, 20_000) {
+            sim.block_on(shard.flush()).unwrap();
+            sim.block_on(shard.flush()).unwrap();
+            try_append(&mut shard, 2, 20_000).expect("checkpoints free the journal");
+        }
+        sim.block_on(shard.flush()).unwrap();
+    }
+}
