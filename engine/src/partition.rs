@@ -701,6 +701,12 @@ impl<S: Storage> PartitionLog<S> {
         self.segments.first().map_or(self.next.offset, |segment| segment.base_offset)
     }
 
+    /// The oldest op the log still holds (retention deletes from the front); `head_op() + 1`
+    /// when it holds none.
+    pub fn first_op(&self) -> u64 {
+        self.segments.first().map_or(self.head.op + 1, |segment| segment.first_op)
+    }
+
     /// The offset the next message will get (the log end offset).
     pub fn next_offset(&self) -> u64 {
         self.next.offset

@@ -140,6 +140,13 @@ const OFF_REQUEST_PREPARE_FLAGS: usize = OFF_REQUEST_PREPARE_CHECKSUM + size_of:
 const OFF_REQUEST_PREPARE_RESERVED_TAIL: usize = OFF_REQUEST_PREPARE_FLAGS + size_of::<u32>();
 const SIZE_REQUEST_PREPARE_RESERVED_TAIL: usize = HEADER_SIZE - OFF_REQUEST_PREPARE_RESERVED_TAIL;
 
+// `Command::RangeEvicted` region.
+const OFF_RANGE_EVICTED_GROUP: usize = SIZE_COMMON_PREFIX;
+const OFF_RANGE_EVICTED_OP: usize = OFF_RANGE_EVICTED_GROUP + size_of::<u64>();
+const OFF_RANGE_EVICTED_OP_MIN: usize = OFF_RANGE_EVICTED_OP + size_of::<u64>();
+const OFF_RANGE_EVICTED_RESERVED_TAIL: usize = OFF_RANGE_EVICTED_OP_MIN + size_of::<u64>();
+const SIZE_RANGE_EVICTED_RESERVED_TAIL: usize = HEADER_SIZE - OFF_RANGE_EVICTED_RESERVED_TAIL;
+
 // `Command::Request` region: a client's request; the operation's arguments are the body.
 const OFF_REQUEST_CLIENT: usize = SIZE_COMMON_PREFIX;
 const OFF_REQUEST_SESSION: usize = OFF_REQUEST_CLIENT + size_of::<u64>();
@@ -196,6 +203,7 @@ const _: () = assert!(OFF_START_VIEW_RESERVED_TAIL == 68);
 const _: () = assert!(OFF_REQUEST_START_VIEW_RESERVED_TAIL == 48);
 const _: () = assert!(OFF_REQUEST_PREPARE_FLAGS == 52);
 const _: () = assert!(OFF_REQUEST_PREPARE_RESERVED_TAIL == 56);
+const _: () = assert!(OFF_RANGE_EVICTED_RESERVED_TAIL == 56);
 const _: () = assert!(OFF_REQUEST_OPERATION == 56 && OFF_REQUEST_RESERVED_TAIL == 60);
 const _: () = assert!(OFF_REPLY_ERROR == 52 && OFF_REPLY_RESERVED_TAIL == 56);
 // Every region ends inside the header (a reserved tail of at least one byte is left by each).
@@ -209,6 +217,7 @@ const _: () = {
         OFF_START_VIEW_RESERVED_TAIL,
         OFF_REQUEST_START_VIEW_RESERVED_TAIL,
         OFF_REQUEST_PREPARE_RESERVED_TAIL,
+        OFF_RANGE_EVICTED_RESERVED_TAIL,
         OFF_REQUEST_RESERVED_TAIL,
         OFF_REPLY_RESERVED_TAIL,
     ];
@@ -257,6 +266,9 @@ const _: () = {
         OFF_REQUEST_START_VIEW_NONCE,
         OFF_REQUEST_PREPARE_GROUP,
         OFF_REQUEST_PREPARE_OP,
+        OFF_RANGE_EVICTED_GROUP,
+        OFF_RANGE_EVICTED_OP,
+        OFF_RANGE_EVICTED_OP_MIN,
         OFF_REQUEST_CLIENT,
         OFF_REQUEST_SESSION,
         OFF_REQUEST_REQUEST,
@@ -314,6 +326,10 @@ const RESERVED_REQUEST_START_VIEW: [(usize, usize); 1] =
 const RESERVED_REQUEST_PREPARE: [(usize, usize); 1] =
     [(OFF_REQUEST_PREPARE_RESERVED_TAIL, SIZE_REQUEST_PREPARE_RESERVED_TAIL)];
 
+/// Byte ranges (offset, length) that must be zero in a [`Command::RangeEvicted`] header.
+const RESERVED_RANGE_EVICTED: [(usize, usize); 1] =
+    [(OFF_RANGE_EVICTED_RESERVED_TAIL, SIZE_RANGE_EVICTED_RESERVED_TAIL)];
+
 /// Byte ranges (offset, length) that must be zero in a [`Command::Request`] header.
 const RESERVED_REQUEST: [(usize, usize); 1] =
     [(OFF_REQUEST_RESERVED_TAIL, SIZE_REQUEST_RESERVED_TAIL)];
@@ -355,6 +371,9 @@ pub enum Command {
     Request = 10,
     /// The server's answer to one request. Body: the operation's result, or an error's text.
     Reply = 11,
+    /// The answer to a `RequestPrepare` for an op the responder no longer holds (retention
+    /// removed it): names the oldest op it still holds. Empty body.
+    RangeEvicted = 12,
 }
 
 impl Command {
@@ -370,6 +389,7 @@ impl Command {
             7 => Some(Command::StartView),
             8 => Some(Command::RequestStartView),
             9 => Some(Command::RequestPrepare),
+            12 => Some(Command::RangeEvicted),
             10 => Some(Command::Request),
             11 => Some(Command::Reply),
             _ => None,
@@ -398,6 +418,8 @@ pub enum Fields {
     RequestStartView(RequestStartView),
     /// Fields of a [`Command::RequestPrepare`] header.
     RequestPrepare(RequestPrepare),
+    /// Fields of a [`Command::RangeEvicted`] header.
+    RangeEvicted(RangeEvicted),
     /// Fields of a [`Command::Request`] header.
     Request(ClientRequest),
     /// Fields of a [`Command::Reply`] header.
@@ -417,6 +439,7 @@ impl Fields {
             Fields::StartView(_) => Command::StartView,
             Fields::RequestStartView(_) => Command::RequestStartView,
             Fields::RequestPrepare(_) => Command::RequestPrepare,
+            Fields::RangeEvicted(_) => Command::RangeEvicted,
             Fields::Request(_) => Command::Request,
             Fields::Reply(_) => Command::Reply,
         }
@@ -435,7 +458,8 @@ impl Fields {
             Fields::PrepareOk(_)
             | Fields::StartViewChange(_)
             | Fields::RequestStartView(_)
-            | Fields::RequestPrepare(_) => Some(0),
+            | Fields::RequestPrepare(_)
+            | Fields::RangeEvicted(_) => Some(0),
             Fields::Commit(commit) => {
                 Some(u64::from(commit.entry_count) * COMMIT_ENTRY_SIZE as u64)
             }
@@ -618,6 +642,19 @@ impl RequestPrepare {
     pub fn checksum_given(&self) -> Option<u32> {
         (self.flags & REQUEST_PREPARE_FLAG_CHECKSUM != 0).then_some(self.checksum)
     }
+}
+
+/// The per-command fields of a range-evicted answer: the responder was asked for `op` but holds
+/// its group's log only from `op_min` on (retention removed the rest), so the asker must look
+/// elsewhere or take a state transfer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RangeEvicted {
+    /// VSR group id.
+    pub group: u64,
+    /// The op that was asked for.
+    pub op: u64,
+    /// The oldest op the responder holds (above `op`).
+    pub op_min: u64,
 }
 
 /// The per-command fields of a client request. Which operation it is, and so how its body is
@@ -805,6 +842,11 @@ impl Header {
     /// not zero while that flag is clear.
     pub fn request_prepare(cluster: u64, view: u32, replica: u8, fields: RequestPrepare) -> Header {
         Header::sealed(cluster, view, replica, Fields::RequestPrepare(fields), &[])
+    }
+
+    /// Builds a sealed range-evicted header (empty body).
+    pub fn range_evicted(cluster: u64, view: u32, replica: u8, fields: RangeEvicted) -> Header {
+        Header::sealed(cluster, view, replica, Fields::RangeEvicted(fields), &[])
     }
 
     /// Builds a sealed client request header for `body`.
@@ -1034,6 +1076,14 @@ impl Header {
     pub fn as_request_prepare(&self) -> Option<&RequestPrepare> {
         match &self.fields {
             Fields::RequestPrepare(request) => Some(request),
+            _ => None,
+        }
+    }
+
+    /// The range-evicted fields, if this is a [`Command::RangeEvicted`] header.
+    pub fn as_range_evicted(&self) -> Option<&RangeEvicted> {
+        match &self.fields {
+            Fields::RangeEvicted(evicted) => Some(evicted),
             _ => None,
         }
     }
@@ -1492,6 +1542,7 @@ fn reserved_ranges(command: Command) -> &'static [(usize, usize)] {
         Command::StartView => &RESERVED_START_VIEW,
         Command::RequestStartView => &RESERVED_REQUEST_START_VIEW,
         Command::RequestPrepare => &RESERVED_REQUEST_PREPARE,
+        Command::RangeEvicted => &RESERVED_RANGE_EVICTED,
         Command::Request => &RESERVED_REQUEST,
         Command::Reply => &RESERVED_REPLY,
     }
@@ -1550,6 +1601,11 @@ fn encode_fields(bytes: &mut [u8; HEADER_SIZE], fields: &Fields) {
             put_u64(bytes, OFF_REQUEST_PREPARE_OP, request.op);
             put_u32(bytes, OFF_REQUEST_PREPARE_CHECKSUM, request.checksum);
             put_u32(bytes, OFF_REQUEST_PREPARE_FLAGS, request.flags);
+        }
+        Fields::RangeEvicted(evicted) => {
+            put_u64(bytes, OFF_RANGE_EVICTED_GROUP, evicted.group);
+            put_u64(bytes, OFF_RANGE_EVICTED_OP, evicted.op);
+            put_u64(bytes, OFF_RANGE_EVICTED_OP_MIN, evicted.op_min);
         }
         Fields::Request(request) => {
             put_u64(bytes, OFF_REQUEST_CLIENT, request.client);
@@ -1613,6 +1669,11 @@ fn decode_fields(bytes: &[u8; HEADER_SIZE], command: Command) -> Option<Fields> 
             op: get_u64(bytes, OFF_REQUEST_PREPARE_OP),
             checksum: get_u32(bytes, OFF_REQUEST_PREPARE_CHECKSUM),
             flags: get_u32(bytes, OFF_REQUEST_PREPARE_FLAGS),
+        }),
+        Command::RangeEvicted => Fields::RangeEvicted(RangeEvicted {
+            group: get_u64(bytes, OFF_RANGE_EVICTED_GROUP),
+            op: get_u64(bytes, OFF_RANGE_EVICTED_OP),
+            op_min: get_u64(bytes, OFF_RANGE_EVICTED_OP_MIN),
         }),
         Command::Request => Fields::Request(ClientRequest {
             client: get_u64(bytes, OFF_REQUEST_CLIENT),
@@ -2238,7 +2299,17 @@ mod tests {
             (sample_request_prepare(), Vec::new()),
             sample_client_request(),
             sample_client_reply(),
+            (sample_range_evicted(), Vec::new()),
         ]
+    }
+
+    fn sample_range_evicted() -> Header {
+        let fields = RangeEvicted {
+            group: 0x1112_1314_1516_1718,
+            op: 0x2122_2324_2526_2728,
+            op_min: 0x3132_3334_3536_3738,
+        };
+        Header::range_evicted(CLUSTER, VIEW, 2, fields)
     }
 
     fn sample_client_request() -> (Header, Vec<u8>) {
@@ -2409,6 +2480,12 @@ mod tests {
                     (Header::request_prepare(cluster, view, replica, fields), Vec::new())
                 }
             ),
+            (prefix, any::<(u64, u64, u64)>()).prop_map(
+                |((cluster, view, replica), (group, op, op_min))| {
+                    let fields = RangeEvicted { group, op, op_min };
+                    (Header::range_evicted(cluster, view, replica, fields), Vec::new())
+                }
+            ),
         ]
     }
 
@@ -2538,6 +2615,7 @@ mod tests {
             (Command::RequestPrepare, 200),
             (Command::Request, 196),
             (Command::Reply, 200),
+            (Command::RangeEvicted, 200),
         ];
         for ((header, _body), (command, field_bytes)) in
             sample_messages().into_iter().zip(reserved_field_bytes)
@@ -2624,9 +2702,10 @@ mod tests {
             assert_eq!(header.as_request_prepare().is_some(), command == Command::RequestPrepare);
             assert_eq!(header.as_request().is_some(), command == Command::Request);
             assert_eq!(header.as_reply().is_some(), command == Command::Reply);
+            assert_eq!(header.as_range_evicted().is_some(), command == Command::RangeEvicted);
             assert_eq!(Command::from_u8(command as u8), Some(command));
         }
-        assert_eq!(Command::from_u8(12), None);
+        assert_eq!(Command::from_u8(13), None);
         assert_eq!(sample_prepare_ok().as_prepare_ok().unwrap().prepare_checksum, 0x4142_4344);
         assert_eq!(sample_commit().0.as_commit(), Some(&Commit { entry_count: 2 }));
         assert_eq!(sample_start_view().0.as_start_view().unwrap().nonce, 0x4142_4344_4546_4748);

@@ -146,6 +146,10 @@ pub fn encode(cluster: u64, from: u8, group: u64, message: &Message) -> Bytes {
             };
             (Header::request_prepare(cluster, *view, from, fields), Bytes::new())
         }
+        Message::RangeEvicted { view, op, op_min } => {
+            let fields = wire::RangeEvicted { group, op: *op, op_min: *op_min };
+            (Header::range_evicted(cluster, *view, from, fields), Bytes::new())
+        }
     };
     frame(&header, &body)
 }
@@ -256,6 +260,10 @@ pub fn decode(
             let f = header.as_request_prepare().expect("command checked");
             (f.group, Message::RequestPrepare { view, op: f.op, checksum: f.checksum_given() })
         }
+        Command::RangeEvicted => {
+            let f = header.as_range_evicted().expect("command checked");
+            (f.group, Message::RangeEvicted { view, op: f.op, op_min: f.op_min })
+        }
         command @ (Command::Reserved
         | Command::JournalEntry
         | Command::Request
@@ -320,6 +328,7 @@ mod tests {
             Message::RequestStartView { view: 3, nonce: 12 },
             Message::RequestPrepare { view: 3, op: 2, checksum: Some(h2.checksum_header) },
             Message::RequestPrepare { view: 3, op: 2, checksum: None },
+            Message::RangeEvicted { view: 3, op: 2, op_min: 40 },
         ];
         for message in messages {
             let packet = encode(9, 1, 3, &message);

@@ -67,7 +67,7 @@ impl ReplicaConfig {
             prepare_retry_ticks_min: 50 / TICK_MS,
             prepare_retry_ticks_max: 1_000 / TICK_MS,
             repair_interval_ticks: 50 / TICK_MS,
-            repair_prepares_max: 16,
+            repair_prepares_max: 128,
             start_view_probe_interval_ticks: 200 / TICK_MS,
             start_view_probes_max: 5,
             stamp_batches: true,

@@ -96,6 +96,16 @@ pub enum Message {
         /// The wanted header checksum, when known.
         checksum: Option<u32>,
     },
+    /// The answer to a [`Message::RequestPrepare`] for an op the sender no longer holds
+    /// (retention removed it): the asker must look elsewhere, or take a state transfer.
+    RangeEvicted {
+        /// Sender's view.
+        view: u32,
+        /// The op that was asked for.
+        op: u64,
+        /// The oldest op the sender holds.
+        op_min: u64,
+    },
 }
 
 /// Flag bit: the body of this header is held.
@@ -114,7 +124,8 @@ impl Message {
             | Message::DoViewChange { view, .. }
             | Message::StartView { view, .. }
             | Message::RequestStartView { view, .. }
-            | Message::RequestPrepare { view, .. } => *view,
+            | Message::RequestPrepare { view, .. }
+            | Message::RangeEvicted { view, .. } => *view,
         }
     }
 
@@ -129,6 +140,7 @@ impl Message {
             Message::StartView { .. } => "start_view",
             Message::RequestStartView { .. } => "request_start_view",
             Message::RequestPrepare { .. } => "request_prepare",
+            Message::RangeEvicted { .. } => "range_evicted",
         }
     }
 }

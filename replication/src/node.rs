@@ -101,6 +101,31 @@ pub struct NodeConfig {
     /// Messages held back for durability at most; beyond, the oldest are dropped (the protocol
     /// retransmits) and counted.
     pub held_messages_max: usize,
+    /// New repair rounds the node lets its groups start per tick, all groups together: a shard
+    /// with many lagging groups catches them up a few at a time instead of flooding its peers
+    /// (and its own intake) at once.
+    pub repair_rounds_per_tick_max: usize,
+    /// Repair rounds in flight at most, all groups together; bounds the bodies a shard may have
+    /// on the way to it for repair (each round asks up to `repair_prepares_max`).
+    pub repair_rounds_in_flight_max: usize,
+    /// Prepares peers asked for that wait to be read from the log at most; beyond, requests
+    /// are dropped and counted (the asker's round times out and asks again, or elsewhere).
+    pub serve_reads_queued_max: usize,
+}
+
+impl NodeConfig {
+    /// Node `node` with the replica template `replica` and default bounds.
+    pub fn new(node: u8, replica: ReplicaConfig) -> NodeConfig {
+        NodeConfig {
+            node,
+            replica,
+            message_size_bytes_max: 1 << 20,
+            held_messages_max: 4_096,
+            repair_rounds_per_tick_max: 8,
+            repair_rounds_in_flight_max: 32,
+            serve_reads_queued_max: 1_024,
+        }
+    }
 }
 
 /// Counters of the node layer.
@@ -124,6 +149,18 @@ pub struct NodeCounters {
     pub groups_failed: u64,
     /// I/O rounds in which a full disk deferred some group's writes (retried in a later round).
     pub storage_full_rounds: u64,
+    /// Repair rounds granted to the groups' replicas.
+    pub repair_rounds_granted: u64,
+    /// Ticks on which some group's due repair round waited for a later tick's budget.
+    pub repair_rounds_deferred: u64,
+    /// Prepares served to peers from the prepare ring (memory).
+    pub prepares_served_from_ring: u64,
+    /// Prepares served to peers from segment files.
+    pub prepares_served_from_disk: u64,
+    /// Requests for ops retention had removed, answered with `RangeEvicted`.
+    pub ranges_evicted_sent: u64,
+    /// Peers' prepare requests dropped at `serve_reads_queued_max`.
+    pub serve_reads_dropped: u64,
     /// Client requests refused because their group's storage was full.
     pub storage_full_refusals: u64,
 }
@@ -179,6 +216,8 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     /// Set when a cycle hit a full disk or failed: the next round retries, not the poll.
     flush_blocked: bool,
     counters: NodeCounters,
+    /// Where the next tick's repair grants start, so every group gets its turn.
+    repair_cursor: u64,
 }
 
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
@@ -213,6 +252,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             flushes: VecDeque::new(),
             flush_blocked: false,
             counters: NodeCounters::default(),
+            repair_cursor: 0,
         };
         for recovery in &report.groups {
             let group = recovery.group;
@@ -233,7 +273,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 headers,
                 faulty_from: recovery.faulty.suffix_from,
             };
-            let replica = Replica::recover(replica_config, recovered, seed);
+            let mut replica = Replica::recover(replica_config, recovered, seed);
+            replica.ration_repair();
             node.groups.insert(group, Group { replica, failed: None });
         }
         Ok((node, report))
@@ -244,7 +285,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     pub async fn create_group(&mut self, group: u64, config: GroupConfig) -> EngineResult<()> {
         self.settle().await;
         self.shard.create_group(group, config).await?;
-        let replica = Replica::new(self.replica_config(group), self.seed);
+        let mut replica = Replica::new(self.replica_config(group), self.seed);
+        replica.ration_repair();
         self.groups.insert(group, Group { replica, failed: None });
         Ok(())
     }
@@ -313,7 +355,39 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 self.collect(group);
             }
         }
+        self.grant_repairs();
         self.send_heartbeats();
+    }
+
+    /// Lets the groups whose repair round is due start one, within the tick's budget and the
+    /// shard's bound on rounds in flight, taking turns from where the last tick stopped.
+    fn grant_repairs(&mut self) {
+        let in_flight = self.groups.values().filter(|g| g.replica.repair_in_flight()).count();
+        let mut budget = self
+            .config
+            .repair_rounds_per_tick_max
+            .min(self.config.repair_rounds_in_flight_max.saturating_sub(in_flight));
+        let wanting: Vec<u64> = self
+            .groups
+            .range(self.repair_cursor..)
+            .chain(self.groups.range(..self.repair_cursor))
+            .filter(|(_, g)| g.failed.is_none() && g.replica.repair_wanted())
+            .map(|(&group, _)| group)
+            .collect();
+        for group in wanting {
+            if budget == 0 {
+                self.counters.repair_rounds_deferred += 1;
+                self.repair_cursor = group;
+                return;
+            }
+            let replica = &mut self.groups.get_mut(&group).expect("listed").replica;
+            replica.grant_repair();
+            if replica.repair_in_flight() {
+                budget -= 1;
+                self.counters.repair_rounds_granted += 1;
+            }
+            self.collect(group);
+        }
     }
 
     /// A client's write to `group`; the reply arrives through [`Node::take_replies`]. The
@@ -568,7 +642,13 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             }
             self.held.push_back((self.tickets_issued, group, envelope));
         }
-        self.reads.extend(ready.reads.into_iter().map(|read| (group, read)));
+        for read in ready.reads {
+            if self.reads.len() >= self.config.serve_reads_queued_max {
+                self.counters.serve_reads_dropped += 1;
+                continue;
+            }
+            self.reads.push((group, read));
+        }
         self.committed.extend(ready.committed.into_iter().map(|c| (group, c)));
         self.replies.extend(ready.replies.into_iter().map(|r| (group, r)));
     }
@@ -824,9 +904,25 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     async fn serve_reads(&mut self) {
         for (group, read) in std::mem::take(&mut self.reads) {
             let Some(log) = self.shard.group_mut(group) else { continue };
+            let op_min = log.first_op();
+            if read.op < op_min {
+                // Retention removed it: say so, so the asker looks elsewhere at once.
+                let view = self.groups.get(&group).map_or(0, |g| g.replica.view());
+                let message = Message::RangeEvicted { view, op: read.op, op_min };
+                let envelope = Envelope { from: self.config.node, to: read.to, message };
+                self.counters.ranges_evicted_sent += 1;
+                self.send(group, envelope);
+                continue;
+            }
+            let from_ring = log.ring().by_op(read.op).is_some();
             let Ok(Some(stored)) = log.read_op(read.op).await else { continue };
             if read.checksum.is_some_and(|c| c != stored.header.checksum_header) {
                 continue;
+            }
+            if from_ring {
+                self.counters.prepares_served_from_ring += 1;
+            } else {
+                self.counters.prepares_served_from_disk += 1;
             }
             // A stored record is header and body exactly: the Prepare message itself.
             self.transport.send(read.to, stored.record.clone());
@@ -891,12 +987,8 @@ mod tests {
     }
 
     fn node(sim: &Sim, held_messages_max: usize) -> Node<SimStorage, Sent, Zero> {
-        let config = NodeConfig {
-            node: 0,
-            replica: ReplicaConfig::new(1, 0, 3, 0),
-            message_size_bytes_max: 1 << 20,
-            held_messages_max,
-        };
+        let config =
+            NodeConfig { held_messages_max, ..NodeConfig::new(0, ReplicaConfig::new(1, 0, 3, 0)) };
         let shard = ShardConfig { cluster: 1, ..ShardConfig::small() };
         let open =
             Node::open(sim.storage(), Path::new("/d"), shard, config, Sent::default(), Zero, 3);
@@ -942,12 +1034,8 @@ mod tests {
         sim: &Sim,
         segment_size_bytes: u64,
     ) -> Node<SimStorage, Sent, Zero> {
-        let config = NodeConfig {
-            node: 0,
-            replica: ReplicaConfig { stamp_batches: false, ..ReplicaConfig::new(1, 0, 1, 0) },
-            message_size_bytes_max: 1 << 20,
-            held_messages_max: 64,
-        };
+        let replica = ReplicaConfig { stamp_batches: false, ..ReplicaConfig::new(1, 0, 1, 0) };
+        let config = NodeConfig { held_messages_max: 64, ..NodeConfig::new(0, replica) };
         let shard = ShardConfig { cluster: 1, ..ShardConfig::small() };
         let open =
             Node::open(sim.storage(), Path::new("/d"), shard, config, Sent::default(), Zero, 3);

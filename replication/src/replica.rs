@@ -94,12 +94,20 @@ pub struct ReplicaCounters {
     pub retransmissions: u64,
     /// Repair requests sent.
     pub repairs_requested: u64,
+    /// Repair rounds started (each asks one peer for up to `repair_prepares_max` ops).
+    pub repair_rounds: u64,
+    /// Repair rounds that ended without progress, so the next asked another peer.
+    pub repair_rounds_unanswered: u64,
+    /// Answers that a peer no longer holds an op asked for.
+    pub ranges_evicted: u64,
     /// Truncations issued.
     pub truncations: u64,
     /// Ops committed.
     pub commits: u64,
     /// Recovering replicas that fell back to a view change.
     pub recovery_view_changes: u64,
+    /// View changes a primary started because a member was bound to a later view.
+    pub views_yielded: u64,
     /// Ops possibly lost to `unclean_recovery`.
     pub unclean_ops_lost: u64,
     /// Prepares dropped while recovering.
@@ -166,6 +174,18 @@ impl DoViewChange {
     }
 }
 
+/// A backup's repair round in flight: the ops it asked one peer for.
+#[derive(Clone, Copy, Debug)]
+struct RepairRound {
+    to: u8,
+    /// The highest op asked for: the round is over once the log is appended up to it.
+    op_high: u64,
+    /// The appended head when the round was sent: no progress past it by the deadline means
+    /// the next round asks another peer.
+    op_appended_at_send: u64,
+    deadline_tick: u64,
+}
+
 /// The new primary's work between a DoViewChange quorum and StartView.
 #[derive(Clone, Debug)]
 struct Merge {
@@ -212,7 +232,18 @@ pub struct Replica {
     next_commit_tick: u64,
     // Backup.
     heartbeat_deadline_tick: u64,
-    next_repair_tick: u64,
+    repair_round: Option<RepairRound>,
+    /// The peer the next repair round asks: the primary first, the next peer after a round
+    /// that brought nothing or an answer that the range is gone.
+    repair_target: u8,
+    /// Set by a driver that rations repair across its groups: a round then starts only inside
+    /// [`Replica::grant_repair`].
+    repair_rationed: bool,
+    repair_granted: bool,
+    /// A round is due but waits for the driver's grant.
+    repair_wanted: bool,
+    /// Per peer, the oldest op it said it still holds (0: never said).
+    peer_op_min: Vec<u64>,
     next_request_start_view_tick: u64,
     // View change.
     votes: BTreeMap<u8, (u32, u64)>,
@@ -311,7 +342,12 @@ impl Replica {
             last_heard_tick: vec![0; usize::from(config.replica_count)],
             next_commit_tick: 0,
             heartbeat_deadline_tick: 0,
-            next_repair_tick: 0,
+            repair_round: None,
+            repair_target: config.primary_of(0),
+            repair_rationed: false,
+            repair_granted: false,
+            repair_wanted: false,
+            peer_op_min: vec![0; usize::from(config.replica_count)],
             next_request_start_view_tick: 0,
             votes: BTreeMap::new(),
             do_view_change_sent: false,
@@ -367,6 +403,23 @@ impl Replica {
     pub fn faulty_from(&self) -> Option<u64> {
         self.faulty_from
     }
+    /// Whether a repair round is due and waits for [`Replica::grant_repair`].
+    pub fn repair_wanted(&self) -> bool {
+        self.repair_wanted
+    }
+    /// Whether a repair round is in flight: sent, neither complete nor past its deadline.
+    pub fn repair_in_flight(&self) -> bool {
+        self.repair_round.is_some_and(|round| {
+            self.op_appended < round.op_high && self.tick < round.deadline_tick
+        })
+    }
+    /// Whether this backup misses ops that every peer said it no longer holds: only a state
+    /// transfer can bring it up to date.
+    pub fn needs_state_transfer(&self) -> bool {
+        let next = self.op_appended + 1;
+        next <= self.op.max(self.commit_max)
+            && self.peers().all(|peer| self.peer_op_min[usize::from(peer)] > next)
+    }
     /// Whether a restart still waits for a StartView.
     pub fn needs_start_view(&self) -> bool {
         self.needs_start_view
@@ -391,6 +444,20 @@ impl Replica {
     /// Everything produced since the last call.
     pub fn take_ready(&mut self) -> Ready {
         std::mem::take(&mut self.ready)
+    }
+
+    /// From now on a repair round starts only when the driver grants it (DESIGN.md §4: repair
+    /// is rationed per shard so it never starves client traffic); the replica then reports a
+    /// due round through [`Replica::repair_wanted`].
+    pub fn ration_repair(&mut self) {
+        self.repair_rationed = true;
+    }
+
+    /// The driver's grant: start the repair round that is due, if one still is.
+    pub fn grant_repair(&mut self) {
+        self.repair_granted = true;
+        self.repair();
+        self.repair_granted = false;
     }
 
     // --- Inputs ----------------------------------------------------------------------------
@@ -587,6 +654,7 @@ impl Replica {
             Message::RequestPrepare { op, checksum, .. } => {
                 self.on_request_prepare(from, op, checksum);
             }
+            Message::RangeEvicted { op, op_min, .. } => self.on_range_evicted(from, op, op_min),
         }
     }
 
@@ -704,6 +772,13 @@ impl Replica {
             self.view = self.log_view;
             self.status = Status::Normal;
         }
+        if self.status == Status::ViewChange && view >= self.log_view && view < self.view {
+            // Bound to a later view (its DoViewChange may already be merged there), this
+            // replica can never serve in the primary's view, while the healthy members there
+            // never leave it: ask that primary to move the group on.
+            self.request_view_at_least(from);
+            return;
+        }
         if self.status != Status::Normal || view != self.view || self.is_primary() {
             return;
         }
@@ -807,23 +882,82 @@ impl Replica {
         self.send(self.config.primary_of(self.view), message);
     }
 
-    /// A backup behind the commit point, or holding headers without bodies, asks the primary.
+    /// A backup behind the commit point, or holding headers without bodies, asks one peer (the
+    /// primary first) for the lowest missing ops, one round at a time: the next round starts
+    /// as soon as this one is appended, or at its deadline, when a round that brought nothing
+    /// makes the next ask another peer.
     fn repair(&mut self) {
-        if self.tick < self.next_repair_tick {
+        if self.status != Status::Normal || self.is_primary() {
             return;
         }
-        let primary = self.config.primary_of(self.view);
-        if primary == self.config.replica {
-            return;
+        if let Some(round) = self.repair_round {
+            let done = self.op_appended >= round.op_high;
+            if !done && self.tick < round.deadline_tick {
+                return;
+            }
+            if !done && self.op_appended <= round.op_appended_at_send {
+                self.counters.repair_rounds_unanswered += 1;
+                self.repair_target = self.next_peer(round.to);
+            }
+            self.repair_round = None;
         }
         let requests = self.missing_requests();
-        if !requests.is_empty() {
-            self.next_repair_tick = self.tick + self.config.repair_interval_ticks;
-            self.counters.repairs_requested += requests.len() as u64;
+        let Some(op_high) = requests.iter().rev().find_map(|message| match message {
+            Message::RequestPrepare { op, .. } => Some(*op),
+            _ => None,
+        }) else {
+            self.repair_wanted = false;
+            return;
+        };
+        if self.repair_rationed && !self.repair_granted {
+            self.repair_wanted = true;
+            return;
         }
+        self.repair_wanted = false;
+        if self.repair_target == self.config.replica {
+            self.repair_target = self.next_peer(self.config.replica);
+        }
+        let to = self.repair_target;
+        self.repair_round = Some(RepairRound {
+            to,
+            op_high,
+            op_appended_at_send: self.op_appended,
+            deadline_tick: self.tick + self.config.repair_interval_ticks,
+        });
+        self.counters.repair_rounds += 1;
+        self.counters.repairs_requested += requests.len() as u64;
         for message in requests {
-            self.send(primary, message);
+            self.send(to, message);
         }
+    }
+
+    /// A peer no longer holds an op this replica asked for: the round moves on to another
+    /// peer at once, and once every peer has said so, only a state transfer can help.
+    fn on_range_evicted(&mut self, from: u8, op: u64, op_min: u64) {
+        if op == 0 || op_min <= op {
+            return;
+        }
+        self.counters.ranges_evicted += 1;
+        let known = &mut self.peer_op_min[usize::from(from)];
+        *known = (*known).max(op_min);
+        if let Some(round) = self.repair_round
+            && round.to == from
+            && op == self.op_appended + 1
+        {
+            self.repair_target = self.next_peer(from);
+            self.repair_round = None;
+            self.repair();
+        }
+    }
+
+    /// The peer after `replica` in index order (never this replica).
+    fn next_peer(&self, replica: u8) -> u8 {
+        let count = self.config.replica_count;
+        let mut next = (replica + 1) % count;
+        if next == self.config.replica {
+            next = (next + 1) % count;
+        }
+        next
     }
 
     /// Requests for the lowest bodies the log lacks (at most `repair_prepares_max`): by
@@ -1288,16 +1422,37 @@ impl Replica {
         self.arm_heartbeat();
         self.commit_up_to(self.commit_max);
         self.acknowledge_head();
-        self.next_repair_tick = self.tick;
+        self.repair_target = self.config.primary_of(view);
+        self.repair_round = None;
         self.repair();
     }
 
     fn on_request_start_view(&mut self, from: u8, view: u32, nonce: u64) {
-        if !self.is_primary() || view > self.view {
+        if !self.is_primary() {
+            return;
+        }
+        if view > self.view {
+            // The asker is bound to a later view (it sent a DoViewChange for it, or restarted
+            // there) and so can never serve in this one: move the group to that view, or it
+            // stays out of every quorum for good. It heard this primary or probed it, so a
+            // backup merely cut off from the primary cannot cause this; the other members join
+            // on their own heartbeat timeouts, as for any view change.
+            self.counters.views_yielded += 1;
+            self.start_view_change(view);
             return;
         }
         let message = self.build_start_view(nonce);
         self.send(from, message);
+    }
+
+    /// Asks the primary `to` of an earlier view to move the group to this replica's view.
+    fn request_view_at_least(&mut self, to: u8) {
+        if self.tick < self.next_request_start_view_tick {
+            return;
+        }
+        self.next_request_start_view_tick = self.tick + self.config.repair_interval_ticks;
+        let (view, nonce) = (self.view, self.boot_nonce);
+        self.send(to, Message::RequestStartView { view, nonce });
     }
 
     fn request_start_view(&mut self, view: u32) {
@@ -1323,7 +1478,9 @@ impl Replica {
             | Message::Commit { .. } => self.views_durable(),
             // A prepare of this view reveals the view; a relayed older one reveals nothing new.
             Message::Prepare { header, .. } => header.view != self.view || self.views_durable(),
-            Message::RequestStartView { .. } | Message::RequestPrepare { .. } => true,
+            Message::RequestStartView { .. }
+            | Message::RequestPrepare { .. }
+            | Message::RangeEvicted { .. } => true,
         };
         #[cfg(feature = "canary-send-before-persist")]
         let reveals_durable = reveals_durable || matches!(message, Message::PrepareOk { .. });

@@ -60,6 +60,8 @@ fn swarm_of_fixed_seeds_keeps_every_invariant_and_reaches_every_branch() {
         ("truncations", coverage.truncations, 20),
         ("retransmissions", coverage.retransmissions, 10_000),
         ("repairs_requested", coverage.repairs_requested, 10_000),
+        ("repair_rounds", coverage.repair_rounds, 1_000),
+        ("repair_rounds_unanswered", coverage.repair_rounds_unanswered, 100),
         ("recovery_view_changes", coverage.recovery_view_changes, 50),
         ("crashes", coverage.crashes, 300),
         ("power_losses", coverage.power_losses, 100),

@@ -575,10 +575,8 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
     // A group of one has nobody to ask for a StartView: probing would only delay its return.
     replica.start_view_probes_max = 0;
     let node_config = NodeConfig {
-        node: 0,
-        replica,
         message_size_bytes_max: shard_config.record_size_bytes_max + (64 << 10),
-        held_messages_max: 4096,
+        ..NodeConfig::new(0, replica)
     };
     let seed = u64::from(index) ^ now_ms() as u64;
     let tuning = spec.config.shard[index as usize].tuning;

@@ -35,7 +35,7 @@ use shoal_engine::wire::HEADER_SIZE;
 
 use crate::config::ReplicaConfig;
 use crate::message::{Reply, ReplyResult, Request};
-use crate::node::{Clock, Node, NodeConfig, Transport};
+use crate::node::{Clock, Node, NodeConfig, NodeCounters, Transport};
 use crate::replica::{Replica, ReplicaCounters, Status};
 use network::{Network, NetworkConfig};
 
@@ -184,6 +184,10 @@ pub struct Coverage {
     pub retransmissions: u64,
     /// Repair requests.
     pub repairs_requested: u64,
+    /// Repair rounds (each asks one peer for a bounded run of ops).
+    pub repair_rounds: u64,
+    /// Repair rounds that brought nothing, so the next asked another peer.
+    pub repair_rounds_unanswered: u64,
     /// Restarted replicas that fell back to a view change.
     pub recovery_view_changes: u64,
     /// Crashes (all kinds).
@@ -222,6 +226,8 @@ impl Coverage {
         self.truncations += counters.truncations;
         self.retransmissions += counters.retransmissions;
         self.repairs_requested += counters.repairs_requested;
+        self.repair_rounds += counters.repair_rounds;
+        self.repair_rounds_unanswered += counters.repair_rounds_unanswered;
         self.recovery_view_changes += counters.recovery_view_changes;
     }
 
@@ -238,6 +244,8 @@ impl Coverage {
             (&mut self.truncations, other.truncations),
             (&mut self.retransmissions, other.retransmissions),
             (&mut self.repairs_requested, other.repairs_requested),
+            (&mut self.repair_rounds, other.repair_rounds),
+            (&mut self.repair_rounds_unanswered, other.repair_rounds_unanswered),
             (&mut self.recovery_view_changes, other.recovery_view_changes),
             (&mut self.crashes, other.crashes),
             (&mut self.power_losses, other.power_losses),
@@ -364,6 +372,9 @@ struct Pending {
     request: u64,
     body: Bytes,
     resend_tick: u64,
+    /// Sent to `target` with no answer yet: the next send is a retry after a timeout, and goes
+    /// to another node.
+    unanswered: bool,
 }
 
 /// One acknowledged write: where the client was told it is.
@@ -490,12 +501,11 @@ impl Cluster {
         // Faster timers than production keep runs short; the ratios between them are kept.
         replica.heartbeat_timeout_ticks = 100;
         replica.view_change_timeout_ticks = 200;
-        NodeConfig {
-            node: index,
-            replica,
-            message_size_bytes_max: 1 << 20,
-            held_messages_max: 4_096,
-        }
+        // Round sizes from one op to the production default, so seeds exercise both long
+        // multi-round repairs and quick ones.
+        let mut draw = SimRng::new(self.options.seed ^ 0x7e9a_1c00);
+        replica.repair_prepares_max = 1 + draw.below(128) as usize;
+        NodeConfig::new(index, replica)
     }
 
     fn shard_config() -> ShardConfig {
@@ -621,6 +631,11 @@ impl Cluster {
         self.nodes[node].node.as_ref()?.replica(group)
     }
 
+    /// The node layer's counters of node `node`, when it is up (they restart with the node).
+    pub fn node_counters(&self, node: usize) -> Option<NodeCounters> {
+        Some(self.nodes[node].node.as_ref()?.counters())
+    }
+
     /// The node whose replica of `group` is a normal primary in the highest view, if any.
     pub fn primary(&self, group: u64) -> Option<usize> {
         (0..self.nodes.len())
@@ -722,6 +737,24 @@ impl Cluster {
 
     fn liveness_done(&self) -> bool {
         self.clients.iter().all(|c| c.completed_late >= self.options.liveness_requests)
+            && self.replicas_rejoined()
+    }
+
+    /// Every replica of every group is up, normal in its primary's view and holds everything
+    /// that primary committed: nobody is left behind once faults stop.
+    fn replicas_rejoined(&self) -> bool {
+        (1..=self.options.groups).all(|group| {
+            let Some(primary) = self.primary(group).and_then(|n| self.replica(n, group)) else {
+                return false;
+            };
+            (0..self.nodes.len()).all(|node| {
+                self.replica(node, group).is_some_and(|r| {
+                    r.status() == Status::Normal
+                        && r.view() == primary.view()
+                        && r.op_appended() >= primary.commit()
+                })
+            })
+        })
     }
 
     // --- Faults ----------------------------------------------------------------------------
@@ -1063,13 +1096,23 @@ impl Cluster {
                 let value = format!("client {} request {request}", client.id);
                 let mut batch = BatchBuilder::new(tick as i64 * 10);
                 batch.push(tick as i64 * 10, None, Some(value.as_bytes()), &[]);
-                client.pending = Some(Pending { request, body: batch.build(), resend_tick: tick });
+                client.pending = Some(Pending {
+                    request,
+                    body: batch.build(),
+                    resend_tick: tick,
+                    unanswered: false,
+                });
             }
             let Some(pending) = client.pending.as_mut() else { continue };
             if pending.resend_tick > tick {
                 continue;
             }
             pending.resend_tick = tick + CLIENT_TIMEOUT_TICKS;
+            if pending.unanswered {
+                // Timed out: that node may be down; try the next.
+                client.target = (client.target + 1) % self.options.replicas;
+            }
+            pending.unanswered = true;
             let packet = Packet::Request {
                 group: client.group,
                 client: client.id,
@@ -1077,8 +1120,6 @@ impl Cluster {
                 body: pending.body.clone(),
             };
             let (endpoint, target) = (replicas + index, usize::from(client.target));
-            // The next attempt (after a timeout) goes to the next node.
-            client.target = (client.target + 1) % self.options.replicas;
             self.network.send(tick, endpoint, target, packet);
         }
     }
@@ -1111,8 +1152,11 @@ impl Cluster {
             ReplyResult::NotPrimary { primary, .. } => {
                 client.target = primary;
                 pending.resend_tick = tick + 1;
+                pending.unanswered = false;
             }
             ReplyResult::TransientNotAccepted | ReplyResult::TransientNotCommitted => {
+                // That node cannot take it now (a view change, perhaps a long one): after a
+                // backoff, the next node.
                 pending.resend_tick = tick + backoff;
             }
         }
