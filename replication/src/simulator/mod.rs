@@ -34,6 +34,7 @@ use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::HEADER_SIZE;
 
 use crate::config::ReplicaConfig;
+use crate::lag::GroupStatus;
 use crate::message::{Reply, ReplyResult, Request};
 use crate::node::{Clock, Node, NodeConfig, Transport};
 use crate::replica::{Replica, ReplicaCounters, Status};
@@ -135,6 +136,9 @@ pub struct SimOptions {
     /// Print every replica message of this group to stderr as it is delivered (debugging a
     /// failing seed).
     pub trace_group: Option<u64>,
+    /// Every replica's `replica_lag_ticks_max` (the production default unless a test needs a
+    /// tighter bound).
+    pub replica_lag_ticks_max: u64,
 }
 
 impl SimOptions {
@@ -156,6 +160,7 @@ impl SimOptions {
             faults: None,
             mode: None,
             trace_group: None,
+            replica_lag_ticks_max: ReplicaConfig::new(0, 0, 1, 0).replica_lag_ticks_max,
         }
     }
 }
@@ -202,6 +207,12 @@ pub struct Coverage {
     pub one_way_partitions: u64,
     /// Pauses.
     pub pauses: u64,
+    /// Backups a primary flagged lagging.
+    pub backups_lagging: u64,
+    /// Backups a primary flagged dead.
+    pub backups_dead: u64,
+    /// Lagging or dead backups back in sync.
+    pub backups_back_in_sync: u64,
     /// Writes acknowledged to clients.
     pub acknowledged: u64,
     /// Packets delivered.
@@ -223,6 +234,9 @@ impl Coverage {
         self.retransmissions += counters.retransmissions;
         self.repairs_requested += counters.repairs_requested;
         self.recovery_view_changes += counters.recovery_view_changes;
+        self.backups_lagging += counters.backups_lagging;
+        self.backups_dead += counters.backups_dead;
+        self.backups_back_in_sync += counters.backups_back_in_sync;
     }
 
     /// Adds another run's counters.
@@ -247,6 +261,9 @@ impl Coverage {
             (&mut self.partitions, other.partitions),
             (&mut self.one_way_partitions, other.one_way_partitions),
             (&mut self.pauses, other.pauses),
+            (&mut self.backups_lagging, other.backups_lagging),
+            (&mut self.backups_dead, other.backups_dead),
+            (&mut self.backups_back_in_sync, other.backups_back_in_sync),
             (&mut self.acknowledged, other.acknowledged),
             (&mut self.packets_delivered, other.packets_delivered),
             (&mut self.packets_dropped, other.packets_dropped),
@@ -490,6 +507,7 @@ impl Cluster {
         // Faster timers than production keep runs short; the ratios between them are kept.
         replica.heartbeat_timeout_ticks = 100;
         replica.view_change_timeout_ticks = 200;
+        replica.replica_lag_ticks_max = self.options.replica_lag_ticks_max;
         NodeConfig {
             node: index,
             replica,
@@ -621,6 +639,12 @@ impl Cluster {
         self.nodes[node].node.as_ref()?.replica(group)
     }
 
+    /// `group` as node `node`'s replica sees it (lag and in-sync set on the primary), when the
+    /// node is up.
+    pub fn group_status(&self, node: usize, group: u64) -> Option<GroupStatus> {
+        self.nodes[node].node.as_ref()?.group_status(group)
+    }
+
     /// The node whose replica of `group` is a normal primary in the highest view, if any.
     pub fn primary(&self, group: u64) -> Option<usize> {
         (0..self.nodes.len())
@@ -654,6 +678,21 @@ impl Cluster {
     /// Cuts (or restores) the directed link `from` → `to` between nodes.
     pub fn set_link(&mut self, from: usize, to: usize, up: bool) {
         self.network.set_link(from, to, up);
+    }
+
+    /// Makes the directed link `from` → `to` between nodes lose `loss_per_million` of its
+    /// packets (on top of nothing: the fault phase's own loss rate applies if higher) until
+    /// [`Cluster::heal`].
+    pub fn set_link_loss(&mut self, from: usize, to: usize, loss_per_million: u32) {
+        self.network.set_link_loss(from, to, loss_per_million);
+    }
+
+    /// Pauses node `node` for the next `ticks` steps, as a stopped process: it neither ticks nor
+    /// runs I/O, and what arrives meanwhile waits in its inbox (at most `PAUSED_INBOX_MAX`
+    /// packets; the rest are lost). [`Cluster::stop_faults`] resumes it early.
+    pub fn pause(&mut self, node: usize, ticks: u64) {
+        self.coverage.pauses += 1;
+        self.nodes[node].paused_until_tick = self.tick + 1 + ticks;
     }
 
     /// Cuts a node off in both directions until [`Cluster::heal`].
