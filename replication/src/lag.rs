@@ -168,21 +168,23 @@ impl LagTracker {
         last_heard_tick: &[u64],
         counters: &mut ReplicaCounters,
     ) {
-        for replica in 0..self.states.len() {
-            if replica == usize::from(self.own) {
+        let own = usize::from(self.own);
+        let members = self.states.iter_mut().zip(&self.caught_up_tick).zip(last_heard_tick);
+        for (replica, ((state, &caught_up_tick), &heard_tick)) in members.enumerate() {
+            if replica == own {
                 continue;
             }
-            let silent_ticks = tick.saturating_sub(last_heard_tick[replica]);
-            let lag_ticks = tick.saturating_sub(self.caught_up_tick[replica]);
-            let state = if silent_ticks > self.lag_ticks_max {
+            let silent_ticks = tick.saturating_sub(heard_tick);
+            let lag_ticks = tick.saturating_sub(caught_up_tick);
+            let now = if silent_ticks > self.lag_ticks_max {
                 ReplicaState::Dead
             } else if lag_ticks > self.lag_ticks_max {
                 ReplicaState::Lagging
             } else {
                 ReplicaState::InSync
             };
-            let before = std::mem::replace(&mut self.states[replica], state);
-            match (before, state) {
+            let before = std::mem::replace(state, now);
+            match (before, now) {
                 (ReplicaState::InSync, ReplicaState::Lagging) => counters.backups_lagging += 1,
                 (b, ReplicaState::Dead) if b != ReplicaState::Dead => counters.backups_dead += 1,
                 (b, ReplicaState::InSync) if b != ReplicaState::InSync => {
