@@ -680,9 +680,9 @@ impl Cluster {
         self.network.set_link(from, to, up);
     }
 
-    /// Makes the directed link `from` → `to` between nodes lose `loss_per_million` of its
-    /// packets (on top of nothing: the fault phase's own loss rate applies if higher) until
-    /// [`Cluster::heal`].
+    /// Throttles the directed link `from` → `to` between nodes: it loses `loss_per_million` of
+    /// its packets (or the network's own loss rate, where higher) until [`Cluster::heal`] or
+    /// [`Cluster::stop_faults`].
     pub fn set_link_loss(&mut self, from: usize, to: usize, loss_per_million: u32) {
         self.network.set_link_loss(from, to, loss_per_million);
     }
