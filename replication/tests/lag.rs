@@ -3,15 +3,20 @@
 //! simulated disks) driven through `simulator::Cluster` with no random faults, each test placing
 //! its own pause, throttle or crash and reading the primary's `GroupStatus` every tick.
 //!
-//! - Brutal small-batch load never flags a healthy backup (the naive "acknowledged the head
-//!   now" definition would: the `canary-lag-naive` feature makes
-//!   [`brutal_small_batch_load_never_flags_a_healthy_backup`] fail).
+//! - Brutal small-batch load never flags a healthy backup. The naive definition (caught up only
+//!   when acknowledging the head of the moment) would: `.ci/run` requires the `canary-lag-naive`
+//!   feature, which swaps it in, to make this file fail.
 //! - A paused backup is flagged dead once silent for the bound, and is back in sync once resumed
 //!   and caught up.
 //! - A throttled backup (most packets to it lost) keeps answering but falls ever further behind:
 //!   lagging, never dead.
 //! - A backup down for long stays out of the in-sync set after its restart until it has caught
 //!   up, then rejoins.
+//!
+//! The network keeps each link FIFO: with packets overtaking each other a backup drops every
+//! prepare that arrives ahead of its predecessor and waits for a retransmission, which stalls
+//! the whole group (commit point included) for up to `prepare_retry_ticks_max`; that is lag,
+//! honestly reported, not the healthy backup the first test needs.
 //!
 //! Group 1's primary in view 0 is node 1; nodes 0 and 2 are its backups. Every test checks that
 //! the view never changed, so "the primary" is node 1 throughout, and ends with the simulator's
@@ -42,9 +47,8 @@ fn cluster(seed: u64, clients: u64, lag_ticks_max: u64, network: NetworkConfig) 
     })
 }
 
-/// A network that loses nothing and delays every packet `delay_ticks` ticks (so each link stays
-/// FIFO: a backup drops a prepare that overtook its predecessor, and waits for a retransmission,
-/// which is not the healthy backup these tests need).
+/// A network that loses nothing and delays every packet `delay_ticks` ticks, so each link stays
+/// FIFO (see the module documentation).
 fn delayed(delay_ticks: u64) -> NetworkConfig {
     NetworkConfig {
         delay_ticks_min: delay_ticks,
