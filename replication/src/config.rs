@@ -43,6 +43,10 @@ pub struct ReplicaConfig {
     pub start_view_probe_interval_ticks: u64,
     /// Unanswered probes after which a restarted replica starts a view change itself.
     pub start_view_probes_max: u32,
+    /// The primary flags a backup *lagging* once it has not been caught up (acknowledged the
+    /// head of some moment) for longer than this, and *dead* once it has sent nothing for longer
+    /// than this (DESIGN.md §4, Kafka's `replica.lag.time.max.ms`).
+    pub replica_lag_ticks_max: u64,
     /// Stamp each request's batch with its base offset and the view (partition groups do).
     pub stamp_batches: bool,
     /// Let a view start although an op may be faulty on every replica that could hold it,
@@ -70,6 +74,7 @@ impl ReplicaConfig {
             repair_prepares_max: 128,
             start_view_probe_interval_ticks: 200 / TICK_MS,
             start_view_probes_max: 5,
+            replica_lag_ticks_max: 10_000 / TICK_MS,
             stamp_batches: true,
             unclean_recovery: false,
         }
@@ -129,6 +134,11 @@ impl ReplicaConfig {
         if self.vote_ttl_ticks <= self.commit_interval_ticks {
             return Err("vote_ttl_ticks must exceed commit_interval_ticks".into());
         }
+        // An idle group proves its backups caught up only through their answers to the Commit
+        // heartbeat, one per commit interval: a shorter bound would flag every idle backup.
+        if self.replica_lag_ticks_max <= self.commit_interval_ticks {
+            return Err("replica_lag_ticks_max must exceed commit_interval_ticks".into());
+        }
         Ok(())
     }
 }
@@ -161,5 +171,8 @@ mod tests {
         config.replica = 0;
         config.view_headers_max = 8;
         assert!(config.validate().unwrap_err().contains("view_headers_max"));
+        config.view_headers_max = 128;
+        config.replica_lag_ticks_max = config.commit_interval_ticks;
+        assert!(config.validate().unwrap_err().contains("replica_lag_ticks_max"));
     }
 }

@@ -8,12 +8,14 @@
 
 pub mod codec;
 mod config;
+mod lag;
 mod message;
 mod node;
 mod replica;
 pub mod simulator;
 
 pub use config::{ReplicaConfig, TICK_MS};
+pub use lag::{GroupStatus, ReplicaProgress, ReplicaState};
 pub use message::{
     Committed, Envelope, FLAG_NACK, FLAG_PRESENT, Message, Persisted, Ready, Reply, ReplyResult,
     Request, ServePrepare, Write,

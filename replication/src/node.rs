@@ -29,6 +29,7 @@ use shoal_engine::{Error as EngineError, Result as EngineResult};
 
 use crate::codec::{self, CodecLimits, DecodeError};
 use crate::config::ReplicaConfig;
+use crate::lag::GroupStatus;
 use crate::message::{
     Committed, Envelope, Message, Persisted, Reply, Request, ServePrepare, Write,
 };
@@ -576,6 +577,13 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// The replica of `group`.
     pub fn replica(&self, group: u64) -> Option<&Replica> {
         self.groups.get(&group).map(|g| &g.replica)
+    }
+
+    /// `group` as its replica sees it (DESIGN.md §4 "Lag"): view, status, commit point, head and,
+    /// on the group's primary, every member's progress and the in-sync set. Lags are in ticks;
+    /// the driver knows how long its tick is.
+    pub fn group_status(&self, group: u64) -> Option<GroupStatus> {
+        self.groups.get(&group).map(|g| g.replica.group_status())
     }
 
     /// Why `group` stopped, if it did.

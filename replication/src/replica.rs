@@ -28,6 +28,7 @@ use shoal_engine::storage::sim::SimRng;
 use shoal_engine::wire::{Header, Prepare};
 
 use crate::config::ReplicaConfig;
+use crate::lag::{GroupStatus, LagTracker};
 use crate::message::{
     Committed, Envelope, FLAG_NACK, FLAG_PRESENT, Message, Persisted, Ready, Reply, ReplyResult,
     Request, ServePrepare, Write,
@@ -114,6 +115,12 @@ pub struct ReplicaCounters {
     pub prepares_dropped_recovering: u64,
     /// Headers from a peer that did not continue the appended chain (dropped).
     pub chain_mismatches: u64,
+    /// Backups the primary flagged lagging (in sync before).
+    pub backups_lagging: u64,
+    /// Backups the primary flagged dead.
+    pub backups_dead: u64,
+    /// Lagging or dead backups back in sync.
+    pub backups_back_in_sync: u64,
 }
 
 /// One log entry the replica keeps in memory: a header, and its body while it is needed.
@@ -229,6 +236,7 @@ pub struct Replica {
     // Primary.
     pipeline: BTreeMap<u64, InFlight>,
     last_heard_tick: Vec<u64>,
+    lag: LagTracker,
     next_commit_tick: u64,
     // Backup.
     heartbeat_deadline_tick: u64,
@@ -340,6 +348,7 @@ impl Replica {
             repaired: BTreeMap::new(),
             pipeline: BTreeMap::new(),
             last_heard_tick: vec![0; usize::from(config.replica_count)],
+            lag: LagTracker::new(&config),
             next_commit_tick: 0,
             heartbeat_deadline_tick: 0,
             repair_round: None,
@@ -440,6 +449,26 @@ impl Replica {
     pub fn tick(&self) -> u64 {
         self.tick
     }
+    /// The group as this replica sees it: view, status, commit point and head; and, on the
+    /// serving primary only, every member's acknowledged op, lag and state (DESIGN.md §4 "Lag").
+    pub fn group_status(&self) -> GroupStatus {
+        let primary = self.is_primary();
+        let replicas = if primary {
+            self.lag.progress(self.tick, &self.last_heard_tick, self.op_durable)
+        } else {
+            Vec::new()
+        };
+        GroupStatus {
+            group: self.config.group,
+            replica: self.config.replica,
+            view: self.view,
+            status: self.status,
+            primary,
+            commit: self.commit,
+            head: self.op,
+            replicas,
+        }
+    }
 
     /// Everything produced since the last call.
     pub fn take_ready(&mut self) -> Ready {
@@ -521,6 +550,7 @@ impl Replica {
         self.op += 1;
         self.log.insert(self.op, Entry { header, body: Some(body.clone()) });
         self.op_appended = self.op;
+        self.lag.prepared(self.op, self.tick);
         self.ready.writes.push(Write::Append { header, body: body.clone() });
         let retry_ticks = self.config.prepare_retry_ticks_min;
         self.pipeline.insert(
@@ -579,6 +609,7 @@ impl Replica {
                     self.broadcast_commit();
                 }
                 self.retransmit();
+                self.lag.update(self.tick, &self.last_heard_tick, &mut self.counters);
             }
             Status::Normal => {
                 if self.tick >= self.heartbeat_deadline_tick {
@@ -735,7 +766,14 @@ impl Replica {
             return;
         }
         self.last_heard_tick[usize::from(from)] = self.tick;
-        if op == 0 || self.log.get(&op).is_none_or(|e| e.header.checksum_header != checksum) {
+        let matches =
+            op != 0 && self.log.get(&op).is_some_and(|e| e.header.checksum_header == checksum);
+        if matches {
+            self.lag.acknowledged(from, op, self.op, self.tick);
+        }
+        // Heard from, and perhaps caught up: a dead or lagging backup may be back in sync.
+        self.lag.update(self.tick, &self.last_heard_tick, &mut self.counters);
+        if !matches {
             return;
         }
         let bit = 1u32 << from;
@@ -1355,6 +1393,7 @@ impl Replica {
             self.pipeline.insert(op, in_flight);
         }
         self.last_heard_tick.fill(self.tick);
+        self.lag.start_view(self.tick);
         self.next_commit_tick = self.tick;
         self.commit_up_to(self.commit_max);
         let message = self.build_start_view(0);
@@ -1505,6 +1544,7 @@ impl Replica {
         self.status = Status::Normal;
         self.arm_heartbeat();
         self.last_heard_tick.fill(self.tick);
+        self.lag.start_view(self.tick);
     }
 
     fn arm_heartbeat(&mut self) {

@@ -70,6 +70,9 @@ fn swarm_of_fixed_seeds_keeps_every_invariant_and_reaches_every_branch() {
         ("partitions", coverage.partitions, 200),
         ("one_way_partitions", coverage.one_way_partitions, 50),
         ("pauses", coverage.pauses, 200),
+        ("backups_lagging", coverage.backups_lagging, 20),
+        ("backups_dead", coverage.backups_dead, 50),
+        ("backups_back_in_sync", coverage.backups_back_in_sync, 50),
         ("acknowledged", coverage.acknowledged, 20_000),
     ];
     let short: Vec<String> = minimums

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use shoal_engine::protocol::{ErrorCode, Operation};
 use shoal_engine::shard::ShardCounters;
 use shoal_engine::storage::Storage;
-use shoal_replication::{Clock, Node, NodeCounters, Transport};
+use shoal_replication::{Clock, Node, NodeCounters, TICK_MS, Transport};
 
 use crate::config::{self, Config};
 use crate::http::{self, HttpStats};
@@ -230,7 +230,7 @@ impl Drop for OpenConnection {
 }
 
 /// One partition group's figures at a scrape.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct GroupFigures {
     pub group: u64,
     pub first_offset: u64,
@@ -244,6 +244,12 @@ pub struct GroupFigures {
     pub size_bytes: u64,
     /// The group stopped serving (storage damage or an I/O error).
     pub failed: bool,
+    /// Members in the group's in-sync set, when this shard's replica is the group's primary
+    /// (only the primary knows its backups' progress).
+    pub in_sync_replicas: Option<u64>,
+    /// Per member (the primary included, at 0), milliseconds since it was last caught up, when
+    /// this shard's replica is the group's primary.
+    pub replica_lag_ms: Vec<(u8, u64)>,
 }
 
 /// What a shard answers a scrape with: a plain copy, sent across threads.
@@ -284,12 +290,18 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
     let mut groups = Vec::new();
     for group in node.group_ids() {
         let failed = node.group_failure(group).is_some();
-        let (commit_op, view) = node
-            .replica(group)
-            .map_or((0, 0), |replica| (replica.commit(), u64::from(replica.view())));
+        let status = node.group_status(group);
+        let (commit_op, view) =
+            status.as_ref().map_or((0, 0), |status| (status.commit, u64::from(status.view)));
         let committed_offset = committed_end.get(&group).copied().unwrap_or(0);
         let mut figures =
             GroupFigures { group, commit_op, committed_offset, view, failed, ..Default::default() };
+        if let Some(status) = status.filter(|status| status.primary) {
+            figures.in_sync_replicas = Some(status.in_sync().len() as u64);
+            // The replica counts ticks; the shard's loop ticks every TICK_MS.
+            figures.replica_lag_ms =
+                status.replicas.iter().map(|p| (p.replica, p.lag_ticks * TICK_MS)).collect();
+        }
         if let Some(log) = node.shard_mut().group(group) {
             figures.first_offset = log.first_offset();
             figures.next_offset = log.next_offset();
@@ -669,6 +681,50 @@ pub fn render(
         }
     }
 
+    // Lag and the in-sync set (DESIGN.md §4): only the primary knows them, so a group has these
+    // series on the shard of its primary only.
+    let group_labels = |shard: &str, group: &GroupFigures| -> Vec<(&'static str, String)> {
+        let (stream, topic, partition) = names.get(&group.group).unwrap_or(&unnamed);
+        vec![
+            ("shard", shard.to_string()),
+            ("group", group.group.to_string()),
+            ("stream", stream.clone()),
+            ("topic", topic.clone()),
+            ("partition", partition.clone()),
+        ]
+    };
+    page.family(
+        "shoal_group_in_sync_replicas",
+        Kind::Gauge,
+        "Members of the group's in-sync set (the primary and every backup neither lagging nor \
+         dead), on the shard of the group's primary.",
+    );
+    for snapshot in &answered {
+        let shard = snapshot.shard.to_string();
+        for group in &snapshot.groups {
+            if let Some(in_sync) = group.in_sync_replicas {
+                let labels = group_labels(&shard, group);
+                page.sample("shoal_group_in_sync_replicas", &borrowed(&labels), in_sync);
+            }
+        }
+    }
+    page.family(
+        "shoal_group_replica_lag_ms",
+        Kind::Gauge,
+        "Milliseconds since the member was last caught up with the primary's head (0 for the \
+         primary), on the shard of the group's primary.",
+    );
+    for snapshot in &answered {
+        let shard = snapshot.shard.to_string();
+        for group in &snapshot.groups {
+            for (replica, lag_ms) in &group.replica_lag_ms {
+                let mut labels = group_labels(&shard, group);
+                labels.push(("replica", replica.to_string()));
+                page.sample("shoal_group_replica_lag_ms", &borrowed(&labels), lag_ms);
+            }
+        }
+    }
+
     page.family(
         "shoal_metrics_http_responses_total",
         Kind::Counter,
@@ -685,6 +741,11 @@ pub fn render(
     );
     page.sample("shoal_metrics_http_connections_refused_total", &[], http.connections_refused);
     page.text
+}
+
+/// Owned label values as the pairs [`Page::sample`] takes.
+fn borrowed<'a>(labels: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    labels.iter().map(|(label, value)| (*label, value.as_str())).collect()
 }
 
 /// The label of every code below [`CODE_SLOTS`] that `name` knows, in `snake_case`; the others

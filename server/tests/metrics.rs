@@ -52,6 +52,10 @@ fn the_page_parses_and_counts_what_was_produced() {
     assert!(page.value("shoal_partition_segments", &partition) >= 1.0);
     assert!(page.value("shoal_partition_size_bytes", &partition) > 0.0);
     assert_eq!(page.value("shoal_partition_failed", &partition), 0.0);
+    // A group of one replica: its primary is its whole in-sync set, never behind itself.
+    assert_eq!(page.value("shoal_group_in_sync_replicas", &partition), 1.0);
+    let primary = [("stream", "s"), ("topic", "t"), ("partition", "0"), ("replica", "0")];
+    assert_eq!(page.value("shoal_group_replica_lag_ms", &primary), 0.0);
 
     let shard = [("shard", "0")];
     let produce = [("shard", "0"), ("operation", "produce")];

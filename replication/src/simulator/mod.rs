@@ -34,6 +34,7 @@ use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::HEADER_SIZE;
 
 use crate::config::ReplicaConfig;
+use crate::lag::GroupStatus;
 use crate::message::{Reply, ReplyResult, Request};
 use crate::node::{Clock, Node, NodeConfig, NodeCounters, Transport};
 use crate::replica::{Replica, ReplicaCounters, Status};
@@ -135,6 +136,9 @@ pub struct SimOptions {
     /// Print every replica message of this group to stderr as it is delivered (debugging a
     /// failing seed).
     pub trace_group: Option<u64>,
+    /// Every replica's `replica_lag_ticks_max` (the production default unless a test needs a
+    /// tighter bound).
+    pub replica_lag_ticks_max: u64,
 }
 
 impl SimOptions {
@@ -156,6 +160,7 @@ impl SimOptions {
             faults: None,
             mode: None,
             trace_group: None,
+            replica_lag_ticks_max: ReplicaConfig::new(0, 0, 1, 0).replica_lag_ticks_max,
         }
     }
 }
@@ -206,6 +211,12 @@ pub struct Coverage {
     pub one_way_partitions: u64,
     /// Pauses.
     pub pauses: u64,
+    /// Backups a primary flagged lagging.
+    pub backups_lagging: u64,
+    /// Backups a primary flagged dead.
+    pub backups_dead: u64,
+    /// Lagging or dead backups back in sync.
+    pub backups_back_in_sync: u64,
     /// Writes acknowledged to clients.
     pub acknowledged: u64,
     /// Packets delivered.
@@ -229,6 +240,9 @@ impl Coverage {
         self.repair_rounds += counters.repair_rounds;
         self.repair_rounds_unanswered += counters.repair_rounds_unanswered;
         self.recovery_view_changes += counters.recovery_view_changes;
+        self.backups_lagging += counters.backups_lagging;
+        self.backups_dead += counters.backups_dead;
+        self.backups_back_in_sync += counters.backups_back_in_sync;
     }
 
     /// Adds another run's counters.
@@ -255,6 +269,9 @@ impl Coverage {
             (&mut self.partitions, other.partitions),
             (&mut self.one_way_partitions, other.one_way_partitions),
             (&mut self.pauses, other.pauses),
+            (&mut self.backups_lagging, other.backups_lagging),
+            (&mut self.backups_dead, other.backups_dead),
+            (&mut self.backups_back_in_sync, other.backups_back_in_sync),
             (&mut self.acknowledged, other.acknowledged),
             (&mut self.packets_delivered, other.packets_delivered),
             (&mut self.packets_dropped, other.packets_dropped),
@@ -505,6 +522,7 @@ impl Cluster {
         // multi-round repairs and quick ones.
         let mut draw = SimRng::new(self.options.seed ^ 0x7e9a_1c00);
         replica.repair_prepares_max = 1 + draw.below(128) as usize;
+        replica.replica_lag_ticks_max = self.options.replica_lag_ticks_max;
         NodeConfig::new(index, replica)
     }
 
@@ -636,6 +654,12 @@ impl Cluster {
         Some(self.nodes[node].node.as_ref()?.counters())
     }
 
+    /// `group` as node `node`'s replica sees it (lag and in-sync set on the primary), when the
+    /// node is up.
+    pub fn group_status(&self, node: usize, group: u64) -> Option<GroupStatus> {
+        self.nodes[node].node.as_ref()?.group_status(group)
+    }
+
     /// The node whose replica of `group` is a normal primary in the highest view, if any.
     pub fn primary(&self, group: u64) -> Option<usize> {
         (0..self.nodes.len())
@@ -669,6 +693,21 @@ impl Cluster {
     /// Cuts (or restores) the directed link `from` → `to` between nodes.
     pub fn set_link(&mut self, from: usize, to: usize, up: bool) {
         self.network.set_link(from, to, up);
+    }
+
+    /// Throttles the directed link `from` → `to` between nodes: it loses `loss_per_million` of
+    /// its packets (or the network's own loss rate, where higher) until [`Cluster::heal`] or
+    /// [`Cluster::stop_faults`].
+    pub fn set_link_loss(&mut self, from: usize, to: usize, loss_per_million: u32) {
+        self.network.set_link_loss(from, to, loss_per_million);
+    }
+
+    /// Pauses node `node` for the next `ticks` steps, as a stopped process: it neither ticks nor
+    /// runs I/O, and what arrives meanwhile waits in its inbox (at most `PAUSED_INBOX_MAX`
+    /// packets; the rest are lost). [`Cluster::stop_faults`] resumes it early.
+    pub fn pause(&mut self, node: usize, ticks: u64) {
+        self.coverage.pauses += 1;
+        self.nodes[node].paused_until_tick = self.tick + 1 + ticks;
     }
 
     /// Cuts a node off in both directions until [`Cluster::heal`].

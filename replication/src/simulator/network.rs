@@ -9,7 +9,8 @@
 //!
 //! Packet model. [`Network::send`] decides a packet's fate at send time, in this order: a link
 //! that is down drops it (`dropped_link_down`); otherwise it is lost with probability
-//! `loss_per_million` (`lost`); a surviving packet gets a second copy with probability
+//! `loss_per_million`, or the link's own loss rate if higher ([`Network::set_link_loss`], a
+//! throttled link) (`lost`); a surviving packet gets a second copy with probability
 //! `duplicate_per_million` (`duplicated`). Each copy then needs room on its directed link — at
 //! most `link_packets_max` packets in flight per link, or the copy is dropped
 //! (`dropped_link_full`) — and draws its own one-way delay, uniform in
@@ -25,7 +26,8 @@
 //! nothing. [`Network::drop_endpoint_inbound`] models a crashed process: packets in flight to it
 //! are gone; packets it sent before crashing still arrive.
 //!
-//! Every fault is reversible: [`Network::heal`] brings every link up, [`Network::set_config`]
+//! Every fault is reversible: [`Network::heal`] brings every link up and clears every link's own
+//! loss rate, [`Network::set_config`]
 //! changes the rates (the simulator switches to [`NetworkConfig::reliable`] when its fault phase
 //! ends). Links are never cut from an endpoint to itself by the partition helpers.
 //!
@@ -180,6 +182,8 @@ pub struct Network<P> {
     links_up: Vec<bool>,
     /// Per directed link: packets in flight on it, at most `config.link_packets_max` after a send.
     link_packets: Vec<usize>,
+    /// Per directed link: its own loss rate, applied when higher than `config.loss_per_million`.
+    link_loss_per_million: Vec<u32>,
     stats: NetworkStats,
 }
 
@@ -202,6 +206,7 @@ impl<P: Clone> Network<P> {
             sequence_next: 0,
             links_up: vec![true; links],
             link_packets: vec![0; links],
+            link_loss_per_million: vec![0; links],
             stats: NetworkStats::default(),
         }
     }
@@ -217,7 +222,10 @@ impl<P: Clone> Network<P> {
             self.stats.dropped_link_down += 1;
             return;
         }
-        if self.rng.chance(u64::from(self.config.loss_per_million), u64::from(PER_MILLION)) {
+        // One draw whatever the link's own rate, so a run without throttled links draws what it
+        // always did.
+        let loss_per_million = self.config.loss_per_million.max(self.link_loss_per_million[link]);
+        if self.rng.chance(u64::from(loss_per_million), u64::from(PER_MILLION)) {
             self.stats.lost += 1;
             return;
         }
@@ -266,6 +274,17 @@ impl<P: Clone> Network<P> {
         self.links_up[link] = up;
     }
 
+    /// Gives the one-way link `from → to` its own loss rate (a throttled link), applied to packets
+    /// sent from now on when higher than the configured `loss_per_million`; 0 clears it.
+    ///
+    /// # Panics
+    /// If `loss_per_million` exceeds one million (a caller bug).
+    pub fn set_link_loss(&mut self, from: usize, to: usize, loss_per_million: u32) {
+        assert!(loss_per_million <= PER_MILLION, "link loss {loss_per_million} > {PER_MILLION}");
+        let link = self.link_index(from, to);
+        self.link_loss_per_million[link] = loss_per_million;
+    }
+
     /// Whether the one-way link `from → to` is up.
     #[must_use]
     pub fn link_up(&self, from: usize, to: usize) -> bool {
@@ -302,10 +321,12 @@ impl<P: Clone> Network<P> {
         }
     }
 
-    /// Brings every link up. The fault rates are left as they are: to end a fault phase, call
-    /// this and then `set_config(NetworkConfig::reliable())`.
+    /// Brings every link up and clears every link's own loss rate. The configured fault rates
+    /// are left as they are: to end a fault phase, call this and then
+    /// `set_config(NetworkConfig::reliable())`.
     pub fn heal(&mut self) {
         self.links_up.fill(true);
+        self.link_loss_per_million.fill(0);
     }
 
     /// Replaces the fault rates for packets sent from now on; packets in flight keep their due
@@ -578,6 +599,29 @@ mod tests {
             assert_eq!(drain(&mut network).len() as u64, 1_000 - lost_expected);
             assert_eq!(network.stats().lost, lost_expected);
         }
+    }
+
+    #[test]
+    fn a_throttled_link_loses_at_its_own_rate_until_healed() {
+        let mut network = Network::new(3, NetworkConfig::reliable(), 5);
+        network.set_link_loss(0, 1, 900_000);
+        // Fewer than a link holds, so nothing is dropped for room.
+        for packet in 0..3_000_u32 {
+            network.send(0, 0, 1, packet);
+            network.send(0, 0, 2, packet);
+            network.send(0, 1, 0, packet);
+        }
+        let delivered = drain(&mut network);
+        let to = |endpoint| delivered.iter().filter(|(_, d)| d.to == endpoint).count();
+        assert!((200..=400).contains(&to(1)), "{}", to(1));
+        assert_eq!(
+            (to(2), to(0)),
+            (3_000, 3_000),
+            "other links (the reverse one too) lose nothing"
+        );
+        network.heal();
+        network.send(1, 0, 1, 0);
+        assert_eq!(drain(&mut network).len(), 1);
     }
 
     #[test]

@@ -1,0 +1,320 @@
+//! Per-backup lag as the primary sees it (DESIGN.md §4 "Lag", after Kafka's KAFKA-1546), and the
+//! group status snapshot a replica reports.
+//!
+//! It owns, for the primary of a view, the tick at which each of its newest prepares became its
+//! head, and per backup the highest op acknowledged and the last tick the backup was *caught up*:
+//! had acknowledged the op that was the head at that moment. An acknowledgement of op `a` proves
+//! the backup caught up at every moment the head was at most `a`, that is until op `a + 1` was
+//! prepared (or until now, when `a` is the head), so a healthy backup under pipelined load, whose
+//! acknowledgements always trail the head by a round trip, is never flagged however small the
+//! batches. It also owns the plain status types ([`GroupStatus`], [`ReplicaProgress`],
+//! [`ReplicaState`]).
+//!
+//! It never reads a clock (ticks are passed in) and decides nothing in the protocol: a backup
+//! flagged lagging or dead still counts in every quorum; the flags are for status, metrics and
+//! operators.
+
+use std::collections::BTreeMap;
+
+use crate::config::ReplicaConfig;
+use crate::replica::{ReplicaCounters, Status};
+
+/// A member of the group as its primary sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicaState {
+    /// The primary itself (always in sync).
+    Primary,
+    /// Caught up within `replica_lag_ticks_max` and heard from within it.
+    InSync,
+    /// Heard from, but not caught up for longer than `replica_lag_ticks_max`.
+    Lagging,
+    /// Nothing heard from it for longer than `replica_lag_ticks_max`.
+    Dead,
+}
+
+/// One member's progress, as the primary of the view sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaProgress {
+    /// The member's index in the group.
+    pub replica: u8,
+    /// The highest op it acknowledged in this view (0 before its first acknowledgement); for the
+    /// primary itself, its durable head.
+    pub acknowledged_op: u64,
+    /// Ticks since it was last caught up (0 for the primary). The node layer's driver turns ticks
+    /// into milliseconds (`TICK_MS` in production).
+    pub lag_ticks: u64,
+    /// Ticks since anything was heard from it (0 for the primary).
+    pub silent_ticks: u64,
+    /// What those figures make it.
+    pub state: ReplicaState,
+}
+
+/// A replica's view of its group, for status pages and metrics.
+///
+/// Only the primary of a normal view knows its backups' progress; any other replica reports its
+/// own view, status, commit point and head with `replicas` empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupStatus {
+    /// The group.
+    pub group: u64,
+    /// The reporting replica's index.
+    pub replica: u8,
+    /// Its view.
+    pub view: u32,
+    /// Its status.
+    pub status: Status,
+    /// Whether it is the primary of its view, serving.
+    pub primary: bool,
+    /// The highest op it applied.
+    pub commit: u64,
+    /// Its head op.
+    pub head: u64,
+    /// Every member's progress, by index (the reporter's own included), when the reporter is the
+    /// serving primary; empty otherwise.
+    pub replicas: Vec<ReplicaProgress>,
+}
+
+impl GroupStatus {
+    /// The in-sync set: the primary and every backup neither lagging nor dead, ascending. Empty
+    /// when the reporter is not the serving primary.
+    pub fn in_sync(&self) -> Vec<u8> {
+        self.replicas
+            .iter()
+            .filter(|p| matches!(p.state, ReplicaState::Primary | ReplicaState::InSync))
+            .map(|p| p.replica)
+            .collect()
+    }
+
+    /// The progress of member `replica`, when the reporter knows it.
+    pub fn progress(&self, replica: u8) -> Option<&ReplicaProgress> {
+        self.replicas.iter().find(|p| p.replica == replica)
+    }
+}
+
+/// The primary's lag bookkeeping for one view (see the module documentation).
+#[derive(Clone, Debug)]
+pub(crate) struct LagTracker {
+    own: u8,
+    lag_ticks_max: u64,
+    /// Op → the tick it became the head, for the newest `head_ticks_max` ops prepared in this
+    /// view; an acknowledgement below them earns no credit (the backup is that far behind).
+    head_ticks: BTreeMap<u64, u64>,
+    /// As many ops as the log keeps headers for above the commit point: an acknowledgement of an
+    /// op older than that cannot be checked against the log anyway.
+    head_ticks_max: usize,
+    acknowledged_op: Vec<u64>,
+    caught_up_tick: Vec<u64>,
+    states: Vec<ReplicaState>,
+}
+
+impl LagTracker {
+    pub(crate) fn new(config: &ReplicaConfig) -> LagTracker {
+        let n = usize::from(config.replica_count);
+        let mut tracker = LagTracker {
+            own: config.replica,
+            lag_ticks_max: config.replica_lag_ticks_max,
+            head_ticks: BTreeMap::new(),
+            head_ticks_max: 2 * config.view_headers_max,
+            acknowledged_op: vec![0; n],
+            caught_up_tick: vec![0; n],
+            states: vec![ReplicaState::InSync; n],
+        };
+        tracker.start_view(0);
+        tracker
+    }
+
+    /// This replica starts serving a view as its primary at `tick`: every backup gets a fresh
+    /// bound to catch up in (as the failure detector gets a fresh heartbeat timeout), and nothing
+    /// acknowledged or prepared in an older view counts.
+    pub(crate) fn start_view(&mut self, tick: u64) {
+        self.head_ticks.clear();
+        self.acknowledged_op.fill(0);
+        self.caught_up_tick.fill(tick);
+        self.states.fill(ReplicaState::InSync);
+        self.states[usize::from(self.own)] = ReplicaState::Primary;
+    }
+
+    /// The primary prepared `op` at `tick`: it is the head from now on.
+    pub(crate) fn prepared(&mut self, op: u64, tick: u64) {
+        self.head_ticks.insert(op, tick);
+        while self.head_ticks.len() > self.head_ticks_max {
+            self.head_ticks.pop_first();
+        }
+    }
+
+    /// Backup `from` acknowledged `op` (checked against the log: the same prepare) at `tick`,
+    /// while the primary's head is `head`.
+    pub(crate) fn acknowledged(&mut self, from: u8, op: u64, head: u64, tick: u64) {
+        let from = usize::from(from);
+        self.acknowledged_op[from] = self.acknowledged_op[from].max(op);
+        // Canary (DESIGN.md §7): the naive definition, caught up only when acknowledging the head
+        // now, which flags a healthy backup under pipelined load.
+        #[cfg(feature = "canary-lag-naive")]
+        let caught_up_until = (op >= head).then_some(tick);
+        // Caught up at every moment the head was at most `op`: until `op + 1` was prepared.
+        #[cfg(not(feature = "canary-lag-naive"))]
+        let caught_up_until =
+            if op >= head { Some(tick) } else { self.head_ticks.get(&(op + 1)).copied() };
+        if let Some(until) = caught_up_until {
+            self.caught_up_tick[from] = self.caught_up_tick[from].max(until);
+        }
+    }
+
+    /// Re-evaluates every backup at `tick` (`last_heard_tick` per member, from the primary's
+    /// failure detector), counting transitions.
+    pub(crate) fn update(
+        &mut self,
+        tick: u64,
+        last_heard_tick: &[u64],
+        counters: &mut ReplicaCounters,
+    ) {
+        let own = usize::from(self.own);
+        let members = self.states.iter_mut().zip(&self.caught_up_tick).zip(last_heard_tick);
+        for (replica, ((state, &caught_up_tick), &heard_tick)) in members.enumerate() {
+            if replica == own {
+                continue;
+            }
+            let silent_ticks = tick.saturating_sub(heard_tick);
+            let lag_ticks = tick.saturating_sub(caught_up_tick);
+            let now = if silent_ticks > self.lag_ticks_max {
+                ReplicaState::Dead
+            } else if lag_ticks > self.lag_ticks_max {
+                ReplicaState::Lagging
+            } else {
+                ReplicaState::InSync
+            };
+            let before = std::mem::replace(state, now);
+            match (before, now) {
+                (ReplicaState::InSync, ReplicaState::Lagging) => counters.backups_lagging += 1,
+                (b, ReplicaState::Dead) if b != ReplicaState::Dead => counters.backups_dead += 1,
+                (b, ReplicaState::InSync) if b != ReplicaState::InSync => {
+                    counters.backups_back_in_sync += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Every member's progress at `tick`; `own_durable_op` is the primary's durable head.
+    pub(crate) fn progress(
+        &self,
+        tick: u64,
+        last_heard_tick: &[u64],
+        own_durable_op: u64,
+    ) -> Vec<ReplicaProgress> {
+        (0..self.states.len())
+            .map(|index| {
+                let replica = index as u8;
+                if replica == self.own {
+                    return ReplicaProgress {
+                        replica,
+                        acknowledged_op: own_durable_op,
+                        lag_ticks: 0,
+                        silent_ticks: 0,
+                        state: ReplicaState::Primary,
+                    };
+                }
+                ReplicaProgress {
+                    replica,
+                    acknowledged_op: self.acknowledged_op[index],
+                    lag_ticks: tick.saturating_sub(self.caught_up_tick[index]),
+                    silent_ticks: tick.saturating_sub(last_heard_tick[index]),
+                    state: self.states[index],
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracker() -> (LagTracker, Vec<u64>, ReplicaCounters) {
+        let mut config = ReplicaConfig::new(1, 0, 3, 0);
+        config.replica_lag_ticks_max = 100;
+        (LagTracker::new(&config), vec![0; 3], ReplicaCounters::default())
+    }
+
+    fn states(tracker: &LagTracker, tick: u64, heard: &[u64]) -> Vec<ReplicaState> {
+        tracker.progress(tick, heard, 0).iter().map(|p| p.state).collect()
+    }
+
+    #[test]
+    fn an_acknowledgement_trailing_the_head_counts_until_the_next_op_was_prepared() {
+        let (mut lag, mut heard, mut counters) = tracker();
+        // One op per tick; backup 1 acknowledges each op two ticks later, never the head.
+        for tick in 1..=1_000 {
+            lag.prepared(tick, tick);
+            if tick > 2 {
+                heard[1] = tick;
+                lag.acknowledged(1, tick - 2, tick, tick);
+            }
+            lag.update(tick, &heard, &mut counters);
+        }
+        let progress = lag.progress(1_000, &heard, 1_000);
+        assert_eq!(progress[1].state, ReplicaState::InSync);
+        assert_eq!(progress[1].acknowledged_op, 998);
+        // Caught up until op 999 became the head, at tick 999.
+        assert_eq!(progress[1].lag_ticks, 1);
+        // Backup 2 never answered.
+        assert_eq!(progress[2].state, ReplicaState::Dead);
+        assert_eq!((counters.backups_lagging, counters.backups_dead), (0, 1));
+    }
+
+    #[test]
+    fn heard_but_behind_is_lagging_and_catching_up_rejoins() {
+        let (mut lag, mut heard, mut counters) = tracker();
+        for tick in 1..=300 {
+            lag.prepared(tick, tick);
+            heard[1] = tick;
+            // Stuck at op 5, which became the head at tick 5: caught up until tick 6.
+            lag.acknowledged(1, 5, tick, tick);
+            lag.update(tick, &heard, &mut counters);
+            let expected = if tick > 106 { ReplicaState::Lagging } else { ReplicaState::InSync };
+            assert_eq!(states(&lag, tick, &heard)[1], expected, "tick {tick}");
+        }
+        lag.acknowledged(1, 300, 300, 300);
+        lag.update(300, &heard, &mut counters);
+        assert_eq!(states(&lag, 300, &heard)[1], ReplicaState::InSync);
+        assert_eq!((counters.backups_lagging, counters.backups_back_in_sync), (1, 1));
+    }
+
+    #[test]
+    fn an_acknowledgement_older_than_the_kept_head_ticks_earns_no_credit() {
+        let (mut lag, heard, _) = tracker();
+        let kept = lag.head_ticks_max as u64;
+        for op in 1..=kept + 10 {
+            lag.prepared(op, 1_000 + op);
+        }
+        lag.acknowledged(1, 3, kept + 10, 2_000);
+        assert_eq!(lag.progress(2_000, &heard, 0)[1].lag_ticks, 2_000);
+        assert_eq!(lag.progress(2_000, &heard, 0)[1].acknowledged_op, 3);
+    }
+
+    #[test]
+    fn the_in_sync_set_is_the_primary_and_the_backups_in_sync() {
+        let status = GroupStatus {
+            group: 1,
+            replica: 0,
+            view: 3,
+            status: Status::Normal,
+            primary: true,
+            commit: 7,
+            head: 9,
+            replicas: [ReplicaState::Primary, ReplicaState::Dead, ReplicaState::InSync]
+                .into_iter()
+                .enumerate()
+                .map(|(index, state)| ReplicaProgress {
+                    replica: index as u8,
+                    acknowledged_op: 0,
+                    lag_ticks: 0,
+                    silent_ticks: 0,
+                    state,
+                })
+                .collect(),
+        };
+        assert_eq!(status.in_sync(), vec![0, 2]);
+        assert_eq!(status.progress(1).map(|p| p.state), Some(ReplicaState::Dead));
+    }
+}
