@@ -76,7 +76,8 @@ impl ReplicaConfig {
             start_view_probes_max: 5,
             replica_lag_ticks_max: 10_000 / TICK_MS,
             stamp_batches: true,
-            unclean_recovery: false,
+            // Canary (DESIGN.md §7): restart uncleanly unless told otherwise.
+            unclean_recovery: cfg!(feature = "canary-unclean-by-default"),
         }
     }
 

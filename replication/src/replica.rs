@@ -1299,7 +1299,9 @@ impl Replica {
         // lowest canonical header, and the committed prefix; anything unverifiable goes.
         let mut keep = self.op_appended.min(top);
         let low = canonical.keys().next().copied();
-        while keep > self.commit {
+        // Only an unclean view may have given up committed ops (see `on_start_view`).
+        let floor = if self.config.unclean_recovery { 0 } else { self.commit };
+        while keep > floor {
             let ours = self.log.get(&keep).map(|e| e.header.checksum_header);
             match canonical.get(&keep) {
                 Some(theirs) if Some(theirs.checksum_header) == ours => break,
@@ -1309,7 +1311,9 @@ impl Replica {
                         keep + 1 == low && ours == Some(prepare(&canonical[&low]).parent)
                     });
                     if !links {
-                        keep = self.commit;
+                        // Clean: the committed prefix is in every later log. Unclean: nothing
+                        // below the canonical headers can be vouched for.
+                        keep = floor;
                     }
                     break;
                 }
@@ -1326,7 +1330,14 @@ impl Replica {
             // all; the engine lets anything appended after the cut through, whatever its view.
             let fence_view = removed_view_max + 1;
             if keep < self.commit {
-                fatal!(self, "truncating below the commit point {}", self.commit);
+                if !self.config.unclean_recovery {
+                    fatal!(self, "truncating below the commit point {}", self.commit);
+                }
+                // The documented loss of an unclean recovery: this replica committed ops the
+                // group gave up. It follows the group instead of staying out of it for good.
+                self.counters.unclean_ops_lost += self.commit - keep;
+                self.commit = keep;
+                self.commit_max = keep;
             }
             self.counters.truncations += 1;
             self.ready.writes.push(Write::Truncate { op: keep, view: fence_view });
@@ -1435,9 +1446,12 @@ impl Replica {
         }
         // A view's log holds every committed op: one that ends below this replica's commit
         // point, or whose headers do not end at its op, is not a StartView to trust.
+        // Under `unclean_recovery` a view may have given up ops this replica committed (the
+        // documented loss); the replica follows it rather than stay out of the group for good.
+        let below_commit_allowed = self.config.unclean_recovery;
         if headers.keys().next_back().is_some_and(|&top| top != op)
             || (headers.is_empty() && op > commit)
-            || op < self.commit
+            || (op < self.commit && !below_commit_allowed)
             || commit > op
         {
             return;
@@ -1455,9 +1469,9 @@ impl Replica {
         self.do_view_changes.clear();
         self.votes.clear();
         self.persist_views();
-        self.commit_max = self.commit_max.max(commit);
         self.faulty_clear_op = Some(op);
         self.adopt_log(&canonical, op);
+        self.commit_max = self.commit_max.max(commit);
         self.arm_heartbeat();
         self.commit_up_to(self.commit_max);
         self.acknowledge_head();

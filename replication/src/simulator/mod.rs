@@ -139,6 +139,8 @@ pub struct SimOptions {
     /// Every replica's `replica_lag_ticks_max` (the production default unless a test needs a
     /// tighter bound).
     pub replica_lag_ticks_max: u64,
+    /// Every replica's `unclean_recovery` (off, as in production, unless a test needs it).
+    pub unclean_recovery: bool,
 }
 
 impl SimOptions {
@@ -161,6 +163,7 @@ impl SimOptions {
             mode: None,
             trace_group: None,
             replica_lag_ticks_max: ReplicaConfig::new(0, 0, 1, 0).replica_lag_ticks_max,
+            unclean_recovery: ReplicaConfig::new(0, 0, 1, 0).unclean_recovery,
         }
     }
 }
@@ -523,6 +526,7 @@ impl Cluster {
         let mut draw = SimRng::new(self.options.seed ^ 0x7e9a_1c00);
         replica.repair_prepares_max = 1 + draw.below(128) as usize;
         replica.replica_lag_ticks_max = self.options.replica_lag_ticks_max;
+        replica.unclean_recovery = self.options.unclean_recovery;
         NodeConfig::new(index, replica)
     }
 
@@ -647,6 +651,14 @@ impl Cluster {
     /// The replica of `group` on node `node`, when the node is up.
     pub fn replica(&self, node: usize, group: u64) -> Option<&Replica> {
         self.nodes[node].node.as_ref()?.replica(group)
+    }
+
+    /// Forgets the committed history and the acknowledgements so far: after an unclean
+    /// recovery (`unclean_recovery`) a group may reissue ops and offsets, the documented loss,
+    /// and only what happens from here on is checked.
+    pub fn forget_history(&mut self) {
+        self.committed.clear();
+        self.acks.clear();
     }
 
     /// The node layer's counters of node `node`, when it is up (they restart with the node).
