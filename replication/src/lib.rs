@@ -10,6 +10,7 @@ pub mod codec;
 mod config;
 mod message;
 mod node;
+mod producers;
 mod replica;
 pub mod simulator;
 
@@ -17,6 +18,10 @@ pub use config::{ReplicaConfig, TICK_MS};
 pub use message::{
     Committed, Envelope, FLAG_NACK, FLAG_PRESENT, Message, Persisted, Ready, Reply, ReplyResult,
     Request, ServePrepare, Write,
+};
+pub use producers::{
+    BatchRecord, Check, PRODUCER_BATCHES_MAX, ProducerBatch, ProducerLimits, ProducerState, ProducerTable,
+    SnapshotError,
 };
 pub use node::{Clock, Node, NodeConfig, NodeCounters, RequestRefused, Transport};
 pub use replica::{RecoveredLog, Replica, ReplicaCounters, Status};

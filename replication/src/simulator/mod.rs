@@ -390,6 +390,8 @@ pub struct Cluster {
     /// (group, op) → checksum of the committed prepare, as first seen on any replica.
     committed: BTreeMap<(u64, u64), u32>,
     acks: Vec<Ack>,
+    /// A client saw a reply that only a broken producer table gives.
+    client_violation: Option<Violation>,
     heal_tick: u64,
     /// Faults are injected while true (the fault phase of [`run`]); scripted runs drive their
     /// own.
@@ -428,6 +430,7 @@ impl Cluster {
             clients: Vec::new(),
             committed: BTreeMap::new(),
             acks: Vec::new(),
+            client_violation: None,
             heal_tick: u64::MAX,
             faults_active: options.faults != Some(FaultProfile::none()),
             crashes_due: Vec::new(),
@@ -552,6 +555,7 @@ impl Cluster {
         }
         into_result(self.run_io())?;
         into_result(self.collect())?;
+        into_result(self.client_violation.take())?;
         self.drive_clients();
         Ok(())
     }
@@ -1061,7 +1065,11 @@ impl Cluster {
                 let request = client.next_request;
                 client.next_request += 1;
                 let value = format!("client {} request {request}", client.id);
-                let mut batch = BatchBuilder::new(tick as i64 * 10);
+                // An idempotent producer (DESIGN.md §4): producer id = client id, one sequence
+                // per request, so a resend after a timeout is the same batch.
+                let sequence = i32::try_from(request - 1).unwrap_or(i32::MAX);
+                let mut batch =
+                    BatchBuilder::new(tick as i64 * 10).producer(client.id as i64, 0, sequence);
                 batch.push(tick as i64 * 10, None, Some(value.as_bytes()), &[]);
                 client.pending = Some(Pending { request, body: batch.build(), resend_tick: tick });
             }
@@ -1115,6 +1123,20 @@ impl Cluster {
             ReplyResult::TransientNotAccepted | ReplyResult::TransientNotCommitted => {
                 pending.resend_tick = tick + backoff;
             }
+            // A client sends its requests in order, one at a time, and resends the very batch:
+            // a group that refuses its sequence lost track of it.
+            refused @ (ReplyResult::OutOfOrderSequence
+            | ReplyResult::UnknownProducer
+            | ReplyResult::ProducerFenced) => {
+                self.client_violation.get_or_insert(Violation {
+                    tick,
+                    what: format!(
+                        "group {group} refused client {} request {} as {refused:?}",
+                        client.id, reply.request
+                    ),
+                });
+                pending.resend_tick = tick + backoff;
+            }
         }
     }
 
@@ -1148,6 +1170,9 @@ impl Cluster {
         let tick = self.tick;
         let violation = |what: String| Some(Violation { tick, what });
         let mut verified: BTreeMap<(u64, u64), (u64, u64, u64)> = BTreeMap::new();
+        // Exactly once (DESIGN.md §4): a request resent after a timeout, to any node, across
+        // view changes and restarts, is in the committed log once.
+        let mut applied: BTreeMap<(u64, u64, u64), u64> = BTreeMap::new();
         for index in 0..self.nodes.len() {
             let slot = &mut self.nodes[index];
             let Some(node) = slot.node.as_mut() else { continue };
@@ -1192,6 +1217,15 @@ impl Cluster {
                     }
                     verified
                         .insert((group, op), (fields.base_offset, fields.client, fields.request));
+                    if let Some(first) = applied.insert((group, fields.client, fields.request), op)
+                        && first != op
+                    {
+                        return violation(format!(
+                            "retried request applied twice: group {group} client {} request {} \
+                             at ops {first} and {op} (node {index})",
+                            fields.client, fields.request
+                        ));
+                    }
                 }
             }
         }
