@@ -186,6 +186,8 @@ pub struct Coverage {
     pub repairs_requested: u64,
     /// Restarted replicas that fell back to a view change.
     pub recovery_view_changes: u64,
+    /// Retried requests answered with their original op and offset (DESIGN.md §4).
+    pub duplicates: u64,
     /// Crashes (all kinds).
     pub crashes: u64,
     /// Crashes that were power losses.
@@ -223,6 +225,7 @@ impl Coverage {
         self.retransmissions += counters.retransmissions;
         self.repairs_requested += counters.repairs_requested;
         self.recovery_view_changes += counters.recovery_view_changes;
+        self.duplicates += counters.duplicates;
     }
 
     /// Adds another run's counters.
@@ -239,6 +242,7 @@ impl Coverage {
             (&mut self.retransmissions, other.retransmissions),
             (&mut self.repairs_requested, other.repairs_requested),
             (&mut self.recovery_view_changes, other.recovery_view_changes),
+            (&mut self.duplicates, other.duplicates),
             (&mut self.crashes, other.crashes),
             (&mut self.power_losses, other.power_losses),
             (&mut self.crashes_during_io, other.crashes_during_io),
