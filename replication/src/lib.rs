@@ -19,9 +19,9 @@ pub use message::{
     Committed, Envelope, FLAG_NACK, FLAG_PRESENT, Message, Persisted, Ready, Reply, ReplyResult,
     Request, ServePrepare, Write,
 };
-pub use producers::{
-    BatchRecord, Check, PRODUCER_BATCHES_MAX, ProducerBatch, ProducerLimits, ProducerState, ProducerTable,
-    SnapshotError,
-};
 pub use node::{Clock, Node, NodeConfig, NodeCounters, RequestRefused, Transport};
+pub use producers::{
+    BatchRecord, Check, PRODUCER_BATCHES_MAX, ProducerBatch, ProducerLimits, ProducerState,
+    ProducerTable, SnapshotError,
+};
 pub use replica::{RecoveredLog, Replica, ReplicaCounters, Status};

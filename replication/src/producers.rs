@@ -483,7 +483,12 @@ mod tests {
     const LIMITS: ProducerLimits = ProducerLimits { producers_max: 3, expiration_ms: 1_000 };
 
     fn batch(id: i64, epoch: i16, first: i32, count: i32) -> ProducerBatch {
-        ProducerBatch { producer_id: id, epoch, first_seq: first, last_seq: add_seq(first, count - 1) }
+        ProducerBatch {
+            producer_id: id,
+            epoch,
+            first_seq: first,
+            last_seq: add_seq(first, count - 1),
+        }
     }
 
     /// Applies batches of `count` records from sequence `first` on, one op each.
@@ -536,7 +541,14 @@ mod tests {
 
     #[test]
     fn only_the_last_five_batches_are_remembered() {
-        let table = table_with(&[(1, 0, 0, 1), (1, 0, 1, 1), (1, 0, 2, 1), (1, 0, 3, 1), (1, 0, 4, 1), (1, 0, 5, 1)]);
+        let table = table_with(&[
+            (1, 0, 0, 1),
+            (1, 0, 1, 1),
+            (1, 0, 2, 1),
+            (1, 0, 3, 1),
+            (1, 0, 4, 1),
+            (1, 0, 5, 1),
+        ]);
         assert_eq!(table.state(1, 0).unwrap().batches().len(), PRODUCER_BATCHES_MAX);
         assert_eq!(table.check(&batch(1, 0, 1, 1), 0), Check::Duplicate { op: 2, base_offset: 10 });
         // The first batch fell out of the window: no longer provably a duplicate.
@@ -650,7 +662,8 @@ mod tests {
         bad_len[SNAPSHOT_HEADER_SIZE + 18] = 6;
         assert!(ProducerTable::decode(&bad_len, LIMITS).is_err());
         let mut swapped = bytes;
-        swapped[SNAPSHOT_HEADER_SIZE..SNAPSHOT_HEADER_SIZE + 8].copy_from_slice(&9i64.to_le_bytes());
+        swapped[SNAPSHOT_HEADER_SIZE..SNAPSHOT_HEADER_SIZE + 8]
+            .copy_from_slice(&9i64.to_le_bytes());
         assert_eq!(
             ProducerTable::decode(&swapped, LIMITS),
             Err(SnapshotError("producer ids not ascending"))

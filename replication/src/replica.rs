@@ -28,11 +28,11 @@ use shoal_engine::storage::sim::SimRng;
 use shoal_engine::wire::{Header, Prepare};
 
 use crate::config::ReplicaConfig;
-use crate::producers::{self, Check, ProducerBatch, ProducerTable};
 use crate::message::{
     Committed, Envelope, FLAG_NACK, FLAG_PRESENT, Message, Persisted, Ready, Reply, ReplyResult,
     Request, ServePrepare, Write,
 };
+use crate::producers::{self, Check, ProducerBatch, ProducerTable};
 
 /// Stops on a protocol state that must be impossible, naming where it happened.
 macro_rules! fatal {
@@ -419,7 +419,11 @@ impl Replica {
     /// table as of some op at or below [`Replica::commit`] (applied up to it), and the
     /// idempotence fields of the recovered ops above the commit point, which the replica holds
     /// as headers only. Call right after [`Replica::recover`], before any input.
-    pub fn recover_producers(&mut self, table: ProducerTable, uncommitted: &[(u64, ProducerBatch)]) {
+    pub fn recover_producers(
+        &mut self,
+        table: ProducerTable,
+        uncommitted: &[(u64, ProducerBatch)],
+    ) {
         self.producers = table;
         for (op, batch) in uncommitted {
             if let Some(entry) = self.log.get_mut(op) {
@@ -1465,9 +1469,12 @@ impl Replica {
                 continue;
             };
             let fields = prepare(&entry.header);
-            state
-                .get_or_insert_with(|| producers::ProducerState::new(b.epoch, now_ms))
-                .record(&b, op, fields.base_offset, fields.append_time_ms);
+            state.get_or_insert_with(|| producers::ProducerState::new(b.epoch, now_ms)).record(
+                &b,
+                op,
+                fields.base_offset,
+                fields.append_time_ms,
+            );
         }
         producers::check(state.as_ref(), batch)
     }

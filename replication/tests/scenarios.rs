@@ -513,8 +513,8 @@ fn a_one_way_partitioned_backup_cannot_depose_a_healthy_primary() -> Result<(), 
 /// primary answers with the original op and offset instead of appending it again; the final
 /// log check then finds every (client, request) once.
 #[test]
-fn a_retry_of_a_committed_request_across_a_primary_change_is_applied_once(
-) -> Result<(), Violation> {
+fn a_retry_of_a_committed_request_across_a_primary_change_is_applied_once() -> Result<(), Violation>
+{
     let mut cluster = cluster(21, Mode::Persisted, 1);
     let (old, new) = (primary_of(0), primary_of(1));
     // The one client is endpoint 3 (after the three nodes).

@@ -170,7 +170,8 @@ mod tests {
         assert_eq!(decoded.get(&ConsumerId::consumer("c")), Some(3));
         assert_eq!(producers, Some(&b"producer bytes"[..]));
         // Written before sections existed: the offsets table alone.
-        let (_, none) = PartitionOffsets::decode_snapshot(&offsets.encode()).unwrap();
+        let old = offsets.encode();
+        let (_, none) = PartitionOffsets::decode_snapshot(&old).unwrap();
         assert_eq!(none, None);
         for len in offsets.encode().len() + 1..snapshot.len() {
             assert!(PartitionOffsets::decode_snapshot(&snapshot[..len]).is_err(), "cut at {len}");

@@ -29,7 +29,13 @@ fn body(producer: i64, epoch: i16, first: i32, values: &[&str]) -> Vec<u8> {
 }
 
 /// Sends a batch; its base offset, or the error code.
-fn send(raw: &mut Raw, producer: i64, epoch: i16, first: i32, values: &[&str]) -> Result<u64, ErrorCode> {
+fn send(
+    raw: &mut Raw,
+    producer: i64,
+    epoch: i16,
+    first: i32,
+    values: &[&str],
+) -> Result<u64, ErrorCode> {
     let answer = raw.call(Operation::Produce, &body(producer, epoch, first, values));
     if answer.reply.error != 0 {
         return Err(answer.error());

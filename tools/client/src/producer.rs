@@ -541,10 +541,8 @@ impl Producer {
         let idempotent = config.idempotent;
         let mut core = ProducerCore::new(config, stream, topic, info.partitions)?;
         if idempotent {
-            let producer_id = i64::try_from(client.session())
-                .ok()
-                .filter(|&id| id > 0)
-                .ok_or_else(|| {
+            let producer_id =
+                i64::try_from(client.session()).ok().filter(|&id| id > 0).ok_or_else(|| {
                     ClientError::Invalid(
                         "an idempotent producer needs a registered session (its producer id)"
                             .into(),
@@ -824,7 +822,12 @@ mod tests {
             .flat_map(|(p, log)| {
                 log.iter().map(move |(_, batch)| {
                     let header = shoal_engine::batch::BatchHeader::parse(batch).unwrap();
-                    (p as u32, header.producer_id(), header.producer_epoch(), header.base_sequence())
+                    (
+                        p as u32,
+                        header.producer_id(),
+                        header.producer_epoch(),
+                        header.base_sequence(),
+                    )
                 })
             })
             .collect();
