@@ -171,6 +171,17 @@ pub enum ErrorCode {
     UnknownMember = 24,
     /// The partition is not assigned to this member in the current generation.
     NotAssigned = 25,
+    /// An idempotent batch's base sequence does not follow its producer's newest batch in the
+    /// partition (a gap), nor repeats one of its last five: it was not appended. Not
+    /// retryable as is: the producer lost a batch and must resend from the gap.
+    OutOfOrderSequence = 26,
+    /// An idempotent batch with a non-zero sequence from a producer the partition does not
+    /// know (never seen, expired after a day without appends, or evicted): not appended. The
+    /// producer starts again at sequence 0 (or a new epoch).
+    UnknownProducer = 27,
+    /// An idempotent batch from an older producer epoch than the partition's newest: not
+    /// appended; this producer instance is fenced.
+    ProducerFenced = 28,
 }
 
 impl ErrorCode {
@@ -203,6 +214,9 @@ impl ErrorCode {
             23 => StaleGeneration,
             24 => UnknownMember,
             25 => NotAssigned,
+            26 => OutOfOrderSequence,
+            27 => UnknownProducer,
+            28 => ProducerFenced,
             _ => return None,
         })
     }

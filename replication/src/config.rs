@@ -52,6 +52,12 @@ pub struct ReplicaConfig {
     /// Let a view start although an op may be faulty on every replica that could hold it,
     /// treating such ops as lost (Kafka's unclean leader election). Off by default.
     pub unclean_recovery: bool,
+    /// Idempotent producers a group remembers at most (DESIGN.md §4); a new one beyond evicts
+    /// the least recently appending.
+    pub producers_max: usize,
+    /// A producer with no append for this long (by prepares' append times) is forgotten:
+    /// Kafka's `transactional.id.expiration.ms` default, one day.
+    pub producer_expiration_ms: i64,
 }
 
 impl ReplicaConfig {
@@ -78,6 +84,8 @@ impl ReplicaConfig {
             stamp_batches: true,
             // Canary (DESIGN.md §7): restart uncleanly unless told otherwise.
             unclean_recovery: cfg!(feature = "canary-unclean-by-default"),
+            producers_max: 1024,
+            producer_expiration_ms: 24 * 60 * 60 * 1_000,
         }
     }
 
@@ -94,6 +102,14 @@ impl ReplicaConfig {
     /// The primary of `view`: member `(view + group) mod n`.
     pub fn primary_of(&self, view: u32) -> u8 {
         ((u64::from(view) + self.group) % u64::from(self.replica_count)) as u8
+    }
+
+    /// The producer table's bounds.
+    pub fn producer_limits(&self) -> crate::producers::ProducerLimits {
+        crate::producers::ProducerLimits {
+            producers_max: self.producers_max,
+            expiration_ms: self.producer_expiration_ms,
+        }
     }
 
     /// Checks the settings hang together; names the first that does not.
@@ -128,6 +144,12 @@ impl ReplicaConfig {
         }
         if self.prepare_retry_ticks_max < self.prepare_retry_ticks_min {
             return Err("prepare_retry_ticks_max below prepare_retry_ticks_min".into());
+        }
+        if self.producers_max == 0 {
+            return Err("producers_max must be at least 1".into());
+        }
+        if self.producer_expiration_ms <= 0 {
+            return Err("producer_expiration_ms must be positive".into());
         }
         if self.heartbeat_timeout_ticks <= self.commit_interval_ticks {
             return Err("heartbeat_timeout_ticks must exceed commit_interval_ticks".into());

@@ -11,6 +11,7 @@ mod config;
 mod lag;
 mod message;
 mod node;
+mod producers;
 mod replica;
 pub mod simulator;
 
@@ -21,4 +22,8 @@ pub use message::{
     Request, ServePrepare, Write,
 };
 pub use node::{Clock, Node, NodeConfig, NodeCounters, RequestRefused, Transport};
+pub use producers::{
+    BatchRecord, Check, PRODUCER_BATCHES_MAX, ProducerBatch, ProducerLimits, ProducerState,
+    ProducerTable, SnapshotError,
+};
 pub use replica::{RecoveredLog, Replica, ReplicaCounters, Status};

@@ -203,6 +203,16 @@ pub enum ReplyResult {
     TransientNotAccepted,
     /// Entered the log, outcome unknown: replay the same request number in the same session.
     TransientNotCommitted,
+    /// An idempotent batch whose sequence does not follow its producer's newest batch (a gap),
+    /// nor repeats one of its last five: refused, never entered the log.
+    OutOfOrderSequence,
+    /// An idempotent batch with a non-zero sequence from a producer the group does not know
+    /// (never seen, expired or evicted): refused, never entered the log. The producer starts
+    /// again at sequence 0 (or a new epoch).
+    UnknownProducer,
+    /// An idempotent batch from an older epoch than its producer's newest: refused, never
+    /// entered the log.
+    ProducerFenced,
 }
 
 /// The answer to one client request.

@@ -33,6 +33,7 @@ use crate::lag::GroupStatus;
 use crate::message::{
     Committed, Envelope, Message, Persisted, Reply, Request, ServePrepare, Write,
 };
+use crate::producers::{ProducerBatch, ProducerTable};
 use crate::replica::{RecoveredLog, Replica};
 
 /// Sends packets to other nodes (bounded queues, sockets, or the simulated network).
@@ -164,6 +165,11 @@ pub struct NodeCounters {
     pub serve_reads_dropped: u64,
     /// Client requests refused because their group's storage was full.
     pub storage_full_refusals: u64,
+    /// Producer table snapshots the driver handed over that did not decode or lay past the
+    /// log's head (the table was rebuilt from the log instead).
+    pub producer_snapshots_rejected: u64,
+    /// Prepares read back at open to rebuild producer tables.
+    pub producer_ops_replayed: u64,
 }
 
 /// A checkpoint job running across I/O rounds.
@@ -223,7 +229,8 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
 
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// Opens (recovering) the shard in `dir` and restarts a replica for every group it holds:
-    /// each starts `Recovering` with its views, newest headers and faulty suffix.
+    /// each starts `Recovering` with its views, newest headers and faulty suffix, and its
+    /// producer table rebuilt from its whole log (see [`Node::open_with_producer_snapshots`]).
     pub async fn open(
         storage: S,
         dir: &Path,
@@ -233,6 +240,40 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         clock: C,
         seed: u64,
     ) -> EngineResult<(Self, RecoveryReport)> {
+        let none = async |_group: u64| -> Option<Vec<u8>> { None };
+        Node::open_with_producer_snapshots(
+            storage,
+            dir,
+            shard_config,
+            config,
+            transport,
+            clock,
+            seed,
+            none,
+        )
+        .await
+    }
+
+    /// [`Node::open`], with each group's producer table (DESIGN.md §4) rebuilt from the
+    /// snapshot `load_producers(group)` returns — bytes of [`ProducerTable::encode`], which the
+    /// driver saved from [`Replica::producers`] wherever it keeps group state — plus the log
+    /// past the snapshot's op. Without a usable snapshot the whole log (from its first retained
+    /// op) is replayed. This is where a restarted group's producer table is rebuilt, so the
+    /// server and the simulator share it.
+    #[expect(clippy::too_many_arguments, reason = "open's arguments plus the snapshot source")]
+    pub async fn open_with_producer_snapshots<L>(
+        storage: S,
+        dir: &Path,
+        shard_config: ShardConfig,
+        config: NodeConfig,
+        transport: T,
+        clock: C,
+        seed: u64,
+        mut load_producers: L,
+    ) -> EngineResult<(Self, RecoveryReport)>
+    where
+        L: AsyncFnMut(u64) -> Option<Vec<u8>>,
+    {
         let (shard, report) = Shard::open(storage, dir, shard_config).await?;
         let mut node = Node {
             config,
@@ -275,6 +316,10 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 faulty_from: recovery.faulty.suffix_from,
             };
             let mut replica = Replica::recover(replica_config, recovered, seed);
+            let snapshot = load_producers(group).await;
+            let (table, uncommitted) =
+                rebuild_producers(log, &replica, snapshot, &mut node.counters).await?;
+            replica.recover_producers(table, &uncommitted);
             replica.ration_repair();
             node.groups.insert(group, Group { replica, failed: None });
         }
@@ -936,6 +981,68 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             self.transport.send(read.to, stored.record.clone());
         }
     }
+}
+
+/// A restarted group's producer table: the snapshot (when it decodes and lies within the log),
+/// then every idempotent batch of the log past it up to the replica's commit point applied;
+/// and the idempotence fields of the ops above the commit point, for the replica's pipeline
+/// overlay.
+async fn rebuild_producers<S: Storage>(
+    log: &mut shoal_engine::partition::PartitionLog<S>,
+    replica: &Replica,
+    snapshot: Option<Vec<u8>>,
+    counters: &mut NodeCounters,
+) -> EngineResult<(ProducerTable, Vec<(u64, ProducerBatch)>)> {
+    let limits = replica.config().producer_limits();
+    let head = log.head_op();
+    let mut table = match snapshot.map(|bytes| ProducerTable::decode(&bytes, limits)) {
+        // A snapshot past the head describes ops this log lost (a power loss of a `replicated`
+        // group): not this log's state.
+        Some(Ok(table)) if table.op() <= head => table,
+        Some(_) => {
+            counters.producer_snapshots_rejected += 1;
+            ProducerTable::new(limits)
+        }
+        None => ProducerTable::new(limits),
+    };
+    let commit = replica.commit();
+    let mut uncommitted = Vec::new();
+    let from_op = table.op() + 1;
+    if from_op > head {
+        return Ok((table, uncommitted));
+    }
+    let mut offset = match log.read_op(from_op).await? {
+        Some(first) => first.base_offset(),
+        // Below the log's start (retention): replay what is left.
+        None => log.first_offset(),
+    };
+    'scan: loop {
+        let prepares = log.read_offset(offset, 1 << 20).await?;
+        let before = offset;
+        for prepare in prepares {
+            let op = prepare.op();
+            if op > head {
+                break 'scan;
+            }
+            offset = offset.max(prepare.end_offset());
+            if op < from_op {
+                continue;
+            }
+            counters.producer_ops_replayed += 1;
+            let Some(batch) = ProducerBatch::from_body(&prepare.body()) else { continue };
+            if op <= commit {
+                let fields = prepare.header.as_prepare().expect("stored records are prepares");
+                table.apply(&batch, op, fields.base_offset, fields.append_time_ms);
+            } else {
+                uncommitted.push((op, batch));
+            }
+        }
+        if offset == before {
+            break;
+        }
+    }
+    table.advance_to(commit.min(head));
+    Ok((table, uncommitted))
 }
 
 /// The newest `count` headers of a recovered log, ascending.

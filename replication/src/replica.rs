@@ -33,6 +33,7 @@ use crate::message::{
     Committed, Envelope, FLAG_NACK, FLAG_PRESENT, Message, Persisted, Ready, Reply, ReplyResult,
     Request, ServePrepare, Write,
 };
+use crate::producers::{self, Check, ProducerBatch, ProducerTable};
 
 /// Stops on a protocol state that must be impossible, naming where it happened.
 macro_rules! fatal {
@@ -121,6 +122,10 @@ pub struct ReplicaCounters {
     pub backups_dead: u64,
     /// Lagging or dead backups back in sync.
     pub backups_back_in_sync: u64,
+    /// Retried batches answered with the original op's offsets, without entering the log.
+    pub duplicates: u64,
+    /// Idempotent batches refused (out of order, unknown producer, fenced epoch).
+    pub sequence_refusals: u64,
 }
 
 /// One log entry the replica keeps in memory: a header, and its body while it is needed.
@@ -129,7 +134,27 @@ struct Entry {
     header: Header,
     /// Held while the op is above the commit point (or waits to be appended).
     body: Option<Bytes>,
+    /// The batch's idempotence fields, read from the body when it arrived (or handed over by
+    /// the driver at restart), kept after the body is dropped: the uncommitted pipeline's
+    /// producers are checked against these, and commit applies them to the producer table.
+    producer: Option<ProducerBatch>,
 }
+
+impl Entry {
+    fn with_body(header: Header, body: Bytes) -> Entry {
+        let producer = ProducerBatch::from_body(&body);
+        Entry { header, body: Some(body), producer }
+    }
+
+    fn header_only(header: Header) -> Entry {
+        Entry { header, body: None, producer: None }
+    }
+}
+
+/// Retried requests that may wait for one in-flight op (a duplicate of a batch still in the
+/// pipeline gets the original op's reply when it commits); beyond, a duplicate is answered
+/// `TransientNotAccepted` and retried by its client.
+const DUPLICATES_WAITING_MAX: usize = 4;
 
 /// A prepare of the primary's pipeline, waiting for its quorum.
 #[derive(Clone, Debug)]
@@ -140,6 +165,9 @@ struct InFlight {
     retry_ticks: u64,
     /// The client request it answers, when prepared in this view: (client, request).
     request: Option<(u64, u64)>,
+    /// Retries of the same batch that arrived while it was in flight (at most
+    /// [`DUPLICATES_WAITING_MAX`]): they get the same reply.
+    duplicates: Vec<(u64, u64)>,
 }
 
 /// A DoViewChange received (or built) by the new primary.
@@ -271,6 +299,8 @@ pub struct Replica {
     boot_nonce: u64,
     probes_sent: u32,
     next_probe_tick: u64,
+    /// The committed producer table: every committed idempotent batch applied, in op order.
+    producers: ProducerTable,
     ready: Ready,
     counters: ReplicaCounters,
 }
@@ -308,7 +338,7 @@ impl Replica {
         for header in &recovered.headers {
             let fields = prepare(header);
             commit = commit.max(fields.commit.min(fields.op));
-            replica.log.insert(fields.op, Entry { header: *header, body: None });
+            replica.log.insert(fields.op, Entry::header_only(*header));
         }
         let head = recovered.headers.last().map_or(0, |h| prepare(h).op);
         replica.op = head;
@@ -369,6 +399,7 @@ impl Replica {
             boot_nonce: 0,
             probes_sent: 0,
             next_probe_tick: 0,
+            producers: ProducerTable::new(config.producer_limits()),
             ready: Ready::default(),
             counters: ReplicaCounters::default(),
         }
@@ -441,6 +472,28 @@ impl Replica {
     pub fn header(&self, op: u64) -> Option<&Header> {
         self.log.get(&op).map(|entry| &entry.header)
     }
+    /// The committed producer table (DESIGN.md §4), as of [`ProducerTable::op`].
+    pub fn producers(&self) -> &ProducerTable {
+        &self.producers
+    }
+
+    /// Hands a restarted replica its producer table, which its driver rebuilt from storage: the
+    /// table as of some op at or below [`Replica::commit`] (applied up to it), and the
+    /// idempotence fields of the recovered ops above the commit point, which the replica holds
+    /// as headers only. Call right after [`Replica::recover`], before any input.
+    pub fn recover_producers(
+        &mut self,
+        table: ProducerTable,
+        uncommitted: &[(u64, ProducerBatch)],
+    ) {
+        self.producers = table;
+        for (op, batch) in uncommitted {
+            if let Some(entry) = self.log.get_mut(op) {
+                entry.producer = Some(*batch);
+            }
+        }
+    }
+
     /// Branch counters.
     pub fn counters(&self) -> ReplicaCounters {
         self.counters
@@ -509,6 +562,28 @@ impl Replica {
                 return;
             }
         }
+        let producer = ProducerBatch::from_body(&request.body);
+        if let Some(batch) = &producer {
+            let (client, number) = (request.client, request.request);
+            match self.check_producer(batch, request.append_time_ms) {
+                Check::New => {}
+                Check::Duplicate { op, base_offset } => {
+                    self.counters.duplicates += 1;
+                    self.answer_duplicate(client, number, op, base_offset);
+                    return;
+                }
+                refused => {
+                    self.counters.sequence_refusals += 1;
+                    let result = match refused {
+                        Check::UnknownProducer => ReplyResult::UnknownProducer,
+                        Check::ProducerFenced => ReplyResult::ProducerFenced,
+                        _ => ReplyResult::OutOfOrderSequence,
+                    };
+                    self.ready.replies.push(Reply { client, request: number, result });
+                    return;
+                }
+            }
+        }
         if self.op - self.commit >= self.config.pipeline_prepares_max || !self.quorum_in_touch() {
             self.ready.replies.push(refuse(ReplyResult::TransientNotAccepted));
             return;
@@ -548,7 +623,7 @@ impl Replica {
             checksum_body,
         );
         self.op += 1;
-        self.log.insert(self.op, Entry { header, body: Some(body.clone()) });
+        self.log.insert(self.op, Entry { header, body: Some(body.clone()), producer });
         self.op_appended = self.op;
         self.lag.prepared(self.op, self.tick);
         self.ready.writes.push(Write::Append { header, body: body.clone() });
@@ -560,6 +635,7 @@ impl Replica {
                 next_retry_tick: self.tick + retry_ticks,
                 retry_ticks,
                 request: Some((request.client, request.request)),
+                duplicates: Vec::new(),
             },
         );
         for to in self.peers() {
@@ -715,6 +791,7 @@ impl Replica {
                 return;
             }
             if entry.body.is_none() && fields.op > self.op_appended {
+                entry.producer = ProducerBatch::from_body(&body);
                 entry.body = Some(body);
                 if self.merge.is_some() {
                     self.counters.bodies_fetched_for_view += 1;
@@ -740,7 +817,7 @@ impl Replica {
                 return;
             }
             self.arm_heartbeat();
-            self.log.insert(fields.op, Entry { header, body: Some(body) });
+            self.log.insert(fields.op, Entry::with_body(header, body));
             self.op = fields.op;
             self.commit_max = self.commit_max.max(fields.commit);
         } else if fields.op > self.op_appended
@@ -842,8 +919,8 @@ impl Replica {
             let in_flight = self.pipeline.remove(&op).expect("first key");
             self.commit_max = self.commit_max.max(op);
             self.commit_up_to(op);
-            if let Some((client, request)) = in_flight.request {
-                let base_offset = prepare(&self.log[&op].header).base_offset;
+            let base_offset = prepare(&self.log[&op].header).base_offset;
+            for (client, request) in in_flight.request.into_iter().chain(in_flight.duplicates) {
                 self.ready.replies.push(Reply {
                     client,
                     request,
@@ -862,6 +939,10 @@ impl Replica {
                 fatal!(self, "committing op {} without its header", self.commit);
             };
             entry.body = None;
+            if let Some(batch) = &entry.producer {
+                let fields = prepare(&entry.header);
+                self.producers.apply(batch, fields.op, fields.base_offset, fields.append_time_ms);
+            }
             self.counters.commits += 1;
             self.ready.committed.push(Committed { header: entry.header });
         }
@@ -889,7 +970,7 @@ impl Replica {
             due.push((op, in_flight.acks));
         }
         for (op, acks) in due {
-            let Some(Entry { header, body: Some(body) }) = self.log.get(&op).cloned() else {
+            let Some(Entry { header, body: Some(body), .. }) = self.log.get(&op).cloned() else {
                 continue;
             };
             for to in self.peers() {
@@ -1031,7 +1112,7 @@ impl Replica {
             _ => {}
         }
         match self.log.get(&op) {
-            Some(Entry { header, body: Some(body) }) => {
+            Some(Entry { header, body: Some(body), .. }) => {
                 let message = Message::Prepare { header: *header, body: body.clone() };
                 self.send(from, message);
             }
@@ -1355,7 +1436,7 @@ impl Replica {
             }
         }
         for (&op, header) in canonical.range(keep + 1..) {
-            self.log.entry(op).or_insert(Entry { header: *header, body: None });
+            self.log.entry(op).or_insert(Entry::header_only(*header));
         }
         self.op = top.max(keep);
         self.append_ready_bodies();
@@ -1399,8 +1480,13 @@ impl Replica {
         self.pipeline.clear();
         let retry_ticks = self.config.prepare_retry_ticks_min;
         for op in self.commit_max + 1..=top {
-            let in_flight =
-                InFlight { acks: 0, next_retry_tick: self.tick, retry_ticks, request: None };
+            let in_flight = InFlight {
+                acks: 0,
+                next_retry_tick: self.tick,
+                retry_ticks,
+                request: None,
+                duplicates: Vec::new(),
+            };
             self.pipeline.insert(op, in_flight);
         }
         self.last_heard_tick.fill(self.tick);
@@ -1569,8 +1655,55 @@ impl Replica {
     /// Answers every request of the pipeline that may still commit with "outcome unknown".
     fn fail_pipeline(&mut self) {
         for (_, in_flight) in std::mem::take(&mut self.pipeline) {
-            if let Some((client, request)) = in_flight.request {
+            for (client, request) in in_flight.request.into_iter().chain(in_flight.duplicates) {
                 let result = ReplyResult::TransientNotCommitted;
+                self.ready.replies.push(Reply { client, request, result });
+            }
+        }
+    }
+
+    /// The producer rules for `batch` against the committed table with the uncommitted log
+    /// laid over it: a retry of a batch still in the pipeline is a duplicate too, and the next
+    /// sequence follows the newest batch whether committed or not. Ops the table already holds
+    /// (a snapshot taken past the recovered commit point) are not laid over twice.
+    fn check_producer(&self, batch: &ProducerBatch, now_ms: i64) -> Check {
+        // Canary (DESIGN.md §7): every idempotent batch counts as new, so a retry is applied
+        // again.
+        #[cfg(feature = "canary-no-dedup")]
+        if batch.producer_id >= 0 {
+            return Check::New;
+        }
+        let mut state = self.producers.state(batch.producer_id, now_ms);
+        let from = self.commit.max(self.producers.op()) + 1;
+        for (&op, entry) in self.log.range(from..) {
+            let Some(b) = entry.producer.filter(|b| b.producer_id == batch.producer_id) else {
+                continue;
+            };
+            let fields = prepare(&entry.header);
+            state.get_or_insert_with(|| producers::ProducerState::new(b.epoch, now_ms)).record(
+                &b,
+                op,
+                fields.base_offset,
+                fields.append_time_ms,
+            );
+        }
+        producers::check(state.as_ref(), batch)
+    }
+
+    /// Answers a retried batch: at once when its op is committed, when that op commits while it
+    /// is in the pipeline.
+    fn answer_duplicate(&mut self, client: u64, request: u64, op: u64, base_offset: u64) {
+        if op <= self.commit {
+            let result = ReplyResult::Committed { op, base_offset };
+            self.ready.replies.push(Reply { client, request, result });
+            return;
+        }
+        match self.pipeline.get_mut(&op) {
+            Some(in_flight) if in_flight.duplicates.len() < DUPLICATES_WAITING_MAX => {
+                in_flight.duplicates.push((client, request));
+            }
+            _ => {
+                let result = ReplyResult::TransientNotAccepted;
                 self.ready.replies.push(Reply { client, request, result });
             }
         }
@@ -1592,7 +1725,7 @@ impl Replica {
         loop {
             let next = self.op_appended + 1;
             let (header, body) = match self.log.get(&next) {
-                Some(Entry { header, body: Some(body) }) => (*header, body.clone()),
+                Some(Entry { header, body: Some(body), .. }) => (*header, body.clone()),
                 Some(Entry { body: None, .. }) => break,
                 None => {
                     let Some((header, body)) = self.repaired.remove(&next) else { break };
@@ -1600,7 +1733,7 @@ impl Replica {
                         // Not the committed op after ours: a peer's divergent answer.
                         continue;
                     }
-                    self.log.insert(next, Entry { header, body: Some(body.clone()) });
+                    self.log.insert(next, Entry::with_body(header, body.clone()));
                     self.op = self.op.max(next);
                     (header, body)
                 }

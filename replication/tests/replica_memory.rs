@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
+use shoal_engine::batch::BatchBuilder;
 use shoal_engine::wire::Header;
 use shoal_replication::{
     Message, Persisted, RecoveredLog, Replica, ReplicaConfig, ReplyResult, Request, Status, Write,
@@ -63,9 +64,25 @@ impl Cluster {
     }
 
     fn request(&mut self, to: u8) -> u64 {
+        let body = BytesMut::from(&format!("batch {}", self.next_request).into_bytes()[..]);
+        self.send(to, body)
+    }
+
+    /// Sends an idempotent producer's batch (producer 77, `epoch`, one record at `sequence`)
+    /// under a new request number, as a client resending after a lost reply would.
+    fn produce(&mut self, to: u8, epoch: i16, sequence: i32) -> u64 {
+        let mut batch = BatchBuilder::new(1).producer(77, epoch, sequence);
+        batch.push(1, None, Some(format!("record {sequence}").as_bytes()), &[]);
+        self.send(to, BytesMut::from(&batch.build()[..]))
+    }
+
+    fn reply(&self, request: u64) -> Option<&ReplyResult> {
+        self.replies.iter().find(|(r, _)| *r == request).map(|(_, result)| result)
+    }
+
+    fn send(&mut self, to: u8, body: BytesMut) -> u64 {
         let request = self.next_request;
         self.next_request += 1;
-        let body = BytesMut::from(&format!("batch {request}").into_bytes()[..]);
         let body_checksum = shoal_engine::checksum::crc32c(&body);
         let replica = self.replicas[usize::from(to)].as_mut().expect("up");
         replica.on_client_request(Request {
@@ -451,4 +468,116 @@ fn a_view_change_before_any_write_starts_the_next_view() {
         cluster.tick(20);
         assert_eq!(cluster.committed_reply(request), Some(1));
     }
+}
+
+// --- Idempotent produce (DESIGN.md §4) ----------------------------------------------------------
+
+/// A retried batch that already committed is answered with its original op and offset and
+/// never enters the log again; a gap, an unknown producer's non-zero sequence and an older
+/// epoch are refused before the log.
+#[test]
+fn a_committed_duplicate_gets_its_original_offsets_and_bad_sequences_are_refused() {
+    let mut cluster = Cluster::new(3);
+    let primary = cluster.primary().unwrap();
+    let first = cluster.produce(primary, 0, 0);
+    cluster.tick(5);
+    let second = cluster.produce(primary, 0, 1);
+    cluster.tick(5);
+    assert_eq!(cluster.committed_reply(first), Some(1));
+    assert_eq!(cluster.committed_reply(second), Some(2));
+    let retry = cluster.produce(primary, 0, 0);
+    assert_eq!(cluster.reply(retry), Some(&ReplyResult::Committed { op: 1, base_offset: 0 }));
+    let gap = cluster.produce(primary, 0, 3);
+    assert_eq!(cluster.reply(gap), Some(&ReplyResult::OutOfOrderSequence));
+    let mut stranger = BatchBuilder::new(1).producer(78, 0, 5);
+    stranger.push(1, None, Some(b"x"), &[]);
+    let unknown = cluster.send(primary, BytesMut::from(&stranger.build()[..]));
+    assert_eq!(cluster.reply(unknown), Some(&ReplyResult::UnknownProducer));
+    let bumped = cluster.produce(primary, 1, 0);
+    cluster.tick(5);
+    assert_eq!(cluster.committed_reply(bumped), Some(3));
+    let fenced = cluster.produce(primary, 0, 2);
+    assert_eq!(cluster.reply(fenced), Some(&ReplyResult::ProducerFenced));
+    assert_eq!(cluster.replica(primary).op(), 3, "nothing refused or duplicated took an op");
+    assert_eq!(cluster.replica(primary).counters().duplicates, 1);
+    for r in 0..3 {
+        assert_eq!(cluster.replica(r).producers().len(), 1, "replica {r} applied the batches");
+    }
+}
+
+/// A retry of a batch still in the pipeline takes no op: it gets the original op's reply when
+/// that op commits.
+#[test]
+fn a_duplicate_still_in_the_pipeline_gets_the_original_ops_reply() {
+    let mut cluster = Cluster::new(3);
+    let primary = cluster.primary().unwrap();
+    for backup in 0..3 {
+        if backup != primary {
+            cluster.cut.push((primary, backup));
+        }
+    }
+    let original = cluster.produce(primary, 0, 0);
+    let retry = cluster.produce(primary, 0, 0);
+    assert_eq!(cluster.replica(primary).op(), 1, "the retry took no op");
+    assert!(cluster.replies.is_empty(), "neither is answered before the op commits");
+    // The next sequence follows the uncommitted batch.
+    let next = cluster.produce(primary, 0, 1);
+    assert_eq!(cluster.replica(primary).op(), 2);
+    cluster.cut.clear();
+    cluster.tick(50);
+    let committed = ReplyResult::Committed { op: 1, base_offset: 0 };
+    assert_eq!(cluster.reply(original), Some(&committed));
+    assert_eq!(cluster.reply(retry), Some(&committed));
+    assert_eq!(cluster.committed_reply(next), Some(2));
+}
+
+/// VR Revisited §4.2 with DESIGN.md §4: every replica applies committed batches to its table,
+/// and a new primary lays its uncommitted log over it, so a retry sent to the new primary —
+/// of a batch the old one committed, or of one it only prepared — is not applied twice.
+#[test]
+fn a_retry_after_a_view_change_is_not_applied_twice() {
+    let mut cluster = Cluster::new(3);
+    let old = cluster.primary().unwrap();
+    let committed = cluster.produce(old, 0, 0);
+    cluster.tick(5);
+    assert_eq!(cluster.committed_reply(committed), Some(1));
+    // The second batch reaches the backups, but the old primary dies before it hears them.
+    let prepared = cluster.produce(old, 0, 1);
+    cluster.crash(old);
+    cluster.tick(600);
+    let new = cluster.primary().expect("a new primary");
+    assert_ne!(new, old);
+    let retry_committed = cluster.produce(new, 0, 0);
+    let retry_prepared = cluster.produce(new, 0, 1);
+    cluster.tick(20);
+    assert_eq!(
+        cluster.reply(retry_committed),
+        Some(&ReplyResult::Committed { op: 1, base_offset: 0 })
+    );
+    assert_eq!(cluster.committed_reply(retry_prepared), Some(2));
+    assert!(cluster.reply(prepared).is_none_or(|r| *r == ReplyResult::TransientNotCommitted));
+    assert_eq!(cluster.replica(new).op(), 2, "neither retry took an op");
+    let next = cluster.produce(new, 0, 2);
+    cluster.tick(20);
+    assert_eq!(cluster.committed_reply(next), Some(3));
+    cluster.check_committed_prefixes();
+}
+
+/// DESIGN.md §4 "rebuilt from the log": a restarted replica handed the table and the
+/// uncommitted ops' fields by its driver still recognises a retry after it becomes primary.
+#[test]
+fn a_restarted_replica_with_its_rebuilt_table_recognises_retries() {
+    let mut cluster = Cluster::new(1);
+    let first = cluster.produce(0, 0, 0);
+    assert_eq!(cluster.committed_reply(first), Some(1));
+    let table = cluster.replica(0).producers().clone();
+    cluster.crash(0);
+    cluster.restart(0);
+    cluster.replicas[0].as_mut().unwrap().recover_producers(table, &[]);
+    cluster.tick(200);
+    assert!(cluster.replica(0).is_primary());
+    let retry = cluster.produce(0, 0, 0);
+    assert_eq!(cluster.reply(retry), Some(&ReplyResult::Committed { op: 1, base_offset: 0 }));
+    let next = cluster.produce(0, 0, 1);
+    assert_eq!(cluster.committed_reply(next), Some(2));
 }

@@ -15,7 +15,8 @@
 //! `cargo test -p shoal-replication --features canary-<rule> --test scenarios`:
 //! `skip-body-fetch` (the first three scenarios), `vote-while-recovering` (the restarted
 //! backup), `send-before-persist` (the backup that loses power before persisting the StartView
-//! it acknowledges) and `nack-faulty` (the two unclean restarts). `join-on-receipt` changes no
+//! it acknowledges), `nack-faulty` (the two unclean restarts) and `no-dedup` (the retry across
+//! a primary change). `join-on-receipt` changes no
 //! behaviour, so nothing can catch it: see the one-way partition scenario.
 
 use shoal_replication::simulator::{Cluster, FaultProfile, Mode, SimOptions, Violation};
@@ -586,5 +587,41 @@ fn a_one_way_partitioned_backup_cannot_depose_a_healthy_primary() -> Result<(), 
     let votes = replica(&cluster, deaf).counters().votes_cast;
     assert!(votes > 1, "the deaf backup voted {votes} times");
     assert!(cluster.acknowledged() >= acknowledged + 20, "writes stopped committing");
+    finish(&mut cluster)
+}
+
+// --- DESIGN.md §4: exactly-once produce ----------------------------------------------------------
+
+/// DESIGN.md §4 "a duplicate gets its original offsets back" with VR Revisited §4.2: a request
+/// the old primary committed, whose reply the client never got (the primary's link to the
+/// client is cut), is resent after the client's timeout and reaches the new primary after the
+/// old one died. Every replica applied the committed batch to its producer table, so the new
+/// primary answers with the original op and offset instead of appending it again; the final
+/// log check then finds every (client, request) once.
+#[test]
+fn a_retry_of_a_committed_request_across_a_primary_change_is_applied_once() -> Result<(), Violation>
+{
+    let mut cluster = cluster(21, Mode::Persisted, 1);
+    let (old, new) = (primary_of(0), primary_of(1));
+    // The one client is endpoint 3 (after the three nodes).
+    let client = 3;
+    cluster.run_ticks(100)?;
+    let acknowledged_before = cluster.acknowledged();
+    assert!(acknowledged_before > 0, "the client made progress");
+    cluster.set_link(old, client, false);
+    wait(&mut cluster, 200, "an op committed whose reply the client lost", |c| {
+        let acked = c.acknowledged_ops(GROUP).into_iter().max().unwrap_or(0);
+        replica(c, old).commit() > acked && replica(c, new).commit() > acked
+    })?;
+    let lost = replica(&cluster, old).commit();
+    cluster.crash(old, false);
+    wait(&mut cluster, 2_000, "the new primary leads view 1", |c| c.primary(GROUP) == Some(new))?;
+    wait(&mut cluster, 500, "the retry is answered with the original op", |c| {
+        c.acknowledged_ops(GROUP).contains(&lost)
+    })?;
+    let duplicates = replica(&cluster, new).counters().duplicates;
+    assert!(duplicates > 0, "the new primary answered no duplicate");
+    cluster.heal();
+    cluster.restart(old)?;
     finish(&mut cluster)
 }

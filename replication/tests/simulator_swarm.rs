@@ -63,6 +63,7 @@ fn swarm_of_fixed_seeds_keeps_every_invariant_and_reaches_every_branch() {
         ("repair_rounds", coverage.repair_rounds, 1_000),
         ("repair_rounds_unanswered", coverage.repair_rounds_unanswered, 100),
         ("recovery_view_changes", coverage.recovery_view_changes, 50),
+        ("duplicates", coverage.duplicates, 50),
         ("crashes", coverage.crashes, 300),
         ("power_losses", coverage.power_losses, 100),
         ("crashes_during_io", coverage.crashes_during_io, 1),

@@ -1,7 +1,10 @@
 //! Consumer offsets of one partition: the table that the partition's committed offset-commit
 //! control records add up to, and its snapshot.
 //!
-//! It owns the table, its bound and the snapshot's byte layout. It never proposes a commit,
+//! It owns the table, its bound and the snapshot's byte layout: the offsets table, then
+//! optional tagged sections — today one, the partition's idempotent producer table (bytes of
+//! `shoal_replication::ProducerTable::encode`, which this module carries but never reads). A
+//! snapshot written before sections existed is the offsets table alone. It never proposes a commit,
 //! never checks who may commit (group generations are the shard's, against the catalog) and
 //! never does I/O: the shard applies committed records in log order, saves snapshots through
 //! `engine::state` and replays the log past the newest one at start-up.
@@ -30,7 +33,15 @@ pub struct PartitionOffsets {
     pub snapshot_size_bytes: u64,
     /// A snapshot save is in flight.
     pub saving: bool,
+    /// The producer table op the newest snapshot save carried (a clean shutdown saves again
+    /// when the table moved past it).
+    pub producers_saved_op: u64,
 }
+
+/// Section tag: the producer table.
+const SECTION_PRODUCERS: u8 = 1;
+/// The largest producer section accepted: bounds what a damaged length could make us trust.
+const SECTION_SIZE_BYTES_MAX: usize = shoal_engine::state::STATE_SIZE_BYTES_MAX;
 
 impl PartitionOffsets {
     /// The stored offset of `consumer`.
@@ -79,19 +90,50 @@ impl PartitionOffsets {
 
     /// A table from snapshot bytes (hostile-input safe: counts are bounded by the bytes present).
     pub fn decode(bytes: &[u8]) -> Result<PartitionOffsets, String> {
+        let (offsets, _) = PartitionOffsets::decode_snapshot(bytes)?;
+        Ok(offsets)
+    }
+
+    /// The snapshot's bytes with the producer table's section after the offsets table:
+    /// tag u8 (1), length u32, the bytes.
+    pub fn encode_snapshot(&self, producers: &[u8]) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.raw(&self.encode());
+        w.u8(SECTION_PRODUCERS);
+        w.bytes(producers);
+        w.finish()
+    }
+
+    /// The offsets table and the producer section, if the snapshot has one. Hostile-input
+    /// safe: every length is bounded before it is believed; an unknown tag or trailing bytes
+    /// refuse the snapshot.
+    pub fn decode_snapshot(bytes: &[u8]) -> Result<(PartitionOffsets, Option<&[u8]>), String> {
         let mut r = Reader::new(bytes);
-        let decode = |r: &mut Reader<'_>| -> shoal_engine::protocol::Result<_> {
+        type Table = BTreeMap<ConsumerId, u64>;
+        fn decode<'a>(
+            r: &mut Reader<'a>,
+        ) -> shoal_engine::protocol::Result<(Table, Option<&'a [u8]>)> {
             let count = r.count("consumers", 1 + 2 + 8)?;
             let mut table = BTreeMap::new();
             for _ in 0..count {
                 let consumer = ConsumerId::read(r)?;
                 table.insert(consumer, r.u64("offset")?);
             }
+            let mut producers = None;
+            if r.remaining() > 0 {
+                if r.u8("section")? != SECTION_PRODUCERS {
+                    return Err(shoal_engine::protocol::ProtocolError::Invalid {
+                        field: "section",
+                        reason: "unknown section tag".into(),
+                    });
+                }
+                producers = Some(r.bytes("producers", SECTION_SIZE_BYTES_MAX)?);
+            }
             r.end()?;
-            Ok(table)
-        };
-        let table = decode(&mut r).map_err(|e| e.to_string())?;
-        Ok(PartitionOffsets { table, ..PartitionOffsets::default() })
+            Ok((table, producers))
+        }
+        let (table, producers) = decode(&mut r).map_err(|e| e.to_string())?;
+        Ok((PartitionOffsets { table, ..PartitionOffsets::default() }, producers))
     }
 }
 
@@ -117,6 +159,29 @@ mod tests {
         let mut garbled = offsets.encode();
         garbled[4] = 7; // the consumer kind
         assert!(PartitionOffsets::decode(&garbled).is_err());
+    }
+
+    #[test]
+    fn the_producer_section_round_trips_and_old_snapshots_still_decode() {
+        let mut offsets = PartitionOffsets::default();
+        offsets.apply(OffsetCommitRecord { consumer: ConsumerId::consumer("c"), offset: Some(3) });
+        let snapshot = offsets.encode_snapshot(b"producer bytes");
+        let (decoded, producers) = PartitionOffsets::decode_snapshot(&snapshot).unwrap();
+        assert_eq!(decoded.get(&ConsumerId::consumer("c")), Some(3));
+        assert_eq!(producers, Some(&b"producer bytes"[..]));
+        // Written before sections existed: the offsets table alone.
+        let old = offsets.encode();
+        let (_, none) = PartitionOffsets::decode_snapshot(&old).unwrap();
+        assert_eq!(none, None);
+        for len in offsets.encode().len() + 1..snapshot.len() {
+            assert!(PartitionOffsets::decode_snapshot(&snapshot[..len]).is_err(), "cut at {len}");
+        }
+        let mut unknown = snapshot.clone();
+        unknown[offsets.encode().len()] = 9;
+        assert!(PartitionOffsets::decode_snapshot(&unknown).is_err());
+        let mut trailing = snapshot;
+        trailing.push(0);
+        assert!(PartitionOffsets::decode_snapshot(&trailing).is_err());
     }
 
     #[test]

@@ -581,8 +581,26 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
     let seed = u64::from(index) ^ now_ms() as u64;
     let tuning = spec.config.shard[index as usize].tuning;
     let storage = storage_for(&tuning);
-    let open =
-        Node::open(storage.clone(), &dir, shard_config, node_config, NoPeers, WallClock, seed);
+    // Each partition's producer table comes back from its state snapshot (the section after
+    // its consumer offsets) plus the log past it; the node layer replays the log.
+    let load_producers = {
+        let (storage, dir) = (storage.clone(), dir.clone());
+        async move |group: u64| -> Option<Vec<u8>> {
+            let saved = state::load(&storage, &group_dir(&dir, group)).await.ok()??;
+            let (_, producers) = PartitionOffsets::decode_snapshot(&saved.bytes).ok()?;
+            producers.map(<[u8]>::to_vec)
+        }
+    };
+    let open = Node::open_with_producer_snapshots(
+        storage.clone(),
+        &dir,
+        shard_config,
+        node_config,
+        NoPeers,
+        WallClock,
+        seed,
+        load_producers,
+    );
     let (node, report) = match open.await {
         Ok(opened) => opened,
         Err(error) => {
@@ -890,8 +908,11 @@ impl ShardState {
             {
                 continue;
             }
-            let op = self.node.replica(group).map_or(0, |r| r.commit());
-            let saved = GroupState { op, end_offset, bytes: offsets.encode() };
+            let Some(replica) = self.node.replica(group) else { continue };
+            let (op, producers) = (replica.commit(), replica.producers());
+            let saved =
+                GroupState { op, end_offset, bytes: offsets.encode_snapshot(&producers.encode()) };
+            offsets.producers_saved_op = producers.op();
             offsets.saving = true;
             offsets.dirty = false;
             let dir = group_dir(&shard_dir, group);
@@ -934,13 +955,17 @@ impl ShardState {
         let shard_dir = shard_dir(&self.config.data_dir, self.index);
         let storage = self.storage.clone();
         for (&group, offsets) in self.offsets.iter_mut() {
+            let Some(replica) = self.node.replica(group) else { continue };
+            let producers = replica.producers();
             // A save in flight owns the group's new-snapshot file; what it misses is replayed.
-            if !offsets.dirty || offsets.saving {
+            let producers_moved = producers.op() > offsets.producers_saved_op;
+            if !(offsets.dirty || producers_moved) || offsets.saving {
                 continue;
             }
             let end_offset = self.committed_end.get(&group).copied().unwrap_or(0);
-            let op = self.node.replica(group).map_or(0, |r| r.commit());
-            let saved = GroupState { op, end_offset, bytes: offsets.encode() };
+            let op = replica.commit();
+            let saved =
+                GroupState { op, end_offset, bytes: offsets.encode_snapshot(&producers.encode()) };
             if let Err(error) = state::save(&storage, &group_dir(&shard_dir, group), &saved).await {
                 tracing::error!(shard = self.index, group, %error, "offsets snapshot failed");
             }
@@ -1932,6 +1957,17 @@ fn result_error(result: &ReplyResult) -> Outcome {
             ErrorCode::TransientNotCommitted,
             "outcome unknown: retry with the same request number",
         ),
+        ReplyResult::OutOfOrderSequence => Outcome::error(
+            ErrorCode::OutOfOrderSequence,
+            "the batch's sequence does not follow the producer's last batch in this partition",
+        ),
+        ReplyResult::UnknownProducer => Outcome::error(
+            ErrorCode::UnknownProducer,
+            "this partition does not know the producer (expired or evicted): restart at sequence 0",
+        ),
+        ReplyResult::ProducerFenced => {
+            Outcome::error(ErrorCode::ProducerFenced, "a newer epoch of this producer appended")
+        }
     }
 }
 

@@ -198,6 +198,8 @@ pub struct Coverage {
     pub repair_rounds_unanswered: u64,
     /// Restarted replicas that fell back to a view change.
     pub recovery_view_changes: u64,
+    /// Retried requests answered with their original op and offset (DESIGN.md §4).
+    pub duplicates: u64,
     /// Crashes (all kinds).
     pub crashes: u64,
     /// Crashes that were power losses.
@@ -246,6 +248,7 @@ impl Coverage {
         self.backups_lagging += counters.backups_lagging;
         self.backups_dead += counters.backups_dead;
         self.backups_back_in_sync += counters.backups_back_in_sync;
+        self.duplicates += counters.duplicates;
     }
 
     /// Adds another run's counters.
@@ -264,6 +267,7 @@ impl Coverage {
             (&mut self.repair_rounds, other.repair_rounds),
             (&mut self.repair_rounds_unanswered, other.repair_rounds_unanswered),
             (&mut self.recovery_view_changes, other.recovery_view_changes),
+            (&mut self.duplicates, other.duplicates),
             (&mut self.crashes, other.crashes),
             (&mut self.power_losses, other.power_losses),
             (&mut self.crashes_during_io, other.crashes_during_io),
@@ -385,6 +389,9 @@ struct Client {
     ready_tick: u64,
     /// Requests completed since the liveness phase began.
     completed_late: u64,
+    /// The idempotent producer's epoch, and the request its sequence 0 went with.
+    epoch: i16,
+    epoch_first_request: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -421,6 +428,8 @@ pub struct Cluster {
     /// (group, op) → checksum of the committed prepare, as first seen on any replica.
     committed: BTreeMap<(u64, u64), u32>,
     acks: Vec<Ack>,
+    /// A client saw a reply that only a broken producer table gives.
+    client_violation: Option<Violation>,
     heal_tick: u64,
     /// Faults are injected while true (the fault phase of [`run`]); scripted runs drive their
     /// own.
@@ -459,6 +468,7 @@ impl Cluster {
             clients: Vec::new(),
             committed: BTreeMap::new(),
             acks: Vec::new(),
+            client_violation: None,
             heal_tick: u64::MAX,
             faults_active: options.faults != Some(FaultProfile::none()),
             crashes_due: Vec::new(),
@@ -494,6 +504,8 @@ impl Cluster {
                 target: 0,
                 ready_tick: 0,
                 completed_late: 0,
+                epoch: 0,
+                epoch_first_request: 1,
             });
         }
         cluster
@@ -524,7 +536,8 @@ impl Cluster {
         // Round sizes from one op to the production default, so seeds exercise both long
         // multi-round repairs and quick ones.
         let mut draw = SimRng::new(self.options.seed ^ 0x7e9a_1c00);
-        replica.repair_prepares_max = 1 + draw.below(128) as usize;
+        let per_round_max = if draw.chance(1, 2) { 4 } else { 128 };
+        replica.repair_prepares_max = 1 + draw.below(per_round_max) as usize;
         replica.replica_lag_ticks_max = self.options.replica_lag_ticks_max;
         replica.unclean_recovery = self.options.unclean_recovery;
         NodeConfig::new(index, replica)
@@ -584,6 +597,7 @@ impl Cluster {
         }
         into_result(self.run_io())?;
         into_result(self.collect())?;
+        into_result(self.client_violation.take())?;
         self.drive_clients();
         Ok(())
     }
@@ -659,6 +673,13 @@ impl Cluster {
     pub fn forget_history(&mut self) {
         self.committed.clear();
         self.acks.clear();
+        // The group may have forgotten the producers' last batches too: as a Kafka producer
+        // does after an unclean election, each starts a new epoch from sequence 0.
+        for client in &mut self.clients {
+            client.pending = None;
+            client.epoch += 1;
+            client.epoch_first_request = client.next_request;
+        }
     }
 
     /// The node layer's counters of node `node`, when it is up (they restart with the node).
@@ -1145,7 +1166,15 @@ impl Cluster {
                 let request = client.next_request;
                 client.next_request += 1;
                 let value = format!("client {} request {request}", client.id);
-                let mut batch = BatchBuilder::new(tick as i64 * 10);
+                // An idempotent producer (DESIGN.md §4): producer id = client id, one sequence
+                // per request, so a resend after a timeout is the same batch.
+                let sequence =
+                    i32::try_from(request - client.epoch_first_request).unwrap_or(i32::MAX);
+                let mut batch = BatchBuilder::new(tick as i64 * 10).producer(
+                    client.id as i64,
+                    client.epoch,
+                    sequence,
+                );
                 batch.push(tick as i64 * 10, None, Some(value.as_bytes()), &[]);
                 client.pending = Some(Pending {
                     request,
@@ -1210,6 +1239,20 @@ impl Cluster {
                 // backoff, the next node.
                 pending.resend_tick = tick + backoff;
             }
+            // A client sends its requests in order, one at a time, and resends the very batch:
+            // a group that refuses its sequence lost track of it.
+            refused @ (ReplyResult::OutOfOrderSequence
+            | ReplyResult::UnknownProducer
+            | ReplyResult::ProducerFenced) => {
+                self.client_violation.get_or_insert(Violation {
+                    tick,
+                    what: format!(
+                        "group {group} refused client {} request {} as {refused:?}",
+                        client.id, reply.request
+                    ),
+                });
+                pending.resend_tick = tick + backoff;
+            }
         }
     }
 
@@ -1243,6 +1286,9 @@ impl Cluster {
         let tick = self.tick;
         let violation = |what: String| Some(Violation { tick, what });
         let mut verified: BTreeMap<(u64, u64), (u64, u64, u64)> = BTreeMap::new();
+        // Exactly once (DESIGN.md §4): a request resent after a timeout, to any node, across
+        // view changes and restarts, is in the committed log once.
+        let mut applied: BTreeMap<(u64, u64, u64), u64> = BTreeMap::new();
         for index in 0..self.nodes.len() {
             let slot = &mut self.nodes[index];
             let Some(node) = slot.node.as_mut() else { continue };
@@ -1287,6 +1333,15 @@ impl Cluster {
                     }
                     verified
                         .insert((group, op), (fields.base_offset, fields.client, fields.request));
+                    if let Some(first) = applied.insert((group, fields.client, fields.request), op)
+                        && first != op
+                    {
+                        return violation(format!(
+                            "retried request applied twice: group {group} client {} request {} \
+                             at ops {first} and {op} (node {index})",
+                            fields.client, fields.request
+                        ));
+                    }
                 }
             }
         }

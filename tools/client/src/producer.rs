@@ -12,9 +12,17 @@
 //! Retryable failures (a retryable error code, a broken connection, a timeout) resend the same
 //! request body after a growing backoff, at most `retries_max` times; then, or on any other
 //! error, the producer fails and stays failed (acknowledgements received before stay available).
-//! Delivery is at-least-once: a batch resent after its outcome became unknown may be stored
-//! twice, and with `in_flight_max > 1` a resent batch may land after a later one of the same
-//! partition (as in Kafka without idempotence).
+//! By default delivery is at-least-once: a batch resent after its outcome became unknown may be
+//! stored twice, and with `in_flight_max > 1` a resent batch may land after a later one of the
+//! same partition (as in Kafka without idempotence).
+//!
+//! With `idempotent` (DESIGN.md §4, Kafka's idempotent producer) every batch carries the
+//! client's session as its producer id, epoch 0 and a per-partition sequence (from 0, counting
+//! records, wrapping at `i32::MAX`); a resend is the same bytes, so the partition stores it once
+//! and answers a duplicate with the original offsets. Keyless records then go to a partition the
+//! producer picks (sticky, moving on with each batch), since a sequence belongs to one
+//! partition. A batch refused with `OutOfOrderSequence` while an earlier batch of its partition
+//! waits to be resent is resent after it; otherwise that error fails the producer.
 //!
 //! A producer for one partition (`partition: Some(p)`) moves its client to the shard that owns
 //! the partition when the server has per-shard listeners (`connect_to_owner`, on by default), so
@@ -33,7 +41,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use shoal_engine::batch::BatchBuilder;
 use shoal_engine::protocol::{
-    Operation, Partitioning, Produce, ProduceReply, Writer, partition_for_key,
+    ErrorCode, Operation, Partitioning, Produce, ProduceReply, Writer, partition_for_key,
 };
 use shoal_engine::wire::HEADER_SIZE;
 
@@ -65,6 +73,9 @@ pub struct ProducerConfig {
     /// With `partition` set, connect to the shard that owns it when the server names per-shard
     /// listeners ([`Client::connect_to_shard`]); otherwise stay on the client's connection.
     pub connect_to_owner: bool,
+    /// Stamp producer id (the client's registered session), epoch and sequence on every batch,
+    /// so resends are stored once (see the module documentation). Needs a registered session.
+    pub idempotent: bool,
 }
 
 impl Default for ProducerConfig {
@@ -79,6 +90,7 @@ impl Default for ProducerConfig {
             retry_backoff_ms: 50,
             retry_backoff_ms_max: 2_000,
             connect_to_owner: true,
+            idempotent: false,
         }
     }
 }
@@ -145,6 +157,12 @@ pub(crate) struct ProducerCore {
     /// Ticket lists of acknowledged batches, for reuse.
     ticket_pool: Vec<Vec<u64>>,
     failed: Option<ClientError>,
+    /// The producer id when idempotent.
+    producer_id: Option<i64>,
+    /// Per partition, the sequence of the next batch's first record (idempotent only).
+    sequences: Vec<i32>,
+    /// The partition keyless records go to when idempotent.
+    sticky: u32,
 }
 
 impl ProducerCore {
@@ -188,8 +206,17 @@ impl ProducerCore {
             body_pool: Vec::new(),
             ticket_pool: Vec::new(),
             failed: None,
+            producer_id: None,
+            sequences: Vec::new(),
+            sticky: 0,
             config,
         })
+    }
+
+    /// Makes every batch sealed from now on idempotent under `producer_id` (epoch 0).
+    pub(crate) fn set_idempotent(&mut self, producer_id: i64) {
+        self.producer_id = Some(producer_id);
+        self.sequences = vec![0; self.partitions as usize];
     }
 
     fn check(&self) -> Result<()> {
@@ -203,6 +230,7 @@ impl ProducerCore {
         match (self.config.partition, key) {
             (Some(partition), _) => Target::Partition(partition),
             (None, Some(key)) => Target::Partition(partition_for_key(key, self.partitions)),
+            (None, None) if self.producer_id.is_some() => Target::Partition(self.sticky),
             (None, None) => Target::Balanced,
         }
     }
@@ -264,7 +292,17 @@ impl ProducerCore {
         };
         let mut writer = Writer { bytes: body };
         self.produce.encode_prefix(&mut writer);
-        open.builder.build_into(&mut writer.bytes);
+        let mut builder = open.builder;
+        if let (Some(producer_id), Target::Partition(partition)) = (self.producer_id, target) {
+            let sequence = &mut self.sequences[partition as usize];
+            builder = builder.producer(producer_id, 0, *sequence);
+            let records = open.tickets.len() as i64;
+            *sequence = ((i64::from(*sequence) + records) % (i64::from(i32::MAX) + 1)) as i32;
+            if self.config.partition.is_none() && partition == self.sticky {
+                self.sticky = (self.sticky + 1) % self.partitions;
+            }
+        }
+        builder.build_into(&mut writer.bytes);
         self.open_records -= open.tickets.len();
         self.ready.push_back(SealedBatch {
             target,
@@ -384,7 +422,12 @@ impl ProducerCore {
     }
 
     fn retry_or_fail(&mut self, mut batch: SealedBatch, error: ClientError) -> Result<Duration> {
-        if !error.is_retryable() || batch.attempts >= self.config.retries_max {
+        // An idempotent batch sent behind one that failed arrives to a gap: once the earlier one
+        // is resent (it is ahead in the retry queue), so is this one, in order.
+        let behind_a_resend = self.producer_id.is_some()
+            && error.code() == Some(ErrorCode::OutOfOrderSequence)
+            && self.retry.iter().any(|earlier| earlier.target == batch.target);
+        if !(error.is_retryable() || behind_a_resend) || batch.attempts >= self.config.retries_max {
             return Err(self.fail(error));
         }
         batch.attempts += 1;
@@ -495,7 +538,18 @@ impl Producer {
             in_flight_max: config.in_flight_max.min(client.config().in_flight_max).max(1),
             ..config
         };
-        let core = ProducerCore::new(config, stream, topic, info.partitions)?;
+        let idempotent = config.idempotent;
+        let mut core = ProducerCore::new(config, stream, topic, info.partitions)?;
+        if idempotent {
+            let producer_id =
+                i64::try_from(client.session()).ok().filter(|&id| id > 0).ok_or_else(|| {
+                    ClientError::Invalid(
+                        "an idempotent producer needs a registered session (its producer id)"
+                            .into(),
+                    )
+                })?;
+            core.set_idempotent(producer_id);
+        }
         Ok(Producer { client, core })
     }
 
@@ -744,6 +798,41 @@ mod tests {
             })
             .collect();
         assert_eq!(stored, (0..10).map(|i| format!("v{i}").into_bytes()).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_idempotent_producer_stamps_per_partition_sequences_and_keeps_them_across_resends() {
+        let mut h = Harness::new(ProducerConfig { batch_records_max: 2, ..config() }, 2);
+        h.core.set_idempotent(77);
+        // Keyless records stick to a partition per batch and move on: 0, 1, 0.
+        for i in 0..6 {
+            h.send(None, &format!("v{i}"));
+        }
+        h.server.produce_script.push_back(Some(ErrorCode::TransientNotCommitted));
+        h.deliver().unwrap();
+        // The first batch was refused (outcome unknown) and goes again, byte for byte; the
+        // two behind it were stored.
+        h.send_due();
+        h.deliver().unwrap();
+        let stamps: Vec<(u32, i64, i16, i32)> = h
+            .server
+            .logs
+            .iter()
+            .enumerate()
+            .flat_map(|(p, log)| {
+                log.iter().map(move |(_, batch)| {
+                    let header = shoal_engine::batch::BatchHeader::parse(batch).unwrap();
+                    (
+                        p as u32,
+                        header.producer_id(),
+                        header.producer_epoch(),
+                        header.base_sequence(),
+                    )
+                })
+            })
+            .collect();
+        assert_eq!(stamps, [(0, 77, 0, 2), (0, 77, 0, 0), (1, 77, 0, 0)]);
+        assert_eq!(h.acks().len(), 6);
     }
 
     #[test]
