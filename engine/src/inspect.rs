@@ -1885,11 +1885,16 @@ mod tests {
         assert_eq!(journal.groups[0].last_op, 15);
         let path = dir.join("journal");
         let bytes = sim.file_contents(&path).unwrap();
+        // The entry framing op 11 (the clean close before wrote a marker entry just before it).
         let cycle_of_op_11 = (0..bytes.len() / BLOCK_SIZE_BYTES)
             .map(|block| block * BLOCK_SIZE_BYTES)
             .find(|&at| {
-                let header = Header::decode_prefix(&bytes[at..]);
-                header.is_ok_and(|h| h.as_journal_entry().is_some_and(|e| e.seq == 11))
+                let framed = Header::decode_prefix(&bytes[at..])
+                    .is_ok_and(|h| h.as_journal_entry().is_some())
+                    && bytes.len() >= at + 2 * HEADER_SIZE;
+                framed
+                    && Header::decode_prefix(&bytes[at + HEADER_SIZE..])
+                        .is_ok_and(|inner| inner.as_prepare().is_some_and(|p| p.op == 11))
             })
             .unwrap();
         sim.corrupt(&path, cycle_of_op_11 as u64 + 100, 1);

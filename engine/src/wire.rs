@@ -1974,7 +1974,7 @@ mod tests {
 
     #[test]
     fn wire_unknown_command_rejected() {
-        for command in [Command::Reserved as u8, 12, 0x7f, u8::MAX] {
+        for command in [Command::Reserved as u8, 13, 0x7f, u8::MAX] {
             let mut bytes = sample_header().encode();
             bytes[OFF_COMMAND] = command;
             reseal(&mut bytes);
@@ -2578,7 +2578,7 @@ mod tests {
     #[test]
     fn wire_every_command_round_trips() {
         let messages = sample_messages();
-        assert_eq!(messages.len(), 11);
+        assert_eq!(messages.len(), 12);
         for (i, (header, body)) in messages.iter().enumerate() {
             assert_eq!(header.command as u8, i as u8 + 1);
             check_message(header, body).unwrap();

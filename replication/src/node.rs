@@ -641,6 +641,11 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.groups.keys().copied().collect()
     }
 
+    /// The engine, read-only (for inspection).
+    pub fn shard(&self) -> &Shard<S> {
+        &self.shard
+    }
+
     /// The engine (for reads and inspection).
     pub fn shard_mut(&mut self) -> &mut Shard<S> {
         &mut self.shard

@@ -417,6 +417,50 @@ fn a_backup_that_missed_more_than_the_ring_catches_up_from_the_primarys_segments
     finish(&mut cluster)
 }
 
+/// DESIGN.md §4 Repair and catch-up ("a full state transfer is needed only when the peer no
+/// longer has the data (retention)"): a backup is down while retention on both other replicas
+/// deletes segments holding ops it never received. After its restart each peer answers its
+/// repair with `RangeEvicted` (their oldest op), the backup moves from peer to peer and then
+/// reports that only a state transfer can help, while the group goes on committing with the
+/// other two.
+#[test]
+fn a_backup_missing_ops_that_retention_removed_everywhere_learns_it_needs_a_state_transfer()
+-> Result<(), Violation> {
+    let mut cluster = Cluster::new(&SimOptions {
+        faults: Some(FaultProfile::none()),
+        mode: Some(Mode::Persisted),
+        replicas: 3,
+        groups: 1,
+        clients_per_group: 12,
+        retention_bytes: 2 << 20,
+        value_size_bytes: 3_000,
+        ..SimOptions::new(27)
+    });
+    let (primary, backup, other) = (primary_of(0), primary_of(1), primary_of(2));
+    cluster.run_ticks(50)?;
+    cluster.crash(backup, false);
+    let missed_from = replica(&cluster, primary).commit() + 1;
+    wait(&mut cluster, 30_000, "retention removes ops the backup never had", |c| {
+        [primary, other].iter().all(|&n| c.log_first_op(n, GROUP).is_some_and(|f| f > missed_from))
+    })?;
+    cluster.restart(backup)?;
+    wait(&mut cluster, 3_000, "the backup learns no peer holds what it misses", |c| {
+        replica(c, backup).needs_state_transfer()
+    })?;
+    let counters = replica(&cluster, backup).counters();
+    assert!(counters.ranges_evicted >= 2, "both peers said so: {counters:?}");
+    let sent: u64 = [primary, other]
+        .iter()
+        .map(|&n| cluster.node_counters(n).expect("up").ranges_evicted_sent)
+        .sum();
+    assert!(sent >= 2, "{sent}");
+    assert!(replica(&cluster, backup).op_appended() < missed_from, "it did not catch up");
+    let acknowledged = cluster.acknowledged();
+    cluster.run_ticks(500)?;
+    assert!(cluster.acknowledged() > acknowledged + 50, "the group stopped committing");
+    Ok(())
+}
+
 // --- DESIGN.md §4: durable before revealed -------------------------------------------------------
 
 /// VR Revisited §4.1 step 4 with DESIGN.md §4 ("a replica writes the prepare to its log — and,

@@ -141,6 +141,11 @@ pub struct SimOptions {
     pub replica_lag_ticks_max: u64,
     /// Every replica's `unclean_recovery` (off, as in production, unless a test needs it).
     pub unclean_recovery: bool,
+    /// Every group's retention by size (0: none); nodes enforce it every
+    /// [`RETENTION_INTERVAL_TICKS`]. The final log check then starts at each log's first op.
+    pub retention_bytes: u64,
+    /// Bytes each client message's value is padded to (fewer ops per segment), at most 4 KiB.
+    pub value_size_bytes: usize,
 }
 
 impl SimOptions {
@@ -164,6 +169,8 @@ impl SimOptions {
             trace_group: None,
             replica_lag_ticks_max: ReplicaConfig::new(0, 0, 1, 0).replica_lag_ticks_max,
             unclean_recovery: ReplicaConfig::new(0, 0, 1, 0).unclean_recovery,
+            retention_bytes: 0,
+            value_size_bytes: 0,
         }
     }
 }
@@ -334,6 +341,9 @@ pub fn run(options: &SimOptions) -> Outcome {
 const DATA_DIR: &str = "/data";
 /// Ticks a client waits for a reply before trying the next node.
 const CLIENT_TIMEOUT_TICKS: u64 = 400;
+
+/// How often nodes enforce retention when a run configures it.
+pub const RETENTION_INTERVAL_TICKS: u64 = 100;
 /// Deliveries buffered for a paused node at most.
 const PAUSED_INBOX_MAX: usize = 1_024;
 /// Deliveries a run may make at most before it is declared a livelock.
@@ -522,9 +532,9 @@ impl Cluster {
             durability,
             segment_size_bytes: 1 << 20,
             segment_age_ms_max: 0,
-            retention_bytes: 0,
+            retention_bytes: self.options.retention_bytes,
             retention_ms: 0,
-            record_size_bytes_max: (HEADER_SIZE + 4096) as u32,
+            record_size_bytes_max: (HEADER_SIZE + 8192) as u32,
         }
     }
 
@@ -596,10 +606,28 @@ impl Cluster {
             }
         }
         into_result(self.run_io())?;
+        if self.options.retention_bytes > 0 && self.tick.is_multiple_of(RETENTION_INTERVAL_TICKS) {
+            self.enforce_retention();
+        }
         into_result(self.collect())?;
         into_result(self.client_violation.take())?;
         self.drive_clients();
         Ok(())
+    }
+
+    /// Lets every live node delete what its groups' retention allows.
+    fn enforce_retention(&mut self) {
+        let now_ms = self.clock.get();
+        for index in 0..self.nodes.len() {
+            let tick = self.tick;
+            let slot = &mut self.nodes[index];
+            if slot.paused_until_tick > tick {
+                continue;
+            }
+            let Some(node) = slot.node.as_mut() else { continue };
+            // A failure here is the engine's fail-stop, which the final checks report.
+            let _ = slot.sim.block_on(node.enforce_retention(now_ms));
+        }
     }
 
     /// Runs `ticks` steps.
@@ -680,6 +708,12 @@ impl Cluster {
             client.epoch += 1;
             client.epoch_first_request = client.next_request;
         }
+    }
+
+    /// The oldest op node `node`'s log of `group` still holds (retention removes from the
+    /// front), when the node is up.
+    pub fn log_first_op(&self, node: usize, group: u64) -> Option<u64> {
+        Some(self.nodes[node].node.as_ref()?.shard().group(group)?.first_op())
     }
 
     /// The node layer's counters of node `node`, when it is up (they restart with the node).
@@ -1165,7 +1199,11 @@ impl Cluster {
                 }
                 let request = client.next_request;
                 client.next_request += 1;
-                let value = format!("client {} request {request}", client.id);
+                let mut value = format!("client {} request {request}", client.id);
+                let padded = self.options.value_size_bytes.min(4096);
+                while value.len() < padded {
+                    value.push('.');
+                }
                 // An idempotent producer (DESIGN.md §4): producer id = client id, one sequence
                 // per request, so a resend after a timeout is the same batch.
                 let sequence =
@@ -1289,6 +1327,9 @@ impl Cluster {
         // Exactly once (DESIGN.md §4): a request resent after a timeout, to any node, across
         // view changes and restarts, is in the committed log once.
         let mut applied: BTreeMap<(u64, u64, u64), u64> = BTreeMap::new();
+        // Per group, the lowest op some node's log still holds: retention (when a run sets it)
+        // removes older ops by configuration, so acknowledgements below it cannot be checked.
+        let mut retained_from: BTreeMap<u64, u64> = BTreeMap::new();
         for index in 0..self.nodes.len() {
             let slot = &mut self.nodes[index];
             let Some(node) = slot.node.as_mut() else { continue };
@@ -1300,7 +1341,10 @@ impl Cluster {
                 let sim = &slot.sim;
                 let Some(log) = node.shard_mut().group_mut(group) else { continue };
                 let mut next_offset = None;
-                for op in 1..=commit {
+                let first_op = log.first_op().max(1);
+                let retained = retained_from.entry(group).or_insert(first_op);
+                *retained = (*retained).min(first_op);
+                for op in first_op..=commit {
                     let stored = match sim.block_on(log.read_op(op)) {
                         Ok(Some(stored)) => stored,
                         Ok(None) => {
@@ -1346,6 +1390,9 @@ impl Cluster {
             }
         }
         for ack in &self.acks {
+            if retained_from.get(&ack.group).is_some_and(|&first| ack.op < first) {
+                continue;
+            }
             match verified.get(&(ack.group, ack.op)) {
                 Some(&(base_offset, client, request))
                     if base_offset == ack.base_offset
