@@ -1123,6 +1123,76 @@ mod tests {
         node
     }
 
+    /// DESIGN.md §4 ("repair is rationed so it never starves client traffic"): five groups of a
+    /// backup node learn at once that they are far behind. The node lets at most
+    /// `repair_rounds_per_tick_max` of them start a round per tick and keeps at most
+    /// `repair_rounds_in_flight_max` rounds in flight; each round goes to one peer; the groups
+    /// still waiting get their turn once rounds time out.
+    #[test]
+    fn repair_rounds_are_rationed_per_tick_and_in_flight() {
+        let sim = Sim::new(2, SimConfig::default());
+        let mut node = node(&sim, 64);
+        node.config.repair_rounds_per_tick_max = 2;
+        node.config.repair_rounds_in_flight_max = 3;
+        let group = GroupConfig {
+            segment_size_bytes: 1 << 20,
+            record_size_bytes_max: 4096,
+            ..GroupConfig::default()
+        };
+        // Node 0 backs up every group whose primary in view 0, `g mod 3`, is another node.
+        let groups = [1, 2, 4, 5, 7];
+        for g in groups.into_iter().skip(1) {
+            sim.block_on(node.create_group(g, group)).unwrap();
+        }
+        for primary in [1u8, 2] {
+            let entries: Vec<CommitEntry> = groups
+                .into_iter()
+                .filter(|g| g % 3 == u64::from(primary))
+                .map(|group| CommitEntry { group, commit: 50, commit_checksum: 0, view: 0 })
+                .collect();
+            let packet = codec::encode_commits(node.config.replica.cluster, primary, &entries);
+            node.on_packet(primary, &packet).unwrap();
+        }
+        let limits = CodecLimits {
+            message_size_bytes_max: 1 << 20,
+            view_headers_max: 128,
+            commit_entries_max: 8,
+        };
+        let mut rounds_per_tick = Vec::new();
+        let mut rounds_of: BTreeMap<u64, usize> = BTreeMap::new();
+        for tick in 0..8 {
+            node.transport.0.clear();
+            node.on_tick();
+            let mut asked: BTreeMap<u64, u8> = BTreeMap::new();
+            for (to, packet) in &node.transport.0 {
+                let (_, messages) =
+                    codec::decode(node.config.replica.cluster, packet, &limits).unwrap();
+                for (group, message) in messages {
+                    if matches!(message, Message::RequestPrepare { .. }) {
+                        let previous = asked.insert(group, *to);
+                        assert!(previous.is_none_or(|p| p == *to), "a round asks one peer");
+                        // The first round asks the primary; one that brought nothing makes the
+                        // next ask the other peer.
+                        let primary = (group % 3) as u8;
+                        let first = rounds_of.get(&group).is_none_or(|&n| n == 0);
+                        let expected = if first { primary } else { 3 - primary };
+                        assert_eq!(*to, expected, "tick {tick} group {group}");
+                    }
+                }
+            }
+            for group in asked.keys() {
+                *rounds_of.entry(*group).or_default() += 1;
+            }
+            rounds_per_tick.push(asked.len());
+        }
+        // 2 on the first tick, 1 more (3 in flight), none until rounds time out after the
+        // repair interval (5 ticks), then the next groups' turn.
+        assert_eq!(&rounds_per_tick[..5], &[2, 1, 0, 0, 0], "{rounds_per_tick:?}");
+        assert!(rounds_per_tick[5..].iter().sum::<usize>() >= 2, "{rounds_per_tick:?}");
+        let counters = node.counters();
+        assert!(counters.repair_rounds_deferred >= 3, "{counters:?}");
+    }
+
     /// A vote reveals a view that is not durable until the node's I/O round: the node holds the
     /// StartViewChange messages back, within `held_messages_max`, and sends them once durable.
     #[test]

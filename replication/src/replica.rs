@@ -1007,6 +1007,7 @@ impl Replica {
     /// makes the next ask another peer.
     fn repair(&mut self) {
         if self.status != Status::Normal || self.is_primary() {
+            self.repair_wanted = false;
             return;
         }
         if let Some(round) = self.repair_round {
