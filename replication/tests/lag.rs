@@ -24,7 +24,7 @@
 
 use shoal_replication::simulator::network::NetworkConfig;
 use shoal_replication::simulator::{Cluster, FaultProfile, Mode, SimOptions, Violation};
-use shoal_replication::{GroupStatus, ReplicaState};
+use shoal_replication::{GroupStatus, ReplicaConfig, ReplicaState};
 
 /// The group every test watches.
 const GROUP: u64 = 1;
@@ -34,7 +34,12 @@ const PRIMARY: usize = 1;
 /// A three-node cluster holding `GROUP` with `clients` clients, every replica flagging at
 /// `lag_ticks_max`, and `network` (no other fault) for as long as a test runs.
 fn cluster(seed: u64, clients: u64, lag_ticks_max: u64, network: NetworkConfig) -> Cluster {
-    Cluster::new(&SimOptions {
+    Cluster::new(&options(seed, clients, lag_ticks_max, network))
+}
+
+/// The options [`cluster`] uses.
+fn options(seed: u64, clients: u64, lag_ticks_max: u64, network: NetworkConfig) -> SimOptions {
+    SimOptions {
         faults: Some(FaultProfile { network, ..FaultProfile::none() }),
         mode: Some(Mode::Persisted),
         replicas: 3,
@@ -43,8 +48,11 @@ fn cluster(seed: u64, clients: u64, lag_ticks_max: u64, network: NetworkConfig) 
         // The network above stays in force this long; every test ends well before.
         ticks: 1_000_000,
         replica_lag_ticks_max: lag_ticks_max,
+        // Production-sized repair rounds: how fast a restarted backup catches up is part of
+        // what these tests time.
+        repair_prepares_max: Some(ReplicaConfig::new(0, 0, 1, 0).repair_prepares_max),
         ..SimOptions::new(seed)
-    })
+    }
 }
 
 /// A network that loses nothing and delays every packet `delay_ticks` ticks, so each link stays
@@ -183,7 +191,12 @@ fn a_throttled_backup_is_flagged_lagging_but_not_dead() -> Result<(), Violation>
     const LAG: u64 = 1_000;
     const TICKS: u64 = 4_000;
     let (throttled, healthy) = (0, 2);
-    let mut cluster = cluster(63, 8, LAG, delayed(3));
+    // Small repair rounds too: with production-sized ones, the tenth of the answers that gets
+    // through still carries enough to keep up.
+    let mut cluster = Cluster::new(&SimOptions {
+        repair_prepares_max: Some(4),
+        ..options(63, 8, LAG, delayed(3))
+    });
     for _ in 0..100 {
         step(&mut cluster)?;
     }

@@ -141,10 +141,13 @@ pub struct SimOptions {
     pub replica_lag_ticks_max: u64,
     /// Every replica's `unclean_recovery` (off, as in production, unless a test needs it).
     pub unclean_recovery: bool,
+    /// Every replica's `repair_prepares_max`; `None` draws one per seed (half the seeds 1–4,
+    /// the others 1–128), so runs exercise both long multi-round repairs and quick ones.
+    pub repair_prepares_max: Option<usize>,
     /// Every group's retention by size (0: none); nodes enforce it every
     /// [`RETENTION_INTERVAL_TICKS`]. The final log check then starts at each log's first op.
     pub retention_bytes: u64,
-    /// Bytes each client message's value is padded to (fewer ops per segment), at most 4 KiB.
+    /// Bytes each client message's value is padded to (fewer ops per segment), at most 4,000.
     pub value_size_bytes: usize,
 }
 
@@ -169,6 +172,7 @@ impl SimOptions {
             trace_group: None,
             replica_lag_ticks_max: ReplicaConfig::new(0, 0, 1, 0).replica_lag_ticks_max,
             unclean_recovery: ReplicaConfig::new(0, 0, 1, 0).unclean_recovery,
+            repair_prepares_max: None,
             retention_bytes: 0,
             value_size_bytes: 0,
         }
@@ -534,7 +538,7 @@ impl Cluster {
             segment_age_ms_max: 0,
             retention_bytes: self.options.retention_bytes,
             retention_ms: 0,
-            record_size_bytes_max: (HEADER_SIZE + 8192) as u32,
+            record_size_bytes_max: (HEADER_SIZE + 4096) as u32,
         }
     }
 
@@ -543,11 +547,12 @@ impl Cluster {
         // Faster timers than production keep runs short; the ratios between them are kept.
         replica.heartbeat_timeout_ticks = 100;
         replica.view_change_timeout_ticks = 200;
-        // Round sizes from one op to the production default, so seeds exercise both long
-        // multi-round repairs and quick ones.
         let mut draw = SimRng::new(self.options.seed ^ 0x7e9a_1c00);
         let per_round_max = if draw.chance(1, 2) { 4 } else { 128 };
-        replica.repair_prepares_max = 1 + draw.below(per_round_max) as usize;
+        replica.repair_prepares_max = self
+            .options
+            .repair_prepares_max
+            .unwrap_or_else(|| 1 + draw.below(per_round_max) as usize);
         replica.replica_lag_ticks_max = self.options.replica_lag_ticks_max;
         replica.unclean_recovery = self.options.unclean_recovery;
         NodeConfig::new(index, replica)
@@ -1200,7 +1205,7 @@ impl Cluster {
                 let request = client.next_request;
                 client.next_request += 1;
                 let mut value = format!("client {} request {request}", client.id);
-                let padded = self.options.value_size_bytes.min(4096);
+                let padded = self.options.value_size_bytes.min(4_000);
                 while value.len() < padded {
                     value.push('.');
                 }
