@@ -20,5 +20,5 @@ pub use message::{
     Committed, Envelope, FLAG_NACK, FLAG_PRESENT, Message, Persisted, Ready, Reply, ReplyResult,
     Request, ServePrepare, Write,
 };
-pub use node::{Clock, Node, NodeConfig, NodeCounters, RequestRefused, Transport};
+pub use node::{Clock, DamageCut, Node, NodeConfig, NodeCounters, RequestRefused, Transport};
 pub use replica::{RecoveredLog, Replica, ReplicaCounters, Status};
