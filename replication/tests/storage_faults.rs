@@ -132,16 +132,24 @@ fn a_damaged_op_is_faulty_so_a_view_change_keeps_it() -> Result<(), Violation> {
     cluster.restart(damaged)?;
     assert_eq!(cluster.node_counters(damaged).expect("up").damage_cuts, 1);
     assert!(replica(&cluster, damaged).op() < acked, "the damaged op is cut");
-    // Without the old primary nobody holds the op: the merge must wait for it.
-    wait(&mut cluster, 3_000, "the survivors' merge stalls on the faulty op", |c| {
-        (0..3).any(|n| c.replica(n, GROUP).is_some_and(|r| r.counters().merges_stalled > 0))
+    // Without the old primary nobody holds the op: the merge must wait for it, never start a
+    // view without it.
+    wait(&mut cluster, 3_000, "the survivors' merge stalls (or a view starts)", |c| {
+        (0..3).any(|n| {
+            c.replica(n, GROUP).is_some_and(|r| {
+                r.counters().merges_stalled > 0 || (r.status() == Status::Normal && r.view() > 0)
+            })
+        })
     })?;
+    cluster.run_ticks(500)?;
     for node in [missed_it, damaged] {
         let r = replica(&cluster, node);
         assert!(
             r.status() != Status::Normal || r.op() >= acked,
-            "node {node} is normal in view {} without op {acked}",
-            r.view()
+            "node {node} is normal in view {} without acknowledged op {acked} (op {}): the \
+             damaged backup nacked an op it had acknowledged",
+            r.view(),
+            r.op()
         );
     }
     cluster.restart(old)?;
