@@ -2153,6 +2153,9 @@ impl<S: Storage> PartitionLog<S> {
     /// names a record that is now zeros or in a removed segment, so the next open finds damage
     /// again and cuts again, at the same place.
     ///
+    /// `head_op_known` is the head the log had before (0 when unknown): a chain ending below it
+    /// or below the old checkpoint lost ops, whatever the bytes there look like.
+    ///
     /// Refused (corruption) when the log's very first record is damaged and retention removed
     /// what came before it: the chain could not be continued from anything.
     pub async fn recover_cut(
@@ -2161,6 +2164,7 @@ impl<S: Storage> PartitionLog<S> {
         dir: PathBuf,
         slot: GroupSlot,
         config: GroupConfig,
+        head_op_known: u64,
     ) -> Result<(Self, GroupRecovery)> {
         let forgetful = GroupSlot { checkpoint: Checkpoint::default(), ..slot };
         let mut log = Self::empty(storage, shared, dir, forgetful, config);
@@ -2183,10 +2187,16 @@ impl<S: Storage> PartitionLog<S> {
         } else {
             Checkpoint::default()
         };
+        // Something was cut: a record that is not valid, or a chain that ends before a record
+        // the log is known to have held (zeros where data was, a missing segment). A read
+        // that merely failed cuts nothing and leaves no faulty suffix behind.
+        let cut = report.cut.is_some() || log.head.op < old.op.max(head_op_known);
         // Canary (DESIGN.md §7): the cut forgets that the ops past it were there at all, so the
         // replica may nack an op it acknowledged.
-        if !cfg!(feature = "canary-truncate-faulty") {
+        if cut && !cfg!(feature = "canary-truncate-faulty") {
             log.damaged_from = log.next.op;
+        }
+        if log.damaged_from != 0 {
             log.faulty_ops.suffix_from = Some(log.next.op);
         }
         report.head_op = log.head.op;

@@ -158,6 +158,8 @@ pub struct RecoveryReport {
     pub journal_corruption: Option<crate::Corruption>,
     /// Each group's recovery.
     pub groups: Vec<GroupRecovery>,
+    /// The previous run stopped cleanly (closed, everything synced).
+    pub clean_shutdown: bool,
 }
 
 /// Groups whose appends became durable in a flush: (group, highest durable op).
@@ -369,6 +371,7 @@ impl<S: Storage> Shard<S> {
             journal_entries: journal_recovery.entries_valid,
             journal_corruption: journal_recovery.corruption.clone(),
             groups: Vec::new(),
+            clean_shutdown: superblock.state().clean_shutdown,
         };
         let mut groups = BTreeMap::new();
         let mut durable = BTreeMap::new();
@@ -961,13 +964,13 @@ impl<S: Storage> Shard<S> {
         self.check_serving()?;
         assert!(self.flushes_in_flight == 0 && !self.checkpoint_in_flight, "cut between jobs");
         let old = self.groups.remove(&group).ok_or_else(|| unknown(group))?;
-        let slot = old.slot();
+        let (slot, head_op) = (old.slot(), old.head_op());
         let (storage, dir) = (self.storage.clone(), group_dir(&self.dir, group));
         // Dropped first: it returns its ring budget and write chunks.
         drop(old);
+        let shared = Rc::clone(&self.shared);
         let (log, recovery) =
-            PartitionLog::recover_cut(storage, Rc::clone(&self.shared), dir, slot, slot.config)
-                .await?;
+            PartitionLog::recover_cut(storage, shared, dir, slot, slot.config, head_op).await?;
         self.durable.insert(group, log.head_op());
         self.checkpoint_wanted.insert(group);
         self.groups.insert(group, log);

@@ -303,7 +303,9 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                     Err(reason)
                 };
                 match cut {
-                    Ok(from) => faulty_from = from,
+                    Ok(from) => {
+                        faulty_from = node.unclean_suffix(group, from, report.clean_shutdown);
+                    }
                     Err(reason) => {
                         node.insert_failed(group, reason);
                         continue;
@@ -316,7 +318,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 // protocol-aware cut, when there are peers.
                 Err(error) if node.has_peers() => match node.cut_damaged(group).await {
                     Ok(from) => {
-                        faulty_from = from;
+                        let from = node.unclean_suffix(group, from, report.clean_shutdown);
+                        faulty_from = min_faulty(faulty_from, from);
                         match node.newest_headers(group).await {
                             Ok(headers) => headers,
                             Err(error) => {
@@ -351,6 +354,17 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             reason: "the group's log is gone".into(),
         })?;
         newest_headers(log, count).await
+    }
+
+    /// The faulty suffix after a damage cut at open: the cut's, and for a `replicated` group
+    /// after an unclean stop everything past the head too (what [`Shard::open`] marks when it
+    /// finds no damage: written ops were acknowledged before they were synced).
+    fn unclean_suffix(&self, group: u64, from: Option<u64>, clean_shutdown: bool) -> Option<u64> {
+        let Some(log) = self.shard.group(group) else { return from };
+        if clean_shutdown || log.config().durability != Durability::Replicated {
+            return from;
+        }
+        min_faulty(from, Some(log.head_op() + 1))
     }
 
     /// Restarts `group`'s replica, `Recovering`, from what its log holds now.
@@ -414,6 +428,9 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.held.retain(|(_, g, _)| *g != group);
         self.reads.retain(|(g, _)| *g != group);
         self.counters.groups_reopened += 1;
+        // Ops the replica already held faulty stay faulty: the replica is replaced, not its
+        // history.
+        let faulty_before = self.groups.get(&group).and_then(|g| g.replica.faulty_from());
         let headers = match self.cut_damaged(group).await {
             Ok(from) => match self.newest_headers(group).await {
                 Ok(headers) => Some((headers, from)),
@@ -428,7 +445,10 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             }
         };
         if let Some((headers, faulty_from)) = headers {
-            self.insert_recovered(group, headers, faulty_from);
+            let head = headers.last().and_then(Header::as_prepare).map_or(0, |p| p.op);
+            // A faulty op the reopened log holds again is no longer missing.
+            let before = faulty_before.map(|from| from.max(head + 1));
+            self.insert_recovered(group, headers, min_faulty(faulty_from, before));
         }
     }
 
@@ -786,6 +806,12 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         &mut self.transport
     }
 
+    /// Where `group`'s log was cut for damage while the cut ops are not all back yet (see
+    /// `GroupSlot::damaged_from`); None when there is no such cut.
+    pub fn damaged_from(&self, group: u64) -> Option<u64> {
+        self.shard.group(group).map(|log| log.damaged_from()).filter(|&op| op != 0)
+    }
+
     /// The newest damage cuts (protocol-aware recovery), oldest first.
     pub fn damage_cuts(&self) -> impl Iterator<Item = &DamageCut> {
         self.damage_cuts.iter()
@@ -1131,6 +1157,14 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             // A stored record is header and body exactly: the Prepare message itself.
             self.transport.send(read.to, stored.record.clone());
         }
+    }
+}
+
+/// The lower of two faulty-suffix starts, either possibly absent.
+fn min_faulty(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

@@ -880,10 +880,9 @@ impl Cluster {
     /// (chosen by the seed): latent damage, found when the record is next read. False when no
     /// durable copy of the op is on that disk.
     pub fn corrupt_op(&mut self, node: usize, group: u64, op: u64) -> bool {
-        let records = self.durable_records(node, group, false);
+        let records = self.chain_records(node, group);
         let Some(record) = records.into_iter().find(|r| r.0 == op) else { return false };
-        self.flip(node, group, record);
-        true
+        self.flip(node, group, record)
     }
 
     /// Nodes holding damage to `op` of `group` that they have not cut or repaired yet.
@@ -917,13 +916,14 @@ impl Cluster {
                 let Some(r) = node.replica(group) else { continue };
                 out.push_str(&format!(
                     "[node {index} group {group}: {:?} view {} log_view {} op {} appended {} \
-                     commit {} failed {:?} next {:?} {:?}] ",
+                     commit {} faulty_from {:?} failed {:?} next {:?} {:?}] ",
                     r.status(),
                     r.view(),
                     r.log_view(),
                     r.op(),
                     r.op_appended(),
                     r.commit(),
+                    r.faulty_from(),
                     node.group_failure(group),
                     [24u64, 28].map(|o| r.header(o).map(|h| (h.checksum_header, h.view))),
                     r.counters(),
@@ -1013,32 +1013,57 @@ impl Cluster {
             return;
         }
         let group = 1 + self.rng.below(self.options.groups);
-        let newest = self.durable_records(index, group, true).last().map_or(0, |r| r.0);
-        let candidates: Vec<DiskRecord> = self
-            .durable_records(index, group, false)
+        let chain = self.chain_records(index, group);
+        let newest = chain.last().map_or(0, |r| r.0);
+        let sim = &self.nodes[index].sim;
+        // Only where a read sees the durable bytes: an unsynced write a process crash left in
+        // the page cache would hide the damage until a power loss.
+        let candidates: Vec<DiskRecord> = chain
             .into_iter()
             .filter(|r| r.0 + DAMAGE_NEWEST_OPS > newest)
+            .filter(|(_, path, position, size)| {
+                let range = *position as usize..(position + size) as usize;
+                let visible = sim.file_contents(path);
+                let durable = sim.durable_contents(path);
+                visible.as_ref().and_then(|v| v.get(range.clone()))
+                    == durable.as_ref().and_then(|d| d.get(range.clone()))
+            })
             .collect();
         if candidates.is_empty() {
             return;
         }
         let record = candidates[self.rng.below(candidates.len() as u64) as usize].clone();
-        self.flip(index, group, record);
+        let _ = self.flip(index, group, record);
     }
 
-    fn flip(&mut self, node: usize, group: u64, (op, path, position, size): DiskRecord) {
+    /// Flips a bit of the record; false (and undone) when the byte is not durable, or an
+    /// unsynced write in the page cache covers it, so that no read would see the damage.
+    fn flip(&mut self, node: usize, group: u64, (op, path, position, size): DiskRecord) -> bool {
         let sim = &self.nodes[node].sim;
         let byte = position + self.rng.below(size);
         let bit = self.rng.below(8) as u8;
+        let durable = sim.durable_contents(&path).map_or(0, |bytes| bytes.len() as u64);
+        let visible = |sim: &Sim| sim.file_contents(&path).map(|bytes| bytes[byte as usize]);
+        let before = visible(sim);
+        if byte >= durable || before.is_none() {
+            return false;
+        }
         sim.corrupt(&path, byte, bit);
-        let flipped = sim.file_contents(&path).map_or(0, |bytes| bytes[byte as usize]);
+        let flipped = visible(sim).unwrap_or(0);
+        if Some(flipped) == before {
+            sim.corrupt(&path, byte, bit);
+            return false;
+        }
         self.coverage.corruptions_injected += 1;
         self.damage.push(Damage { node, group, op, path, record_bytes: position, byte, flipped });
+        true
     }
 
-    /// The valid records of `group` in node `node`'s segments, in chain order as far as each
-    /// file's records are valid: of its durable bytes, or of what a read sees now (`visible`).
-    fn durable_records(&self, node: usize, group: u64, visible: bool) -> Vec<DiskRecord> {
+    /// The records of `group`'s chain in node `node`'s segments as a read sees them now: from
+    /// the first segment's first record, each the next op naming its predecessor's checksum,
+    /// until the first that is not. Stale records past the chain's end (from before a
+    /// truncation) are not the log's, and never chosen for damage.
+    fn chain_records(&self, node: usize, group: u64) -> Vec<DiskRecord> {
         let sim = &self.nodes[node].sim;
         let dir = shoal_engine::shard::group_dir(&shard_dir(Path::new(DATA_DIR), 0), group);
         let record_max = self.group_config(group).record_size_bytes_max as usize;
@@ -1052,10 +1077,10 @@ impl Cluster {
             })
             .collect();
         files.sort();
-        let mut records = Vec::new();
-        for (_, path) in files {
-            let bytes = if visible { sim.file_contents(&path) } else { sim.durable_contents(&path) };
-            let Some(bytes) = bytes else { continue };
+        let mut records: Vec<DiskRecord> = Vec::new();
+        let mut previous: Option<(u64, u32)> = None;
+        'files: for (_, path) in files {
+            let Some(bytes) = sim.file_contents(&path) else { continue };
             let mut position = 0usize;
             while position < bytes.len() {
                 let Ok(header) = shoal_engine::record::check_standalone(
@@ -1066,16 +1091,34 @@ impl Cluster {
                 ) else {
                     break;
                 };
-                let op = header.as_prepare().map_or(0, |p| p.op);
-                records.push((op, path.clone(), position as u64, u64::from(header.size)));
+                let Some(prepare) = header.as_prepare() else { break };
+                if previous.is_some_and(|(op, checksum)| {
+                    prepare.op != op + 1 || prepare.parent != checksum
+                }) {
+                    break 'files;
+                }
+                previous = Some((prepare.op, header.checksum_header));
+                records.push((prepare.op, path.clone(), position as u64, u64::from(header.size)));
                 position += header.size as usize;
             }
         }
         records
     }
 
-    /// Whether damage is still on the disk: the byte still holds the flipped value.
+    /// Whether damage still counts against the budget: the byte still holds the flipped value,
+    /// or the node cut it and has not had the cut ops back yet (its replica is down, still has
+    /// a faulty suffix, or its log still carries the damage marker) — a faulty suffix may hide
+    /// any op past the cut, so it counts as damage to all of them.
     fn unhealed(&self, damage: &Damage) -> bool {
+        self.damage_on_disk(damage)
+            || self.nodes[damage.node].node.as_ref().is_none_or(|node| {
+                node.damaged_from(damage.group).is_some()
+                    || node.replica(damage.group).is_none_or(|r| r.faulty_from().is_some())
+            })
+    }
+
+    /// Whether the damaged byte still holds the flipped value.
+    fn damage_on_disk(&self, damage: &Damage) -> bool {
         self.nodes[damage.node]
             .sim
             .file_contents(&damage.path)
@@ -1584,8 +1627,10 @@ impl Cluster {
                         && request == ack.request => {}
                 found => {
                     return violation(format!(
-                        "acknowledged write lost: group {} op {} offset {} (client {} request {}); the final log holds {found:?}",
-                        ack.group, ack.op, ack.base_offset, ack.client, ack.request
+                        "acknowledged write lost: group {} op {} offset {} (client {} request {}); the final log holds {found:?}; damage not yet cut or repaired: {:?}; {}",
+                        ack.group, ack.op, ack.base_offset, ack.client, ack.request,
+                        self.damage.iter().filter(|d| self.unhealed(d)).map(|d| (d.node, d.group, d.op)).collect::<Vec<_>>(),
+                        self.describe()
                     ));
                 }
             }
@@ -1608,7 +1653,7 @@ impl Cluster {
                         !self.damage.iter().any(|d| {
                             d.node == index
                                 && d.path == problem.file
-                                && self.unhealed(d)
+                                && self.damage_on_disk(d)
                                 && (d.record_bytes..=d.byte).contains(&problem.position_bytes)
                         })
                     })
