@@ -1015,10 +1015,16 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Completes a disk read: reports corruption (marking the log faulty: it refuses service
-    /// rather than serve around damage) and continues from the ring where the disk part ended.
+    /// rather than serve around damage) and read errors (the log keeps serving: nothing on disk
+    /// changed), and continues from the ring where the disk part ended.
     pub fn finish_read(&mut self, done: DiskReadDone) -> Result<Vec<StoredPrepare>> {
-        if let Err(error) = done.result {
-            return Err(self.fail(error));
+        match done.result {
+            Ok(()) => {}
+            // Damage stops the log: serving around it could hand out a hole as the end.
+            Err(error @ Error::Corruption(_)) => return Err(self.fail(error)),
+            // A read that failed changed nothing on disk: the caller hears of it (never as
+            // "absent") and may retry; the log keeps serving.
+            Err(error) => return Err(error),
         }
         let mut found = done.found;
         if done.reached_written_end {
@@ -2177,13 +2183,7 @@ impl<S: Storage> PartitionLog<S> {
             old
         } else if log.head.op > 0 {
             // Everything up to the old checkpoint was synced, the new end with it.
-            Checkpoint {
-                op: log.head.op,
-                checksum: log.head.checksum,
-                next_offset: log.head.next_offset,
-                segment_base_offset: log.head.segment_base_offset,
-                position_bytes: log.head.end_bytes,
-            }
+            log.head.checkpoint()
         } else {
             Checkpoint::default()
         };

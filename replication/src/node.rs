@@ -166,7 +166,7 @@ pub struct NodeCounters {
     pub storage_full_refusals: u64,
     /// Damage cuts made (protocol-aware recovery, at open or after a read found damage).
     pub damage_cuts: u64,
-    /// Groups reopened because a read while serving found damage or failed.
+    /// Groups reopened because a read while serving a peer found damage.
     pub groups_reopened: u64,
     /// Damage cuts whose ops the replica got back from peers (the marker cleared).
     pub damage_repaired: u64,
@@ -411,8 +411,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         }
     }
 
-    /// A group whose log a read found damaged (or could not read) while it served: fail-stop,
-    /// then reopened at once. With peers it is recovered with a damage cut and its replica
+    /// A group whose log a read found damaged while it served: fail-stop, then reopened at
+    /// once. With peers it is recovered with a damage cut and its replica
     /// restarts `Recovering` (it was never nacking anything it held: the cut ops are faulty);
     /// a group of one stays stopped, refusing service (DESIGN.md §6).
     async fn reopen_damaged(&mut self, group: u64, reason: String) {
@@ -1137,8 +1137,11 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             let stored = match log.read_op(read.op).await {
                 Ok(Some(stored)) => stored,
                 Ok(None) => continue,
-                // Damage (or a read that failed) is never taken for "absent": the log stopped
-                // itself, and the group is reopened at the end of the round.
+                // A read that failed is never taken for "absent": nothing is sent, and the
+                // asker's round times out and asks again (or another peer).
+                Err(error) if !matches!(error, EngineError::Corruption(_)) => continue,
+                // Damage: the log stopped itself, and the group is reopened at the end of the
+                // round.
                 Err(error) => {
                     if !self.damaged.iter().any(|(g, _)| *g == group) {
                         self.damaged.push((group, error.to_string()));

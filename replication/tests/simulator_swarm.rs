@@ -74,6 +74,14 @@ fn swarm_of_fixed_seeds_keeps_every_invariant_and_reaches_every_branch() {
         ("backups_dead", coverage.backups_dead, 50),
         ("backups_back_in_sync", coverage.backups_back_in_sync, 50),
         ("acknowledged", coverage.acknowledged, 20_000),
+        ("corruptions_injected", coverage.corruptions_injected, 150),
+        ("damage_cuts", coverage.damage_cuts, 100),
+        ("damage_repaired", coverage.damage_repaired, 100),
+        ("damaged_ops_repaired", coverage.damaged_ops_repaired, 5_000),
+        ("read_errors", coverage.read_errors, 30),
+        ("opens_failed", coverage.opens_failed, 1),
+        ("disk_full_periods", coverage.disk_full_periods, 150),
+        ("storage_full_rounds", coverage.storage_full_rounds, 1_000_000),
     ];
     let short: Vec<String> = minimums
         .iter()

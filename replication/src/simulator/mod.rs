@@ -251,7 +251,7 @@ pub struct Coverage {
     pub damage_repaired: u64,
     /// Ops past damage cuts repaired from peers.
     pub damaged_ops_repaired: u64,
-    /// Groups reopened after a read found damage or failed while serving a peer.
+    /// Groups reopened after a read found damage while serving a peer.
     pub groups_reopened: u64,
     /// Reads failed with EIO.
     pub read_errors: u64,
@@ -472,7 +472,7 @@ struct Damage {
 type DiskRecord = (u64, PathBuf, u64, u64);
 
 /// Bytes a full disk leaves free at most.
-const DISK_FULL_SLACK_BYTES: u64 = 256 << 10;
+const DISK_FULL_SLACK_BYTES: u64 = 32 << 10;
 
 /// Newest records (per group, on the node's visible log) that damage injected at restart may
 /// hit: a restarted node reads them back (the checkpoint record, its newest headers), so the
