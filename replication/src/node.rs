@@ -349,10 +349,10 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// The newest headers of `group`'s log (for a restarting replica).
     async fn newest_headers(&mut self, group: u64) -> EngineResult<Vec<Header>> {
         let count = self.config.replica.view_headers_max;
-        let log = self.shard.group_mut(group).ok_or(EngineError::Faulty {
-            group,
-            reason: "the group's log is gone".into(),
-        })?;
+        let log = self
+            .shard
+            .group_mut(group)
+            .ok_or(EngineError::Faulty { group, reason: "the group's log is gone".into() })?;
         newest_headers(log, count).await
     }
 

@@ -124,7 +124,11 @@ impl FaultProfile {
             partition_ticks_max: 50 + rng.below(2_000),
             pause_per_million,
             pause_ticks_max: 10 + rng.below(500),
-            corrupt_on_restart_percent: if rng.chance(1, 4) { 0 } else { 20 + rng.below(81) as u32 },
+            corrupt_on_restart_percent: if rng.chance(1, 4) {
+                0
+            } else {
+                20 + rng.below(81) as u32
+            },
             read_error_one_in: if rng.chance(1, 2) { 0 } else { 200 + rng.below(5_000) },
             disk_full_per_million: if rng.chance(1, 3) { 0 } else { rng.below(300) as u32 + 1 },
             disk_full_ticks_max: 50 + rng.below(1_000),
@@ -1008,8 +1012,7 @@ impl Cluster {
     /// f ≥ 1), never in a group of one (no peer to repair from: out of the model, DESIGN.md §6).
     /// The record is one of the node's newest durable ones, which recovery reads back.
     fn inject_damage(&mut self, index: usize) {
-        if self.nodes.len() < 3 || self.damage.iter().any(|d| d.node != index && self.unhealed(d))
-        {
+        if self.nodes.len() < 3 || self.damage.iter().any(|d| d.node != index && self.unhealed(d)) {
             return;
         }
         let group = 1 + self.rng.below(self.options.groups);
@@ -1531,9 +1534,8 @@ impl Cluster {
     // --- The end ---------------------------------------------------------------------------
 
     fn finish(mut self, violation: Option<Violation>) -> Outcome {
-        let violation = violation
-            .or_else(|| self.check_final_logs())
-            .or_else(|| self.check_disk_images());
+        let violation =
+            violation.or_else(|| self.check_final_logs()).or_else(|| self.check_disk_images());
         for slot in &self.nodes {
             if let Some(node) = &slot.node {
                 add_counters(&mut self.coverage, node);
@@ -1628,8 +1630,16 @@ impl Cluster {
                 found => {
                     return violation(format!(
                         "acknowledged write lost: group {} op {} offset {} (client {} request {}); the final log holds {found:?}; damage not yet cut or repaired: {:?}; {}",
-                        ack.group, ack.op, ack.base_offset, ack.client, ack.request,
-                        self.damage.iter().filter(|d| self.unhealed(d)).map(|d| (d.node, d.group, d.op)).collect::<Vec<_>>(),
+                        ack.group,
+                        ack.op,
+                        ack.base_offset,
+                        ack.client,
+                        ack.request,
+                        self.damage
+                            .iter()
+                            .filter(|d| self.unhealed(d))
+                            .map(|d| (d.node, d.group, d.op))
+                            .collect::<Vec<_>>(),
                         self.describe()
                     ));
                 }
@@ -1657,7 +1667,9 @@ impl Cluster {
                                 && (d.record_bytes..=d.byte).contains(&problem.position_bytes)
                         })
                     })
-                    .map(|problem| format!("node {index}: inspect found damage nobody injected: {problem}"))
+                    .map(|problem| {
+                        format!("node {index}: inspect found damage nobody injected: {problem}")
+                    })
             };
             if let Some(what) = what {
                 return Some(Violation { tick: self.tick, what });
