@@ -13,9 +13,12 @@
 //! A run has two phases. The fault phase injects what the seed's [`FaultProfile`] draws —
 //! message delay, loss, duplication and reordering; symmetric and one-way partitions and
 //! isolation; pauses; crashes at any tick, as a process crash (the page cache survives) or a
-//! power loss (the simulated disk's crash semantics), sometimes in the middle of an I/O round —
-//! within the fault model of DESIGN.md §6 for the seed's durability mode. The liveness phase
-//! heals everything and requires every client to finish.
+//! power loss (the simulated disk's crash semantics), sometimes in the middle of an I/O round;
+//! storage faults: bit flips at rest in a crashed node's newest durable records (at most one
+//! replica per op until it has cut and repaired them), read errors, a full disk — within the
+//! fault model of DESIGN.md §6 for the seed's durability mode. The liveness phase heals
+//! everything and requires every client to finish and every replica to rejoin; the end checks
+//! the final logs and runs the offline checker (`shoal_engine::inspect`) over every disk.
 
 pub mod network;
 mod script;
