@@ -679,18 +679,14 @@ impl Cluster {
         Ok(())
     }
 
-    /// Fail-stop with automatic reopen: a node with a group its engine stopped (an I/O failure,
-    /// or damage a group of one must refuse to serve around) is restarted, as a supervisor
-    /// restarts the process, and recovery reopens the group.
+    /// Fail-stop with automatic reopen: a node with a group its engine stopped (an I/O failure)
+    /// is restarted, as a supervisor restarts the process, and recovery reopens the group. (A
+    /// group of one that finds damage stays stopped across restarts, DESIGN.md §6; nothing here
+    /// damages a group of one.)
     fn supervise(&mut self) {
         for index in 0..self.nodes.len() {
             let Some(node) = &self.nodes[index].node else { continue };
             if node.group_ids().iter().all(|&group| node.group_failure(group).is_none()) {
-                continue;
-            }
-            if self.options.replicas == 1 && self.faults.read_error_one_in == 0 {
-                // A lone replica stopped by damage stays stopped (DESIGN.md §6); nothing here
-                // injects damage there, so leave it for the checks to report.
                 continue;
             }
             self.coverage.failed_restarts += 1;
