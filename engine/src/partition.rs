@@ -175,6 +175,8 @@ pub struct GroupRecovery {
     pub torn_tail: Option<(PathBuf, u64, String)>,
     /// Damage before the torn window: the group refuses service.
     pub corruption: Option<Corruption>,
+    /// Where a damage cut ([`PartitionLog::recover_cut`]) ended the chain, and why.
+    pub cut: Option<(PathBuf, u64, String)>,
     /// Ops that are faulty rather than absent.
     pub faulty: FaultyOps,
     /// Index files rebuilt because they were missing, behind or damaged.
@@ -270,6 +272,8 @@ pub struct PartitionLog<S: Storage> {
     spare_claimed: bool,
     faulty: Option<String>,
     faulty_ops: FaultyOps,
+    /// The durable marker of a damage cut ([`GroupSlot::damaged_from`]; 0: none).
+    damaged_from: u64,
     /// Retention keeps every segment holding an offset at or above this (the owner's state
     /// snapshot covers only what is below it).
     retention_floor_offset: u64,
@@ -807,7 +811,20 @@ impl<S: Storage> PartitionLog<S> {
             log_view: self.log_view,
             checkpoint: self.checkpoint,
             fence: self.fence,
+            damaged_from: self.damaged_from,
         }
+    }
+
+    /// The op a damage cut was made at, while its ops may still be missing (0: none).
+    pub fn damaged_from(&self) -> u64 {
+        self.damaged_from
+    }
+
+    /// Forgets the damage cut once the owner holds its ops again; true when there was one (the
+    /// shard then writes the slot). The owner calls it only once everything it appended is
+    /// durable, so a crash can never leave the ops missing with the marker gone.
+    pub fn clear_damaged_from(&mut self) -> bool {
+        std::mem::take(&mut self.damaged_from) != 0
     }
 
     /// Records view and log_view; durable once the shard writes the superblock.
@@ -998,10 +1015,16 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Completes a disk read: reports corruption (marking the log faulty: it refuses service
-    /// rather than serve around damage) and continues from the ring where the disk part ended.
+    /// rather than serve around damage) and read errors (the log keeps serving: nothing on disk
+    /// changed), and continues from the ring where the disk part ended.
     pub fn finish_read(&mut self, done: DiskReadDone) -> Result<Vec<StoredPrepare>> {
-        if let Err(error) = done.result {
-            return Err(self.fail(error));
+        match done.result {
+            Ok(()) => {}
+            // Damage stops the log: serving around it could hand out a hole as the end.
+            Err(error @ Error::Corruption(_)) => return Err(self.fail(error)),
+            // A read that failed changed nothing on disk: the caller hears of it (never as
+            // "absent") and may retry; the log keeps serving.
+            Err(error) => return Err(error),
         }
         let mut found = done.found;
         if done.reached_written_end {
@@ -2046,6 +2069,7 @@ impl<S: Storage> PartitionLog<S> {
             spare_claimed: false,
             faulty: None,
             faulty_ops: FaultyOps::default(),
+            damaged_from: slot.damaged_from,
             retention_floor_offset: u64::MAX,
         }
     }
@@ -2108,6 +2132,72 @@ impl<S: Storage> PartitionLog<S> {
             }
             log.append(&entry.header, &entry.record[HEADER_SIZE..])?;
             report.journal_replayed += 1;
+        }
+        if log.damaged_from != 0 {
+            // A damage cut whose ops the replica has not all had back yet: whatever the log
+            // lacks past its head may have been acknowledged (DESIGN.md §3).
+            let from = log.faulty_ops.suffix_from.map_or(log.next.op, |f| f.min(log.next.op));
+            log.faulty_ops.suffix_from = Some(from);
+        }
+        report.head_op = log.head.op;
+        report.faulty = log.faulty_ops.clone();
+        Ok((log, report))
+    }
+
+    /// Protocol-aware recovery of a damaged log (DESIGN.md §3), for a group whose replica has
+    /// peers to fetch from: where [`PartitionLog::recover`] found damage before the torn window
+    /// (or a read found it later), this recovers again trusting nothing but the chain itself.
+    /// It scans every segment from the first record, ends the chain at the first record that is
+    /// not valid, zeroes everything past it and removes later segments (durably: synced), and
+    /// returns a log whose checkpoint is at most the chain's new end and whose slot carries the
+    /// durable marker [`GroupSlot::damaged_from`]: every op past the head is faulty, not absent,
+    /// until the replica has it back. The caller writes the slot to the superblock before it
+    /// appends anything. Journal prepares are not replayed: whatever they held lies past the
+    /// cut, in the faulty suffix.
+    ///
+    /// A crash part-way is safe: until the superblock holds the new slot, its old checkpoint
+    /// names a record that is now zeros or in a removed segment, so the next open finds damage
+    /// again and cuts again, at the same place.
+    ///
+    /// `head_op_known` is the head the log had before (0 when unknown): a chain ending below it
+    /// or below the old checkpoint lost ops, whatever the bytes there look like.
+    ///
+    /// Refused (corruption) when the log's very first record is damaged and retention removed
+    /// what came before it: the chain could not be continued from anything.
+    pub async fn recover_cut(
+        storage: S,
+        shared: Rc<Shared>,
+        dir: PathBuf,
+        slot: GroupSlot,
+        config: GroupConfig,
+        head_op_known: u64,
+    ) -> Result<(Self, GroupRecovery)> {
+        let forgetful = GroupSlot { checkpoint: Checkpoint::default(), ..slot };
+        let mut log = Self::empty(storage, shared, dir, forgetful, config);
+        let mut report = GroupRecovery { group: slot.group, ..GroupRecovery::default() };
+        log.recover_segments(&forgetful, &mut report, true).await?;
+        report.cut = report.torn_tail.take();
+        let old = slot.checkpoint;
+        log.checkpoint = if old.op != 0 && old.op <= log.head.op {
+            // The damage lay past the old checkpoint, which still names a record of the chain.
+            old
+        } else if log.head.op > 0 {
+            // Everything up to the old checkpoint was synced, the new end with it.
+            log.head.checkpoint()
+        } else {
+            Checkpoint::default()
+        };
+        // Something was cut: a record that is not valid, or a chain that ends before a record
+        // the log is known to have held (zeros where data was, a missing segment). A read
+        // that merely failed cuts nothing and leaves no faulty suffix behind.
+        let cut = report.cut.is_some() || log.head.op < old.op.max(head_op_known);
+        // Canary (DESIGN.md §7): the cut forgets that the ops past it were there at all, so the
+        // replica may nack an op it acknowledged.
+        if cut && !cfg!(feature = "canary-truncate-faulty") {
+            log.damaged_from = log.next.op;
+        }
+        if log.damaged_from != 0 {
+            log.faulty_ops.suffix_from = Some(log.next.op);
         }
         report.head_op = log.head.op;
         report.faulty = log.faulty_ops.clone();
@@ -2285,6 +2375,19 @@ impl<S: Storage> PartitionLog<S> {
                 } else {
                     check_next(&record, &next, &self.fence, record_max).is_ok()
                 };
+                if !begins && checkpoint.op == 0 && first_in_window && canary_truncate && base != 0
+                {
+                    // The first record of a log whose beginning retention removed: cutting here
+                    // would leave nothing to continue the chain from.
+                    return Err(Error::Corruption(Corruption {
+                        file: path,
+                        position_bytes: 0,
+                        offset: Some(base),
+                        op: None,
+                        reason: "the log's first record is damaged and nothing before it is kept"
+                            .into(),
+                    }));
+                }
                 if !begins {
                     chain_ended = true;
                     leftover.push(base);

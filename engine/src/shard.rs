@@ -158,6 +158,8 @@ pub struct RecoveryReport {
     pub journal_corruption: Option<crate::Corruption>,
     /// Each group's recovery.
     pub groups: Vec<GroupRecovery>,
+    /// The previous run stopped cleanly (closed, everything synced).
+    pub clean_shutdown: bool,
 }
 
 /// Groups whose appends became durable in a flush: (group, highest durable op).
@@ -369,6 +371,7 @@ impl<S: Storage> Shard<S> {
             journal_entries: journal_recovery.entries_valid,
             journal_corruption: journal_recovery.corruption.clone(),
             groups: Vec::new(),
+            clean_shutdown: superblock.state().clean_shutdown,
         };
         let mut groups = BTreeMap::new();
         let mut durable = BTreeMap::new();
@@ -947,6 +950,46 @@ impl<S: Storage> Shard<S> {
             return Err(self.fail(error));
         }
         Ok(())
+    }
+
+    /// Protocol-aware recovery of a damaged group (DESIGN.md §3), which only an owner whose
+    /// group has peers to repair from may ask for: recovers the group again with
+    /// [`PartitionLog::recover_cut`] — the chain cut at its first invalid record, everything
+    /// past it faulty rather than absent — and makes the cut durable (the superblock holds the
+    /// lowered checkpoint and the damage marker) before it returns. A group of one must never
+    /// call it: with nobody to repair from, damage refuses service instead (DESIGN.md §6).
+    /// Call with no flush or checkpoint in flight; what the group had appended but not written
+    /// is dropped (it lies past the cut, in the faulty suffix).
+    pub async fn cut_damaged(&mut self, group: u64) -> Result<GroupRecovery> {
+        self.check_serving()?;
+        assert!(self.flushes_in_flight == 0 && !self.checkpoint_in_flight, "cut between jobs");
+        let old = self.groups.remove(&group).ok_or_else(|| unknown(group))?;
+        let (slot, head_op) = (old.slot(), old.head_op());
+        let (storage, dir) = (self.storage.clone(), group_dir(&self.dir, group));
+        // Dropped first: it returns its ring budget and write chunks.
+        drop(old);
+        let shared = Rc::clone(&self.shared);
+        let (log, recovery) =
+            PartitionLog::recover_cut(storage, shared, dir, slot, slot.config, head_op).await?;
+        self.durable.insert(group, log.head_op());
+        self.checkpoint_wanted.insert(group);
+        self.groups.insert(group, log);
+        let slots = self.slots();
+        if let Err(error) = self.superblock.write(slots).await {
+            return Err(self.fail(error));
+        }
+        self.slots_dirty.remove(&group);
+        Ok(recovery)
+    }
+
+    /// Forgets `group`'s damage marker (its replica holds every op again, durably); the next
+    /// checkpoint job writes the slot.
+    pub fn clear_damaged_from(&mut self, group: u64) {
+        if let Some(log) = self.groups.get_mut(&group)
+            && log.clear_damaged_from()
+        {
+            self.slots_dirty.insert(group);
+        }
     }
 
     /// Applies retention to every group (`now_ms` from the caller's clock). Call with no flush

@@ -65,12 +65,18 @@ const SLOT_RETENTION_BYTES: usize = SLOT_SEGMENT_AGE_MS + 8;
 const SLOT_RETENTION_MS: usize = SLOT_RETENTION_BYTES + 8;
 const SLOT_FENCE_SEQ: usize = SLOT_RETENTION_MS + 8;
 const SLOT_FENCE_FINISHED: usize = SLOT_FENCE_SEQ + 8;
-const SLOT_RESERVED: usize = SLOT_FENCE_FINISHED + 1;
+const SLOT_RESERVED_FROM: usize = SLOT_FENCE_FINISHED + 1;
+/// Zero in superblocks from before it existed (the bytes were reserved, written as zeros), which
+/// reads as "no damage cut": no version change needed.
+const SLOT_DAMAGED_FROM: usize = 120;
+const SLOT_RESERVED: usize = SLOT_DAMAGED_FROM + 8;
+const _: () = assert!(SLOT_RESERVED_FROM <= SLOT_DAMAGED_FROM);
 /// Bytes of one group slot.
 pub const SLOT_SIZE_BYTES: usize = 128;
 const _: () = assert!(SLOT_RESERVED <= SLOT_SIZE_BYTES);
 const _: () = assert!(SLOT_CHECKPOINT_OP.is_multiple_of(8) && SLOT_FENCE_OP.is_multiple_of(8));
 const _: () = assert!(SLOT_FENCE_SEQ == 104 && SLOT_FENCE_SEQ.is_multiple_of(8));
+const _: () = assert!(SLOT_DAMAGED_FROM.is_multiple_of(8));
 
 /// The durability mode of a group, chosen at creation (DESIGN.md §3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -229,6 +235,10 @@ pub struct GroupSlot {
     pub checkpoint: Checkpoint,
     /// The newest truncation.
     pub fence: Fence,
+    /// Non-zero when protocol-aware recovery cut the log at a damaged record (this op): the ops
+    /// the log lacks past its head may have been acknowledged, so they stay *faulty*, not
+    /// absent, across restarts until the replica has them back (DESIGN.md §3). 0: no cut.
+    pub damaged_from: u64,
 }
 
 /// Who owns the data directory: checked on open so a directory is never served by a different
@@ -604,6 +614,7 @@ fn encode_slot(bytes: &mut [u8], slot: &GroupSlot) {
     put(bytes, SLOT_SEGMENT_AGE_MS, &slot.config.segment_age_ms_max.to_le_bytes());
     put(bytes, SLOT_RETENTION_BYTES, &slot.config.retention_bytes.to_le_bytes());
     put(bytes, SLOT_RETENTION_MS, &slot.config.retention_ms.to_le_bytes());
+    put(bytes, SLOT_DAMAGED_FROM, &slot.damaged_from.to_le_bytes());
 }
 
 /// Decodes one copy's bytes: checks the checksum before trusting any field, then the version,
@@ -673,6 +684,7 @@ pub fn decode_copy(bytes: &[u8]) -> Result<SuperblockState, String> {
                 seq: s64(SLOT_FENCE_SEQ),
                 finished: slot[SLOT_FENCE_FINISHED] != 0,
             },
+            damaged_from: s64(SLOT_DAMAGED_FROM),
         };
         if groups.insert(group.group, group).is_some() {
             return Err(format!("slot {index}: group {} appears twice", group.group));

@@ -170,6 +170,14 @@ pub struct NodeCounters {
     pub producer_snapshots_rejected: u64,
     /// Prepares read back at open to rebuild producer tables.
     pub producer_ops_replayed: u64,
+    /// Damage cuts made (protocol-aware recovery, at open or after a read found damage).
+    pub damage_cuts: u64,
+    /// Groups reopened because a read while serving a peer found damage.
+    pub groups_reopened: u64,
+    /// Damage cuts whose ops the replica got back from peers (the marker cleared).
+    pub damage_repaired: u64,
+    /// Ops past damage cuts that were repaired from peers.
+    pub damaged_ops_repaired: u64,
 }
 
 /// A checkpoint job running across I/O rounds.
@@ -225,6 +233,32 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     counters: NodeCounters,
     /// Where the next tick's repair grants start, so every group gets its turn.
     repair_cursor: u64,
+    /// The newest damage cuts, for status (at most `DAMAGE_CUTS_KEPT`).
+    damage_cuts: VecDeque<DamageCut>,
+    /// Groups a read found damaged this round, reopened at its end.
+    damaged: Vec<(u64, String)>,
+    /// Scratch: groups whose damage marker is cleared this round.
+    repaired_groups: Vec<u64>,
+    /// Per damaged group whose replica is whole again: the op that must be durable before its
+    /// damage marker may go.
+    damage_clear_at: BTreeMap<u64, u64>,
+}
+
+/// Damage cuts a node remembers for status.
+const DAMAGE_CUTS_KEPT: usize = 16;
+
+/// Where protocol-aware recovery cut a group's log (DESIGN.md §3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DamageCut {
+    /// The group.
+    pub group: u64,
+    /// The log's head after the cut.
+    pub head_op: u64,
+    /// Where the faulty suffix begins (None only under the `canary-truncate-faulty` canary).
+    pub faulty_from: Option<u64>,
+    /// The file, byte position and reason of the first invalid record, when the chain did not
+    /// simply end there.
+    pub at: Option<String>,
 }
 
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
@@ -295,35 +329,221 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             flush_blocked: false,
             counters: NodeCounters::default(),
             repair_cursor: 0,
+            damage_cuts: VecDeque::new(),
+            damaged: Vec::new(),
+            repaired_groups: Vec::new(),
+            damage_clear_at: BTreeMap::new(),
         };
         for recovery in &report.groups {
             let group = recovery.group;
-            let replica_config = node.replica_config(group);
+            let mut faulty_from = recovery.faulty.suffix_from;
             let Some(log) = node.shard.group_mut(group) else { continue };
             if let Some(reason) = log.faulty_reason() {
                 let reason = reason.to_string();
-                let replica = Replica::recover(replica_config, RecoveredLog::default(), seed);
-                node.groups.insert(group, Group { replica, failed: Some(reason) });
-                node.counters.groups_failed += 1;
-                continue;
+                // Damage before the torn window: a group with peers cuts it and repairs from
+                // them; a group of one (or a failure that is not damage) refuses service.
+                let cut = if node.has_peers() && recovery.corruption.is_some() {
+                    node.cut_damaged(group).await
+                } else {
+                    Err(reason)
+                };
+                match cut {
+                    Ok(from) => {
+                        faulty_from = node.unclean_suffix(group, from, report.clean_shutdown);
+                    }
+                    Err(reason) => {
+                        node.insert_failed(group, reason);
+                        continue;
+                    }
+                }
             }
-            let slot = log.slot();
-            let headers = newest_headers(log, replica_config.view_headers_max).await?;
-            let recovered = RecoveredLog {
-                view: slot.view,
-                log_view: slot.log_view,
-                headers,
-                faulty_from: recovery.faulty.suffix_from,
+            let headers = match node.newest_headers(group).await {
+                Ok(headers) => headers,
+                // A read of the newest records found damage (or could not read them): the same
+                // protocol-aware cut, when there are peers.
+                Err(error) if node.has_peers() => match node.cut_damaged(group).await {
+                    Ok(from) => {
+                        let from = node.unclean_suffix(group, from, report.clean_shutdown);
+                        faulty_from = min_faulty(faulty_from, from);
+                        match node.newest_headers(group).await {
+                            Ok(headers) => headers,
+                            Err(error) => {
+                                node.insert_failed(group, error.to_string());
+                                continue;
+                            }
+                        }
+                    }
+                    Err(reason) => {
+                        node.insert_failed(group, format!("{error}; the cut failed: {reason}"));
+                        continue;
+                    }
+                },
+                Err(error) => return Err(error),
             };
-            let mut replica = Replica::recover(replica_config, recovered, seed);
             let snapshot = load_producers(group).await;
-            let (table, uncommitted) =
-                rebuild_producers(log, &replica, snapshot, &mut node.counters).await?;
-            replica.recover_producers(table, &uncommitted);
-            replica.ration_repair();
-            node.groups.insert(group, Group { replica, failed: None });
+            node.insert_recovered(group, headers, faulty_from, snapshot).await?;
         }
         Ok((node, report))
+    }
+
+    /// Whether this node's groups have peers (protocol-aware recovery needs someone to repair
+    /// from; a group of one refuses service on damage instead, DESIGN.md §6).
+    fn has_peers(&self) -> bool {
+        self.config.replica.replica_count > 1
+    }
+
+    /// The newest headers of `group`'s log (for a restarting replica).
+    async fn newest_headers(&mut self, group: u64) -> EngineResult<Vec<Header>> {
+        let count = self.config.replica.view_headers_max;
+        let log = self
+            .shard
+            .group_mut(group)
+            .ok_or(EngineError::Faulty { group, reason: "the group's log is gone".into() })?;
+        newest_headers(log, count).await
+    }
+
+    /// The faulty suffix after a damage cut at open: the cut's, and for a `replicated` group
+    /// after an unclean stop everything past the head too (what [`Shard::open`] marks when it
+    /// finds no damage: written ops were acknowledged before they were synced).
+    fn unclean_suffix(&self, group: u64, from: Option<u64>, clean_shutdown: bool) -> Option<u64> {
+        let Some(log) = self.shard.group(group) else { return from };
+        if clean_shutdown || log.config().durability != Durability::Replicated {
+            return from;
+        }
+        min_faulty(from, Some(log.head_op() + 1))
+    }
+
+    /// Restarts `group`'s replica, `Recovering`, from what its log holds now.
+    /// Restarts `group`'s replica on its recovered log, with its producer table rebuilt from
+    /// `producer_snapshot` (when usable) and the log past it.
+    async fn insert_recovered(
+        &mut self,
+        group: u64,
+        headers: Vec<Header>,
+        faulty_from: Option<u64>,
+        producer_snapshot: Option<Vec<u8>>,
+    ) -> EngineResult<()> {
+        let replica_config = self.replica_config(group);
+        let Some(log) = self.shard.group_mut(group) else { return Ok(()) };
+        let slot = log.slot();
+        let recovered =
+            RecoveredLog { view: slot.view, log_view: slot.log_view, headers, faulty_from };
+        let mut replica = Replica::recover(replica_config, recovered, self.seed);
+        let (table, uncommitted) =
+            rebuild_producers(log, &replica, producer_snapshot, &mut self.counters).await?;
+        replica.recover_producers(table, &uncommitted);
+        replica.ration_repair();
+        self.groups.insert(group, Group { replica, failed: None });
+        Ok(())
+    }
+
+    /// Records `group` as stopped (fail-stop) with a blank replica that takes no input.
+    fn insert_failed(&mut self, group: u64, reason: String) {
+        let replica =
+            Replica::recover(self.replica_config(group), RecoveredLog::default(), self.seed);
+        self.groups.insert(group, Group { replica, failed: Some(reason) });
+        self.counters.groups_failed += 1;
+    }
+
+    /// Protocol-aware recovery of a damaged group (DESIGN.md §3): the engine cuts its log at
+    /// the first invalid record, durably, and the ops past the cut become the replica's faulty
+    /// suffix, which it never nacks and which repair and StartView bring back from peers.
+    /// Returns where the faulty suffix begins, or why the cut failed.
+    async fn cut_damaged(&mut self, group: u64) -> Result<Option<u64>, String> {
+        match self.shard.cut_damaged(group).await {
+            Ok(recovery) => {
+                self.counters.damage_cuts += 1;
+                self.damage_clear_at.remove(&group);
+                if self.damage_cuts.len() >= DAMAGE_CUTS_KEPT {
+                    self.damage_cuts.pop_front();
+                }
+                self.damage_cuts.push_back(DamageCut {
+                    group,
+                    head_op: recovery.head_op,
+                    faulty_from: recovery.faulty.suffix_from,
+                    at: recovery.cut.map(|(file, position, why)| {
+                        format!("{} at byte {position}: {why}", file.display())
+                    }),
+                });
+                Ok(recovery.faulty.suffix_from)
+            }
+            Err(error) => Err(error.to_string()),
+        }
+    }
+
+    /// A group whose log a read found damaged while it served: fail-stop, then reopened at
+    /// once. With peers it is recovered with a damage cut and its replica
+    /// restarts `Recovering` (it was never nacking anything it held: the cut ops are faulty);
+    /// a group of one stays stopped, refusing service (DESIGN.md §6).
+    async fn reopen_damaged(&mut self, group: u64, reason: String) {
+        if !self.has_peers() {
+            self.fail_group(group, EngineError::Invalid(reason));
+            return;
+        }
+        // The log at rest: everything appended is written, no job in flight.
+        self.settle().await;
+        // What the replica asked for, and what it wanted sent, belongs to a replica that is
+        // about to be replaced; a restarted replica asks again for what it still needs.
+        self.writes.retain(|(_, g, _)| *g != group);
+        self.held.retain(|(_, g, _)| *g != group);
+        self.reads.retain(|(g, _)| *g != group);
+        self.counters.groups_reopened += 1;
+        // Ops the replica already held faulty stay faulty: the replica is replaced, not its
+        // history.
+        let faulty_before = self.groups.get(&group).and_then(|g| g.replica.faulty_from());
+        let headers = match self.cut_damaged(group).await {
+            Ok(from) => match self.newest_headers(group).await {
+                Ok(headers) => Some((headers, from)),
+                Err(error) => {
+                    self.fail_group(group, error);
+                    None
+                }
+            },
+            Err(reason) => {
+                self.fail_group(group, EngineError::Invalid(reason));
+                None
+            }
+        };
+        if let Some((headers, faulty_from)) = headers {
+            let head = headers.last().and_then(Header::as_prepare).map_or(0, |p| p.op);
+            // A faulty op the reopened log holds again is no longer missing.
+            let before = faulty_before.map(|from| from.max(head + 1));
+            // No snapshot here: the table is rebuilt from the whole log the cut left.
+            let faulty_from = min_faulty(faulty_from, before);
+            if let Err(error) = self.insert_recovered(group, headers, faulty_from, None).await {
+                self.fail_group(group, error);
+            }
+        }
+    }
+
+    /// Forgets each group's damage marker once its replica holds every op again: its faulty
+    /// suffix is cleared (a StartView brought it up to date) and everything it appended is
+    /// durable, so a crash cannot take the repaired ops away with the marker gone.
+    fn clear_repaired_damage(&mut self) {
+        for (&group, entry) in &self.groups {
+            let Some(log) = self.shard.group(group) else { continue };
+            let damaged_from = log.damaged_from();
+            if damaged_from == 0
+                || entry.failed.is_some()
+                || entry.replica.faulty_from().is_some()
+                || entry.replica.status() != crate::replica::Status::Normal
+            {
+                continue;
+            }
+            // The head when the faulty suffix cleared covers every op the cut took; under load
+            // the appended head keeps moving past what is durable, so wait for that one.
+            let target = *self.damage_clear_at.entry(group).or_insert(entry.replica.op_appended());
+            if self.shard.durable_op(group).is_none_or(|op| op < target) {
+                continue;
+            }
+            self.counters.damaged_ops_repaired += (target + 1).saturating_sub(damaged_from);
+            self.counters.damage_repaired += 1;
+            self.repaired_groups.push(group);
+        }
+        for group in std::mem::take(&mut self.repaired_groups) {
+            self.damage_clear_at.remove(&group);
+            self.shard.clear_damaged_from(group);
+        }
     }
 
     /// Creates a group on this node (every member node creates it with the same id): its
@@ -589,6 +809,10 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         }
         self.release_held();
         self.serve_reads().await;
+        for (group, reason) in std::mem::take(&mut self.damaged) {
+            self.reopen_damaged(group, reason).await;
+        }
+        self.clear_repaired_damage();
         self.send_heartbeats();
     }
 
@@ -654,6 +878,17 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// The transport.
     pub fn transport_mut(&mut self) -> &mut T {
         &mut self.transport
+    }
+
+    /// Where `group`'s log was cut for damage while the cut ops are not all back yet (see
+    /// `GroupSlot::damaged_from`); None when there is no such cut.
+    pub fn damaged_from(&self, group: u64) -> Option<u64> {
+        self.shard.group(group).map(|log| log.damaged_from()).filter(|&op| op != 0)
+    }
+
+    /// The newest damage cuts (protocol-aware recovery), oldest first.
+    pub fn damage_cuts(&self) -> impl Iterator<Item = &DamageCut> {
+        self.damage_cuts.iter()
     }
 
     /// Counters.
@@ -973,7 +1208,21 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 continue;
             }
             let from_ring = log.ring().by_op(read.op).is_some();
-            let Ok(Some(stored)) = log.read_op(read.op).await else { continue };
+            let stored = match log.read_op(read.op).await {
+                Ok(Some(stored)) => stored,
+                Ok(None) => continue,
+                // A read that failed is never taken for "absent": nothing is sent, and the
+                // asker's round times out and asks again (or another peer).
+                Err(error) if !matches!(error, EngineError::Corruption(_)) => continue,
+                // Damage: the log stopped itself, and the group is reopened at the end of the
+                // round.
+                Err(error) => {
+                    if !self.damaged.iter().any(|(g, _)| *g == group) {
+                        self.damaged.push((group, error.to_string()));
+                    }
+                    continue;
+                }
+            };
             if read.checksum.is_some_and(|c| c != stored.header.checksum_header) {
                 continue;
             }
@@ -1048,6 +1297,14 @@ async fn rebuild_producers<S: Storage>(
     }
     table.advance_to(commit.min(head));
     Ok((table, uncommitted))
+}
+
+/// The lower of two faulty-suffix starts, either possibly absent.
+fn min_faulty(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The newest `count` headers of a recovered log, ascending.

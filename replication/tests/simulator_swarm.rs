@@ -1,6 +1,6 @@
 //! The CI swarm (DESIGN.md §7): a fixed set of seeds, each a cluster of two groups (three
 //! replicas; every fifth seed five, every tenth one) with fault probabilities drawn per seed,
-//! 20,000 ticks of faults then a liveness phase, all invariants checked as it runs. Summed coverage must reach minimums, so a swarm that never
+//! 20,000 ticks of faults (network, crashes, pauses, and storage faults: bit flips at rest within the budget, read errors, a full disk) then a liveness phase, all invariants checked as it runs, and `shoal-inspect` over every disk at the end. Summed coverage must reach minimums, so a swarm that never
 //! exercised a branch fails rather than passing vacuously. Fresh random seeds and long soaks
 //! belong to `scripts/sim-soak`, not here.
 
@@ -75,6 +75,14 @@ fn swarm_of_fixed_seeds_keeps_every_invariant_and_reaches_every_branch() {
         ("backups_dead", coverage.backups_dead, 50),
         ("backups_back_in_sync", coverage.backups_back_in_sync, 50),
         ("acknowledged", coverage.acknowledged, 20_000),
+        ("corruptions_injected", coverage.corruptions_injected, 150),
+        ("damage_cuts", coverage.damage_cuts, 100),
+        ("damage_repaired", coverage.damage_repaired, 100),
+        ("damaged_ops_repaired", coverage.damaged_ops_repaired, 5_000),
+        ("read_errors", coverage.read_errors, 30),
+        ("opens_failed", coverage.opens_failed, 1),
+        ("disk_full_periods", coverage.disk_full_periods, 150),
+        ("storage_full_rounds", coverage.storage_full_rounds, 50),
     ];
     let short: Vec<String> = minimums
         .iter()

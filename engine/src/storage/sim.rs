@@ -347,6 +347,12 @@ impl Sim {
         self.shared.disk.borrow_mut().syncs_held = held;
     }
 
+    /// Makes a read fail with EIO with probability `1 / one_in` from now on (0: never); see
+    /// [`SimConfig::read_error_one_in`].
+    pub fn set_read_error_one_in(&self, one_in: u64) {
+        self.shared.disk.borrow_mut().config.read_error_one_in = one_in;
+    }
+
     /// Changes the disk's capacity (a full disk being cleaned up, or filling up).
     pub fn set_capacity_bytes(&self, capacity_bytes: u64) {
         self.shared.disk.borrow_mut().config.capacity_bytes = capacity_bytes;

@@ -13,9 +13,12 @@
 //! A run has two phases. The fault phase injects what the seed's [`FaultProfile`] draws —
 //! message delay, loss, duplication and reordering; symmetric and one-way partitions and
 //! isolation; pauses; crashes at any tick, as a process crash (the page cache survives) or a
-//! power loss (the simulated disk's crash semantics), sometimes in the middle of an I/O round —
-//! within the fault model of DESIGN.md §6 for the seed's durability mode. The liveness phase
-//! heals everything and requires every client to finish.
+//! power loss (the simulated disk's crash semantics), sometimes in the middle of an I/O round;
+//! storage faults: bit flips at rest in a crashed node's newest durable records (at most one
+//! replica per op until it has cut and repaired them), read errors, a full disk — within the
+//! fault model of DESIGN.md §6 for the seed's durability mode. The liveness phase heals
+//! everything and requires every client to finish and every replica to rejoin; the end checks
+//! the final logs and runs the offline checker (`shoal_engine::inspect`) over every disk.
 
 pub mod network;
 mod script;
@@ -23,7 +26,7 @@ mod script;
 use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
@@ -72,6 +75,18 @@ pub struct FaultProfile {
     pub pause_per_million: u32,
     /// A pause lasts up to this many ticks.
     pub pause_ticks_max: u64,
+    /// Chance that a crashed node's disk has a bit flipped at rest in one of its newest durable
+    /// records before it restarts (within the budget: at most f replicas per op, see
+    /// [`Cluster::corrupt_op`]).
+    pub corrupt_on_restart_percent: u32,
+    /// During the fault phase every read fails with EIO with probability `1 / read_error_one_in`
+    /// (0: never).
+    pub read_error_one_in: u64,
+    /// Chance per tick that one node's disk fills up (its capacity drops to what it uses plus a
+    /// little), while no other's is full.
+    pub disk_full_per_million: u32,
+    /// A full disk is freed after up to this many ticks.
+    pub disk_full_ticks_max: u64,
 }
 
 impl FaultProfile {
@@ -87,6 +102,10 @@ impl FaultProfile {
             partition_ticks_max: 1,
             pause_per_million: 0,
             pause_ticks_max: 1,
+            corrupt_on_restart_percent: 0,
+            read_error_one_in: 0,
+            disk_full_per_million: 0,
+            disk_full_ticks_max: 1,
         }
     }
 
@@ -108,6 +127,14 @@ impl FaultProfile {
             partition_ticks_max: 50 + rng.below(2_000),
             pause_per_million,
             pause_ticks_max: 10 + rng.below(500),
+            corrupt_on_restart_percent: if rng.chance(1, 4) {
+                0
+            } else {
+                20 + rng.below(81) as u32
+            },
+            read_error_one_in: if rng.chance(1, 2) { 0 } else { 200 + rng.below(5_000) },
+            disk_full_per_million: if rng.chance(1, 3) { 0 } else { rng.below(300) as u32 + 1 },
+            disk_full_ticks_max: 50 + rng.below(1_000),
         }
     }
 }
@@ -239,6 +266,26 @@ pub struct Coverage {
     pub packets_delivered: u64,
     /// Packets lost, dropped or cut.
     pub packets_dropped: u64,
+    /// Bit flips injected at rest into durable records.
+    pub corruptions_injected: u64,
+    /// Damage cuts (protocol-aware recovery) the nodes made.
+    pub damage_cuts: u64,
+    /// Damage cuts whose ops came back from peers.
+    pub damage_repaired: u64,
+    /// Ops past damage cuts repaired from peers.
+    pub damaged_ops_repaired: u64,
+    /// Groups reopened after a read found damage while serving a peer.
+    pub groups_reopened: u64,
+    /// Reads failed with EIO.
+    pub read_errors: u64,
+    /// Node opens that failed (a read error or a full disk during recovery) and were retried.
+    pub opens_failed: u64,
+    /// Nodes restarted because a group stopped (fail-stop, then reopened by the supervisor).
+    pub failed_restarts: u64,
+    /// Periods of a full disk.
+    pub disk_full_periods: u64,
+    /// I/O rounds in which a full disk deferred writes.
+    pub storage_full_rounds: u64,
 }
 
 impl Coverage {
@@ -293,6 +340,16 @@ impl Coverage {
             (&mut self.acknowledged, other.acknowledged),
             (&mut self.packets_delivered, other.packets_delivered),
             (&mut self.packets_dropped, other.packets_dropped),
+            (&mut self.corruptions_injected, other.corruptions_injected),
+            (&mut self.damage_cuts, other.damage_cuts),
+            (&mut self.damage_repaired, other.damage_repaired),
+            (&mut self.damaged_ops_repaired, other.damaged_ops_repaired),
+            (&mut self.groups_reopened, other.groups_reopened),
+            (&mut self.read_errors, other.read_errors),
+            (&mut self.opens_failed, other.opens_failed),
+            (&mut self.failed_restarts, other.failed_restarts),
+            (&mut self.disk_full_periods, other.disk_full_periods),
+            (&mut self.storage_full_rounds, other.storage_full_rounds),
         ];
         for (mine, theirs) in pairs {
             *mine += theirs;
@@ -428,6 +485,31 @@ struct Ack {
     request: u64,
 }
 
+/// A bit flipped at rest in a node's durable record. It counts as damage until the node has cut
+/// or repaired it (the byte no longer holds the flipped value, or the file is gone).
+#[derive(Clone, Debug)]
+struct Damage {
+    node: usize,
+    group: u64,
+    op: u64,
+    path: PathBuf,
+    /// Where the damaged record begins.
+    record_bytes: u64,
+    byte: u64,
+    flipped: u8,
+}
+
+/// A durable record found on a node's disk: (op, file, position, size).
+type DiskRecord = (u64, PathBuf, u64, u64);
+
+/// Bytes a full disk leaves free at most.
+const DISK_FULL_SLACK_BYTES: u64 = 32 << 10;
+
+/// Newest records (per group, on the node's visible log) that damage injected at restart may
+/// hit: a restarted node reads them back (the checkpoint record, its newest headers), so the
+/// damage is found then, not left latent for the rest of the run.
+const DAMAGE_NEWEST_OPS: u64 = 64;
+
 /// A simulated cluster, for [`run`] and for scripted scenarios.
 pub struct Cluster {
     options: SimOptions,
@@ -454,6 +536,10 @@ pub struct Cluster {
     coverage: Coverage,
     trace: u64,
     deliveries: u64,
+    /// Damage injected at rest, healed entries pruned as the run goes.
+    damage: Vec<Damage>,
+    /// The node whose disk is full, and until which tick.
+    disk_full: Option<(usize, u64)>,
 }
 
 impl Cluster {
@@ -491,10 +577,12 @@ impl Cluster {
             coverage: Coverage::default(),
             trace: 0xcbf2_9ce4_8422_2325,
             deliveries: 0,
+            damage: Vec::new(),
+            disk_full: None,
         };
         for index in 0..options.replicas {
             let sim = Sim::new(cluster.rng.next_u64(), SimConfig::default());
-            let mut node = cluster.open_node(&sim, index);
+            let mut node = cluster.open_node(&sim, index).expect("a fresh simulated node opens");
             for group in 1..=options.groups {
                 let config = cluster.group_config(group);
                 sim.block_on(node.create_group(group, config)).expect("create group");
@@ -507,6 +595,11 @@ impl Cluster {
                 inbox: VecDeque::new(),
                 durable_views: BTreeMap::new(),
             });
+        }
+        if cluster.faults_active {
+            for slot in &cluster.nodes {
+                slot.sim.set_read_error_one_in(cluster.faults.read_error_one_in);
+            }
         }
         for index in 0..client_count as u64 {
             let group = index / options.clients_per_group + 1;
@@ -562,7 +655,9 @@ impl Cluster {
         ShardConfig { cluster: 0x5ea1, ..ShardConfig::small() }
     }
 
-    fn open_node(&self, sim: &Sim, index: u8) -> SimNode {
+    /// Opens node `index` on its disk; fails when recovery could not read or write it (a read
+    /// error, a full disk): the caller retries, as a supervisor restarting the process would.
+    fn open_node(&self, sim: &Sim, index: u8) -> shoal_engine::Result<SimNode> {
         let dir = shard_dir(Path::new(DATA_DIR), 0);
         let clock = SimClock(Rc::clone(&self.clock));
         let open = Node::open(
@@ -574,8 +669,7 @@ impl Cluster {
             clock,
             self.options.seed ^ u64::from(index),
         );
-        let (node, _) = sim.block_on(open).expect("a simulated node opens");
-        node
+        sim.block_on(open).map(|(node, _)| node)
     }
 
     /// The whole run: the fault phase, then the liveness phase.
@@ -616,6 +710,7 @@ impl Cluster {
         }
         into_result(self.collect())?;
         into_result(self.client_violation.take())?;
+        self.supervise();
         self.drive_clients();
         Ok(())
     }
@@ -632,6 +727,22 @@ impl Cluster {
             let Some(node) = slot.node.as_mut() else { continue };
             // A failure here is the engine's fail-stop, which the final checks report.
             let _ = slot.sim.block_on(node.enforce_retention(now_ms));
+        }
+    }
+
+    /// Fail-stop with automatic reopen: a node with a group its engine stopped (an I/O failure)
+    /// is restarted, as a supervisor restarts the process, and recovery reopens the group. (A
+    /// group of one that finds damage stays stopped across restarts, DESIGN.md §6; nothing here
+    /// damages a group of one.)
+    fn supervise(&mut self) {
+        for index in 0..self.nodes.len() {
+            let Some(node) = &self.nodes[index].node else { continue };
+            if node.group_ids().iter().all(|&group| node.group_failure(group).is_none()) {
+                continue;
+            }
+            self.coverage.failed_restarts += 1;
+            self.crash_node(index, false, false);
+            self.nodes[index].restart_tick = self.tick + 1;
         }
     }
 
@@ -818,6 +929,56 @@ impl Cluster {
         into_result(self.check_final_logs())
     }
 
+    /// Runs the offline checker (`shoal_engine::inspect`) over every node's simulated disk: it
+    /// must find no damage but what was injected and not yet cut or repaired. The torn window
+    /// past a checkpoint, zeros and stale bytes past a chain's end are notes, never problems,
+    /// so a live node's disk (unsynced writes visible, as after a process crash) is judged the
+    /// same way as a crash image.
+    pub fn check_disks(&mut self) -> Result<(), Violation> {
+        into_result(self.check_disk_images())
+    }
+
+    /// Shuts node `node` down cleanly (everything flushed and checkpointed, a clean shutdown
+    /// recorded); it stays down until [`Cluster::restart`].
+    pub fn shutdown(&mut self, node: usize) {
+        let slot = &mut self.nodes[node];
+        let closing = slot.node.take().expect("shut down a live node");
+        add_counters(&mut self.coverage, &closing);
+        slot.sim.block_on(closing.close()).expect("a clean shutdown");
+        slot.inbox.clear();
+        slot.paused_until_tick = 0;
+        slot.restart_tick = u64::MAX;
+        self.network.drop_endpoint_inbound(node);
+    }
+
+    /// Flips one bit at rest in the durable record of `op` of `group` on node `node`'s disk
+    /// (chosen by the seed): latent damage, found when the record is next read. False when no
+    /// durable copy of the op is on that disk.
+    pub fn corrupt_op(&mut self, node: usize, group: u64, op: u64) -> bool {
+        let records = self.chain_records(node, group);
+        let Some(record) = records.into_iter().find(|r| r.0 == op) else { return false };
+        self.flip(node, group, record)
+    }
+
+    /// Nodes holding damage to `op` of `group` that they have not cut or repaired yet.
+    pub fn damaged_replicas(&self, group: u64, op: u64) -> usize {
+        self.damage.iter().filter(|d| d.group == group && d.op == op && self.unhealed(d)).count()
+    }
+
+    /// The checksums of every op node `node` holds of `group`, from its engine's log (first
+    /// op first), when the node is up and can read them.
+    pub fn log_checksums(&mut self, node: usize, group: u64) -> Option<Vec<(u64, u32)>> {
+        let slot = &mut self.nodes[node];
+        let node = slot.node.as_mut()?;
+        let log = node.shard_mut().group_mut(group)?;
+        let mut out = Vec::new();
+        for op in log.first_op().max(1)..=log.head_op() {
+            let stored = slot.sim.block_on(log.read_op(op)).ok()??;
+            out.push((op, stored.header.checksum_header));
+        }
+        Some(out)
+    }
+
     /// Every replica's protocol state, for a violation report.
     fn describe(&self) -> String {
         let mut out = String::new();
@@ -830,13 +991,14 @@ impl Cluster {
                 let Some(r) = node.replica(group) else { continue };
                 out.push_str(&format!(
                     "[node {index} group {group}: {:?} view {} log_view {} op {} appended {} \
-                     commit {} failed {:?} next {:?} {:?}] ",
+                     commit {} faulty_from {:?} failed {:?} next {:?} {:?}] ",
                     r.status(),
                     r.view(),
                     r.log_view(),
                     r.op(),
                     r.op_appended(),
                     r.commit(),
+                    r.faulty_from(),
                     node.group_failure(group),
                     [24u64, 28].map(|o| r.header(o).map(|h| (h.checksum_header, h.view))),
                     r.counters(),
@@ -872,6 +1034,23 @@ impl Cluster {
 
     fn inject_faults(&mut self) {
         let faults = self.faults;
+        self.damage_prune();
+        match self.disk_full {
+            Some((index, until)) if self.tick >= until => {
+                self.nodes[index].sim.set_capacity_bytes(u64::MAX);
+                self.disk_full = None;
+            }
+            Some(_) => {}
+            None if self.rng.chance(u64::from(faults.disk_full_per_million), 1_000_000) => {
+                let index = self.rng.below(self.nodes.len() as u64) as usize;
+                let sim = &self.nodes[index].sim;
+                sim.set_capacity_bytes(sim.used_bytes() + self.rng.below(DISK_FULL_SLACK_BYTES));
+                self.coverage.disk_full_periods += 1;
+                self.disk_full =
+                    Some((index, self.tick + 1 + self.rng.below(faults.disk_full_ticks_max)));
+            }
+            None => {}
+        }
         if self.tick >= self.heal_tick {
             self.network.heal();
             self.heal_tick = u64::MAX;
@@ -897,6 +1076,136 @@ impl Cluster {
                     self.tick + 1 + self.rng.below(faults.pause_ticks_max);
             }
         }
+    }
+
+    /// Damages a crashed node's disk before it restarts, within the budget: never while any
+    /// other node holds damage it has not cut or repaired (so at most one replica per op, and
+    /// f ≥ 1), never in a group of one (no peer to repair from: out of the model, DESIGN.md §6).
+    /// The record is one of the node's newest durable ones, which recovery reads back.
+    fn inject_damage(&mut self, index: usize) {
+        if self.nodes.len() < 3 || self.damage.iter().any(|d| d.node != index && self.unhealed(d)) {
+            return;
+        }
+        let group = 1 + self.rng.below(self.options.groups);
+        let chain = self.chain_records(index, group);
+        let newest = chain.last().map_or(0, |r| r.0);
+        let sim = &self.nodes[index].sim;
+        // Only where a read sees the durable bytes: an unsynced write a process crash left in
+        // the page cache would hide the damage until a power loss.
+        let candidates: Vec<DiskRecord> = chain
+            .into_iter()
+            .filter(|r| r.0 + DAMAGE_NEWEST_OPS > newest)
+            .filter(|(_, path, position, size)| {
+                let range = *position as usize..(position + size) as usize;
+                let visible = sim.file_contents(path);
+                let durable = sim.durable_contents(path);
+                visible.as_ref().and_then(|v| v.get(range.clone()))
+                    == durable.as_ref().and_then(|d| d.get(range.clone()))
+            })
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let record = candidates[self.rng.below(candidates.len() as u64) as usize].clone();
+        let _ = self.flip(index, group, record);
+    }
+
+    /// Flips a bit of the record; false (and undone) when the byte is not durable, or an
+    /// unsynced write in the page cache covers it, so that no read would see the damage.
+    fn flip(&mut self, node: usize, group: u64, (op, path, position, size): DiskRecord) -> bool {
+        let sim = &self.nodes[node].sim;
+        let byte = position + self.rng.below(size);
+        let bit = self.rng.below(8) as u8;
+        let durable = sim.durable_contents(&path).map_or(0, |bytes| bytes.len() as u64);
+        let visible = |sim: &Sim| sim.file_contents(&path).map(|bytes| bytes[byte as usize]);
+        let before = visible(sim);
+        if byte >= durable || before.is_none() {
+            return false;
+        }
+        sim.corrupt(&path, byte, bit);
+        let flipped = visible(sim).unwrap_or(0);
+        if Some(flipped) == before {
+            sim.corrupt(&path, byte, bit);
+            return false;
+        }
+        self.coverage.corruptions_injected += 1;
+        self.damage.push(Damage { node, group, op, path, record_bytes: position, byte, flipped });
+        true
+    }
+
+    /// The records of `group`'s chain in node `node`'s segments as a read sees them now: from
+    /// the first segment's first record, each the next op naming its predecessor's checksum,
+    /// until the first that is not. Stale records past the chain's end (from before a
+    /// truncation) are not the log's, and never chosen for damage.
+    fn chain_records(&self, node: usize, group: u64) -> Vec<DiskRecord> {
+        let sim = &self.nodes[node].sim;
+        let dir = shoal_engine::shard::group_dir(&shard_dir(Path::new(DATA_DIR), 0), group);
+        let record_max = self.group_config(group).record_size_bytes_max as usize;
+        let mut files: Vec<(u64, PathBuf)> = sim
+            .paths()
+            .into_iter()
+            .filter(|path| path.parent() == Some(dir.as_path()))
+            .filter_map(|path| {
+                let name = path.file_name()?.to_str()?;
+                Some((shoal_engine::segment::parse_log_name(name)?, path.clone()))
+            })
+            .collect();
+        files.sort();
+        let mut records: Vec<DiskRecord> = Vec::new();
+        let mut previous: Option<(u64, u32)> = None;
+        'files: for (_, path) in files {
+            let Some(bytes) = sim.file_contents(&path) else { continue };
+            let mut position = 0usize;
+            while position < bytes.len() {
+                let Ok(header) = shoal_engine::record::check_standalone(
+                    &bytes[position..],
+                    0x5ea1,
+                    group,
+                    record_max,
+                ) else {
+                    break;
+                };
+                let Some(prepare) = header.as_prepare() else { break };
+                if previous.is_some_and(|(op, checksum)| {
+                    prepare.op != op + 1 || prepare.parent != checksum
+                }) {
+                    break 'files;
+                }
+                previous = Some((prepare.op, header.checksum_header));
+                records.push((prepare.op, path.clone(), position as u64, u64::from(header.size)));
+                position += header.size as usize;
+            }
+        }
+        records
+    }
+
+    /// Whether damage still counts against the budget: the byte still holds the flipped value,
+    /// or the node cut it and has not had the cut ops back yet (its replica is down, still has
+    /// a faulty suffix, or its log still carries the damage marker) — a faulty suffix may hide
+    /// any op past the cut, so it counts as damage to all of them.
+    fn unhealed(&self, damage: &Damage) -> bool {
+        self.damage_on_disk(damage)
+            || self.nodes[damage.node].node.as_ref().is_none_or(|node| {
+                node.damaged_from(damage.group).is_some()
+                    || node.replica(damage.group).is_none_or(|r| r.faulty_from().is_some())
+            })
+    }
+
+    /// Whether the damaged byte still holds the flipped value.
+    fn damage_on_disk(&self, damage: &Damage) -> bool {
+        self.nodes[damage.node]
+            .sim
+            .file_contents(&damage.path)
+            .is_some_and(|bytes| bytes.get(damage.byte as usize) == Some(&damage.flipped))
+    }
+
+    fn node_damaged(&self, index: usize) -> bool {
+        self.damage.iter().any(|d| d.node == index && self.unhealed(d))
+    }
+
+    fn damage_prune(&mut self) {
+        let damage = std::mem::take(&mut self.damage);
+        self.damage = damage.into_iter().filter(|d| self.unhealed(d)).collect();
     }
 
     fn partition(&mut self) {
@@ -989,6 +1298,10 @@ impl Cluster {
     /// Whether node `index` is up and every replica on it is normal with every committed op.
     fn caught_up(&self, index: usize) -> bool {
         let Some(node) = &self.nodes[index].node else { return false };
+        if self.node_damaged(index) {
+            // Damage it has not cut or repaired yet: it lacks ops, like a replica that is down.
+            return false;
+        }
         (1..=self.options.groups).all(|group| {
             let commit_max = self
                 .nodes
@@ -1012,7 +1325,10 @@ impl Cluster {
         self.network.heal();
         self.network.set_config(NetworkConfig::reliable());
         self.heal_tick = u64::MAX;
+        self.disk_full = None;
         for slot in &mut self.nodes {
+            slot.sim.set_read_error_one_in(0);
+            slot.sim.set_capacity_bytes(u64::MAX);
             slot.paused_until_tick = 0;
             if slot.node.is_none() {
                 slot.restart_tick = self.tick;
@@ -1024,7 +1340,20 @@ impl Cluster {
     fn wake_nodes(&mut self) -> Option<Violation> {
         for index in 0..self.nodes.len() {
             if self.nodes[index].node.is_none() && self.nodes[index].restart_tick <= self.tick {
-                let node = self.open_node(&self.nodes[index].sim, index as u8);
+                if self.faults_active
+                    && self.rng.chance(u64::from(self.faults.corrupt_on_restart_percent), 100)
+                {
+                    self.inject_damage(index);
+                }
+                let node = match self.open_node(&self.nodes[index].sim, index as u8) {
+                    Ok(node) => node,
+                    Err(_) => {
+                        // Fail-stop: the supervisor tries again next tick.
+                        self.coverage.opens_failed += 1;
+                        self.nodes[index].restart_tick = self.tick + 1;
+                        continue;
+                    }
+                };
                 if let Some(violation) = self.check_views_after_restart(index, &node) {
                     return Some(violation);
                 }
@@ -1302,11 +1631,13 @@ impl Cluster {
     // --- The end ---------------------------------------------------------------------------
 
     fn finish(mut self, violation: Option<Violation>) -> Outcome {
-        let violation = violation.or_else(|| self.check_final_logs());
+        let violation =
+            violation.or_else(|| self.check_final_logs()).or_else(|| self.check_disk_images());
         for slot in &self.nodes {
             if let Some(node) = &slot.node {
                 add_counters(&mut self.coverage, node);
             }
+            self.coverage.read_errors += slot.sim.stats().read_errors;
         }
         let stats = self.network.stats();
         self.coverage.packets_dropped = stats.lost
@@ -1350,6 +1681,17 @@ impl Cluster {
                 let retained = retained_from.entry(group).or_insert(first_op);
                 *retained = (*retained).min(first_op);
                 for op in first_op..=commit {
+                    let damaged = self.damage.iter().any(|d| {
+                        d.node == index && d.group == group && d.op <= op && {
+                            let bytes = sim.file_contents(&d.path);
+                            bytes.is_some_and(|b| b.get(d.byte as usize) == Some(&d.flipped))
+                        }
+                    });
+                    if damaged {
+                        // Injected damage this node never read back (it is latent until read):
+                        // what lies past it is checked on the other replicas.
+                        break;
+                    }
                     let stored = match sim.block_on(log.read_op(op)) {
                         Ok(Some(stored)) => stored,
                         Ok(None) => {
@@ -1405,10 +1747,50 @@ impl Cluster {
                         && request == ack.request => {}
                 found => {
                     return violation(format!(
-                        "acknowledged write lost: group {} op {} offset {} (client {} request {}); the final log holds {found:?}",
-                        ack.group, ack.op, ack.base_offset, ack.client, ack.request
+                        "acknowledged write lost: group {} op {} offset {} (client {} request {}); the final log holds {found:?}; damage not yet cut or repaired: {:?}; {}",
+                        ack.group,
+                        ack.op,
+                        ack.base_offset,
+                        ack.client,
+                        ack.request,
+                        self.damage
+                            .iter()
+                            .filter(|d| self.unhealed(d))
+                            .map(|d| (d.node, d.group, d.op))
+                            .collect::<Vec<_>>(),
+                        self.describe()
                     ));
                 }
+            }
+        }
+        None
+    }
+
+    fn check_disk_images(&mut self) -> Option<Violation> {
+        for index in 0..self.nodes.len() {
+            let sim = &self.nodes[index].sim;
+            let report =
+                sim.block_on(shoal_engine::inspect::inspect(&sim.storage(), Path::new(DATA_DIR)));
+            let what = if let Some(error) = &report.error {
+                Some(format!("node {index}: inspect could not check the disk: {error}"))
+            } else {
+                report
+                    .problems
+                    .iter()
+                    .find(|problem| {
+                        !self.damage.iter().any(|d| {
+                            d.node == index
+                                && d.path == problem.file
+                                && self.damage_on_disk(d)
+                                && (d.record_bytes..=d.byte).contains(&problem.position_bytes)
+                        })
+                    })
+                    .map(|problem| {
+                        format!("node {index}: inspect found damage nobody injected: {problem}")
+                    })
+            };
+            if let Some(what) = what {
+                return Some(Violation { tick: self.tick, what });
             }
         }
         None
@@ -1485,6 +1867,12 @@ fn add_counters(coverage: &mut Coverage, node: &SimNode) {
             coverage.add_replica(&replica.counters());
         }
     }
+    let counters = node.counters();
+    coverage.damage_cuts += counters.damage_cuts;
+    coverage.damage_repaired += counters.damage_repaired;
+    coverage.damaged_ops_repaired += counters.damaged_ops_repaired;
+    coverage.groups_reopened += counters.groups_reopened;
+    coverage.storage_full_rounds += counters.storage_full_rounds;
 }
 
 /// FNV-1a over the eight bytes of `value`.
