@@ -538,6 +538,8 @@ struct RecoveredMetadata {
     replayed_ops: u64,
     /// A snapshot existed but could not be used.
     snapshot_unusable: bool,
+    /// The offset after the last op in `state` (where a snapshot of it would resume).
+    end_offset: u64,
 }
 
 struct MetadataState {
@@ -752,6 +754,8 @@ impl ShardState {
         stop: &AtomicBool,
         early: &mut Vec<Work>,
     ) -> Result<(), String> {
+        // The op and offset the metadata replay ended at.
+        let mut recovered_end = (0, 0);
         if self.index == 0 {
             let groups_max = self.node.shard_mut().config().groups_max as u32;
             let sessions_max = self.config.metadata.sessions_max;
@@ -762,6 +766,7 @@ impl ShardState {
                 let recovered = self.replay_metadata().await?;
                 snapshot_due = recovered.snapshot_unusable;
                 snapshot_op = recovered.snapshot_op;
+                recovered_end = (recovered.state.catalog.applied_op, recovered.end_offset);
                 self.metrics.metadata_recovered(recovered.snapshot_op, recovered.replayed_ops);
                 tracing::info!(
                     snapshot_op = recovered.snapshot_op,
@@ -816,6 +821,12 @@ impl ShardState {
         }
         self.recover_committed_ends().await;
         self.recover_offsets().await;
+        let applied = self.metadata.as_ref().map(|m| m.state.catalog.applied_op);
+        if applied == Some(recovered_end.0) {
+            // Replaces an unusable snapshot now, or one the replay found far behind (ops applied
+            // since, on the way back to normal, made their own saves).
+            self.save_metadata_snapshot(recovered_end.1);
+        }
         if let Some(metadata) = &self.metadata {
             self.publish(Arc::new(metadata.state.catalog.clone()));
         }
@@ -1113,6 +1124,7 @@ impl ShardState {
             snapshot_op: 0,
             replayed_ops: 0,
             snapshot_unusable: false,
+            end_offset: 0,
         };
         let mut offset = log.first_offset();
         let restored = match loaded {
@@ -1141,6 +1153,7 @@ impl ShardState {
             Ok(Some((state, end_offset))) => {
                 recovered.snapshot_op = state.catalog.applied_op;
                 recovered.state = state;
+                recovered.end_offset = end_offset;
                 offset = end_offset.max(offset);
             }
             Err(why) if log.first_offset() == 0 => {
@@ -1178,6 +1191,7 @@ impl ShardState {
                 }
                 apply_metadata(&mut recovered.state, &prepare);
                 recovered.replayed_ops += 1;
+                recovered.end_offset = offset;
             }
         }
         Ok(recovered)
