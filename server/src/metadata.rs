@@ -681,7 +681,7 @@ impl MetaReply {
         while !text.is_char_boundary(end) {
             end -= 1;
         }
-        MetaReply { error: code as u32, body: text[..end].as_bytes().to_vec() }
+        MetaReply { error: code as u32, body: text.as_bytes()[..end].to_vec() }
     }
 
     /// The bytes the client table keeps: `error u32` (little-endian), then the body.

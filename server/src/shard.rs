@@ -630,6 +630,11 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
     let load_producers = {
         let (storage, dir) = (storage.clone(), dir.clone());
         async move |group: u64| -> Option<Vec<u8>> {
+            // The metadata group's `state` file is the metadata snapshot, and its log holds no
+            // idempotent batches.
+            if group == METADATA_GROUP {
+                return None;
+            }
             let saved = state::load(&storage, &group_dir(&dir, group)).await.ok()??;
             let (_, producers) = PartitionOffsets::decode_snapshot(&saved.bytes).ok()?;
             producers.map(<[u8]>::to_vec)
