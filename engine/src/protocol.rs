@@ -182,6 +182,10 @@ pub enum ErrorCode {
     /// An idempotent batch from an older producer epoch than the partition's newest: not
     /// appended; this producer instance is fenced.
     ProducerFenced = 28,
+    /// An admin request from a session the metadata group's client table does not hold: it was
+    /// never registered, or it was evicted (the least recently used beyond the node's
+    /// `metadata.sessions_max`). Not executed; register again (a new session) and resend.
+    SessionExpired = 29,
 }
 
 impl ErrorCode {
@@ -217,6 +221,7 @@ impl ErrorCode {
             26 => OutOfOrderSequence,
             27 => UnknownProducer,
             28 => ProducerFenced,
+            29 => SessionExpired,
             _ => return None,
         })
     }

@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+mod client_table;
 pub mod codec;
 mod config;
 mod lag;
@@ -15,6 +16,9 @@ mod producers;
 mod replica;
 pub mod simulator;
 
+pub use client_table::{
+    ClientCheck, ClientLimits, ClientSnapshotError, ClientTable, ClientTableError,
+};
 pub use config::{ReplicaConfig, TICK_MS};
 pub use lag::{GroupStatus, ReplicaProgress, ReplicaState};
 pub use message::{

@@ -60,6 +60,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// The log.
     pub log: LogConfig,
+    /// The metadata state machine.
+    pub metadata: MetadataConfig,
     /// Settings a topic gets when its creator does not choose.
     pub topic_defaults: TopicDefaults,
     /// One entry per shard, index = shard.
@@ -137,6 +139,22 @@ impl MetricsConfig {
     /// The listen setting as written: `IP:PORT` or `off`.
     pub fn listen_text(&self) -> String {
         self.listen.map_or_else(|| "off".to_string(), |address| address.to_string())
+    }
+}
+
+/// The metadata state machine (shard 0's metadata group).
+#[derive(Clone, Copy, Debug)]
+pub struct MetadataConfig {
+    /// Committed metadata ops between two snapshots of the metadata state: restart replays at
+    /// most about this many ops of the metadata log.
+    pub snapshot_interval_ops: u64,
+    /// Sessions the client table keeps; registering one more expires the least recently used.
+    pub sessions_max: usize,
+}
+
+impl Default for MetadataConfig {
+    fn default() -> Self {
+        MetadataConfig { snapshot_interval_ops: 1024, sessions_max: 4096 }
     }
 }
 
@@ -327,6 +345,7 @@ impl Config {
             network: NetworkConfig::default(),
             metrics: MetricsConfig::default(),
             log: LogConfig::default(),
+            metadata: MetadataConfig::default(),
             topic_defaults,
             shard: (0..shards)
                 .map(|index| ShardSettings {
@@ -355,6 +374,10 @@ impl Config {
                     durability_name(self.topic_defaults.durability).into(),
                 );
             }
+        }
+        let mut metadata = serde_json::Map::new();
+        for key in &METADATA_KEYS {
+            metadata.insert(key.name.into(), (key.get)(&self.metadata).into());
         }
         let shard: Vec<serde_json::Value> = self
             .shard
@@ -388,6 +411,7 @@ impl Config {
             "network": network,
             "metrics": { "listen": self.metrics.listen_text() },
             "log": { "level": self.log.level },
+            "metadata": metadata,
             "topic_defaults": topic_defaults,
             "shard": shard,
         })
@@ -425,6 +449,11 @@ impl Config {
         line(String::new());
         line("[log]".into());
         line(format!("level = {}", quoted(&self.log.level)));
+        line(String::new());
+        line("[metadata]".into());
+        for key in &METADATA_KEYS {
+            line(format!("{} = {}", key.name, (key.get)(&self.metadata)));
+        }
         line(String::new());
         line("[topic_defaults]".into());
         for key in &TOPIC_KEYS {
@@ -667,6 +696,12 @@ impl Layers {
                         self.set(Scope::Metrics, key, Raw::Toml(value), written)?;
                     }
                 }
+                "metadata" => {
+                    for (key, value) in section(value, "metadata")? {
+                        let written = format!("metadata.{key}");
+                        self.set(Scope::Metadata, key, Raw::Toml(value), written)?;
+                    }
+                }
                 "log" => {
                     for (key, value) in section(value, "log")? {
                         let written = format!("log.{key}");
@@ -767,6 +802,11 @@ impl Layers {
         for key in &NETWORK_KEYS {
             if let Some(given) = self.ints.get(&(Scope::Network, key.name)) {
                 (key.set)(&mut config.network, given.value);
+            }
+        }
+        for key in &METADATA_KEYS {
+            if let Some(given) = self.ints.get(&(Scope::Metadata, key.name)) {
+                (key.set)(&mut config.metadata, given.value);
             }
         }
         for key in &TOPIC_KEYS {
@@ -1274,6 +1314,7 @@ enum Scope {
     Network,
     Metrics,
     Log,
+    Metadata,
     TopicDefaults,
     /// `[shard]`: every shard's defaults.
     Shard,
@@ -1289,6 +1330,7 @@ impl Scope {
             Scope::Network => format!("network.{name}"),
             Scope::Metrics => format!("metrics.{name}"),
             Scope::Log => format!("log.{name}"),
+            Scope::Metadata => format!("metadata.{name}"),
             Scope::TopicDefaults => format!("topic_defaults.{name}"),
             Scope::Shard => format!("shard.{name}"),
             Scope::ShardN(index) => format!("shard.{index}.{name}"),
@@ -1303,6 +1345,7 @@ impl Scope {
         match self {
             Scope::Server | Scope::Metrics | Scope::Log => None,
             Scope::Network => find(&NETWORK_KEYS, name),
+            Scope::Metadata => find(&METADATA_KEYS, name),
             Scope::TopicDefaults => find(&TOPIC_KEYS, name),
             Scope::Shard | Scope::ShardN(_) if is_bool_key(name) => None,
             Scope::Shard | Scope::ShardN(_) => {
@@ -1336,6 +1379,9 @@ fn env_key(var: &str) -> Option<(Scope, &'static str)> {
     // The one variable outside the SHOAL_<SECTION>_<KEY> rule: SHOAL_LOG, like RUST_LOG.
     if suffix == "LOG" {
         return Some((Scope::Log, "level"));
+    }
+    if let Some(key) = METADATA_KEYS.iter().find(|key| matches("METADATA_", key.name)) {
+        return Some((Scope::Metadata, key.name));
     }
     if matches("TOPIC_DEFAULTS_", "durability") {
         return Some((Scope::TopicDefaults, "durability"));
@@ -1462,6 +1508,24 @@ struct IntKey<T> {
     get: fn(&T) -> u64,
     set: fn(&mut T, u64),
 }
+
+/// `[metadata]`.
+const METADATA_KEYS: [IntKey<MetadataConfig>; 2] = [
+    IntKey {
+        name: "snapshot_interval_ops",
+        min: 1,
+        max: 1 << 32,
+        get: |c| c.snapshot_interval_ops,
+        set: |c, v| c.snapshot_interval_ops = v,
+    },
+    IntKey {
+        name: "sessions_max",
+        min: 1,
+        max: 1 << 20,
+        get: |c| c.sessions_max as u64,
+        set: |c, v| c.sessions_max = v as usize,
+    },
+];
 
 /// `[network]`.
 const NETWORK_KEYS: [IntKey<NetworkConfig>; 6] = [
@@ -1770,6 +1834,7 @@ mod tests {
         keys.push((Scope::Network, "shard_listen"));
         keys.push((Scope::Metrics, "listen"));
         keys.push((Scope::Log, "level"));
+        keys.extend(METADATA_KEYS.iter().map(|key| (Scope::Metadata, key.name)));
         keys.push((Scope::TopicDefaults, "durability"));
         keys.extend(TOPIC_KEYS.iter().map(|key| (Scope::TopicDefaults, key.name)));
         keys.extend(STORAGE_KEYS.iter().map(|key| (Scope::Shard, key.name)));
@@ -1783,6 +1848,7 @@ mod tests {
             Scope::Network => "NETWORK_",
             Scope::Metrics => "METRICS_",
             Scope::Log => return "SHOAL_LOG".to_string(),
+            Scope::Metadata => "METADATA_",
             Scope::TopicDefaults => "TOPIC_DEFAULTS_",
             Scope::Shard | Scope::ShardN(_) => "SHARD_",
         };

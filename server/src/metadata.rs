@@ -1,12 +1,17 @@
-//! The metadata state machine: streams, topics, their partitions' groups and shards, and client
-//! sessions. Its log is the metadata VSR group (group 0, on shard 0, `persisted`): every change is
-//! a [`MetaCommand`] carried as the value of a one-record batch, and the [`Catalog`] is what
-//! applying the committed log in op order yields. Restart replays the log.
+//! The metadata state machine: streams, topics, their partitions' groups and shards, client
+//! sessions and the client table that deduplicates admin requests. Its log is the metadata VSR
+//! group (group 0, on shard 0, `persisted`): every change is a [`MetaCommand`] carried as the
+//! value of a one-record batch, and the [`MetaState`] (the [`Catalog`] plus the client table) is
+//! what applying the committed log in op order yields. Restart restores the newest snapshot
+//! ([`MetaState::encode_snapshot`], saved by the shard every `metadata.snapshot_interval_ops`
+//! ops) and replays the log past it.
 //!
-//! It owns the command encoding, the validation of a command against the catalog and the
-//! deterministic apply (group ids and shards assigned from the catalog alone, times from the
-//! prepare header). It must never read a clock, touch storage or a socket, or depend on anything
-//! but the catalog and the command: two replicas applying the same log must agree byte for byte.
+//! It owns the command encoding, the validation of a command against the catalog, the client
+//! table's use (which requests execute, which are answered with a kept reply), the deterministic
+//! apply (group ids and shards assigned from the catalog alone, times from the prepare header)
+//! and the snapshot bytes. It must never read a clock, touch storage or a socket, or depend on
+//! anything but the state and the op: two replicas applying the same log must agree byte for
+//! byte, and so must a replay from a snapshot and a replay from the first op.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,6 +25,7 @@ use shoal_engine::superblock::{
     Durability, GroupConfig, SEGMENT_SIZE_BYTES_MAX, SEGMENT_SIZE_BYTES_MIN,
 };
 use shoal_engine::wire::HEADER_SIZE;
+use shoal_replication::{ClientCheck, ClientLimits, ClientTable};
 
 use crate::config::TopicDefaults;
 
@@ -208,13 +214,8 @@ impl MetaCommand {
                 w.u8(TAG_DELETE_STREAM).str(name);
             }
             MetaCommand::CreateTopic { stream, topic, settings } => {
-                let durability = match settings.durability {
-                    Durability::Replicated => 1,
-                    Durability::Persisted => 2,
-                };
-                w.u8(TAG_CREATE_TOPIC).str(stream).str(topic).u32(settings.partitions);
-                w.u8(durability).u64(settings.retention_bytes).u64(settings.retention_ms);
-                w.u64(settings.segment_size_bytes).u64(settings.message_size_bytes_max);
+                w.u8(TAG_CREATE_TOPIC).str(stream).str(topic);
+                encode_settings(&mut w, settings);
             }
             MetaCommand::DeleteTopic { stream, topic } => {
                 w.u8(TAG_DELETE_TOPIC).str(stream).str(topic);
@@ -244,25 +245,7 @@ impl MetaCommand {
             TAG_CREATE_TOPIC => {
                 let stream = r.name("stream")?;
                 let topic = r.name("topic")?;
-                let partitions = r.u32("partitions")?;
-                let durability = match r.u8("durability")? {
-                    1 => Durability::Replicated,
-                    2 => Durability::Persisted,
-                    other => {
-                        return Err(ProtocolError::Invalid {
-                            field: "durability",
-                            reason: format!("{other}"),
-                        });
-                    }
-                };
-                let settings = TopicSettings {
-                    partitions,
-                    durability,
-                    retention_bytes: r.u64("retention_bytes")?,
-                    retention_ms: r.u64("retention_ms")?,
-                    segment_size_bytes: r.u64("segment_size_bytes")?,
-                    message_size_bytes_max: r.u64("message_size_bytes_max")?,
-                };
+                let settings = decode_settings(&mut r)?;
                 MetaCommand::CreateTopic { stream, topic, settings }
             }
             TAG_DELETE_TOPIC => {
@@ -455,6 +438,12 @@ impl Catalog {
                 Ok(())
             }
         }
+    }
+
+    /// Counts `op` as applied without changing anything (an op whose command is not executed:
+    /// unreadable, or a duplicate the client table answers).
+    pub fn skip(&mut self, op: u64) {
+        self.applied_op = self.applied_op.max(op);
     }
 
     /// Applies a committed command at `op`, appended at `append_time_ms`. A command that no
@@ -663,6 +652,317 @@ impl Catalog {
     }
 }
 
+/// The largest reply the client table keeps per session: a metadata reply is a session id, an
+/// empty success or an error's text, which [`MetaReply::bounded`] cuts to fit.
+pub const META_REPLY_BYTES_MAX: usize = 1024;
+
+/// Snapshot format version (`docs/storage-format.md`, "Metadata snapshot").
+const SNAPSHOT_VERSION: u16 = 1;
+
+/// The answer to one metadata request, as its client gets it and the client table keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetaReply {
+    /// `0` or an [`ErrorCode`].
+    pub error: u32,
+    /// The result, or the error's text.
+    pub body: Vec<u8>,
+}
+
+impl MetaReply {
+    /// A success.
+    pub fn ok(body: Vec<u8>) -> MetaReply {
+        MetaReply { error: 0, body }
+    }
+
+    /// An error, its text cut (at a character boundary) so the encoded reply fits the client
+    /// table's bound: replicas cut identically, so their tables agree.
+    pub fn error(code: ErrorCode, text: &str) -> MetaReply {
+        let mut end = text.len().min(META_REPLY_BYTES_MAX - 4);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        MetaReply { error: code as u32, body: text.as_bytes()[..end].to_vec() }
+    }
+
+    /// The bytes the client table keeps: `error u32` (little-endian), then the body.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(4 + self.body.len());
+        out.extend_from_slice(&self.error.to_le_bytes());
+        out.extend_from_slice(&self.body);
+        out
+    }
+
+    /// A reply the client table kept (`None`: fewer than 4 bytes, which `encode` never writes).
+    pub fn decode(bytes: &[u8]) -> Option<MetaReply> {
+        let error = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
+        Some(MetaReply { error, body: bytes[4..].to_vec() })
+    }
+}
+
+/// The metadata state machine's whole state: the catalog every shard reads, and the client
+/// table only shard 0 consults (kept apart so publishing a catalog never copies the table).
+///
+/// A request from a registered session (`session != 0`) goes through the client table: checked
+/// before it is proposed ([`MetaState::admit`]: a duplicate is answered at once) and again when
+/// it commits ([`MetaState::apply`]: the log may hold a retry twice; the second copy executes
+/// nothing and answers with the first one's reply). Requests of session 0 (a client that never
+/// registered, and the coordinator's own rebalances) are executed as they come.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetaState {
+    /// What exists.
+    pub catalog: Catalog,
+    /// Per session, its newest admin request and that request's reply.
+    pub clients: ClientTable,
+}
+
+impl MetaState {
+    /// An empty state (see [`Catalog::new`]) whose client table keeps `sessions_max` sessions.
+    pub fn new(shards: u32, groups_per_shard_max: u32, sessions_max: usize) -> MetaState {
+        MetaState {
+            catalog: Catalog::new(shards, groups_per_shard_max),
+            clients: ClientTable::new(client_limits(sessions_max)),
+        }
+    }
+
+    /// Whether a request may be proposed: `Err` is its answer without entering the log (the
+    /// original reply of a duplicate, or a refusal).
+    pub fn admit(
+        &self,
+        session: u64,
+        request: u64,
+        command: &MetaCommand,
+    ) -> Result<(), MetaReply> {
+        if session != 0 {
+            self.client_check(session, request)?;
+        }
+        self.catalog.check(command).map_err(|(code, text)| MetaReply::error(code, &text))
+    }
+
+    /// Applies the committed op `op` (appended at `append_time_ms`, proposed for `session`'s
+    /// request `request`) carrying `command` (`None`: the op's body is not a command) and
+    /// returns the reply its client gets. Deterministic: the same log gives the same state and
+    /// replies on every replica and on every replay.
+    pub fn apply(
+        &mut self,
+        op: u64,
+        append_time_ms: i64,
+        session: u64,
+        request: u64,
+        command: Option<&MetaCommand>,
+    ) -> MetaReply {
+        let Some(command) = command else {
+            // A committed op that is not a command cannot come from this server; skipping it
+            // keeps the op sequence, refusing would stop metadata for good.
+            self.catalog.skip(op);
+            return MetaReply::error(
+                ErrorCode::InvalidRequest,
+                &format!("metadata op {op} is not a command"),
+            );
+        };
+        if session != 0
+            && let Err(answer) = self.client_check(session, request)
+        {
+            self.catalog.skip(op);
+            return answer;
+        }
+        let reply = match self.catalog.apply(op, append_time_ms, command) {
+            Ok(Applied::Session(id)) => {
+                self.clients.register(id, op);
+                MetaReply::ok(shoal_engine::protocol::encode_session(id))
+            }
+            Ok(Applied::Done) => MetaReply::ok(Vec::new()),
+            Err((code, text)) => MetaReply::error(code, &text),
+        };
+        if session != 0 {
+            // Checked new just above, and `MetaReply` keeps within the bound: this cannot fail.
+            let recorded = self.clients.apply(session, request, op, &reply.encode());
+            debug_assert!(recorded.is_ok(), "{recorded:?}");
+        }
+        reply
+    }
+
+    /// The client table's verdict as an answer: `Ok` for a new request.
+    fn client_check(&self, session: u64, request: u64) -> Result<(), MetaReply> {
+        match self.clients.check(session, request) {
+            ClientCheck::New => Ok(()),
+            ClientCheck::Duplicate(kept) => Err(MetaReply::decode(kept).unwrap_or_else(|| {
+                MetaReply::error(ErrorCode::InvalidRequest, "the kept reply is unreadable")
+            })),
+            ClientCheck::Stale { newest } => Err(MetaReply::error(
+                ErrorCode::InvalidRequest,
+                &format!(
+                    "request {request} of session {session} is older than its newest admin \
+                     request {newest}; its reply is no longer kept"
+                ),
+            )),
+            ClientCheck::UnknownSession => Err(MetaReply::error(
+                ErrorCode::SessionExpired,
+                &format!("session {session} is unknown or expired: register again"),
+            )),
+        }
+    }
+
+    /// The snapshot bytes (`docs/storage-format.md`, "Metadata snapshot").
+    pub fn encode_snapshot(&self) -> Vec<u8> {
+        let c = &self.catalog;
+        let mut w = Writer::new();
+        w.u16(SNAPSHOT_VERSION).u64(c.applied_op).u32(c.shards).u64(c.next_group);
+        w.u32(c.groups_per_shard.len() as u32);
+        for count in &c.groups_per_shard {
+            w.u32(*count);
+        }
+        w.u32(c.streams.len() as u32);
+        for (name, stream) in &c.streams {
+            w.str(name).i64(stream.created_ms).u32(stream.topics.len() as u32);
+            for (name, topic) in &stream.topics {
+                w.str(name).i64(topic.created_ms);
+                encode_settings(&mut w, &topic.settings);
+                w.u32(topic.partitions.len() as u32);
+                for place in &topic.partitions {
+                    w.u64(place.group).u32(place.shard);
+                }
+                w.u32(topic.consumer_groups.len() as u32);
+                for (name, group) in &topic.consumer_groups {
+                    w.str(name).u64(group.generation).u32(group.members.len() as u32);
+                    for member in &group.members {
+                        w.str(&member.member).u32(member.session_timeout_ms);
+                        w.u32(member.partitions.len() as u32);
+                        for partition in &member.partitions {
+                            w.u32(*partition);
+                        }
+                    }
+                }
+            }
+        }
+        w.bytes(&self.clients.encode());
+        w.finish()
+    }
+
+    /// A state from snapshot bytes, for a node of `shards` shards of `groups_per_shard_max`
+    /// groups keeping `sessions_max` sessions. Hostile-input safe: every count is bounded by the
+    /// bytes present before anything is allocated, every name by the name rule, and every
+    /// partition's shard by `shards`.
+    pub fn decode_snapshot(
+        bytes: &[u8],
+        shards: u32,
+        groups_per_shard_max: u32,
+        sessions_max: usize,
+    ) -> Result<MetaState, ProtocolError> {
+        let invalid = |field, reason: String| ProtocolError::Invalid { field, reason };
+        let mut r = Reader::new(bytes);
+        let version = r.u16("version")?;
+        if version != SNAPSHOT_VERSION {
+            return Err(invalid("version", format!("{version}, this build reads 1")));
+        }
+        let applied_op = r.u64("applied_op")?;
+        let snapshot_shards = r.u32("shards")?;
+        if snapshot_shards != shards {
+            return Err(invalid("shards", format!("{snapshot_shards}, the node has {shards}")));
+        }
+        let next_group = r.u64("next_group")?;
+        let count = r.count("groups_per_shard", 4)?;
+        if count != shards as usize {
+            return Err(invalid("groups_per_shard", format!("{count} counts for {shards} shards")));
+        }
+        let groups_per_shard = (0..count).map(|_| r.u32("groups")).collect::<Result<_, _>>()?;
+        let mut streams = BTreeMap::new();
+        // The smallest stream: an empty name, created_ms and a topic count.
+        for _ in 0..r.count("streams", 2 + 8 + 4)? {
+            let name = r.name("stream")?;
+            let created_ms = r.i64("created_ms")?;
+            let mut topics = BTreeMap::new();
+            // The smallest topic: name, created_ms, settings and two counts.
+            for _ in 0..r.count("topics", 2 + 8 + SETTINGS_SIZE + 4 + 4)? {
+                let topic_name = r.name("topic")?;
+                let topic_created_ms = r.i64("created_ms")?;
+                let settings = decode_settings(&mut r)?;
+                let partitions = (0..r.count("partitions", 8 + 4)?)
+                    .map(|_| {
+                        let group = r.u64("group")?;
+                        let shard = r.u32("shard")?;
+                        if shard >= shards {
+                            return Err(invalid("shard", format!("{shard} of {shards}")));
+                        }
+                        Ok(PartitionPlace { group, shard })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut consumer_groups = BTreeMap::new();
+                for _ in 0..r.count("consumer_groups", 2 + 8 + 4)? {
+                    let group_name = r.name("group")?;
+                    let generation = r.u64("generation")?;
+                    let members = (0..r.count("members", 2 + 4 + 4)?)
+                        .map(|_| {
+                            let member = r.name("member")?;
+                            let session_timeout_ms = r.u32("session_timeout_ms")?;
+                            let partitions = (0..r.count("partitions", 4)?)
+                                .map(|_| r.u32("partition"))
+                                .collect::<Result<_, _>>()?;
+                            Ok(GroupMemberAssignment { member, session_timeout_ms, partitions })
+                        })
+                        .collect::<Result<Vec<_>, ProtocolError>>()?;
+                    consumer_groups.insert(group_name, ConsumerGroup { generation, members });
+                }
+                let topic =
+                    Topic { settings, partitions, created_ms: topic_created_ms, consumer_groups };
+                topics.insert(topic_name, topic);
+            }
+            streams.insert(name, Stream { topics, created_ms });
+        }
+        let clients = r.bytes("clients", bytes.len())?;
+        let clients = ClientTable::decode(clients, client_limits(sessions_max))
+            .map_err(|e| invalid("clients", e.0))?;
+        r.end()?;
+        let catalog = Catalog {
+            applied_op,
+            shards,
+            streams,
+            next_group,
+            groups_per_shard,
+            // The node's bound now, as a full replay would use.
+            groups_per_shard_max,
+        };
+        Ok(MetaState { catalog, clients })
+    }
+}
+
+/// The client table's bounds on a node keeping `sessions_max` sessions.
+fn client_limits(sessions_max: usize) -> ClientLimits {
+    ClientLimits { sessions_max, reply_bytes_max: META_REPLY_BYTES_MAX }
+}
+
+/// Encoded topic settings: partitions, durability, retention bytes and ms, segment size,
+/// message size.
+const SETTINGS_SIZE: usize = 4 + 1 + 8 + 8 + 8 + 8;
+
+fn encode_settings(w: &mut Writer, settings: &TopicSettings) {
+    let durability = match settings.durability {
+        Durability::Replicated => 1,
+        Durability::Persisted => 2,
+    };
+    w.u32(settings.partitions).u8(durability).u64(settings.retention_bytes);
+    w.u64(settings.retention_ms).u64(settings.segment_size_bytes);
+    w.u64(settings.message_size_bytes_max);
+}
+
+fn decode_settings(r: &mut Reader<'_>) -> Result<TopicSettings, ProtocolError> {
+    let partitions = r.u32("partitions")?;
+    let durability = match r.u8("durability")? {
+        1 => Durability::Replicated,
+        2 => Durability::Persisted,
+        other => {
+            return Err(ProtocolError::Invalid { field: "durability", reason: format!("{other}") });
+        }
+    };
+    Ok(TopicSettings {
+        partitions,
+        durability,
+        retention_bytes: r.u64("retention_bytes")?,
+        retention_ms: r.u64("retention_ms")?,
+        segment_size_bytes: r.u64("segment_size_bytes")?,
+        message_size_bytes_max: r.u64("message_size_bytes_max")?,
+    })
+}
+
 fn check_name(name: &str) -> Result<(), (ErrorCode, String)> {
     validate_name(name).map_err(|reason| (ErrorCode::InvalidName, format!("{name:?}: {reason}")))
 }
@@ -767,6 +1067,145 @@ mod tests {
         let unknown = MetaCommand::DeleteTopic { stream: "x".into(), topic: "t".into() };
         assert_eq!(a.apply(5, 14, &unknown).unwrap_err().0, ErrorCode::StreamNotFound);
         assert_eq!(a.applied_op, 5);
+    }
+
+    /// A log of (session, request, command) as the shard proposes them.
+    fn sample_log() -> Vec<(u64, u64, MetaCommand)> {
+        let create = MetaCommand::CreateTopic {
+            stream: "s".into(),
+            topic: "t".into(),
+            settings: settings(2),
+        };
+        vec![
+            (0, 1, MetaCommand::RegisterSession),
+            (1, 5, MetaCommand::CreateStream { name: "s".into() }),
+            (1, 6, create.clone()),
+            // The retry of request 6 entered the log too (say, after a view change).
+            (1, 6, create.clone()),
+            (0, 1, MetaCommand::RegisterSession),
+            (
+                0,
+                2,
+                MetaCommand::Rebalance {
+                    stream: "s".into(),
+                    topic: "t".into(),
+                    group: "g".into(),
+                    generation: 1,
+                    members: vec![GroupMemberAssignment {
+                        member: "m".into(),
+                        session_timeout_ms: 1000,
+                        partitions: vec![0, 1],
+                    }],
+                },
+            ),
+            (5, 1, MetaCommand::CreateStream { name: "other".into() }),
+            // A new request number re-executes, and is refused.
+            (1, 7, create),
+        ]
+    }
+
+    fn apply_all(
+        state: &mut MetaState,
+        log: &[(u64, u64, MetaCommand)],
+        from: usize,
+    ) -> Vec<MetaReply> {
+        log.iter()
+            .enumerate()
+            .skip(from)
+            .map(|(i, (session, request, command))| {
+                state.apply(i as u64 + 1, 100 + i as i64, *session, *request, Some(command))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn metadata_retried_request_gets_its_original_reply_and_executes_once() {
+        let log = sample_log();
+        let mut state = MetaState::new(2, 16, 8);
+        let replies = apply_all(&mut state, &log, 0);
+        assert_eq!(replies[0], MetaReply::ok(shoal_engine::protocol::encode_session(1)));
+        assert_eq!(replies[2], MetaReply::ok(Vec::new()));
+        assert_eq!(replies[3], replies[2], "the retry in the log gets the original reply");
+        assert_eq!(state.catalog.next_group, 3, "the topic's 2 partitions were placed once");
+        assert_eq!(replies[7].error, ErrorCode::TopicExists as u32);
+        assert_eq!(replies[6], MetaReply::ok(Vec::new()), "session 5 was registered at op 5");
+
+        // Before proposing: a duplicate is answered from the table, a newer number is checked
+        // against the catalog, an older one is stale, an unknown session must register again.
+        let create = &log[2].2;
+        assert_eq!(state.admit(1, 7, create), Err(replies[7].clone()));
+        assert_eq!(state.admit(1, 8, create).unwrap_err().error, ErrorCode::TopicExists as u32);
+        assert_eq!(state.admit(1, 6, create).unwrap_err().error, ErrorCode::InvalidRequest as u32);
+        let expired = state.admit(99, 1, create).unwrap_err();
+        assert_eq!(expired.error, ErrorCode::SessionExpired as u32);
+        // And the same at apply, for copies that reached the log anyway.
+        let stale = state.apply(9, 0, 1, 6, Some(create));
+        assert_eq!(stale.error, ErrorCode::InvalidRequest as u32);
+        assert_eq!(state.apply(10, 0, 99, 1, Some(create)).error, ErrorCode::SessionExpired as u32);
+        assert_eq!(state.apply(11, 0, 1, 9, None).error, ErrorCode::InvalidRequest as u32);
+        assert_eq!(state.catalog.applied_op, 11, "skipped ops still count as applied");
+    }
+
+    #[test]
+    fn metadata_sessions_beyond_the_bound_expire_least_recent_first() {
+        let mut state = MetaState::new(1, 8, 2);
+        for op in 1..=2 {
+            state.apply(op, 0, 0, op, Some(&MetaCommand::RegisterSession));
+        }
+        // Session 1 acts, so session 2 is the least recently used when session 4 registers.
+        let stream = MetaCommand::CreateStream { name: "s".into() };
+        assert_eq!(state.apply(3, 0, 1, 1, Some(&stream)), MetaReply::ok(Vec::new()));
+        state.apply(4, 0, 0, 9, Some(&MetaCommand::RegisterSession));
+        let other = MetaCommand::CreateStream { name: "x".into() };
+        assert_eq!(state.admit(2, 1, &other).unwrap_err().error, ErrorCode::SessionExpired as u32);
+        assert_eq!(state.admit(1, 2, &other), Ok(()));
+        assert_eq!(state.admit(4, 1, &other), Ok(()));
+    }
+
+    #[test]
+    fn metadata_reply_text_is_cut_to_the_client_table_bound() {
+        let long = "é".repeat(META_REPLY_BYTES_MAX);
+        let reply = MetaReply::error(ErrorCode::InvalidName, &long);
+        assert!(reply.encode().len() <= META_REPLY_BYTES_MAX);
+        assert!(std::str::from_utf8(&reply.body).is_ok(), "cut at a character boundary");
+        assert_eq!(MetaReply::decode(&reply.encode()), Some(reply));
+        assert_eq!(MetaReply::decode(&[1, 2]), None);
+    }
+
+    #[test]
+    fn metadata_snapshot_restores_what_a_full_replay_builds() {
+        let log = sample_log();
+        let mut full = MetaState::new(2, 16, 8);
+        let replies = apply_all(&mut full, &log, 0);
+        for cut in 0..=log.len() {
+            let mut head = MetaState::new(2, 16, 8);
+            apply_all(&mut head, &log[..cut], 0);
+            let bytes = head.encode_snapshot();
+            let mut restored = MetaState::decode_snapshot(&bytes, 2, 16, 8).unwrap();
+            assert_eq!(restored, head, "cut {cut}");
+            let tail = apply_all(&mut restored, &log, cut);
+            assert_eq!(tail, replies[cut..], "cut {cut}");
+            assert_eq!(restored, full, "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn metadata_snapshot_refuses_damage() {
+        let mut state = MetaState::new(2, 16, 8);
+        apply_all(&mut state, &sample_log(), 0);
+        let bytes = state.encode_snapshot();
+        for len in 0..bytes.len() {
+            assert!(MetaState::decode_snapshot(&bytes[..len], 2, 16, 8).is_err(), "cut at {len}");
+        }
+        // Flipped bytes either fail to decode or decode to something; never a panic (the file
+        // checksum catches damage before this decoder sees it).
+        for at in 0..bytes.len() {
+            let mut flipped = bytes.clone();
+            flipped[at] ^= 0xff;
+            let _ = MetaState::decode_snapshot(&flipped, 2, 16, 8);
+        }
+        let error = MetaState::decode_snapshot(&bytes, 3, 16, 8).unwrap_err();
+        assert!(error.to_string().contains("shards"), "{error}");
     }
 
     #[test]

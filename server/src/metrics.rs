@@ -135,6 +135,14 @@ pub struct ShardMetrics {
     fetch_latency: Histogram,
     retention_segments: Cell<u64>,
     retention_bytes: Cell<u64>,
+    /// Shard 0: the op the newest metadata snapshot covers (saved or restored).
+    metadata_snapshot_op: Cell<u64>,
+    /// Shard 0: metadata snapshots saved since start.
+    metadata_snapshots: Cell<u64>,
+    /// Shard 0: metadata ops replayed from the log at start-up (past the snapshot).
+    metadata_replayed_ops: Cell<u64>,
+    /// Shard 0: admin requests answered from the client table without entering the log.
+    metadata_duplicates: Cell<u64>,
 }
 
 impl Default for ShardMetrics {
@@ -153,6 +161,10 @@ impl Default for ShardMetrics {
             fetch_latency: Histogram::default(),
             retention_segments: Cell::new(0),
             retention_bytes: Cell::new(0),
+            metadata_snapshot_op: Cell::new(0),
+            metadata_snapshots: Cell::new(0),
+            metadata_replayed_ops: Cell::new(0),
+            metadata_duplicates: Cell::new(0),
         }
     }
 }
@@ -212,6 +224,24 @@ impl ShardMetrics {
         add(&self.sent_bytes, bytes as u64);
     }
 
+    /// Shard 0 rebuilt the metadata state from the snapshot at `snapshot_op` (0: none) and
+    /// `replayed_ops` ops of the log past it.
+    pub fn metadata_recovered(&self, snapshot_op: u64, replayed_ops: u64) {
+        self.metadata_snapshot_op.set(snapshot_op);
+        self.metadata_replayed_ops.set(replayed_ops);
+    }
+
+    /// Shard 0 saved a metadata snapshot at `op`.
+    pub fn metadata_snapshot_saved(&self, op: u64) {
+        self.metadata_snapshot_op.set(op);
+        add(&self.metadata_snapshots, 1);
+    }
+
+    /// Shard 0 answered a retried admin request from the client table.
+    pub fn metadata_duplicate(&self) {
+        add(&self.metadata_duplicates, 1);
+    }
+
     /// A retention pass deleted this much.
     pub fn retention(&self, segments: usize, bytes: u64) {
         add(&self.retention_segments, segments as u64);
@@ -268,6 +298,10 @@ pub struct ShardSnapshot {
     pub fetch_latency: HistogramSnapshot,
     pub retention_segments: u64,
     pub retention_bytes: u64,
+    pub metadata_snapshot_op: u64,
+    pub metadata_snapshots: u64,
+    pub metadata_replayed_ops: u64,
+    pub metadata_duplicates: u64,
     /// The engine's I/O counters.
     pub engine: ShardCounters,
     /// The node layer's counters.
@@ -325,6 +359,10 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         produce_latency: metrics.produce_latency.snapshot(),
         fetch_latency: metrics.fetch_latency.snapshot(),
         retention_segments: metrics.retention_segments.get(),
+        metadata_snapshot_op: metrics.metadata_snapshot_op.get(),
+        metadata_snapshots: metrics.metadata_snapshots.get(),
+        metadata_replayed_ops: metrics.metadata_replayed_ops.get(),
+        metadata_duplicates: metrics.metadata_duplicates.get(),
         retention_bytes: metrics.retention_bytes.get(),
         engine: engine.counters(),
         ring_bytes: engine.ring_bytes() as u64,
@@ -412,7 +450,7 @@ pub fn render(
     }
 
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 23] = [
+    let per_shard: [(&str, Kind, &str, Figure); 27] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -506,6 +544,31 @@ pub fn render(
             Kind::Counter,
             "Heap allocations made by the shard's thread.",
             |s| s.allocations,
+        ),
+        (
+            "shoal_metadata_snapshot_op",
+            Kind::Gauge,
+            "Shard 0: the metadata op the newest metadata snapshot covers (0 elsewhere).",
+            |s| s.metadata_snapshot_op,
+        ),
+        (
+            "shoal_metadata_snapshots_total",
+            Kind::Counter,
+            "Shard 0: metadata snapshots saved since the server started.",
+            |s| s.metadata_snapshots,
+        ),
+        (
+            "shoal_metadata_replayed_ops",
+            Kind::Gauge,
+            "Shard 0: metadata ops replayed from the log at start-up, past the snapshot.",
+            |s| s.metadata_replayed_ops,
+        ),
+        (
+            "shoal_metadata_duplicate_requests_total",
+            Kind::Counter,
+            "Shard 0: retried admin requests answered with their original reply from the \
+             client table.",
+            |s| s.metadata_duplicates,
         ),
         (
             "shoal_retention_deleted_segments_total",

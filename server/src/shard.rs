@@ -47,7 +47,7 @@ use shoal_replication::{
 use crate::config::{Config, ShardTuning};
 use crate::connection;
 use crate::groups::{self, Coordinator};
-use crate::metadata::{Applied, Catalog, METADATA_GROUP, MetaCommand, Published};
+use crate::metadata::{Catalog, METADATA_GROUP, MetaCommand, MetaReply, MetaState, Published};
 use crate::metrics::{self, ShardMetrics, ShardSnapshot};
 use crate::offsets::PartitionOffsets;
 
@@ -450,6 +450,8 @@ struct ReadDone {
 /// A group state snapshot saved (or not) by a spawned task.
 struct StateSaved {
     group: u64,
+    /// The op it covers.
+    op: u64,
     end_offset: u64,
     size_bytes: u64,
     result: shoal_engine::Result<()>,
@@ -527,15 +529,57 @@ struct ShardState {
     predicted_offsets: HashMap<u64, u64>,
 }
 
+/// What [`ShardState::replay_metadata`] rebuilt, and from where.
+struct RecoveredMetadata {
+    state: MetaState,
+    /// The op the restored snapshot covers (0: none restored).
+    snapshot_op: u64,
+    /// Ops applied from the log past it.
+    replayed_ops: u64,
+    /// A snapshot existed but could not be used.
+    snapshot_unusable: bool,
+    /// The offset after the last op in `state` (where a snapshot of it would resume).
+    end_offset: u64,
+}
+
 struct MetadataState {
-    catalog: Catalog,
-    pending: HashMap<(u64, u64), MetaWaiter>,
+    /// The catalog and the client table, as of the last applied op.
+    state: MetaState,
+    /// Who waits for each proposed request, by the proposal's (client, request): usually its
+    /// client alone, plus any retry of the same session's request that arrived meanwhile.
+    /// The value also names the proposal's session (0: none).
+    pending: HashMap<(u64, u64), (u64, Vec<MetaWaiter>)>,
+    /// The proposal of each registered session's request in flight, by (session, request), so
+    /// that a retry joins it (and is answered once it commits) rather than entering the log
+    /// again: the client table would answer a second copy anyway, but one copy is cheaper.
+    in_flight: HashMap<(u64, u64), (u64, u64)>,
+    /// The op the newest snapshot covers (saved, or restored at start-up).
+    snapshot_op: u64,
+    /// Whether a snapshot save is running (its task owns the group's new-snapshot file).
+    snapshot_saving: bool,
+    /// A snapshot is wanted before the interval is up (the one found at start-up was unusable).
+    snapshot_due: bool,
     /// The consumer group coordinator.
     coordinator: Coordinator<Slot>,
     /// The client id of the coordinator's own proposals (random per start) and its next request.
     internal_client: u64,
     internal_request: u64,
 }
+
+impl MetadataState {
+    /// Everyone waiting for the proposal (client, request), which is done with.
+    fn take_waiters(&mut self, client: u64, request: u64) -> Option<Vec<MetaWaiter>> {
+        let (session, waiters) = self.pending.remove(&(client, request))?;
+        if session != 0 {
+            self.in_flight.remove(&(session, request));
+        }
+        Some(waiters)
+    }
+}
+
+/// Retries of one in-flight metadata request that may wait for it (each from a connection, whose
+/// requests in flight are bounded too); one more is told to retry later.
+const META_WAITERS_MAX: usize = 16;
 
 /// Who waits for a metadata command: a client, or the coordinator's rebalance of a group.
 enum MetaWaiter {
@@ -586,6 +630,11 @@ async fn serve(spec: ShardSpec) -> Result<(), String> {
     let load_producers = {
         let (storage, dir) = (storage.clone(), dir.clone());
         async move |group: u64| -> Option<Vec<u8>> {
+            // The metadata group's `state` file is the metadata snapshot, and its log holds no
+            // idempotent batches.
+            if group == METADATA_GROUP {
+                return None;
+            }
             let saved = state::load(&storage, &group_dir(&dir, group)).await.ok()??;
             let (_, producers) = PartitionOffsets::decode_snapshot(&saved.bytes).ok()?;
             producers.map(<[u8]>::to_vec)
@@ -710,11 +759,28 @@ impl ShardState {
         stop: &AtomicBool,
         early: &mut Vec<Work>,
     ) -> Result<(), String> {
+        // The op and offset the metadata replay ended at.
+        let mut recovered_end = (0, 0);
         if self.index == 0 {
             let groups_max = self.node.shard_mut().config().groups_max as u32;
-            let mut catalog = Catalog::new(self.config.shards, groups_max);
+            let sessions_max = self.config.metadata.sessions_max;
+            let mut state = MetaState::new(self.config.shards, groups_max, sessions_max);
+            let mut snapshot_op = 0;
+            let mut snapshot_due = false;
             if self.node.group_ids().contains(&METADATA_GROUP) {
-                self.replay_metadata(&mut catalog).await?;
+                let recovered = self.replay_metadata().await?;
+                snapshot_due = recovered.snapshot_unusable;
+                snapshot_op = recovered.snapshot_op;
+                recovered_end = (recovered.state.catalog.applied_op, recovered.end_offset);
+                self.metrics.metadata_recovered(recovered.snapshot_op, recovered.replayed_ops);
+                tracing::info!(
+                    snapshot_op = recovered.snapshot_op,
+                    replayed_ops = recovered.replayed_ops,
+                    applied_op = recovered.state.catalog.applied_op,
+                    sessions = recovered.state.clients.len(),
+                    "metadata recovered"
+                );
+                state = recovered.state;
             } else {
                 let config = GroupConfig {
                     durability: Durability::Persisted,
@@ -734,10 +800,14 @@ impl ShardState {
                     .map_err(|e| format!("creating the metadata group: {e}"))?;
             }
             let mut coordinator = Coordinator::new(format!("{:x}", now_ms()));
-            coordinator.seed(&catalog, now_ms());
+            coordinator.seed(&state.catalog, now_ms());
             self.metadata = Some(MetadataState {
-                catalog,
+                state,
                 pending: HashMap::new(),
+                in_flight: HashMap::new(),
+                snapshot_op,
+                snapshot_saving: false,
+                snapshot_due,
                 coordinator,
                 internal_client: self.node_seed | (1 << 63),
                 internal_request: 0,
@@ -756,8 +826,14 @@ impl ShardState {
         }
         self.recover_committed_ends().await;
         self.recover_offsets().await;
+        let applied = self.metadata.as_ref().map(|m| m.state.catalog.applied_op);
+        if applied == Some(recovered_end.0) {
+            // Replaces an unusable snapshot now, or one the replay found far behind (ops applied
+            // since, on the way back to normal, made their own saves).
+            self.save_metadata_snapshot(recovered_end.1);
+        }
         if let Some(metadata) = &self.metadata {
-            self.publish(Arc::new(metadata.catalog.clone()));
+            self.publish(Arc::new(metadata.state.catalog.clone()));
         }
         // Shard 0 sent its own catalog to its inbox too; every shard now waits for it.
         loop {
@@ -921,7 +997,7 @@ impl ShardState {
             let storage = self.storage.clone();
             monoio::spawn(async move {
                 let result = state::save(&storage, &dir, &saved).await;
-                done.borrow_mut().push(StateSaved { group, end_offset, size_bytes, result });
+                done.borrow_mut().push(StateSaved { group, op, end_offset, size_bytes, result });
                 let _ = wake.try_send(Work::Wake);
             });
         }
@@ -930,7 +1006,11 @@ impl ShardState {
     /// Takes in finished snapshot saves: retention may now delete what each one covers.
     fn finish_state_saves(&mut self) {
         let saved: Vec<StateSaved> = std::mem::take(&mut *self.states_saved.borrow_mut());
-        for StateSaved { group, end_offset, size_bytes, result } in saved {
+        for StateSaved { group, op, end_offset, size_bytes, result } in saved {
+            if group == METADATA_GROUP {
+                self.finish_metadata_snapshot(op, result);
+                continue;
+            }
             let Some(offsets) = self.offsets.get_mut(&group) else { continue };
             offsets.saving = false;
             match result {
@@ -972,6 +1052,53 @@ impl ShardState {
         }
     }
 
+    /// Starts a save of the metadata state (a spawned task) once `metadata.snapshot_interval_ops`
+    /// ops were applied since the newest snapshot, one save at a time. The state is encoded
+    /// here, as of `end_offset` (the offset after the last applied op), so the task needs
+    /// nothing of the loop's.
+    fn save_metadata_snapshot(&mut self, end_offset: u64) {
+        let interval = self.config.metadata.snapshot_interval_ops;
+        let Some(metadata) = self.metadata.as_mut() else { return };
+        let op = metadata.state.catalog.applied_op;
+        let due = metadata.snapshot_due || op.saturating_sub(metadata.snapshot_op) >= interval;
+        if !due || metadata.snapshot_saving || op == 0 {
+            return;
+        }
+        metadata.snapshot_saving = true;
+        metadata.snapshot_due = false;
+        let saved = GroupState { op, end_offset, bytes: metadata.state.encode_snapshot() };
+        let dir = group_dir(&shard_dir(&self.config.data_dir, self.index), METADATA_GROUP);
+        let done = Rc::clone(&self.states_saved);
+        let wake = self.mesh[self.index as usize].clone();
+        let storage = self.storage.clone();
+        monoio::spawn(async move {
+            let result = state::save(&storage, &dir, &saved).await;
+            let size_bytes = saved.bytes.len() as u64;
+            let group = METADATA_GROUP;
+            done.borrow_mut().push(StateSaved { group, op, end_offset, size_bytes, result });
+            let _ = wake.try_send(Work::Wake);
+        });
+    }
+
+    /// Takes in a finished metadata snapshot save. The metadata log has no retention, so
+    /// nothing is deleted: the snapshot only shortens the replay at start-up.
+    fn finish_metadata_snapshot(&mut self, op: u64, result: shoal_engine::Result<()>) {
+        let Some(metadata) = self.metadata.as_mut() else { return };
+        metadata.snapshot_saving = false;
+        match result {
+            Ok(()) => {
+                metadata.snapshot_op = op;
+                self.metrics.metadata_snapshot_saved(op);
+                tracing::debug!(op, "metadata snapshot saved");
+            }
+            Err(error) => {
+                // Tried again once the interval is up again; the log still holds everything.
+                metadata.snapshot_op = op;
+                tracing::error!(op, %error, "metadata snapshot failed");
+            }
+        }
+    }
+
     fn all_normal(&self) -> bool {
         self.node.group_ids().into_iter().all(|group| {
             self.node.group_failure(group).is_some()
@@ -979,18 +1106,78 @@ impl ShardState {
         })
     }
 
-    /// Applies the committed metadata log (up to what the recovered replica knows committed);
-    /// ops committed later arrive through the normal path.
-    async fn replay_metadata(&mut self, catalog: &mut Catalog) -> Result<(), String> {
+    /// Rebuilds the metadata state: the newest snapshot, then the committed log past it (up to
+    /// what the recovered replica knows committed); ops committed later arrive through the
+    /// normal path. A snapshot that is damaged, does not decode or is ahead of the log is not
+    /// used: the whole log is replayed instead, which it still holds because the metadata group
+    /// has no retention (if it ever lost its first ops, start-up refuses with the reason).
+    async fn replay_metadata(&mut self) -> Result<RecoveredMetadata, String> {
         let commit = self.node.replica(METADATA_GROUP).map_or(0, |r| r.commit());
+        let groups_max = self.node.shard_mut().config().groups_max as u32;
+        let (shards, sessions_max) = (self.config.shards, self.config.metadata.sessions_max);
+        let dir = group_dir(&shard_dir(&self.config.data_dir, self.index), METADATA_GROUP);
+        let loaded = state::load(&self.storage, &dir).await;
         let Some(log) = self.node.shard_mut().group_mut(METADATA_GROUP) else {
             return Err("metadata group vanished".into());
         };
         if let Some(reason) = log.faulty_reason() {
             return Err(format!("the metadata log is damaged: {reason}"));
         }
+        let fresh = || MetaState::new(shards, groups_max, sessions_max);
+        let mut recovered = RecoveredMetadata {
+            state: fresh(),
+            snapshot_op: 0,
+            replayed_ops: 0,
+            snapshot_unusable: false,
+            end_offset: 0,
+        };
         let mut offset = log.first_offset();
-        while catalog.applied_op < commit {
+        let restored = match loaded {
+            Ok(None) => Ok(None),
+            Ok(Some(saved)) if saved.op > log.head_op() => {
+                Err(format!("it covers op {} but the log ends at op {}", saved.op, log.head_op()))
+            }
+            Ok(Some(saved)) => {
+                MetaState::decode_snapshot(&saved.bytes, shards, groups_max, sessions_max)
+                    .map_err(|e| format!("it does not decode: {e}"))
+                    .and_then(|state| {
+                        if state.catalog.applied_op == saved.op {
+                            Ok(Some((state, saved.end_offset)))
+                        } else {
+                            Err(format!(
+                                "its state is at op {}, its header says {}",
+                                state.catalog.applied_op, saved.op
+                            ))
+                        }
+                    })
+            }
+            Err(error) => Err(error.to_string()),
+        };
+        match restored {
+            Ok(None) => {}
+            Ok(Some((state, end_offset))) => {
+                recovered.snapshot_op = state.catalog.applied_op;
+                recovered.state = state;
+                recovered.end_offset = end_offset;
+                offset = end_offset.max(offset);
+            }
+            Err(why) if log.first_offset() == 0 => {
+                tracing::warn!(
+                    why,
+                    path = %dir.display(),
+                    "metadata snapshot unusable; replaying the whole metadata log instead"
+                );
+                recovered.snapshot_unusable = true;
+            }
+            Err(why) => {
+                return Err(format!(
+                    "the metadata snapshot in {} is unusable ({why}) and the metadata log no \
+                     longer starts at its first op, so it cannot be rebuilt",
+                    dir.display()
+                ));
+            }
+        }
+        while recovered.state.catalog.applied_op < commit {
             let prepares = log
                 .read_offset(offset, 1 << 20)
                 .await
@@ -998,19 +1185,21 @@ impl ShardState {
             if prepares.is_empty() {
                 return Err(format!(
                     "metadata log ends at op {} below its commit {commit}",
-                    catalog.applied_op
+                    recovered.state.catalog.applied_op
                 ));
             }
             for prepare in prepares {
                 let fields = *shoal_engine::record::prepare_of(&prepare.header);
                 offset = fields.base_offset + u64::from(fields.record_count);
-                if fields.op <= catalog.applied_op || fields.op > commit {
+                if fields.op <= recovered.state.catalog.applied_op || fields.op > commit {
                     continue;
                 }
-                apply_metadata(catalog, &prepare).map(drop).map_err(|e| e.1)?;
+                apply_metadata(&mut recovered.state, &prepare);
+                recovered.replayed_ops += 1;
+                recovered.end_offset = offset;
             }
         }
-        Ok(())
+        Ok(recovered)
     }
 
     /// Publishes `catalog` to every shard (this one included, through its inbox).
@@ -1425,14 +1614,16 @@ impl ShardState {
             {
                 // A committed metadata request is answered by its apply.
                 if !matches!(reply.result, ReplyResult::Committed { .. })
-                    && let Some(waiter) = metadata.pending.remove(&(reply.client, reply.request))
+                    && let Some(waiters) = metadata.take_waiters(reply.client, reply.request)
                 {
-                    match waiter {
-                        MetaWaiter::Client(slot) => {
-                            let _ = slot.send(result_error(&reply.result));
-                        }
-                        MetaWaiter::Rebalance(group) => {
-                            metadata.coordinator.settled(&group, None);
+                    for waiter in waiters {
+                        match waiter {
+                            MetaWaiter::Client(slot) => {
+                                let _ = slot.send(result_error(&reply.result));
+                            }
+                            MetaWaiter::Rebalance(group) => {
+                                metadata.coordinator.settled(&group, None);
+                            }
                         }
                     }
                 }
@@ -1474,6 +1665,7 @@ impl ShardState {
     async fn apply_committed(&mut self) {
         let committed = self.node.take_committed();
         let mut changed = false;
+        let mut metadata_end = None;
         for (group, entry) in committed {
             let fields = shoal_engine::record::prepare_of(&entry.header);
             let end = fields.base_offset + u64::from(fields.record_count);
@@ -1499,49 +1691,51 @@ impl ShardState {
                 }
             };
             let fields = *shoal_engine::record::prepare_of(&prepare.header);
-            let outcome = match apply_metadata(&mut metadata.catalog, &prepare) {
-                Ok(Applied::Session(session)) => {
-                    changed = true;
-                    Outcome::ok(shoal_engine::protocol::encode_session(session))
-                }
-                Ok(Applied::Done) => {
-                    changed = true;
-                    Outcome::ok(Vec::new())
-                }
-                Err((code, text)) => Outcome::error(code, text),
-            };
-            if let Some(waiter) = metadata.pending.remove(&(fields.client, fields.request)) {
+            if fields.op <= metadata.state.catalog.applied_op {
+                // Already in the state: a restored snapshot may cover ops past the commit point
+                // the replica recovered with, and those commit again here.
+                continue;
+            }
+            let reply = apply_metadata(&mut metadata.state, &prepare);
+            changed = true;
+            metadata_end = Some(fields.base_offset + u64::from(fields.record_count));
+            if let Some(waiters) = metadata.take_waiters(fields.client, fields.request) {
                 // Publish before answering, so the client's next request sees the change.
-                if changed {
-                    let catalog = Arc::new(metadata.catalog.clone());
-                    changed = false;
-                    self.publish(catalog);
+                let catalog = Arc::new(metadata.state.catalog.clone());
+                changed = false;
+                self.publish(catalog);
+                for waiter in waiters {
+                    self.answer_metadata(waiter, &reply);
                 }
-                self.answer_metadata(waiter, outcome);
             }
         }
         if changed && let Some(metadata) = &self.metadata {
-            let catalog = Arc::new(metadata.catalog.clone());
+            let catalog = Arc::new(metadata.state.catalog.clone());
             self.publish(catalog);
+        }
+        if let Some(end_offset) = metadata_end {
+            self.save_metadata_snapshot(end_offset);
         }
     }
 
     /// Answers whoever waited for a metadata command: its client, or (for a rebalance) the
     /// coordinator, which answers the joins the new assignment includes.
-    fn answer_metadata(&mut self, waiter: MetaWaiter, outcome: Outcome) {
+    fn answer_metadata(&mut self, waiter: MetaWaiter, reply: &MetaReply) {
         match waiter {
             MetaWaiter::Client(slot) => {
-                let _ = slot.send(outcome);
+                let body = Body::Encoded(reply.body.clone());
+                let _ = slot.send(Outcome { error: reply.error, body });
             }
             MetaWaiter::Rebalance(group) => {
                 let Some(metadata) = self.metadata.as_mut() else { return };
                 let in_force = metadata
+                    .state
                     .catalog
                     .topic(&group.stream, &group.topic)
                     .ok()
                     .and_then(|topic| topic.consumer_groups.get(&group.group))
                     .cloned();
-                let applied = outcome.error == 0;
+                let applied = reply.error == 0;
                 let answered =
                     metadata.coordinator.settled(&group, in_force.as_ref().filter(|_| applied));
                 for (slot, assignment) in answered {
@@ -1556,7 +1750,7 @@ impl ShardState {
     /// Proposes every rebalance the coordinator finds due.
     fn propose_rebalances(&mut self) {
         let Some(metadata) = self.metadata.as_mut() else { return };
-        let due = metadata.coordinator.rebalances_due(&metadata.catalog);
+        let due = metadata.coordinator.rebalances_due(&metadata.state.catalog);
         for (group, command) in due {
             let Some(metadata) = self.metadata.as_mut() else { return };
             metadata.internal_request += 1;
@@ -1583,17 +1777,37 @@ impl ShardState {
             }
             return;
         };
-        if let Err((code, text)) = metadata.catalog.check(&command) {
-            self.answer_metadata(waiter, Outcome::error(code, text));
+        if let Err(answer) = metadata.state.admit(client.session, client.request, &command) {
+            if client.session != 0 && answer.error == 0 {
+                self.metrics.metadata_duplicate();
+            }
+            self.answer_metadata(waiter, &answer);
             return;
         }
         let key = (client.client, client.request);
-        if metadata.pending.contains_key(&key) {
-            let outcome = Outcome::error(
-                ErrorCode::InvalidRequest,
-                format!("request {} of this client is already in flight", client.request),
+        if client.session != 0
+            && let Some(proposal) = metadata.in_flight.get(&(client.session, client.request))
+            && let Some((_, waiters)) = metadata.pending.get_mut(proposal)
+        {
+            // A retry of a request still in flight: answered with the original's answer once it
+            // commits (or with the original's failure).
+            if waiters.len() < META_WAITERS_MAX {
+                waiters.push(waiter);
+                return;
+            }
+            let answer = MetaReply::error(
+                ErrorCode::TransientNotAccepted,
+                &format!("request {} is in flight and retried too often: retry", client.request),
             );
-            self.answer_metadata(waiter, outcome);
+            self.answer_metadata(waiter, &answer);
+            return;
+        }
+        if metadata.pending.contains_key(&key) {
+            let answer = MetaReply::error(
+                ErrorCode::InvalidRequest,
+                &format!("request {} of this client is already in flight", client.request),
+            );
+            self.answer_metadata(waiter, &answer);
             return;
         }
         let now = now_ms();
@@ -1611,11 +1825,19 @@ impl ShardState {
             max_timestamp_ms: now,
             append_time_ms: now,
         };
-        metadata.pending.insert(key, waiter);
+        metadata.pending.insert(key, (client.session, vec![waiter]));
+        if client.session != 0 {
+            metadata.in_flight.insert((client.session, client.request), key);
+        }
         if let Err(refused) = self.node.on_client_request(METADATA_GROUP, request)
-            && let Some(waiter) = self.metadata.as_mut().and_then(|m| m.pending.remove(&key))
+            && let Some(waiters) = self.metadata.as_mut().and_then(|m| m.take_waiters(key.0, key.1))
         {
-            self.answer_metadata(waiter, refusal(&refused));
+            let outcome = refusal(&refused);
+            let Body::Encoded(text) = outcome.body else { return };
+            let answer = MetaReply { error: outcome.error, body: text };
+            for waiter in waiters {
+                self.answer_metadata(waiter, &answer);
+            }
         }
     }
 
@@ -1640,7 +1862,8 @@ impl ShardState {
                 }
                 self.propose_rebalances();
                 let Some(metadata) = self.metadata.as_mut() else { return };
-                if let Ok(topic) = metadata.catalog.topic(&join.group.stream, &join.group.topic)
+                if let Ok(topic) =
+                    metadata.state.catalog.topic(&join.group.stream, &join.group.topic)
                     && let Some(in_force) = topic.consumer_groups.get(&join.group.group)
                 {
                     for (slot, assignment) in
@@ -1653,8 +1876,11 @@ impl ShardState {
             GroupRequest::Heartbeat(member) => {
                 match coordinator.heartbeat(&member.group, &member.member, now) {
                     Ok(()) => {
-                        let assignment =
-                            groups::assignment_of(&metadata.catalog, &member.group, &member.member);
+                        let assignment = groups::assignment_of(
+                            &metadata.state.catalog,
+                            &member.group,
+                            &member.member,
+                        );
                         let _ = reply.send(Outcome::ok(assignment.encode()));
                     }
                     Err((code, text)) => {
@@ -1921,27 +2147,17 @@ impl SendOutcome for Slot {
     }
 }
 
-/// Applies one committed metadata prepare to `catalog`.
-fn apply_metadata(
-    catalog: &mut Catalog,
-    prepare: &StoredPrepare,
-) -> Result<Applied, (ErrorCode, String)> {
+/// Applies one committed metadata prepare to `state` and returns its client's answer.
+fn apply_metadata(state: &mut MetaState, prepare: &StoredPrepare) -> MetaReply {
     let fields = *shoal_engine::record::prepare_of(&prepare.header);
     let body = prepare.body();
     let command = shoal_engine::batch::records(&body)
         .ok()
         .and_then(|mut records| records.next())
         .and_then(|record| record.ok())
-        .and_then(|record| record.value.map(MetaCommand::decode));
-    match command {
-        Some(Ok(command)) => catalog.apply(fields.op, fields.append_time_ms, &command),
-        _ => {
-            // A committed op that is not a command cannot come from this server; skipping it
-            // keeps the op sequence, refusing would stop metadata for good.
-            catalog.applied_op = catalog.applied_op.max(fields.op);
-            Err((ErrorCode::InvalidRequest, format!("metadata op {} is not a command", fields.op)))
-        }
-    }
+        .and_then(|record| record.value.map(MetaCommand::decode))
+        .and_then(Result::ok);
+    state.apply(fields.op, fields.append_time_ms, fields.session, fields.request, command.as_ref())
 }
 
 fn result_error(result: &ReplyResult) -> Outcome {

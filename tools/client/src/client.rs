@@ -104,6 +104,9 @@ pub struct Client {
     config: ClientConfig,
     client_id: u64,
     session: u64,
+    /// The number the next request carries, on whichever connection: numbers keep increasing
+    /// across reconnects, because the server deduplicates admin requests by (session, request).
+    next_request: u64,
     transport: Option<Transport>,
     server: Option<HelloReply>,
     /// The seed to try first on the next connect: the one that worked last.
@@ -122,6 +125,7 @@ impl Client {
             config,
             client_id: random_client_id(),
             session: 0,
+            next_request: 1,
             transport: None,
             server: None,
             seed_first: 0,
@@ -426,6 +430,7 @@ impl Client {
         }
         let Some(transport) = self.transport.as_mut() else { return Err(ClientError::Closed) };
         let request = transport.connection.request(operation, body_parts)?;
+        self.next_request = transport.connection.next_request();
         if let Err(error) = transport.write_pending().await {
             self.transport = None;
             return Err(error);
@@ -547,17 +552,26 @@ impl Client {
                 }
             };
         transport.connection.set_session(self.session);
+        transport.connection.continue_numbering(self.next_request);
+        let handshake = self.handshake(&mut transport).await;
+        self.next_request = transport.connection.next_request();
+        handshake?;
+        Ok(transport)
+    }
+
+    /// `Hello`, and `Register` if configured and not yet done.
+    async fn handshake(&mut self, transport: &mut Transport) -> Result<()> {
         transport.connection.hello(&self.config.client_name)?;
-        self.handshake_step(&mut transport).await?;
+        self.handshake_step(transport).await?;
         if let HelloState::Done(hello) = transport.connection.hello_state() {
             self.server = Some(hello.clone());
         }
         if self.config.register && self.session == 0 {
             transport.connection.request(Operation::Register, &[])?;
-            self.handshake_step(&mut transport).await?;
+            self.handshake_step(transport).await?;
             self.session = transport.connection.session();
         }
-        Ok(transport)
+        Ok(())
     }
 
     async fn handshake_step(&self, transport: &mut Transport) -> Result<()> {
@@ -666,6 +680,9 @@ mod tests {
             // The next call reconnects (Hello again) and succeeds, with the same identity.
             assert_eq!(client.list_streams().await.unwrap().len(), 1);
             assert_eq!(client.id(), id);
+            // Request numbers went on across the connections (Hello 1, the lost call 2, Hello
+            // 3, the call 4): a number never names two requests of one session.
+            assert_eq!(client.next_request, 5);
         });
     }
 

@@ -23,8 +23,10 @@ use crate::error::ClientError;
 /// Largest frame any side may describe: the header's `size` field is a `u32`.
 const FRAME_SIZE_BYTES_LIMIT: usize = u32::MAX as usize;
 
-/// Writes request frames and numbers them: request numbers start at 1 and increase by one per
-/// frame, for the life of one connection.
+/// Writes request frames and numbers them: request numbers start at 1 (or where
+/// [`RequestEncoder::continue_from`] says) and increase by one per frame. A client continues its
+/// numbering on every new connection, so that a request number names one request of the session
+/// for good: the server's client table deduplicates admin requests by (session, request).
 #[derive(Debug)]
 pub struct RequestEncoder {
     cluster: u64,
@@ -43,6 +45,12 @@ impl RequestEncoder {
             next_request: 1,
             frame_size_bytes_max: frame_size_bytes_max.clamp(HEADER_SIZE, FRAME_SIZE_BYTES_LIMIT),
         }
+    }
+
+    /// Continues the numbering at `next_request` (never backwards), as a new connection of a
+    /// client that sent requests before must.
+    pub fn continue_from(&mut self, next_request: u64) {
+        self.next_request = self.next_request.max(next_request);
     }
 
     /// The number the next frame will carry.

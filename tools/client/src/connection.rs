@@ -305,6 +305,18 @@ impl Connection {
         }
     }
 
+    /// The number the next request will carry.
+    pub fn next_request(&self) -> u64 {
+        self.encoder.next_request()
+    }
+
+    /// Continues the request numbering of an earlier connection of the same client: request
+    /// numbers must keep increasing in a session across connections (the server deduplicates
+    /// admin requests by session and request number).
+    pub fn continue_numbering(&mut self, next_request: u64) {
+        self.encoder.continue_from(next_request);
+    }
+
     /// The session requests carry (`0` before registration).
     pub fn session(&self) -> u64 {
         self.session
