@@ -19,51 +19,11 @@
 //! a primary change). `join-on-receipt` changes no
 //! behaviour, so nothing can catch it: see the one-way partition scenario.
 
+mod common;
+
+use common::{GROUP, cluster, primary_of, replica, wait};
+use shoal_replication::Status;
 use shoal_replication::simulator::{Cluster, FaultProfile, Mode, SimOptions, Violation};
-use shoal_replication::{Replica, Status};
-
-/// The group every scenario scripts.
-const GROUP: u64 = 1;
-
-/// A scripted cluster of three nodes holding `GROUP` in `mode`, with no random faults.
-fn cluster(seed: u64, mode: Mode, clients_per_group: u64) -> Cluster {
-    Cluster::new(&SimOptions {
-        faults: Some(FaultProfile::none()),
-        mode: Some(mode),
-        replicas: 3,
-        groups: 1,
-        clients_per_group,
-        ..SimOptions::new(seed)
-    })
-}
-
-/// The node that is the primary of `GROUP` in `view`.
-fn primary_of(view: u32) -> usize {
-    ((u64::from(view) + GROUP) % 3) as usize
-}
-
-/// The replica of `GROUP` on `node`, which must be up.
-fn replica(cluster: &Cluster, node: usize) -> &Replica {
-    cluster.replica(node, GROUP).unwrap_or_else(|| panic!("node {node} is down"))
-}
-
-/// Steps until `done` holds, failing the test (naming `what`) if it does not within
-/// `ticks_max`.
-fn wait(
-    cluster: &mut Cluster,
-    ticks_max: u64,
-    what: &str,
-    done: impl FnMut(&Cluster) -> bool,
-) -> Result<(), Violation> {
-    let start = cluster.tick();
-    let reached = cluster.run_until(ticks_max, done)?;
-    assert!(
-        reached,
-        "not reached within {ticks_max} ticks of tick {start}: {what}; {}",
-        cluster.state()
-    );
-    Ok(())
-}
 
 /// The end of every scenario: faults stop, every client completes its requests, and the final
 /// logs hold every acknowledged write with identical committed prefixes.

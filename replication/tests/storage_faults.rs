@@ -13,47 +13,11 @@
 //! the ops were there, the damaged backup nacks the op it acknowledged, and view 1 drops a
 //! committed write).
 
-use shoal_replication::simulator::{Cluster, FaultProfile, Mode, SimOptions, Violation};
-use shoal_replication::{Replica, Status};
+mod common;
 
-/// The group every scenario scripts.
-const GROUP: u64 = 1;
-
-fn cluster(seed: u64, mode: Mode, clients_per_group: u64) -> Cluster {
-    Cluster::new(&SimOptions {
-        faults: Some(FaultProfile::none()),
-        mode: Some(mode),
-        replicas: 3,
-        groups: 1,
-        clients_per_group,
-        ..SimOptions::new(seed)
-    })
-}
-
-/// The node that is the primary of `GROUP` in `view`.
-fn primary_of(view: u32) -> usize {
-    ((u64::from(view) + GROUP) % 3) as usize
-}
-
-fn replica(cluster: &Cluster, node: usize) -> &Replica {
-    cluster.replica(node, GROUP).unwrap_or_else(|| panic!("node {node} is down"))
-}
-
-fn wait(
-    cluster: &mut Cluster,
-    ticks_max: u64,
-    what: &str,
-    done: impl FnMut(&Cluster) -> bool,
-) -> Result<(), Violation> {
-    let start = cluster.tick();
-    let reached = cluster.run_until(ticks_max, done)?;
-    assert!(
-        reached,
-        "not reached within {ticks_max} ticks of tick {start}: {what}; {}",
-        cluster.state()
-    );
-    Ok(())
-}
+use common::{GROUP, cluster, primary_of, replica, wait};
+use shoal_replication::Status;
+use shoal_replication::simulator::{Cluster, Mode, Violation};
 
 fn finish(cluster: &mut Cluster) -> Result<(), Violation> {
     cluster.finish_liveness()?;
