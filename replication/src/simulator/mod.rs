@@ -719,14 +719,11 @@ impl Cluster {
     fn enforce_retention(&mut self) {
         let now_ms = self.clock.get();
         for index in 0..self.nodes.len() {
-            let tick = self.tick;
-            let slot = &mut self.nodes[index];
-            if slot.paused_until_tick > tick {
+            let Some(NodeSlot { sim, node: Some(node), .. }) = self.live_slot(index) else {
                 continue;
-            }
-            let Some(node) = slot.node.as_mut() else { continue };
+            };
             // A failure here is the engine's fail-stop, which the final checks report.
-            let _ = slot.sim.block_on(node.enforce_retention(now_ms));
+            let _ = sim.block_on(node.enforce_retention(now_ms));
         }
     }
 
@@ -1382,11 +1379,13 @@ impl Cluster {
     }
 
     fn live_node(&mut self, index: usize) -> Option<&mut SimNode> {
+        self.live_slot(index)?.node.as_mut()
+    }
+
+    /// Node `index`'s slot, when the node is up and not paused.
+    fn live_slot(&mut self, index: usize) -> Option<&mut NodeSlot> {
         let slot = &mut self.nodes[index];
-        if slot.paused_until_tick > self.tick {
-            return None;
-        }
-        slot.node.as_mut()
+        (slot.node.is_some() && slot.paused_until_tick <= self.tick).then_some(slot)
     }
 
     // --- Steps -----------------------------------------------------------------------------
@@ -1454,18 +1453,16 @@ impl Cluster {
 
     fn run_io(&mut self) -> Option<Violation> {
         for index in 0..self.nodes.len() {
-            let tick = self.tick;
-            let slot = &mut self.nodes[index];
-            if slot.paused_until_tick > tick {
+            let Some(NodeSlot { sim, node: Some(node), durable_views, .. }) = self.live_slot(index)
+            else {
                 continue;
-            }
-            let Some(node) = slot.node.as_mut() else { continue };
+            };
             if node.has_io() {
-                slot.sim.block_on(node.run_io());
+                sim.block_on(node.run_io());
             }
             for group in node.group_ids() {
                 if let Some(replica) = node.replica(group) {
-                    let seen = slot.durable_views.entry(group).or_insert((0, 0));
+                    let seen = durable_views.entry(group).or_insert((0, 0));
                     let (view, log_view) = replica.durable_views();
                     *seen = (seen.0.max(view), seen.1.max(log_view));
                 }
