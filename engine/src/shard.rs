@@ -929,6 +929,7 @@ impl<S: Storage> Shard<S> {
                 return Err(Error::StorageFull);
             }
         }
+        self.write_pending_journal().await?;
         let log = self.groups.get_mut(&group).expect("checked");
         let journal_seq = self.journal.last_seq();
         if log.begin_truncate(op, view, journal_seq).await?.is_none() {
@@ -1027,6 +1028,18 @@ impl<S: Storage> Shard<S> {
             && self.groups.values().all(|log| log.faulty_reason().is_none());
         let slots = self.slots();
         self.superblock.write_with(slots, clean).await
+    }
+
+    /// Writes the journal's pending entries (a whole flush cycle) when it has any. A fence
+    /// names the journal's last sequence number, so every entry numbered so far must be on disk
+    /// before it: a pending entry a crash takes would have its number handed out again after
+    /// the restart, to a new entry the fence would then kill although it was reported durable.
+    async fn write_pending_journal(&mut self) -> Result<()> {
+        if self.journal.pending_entries() > 0 {
+            self.flush().await?;
+        }
+        assert_eq!(self.journal.pending_entries(), 0, "a flush cycle takes every pending entry");
+        Ok(())
     }
 
     /// The slot table as it should be durable now: every group's control state (whose
