@@ -311,6 +311,18 @@ impl<S: Storage> Drop for FlushJob<S> {
     }
 }
 
+impl<S: Storage> Drop for PartitionLog<S> {
+    fn drop(&mut self) {
+        // A log replaced while the shard runs (a damage cut, a state transfer) hands its write
+        // chunks back, or the pool would count them as allocated for good and, one replacement
+        // at a time, run out. The ring gives its budget back on its own.
+        let mut pool = self.shared.pool.borrow_mut();
+        for chunk in self.chunks.drain(..) {
+            pool.give_back(chunk);
+        }
+    }
+}
+
 /// A finished [`FlushJob`], to hand back to [`PartitionLog::finish_flush`].
 pub struct FlushDone<S: Storage> {
     job: FlushJob<S>,
