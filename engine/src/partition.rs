@@ -824,6 +824,8 @@ impl<S: Storage> PartitionLog<S> {
             checkpoint: self.checkpoint,
             fence: self.fence,
             damaged_from: self.damaged_from,
+            // Only a state transfer's commit write sets it; a live log is never mid-install.
+            transfer_pending: false,
         }
     }
 
@@ -2240,6 +2242,9 @@ impl<S: Storage> PartitionLog<S> {
             }
             Err(error) => return Err(Error::io(format!("listing {}", self.dir.display()), error)),
         };
+        // Staged files of a state transfer that never reached its commit point: the shard rolls
+        // a committed one forward before it recovers the group, so any found here are such.
+        crate::transfer::remove_leftovers(&self.storage, &self.dir, &names).await?;
         let bases: Vec<u64> = names.iter().filter_map(|name| parse_log_name(name)).collect();
         if checkpoint.op > 0 && !bases.contains(&checkpoint.segment_base_offset) {
             return Err(Error::Corruption(Corruption {
