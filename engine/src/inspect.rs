@@ -22,8 +22,8 @@ use crate::Corruption;
 use crate::record::{ChainNext, RecordFault, check_next, check_standalone, prepare_of};
 use crate::scan::Scanner;
 use crate::segment::{
-    INDEX_ENTRY_SIZE_BYTES, INDEX_HEADER_SIZE_BYTES, INDEX_SUFFIX, IndexEntry, IndexSummary,
-    SPARE_NAME, SegmentIndex, index_name, parse_log_name,
+    INDEX_ENTRY_SIZE_BYTES, INDEX_HEADER_SIZE_BYTES, IndexEntry, IndexSummary, SPARE_NAME,
+    SegmentIndex, index_name, parse_index_name, parse_log_name,
 };
 use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
 use crate::superblock::{
@@ -177,6 +177,9 @@ pub struct GroupReport {
     pub records: u64,
     /// Bytes of valid records.
     pub valid_bytes: u64,
+    /// The transferred state the live log began from (`transfer-state`), when a state transfer
+    /// installed the log and the file checks out: (op, end offset).
+    pub transfer_state: Option<(u64, u64)>,
 }
 
 /// One segment file.
@@ -714,10 +717,57 @@ impl<S: Storage> Checker<'_, S> {
                 return (report, None);
             }
         };
+        // A slot whose transfer is pending names the new log's first segment, staged or
+        // already renamed into place; the roll-forward at open removes everything else.
+        let pending = slot.is_some_and(|s| s.transfer_pending);
+        let staged_name = crate::transfer::staged_log_name(checkpoint.segment_base_offset);
+        let staged_present = pending && names.contains(&staged_name);
+        if pending {
+            self.note(
+                dir.to_path_buf(),
+                None,
+                format!(
+                    "state transfer to op {} pending: open rolls it forward (removes the old \
+                     log's files, renames the staged ones into place)",
+                    checkpoint.op
+                ),
+            );
+        }
         let mut bases = Vec::new();
         for name in &names {
             if let Some(base) = parse_log_name(name) {
-                bases.push(base);
+                if pending && (staged_present || base != checkpoint.segment_base_offset) {
+                    self.note(
+                        dir.join(name),
+                        None,
+                        "segment of the log a pending state transfer replaces (the \
+                         roll-forward removes it)",
+                    );
+                } else {
+                    bases.push(base);
+                }
+            } else if pending && *name == staged_name {
+                // Walked below in place of the segment it becomes.
+            } else if name == crate::state::TRANSFER_STATE_FILE
+                || (pending && name == crate::state::TRANSFER_STATE_STAGED)
+            {
+                match crate::state::load_file(self.storage, &dir.join(name)).await {
+                    Ok(state) => {
+                        report.transfer_state = state.map(|state| (state.op, state.end_offset));
+                    }
+                    Err(error) => self.problem(
+                        &dir.join(name),
+                        At::byte(0),
+                        format!("transferred state: {error}"),
+                    ),
+                }
+            } else if crate::transfer::is_staged_name(name) {
+                self.note(
+                    dir.join(name),
+                    None,
+                    "leftover of a state transfer that never reached its commit point (open \
+                     removes it)",
+                );
             } else if name == crate::state::STATE_FILE {
                 if let Err(error) = crate::state::load(self.storage, dir).await {
                     self.problem(&dir.join(name), At::byte(0), format!("group state: {error}"));
@@ -741,7 +791,14 @@ impl<S: Storage> Checker<'_, S> {
         }
         bases.sort_unstable();
         for name in &names {
-            if let Some(base) = parse_index_name(name)
+            if pending && parse_index_name(name).is_some() {
+                self.note(
+                    dir.join(name),
+                    None,
+                    "index file of the log a pending state transfer replaces (the roll-forward \
+                     removes it)",
+                );
+            } else if let Some(base) = parse_index_name(name)
                 && !bases.contains(&base)
             {
                 self.note(dir.join(name), None, "index file without its segment");
@@ -767,13 +824,23 @@ impl<S: Storage> Checker<'_, S> {
             damaged: false,
             end_at: None,
         };
-        if checkpoint.op > 0 && !bases.contains(&checkpoint.segment_base_offset) {
+        let mut files: Vec<(u64, PathBuf, bool)> = bases
+            .iter()
+            .map(|&base| {
+                let has_index = !pending && names.iter().any(|name| *name == index_name(base));
+                (base, dir.join(crate::segment::log_name(base)), has_index)
+            })
+            .collect();
+        if staged_present {
+            files.push((checkpoint.segment_base_offset, dir.join(&staged_name), false));
+        }
+        if checkpoint.op > 0
+            && !files.iter().any(|(base, ..)| *base == checkpoint.segment_base_offset)
+        {
             self.problem(&checkpoint_file, at_checkpoint, "the checkpoint's segment is missing");
             walk.damaged = true;
         }
-        for base in bases {
-            let path = dir.join(crate::segment::log_name(base));
-            let has_index = names.iter().any(|name| *name == index_name(base));
+        for (base, path, has_index) in files {
             let segment = self.segment(&mut walk, &path, base, has_index).await;
             if !segment.leftover {
                 if report.first_op.is_none() {
@@ -1374,8 +1441,8 @@ impl<S: Storage> Checker<'_, S> {
                 continue;
             };
             // As recovery: entries below the chain's next op, and entries the fence killed (a
-            // truncated view's, which may lie past a gap their own truncation left), are skipped
-            // before any gap is judged.
+            // truncated suffix's, which may lie past a gap their own truncation left), are
+            // skipped before any gap is judged.
             if prepare.op < next.op
                 || fence.kills_journal_entry(prepare.op, inner.view, entry.fields.seq)
             {
@@ -1730,11 +1797,6 @@ fn parse_shard_dir(name: &str) -> Option<u32> {
 /// The group id of a `group-<20 digits>` directory name.
 fn parse_group_dir(name: &str) -> Option<u64> {
     parse_digits(name.strip_prefix("group-")?, Some(20))
-}
-
-/// The base offset of a `<20 digits>.index` file name.
-fn parse_index_name(name: &str) -> Option<u64> {
-    parse_digits(name.strip_suffix(INDEX_SUFFIX)?, Some(20))
 }
 
 /// How a durability mode reads in reports.

@@ -311,6 +311,18 @@ impl<S: Storage> Drop for FlushJob<S> {
     }
 }
 
+impl<S: Storage> Drop for PartitionLog<S> {
+    fn drop(&mut self) {
+        // A log replaced while the shard runs (a damage cut, a state transfer) hands its write
+        // chunks back, or the pool would count them as allocated for good and, one replacement
+        // at a time, run out. The ring gives its budget back on its own.
+        let mut pool = self.shared.pool.borrow_mut();
+        for chunk in self.chunks.drain(..) {
+            pool.give_back(chunk);
+        }
+    }
+}
+
 /// A finished [`FlushJob`], to hand back to [`PartitionLog::finish_flush`].
 pub struct FlushDone<S: Storage> {
     job: FlushJob<S>,
@@ -812,6 +824,8 @@ impl<S: Storage> PartitionLog<S> {
             checkpoint: self.checkpoint,
             fence: self.fence,
             damaged_from: self.damaged_from,
+            // Only a state transfer's commit write sets it; a live log is never mid-install.
+            transfer_pending: false,
         }
     }
 
@@ -2228,6 +2242,9 @@ impl<S: Storage> PartitionLog<S> {
             }
             Err(error) => return Err(Error::io(format!("listing {}", self.dir.display()), error)),
         };
+        // Staged files of a state transfer that never reached its commit point: the shard rolls
+        // a committed one forward before it recovers the group, so any found here are such.
+        crate::transfer::remove_leftovers(&self.storage, &self.dir, &names).await?;
         let bases: Vec<u64> = names.iter().filter_map(|name| parse_log_name(name)).collect();
         if checkpoint.op > 0 && !bases.contains(&checkpoint.segment_base_offset) {
             return Err(Error::Corruption(Corruption {

@@ -39,6 +39,16 @@ pub fn parse_log_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// The base offset an index file name encodes, if it is one.
+#[must_use]
+pub fn parse_index_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(INDEX_SUFFIX)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 /// One sparse index entry: where a record starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IndexEntry {

@@ -19,13 +19,15 @@ use crate::error::{Error, Result};
 use crate::join::join_all;
 use crate::journal::{Journal, JournalCycle};
 use crate::partition::{FlushDone, FlushJob, GroupRecovery, PartitionLog, SettleJob, Shared};
-use crate::record::{ChainNext, prepare_of};
+use crate::record::{ChainNext, check_standalone, prepare_of};
 use crate::ring::{RingBudget, RingLimits};
+use crate::state::GroupState;
 use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, Storage, StorageFile};
 use crate::superblock::{
-    Checkpoint, CopyStatus, Durability, GroupConfig, GroupSlot, Identity, Superblock,
+    Checkpoint, CopyStatus, Durability, Fence, GroupConfig, GroupSlot, Identity, Superblock,
     SuperblockWrite,
 };
+use crate::transfer;
 use crate::wire::{HEADER_SIZE, Header};
 
 /// Settings of one shard's storage.
@@ -145,6 +147,8 @@ pub struct ShardCounters {
     pub journal_bytes_written: u64,
     /// Checkpoints recorded.
     pub checkpoints: u64,
+    /// State transfers installed ([`Shard::install_transfer`] calls that completed).
+    pub transfers_installed: u64,
 }
 
 /// What opening the shard found.
@@ -378,6 +382,12 @@ impl<S: Storage> Shard<S> {
         let mut checkpoint_wanted = BTreeSet::new();
         let no_prepares = Vec::new();
         for (&id, slot) in &superblock.state().groups {
+            if slot.transfer_pending {
+                // A state transfer passed its commit point and the stop came before its second
+                // superblock write: finish replacing the old log's files first.
+                let base = slot.checkpoint.segment_base_offset;
+                transfer::roll_forward(&storage, &group_dir(dir, id), base).await?;
+            }
             let prepares = journal_recovery.prepares.get(&id).unwrap_or(&no_prepares);
             let (mut log, mut recovery) = PartitionLog::recover(
                 storage.clone(),
@@ -413,10 +423,13 @@ impl<S: Storage> Shard<S> {
             report.groups.push(recovery);
         }
         // Clear the clean-shutdown flag before anything can be acknowledged. A truncation a
-        // crash interrupted is finished now: recovery cut its tail as torn.
+        // crash interrupted is finished now: recovery cut its tail as torn. A state transfer a
+        // crash interrupted is rolled forward (durably, above): its flag goes before anything
+        // is appended, since a later roll-forward would remove the new segments.
         let mut superblock = superblock;
         let mut slots = superblock.state().groups.clone();
         for (id, slot) in &mut slots {
+            slot.transfer_pending = false;
             if slot.fence.view != 0 && !slot.fence.finished {
                 slot.fence.finished = true;
                 if let Some(log) = groups.get_mut(id) {
@@ -929,6 +942,7 @@ impl<S: Storage> Shard<S> {
                 return Err(Error::StorageFull);
             }
         }
+        self.write_pending_journal().await?;
         let log = self.groups.get_mut(&group).expect("checked");
         let journal_seq = self.journal.last_seq();
         if log.begin_truncate(op, view, journal_seq).await?.is_none() {
@@ -992,6 +1006,167 @@ impl<S: Storage> Shard<S> {
         }
     }
 
+    /// Replaces `group`'s log by one that begins at a peer's op S (state transfer, DESIGN.md §4):
+    /// `first` and `body` are the prepare of op S as the peer holds it (the caller checked it
+    /// against the header checksum the peer named) and `state` the peer's replicated state as
+    /// of S. Once it returns, durably, the log holds S alone, as a log whose beginning
+    /// retention removed: head and first op S, next offset `state.end_offset`, next parent
+    /// `first.checksum_header`; later ops arrive by [`Shard::append_received`]. The state is
+    /// kept as the group's `transfer-state` ([`crate::state::load_transfer_state`]); the
+    /// owner's own `state` snapshot is left alone. Held prepares, the ring and anything
+    /// appended but not yet written are dropped with the old log.
+    ///
+    /// Refused with [`Error::Invalid`], nothing changed: an unknown group, a record that fails
+    /// the standalone checks (checksums, cluster, group, size bound) or whose body is not
+    /// `size` − 256 bytes, a state whose op is not S or whose end offset is not the one after
+    /// S's records, a state over its size bound, and an S at or below the log's head (a
+    /// transfer only moves a log forward, so no journal entry of the old log lies above S).
+    ///
+    /// Crash safety: the new segment and state are staged beside the live files under names
+    /// recovery does not read, and synced; the superblock write that names the new checkpoint
+    /// (op S at byte 0 of the new segment), a fence killing every journal entry written so far
+    /// above S, and the *transfer pending* flag is the commit point. A crash before it leaves
+    /// the old log, and open removes the staged leftovers; after it, open rolls the install
+    /// forward (removes the old log's files, renames the staged ones into place; idempotent, so
+    /// a crash during it only repeats it) before recovering the group. The second superblock
+    /// write, clearing the flag, is durable before this returns: a roll-forward once appends
+    /// have begun would remove their segments. A failure before the commit point is returned
+    /// with the shard still serving (no room for the staged files is [`Error::StorageFull`]);
+    /// after it, the shard stops (fail-stop) and reopening finishes the install. Call with no
+    /// flush or checkpoint in flight.
+    pub async fn install_transfer(
+        &mut self,
+        group: u64,
+        first: &Header,
+        body: &[u8],
+        state: &GroupState,
+    ) -> Result<()> {
+        self.check_serving()?;
+        assert!(
+            self.flushes_in_flight == 0 && !self.checkpoint_in_flight,
+            "install a transfer between jobs"
+        );
+        let log = self.log(group)?;
+        let config = *log.config();
+        let encoded = first.encode();
+        if HEADER_SIZE + body.len() != first.size as usize {
+            return Err(Error::Invalid(format!(
+                "transferred record of group {group}: the header says {} bytes, header and body \
+                 are {}",
+                first.size,
+                HEADER_SIZE + body.len()
+            )));
+        }
+        let mut record = Vec::with_capacity(HEADER_SIZE + body.len());
+        record.extend_from_slice(&encoded);
+        record.extend_from_slice(body);
+        let record_max = config.record_size_bytes_max as usize;
+        let header =
+            check_standalone(&record, self.config.cluster, group, record_max).map_err(|fault| {
+                Error::Invalid(format!("transferred record of group {group}: {fault}"))
+            })?;
+        let prepare = *prepare_of(&header);
+        if prepare.op != state.op {
+            return Err(Error::Invalid(format!(
+                "transferred state of group {group} is as of op {}, its record is op {}",
+                state.op, prepare.op
+            )));
+        }
+        let end_offset = prepare.base_offset + u64::from(prepare.record_count);
+        if state.end_offset != end_offset {
+            return Err(Error::Invalid(format!(
+                "transferred state of group {group} ends at offset {}, op {} ends at {end_offset}",
+                state.end_offset, prepare.op
+            )));
+        }
+        if state.op <= log.head_op() {
+            return Err(Error::Invalid(format!(
+                "a transfer to op {} does not move group {group} forward from its head {}",
+                state.op,
+                log.head_op()
+            )));
+        }
+        let state_file = bytes::Bytes::from(state.encode()?);
+        let dir = group_dir(&self.dir, group);
+        let base = prepare.base_offset;
+
+        self.write_pending_journal().await?;
+        let old = self.groups[&group].slot();
+
+        // 1. Stage beside the live log; nothing the group depends on changes.
+        if cfg!(feature = "canary-transfer-unstaged") {
+            // Canary (DESIGN.md §7): the old log is replaced in place before the commit point.
+            transfer::stage_unstaged(&self.storage, &dir, &record, base, state_file).await?;
+        } else {
+            transfer::stage(&self.storage, &dir, &record, base, state_file).await?;
+        }
+
+        // 2. The commit point. The fence kills every journal entry written so far above S (the
+        // old log's held none above its head, but a truncated suffix's entries may still lie
+        // in the journal); `finished`, since segment records above S will be the new suffix. A
+        // journal that never held an entry needs no fence, and a fence with `seq` 0 would judge
+        // later entries by view. Entries numbered after it (seq above `fence.seq`, never
+        // reused: every lower number is on disk) are the new log's.
+        let journal_seq = self.journal.last_seq();
+        let fence = if journal_seq == 0 {
+            Fence::default()
+        } else {
+            Fence { op: state.op, view: old.view.max(1), seq: journal_seq, finished: true }
+        };
+        let slot = GroupSlot {
+            checkpoint: Checkpoint {
+                op: state.op,
+                checksum: header.checksum_header,
+                next_offset: end_offset,
+                segment_base_offset: base,
+                position_bytes: 0,
+            },
+            fence,
+            // A damage cut's missing ops past S may have been acknowledged: they stay faulty
+            // (from S + 1) until the owner clears the marker, as for any cut.
+            damaged_from: if old.damaged_from == 0 { 0 } else { state.op + 1 },
+            transfer_pending: true,
+            ..old
+        };
+        let mut slots = self.slots();
+        slots.insert(group, slot);
+        if let Err(error) = self.superblock.write(slots).await {
+            return Err(self.fail(error));
+        }
+
+        // 3. Roll forward. The old log goes first: it returns its ring budget and chunks, and
+        // its open files are not written again.
+        drop(self.groups.remove(&group));
+        self.checkpoint_wanted.remove(&group);
+        self.settle_blocked.remove(&group);
+        if let Err(error) = transfer::roll_forward(&self.storage, &dir, base).await {
+            return Err(self.fail(error));
+        }
+
+        // 4. Rebuild the log from the new slot (recovery checks the record again as read), then
+        // clear the flag durably before anything can be appended.
+        let shared = Rc::clone(&self.shared);
+        let recovered =
+            PartitionLog::recover(self.storage.clone(), shared, dir, slot, config, &[]).await;
+        let (log, recovery) = match recovered {
+            Ok(recovered) => recovered,
+            Err(error) => return Err(self.fail(error)),
+        };
+        self.durable.insert(group, log.head_op());
+        self.groups.insert(group, log);
+        self.journal.release(group, state.op);
+        let slots = self.slots();
+        if let Err(error) = self.superblock.write(slots).await {
+            return Err(self.fail(error));
+        }
+        self.slots_dirty.remove(&group);
+        self.counters.transfers_installed += 1;
+        match recovery.corruption {
+            Some(corruption) => Err(Error::Corruption(corruption)),
+            None => Ok(()),
+        }
+    }
+
     /// Applies retention to every group (`now_ms` from the caller's clock). Call with no flush
     /// in flight. Returns the segments deleted.
     pub async fn enforce_retention(&mut self, now_ms: i64) -> Result<usize> {
@@ -1027,6 +1202,18 @@ impl<S: Storage> Shard<S> {
             && self.groups.values().all(|log| log.faulty_reason().is_none());
         let slots = self.slots();
         self.superblock.write_with(slots, clean).await
+    }
+
+    /// Writes the journal's pending entries (a whole flush cycle) when it has any. A fence
+    /// names the journal's last sequence number, so every entry numbered so far must be on disk
+    /// before it: a pending entry a crash takes would have its number handed out again after
+    /// the restart, to a new entry the fence would then kill although it was reported durable.
+    async fn write_pending_journal(&mut self) -> Result<()> {
+        if self.journal.pending_entries() > 0 {
+            self.flush().await?;
+        }
+        assert_eq!(self.journal.pending_entries(), 0, "a flush cycle takes every pending entry");
+        Ok(())
     }
 
     /// The slot table as it should be durable now: every group's control state (whose

@@ -8,7 +8,12 @@
 //! never decides when to snapshot, and never deletes log data (the owner sets the log's
 //! retention floor to what its newest snapshot covers).
 //!
-//! File `state` in the group's directory, little-endian:
+//! The same format holds the *transferred state* a log installed by a state transfer begins
+//! from (`transfer-state`, written by `Shard::install_transfer`, read by
+//! [`load_transfer_state`]): the peer's state as of the first op of the installed log. This
+//! module only writes and reads it; the install decides when it is staged and renamed.
+//!
+//! File `state` (or `transfer-state`) in the group's directory, little-endian:
 //!
 //! | Offset | Size | Field | Meaning |
 //! |-------:|-----:|-------|---------|
@@ -32,6 +37,11 @@ use crate::storage::{AlignedBuf, OpenMode, Storage, StorageFile};
 pub const STATE_FILE: &str = "state";
 /// The name a new snapshot is written under before it replaces the old one.
 pub const STATE_FILE_NEW: &str = "state.new";
+/// The transferred state the group's live log began from, when a state transfer installed it.
+pub const TRANSFER_STATE_FILE: &str = "transfer-state";
+/// The name an install stages the transferred state under; its roll-forward renames it to
+/// [`TRANSFER_STATE_FILE`].
+pub const TRANSFER_STATE_STAGED: &str = "transfer-state.staged";
 const MAGIC: [u8; 4] = *b"SHST";
 const VERSION: u16 = 1;
 const HEADER_SIZE: usize = 32;
@@ -50,7 +60,8 @@ pub struct GroupState {
 }
 
 impl GroupState {
-    fn encode(&self) -> Result<Vec<u8>> {
+    /// The file's bytes; [`Error::Invalid`] when the state is over its bound.
+    pub(crate) fn encode(&self) -> Result<Vec<u8>> {
         if self.bytes.len() > STATE_SIZE_BYTES_MAX {
             return Err(Error::Invalid(format!(
                 "a group state of {} bytes is over the {STATE_SIZE_BYTES_MAX}-byte bound",
@@ -102,21 +113,7 @@ fn checksum(header: &[u8], bytes: &[u8]) -> u32 {
 pub async fn save<S: Storage>(storage: &S, group_dir: &Path, state: &GroupState) -> Result<()> {
     let encoded = Bytes::from(state.encode()?);
     let new_path = group_dir.join(STATE_FILE_NEW);
-    // A leftover of a save that failed midway may be longer than this copy.
-    if storage.exists(&new_path).await.map_err(|e| Error::io("probing a group state", e))? {
-        storage
-            .remove_file(&new_path)
-            .await
-            .map_err(|e| Error::io("removing a stale group state", e))?;
-    }
-    // Buffered: the file is small and written whole, so direct I/O's alignment buys nothing.
-    let file = storage
-        .open(&new_path, OpenMode::CreateReadWrite, false)
-        .await
-        .map_err(|e| Error::io(format!("creating {}", new_path.display()), e))?;
-    file.write_at(encoded, 0).await.map_err(|e| Error::io("writing a group state", e))?;
-    file.sync_data().await.map_err(|e| Error::io("syncing a group state", e))?;
-    drop(file);
+    write_synced(storage, &new_path, encoded).await?;
     storage
         .rename(&new_path, &group_dir.join(STATE_FILE))
         .await
@@ -124,22 +121,59 @@ pub async fn save<S: Storage>(storage: &S, group_dir: &Path, state: &GroupState)
     storage.sync_dir(group_dir).await.map_err(|e| Error::io("syncing a group directory", e))
 }
 
+/// Writes an encoded state file at `path` from scratch and syncs its data (not its directory
+/// entry: the caller renames it into place, or syncs the directory, as its protocol needs).
+pub(crate) async fn write_synced<S: Storage>(
+    storage: &S,
+    path: &Path,
+    encoded: Bytes,
+) -> Result<()> {
+    // A leftover of a write that failed midway may be longer than this copy.
+    if storage.exists(path).await.map_err(|e| Error::io("probing a group state", e))? {
+        storage
+            .remove_file(path)
+            .await
+            .map_err(|e| Error::io("removing a stale group state", e))?;
+    }
+    // Buffered: the file is small and written whole, so direct I/O's alignment buys nothing.
+    let file = storage
+        .open(path, OpenMode::CreateReadWrite, false)
+        .await
+        .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+    file.write_at(encoded, 0).await.map_err(|e| Error::io("writing a group state", e))?;
+    file.sync_data().await.map_err(|e| Error::io("syncing a group state", e))
+}
+
 /// The group's snapshot: `Ok(None)` when it has none; [`Error::Corruption`] when the file is
 /// damaged (its checksum is checked before any field is believed), an I/O error when it cannot
 /// be read.
 pub async fn load<S: Storage>(storage: &S, group_dir: &Path) -> Result<Option<GroupState>> {
-    let path = group_dir.join(STATE_FILE);
-    if !storage.exists(&path).await.map_err(|e| Error::io("probing a group state", e))? {
+    load_file(storage, &group_dir.join(STATE_FILE)).await
+}
+
+/// The transferred state the group's live log began from, if a state transfer installed its
+/// log (file [`TRANSFER_STATE_FILE`]): `Ok(None)` when it has none; errors as [`load`]. A newer
+/// install replaces it; the group's own snapshot ([`load`]) is a separate file.
+pub async fn load_transfer_state<S: Storage>(
+    storage: &S,
+    group_dir: &Path,
+) -> Result<Option<GroupState>> {
+    load_file(storage, &group_dir.join(TRANSFER_STATE_FILE)).await
+}
+
+/// Reads and checks one state file (see [`load`]).
+pub(crate) async fn load_file<S: Storage>(storage: &S, path: &Path) -> Result<Option<GroupState>> {
+    if !storage.exists(path).await.map_err(|e| Error::io("probing a group state", e))? {
         return Ok(None);
     }
     let file = storage
-        .open(&path, OpenMode::ReadWrite, false)
+        .open(path, OpenMode::ReadWrite, false)
         .await
         .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
     let size = file.size_bytes().await.map_err(|e| Error::io("sizing a group state", e))?;
     let damaged = |reason: String| {
         Error::Corruption(Corruption {
-            file: path.clone(),
+            file: path.to_path_buf(),
             position_bytes: 0,
             offset: None,
             op: None,

@@ -65,7 +65,15 @@ const SLOT_RETENTION_BYTES: usize = SLOT_SEGMENT_AGE_MS + 8;
 const SLOT_RETENTION_MS: usize = SLOT_RETENTION_BYTES + 8;
 const SLOT_FENCE_SEQ: usize = SLOT_RETENTION_MS + 8;
 const SLOT_FENCE_FINISHED: usize = SLOT_FENCE_SEQ + 8;
-const SLOT_RESERVED_FROM: usize = SLOT_FENCE_FINISHED + 1;
+/// Bit flags of the slot (`SLOT_FLAG_*`). Zero in slots from before it existed (the byte was
+/// reserved, written as zero), which reads as "no flag set": no version change needed.
+const SLOT_FLAGS: usize = SLOT_FENCE_FINISHED + 1;
+/// Flag: a state transfer's install passed its commit point and its roll-forward has not been
+/// made durable yet ([`GroupSlot::transfer_pending`]).
+const SLOT_FLAG_TRANSFER_PENDING: u8 = 1;
+/// Every flag this build knows; a slot with any other bit set comes from a newer format.
+const SLOT_FLAGS_KNOWN: u8 = SLOT_FLAG_TRANSFER_PENDING;
+const SLOT_RESERVED_FROM: usize = SLOT_FLAGS + 1;
 /// Zero in superblocks from before it existed (the bytes were reserved, written as zeros), which
 /// reads as "no damage cut": no version change needed.
 const SLOT_DAMAGED_FROM: usize = 120;
@@ -76,6 +84,7 @@ pub const SLOT_SIZE_BYTES: usize = 128;
 const _: () = assert!(SLOT_RESERVED <= SLOT_SIZE_BYTES);
 const _: () = assert!(SLOT_CHECKPOINT_OP.is_multiple_of(8) && SLOT_FENCE_OP.is_multiple_of(8));
 const _: () = assert!(SLOT_FENCE_SEQ == 104 && SLOT_FENCE_SEQ.is_multiple_of(8));
+const _: () = assert!(SLOT_FLAGS == 113);
 const _: () = assert!(SLOT_DAMAGED_FROM.is_multiple_of(8));
 
 /// The durability mode of a group, chosen at creation (DESIGN.md §3).
@@ -239,6 +248,11 @@ pub struct GroupSlot {
     /// the log lacks past its head may have been acknowledged, so they stay *faulty*, not
     /// absent, across restarts until the replica has them back (DESIGN.md §3). 0: no cut.
     pub damaged_from: u64,
+    /// A state transfer's install wrote this slot (its commit point) and may not have finished
+    /// replacing the group's files: open rolls the install forward before it recovers the group
+    /// (see `Shard::install_transfer`). Cleared by the install's second superblock write, or by
+    /// the write open makes after recovery.
+    pub transfer_pending: bool,
 }
 
 /// Who owns the data directory: checked on open so a directory is never served by a different
@@ -615,6 +629,7 @@ fn encode_slot(bytes: &mut [u8], slot: &GroupSlot) {
     put(bytes, SLOT_RETENTION_BYTES, &slot.config.retention_bytes.to_le_bytes());
     put(bytes, SLOT_RETENTION_MS, &slot.config.retention_ms.to_le_bytes());
     put(bytes, SLOT_DAMAGED_FROM, &slot.damaged_from.to_le_bytes());
+    bytes[SLOT_FLAGS] = if slot.transfer_pending { SLOT_FLAG_TRANSFER_PENDING } else { 0 };
 }
 
 /// Decodes one copy's bytes: checks the checksum before trusting any field, then the version,
@@ -666,6 +681,10 @@ pub fn decode_copy(bytes: &[u8]) -> Result<SuperblockState, String> {
         if let Err(error) = config.validate() {
             return Err(format!("slot {index}: {error}"));
         }
+        let flags = slot[SLOT_FLAGS];
+        if flags & !SLOT_FLAGS_KNOWN != 0 {
+            return Err(format!("slot {index}: unknown flags {flags:#04x}"));
+        }
         let group = GroupSlot {
             group: s64(SLOT_GROUP),
             config,
@@ -685,6 +704,7 @@ pub fn decode_copy(bytes: &[u8]) -> Result<SuperblockState, String> {
                 finished: slot[SLOT_FENCE_FINISHED] != 0,
             },
             damaged_from: s64(SLOT_DAMAGED_FROM),
+            transfer_pending: flags & SLOT_FLAG_TRANSFER_PENDING != 0,
         };
         if groups.insert(group.group, group).is_some() {
             return Err(format!("slot {index}: group {} appears twice", group.group));
@@ -804,6 +824,42 @@ mod tests {
         let result =
             sim.block_on(Superblock::open(&storage, Path::new("/s"), identity(), SLOTS * 2));
         assert!(matches!(result, Err(Error::Mismatch(_))), "a changed slot bound is refused");
+    }
+
+    #[test]
+    fn transfer_pending_flag_round_trips_and_an_old_zero_byte_reads_as_clear() {
+        let mut state = SuperblockState {
+            identity: identity(),
+            sequence: 3,
+            checksum: 0,
+            parent: 0,
+            slots_max: SLOTS,
+            clean_shutdown: false,
+            groups: groups(2, 1),
+        };
+        state.groups.get_mut(&1).expect("slot").transfer_pending = true;
+        let copy_size = copy_size_bytes(SLOTS);
+        let mut bytes = encode_version(&state, copy_size);
+        bytes.resize(copy_size, 0);
+        let decoded = decode_copy(&bytes).expect("decodes");
+        assert!(!decoded.groups[&0].transfer_pending);
+        assert!(decoded.groups[&1].transfer_pending);
+        // The flag is byte 113 of the second slot; a slot of an older build has zero there.
+        let flags_at = HEADER_SIZE_BYTES + SLOT_SIZE_BYTES + 113;
+        assert_eq!(bytes[flags_at], SLOT_FLAG_TRANSFER_PENDING);
+        let reseal = |bytes: &mut Vec<u8>| {
+            let used = used_size_bytes(2);
+            let checksum = crc32c::crc32c(&bytes[OFF_PARENT..used]);
+            bytes[OFF_CHECKSUM..OFF_CHECKSUM + 4].copy_from_slice(&checksum.to_le_bytes());
+        };
+        bytes[flags_at] = 0;
+        reseal(&mut bytes);
+        assert!(!decode_copy(&bytes).expect("decodes").groups[&1].transfer_pending);
+        // A bit this build does not know is a newer format: the copy is refused, not misread.
+        bytes[flags_at] = 0x80;
+        reseal(&mut bytes);
+        let error = decode_copy(&bytes).expect_err("unknown flag");
+        assert!(error.contains("unknown flags"), "{error}");
     }
 
     #[test]

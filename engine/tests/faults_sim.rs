@@ -397,3 +397,34 @@ fn entries_covered_before_a_restart_never_pin_the_journal() {
         sim.block_on(shard.flush()).unwrap();
     }
 }
+
+#[test]
+fn a_truncation_fence_never_kills_entries_numbered_after_it() {
+    // Group 2's appended prepare is still pending in the journal when group 1 truncates: the
+    // fence names its sequence number. A power loss takes the pending entry; without care the
+    // reopened journal hands its number to group 1's next prepare, which the fence then kills
+    // at the following recovery although it was reported durable.
+    let sim = Sim::new(23, SimConfig::default());
+    let (mut shard, _) = open(&sim);
+    sim.block_on(shard.create_group(1, group_config(Durability::Persisted))).unwrap();
+    sim.block_on(shard.create_group(2, group_config(Durability::Persisted))).unwrap();
+    append(&mut shard, 1, 10, 1000);
+    sim.block_on(shard.close()).unwrap();
+    let (mut shard, _) = open(&sim);
+    append(&mut shard, 2, 1, 1000);
+    sim.block_on(shard.truncate_after(1, 5, 2)).unwrap();
+    drop(shard);
+    sim.crash();
+    let (mut shard, _) = open(&sim);
+    let next = shard.next(1).unwrap();
+    let body = body(next.op, 100);
+    let fields = Prepare { record_count: 2, append_time_ms: 6, ..Prepare::default() };
+    let header = build_prepare(&next, 2, 0, fields, &body);
+    shard.append(1, &header, &body).unwrap();
+    sim.block_on(shard.flush()).unwrap();
+    assert_eq!(shard.durable_op(1), Some(6));
+    drop(shard);
+    sim.crash();
+    let (shard, _) = open(&sim);
+    assert_eq!(shard.group(1).unwrap().head_op(), 6, "an op reported durable survives");
+}

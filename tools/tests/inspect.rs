@@ -6,8 +6,9 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 use shoal_engine::batch::BatchBuilder;
-use shoal_engine::record::build_prepare;
+use shoal_engine::record::{ChainNext, build_prepare};
 use shoal_engine::shard::{Shard, ShardConfig, group_dir, shard_dir};
+use shoal_engine::state::GroupState;
 use shoal_engine::storage::std_fs::{StdStorage, block_on};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::Prepare;
@@ -285,4 +286,65 @@ fn garbage_files_named_like_segments_never_panic() {
     }
     let (code, _) = inspect_json(data.path());
     assert_eq!(code, 1);
+}
+
+#[test]
+fn log_installed_by_a_state_transfer_is_clean_and_shown_and_a_staged_leftover_is_a_note() {
+    let data = build();
+    let dir = shard_dir(data.path(), 0);
+    let (mut shard, _) = block_on(Shard::open(StdStorage, &dir, ShardConfig::small())).unwrap();
+    // Op S of a peer whose log retention began far ahead of this one.
+    let s = PREPARES + 50;
+    let base = 10_000;
+    let next = ChainNext { cluster: 0, group: REPLICATED, op: s, parent: 0x5eed, offset: base };
+    let mut builder = BatchBuilder::new(1_700_000_100_000);
+    for _ in 0..RECORDS_PER_PREPARE {
+        builder.push(1_700_000_100_000, Some(b"key"), Some(&[b'p'; 700]), &[]);
+    }
+    let body = builder.build();
+    let fields = Prepare {
+        record_count: RECORDS_PER_PREPARE as u32,
+        append_time_ms: 1_700_000_100_000,
+        ..Prepare::default()
+    };
+    let header = build_prepare(&next, 3, 1, fields, &body);
+    let end_offset = base + RECORDS_PER_PREPARE;
+    let state = GroupState { op: s, end_offset, bytes: b"peer state".to_vec() };
+    block_on(shard.install_transfer(REPLICATED, &header, &body, &state)).unwrap();
+    block_on(shard.close()).unwrap();
+    // An install that never reached its commit point leaves its staged files behind.
+    let group_path = group_dir(&dir, REPLICATED);
+    std::fs::write(group_path.join("transfer-state.staged"), b"half written").unwrap();
+
+    let (code, report) = inspect_json(data.path());
+    assert_eq!(code, 0, "{report:#}");
+    let g = group(&report, REPLICATED);
+    assert_eq!((u(&g["first_op"]), u(&g["last_op"])), (s, s));
+    assert_eq!((u(&g["first_offset"]), u(&g["next_offset"])), (base, end_offset));
+    assert_eq!(g["slot"]["transfer_pending"], false);
+    assert_eq!(
+        (u(&g["transfer_state"]["op"]), u(&g["transfer_state"]["end_offset"])),
+        (s, end_offset)
+    );
+    let segments = segments(&report, REPLICATED);
+    assert_eq!(segments.len(), 1);
+    assert!(segments[0]["file"].as_str().unwrap().ends_with(&format!("{base:020}.log")));
+    let notes = report["notes"].as_array().unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n["message"].as_str().unwrap().contains("leftover of a state transfer")),
+        "{notes:#?}"
+    );
+    let text = String::from_utf8(run(&[data.path().as_os_str()]).stdout).unwrap();
+    assert!(text.contains("installed by a state transfer"), "{text}");
+
+    // The transferred state is checked like the group's own snapshot.
+    let path = group_path.join("transfer-state");
+    let mut damaged = std::fs::read(&path).unwrap();
+    damaged[10] ^= 1;
+    std::fs::write(&path, &damaged).unwrap();
+    let (code, report) = inspect_json(data.path());
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(report["first_corruption"]["file"].as_str().unwrap(), path.to_str().unwrap());
 }

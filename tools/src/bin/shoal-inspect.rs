@@ -184,6 +184,7 @@ fn slot_json(slot: &GroupSlot) -> Value {
             "position_bytes": slot.checkpoint.position_bytes,
         },
         "fence": { "op": slot.fence.op, "view": slot.fence.view },
+        "transfer_pending": slot.transfer_pending,
         "config": {
             "segment_size_bytes": slot.config.segment_size_bytes,
             "segment_age_ms_max": slot.config.segment_age_ms_max,
@@ -205,6 +206,9 @@ fn group_json(group: &GroupReport) -> Value {
         "next_offset": group.next_offset,
         "records": group.records,
         "valid_bytes": group.valid_bytes,
+        "transfer_state": group.transfer_state.map(|(op, end_offset)| {
+            json!({ "op": op, "end_offset": end_offset })
+        }),
         "segments": group.segments.iter().map(segment_json).collect::<Vec<_>>(),
     })
 }
@@ -396,6 +400,16 @@ fn human_group(out: &mut String, group: &GroupReport) {
         ),
         None => writeln!(out, "  group {} (not in the superblock)", group.group),
     };
+    if group.slot.is_some_and(|slot| slot.transfer_pending) {
+        let _ = writeln!(out, "    state transfer pending: open rolls it forward");
+    }
+    if let Some((op, end_offset)) = group.transfer_state {
+        let _ = writeln!(
+            out,
+            "    log installed by a state transfer: transferred state as of op {op}, end \
+             offset {end_offset}"
+        );
+    }
     let _ = match (group.first_op, group.last_op, group.first_offset, group.next_offset) {
         (Some(first_op), Some(last_op), Some(first_offset), Some(next_offset)) => writeln!(
             out,
