@@ -147,6 +147,25 @@ const OFF_RANGE_EVICTED_OP_MIN: usize = OFF_RANGE_EVICTED_OP + size_of::<u64>();
 const OFF_RANGE_EVICTED_RESERVED_TAIL: usize = OFF_RANGE_EVICTED_OP_MIN + size_of::<u64>();
 const SIZE_RANGE_EVICTED_RESERVED_TAIL: usize = HEADER_SIZE - OFF_RANGE_EVICTED_RESERVED_TAIL;
 
+// `Command::RequestState` region.
+const OFF_REQUEST_STATE_GROUP: usize = SIZE_COMMON_PREFIX;
+const OFF_REQUEST_STATE_OP: usize = OFF_REQUEST_STATE_GROUP + size_of::<u64>();
+const OFF_REQUEST_STATE_OFFSET_BYTES: usize = OFF_REQUEST_STATE_OP + size_of::<u64>();
+const OFF_REQUEST_STATE_RESERVED_TAIL: usize = OFF_REQUEST_STATE_OFFSET_BYTES + size_of::<u64>();
+const SIZE_REQUEST_STATE_RESERVED_TAIL: usize = HEADER_SIZE - OFF_REQUEST_STATE_RESERVED_TAIL;
+
+// `Command::StateChunk` region: one piece of a group's replicated state; the piece is the body.
+const OFF_STATE_CHUNK_GROUP: usize = SIZE_COMMON_PREFIX;
+const OFF_STATE_CHUNK_OP: usize = OFF_STATE_CHUNK_GROUP + size_of::<u64>();
+const OFF_STATE_CHUNK_END_OFFSET: usize = OFF_STATE_CHUNK_OP + size_of::<u64>();
+const OFF_STATE_CHUNK_SIZE_BYTES: usize = OFF_STATE_CHUNK_END_OFFSET + size_of::<u64>();
+const OFF_STATE_CHUNK_OFFSET_BYTES: usize = OFF_STATE_CHUNK_SIZE_BYTES + size_of::<u64>();
+const OFF_STATE_CHUNK_PREPARE_CHECKSUM: usize = OFF_STATE_CHUNK_OFFSET_BYTES + size_of::<u64>();
+const OFF_STATE_CHUNK_STATE_CHECKSUM: usize = OFF_STATE_CHUNK_PREPARE_CHECKSUM + size_of::<u32>();
+const OFF_STATE_CHUNK_CHUNK_SIZE_BYTES: usize = OFF_STATE_CHUNK_STATE_CHECKSUM + size_of::<u32>();
+const OFF_STATE_CHUNK_RESERVED_TAIL: usize = OFF_STATE_CHUNK_CHUNK_SIZE_BYTES + size_of::<u32>();
+const SIZE_STATE_CHUNK_RESERVED_TAIL: usize = HEADER_SIZE - OFF_STATE_CHUNK_RESERVED_TAIL;
+
 // `Command::Request` region: a client's request; the operation's arguments are the body.
 const OFF_REQUEST_CLIENT: usize = SIZE_COMMON_PREFIX;
 const OFF_REQUEST_SESSION: usize = OFF_REQUEST_CLIENT + size_of::<u64>();
@@ -204,6 +223,9 @@ const _: () = assert!(OFF_REQUEST_START_VIEW_RESERVED_TAIL == 48);
 const _: () = assert!(OFF_REQUEST_PREPARE_FLAGS == 52);
 const _: () = assert!(OFF_REQUEST_PREPARE_RESERVED_TAIL == 56);
 const _: () = assert!(OFF_RANGE_EVICTED_RESERVED_TAIL == 56);
+const _: () = assert!(OFF_REQUEST_STATE_RESERVED_TAIL == 56);
+const _: () =
+    assert!(OFF_STATE_CHUNK_CHUNK_SIZE_BYTES == 80 && OFF_STATE_CHUNK_RESERVED_TAIL == 84);
 const _: () = assert!(OFF_REQUEST_OPERATION == 56 && OFF_REQUEST_RESERVED_TAIL == 60);
 const _: () = assert!(OFF_REPLY_ERROR == 52 && OFF_REPLY_RESERVED_TAIL == 56);
 // Every region ends inside the header (a reserved tail of at least one byte is left by each).
@@ -218,6 +240,8 @@ const _: () = {
         OFF_REQUEST_START_VIEW_RESERVED_TAIL,
         OFF_REQUEST_PREPARE_RESERVED_TAIL,
         OFF_RANGE_EVICTED_RESERVED_TAIL,
+        OFF_REQUEST_STATE_RESERVED_TAIL,
+        OFF_STATE_CHUNK_RESERVED_TAIL,
         OFF_REQUEST_RESERVED_TAIL,
         OFF_REPLY_RESERVED_TAIL,
     ];
@@ -269,6 +293,14 @@ const _: () = {
         OFF_RANGE_EVICTED_GROUP,
         OFF_RANGE_EVICTED_OP,
         OFF_RANGE_EVICTED_OP_MIN,
+        OFF_REQUEST_STATE_GROUP,
+        OFF_REQUEST_STATE_OP,
+        OFF_REQUEST_STATE_OFFSET_BYTES,
+        OFF_STATE_CHUNK_GROUP,
+        OFF_STATE_CHUNK_OP,
+        OFF_STATE_CHUNK_END_OFFSET,
+        OFF_STATE_CHUNK_SIZE_BYTES,
+        OFF_STATE_CHUNK_OFFSET_BYTES,
         OFF_REQUEST_CLIENT,
         OFF_REQUEST_SESSION,
         OFF_REQUEST_REQUEST,
@@ -330,6 +362,14 @@ const RESERVED_REQUEST_PREPARE: [(usize, usize); 1] =
 const RESERVED_RANGE_EVICTED: [(usize, usize); 1] =
     [(OFF_RANGE_EVICTED_RESERVED_TAIL, SIZE_RANGE_EVICTED_RESERVED_TAIL)];
 
+/// Byte ranges (offset, length) that must be zero in a [`Command::RequestState`] header.
+const RESERVED_REQUEST_STATE: [(usize, usize); 1] =
+    [(OFF_REQUEST_STATE_RESERVED_TAIL, SIZE_REQUEST_STATE_RESERVED_TAIL)];
+
+/// Byte ranges (offset, length) that must be zero in a [`Command::StateChunk`] header.
+const RESERVED_STATE_CHUNK: [(usize, usize); 1] =
+    [(OFF_STATE_CHUNK_RESERVED_TAIL, SIZE_STATE_CHUNK_RESERVED_TAIL)];
+
 /// Byte ranges (offset, length) that must be zero in a [`Command::Request`] header.
 const RESERVED_REQUEST: [(usize, usize); 1] =
     [(OFF_REQUEST_RESERVED_TAIL, SIZE_REQUEST_RESERVED_TAIL)];
@@ -374,6 +414,12 @@ pub enum Command {
     /// The answer to a `RequestPrepare` for an op the responder no longer holds (retention
     /// removed it): names the oldest op it still holds. Empty body.
     RangeEvicted = 12,
+    /// A replica that needs a state transfer asks a peer for (a piece of) its group's
+    /// replicated state. Empty body.
+    RequestState = 13,
+    /// One piece of a group's replicated state as of one op, the answer to a `RequestState`.
+    /// Body: the piece.
+    StateChunk = 14,
 }
 
 impl Command {
@@ -390,6 +436,8 @@ impl Command {
             8 => Some(Command::RequestStartView),
             9 => Some(Command::RequestPrepare),
             12 => Some(Command::RangeEvicted),
+            13 => Some(Command::RequestState),
+            14 => Some(Command::StateChunk),
             10 => Some(Command::Request),
             11 => Some(Command::Reply),
             _ => None,
@@ -420,6 +468,10 @@ pub enum Fields {
     RequestPrepare(RequestPrepare),
     /// Fields of a [`Command::RangeEvicted`] header.
     RangeEvicted(RangeEvicted),
+    /// Fields of a [`Command::RequestState`] header.
+    RequestState(RequestState),
+    /// Fields of a [`Command::StateChunk`] header.
+    StateChunk(StateChunk),
     /// Fields of a [`Command::Request`] header.
     Request(ClientRequest),
     /// Fields of a [`Command::Reply`] header.
@@ -440,6 +492,8 @@ impl Fields {
             Fields::RequestStartView(_) => Command::RequestStartView,
             Fields::RequestPrepare(_) => Command::RequestPrepare,
             Fields::RangeEvicted(_) => Command::RangeEvicted,
+            Fields::RequestState(_) => Command::RequestState,
+            Fields::StateChunk(_) => Command::StateChunk,
             Fields::Request(_) => Command::Request,
             Fields::Reply(_) => Command::Reply,
         }
@@ -459,7 +513,9 @@ impl Fields {
             | Fields::StartViewChange(_)
             | Fields::RequestStartView(_)
             | Fields::RequestPrepare(_)
-            | Fields::RangeEvicted(_) => Some(0),
+            | Fields::RangeEvicted(_)
+            | Fields::RequestState(_) => Some(0),
+            Fields::StateChunk(chunk) => Some(u64::from(chunk.chunk_size_bytes)),
             Fields::Commit(commit) => {
                 Some(u64::from(commit.entry_count) * COMMIT_ENTRY_SIZE as u64)
             }
@@ -657,6 +713,42 @@ pub struct RangeEvicted {
     pub op_min: u64,
 }
 
+/// The per-command fields of a state request: a replica whose peers no longer hold the ops it
+/// lacks asks one of them for its group's replicated state, piece by piece.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RequestState {
+    /// VSR group id.
+    pub group: u64,
+    /// The op of the state being assembled, or 0 to begin a transfer (the responder then
+    /// answers with its newest state).
+    pub op: u64,
+    /// The byte of that state the asker wants next.
+    pub offset_bytes: u64,
+}
+
+/// The per-command fields of a state chunk: bytes `offset_bytes..offset_bytes +
+/// chunk_size_bytes` of a group's replicated state as of op `op` (the body), and what the
+/// asker needs to install it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct StateChunk {
+    /// VSR group id.
+    pub group: u64,
+    /// The last op the state includes: the first op of the log the asker installs.
+    pub op: u64,
+    /// The offset after that op's records.
+    pub end_offset: u64,
+    /// The whole state's size.
+    pub size_bytes: u64,
+    /// Where this piece starts within the state.
+    pub offset_bytes: u64,
+    /// `checksum_header` of the prepare of `op`, which the asker fetches next.
+    pub prepare_checksum: u32,
+    /// CRC-32C of the whole state.
+    pub state_checksum: u32,
+    /// This piece's size: the body's.
+    pub chunk_size_bytes: u32,
+}
+
 /// The per-command fields of a client request. Which operation it is, and so how its body is
 /// laid out, is `operation` (see `engine::protocol`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -847,6 +939,27 @@ impl Header {
     /// Builds a sealed range-evicted header (empty body).
     pub fn range_evicted(cluster: u64, view: u32, replica: u8, fields: RangeEvicted) -> Header {
         Header::sealed(cluster, view, replica, Fields::RangeEvicted(fields), &[])
+    }
+
+    /// Builds a sealed state request header (empty body).
+    pub fn request_state(cluster: u64, view: u32, replica: u8, fields: RequestState) -> Header {
+        Header::sealed(cluster, view, replica, Fields::RequestState(fields), &[])
+    }
+
+    /// Builds a sealed state chunk header for `chunk` (`fields.chunk_size_bytes` is set from it).
+    ///
+    /// # Panics
+    ///
+    /// If `chunk` is longer than `u32::MAX` bytes.
+    pub fn state_chunk(
+        cluster: u64,
+        view: u32,
+        replica: u8,
+        mut fields: StateChunk,
+        chunk: &[u8],
+    ) -> Header {
+        fields.chunk_size_bytes = u32::try_from(chunk.len()).expect("a chunk fits in u32");
+        Header::sealed(cluster, view, replica, Fields::StateChunk(fields), chunk)
     }
 
     /// Builds a sealed client request header for `body`.
@@ -1084,6 +1197,22 @@ impl Header {
     pub fn as_range_evicted(&self) -> Option<&RangeEvicted> {
         match &self.fields {
             Fields::RangeEvicted(evicted) => Some(evicted),
+            _ => None,
+        }
+    }
+
+    /// The state request fields, if this is a [`Command::RequestState`] header.
+    pub fn as_request_state(&self) -> Option<&RequestState> {
+        match &self.fields {
+            Fields::RequestState(request) => Some(request),
+            _ => None,
+        }
+    }
+
+    /// The state chunk fields, if this is a [`Command::StateChunk`] header.
+    pub fn as_state_chunk(&self) -> Option<&StateChunk> {
+        match &self.fields {
+            Fields::StateChunk(chunk) => Some(chunk),
             _ => None,
         }
     }
@@ -1543,6 +1672,8 @@ fn reserved_ranges(command: Command) -> &'static [(usize, usize)] {
         Command::RequestStartView => &RESERVED_REQUEST_START_VIEW,
         Command::RequestPrepare => &RESERVED_REQUEST_PREPARE,
         Command::RangeEvicted => &RESERVED_RANGE_EVICTED,
+        Command::RequestState => &RESERVED_REQUEST_STATE,
+        Command::StateChunk => &RESERVED_STATE_CHUNK,
         Command::Request => &RESERVED_REQUEST,
         Command::Reply => &RESERVED_REPLY,
     }
@@ -1606,6 +1737,21 @@ fn encode_fields(bytes: &mut [u8; HEADER_SIZE], fields: &Fields) {
             put_u64(bytes, OFF_RANGE_EVICTED_GROUP, evicted.group);
             put_u64(bytes, OFF_RANGE_EVICTED_OP, evicted.op);
             put_u64(bytes, OFF_RANGE_EVICTED_OP_MIN, evicted.op_min);
+        }
+        Fields::RequestState(request) => {
+            put_u64(bytes, OFF_REQUEST_STATE_GROUP, request.group);
+            put_u64(bytes, OFF_REQUEST_STATE_OP, request.op);
+            put_u64(bytes, OFF_REQUEST_STATE_OFFSET_BYTES, request.offset_bytes);
+        }
+        Fields::StateChunk(chunk) => {
+            put_u64(bytes, OFF_STATE_CHUNK_GROUP, chunk.group);
+            put_u64(bytes, OFF_STATE_CHUNK_OP, chunk.op);
+            put_u64(bytes, OFF_STATE_CHUNK_END_OFFSET, chunk.end_offset);
+            put_u64(bytes, OFF_STATE_CHUNK_SIZE_BYTES, chunk.size_bytes);
+            put_u64(bytes, OFF_STATE_CHUNK_OFFSET_BYTES, chunk.offset_bytes);
+            put_u32(bytes, OFF_STATE_CHUNK_PREPARE_CHECKSUM, chunk.prepare_checksum);
+            put_u32(bytes, OFF_STATE_CHUNK_STATE_CHECKSUM, chunk.state_checksum);
+            put_u32(bytes, OFF_STATE_CHUNK_CHUNK_SIZE_BYTES, chunk.chunk_size_bytes);
         }
         Fields::Request(request) => {
             put_u64(bytes, OFF_REQUEST_CLIENT, request.client);
@@ -1674,6 +1820,21 @@ fn decode_fields(bytes: &[u8; HEADER_SIZE], command: Command) -> Option<Fields> 
             group: get_u64(bytes, OFF_RANGE_EVICTED_GROUP),
             op: get_u64(bytes, OFF_RANGE_EVICTED_OP),
             op_min: get_u64(bytes, OFF_RANGE_EVICTED_OP_MIN),
+        }),
+        Command::RequestState => Fields::RequestState(RequestState {
+            group: get_u64(bytes, OFF_REQUEST_STATE_GROUP),
+            op: get_u64(bytes, OFF_REQUEST_STATE_OP),
+            offset_bytes: get_u64(bytes, OFF_REQUEST_STATE_OFFSET_BYTES),
+        }),
+        Command::StateChunk => Fields::StateChunk(StateChunk {
+            group: get_u64(bytes, OFF_STATE_CHUNK_GROUP),
+            op: get_u64(bytes, OFF_STATE_CHUNK_OP),
+            end_offset: get_u64(bytes, OFF_STATE_CHUNK_END_OFFSET),
+            size_bytes: get_u64(bytes, OFF_STATE_CHUNK_SIZE_BYTES),
+            offset_bytes: get_u64(bytes, OFF_STATE_CHUNK_OFFSET_BYTES),
+            prepare_checksum: get_u32(bytes, OFF_STATE_CHUNK_PREPARE_CHECKSUM),
+            state_checksum: get_u32(bytes, OFF_STATE_CHUNK_STATE_CHECKSUM),
+            chunk_size_bytes: get_u32(bytes, OFF_STATE_CHUNK_CHUNK_SIZE_BYTES),
         }),
         Command::Request => Fields::Request(ClientRequest {
             client: get_u64(bytes, OFF_REQUEST_CLIENT),
@@ -1974,7 +2135,7 @@ mod tests {
 
     #[test]
     fn wire_unknown_command_rejected() {
-        for command in [Command::Reserved as u8, 13, 0x7f, u8::MAX] {
+        for command in [Command::Reserved as u8, 15, 0x7f, u8::MAX] {
             let mut bytes = sample_header().encode();
             bytes[OFF_COMMAND] = command;
             reseal(&mut bytes);
@@ -2300,7 +2461,33 @@ mod tests {
             sample_client_request(),
             sample_client_reply(),
             (sample_range_evicted(), Vec::new()),
+            (sample_request_state(), Vec::new()),
+            sample_state_chunk(),
         ]
+    }
+
+    fn sample_request_state() -> Header {
+        let fields = RequestState {
+            group: 0x1112_1314_1516_1718,
+            op: 0x2122_2324_2526_2728,
+            offset_bytes: 0x3132_3334_3536_3738,
+        };
+        Header::request_state(CLUSTER, VIEW, 1, fields)
+    }
+
+    fn sample_state_chunk() -> (Header, Vec<u8>) {
+        let chunk = b"producer table piece".to_vec();
+        let fields = StateChunk {
+            group: 0x1112_1314_1516_1718,
+            op: 0x2122_2324_2526_2728,
+            end_offset: 0x3132_3334_3536_3738,
+            size_bytes: 0x4142_4344_4546_4748,
+            offset_bytes: 0x5152_5354_5556_5758,
+            prepare_checksum: 0x6162_6364,
+            state_checksum: 0x7172_7374,
+            chunk_size_bytes: 0,
+        };
+        (Header::state_chunk(CLUSTER, VIEW, 2, fields, &chunk), chunk)
     }
 
     fn sample_range_evicted() -> Header {
@@ -2486,6 +2673,39 @@ mod tests {
                     (Header::range_evicted(cluster, view, replica, fields), Vec::new())
                 }
             ),
+            (prefix, any::<(u64, u64, u64)>()).prop_map(
+                |((cluster, view, replica), (group, op, offset_bytes))| {
+                    let fields = RequestState { group, op, offset_bytes };
+                    (Header::request_state(cluster, view, replica, fields), Vec::new())
+                }
+            ),
+            (
+                prefix,
+                any::<(u64, u64, u64, u64, u64, u32, u32)>(),
+                proptest::collection::vec(any::<u8>(), 0..64)
+            )
+                .prop_map(|((cluster, view, replica), fields, chunk)| {
+                    let (
+                        group,
+                        op,
+                        end_offset,
+                        size_bytes,
+                        offset_bytes,
+                        prepare_checksum,
+                        state_checksum,
+                    ) = fields;
+                    let fields = StateChunk {
+                        group,
+                        op,
+                        end_offset,
+                        size_bytes,
+                        offset_bytes,
+                        prepare_checksum,
+                        state_checksum,
+                        chunk_size_bytes: 0,
+                    };
+                    (Header::state_chunk(cluster, view, replica, fields, &chunk), chunk)
+                }),
         ]
     }
 
@@ -2578,7 +2798,7 @@ mod tests {
     #[test]
     fn wire_every_command_round_trips() {
         let messages = sample_messages();
-        assert_eq!(messages.len(), 12);
+        assert_eq!(messages.len(), 14);
         for (i, (header, body)) in messages.iter().enumerate() {
             assert_eq!(header.command as u8, i as u8 + 1);
             check_message(header, body).unwrap();
@@ -2616,6 +2836,8 @@ mod tests {
             (Command::Request, 196),
             (Command::Reply, 200),
             (Command::RangeEvicted, 200),
+            (Command::RequestState, 200),
+            (Command::StateChunk, 172),
         ];
         for ((header, _body), (command, field_bytes)) in
             sample_messages().into_iter().zip(reserved_field_bytes)
@@ -2703,9 +2925,11 @@ mod tests {
             assert_eq!(header.as_request().is_some(), command == Command::Request);
             assert_eq!(header.as_reply().is_some(), command == Command::Reply);
             assert_eq!(header.as_range_evicted().is_some(), command == Command::RangeEvicted);
+            assert_eq!(header.as_request_state().is_some(), command == Command::RequestState);
+            assert_eq!(header.as_state_chunk().is_some(), command == Command::StateChunk);
             assert_eq!(Command::from_u8(command as u8), Some(command));
         }
-        assert_eq!(Command::from_u8(13), None);
+        assert_eq!(Command::from_u8(15), None);
         assert_eq!(sample_prepare_ok().as_prepare_ok().unwrap().prepare_checksum, 0x4142_4344);
         assert_eq!(sample_commit().0.as_commit(), Some(&Commit { entry_count: 2 }));
         assert_eq!(sample_start_view().0.as_start_view().unwrap().nonce, 0x4142_4344_4546_4748);

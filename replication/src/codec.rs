@@ -150,6 +150,32 @@ pub fn encode(cluster: u64, from: u8, group: u64, message: &Message) -> Bytes {
             let fields = wire::RangeEvicted { group, op: *op, op_min: *op_min };
             (Header::range_evicted(cluster, *view, from, fields), Bytes::new())
         }
+        Message::RequestState { view, op, offset_bytes } => {
+            let fields = wire::RequestState { group, op: *op, offset_bytes: *offset_bytes };
+            (Header::request_state(cluster, *view, from, fields), Bytes::new())
+        }
+        Message::StateChunk {
+            view,
+            op,
+            end_offset,
+            size_bytes,
+            offset_bytes,
+            prepare_checksum,
+            state_checksum,
+            chunk,
+        } => {
+            let fields = wire::StateChunk {
+                group,
+                op: *op,
+                end_offset: *end_offset,
+                size_bytes: *size_bytes,
+                offset_bytes: *offset_bytes,
+                prepare_checksum: *prepare_checksum,
+                state_checksum: *state_checksum,
+                chunk_size_bytes: 0,
+            };
+            (Header::state_chunk(cluster, *view, from, fields, chunk), chunk.clone())
+        }
     };
     frame(&header, &body)
 }
@@ -264,6 +290,24 @@ pub fn decode(
             let f = header.as_range_evicted().expect("command checked");
             (f.group, Message::RangeEvicted { view, op: f.op, op_min: f.op_min })
         }
+        Command::RequestState => {
+            let f = header.as_request_state().expect("command checked");
+            (f.group, Message::RequestState { view, op: f.op, offset_bytes: f.offset_bytes })
+        }
+        Command::StateChunk => {
+            let f = *header.as_state_chunk().expect("command checked");
+            let message = Message::StateChunk {
+                view,
+                op: f.op,
+                end_offset: f.end_offset,
+                size_bytes: f.size_bytes,
+                offset_bytes: f.offset_bytes,
+                prepare_checksum: f.prepare_checksum,
+                state_checksum: f.state_checksum,
+                chunk: body,
+            };
+            (f.group, message)
+        }
         command @ (Command::Reserved
         | Command::JournalEntry
         | Command::Request
@@ -329,6 +373,18 @@ mod tests {
             Message::RequestPrepare { view: 3, op: 2, checksum: Some(h2.checksum_header) },
             Message::RequestPrepare { view: 3, op: 2, checksum: None },
             Message::RangeEvicted { view: 3, op: 2, op_min: 40 },
+            Message::RequestState { view: 3, op: 0, offset_bytes: 0 },
+            Message::RequestState { view: 3, op: 41, offset_bytes: 4096 },
+            Message::StateChunk {
+                view: 3,
+                op: 41,
+                end_offset: 900,
+                size_bytes: 5000,
+                offset_bytes: 4096,
+                prepare_checksum: 7,
+                state_checksum: 8,
+                chunk: Bytes::from_static(b"piece"),
+            },
         ];
         for message in messages {
             let packet = encode(9, 1, 3, &message);

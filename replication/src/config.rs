@@ -58,6 +58,8 @@ pub struct ReplicaConfig {
     /// A producer with no append for this long (by prepares' append times) is forgotten:
     /// Kafka's `transactional.id.expiration.ms` default, one day.
     pub producer_expiration_ms: i64,
+    /// A state transfer's pieces are at most this big (one `StateChunk` message's body).
+    pub state_chunk_bytes_max: usize,
 }
 
 impl ReplicaConfig {
@@ -86,6 +88,7 @@ impl ReplicaConfig {
             unclean_recovery: cfg!(feature = "canary-unclean-by-default"),
             producers_max: 1024,
             producer_expiration_ms: 24 * 60 * 60 * 1_000,
+            state_chunk_bytes_max: 64 << 10,
         }
     }
 
@@ -147,6 +150,9 @@ impl ReplicaConfig {
         }
         if self.producers_max == 0 {
             return Err("producers_max must be at least 1".into());
+        }
+        if self.state_chunk_bytes_max == 0 {
+            return Err("state_chunk_bytes_max must be at least 1".into());
         }
         if self.producer_expiration_ms <= 0 {
             return Err("producer_expiration_ms must be positive".into());

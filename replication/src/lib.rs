@@ -15,6 +15,7 @@ mod node;
 mod producers;
 mod replica;
 pub mod simulator;
+mod transfer;
 
 pub use client_table::{
     ClientCheck, ClientLimits, ClientSnapshotError, ClientTable, ClientTableError,

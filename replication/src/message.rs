@@ -5,6 +5,7 @@
 //! one wire header of `engine::wire`) and never decides anything.
 
 use bytes::{Bytes, BytesMut};
+use shoal_engine::state::GroupState;
 use shoal_engine::wire::Header;
 
 /// A message between two replicas of one group. `view` is always the sender's view.
@@ -106,6 +107,36 @@ pub enum Message {
         /// The oldest op the sender holds.
         op_min: u64,
     },
+    /// A replica whose peers no longer hold the ops it lacks asks for (a piece of) the group's
+    /// replicated state: `op` 0 begins a transfer, otherwise it names the state being assembled.
+    RequestState {
+        /// Sender's view.
+        view: u32,
+        /// The op of the state being assembled (0: the sender's newest).
+        op: u64,
+        /// The byte of that state wanted next.
+        offset_bytes: u64,
+    },
+    /// A piece of the sender's replicated state as of `op`, the answer to a
+    /// [`Message::RequestState`].
+    StateChunk {
+        /// Sender's view.
+        view: u32,
+        /// The last op the state includes.
+        op: u64,
+        /// The offset after that op's records.
+        end_offset: u64,
+        /// The whole state's size.
+        size_bytes: u64,
+        /// Where `chunk` starts within the state.
+        offset_bytes: u64,
+        /// `checksum_header` of the prepare of `op`.
+        prepare_checksum: u32,
+        /// CRC-32C of the whole state.
+        state_checksum: u32,
+        /// The piece.
+        chunk: Bytes,
+    },
 }
 
 /// Flag bit: the body of this header is held.
@@ -125,7 +156,9 @@ impl Message {
             | Message::StartView { view, .. }
             | Message::RequestStartView { view, .. }
             | Message::RequestPrepare { view, .. }
-            | Message::RangeEvicted { view, .. } => *view,
+            | Message::RangeEvicted { view, .. }
+            | Message::RequestState { view, .. }
+            | Message::StateChunk { view, .. } => *view,
         }
     }
 
@@ -141,6 +174,8 @@ impl Message {
             Message::RequestStartView { .. } => "request_start_view",
             Message::RequestPrepare { .. } => "request_prepare",
             Message::RangeEvicted { .. } => "range_evicted",
+            Message::RequestState { .. } => "request_state",
+            Message::StateChunk { .. } => "state_chunk",
         }
     }
 }
@@ -251,6 +286,16 @@ pub enum Write {
         /// The truncation's fence view.
         view: u32,
     },
+    /// Replace the whole log, durably, by one that begins with this prepare (a state transfer):
+    /// `state` is the group's replicated state as of its op. Later appends continue from it.
+    Install {
+        /// The prepare of `state.op`, checked against the checksum its sender named.
+        header: Header,
+        /// Its batch.
+        body: Bytes,
+        /// The replicated state (the producer table's encoding) as of that op.
+        state: GroupState,
+    },
 }
 
 /// A completed write, fed back with [`crate::Replica::on_persisted`].
@@ -271,6 +316,11 @@ pub enum Persisted {
     /// A [`Write::Truncate`] is durable.
     Truncated {
         /// The last op kept.
+        op: u64,
+    },
+    /// A [`Write::Install`] is durable: the log begins at `op`.
+    Installed {
+        /// The installed log's first op.
         op: u64,
     },
 }

@@ -20,11 +20,12 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use shoal_engine::shard::{
-    CheckpointDone, FlushReport, RecoveryReport, Shard, ShardConfig, ShardFlushDone,
+    CheckpointDone, FlushReport, RecoveryReport, Shard, ShardConfig, ShardFlushDone, group_dir,
 };
+use shoal_engine::state;
 use shoal_engine::storage::Storage;
 use shoal_engine::superblock::{Durability, GroupConfig};
-use shoal_engine::wire::{CommitEntry, Header};
+use shoal_engine::wire::{CommitEntry, HEADER_SIZE, Header};
 use shoal_engine::{Error as EngineError, Result as EngineResult};
 
 use crate::codec::{self, CodecLimits, DecodeError};
@@ -163,6 +164,8 @@ pub struct NodeCounters {
     pub ranges_evicted_sent: u64,
     /// Peers' prepare requests dropped at `serve_reads_queued_max`.
     pub serve_reads_dropped: u64,
+    /// State transfers installed (a log replaced by one beginning at a peer's state).
+    pub transfers_installed: u64,
     /// Client requests refused because their group's storage was full.
     pub storage_full_refusals: u64,
     /// Producer table snapshots the driver handed over that did not decode or lay past the
@@ -209,6 +212,9 @@ struct Group {
 pub struct Node<S: Storage, T: Transport, C: Clock> {
     config: NodeConfig,
     shard: Shard<S>,
+    /// The shard's storage, for the group files the engine does not read itself (a
+    /// transferred state).
+    storage: S,
     transport: T,
     clock: C,
     seed: u64,
@@ -308,10 +314,11 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     where
         L: AsyncFnMut(u64) -> Option<Vec<u8>>,
     {
-        let (shard, report) = Shard::open(storage, dir, shard_config).await?;
+        let (shard, report) = Shard::open(storage.clone(), dir, shard_config).await?;
         let mut node = Node {
             config,
             shard,
+            storage,
             transport,
             clock,
             seed,
@@ -413,9 +420,9 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         min_faulty(from, Some(log.head_op() + 1))
     }
 
-    /// Restarts `group`'s replica, `Recovering`, from what its log holds now.
-    /// Restarts `group`'s replica on its recovered log, with its producer table rebuilt from
-    /// `producer_snapshot` (when usable) and the log past it.
+    /// Restarts `group`'s replica, `Recovering`, on its recovered log, with its producer table
+    /// rebuilt from the newer of `producer_snapshot` and the `transferred` state (when usable)
+    /// and the log past it.
     async fn insert_recovered(
         &mut self,
         group: u64,
@@ -424,10 +431,38 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         producer_snapshot: Option<Vec<u8>>,
     ) -> EngineResult<()> {
         let replica_config = self.replica_config(group);
+        // A log a state transfer installed begins at the state's op: the state is where its
+        // producer table and commit point start (unless a newer snapshot was saved since).
+        let transferred =
+            match state::load_transfer_state(&self.storage, &group_dir(self.shard.dir(), group))
+                .await
+            {
+                Ok(transferred) => transferred,
+                Err(error) => {
+                    self.insert_failed(group, format!("its transferred state: {error}"));
+                    return Ok(());
+                }
+            };
         let Some(log) = self.shard.group_mut(group) else { return Ok(()) };
         let slot = log.slot();
-        let recovered =
-            RecoveredLog { view: slot.view, log_view: slot.log_view, headers, faulty_from };
+        let commit_min = transferred.as_ref().map_or(0, |state| state.op);
+        let limits = replica_config.producer_limits();
+        let snapshot_op = |bytes: &Vec<u8>| ProducerTable::decode(bytes, limits).map(|t| t.op());
+        let producer_snapshot = match (producer_snapshot, transferred) {
+            (Some(saved), Some(transferred))
+                if snapshot_op(&saved).is_ok_and(|op| op >= transferred.op) =>
+            {
+                Some(saved)
+            }
+            (saved, transferred) => transferred.map(|state| state.bytes).or(saved),
+        };
+        let recovered = RecoveredLog {
+            view: slot.view,
+            log_view: slot.log_view,
+            headers,
+            faulty_from,
+            commit_min,
+        };
         let mut replica = Replica::recover(replica_config, recovered, self.seed);
         let (table, uncommitted) =
             rebuild_producers(log, &replica, producer_snapshot, &mut self.counters).await?;
@@ -569,6 +604,10 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         if replicated && config.replica_count == 1 {
             config.unclean_recovery = true;
         }
+        // A state piece and its header must fit in one packet the peers accept (every node of
+        // a cluster runs the same bound).
+        let packet_room = self.config.message_size_bytes_max.saturating_sub(HEADER_SIZE).max(1);
+        config.state_chunk_bytes_max = config.state_chunk_bytes_max.min(packet_room);
         config
     }
 
@@ -741,6 +780,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.flush_blocked = false;
         let mut views: BTreeMap<u64, (u32, u32)> = BTreeMap::new();
         let mut truncated: Vec<(u64, u64)> = Vec::new();
+        let mut installed: Vec<(u64, u64)> = Vec::new();
         let mut complete = true;
         // Writes of groups whose storage is full, kept in order for a later round.
         let mut deferred: VecDeque<(u64, u64, Write)> = VecDeque::new();
@@ -767,6 +807,15 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                     }
                     result
                 }
+                Write::Install { header, body, state } => {
+                    complete &= self.finish_jobs().await;
+                    let result = self.shard.install_transfer(group, header, body, state).await;
+                    if result.is_ok() {
+                        self.counters.transfers_installed += 1;
+                        installed.push((group, state.op));
+                    }
+                    result
+                }
             };
             match result {
                 Ok(()) => {}
@@ -787,7 +836,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         }
         debug_assert!(self.writes.is_empty(), "the loop drains what it queues too");
         self.writes = deferred;
-        if views.is_empty() && truncated.is_empty() {
+        if views.is_empty() && truncated.is_empty() && installed.is_empty() {
             poll_fn(|cx| {
                 self.poll_jobs(cx);
                 Poll::Ready(())
@@ -798,6 +847,9 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             complete &= self.settle().await;
             for (group, op) in truncated {
                 self.persisted(group, Persisted::Truncated { op });
+            }
+            for (group, op) in installed {
+                self.persisted(group, Persisted::Installed { op });
             }
             for (group, (view, log_view)) in views {
                 self.persisted(group, Persisted::Views { view, log_view });
@@ -1448,6 +1500,63 @@ mod tests {
         assert!(rounds_per_tick[5..].iter().sum::<usize>() >= 2, "{rounds_per_tick:?}");
         let counters = node.counters();
         assert!(counters.repair_rounds_deferred >= 3, "{counters:?}");
+    }
+
+    /// Limits everywhere: peers' prepare reads wait in a queue of at most
+    /// `serve_reads_queued_max`; requests beyond it are dropped (counted), the queued ones are
+    /// served at the next I/O round, and the queue takes requests again after it.
+    #[test]
+    fn peers_prepare_reads_queue_up_to_their_bound() {
+        let sim = Sim::new(5, SimConfig::default());
+        let mut node = node(&sim, 64);
+        node.config.serve_reads_queued_max = 4;
+        node.config.replica.stamp_batches = false;
+        // Group 3: node 0 is the primary of view 0.
+        let group = GroupConfig {
+            segment_size_bytes: 1 << 20,
+            record_size_bytes_max: 4096,
+            ..GroupConfig::default()
+        };
+        sim.block_on(node.create_group(3, group)).unwrap();
+        for number in 1..=10 {
+            node.on_client_request(3, request(number, 100)).unwrap();
+        }
+        sim.block_on(node.run_io());
+        let cluster = node.config.replica.cluster;
+        let checksum = node.replica(3).unwrap().header(10).unwrap().checksum_header;
+        let ok = Message::PrepareOk { view: 0, op: 10, commit: 0, prepare_checksum: checksum };
+        node.on_packet(1, &codec::encode(cluster, 1, 3, &ok)).unwrap();
+        assert_eq!(node.replica(3).unwrap().commit(), 10, "committed: bodies leave memory");
+        sim.block_on(node.run_io());
+        node.transport.0.clear();
+        for op in 1..=10 {
+            let ask = Message::RequestPrepare { view: 0, op, checksum: None };
+            node.on_packet(1, &codec::encode(cluster, 1, 3, &ask)).unwrap();
+        }
+        assert_eq!(node.reads.len(), 4, "the queue holds its bound");
+        assert_eq!(node.counters().serve_reads_dropped, 6);
+        sim.block_on(node.run_io());
+        let limits = CodecLimits {
+            message_size_bytes_max: 1 << 20,
+            view_headers_max: 128,
+            commit_entries_max: 8,
+        };
+        let served: Vec<u64> = node
+            .transport
+            .0
+            .iter()
+            .filter(|(to, _)| *to == 1)
+            .flat_map(|(_, packet)| codec::decode(cluster, packet, &limits).unwrap().1)
+            .filter_map(|(_, message)| match message {
+                Message::Prepare { header, .. } => header.as_prepare().map(|p| p.op),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(served, vec![1, 2, 3, 4], "the queued reads, in order");
+        assert!(node.reads.is_empty());
+        let ask = Message::RequestPrepare { view: 0, op: 9, checksum: None };
+        node.on_packet(1, &codec::encode(cluster, 1, 3, &ask)).unwrap();
+        assert_eq!(node.reads.len(), 1, "room again after the round");
     }
 
     /// A vote reveals a view that is not durable until the node's I/O round: the node holds the

@@ -24,6 +24,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use shoal_engine::state::GroupState;
 use shoal_engine::storage::sim::SimRng;
 use shoal_engine::wire::{Header, Prepare};
 
@@ -34,6 +35,7 @@ use crate::message::{
     Request, ServePrepare, Write,
 };
 use crate::producers::{self, Check, ProducerBatch, ProducerTable};
+use crate::transfer::{self, Accepted, Chunk};
 
 /// Stops on a protocol state that must be impossible, naming where it happened.
 macro_rules! fatal {
@@ -73,6 +75,9 @@ pub struct RecoveredLog {
     pub headers: Vec<Header>,
     /// Every op from this one on may have existed and been lost (DESIGN.md §3, faulty).
     pub faulty_from: Option<u64>,
+    /// Every op up to this one is committed and applied (0: unknown): the op of the state a
+    /// transfer installed, where the log begins.
+    pub commit_min: u64,
 }
 
 /// Counters of the branches a replica took, for coverage and status.
@@ -126,6 +131,16 @@ pub struct ReplicaCounters {
     pub duplicates: u64,
     /// Idempotent batches refused (out of order, unknown producer, fenced epoch).
     pub sequence_refusals: u64,
+    /// State transfers begun (a first `RequestState` to some peer).
+    pub transfers_started: u64,
+    /// State transfer requests that went unanswered, so the next asked another peer.
+    pub transfer_rounds_unanswered: u64,
+    /// Peer states refused (contradicting pieces, failed checksum, no use, undecodable).
+    pub transfer_states_rejected: u64,
+    /// State transfers handed to storage as `Write::Install`.
+    pub transfers_installed: u64,
+    /// State pieces this replica served to peers.
+    pub state_chunks_served: u64,
 }
 
 /// One log entry the replica keeps in memory: a header, and its body while it is needed.
@@ -221,6 +236,19 @@ struct RepairRound {
     deadline_tick: u64,
 }
 
+/// A backup's state transfer: the peer's state assembled so far and the request in flight.
+#[derive(Clone, Debug)]
+struct TransferRound {
+    incoming: transfer::Incoming,
+    /// The request in flight is unanswered until then; past it the next asks another peer.
+    deadline_tick: u64,
+    /// The request in flight was answered: the next goes out at the next grant.
+    answered: bool,
+    /// The state and its prepare went to storage as `Write::Install`; waiting for it to be
+    /// durable.
+    installing: bool,
+}
+
 /// The new primary's work between a DoViewChange quorum and StartView.
 #[derive(Clone, Debug)]
 struct Merge {
@@ -280,6 +308,11 @@ pub struct Replica {
     repair_wanted: bool,
     /// Per peer, the oldest op it said it still holds (0: never said).
     peer_op_min: Vec<u64>,
+    /// The state transfer this backup is taking, once every peer evicted what it lacks.
+    transfer: Option<TransferRound>,
+    /// This replica's state as served to peers taking a transfer, frozen at the first request
+    /// so that every piece belongs to one op.
+    transfer_source: Option<transfer::Outgoing>,
     next_request_start_view_tick: u64,
     // View change.
     votes: BTreeMap<u8, (u32, u64)>,
@@ -344,6 +377,7 @@ impl Replica {
         replica.op = head;
         replica.op_appended = head;
         replica.op_durable = head;
+        let commit = commit.max(recovered.commit_min.min(head));
         replica.commit = commit;
         replica.commit_max = commit;
         replica.faulty_from = recovered.faulty_from;
@@ -387,6 +421,8 @@ impl Replica {
             repair_granted: false,
             repair_wanted: false,
             peer_op_min: vec![0; usize::from(config.replica_count)],
+            transfer: None,
+            transfer_source: None,
             next_request_start_view_tick: 0,
             votes: BTreeMap::new(),
             do_view_change_sent: false,
@@ -449,9 +485,13 @@ impl Replica {
     }
     /// Whether a repair round is in flight: sent, neither complete nor past its deadline.
     pub fn repair_in_flight(&self) -> bool {
-        self.repair_round.is_some_and(|round| {
-            self.op_appended < round.op_high && self.tick < round.deadline_tick
-        })
+        let transfer = self.transfer.as_ref().is_some_and(|round| {
+            !round.installing && !round.answered && self.tick < round.deadline_tick
+        });
+        transfer
+            || self.repair_round.is_some_and(|round| {
+                self.op_appended < round.op_high && self.tick < round.deadline_tick
+            })
     }
     /// Whether this backup misses ops that every peer said it no longer holds: only a state
     /// transfer can bring it up to date.
@@ -666,6 +706,16 @@ impl Replica {
             Persisted::Truncated { op } => {
                 self.op_durable = self.op_durable.min(op);
             }
+            Persisted::Installed { op } => {
+                let installing = self.transfer.take_if(|t| t.installing && t.incoming.op() == op);
+                assert!(installing.is_some(), "an install this replica did not ask for");
+                // Appends after the install may have completed with it.
+                self.op_durable = self.op_durable.max(op).min(self.op_appended);
+                if self.status == Status::Normal && !self.is_primary() {
+                    self.acknowledge_head();
+                }
+                self.repair();
+            }
         }
     }
 
@@ -762,6 +812,30 @@ impl Replica {
                 self.on_request_prepare(from, op, checksum);
             }
             Message::RangeEvicted { op, op_min, .. } => self.on_range_evicted(from, op, op_min),
+            Message::RequestState { op, offset_bytes, .. } => {
+                self.on_request_state(from, op, offset_bytes);
+            }
+            Message::StateChunk {
+                op,
+                end_offset,
+                size_bytes,
+                offset_bytes,
+                prepare_checksum,
+                state_checksum,
+                chunk,
+                ..
+            } => {
+                let chunk = Chunk {
+                    op,
+                    end_offset,
+                    size_bytes,
+                    offset_bytes,
+                    prepare_checksum,
+                    state_checksum,
+                    bytes: chunk,
+                };
+                self.on_state_chunk(from, chunk);
+            }
         }
     }
 
@@ -779,6 +853,15 @@ impl Replica {
         }
         if self.status == Status::Recovering {
             self.counters.prepares_dropped_recovering += 1;
+            return;
+        }
+        if self.transfer.as_ref().is_some_and(|t| {
+            t.incoming.from == from
+                && !t.installing
+                && t.incoming.is_complete()
+                && t.incoming.op() == fields.op
+        }) {
+            self.install_transfer(header, body);
             return;
         }
         if header.view > self.view {
@@ -1010,6 +1093,10 @@ impl Replica {
             self.repair_wanted = false;
             return;
         }
+        if self.transfer.is_some() || self.needs_state_transfer() {
+            self.transfer_round();
+            return;
+        }
         if let Some(round) = self.repair_round {
             let done = self.op_appended >= round.op_high;
             if !done && self.tick < round.deadline_tick {
@@ -1029,11 +1116,9 @@ impl Replica {
             self.repair_wanted = false;
             return;
         };
-        if self.repair_rationed && !self.repair_granted {
-            self.repair_wanted = true;
+        if !self.take_repair_grant() {
             return;
         }
-        self.repair_wanted = false;
         if self.repair_target == self.config.replica {
             self.repair_target = self.next_peer(self.config.replica);
         }
@@ -1068,6 +1153,179 @@ impl Replica {
             self.repair_round = None;
             self.repair();
         }
+    }
+
+    /// Whether a due round may start now: always when unrationed; when rationed, only inside
+    /// the driver's grant, and otherwise the round is reported as wanted.
+    fn take_repair_grant(&mut self) -> bool {
+        let granted = !self.repair_rationed || self.repair_granted;
+        self.repair_wanted = !granted;
+        granted
+    }
+
+    /// A backup no peer can repair takes a state transfer, one request per round, rationed
+    /// like repair rounds: its first asks the repair target for its newest state; each answer
+    /// asks the same peer for the next piece, then for the prepare of the state's op; a request
+    /// unanswered by its deadline starts again with the next peer.
+    fn transfer_round(&mut self) {
+        if let Some(round) = &self.transfer
+            && (round.installing || (!round.answered && self.tick < round.deadline_tick))
+        {
+            self.repair_wanted = false;
+            return;
+        }
+        if !self.take_repair_grant() {
+            return;
+        }
+        let deadline_tick = self.tick + self.config.repair_interval_ticks;
+        let mut round = match self.transfer.take() {
+            Some(round) if round.answered => round,
+            unanswered => {
+                if let Some(round) = unanswered {
+                    self.counters.transfer_rounds_unanswered += 1;
+                    self.repair_target = self.next_peer(round.incoming.from);
+                }
+                if self.repair_target == self.config.replica {
+                    self.repair_target = self.next_peer(self.config.replica);
+                }
+                self.counters.transfers_started += 1;
+                let incoming = transfer::Incoming::new(self.repair_target);
+                TransferRound { incoming, deadline_tick, answered: false, installing: false }
+            }
+        };
+        round.answered = false;
+        round.deadline_tick = deadline_tick;
+        let (to, view, op) = (round.incoming.from, self.view, round.incoming.op());
+        let message = match round.incoming.state() {
+            Some(state) => {
+                Message::RequestPrepare { view, op, checksum: Some(state.prepare_checksum) }
+            }
+            None => Message::RequestState { view, op, offset_bytes: round.incoming.offset_bytes() },
+        };
+        self.transfer = Some(round);
+        self.counters.repair_rounds += 1;
+        self.send(to, message);
+    }
+
+    /// A piece of the state this backup asked a peer for.
+    fn on_state_chunk(&mut self, from: u8, chunk: Chunk) {
+        if self.status != Status::Normal || self.is_primary() {
+            return;
+        }
+        let op_floor = self.op_appended;
+        let Some(round) = self.transfer.as_mut().filter(|r| r.incoming.from == from) else {
+            return;
+        };
+        if round.installing || round.answered {
+            return;
+        }
+        match round.incoming.accept(chunk, op_floor) {
+            Accepted::Ignored => return,
+            Accepted::More => round.answered = true,
+            Accepted::Complete => {
+                let state = round.incoming.state().expect("complete");
+                if ProducerTable::decode(&state.state, self.config.producer_limits()).is_err() {
+                    self.reject_transfer();
+                    return;
+                }
+                round.answered = true;
+            }
+            Accepted::Rejected => {
+                self.reject_transfer();
+                return;
+            }
+        }
+        self.repair();
+    }
+
+    /// The peer's state is of no use: the next round starts again with another peer.
+    fn reject_transfer(&mut self) {
+        self.counters.transfer_states_rejected += 1;
+        if let Some(round) = self.transfer.take() {
+            self.repair_target = self.next_peer(round.incoming.from);
+        }
+    }
+
+    /// The prepare of the assembled state's op: the log now begins there. Everything at or
+    /// below it is covered by the state, so the backup's log, commit point and producer table
+    /// jump to it at once, and the driver replaces the stored log before any later append.
+    fn install_transfer(&mut self, header: Header, body: Bytes) {
+        let round = self.transfer.as_mut().expect("checked by the caller");
+        let state = round.incoming.state().expect("checked by the caller");
+        let op = state.op;
+        let fields = prepare(&header);
+        if header.checksum_header != state.prepare_checksum
+            || fields.base_offset + u64::from(fields.record_count) != state.end_offset
+            || op <= self.op_appended
+        {
+            self.reject_transfer();
+            return;
+        }
+        assert!(self.commit <= self.op_appended, "commit never passes the appended head");
+        let table = ProducerTable::decode(&state.state, self.config.producer_limits())
+            .expect("decoded when the state completed");
+        round.installing = true;
+        self.log.retain(|&held, _| held > op);
+        self.log.insert(op, Entry::header_only(header));
+        self.repaired.retain(|&held, _| held > op);
+        self.op = self.op.max(op);
+        self.op_appended = op;
+        self.commit = op;
+        self.commit_max = self.commit_max.max(op);
+        self.producers = table;
+        self.faulty_from = self.faulty_from.map(|from| from.max(op + 1));
+        self.peer_op_min.iter_mut().for_each(|known| *known = 0);
+        self.counters.transfers_installed += 1;
+        let state = GroupState { op, end_offset: state.end_offset, bytes: state.state.to_vec() };
+        self.ready.writes.push(Write::Install { header, body, state });
+        self.append_ready_bodies();
+        self.commit_up_to(self.commit_max);
+    }
+
+    /// A peer taking a state transfer asks for a piece of this replica's state: the state frozen
+    /// at its first request (or a fresh one, at this replica's commit point, when the asker
+    /// begins or names a state no longer kept). Served only while normal, and only for a commit
+    /// point whose header is still in memory.
+    fn on_request_state(&mut self, from: u8, op: u64, offset_bytes: u64) {
+        if self.status != Status::Normal {
+            return;
+        }
+        let kept = self.transfer_source.as_ref().is_some_and(|s| op != 0 && s.op == op);
+        let offset_bytes = if kept {
+            offset_bytes
+        } else {
+            let Some(entry) = self.log.get(&self.commit).filter(|_| self.commit > 0) else {
+                return;
+            };
+            let fields = prepare(&entry.header);
+            let end_offset = fields.base_offset + u64::from(fields.record_count);
+            let mut table = self.producers.clone();
+            table.advance_to(self.commit);
+            let source = transfer::Outgoing::new(
+                self.commit,
+                end_offset,
+                entry.header.checksum_header,
+                Bytes::from(table.encode()),
+            );
+            self.transfer_source = Some(source);
+            0
+        };
+        let source = self.transfer_source.as_ref().expect("kept or frozen above");
+        let Some(chunk) = source.chunk(offset_bytes, self.config.state_chunk_bytes_max) else {
+            return;
+        };
+        let message = Message::StateChunk {
+            view: self.view,
+            op: source.op,
+            end_offset: source.end_offset,
+            size_bytes: source.state.len() as u64,
+            offset_bytes,
+            prepare_checksum: source.prepare_checksum,
+            state_checksum: source.state_checksum,
+            chunk,
+        };
+        self.counters.state_chunks_served += 1;
+        self.send(from, message);
     }
 
     /// The peer after `replica` in index order (never this replica).
@@ -1618,9 +1876,12 @@ impl Replica {
             | Message::Commit { .. } => self.views_durable(),
             // A prepare of this view reveals the view; a relayed older one reveals nothing new.
             Message::Prepare { header, .. } => header.view != self.view || self.views_durable(),
+            // A state is as of a commit point: a quorum holds it durably.
             Message::RequestStartView { .. }
             | Message::RequestPrepare { .. }
-            | Message::RangeEvicted { .. } => true,
+            | Message::RangeEvicted { .. }
+            | Message::RequestState { .. }
+            | Message::StateChunk { .. } => true,
         };
         #[cfg(feature = "canary-send-before-persist")]
         let reveals_durable = reveals_durable || matches!(message, Message::PrepareOk { .. });

@@ -124,6 +124,11 @@ impl Cluster {
                     disk.log.retain(|&o, _| o <= op);
                     persisted.push(Persisted::Truncated { op });
                 }
+                Write::Install { header, body, state } => {
+                    disk.log.clear();
+                    disk.log.insert(state.op, (header, body));
+                    persisted.push(Persisted::Installed { op: state.op });
+                }
             }
         }
         for envelope in ready.messages.into_iter().chain(ready.persisted_messages) {
@@ -190,6 +195,7 @@ impl Cluster {
             log_view: disk.log_view,
             headers: headers[keep..].to_vec(),
             faulty_from: None,
+            commit_min: 0,
         };
         let config = ReplicaConfig { replica: index, ..self.config };
         self.replicas[usize::from(index)] = Some(Replica::recover(config, recovered, 9));

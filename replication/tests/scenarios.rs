@@ -383,11 +383,14 @@ fn a_backup_that_missed_more_than_the_ring_catches_up_from_the_primarys_segments
 /// DESIGN.md §4 Repair and catch-up ("a full state transfer is needed only when the peer no
 /// longer has the data (retention)"): a backup is down while retention on both other replicas
 /// deletes segments holding ops it never received. After its restart each peer answers its
-/// repair with `RangeEvicted` (their oldest op), the backup moves from peer to peer and then
-/// reports that only a state transfer can help, while the group goes on committing with the
-/// other two.
+/// repair with `RangeEvicted` (their oldest op); once both have, the backup takes a state
+/// transfer while the group goes on committing: it assembles a peer's replicated state (its
+/// idempotent producer table as of its commit point) piece by piece, fetches that op's
+/// prepare, installs a log beginning there, and catches up by ordinary repair. It converges
+/// (the final check compares every log from its first op), ends with the same producer table as
+/// the primary, and after a crash restarts from the transferred state.
 #[test]
-fn a_backup_missing_ops_that_retention_removed_everywhere_learns_it_needs_a_state_transfer()
+fn a_backup_whose_missing_ops_retention_removed_everywhere_catches_up_through_a_state_transfer()
 -> Result<(), Violation> {
     let mut cluster = Cluster::new(&SimOptions {
         faults: Some(FaultProfile::none()),
@@ -407,20 +410,40 @@ fn a_backup_missing_ops_that_retention_removed_everywhere_learns_it_needs_a_stat
         [primary, other].iter().all(|&n| c.log_first_op(n, GROUP).is_some_and(|f| f > missed_from))
     })?;
     cluster.restart(backup)?;
-    wait(&mut cluster, 3_000, "the backup learns no peer holds what it misses", |c| {
-        replica(c, backup).needs_state_transfer()
+    wait(&mut cluster, 3_000, "the backup installs a peer's state", |c| {
+        replica(c, backup).counters().transfers_installed > 0
     })?;
     let counters = replica(&cluster, backup).counters();
-    assert!(counters.ranges_evicted >= 2, "both peers said so: {counters:?}");
-    let sent: u64 = [primary, other]
-        .iter()
-        .map(|&n| cluster.node_counters(n).expect("up").ranges_evicted_sent)
-        .sum();
-    assert!(sent >= 2, "{sent}");
-    assert!(replica(&cluster, backup).op_appended() < missed_from, "it did not catch up");
+    assert!(counters.ranges_evicted >= 2, "both peers said so first: {counters:?}");
+    assert_eq!(counters.transfer_states_rejected, 0, "{counters:?}");
+    let served: u64 =
+        [primary, other].iter().map(|&n| replica(&cluster, n).counters().state_chunks_served).sum();
+    assert!(served > 1, "a table of 12 producers takes several 256-byte pieces: {served}");
+    let installed_at = replica(&cluster, backup).commit();
+    assert!(installed_at > missed_from, "the log begins past what it missed");
     let acknowledged = cluster.acknowledged();
-    cluster.run_ticks(500)?;
-    assert!(cluster.acknowledged() > acknowledged + 50, "the group stopped committing");
+    let target = replica(&cluster, primary).commit();
+    wait(&mut cluster, 3_000, "the backup catches up by repair after the install", |c| {
+        replica(c, backup).op_appended() >= target
+    })?;
+    assert!(cluster.acknowledged() > acknowledged, "the group went on committing meanwhile");
+    assert_eq!(cluster.log_first_op(backup, GROUP), Some(installed_at));
+    // A crash after the install: the restart takes its producer table and commit point from
+    // the transferred state, where its log begins.
+    cluster.crash(backup, false);
+    cluster.restart(backup)?;
+    finish(&mut cluster)?;
+    cluster.set_clients_active(false);
+    let heads_equal = |c: &Cluster| {
+        let (b, p) = (replica(c, backup), replica(c, primary));
+        b.commit() == p.commit() && b.status() == Status::Normal
+    };
+    wait(&mut cluster, 1_000, "backup and primary at one commit point", heads_equal)?;
+    assert_eq!(
+        replica(&cluster, backup).producers().encode(),
+        replica(&cluster, primary).producers().encode(),
+        "the transferred producer table plus what followed is the primary's"
+    );
     Ok(())
 }
 

@@ -1,8 +1,12 @@
 //! The CI swarm (DESIGN.md §7): a fixed set of seeds, each a cluster of two groups (three
 //! replicas; every fifth seed five, every tenth one) with fault probabilities drawn per seed,
-//! 20,000 ticks of faults (network, crashes, pauses, and storage faults: bit flips at rest within the budget, read errors, a full disk) then a liveness phase, all invariants checked as it runs, and `shoal-inspect` over every disk at the end. Summed coverage must reach minimums, so a swarm that never
-//! exercised a branch fails rather than passing vacuously. Fresh random seeds and long soaks
-//! belong to `scripts/sim-soak`, not here.
+//! 20,000 ticks of faults (network, crashes, pauses, and storage faults: bit flips at rest
+//! within the budget, read errors, a full disk) then a liveness phase, all invariants checked
+//! as it runs, and `shoal-inspect` over every disk at the end. The first group's clients are
+//! idempotent producers; the second is an admin group whose client table must execute every
+//! request once although retries enter its log twice. Summed coverage must reach minimums, so a
+//! swarm that never exercised a branch fails rather than passing vacuously. Fresh random seeds
+//! and long soaks belong to `scripts/sim-soak`, not here.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,6 +68,7 @@ fn swarm_of_fixed_seeds_keeps_every_invariant_and_reaches_every_branch() {
         ("repair_rounds_unanswered", coverage.repair_rounds_unanswered, 100),
         ("recovery_view_changes", coverage.recovery_view_changes, 50),
         ("duplicates", coverage.duplicates, 50),
+        ("admin_duplicates", coverage.admin_duplicates, 1_000),
         ("crashes", coverage.crashes, 300),
         ("power_losses", coverage.power_losses, 100),
         ("crashes_during_io", coverage.crashes_during_io, 1),

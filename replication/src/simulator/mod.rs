@@ -20,6 +20,7 @@
 //! everything and requires every client to finish and every replica to rejoin; the end checks
 //! the final logs and runs the offline checker (`shoal_engine::inspect`) over every disk.
 
+mod admin;
 pub mod network;
 mod script;
 
@@ -41,6 +42,7 @@ use crate::lag::GroupStatus;
 use crate::message::{Reply, ReplyResult, Request};
 use crate::node::{Clock, Node, NodeConfig, NodeCounters, Transport};
 use crate::replica::{Replica, ReplicaCounters, Status};
+use admin::AdminMachine;
 use network::{Network, NetworkConfig};
 
 /// Which durability the groups of a run use; decides which crashes are within the fault model.
@@ -176,6 +178,11 @@ pub struct SimOptions {
     pub retention_bytes: u64,
     /// Bytes each client message's value is padded to (fewer ops per segment), at most 4,000.
     pub value_size_bytes: usize,
+    /// In a run of two or more groups, the last is an *admin* group: its clients send plain
+    /// requests (no idempotent producer fields), so a retry may enter its log twice, and each
+    /// node applies its committed ops to a client-table state machine that must execute every
+    /// request at most once (`simulator::admin`).
+    pub admin_group: bool,
 }
 
 impl SimOptions {
@@ -202,6 +209,7 @@ impl SimOptions {
             repair_prepares_max: None,
             retention_bytes: 0,
             value_size_bytes: 0,
+            admin_group: true,
         }
     }
 }
@@ -238,6 +246,9 @@ pub struct Coverage {
     pub recovery_view_changes: u64,
     /// Retried requests answered with their original op and offset (DESIGN.md §4).
     pub duplicates: u64,
+    /// Retries the admin group's log held twice, which its client table answered without
+    /// executing them again.
+    pub admin_duplicates: u64,
     /// Crashes (all kinds).
     pub crashes: u64,
     /// Crashes that were power losses.
@@ -326,6 +337,7 @@ impl Coverage {
             (&mut self.repair_rounds_unanswered, other.repair_rounds_unanswered),
             (&mut self.recovery_view_changes, other.recovery_view_changes),
             (&mut self.duplicates, other.duplicates),
+            (&mut self.admin_duplicates, other.admin_duplicates),
             (&mut self.crashes, other.crashes),
             (&mut self.power_losses, other.power_losses),
             (&mut self.crashes_during_io, other.crashes_during_io),
@@ -449,6 +461,10 @@ struct NodeSlot {
     inbox: VecDeque<(usize, Packet)>,
     /// Per group, the highest (view, log view) the replica was told is durable.
     durable_views: BTreeMap<u64, (u32, u32)>,
+    /// The admin group's state machine on this node, while the node is up and the machine
+    /// could follow its whole log (a log retention or a state transfer cut short is not
+    /// followed).
+    admin: Option<AdminMachine>,
 }
 
 struct Client {
@@ -594,6 +610,7 @@ impl Cluster {
                 paused_until_tick: 0,
                 inbox: VecDeque::new(),
                 durable_views: BTreeMap::new(),
+                admin: cluster.admin_group().map(|_| AdminMachine::new()),
             });
         }
         if cluster.faults_active {
@@ -648,6 +665,8 @@ impl Cluster {
             .unwrap_or_else(|| 1 + draw.below(per_round_max) as usize);
         replica.replica_lag_ticks_max = self.options.replica_lag_ticks_max;
         replica.unclean_recovery = self.options.unclean_recovery;
+        // Small, so a state transfer of even a few producers takes several pieces.
+        replica.state_chunk_bytes_max = 256;
         NodeConfig::new(index, replica)
     }
 
@@ -917,6 +936,7 @@ impl Cluster {
             if let Some(node) = &slot.node {
                 add_counters(&mut coverage, node);
             }
+            coverage.admin_duplicates += slot.admin.as_ref().map_or(0, |a| a.duplicates);
         }
         coverage
     }
@@ -941,6 +961,7 @@ impl Cluster {
         let slot = &mut self.nodes[node];
         let closing = slot.node.take().expect("shut down a live node");
         add_counters(&mut self.coverage, &closing);
+        self.coverage.admin_duplicates += slot.admin.take().map_or(0, |a| a.duplicates);
         slot.sim.block_on(closing.close()).expect("a clean shutdown");
         slot.inbox.clear();
         slot.paused_until_tick = 0;
@@ -1245,6 +1266,7 @@ impl Cluster {
         let slot = &mut self.nodes[index];
         let mut node = slot.node.take().expect("crash a live node");
         add_counters(&mut self.coverage, &node);
+        self.coverage.admin_duplicates += slot.admin.take().map_or(0, |a| a.duplicates);
         // What the node sent this step, before its I/O round, left before the crash: a message
         // that went out too early must be able to reveal lost state.
         let replicas = self.options.replicas as usize;
@@ -1333,6 +1355,37 @@ impl Cluster {
         }
     }
 
+    /// The admin group, when the run has one.
+    fn admin_group(&self) -> Option<u64> {
+        (self.options.admin_group && self.options.groups >= 2).then_some(self.options.groups)
+    }
+
+    /// A restarted node's admin machine, rebuilt by applying its log up to its replica's
+    /// commit point (the server loads a snapshot and replays the rest; the rules are the same).
+    /// A log that does not begin at op 1, or that cannot be read back whole, is not followed.
+    fn rebuild_admin(&mut self, index: usize) -> Option<Violation> {
+        let group = self.admin_group()?;
+        let slot = &mut self.nodes[index];
+        slot.admin = None;
+        let node = slot.node.as_mut()?;
+        let commit = node.replica(group)?.commit();
+        let log = node.shard_mut().group_mut(group)?;
+        if log.first_op() > 1 {
+            return None;
+        }
+        let mut machine = AdminMachine::new();
+        for op in 1..=commit {
+            let Ok(Some(stored)) = slot.sim.block_on(log.read_op(op)) else { return None };
+            let fields = stored.header.as_prepare().expect("stored records are prepares");
+            if let Err(what) = machine.apply(op, fields.client, fields.request) {
+                let what = format!("node {index} after its restart: {what}");
+                return Some(Violation { tick: self.tick, what });
+            }
+        }
+        slot.admin = Some(machine);
+        None
+    }
+
     /// Restarts crashed nodes whose time has come, checking their views did not regress.
     fn wake_nodes(&mut self) -> Option<Violation> {
         for index in 0..self.nodes.len() {
@@ -1355,6 +1408,9 @@ impl Cluster {
                     return Some(violation);
                 }
                 self.nodes[index].node = Some(node);
+                if let Some(violation) = self.rebuild_admin(index) {
+                    return Some(violation);
+                }
             }
         }
         None
@@ -1494,7 +1550,23 @@ impl Cluster {
             }
             for (group, committed) in committed {
                 let header = committed.header;
-                let op = header.as_prepare().expect("prepares").op;
+                let fields = *header.as_prepare().expect("prepares");
+                let op = fields.op;
+                if self.admin_group() == Some(group)
+                    && let Some(machine) = self.nodes[index].admin.as_mut()
+                {
+                    if op != machine.op() + 1 {
+                        // A state transfer moved the log past ops this machine never saw (the
+                        // transferred state does not carry it): not followed further.
+                        self.coverage.admin_duplicates += machine.duplicates;
+                        self.nodes[index].admin = None;
+                    } else if let Err(what) = machine.apply(op, fields.client, fields.request) {
+                        return Some(Violation {
+                            tick: self.tick,
+                            what: format!("node {index}: {what}"),
+                        });
+                    }
+                }
                 mix(&mut self.trace, group ^ (op << 8) ^ u64::from(header.checksum_header));
                 match self.committed.insert((group, op), header.checksum_header) {
                     Some(previous) if previous != header.checksum_header => {
@@ -1518,6 +1590,7 @@ impl Cluster {
 
     fn drive_clients(&mut self) {
         let replicas = self.nodes.len();
+        let admin_group = self.admin_group();
         let liveness = self.tick >= self.liveness_from_tick;
         for index in 0..self.clients.len() {
             let tick = self.tick;
@@ -1536,14 +1609,14 @@ impl Cluster {
                     value.push('.');
                 }
                 // An idempotent producer (DESIGN.md §4): producer id = client id, one sequence
-                // per request, so a resend after a timeout is the same batch.
+                // per request, so a resend after a timeout is the same batch. An admin group's
+                // clients send plain requests: its client table deduplicates them instead.
                 let sequence =
                     i32::try_from(request - client.epoch_first_request).unwrap_or(i32::MAX);
-                let mut batch = BatchBuilder::new(tick as i64 * 10).producer(
-                    client.id as i64,
-                    client.epoch,
-                    sequence,
-                );
+                let mut batch = BatchBuilder::new(tick as i64 * 10);
+                if admin_group != Some(client.group) {
+                    batch = batch.producer(client.id as i64, client.epoch, sequence);
+                }
                 batch.push(tick as i64 * 10, None, Some(value.as_bytes()), &[]);
                 client.pending = Some(Pending {
                     request,
@@ -1655,6 +1728,7 @@ impl Cluster {
     /// dense, and every acknowledged write sits at its acknowledged op and offset.
     fn check_final_logs(&mut self) -> Option<Violation> {
         let tick = self.tick;
+        let admin_group = self.admin_group();
         let violation = |what: String| Some(Violation { tick, what });
         let mut verified: BTreeMap<(u64, u64), (u64, u64, u64)> = BTreeMap::new();
         // Exactly once (DESIGN.md §4): a request resent after a timeout, to any node, across
@@ -1721,7 +1795,11 @@ impl Cluster {
                     }
                     verified
                         .insert((group, op), (fields.base_offset, fields.client, fields.request));
-                    if let Some(first) = applied.insert((group, fields.client, fields.request), op)
+                    // The admin group's log may hold a retry twice: its client table executes it
+                    // once (checked below).
+                    if admin_group != Some(group)
+                        && let Some(first) =
+                            applied.insert((group, fields.client, fields.request), op)
                         && first != op
                     {
                         return violation(format!(
@@ -1756,6 +1834,37 @@ impl Cluster {
                             .map(|d| (d.node, d.group, d.op))
                             .collect::<Vec<_>>(),
                         self.describe()
+                    ));
+                }
+            }
+        }
+        self.check_admin_machines()
+    }
+
+    /// The admin group's machines agree: any two executed the same requests at the same ops up
+    /// to the lower of their positions, and each executed every acknowledged request at or
+    /// below its position.
+    fn check_admin_machines(&self) -> Option<Violation> {
+        let group = self.admin_group()?;
+        let machines: Vec<(usize, &AdminMachine)> = (0..self.nodes.len())
+            .filter_map(|index| Some((index, self.nodes[index].admin.as_ref()?)))
+            .collect();
+        let violation = |what: String| Some(Violation { tick: self.tick, what });
+        for pair in machines.windows(2) {
+            let ((a, first), (b, second)) = (pair[0], pair[1]);
+            let op = first.op().min(second.op());
+            if first.executions_up_to(op) != second.executions_up_to(op) {
+                return violation(format!(
+                    "admin machines of nodes {a} and {b} executed different requests up to op {op}"
+                ));
+            }
+        }
+        for ack in self.acks.iter().filter(|ack| ack.group == group) {
+            for &(index, machine) in &machines {
+                if ack.op <= machine.op() && !machine.executed(ack.client, ack.request) {
+                    return violation(format!(
+                        "node {index}'s admin machine never executed acknowledged client {}                          request {} (op {})",
+                        ack.client, ack.request, ack.op
                     ));
                 }
             }
