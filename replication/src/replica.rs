@@ -1262,6 +1262,9 @@ impl Replica {
             return;
         }
         assert!(self.commit <= self.op_appended, "commit never passes the appended head");
+        // Canary (DESIGN.md §7): keep the backup's own table, in memory and in the stored state.
+        #[cfg(feature = "canary-transfer-keeps-table")]
+        let state = transfer::Outgoing { state: Bytes::from(self.producers.encode()), ..state };
         let table = ProducerTable::decode(&state.state, self.config.producer_limits())
             .expect("decoded when the state completed");
         round.installing = true;

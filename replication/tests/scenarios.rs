@@ -421,6 +421,13 @@ fn a_backup_whose_missing_ops_retention_removed_everywhere_catches_up_through_a_
     assert!(served > 1, "a table of 12 producers takes several 256-byte pieces: {served}");
     let installed_at = replica(&cluster, backup).commit();
     assert!(installed_at > missed_from, "the log begins past what it missed");
+    // The table came with the state: it knows every client's batches at ops the backup never
+    // held (its own log stopped before `missed_from`).
+    let producers = replica(&cluster, backup).producers();
+    for client in 1..=12 {
+        let newest = producers.state(client, 0).and_then(|s| s.batches().last().map(|b| b.op));
+        assert!(newest.is_some_and(|op| op >= missed_from), "client {client}: {newest:?}");
+    }
     let acknowledged = cluster.acknowledged();
     let target = replica(&cluster, primary).commit();
     wait(&mut cluster, 3_000, "the backup catches up by repair after the install", |c| {
