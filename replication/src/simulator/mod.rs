@@ -1863,7 +1863,8 @@ impl Cluster {
             for &(index, machine) in &machines {
                 if ack.op <= machine.op() && !machine.executed(ack.client, ack.request) {
                     return violation(format!(
-                        "node {index}'s admin machine never executed acknowledged client {}                          request {} (op {})",
+                        "node {index}'s admin machine never executed acknowledged client {} \
+                         request {} (op {})",
                         ack.client, ack.request, ack.op
                     ));
                 }
