@@ -247,6 +247,8 @@ struct TransferRound {
     /// The state and its prepare went to storage as `Write::Install`; waiting for it to be
     /// durable.
     installing: bool,
+    /// The assembled state's producer table, decoded once the state was whole.
+    table: Option<ProducerTable>,
 }
 
 /// The new primary's work between a DoViewChange quorum and StartView.
@@ -1190,7 +1192,13 @@ impl Replica {
                 }
                 self.counters.transfers_started += 1;
                 let incoming = transfer::Incoming::new(self.repair_target);
-                TransferRound { incoming, deadline_tick, answered: false, installing: false }
+                TransferRound {
+                    incoming,
+                    deadline_tick,
+                    answered: false,
+                    installing: false,
+                    table: None,
+                }
             }
         };
         round.answered = false;
@@ -1224,9 +1232,12 @@ impl Replica {
             Accepted::More => round.answered = true,
             Accepted::Complete => {
                 let state = round.incoming.state().expect("complete");
-                if ProducerTable::decode(&state.state, self.config.producer_limits()).is_err() {
-                    self.reject_transfer();
-                    return;
+                match ProducerTable::decode(&state.state, self.config.producer_limits()) {
+                    Ok(table) => round.table = Some(table),
+                    Err(_) => {
+                        self.reject_transfer();
+                        return;
+                    }
                 }
                 round.answered = true;
             }
@@ -1264,9 +1275,11 @@ impl Replica {
         assert!(self.commit <= self.op_appended, "commit never passes the appended head");
         // Canary (DESIGN.md §7): keep the backup's own table, in memory and in the stored state.
         #[cfg(feature = "canary-transfer-keeps-table")]
-        let state = transfer::Outgoing { state: Bytes::from(self.producers.encode()), ..state };
-        let table = ProducerTable::decode(&state.state, self.config.producer_limits())
-            .expect("decoded when the state completed");
+        let (state, _) = (
+            transfer::Outgoing { state: Bytes::from(self.producers.encode()), ..state },
+            round.table.replace(self.producers.clone()),
+        );
+        let table = round.table.take().expect("decoded when the state completed");
         round.installing = true;
         self.log.retain(|&held, _| held > op);
         self.log.insert(op, Entry::header_only(header));
