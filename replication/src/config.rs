@@ -60,6 +60,11 @@ pub struct ReplicaConfig {
     pub producer_expiration_ms: i64,
     /// A state transfer's pieces are at most this big (one `StateChunk` message's body).
     pub state_chunk_bytes_max: usize,
+    /// The driver keeps a state machine of its own for the group (a metadata catalog, consumer
+    /// offsets): a state this replica serves to a peer's transfer then carries that machine's
+    /// state beside the producer table, asked of the driver with `Committed::StateWanted`.
+    /// Off, the replica serves at once with an empty driver part.
+    pub transfers_carry_driver_state: bool,
 }
 
 impl ReplicaConfig {
@@ -89,6 +94,7 @@ impl ReplicaConfig {
             producers_max: 1024,
             producer_expiration_ms: 24 * 60 * 60 * 1_000,
             state_chunk_bytes_max: 64 << 10,
+            transfers_carry_driver_state: false,
         }
     }
 

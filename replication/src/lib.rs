@@ -32,3 +32,4 @@ pub use producers::{
     ProducerTable, SnapshotError,
 };
 pub use replica::{RecoveredLog, Replica, ReplicaCounters, Status};
+pub use transfer::{decode_transfer_state, encode_transfer_state};

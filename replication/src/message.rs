@@ -325,11 +325,45 @@ pub enum Persisted {
     },
 }
 
-/// An op the replica committed, in op order, for the state machine above.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Committed {
-    /// The committed prepare's header.
-    pub header: Header,
+/// What the state machine above the replica does next, in stream order: apply a committed op,
+/// take a transferred state, or hand its own state to a peer's transfer. The order matters: a
+/// `StateWanted` names the op this stream delivered last, so the machine's state at that point
+/// of the stream is the state at that op.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Committed {
+    /// An op committed: apply it. Ops arrive in order, each once, except across a
+    /// `Transferred` (which may skip ops) and an unclean recovery (which may repeat them).
+    Op {
+        /// The committed prepare's header.
+        header: Header,
+    },
+    /// A state transfer installed a log that begins at `header`'s op: the machine's state
+    /// becomes `state` (what a peer's machine handed its replica in `StateWanted`'s answer),
+    /// as of that op. The next `Op` is the one after it.
+    Transferred {
+        /// The header of the transferred state's op.
+        header: Header,
+        /// The peer machine's state as of that op.
+        state: Bytes,
+    },
+    /// A peer takes a state transfer from this replica, frozen at `op` (the op this stream
+    /// delivered last). Only with `ReplicaConfig::transfers_carry_driver_state`: the driver
+    /// answers with its machine's state through `Replica::on_driver_state` (or the node's), or
+    /// refuses, before the peer is served.
+    StateWanted {
+        /// The frozen op.
+        op: u64,
+    },
+}
+
+impl Committed {
+    /// The header of an op delivered (`Op` or `Transferred`).
+    pub fn header(&self) -> Option<&Header> {
+        match self {
+            Committed::Op { header } | Committed::Transferred { header, .. } => Some(header),
+            Committed::StateWanted { .. } => None,
+        }
+    }
 }
 
 /// A request to serve a peer a prepare from the log (the replica no longer holds its body).

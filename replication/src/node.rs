@@ -443,18 +443,27 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                     return Ok(());
                 }
             };
+        // The driver's part of the state is the driver's to load; the table is the replica's.
+        let transferred = match transferred {
+            None => None,
+            Some(state) => match crate::transfer::decode_transfer_state(&state.bytes) {
+                Some((producers, _)) => Some((state.op, producers.to_vec())),
+                None => {
+                    self.insert_failed(group, "its transferred state is malformed".into());
+                    return Ok(());
+                }
+            },
+        };
         let Some(log) = self.shard.group_mut(group) else { return Ok(()) };
         let slot = log.slot();
-        let commit_min = transferred.as_ref().map_or(0, |state| state.op);
+        let commit_min = transferred.as_ref().map_or(0, |&(op, _)| op);
         let limits = replica_config.producer_limits();
         let snapshot_op = |bytes: &Vec<u8>| ProducerTable::decode(bytes, limits).map(|t| t.op());
         let producer_snapshot = match (producer_snapshot, transferred) {
-            (Some(saved), Some(transferred))
-                if snapshot_op(&saved).is_ok_and(|op| op >= transferred.op) =>
-            {
+            (Some(saved), Some((op, _))) if snapshot_op(&saved).is_ok_and(|saved| saved >= op) => {
                 Some(saved)
             }
-            (saved, transferred) => transferred.map(|state| state.bytes).or(saved),
+            (saved, transferred) => transferred.map(|(_, producers)| producers).or(saved),
         };
         let recovered = RecoveredLog {
             view: slot.view,
@@ -721,6 +730,18 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.collect(group);
         self.send_heartbeats();
         Ok(())
+    }
+
+    /// The driver's answer to a `Committed::StateWanted` of `group` (see
+    /// [`Replica::on_driver_state`]): its machine's state as of `op`, or `None` to refuse.
+    pub fn on_driver_state(&mut self, group: u64, op: u64, state: Option<Bytes>) {
+        let Some(entry) = self.groups.get_mut(&group) else { return };
+        if entry.failed.is_some() {
+            return;
+        }
+        entry.replica.on_driver_state(op, state);
+        self.collect(group);
+        self.send_heartbeats();
     }
 
     /// Writes the replicas asked for that no I/O round has applied yet (the driver's group

@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use shoal_engine::state::GroupState;
+use shoal_engine::state::{GroupState, STATE_SIZE_BYTES_MAX};
 use shoal_engine::storage::sim::SimRng;
 use shoal_engine::wire::{Header, Prepare};
 
@@ -139,6 +139,9 @@ pub struct ReplicaCounters {
     pub transfer_states_rejected: u64,
     /// State transfers handed to storage as `Write::Install`.
     pub transfers_installed: u64,
+    /// States frozen for a peer's transfer that were not served: the driver refused its part,
+    /// or the whole was over the state bound.
+    pub driver_states_refused: u64,
     /// State pieces this replica served to peers.
     pub state_chunks_served: u64,
 }
@@ -247,8 +250,21 @@ struct TransferRound {
     /// The state and its prepare went to storage as `Write::Install`; waiting for it to be
     /// durable.
     installing: bool,
-    /// The assembled state's producer table, decoded once the state was whole.
-    table: Option<ProducerTable>,
+    /// The assembled state's producer table and driver's part, split and decoded once the
+    /// state was whole.
+    table: Option<(ProducerTable, Bytes)>,
+}
+
+/// A state frozen for peers' transfers, waiting for the driver's part
+/// (`Committed::StateWanted`).
+#[derive(Clone, Debug)]
+struct PendingSource {
+    op: u64,
+    end_offset: u64,
+    prepare_checksum: u32,
+    producers: Vec<u8>,
+    /// Peers that asked meanwhile: each gets the first piece once the state is whole.
+    askers: Vec<u8>,
 }
 
 /// The new primary's work between a DoViewChange quorum and StartView.
@@ -315,6 +331,8 @@ pub struct Replica {
     /// This replica's state as served to peers taking a transfer, frozen at the first request
     /// so that every piece belongs to one op.
     transfer_source: Option<transfer::Outgoing>,
+    /// A state frozen for a peer's transfer whose driver part has not come yet.
+    transfer_source_pending: Option<PendingSource>,
     next_request_start_view_tick: u64,
     // View change.
     votes: BTreeMap<u8, (u32, u64)>,
@@ -425,6 +443,7 @@ impl Replica {
             peer_op_min: vec![0; usize::from(config.replica_count)],
             transfer: None,
             transfer_source: None,
+            transfer_source_pending: None,
             next_request_start_view_tick: 0,
             votes: BTreeMap::new(),
             do_view_change_sent: false,
@@ -1029,7 +1048,7 @@ impl Replica {
                 self.producers.apply(batch, fields.op, fields.base_offset, fields.append_time_ms);
             }
             self.counters.commits += 1;
-            self.ready.committed.push(Committed { header: entry.header });
+            self.ready.committed.push(Committed::Op { header: entry.header });
         }
         self.prune();
     }
@@ -1232,13 +1251,18 @@ impl Replica {
             Accepted::More => round.answered = true,
             Accepted::Complete => {
                 let state = round.incoming.state().expect("complete");
-                match ProducerTable::decode(&state.state, self.config.producer_limits()) {
-                    Ok(table) => round.table = Some(table),
-                    Err(_) => {
-                        self.reject_transfer();
-                        return;
-                    }
-                }
+                let limits = self.config.producer_limits();
+                let decoded = transfer::decode_transfer_state(&state.state).and_then(
+                    |(producers, driver)| {
+                        let table = ProducerTable::decode(producers, limits).ok()?;
+                        Some((table, state.state.slice_ref(driver)))
+                    },
+                );
+                let Some(decoded) = decoded else {
+                    self.reject_transfer();
+                    return;
+                };
+                round.table = Some(decoded);
                 round.answered = true;
             }
             Accepted::Rejected => {
@@ -1273,13 +1297,14 @@ impl Replica {
             return;
         }
         assert!(self.commit <= self.op_appended, "commit never passes the appended head");
+        let (table, driver) = round.table.take().expect("decoded when the state completed");
         // Canary (DESIGN.md §7): keep the backup's own table, in memory and in the stored state.
         #[cfg(feature = "canary-transfer-keeps-table")]
-        let (state, _) = (
-            transfer::Outgoing { state: Bytes::from(self.producers.encode()), ..state },
-            round.table.replace(self.producers.clone()),
-        );
-        let table = round.table.take().expect("decoded when the state completed");
+        let (table, state) = {
+            let _ = table;
+            let bytes = transfer::encode_transfer_state(&self.producers.encode(), &driver);
+            (self.producers.clone(), transfer::Outgoing { state: Bytes::from(bytes), ..state })
+        };
         round.installing = true;
         self.log.retain(|&held, _| held > op);
         self.log.insert(op, Entry::header_only(header));
@@ -1294,6 +1319,7 @@ impl Replica {
         self.counters.transfers_installed += 1;
         let state = GroupState { op, end_offset: state.end_offset, bytes: state.state.to_vec() };
         self.ready.writes.push(Write::Install { header, body, state });
+        self.ready.committed.push(Committed::Transferred { header, state: driver });
         self.append_ready_bodies();
         self.commit_up_to(self.commit_max);
     }
@@ -1301,32 +1327,84 @@ impl Replica {
     /// A peer taking a state transfer asks for a piece of this replica's state: the state frozen
     /// at its first request (or a fresh one, at this replica's commit point, when the asker
     /// begins or names a state no longer kept). Served only while normal, and only for a commit
-    /// point whose header is still in memory.
+    /// point whose header is still in memory. With `transfers_carry_driver_state`, a fresh
+    /// state waits for the driver's part ([`Replica::on_driver_state`]) before anyone is served.
     fn on_request_state(&mut self, from: u8, op: u64, offset_bytes: u64) {
         if self.status != Status::Normal {
             return;
         }
-        let kept = self.transfer_source.as_ref().is_some_and(|s| op != 0 && s.op == op);
-        let offset_bytes = if kept {
-            offset_bytes
-        } else {
-            let Some(entry) = self.log.get(&self.commit).filter(|_| self.commit > 0) else {
-                return;
-            };
-            let fields = prepare(&entry.header);
-            let end_offset = fields.base_offset + u64::from(fields.record_count);
-            let mut table = self.producers.clone();
-            table.advance_to(self.commit);
-            let source = transfer::Outgoing::new(
-                self.commit,
-                end_offset,
-                entry.header.checksum_header,
-                Bytes::from(table.encode()),
-            );
-            self.transfer_source = Some(source);
-            0
+        if self.transfer_source.as_ref().is_some_and(|s| op != 0 && s.op == op) {
+            self.serve_state_chunk(from, offset_bytes);
+            return;
+        }
+        if let Some(pending) = self.transfer_source_pending.as_mut() {
+            if !pending.askers.contains(&from) {
+                pending.askers.push(from);
+            }
+            return;
+        }
+        let Some(entry) = self.log.get(&self.commit).filter(|_| self.commit > 0) else {
+            return;
         };
-        let source = self.transfer_source.as_ref().expect("kept or frozen above");
+        let fields = prepare(&entry.header);
+        let pending = PendingSource {
+            op: self.commit,
+            end_offset: fields.base_offset + u64::from(fields.record_count),
+            prepare_checksum: entry.header.checksum_header,
+            producers: {
+                let mut table = self.producers.clone();
+                table.advance_to(self.commit);
+                table.encode()
+            },
+            askers: vec![from],
+        };
+        if self.config.transfers_carry_driver_state {
+            self.ready.committed.push(Committed::StateWanted { op: pending.op });
+            self.transfer_source_pending = Some(pending);
+        } else {
+            self.transfer_source_pending = Some(pending);
+            self.on_driver_state(self.commit, Some(Bytes::new()));
+        }
+    }
+
+    /// The driver's answer to `Committed::StateWanted { op }`: its machine's state as of `op`,
+    /// or `None` when it cannot give it (the peers that asked then hear nothing and ask
+    /// another replica). The state is served to every peer that asked meanwhile. A state too
+    /// big for a transfer is refused the same way.
+    pub fn on_driver_state(&mut self, op: u64, state: Option<Bytes>) {
+        let Some(pending) = self.transfer_source_pending.take_if(|p| p.op == op) else { return };
+        let Some(state) = state else {
+            self.counters.driver_states_refused += 1;
+            return;
+        };
+        // Canary (DESIGN.md §7): serve the producer table alone.
+        #[cfg(feature = "canary-transfer-drops-driver-state")]
+        let state = {
+            let _ = state;
+            Bytes::new()
+        };
+        let bytes = transfer::encode_transfer_state(&pending.producers, &state);
+        if bytes.len() > STATE_SIZE_BYTES_MAX {
+            self.counters.driver_states_refused += 1;
+            return;
+        }
+        self.transfer_source = Some(transfer::Outgoing::new(
+            pending.op,
+            pending.end_offset,
+            pending.prepare_checksum,
+            Bytes::from(bytes),
+        ));
+        if self.status != Status::Normal {
+            return;
+        }
+        for asker in pending.askers {
+            self.serve_state_chunk(asker, 0);
+        }
+    }
+
+    /// Sends `to` the piece of the frozen state starting at `offset_bytes`.
+    fn serve_state_chunk(&mut self, to: u8, offset_bytes: u64) {
+        let source = self.transfer_source.as_ref().expect("served only once frozen");
         let Some(chunk) = source.chunk(offset_bytes, self.config.state_chunk_bytes_max) else {
             return;
         };
@@ -1341,7 +1419,7 @@ impl Replica {
             chunk,
         };
         self.counters.state_chunks_served += 1;
-        self.send(from, message);
+        self.send(to, message);
     }
 
     /// The peer after `replica` in index order (never this replica).

@@ -4,8 +4,9 @@
 //!
 //! A backup needs a transfer when every peer answered its repair with `RangeEvicted`:
 //! retention removed the ops it lacks everywhere. It then asks one peer for its state as of
-//! that peer's commit point *S* (the producer table's encoding, the offset after *S*, the
-//! checksum of *S*'s prepare and of the whole state), in pieces of at most
+//! that peer's commit point *S* (the producer table and the state its driver's machine keeps,
+//! joined by [`encode_transfer_state`]; the offset after *S*; the checksum of *S*'s prepare and of the
+//! whole state), in pieces of at most
 //! `state_chunk_bytes_max`, and then for the prepare of *S* itself; the replica hands both to
 //! its driver as one `Write::Install`, and ordinary repair brings the ops after *S*.
 //!
@@ -16,6 +17,27 @@
 
 use bytes::Bytes;
 use shoal_engine::state::STATE_SIZE_BYTES_MAX;
+
+/// A transferred state's bytes: the partition group's producer table, then the state the
+/// driver's own machine keeps for the group (empty when it keeps none). Layout: the table's
+/// length (u32, little-endian), the table's encoding, the driver's state to the end.
+pub fn encode_transfer_state(producers: &[u8], driver: &[u8]) -> Vec<u8> {
+    let length =
+        u32::try_from(producers.len()).expect("a producer table is bounded far below 4 GiB");
+    let mut bytes = Vec::with_capacity(4 + producers.len() + driver.len());
+    bytes.extend_from_slice(&length.to_le_bytes());
+    bytes.extend_from_slice(producers);
+    bytes.extend_from_slice(driver);
+    bytes
+}
+
+/// The two parts of [`encode_transfer_state`]'s bytes: (producer table, driver's state); `None` when the
+/// table's length runs past the end.
+pub fn decode_transfer_state(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (length, rest) = bytes.split_first_chunk::<4>()?;
+    let length = usize::try_from(u32::from_le_bytes(*length)).ok()?;
+    (length <= rest.len()).then(|| rest.split_at(length))
+}
 
 /// A state frozen at one op, as a replica serves it to peers (and as a backup announces what
 /// it is assembling).
@@ -270,6 +292,20 @@ mod tests {
         };
         assert_eq!(verdict, Accepted::Rejected);
         assert_eq!(flipped.state(), None);
+    }
+
+    #[test]
+    fn a_state_splits_into_the_table_and_the_drivers_part() {
+        let bytes = encode_transfer_state(b"table", b"driver");
+        assert_eq!(decode_transfer_state(&bytes), Some((&b"table"[..], &b"driver"[..])));
+        assert_eq!(
+            decode_transfer_state(&encode_transfer_state(b"", b"")),
+            Some((&b""[..], &b""[..]))
+        );
+        // A length past the end, and too few bytes for a length.
+        assert_eq!(decode_transfer_state(&bytes[..8]), None);
+        assert_eq!(decode_transfer_state(&[5, 0, 0]), None);
+        assert_eq!(decode_transfer_state(&u32::MAX.to_le_bytes()), None);
     }
 
     #[test]

@@ -143,7 +143,8 @@ impl Cluster {
             }
         }
         for committed in ready.committed {
-            self.committed[i].push(committed.header.checksum_header);
+            let header = committed.header().expect("no transfers without storage");
+            self.committed[i].push(header.checksum_header);
         }
         for reply in ready.replies {
             self.replies.push((reply.request, reply.result));

@@ -454,6 +454,67 @@ fn a_backup_whose_missing_ops_retention_removed_everywhere_catches_up_through_a_
     Ok(())
 }
 
+/// DESIGN.md §3 (state transfer) and the issue's "Metadata: snapshot every N ops, transferred
+/// the same way", on the simulator's admin group (group 2 here: a client table as its machine,
+/// snapshotted every 16 ops so retention may delete what a snapshot covers). A backup of both
+/// groups misses ops that retention then removes everywhere; its transfers carry, beside the
+/// producer table, the peer machine's state as of the transferred op, and the backup's
+/// machine becomes that state and follows the log from there. It must then hold every
+/// acknowledged admin request at or below its op as executed (checked at the end), answer
+/// retries of requests executed at ops it never held from the transferred table (a second
+/// execution fails the run as it happens), and at the end hold exactly the primary's state.
+#[test]
+fn a_backup_whose_admin_ops_retention_removed_everywhere_takes_the_admin_state_with_the_transfer()
+-> Result<(), Violation> {
+    const ADMIN: u64 = 2;
+    let mut cluster = Cluster::new(&SimOptions {
+        faults: Some(FaultProfile::none()),
+        mode: Some(Mode::Persisted),
+        replicas: 3,
+        groups: 2,
+        clients_per_group: 8,
+        retention_bytes: 2 << 20,
+        value_size_bytes: 3_000,
+        ..SimOptions::new(29)
+    });
+    // The admin group's primary in view 0 is node 2; node 0 is a backup of both groups.
+    let (primary, other, backup) = (2, 1, 0);
+    let commit = |c: &Cluster, node: usize| c.replica(node, ADMIN).expect("up").commit();
+    cluster.run_ticks(50)?;
+    cluster.crash(backup, false);
+    let missed_from = commit(&cluster, primary) + 1;
+    wait(&mut cluster, 30_000, "retention removes admin ops the backup never had", |c| {
+        [primary, other].iter().all(|&n| c.log_first_op(n, ADMIN).is_some_and(|f| f > missed_from))
+    })?;
+    assert!(cluster.coverage().admin_snapshots > 0, "retention waited for snapshots");
+    cluster.restart(backup)?;
+    wait(&mut cluster, 3_000, "the backup's admin machine becomes a peer's state", |c| {
+        c.coverage().admin_states_transferred > 0
+    })?;
+    assert!(cluster.coverage().admin_states_served > 0);
+    let (op, _) = cluster.admin_state(backup).expect("the machine follows after the transfer");
+    assert!(op > missed_from, "the machine starts past the ops it missed: {op}");
+    assert_eq!(cluster.log_first_op(backup, ADMIN), Some(commit(&cluster, backup)));
+    // A crash after the install: the machine restarts from the transferred state (or a newer
+    // snapshot) where the log begins.
+    cluster.run_ticks(20)?;
+    cluster.crash(backup, false);
+    cluster.restart(backup)?;
+    assert!(cluster.admin_state(backup).is_some(), "followed again after the restart");
+    finish(&mut cluster)?;
+    cluster.set_clients_active(false);
+    wait(&mut cluster, 1_000, "the backup's and the primary's machines at one op", |c| {
+        let op = |n| c.admin_state(n).map(|(op, _)| op);
+        op(backup).is_some() && op(backup) == op(primary)
+    })?;
+    assert_eq!(
+        cluster.admin_state(backup),
+        cluster.admin_state(primary),
+        "the transferred admin state plus what followed is the primary's"
+    );
+    cluster.check_logs()
+}
+
 // --- DESIGN.md §4: durable before revealed -------------------------------------------------------
 
 /// VR Revisited §4.1 step 4 with DESIGN.md §4 ("a replica writes the prepare to its log — and,

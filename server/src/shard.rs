@@ -40,8 +40,8 @@ use shoal_engine::storage::uring::UringStorage;
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::ClientRequest;
 use shoal_replication::{
-    Clock, Node, NodeConfig, ReplicaConfig, ReplyResult, Request, RequestRefused, Status, TICK_MS,
-    Transport,
+    Clock, Committed, Node, NodeConfig, ReplicaConfig, ReplyResult, Request, RequestRefused,
+    Status, TICK_MS, Transport,
 };
 
 use crate::config::{Config, ShardTuning};
@@ -1667,7 +1667,12 @@ impl ShardState {
         let mut changed = false;
         let mut metadata_end = None;
         for (group, entry) in committed {
-            let fields = shoal_engine::record::prepare_of(&entry.header);
+            let Committed::Op { header } = entry else {
+                // A group of one takes no state transfer and serves none (this server leaves
+                // `transfers_carry_driver_state` off until it runs replicated groups).
+                continue;
+            };
+            let fields = shoal_engine::record::prepare_of(&header);
             let end = fields.base_offset + u64::from(fields.record_count);
             let known = self.committed_end.entry(group).or_insert(0);
             if end > *known {
@@ -1677,7 +1682,7 @@ impl ShardState {
             if group != METADATA_GROUP || self.metadata.is_none() {
                 continue;
             }
-            let op = shoal_engine::record::prepare_of(&entry.header).op;
+            let op = fields.op;
             let read = match self.node.shard_mut().group_mut(METADATA_GROUP) {
                 Some(log) => log.read_op(op).await,
                 None => continue,

@@ -32,17 +32,18 @@ use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
 use shoal_engine::batch::BatchBuilder;
-use shoal_engine::shard::{ShardConfig, shard_dir};
+use shoal_engine::shard::{ShardConfig, group_dir, shard_dir};
+use shoal_engine::state::{self, GroupState};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimRng, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::HEADER_SIZE;
 
 use crate::config::ReplicaConfig;
 use crate::lag::GroupStatus;
-use crate::message::{Reply, ReplyResult, Request};
+use crate::message::{Committed, Reply, ReplyResult, Request};
 use crate::node::{Clock, Node, NodeConfig, NodeCounters, Transport};
 use crate::replica::{Replica, ReplicaCounters, Status};
-use admin::AdminMachine;
+use admin::{ADMIN_SNAPSHOT_INTERVAL_OPS, AdminMachine, Executions};
 use network::{Network, NetworkConfig};
 
 /// Which durability the groups of a run use; decides which crashes are within the fault model.
@@ -249,6 +250,12 @@ pub struct Coverage {
     /// Retries the admin group's log held twice, which its client table answered without
     /// executing them again.
     pub admin_duplicates: u64,
+    /// Admin machine snapshots saved (every `ADMIN_SNAPSHOT_INTERVAL_OPS` applied ops).
+    pub admin_snapshots: u64,
+    /// Admin machine states handed to a replica for a peer's state transfer.
+    pub admin_states_served: u64,
+    /// Admin machines that became a peer's state through a state transfer.
+    pub admin_states_transferred: u64,
     /// Crashes (all kinds).
     pub crashes: u64,
     /// Crashes that were power losses.
@@ -338,6 +345,9 @@ impl Coverage {
             (&mut self.recovery_view_changes, other.recovery_view_changes),
             (&mut self.duplicates, other.duplicates),
             (&mut self.admin_duplicates, other.admin_duplicates),
+            (&mut self.admin_snapshots, other.admin_snapshots),
+            (&mut self.admin_states_served, other.admin_states_served),
+            (&mut self.admin_states_transferred, other.admin_states_transferred),
             (&mut self.crashes, other.crashes),
             (&mut self.power_losses, other.power_losses),
             (&mut self.crashes_during_io, other.crashes_during_io),
@@ -539,6 +549,8 @@ pub struct Cluster {
     clients: Vec<Client>,
     /// (group, op) → checksum of the committed prepare, as first seen on any replica.
     committed: BTreeMap<(u64, u64), u32>,
+    /// Every admin request's execution, as any machine first applied it.
+    admin_executions: Executions,
     acks: Vec<Ack>,
     /// A client saw a reply that only a broken producer table gives.
     client_violation: Option<Violation>,
@@ -583,6 +595,7 @@ impl Cluster {
             nodes: Vec::new(),
             clients: Vec::new(),
             committed: BTreeMap::new(),
+            admin_executions: Executions::new(),
             acks: Vec::new(),
             client_violation: None,
             heal_tick: u64::MAX,
@@ -602,6 +615,11 @@ impl Cluster {
             for group in 1..=options.groups {
                 let config = cluster.group_config(group);
                 sim.block_on(node.create_group(group, config)).expect("create group");
+                if cluster.admin_group() == Some(group) {
+                    // Retention deletes nothing the admin machine's snapshot does not cover.
+                    let log = node.shard_mut().group_mut(group).expect("created");
+                    log.set_retention_floor(0);
+                }
             }
             cluster.nodes.push(NodeSlot {
                 sim,
@@ -667,6 +685,8 @@ impl Cluster {
         replica.unclean_recovery = self.options.unclean_recovery;
         // Small, so a state transfer of even a few producers takes several pieces.
         replica.state_chunk_bytes_max = 256;
+        // The admin group's machine rides along in its transfers.
+        replica.transfers_carry_driver_state = true;
         NodeConfig::new(index, replica)
     }
 
@@ -846,6 +866,13 @@ impl Cluster {
     /// front), when the node is up.
     pub fn log_first_op(&self, node: usize, group: u64) -> Option<u64> {
         Some(self.nodes[node].node.as_ref()?.shard().group(group)?.first_op())
+    }
+
+    /// Node `node`'s admin machine: the op it applied last and its state's bytes, when the
+    /// node is up and the machine follows the group's log.
+    pub fn admin_state(&self, node: usize) -> Option<(u64, Vec<u8>)> {
+        let machine = self.nodes[node].admin.as_ref()?;
+        Some((machine.op(), machine.encode()))
     }
 
     /// The node layer's counters of node `node`, when it is up (they restart with the node).
@@ -1360,30 +1387,130 @@ impl Cluster {
         (self.options.admin_group && self.options.groups >= 2).then_some(self.options.groups)
     }
 
-    /// A restarted node's admin machine, rebuilt by applying its log up to its replica's
-    /// commit point (the server loads a snapshot and replays the rest; the rules are the same).
-    /// A log that does not begin at op 1, or that cannot be read back whole, is not followed.
+    /// A restarted node's admin machine, as the server rebuilds its metadata state: the newer
+    /// of its snapshot and the state a transfer installed, then the log past it up to the
+    /// replica's commit point. A log that cannot be read back from there is not followed.
+    /// Retention may then delete only what the machine's state covers.
     fn rebuild_admin(&mut self, index: usize) -> Option<Violation> {
         let group = self.admin_group()?;
+        let tick = self.tick;
+        let violation =
+            |what: String| Some(Violation { tick, what: format!("node {index}: {what}") });
         let slot = &mut self.nodes[index];
         slot.admin = None;
         let node = slot.node.as_mut()?;
         let commit = node.replica(group)?.commit();
+        let (storage, dir) = (slot.sim.storage(), admin_dir(group));
+        let saved = slot.sim.block_on(state::load(&storage, &dir)).ok().flatten();
+        let transferred =
+            slot.sim.block_on(state::load_transfer_state(&storage, &dir)).ok().flatten();
+        let transferred = transferred.and_then(|state| {
+            let (_, driver) = crate::decode_transfer_state(&state.bytes)?;
+            Some(GroupState { bytes: driver.to_vec(), ..state })
+        });
+        let newest = match (saved, transferred) {
+            (Some(saved), Some(transferred)) if transferred.op > saved.op => Some(transferred),
+            (saved, transferred) => saved.or(transferred),
+        };
+        let mut machine = match newest {
+            None => AdminMachine::new(),
+            Some(newest) => {
+                match AdminMachine::restore(newest.op, newest.end_offset, &newest.bytes) {
+                    Ok(machine) => machine,
+                    Err(what) => return violation(what),
+                }
+            }
+        };
         let log = node.shard_mut().group_mut(group)?;
-        if log.first_op() > 1 {
+        log.set_retention_floor(machine.end_offset());
+        if log.first_op() > machine.op() + 1 {
             return None;
         }
-        let mut machine = AdminMachine::new();
-        for op in 1..=commit {
+        for op in machine.op() + 1..=commit {
             let Ok(Some(stored)) = slot.sim.block_on(log.read_op(op)) else { return None };
             let fields = stored.header.as_prepare().expect("stored records are prepares");
-            if let Err(what) = machine.apply(op, fields.client, fields.request) {
-                let what = format!("node {index} after its restart: {what}");
-                return Some(Violation { tick: self.tick, what });
+            let end_offset = fields.base_offset + u64::from(fields.record_count);
+            let request = (fields.client, fields.request);
+            if let Err(what) = machine.apply((op, end_offset), request, &mut self.admin_executions)
+            {
+                return violation(format!("after its restart: {what}"));
             }
         }
         slot.admin = Some(machine);
         None
+    }
+
+    /// Feeds node `index`'s admin machine what its replica delivered for `group`, answers a
+    /// peer's transfer with the machine's state, and saves a snapshot once one is due. The other
+    /// groups keep no state of the driver's: their transfers carry an empty part.
+    fn apply_admin(
+        &mut self,
+        index: usize,
+        group: u64,
+        committed: &Committed,
+    ) -> Option<Violation> {
+        let tick = self.tick;
+        let violation =
+            |what: String| Some(Violation { tick, what: format!("node {index}: {what}") });
+        let is_admin = self.admin_group() == Some(group);
+        let slot = &mut self.nodes[index];
+        let node = slot.node.as_mut()?;
+        match committed {
+            Committed::StateWanted { op } => {
+                let state = if is_admin {
+                    // A machine past the frozen op (a snapshot ahead of the recovered commit
+                    // point) or not following cannot give the state at it: refused.
+                    let machine = slot.admin.as_ref().filter(|machine| machine.op() == *op);
+                    self.coverage.admin_states_served += u64::from(machine.is_some());
+                    machine.map(|machine| Bytes::from(machine.encode()))
+                } else {
+                    Some(Bytes::new())
+                };
+                node.on_driver_state(group, *op, state);
+                None
+            }
+            _ if !is_admin => None,
+            Committed::Transferred { header, state } => {
+                let fields = header.as_prepare().expect("prepares");
+                let end_offset = fields.base_offset + u64::from(fields.record_count);
+                let machine = match AdminMachine::restore(fields.op, end_offset, state) {
+                    Ok(machine) => machine,
+                    Err(what) => return violation(what),
+                };
+                self.coverage.admin_duplicates += slot.admin.take().map_or(0, |a| a.duplicates);
+                self.coverage.admin_states_transferred += 1;
+                slot.admin = Some(machine);
+                None
+            }
+            Committed::Op { header } => {
+                let machine = slot.admin.as_mut()?;
+                let fields = header.as_prepare().expect("prepares");
+                let end_offset = fields.base_offset + u64::from(fields.record_count);
+                let request = (fields.client, fields.request);
+                let applied = (fields.op, end_offset);
+                if let Err(what) = machine.apply(applied, request, &mut self.admin_executions) {
+                    return violation(what);
+                }
+                if machine.op() < machine.snapshot_op + ADMIN_SNAPSHOT_INTERVAL_OPS {
+                    return None;
+                }
+                let saved = GroupState {
+                    op: machine.op(),
+                    end_offset: machine.end_offset(),
+                    bytes: machine.encode(),
+                };
+                let storage = slot.sim.storage();
+                // A failed save (an injected fault) is tried again at the next op.
+                if slot.sim.block_on(state::save(&storage, &admin_dir(group), &saved)).is_ok() {
+                    machine.snapshot_op = saved.op;
+                    self.coverage.admin_snapshots += 1;
+                    if let Some(log) = node.shard_mut().group_mut(group) {
+                        log.set_retention_floor(saved.end_offset);
+                    }
+                }
+                None
+            }
+        }
     }
 
     /// Restarts crashed nodes whose time has come, checking their views did not regress.
@@ -1549,24 +1676,11 @@ impl Cluster {
                 );
             }
             for (group, committed) in committed {
-                let header = committed.header;
-                let fields = *header.as_prepare().expect("prepares");
-                let op = fields.op;
-                if self.admin_group() == Some(group)
-                    && let Some(machine) = self.nodes[index].admin.as_mut()
-                {
-                    if op != machine.op() + 1 {
-                        // A state transfer moved the log past ops this machine never saw (the
-                        // transferred state does not carry it): not followed further.
-                        self.coverage.admin_duplicates += machine.duplicates;
-                        self.nodes[index].admin = None;
-                    } else if let Err(what) = machine.apply(op, fields.client, fields.request) {
-                        return Some(Violation {
-                            tick: self.tick,
-                            what: format!("node {index}: {what}"),
-                        });
-                    }
+                if let Some(violation) = self.apply_admin(index, group, &committed) {
+                    return Some(violation);
                 }
+                let Some(&header) = committed.header() else { continue };
+                let op = header.as_prepare().expect("prepares").op;
                 mix(&mut self.trace, group ^ (op << 8) ^ u64::from(header.checksum_header));
                 match self.committed.insert((group, op), header.checksum_header) {
                     Some(previous) if previous != header.checksum_header => {
@@ -1841,30 +1955,31 @@ impl Cluster {
         self.check_admin_machines()
     }
 
-    /// The admin group's machines agree: any two executed the same requests at the same ops up
-    /// to the lower of their positions, and each executed every acknowledged request at or
-    /// below its position.
+    /// The admin group's machines agree: any two at the same op hold the same state (that no
+    /// request executes twice, or at two ops, is checked as they apply), and each holds every
+    /// acknowledged request at or below its position as executed.
     fn check_admin_machines(&self) -> Option<Violation> {
         let group = self.admin_group()?;
         let machines: Vec<(usize, &AdminMachine)> = (0..self.nodes.len())
             .filter_map(|index| Some((index, self.nodes[index].admin.as_ref()?)))
             .collect();
         let violation = |what: String| Some(Violation { tick: self.tick, what });
-        for pair in machines.windows(2) {
-            let ((a, first), (b, second)) = (pair[0], pair[1]);
-            let op = first.op().min(second.op());
-            if first.executions_up_to(op) != second.executions_up_to(op) {
-                return violation(format!(
-                    "admin machines of nodes {a} and {b} executed different requests up to op {op}"
-                ));
+        for (i, &(a, first)) in machines.iter().enumerate() {
+            for &(b, second) in &machines[i + 1..] {
+                if first.op() == second.op() && first.encode() != second.encode() {
+                    return violation(format!(
+                        "admin machines of nodes {a} and {b} hold different states at op {}",
+                        first.op()
+                    ));
+                }
             }
         }
         for ack in self.acks.iter().filter(|ack| ack.group == group) {
             for &(index, machine) in &machines {
-                if ack.op <= machine.op() && !machine.executed(ack.client, ack.request) {
+                if ack.op <= machine.op() && !machine.knows(ack.client, ack.request) {
                     return violation(format!(
-                        "node {index}'s admin machine never executed acknowledged client {} \
-                         request {} (op {})",
+                        "node {index}'s admin machine does not hold acknowledged client {} \
+                         request {} (op {}) as executed",
                         ack.client, ack.request, ack.op
                     ));
                 }
@@ -1962,6 +2077,11 @@ fn trace_message(tick: u64, from: usize, to: usize, group: u64, bytes: &Bytes) {
         };
         eprintln!("{tick:>6} {from}->{to} {} {detail}", message.name());
     }
+}
+
+/// The admin group's directory on a node's simulated disk (snapshots, transferred state).
+fn admin_dir(group: u64) -> PathBuf {
+    group_dir(&shard_dir(Path::new(DATA_DIR), 0), group)
 }
 
 fn into_result(violation: Option<Violation>) -> Result<(), Violation> {
