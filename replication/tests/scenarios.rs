@@ -8,15 +8,17 @@
 //! with the simulator's liveness phase and its final log check: every acknowledged write sits at
 //! its acknowledged op and offset, and committed prefixes agree.
 //!
-//! The primary of group `g` in view `v` is node `(v + g) mod 3`; every scenario uses group 1,
-//! so the primaries of views 0, 1 and 2 are nodes 1, 2 and 0 ([`primary_of`]).
+//! The primary of group `g` in view `v` is node `(v + g) mod 3`; every scenario but the admin
+//! group's transfer uses group 1, so the primaries of views 0, 1 and 2 are nodes 1, 2 and 0
+//! ([`primary_of`]).
 //!
 //! Canaries (DESIGN.md §7) these scenarios catch, each run with
 //! `cargo test -p shoal-replication --features canary-<rule> --test scenarios`:
 //! `skip-body-fetch` (the first three scenarios), `vote-while-recovering` (the restarted
 //! backup), `send-before-persist` (the backup that loses power before persisting the StartView
-//! it acknowledges), `nack-faulty` (the two unclean restarts) and `no-dedup` (the retry across
-//! a primary change). `join-on-receipt` changes no
+//! it acknowledges), `nack-faulty` (the two unclean restarts), `no-dedup` (the retry across
+//! a primary change), `transfer-keeps-table` and `transfer-drops-driver-state` (the two state
+//! transfers). `join-on-receipt` changes no
 //! behaviour, so nothing can catch it: see the one-way partition scenario.
 
 mod common;
