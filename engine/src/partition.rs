@@ -2176,8 +2176,11 @@ impl<S: Storage> PartitionLog<S> {
     /// `head_op_known` is the head the log had before (0 when unknown): a chain ending below it
     /// or below the old checkpoint lost ops, whatever the bytes there look like.
     ///
-    /// Refused (corruption) when the log's very first record is damaged and retention removed
-    /// what came before it: the chain could not be continued from anything.
+    /// When the log's very first record is damaged and retention (or a state transfer) removed
+    /// what came before it, the chain cannot be continued from anything: the log is cut to
+    /// empty, positioned at op 1 and offset 0, with every op faulty (`damaged_from` 1). Its
+    /// replica fetches the ops again from peers that hold them from op 1, or takes a state
+    /// transfer (`Shard::install_transfer` accepts any op above the empty log's head).
     pub async fn recover_cut(
         storage: S,
         shared: Rc<Shared>,
@@ -2392,19 +2395,11 @@ impl<S: Storage> PartitionLog<S> {
                 } else {
                     check_next(&record, &next, &self.fence, record_max).is_ok()
                 };
-                if !begins && checkpoint.op == 0 && first_in_window && canary_truncate && base != 0
-                {
-                    // The first record of a log whose beginning retention removed: cutting here
-                    // would leave nothing to continue the chain from.
-                    return Err(Error::Corruption(Corruption {
-                        file: path,
-                        position_bytes: 0,
-                        offset: Some(base),
-                        op: None,
-                        reason: "the log's first record is damaged and nothing before it is kept"
-                            .into(),
-                    }));
-                }
+                // The first record of a log whose beginning retention (or a state transfer)
+                // removed ends the chain too: nothing before it is kept, so the log is cut to
+                // empty, at op 1, every op faulty. Its replica gets the ops back from peers
+                // that still hold them from op 1, or else takes a state transfer, which only
+                // needs a log below the transferred op.
                 if !begins {
                     chain_ended = true;
                     leftover.push(base);

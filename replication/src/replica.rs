@@ -121,6 +121,8 @@ pub struct ReplicaCounters {
     pub prepares_dropped_recovering: u64,
     /// Headers from a peer that did not continue the appended chain (dropped).
     pub chain_mismatches: u64,
+    /// Prepares of an older view above the log view's start, dropped as a dead branch.
+    pub stale_prepares_dropped: u64,
     /// Backups the primary flagged lagging (in sync before).
     pub backups_lagging: u64,
     /// Backups the primary flagged dead.
@@ -326,6 +328,11 @@ pub struct Replica {
     repair_wanted: bool,
     /// Per peer, the oldest op it said it still holds (0: never said).
     peer_op_min: Vec<u64>,
+    /// The head op of the log this replica's log view began with (the StartView's, or the
+    /// merged log's on the primary that started it); `u64::MAX` when unknown (after a
+    /// restart, until a StartView). Every op above it was prepared in the log view, so a
+    /// prepare of an older view there is a dead branch however high the commit point is.
+    log_view_head_op: u64,
     /// The state transfer this backup is taking, once every peer evicted what it lacks.
     transfer: Option<TransferRound>,
     /// This replica's state as served to peers taking a transfer, frozen at the first request
@@ -403,6 +410,7 @@ impl Replica {
         replica.faulty_from = recovered.faulty_from;
         replica.status = Status::Recovering;
         replica.needs_start_view = true;
+        replica.log_view_head_op = u64::MAX;
         replica.boot_nonce = replica.rng.next_u64() | 1;
         replica
     }
@@ -441,6 +449,7 @@ impl Replica {
             repair_granted: false,
             repair_wanted: false,
             peer_op_min: vec![0; usize::from(config.replica_count)],
+            log_view_head_op: 0,
             transfer: None,
             transfer_source: None,
             transfer_source_pending: None,
@@ -928,6 +937,13 @@ impl Replica {
             && fields.op <= self.commit_max
             && fields.op - self.op_appended <= self.config.repair_prepares_max as u64
         {
+            if header.view < self.log_view && fields.op > self.log_view_head_op {
+                // An older view's prepare above the log view's start: a dead branch (an old
+                // primary's retransmission), not the committed op, although it links to the
+                // same parent.
+                self.counters.stale_prepares_dropped += 1;
+                return;
+            }
             // A committed op (canonical wherever it comes from), perhaps ahead of its
             // predecessors: it joins the log once the chain reaches and vouches for it.
             self.repaired.insert(fields.op, (header, body));
@@ -1826,6 +1842,7 @@ impl Replica {
         self.counters.views_started += 1;
         self.status = Status::Normal;
         self.log_view = self.view;
+        self.log_view_head_op = top;
         self.faulty_from = None;
         self.needs_start_view = false;
         self.votes.clear();
@@ -1902,6 +1919,7 @@ impl Replica {
         self.status = Status::Normal;
         self.view = view;
         self.log_view = view;
+        self.log_view_head_op = op;
         self.merge = None;
         self.needs_start_view = false;
         self.do_view_change_sent = false;

@@ -117,10 +117,37 @@ const REGRESSIONS: &[(u64, u8)] = &[
     (900_150, 5),
 ];
 
+/// Seeds that once failed with retention on (a 1 MiB bound, 3,000-byte values, four clients
+/// per group: segments are removed under the swarm's faults, so cuts and state transfers meet
+/// logs whose beginning is gone).
+const RETENTION_REGRESSIONS: &[u64] = &[
+    // A restarted replica's damaged first record, with the segments before it removed, failed
+    // the group for good instead of cutting the log to empty (every op faulty).
+    0,
+    // A backup in view 7 took the old view-6 primary's retransmitted prepare of op 325 as
+    // the committed op (below the commit point, and linking to the same parent) and committed
+    // it: committed prefixes diverged.
+    14,
+];
+
+/// The swarm's options for `seed` with retention on, as `RETENTION_REGRESSIONS` runs them.
+fn with_retention(seed: u64) -> SimOptions {
+    SimOptions {
+        retention_bytes: 1 << 20,
+        value_size_bytes: 3_000,
+        clients_per_group: 4,
+        ..SimOptions::new(seed)
+    }
+}
+
 #[test]
 fn seeds_that_once_failed_pass() {
     for &(seed, replicas) in REGRESSIONS {
         let outcome = run(&SimOptions { replicas, ..SimOptions::new(seed) });
         assert!(outcome.violation.is_none(), "seed {seed}: {:?}", outcome.violation);
+    }
+    for &seed in RETENTION_REGRESSIONS {
+        let outcome = run(&with_retention(seed));
+        assert!(outcome.violation.is_none(), "seed {seed} with retention: {:?}", outcome.violation);
     }
 }
