@@ -393,6 +393,21 @@ impl<F: StorageFile> Journal<F> {
         }
     }
 
+    /// Releases every entry of `group` above `op`: a durable cut (truncation, damage cut, state
+    /// transfer) made them dead, and a group that must first get those ops back from peers
+    /// would otherwise hold their space until its checkpoint passed them, filling the journal
+    /// for every group meanwhile.
+    pub fn release_above(&mut self, group: u64, op: u64) {
+        for entry in &mut self.live {
+            if entry.group == group && entry.op > op {
+                entry.released = true;
+            }
+        }
+        while self.live.front().is_some_and(|entry| entry.released) {
+            self.live.pop_front();
+        }
+    }
+
     /// The oldest groups still holding journal space, oldest first (candidates for a
     /// checkpoint under journal pressure).
     pub fn oldest_groups(&self, count: usize) -> Vec<u64> {

@@ -277,6 +277,8 @@ pub struct PartitionLog<S: Storage> {
     /// Retention keeps every segment holding an offset at or above this (the owner's state
     /// snapshot covers only what is below it).
     retention_floor_offset: u64,
+    /// See [`PartitionLog::set_committed_end`].
+    committed_end_offset: u64,
 }
 
 /// The I/O of one group's part of a flush cycle, owning everything it touches so appends can
@@ -739,6 +741,15 @@ impl<S: Storage> PartitionLog<S> {
     /// default) sets no floor.
     pub fn set_retention_floor(&mut self, offset: u64) {
         self.retention_floor_offset = offset;
+    }
+
+    /// Keeps retention from deleting any segment unless the op after it is committed
+    /// (`offset`: the offset after the last committed op): a view change may still truncate
+    /// an uncommitted op, and a truncation needs the op it keeps; so the first op of a log
+    /// whose beginning retention removed is always committed. `u64::MAX` (the default) sets no
+    /// bound; a replicated owner sets it as its commit point moves.
+    pub fn set_committed_end(&mut self, offset: u64) {
+        self.committed_end_offset = offset;
     }
 
     /// Bytes of valid records in all segments.
@@ -1743,7 +1754,10 @@ impl<S: Storage> PartitionLog<S> {
             let deletable = segment.sealed
                 && segment.settled
                 && segment.base_offset < self.checkpoint.segment_base_offset
-                && end_offset <= self.retention_floor_offset;
+                && end_offset <= self.retention_floor_offset
+                // Strictly below: the op that begins the next segment, the log's first once
+                // this one goes, is committed too, so a restart may take it as committed.
+                && end_offset < self.committed_end_offset;
             let by_size = self.config.retention_bytes > 0 && total > self.config.retention_bytes;
             let by_age = self.config.retention_ms > 0
                 && segment.last_append_ms < now_ms.saturating_sub(self.config.retention_ms as i64);
@@ -2085,6 +2099,7 @@ impl<S: Storage> PartitionLog<S> {
             faulty_ops: FaultyOps::default(),
             damaged_from: slot.damaged_from,
             retention_floor_offset: u64::MAX,
+            committed_end_offset: u64::MAX,
         }
     }
 

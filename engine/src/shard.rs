@@ -963,6 +963,7 @@ impl<S: Storage> Shard<S> {
         if let Err(error) = self.superblock.write(slots).await {
             return Err(self.fail(error));
         }
+        self.journal.release_above(group, op);
         Ok(())
     }
 
@@ -987,12 +988,14 @@ impl<S: Storage> Shard<S> {
             PartitionLog::recover_cut(storage, shared, dir, slot, slot.config, head_op).await?;
         self.durable.insert(group, log.head_op());
         self.checkpoint_wanted.insert(group);
+        let head_op = log.head_op();
         self.groups.insert(group, log);
         let slots = self.slots();
         if let Err(error) = self.superblock.write(slots).await {
             return Err(self.fail(error));
         }
         self.slots_dirty.remove(&group);
+        self.journal.release_above(group, head_op);
         Ok(recovery)
     }
 
@@ -1154,7 +1157,8 @@ impl<S: Storage> Shard<S> {
         };
         self.durable.insert(group, log.head_op());
         self.groups.insert(group, log);
-        self.journal.release(group, state.op);
+        // Entries up to S are covered by the new checkpoint, those above it fenced off.
+        self.journal.release(group, u64::MAX);
         let slots = self.slots();
         if let Err(error) = self.superblock.write(slots).await {
             return Err(self.fail(error));

@@ -438,6 +438,11 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 .await
             {
                 Ok(transferred) => transferred,
+                // A read that failed is the open's to retry (as a supervisor restarting the
+                // process would); only damage stops the group.
+                Err(error @ (EngineError::Io { .. } | EngineError::StorageFull)) => {
+                    return Err(error);
+                }
                 Err(error) => {
                     self.insert_failed(group, format!("its transferred state: {error}"));
                     return Ok(());
@@ -455,8 +460,14 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             },
         };
         let Some(log) = self.shard.group_mut(group) else { return Ok(()) };
+        // Nothing is known committed until the replica commits again.
+        log.set_committed_end(0);
         let slot = log.slot();
-        let commit_min = transferred.as_ref().map_or(0, |&(op, _)| op);
+        // A log whose beginning retention removed begins with a committed op (retention
+        // deletes a segment only once the op after it committed); one a state transfer
+        // installed begins with the transferred op, committed too.
+        let first_committed = if log.first_op() > 1 { log.first_op() } else { 0 };
+        let commit_min = transferred.as_ref().map_or(0, |&(op, _)| op).max(first_committed);
         let limits = replica_config.producer_limits();
         let snapshot_op = |bytes: &Vec<u8>| ProducerTable::decode(bytes, limits).map(|t| t.op());
         let producer_snapshot = match (producer_snapshot, transferred) {
@@ -595,6 +606,9 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     pub async fn create_group(&mut self, group: u64, config: GroupConfig) -> EngineResult<()> {
         self.settle().await;
         self.shard.create_group(group, config).await?;
+        if let Some(log) = self.shard.group_mut(group) {
+            log.set_committed_end(0);
+        }
         let mut replica = Replica::new(self.replica_config(group), self.seed);
         replica.ration_repair();
         self.groups.insert(group, Group { replica, failed: None });
@@ -1014,6 +1028,14 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 continue;
             }
             self.reads.push((group, read));
+        }
+        if let Some(header) = ready.committed.iter().rev().find_map(Committed::header) {
+            // Retention keeps every op not yet committed: a view change may still cut it.
+            let fields = header.as_prepare().expect("committed ops are prepares");
+            let end_offset = fields.base_offset + u64::from(fields.record_count);
+            if let Some(log) = self.shard.group_mut(group) {
+                log.set_committed_end(end_offset);
+            }
         }
         self.committed.extend(ready.committed.into_iter().map(|c| (group, c)));
         self.replies.extend(ready.replies.into_iter().map(|r| (group, r)));

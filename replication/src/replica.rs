@@ -523,12 +523,17 @@ impl Replica {
                 self.op_appended < round.op_high && self.tick < round.deadline_tick
             })
     }
-    /// Whether this backup misses ops that every peer said it no longer holds: only a state
-    /// transfer can bring it up to date.
+    /// Whether this backup misses ops that every peer, or the primary, said it no longer holds:
+    /// only a state transfer can bring it up to date.
     pub fn needs_state_transfer(&self) -> bool {
         let next = self.op_appended + 1;
+        let evicted = |peer: u8| self.peer_op_min[usize::from(peer)] > next;
+        // The primary holds every committed op its retention kept: once it has removed the
+        // next one, the other backups may lack it too (they answer nothing for an op they never
+        // had), and the primary's state is always there to take.
         next <= self.op.max(self.commit_max)
-            && self.peers().all(|peer| self.peer_op_min[usize::from(peer)] > next)
+            && (self.peers().all(evicted)
+                || (!self.is_primary() && evicted(self.config.primary_of(self.view))))
     }
     /// Whether a restart still waits for a StartView.
     pub fn needs_start_view(&self) -> bool {

@@ -288,6 +288,12 @@ pub struct Coverage {
     pub corruptions_injected: u64,
     /// Damage cuts (protocol-aware recovery) the nodes made.
     pub damage_cuts: u64,
+    /// Repair answers that a peer's retention removed the op asked for.
+    pub ranges_evicted: u64,
+    /// State transfers installed (a backup's log replaced by one beginning at a peer's state).
+    pub transfers_installed: u64,
+    /// Prepares of an older view above the log view's start, dropped as a dead branch.
+    pub stale_prepares_dropped: u64,
     /// Damage cuts whose ops came back from peers.
     pub damage_repaired: u64,
     /// Ops past damage cuts repaired from peers.
@@ -325,6 +331,9 @@ impl Coverage {
         self.backups_dead += counters.backups_dead;
         self.backups_back_in_sync += counters.backups_back_in_sync;
         self.duplicates += counters.duplicates;
+        self.ranges_evicted += counters.ranges_evicted;
+        self.transfers_installed += counters.transfers_installed;
+        self.stale_prepares_dropped += counters.stale_prepares_dropped;
     }
 
     /// Adds another run's counters.
@@ -346,6 +355,9 @@ impl Coverage {
             (&mut self.duplicates, other.duplicates),
             (&mut self.admin_duplicates, other.admin_duplicates),
             (&mut self.admin_snapshots, other.admin_snapshots),
+            (&mut self.ranges_evicted, other.ranges_evicted),
+            (&mut self.transfers_installed, other.transfers_installed),
+            (&mut self.stale_prepares_dropped, other.stale_prepares_dropped),
             (&mut self.admin_states_served, other.admin_states_served),
             (&mut self.admin_states_transferred, other.admin_states_transferred),
             (&mut self.crashes, other.crashes),
