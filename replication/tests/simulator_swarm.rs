@@ -20,41 +20,20 @@ const SEEDS: u64 = 200;
 #[test]
 fn swarm_of_fixed_seeds_keeps_every_invariant_and_reaches_every_branch() {
     let seeds = std::env::var("SHOAL_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(SEEDS);
-    let next = AtomicU64::new(0);
-    let failures = Mutex::new(Vec::new());
-    let total = Mutex::new(Coverage::default());
-    std::thread::scope(|scope| {
-        for _ in 0..2 {
-            scope.spawn(|| {
-                loop {
-                    let seed = next.fetch_add(1, Ordering::Relaxed);
-                    if seed >= seeds {
-                        break;
-                    }
-                    let replicas = match seed % 10 {
-                        0 => 1,
-                        5 => 5,
-                        _ => 3,
-                    };
-                    let outcome = run(&SimOptions { replicas, ..SimOptions::new(seed) });
-                    total.lock().unwrap().add(&outcome.coverage);
-                    if let Some(violation) = outcome.violation {
-                        failures.lock().unwrap().push(format!(
-                            "seed {seed} ({:?}, {replicas} replicas): {violation}\n  reproduce: \
-                             shoal-sim --seed {seed} --replicas {replicas}",
-                            outcome.mode
-                        ));
-                    }
-                }
-            });
-        }
+    let coverage = run_swarm(seeds, |seed| {
+        let replicas = match seed % 10 {
+            0 => 1,
+            5 => 5,
+            _ => 3,
+        };
+        (
+            SimOptions { replicas, ..SimOptions::new(seed) },
+            format!("shoal-sim --seed {seed} --replicas {replicas}"),
+        )
     });
-    let failures = failures.into_inner().unwrap();
-    assert!(failures.is_empty(), "{} seeds failed:\n{}", failures.len(), failures.join("\n"));
     if seeds < SEEDS {
         return;
     }
-    let coverage = total.into_inner().unwrap();
     let minimums = [
         ("votes_cast", coverage.votes_cast, 1_000),
         ("votes_withdrawn", coverage.votes_withdrawn, 50),
@@ -90,12 +69,51 @@ fn swarm_of_fixed_seeds_keeps_every_invariant_and_reaches_every_branch() {
         ("disk_full_periods", coverage.disk_full_periods, 150),
         ("storage_full_rounds", coverage.storage_full_rounds, 50),
     ];
+    require_minimums("swarm", &minimums, &coverage);
+}
+
+/// Runs the seeds `0..seeds` on two threads, each with the options `options` gives it (and
+/// the command that reproduces it); fails on the first violation found, listing every failing
+/// seed; returns the summed coverage.
+fn run_swarm(seeds: u64, options: impl Fn(u64) -> (SimOptions, String) + Sync) -> Coverage {
+    let next = AtomicU64::new(0);
+    let failures = Mutex::new(Vec::new());
+    let total = Mutex::new(Coverage::default());
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= seeds {
+                        break;
+                    }
+                    let (options, reproduce) = options(seed);
+                    let outcome = run(&options);
+                    total.lock().unwrap().add(&outcome.coverage);
+                    if let Some(violation) = outcome.violation {
+                        failures.lock().unwrap().push(format!(
+                            "seed {seed} ({:?}, {} replicas): {violation}\n  reproduce: \
+                             {reproduce}",
+                            outcome.mode, options.replicas
+                        ));
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "{} seeds failed:\n{}", failures.len(), failures.join("\n"));
+    total.into_inner().unwrap()
+}
+
+/// Fails when a swarm's summed coverage missed a minimum: (name, reached, minimum).
+fn require_minimums(swarm: &str, minimums: &[(&str, u64, u64)], coverage: &Coverage) {
     let short: Vec<String> = minimums
         .iter()
         .filter(|(_, reached, minimum)| reached < minimum)
         .map(|(name, reached, minimum)| format!("{name}: {reached} < {minimum}"))
         .collect();
-    assert!(short.is_empty(), "the swarm missed branches: {}\n{coverage:#?}", short.join(", "));
+    assert!(short.is_empty(), "the {swarm} missed branches: {}\n{coverage:#?}", short.join(", "));
 }
 
 /// Seeds of the retention swarm: the CI swarm's faults with retention on, so repairs meet
@@ -105,29 +123,12 @@ const RETENTION_SEEDS: u64 = 60;
 
 #[test]
 fn retention_swarm_keeps_every_invariant_and_takes_state_transfers() {
-    let next = AtomicU64::new(0);
-    let failures = Mutex::new(Vec::new());
-    let total = Mutex::new(Coverage::default());
-    std::thread::scope(|scope| {
-        for _ in 0..2 {
-            scope.spawn(|| {
-                loop {
-                    let seed = next.fetch_add(1, Ordering::Relaxed);
-                    if seed >= RETENTION_SEEDS {
-                        break;
-                    }
-                    let outcome = run(&with_retention(seed));
-                    total.lock().unwrap().add(&outcome.coverage);
-                    if let Some(violation) = outcome.violation {
-                        failures.lock().unwrap().push(format!("seed {seed}: {violation}"));
-                    }
-                }
-            });
-        }
+    let coverage = run_swarm(RETENTION_SEEDS, |seed| {
+        let reproduce = format!(
+            "shoal-sim --seed {seed} --retention-bytes 1048576 --value-bytes 3000 --clients 4"
+        );
+        (with_retention(seed), reproduce)
     });
-    let failures = failures.into_inner().unwrap();
-    assert!(failures.is_empty(), "{} seeds failed:\n{}", failures.len(), failures.join("\n"));
-    let coverage = total.into_inner().unwrap();
     let minimums = [
         ("ranges_evicted", coverage.ranges_evicted, 1_000),
         ("transfers_installed", coverage.transfers_installed, 20),
@@ -135,12 +136,7 @@ fn retention_swarm_keeps_every_invariant_and_takes_state_transfers() {
         ("admin_states_transferred", coverage.admin_states_transferred, 10),
         ("damage_cuts", coverage.damage_cuts, 10),
     ];
-    let short: Vec<String> = minimums
-        .iter()
-        .filter(|(_, reached, minimum)| reached < minimum)
-        .map(|(name, reached, minimum)| format!("{name}: {reached} < {minimum}"))
-        .collect();
-    assert!(short.is_empty(), "the retention swarm missed branches: {}", short.join(", "));
+    require_minimums("retention swarm", &minimums, &coverage);
 }
 
 /// Determinism: the same seed gives the same trace, bit for bit.

@@ -25,6 +25,8 @@ knobs:
   --clients N               clients per group (default 2)
   --ticks N                 ticks of the fault phase (default 20000)
   --liveness-ticks N        ticks the cluster may take to finish after faults stop (default 10000)
+  --retention-bytes N       every group's retention by size (default 0: none)
+  --value-bytes N           bytes each client message's value is padded to (at most 4000)
   --mode M                  persisted | replicated | mixed (default: drawn per seed)
   --faults F                swarm (drawn per seed, default) | none
   --loss-per-million N      override the drawn message loss rate
@@ -90,6 +92,8 @@ fn parse() -> Result<Args, String> {
             "--clients" => args.options.clients_per_group = number()?.clamp(1, 64),
             "--ticks" => args.options.ticks = number()?,
             "--liveness-ticks" => args.options.liveness_ticks = number()?,
+            "--retention-bytes" => args.options.retention_bytes = number()?,
+            "--value-bytes" => args.options.value_size_bytes = number()?.min(4_000) as usize,
             "--mode" => {
                 args.options.mode = Some(match value.as_str() {
                     "persisted" => Mode::Persisted,
