@@ -24,7 +24,7 @@ mod admin;
 pub mod network;
 mod script;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -252,6 +252,8 @@ pub struct Coverage {
     pub admin_duplicates: u64,
     /// Admin machine snapshots saved (every `ADMIN_SNAPSHOT_INTERVAL_OPS` applied ops).
     pub admin_snapshots: u64,
+    /// Data groups' producer table snapshots saved.
+    pub producer_snapshots: u64,
     /// Admin machine states handed to a replica for a peer's state transfer.
     pub admin_states_served: u64,
     /// Admin machines that became a peer's state through a state transfer.
@@ -355,6 +357,7 @@ impl Coverage {
             (&mut self.duplicates, other.duplicates),
             (&mut self.admin_duplicates, other.admin_duplicates),
             (&mut self.admin_snapshots, other.admin_snapshots),
+            (&mut self.producer_snapshots, other.producer_snapshots),
             (&mut self.ranges_evicted, other.ranges_evicted),
             (&mut self.transfers_installed, other.transfers_installed),
             (&mut self.stale_prepares_dropped, other.stale_prepares_dropped),
@@ -487,6 +490,9 @@ struct NodeSlot {
     /// could follow its whole log (a log retention or a state transfer cut short is not
     /// followed).
     admin: Option<AdminMachine>,
+    /// Per data group, the op of the newest producer table snapshot saved (as the server
+    /// saves one with its offsets).
+    producers_saved_op: BTreeMap<u64, u64>,
 }
 
 struct Client {
@@ -627,11 +633,10 @@ impl Cluster {
             for group in 1..=options.groups {
                 let config = cluster.group_config(group);
                 sim.block_on(node.create_group(group, config)).expect("create group");
-                if cluster.admin_group() == Some(group) {
-                    // Retention deletes nothing the admin machine's snapshot does not cover.
-                    let log = node.shard_mut().group_mut(group).expect("created");
-                    log.set_retention_floor(0);
-                }
+                // Retention deletes nothing the group's snapshot (the admin machine's, or a
+                // data group's producer table) does not cover.
+                let log = node.shard_mut().group_mut(group).expect("created");
+                log.set_retention_floor(0);
             }
             cluster.nodes.push(NodeSlot {
                 sim,
@@ -641,6 +646,7 @@ impl Cluster {
                 inbox: VecDeque::new(),
                 durable_views: BTreeMap::new(),
                 admin: cluster.admin_group().map(|_| AdminMachine::new()),
+                producers_saved_op: BTreeMap::new(),
             });
         }
         if cluster.faults_active {
@@ -708,10 +714,23 @@ impl Cluster {
 
     /// Opens node `index` on its disk; fails when recovery could not read or write it (a read
     /// error, a full disk): the caller retries, as a supervisor restarting the process would.
+    /// Every data group's producer table comes from its newest snapshot plus the log past it,
+    /// and retention may delete only what that snapshot covers, as in the server.
     fn open_node(&self, sim: &Sim, index: u8) -> shoal_engine::Result<SimNode> {
         let dir = shard_dir(Path::new(DATA_DIR), 0);
         let clock = SimClock(Rc::clone(&self.clock));
-        let open = Node::open(
+        let storage = sim.storage();
+        let admin_group = self.admin_group();
+        let floors = RefCell::new(BTreeMap::new());
+        let load_producers = async |group: u64| {
+            if admin_group == Some(group) {
+                return None;
+            }
+            let saved = state::load(&storage, &group_dir(&dir, group)).await.ok().flatten();
+            floors.borrow_mut().insert(group, saved.as_ref().map_or(0, |s| s.end_offset));
+            saved.map(|saved| saved.bytes)
+        };
+        let open = Node::open_with_producer_snapshots(
             sim.storage(),
             &dir,
             Cluster::shard_config(),
@@ -719,8 +738,15 @@ impl Cluster {
             Outbox::default(),
             clock,
             self.options.seed ^ u64::from(index),
+            load_producers,
         );
-        sim.block_on(open).map(|(node, _)| node)
+        let mut node = sim.block_on(open).map(|(node, _)| node)?;
+        for (group, floor) in floors.into_inner() {
+            if let Some(log) = node.shard_mut().group_mut(group) {
+                log.set_retention_floor(floor);
+            }
+        }
+        Ok(node)
     }
 
     /// The whole run: the fault phase, then the liveness phase.
@@ -1454,7 +1480,8 @@ impl Cluster {
 
     /// Feeds node `index`'s admin machine what its replica delivered for `group`, answers a
     /// peer's transfer with the machine's state, and saves a snapshot once one is due. The other
-    /// groups keep no state of the driver's: their transfers carry an empty part.
+    /// groups keep no state of the driver's (their transfers carry an empty part); their
+    /// producer tables are snapshotted the same way.
     fn apply_admin(
         &mut self,
         index: usize,
@@ -1479,6 +1506,31 @@ impl Cluster {
                     Some(Bytes::new())
                 };
                 node.on_driver_state(group, *op, state);
+                None
+            }
+            Committed::Op { header } if !is_admin => {
+                // A data group's producer table, saved as the server saves it with its
+                // offsets: once it is at this op, every `ADMIN_SNAPSHOT_INTERVAL_OPS` ops.
+                let fields = header.as_prepare().expect("prepares");
+                let replica = node.replica(group)?;
+                let saved_op = slot.producers_saved_op.get(&group).copied().unwrap_or(0);
+                if replica.producers().op() != fields.op
+                    || fields.op < saved_op + ADMIN_SNAPSHOT_INTERVAL_OPS
+                {
+                    return None;
+                }
+                let end_offset = fields.base_offset + u64::from(fields.record_count);
+                let bytes = replica.producers().encode();
+                let saved = GroupState { op: fields.op, end_offset, bytes };
+                let storage = slot.sim.storage();
+                let dir = group_dir(&shard_dir(Path::new(DATA_DIR), 0), group);
+                if slot.sim.block_on(state::save(&storage, &dir, &saved)).is_ok() {
+                    slot.producers_saved_op.insert(group, saved.op);
+                    self.coverage.producer_snapshots += 1;
+                    if let Some(log) = node.shard_mut().group_mut(group) {
+                        log.set_retention_floor(end_offset);
+                    }
+                }
                 None
             }
             _ if !is_admin => None,
