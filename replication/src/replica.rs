@@ -1608,7 +1608,16 @@ impl Replica {
         if self.op == 0 {
             return (headers, flags);
         }
-        for (&op, entry) in self.log.range(low..=self.op) {
+        // Only the chain that ends at the head: a log missing headers below it (a backup that
+        // was repairing when the view changed) offers what it can vouch for, since a gap would
+        // make every receiver, itself included, refuse the whole DoViewChange.
+        let mut child: Option<&Header> = None;
+        for (&op, entry) in self.log.range(low..=self.op).rev() {
+            if child.is_some_and(|c| {
+                prepare(c).op != op + 1 || prepare(c).parent != entry.header.checksum_header
+            }) {
+                break;
+            }
             let present = op <= self.op_appended;
             let faulty = self.faulty_from.is_some_and(|from| op >= from);
             headers.push(entry.header);
@@ -1619,7 +1628,10 @@ impl Replica {
             } else {
                 FLAG_NACK
             });
+            child = Some(&entry.header);
         }
+        headers.reverse();
+        flags.reverse();
         (headers, flags)
     }
 

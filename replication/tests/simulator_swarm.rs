@@ -184,6 +184,10 @@ const RETENTION_REGRESSIONS: &[u64] = &[
     // Before data groups' producer tables were snapshotted (as the server does), a restart
     // of a log whose beginning retention removed forgot producers: `UnknownProducer`.
     5_000_274,
+    // A backup repairing when the view changed held headers above a gap; its DoViewChange
+    // offered them all, every receiver (itself too) refused it for the gap, and no new primary
+    // could ever merge: the view changes went round for good.
+    6_000_050,
 ];
 
 /// The swarm's options for `seed` with retention on: a 1 MiB bound, 3,000-byte values, four
