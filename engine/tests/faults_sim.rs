@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use shoal_engine::Error;
-use shoal_engine::record::build_prepare;
+use shoal_engine::record::{ChainNext, build_prepare};
 use shoal_engine::shard::{RecoveryReport, Shard, ShardConfig, group_dir};
+use shoal_engine::state::GroupState;
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::{HEADER_SIZE, Prepare};
@@ -427,4 +428,45 @@ fn a_truncation_fence_never_kills_entries_numbered_after_it() {
     sim.crash();
     let (shard, _) = open(&sim);
     assert_eq!(shard.group(1).unwrap().head_op(), 6, "an op reported durable survives");
+}
+
+/// Regression (found by the retention swarm): the damaged first record of a log whose
+/// beginning retention removed failed the group for good, since nothing before it is left to
+/// continue the chain from. The protocol-aware cut now empties the log — positioned at op 1 and
+/// offset 0, every op faulty — and a state transfer installs over it.
+#[test]
+fn a_damaged_first_record_after_retention_cuts_the_log_to_empty() {
+    let sim = Sim::new(31, SimConfig::default());
+    let (mut shard, _) = open(&sim);
+    let config = GroupConfig { retention_bytes: 1 << 20, ..group_config(Durability::Persisted) };
+    sim.block_on(shard.create_group(1, config)).unwrap();
+    for _ in 0..60 {
+        append(&mut shard, 1, 10, 6000);
+        sim.block_on(shard.flush()).unwrap();
+    }
+    assert!(sim.block_on(shard.enforce_retention(0)).unwrap() > 0);
+    assert!(shard.group(1).unwrap().first_op() > 1);
+    sim.block_on(shard.close()).unwrap();
+    let first_segment = segment_files(&sim, 1)[0].clone();
+    sim.corrupt(&first_segment, 100, 3);
+    let (mut shard, _) = open(&sim);
+    let recovery = sim.block_on(shard.cut_damaged(1)).unwrap();
+    assert_eq!(recovery.faulty.suffix_from, Some(1), "{recovery:?}");
+    let log = shard.group(1).unwrap();
+    assert_eq!((log.head_op(), log.damaged_from(), log.next_offset()), (0, 1, 0));
+    assert!(segment_files(&sim, 1).is_empty(), "{:?}", segment_files(&sim, 1));
+
+    // A peer's op 700 installs over the empty log; its damage marker moves past it.
+    let next = ChainNext { op: 700, parent: 0x5eed, offset: 9_000, ..shard.next(1).unwrap() };
+    let body = body(700, 6000);
+    let fields = Prepare { record_count: 2, append_time_ms: 700, ..Prepare::default() };
+    let header = build_prepare(&next, 1, 0, fields, &body);
+    let state = GroupState { op: 700, end_offset: 9_002, bytes: b"peer state".to_vec() };
+    sim.block_on(shard.install_transfer(1, &header, &body, &state)).unwrap();
+    append(&mut shard, 1, 3, 6000);
+    sim.block_on(shard.close()).unwrap();
+    let (shard, report) = open(&sim);
+    assert!(report.groups[0].corruption.is_none(), "{report:?}");
+    let log = shard.group(1).unwrap();
+    assert_eq!((log.first_op(), log.head_op(), log.damaged_from()), (700, 703, 701));
 }

@@ -96,11 +96,11 @@ fn appends_survive_flush_and_restart_and_read_back_by_offset_op_and_time() {
     }
 }
 
-#[test]
-fn segments_roll_by_size_and_retention_deletes_whole_sealed_segments() {
-    let sim = Sim::new(2, SimConfig::default());
-    let dir = Path::new("/data/shard-0");
-    let mut shard = open(&sim, dir);
+/// A group with a 2 MiB retention bound and 400 appends of one 16 KiB record in 1 MiB segments,
+/// all flushed (`seed` decides the simulated disk).
+fn retained_log(seed: u64) -> (Sim, Shard<SimStorage>) {
+    let sim = Sim::new(seed, SimConfig::default());
+    let mut shard = open(&sim, Path::new("/data/shard-0"));
     let config = GroupConfig { retention_bytes: 2 << 20, ..group_config(Durability::Replicated) };
     sim.block_on(shard.create_group(GROUP, config)).unwrap();
     for i in 0..400 {
@@ -110,6 +110,36 @@ fn segments_roll_by_size_and_retention_deletes_whole_sealed_segments() {
         }
     }
     sim.block_on(shard.flush()).unwrap();
+    (sim, shard)
+}
+
+/// A replicated owner's bound (`set_committed_end`): retention deletes a segment only once the
+/// op after it, the log's first op afterwards, is committed; so a restart may take a trimmed
+/// log's first op as committed, and a view change never has to cut below it.
+#[test]
+fn retention_deletes_a_segment_only_once_the_op_after_it_is_committed() {
+    // The same 400 appends each time, so the segments end at the same offsets.
+    let (sim, mut shard) = retained_log(3);
+    shard.group_mut(GROUP).unwrap().set_committed_end(0);
+    assert_eq!(sim.block_on(shard.enforce_retention(1_000_000)).unwrap(), 0, "nothing committed");
+    // Offset 71 lies in the second segment (about 63 one-record batches per segment).
+    shard.group_mut(GROUP).unwrap().set_committed_end(71);
+    assert_eq!(sim.block_on(shard.enforce_retention(1_000_000)).unwrap(), 1);
+    let first_end = shard.group(GROUP).unwrap().first_offset();
+    assert!(first_end > 0 && first_end < 71);
+    // The first segment ends exactly at the committed end: the op after it is not committed.
+    let (sim, mut shard) = retained_log(3);
+    shard.group_mut(GROUP).unwrap().set_committed_end(first_end);
+    assert_eq!(sim.block_on(shard.enforce_retention(1_000_000)).unwrap(), 0, "strictly below");
+    shard.group_mut(GROUP).unwrap().set_committed_end(first_end + 1);
+    assert_eq!(sim.block_on(shard.enforce_retention(1_000_000)).unwrap(), 1);
+    assert_eq!(shard.group(GROUP).unwrap().first_offset(), first_end);
+}
+
+#[test]
+fn segments_roll_by_size_and_retention_deletes_whole_sealed_segments() {
+    let dir = Path::new("/data/shard-0");
+    let (sim, mut shard) = retained_log(2);
     let segments = shard.group(GROUP).unwrap().segment_count();
     assert!(segments >= 6, "400 x 16 KiB in 1 MiB segments: {segments}");
     // A floor inside the second segment (offset 70: one 16 KiB record per batch, about 63 per
