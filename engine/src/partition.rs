@@ -148,7 +148,7 @@ impl SegmentMeta {
         self.last_append_ms = self.last_append_ms.max(prepare.append_time_ms);
         self.index.observe(header, position_bytes, interval_bytes);
         self.end_bytes = position_bytes + u64::from(header.size);
-        self.next_offset = prepare.base_offset + u64::from(prepare.record_count);
+        self.next_offset = prepare.end_offset();
         self.last_op = prepare.op;
     }
 }
@@ -911,7 +911,7 @@ impl<S: Storage> PartitionLog<S> {
         self.head = Location {
             op: prepare.op,
             checksum: header.checksum_header,
-            next_offset: prepare.base_offset + u64::from(prepare.record_count),
+            next_offset: prepare.end_offset(),
             segment_base_offset: active.base_offset,
             position_bytes: position,
             end_bytes: active.end_bytes,

@@ -33,7 +33,7 @@ impl ChainNext {
             group: self.group,
             op: prepare.op + 1,
             parent: header.checksum_header,
-            offset: prepare.base_offset + u64::from(prepare.record_count),
+            offset: prepare.end_offset(),
         }
     }
 }

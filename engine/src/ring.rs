@@ -46,7 +46,7 @@ impl StoredPrepare {
     #[must_use]
     pub fn end_offset(&self) -> u64 {
         let prepare = prepare_of(&self.header);
-        prepare.base_offset + u64::from(prepare.record_count)
+        prepare.end_offset()
     }
 }
 

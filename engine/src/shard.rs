@@ -1075,7 +1075,7 @@ impl<S: Storage> Shard<S> {
                 state.op, prepare.op
             )));
         }
-        let end_offset = prepare.base_offset + u64::from(prepare.record_count);
+        let end_offset = prepare.end_offset();
         if state.end_offset != end_offset {
             return Err(Error::Invalid(format!(
                 "transferred state of group {group} ends at offset {}, op {} ends at {end_offset}",

@@ -557,6 +557,13 @@ pub struct Prepare {
     pub request: u64,
 }
 
+impl Prepare {
+    /// The offset after the batch's records: where the next prepare's batch begins.
+    pub fn end_offset(&self) -> u64 {
+        self.base_offset + u64::from(self.record_count)
+    }
+}
+
 /// The per-command fields of a journal entry. The body is one whole prepare (header and
 /// batch), so the journal holds the very bytes the segment holds.
 ///

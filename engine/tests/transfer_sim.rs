@@ -65,7 +65,7 @@ impl Op {
 
     fn end_offset(&self) -> u64 {
         let prepare = self.header.as_prepare().expect("prepare");
-        prepare.base_offset + u64::from(prepare.record_count)
+        prepare.end_offset()
     }
 }
 

@@ -1032,7 +1032,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         if let Some(header) = ready.committed.iter().rev().find_map(Committed::header) {
             // Retention keeps every op not yet committed: a view change may still cut it.
             let fields = header.as_prepare().expect("committed ops are prepares");
-            let end_offset = fields.base_offset + u64::from(fields.record_count);
+            let end_offset = fields.end_offset();
             if let Some(log) = self.shard.group_mut(group) {
                 log.set_committed_end(end_offset);
             }

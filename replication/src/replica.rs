@@ -1311,7 +1311,7 @@ impl Replica {
         let op = state.op;
         let fields = prepare(&header);
         if header.checksum_header != state.prepare_checksum
-            || fields.base_offset + u64::from(fields.record_count) != state.end_offset
+            || fields.end_offset() != state.end_offset
             || op <= self.op_appended
         {
             self.reject_transfer();
@@ -1370,7 +1370,7 @@ impl Replica {
         let fields = prepare(&entry.header);
         let pending = PendingSource {
             op: self.commit,
-            end_offset: fields.base_offset + u64::from(fields.record_count),
+            end_offset: fields.end_offset(),
             prepare_checksum: entry.header.checksum_header,
             producers: {
                 let mut table = self.producers.clone();
@@ -2166,8 +2166,7 @@ impl Replica {
         match self.log.get(&op) {
             Some(prev) => {
                 let p = prepare(&prev.header);
-                fields.parent == prev.header.checksum_header
-                    && fields.base_offset == p.base_offset + u64::from(p.record_count)
+                fields.parent == prev.header.checksum_header && fields.base_offset == p.end_offset()
             }
             None => op == 0 && fields.parent == 0 && fields.base_offset == 0,
         }
@@ -2178,7 +2177,7 @@ impl Replica {
         match self.log.get(&self.op) {
             Some(prev) => {
                 let p = prepare(&prev.header);
-                (prev.header.checksum_header, p.base_offset + u64::from(p.record_count))
+                (prev.header.checksum_header, p.end_offset())
             }
             None => {
                 assert_eq!(self.op, 0, "the head header is always held");

@@ -1190,7 +1190,7 @@ impl ShardState {
             }
             for prepare in prepares {
                 let fields = *shoal_engine::record::prepare_of(&prepare.header);
-                offset = fields.base_offset + u64::from(fields.record_count);
+                offset = fields.end_offset();
                 if fields.op <= recovered.state.catalog.applied_op || fields.op > commit {
                     continue;
                 }
@@ -1673,7 +1673,7 @@ impl ShardState {
                 continue;
             };
             let fields = shoal_engine::record::prepare_of(&header);
-            let end = fields.base_offset + u64::from(fields.record_count);
+            let end = fields.end_offset();
             let known = self.committed_end.entry(group).or_insert(0);
             if end > *known {
                 *known = end;
@@ -1703,7 +1703,7 @@ impl ShardState {
             }
             let reply = apply_metadata(&mut metadata.state, &prepare);
             changed = true;
-            metadata_end = Some(fields.base_offset + u64::from(fields.record_count));
+            metadata_end = Some(fields.end_offset());
             if let Some(waiters) = metadata.take_waiters(fields.client, fields.request) {
                 // Publish before answering, so the client's next request sees the change.
                 let catalog = Arc::new(metadata.state.catalog.clone());

@@ -1467,7 +1467,7 @@ impl Cluster {
         for op in machine.op() + 1..=commit {
             let Ok(Some(stored)) = slot.sim.block_on(log.read_op(op)) else { return None };
             let fields = stored.header.as_prepare().expect("stored records are prepares");
-            let end_offset = fields.base_offset + u64::from(fields.record_count);
+            let end_offset = fields.end_offset();
             let request = (fields.client, fields.request);
             if let Err(what) = machine.apply((op, end_offset), request, &mut self.admin_executions)
             {
@@ -1519,7 +1519,7 @@ impl Cluster {
                 {
                     return None;
                 }
-                let end_offset = fields.base_offset + u64::from(fields.record_count);
+                let end_offset = fields.end_offset();
                 let bytes = replica.producers().encode();
                 let saved = GroupState { op: fields.op, end_offset, bytes };
                 let storage = slot.sim.storage();
@@ -1536,7 +1536,7 @@ impl Cluster {
             _ if !is_admin => None,
             Committed::Transferred { header, state } => {
                 let fields = header.as_prepare().expect("prepares");
-                let end_offset = fields.base_offset + u64::from(fields.record_count);
+                let end_offset = fields.end_offset();
                 let machine = match AdminMachine::restore(fields.op, end_offset, state) {
                     Ok(machine) => machine,
                     Err(what) => return violation(what),
@@ -1549,7 +1549,7 @@ impl Cluster {
             Committed::Op { header } => {
                 let machine = slot.admin.as_mut()?;
                 let fields = header.as_prepare().expect("prepares");
-                let end_offset = fields.base_offset + u64::from(fields.record_count);
+                let end_offset = fields.end_offset();
                 let request = (fields.client, fields.request);
                 let applied = (fields.op, end_offset);
                 if let Err(what) = machine.apply(applied, request, &mut self.admin_executions) {
@@ -1963,7 +1963,7 @@ impl Cluster {
                             "node {index} group {group} op {op}: offsets not dense"
                         ));
                     }
-                    next_offset = Some(fields.base_offset + u64::from(fields.record_count));
+                    next_offset = Some(fields.end_offset());
                     if let Some(&checksum) = self.committed.get(&(group, op))
                         && checksum != stored.header.checksum_header
                     {
