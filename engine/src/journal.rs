@@ -383,14 +383,7 @@ impl<F: StorageFile> Journal<F> {
 
     /// Releases every entry of `group` up to `op` (its checkpoint covers them now).
     pub fn release(&mut self, group: u64, op: u64) {
-        for entry in &mut self.live {
-            if entry.group == group && entry.op <= op {
-                entry.released = true;
-            }
-        }
-        while self.live.front().is_some_and(|entry| entry.released) {
-            self.live.pop_front();
-        }
+        self.release_where(group, |entry_op| entry_op <= op);
     }
 
     /// Releases every entry of `group` above `op`: a durable cut (truncation, damage cut, state
@@ -398,8 +391,14 @@ impl<F: StorageFile> Journal<F> {
     /// would otherwise hold their space until its checkpoint passed them, filling the journal
     /// for every group meanwhile.
     pub fn release_above(&mut self, group: u64, op: u64) {
+        self.release_where(group, |entry_op| entry_op > op);
+    }
+
+    /// Releases the entries of `group` whose op `released` picks, then frees the space of the
+    /// released entries at the tail.
+    fn release_where(&mut self, group: u64, released: impl Fn(u64) -> bool) {
         for entry in &mut self.live {
-            if entry.group == group && entry.op > op {
+            if entry.group == group && released(entry.op) {
                 entry.released = true;
             }
         }

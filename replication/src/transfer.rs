@@ -5,10 +5,10 @@
 //! A backup needs a transfer when every peer answered its repair with `RangeEvicted`:
 //! retention removed the ops it lacks everywhere. It then asks one peer for its state as of
 //! that peer's commit point *S* (the producer table and the state its driver's machine keeps,
-//! joined by [`encode_transfer_state`]; the offset after *S*; the checksum of *S*'s prepare and of the
-//! whole state), in pieces of at most
-//! `state_chunk_bytes_max`, and then for the prepare of *S* itself; the replica hands both to
-//! its driver as one `Write::Install`, and ordinary repair brings the ops after *S*.
+//! joined by [`encode_transfer_state`]; the offset after *S*; the checksum of *S*'s prepare
+//! and of the whole state), in pieces of at most `state_chunk_bytes_max`, and then for the
+//! prepare of *S* itself; the replica hands both to its driver as one `Write::Install`, and
+//! ordinary repair brings the ops after *S*.
 //!
 //! This module checks every piece against what the first one announced (op, sizes, offsets,
 //! the whole state's CRC-32C) before anything of it is believed, and bounds what it allocates
@@ -31,8 +31,8 @@ pub fn encode_transfer_state(producers: &[u8], driver: &[u8]) -> Vec<u8> {
     bytes
 }
 
-/// The two parts of [`encode_transfer_state`]'s bytes: (producer table, driver's state); `None` when the
-/// table's length runs past the end.
+/// The two parts of [`encode_transfer_state`]'s bytes: (producer table, driver's state);
+/// `None` when the table's length runs past the end.
 pub fn decode_transfer_state(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     let (length, rest) = bytes.split_first_chunk::<4>()?;
     let length = usize::try_from(u32::from_le_bytes(*length)).ok()?;

@@ -726,7 +726,7 @@ impl Cluster {
             if admin_group == Some(group) {
                 return None;
             }
-            let saved = state::load(&storage, &group_dir(&dir, group)).await.ok().flatten();
+            let saved = state::load(&storage, &sim_group_dir(group)).await.ok().flatten();
             floors.borrow_mut().insert(group, saved.as_ref().map_or(0, |s| s.end_offset));
             saved.map(|saved| saved.bytes)
         };
@@ -1438,7 +1438,7 @@ impl Cluster {
         slot.admin = None;
         let node = slot.node.as_mut()?;
         let commit = node.replica(group)?.commit();
-        let (storage, dir) = (slot.sim.storage(), admin_dir(group));
+        let (storage, dir) = (slot.sim.storage(), sim_group_dir(group));
         let saved = slot.sim.block_on(state::load(&storage, &dir)).ok().flatten();
         let transferred =
             slot.sim.block_on(state::load_transfer_state(&storage, &dir)).ok().flatten();
@@ -1519,17 +1519,11 @@ impl Cluster {
                 {
                     return None;
                 }
-                let end_offset = fields.end_offset();
                 let bytes = replica.producers().encode();
-                let saved = GroupState { op: fields.op, end_offset, bytes };
-                let storage = slot.sim.storage();
-                let dir = group_dir(&shard_dir(Path::new(DATA_DIR), 0), group);
-                if slot.sim.block_on(state::save(&storage, &dir, &saved)).is_ok() {
+                let saved = GroupState { op: fields.op, end_offset: fields.end_offset(), bytes };
+                if save_snapshot(&slot.sim, node, group, &saved) {
                     slot.producers_saved_op.insert(group, saved.op);
                     self.coverage.producer_snapshots += 1;
-                    if let Some(log) = node.shard_mut().group_mut(group) {
-                        log.set_retention_floor(end_offset);
-                    }
                 }
                 None
             }
@@ -1563,14 +1557,9 @@ impl Cluster {
                     end_offset: machine.end_offset(),
                     bytes: machine.encode(),
                 };
-                let storage = slot.sim.storage();
-                // A failed save (an injected fault) is tried again at the next op.
-                if slot.sim.block_on(state::save(&storage, &admin_dir(group), &saved)).is_ok() {
+                if save_snapshot(&slot.sim, node, group, &saved) {
                     machine.snapshot_op = saved.op;
                     self.coverage.admin_snapshots += 1;
-                    if let Some(log) = node.shard_mut().group_mut(group) {
-                        log.set_retention_floor(saved.end_offset);
-                    }
                 }
                 None
             }
@@ -2143,9 +2132,22 @@ fn trace_message(tick: u64, from: usize, to: usize, group: u64, bytes: &Bytes) {
     }
 }
 
-/// The admin group's directory on a node's simulated disk (snapshots, transferred state).
-fn admin_dir(group: u64) -> PathBuf {
+/// A group's directory on a node's simulated disk (snapshots, transferred state).
+fn sim_group_dir(group: u64) -> PathBuf {
     group_dir(&shard_dir(Path::new(DATA_DIR), 0), group)
+}
+
+/// Saves `saved` as `group`'s snapshot on the node's disk and lets retention delete what it
+/// covers, as the server does once a snapshot is durable. False when the save failed (an
+/// injected fault): the caller tries again at a later op.
+fn save_snapshot(sim: &Sim, node: &mut SimNode, group: u64, saved: &GroupState) -> bool {
+    if sim.block_on(state::save(&sim.storage(), &sim_group_dir(group), saved)).is_err() {
+        return false;
+    }
+    if let Some(log) = node.shard_mut().group_mut(group) {
+        log.set_retention_floor(saved.end_offset);
+    }
+    true
 }
 
 fn into_result(violation: Option<Violation>) -> Result<(), Violation> {
