@@ -235,6 +235,7 @@ pub struct PartitionLog<S: Storage> {
     fence: Fence,
     view: u32,
     log_view: u32,
+    log_view_head_op: Option<u64>,
     checkpoint: Checkpoint,
     /// Bytes appended since open, at the head, at the written op and at the checkpoint.
     appended_bytes: u64,
@@ -832,6 +833,7 @@ impl<S: Storage> PartitionLog<S> {
             config: self.config,
             view: self.view,
             log_view: self.log_view,
+            log_view_head_op: self.log_view_head_op,
             checkpoint: self.checkpoint,
             fence: self.fence,
             damaged_from: self.damaged_from,
@@ -852,10 +854,12 @@ impl<S: Storage> PartitionLog<S> {
         std::mem::take(&mut self.damaged_from) != 0
     }
 
-    /// Records view and log_view; durable once the shard writes the superblock.
-    pub fn set_views(&mut self, view: u32, log_view: u32) {
+    /// Records view, log_view and the head op that log view began with (when known); durable
+    /// once the shard writes the superblock.
+    pub fn set_views(&mut self, view: u32, log_view: u32, log_view_head_op: Option<u64>) {
         self.view = view;
         self.log_view = log_view;
+        self.log_view_head_op = log_view_head_op;
     }
 
     /// Appends a prepare (header and body) that continues the chain: checks its header
@@ -2080,6 +2084,7 @@ impl<S: Storage> PartitionLog<S> {
             fence: slot.fence,
             view: slot.view,
             log_view: slot.log_view,
+            log_view_head_op: slot.log_view_head_op,
             checkpoint: slot.checkpoint,
             appended_bytes: 0,
             written_appended_bytes: 0,

@@ -627,10 +627,18 @@ impl<S: Storage> Shard<S> {
         Ok(appended)
     }
 
-    /// Records a group's view and log_view; they are durable once the next checkpoint job
+    /// Records a group's view, log_view and the head op that log view began with
+    /// ([`GroupSlot::log_view_head_op`]); they are durable once the next checkpoint job
     /// finishes (it writes the superblock). Nothing revealing them may leave before.
-    pub fn set_views(&mut self, group: u64, view: u32, log_view: u32) -> Result<()> {
-        self.groups.get_mut(&group).ok_or_else(|| unknown(group))?.set_views(view, log_view);
+    pub fn set_views(
+        &mut self,
+        group: u64,
+        view: u32,
+        log_view: u32,
+        log_view_head_op: Option<u64>,
+    ) -> Result<()> {
+        let log = self.groups.get_mut(&group).ok_or_else(|| unknown(group))?;
+        log.set_views(view, log_view, log_view_head_op);
         self.slots_dirty.insert(group);
         Ok(())
     }

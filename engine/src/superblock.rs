@@ -73,12 +73,15 @@ const SLOT_FLAGS: usize = SLOT_FENCE_FINISHED + 1;
 const SLOT_FLAG_TRANSFER_PENDING: u8 = 1;
 /// Every flag this build knows; a slot with any other bit set comes from a newer format.
 const SLOT_FLAGS_KNOWN: u8 = SLOT_FLAG_TRANSFER_PENDING;
-const SLOT_RESERVED_FROM: usize = SLOT_FLAGS + 1;
+/// [`GroupSlot::log_view_head_op`] plus one, in 48 bits; 0 is "unknown", which slots from before
+/// it existed read as (the bytes were reserved, written as zeros): no version change needed.
+const SLOT_LOG_VIEW_HEAD: usize = SLOT_FLAGS + 1;
+const SLOT_LOG_VIEW_HEAD_BYTES: usize = 6;
 /// Zero in superblocks from before it existed (the bytes were reserved, written as zeros), which
 /// reads as "no damage cut": no version change needed.
 const SLOT_DAMAGED_FROM: usize = 120;
 const SLOT_RESERVED: usize = SLOT_DAMAGED_FROM + 8;
-const _: () = assert!(SLOT_RESERVED_FROM <= SLOT_DAMAGED_FROM);
+const _: () = assert!(SLOT_LOG_VIEW_HEAD + SLOT_LOG_VIEW_HEAD_BYTES == SLOT_DAMAGED_FROM);
 /// Bytes of one group slot.
 pub const SLOT_SIZE_BYTES: usize = 128;
 const _: () = assert!(SLOT_RESERVED <= SLOT_SIZE_BYTES);
@@ -240,6 +243,11 @@ pub struct GroupSlot {
     pub view: u32,
     /// Highest view in which the replica's log was accepted by a primary.
     pub log_view: u32,
+    /// The head op of the log `log_view` began with (its StartView's), when known: every op
+    /// above it was prepared in `log_view` or later, which lets a view change prove an older
+    /// view's op there dead even after this replica restarted (`docs/protocol.md`, "Merging").
+    /// Stored in 48 bits: a head at or above 2^48 − 1 is kept as unknown, the old rule.
+    pub log_view_head_op: Option<u64>,
     /// Where recovery starts.
     pub checkpoint: Checkpoint,
     /// The newest truncation.
@@ -629,6 +637,12 @@ fn encode_slot(bytes: &mut [u8], slot: &GroupSlot) {
     put(bytes, SLOT_RETENTION_BYTES, &slot.config.retention_bytes.to_le_bytes());
     put(bytes, SLOT_RETENTION_MS, &slot.config.retention_ms.to_le_bytes());
     put(bytes, SLOT_DAMAGED_FROM, &slot.damaged_from.to_le_bytes());
+    let head_plus_one = slot
+        .log_view_head_op
+        .and_then(|op| op.checked_add(1))
+        .filter(|&value| value < 1 << (8 * SLOT_LOG_VIEW_HEAD_BYTES))
+        .unwrap_or(0);
+    put(bytes, SLOT_LOG_VIEW_HEAD, &head_plus_one.to_le_bytes()[..SLOT_LOG_VIEW_HEAD_BYTES]);
     bytes[SLOT_FLAGS] = if slot.transfer_pending { SLOT_FLAG_TRANSFER_PENDING } else { 0 };
 }
 
@@ -685,11 +699,17 @@ pub fn decode_copy(bytes: &[u8]) -> Result<SuperblockState, String> {
         if flags & !SLOT_FLAGS_KNOWN != 0 {
             return Err(format!("slot {index}: unknown flags {flags:#04x}"));
         }
+        let mut head_plus_one = [0u8; 8];
+        head_plus_one[..SLOT_LOG_VIEW_HEAD_BYTES].copy_from_slice(
+            &slot[SLOT_LOG_VIEW_HEAD..SLOT_LOG_VIEW_HEAD + SLOT_LOG_VIEW_HEAD_BYTES],
+        );
+        let log_view_head_op = u64::from_le_bytes(head_plus_one).checked_sub(1);
         let group = GroupSlot {
             group: s64(SLOT_GROUP),
             config,
             view: s32(SLOT_VIEW),
             log_view: s32(SLOT_LOG_VIEW),
+            log_view_head_op,
             checkpoint: Checkpoint {
                 op: s64(SLOT_CHECKPOINT_OP),
                 checksum: s32(SLOT_CHECKPOINT_CHECKSUM),
@@ -744,6 +764,19 @@ mod tests {
                 (group, slot)
             })
             .collect()
+    }
+
+    /// A version holding `groups`, to encode directly.
+    fn version_of(groups: BTreeMap<u64, GroupSlot>) -> SuperblockState {
+        SuperblockState {
+            identity: identity(),
+            sequence: 3,
+            checksum: 0,
+            parent: 0,
+            slots_max: SLOTS,
+            clean_shutdown: false,
+            groups,
+        }
     }
 
     fn open(sim: &Sim) -> Result<(Superblock<<SimStorage as Storage>::File>, Vec<CopyStatus>)> {
@@ -828,15 +861,7 @@ mod tests {
 
     #[test]
     fn transfer_pending_flag_round_trips_and_an_old_zero_byte_reads_as_clear() {
-        let mut state = SuperblockState {
-            identity: identity(),
-            sequence: 3,
-            checksum: 0,
-            parent: 0,
-            slots_max: SLOTS,
-            clean_shutdown: false,
-            groups: groups(2, 1),
-        };
+        let mut state = version_of(groups(2, 1));
         state.groups.get_mut(&1).expect("slot").transfer_pending = true;
         let copy_size = copy_size_bytes(SLOTS);
         let mut bytes = encode_version(&state, copy_size);
@@ -860,6 +885,39 @@ mod tests {
         reseal(&mut bytes);
         let error = decode_copy(&bytes).expect_err("unknown flag");
         assert!(error.contains("unknown flags"), "{error}");
+    }
+
+    #[test]
+    fn log_view_head_op_round_trips_in_48_bits_and_an_old_zero_field_reads_as_unknown() {
+        let bound = (1u64 << 48) - 2;
+        let cases = [
+            (None, None),
+            (Some(0), Some(0)),
+            (Some(4_711), Some(4_711)),
+            (Some(bound), Some(bound)),
+            // Beyond 48 bits the head is kept as unknown: the rule from before it was kept.
+            (Some(bound + 1), None),
+            (Some(u64::MAX), None),
+        ];
+        let copy_size = copy_size_bytes(SLOTS);
+        for (written, read) in cases {
+            let mut state = version_of(groups(2, 1));
+            let slot = state.groups.get_mut(&1).expect("slot");
+            slot.log_view_head_op = written;
+            slot.damaged_from = u64::MAX;
+            slot.transfer_pending = true;
+            let mut bytes = encode_version(&state, copy_size);
+            bytes.resize(copy_size, 0);
+            let decoded = decode_copy(&bytes).expect("decodes");
+            assert_eq!(decoded.groups[&1].log_view_head_op, read, "{written:?}");
+            assert_eq!(decoded.groups[&0].log_view_head_op, None);
+            // Bytes 114..120 of the slot, zero in a slot written before the field existed.
+            let field = HEADER_SIZE_BYTES + SLOT_SIZE_BYTES + 114;
+            assert_eq!(bytes[field..field + 6] == [0; 6], read.is_none());
+            // The neighbours, filled, keep their own values.
+            assert_eq!(decoded.groups[&1].damaged_from, u64::MAX);
+            assert!(decoded.groups[&1].transfer_pending);
+        }
     }
 
     #[test]

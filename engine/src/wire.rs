@@ -113,7 +113,12 @@ const OFF_DO_VIEW_CHANGE_FAULTY_FROM: usize = OFF_DO_VIEW_CHANGE_COMMIT + size_o
 const OFF_DO_VIEW_CHANGE_LOG_VIEW: usize = OFF_DO_VIEW_CHANGE_FAULTY_FROM + size_of::<u64>();
 const OFF_DO_VIEW_CHANGE_HEADER_COUNT: usize = OFF_DO_VIEW_CHANGE_LOG_VIEW + size_of::<u32>();
 const OFF_DO_VIEW_CHANGE_FLAGS: usize = OFF_DO_VIEW_CHANGE_HEADER_COUNT + size_of::<u32>();
-const OFF_DO_VIEW_CHANGE_RESERVED_TAIL: usize = OFF_DO_VIEW_CHANGE_FLAGS + size_of::<u32>();
+const OFF_DO_VIEW_CHANGE_RESERVED_PAD: usize = OFF_DO_VIEW_CHANGE_FLAGS + size_of::<u32>();
+const SIZE_DO_VIEW_CHANGE_RESERVED_PAD: usize = size_of::<u32>();
+const OFF_DO_VIEW_CHANGE_LOG_VIEW_HEAD_OP: usize =
+    OFF_DO_VIEW_CHANGE_RESERVED_PAD + SIZE_DO_VIEW_CHANGE_RESERVED_PAD;
+const OFF_DO_VIEW_CHANGE_RESERVED_TAIL: usize =
+    OFF_DO_VIEW_CHANGE_LOG_VIEW_HEAD_OP + size_of::<u64>();
 const SIZE_DO_VIEW_CHANGE_RESERVED_TAIL: usize = HEADER_SIZE - OFF_DO_VIEW_CHANGE_RESERVED_TAIL;
 
 // `Command::StartView` region; the prepare headers are the body.
@@ -197,7 +202,12 @@ pub const REQUEST_PREPARE_FLAG_CHECKSUM: u32 = 1 << 0;
 /// (it installed that view's StartView or started the view), so it knows every header of that
 /// view's starting log; a restart loses those headers it held without bodies.
 pub const DO_VIEW_CHANGE_FLAG_LOG_COMPLETE: u32 = 1 << 0;
-const DO_VIEW_CHANGE_FLAGS_KNOWN: u32 = DO_VIEW_CHANGE_FLAG_LOG_COMPLETE;
+/// [`DoViewChange::flags`] bit: [`DoViewChange::log_view_head_op`] holds the head op of the log
+/// the sender's log view began with (kept durably with the log view, so it survives restarts);
+/// clear, the field is zero and the head unknown.
+pub const DO_VIEW_CHANGE_FLAG_LOG_VIEW_HEAD_KNOWN: u32 = 1 << 1;
+const DO_VIEW_CHANGE_FLAGS_KNOWN: u32 =
+    DO_VIEW_CHANGE_FLAG_LOG_COMPLETE | DO_VIEW_CHANGE_FLAG_LOG_VIEW_HEAD_KNOWN;
 const REQUEST_PREPARE_FLAGS_KNOWN: u32 = REQUEST_PREPARE_FLAG_CHECKSUM;
 
 const _: () = assert!(SIZE_COMMON_PREFIX == 32);
@@ -216,7 +226,9 @@ const _: () = assert!(OFF_COMMIT_RESERVED_TAIL == 36);
 const _: () = assert!(COMMIT_ENTRY_SIZE == 24);
 const _: () = assert!(OFF_START_VIEW_CHANGE_RESERVED_TAIL == 40);
 const _: () = assert!(OFF_DO_VIEW_CHANGE_LOG_VIEW == 64);
-const _: () = assert!(OFF_DO_VIEW_CHANGE_FLAGS == 72 && OFF_DO_VIEW_CHANGE_RESERVED_TAIL == 76);
+const _: () = assert!(OFF_DO_VIEW_CHANGE_FLAGS == 72 && OFF_DO_VIEW_CHANGE_RESERVED_PAD == 76);
+const _: () =
+    assert!(OFF_DO_VIEW_CHANGE_LOG_VIEW_HEAD_OP == 80 && OFF_DO_VIEW_CHANGE_RESERVED_TAIL == 88);
 const _: () = assert!(OFF_START_VIEW_HEADER_COUNT == 64);
 const _: () = assert!(OFF_START_VIEW_RESERVED_TAIL == 68);
 const _: () = assert!(OFF_REQUEST_START_VIEW_RESERVED_TAIL == 48);
@@ -282,6 +294,7 @@ const _: () = {
         OFF_DO_VIEW_CHANGE_OP,
         OFF_DO_VIEW_CHANGE_COMMIT,
         OFF_DO_VIEW_CHANGE_FAULTY_FROM,
+        OFF_DO_VIEW_CHANGE_LOG_VIEW_HEAD_OP,
         OFF_START_VIEW_GROUP,
         OFF_START_VIEW_OP,
         OFF_START_VIEW_COMMIT,
@@ -341,8 +354,10 @@ const RESERVED_START_VIEW_CHANGE: [(usize, usize); 1] =
     [(OFF_START_VIEW_CHANGE_RESERVED_TAIL, SIZE_START_VIEW_CHANGE_RESERVED_TAIL)];
 
 /// Byte ranges (offset, length) that must be zero in a [`Command::DoViewChange`] header.
-const RESERVED_DO_VIEW_CHANGE: [(usize, usize); 1] =
-    [(OFF_DO_VIEW_CHANGE_RESERVED_TAIL, SIZE_DO_VIEW_CHANGE_RESERVED_TAIL)];
+const RESERVED_DO_VIEW_CHANGE: [(usize, usize); 2] = [
+    (OFF_DO_VIEW_CHANGE_RESERVED_PAD, SIZE_DO_VIEW_CHANGE_RESERVED_PAD),
+    (OFF_DO_VIEW_CHANGE_RESERVED_TAIL, SIZE_DO_VIEW_CHANGE_RESERVED_TAIL),
+];
 
 /// Byte ranges (offset, length) that must be zero in a [`Command::StartView`] header.
 const RESERVED_START_VIEW: [(usize, usize); 1] =
@@ -643,8 +658,12 @@ pub struct DoViewChange {
     pub log_view: u32,
     /// Number of prepare headers (and flag bytes) in the body.
     pub header_count: u32,
-    /// Bit set: [`DO_VIEW_CHANGE_FLAG_LOG_COMPLETE`]; other bits must be zero.
+    /// Bit set: [`DO_VIEW_CHANGE_FLAG_LOG_COMPLETE`], [`DO_VIEW_CHANGE_FLAG_LOG_VIEW_HEAD_KNOWN`];
+    /// other bits must be zero.
     pub flags: u32,
+    /// The head op of the log `log_view` began with, under
+    /// [`DO_VIEW_CHANGE_FLAG_LOG_VIEW_HEAD_KNOWN`]; zero otherwise.
+    pub log_view_head_op: u64,
 }
 
 /// The per-command fields of a start-view: the primary of the header's `view` announces its
@@ -1063,6 +1082,15 @@ impl Header {
                 flags: dvc.flags,
             });
         }
+        if let Fields::DoViewChange(dvc) = &fields
+            && dvc.flags & DO_VIEW_CHANGE_FLAG_LOG_VIEW_HEAD_KNOWN == 0
+            && dvc.log_view_head_op != 0
+        {
+            // Without its flag the field is unused, so it is held to zero like reserved bytes.
+            return Err(HeaderError::ReservedNonZero {
+                offset: OFF_DO_VIEW_CHANGE_LOG_VIEW_HEAD_OP,
+            });
+        }
         if let Fields::RequestPrepare(request) = &fields {
             let unknown = request.flags & !REQUEST_PREPARE_FLAGS_KNOWN;
             if unknown != 0 {
@@ -1273,6 +1301,11 @@ impl Header {
         }
         if let Fields::DoViewChange(dvc) = &fields {
             assert_eq!(dvc.flags & !DO_VIEW_CHANGE_FLAGS_KNOWN, 0, "unknown flags");
+            assert!(
+                dvc.flags & DO_VIEW_CHANGE_FLAG_LOG_VIEW_HEAD_KNOWN != 0
+                    || dvc.log_view_head_op == 0,
+                "a log view head without its flag"
+            );
         }
         if let Fields::RequestPrepare(request) = &fields {
             assert_eq!(request.flags & !REQUEST_PREPARE_FLAGS_KNOWN, 0, "unknown flags");
@@ -1722,6 +1755,7 @@ fn encode_fields(bytes: &mut [u8; HEADER_SIZE], fields: &Fields) {
             put_u32(bytes, OFF_DO_VIEW_CHANGE_LOG_VIEW, dvc.log_view);
             put_u32(bytes, OFF_DO_VIEW_CHANGE_HEADER_COUNT, dvc.header_count);
             put_u32(bytes, OFF_DO_VIEW_CHANGE_FLAGS, dvc.flags);
+            put_u64(bytes, OFF_DO_VIEW_CHANGE_LOG_VIEW_HEAD_OP, dvc.log_view_head_op);
         }
         Fields::StartView(start_view) => {
             put_u64(bytes, OFF_START_VIEW_GROUP, start_view.group);
@@ -1805,6 +1839,7 @@ fn decode_fields(bytes: &[u8; HEADER_SIZE], command: Command) -> Option<Fields> 
             log_view: get_u32(bytes, OFF_DO_VIEW_CHANGE_LOG_VIEW),
             header_count: get_u32(bytes, OFF_DO_VIEW_CHANGE_HEADER_COUNT),
             flags: get_u32(bytes, OFF_DO_VIEW_CHANGE_FLAGS),
+            log_view_head_op: get_u64(bytes, OFF_DO_VIEW_CHANGE_LOG_VIEW_HEAD_OP),
         }),
         Command::StartView => Fields::StartView(StartView {
             group: get_u64(bytes, OFF_START_VIEW_GROUP),
@@ -2414,6 +2449,7 @@ mod tests {
             log_view: 3,
             header_count: headers.len() as u32,
             flags: 0,
+            log_view_head_op: 0,
         };
         (Header::do_view_change(CLUSTER, 4, 2, fields, &body), body)
     }
@@ -2648,7 +2684,8 @@ mod tests {
                             faulty_from,
                             log_view,
                             header_count,
-                            flags: (op & 1) as u32,
+                            flags: (op & 1) as u32 | ((commit & 1) << 1) as u32,
+                            log_view_head_op: if commit & 1 == 1 { op ^ commit } else { 0 },
                         };
                         (Header::do_view_change(cluster, view, replica, fields, &body), body)
                     }
@@ -2836,7 +2873,7 @@ mod tests {
             (Command::PrepareOk, 196),
             (Command::Commit, 220),
             (Command::StartViewChange, 216),
-            (Command::DoViewChange, 180),
+            (Command::DoViewChange, 4 + 168),
             (Command::StartView, 188),
             (Command::RequestStartView, 208),
             (Command::RequestPrepare, 200),
@@ -2944,6 +2981,41 @@ mod tests {
         assert_eq!(
             sample_request_start_view().as_request_start_view().unwrap().nonce,
             0x2122_2324_2526_2728
+        );
+    }
+
+    #[test]
+    fn do_view_change_log_view_head_is_held_to_its_flag() {
+        let (header, body) = sample_do_view_change();
+        let mut fields = *header.as_do_view_change().unwrap();
+        fields.flags = DO_VIEW_CHANGE_FLAG_LOG_VIEW_HEAD_KNOWN;
+        fields.log_view_head_op = 0x0102_0304_0506_0708;
+        let known = Header::do_view_change(CLUSTER, 4, 2, fields, &body);
+        let bytes = known.encode();
+        assert_eq!(bytes[80..88], 0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(Header::decode(&bytes).unwrap().as_do_view_change(), Some(&fields));
+        // Without its flag the field is unused and must be zero, like reserved bytes.
+        let mut unflagged = bytes;
+        unflagged[OFF_DO_VIEW_CHANGE_FLAGS..OFF_DO_VIEW_CHANGE_FLAGS + 4].fill(0);
+        reseal(&mut unflagged);
+        assert_eq!(
+            Header::decode(&unflagged),
+            Err(HeaderError::ReservedNonZero { offset: OFF_DO_VIEW_CHANGE_LOG_VIEW_HEAD_OP })
+        );
+        // The pad before it is reserved, and so is a flag bit beyond the two known.
+        let mut padded = bytes;
+        padded[OFF_DO_VIEW_CHANGE_RESERVED_PAD + 3] = 1;
+        reseal(&mut padded);
+        assert_eq!(
+            Header::decode(&padded),
+            Err(HeaderError::ReservedNonZero { offset: OFF_DO_VIEW_CHANGE_RESERVED_PAD + 3 })
+        );
+        let mut flagged = bytes;
+        flagged[OFF_DO_VIEW_CHANGE_FLAGS] = 0b111;
+        reseal(&mut flagged);
+        assert_eq!(
+            Header::decode(&flagged),
+            Err(HeaderError::UnknownFlags { offset: OFF_DO_VIEW_CHANGE_FLAGS, flags: 0b111 })
         );
     }
 

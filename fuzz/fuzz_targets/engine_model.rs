@@ -67,7 +67,7 @@ fuzz_target!(|data: &[u8]| {
             }
             3 => {
                 view += 1;
-                let _ = shard.set_views(GROUP, view, view);
+                let _ = shard.set_views(GROUP, view, view, None);
                 let keep = appended.len().saturating_sub(usize::from(arg % 4));
                 if keep < appended.len() {
                     sim.block_on(shard.truncate_after(GROUP, keep as u64, view)).expect("truncate");

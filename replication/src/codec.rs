@@ -109,10 +109,18 @@ pub fn encode(cluster: u64, from: u8, group: u64, message: &Message) -> Bytes {
             commit,
             faulty_from,
             log_complete,
+            log_view_head_op,
             headers,
             flags,
         } => {
             let body = wire::encode_view_headers(headers, Some(flags));
+            let mut dvc_flags = 0;
+            if *log_complete {
+                dvc_flags |= wire::DO_VIEW_CHANGE_FLAG_LOG_COMPLETE;
+            }
+            if log_view_head_op.is_some() {
+                dvc_flags |= wire::DO_VIEW_CHANGE_FLAG_LOG_VIEW_HEAD_KNOWN;
+            }
             let fields = wire::DoViewChange {
                 group,
                 op: *op,
@@ -120,7 +128,8 @@ pub fn encode(cluster: u64, from: u8, group: u64, message: &Message) -> Bytes {
                 faulty_from: faulty_from.unwrap_or(0),
                 log_view: *log_view,
                 header_count: headers.len() as u32,
-                flags: if *log_complete { wire::DO_VIEW_CHANGE_FLAG_LOG_COMPLETE } else { 0 },
+                flags: dvc_flags,
+                log_view_head_op: log_view_head_op.unwrap_or(0),
             };
             (Header::do_view_change(cluster, *view, from, fields, &body), Bytes::from(body))
         }
@@ -264,6 +273,8 @@ pub fn decode(
                 commit: f.commit,
                 faulty_from: (f.faulty_from != 0).then_some(f.faulty_from),
                 log_complete: f.flags & wire::DO_VIEW_CHANGE_FLAG_LOG_COMPLETE != 0,
+                log_view_head_op: (f.flags & wire::DO_VIEW_CHANGE_FLAG_LOG_VIEW_HEAD_KNOWN != 0)
+                    .then_some(f.log_view_head_op),
                 headers,
                 flags,
             };
@@ -355,6 +366,7 @@ mod tests {
                 commit: 1,
                 faulty_from: Some(2),
                 log_complete: true,
+                log_view_head_op: Some(1),
                 headers: vec![h1, h2],
                 flags: vec![FLAG_PRESENT, 0],
             },
@@ -365,6 +377,18 @@ mod tests {
                 commit: 0,
                 faulty_from: None,
                 log_complete: false,
+                log_view_head_op: None,
+                headers: vec![],
+                flags: vec![],
+            },
+            Message::DoViewChange {
+                view: 3,
+                log_view: 2,
+                op: 0,
+                commit: 0,
+                faulty_from: None,
+                log_complete: false,
+                log_view_head_op: Some(0),
                 headers: vec![],
                 flags: vec![],
             },

@@ -61,6 +61,9 @@ pub enum Message {
         /// The sender has not restarted since its log view began for it, so it knows every
         /// header of that view's starting log.
         log_complete: bool,
+        /// The head op of the log the sender's log view began with, when it knows it (kept
+        /// durably with the log view): every op above it was prepared in that view or later.
+        log_view_head_op: Option<u64>,
         /// Headers from the commit point (or the top `view_headers_max`) up to `op`, ascending.
         headers: Vec<Header>,
         /// Per header: [`FLAG_PRESENT`] when the body is held, [`FLAG_NACK`] when the sender
@@ -277,6 +280,8 @@ pub enum Write {
         view: u32,
         /// The view of the replica's last normal status.
         log_view: u32,
+        /// The head op of the log `log_view` began with, when known.
+        log_view_head_op: Option<u64>,
     },
     /// Remove every op above `op`, durably, before any later append; `view` is newer than every
     /// removed prepare's view and no newer than any prepare appended after.

@@ -482,6 +482,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             headers,
             faulty_from,
             commit_min,
+            log_view_head_op: slot.log_view_head_op,
         };
         let mut replica = Replica::recover(replica_config, recovered, self.seed);
         let (table, uncommitted) =
@@ -830,9 +831,9 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             }
             let result = match &write {
                 Write::Append { header, body } => self.append(group, header, body).await,
-                Write::Views { view, log_view } => {
+                Write::Views { view, log_view, log_view_head_op } => {
                     views.insert(group, (*view, *log_view));
-                    self.shard.set_views(group, *view, *log_view)
+                    self.shard.set_views(group, *view, *log_view, *log_view_head_op)
                 }
                 Write::Truncate { op, view } => {
                     complete &= self.finish_jobs().await;

@@ -78,6 +78,8 @@ pub struct RecoveredLog {
     /// Every op up to this one is committed and applied (0: unknown): the op of the state a
     /// transfer installed, where the log begins.
     pub commit_min: u64,
+    /// The persisted head op of the log `log_view` began with, when known.
+    pub log_view_head_op: Option<u64>,
 }
 
 /// Counters of the branches a replica took, for coverage and status.
@@ -198,6 +200,7 @@ struct DoViewChange {
     commit: u64,
     faulty_from: Option<u64>,
     log_complete: bool,
+    log_view_head_op: Option<u64>,
     headers: BTreeMap<u64, (Header, u8)>,
 }
 
@@ -329,10 +332,11 @@ pub struct Replica {
     /// Per peer, the oldest op it said it still holds (0: never said).
     peer_op_min: Vec<u64>,
     /// The head op of the log this replica's log view began with (the StartView's, or the
-    /// merged log's on the primary that started it); `u64::MAX` when unknown (after a
-    /// restart, until a StartView). Every op above it was prepared in the log view, so a
-    /// prepare of an older view there is a dead branch however high the commit point is.
-    log_view_head_op: u64,
+    /// merged log's on the primary that started it), persisted with the log view; `None` when
+    /// unknown (a superblock written before it was kept). Every op above it was prepared in
+    /// the log view, so a prepare of an older view there is a dead branch however high the
+    /// commit point is, and a view change can prove it dead (see `try_merge`).
+    log_view_head_op: Option<u64>,
     /// The state transfer this backup is taking, once every peer evicted what it lacks.
     transfer: Option<TransferRound>,
     /// This replica's state as served to peers taking a transfer, frozen at the first request
@@ -410,7 +414,7 @@ impl Replica {
         replica.faulty_from = recovered.faulty_from;
         replica.status = Status::Recovering;
         replica.needs_start_view = true;
-        replica.log_view_head_op = u64::MAX;
+        replica.log_view_head_op = recovered.log_view_head_op;
         replica.boot_nonce = replica.rng.next_u64() | 1;
         replica
     }
@@ -449,7 +453,7 @@ impl Replica {
             repair_granted: false,
             repair_wanted: false,
             peer_op_min: vec![0; usize::from(config.replica_count)],
-            log_view_head_op: 0,
+            log_view_head_op: Some(0),
             transfer: None,
             transfer_source: None,
             transfer_source_pending: None,
@@ -942,7 +946,7 @@ impl Replica {
             && fields.op <= self.commit_max
             && fields.op - self.op_appended <= self.config.repair_prepares_max as u64
         {
-            if header.view < self.log_view && fields.op > self.log_view_head_op {
+            if header.view < self.log_view && self.log_view_head_op.is_some_and(|h| fields.op > h) {
                 // An older view's prepare above the log view's start: a dead branch (an old
                 // primary's retransmission), not the committed op, although it links to the
                 // same parent.
@@ -1595,6 +1599,7 @@ impl Replica {
             commit: self.commit_max.min(self.op_appended),
             faulty_from: self.faulty_from,
             log_complete: !self.needs_start_view,
+            log_view_head_op: self.log_view_head_op,
             headers,
             flags,
         }
@@ -1644,6 +1649,7 @@ impl Replica {
             commit,
             faulty_from,
             log_complete,
+            log_view_head_op,
             headers,
             flags,
         } = message
@@ -1654,7 +1660,15 @@ impl Replica {
             return;
         }
         let Some(headers) = self.checked_headers(&headers, Some(&flags)) else { return };
-        let dvc = DoViewChange { log_view, op, commit, faulty_from, log_complete, headers };
+        let dvc = DoViewChange {
+            log_view,
+            op,
+            commit,
+            faulty_from,
+            log_complete,
+            log_view_head_op,
+            headers,
+        };
         self.on_do_view_change(from, view, dvc);
     }
 
@@ -1716,8 +1730,9 @@ impl Replica {
         // The op above the merged head must be provably dead in both its possible forms: one
         // prepared in the canonical log view or later (only replicas normal in that view could
         // have acknowledged it), and one of an older view that a replica with a lower log view
-        // holds or may have lost (committed only if the canonical view's starting log held it,
-        // which only a canonical replica that never restarted since knows).
+        // holds or may have lost (committed only if the canonical view's starting log held it:
+        // a canonical replica that never restarted since knows that log's headers, and any
+        // canonical replica that kept the log's head op knows whether it reaches that far).
         let unknown = top + 1;
         let newer_nacks = dvcs
             .values()
@@ -1725,7 +1740,10 @@ impl Replica {
             .count();
         let older_possible =
             dvcs.values().any(|d| d.log_view < log_view && (d.faulty(unknown) || d.op >= unknown));
-        let refuted = dvcs.values().any(|d| d.log_view == log_view && d.log_complete);
+        let refuted = dvcs.values().any(|d| {
+            d.log_view == log_view
+                && (d.log_complete || d.log_view_head_op.is_some_and(|head| head < unknown))
+        });
         if newer_nacks < nack_quorum || (older_possible && !refuted) {
             if !self.config.unclean_recovery {
                 self.counters.merges_stalled += 1;
@@ -1859,7 +1877,7 @@ impl Replica {
         self.counters.views_started += 1;
         self.status = Status::Normal;
         self.log_view = self.view;
-        self.log_view_head_op = top;
+        self.log_view_head_op = Some(top);
         self.faulty_from = None;
         self.needs_start_view = false;
         self.votes.clear();
@@ -1936,7 +1954,7 @@ impl Replica {
         self.status = Status::Normal;
         self.view = view;
         self.log_view = view;
-        self.log_view_head_op = op;
+        self.log_view_head_op = Some(op);
         self.merge = None;
         self.needs_start_view = false;
         self.do_view_change_sent = false;
@@ -2028,7 +2046,11 @@ impl Replica {
 
     fn persist_views(&mut self) {
         self.view_promised = self.view_promised.max(self.view);
-        self.ready.writes.push(Write::Views { view: self.view_promised, log_view: self.log_view });
+        self.ready.writes.push(Write::Views {
+            view: self.view_promised,
+            log_view: self.log_view,
+            log_view_head_op: self.log_view_head_op,
+        });
     }
 
     fn enter_normal_as_is(&mut self) {

@@ -17,6 +17,7 @@ use shoal_replication::{
 struct Disk {
     view: u32,
     log_view: u32,
+    log_view_head_op: Option<u64>,
     log: BTreeMap<u64, (Header, Bytes)>,
 }
 
@@ -114,10 +115,11 @@ impl Cluster {
                     disk.log.insert(op, (header, body));
                     persisted.push(Persisted::Appended { op });
                 }
-                Write::Views { view, log_view } => {
+                Write::Views { view, log_view, log_view_head_op } => {
                     assert!(view >= disk.view && log_view >= disk.log_view, "views regress");
                     disk.view = view;
                     disk.log_view = log_view;
+                    disk.log_view_head_op = log_view_head_op;
                     persisted.push(Persisted::Views { view, log_view });
                 }
                 Write::Truncate { op, .. } => {
@@ -197,6 +199,7 @@ impl Cluster {
             headers: headers[keep..].to_vec(),
             faulty_from: None,
             commit_min: 0,
+            log_view_head_op: disk.log_view_head_op,
         };
         let config = ReplicaConfig { replica: index, ..self.config };
         self.replicas[usize::from(index)] = Some(Replica::recover(config, recovered, 9));
@@ -422,6 +425,7 @@ fn arbitrary_peer_messages_never_panic_a_replica() {
                     commit: rng.below(40),
                     faulty_from: rng.chance(1, 2).then(|| rng.below(40)),
                     log_complete: rng.chance(1, 2),
+                    log_view_head_op: rng.chance(1, 2).then(|| rng.below(40)),
                     headers: slice,
                     flags,
                 },

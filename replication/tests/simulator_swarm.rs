@@ -181,6 +181,11 @@ const RETENTION_REGRESSIONS: &[u64] = &[
     // The primary's retention removed ops both backups had lost; neither backup had them to
     // answer, so "every peer said evicted" never held and no transfer started.
     90,
+    // A view change waited for good with a quorum up and connected: an old-view op above the
+    // merged head, held by a replica of a lower log view, could be refuted only by a canonical
+    // replica that had not restarted, and both had. The log view's starting head, now kept
+    // durably with the log view, refutes it.
+    5_000_200,
     // Before data groups' producer tables were snapshotted (as the server does), a restart
     // of a log whose beginning retention removed forgot producers: `UnknownProducer`.
     5_000_274,

@@ -176,6 +176,7 @@ fn slot_json(slot: &GroupSlot) -> Value {
         "durability": durability_name(slot.config.durability),
         "view": slot.view,
         "log_view": slot.log_view,
+        "log_view_head_op": slot.log_view_head_op,
         "checkpoint": {
             "op": slot.checkpoint.op,
             "checksum": slot.checkpoint.checksum,
@@ -383,12 +384,13 @@ fn human_group(out: &mut String, group: &GroupReport) {
     let _ = match &group.slot {
         Some(slot) => writeln!(
             out,
-            "  group {} ({}): view {} log_view {}, checkpoint op {} in {:020}.log at byte {}, \
-             fence {}",
+            "  group {} ({}): view {} log_view {} (began at op {}), checkpoint op {} in \
+             {:020}.log at byte {}, fence {}",
             group.group,
             durability_name(slot.config.durability),
             slot.view,
             slot.log_view,
+            slot.log_view_head_op.map_or("?".to_string(), |op| op.to_string()),
             slot.checkpoint.op,
             slot.checkpoint.segment_base_offset,
             slot.checkpoint.position_bytes,
