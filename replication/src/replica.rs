@@ -1744,6 +1744,9 @@ impl Replica {
             d.log_view == log_view
                 && (d.log_complete || d.log_view_head_op.is_some_and(|head| head < unknown))
         });
+        #[cfg(feature = "canary-refute-any-head")]
+        let refuted = refuted
+            || dvcs.values().any(|d| d.log_view == log_view && d.log_view_head_op.is_some());
         if newer_nacks < nack_quorum || (older_possible && !refuted) {
             if !self.config.unclean_recovery {
                 self.counters.merges_stalled += 1;
