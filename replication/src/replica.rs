@@ -99,6 +99,9 @@ pub struct ReplicaCounters {
     pub bodies_fetched_for_view: u64,
     /// Merges that waited because an op could be neither proven dead nor found.
     pub merges_stalled: u64,
+    /// Older-view ops a merge took from a replica of a lower log view, where no canonical
+    /// replica could refute them (`Replica::older_form`).
+    pub older_ops_found: u64,
     /// Prepares retransmitted.
     pub retransmissions: u64,
     /// Repair requests sent.
@@ -1725,35 +1728,55 @@ impl Replica {
         }
         let mut top = best.op.max(commit_max);
         let nack_quorum = self.config.nack_quorum();
-        let nacks =
-            |op: u64, header: &Header| dvcs.values().filter(|d| d.nacks(op, Some(header))).count();
-        // The op above the merged head must be provably dead in both its possible forms: one
-        // prepared in the canonical log view or later (only replicas normal in that view could
-        // have acknowledged it), and one of an older view that a replica with a lower log view
-        // holds or may have lost (committed only if the canonical view's starting log held it:
-        // a canonical replica that never restarted since knows that log's headers, and any
-        // canonical replica that kept the log's head op knows whether it reaches that far).
-        let unknown = top + 1;
-        let newer_nacks = dvcs
-            .values()
-            .filter(|d| d.log_view < log_view || (!d.faulty(unknown) && d.op < unknown))
-            .count();
-        let older_possible =
-            dvcs.values().any(|d| d.log_view < log_view && (d.faulty(unknown) || d.op >= unknown));
-        let refuted = dvcs.values().any(|d| {
-            d.log_view == log_view
-                && (d.log_complete || d.log_view_head_op.is_some_and(|head| head < unknown))
-        });
-        #[cfg(feature = "canary-refute-any-head")]
-        let refuted = refuted
-            || dvcs.values().any(|d| d.log_view == log_view && d.log_view_head_op.is_some());
-        if newer_nacks < nack_quorum || (older_possible && !refuted) {
+        // The op above the merged head must be provably dead in both its possible forms, or
+        // found: one prepared in the canonical log view or later (only replicas normal in that
+        // view could have acknowledged it), and one of an older view that a replica with a
+        // lower log view holds or may have lost (committed only if the canonical view's
+        // starting log held it: a canonical replica that never restarted since knows that
+        // log's headers, and any canonical replica that kept the log's head op knows whether
+        // it reaches that far). An older form that cannot be refuted is found instead when its
+        // holders can be trusted to have it (see `older_form`), and the walk goes on above it.
+        loop {
+            let unknown = top + 1;
+            let newer_nacks = dvcs
+                .values()
+                .filter(|d| d.log_view < log_view || (!d.faulty(unknown) && d.op < unknown))
+                .count();
+            let older_possible = dvcs
+                .values()
+                .any(|d| d.log_view < log_view && (d.faulty(unknown) || d.op >= unknown));
+            let refuted = dvcs.values().any(|d| {
+                d.log_view == log_view
+                    && (d.log_complete || d.log_view_head_op.is_some_and(|head| head < unknown))
+            });
+            #[cfg(feature = "canary-refute-any-head")]
+            let refuted = refuted
+                || dvcs.values().any(|d| d.log_view == log_view && d.log_view_head_op.is_some());
+            // Whatever its view, no op there committed if a nack quorum of senders lacks the
+            // op outright (not faulty there): none of them ever acknowledged one.
+            let lacking = dvcs.values().filter(|d| !d.faulty(unknown) && d.op < unknown).count();
+            if newer_nacks >= nack_quorum && (!older_possible || refuted || lacking >= nack_quorum)
+            {
+                break;
+            }
+            if newer_nacks >= nack_quorum
+                && let Some(header) = self.older_form(log_view, unknown, canonical.get(&top))
+            {
+                self.counters.older_ops_found += 1;
+                canonical.insert(unknown, header);
+                top = unknown;
+                continue;
+            }
             if !self.config.unclean_recovery {
                 self.counters.merges_stalled += 1;
                 return;
             }
             self.counters.unclean_ops_lost += 1;
+            break;
         }
+        let dvcs = &self.do_view_changes;
+        let nacks =
+            |op: u64, header: &Header| dvcs.values().filter(|d| d.nacks(op, Some(header))).count();
         while top > commit_max {
             let Some(header) = canonical.get(&top) else {
                 // Neither known nor provably dead: wait.
@@ -1776,6 +1799,36 @@ impl Replica {
         self.merge = Some(Merge { op: top, next_fetch_tick: self.tick });
         self.fetch_for_view();
         self.maybe_start_view();
+    }
+
+    /// The older-view op at `op` that the merge may take although no canonical replica can
+    /// refute it (DESIGN.md §4: found, not proven dead): the header the replica of the highest
+    /// log view below `log_view` holds there. `None` (wait) unless those holders can be
+    /// trusted to have it: an op committed before `log_view` began was acknowledged by a
+    /// quorum; every DoViewChange sender that is not faulty at `op` and lacks it never
+    /// acknowledged any op there, and a canonical one holding it would have raised the
+    /// merged head; so unless the faulty senders and the replicas not heard from could make
+    /// that quorum alone, a sender of a lower log view acknowledged it and still holds it —
+    /// and the holder of the highest lower log view holds the same op (its log view's log
+    /// took the committed op, or it is the view the op committed in). It must also continue
+    /// `parent`, the merged header below it.
+    fn older_form(&self, log_view: u32, op: u64, parent: Option<&Header>) -> Option<Header> {
+        let dvcs = &self.do_view_changes;
+        let faulty = dvcs.values().filter(|d| d.faulty(op)).count();
+        let unheard = usize::from(self.config.replica_count) - dvcs.len();
+        // Canary (DESIGN.md §7): trust the holder whoever may have committed something else.
+        if faulty + unheard >= self.config.quorum() && !cfg!(feature = "canary-find-trusts-faulty")
+        {
+            return None;
+        }
+        let holders = dvcs.values().filter(|d| d.log_view < log_view && d.op >= op);
+        let highest = holders.clone().map(|d| d.log_view).max()?;
+        let header = holders
+            .filter(|d| d.log_view == highest)
+            .filter_map(|d| d.headers.get(&op).map(|(header, _)| *header))
+            .max_by_key(|header| header.view)?;
+        let parent = parent?;
+        (prepare(&header).parent == parent.checksum_header).then_some(header)
     }
 
     /// Makes the log agree with `canonical` (headers of the new view's log, ending at `top`):

@@ -592,3 +592,91 @@ fn a_restarted_replica_with_its_rebuilt_table_recognises_retries() {
     let next = cluster.produce(0, 0, 1);
     assert_eq!(cluster.committed_reply(next), Some(2));
 }
+
+// --- Merging: an older view's op found on a replica of a lower log view ------------------------
+
+/// A prepare of `view` at `op` continuing `parent`, as group 3 of cluster 7 logs it.
+fn logged_prepare(view: u32, op: u64, parent: u32) -> Header {
+    let fields = shoal_engine::wire::Prepare {
+        group: 3,
+        op,
+        commit: op - 1,
+        parent,
+        base_offset: op - 1,
+        record_count: 1,
+        ..Default::default()
+    };
+    Header::prepare(7, view, 0, fields, format!("op {op} of view {view}").as_bytes())
+}
+
+/// A DoViewChange for view 5 offering `headers`, all with bodies.
+fn offered(log_view: u32, faulty_from: Option<u64>, headers: &[Header]) -> Message {
+    Message::DoViewChange {
+        view: 5,
+        log_view,
+        op: headers.last().map_or(0, |h| h.as_prepare().unwrap().op),
+        commit: 10,
+        faulty_from,
+        log_complete: false,
+        log_view_head_op: None,
+        headers: headers.to_vec(),
+        flags: vec![shoal_replication::FLAG_PRESENT; headers.len()],
+    }
+}
+
+/// DESIGN.md §4 ("if an op can be neither proven dead nor found, the view does not start"): five
+/// replicas merge view 5. The new primary (log view 4, restarted, so it cannot refute older
+/// ops) and two replicas of log view 3 hold ops 1..=10; a replica of log view 2 also holds op 11,
+/// an older view's op nobody can prove dead. When one log-view-3 replica lacks op 11 outright,
+/// a committed op 11 would need an acknowledgement from the only replica that holds one (the
+/// faulty one, the lower one and the one not heard from cannot make the quorum of three alone):
+/// the merge finds op 11 there and starts the view with it. When both log-view-3 replicas
+/// are faulty at op 11 they and the silent replica could have committed a different op 11 and
+/// lost it, so the merge must wait rather than take the lower replica's op.
+#[test]
+fn a_merge_takes_an_older_views_op_only_where_its_holder_must_have_acknowledged_it() {
+    let mut chain = Vec::new();
+    let mut parent = 0;
+    for op in 1..=10 {
+        let header = logged_prepare(1, op, parent);
+        parent = header.checksum_header;
+        chain.push(header);
+    }
+    let older = logged_prepare(2, 11, parent);
+    let with_older = [chain.clone(), vec![older]].concat();
+    for second_faulty in [false, true] {
+        let config = ReplicaConfig::new(7, 3, 5, 3);
+        assert_eq!(config.primary_of(5), 3);
+        let recovered = RecoveredLog {
+            view: 4,
+            log_view: 4,
+            headers: chain.clone(),
+            faulty_from: None,
+            commit_min: 10,
+            log_view_head_op: None,
+        };
+        let mut primary = Replica::recover(config, recovered, 9);
+        for _ in 0..100_000 {
+            if primary.status() == Status::ViewChange {
+                break;
+            }
+            primary.on_tick();
+            primary.take_ready();
+        }
+        assert_eq!((primary.status(), primary.view()), (Status::ViewChange, 5));
+        primary.on_message(0, offered(3, Some(11), &chain));
+        let second = if second_faulty { Some(11) } else { None };
+        primary.on_message(1, offered(3, second, &chain));
+        primary.on_message(2, offered(2, None, &with_older));
+        let found = primary.counters().older_ops_found;
+        if second_faulty {
+            assert_eq!(found, 0, "took op 11 that faulty replicas may have committed otherwise");
+            assert!(primary.counters().merges_stalled > 0);
+            assert_eq!(primary.op(), 10);
+        } else {
+            assert_eq!(found, 1);
+            assert_eq!(primary.op(), 11, "the merged log ends with the found op");
+            assert_eq!(primary.header(11), Some(&older));
+        }
+    }
+}

@@ -189,6 +189,10 @@ const RETENTION_REGRESSIONS: &[(u64, u8)] = &[
     // Passes; with `canary-refute-any-head` (a kept log-view head taken as proof whether or
     // not it lies below the op) committed prefixes diverge at op 172.
     (97, 3),
+    // A new primary of log view 16 that had restarted, beside a replica of log view 15 that
+    // held ops 363 and 364 and one whose log was cut to empty, could neither refute nor find
+    // them and waited for good; the merge now finds them on the lower log view's replica.
+    (10_000_275, 3),
     // Before data groups' producer tables were snapshotted (as the server does), a restart
     // of a log whose beginning retention removed forgot producers: `UnknownProducer`.
     (5_000_274, 3),

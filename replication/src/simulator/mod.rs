@@ -233,6 +233,8 @@ pub struct Coverage {
     pub bodies_fetched_for_view: u64,
     /// Merges that had to wait for proof.
     pub merges_stalled: u64,
+    /// Older-view ops merges found on a replica of a lower log view.
+    pub older_ops_found: u64,
     /// Truncations of a divergent suffix.
     pub truncations: u64,
     /// Prepares retransmitted.
@@ -323,6 +325,7 @@ impl Coverage {
         self.ops_nacked += counters.ops_nacked;
         self.bodies_fetched_for_view += counters.bodies_fetched_for_view;
         self.merges_stalled += counters.merges_stalled;
+        self.older_ops_found += counters.older_ops_found;
         self.truncations += counters.truncations;
         self.retransmissions += counters.retransmissions;
         self.repairs_requested += counters.repairs_requested;
@@ -348,6 +351,7 @@ impl Coverage {
             (&mut self.ops_nacked, other.ops_nacked),
             (&mut self.bodies_fetched_for_view, other.bodies_fetched_for_view),
             (&mut self.merges_stalled, other.merges_stalled),
+            (&mut self.older_ops_found, other.older_ops_found),
             (&mut self.truncations, other.truncations),
             (&mut self.retransmissions, other.retransmissions),
             (&mut self.repairs_requested, other.repairs_requested),
