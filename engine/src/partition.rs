@@ -2164,7 +2164,15 @@ impl<S: Storage> PartitionLog<S> {
                 log.faulty_ops.suffix_from = Some(log.next.op);
                 break;
             }
-            log.append(&entry.header, &entry.record[HEADER_SIZE..])?;
+            let body = &entry.record[HEADER_SIZE..];
+            if let Err(Error::LimitReached(_)) = log.append(&entry.header, body) {
+                // The journal may hold more of this group than its ring keeps unwritten (the
+                // segment writes a power loss took): write what was replayed so far to the
+                // segment, which frees the ring, and go on. The journal keeps it durable until
+                // the checkpoint that open asks for after a replay passes it.
+                log.write_replayed().await?;
+                log.append(&entry.header, body)?;
+            }
             report.journal_replayed += 1;
         }
         if log.damaged_from != 0 {
@@ -2176,6 +2184,27 @@ impl<S: Storage> PartitionLog<S> {
         report.head_op = log.head.op;
         report.faulty = log.faulty_ops.clone();
         Ok((log, report))
+    }
+
+    /// Writes every appended prepare to the segment files (no sync), during recovery's journal
+    /// replay: the flush cycles that would otherwise write them do not run before open returns.
+    async fn write_replayed(&mut self) -> Result<()> {
+        // Each job writes what is pending; one that only makes space ready comes first.
+        for _ in 0..8 {
+            let Some(job) = self.begin_flush(true) else { break };
+            let done = job.run().await;
+            self.finish_flush(done)?;
+            if !self.has_unwritten() {
+                return Ok(());
+            }
+        }
+        if self.has_unwritten() {
+            return Err(Error::Invalid(format!(
+                "group {}: replayed prepares could not be written during recovery",
+                self.group
+            )));
+        }
+        Ok(())
     }
 
     /// Protocol-aware recovery of a damaged log (DESIGN.md §3), for a group whose replica has
