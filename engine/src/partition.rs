@@ -655,6 +655,12 @@ impl<S: Storage> DiskRead<S> {
                 .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
             let mut position = planned.start_bytes;
             while position < planned.written_end_bytes {
+                if !found.is_empty() && bytes >= self.bytes_max {
+                    // Full: the next record is not even decoded, so damage past what was asked
+                    // for (a read by op wants one) is left for the read that wants it.
+                    *reached_written_end = false;
+                    return Ok(());
+                }
                 let record = scanner
                     .record_at(position, self.record_size_bytes_max)
                     .await
