@@ -444,6 +444,14 @@ impl<S: Storage> Shard<S> {
         let mut journal = journal;
         for (&id, log) in &groups {
             journal.release(id, log.checkpoint().op);
+            if log.damaged_from() != 0 {
+                // A damage cut, in this open or an earlier run, whose ops the group has not all
+                // had back: every op past its head is faulty by the durable marker, so its
+                // journal entries there are dead. Left live they would pin the journal until
+                // the group got those ops back, which may need a state transfer whose appends
+                // the full journal refuses (retention seed 21,000,173).
+                journal.release_above(id, log.head_op());
+            }
         }
         let shard = Shard {
             storage,

@@ -500,3 +500,46 @@ fn a_damaged_first_record_after_retention_cuts_the_log_to_empty() {
     let log = shard.group(1).unwrap();
     assert_eq!((log.first_op(), log.head_op(), log.damaged_from()), (700, 703, 701));
 }
+
+/// Regression (found by the retention swarm, seed 21,000,173): a group whose log a damage cut
+/// emptied in an earlier run came back at the next open with its old journal entries live
+/// again (they cannot replay onto the empty log, so nothing consumed them). They pinned the
+/// journal's tail until the group got those ops back, which needs a state transfer, whose
+/// appends the full journal refused: every other persisted group stopped on "journal full" and
+/// the node restarted for good. Open releases a damage-cut group's entries above its head.
+#[test]
+fn a_damage_cut_groups_old_entries_never_pin_the_journal_after_a_restart() {
+    let sim = Sim::new(37, SimConfig::default());
+    let mut config = ShardConfig::small();
+    config.journal_size_bytes = 2 << 20;
+    let (mut shard, _) = open_with(&sim, config.clone());
+    let retained = GroupConfig { retention_bytes: 1 << 20, ..group_config(Durability::Persisted) };
+    sim.block_on(shard.create_group(1, retained)).unwrap();
+    sim.block_on(shard.create_group(2, group_config(Durability::Persisted))).unwrap();
+    for _ in 0..60 {
+        append(&mut shard, 1, 10, 6000);
+        sim.block_on(shard.flush()).unwrap();
+    }
+    assert!(sim.block_on(shard.enforce_retention(0)).unwrap() > 0);
+    // Past the last checkpoint: these stay in the journal.
+    append(&mut shard, 1, 3, 6000);
+    sim.block_on(shard.flush()).unwrap();
+    drop(shard);
+    let first_segment = segment_files(&sim, 1)[0].clone();
+    sim.corrupt(&first_segment, 100, 3);
+    let (mut shard, _) = open_with(&sim, config.clone());
+    let recovery = sim.block_on(shard.cut_damaged(1)).unwrap();
+    assert_eq!(recovery.faulty.suffix_from, Some(1), "{recovery:?}");
+    // Stopped before any later entry could record the journal's tail moving past them.
+    drop(shard);
+    let (mut shard, _) = open_with(&sim, config);
+    assert_eq!(shard.group(1).unwrap().damaged_from(), 1);
+    for _ in 0..300 {
+        if let Err(Error::LimitReached(_)) = try_append(&mut shard, 2, 20_000) {
+            sim.block_on(shard.flush()).unwrap();
+            sim.block_on(shard.flush()).unwrap();
+            try_append(&mut shard, 2, 20_000).expect("checkpoints free the journal");
+        }
+        sim.block_on(shard.flush()).unwrap();
+    }
+}
