@@ -402,6 +402,19 @@ fn crash_during_retention_leaves_a_suffix_of_the_log() {
     }
 }
 
+/// Group 2 appends `rounds` records of 20 KB with a flush after each: many times a small
+/// journal's size, so its space must keep being freed by checkpoints.
+fn write_through_journal(sim: &Sim, shard: &mut Shard<SimStorage>, rounds: usize) {
+    for _ in 0..rounds {
+        if let Err(Error::LimitReached(_)) = try_append(shard, 2, 20_000) {
+            sim.block_on(shard.flush()).unwrap();
+            sim.block_on(shard.flush()).unwrap();
+            try_append(shard, 2, 20_000).expect("checkpoints free the journal");
+        }
+        sim.block_on(shard.flush()).unwrap();
+    }
+}
+
 /// Regression (found by the cluster simulator): journal entries a checkpoint covered just
 /// before a stop came back as live at the next open, because no later entry recorded the tail
 /// moving past them. An idle group's stale entries then pinned the journal's tail for good, and
@@ -419,14 +432,7 @@ fn entries_covered_before_a_restart_never_pin_the_journal() {
     sim.block_on(shard.close()).unwrap();
     // Group 1 stays idle from here on; group 2 writes many times the journal's size.
     let (mut shard, _) = open_with(&sim, config);
-    for _ in 0..100 {
-        if let Err(Error::LimitReached(_)) = try_append(&mut shard, 2, 20_000) {
-            sim.block_on(shard.flush()).unwrap();
-            sim.block_on(shard.flush()).unwrap();
-            try_append(&mut shard, 2, 20_000).expect("checkpoints free the journal");
-        }
-        sim.block_on(shard.flush()).unwrap();
-    }
+    write_through_journal(&sim, &mut shard, 100);
 }
 
 #[test]
@@ -534,12 +540,5 @@ fn a_damage_cut_groups_old_entries_never_pin_the_journal_after_a_restart() {
     drop(shard);
     let (mut shard, _) = open_with(&sim, config);
     assert_eq!(shard.group(1).unwrap().damaged_from(), 1);
-    for _ in 0..300 {
-        if let Err(Error::LimitReached(_)) = try_append(&mut shard, 2, 20_000) {
-            sim.block_on(shard.flush()).unwrap();
-            sim.block_on(shard.flush()).unwrap();
-            try_append(&mut shard, 2, 20_000).expect("checkpoints free the journal");
-        }
-        sim.block_on(shard.flush()).unwrap();
-    }
+    write_through_journal(&sim, &mut shard, 300);
 }
