@@ -366,25 +366,30 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             }
             let headers = match node.newest_headers(group).await {
                 Ok(headers) => headers,
-                // A read of the newest records found damage (or could not read them): the same
-                // protocol-aware cut, when there are peers.
-                Err(error) if node.has_peers() => match node.cut_damaged(group).await {
-                    Ok(from) => {
-                        let from = node.unclean_suffix(group, from, report.clean_shutdown);
-                        faulty_from = min_faulty(faulty_from, from);
-                        match node.newest_headers(group).await {
-                            Ok(headers) => headers,
-                            Err(error) => {
-                                node.insert_failed(group, error.to_string());
-                                continue;
+                // A read of the newest records found damage: the same protocol-aware cut, when
+                // there are peers. A read that merely failed (EIO) is no damage: cutting there
+                // would drop a persisted group's journal-held tail for nothing and leave this
+                // replica faulty beside a damaged peer (seed 30,000,479); the open fails and is
+                // retried instead, as for any read error at open.
+                Err(error @ EngineError::Corruption(_)) if node.has_peers() => {
+                    match node.cut_damaged(group).await {
+                        Ok(from) => {
+                            let from = node.unclean_suffix(group, from, report.clean_shutdown);
+                            faulty_from = min_faulty(faulty_from, from);
+                            match node.newest_headers(group).await {
+                                Ok(headers) => headers,
+                                Err(error) => {
+                                    node.insert_failed(group, error.to_string());
+                                    continue;
+                                }
                             }
                         }
+                        Err(reason) => {
+                            node.insert_failed(group, format!("{error}; the cut failed: {reason}"));
+                            continue;
+                        }
                     }
-                    Err(reason) => {
-                        node.insert_failed(group, format!("{error}; the cut failed: {reason}"));
-                        continue;
-                    }
-                },
+                }
                 Err(error) => return Err(error),
             };
             let snapshot = load_producers(group).await;

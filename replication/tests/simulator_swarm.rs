@@ -169,6 +169,11 @@ const REGRESSIONS: &[(u64, u8)] = &[
     // primary's log below it: a false "acknowledged write lost". The check now takes the
     // highest commit point any replica knows.
     (20_000_553, 3),
+    // A read error (no damage) on a node's newest records at open cut its log as if damaged:
+    // the persisted group's journal-held tail was dropped and the replica left faulty from
+    // op 94 beside a damaged peer faulty from op 54, so no view change could ever prove ops
+    // above 100 dead. The open now fails and is retried.
+    (30_000_479, 3),
 ];
 
 /// Seeds that once failed with retention on ([`with_retention`]).
