@@ -2171,13 +2171,17 @@ impl<S: Storage> PartitionLog<S> {
                 break;
             }
             let body = &entry.record[HEADER_SIZE..];
-            if let Err(Error::LimitReached(_)) = log.append(&entry.header, body) {
+            match log.append(&entry.header, body) {
+                Ok(()) => {}
                 // The journal may hold more of this group than its ring keeps unwritten (the
                 // segment writes a power loss took): write what was replayed so far to the
                 // segment, which frees the ring, and go on. The journal keeps it durable until
                 // the checkpoint that open asks for after a replay passes it.
-                log.write_replayed().await?;
-                log.append(&entry.header, body)?;
+                Err(Error::LimitReached(_)) => {
+                    log.write_replayed().await?;
+                    log.append(&entry.header, body)?;
+                }
+                Err(error) => return Err(error),
             }
             report.journal_replayed += 1;
         }
