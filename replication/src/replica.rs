@@ -1755,17 +1755,16 @@ impl Replica {
             // Whatever its view, no op there committed if a nack quorum of senders lacks the
             // op outright (not faulty there): none of them ever acknowledged one.
             let lacking = dvcs.values().filter(|d| !d.faulty(unknown) && d.op < unknown).count();
-            if newer_nacks >= nack_quorum && (!older_possible || refuted || lacking >= nack_quorum)
-            {
-                break;
-            }
-            if newer_nacks >= nack_quorum
-                && let Some(header) = self.older_form(log_view, unknown, canonical.get(&top))
-            {
-                self.counters.older_ops_found += 1;
-                canonical.insert(unknown, header);
-                top = unknown;
-                continue;
+            if newer_nacks >= nack_quorum {
+                if !older_possible || refuted || lacking >= nack_quorum {
+                    break;
+                }
+                if let Some(header) = self.older_form(log_view, unknown, canonical.get(&top)) {
+                    self.counters.older_ops_found += 1;
+                    canonical.insert(unknown, header);
+                    top = unknown;
+                    continue;
+                }
             }
             if !self.config.unclean_recovery {
                 self.counters.merges_stalled += 1;

@@ -1383,6 +1383,15 @@ impl Cluster {
         down_others < f && self.caught_up(index)
     }
 
+    /// The highest commit point any live replica of `group` knows (0 when none is up).
+    fn commit_max(&self, group: u64) -> u64 {
+        self.nodes
+            .iter()
+            .filter_map(|slot| slot.node.as_ref()?.replica(group).map(|r| r.commit()))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Whether node `index` is up and every replica on it is normal with every committed op.
     fn caught_up(&self, index: usize) -> bool {
         let Some(node) = &self.nodes[index].node else { return false };
@@ -1391,12 +1400,7 @@ impl Cluster {
             return false;
         }
         (1..=self.options.groups).all(|group| {
-            let commit_max = self
-                .nodes
-                .iter()
-                .filter_map(|slot| slot.node.as_ref()?.replica(group).map(|r| r.commit()))
-                .max()
-                .unwrap_or(0);
+            let commit_max = self.commit_max(group);
             node.replica(group).is_some_and(|r| {
                 r.status() == Status::Normal
                     && !r.needs_start_view()
@@ -1917,15 +1921,8 @@ impl Cluster {
         // hold ops its primary committed and answered just before the run ended, before the
         // next commit message told the backup (and the primary's own log may be cut short by
         // latent damage this check stops at).
-        let mut group_commit: BTreeMap<u64, u64> = BTreeMap::new();
-        for node in self.nodes.iter().filter_map(|slot| slot.node.as_ref()) {
-            for group in 1..=self.options.groups {
-                if let Some(replica) = node.replica(group) {
-                    let known = group_commit.entry(group).or_default();
-                    *known = (*known).max(replica.commit());
-                }
-            }
-        }
+        let group_commit: BTreeMap<u64, u64> =
+            (1..=self.options.groups).map(|group| (group, self.commit_max(group))).collect();
         for index in 0..self.nodes.len() {
             let slot = &mut self.nodes[index];
             let Some(node) = slot.node.as_mut() else { continue };
