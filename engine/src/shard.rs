@@ -1015,8 +1015,19 @@ impl<S: Storage> Shard<S> {
         Ok(recovery)
     }
 
+    /// `group`'s damage marker ([`GroupSlot::damaged_from`]) as a crash would find it: the
+    /// group's own, or, while its clear is not yet in a durable superblock, the one the
+    /// superblock still holds (a restart brings that one back). None when neither is set.
+    pub fn damage_marker(&self, group: u64) -> Option<u64> {
+        let log = self.groups.get(&group)?;
+        let durable =
+            self.superblock.state().groups.get(&group).map_or(0, |slot| slot.damaged_from);
+        [log.damaged_from(), durable].into_iter().find(|&op| op != 0)
+    }
+
     /// Forgets `group`'s damage marker (its replica holds every op again, durably); the next
-    /// checkpoint job writes the slot.
+    /// checkpoint job writes the slot, and until it has, [`Shard::damage_marker`] still
+    /// reports the marker.
     pub fn clear_damaged_from(&mut self, group: u64) {
         if let Some(log) = self.groups.get_mut(&group)
             && log.clear_damaged_from()

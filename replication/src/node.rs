@@ -973,10 +973,11 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         &mut self.transport
     }
 
-    /// Where `group`'s log was cut for damage while the cut ops are not all back yet (see
-    /// `GroupSlot::damaged_from`); None when there is no such cut.
+    /// Where `group`'s log was cut for damage while the cut ops are not all back yet, or their
+    /// return is not yet durable (see `GroupSlot::damaged_from`: a restart before the cleared
+    /// marker reaches the superblock finds it again); None when there is no such cut.
     pub fn damaged_from(&self, group: u64) -> Option<u64> {
-        self.shard.group(group).map(|log| log.damaged_from()).filter(|&op| op != 0)
+        self.shard.damage_marker(group)
     }
 
     /// The newest damage cuts (protocol-aware recovery), oldest first.
