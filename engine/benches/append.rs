@@ -23,7 +23,7 @@ use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use shoal_engine::record::build_prepare;
 use shoal_engine::ring::RingLimits;
-use shoal_engine::shard::{Shard, ShardConfig, ShardFlushDone};
+use shoal_engine::shard::{Shard, ShardConfig, ShardCounters, ShardFlushDone};
 use shoal_engine::storage::uring::{UringStorage, runtime};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::wire::{HEADER_SIZE, Prepare};
@@ -40,15 +40,16 @@ fn bench_dir() -> tempfile::TempDir {
 }
 
 /// Production sizes: 1 GiB segments, 64 MiB reserved ahead, 4 MiB checkpoints (the defaults).
-/// `SHOAL_BENCH_FLUSH_CYCLES=N` overrides `flush_cycles_in_flight_max`, for A/B runs.
+/// `SHOAL_BENCH_FLUSH_CYCLES=N` overrides `flush_cycles_in_flight_max` and
+/// `SHOAL_BENCH_CHECKPOINT_BYTES=N` `checkpoint_interval_bytes`, for A/B runs.
 fn production(record_size_bytes_max: usize) -> ShardConfig {
     let defaults = ShardConfig::default();
-    let flush_cycles_in_flight_max = std::env::var("SHOAL_BENCH_FLUSH_CYCLES")
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(defaults.flush_cycles_in_flight_max);
+    let from_env = |name: &str| std::env::var(name).ok().and_then(|value| value.parse().ok());
     ShardConfig {
-        flush_cycles_in_flight_max,
+        flush_cycles_in_flight_max: from_env("SHOAL_BENCH_FLUSH_CYCLES")
+            .map_or(defaults.flush_cycles_in_flight_max, |n: u64| n as usize),
+        checkpoint_interval_bytes: from_env("SHOAL_BENCH_CHECKPOINT_BYTES")
+            .unwrap_or(defaults.checkpoint_interval_bytes),
         journal_size_bytes: 1 << 30,
         chunk_size_bytes: 8 * MIB,
         chunks_max: 64,
@@ -90,6 +91,7 @@ fn append_one(shard: &mut Shard<UringStorage>, group: u64, body: &Bytes) -> u64 
 fn replicated_1mib(c: &mut Criterion) {
     let batch = Bytes::from(vec![7u8; MIB - HEADER_SIZE]);
     let batches_per_iteration: u64 = 512;
+    let mut io = IoPerAppend::default();
     let mut group = c.benchmark_group("engine");
     group.sample_size(10).measurement_time(Duration::from_secs(20));
     group.throughput(Throughput::Bytes(batches_per_iteration * MIB as u64));
@@ -107,16 +109,20 @@ fn replicated_1mib(c: &mut Criterion) {
                     .await
                     .expect("group");
                 let shard = Rc::new(RefCell::new(shard));
+                let before = shard.borrow().counters();
+                io.appends += iterations * batches_per_iteration;
                 for _ in 0..iterations {
                     let start = Instant::now();
                     pipelined(&shard, &batch, batches_per_iteration, 32 * MIB as u64).await;
                     elapsed += start.elapsed();
                 }
+                io.add(&before, &shard.borrow().counters());
             });
             elapsed
         });
     });
     group.finish();
+    io.print("replicated_1mib");
 }
 
 /// Appends `count` batches, keeping at most `window_bytes` not yet durable, with flush cycles
@@ -264,6 +270,7 @@ impl Signal {
 fn persisted_64k_one_in_flight(c: &mut Criterion) {
     let batch = Bytes::from(vec![3u8; 64 * 1024]);
     let appends_per_iteration: u64 = 2000;
+    let mut io = IoPerAppend::default();
     let mut group = c.benchmark_group("engine");
     group.sample_size(10).measurement_time(Duration::from_secs(20));
     group.throughput(Throughput::Elements(appends_per_iteration));
@@ -273,6 +280,8 @@ fn persisted_64k_one_in_flight(c: &mut Criterion) {
             let mut elapsed = Duration::ZERO;
             runtime().block_on(async {
                 let mut shard = open_persisted(dir.path(), 1).await;
+                let before = shard.counters();
+                io.appends += iterations * appends_per_iteration;
                 for _ in 0..iterations {
                     let start = Instant::now();
                     for _ in 0..appends_per_iteration {
@@ -282,11 +291,50 @@ fn persisted_64k_one_in_flight(c: &mut Criterion) {
                     }
                     elapsed += start.elapsed();
                 }
+                io.add(&before, &shard.counters());
             });
             elapsed
         });
     });
     group.finish();
+    io.print("persisted_64k_one_in_flight");
+}
+
+/// What a benchmark's appends cost the disk, summed over its runs: the figures that say how
+/// far the engine's I/O is from a single write and sync per append.
+#[derive(Default)]
+struct IoPerAppend {
+    appends: u64,
+    journal_syncs: u64,
+    segment_syncs: u64,
+    superblock_writes: u64,
+    journal_bytes: u64,
+    segment_bytes: u64,
+}
+
+impl IoPerAppend {
+    fn add(&mut self, before: &ShardCounters, after: &ShardCounters) {
+        self.journal_syncs += after.journal_syncs - before.journal_syncs;
+        self.segment_syncs += after.segment_syncs - before.segment_syncs;
+        self.superblock_writes += after.superblock_writes - before.superblock_writes;
+        self.journal_bytes += after.journal_bytes_written - before.journal_bytes_written;
+        self.segment_bytes += after.segment_bytes_written - before.segment_bytes_written;
+    }
+
+    fn print(&self, name: &str) {
+        if self.appends == 0 {
+            return;
+        }
+        let per = |value: u64| value as f64 / self.appends.max(1) as f64;
+        println!(
+            "{name} per append: journal syncs {:.3}, segment syncs {:.4}, superblock writes {:.4}, journal bytes {:.0}, segment bytes {:.0}",
+            per(self.journal_syncs),
+            per(self.segment_syncs),
+            per(self.superblock_writes),
+            per(self.journal_bytes),
+            per(self.segment_bytes)
+        );
+    }
 }
 
 /// 64 partitions on one shard, 16 KiB batches, `persisted`, all appending at once: each cycle
@@ -296,7 +344,7 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
     let batch = Bytes::from(vec![5u8; 16 * 1024 - HEADER_SIZE]);
     let cycles_per_iteration: u64 = 200;
     let mut latencies_us: Vec<u64> = Vec::new();
-    let mut syncs_per_cycle = (0u64, 0u64);
+    let mut io = IoPerAppend::default();
     let mut group = c.benchmark_group("engine");
     group.sample_size(10).measurement_time(Duration::from_secs(20));
     group.throughput(Throughput::Bytes(cycles_per_iteration * PARTITIONS * 16 * 1024));
@@ -307,6 +355,7 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
             runtime().block_on(async {
                 let mut shard = open_persisted(dir.path(), PARTITIONS).await;
                 let before = shard.counters();
+                io.appends += iterations * cycles_per_iteration * PARTITIONS;
                 for _ in 0..iterations {
                     let start = Instant::now();
                     for _ in 0..cycles_per_iteration {
@@ -319,9 +368,7 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
                     }
                     elapsed += start.elapsed();
                 }
-                let after = shard.counters();
-                syncs_per_cycle.0 += after.journal_syncs - before.journal_syncs;
-                syncs_per_cycle.1 += after.flushes - before.flushes;
+                io.add(&before, &shard.counters());
             });
             elapsed
         });
@@ -331,13 +378,13 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
     if !latencies_us.is_empty() {
         let p = |q: f64| latencies_us[((latencies_us.len() - 1) as f64 * q) as usize];
         println!(
-            "persisted_64_partitions_16k append->durable latency: p50 {} us, p99 {} us, max {} us; journal syncs per cycle {:.2}",
+            "persisted_64_partitions_16k append->durable latency: p50 {} us, p99 {} us, max {} us",
             p(0.5),
             p(0.99),
             latencies_us[latencies_us.len() - 1],
-            syncs_per_cycle.0 as f64 / syncs_per_cycle.1.max(1) as f64
         );
     }
+    io.print("persisted_64_partitions_16k");
 }
 
 /// Memory and open files per idle partition: 1,000 groups created and never written, then the
