@@ -325,7 +325,7 @@ impl IoPerAppend {
         if self.appends == 0 {
             return;
         }
-        let per = |value: u64| value as f64 / self.appends.max(1) as f64;
+        let per = |value: u64| value as f64 / self.appends as f64;
         println!(
             "{name} per append: journal syncs {:.3}, segment syncs {:.4}, superblock writes {:.4}, journal bytes {:.0}, segment bytes {:.0}",
             per(self.journal_syncs),
