@@ -1,7 +1,9 @@
 //! Engine micro-benchmarks on real files through io_uring (figures and method in
 //! docs/benchmarks.md; compare each to `../shared/bin/ceilings` measured in the same run):
 //! - `replicated_1mib`: one partition, 1 MiB batches, `replicated`, appends pipelined with the
-//!   flush cycle (vs `seq_write_direct_mb_s`);
+//!   flush cycle (vs `seq_write_direct_mb_s`), into a new log (fresh segment files);
+//! - `replicated_1mib_recycled`: the same in the steady state of a log under retention, where
+//!   every roll takes the file of the segment retention retired (recycled segments);
 //! - `persisted_64k_one_in_flight`: one partition, 64 KiB batches, `persisted`, one append in
 //!   flight (vs `write64k_fdatasync_per_s`);
 //! - `persisted_64_partitions_16k`: 64 partitions on one shard, 16 KiB batches, `persisted`,
@@ -86,16 +88,30 @@ fn append_one(shard: &mut Shard<UringStorage>, group: u64, body: &Bytes) -> u64 
     next.op
 }
 
-/// One partition, 1 MiB batches, `replicated`: an appender keeps up to `window` bytes
-/// unwritten while a flusher task runs flush cycles back to back, as the node layer will.
+/// One partition, 1 MiB batches, `replicated`, into a new log.
 fn replicated_1mib(c: &mut Criterion) {
+    replicated_bench(c, "replicated_1mib", 0, 0);
+}
+
+/// One partition, 1 MiB batches, `replicated`, in the steady state of a log whose retention
+/// (1 GiB, one production segment) retires a segment per roll: after an untimed warm-up of
+/// 1.5 GiB, every roll takes the file of the segment retired before it.
+fn replicated_1mib_recycled(c: &mut Criterion) {
+    replicated_bench(c, "replicated_1mib_recycled", 1 << 30, 3);
+}
+
+/// One partition, 1 MiB batches, `replicated`: an appender keeps up to `window` bytes
+/// unwritten while a flusher task runs flush cycles back to back, as the node layer will. With
+/// `retention_bytes`, retention runs after each iteration (and each of `warmup_iterations`
+/// untimed ones first), when no flush is in flight, as the server runs it between cycles.
+fn replicated_bench(c: &mut Criterion, name: &str, retention_bytes: u64, warmup_iterations: u64) {
     let batch = Bytes::from(vec![7u8; MIB - HEADER_SIZE]);
     let batches_per_iteration: u64 = 512;
     let mut io = IoPerAppend::default();
     let mut group = c.benchmark_group("engine");
     group.sample_size(10).measurement_time(Duration::from_secs(20));
     group.throughput(Throughput::Bytes(batches_per_iteration * MIB as u64));
-    group.bench_function("replicated_1mib", |b| {
+    group.bench_function(name, |b| {
         b.iter_custom(|iterations| {
             let dir = bench_dir();
             let mut elapsed = Duration::ZERO;
@@ -104,16 +120,22 @@ fn replicated_1mib(c: &mut Criterion) {
                     Shard::open(UringStorage::new(), dir.path(), production(2 * MIB))
                         .await
                         .expect("open");
-                shard
-                    .create_group(1, group_config(Durability::Replicated, 2 * MIB))
-                    .await
-                    .expect("group");
+                let config = GroupConfig {
+                    retention_bytes,
+                    ..group_config(Durability::Replicated, 2 * MIB)
+                };
+                shard.create_group(1, config).await.expect("group");
                 let shard = Rc::new(RefCell::new(shard));
+                for _ in 0..warmup_iterations {
+                    pipelined(&shard, &batch, batches_per_iteration, 32 * MIB as u64).await;
+                    enforce_retention(&shard, retention_bytes).await;
+                }
                 let before = shard.borrow().counters();
                 io.appends += iterations * batches_per_iteration;
                 for _ in 0..iterations {
                     let start = Instant::now();
                     pipelined(&shard, &batch, batches_per_iteration, 32 * MIB as u64).await;
+                    enforce_retention(&shard, retention_bytes).await;
                     elapsed += start.elapsed();
                 }
                 io.add(&before, &shard.borrow().counters());
@@ -122,7 +144,18 @@ fn replicated_1mib(c: &mut Criterion) {
         });
     });
     group.finish();
-    io.print("replicated_1mib");
+    io.print(name);
+}
+
+/// Runs retention once, when the group has a bound; call it with nothing in flight.
+#[expect(
+    clippy::await_holding_refcell_ref,
+    reason = "called between pipelined runs, when no other task of the thread touches the shard"
+)]
+async fn enforce_retention(shard: &Rc<RefCell<Shard<UringStorage>>>, retention_bytes: u64) {
+    if retention_bytes > 0 {
+        shard.borrow_mut().enforce_retention(0).await.expect("retention");
+    }
 }
 
 /// Appends `count` batches, keeping at most `window_bytes` not yet durable, with flush cycles
@@ -310,6 +343,7 @@ struct IoPerAppend {
     superblock_writes: u64,
     journal_bytes: u64,
     segment_bytes: u64,
+    segments_recycled: u64,
 }
 
 impl IoPerAppend {
@@ -319,6 +353,7 @@ impl IoPerAppend {
         self.superblock_writes += after.superblock_writes - before.superblock_writes;
         self.journal_bytes += after.journal_bytes_written - before.journal_bytes_written;
         self.segment_bytes += after.segment_bytes_written - before.segment_bytes_written;
+        self.segments_recycled += after.segments_recycled - before.segments_recycled;
     }
 
     fn print(&self, name: &str) {
@@ -327,12 +362,13 @@ impl IoPerAppend {
         }
         let per = |value: u64| value as f64 / self.appends as f64;
         println!(
-            "{name} per append: journal syncs {:.3}, segment syncs {:.4}, superblock writes {:.4}, journal bytes {:.0}, segment bytes {:.0}",
+            "{name} per append: journal syncs {:.3}, segment syncs {:.4}, superblock writes {:.4}, journal bytes {:.0}, segment bytes {:.0}; segments recycled {}",
             per(self.journal_syncs),
             per(self.segment_syncs),
             per(self.superblock_writes),
             per(self.journal_bytes),
-            per(self.segment_bytes)
+            per(self.segment_bytes),
+            self.segments_recycled
         );
     }
 }
@@ -436,6 +472,7 @@ fn open_fds() -> usize {
 criterion_group!(
     benches,
     replicated_1mib,
+    replicated_1mib_recycled,
     persisted_64k_one_in_flight,
     persisted_64_partitions_16k,
     idle_partition_footprint

@@ -16,6 +16,22 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES};
+use crate::wire::HEADER_SIZE;
+
+/// How far the writes of segment data ending at `end_bytes` reach in the file: the tail block
+/// padded with zeros, plus one more zeroed block when the padding leaves room for less than a
+/// header. Once they complete, a header-sized region past the data reads as zeros whatever the
+/// file held before — a recycled segment file holds a retired segment's records there — so
+/// recovery finds the end of data where it is (DESIGN.md §3: zeros end the data).
+#[must_use]
+pub fn written_extent_end(end_bytes: u64) -> u64 {
+    let block = BLOCK_SIZE_BYTES as u64;
+    if end_bytes == 0 || cfg!(feature = "canary-no-tail-guard") {
+        return end_bytes.next_multiple_of(block);
+    }
+    let padded = end_bytes.next_multiple_of(block);
+    if padded - end_bytes < HEADER_SIZE as u64 { padded + block } else { padded }
+}
 
 /// The memory of one chunk. Shared (behind `Arc`) by its owner and every view of its frozen
 /// prefix; written only by the owner, only past the prefix.
@@ -157,12 +173,13 @@ impl Chunk {
     }
 
     /// The writes that bring the file up to date with the frozen prefix, past what earlier jobs
-    /// were handed: the full blocks as a view of the chunk, and the partial tail block
-    /// (zero-padded) as a copy — unless `with_tail` is false because a successor chunk starts
-    /// with that block. Returns `(file_position, bytes)` pairs; the caller issues them after
-    /// [`Chunk::mark_submitted`], then calls [`Chunk::mark_written`]. The first write starts at
-    /// the block holding the submitted end, which an earlier job may have written partially:
-    /// the caller orders the two writes of that block.
+    /// were handed: the full blocks as a view of the chunk, and the tail — the partial block,
+    /// zero-padded, and the zeroed guard block [`written_extent_end`] asks for — as a copy,
+    /// unless `with_tail` is false because a successor chunk starts with that block. Returns
+    /// `(file_position, bytes)` pairs; the caller issues them after [`Chunk::mark_submitted`],
+    /// then calls [`Chunk::mark_written`]. The first write starts at the block holding the
+    /// submitted end, which an earlier job's tail may cover: the caller orders the writes of
+    /// those blocks (see [`Chunk::tail_bytes`]).
     #[must_use]
     pub fn unsubmitted(&self, with_tail: bool) -> Vec<(u64, Bytes)> {
         let block = BLOCK_SIZE_BYTES;
@@ -172,13 +189,23 @@ impl Chunk {
         if full_end > from {
             writes.push((self.file_base_bytes + from as u64, self.view(from, full_end - from)));
         }
-        if with_tail && self.filled > full_end {
-            let mut tail = AlignedBuf::zeroed(block, block);
+        let tail_len = if with_tail { self.tail_bytes() } else { 0 };
+        if tail_len > 0 {
+            let mut tail = AlignedBuf::zeroed(tail_len, block);
             tail.extend_from_slice(&self.view(full_end, self.filled - full_end));
-            tail.set_len(block);
+            tail.set_len(tail_len);
             writes.push((self.file_base_bytes + full_end as u64, tail.freeze()));
         }
         writes
+    }
+
+    /// Length of the tail write (from the last full block of the frozen prefix on): one or two
+    /// blocks, or 0 for an empty chunk.
+    #[must_use]
+    pub fn tail_bytes(&self) -> usize {
+        let end = self.file_end_bytes();
+        let full_end = end - end % BLOCK_SIZE_BYTES as u64;
+        if self.filled == 0 { 0 } else { (written_extent_end(end) - full_end) as usize }
     }
 
     /// Records that the first `up_to` bytes were handed to a flush job.

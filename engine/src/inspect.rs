@@ -775,15 +775,20 @@ impl<S: Storage> Checker<'_, S> {
             } else if name == crate::state::STATE_FILE_NEW {
                 self.note(dir.join(name), None, "leftover of an interrupted group state save");
             } else if name == SPARE_NAME {
-                // Space made ready for the next segment: it holds no data to check, and is
-                // never written.
+                // Space made ready for the next segment: it holds no data to check (a recycled
+                // one holds a retired segment's records, which the next segment overwrites).
                 let path = dir.join(name);
                 let size = match self.storage.open(&path, OpenMode::Read, false).await {
                     Ok(file) => file.size_bytes().await.unwrap_or(0),
                     Err(_) => 0,
                 };
                 if size > 0 {
-                    self.note(path, None, "spare segment file is not empty; open removes it");
+                    self.note(
+                        path,
+                        None,
+                        "spare segment file holds a retired segment's bytes (recycled); the next \
+                         segment overwrites them",
+                    );
                 }
             } else if parse_index_name(name).is_none() {
                 self.note(dir.join(name), None, "unknown file in the group directory");
@@ -1147,7 +1152,8 @@ impl<S: Storage> Checker<'_, S> {
     ) -> EndOfData {
         if matches!(fault, RecordFault::Zeroed) {
             // Zeros end the data. Bytes after a zeroed gap are stale records the engine left on
-            // purpose (a truncation zeroes only the blocks at the cut), never read again.
+            // purpose (a truncation zeroes only the blocks at the cut; a recycled segment file
+            // keeps its retired segment's records past the data), never read again.
             return match first_nonzero(scanner, position).await {
                 Ok(None) => EndOfData::End(SegmentEnd::Clean),
                 Ok(Some(stale)) => {

@@ -15,7 +15,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
-use crate::chunk::{Chunk, ChunkPool};
+use crate::chunk::{Chunk, ChunkPool, written_extent_end};
 use crate::error::{Corruption, Error, Result};
 use crate::join::{Latch, join_all};
 use crate::record::{ChainNext, RecordFault, check_next, check_standalone, prepare_of};
@@ -41,6 +41,8 @@ pub struct Shared {
     /// clean "storage full" while the space already made ready still takes the writes in
     /// flight.
     pub ready_ahead_bytes: u64,
+    /// Retired segments become the spare segment file (`ShardConfig::recycle_segments`).
+    pub recycle_segments: bool,
     /// Distance between sparse index entries.
     pub index_interval_bytes: u64,
     /// Bounds of each ring.
@@ -249,10 +251,10 @@ pub struct PartitionLog<S: Storage> {
     /// A job failed while later ones were in flight: theirs are void, and no job starts until
     /// every one has finished.
     flush_failed: bool,
-    /// The partial block the newest job writing one pads (segment, position) and that job's
-    /// latch: a later job rewriting the block waits until the job finished, so the older,
-    /// shorter copy can never land last.
-    tail_in_flight: Option<(u64, u64, Rc<Latch>)>,
+    /// The tail (partial block and guard block) the newest job writing one pads, and that
+    /// job's latch: a later job rewriting those blocks waits until the job finished, so the
+    /// older, shorter copy can never land last.
+    tail_in_flight: Option<TailWrite>,
     /// A truncation whose fence is being made durable: the cut op and where it lies.
     truncation: Option<(u64, Option<Location>)>,
     /// The disk had no room for space ahead of the tail: appends that would need more than is
@@ -271,6 +273,11 @@ pub struct PartitionLog<S: Storage> {
     /// A segment took the spare and the job renaming it has not finished: the file
     /// `spare.segment` is that segment's, so no new spare is made meanwhile.
     spare_claimed: bool,
+    /// One clone per disk read in flight: a segment file a read may still be scanning is never
+    /// recycled (its bytes would change under the read), only deleted.
+    disk_reads: Rc<()>,
+    /// Segments recycled into the spare since open.
+    recycled_segments: u64,
     faulty: Option<String>,
     faulty_ops: FaultyOps,
     /// The durable marker of a damage cut ([`GroupSlot::damaged_from`]; 0: none).
@@ -301,9 +308,9 @@ pub struct FlushJob<S: Storage> {
     spare_for: Option<u64>,
     /// Opened when the job's I/O ended (or the job was dropped).
     done: Rc<Latch>,
-    /// A block (segment, position) an earlier job in flight pads: this job's write of it waits
-    /// for that job's latch.
-    after: Option<(u64, u64, Rc<Latch>)>,
+    /// The tail an earlier job in flight writes: this job's writes touching it wait for that
+    /// job's latch.
+    after: Option<TailWrite>,
 }
 
 impl<S: Storage> Drop for FlushJob<S> {
@@ -323,6 +330,24 @@ impl<S: Storage> Drop for PartitionLog<S> {
         for chunk in self.chunks.drain(..) {
             pool.give_back(chunk);
         }
+    }
+}
+
+/// A tail write in flight: its blocks, and the latch of the job writing them.
+#[derive(Clone)]
+struct TailWrite {
+    segment_base_offset: u64,
+    position_bytes: u64,
+    len_bytes: u64,
+    latch: Rc<Latch>,
+}
+
+impl TailWrite {
+    /// Whether a write of `len_bytes` at `position_bytes` of this segment touches its blocks.
+    fn overlaps(&self, segment_base_offset: u64, position_bytes: u64, len_bytes: u64) -> bool {
+        segment_base_offset == self.segment_base_offset
+            && position_bytes < self.position_bytes + self.len_bytes
+            && self.position_bytes < position_bytes + len_bytes
     }
 }
 
@@ -429,8 +454,8 @@ impl<S: Storage> FlushJob<S> {
                     let after = self
                         .after
                         .as_ref()
-                        .filter(|(b, p, _)| (*b, *p) == (*base, position))
-                        .map(|(_, _, latch)| Rc::clone(latch));
+                        .filter(|tail| tail.overlaps(*base, position, bytes.len() as u64))
+                        .map(|tail| Rc::clone(&tail.latch));
                     async move {
                         if let Some(latch) = after
                             && !cfg!(feature = "canary-tail-unordered")
@@ -565,6 +590,8 @@ pub struct DiskRead<S: Storage> {
     want: Want,
     /// The read stopped at the written end of the log: continue from the ring.
     continue_in_ring: bool,
+    /// Held while the read may scan files: see `PartitionLog::disk_reads`.
+    _in_flight: Rc<()>,
 }
 
 /// One segment a disk read scans.
@@ -764,6 +791,11 @@ impl<S: Storage> PartitionLog<S> {
         self.segments.iter().map(|segment| segment.end_bytes).sum()
     }
 
+    /// Segments retention recycled into the spare segment file since open (the rest it deleted).
+    pub fn recycled_segments(&self) -> u64 {
+        self.recycled_segments
+    }
+
     /// Files this log holds open.
     pub fn open_file_count(&self) -> usize {
         self.files.len()
@@ -812,8 +844,7 @@ impl<S: Storage> PartitionLog<S> {
     /// already ready, padded tail block included.
     fn fits_ready_space(&self, size_bytes: usize) -> bool {
         self.segments.last().is_some_and(|active| {
-            (active.end_bytes + size_bytes as u64).next_multiple_of(BLOCK_SIZE_BYTES as u64)
-                <= self.ready_end_of(active)
+            written_extent_end(active.end_bytes + size_bytes as u64) <= self.ready_end_of(active)
         })
     }
 
@@ -891,9 +922,9 @@ impl<S: Storage> PartitionLog<S> {
         let fits = if roll {
             // The new segment would take the spare's space, if any is ready.
             !self.spare_in_flight
-                && self.spare_ready_end_bytes.is_some_and(|end| {
-                    (size as u64).next_multiple_of(BLOCK_SIZE_BYTES as u64) <= end
-                })
+                && self
+                    .spare_ready_end_bytes
+                    .is_some_and(|end| written_extent_end(size as u64) <= end)
         } else {
             self.fits_ready_space(size)
         };
@@ -1046,6 +1077,7 @@ impl<S: Storage> PartitionLog<S> {
             bytes_max,
             want,
             continue_in_ring,
+            _in_flight: Rc::clone(&self.disk_reads),
         })
     }
 
@@ -1174,7 +1206,7 @@ impl<S: Storage> PartitionLog<S> {
             self.spare_in_flight = true;
         }
         let done = Rc::new(Latch::default());
-        let after = self.tail_in_flight.clone().filter(|(_, _, latch)| !latch.is_open());
+        let after = self.tail_in_flight.clone().filter(|tail| !tail.latch.is_open());
         let mut writes = Vec::new();
         let mut chunk_marks = Vec::with_capacity(chunks);
         for index in 0..chunks {
@@ -1189,7 +1221,7 @@ impl<S: Storage> PartitionLog<S> {
                 continue;
             }
             let with_tail = !successor_same_segment;
-            let pads_tail = with_tail && !chunk.filled().is_multiple_of(BLOCK_SIZE_BYTES);
+            let tail_bytes = if with_tail { chunk.tail_bytes() as u64 } else { 0 };
             for (position, bytes) in chunk.unsubmitted(with_tail) {
                 // Large runs go out as several block-aligned pieces in flight at once.
                 let mut start = 0;
@@ -1203,10 +1235,15 @@ impl<S: Storage> PartitionLog<S> {
                     start = end;
                 }
             }
-            if pads_tail {
+            if tail_bytes > 0 {
                 let filled = chunk.filled() as u64;
-                let position = chunk.file_base_bytes + filled - filled % BLOCK_SIZE_BYTES as u64;
-                self.tail_in_flight = Some((chunk.segment_base_offset, position, Rc::clone(&done)));
+                self.tail_in_flight = Some(TailWrite {
+                    segment_base_offset: chunk.segment_base_offset,
+                    position_bytes: chunk.file_base_bytes + filled
+                        - filled % BLOCK_SIZE_BYTES as u64,
+                    len_bytes: tail_bytes,
+                    latch: Rc::clone(&done),
+                });
             }
             chunk.mark_submitted(chunk.filled());
         }
@@ -1254,7 +1291,6 @@ impl<S: Storage> PartitionLog<S> {
     /// (`needed`: usually nothing, except in a new segment or after a burst of more than half
     /// the step), then, when due, the step ahead of the active segment's tail.
     fn reservations(&self, chunks: usize, create: &[u64]) -> Vec<Reserve> {
-        let block = BLOCK_SIZE_BYTES as u64;
         let mut reserves = Vec::new();
         let mut written_segments: Vec<u64> = Vec::new();
         for chunk in self.chunks.iter().take(chunks) {
@@ -1266,7 +1302,7 @@ impl<S: Storage> PartitionLog<S> {
         // nothing per cycle.
         for meta in written_segments.iter().filter_map(|base| self.segment(*base)) {
             let from = self.ready_end_of(meta);
-            let to = meta.end_bytes.next_multiple_of(block);
+            let to = written_extent_end(meta.end_bytes);
             if to > from {
                 reserves.push(Reserve {
                     base_offset: Some(meta.base_offset),
@@ -1280,7 +1316,7 @@ impl<S: Storage> PartitionLog<S> {
             && (self.files.contains_key(&active.base_offset)
                 || create.contains(&active.base_offset))
         {
-            let data_end = active.end_bytes.next_multiple_of(block);
+            let data_end = written_extent_end(active.end_bytes);
             if self.ready_end_of(active) < self.ready_wanted_end_bytes(data_end) {
                 let from = self.ready_end_of(active).max(data_end);
                 let limit = self.segment_limit_bytes();
@@ -1316,7 +1352,7 @@ impl<S: Storage> PartitionLog<S> {
     /// the group's first segment.
     fn spare_wanted(&self) -> bool {
         let near_end = self.segments.last().is_none_or(|active| {
-            let data_end = active.end_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64);
+            let data_end = written_extent_end(active.end_bytes);
             data_end + self.shared.ready_ahead_bytes / 2 >= self.segment_limit_bytes()
         });
         near_end
@@ -1338,7 +1374,7 @@ impl<S: Storage> PartitionLog<S> {
     /// written by a job in flight (the padded tail block is always written whole).
     fn ready_end_of(&self, meta: &SegmentMeta) -> u64 {
         let on_file = self.end_on_file(meta, &self.submitted);
-        meta.ready_end_bytes.max(on_file.next_multiple_of(BLOCK_SIZE_BYTES as u64))
+        meta.ready_end_bytes.max(written_extent_end(on_file))
     }
 
     /// Whether this cycle should write the segment data. A `replicated` group writes whatever is
@@ -1448,9 +1484,7 @@ impl<S: Storage> PartitionLog<S> {
         let active_behind = self.segments.last().is_some_and(|active| {
             self.files.contains_key(&active.base_offset)
                 && self.ready_end_of(active)
-                    < self.ready_wanted_end_bytes(
-                        active.end_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64),
-                    )
+                    < self.ready_wanted_end_bytes(written_extent_end(active.end_bytes))
         });
         active_behind || self.spare_wanted()
     }
@@ -1462,8 +1496,10 @@ impl<S: Storage> PartitionLog<S> {
         (data_end_bytes + self.shared.ready_ahead_bytes / 2).min(self.segment_limit_bytes())
     }
 
+    /// How far a segment's file may reach: its size, padded tail and guard block included.
     fn segment_limit_bytes(&self) -> u64 {
-        self.config.segment_size_bytes.next_multiple_of(BLOCK_SIZE_BYTES as u64)
+        let block = BLOCK_SIZE_BYTES as u64;
+        self.config.segment_size_bytes.next_multiple_of(block) + block
     }
 
     /// Marks every op past the head faulty rather than absent (the shard calls this when the
@@ -1784,7 +1820,12 @@ impl<S: Storage> PartitionLog<S> {
         // Oldest first, each removal durable before the next: a crash leaves the log a suffix
         // of itself, never a gap between segments.
         for segment in &removed {
-            if let Err(error) = self.remove_segment_files(segment.base_offset).await {
+            let result = if self.may_recycle(segment) {
+                self.recycle_segment(segment).await
+            } else {
+                self.remove_segment_files(segment.base_offset).await
+            };
+            if let Err(error) = result {
                 return Err(self.fail(error));
             }
             if let Err(error) = self.storage.sync_dir(&self.dir).await {
@@ -1792,6 +1833,51 @@ impl<S: Storage> PartitionLog<S> {
             }
         }
         Ok(delete)
+    }
+
+    /// Whether `segment`, which retention retires, may become the spare segment file:
+    /// recycling is on, no job is making or taking a spare, no disk read is in flight, and any
+    /// spare there is has less space ready (a fresh one only reserved space; the rename
+    /// replaces it).
+    fn may_recycle(&self, segment: &SegmentMeta) -> bool {
+        self.shared.recycle_segments
+            && self
+                .spare_ready_end_bytes
+                .is_none_or(|ready| ready < self.recycled_ready_end_bytes(segment))
+            && !self.spare_in_flight
+            && !self.spare_claimed
+            && Rc::strong_count(&self.disk_reads) == 1
+    }
+
+    /// The space a recycled `segment` has ready: the whole blocks of what it held (its file may
+    /// be longer), within a segment.
+    fn recycled_ready_end_bytes(&self, segment: &SegmentMeta) -> u64 {
+        let block = BLOCK_SIZE_BYTES as u64;
+        (segment.end_bytes - segment.end_bytes % block).min(self.segment_limit_bytes())
+    }
+
+    /// Makes a retired segment's file the spare segment file (its index goes): its blocks are
+    /// already written, so the segment that takes it overwrites them, which costs a sync far
+    /// less than filling fresh space does (DESIGN.md §3). Its old records stay until
+    /// overwritten; writes keep zeros past the data ([`written_extent_end`]) and recovery
+    /// zeroes whatever lies past the chain's end, so they are never taken for data.
+    async fn recycle_segment(&mut self, segment: &SegmentMeta) -> Result<()> {
+        let from = self.dir.join(log_name(segment.base_offset));
+        let to = self.dir.join(SPARE_NAME);
+        self.storage
+            .rename(&from, &to)
+            .await
+            .map_err(|e| Error::io(format!("recycling {}", from.display()), e))?;
+        let index = self.dir.join(index_name(segment.base_offset));
+        if self.storage.exists(&index).await.map_err(|e| Error::io("probing an index", e))? {
+            self.storage
+                .remove_file(&index)
+                .await
+                .map_err(|e| Error::io(format!("removing {}", index.display()), e))?;
+        }
+        self.spare_ready_end_bytes = Some(self.recycled_ready_end_bytes(segment));
+        self.recycled_segments += 1;
+        Ok(())
     }
 
     async fn remove_segment_files(&self, base_offset: u64) -> Result<()> {
@@ -2106,6 +2192,8 @@ impl<S: Storage> PartitionLog<S> {
             spare_ready_end_bytes: None,
             spare_in_flight: false,
             spare_claimed: false,
+            disk_reads: Rc::new(()),
+            recycled_segments: 0,
             faulty: None,
             faulty_ops: FaultyOps::default(),
             damaged_from: slot.damaged_from,
@@ -2580,8 +2668,8 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// A spare segment file left by the previous run is reused (reserving again over what it
-    /// holds costs no new space, which matters on a full disk); one that is not empty was never
-    /// ours to write and goes.
+    /// holds costs no new space, which matters on a full disk). One that is not empty is a
+    /// recycled segment: its whole blocks count as ready, or, with recycling off, it goes.
     async fn adopt_spare(&mut self) -> Result<()> {
         let path = self.dir.join(SPARE_NAME);
         let file = self
@@ -2590,8 +2678,10 @@ impl<S: Storage> PartitionLog<S> {
             .await
             .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
         let size = file.size_bytes().await.map_err(|e| Error::io("sizing the spare", e))?;
-        if size == 0 {
-            self.spare_ready_end_bytes = Some(0);
+        if size == 0 || self.shared.recycle_segments {
+            let block = BLOCK_SIZE_BYTES as u64;
+            self.spare_ready_end_bytes =
+                Some((size - size % block).min(self.segment_limit_bytes()));
             return Ok(());
         }
         self.storage
@@ -2625,6 +2715,11 @@ impl<S: Storage> PartitionLog<S> {
         file.write_at(first.freeze(), block_start).await.map_err(rewrite)?;
         let mut position = block_start + block;
         let stop = size.next_multiple_of(block);
+        // A recycled segment file holds up to a whole retired segment past the chain's end:
+        // zeroing it by metadata where the filesystem can costs no writes.
+        if position < stop && file.zero_range(position, stop - position).await.map_err(rewrite)? {
+            position = stop;
+        }
         while position < stop {
             let len = (stop - position).min(self.shared.zeros.len() as u64) as usize;
             file.write_at(self.shared.zeros.slice(..len), position).await.map_err(rewrite)?;

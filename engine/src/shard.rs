@@ -53,6 +53,10 @@ pub struct ShardConfig {
     /// Disk space reserved ahead of each active segment's tail (a clean "storage full" before a
     /// cycle writes anything).
     pub ready_ahead_bytes: u64,
+    /// Segments retention retires become the next segment's file (the spare) instead of being
+    /// deleted, while a group has no spare: writing over written blocks makes the checkpoint
+    /// syncs cheaper than filling fresh space (DESIGN.md §3). Off, retention frees the space.
+    pub recycle_segments: bool,
     /// Distance between sparse index entries.
     pub index_interval_bytes: u64,
     /// Flush cycles in flight at once (at least 1). A cycle may start while earlier ones are
@@ -91,6 +95,7 @@ impl Default for ShardConfig {
             journal_size_bytes: 1 << 30,
             checkpoint_interval_bytes: 4 << 20,
             ready_ahead_bytes: 64 << 20,
+            recycle_segments: true,
             index_interval_bytes: 64 << 10,
             flush_cycles_in_flight_max: 4,
             ring: RingLimits::default(),
@@ -149,6 +154,8 @@ pub struct ShardCounters {
     pub checkpoints: u64,
     /// State transfers installed ([`Shard::install_transfer`] calls that completed).
     pub transfers_installed: u64,
+    /// Segments retention recycled into a spare segment file rather than deleted.
+    pub segments_recycled: u64,
 }
 
 /// What opening the shard found.
@@ -357,6 +364,7 @@ impl<S: Storage> Shard<S> {
         let shared = Rc::new(Shared {
             cluster: config.cluster,
             ready_ahead_bytes: config.ready_ahead_bytes,
+            recycle_segments: config.recycle_segments,
             index_interval_bytes: config.index_interval_bytes,
             ring_limits: config.ring,
             held_prepares_max: config.held_prepares_max,
@@ -1205,7 +1213,9 @@ impl<S: Storage> Shard<S> {
         let mut deleted = 0;
         for log in self.groups.values_mut() {
             if log.faulty_reason().is_none() {
+                let recycled_before = log.recycled_segments();
                 deleted += log.enforce_retention(now_ms).await?;
+                self.counters.segments_recycled += log.recycled_segments() - recycled_before;
             }
         }
         Ok(deleted)

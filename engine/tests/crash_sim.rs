@@ -8,6 +8,9 @@
 //!   and nothing past a torn record is served;
 //! - a truncation that completed never comes back.
 //!
+//! Retention trims both groups as they grow, so rolls take recycled segment files (a retired
+//! segment's records lie past the data until overwritten) as well as fresh ones.
+//!
 //! Flush cycles overlap (up to the profile's `flush_cycles_in_flight_max`), finished in the order
 //! they began, so the simulated disk completes the writes of several cycles in any order.
 //!
@@ -54,7 +57,7 @@ type Model = Rc<RefCell<BTreeMap<u64, GroupModel>>>;
 const RECORD_BYTES_MAX: u32 = 32 << 10;
 
 fn config(durability: Durability) -> GroupConfig {
-    common::group_config(durability, RECORD_BYTES_MAX)
+    GroupConfig { retention_bytes: 2 << 20, ..common::group_config(durability, RECORD_BYTES_MAX) }
 }
 
 fn shard_config() -> ShardConfig {
@@ -161,6 +164,16 @@ async fn workload(shard: Rc<RefCell<Option<Shard<SimStorage>>>>, model: Model, s
             let done = checkpoint.run().await;
             shard.borrow_mut().as_mut().expect("open").finish_checkpoint(done).expect("checkpoint");
         }
+        if rng.chance(1, 20) {
+            // Retention needs the log at rest too.
+            while !flushes.is_empty() {
+                finish_oldest(&mut flushes, &shard, &model, seed).await;
+            }
+            let mut taken = shard.borrow_mut().take().expect("open");
+            let result = taken.enforce_retention(step as i64).await;
+            *shard.borrow_mut() = Some(taken);
+            result.expect("retention");
+        }
         if rng.chance(1, 40) {
             let group = if rng.chance(1, 2) { PERSISTED } else { REPLICATED };
             let (head, view) = {
@@ -214,15 +227,16 @@ fn check(shard: &mut Shard<SimStorage>, sim: &Sim, model: &Model, seed: u64, rou
                 group_model.durable
             );
         }
-        let served = sim.block_on(log.read_offset(log.first_offset(), usize::MAX)).expect("read");
+        let (first_op, first_offset) = (log.first_op(), log.first_offset());
+        let served = sim.block_on(log.read_offset(first_offset, usize::MAX)).expect("read");
         assert_eq!(
             served.len() as u64,
-            head,
-            "seed {seed} round {round}: group {group} serves every op once"
+            head + 1 - first_op,
+            "seed {seed} round {round}: group {group} serves every op retention kept once"
         );
-        let mut offset = 0;
+        let mut offset = first_offset;
         for (index, prepare) in served.iter().enumerate() {
-            let op = index as u64 + 1;
+            let op = first_op + index as u64;
             assert_eq!(prepare.op(), op, "seed {seed} round {round}: ops dense");
             assert_eq!(prepare.base_offset(), offset, "seed {seed} round {round}: offsets dense");
             offset = prepare.end_offset();
@@ -253,7 +267,8 @@ fn check(shard: &mut Shard<SimStorage>, sim: &Sim, model: &Model, seed: u64, rou
     }
 }
 
-fn run_seed(seed: u64) -> SimStats {
+/// Runs one seed; returns what the simulated disk injected and the segments recycled.
+fn run_seed(seed: u64) -> (SimStats, u64) {
     let sim = Sim::new(seed, SimConfig::default());
     let dir = Path::new("/data/shard-0");
     let model: Model = Rc::new(RefCell::new(BTreeMap::new()));
@@ -268,6 +283,7 @@ fn run_seed(seed: u64) -> SimStats {
             .expect("create");
     }
     let mut rng = SimRng::new(seed ^ 0x5eed);
+    let mut recycled = 0;
     for round in 0..ROUNDS {
         let (shard, report) = sim
             .block_on(Shard::open(sim.storage(), dir, shard_config()))
@@ -292,6 +308,7 @@ fn run_seed(seed: u64) -> SimStats {
         if finished.is_some() {
             sim.crash();
         }
+        recycled += shard.borrow().as_ref().map_or(0, |shard| shard.counters().segments_recycled);
     }
     let (mut shard, report) =
         sim.block_on(Shard::open(sim.storage(), dir, shard_config())).expect("open");
@@ -299,7 +316,7 @@ fn run_seed(seed: u64) -> SimStats {
         eprintln!("seed {seed} final: {report:?}");
     }
     check(&mut shard, &sim, &model, seed, ROUNDS);
-    sim.stats()
+    (sim.stats(), recycled)
 }
 
 #[test]
@@ -317,8 +334,10 @@ fn crash_at_random_points_loses_no_durable_append_and_serves_nothing_torn() {
         }
         _ => 0..SEEDS,
     };
+    let mut recycled = 0;
     for seed in seeds.clone() {
-        let stats = run_seed(seed);
+        let (stats, seed_recycled) = run_seed(seed);
+        recycled += seed_recycled;
         total.crashes += stats.crashes;
         total.writes_lost_at_crash += stats.writes_lost_at_crash;
         total.writes_torn_at_crash += stats.writes_torn_at_crash;
@@ -326,16 +345,18 @@ fn crash_at_random_points_loses_no_durable_append_and_serves_nothing_torn() {
         total.syncs += stats.syncs;
     }
     println!(
-        "crash_sim: {} seeds, {} crashes, {} unsynced writes lost, {} torn, {} namespace ops lost, {} syncs",
+        "crash_sim: {} seeds, {} crashes, {} unsynced writes lost, {} torn, {} namespace ops lost, {} syncs, {} segments recycled",
         seeds.end - seeds.start,
         total.crashes,
         total.writes_lost_at_crash,
         total.writes_torn_at_crash,
         total.namespace_ops_lost_at_crash,
-        total.syncs
+        total.syncs,
+        recycled
     );
     let count = seeds.end - seeds.start;
     assert!(total.crashes >= count * ROUNDS as u64, "every round crashes");
     assert!(total.writes_lost_at_crash >= count, "crashes must drop unsynced writes");
     assert!(total.writes_torn_at_crash >= count / 4, "crashes must tear writes");
+    assert!(recycled >= count / 2, "rolls must take recycled segment files");
 }

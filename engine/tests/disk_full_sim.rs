@@ -402,7 +402,8 @@ fn spare_segment_takes_the_roll_on_a_full_disk_after_a_restart() {
     assert_eq!(model.acknowledged, *model.appended.keys().last().unwrap());
     model.check(&sim, &mut shard, FILLED, "after the roll into the spare");
 
-    // A spare that is not empty was never the engine's: recovery removes it.
+    // A spare that is not empty is a recycled segment: recovery keeps it, or removes it with
+    // recycling off.
     sim.set_capacity_bytes(u64::MAX);
     drop(shard);
     let storage = sim.storage();
@@ -420,6 +421,11 @@ fn spare_segment_takes_the_roll_on_a_full_disk_after_a_restart() {
     let report = sim.block_on(shoal_engine::inspect::inspect(&sim.storage(), Path::new("/data")));
     assert!(report.notes.iter().any(|note| note.file == spare_path()), "{:?}", report.notes);
     let (mut shard, _) = open(&sim);
-    assert!(sim.file_contents(&spare_path()).is_none(), "a written spare is removed");
+    assert!(sim.file_contents(&spare_path()).is_some(), "a written spare is kept");
+    model.check(&sim, &mut shard, FILLED, "after keeping a written spare");
+    drop(shard);
+    let config = ShardConfig { recycle_segments: false, ..ShardConfig::small() };
+    let (mut shard, _) = sim.block_on(Shard::open(sim.storage(), Path::new(DIR), config)).unwrap();
+    assert!(sim.file_contents(&spare_path()).is_none(), "without recycling it is removed");
     model.check(&sim, &mut shard, FILLED, "after removing a written spare");
 }

@@ -388,17 +388,14 @@ impl Config {
                 object.insert("index".into(), index.into());
                 object.insert("cpu".into(), settings.cpu.into());
                 object.insert("sqpoll_cpu".into(), settings.tuning.sqpoll_cpu.into());
+                let json = |name: &str, value: u64| -> serde_json::Value {
+                    if is_bool_key(name) { (value != 0).into() } else { value.into() }
+                };
                 for key in &STORAGE_KEYS {
-                    object.insert(key.name.into(), (key.get)(&settings.storage).into());
+                    object.insert(key.name.into(), json(key.name, (key.get)(&settings.storage)));
                 }
                 for key in &TUNING_KEYS {
-                    let value = (key.get)(&settings.tuning);
-                    let value = if is_bool_key(key.name) {
-                        serde_json::Value::Bool(value != 0)
-                    } else {
-                        value.into()
-                    };
-                    object.insert(key.name.into(), value);
+                    object.insert(key.name.into(), json(key.name, (key.get)(&settings.tuning)));
                 }
                 object.into()
             })
@@ -471,10 +468,10 @@ impl Config {
         line(String::new());
         line("[shard]".into());
         for key in &STORAGE_KEYS {
-            line(format!("{} = {}", key.name, (key.get)(&first.storage)));
+            line(format!("{} = {}", key.name, key_text(key, &first.storage)));
         }
         for key in &TUNING_KEYS {
-            line(format!("{} = {}", key.name, tuning_text(key, &first.tuning)));
+            line(format!("{} = {}", key.name, key_text(key, &first.tuning)));
         }
         for (index, settings) in self.shard.iter().enumerate() {
             let mut lines = Vec::new();
@@ -487,14 +484,13 @@ impl Config {
                 lines.push(format!("sqpoll_cpu = {cpu}"));
             }
             for key in &STORAGE_KEYS {
-                let value = (key.get)(&settings.storage);
-                if value != (key.get)(&first.storage) {
-                    lines.push(format!("{} = {value}", key.name));
+                if (key.get)(&settings.storage) != (key.get)(&first.storage) {
+                    lines.push(format!("{} = {}", key.name, key_text(key, &settings.storage)));
                 }
             }
             for key in &TUNING_KEYS {
                 if (key.get)(&settings.tuning) != (key.get)(&first.tuning) {
-                    lines.push(format!("{} = {}", key.name, tuning_text(key, &settings.tuning)));
+                    lines.push(format!("{} = {}", key.name, key_text(key, &settings.tuning)));
                 }
             }
             if !lines.is_empty() {
@@ -508,8 +504,8 @@ impl Config {
 }
 
 /// A shard's settings by their `[shard]` key names, in the tables' order — the engine's storage
-/// settings, then the server's tuning (`direct_io` as 0 or 1) — so the metrics endpoint can show
-/// each as a gauge and a `[shard.N]` override can be seen at work.
+/// settings, then the server's tuning (the boolean keys as 0 or 1) — so the metrics endpoint can
+/// show each as a gauge and a `[shard.N]` override can be seen at work.
 pub fn shard_settings(settings: &ShardSettings) -> impl Iterator<Item = (&'static str, u64)> + '_ {
     let storage = STORAGE_KEYS.iter().map(move |key| (key.name, (key.get)(&settings.storage)));
     storage.chain(TUNING_KEYS.iter().map(move |key| (key.name, (key.get)(&settings.tuning))))
@@ -1195,10 +1191,10 @@ impl Layers {
                 };
                 self.shard_listen = Some(Given { value: listen, key: written });
             }
-            (Scope::Shard | Scope::ShardN(_), "direct_io") => {
+            (Scope::Shard | Scope::ShardN(_), name) if is_bool_key(name) => {
                 let value = raw.bool().map_err(error)?;
-                self.ints
-                    .insert((scope, "direct_io"), Given { value: u64::from(value), key: written });
+                let name = if name == "direct_io" { "direct_io" } else { "recycle_segments" };
+                self.ints.insert((scope, name), Given { value: u64::from(value), key: written });
             }
             (Scope::Shard | Scope::ShardN(_), name)
                 if name == "durability" || TOPIC_KEYS.iter().any(|key| key.name == name) =>
@@ -1613,7 +1609,7 @@ const TOPIC_KEYS: [IntKey<TopicDefaults>; 5] = [
 ];
 
 /// `[shard]` and `[shard.N]`: the engine's `ShardConfig` fields (`ring_*_max` → `ring`).
-const STORAGE_KEYS: [IntKey<ShardConfig>; 16] = [
+const STORAGE_KEYS: [IntKey<ShardConfig>; 17] = [
     IntKey {
         name: "groups_max",
         min: 1,
@@ -1641,6 +1637,13 @@ const STORAGE_KEYS: [IntKey<ShardConfig>; 16] = [
         max: 1 << 32,
         get: |s| s.ready_ahead_bytes,
         set: |s, v| s.ready_ahead_bytes = v,
+    },
+    IntKey {
+        name: "recycle_segments",
+        min: 0,
+        max: 1,
+        get: |s| u64::from(s.recycle_segments),
+        set: |s, v| s.recycle_segments = v != 0,
     },
     IntKey {
         name: "index_interval_bytes",
@@ -1773,12 +1776,12 @@ const TUNING_KEYS: [IntKey<ShardTuning>; 5] = [
 
 /// The shard keys whose values are `true` or `false`.
 fn is_bool_key(name: &str) -> bool {
-    name == "direct_io"
+    name == "direct_io" || name == "recycle_segments"
 }
 
-/// A tuning key's value as written in a config file.
-fn tuning_text(key: &IntKey<ShardTuning>, tuning: &ShardTuning) -> String {
-    let value = (key.get)(tuning);
+/// A shard key's value as written in a config file.
+fn key_text<T>(key: &IntKey<T>, settings: &T) -> String {
+    let value = (key.get)(settings);
     if is_bool_key(key.name) { (value != 0).to_string() } else { value.to_string() }
 }
 
@@ -2290,6 +2293,23 @@ mod tests {
     }
 
     #[test]
+    fn recycle_segments_is_a_boolean_storage_key() {
+        let config = resolve("", &[], &[]);
+        assert!(config.shard.iter().all(|s| s.storage.recycle_segments), "on by default");
+        let file = "shards = 2\n[shard.1]\nrecycle_segments = false\n";
+        let config = resolve(file, &[], &["--cpus", "none"]);
+        let recycle: Vec<bool> = config.shard.iter().map(|s| s.storage.recycle_segments).collect();
+        assert_eq!(recycle, [true, false]);
+        let settings: BTreeMap<&str, u64> = shard_settings(&config.shard[1]).collect();
+        assert_eq!(settings["recycle_segments"], 0);
+        assert_eq!(config.to_json()["shard"][1]["recycle_segments"], false);
+        assert!(config.to_toml().contains("recycle_segments = true"), "{}", config.to_toml());
+        let config = resolve("", &[("SHOAL_SHARD_RECYCLE_SEGMENTS", "false")], &[]);
+        assert!(!config.shard[0].storage.recycle_segments);
+        check_error("[shard]\nrecycle_segments = 0\n", &[], &[], "shard.recycle_segments", "true");
+    }
+
+    #[test]
     fn shard_tuning_is_refused_by_name_when_it_cannot_work() {
         check_error(
             "[shard]\nuring_entries = 300\n",
@@ -2417,7 +2437,8 @@ mod tests {
         assert_eq!(json["shard"][0]["cpu"], serde_json::Value::Null);
         assert_eq!(json["shard"][1]["cpu"], 3);
         for key in &STORAGE_KEYS {
-            assert!(json["shard"][1][key.name].is_u64(), "{}", key.name);
+            let value = &json["shard"][1][key.name];
+            assert!(value.is_u64() || is_bool_key(key.name) && value.is_boolean(), "{}", key.name);
         }
         for key in &TUNING_KEYS {
             let value = &json["shard"][1][key.name];

@@ -450,7 +450,7 @@ pub fn render(
     }
 
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 27] = [
+    let per_shard: [(&str, Kind, &str, Figure); 28] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -581,6 +581,12 @@ pub fn render(
             Kind::Counter,
             "Bytes of segments the shard's retention passes deleted.",
             |s| s.retention_bytes,
+        ),
+        (
+            "shoal_retention_recycled_segments_total",
+            Kind::Counter,
+            "Of the segments retention deleted, those whose file became the next segment's.",
+            |s| s.engine.segments_recycled,
         ),
         ("shoal_journal_syncs_total", Kind::Counter, "fdatasyncs of the shard journal.", |s| {
             s.engine.journal_syncs

@@ -152,10 +152,13 @@ fn retention_deletes_old_segments_in_the_background_and_the_page_shows_it() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let page = loop {
         let page = scrape(&server);
-        if page.value("shoal_retention_deleted_segments_total", &[("shard", "0")]) > 0.0 {
+        // A retired segment's file becomes the partition's spare once no roll is taking one.
+        if page.value("shoal_retention_deleted_segments_total", &[("shard", "0")]) > 0.0
+            && page.value("shoal_retention_recycled_segments_total", &[("shard", "0")]) >= 1.0
+        {
             break page;
         }
-        assert!(Instant::now() < deadline, "no segment deleted within 30 s");
+        assert!(Instant::now() < deadline, "no segment deleted and recycled within 30 s");
         std::thread::sleep(Duration::from_millis(200));
     };
     assert!(page.value("shoal_retention_deleted_bytes_total", &[("shard", "0")]) >= 1e6);

@@ -100,6 +100,16 @@ pub trait StorageFile {
     /// filesystem cannot reserve, it succeeds without reserving.
     fn allocate(&self, offset_bytes: u64, len_bytes: u64) -> impl Future<Output = io::Result<()>>;
 
+    /// Makes `[offset_bytes, offset_bytes + len_bytes)` read as zeros without writing them,
+    /// keeping its space reserved, where the filesystem can (a metadata change, durable with the
+    /// next [`StorageFile::sync_data`] like a write). Returns `false`, having changed nothing,
+    /// where it cannot: the caller then writes the zeros itself.
+    fn zero_range(
+        &self,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> impl Future<Output = io::Result<bool>>;
+
     /// Makes every completed write to this file durable.
     fn sync_data(&self) -> impl Future<Output = io::Result<()>>;
 

@@ -609,6 +609,12 @@ impl StorageFile for SimFile {
         }
     }
 
+    async fn zero_range(&self, _offset_bytes: u64, _len_bytes: u64) -> io::Result<bool> {
+        // Zeros written by the caller follow the crash rules of writes, which is what a
+        // filesystem's zero-range (a journaled metadata change) amounts to before its sync.
+        Ok(false)
+    }
+
     async fn sync_data(&self) -> io::Result<()> {
         let op = Op::SyncData { inode: self.inode, write_seq: 0 };
         Submit::new(&self.shared, op, Some(self.epoch)).await.into_unit()

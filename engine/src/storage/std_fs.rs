@@ -105,6 +105,10 @@ impl StorageFile for StdFile {
         Ok(())
     }
 
+    async fn zero_range(&self, _offset_bytes: u64, _len_bytes: u64) -> io::Result<bool> {
+        Ok(false)
+    }
+
     async fn sync_data(&self) -> io::Result<()> {
         self.0.sync_data()
     }

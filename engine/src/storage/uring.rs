@@ -247,6 +247,35 @@ impl StorageFile for UringFile {
         }
     }
 
+    async fn zero_range(&self, offset_bytes: u64, len_bytes: u64) -> io::Result<bool> {
+        // Recorded runs rebuild files from their writes alone: let the caller write the zeros.
+        #[cfg(feature = "write-recorder")]
+        if self.recorded.is_some() {
+            return Ok(false);
+        }
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset_bytes), i64::try_from(len_bytes)) else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        // Rare (recovery only) and metadata-only, like `allocate`: a blocking call is fine.
+        // SAFETY: plain syscall on a file descriptor we own for the call's duration.
+        let rc = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+                offset,
+                len,
+            )
+        };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let error = io::Error::last_os_error();
+        match error.raw_os_error() {
+            Some(libc::EOPNOTSUPP) => Ok(false),
+            _ => Err(error),
+        }
+    }
+
     async fn sync_data(&self) -> io::Result<()> {
         self.file.sync_data().await?;
         #[cfg(feature = "write-recorder")]

@@ -137,7 +137,9 @@ impl FaultProfile {
             },
             read_error_one_in: if rng.chance(1, 2) { 0 } else { 200 + rng.below(5_000) },
             disk_full_per_million: if rng.chance(1, 3) { 0 } else { rng.below(300) as u32 + 1 },
-            disk_full_ticks_max: 50 + rng.below(1_000),
+            // Long enough that a full node's writes often outrun the space it had ready (the
+            // engine then refuses appends, `storage_full_rounds`), not just stop the step ahead.
+            disk_full_ticks_max: 50 + rng.below(3_000),
         }
     }
 }
