@@ -1843,17 +1843,16 @@ impl<S: Storage> PartitionLog<S> {
         self.shared.recycle_segments
             && self
                 .spare_ready_end_bytes
-                .is_none_or(|ready| ready < self.recycled_ready_end_bytes(segment))
+                .is_none_or(|ready| ready < self.ready_in_file_bytes(segment.end_bytes))
             && !self.spare_in_flight
             && !self.spare_claimed
             && Rc::strong_count(&self.disk_reads) == 1
     }
 
-    /// The space a recycled `segment` has ready: the whole blocks of what it held (its file may
-    /// be longer), within a segment.
-    fn recycled_ready_end_bytes(&self, segment: &SegmentMeta) -> u64 {
+    /// The space a spare file holding `bytes` has ready: its whole blocks, within a segment.
+    fn ready_in_file_bytes(&self, bytes: u64) -> u64 {
         let block = BLOCK_SIZE_BYTES as u64;
-        (segment.end_bytes - segment.end_bytes % block).min(self.segment_limit_bytes())
+        (bytes - bytes % block).min(self.segment_limit_bytes())
     }
 
     /// Makes a retired segment's file the spare segment file (its index goes): its blocks are
@@ -1868,27 +1867,27 @@ impl<S: Storage> PartitionLog<S> {
             .rename(&from, &to)
             .await
             .map_err(|e| Error::io(format!("recycling {}", from.display()), e))?;
-        let index = self.dir.join(index_name(segment.base_offset));
-        if self.storage.exists(&index).await.map_err(|e| Error::io("probing an index", e))? {
-            self.storage
-                .remove_file(&index)
-                .await
-                .map_err(|e| Error::io(format!("removing {}", index.display()), e))?;
-        }
-        self.spare_ready_end_bytes = Some(self.recycled_ready_end_bytes(segment));
+        self.remove_if_present(&self.dir.join(index_name(segment.base_offset))).await?;
+        // Only whole blocks of what the segment held count: its file may be longer.
+        self.spare_ready_end_bytes = Some(self.ready_in_file_bytes(segment.end_bytes));
         self.recycled_segments += 1;
         Ok(())
     }
 
     async fn remove_segment_files(&self, base_offset: u64) -> Result<()> {
         for name in [log_name(base_offset), index_name(base_offset)] {
-            let path = self.dir.join(name);
-            if self.storage.exists(&path).await.map_err(|e| Error::io("probing a segment", e))? {
-                self.storage
-                    .remove_file(&path)
-                    .await
-                    .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
-            }
+            self.remove_if_present(&self.dir.join(name)).await?;
+        }
+        Ok(())
+    }
+
+    /// Removes a file of the group if it exists (durable with the caller's directory sync).
+    async fn remove_if_present(&self, path: &Path) -> Result<()> {
+        if self.storage.exists(path).await.map_err(|e| Error::io("probing a segment", e))? {
+            self.storage
+                .remove_file(path)
+                .await
+                .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
         }
         Ok(())
     }
@@ -2679,9 +2678,7 @@ impl<S: Storage> PartitionLog<S> {
             .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
         let size = file.size_bytes().await.map_err(|e| Error::io("sizing the spare", e))?;
         if size == 0 || self.shared.recycle_segments {
-            let block = BLOCK_SIZE_BYTES as u64;
-            self.spare_ready_end_bytes =
-                Some((size - size % block).min(self.segment_limit_bytes()));
+            self.spare_ready_end_bytes = Some(self.ready_in_file_bytes(size));
             return Ok(());
         }
         self.storage

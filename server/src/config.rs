@@ -1191,9 +1191,10 @@ impl Layers {
                 };
                 self.shard_listen = Some(Given { value: listen, key: written });
             }
-            (Scope::Shard | Scope::ShardN(_), name) if is_bool_key(name) => {
+            (Scope::Shard | Scope::ShardN(_), name)
+                if let Some(name) = BOOL_KEYS.iter().find(|key| **key == name) =>
+            {
                 let value = raw.bool().map_err(error)?;
-                let name = if name == "direct_io" { "direct_io" } else { "recycle_segments" };
                 self.ints.insert((scope, name), Given { value: u64::from(value), key: written });
             }
             (Scope::Shard | Scope::ShardN(_), name)
@@ -1774,9 +1775,11 @@ const TUNING_KEYS: [IntKey<ShardTuning>; 5] = [
     },
 ];
 
-/// The shard keys whose values are `true` or `false`.
+/// The shard keys whose values are `true` or `false` (held as 0 or 1).
+const BOOL_KEYS: [&str; 2] = ["direct_io", "recycle_segments"];
+
 fn is_bool_key(name: &str) -> bool {
-    name == "direct_io" || name == "recycle_segments"
+    BOOL_KEYS.contains(&name)
 }
 
 /// A shard key's value as written in a config file.
