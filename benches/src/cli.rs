@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use shoal_client::Durability;
 
 use shoal_client::FetchFrom;
 
@@ -165,11 +164,8 @@ pub fn parse(words: &[String]) -> Result<Option<Command>, String> {
             "--messages" => options.messages = count(flag, value)?,
             "--rate" => options.rate = Some(Rate::parse(value)?),
             "--durability" => {
-                options.durability = match value.as_str() {
-                    "replicated" => Durability::Replicated,
-                    "persisted" => Durability::Persisted,
-                    other => return Err(format!("--durability {other}: replicated or persisted")),
-                }
+                options.durability =
+                    value.parse().map_err(|error| format!("--durability: {error}"))?;
             }
             "--in-flight" => options.in_flight_max = count(flag, value)?,
             "--warmup" => options.warmup = seconds(flag, value)?,
@@ -204,6 +200,7 @@ pub fn parse(words: &[String]) -> Result<Option<Command>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shoal_client::Durability;
 
     fn words(text: &str) -> Vec<String> {
         text.split_whitespace().map(str::to_string).collect()

@@ -513,10 +513,7 @@ fn report(options: &Options, run: &Finished, server_status: Value) -> Value {
             "duration_s": options.duration.as_secs_f64(),
             "messages_limit": options.messages,
             "rate": options.rate.map(|r| format!("{r:?}")),
-            "durability": match options.durability {
-                Durability::Replicated => "replicated",
-                Durability::Persisted => "persisted",
-            },
+            "durability": options.durability.as_str(),
             "in_flight_max": options.in_flight_max,
             "warmup_s": options.warmup.as_secs_f64(),
             "fetch_bytes_max": options.fetch_bytes_max,

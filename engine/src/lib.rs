@@ -1,21 +1,17 @@
 //! Shoal's storage engine.
 //!
-//! It owns everything between a prepare and the disk: the wire header every other crate shares,
-//! the Kafka RecordBatch v2 format, segment logs with their indexes, the shard journal, the
-//! superblock, the in-memory prepare ring and recovery, the install of a state transfer, and the
-//! native protocol's bodies (shared by the server and the client library). It never opens a
-//! socket, reads a clock or spawns a thread, and knows nothing of quorums: view, op and commit
-//! are fields it checks for continuity and checksums only.
+//! It owns everything between a prepare and the disk: segment logs with their indexes, the shard
+//! journal, the superblock, the in-memory prepare ring and recovery, and the install of a state
+//! transfer. The formats it stores (wire header, RecordBatch v2) are `shoal-proto`'s. It never
+//! opens a socket, reads a clock or spawns a thread, and knows nothing of quorums: view, op and
+//! commit are fields it checks for continuity and checksums only.
 
-pub mod batch;
-pub mod checksum;
 mod chunk;
 mod error;
 pub mod inspect;
 mod join;
 pub mod journal;
 pub mod partition;
-pub mod protocol;
 pub mod record;
 pub mod ring;
 mod scan;
@@ -25,6 +21,8 @@ pub mod state;
 pub mod storage;
 pub mod superblock;
 pub mod transfer;
-pub mod wire;
 
 pub use error::{Corruption, Error, Result};
+// The shared formats, under the paths the engine's modules (and, until they name `shoal-proto`
+// themselves, other crates) use.
+pub use shoal_proto::{batch, checksum, protocol, wire};

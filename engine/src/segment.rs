@@ -32,17 +32,20 @@ pub fn index_name(base_offset: u64) -> String {
 /// The base offset a segment file name encodes, if it is one.
 #[must_use]
 pub fn parse_log_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(LOG_SUFFIX)?;
-    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
+    parse_base_offset_name(name, LOG_SUFFIX)
 }
 
 /// The base offset an index file name encodes, if it is one.
 #[must_use]
 pub fn parse_index_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(INDEX_SUFFIX)?;
+    parse_base_offset_name(name, INDEX_SUFFIX)
+}
+
+/// The base offset a `<20 decimal digits><suffix>` file name encodes, if it is one: the one
+/// parser of every name a log file carries (segments, indexes, staged transfer segments).
+#[must_use]
+pub fn parse_base_offset_name(name: &str, suffix: &str) -> Option<u64> {
+    let digits = name.strip_suffix(suffix)?;
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }

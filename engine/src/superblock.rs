@@ -18,6 +18,8 @@ use bytes::Bytes;
 use crate::error::{Error, Result};
 use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
 
+pub use shoal_proto::Durability;
+
 /// Copies written per version.
 pub const COPIES: usize = 4;
 /// The superblock's file name inside a shard directory.
@@ -89,34 +91,6 @@ const _: () = assert!(SLOT_CHECKPOINT_OP.is_multiple_of(8) && SLOT_FENCE_OP.is_m
 const _: () = assert!(SLOT_FENCE_SEQ == 104 && SLOT_FENCE_SEQ.is_multiple_of(8));
 const _: () = assert!(SLOT_FLAGS == 113);
 const _: () = assert!(SLOT_DAMAGED_FROM.is_multiple_of(8));
-
-/// The durability mode of a group, chosen at creation (DESIGN.md §3).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Durability {
-    /// Acknowledged once written (single node) or once a quorum has it: the partition log is the
-    /// write-ahead log.
-    #[default]
-    Replicated,
-    /// Acknowledged once durable: prepares also go to the shard journal, synced every cycle.
-    Persisted,
-}
-
-impl Durability {
-    fn to_byte(self) -> u8 {
-        match self {
-            Durability::Replicated => 1,
-            Durability::Persisted => 2,
-        }
-    }
-
-    fn from_byte(byte: u8) -> Option<Self> {
-        match byte {
-            1 => Some(Durability::Replicated),
-            2 => Some(Durability::Persisted),
-            _ => None,
-        }
-    }
-}
 
 /// Per-group settings, chosen when the group is created and kept in its superblock slot so the
 /// engine can reopen the group on its own.

@@ -35,11 +35,7 @@ pub fn staged_log_name(base_offset: u64) -> String {
 /// The base offset a staged segment's file name encodes, if it is one.
 #[must_use]
 pub fn parse_staged_log_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(STAGED_LOG_SUFFIX)?;
-    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
+    crate::segment::parse_base_offset_name(name, STAGED_LOG_SUFFIX)
 }
 
 /// Whether `name` is a file only an install in progress writes.

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use shoal_engine::batch::{self, BatchHeader, BatchLimits, Compression};
+use shoal_proto::batch::{self, BatchHeader, BatchLimits, Compression};
 
 fuzz_target!(|data: &[u8]| {
     let _ = BatchHeader::parse(data);

@@ -12,7 +12,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use shoal_engine::wire::{
+use shoal_proto::wire::{
     Fields, HEADER_SIZE, Header, HeaderError, checksum_header, decode_commit_entries,
     decode_view_headers, encode_commit_entries, encode_view_headers,
 };

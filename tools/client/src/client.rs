@@ -17,10 +17,10 @@ use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use bytes::Bytes;
-use shoal_engine::protocol::consumer::{
+use shoal_proto::protocol::consumer::{
     self, Assignment, GroupMember, JoinGroup, OffsetKey, Poll, StoreOffset,
 };
-use shoal_engine::protocol::{
+use shoal_proto::protocol::{
     CreateTopic, Fetch, FetchFrom, FetchReply, HelloReply, Operation, PartitionInfo, Partitioning,
     Produce, ProduceReply, StreamInfo, TopicInfo, Writer, decode_describe, decode_streams,
     decode_topics, encode_stream_name, encode_topic_name,
@@ -603,7 +603,7 @@ mod tests {
 
     use super::*;
     use crate::testing::{Faults, MemoryServer, batch_of, spawn_tcp};
-    use shoal_engine::protocol::{ErrorCode, FetchFrom};
+    use shoal_proto::protocol::{ErrorCode, FetchFrom};
 
     fn config(address: std::net::SocketAddr) -> ClientConfig {
         ClientConfig {

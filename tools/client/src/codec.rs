@@ -15,8 +15,8 @@
 use std::fmt;
 
 use bytes::{Bytes, BytesMut};
-use shoal_engine::protocol::Operation;
-use shoal_engine::wire::{ClientReply, ClientRequest, Command, HEADER_SIZE, Header, HeaderError};
+use shoal_proto::protocol::Operation;
+use shoal_proto::wire::{ClientReply, ClientRequest, Command, HEADER_SIZE, Header, HeaderError};
 
 use crate::error::ClientError;
 
@@ -268,7 +268,7 @@ impl FrameDecoder {
 mod tests {
     use super::*;
     use crate::testing::{reply_frame, reply_frame_with};
-    use shoal_engine::wire::Fields;
+    use shoal_proto::wire::Fields;
 
     const CLUSTER: u64 = 1;
 

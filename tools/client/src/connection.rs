@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use shoal_engine::protocol::{
+use shoal_proto::protocol::{
     ErrorCode, Hello, HelloReply, Operation, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, TEXT_LEN_MAX,
     decode_session,
 };
@@ -339,7 +339,7 @@ fn error_text(body: &[u8]) -> String {
 mod tests {
     use super::*;
     use crate::testing::{Responder, hello_reply_body, reply_frame};
-    use shoal_engine::protocol::encode_session;
+    use shoal_proto::protocol::encode_session;
 
     const CLIENT: u64 = 0xc1;
 

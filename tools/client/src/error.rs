@@ -9,7 +9,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use shoal_engine::protocol::ErrorCode;
+use shoal_proto::protocol::ErrorCode;
 
 /// Why a client call failed.
 ///

@@ -12,8 +12,8 @@
 //! compressed batch is reported as unsupported), and never panics on server bytes.
 
 use bytes::Bytes;
-use shoal_engine::batch::{self, BatchError, BatchHeader, BatchLimits, HeaderIter, RecordIter};
-use shoal_engine::protocol::{FetchFrom, FetchReply};
+use shoal_proto::batch::{self, BatchError, BatchHeader, BatchLimits, HeaderIter, RecordIter};
+use shoal_proto::protocol::{FetchFrom, FetchReply};
 
 use crate::error::{ClientError, Result};
 

@@ -11,7 +11,7 @@
 //! - `split`: a connection's two directions apart ([`Client::into_split`]), for writing a request
 //!   while an earlier reply is awaited (the load tool's open-loop producer).
 //!
-//! The client speaks `shoal_engine::wire` headers and `shoal_engine::protocol` bodies, built
+//! The client speaks `shoal_proto::wire` headers and `shoal_proto::protocol` bodies, built
 //! without the engine's io_uring storage backend. It never panics on server bytes; every failure
 //! is a [`ClientError`].
 //!
@@ -48,18 +48,18 @@ pub use connection::Reply;
 pub use error::{ClientError, Result};
 pub use fetch::{Fetched, FetchedRecord, Records};
 pub use producer::{Ack, Producer, ProducerConfig};
+/// Durability modes of a topic.
+pub use shoal_proto::Durability;
 /// Batches are built with the engine's builder.
-pub use shoal_engine::batch::BatchBuilder;
+pub use shoal_proto::batch::BatchBuilder;
 /// Consumer offsets, groups and polling.
-pub use shoal_engine::protocol::consumer::{
+pub use shoal_proto::protocol::consumer::{
     Assignment, ConsumerId, ConsumerKind, GroupMember, GroupRef, JoinGroup, Membership, OffsetKey,
     PartitionRef, Poll, StoreOffset,
 };
 /// The protocol's argument and result types, re-exported so callers need no engine dependency.
-pub use shoal_engine::protocol::{
+pub use shoal_proto::protocol::{
     CreateTopic, ErrorCode, Fetch, FetchFrom, FetchReply, HelloReply, PartitionInfo, Partitioning,
     ProduceReply, StreamInfo, TopicInfo,
 };
-/// Durability modes of a topic.
-pub use shoal_engine::superblock::Durability;
 pub use split::{ReplyReceiver, RequestSender};

@@ -39,11 +39,11 @@ use std::collections::vec_deque::Drain;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use shoal_engine::batch::BatchBuilder;
-use shoal_engine::protocol::{
+use shoal_proto::batch::BatchBuilder;
+use shoal_proto::protocol::{
     ErrorCode, Operation, Partitioning, Produce, ProduceReply, Writer, partition_for_key,
 };
-use shoal_engine::wire::HEADER_SIZE;
+use shoal_proto::wire::HEADER_SIZE;
 
 use crate::client::Client;
 use crate::error::{ClientError, Result};
@@ -682,8 +682,8 @@ mod tests {
         spawn_tcp_as_shard,
     };
     use crate::{ClientConfig, runtime};
-    use shoal_engine::batch::records;
-    use shoal_engine::protocol::ErrorCode;
+    use shoal_proto::batch::records;
+    use shoal_proto::protocol::ErrorCode;
 
     /// Drives a `ProducerCore` over a sans-IO `Connection` against an in-memory server.
     struct Harness {
@@ -821,7 +821,7 @@ mod tests {
             .enumerate()
             .flat_map(|(p, log)| {
                 log.iter().map(move |(_, batch)| {
-                    let header = shoal_engine::batch::BatchHeader::parse(batch).unwrap();
+                    let header = shoal_proto::batch::BatchHeader::parse(batch).unwrap();
                     (
                         p as u32,
                         header.producer_id(),

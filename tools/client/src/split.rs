@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use monoio::io::{OwnedReadHalf, OwnedWriteHalf};
 use monoio::net::TcpStream;
-use shoal_engine::protocol::Operation;
+use shoal_proto::protocol::Operation;
 
 use crate::connection::{Connection, Reply};
 use crate::error::{ClientError, Result};
@@ -107,7 +107,7 @@ impl ReplyReceiver {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use shoal_engine::protocol::{Partitioning, Produce, ProduceReply, Writer};
+    use shoal_proto::protocol::{Partitioning, Produce, ProduceReply, Writer};
 
     use crate::testing::{Faults, MemoryServer, batch_of, spawn_tcp};
     use crate::{Client, ClientConfig, runtime};
@@ -135,11 +135,11 @@ mod tests {
             .encode_prefix(&mut prefix);
             let batch = batch_of(0, 1_000, &["a", "b"]);
             let parts: [&[u8]; 2] = [&prefix.bytes, &batch];
-            let first = requests.submit(shoal_engine::protocol::Operation::Produce, &parts).await;
+            let first = requests.submit(shoal_proto::protocol::Operation::Produce, &parts).await;
             let first = first.unwrap();
             // The receive starts first and is pending while the second request is written.
             let (reply, second) = monoio::join!(replies.receive(), async {
-                let second = requests.submit(shoal_engine::protocol::Operation::Produce, &parts);
+                let second = requests.submit(shoal_proto::protocol::Operation::Produce, &parts);
                 second.await.unwrap()
             });
             let reply = reply.unwrap();

@@ -11,14 +11,14 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 
-use shoal_engine::batch::{self, BatchBuilder, BatchHeader, BatchLimits};
-use shoal_engine::protocol::{
+use shoal_proto::Durability;
+use shoal_proto::batch::{self, BatchBuilder, BatchHeader, BatchLimits};
+use shoal_proto::protocol::{
     ErrorCode, Fetch, FetchFrom, FetchReply, HelloReply, Operation, PartitionInfo, Partitioning,
     Produce, ProduceReply, StreamInfo, TopicInfo, decode_stream_name, encode_describe,
     encode_session, encode_streams, partition_for_key,
 };
-use shoal_engine::superblock::Durability;
-use shoal_engine::wire::{ClientReply, HEADER_SIZE, Header};
+use shoal_proto::wire::{ClientReply, HEADER_SIZE, Header};
 
 /// A sealed reply frame for `operation`.
 pub fn reply_frame(

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use shoal_engine::Corruption;
 use shoal_engine::inspect::{
     CopyReport, GroupReport, IndexStatus, InspectReport, JournalReport, Note, SegmentEnd,
-    SegmentReport, ShardReport, durability_name, inspect,
+    SegmentReport, ShardReport, inspect,
 };
 use shoal_engine::storage::std_fs::{StdStorage, block_on};
 use shoal_engine::superblock::{GroupSlot, Identity};
@@ -173,7 +173,7 @@ fn copy_json(copy: &CopyReport) -> Value {
 
 fn slot_json(slot: &GroupSlot) -> Value {
     json!({
-        "durability": durability_name(slot.config.durability),
+        "durability": slot.config.durability.as_str(),
         "view": slot.view,
         "log_view": slot.log_view,
         "log_view_head_op": slot.log_view_head_op,
@@ -387,7 +387,7 @@ fn human_group(out: &mut String, group: &GroupReport) {
             "  group {} ({}): view {} log_view {} (began at op {}), checkpoint op {} in \
              {:020}.log at byte {}, fence {}",
             group.group,
-            durability_name(slot.config.durability),
+            slot.config.durability.as_str(),
             slot.view,
             slot.log_view,
             slot.log_view_head_op.map_or("?".to_string(), |op| op.to_string()),

@@ -234,11 +234,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, UsageEr
             if partitions == 0 {
                 return usage("--partitions must be at least 1");
             }
-            let durability = match options.get("--durability").map(String::as_str) {
-                Some("replicated") => Durability::Replicated,
-                Some("persisted") => Durability::Persisted,
-                Some(other) => {
-                    return usage(format!("--durability {other:?}: use replicated or persisted"));
+            let durability: Durability = match options.get("--durability") {
+                Some(name) => {
+                    name.parse().map_err(|error| UsageError(format!("--durability: {error}")))?
                 }
                 None => return usage("topic create needs --durability replicated|persisted"),
             };

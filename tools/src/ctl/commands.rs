@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use shoal_client::{
-    Assignment, Client, ClientConfig, ClientError, ConsumerId, CreateTopic, Durability, ErrorCode,
-    Fetch, FetchFrom, FetchedRecord, GroupMember, GroupRef, JoinGroup, Membership, PartitionInfo,
+    Assignment, Client, ClientConfig, ClientError, ConsumerId, CreateTopic, ErrorCode, Fetch,
+    FetchFrom, FetchedRecord, GroupMember, GroupRef, JoinGroup, Membership, PartitionInfo,
     PartitionRef, Poll, Producer, ProducerConfig, StoreOffset, TopicInfo,
 };
 
@@ -128,7 +128,7 @@ pub async fn run(cli: Cli) -> Outcome {
                     vec![
                         t.name.clone(),
                         t.partitions.to_string(),
-                        durability_name(t.durability).to_string(),
+                        t.durability.as_str().to_string(),
                         t.retention_bytes.to_string(),
                         t.retention_ms.to_string(),
                         t.segment_size_bytes.to_string(),
@@ -634,19 +634,12 @@ fn print(json: bool, value: Value, text: String) -> Outcome {
     write_stdout(line.as_bytes())
 }
 
-fn durability_name(durability: Durability) -> &'static str {
-    match durability {
-        Durability::Replicated => "replicated",
-        Durability::Persisted => "persisted",
-    }
-}
-
 fn topic_json(t: &TopicInfo) -> Value {
     json!({
         "stream": t.stream,
         "name": t.name,
         "partitions": t.partitions,
-        "durability": durability_name(t.durability),
+        "durability": t.durability.as_str(),
         "retention_bytes": t.retention_bytes,
         "retention_ms": t.retention_ms,
         "segment_size_bytes": t.segment_size_bytes,
@@ -673,7 +666,7 @@ fn describe_text(info: &TopicInfo, partitions: &[PartitionInfo]) -> String {
         info.stream,
         info.name,
         info.partitions,
-        durability_name(info.durability),
+        info.durability.as_str(),
         info.retention_bytes,
         info.retention_ms,
         info.segment_size_bytes,

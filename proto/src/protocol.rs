@@ -18,7 +18,7 @@ pub mod consumer;
 
 use std::fmt;
 
-use crate::superblock::Durability;
+use crate::durability::Durability;
 
 /// The protocol version this build speaks. Version 2 added the shard map to the `Hello` result
 /// ([`HelloReply::shard`], [`HelloReply::shard_addresses`]); nothing else differs from 1.
@@ -561,27 +561,15 @@ fn invalid(field: &'static str, reason: String) -> ProtocolError {
 }
 
 fn durability_byte(durability: Option<Durability>) -> u8 {
-    match durability {
-        None => 0,
-        Some(Durability::Replicated) => 1,
-        Some(Durability::Persisted) => 2,
-    }
+    durability.map_or(0, Durability::to_byte)
 }
 
 fn durability_from(byte: u8, field: &'static str) -> Result<Option<Durability>> {
     match byte {
         0 => Ok(None),
-        1 => Ok(Some(Durability::Replicated)),
-        2 => Ok(Some(Durability::Persisted)),
-        other => Err(invalid(field, format!("durability {other}: use 1 or 2 (0: default)"))),
-    }
-}
-
-/// The durability's name in text output.
-pub fn durability_name(durability: Durability) -> &'static str {
-    match durability {
-        Durability::Replicated => "replicated",
-        Durability::Persisted => "persisted",
+        byte => Durability::from_byte(byte)
+            .map(Some)
+            .ok_or_else(|| invalid(field, format!("durability {byte}: use 1 or 2 (0: default)"))),
     }
 }
 
