@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-
 use shoal_client::FetchFrom;
 
 use crate::run::{Connect, Mode, Options, Placement};

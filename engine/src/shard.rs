@@ -17,7 +17,7 @@ use crate::checksum;
 use crate::chunk::ChunkPool;
 use crate::error::{Error, Result};
 use crate::join::join_all;
-use crate::journal::{Journal, JournalCycle};
+use crate::journal::{Journal, JournalCycle, JournalRecovery};
 use crate::partition::{FlushDone, FlushJob, GroupRecovery, PartitionLog, SettleJob, Shared};
 use crate::record::{ChainNext, check_standalone, prepare_of};
 use crate::ring::{RingBudget, RingLimits};
@@ -330,19 +330,7 @@ impl<S: Storage> Shard<S> {
         dir: &Path,
         config: ShardConfig,
     ) -> Result<(Self, RecoveryReport)> {
-        storage
-            .create_dir_all(dir)
-            .await
-            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-        // Every directory on the way may have just been created: make each entry durable, or a
-        // power loss could take the whole shard directory with it.
-        // A relative path ends in an empty ancestor, which names no directory to sync.
-        for ancestor in dir.ancestors().skip(1).filter(|a| !a.as_os_str().is_empty()) {
-            storage
-                .sync_dir(ancestor)
-                .await
-                .map_err(|e| Error::io(format!("syncing {}", ancestor.display()), e))?;
-        }
+        create_shard_dir(&storage, dir).await?;
         let identity = Identity {
             cluster: config.cluster,
             node: config.node,
@@ -359,25 +347,7 @@ impl<S: Storage> Shard<S> {
             config.record_size_bytes_max,
         )
         .await?;
-        let mut zeros = AlignedBuf::zeroed(1 << 20, BLOCK_SIZE_BYTES);
-        zeros.set_len(1 << 20);
-        let shared = Rc::new(Shared {
-            cluster: config.cluster,
-            ready_ahead_bytes: config.ready_ahead_bytes,
-            recycle_segments: config.recycle_segments,
-            index_interval_bytes: config.index_interval_bytes,
-            ring_limits: config.ring,
-            held_prepares_max: config.held_prepares_max,
-            persisted_write_batch_bytes: config.persisted_write_batch_bytes,
-            scan_window_bytes: config.scan_window_bytes,
-            index_entries_max: config.index_entries_max,
-            pool: std::cell::RefCell::new(ChunkPool::new(
-                config.chunk_size_bytes,
-                config.chunks_max,
-            )),
-            ring_budget: RingBudget::new(config.ring_budget_bytes),
-            zeros: zeros.freeze(),
-        });
+        let shared = Rc::new(shared_for(&config));
         let mut report = RecoveryReport {
             superblock: superblock_status,
             journal_entries: journal_recovery.entries_valid,
@@ -385,82 +355,13 @@ impl<S: Storage> Shard<S> {
             groups: Vec::new(),
             clean_shutdown: superblock.state().clean_shutdown,
         };
-        let mut groups = BTreeMap::new();
-        let mut durable = BTreeMap::new();
-        let mut checkpoint_wanted = BTreeSet::new();
-        let no_prepares = Vec::new();
-        for (&id, slot) in &superblock.state().groups {
-            if slot.transfer_pending {
-                // A state transfer passed its commit point and the stop came before its second
-                // superblock write: finish replacing the old log's files first.
-                let base = slot.checkpoint.segment_base_offset;
-                transfer::roll_forward(&storage, &group_dir(dir, id), base).await?;
-            }
-            let prepares = journal_recovery.prepares.get(&id).unwrap_or(&no_prepares);
-            let (mut log, mut recovery) = PartitionLog::recover(
-                storage.clone(),
-                Rc::clone(&shared),
-                group_dir(dir, id),
-                *slot,
-                slot.config,
-                prepares,
-            )
-            .await?;
-            if slot.config.durability == Durability::Persisted
-                && journal_recovery.corruption.is_some()
-            {
-                // A synced journal entry is gone and we cannot tell whose: every persisted
-                // group's suffix is faulty rather than absent (unavailable beats wrong).
-                log.mark_suffix_faulty();
-                recovery.faulty = log.faulty_ops().clone();
-            }
-            if slot.config.durability == Durability::Replicated
-                && !superblock.state().clean_shutdown
-                && recovery.corruption.is_none()
-            {
-                // Writes past the checkpoint were acknowledged once written, not once synced: after
-                // an unclean stop some may be gone without a trace, so the suffix is faulty.
-                log.mark_suffix_faulty();
-                recovery.faulty = log.faulty_ops().clone();
-            }
-            if recovery.journal_replayed > 0 || recovery.torn_tail.is_some() {
-                checkpoint_wanted.insert(id);
-            }
-            durable.insert(id, log.head_op());
-            groups.insert(id, log);
-            report.groups.push(recovery);
-        }
-        // Clear the clean-shutdown flag before anything can be acknowledged. A truncation a
-        // crash interrupted is finished now: recovery cut its tail as torn. A state transfer a
-        // crash interrupted is rolled forward (durably, above): its flag goes before anything
-        // is appended, since a later roll-forward would remove the new segments.
-        let mut superblock = superblock;
-        let mut slots = superblock.state().groups.clone();
-        for (id, slot) in &mut slots {
-            slot.transfer_pending = false;
-            if slot.fence.view != 0 && !slot.fence.finished {
-                slot.fence.finished = true;
-                if let Some(log) = groups.get_mut(id) {
-                    log.finish_fence();
-                }
-            }
-        }
-        superblock.write(slots).await?;
-        // The journal's tail may still hold entries a checkpoint covered just before the stop
-        // (no later entry recorded the tail moving past them): they are free now, or an idle
-        // group's stale entries would pin the journal until every other group stalls on it.
+        let recovered =
+            recover_groups(&storage, dir, &shared, &superblock, &journal_recovery, &mut report)
+                .await?;
+        let RecoveredGroups { mut groups, durable, checkpoint_wanted } = recovered;
+        let superblock = finish_interrupted(superblock, &mut groups).await?;
         let mut journal = journal;
-        for (&id, log) in &groups {
-            journal.release(id, log.checkpoint().op);
-            if log.damaged_from() != 0 {
-                // A damage cut, in this open or an earlier run, whose ops the group has not all
-                // had back: every op past its head is faulty by the durable marker, so its
-                // journal entries there are dead. Left live they would pin the journal until
-                // the group got those ops back, which may need a state transfer whose appends
-                // the full journal refuses (retention seed 21,000,173).
-                journal.release_above(id, log.head_op());
-            }
-        }
+        release_stale_journal(&mut journal, &groups);
         let shard = Shard {
             storage,
             dir: dir.to_path_buf(),
@@ -1084,6 +985,77 @@ impl<S: Storage> Shard<S> {
             self.flushes_in_flight == 0 && !self.checkpoint_in_flight,
             "install a transfer between jobs"
         );
+        let config = *self.log(group)?.config();
+        let (record, header) = self.check_transfer(group, first, body, state)?;
+        let prepare = *prepare_of(&header);
+        let state_file = bytes::Bytes::from(state.encode()?);
+        let dir = group_dir(&self.dir, group);
+        let base = prepare.base_offset;
+
+        self.write_pending_journal().await?;
+        let old = self.groups[&group].slot();
+
+        // 1. Stage beside the live log; nothing the group depends on changes.
+        if cfg!(feature = "canary-transfer-unstaged") {
+            // Canary (DESIGN.md §7): the old log is replaced in place before the commit point.
+            transfer::stage_unstaged(&self.storage, &dir, &record, base, state_file).await?;
+        } else {
+            transfer::stage(&self.storage, &dir, &record, base, state_file).await?;
+        }
+
+        // 2. The commit point: the slot of the new log, with a fence over the old one's journal
+        // entries (see `transfer_slot`).
+        let slot = transfer_slot(old, state, &header, self.journal.last_seq());
+        let mut slots = self.slots();
+        slots.insert(group, slot);
+        if let Err(error) = self.superblock.write(slots).await {
+            return Err(self.fail(error));
+        }
+
+        // 3. Roll forward. The old log goes first: it returns its ring budget and chunks, and
+        // its open files are not written again.
+        drop(self.groups.remove(&group));
+        self.checkpoint_wanted.remove(&group);
+        self.settle_blocked.remove(&group);
+        if let Err(error) = transfer::roll_forward(&self.storage, &dir, base).await {
+            return Err(self.fail(error));
+        }
+
+        // 4. Rebuild the log from the new slot (recovery checks the record again as read), then
+        // clear the flag durably before anything can be appended.
+        let shared = Rc::clone(&self.shared);
+        let recovered =
+            PartitionLog::recover(self.storage.clone(), shared, dir, slot, config, &[]).await;
+        let (log, recovery) = match recovered {
+            Ok(recovered) => recovered,
+            Err(error) => return Err(self.fail(error)),
+        };
+        self.durable.insert(group, log.head_op());
+        self.groups.insert(group, log);
+        // Entries up to S are covered by the new checkpoint, those above it fenced off.
+        self.journal.release(group, u64::MAX);
+        let slots = self.slots();
+        if let Err(error) = self.superblock.write(slots).await {
+            return Err(self.fail(error));
+        }
+        self.slots_dirty.remove(&group);
+        self.counters.transfers_installed += 1;
+        match recovery.corruption {
+            Some(corruption) => Err(Error::Corruption(corruption)),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks a transferred first record and state against each other and against the group:
+    /// the record is valid standalone, its op and end offset are the state's, and it moves the
+    /// group forward. Returns the record's bytes and its header.
+    fn check_transfer(
+        &self,
+        group: u64,
+        first: &Header,
+        body: &[u8],
+        state: &GroupState,
+    ) -> Result<(Vec<u8>, Header)> {
         let log = self.log(group)?;
         let config = *log.config();
         let encoded = first.encode();
@@ -1124,86 +1096,7 @@ impl<S: Storage> Shard<S> {
                 log.head_op()
             )));
         }
-        let state_file = bytes::Bytes::from(state.encode()?);
-        let dir = group_dir(&self.dir, group);
-        let base = prepare.base_offset;
-
-        self.write_pending_journal().await?;
-        let old = self.groups[&group].slot();
-
-        // 1. Stage beside the live log; nothing the group depends on changes.
-        if cfg!(feature = "canary-transfer-unstaged") {
-            // Canary (DESIGN.md §7): the old log is replaced in place before the commit point.
-            transfer::stage_unstaged(&self.storage, &dir, &record, base, state_file).await?;
-        } else {
-            transfer::stage(&self.storage, &dir, &record, base, state_file).await?;
-        }
-
-        // 2. The commit point. The fence kills every journal entry written so far above S (the
-        // old log's held none above its head, but a truncated suffix's entries may still lie
-        // in the journal); `finished`, since segment records above S will be the new suffix. A
-        // journal that never held an entry needs no fence, and a fence with `seq` 0 would judge
-        // later entries by view. Entries numbered after it (seq above `fence.seq`, never
-        // reused: every lower number is on disk) are the new log's.
-        let journal_seq = self.journal.last_seq();
-        let fence = if journal_seq == 0 {
-            Fence::default()
-        } else {
-            Fence { op: state.op, view: old.view.max(1), seq: journal_seq, finished: true }
-        };
-        let slot = GroupSlot {
-            checkpoint: Checkpoint {
-                op: state.op,
-                checksum: header.checksum_header,
-                next_offset: end_offset,
-                segment_base_offset: base,
-                position_bytes: 0,
-            },
-            fence,
-            // A damage cut's missing ops past S may have been acknowledged: they stay faulty
-            // (from S + 1) until the owner clears the marker, as for any cut.
-            damaged_from: if old.damaged_from == 0 { 0 } else { state.op + 1 },
-            transfer_pending: true,
-            ..old
-        };
-        let mut slots = self.slots();
-        slots.insert(group, slot);
-        if let Err(error) = self.superblock.write(slots).await {
-            return Err(self.fail(error));
-        }
-
-        // 3. Roll forward. The old log goes first: it returns its ring budget and chunks, and
-        // its open files are not written again.
-        drop(self.groups.remove(&group));
-        self.checkpoint_wanted.remove(&group);
-        self.settle_blocked.remove(&group);
-        if let Err(error) = transfer::roll_forward(&self.storage, &dir, base).await {
-            return Err(self.fail(error));
-        }
-
-        // 4. Rebuild the log from the new slot (recovery checks the record again as read), then
-        // clear the flag durably before anything can be appended.
-        let shared = Rc::clone(&self.shared);
-        let recovered =
-            PartitionLog::recover(self.storage.clone(), shared, dir, slot, config, &[]).await;
-        let (log, recovery) = match recovered {
-            Ok(recovered) => recovered,
-            Err(error) => return Err(self.fail(error)),
-        };
-        self.durable.insert(group, log.head_op());
-        self.groups.insert(group, log);
-        // Entries up to S are covered by the new checkpoint, those above it fenced off.
-        self.journal.release(group, u64::MAX);
-        let slots = self.slots();
-        if let Err(error) = self.superblock.write(slots).await {
-            return Err(self.fail(error));
-        }
-        self.slots_dirty.remove(&group);
-        self.counters.transfers_installed += 1;
-        match recovery.corruption {
-            Some(corruption) => Err(Error::Corruption(corruption)),
-            None => Ok(()),
-        }
+        Ok((record, header))
     }
 
     /// Applies retention to every group (`now_ms` from the caller's clock). Call with no flush
@@ -1298,6 +1191,192 @@ impl<S: Storage> Shard<S> {
 #[must_use]
 pub fn shard_dir(data_dir: &Path, shard: u32) -> PathBuf {
     data_dir.join(format!("shard-{shard}"))
+}
+
+/// The group's slot at a transfer's commit point, written before the old log's files go.
+///
+/// The fence kills every journal entry written so far above S (the old log's held none above its
+/// head, but a truncated suffix's entries may still lie in the journal); `finished`, since segment
+/// records above S will be the new suffix. A journal that never held an entry (`journal_seq` 0)
+/// needs no fence, and a fence with `seq` 0 would judge later entries by view. Entries numbered
+/// after it (seq above `fence.seq`, never reused: every lower number is on disk) are the new
+/// log's.
+fn transfer_slot(
+    old: GroupSlot,
+    state: &GroupState,
+    header: &Header,
+    journal_seq: u64,
+) -> GroupSlot {
+    let prepare = prepare_of(header);
+    let fence = if journal_seq == 0 {
+        Fence::default()
+    } else {
+        Fence { op: state.op, view: old.view.max(1), seq: journal_seq, finished: true }
+    };
+    GroupSlot {
+        checkpoint: Checkpoint {
+            op: state.op,
+            checksum: header.checksum_header,
+            next_offset: prepare.end_offset(),
+            segment_base_offset: prepare.base_offset,
+            position_bytes: 0,
+        },
+        fence,
+        // A damage cut's missing ops past S may have been acknowledged: they stay faulty
+        // (from S + 1) until the owner clears the marker, as for any cut.
+        damaged_from: if old.damaged_from == 0 { 0 } else { state.op + 1 },
+        transfer_pending: true,
+        ..old
+    }
+}
+
+/// Creates the shard directory and makes every entry on its way durable: each may have just been
+/// created, and a power loss could otherwise take the whole shard directory with it.
+async fn create_shard_dir<S: Storage>(storage: &S, dir: &Path) -> Result<()> {
+    storage
+        .create_dir_all(dir)
+        .await
+        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    // A relative path ends in an empty ancestor, which names no directory to sync.
+    for ancestor in dir.ancestors().skip(1).filter(|a| !a.as_os_str().is_empty()) {
+        storage
+            .sync_dir(ancestor)
+            .await
+            .map_err(|e| Error::io(format!("syncing {}", ancestor.display()), e))?;
+    }
+    Ok(())
+}
+
+/// The settings and pools every partition log of the shard shares.
+fn shared_for(config: &ShardConfig) -> Shared {
+    let mut zeros = AlignedBuf::zeroed(1 << 20, BLOCK_SIZE_BYTES);
+    zeros.set_len(1 << 20);
+    Shared {
+        cluster: config.cluster,
+        ready_ahead_bytes: config.ready_ahead_bytes,
+        recycle_segments: config.recycle_segments,
+        index_interval_bytes: config.index_interval_bytes,
+        ring_limits: config.ring,
+        held_prepares_max: config.held_prepares_max,
+        persisted_write_batch_bytes: config.persisted_write_batch_bytes,
+        scan_window_bytes: config.scan_window_bytes,
+        index_entries_max: config.index_entries_max,
+        pool: std::cell::RefCell::new(ChunkPool::new(config.chunk_size_bytes, config.chunks_max)),
+        ring_budget: RingBudget::new(config.ring_budget_bytes),
+        zeros: zeros.freeze(),
+    }
+}
+
+/// The groups an open recovered, with what the shard tracks for each from the start.
+struct RecoveredGroups<S: Storage> {
+    groups: BTreeMap<u64, PartitionLog<S>>,
+    /// Each group's durable head at open.
+    durable: BTreeMap<u64, u64>,
+    /// Groups whose recovery replayed or cut something, so a checkpoint should follow.
+    checkpoint_wanted: BTreeSet<u64>,
+}
+
+/// Recovers every group the superblock names, in id order: finishes a state transfer that passed
+/// its commit point, scans the log past its checkpoint (replaying the journal's prepares), and
+/// marks a suffix faulty where the stop may have taken acknowledged writes without a trace.
+async fn recover_groups<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    shared: &Rc<Shared>,
+    superblock: &Superblock<S::File>,
+    journal_recovery: &JournalRecovery,
+    report: &mut RecoveryReport,
+) -> Result<RecoveredGroups<S>> {
+    let mut recovered = RecoveredGroups {
+        groups: BTreeMap::new(),
+        durable: BTreeMap::new(),
+        checkpoint_wanted: BTreeSet::new(),
+    };
+    let no_prepares = Vec::new();
+    for (&id, slot) in &superblock.state().groups {
+        if slot.transfer_pending {
+            // A state transfer passed its commit point and the stop came before its second
+            // superblock write: finish replacing the old log's files first.
+            let base = slot.checkpoint.segment_base_offset;
+            transfer::roll_forward(storage, &group_dir(dir, id), base).await?;
+        }
+        let prepares = journal_recovery.prepares.get(&id).unwrap_or(&no_prepares);
+        let (mut log, mut recovery) = PartitionLog::recover(
+            storage.clone(),
+            Rc::clone(shared),
+            group_dir(dir, id),
+            *slot,
+            slot.config,
+            prepares,
+        )
+        .await?;
+        if slot.config.durability == Durability::Persisted && journal_recovery.corruption.is_some()
+        {
+            // A synced journal entry is gone and we cannot tell whose: every persisted
+            // group's suffix is faulty rather than absent (unavailable beats wrong).
+            log.mark_suffix_faulty();
+            recovery.faulty = log.faulty_ops().clone();
+        }
+        if slot.config.durability == Durability::Replicated
+            && !superblock.state().clean_shutdown
+            && recovery.corruption.is_none()
+        {
+            // Writes past the checkpoint were acknowledged once written, not once synced: after
+            // an unclean stop some may be gone without a trace, so the suffix is faulty.
+            log.mark_suffix_faulty();
+            recovery.faulty = log.faulty_ops().clone();
+        }
+        if recovery.journal_replayed > 0 || recovery.torn_tail.is_some() {
+            recovered.checkpoint_wanted.insert(id);
+        }
+        recovered.durable.insert(id, log.head_op());
+        recovered.groups.insert(id, log);
+        report.groups.push(recovery);
+    }
+    Ok(recovered)
+}
+
+/// Clears the clean-shutdown flag before anything can be acknowledged, and finishes what a crash
+/// interrupted: a truncation is finished now (recovery cut its tail as torn); a state transfer
+/// was rolled forward durably by [`recover_groups`], and its flag goes before anything is
+/// appended, since a later roll-forward would remove the new segments.
+async fn finish_interrupted<S: Storage>(
+    mut superblock: Superblock<S::File>,
+    groups: &mut BTreeMap<u64, PartitionLog<S>>,
+) -> Result<Superblock<S::File>> {
+    let mut slots = superblock.state().groups.clone();
+    for (id, slot) in &mut slots {
+        slot.transfer_pending = false;
+        if slot.fence.view != 0 && !slot.fence.finished {
+            slot.fence.finished = true;
+            if let Some(log) = groups.get_mut(id) {
+                log.finish_fence();
+            }
+        }
+    }
+    superblock.write(slots).await?;
+    Ok(superblock)
+}
+
+/// Frees the journal entries no group needs any more. The journal's tail may still hold entries a
+/// checkpoint covered just before the stop (no later entry recorded the tail moving past them):
+/// left live, an idle group's stale entries would pin the journal until every other group stalls
+/// on it.
+fn release_stale_journal<S: Storage>(
+    journal: &mut Journal<S::File>,
+    groups: &BTreeMap<u64, PartitionLog<S>>,
+) {
+    for (&id, log) in groups {
+        journal.release(id, log.checkpoint().op);
+        if log.damaged_from() != 0 {
+            // A damage cut, in this open or an earlier run, whose ops the group has not all
+            // had back: every op past its head is faulty by the durable marker, so its
+            // journal entries there are dead. Left live they would pin the journal until
+            // the group got those ops back, which may need a state transfer whose appends
+            // the full journal refuses (retention seed 21,000,173).
+            journal.release_above(id, log.head_op());
+        }
+    }
 }
 
 /// The directory of a group inside a shard directory.

@@ -24,7 +24,7 @@ use monoio::net::{TcpListener, TcpStream};
 pub const HEAD_BYTES_MAX: usize = 8 << 10;
 
 /// Time a client has to send its whole request head, counted from the accept, so a client that
-/// trickles bytes cannot hold a slot longer than a silent one.
+/// trickles bytes cannot hold a connection place longer than a silent one.
 pub const HEAD_READ_TIME_MAX: Duration = Duration::from_secs(5);
 
 /// Time the response may take to write; a client that stops reading loses its connection.
@@ -131,10 +131,10 @@ impl Counters {
     }
 }
 
-/// Holds one of the [`CONNECTIONS_MAX`] slots until dropped.
-struct Slot(Rc<Counters>);
+/// Holds one of the [`CONNECTIONS_MAX`] connection places until dropped.
+struct ConnectionPermit(Rc<Counters>);
 
-impl Drop for Slot {
+impl Drop for ConnectionPermit {
     fn drop(&mut self) {
         self.0.connections_open.set(self.0.connections_open.get() - 1);
     }
@@ -177,14 +177,14 @@ pub async fn serve<P: Page + 'static>(
             continue;
         }
         counters.connections_open.set(counters.connections_open.get() + 1);
-        let slot = Slot(Rc::clone(&counters));
-        monoio::spawn(answer(stream, Rc::clone(&page), slot));
+        let permit = ConnectionPermit(Rc::clone(&counters));
+        monoio::spawn(answer(stream, Rc::clone(&page), permit));
     }
 }
 
 /// Reads one request from `stream` and answers it.
-async fn answer<P: Page>(mut stream: TcpStream, page: Rc<P>, slot: Slot) {
-    let counters = Rc::clone(&slot.0);
+async fn answer<P: Page>(mut stream: TcpStream, page: Rc<P>, permit: ConnectionPermit) {
+    let counters = Rc::clone(&permit.0);
     let (status, method) = match read_head(&mut stream).await {
         Head::Closed => return,
         Head::TimedOut => (Status::RequestTimeout, Method::Get),
@@ -214,7 +214,7 @@ async fn answer<P: Page>(mut stream: TcpStream, page: Rc<P>, slot: Slot) {
         let _ = stream.shutdown().await;
         drain(&mut stream).await;
     }
-    drop(slot);
+    drop(permit);
 }
 
 /// What reading a request head found.
