@@ -6,7 +6,8 @@
 //! invariant check: whatever a helper does, commits still go through the agreement check and the
 //! final logs through [`Cluster::check_logs`].
 
-use super::{Cluster, Packet, Violation, into_result};
+use super::checks::{Violation, into_result};
+use super::cluster::{Cluster, Packet};
 
 impl Cluster {
     /// One step in which every node of `victims` receives and ticks as usual, its transport sends

@@ -1,0 +1,360 @@
+//! The cluster under test: [`Cluster`] and one slot per node (its simulated disk, the node while
+//! it is up, its restart and pause times, what waits for it while it is paused, the views it was
+//! told are durable, its driver state), how a node is configured and opened on its disk, and the
+//! queries scenarios make of the cluster.
+//!
+//! It owns the state; the steps, faults, clients, checks, driver and trace live beside it as
+//! `impl Cluster` blocks of their own. Nothing here draws from the run's PRNG after
+//! `Cluster::new` (the order of draws is part of the trace), reads a real clock or touches a real
+//! file.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::Bytes;
+use shoal_engine::shard::{ShardConfig, group_dir, shard_dir};
+use shoal_engine::state;
+use shoal_engine::storage::sim::{Sim, SimConfig, SimRng, SimStorage};
+use shoal_engine::superblock::{Durability, GroupConfig};
+use shoal_engine::wire::HEADER_SIZE;
+
+use super::admin::{AdminMachine, Executions};
+use super::checks::Violation;
+use super::clients::{Ack, Client};
+use super::coverage::Coverage;
+use super::faults::Damage;
+use super::network::Network;
+use super::options::{FaultProfile, Mode, SimOptions};
+use crate::config::ReplicaConfig;
+use crate::lag::GroupStatus;
+use crate::message::Reply;
+use crate::node::{Clock, Node, NodeConfig, NodeCounters, Transport};
+use crate::replica::Replica;
+
+/// A simulated cluster, for [`run`](super::run) and for scripted scenarios.
+pub struct Cluster {
+    pub(super) options: SimOptions,
+    pub(super) mode: Mode,
+    pub(super) faults: FaultProfile,
+    pub(super) rng: SimRng,
+    pub(super) tick: u64,
+    pub(super) clock: Rc<Cell<i64>>,
+    pub(super) network: Network<Packet>,
+    pub(super) nodes: Vec<NodeSlot>,
+    pub(super) clients: Vec<Client>,
+    /// (group, op) → checksum of the committed prepare, as first seen on any replica.
+    pub(super) committed: BTreeMap<(u64, u64), u32>,
+    /// Every admin request's execution, as any machine first applied it.
+    pub(super) admin_executions: Executions,
+    pub(super) acks: Vec<Ack>,
+    /// A client saw a reply that only a broken producer table gives.
+    pub(super) client_violation: Option<Violation>,
+    pub(super) heal_tick: u64,
+    /// Faults are injected while true (the fault phase of [`run`](super::run)); scripted runs
+    /// drive their own.
+    pub(super) faults_active: bool,
+    pub(super) crashes_due: Vec<usize>,
+    pub(super) clients_active: bool,
+    pub(super) liveness_from_tick: u64,
+    pub(super) coverage: Coverage,
+    pub(super) trace: u64,
+    pub(super) deliveries: u64,
+    /// Damage injected at rest, healed entries pruned as the run goes.
+    pub(super) damage: Vec<Damage>,
+    /// The node whose disk is full, and until which tick.
+    pub(super) disk_full: Option<(usize, u64)>,
+}
+
+impl Cluster {
+    /// Builds the cluster of `options`: every node up with every group created.
+    pub fn new(options: &SimOptions) -> Cluster {
+        let mut rng = SimRng::new(options.seed);
+        let faults = options.faults.unwrap_or_else(|| FaultProfile::swarm(&mut rng));
+        let mode = options.mode.unwrap_or_else(|| match rng.below(3) {
+            0 => Mode::Persisted,
+            1 => Mode::Replicated,
+            _ => Mode::Mixed,
+        });
+        let replicas = usize::from(options.replicas);
+        let client_count = (options.groups * options.clients_per_group) as usize;
+        let network = Network::new(replicas + client_count, faults.network, rng.next_u64());
+        let clock = Rc::new(Cell::new(0));
+        let mut cluster = Cluster {
+            options: *options,
+            mode,
+            faults,
+            rng,
+            tick: 0,
+            clock,
+            network,
+            nodes: Vec::new(),
+            clients: Vec::new(),
+            committed: BTreeMap::new(),
+            admin_executions: Executions::new(),
+            acks: Vec::new(),
+            client_violation: None,
+            heal_tick: u64::MAX,
+            faults_active: options.faults != Some(FaultProfile::none()),
+            crashes_due: Vec::new(),
+            clients_active: true,
+            liveness_from_tick: u64::MAX,
+            coverage: Coverage::default(),
+            trace: 0xcbf2_9ce4_8422_2325,
+            deliveries: 0,
+            damage: Vec::new(),
+            disk_full: None,
+        };
+        for index in 0..options.replicas {
+            let sim = Sim::new(cluster.rng.next_u64(), SimConfig::default());
+            let mut node = cluster.open_node(&sim, index).expect("a fresh simulated node opens");
+            for group in 1..=options.groups {
+                let config = cluster.group_config(group);
+                sim.block_on(node.create_group(group, config)).expect("create group");
+                // Retention deletes nothing the group's snapshot (the admin machine's, or a
+                // data group's producer table) does not cover.
+                let log = node.shard_mut().group_mut(group).expect("created");
+                log.set_retention_floor(0);
+            }
+            cluster.nodes.push(NodeSlot {
+                sim,
+                node: Some(node),
+                restart_tick: 0,
+                paused_until_tick: 0,
+                inbox: VecDeque::new(),
+                durable_views: BTreeMap::new(),
+                admin: cluster.admin_group().map(|_| AdminMachine::new()),
+                producers_saved_op: BTreeMap::new(),
+            });
+        }
+        if cluster.faults_active {
+            for slot in &cluster.nodes {
+                slot.sim.set_read_error_one_in(cluster.faults.read_error_one_in);
+            }
+        }
+        for index in 0..client_count as u64 {
+            let group = index / options.clients_per_group + 1;
+            cluster.clients.push(Client::new(index + 1, group));
+        }
+        cluster
+    }
+
+    /// The current tick.
+    pub fn tick(&self) -> u64 {
+        self.tick
+    }
+
+    /// The replica of `group` on node `node`, when the node is up.
+    pub fn replica(&self, node: usize, group: u64) -> Option<&Replica> {
+        self.nodes[node].node.as_ref()?.replica(group)
+    }
+
+    /// The oldest op node `node`'s log of `group` still holds (retention removes from the
+    /// front), when the node is up.
+    pub fn log_first_op(&self, node: usize, group: u64) -> Option<u64> {
+        Some(self.nodes[node].node.as_ref()?.shard().group(group)?.first_op())
+    }
+
+    /// The node layer's counters of node `node`, when it is up (they restart with the node).
+    pub fn node_counters(&self, node: usize) -> Option<NodeCounters> {
+        Some(self.nodes[node].node.as_ref()?.counters())
+    }
+
+    /// `group` as node `node`'s replica sees it (lag and in-sync set on the primary), when the
+    /// node is up.
+    pub fn group_status(&self, node: usize, group: u64) -> Option<GroupStatus> {
+        self.nodes[node].node.as_ref()?.group_status(group)
+    }
+
+    /// The node whose replica of `group` is a normal primary in the highest view, if any.
+    pub fn primary(&self, group: u64) -> Option<usize> {
+        (0..self.nodes.len())
+            .filter_map(|n| {
+                self.replica(n, group).filter(|r| r.is_primary()).map(|r| (r.view(), n))
+            })
+            .max()
+            .map(|(_, n)| n)
+    }
+
+    /// Whether node `node` is up.
+    pub fn is_up(&self, node: usize) -> bool {
+        self.nodes[node].node.is_some()
+    }
+
+    /// The checksums of every op node `node` holds of `group`, from its engine's log (first
+    /// op first), when the node is up and can read them.
+    pub fn log_checksums(&mut self, node: usize, group: u64) -> Option<Vec<(u64, u32)>> {
+        let slot = &mut self.nodes[node];
+        let node = slot.node.as_mut()?;
+        let log = node.shard_mut().group_mut(group)?;
+        let mut out = Vec::new();
+        for op in log.first_op().max(1)..=log.head_op() {
+            let stored = slot.sim.block_on(log.read_op(op)).ok()??;
+            out.push((op, stored.header.checksum_header));
+        }
+        Some(out)
+    }
+
+    /// `group`'s configuration: durability by the run's mode, retention as the options say.
+    pub(super) fn group_config(&self, group: u64) -> GroupConfig {
+        let durability = match self.mode {
+            Mode::Persisted => Durability::Persisted,
+            Mode::Replicated => Durability::Replicated,
+            Mode::Mixed if group % 2 == 1 => Durability::Persisted,
+            Mode::Mixed => Durability::Replicated,
+        };
+        GroupConfig {
+            durability,
+            segment_size_bytes: 1 << 20,
+            segment_age_ms_max: 0,
+            retention_bytes: self.options.retention_bytes,
+            retention_ms: 0,
+            record_size_bytes_max: (HEADER_SIZE + 4096) as u32,
+        }
+    }
+
+    /// Node `index`'s configuration: faster timers than production, and the repair round size
+    /// the seed draws unless the options fix it.
+    fn node_config(&self, index: u8) -> NodeConfig {
+        let mut replica = ReplicaConfig::new(0x5ea1, 0, self.options.replicas, 0);
+        // Faster timers than production keep runs short; the ratios between them are kept.
+        replica.heartbeat_timeout_ticks = 100;
+        replica.view_change_timeout_ticks = 200;
+        let mut draw = SimRng::new(self.options.seed ^ 0x7e9a_1c00);
+        let per_round_max = if draw.chance(1, 2) { 4 } else { 128 };
+        replica.repair_prepares_max = self
+            .options
+            .repair_prepares_max
+            .unwrap_or_else(|| 1 + draw.below(per_round_max) as usize);
+        replica.replica_lag_ticks_max = self.options.replica_lag_ticks_max;
+        replica.unclean_recovery = self.options.unclean_recovery;
+        // Small, so a state transfer of even a few producers takes several pieces.
+        replica.state_chunk_bytes_max = 256;
+        // The admin group's machine rides along in its transfers.
+        replica.transfers_carry_driver_state = true;
+        NodeConfig::new(index, replica)
+    }
+
+    /// Every node's shard configuration.
+    fn shard_config() -> ShardConfig {
+        ShardConfig { cluster: 0x5ea1, ..ShardConfig::small() }
+    }
+
+    /// Opens node `index` on its disk; fails when recovery could not read or write it (a read
+    /// error, a full disk): the caller retries, as a supervisor restarting the process would.
+    /// Every data group's producer table comes from its newest snapshot plus the log past it,
+    /// and retention may delete only what that snapshot covers, as in the server.
+    pub(super) fn open_node(&self, sim: &Sim, index: u8) -> shoal_engine::Result<SimNode> {
+        let dir = shard_dir(Path::new(DATA_DIR), 0);
+        let clock = SimClock(Rc::clone(&self.clock));
+        let storage = sim.storage();
+        let admin_group = self.admin_group();
+        let floors = RefCell::new(BTreeMap::new());
+        let load_producers = async |group: u64| {
+            if admin_group == Some(group) {
+                return None;
+            }
+            let saved = state::load(&storage, &sim_group_dir(group)).await.ok().flatten();
+            floors.borrow_mut().insert(group, saved.as_ref().map_or(0, |s| s.end_offset));
+            saved.map(|saved| saved.bytes)
+        };
+        let open = Node::open_with_producer_snapshots(
+            sim.storage(),
+            &dir,
+            Cluster::shard_config(),
+            self.node_config(index),
+            Outbox::default(),
+            clock,
+            self.options.seed ^ u64::from(index),
+            load_producers,
+        );
+        let mut node = sim.block_on(open).map(|(node, _)| node)?;
+        for (group, floor) in floors.into_inner() {
+            if let Some(log) = node.shard_mut().group_mut(group) {
+                log.set_retention_floor(floor);
+            }
+        }
+        Ok(node)
+    }
+
+    /// The highest commit point any live replica of `group` knows (0 when none is up).
+    pub(super) fn commit_max(&self, group: u64) -> u64 {
+        self.nodes
+            .iter()
+            .filter_map(|slot| slot.node.as_ref()?.replica(group).map(|r| r.commit()))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Node `index`, when it is up and not paused.
+    pub(super) fn live_node(&mut self, index: usize) -> Option<&mut SimNode> {
+        self.live_slot(index)?.node.as_mut()
+    }
+
+    /// Node `index`'s slot, when the node is up and not paused.
+    pub(super) fn live_slot(&mut self, index: usize) -> Option<&mut NodeSlot> {
+        let slot = &mut self.nodes[index];
+        (slot.node.is_some() && slot.paused_until_tick <= self.tick).then_some(slot)
+    }
+}
+
+/// Where every node's shard lives on its simulated disk.
+pub(super) const DATA_DIR: &str = "/data";
+
+/// A node of the cluster: the real node layer over a simulated disk, transport and clock.
+pub(super) type SimNode = Node<SimStorage, Outbox, SimClock>;
+
+/// One node's place in the cluster: its disk outlives the node across crashes and restarts.
+pub(super) struct NodeSlot {
+    pub(super) sim: Sim,
+    pub(super) node: Option<SimNode>,
+    pub(super) restart_tick: u64,
+    pub(super) paused_until_tick: u64,
+    pub(super) inbox: VecDeque<(usize, Packet)>,
+    /// Per group, the highest (view, log view) the replica was told is durable.
+    pub(super) durable_views: BTreeMap<u64, (u32, u32)>,
+    /// The admin group's state machine on this node, while the node is up and the machine
+    /// could follow its whole log (a log retention or a state transfer cut short is not
+    /// followed).
+    pub(super) admin: Option<AdminMachine>,
+    /// Per data group, the op of the newest producer table snapshot saved (as the server
+    /// saves one with its offsets).
+    pub(super) producers_saved_op: BTreeMap<u64, u64>,
+}
+
+/// What travels on the simulated network: replica messages between nodes, and clients'
+/// requests and the replies to them.
+#[derive(Clone, Debug)]
+pub(super) enum Packet {
+    Replica(Bytes),
+    Request { group: u64, client: u64, request: u64, body: Bytes },
+    Reply { group: u64, reply: Reply },
+}
+
+/// The transport of a simulated node: packets wait here until the simulator takes them.
+#[derive(Default)]
+pub(super) struct Outbox {
+    pub(super) packets: Vec<(u8, Bytes)>,
+}
+
+impl Transport for Outbox {
+    fn send(&mut self, to: u8, packet: Bytes) {
+        self.packets.push((to, packet));
+    }
+}
+
+/// The simulated wall clock, shared by every node.
+#[derive(Clone)]
+pub(super) struct SimClock(Rc<Cell<i64>>);
+
+impl Clock for SimClock {
+    fn now_ms(&self) -> i64 {
+        self.0.get()
+    }
+}
+
+/// A group's directory on a node's simulated disk (snapshots, transferred state).
+pub(super) fn sim_group_dir(group: u64) -> PathBuf {
+    group_dir(&shard_dir(Path::new(DATA_DIR), 0), group)
+}

@@ -1,0 +1,221 @@
+//! The branches a run exercised ([`Coverage`]): the replicas' and nodes' counters (a crashed
+//! node's as it goes down, the live ones' at the end) and the fault injection's own, so a swarm
+//! can require minimums and fail rather than pass vacuously.
+//!
+//! It only counts: nothing here decides anything in a run or feeds the trace hash.
+
+use super::cluster::{Cluster, SimNode};
+use crate::replica::ReplicaCounters;
+
+/// Branches a run exercised; a swarm requires minimums so a run that never reached a branch
+/// fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Votes cast on a replica's own timeout.
+    pub votes_cast: u64,
+    /// Votes withdrawn on a fresh heartbeat.
+    pub votes_withdrawn: u64,
+    /// Views started by a new primary.
+    pub views_started: u64,
+    /// StartView messages installed.
+    pub start_views_installed: u64,
+    /// Ops dropped by nack quorums.
+    pub ops_nacked: u64,
+    /// Bodies fetched by a new primary before StartView.
+    pub bodies_fetched_for_view: u64,
+    /// Merges that had to wait for proof.
+    pub merges_stalled: u64,
+    /// Older-view ops merges found on a replica of a lower log view.
+    pub older_ops_found: u64,
+    /// Truncations of a divergent suffix.
+    pub truncations: u64,
+    /// Prepares retransmitted.
+    pub retransmissions: u64,
+    /// Repair requests.
+    pub repairs_requested: u64,
+    /// Repair rounds (each asks one peer for a bounded run of ops).
+    pub repair_rounds: u64,
+    /// Repair rounds that brought nothing, so the next asked another peer.
+    pub repair_rounds_unanswered: u64,
+    /// Restarted replicas that fell back to a view change.
+    pub recovery_view_changes: u64,
+    /// Retried requests answered with their original op and offset (DESIGN.md §4).
+    pub duplicates: u64,
+    /// Retries the admin group's log held twice, which its client table answered without
+    /// executing them again.
+    pub admin_duplicates: u64,
+    /// Admin machine snapshots saved (every `ADMIN_SNAPSHOT_INTERVAL_OPS` applied ops).
+    pub admin_snapshots: u64,
+    /// Data groups' producer table snapshots saved.
+    pub producer_snapshots: u64,
+    /// Admin machine states handed to a replica for a peer's state transfer.
+    pub admin_states_served: u64,
+    /// Admin machines that became a peer's state through a state transfer.
+    pub admin_states_transferred: u64,
+    /// Crashes (all kinds).
+    pub crashes: u64,
+    /// Crashes that were power losses.
+    pub power_losses: u64,
+    /// Power losses in the middle of an I/O round.
+    pub crashes_during_io: u64,
+    /// Unsynced writes torn by a power loss.
+    pub torn_writes: u64,
+    /// Unsynced writes lost by a power loss.
+    pub writes_lost: u64,
+    /// Partitions of any kind.
+    pub partitions: u64,
+    /// One-way partitions.
+    pub one_way_partitions: u64,
+    /// Pauses.
+    pub pauses: u64,
+    /// Backups a primary flagged lagging.
+    pub backups_lagging: u64,
+    /// Backups a primary flagged dead.
+    pub backups_dead: u64,
+    /// Lagging or dead backups back in sync.
+    pub backups_back_in_sync: u64,
+    /// Writes acknowledged to clients.
+    pub acknowledged: u64,
+    /// Packets delivered.
+    pub packets_delivered: u64,
+    /// Packets lost, dropped or cut.
+    pub packets_dropped: u64,
+    /// Bit flips injected at rest into durable records.
+    pub corruptions_injected: u64,
+    /// Damage cuts (protocol-aware recovery) the nodes made.
+    pub damage_cuts: u64,
+    /// Repair answers that a peer's retention removed the op asked for.
+    pub ranges_evicted: u64,
+    /// State transfers installed (a backup's log replaced by one beginning at a peer's state).
+    pub transfers_installed: u64,
+    /// Prepares of an older view above the log view's start, dropped as a dead branch.
+    pub stale_prepares_dropped: u64,
+    /// Damage cuts whose ops came back from peers.
+    pub damage_repaired: u64,
+    /// Ops past damage cuts repaired from peers.
+    pub damaged_ops_repaired: u64,
+    /// Groups reopened after a read found damage while serving a peer.
+    pub groups_reopened: u64,
+    /// Reads failed with EIO.
+    pub read_errors: u64,
+    /// Node opens that failed (a read error or a full disk during recovery) and were retried.
+    pub opens_failed: u64,
+    /// Nodes restarted because a group stopped (fail-stop, then reopened by the supervisor).
+    pub failed_restarts: u64,
+    /// Periods of a full disk.
+    pub disk_full_periods: u64,
+    /// I/O rounds in which a full disk deferred writes.
+    pub storage_full_rounds: u64,
+}
+
+impl Coverage {
+    /// Adds one replica's counters.
+    fn add_replica(&mut self, counters: &ReplicaCounters) {
+        self.votes_cast += counters.votes_cast;
+        self.votes_withdrawn += counters.votes_withdrawn;
+        self.views_started += counters.views_started;
+        self.start_views_installed += counters.start_views_installed;
+        self.ops_nacked += counters.ops_nacked;
+        self.bodies_fetched_for_view += counters.bodies_fetched_for_view;
+        self.merges_stalled += counters.merges_stalled;
+        self.older_ops_found += counters.older_ops_found;
+        self.truncations += counters.truncations;
+        self.retransmissions += counters.retransmissions;
+        self.repairs_requested += counters.repairs_requested;
+        self.repair_rounds += counters.repair_rounds;
+        self.repair_rounds_unanswered += counters.repair_rounds_unanswered;
+        self.recovery_view_changes += counters.recovery_view_changes;
+        self.backups_lagging += counters.backups_lagging;
+        self.backups_dead += counters.backups_dead;
+        self.backups_back_in_sync += counters.backups_back_in_sync;
+        self.duplicates += counters.duplicates;
+        self.ranges_evicted += counters.ranges_evicted;
+        self.transfers_installed += counters.transfers_installed;
+        self.stale_prepares_dropped += counters.stale_prepares_dropped;
+    }
+
+    /// Adds another run's counters.
+    pub fn add(&mut self, other: &Coverage) {
+        let pairs = [
+            (&mut self.votes_cast, other.votes_cast),
+            (&mut self.votes_withdrawn, other.votes_withdrawn),
+            (&mut self.views_started, other.views_started),
+            (&mut self.start_views_installed, other.start_views_installed),
+            (&mut self.ops_nacked, other.ops_nacked),
+            (&mut self.bodies_fetched_for_view, other.bodies_fetched_for_view),
+            (&mut self.merges_stalled, other.merges_stalled),
+            (&mut self.older_ops_found, other.older_ops_found),
+            (&mut self.truncations, other.truncations),
+            (&mut self.retransmissions, other.retransmissions),
+            (&mut self.repairs_requested, other.repairs_requested),
+            (&mut self.repair_rounds, other.repair_rounds),
+            (&mut self.repair_rounds_unanswered, other.repair_rounds_unanswered),
+            (&mut self.recovery_view_changes, other.recovery_view_changes),
+            (&mut self.duplicates, other.duplicates),
+            (&mut self.admin_duplicates, other.admin_duplicates),
+            (&mut self.admin_snapshots, other.admin_snapshots),
+            (&mut self.producer_snapshots, other.producer_snapshots),
+            (&mut self.ranges_evicted, other.ranges_evicted),
+            (&mut self.transfers_installed, other.transfers_installed),
+            (&mut self.stale_prepares_dropped, other.stale_prepares_dropped),
+            (&mut self.admin_states_served, other.admin_states_served),
+            (&mut self.admin_states_transferred, other.admin_states_transferred),
+            (&mut self.crashes, other.crashes),
+            (&mut self.power_losses, other.power_losses),
+            (&mut self.crashes_during_io, other.crashes_during_io),
+            (&mut self.torn_writes, other.torn_writes),
+            (&mut self.writes_lost, other.writes_lost),
+            (&mut self.partitions, other.partitions),
+            (&mut self.one_way_partitions, other.one_way_partitions),
+            (&mut self.pauses, other.pauses),
+            (&mut self.backups_lagging, other.backups_lagging),
+            (&mut self.backups_dead, other.backups_dead),
+            (&mut self.backups_back_in_sync, other.backups_back_in_sync),
+            (&mut self.acknowledged, other.acknowledged),
+            (&mut self.packets_delivered, other.packets_delivered),
+            (&mut self.packets_dropped, other.packets_dropped),
+            (&mut self.corruptions_injected, other.corruptions_injected),
+            (&mut self.damage_cuts, other.damage_cuts),
+            (&mut self.damage_repaired, other.damage_repaired),
+            (&mut self.damaged_ops_repaired, other.damaged_ops_repaired),
+            (&mut self.groups_reopened, other.groups_reopened),
+            (&mut self.read_errors, other.read_errors),
+            (&mut self.opens_failed, other.opens_failed),
+            (&mut self.failed_restarts, other.failed_restarts),
+            (&mut self.disk_full_periods, other.disk_full_periods),
+            (&mut self.storage_full_rounds, other.storage_full_rounds),
+        ];
+        for (mine, theirs) in pairs {
+            *mine += theirs;
+        }
+    }
+}
+
+impl Cluster {
+    /// The coverage so far: crashed replicas' counters and the live ones'.
+    pub fn coverage(&self) -> Coverage {
+        let mut coverage = self.coverage;
+        for slot in &self.nodes {
+            if let Some(node) = &slot.node {
+                add_counters(&mut coverage, node);
+            }
+            coverage.admin_duplicates += slot.admin.as_ref().map_or(0, |a| a.duplicates);
+        }
+        coverage
+    }
+}
+
+/// Adds node `node`'s counters and its replicas' (when it goes down, or at the end of a run).
+pub(super) fn add_counters(coverage: &mut Coverage, node: &SimNode) {
+    for group in node.group_ids() {
+        if let Some(replica) = node.replica(group) {
+            coverage.add_replica(&replica.counters());
+        }
+    }
+    let counters = node.counters();
+    coverage.damage_cuts += counters.damage_cuts;
+    coverage.damage_repaired += counters.damage_repaired;
+    coverage.damaged_ops_repaired += counters.damaged_ops_repaired;
+    coverage.groups_reopened += counters.groups_reopened;
+    coverage.storage_full_rounds += counters.storage_full_rounds;
+}
