@@ -8,12 +8,14 @@
 
 mod chunk;
 mod error;
+#[cfg(feature = "inspect")]
 pub mod inspect;
 mod join;
 pub mod journal;
 pub mod partition;
 pub mod record;
 pub mod ring;
+pub mod rng;
 mod scan;
 pub mod segment;
 pub mod shard;

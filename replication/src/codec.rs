@@ -460,7 +460,7 @@ mod tests {
 
     #[test]
     fn arbitrary_bytes_never_panic() {
-        let mut rng = shoal_engine::storage::sim::SimRng::new(5);
+        let mut rng = shoal_engine::rng::Rng::new(5);
         let valid = encode(
             9,
             1,

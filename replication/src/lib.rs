@@ -1,5 +1,6 @@
 //! Viewstamped Replication for Shoal: the sans-IO replica state machine, the shard's node layer
-//! and the deterministic cluster simulator.
+//! and (behind the test-only `simulator` feature, never in the shipped server) the deterministic
+//! cluster simulator.
 //!
 //! Nothing here opens a socket or a file, reads a clock or spawns a thread: time arrives as
 //! ticks, randomness from a seeded PRNG, and I/O through the node layer's storage and transport.
@@ -14,6 +15,7 @@ mod message;
 mod node;
 mod producers;
 mod replica;
+#[cfg(feature = "simulator")]
 pub mod simulator;
 mod transfer;
 

@@ -24,8 +24,8 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use shoal_engine::rng::Rng;
 use shoal_engine::state::{GroupState, STATE_SIZE_BYTES_MAX};
-use shoal_engine::storage::sim::SimRng;
 use shoal_engine::wire::{Header, Prepare};
 
 use crate::config::ReplicaConfig;
@@ -286,7 +286,7 @@ struct Merge {
 /// One replica of one group. See the module documentation for the call protocol.
 pub struct Replica {
     config: ReplicaConfig,
-    rng: SimRng,
+    rng: Rng,
     tick: u64,
     status: Status,
     view: u32,
@@ -428,7 +428,7 @@ impl Replica {
         }
         Replica {
             config,
-            rng: SimRng::new(seed ^ (u64::from(config.replica) << 56) ^ config.group),
+            rng: Rng::new(seed ^ (u64::from(config.replica) << 56) ^ config.group),
             tick: 0,
             status: Status::Recovering,
             view: 0,

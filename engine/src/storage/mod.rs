@@ -3,8 +3,9 @@
 //!
 //! Three backends implement it: the io_uring backend (`uring`, the production path, behind the
 //! default `uring` feature), the blocking `std` backend (for `shoal-inspect` and other offline
-//! readers), and the deterministic simulated disk (`sim`) that injects crashes, torn writes, bit
-//! flips, read errors and disk-full. Engine code is generic over [`Storage`] (never `dyn`), so the
+//! readers), and the deterministic simulated disk (`sim`, behind the test-only `sim` feature, so
+//! the shipped server never contains it) that injects crashes, torn writes, bit flips, read errors
+//! and disk-full. Engine code is generic over [`Storage`] (never `dyn`), so the
 //! production path pays nothing for the other two.
 //!
 //! The contract is deliberately small: positional reads and writes, a data sync, and the few
@@ -14,6 +15,7 @@
 //! before the bytes it covers are durable.
 
 mod buf;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod std_fs;
 #[cfg(feature = "uring")]
