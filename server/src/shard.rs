@@ -762,7 +762,7 @@ impl ShardState {
         // The op and offset the metadata replay ended at.
         let mut recovered_end = (0, 0);
         if self.index == 0 {
-            let groups_max = self.node.shard_mut().config().groups_max as u32;
+            let groups_max = self.node.shard_config().groups_max as u32;
             let sessions_max = self.config.metadata.sessions_max;
             let mut state = MetaState::new(self.config.shards, groups_max, sessions_max);
             let mut snapshot_op = 0;
@@ -791,7 +791,7 @@ impl ShardState {
                 let config = GroupConfig {
                     record_size_bytes_max: config
                         .record_size_bytes_max
-                        .min(self.node.shard_mut().config().record_size_bytes_max as u32),
+                        .min(self.node.shard_config().record_size_bytes_max as u32),
                     ..config
                 };
                 self.node
@@ -863,11 +863,13 @@ impl ShardState {
                 continue;
             }
             let Some(commit) = self.node.replica(group).map(|r| r.commit()) else { continue };
-            let Some(log) = self.node.shard_mut().group_mut(group) else { continue };
+            if !self.node.has_log(group) {
+                continue;
+            }
             let end = if commit == 0 {
                 0
             } else {
-                match log.read_op(commit).await {
+                match self.node.read_op(group, commit).await {
                     Ok(Some(prepare)) => prepare.end_offset(),
                     // A failed or damaged group serves no reads; nothing of it is visible.
                     _ => 0,
@@ -913,12 +915,12 @@ impl ShardState {
                     "offsets snapshot unusable; rebuilding offsets from the log"
                 ),
             }
-            let Some(log) = self.node.shard_mut().group_mut(group) else { continue };
-            offsets.snapshot_size_bytes = log.size_bytes();
-            let mut offset = replay_from.max(log.first_offset());
+            let Some(log) = self.node.log_stats(group) else { continue };
+            offsets.snapshot_size_bytes = log.size_bytes;
+            let mut offset = replay_from.max(log.first_offset);
             let mut replayed = 0;
             'scan: while offset < committed_end {
-                let prepares = match log.read_offset(offset, 1 << 20).await {
+                let prepares = match self.node.read_offset(group, offset, 1 << 20).await {
                     Ok(prepares) if !prepares.is_empty() => prepares,
                     other => {
                         let result = format!("{other:?}");
@@ -957,7 +959,7 @@ impl ShardState {
                 }
             }
             offsets.dirty = replayed > 0 || offsets.snapshot_end == 0;
-            log.set_retention_floor(offsets.snapshot_end);
+            self.node.set_retention_floor(group, offsets.snapshot_end);
             self.offsets.insert(group, offsets);
         }
     }
@@ -968,16 +970,15 @@ impl ShardState {
     fn save_states(&mut self) {
         let shard_dir = shard_dir(&self.config.data_dir, self.index);
         for (&group, offsets) in self.offsets.iter_mut() {
-            let Some(log) = self.node.shard_mut().group(group) else { continue };
-            let size_bytes = log.size_bytes();
+            let Some(log) = self.node.log_stats(group) else { continue };
+            let size_bytes = log.size_bytes;
             let moved = size_bytes.abs_diff(offsets.snapshot_size_bytes);
             let end_offset = self.committed_end.get(&group).copied().unwrap_or(0);
             // Retention deletes nothing the newest snapshot does not cover: a log with sealed
             // segments past it and a retention bound needs a new one.
-            let config = log.config();
-            let over_bound = config.retention_bytes > 0 && size_bytes > config.retention_bytes;
-            let retention_held = (over_bound || config.retention_ms > 0)
-                && log.segment_count() > 1
+            let over_bound = log.retention_bytes > 0 && size_bytes > log.retention_bytes;
+            let retention_held = (over_bound || log.retention_ms > 0)
+                && log.segments > 1
                 && end_offset > offsets.snapshot_end;
             if offsets.saving
                 || !(offsets.dirty || retention_held || moved >= STATE_SNAPSHOT_INTERVAL_BYTES)
@@ -1017,9 +1018,7 @@ impl ShardState {
                 Ok(()) => {
                     offsets.snapshot_end = end_offset;
                     offsets.snapshot_size_bytes = size_bytes;
-                    if let Some(log) = self.node.shard_mut().group_mut(group) {
-                        log.set_retention_floor(end_offset);
-                    }
+                    self.node.set_retention_floor(group, end_offset);
                 }
                 Err(error) => {
                     offsets.dirty = true;
@@ -1113,14 +1112,14 @@ impl ShardState {
     /// has no retention (if it ever lost its first ops, start-up refuses with the reason).
     async fn replay_metadata(&mut self) -> Result<RecoveredMetadata, String> {
         let commit = self.node.replica(METADATA_GROUP).map_or(0, |r| r.commit());
-        let groups_max = self.node.shard_mut().config().groups_max as u32;
+        let groups_max = self.node.shard_config().groups_max as u32;
         let (shards, sessions_max) = (self.config.shards, self.config.metadata.sessions_max);
         let dir = group_dir(&shard_dir(&self.config.data_dir, self.index), METADATA_GROUP);
         let loaded = state::load(&self.storage, &dir).await;
-        let Some(log) = self.node.shard_mut().group_mut(METADATA_GROUP) else {
+        let Some(log) = self.node.log_stats(METADATA_GROUP) else {
             return Err("metadata group vanished".into());
         };
-        if let Some(reason) = log.faulty_reason() {
+        if let Some(reason) = self.node.log_fault(METADATA_GROUP) {
             return Err(format!("the metadata log is damaged: {reason}"));
         }
         let fresh = || MetaState::new(shards, groups_max, sessions_max);
@@ -1131,11 +1130,11 @@ impl ShardState {
             snapshot_unusable: false,
             end_offset: 0,
         };
-        let mut offset = log.first_offset();
+        let mut offset = log.first_offset;
         let restored = match loaded {
             Ok(None) => Ok(None),
-            Ok(Some(saved)) if saved.op > log.head_op() => {
-                Err(format!("it covers op {} but the log ends at op {}", saved.op, log.head_op()))
+            Ok(Some(saved)) if saved.op > log.head_op => {
+                Err(format!("it covers op {} but the log ends at op {}", saved.op, log.head_op))
             }
             Ok(Some(saved)) => {
                 MetaState::decode_snapshot(&saved.bytes, shards, groups_max, sessions_max)
@@ -1161,7 +1160,7 @@ impl ShardState {
                 recovered.end_offset = end_offset;
                 offset = end_offset.max(offset);
             }
-            Err(why) if log.first_offset() == 0 => {
+            Err(why) if log.first_offset == 0 => {
                 tracing::warn!(
                     why,
                     path = %dir.display(),
@@ -1178,8 +1177,9 @@ impl ShardState {
             }
         }
         while recovered.state.catalog.applied_op < commit {
-            let prepares = log
-                .read_offset(offset, 1 << 20)
+            let prepares = self
+                .node
+                .read_offset(METADATA_GROUP, offset, 1 << 20)
                 .await
                 .map_err(|e| format!("reading the metadata log: {e}"))?;
             if prepares.is_empty() {
@@ -1231,10 +1231,8 @@ impl ShardState {
                 Ok(()) => {
                     self.committed_end.insert(group, 0);
                     self.offsets.insert(group, PartitionOffsets::default());
-                    if let Some(log) = self.node.shard_mut().group_mut(group) {
-                        // Nothing may be deleted before a snapshot covers it.
-                        log.set_retention_floor(0);
-                    }
+                    // Nothing may be deleted before a snapshot covers it.
+                    self.node.set_retention_floor(group, 0);
                 }
                 Err(error) => {
                     tracing::error!(shard = self.index, group, %error, "cannot create group");
@@ -1344,11 +1342,11 @@ impl ShardState {
 
     /// Deletes sealed segments beyond each topic's retention, and counts what it deleted.
     async fn enforce_retention(&mut self) {
-        let before = metrics::stored_bytes(&mut self.node);
+        let before = metrics::stored_bytes(&self.node);
         match self.node.enforce_retention(now_ms()).await {
             Ok(0) => {}
             Ok(segments) => {
-                let bytes = before.saturating_sub(metrics::stored_bytes(&mut self.node));
+                let bytes = before.saturating_sub(metrics::stored_bytes(&self.node));
                 self.metrics.retention(segments, bytes);
                 tracing::debug!(shard = self.index, segments, bytes, "retention deleted segments");
             }
@@ -1382,7 +1380,7 @@ impl ShardState {
         record_count: u32,
         reply: Slot,
     ) -> Slot {
-        let stored = self.node.shard_mut().group(group).map_or(0, |log| log.next_offset());
+        let stored = self.node.log_stats(group).map_or(0, |log| log.next_offset);
         let next = self.predicted_offsets.entry(group).or_insert(stored);
         *next = (*next).max(stored);
         let base_offset = *next;
@@ -1434,14 +1432,14 @@ impl ShardState {
                 let stats = groups
                     .into_iter()
                     .map(|group| {
-                        let stats = self.node.shard_mut().group(group).map_or(
-                            GroupStats::default(),
-                            |log| GroupStats {
-                                first_offset: log.first_offset(),
-                                next_offset: log.next_offset(),
-                                size_bytes: log.size_bytes(),
-                            },
-                        );
+                        let stats =
+                            self.node.log_stats(group).map_or(GroupStats::default(), |log| {
+                                GroupStats {
+                                    first_offset: log.first_offset,
+                                    next_offset: log.next_offset,
+                                    size_bytes: log.size_bytes,
+                                }
+                            });
                         (group, stats)
                     })
                     .collect();
@@ -1456,12 +1454,8 @@ impl ShardState {
                 });
             }
             Work::Metrics { reply } => {
-                let figures = metrics::snapshot(
-                    self.index,
-                    &self.metrics,
-                    &mut self.node,
-                    &self.committed_end,
-                );
+                let figures =
+                    metrics::snapshot(self.index, &self.metrics, &self.node, &self.committed_end);
                 let _ = reply.send(figures);
             }
             Work::Wake => {}
@@ -1472,7 +1466,7 @@ impl ShardState {
     /// shard 0 found this inbox full), or after creating the group failed (a full disk had no
     /// room for its directory): install the published catalog, which creates what is missing.
     async fn ensure_group(&mut self, group: u64) {
-        if self.node.shard_mut().group(group).is_none() {
+        if !self.node.has_log(group) {
             let mut latest = Arc::clone(&self.catalog);
             self.published.refresh(&mut latest);
             self.install(latest).await;
@@ -1683,10 +1677,10 @@ impl ShardState {
                 continue;
             }
             let op = fields.op;
-            let read = match self.node.shard_mut().group_mut(METADATA_GROUP) {
-                Some(log) => log.read_op(op).await,
-                None => continue,
-            };
+            if !self.node.has_log(METADATA_GROUP) {
+                continue;
+            }
+            let read = self.node.read_op(METADATA_GROUP, op).await;
             let Some(metadata) = self.metadata.as_mut() else { return };
             let prepare = match read {
                 Ok(Some(prepare)) => prepare,
@@ -1932,7 +1926,7 @@ impl ShardState {
                 None => FetchFrom::First,
             };
         }
-        let Some(log) = self.node.shard_mut().group_mut(group) else {
+        let Some(first_offset) = self.node.log_first_offset(group) else {
             let text = format!("group {group} is not on shard {}", self.index);
             to.reply().send_outcome(Outcome::error(ErrorCode::PartitionFailed, text));
             return;
@@ -1942,9 +1936,9 @@ impl ShardState {
         let start = match args.from {
             FetchFrom::Timestamp(_) => None,
             FetchFrom::Offset(offset) => Some(offset),
-            FetchFrom::First => Some(log.first_offset()),
+            FetchFrom::First => Some(first_offset),
             FetchFrom::Last => {
-                Some(committed_end.saturating_sub(1).max(log.first_offset()).min(committed_end))
+                Some(committed_end.saturating_sub(1).max(first_offset).min(committed_end))
             }
         };
         if let Some(start) = start
@@ -1955,8 +1949,8 @@ impl ShardState {
             return;
         }
         let plan = match args.from {
-            FetchFrom::Timestamp(time_ms) => log.plan_read_time(time_ms),
-            _ => log.plan_read_offset(start.unwrap_or(0), args.bytes_max as usize),
+            FetchFrom::Timestamp(time_ms) => self.node.plan_read_time(group, time_ms),
+            _ => self.node.plan_read_offset(group, start.unwrap_or(0), args.bytes_max as usize),
         };
         match plan {
             Err(error) => {
@@ -2028,8 +2022,10 @@ impl ShardState {
     fn finish_reads(&mut self) {
         let done: Vec<ReadDone> = std::mem::take(&mut *self.reads_done.borrow_mut());
         for read in done {
-            let Some(log) = self.node.shard_mut().group_mut(read.group) else { continue };
-            match log.finish_read(read.done) {
+            if !self.node.has_log(read.group) {
+                continue;
+            }
+            match self.node.finish_read(read.group, read.done) {
                 Ok(found) => self.found(read.group, read.args, found, read.to),
                 Err(error) => {
                     let outcome = Outcome::error(ErrorCode::PartitionFailed, error.to_string());
@@ -2070,7 +2066,7 @@ impl ShardState {
         mut to: ReadFor,
     ) {
         let next_offset = self.committed_end.get(&group).copied().unwrap_or(0);
-        let first_offset = self.node.shard_mut().group(group).map_or(0, |log| log.first_offset());
+        let first_offset = self.node.log_first_offset(group).unwrap_or(0);
         let mut records = 0u64;
         let mut end_offset = None;
         let mut batches: Vec<Bytes> = Vec::new();
