@@ -28,7 +28,9 @@ pub use message::{
     Committed, Envelope, FLAG_NACK, FLAG_PRESENT, Message, Persisted, Ready, Reply, ReplyResult,
     Request, ServePrepare, Write,
 };
-pub use node::{Clock, DamageCut, Node, NodeConfig, NodeCounters, RequestRefused, Transport};
+pub use node::{
+    Clock, DamageCut, LogStats, Node, NodeConfig, NodeCounters, RequestRefused, Transport,
+};
 pub use producers::{
     BatchRecord, Check, PRODUCER_BATCHES_MAX, ProducerBatch, ProducerLimits, ProducerState,
     ProducerTable, SnapshotError,

@@ -318,7 +318,7 @@ pub struct ShardSnapshot {
 pub fn snapshot<S: Storage, T: Transport, C: Clock>(
     shard: u32,
     metrics: &ShardMetrics,
-    node: &mut Node<S, T, C>,
+    node: &Node<S, T, C>,
     committed_end: &HashMap<u64, u64>,
 ) -> ShardSnapshot {
     let mut groups = Vec::new();
@@ -336,16 +336,15 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
             figures.replica_lag_ms =
                 status.replicas.iter().map(|p| (p.replica, p.lag_ticks * TICK_MS)).collect();
         }
-        if let Some(log) = node.shard_mut().group(group) {
-            figures.first_offset = log.first_offset();
-            figures.next_offset = log.next_offset();
-            figures.segments = log.segment_count() as u64;
-            figures.size_bytes = log.size_bytes();
-            figures.failed |= log.faulty_reason().is_some();
+        if let Some(log) = node.log_stats(group) {
+            figures.first_offset = log.first_offset;
+            figures.next_offset = log.next_offset;
+            figures.segments = log.segments as u64;
+            figures.size_bytes = log.size_bytes;
+            figures.failed |= node.log_fault(group).is_some();
         }
         groups.push(figures);
     }
-    let engine = node.shard_mut();
     ShardSnapshot {
         shard,
         connections_open: metrics.connections_open.get(),
@@ -364,9 +363,9 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         metadata_replayed_ops: metrics.metadata_replayed_ops.get(),
         metadata_duplicates: metrics.metadata_duplicates.get(),
         retention_bytes: metrics.retention_bytes.get(),
-        engine: engine.counters(),
-        ring_bytes: engine.ring_bytes() as u64,
-        chunks_allocated: engine.chunks_allocated() as u64,
+        engine: node.engine_counters(),
+        ring_bytes: node.ring_bytes() as u64,
+        chunks_allocated: node.chunks_allocated() as u64,
         node: node.counters(),
         allocations: crate::alloc::allocations_on_this_thread(),
         groups,
@@ -375,10 +374,9 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
 
 /// The bytes of every group's segments, for telling what a retention pass deleted (nothing is
 /// appended while the pass runs: appends happen only in the shard loop's I/O rounds).
-pub fn stored_bytes<S: Storage, T: Transport, C: Clock>(node: &mut Node<S, T, C>) -> u64 {
+pub fn stored_bytes<S: Storage, T: Transport, C: Clock>(node: &Node<S, T, C>) -> u64 {
     let groups = node.group_ids();
-    let engine = node.shard_mut();
-    groups.iter().filter_map(|&group| engine.group(group)).map(|log| log.size_bytes()).sum()
+    groups.iter().filter_map(|&group| node.log_stats(group)).map(|log| log.size_bytes).sum()
 }
 
 /// The metrics page: scrapes every shard through its inbox and renders what they answered.

@@ -1,0 +1,547 @@
+//! The keys: one table per section (name, bounds, field), the scope each lives in, the
+//! `SHOAL_*` variable that names it, and how a value is read from the file (typed) or from the
+//! environment and the command line (text). The file, the environment and the flags all go
+//! through these tables, so a key has one name, one bound and one env variable.
+//!
+//! A value is checked against its own key's bounds here; rules between keys are `validate`'s.
+
+use std::net::SocketAddr;
+
+use shoal_engine::ring::RingLimits;
+use shoal_engine::shard::ShardConfig;
+use shoal_engine::storage::BLOCK_SIZE_BYTES;
+use shoal_engine::superblock::{SEGMENT_SIZE_BYTES_MAX, SEGMENT_SIZE_BYTES_MIN};
+use shoal_engine::wire::HEADER_SIZE;
+
+use super::model::{MetadataConfig, NetworkConfig, ShardTuning, TopicDefaults};
+
+/// Largest CPU id a shard may be pinned to.
+pub(super) const CPU_ID_MAX: u64 = 65_535;
+
+/// Largest value a TOML integer holds, so every bound (and every printed value) fits one.
+pub(super) const TOML_INT_MAX: u64 = i64::MAX as u64;
+
+/// The wire header in front of every record and every frame.
+pub(super) const HEADER_SIZE_BYTES: u64 = HEADER_SIZE as u64;
+
+// Sizes are read as u64 and stored in the engine's usize fields; the server only runs on 64-bit
+// Linux (io_uring), where that never truncates.
+const _: () = assert!(usize::BITS == 64);
+
+/// The levels a log directive may name, from quietest to loudest.
+pub const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// Checks a log filter and returns it normalised (levels lower-cased, spaces around directives
+/// removed): comma-separated directives, each a level (the default for every target; at most one)
+/// or `TARGET=LEVEL`, where a target is a Rust module path (`shoal_server::shard`). Stricter than
+/// `tracing-subscriber`'s own parser on purpose: there a misspelt level silently becomes a target
+/// name and the log goes quiet.
+pub fn log_filter(text: &str) -> Result<String, String> {
+    let level = |word: &str| {
+        let lower = word.trim().to_ascii_lowercase();
+        LOG_LEVELS.contains(&lower.as_str()).then_some(lower).ok_or_else(|| {
+            format!(
+                "{text:?}: {word:?} is not a level (use off, error, warn, info, debug or trace)"
+            )
+        })
+    };
+    let mut directives = Vec::new();
+    let mut default_given = false;
+    for directive in text.split(',') {
+        let directive = directive.trim();
+        match directive.split_once('=') {
+            None => {
+                if default_given {
+                    return Err(format!("{text:?} gives two default levels"));
+                }
+                default_given = true;
+                directives.push(level(directive)?);
+            }
+            Some((target, value)) => {
+                let target = target.trim();
+                let valid = !target.is_empty()
+                    && target.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':');
+                if !valid {
+                    return Err(format!(
+                        "{text:?}: {target:?} is not a target (a module path such as \
+                         shoal_server::shard)"
+                    ));
+                }
+                directives.push(format!("{target}={}", level(value)?));
+            }
+        }
+    }
+    Ok(directives.join(","))
+}
+
+/// Where a key lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Scope {
+    /// The top level or `[server]`.
+    Server,
+    Network,
+    Metrics,
+    Log,
+    Metadata,
+    TopicDefaults,
+    /// `[shard]`: every shard's defaults.
+    Shard,
+    /// `[shard.N]`.
+    ShardN(u32),
+}
+
+impl Scope {
+    /// The key's name in the file.
+    pub(super) fn dotted(self, name: &str) -> String {
+        match self {
+            Scope::Server => name.to_string(),
+            Scope::Network => format!("network.{name}"),
+            Scope::Metrics => format!("metrics.{name}"),
+            Scope::Log => format!("log.{name}"),
+            Scope::Metadata => format!("metadata.{name}"),
+            Scope::TopicDefaults => format!("topic_defaults.{name}"),
+            Scope::Shard => format!("shard.{name}"),
+            Scope::ShardN(index) => format!("shard.{index}.{name}"),
+        }
+    }
+
+    /// The integer key `name` of this scope: its static name and bounds.
+    pub(super) fn int_key(self, name: &str) -> Option<(&'static str, u64, u64)> {
+        fn find<T>(keys: &[IntKey<T>], name: &str) -> Option<(&'static str, u64, u64)> {
+            keys.iter().find(|key| key.name == name).map(|key| (key.name, key.min, key.max))
+        }
+        match self {
+            Scope::Server | Scope::Metrics | Scope::Log => None,
+            Scope::Network => find(&NETWORK_KEYS, name),
+            Scope::Metadata => find(&METADATA_KEYS, name),
+            Scope::TopicDefaults => find(&TOPIC_KEYS, name),
+            Scope::Shard | Scope::ShardN(_) if is_bool_key(name) => None,
+            Scope::Shard | Scope::ShardN(_) => {
+                find(&STORAGE_KEYS, name).or_else(|| find(&TUNING_KEYS, name))
+            }
+        }
+    }
+}
+
+/// The top-level (or `[server]`) keys; all are strings but `shards`.
+pub(super) const SERVER_KEYS: [&str; 5] =
+    ["data_dir", "native_listen", "shards", "profile", "cpus"];
+
+/// The section and key a `SHOAL_*` variable names.
+pub(super) fn env_key(var: &str) -> Option<(Scope, &'static str)> {
+    let suffix = var.strip_prefix("SHOAL_")?;
+    let matches = |prefix: &str, name: &str| {
+        suffix.strip_prefix(prefix).is_some_and(|rest| rest == name.to_ascii_uppercase())
+    };
+    if let Some(&name) = SERVER_KEYS.iter().find(|&&name| matches("", name)) {
+        return Some((Scope::Server, name));
+    }
+    if let Some(key) = NETWORK_KEYS.iter().find(|key| matches("NETWORK_", key.name)) {
+        return Some((Scope::Network, key.name));
+    }
+    if matches("NETWORK_", "shard_listen") {
+        return Some((Scope::Network, "shard_listen"));
+    }
+    if matches("METRICS_", "listen") {
+        return Some((Scope::Metrics, "listen"));
+    }
+    // The one variable outside the SHOAL_<SECTION>_<KEY> rule: SHOAL_LOG, like RUST_LOG.
+    if suffix == "LOG" {
+        return Some((Scope::Log, "level"));
+    }
+    if let Some(key) = METADATA_KEYS.iter().find(|key| matches("METADATA_", key.name)) {
+        return Some((Scope::Metadata, key.name));
+    }
+    if matches("TOPIC_DEFAULTS_", "durability") {
+        return Some((Scope::TopicDefaults, "durability"));
+    }
+    if let Some(key) = TOPIC_KEYS.iter().find(|key| matches("TOPIC_DEFAULTS_", key.name)) {
+        return Some((Scope::TopicDefaults, key.name));
+    }
+    if let Some(key) = STORAGE_KEYS.iter().find(|key| matches("SHARD_", key.name)) {
+        return Some((Scope::Shard, key.name));
+    }
+    TUNING_KEYS.iter().find(|key| matches("SHARD_", key.name)).map(|key| (Scope::Shard, key.name))
+}
+
+/// The index of a `[shard.N]` table: a plain decimal number (no sign, no leading zero).
+pub(super) fn shard_index(key: &str) -> Option<u32> {
+    key.parse::<u32>().ok().filter(|index| index.to_string() == key)
+}
+
+/// A value as some layer wrote it: typed in the file, text in the environment and on the command
+/// line.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Raw<'a> {
+    Toml(&'a toml::Value),
+    Text(&'a str),
+}
+
+impl<'a> Raw<'a> {
+    /// A listen address, `IP:PORT`, or `off` (None); `example` shows the form in the error.
+    pub(super) fn listen_or_off(self, example: &str) -> Result<Option<SocketAddr>, String> {
+        let text = self.text()?;
+        if text == "off" {
+            return Ok(None);
+        }
+        text.parse().map(Some).map_err(|_| {
+            format!("{text:?} is not an IP address and port, e.g. {example}, or \"off\"")
+        })
+    }
+
+    pub(super) fn text(self) -> Result<&'a str, String> {
+        match self {
+            Raw::Toml(toml::Value::String(text)) => Ok(text),
+            Raw::Text(text) => Ok(text),
+            Raw::Toml(other) => Err(format!("expected a string, found a {}", other.type_str())),
+        }
+    }
+
+    /// `true` or `false` (a TOML boolean in the file, the word elsewhere).
+    pub(super) fn bool(self) -> Result<bool, String> {
+        match self {
+            Raw::Toml(toml::Value::Boolean(value)) => Ok(*value),
+            Raw::Toml(other) => {
+                Err(format!("expected true or false, found a {}", other.type_str()))
+            }
+            Raw::Text("true") => Ok(true),
+            Raw::Text("false") => Ok(false),
+            Raw::Text(text) => Err(format!("{text:?}: use true or false")),
+        }
+    }
+
+    /// An integer within `min..=max`.
+    pub(super) fn int(self, min: u64, max: u64) -> Result<u64, String> {
+        let value = match self {
+            Raw::Toml(toml::Value::Integer(value)) => u64::try_from(*value)
+                .map_err(|_| format!("{value} is negative: use {min} to {max}"))?,
+            Raw::Toml(other) => {
+                return Err(format!("expected an integer, found a {}", other.type_str()));
+            }
+            Raw::Text(text) => text
+                .parse()
+                .map_err(|_| format!("{text:?} is not a non-negative decimal integer"))?,
+        };
+        if !(min..=max).contains(&value) {
+            return Err(format!("{value} is outside {min}..={max}"));
+        }
+        Ok(value)
+    }
+}
+
+/// `cpus`: one CPU per shard, or none pinned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Placement {
+    Unpinned,
+    Cpus(Vec<usize>),
+}
+
+impl Placement {
+    pub(super) fn parse(text: &str) -> Result<Placement, String> {
+        if text == "none" {
+            return Ok(Placement::Unpinned);
+        }
+        text.split(',')
+            .map(|cpu| {
+                cpu.trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|&cpu| cpu <= CPU_ID_MAX)
+                    .map(|cpu| cpu as usize)
+                    .ok_or_else(|| {
+                        format!(
+                            "{text:?}: give a comma-separated CPU list (ids 0 to {CPU_ID_MAX}) \
+                             or none"
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()
+            .map(Placement::Cpus)
+    }
+}
+
+/// An integer key of a section whose values live in one struct `T`: its name, bounds, and how
+/// to read and write it.
+pub(super) struct IntKey<T> {
+    pub(super) name: &'static str,
+    pub(super) min: u64,
+    pub(super) max: u64,
+    pub(super) get: fn(&T) -> u64,
+    pub(super) set: fn(&mut T, u64),
+}
+
+/// `[metadata]`.
+pub(super) const METADATA_KEYS: [IntKey<MetadataConfig>; 2] = [
+    IntKey {
+        name: "snapshot_interval_ops",
+        min: 1,
+        max: 1 << 32,
+        get: |c| c.snapshot_interval_ops,
+        set: |c, v| c.snapshot_interval_ops = v,
+    },
+    IntKey {
+        name: "sessions_max",
+        min: 1,
+        max: 1 << 20,
+        get: |c| c.sessions_max as u64,
+        set: |c, v| c.sessions_max = v as usize,
+    },
+];
+
+/// `[network]`.
+pub(super) const NETWORK_KEYS: [IntKey<NetworkConfig>; 6] = [
+    IntKey {
+        name: "connections_max",
+        min: 1,
+        max: 1 << 20,
+        get: |c| c.connections_max as u64,
+        set: |c, v| c.connections_max = v as usize,
+    },
+    IntKey {
+        name: "frame_size_bytes_max",
+        min: 4096,
+        max: 1 << 30,
+        get: |c| c.frame_size_bytes_max as u64,
+        set: |c, v| c.frame_size_bytes_max = v as usize,
+    },
+    IntKey {
+        name: "requests_in_flight_max",
+        min: 1,
+        max: 1 << 16,
+        get: |c| c.requests_in_flight_max as u64,
+        set: |c, v| c.requests_in_flight_max = v as usize,
+    },
+    IntKey {
+        name: "shard_inbox_max",
+        min: 1,
+        max: 1 << 24,
+        get: |c| c.shard_inbox_max as u64,
+        set: |c, v| c.shard_inbox_max = v as usize,
+    },
+    IntKey {
+        name: "fetch_wait_ms_max",
+        min: 0,
+        max: 600_000,
+        get: |c| u64::from(c.fetch_wait_ms_max),
+        set: |c, v| c.fetch_wait_ms_max = v as u32,
+    },
+    IntKey {
+        name: "fetch_parked_max",
+        min: 1,
+        max: 1 << 20,
+        get: |c| c.fetch_parked_max as u64,
+        set: |c, v| c.fetch_parked_max = v as usize,
+    },
+];
+
+/// `[topic_defaults]` but `durability` (a string).
+pub(super) const TOPIC_KEYS: [IntKey<TopicDefaults>; 5] = [
+    IntKey {
+        name: "partitions",
+        min: 1,
+        max: 1 << 16,
+        get: |t| u64::from(t.partitions),
+        set: |t, v| t.partitions = v as u32,
+    },
+    IntKey {
+        name: "segment_size_bytes",
+        min: SEGMENT_SIZE_BYTES_MIN,
+        max: SEGMENT_SIZE_BYTES_MAX,
+        get: |t| t.segment_size_bytes,
+        set: |t, v| t.segment_size_bytes = v,
+    },
+    IntKey {
+        name: "retention_bytes",
+        min: 0,
+        max: TOML_INT_MAX,
+        get: |t| t.retention_bytes,
+        set: |t, v| t.retention_bytes = v,
+    },
+    IntKey {
+        name: "retention_ms",
+        min: 0,
+        max: TOML_INT_MAX,
+        get: |t| t.retention_ms,
+        set: |t, v| t.retention_ms = v,
+    },
+    IntKey {
+        name: "message_size_bytes_max",
+        min: 1,
+        max: 1 << 30,
+        get: |t| u64::from(t.message_size_bytes_max),
+        set: |t, v| t.message_size_bytes_max = v as u32,
+    },
+];
+
+/// `[shard]` and `[shard.N]`: the engine's `ShardConfig` fields (`ring_*_max` → `ring`).
+pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 17] = [
+    IntKey {
+        name: "groups_max",
+        min: 1,
+        max: 1 << 20,
+        get: |s| s.groups_max as u64,
+        set: |s, v| s.groups_max = v as usize,
+    },
+    IntKey {
+        name: "journal_size_bytes",
+        min: 1 << 20,
+        max: 1 << 40,
+        get: |s| s.journal_size_bytes,
+        set: |s, v| s.journal_size_bytes = v,
+    },
+    IntKey {
+        name: "checkpoint_interval_bytes",
+        min: 1,
+        max: 1 << 40,
+        get: |s| s.checkpoint_interval_bytes,
+        set: |s, v| s.checkpoint_interval_bytes = v,
+    },
+    IntKey {
+        name: "ready_ahead_bytes",
+        min: BLOCK_SIZE_BYTES as u64,
+        max: 1 << 32,
+        get: |s| s.ready_ahead_bytes,
+        set: |s, v| s.ready_ahead_bytes = v,
+    },
+    IntKey {
+        name: "recycle_segments",
+        min: 0,
+        max: 1,
+        get: |s| u64::from(s.recycle_segments),
+        set: |s, v| s.recycle_segments = v != 0,
+    },
+    IntKey {
+        name: "index_interval_bytes",
+        min: 1,
+        max: 1 << 30,
+        get: |s| s.index_interval_bytes,
+        set: |s, v| s.index_interval_bytes = v,
+    },
+    IntKey {
+        name: "flush_cycles_in_flight_max",
+        min: 1,
+        max: 64,
+        get: |s| s.flush_cycles_in_flight_max as u64,
+        set: |s, v| s.flush_cycles_in_flight_max = v as usize,
+    },
+    IntKey {
+        name: "ring_entries_max",
+        min: 1,
+        max: 1 << 24,
+        get: |s| s.ring.entries_max as u64,
+        set: |s, v| s.ring = RingLimits { entries_max: v as usize, ..s.ring },
+    },
+    IntKey {
+        name: "ring_bytes_max",
+        min: 1,
+        max: 1 << 40,
+        get: |s| s.ring.bytes_max as u64,
+        set: |s, v| s.ring = RingLimits { bytes_max: v as usize, ..s.ring },
+    },
+    IntKey {
+        name: "ring_budget_bytes",
+        min: 1,
+        max: 1 << 40,
+        get: |s| s.ring_budget_bytes as u64,
+        set: |s, v| s.ring_budget_bytes = v as usize,
+    },
+    IntKey {
+        name: "chunk_size_bytes",
+        min: BLOCK_SIZE_BYTES as u64,
+        max: 1 << 32,
+        get: |s| s.chunk_size_bytes as u64,
+        set: |s, v| s.chunk_size_bytes = v as usize,
+    },
+    IntKey {
+        name: "chunks_max",
+        min: 1,
+        max: 1 << 20,
+        get: |s| s.chunks_max as u64,
+        set: |s, v| s.chunks_max = v as usize,
+    },
+    IntKey {
+        name: "held_prepares_max",
+        min: 1,
+        max: 1 << 20,
+        get: |s| s.held_prepares_max as u64,
+        set: |s, v| s.held_prepares_max = v as usize,
+    },
+    IntKey {
+        name: "persisted_write_batch_bytes",
+        min: 1,
+        max: 1 << 32,
+        get: |s| s.persisted_write_batch_bytes as u64,
+        set: |s, v| s.persisted_write_batch_bytes = v as usize,
+    },
+    IntKey {
+        name: "scan_window_bytes",
+        min: BLOCK_SIZE_BYTES as u64,
+        max: 1 << 32,
+        get: |s| s.scan_window_bytes as u64,
+        set: |s, v| s.scan_window_bytes = v as usize,
+    },
+    IntKey {
+        name: "index_entries_max",
+        min: 1,
+        max: 1 << 24,
+        get: |s| s.index_entries_max as u64,
+        set: |s, v| s.index_entries_max = v as usize,
+    },
+    IntKey {
+        name: "record_size_bytes_max",
+        min: HEADER_SIZE_BYTES + 1,
+        max: (1 << 30) + HEADER_SIZE_BYTES,
+        get: |s| s.record_size_bytes_max as u64,
+        set: |s, v| s.record_size_bytes_max = v as usize,
+    },
+];
+
+/// `[shard]` and `[shard.N]` keys the server owns (`ShardTuning`); `direct_io` is a boolean,
+/// held as 0 or 1.
+pub(super) const TUNING_KEYS: [IntKey<ShardTuning>; 5] = [
+    IntKey {
+        // monoio builds at least 256 entries, and the kernel refuses more than 32768
+        // (IORING_MAX_ENTRIES): within these bounds the ring is the size configured.
+        name: "uring_entries",
+        min: 256,
+        max: 32_768,
+        get: |t| u64::from(t.uring_entries),
+        set: |t, v| t.uring_entries = v as u32,
+    },
+    IntKey {
+        name: "sqpoll_idle_ms",
+        min: 0,
+        max: 10_000,
+        get: |t| u64::from(t.sqpoll_idle_ms),
+        set: |t, v| t.sqpoll_idle_ms = v as u32,
+    },
+    IntKey {
+        name: "direct_io",
+        min: 0,
+        max: 1,
+        get: |t| u64::from(t.direct_io),
+        set: |t, v| t.direct_io = v != 0,
+    },
+    IntKey {
+        // 100 ms is ten ticks: a longer hold would only add latency, no flush gathers that long.
+        name: "flush_delay_us_max",
+        min: 0,
+        max: 100_000,
+        get: |t| u64::from(t.flush_delay_us_max),
+        set: |t, v| t.flush_delay_us_max = v as u32,
+    },
+    IntKey {
+        name: "segment_age_ms_max",
+        min: 0,
+        max: TOML_INT_MAX,
+        get: |t| t.segment_age_ms_max,
+        set: |t, v| t.segment_age_ms_max = v,
+    },
+];
+
+/// The shard keys whose values are `true` or `false` (held as 0 or 1).
+pub(super) const BOOL_KEYS: [&str; 2] = ["direct_io", "recycle_segments"];
+
+pub(super) fn is_bool_key(name: &str) -> bool {
+    BOOL_KEYS.contains(&name)
+}

@@ -1,0 +1,44 @@
+//! The server's effective configuration: what the config file, the `SHOAL_*` environment and the
+//! command-line flags resolve to, validated once at start-up (`docs/configuration.md` lists every
+//! key).
+//!
+//! It owns the keys (one table per section, which the file, the environment and the flags all go
+//! through, so a key has one name, one bound and one env variable), the defaults, the resolution
+//! order — built-in defaults, then the file, then `SHOAL_*` variables, then flags, later winning
+//! key by key; a `[shard.N]` key beats the same `[shard]` key (and `cpus`) from any layer — and
+//! every validation rule. `[shard]` holds two tables of keys: the engine's `ShardConfig` fields
+//! and the server's own per-shard `ShardTuning` (ring, SQPOLL, direct I/O, group-commit delay,
+//! new partitions' segment age). An error names the key as the user wrote it
+//! (`topic_defaults.segment_size_bytes`, `SHOAL_NETWORK_CONNECTIONS_MAX`, `--shards`) and the
+//! reason.
+//!
+//! It never reads a file, the environment or the machine's CPU list itself (`main` passes their
+//! contents in, so tests drive it with plain strings) and never touches the data directory. A shard
+//! receives an already-resolved [`Config`] and never reads a file or the environment itself.
+//!
+//! By job: `model` is the resolved [`Config`] and its defaults; `keys` the key tables, their
+//! scopes and env names, and how each value is read; `args` the command line; `layers` the
+//! resolution (file, environment, flags, then defaults and placement); `validate` the rules that
+//! tie keys together; `print` the effective configuration as TOML, JSON and gauges; `error` the
+//! [`ConfigError`] every step returns.
+
+mod args;
+mod error;
+mod keys;
+mod layers;
+mod model;
+mod print;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+pub use args::{Args, parse_args};
+pub use error::ConfigError;
+pub use keys::{LOG_LEVELS, log_filter};
+pub use layers::{Host, Layers, Resolved};
+pub use model::{
+    Config, LogConfig, MetadataConfig, MetricsConfig, NetworkConfig, Profile, SHARDS_MAX,
+    ShardSettings, ShardTuning, TopicDefaults,
+};
+pub use print::shard_settings;

@@ -1,0 +1,284 @@
+//! The resolved configuration: [`Config`] and its sections, each with its built-in default,
+//! and the storage [`Profile`] the shard and topic defaults start from.
+//!
+//! Plain data: nothing here reads a file, the environment or the command line, and nothing
+//! validates (`layers` and `validate` do, before a `Config` exists for anyone else).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use shoal_engine::shard::ShardConfig;
+use shoal_engine::superblock::{Durability, GroupConfig};
+
+/// Shards one node runs at most.
+pub const SHARDS_MAX: u32 = 256;
+
+/// Everything the server was configured with, resolved and validated.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The data directory (absolute once the server has created it).
+    pub data_dir: PathBuf,
+    /// The native protocol listener (port 0 picks a free port).
+    pub native_listen: SocketAddr,
+    /// Shards on this node.
+    pub shards: u32,
+    /// The storage profile the shard and topic defaults started from (the resolved values are in
+    /// `shard` and `topic_defaults`; this only says where they came from).
+    pub profile: Profile,
+    /// Connection and request limits.
+    pub network: NetworkConfig,
+    /// The Prometheus endpoint.
+    pub metrics: MetricsConfig,
+    /// The log.
+    pub log: LogConfig,
+    /// The metadata state machine.
+    pub metadata: MetadataConfig,
+    /// Settings a topic gets when its creator does not choose.
+    pub topic_defaults: TopicDefaults,
+    /// One entry per shard, index = shard.
+    pub shard: Vec<ShardSettings>,
+}
+
+/// Connection and request limits (the same on every shard).
+#[derive(Clone, Copy, Debug)]
+pub struct NetworkConfig {
+    /// Open native connections per node; one more is refused with `LimitReached`.
+    pub connections_max: usize,
+    /// Largest frame (header plus body) a client may send.
+    pub frame_size_bytes_max: usize,
+    /// Requests one connection may have unanswered; the server stops reading it beyond that.
+    pub requests_in_flight_max: usize,
+    /// Work items a shard's inbox holds (local and forwarded requests).
+    pub shard_inbox_max: usize,
+    /// Longest a fetch may wait for new data (long-poll); a longer wait is refused.
+    pub fetch_wait_ms_max: u32,
+    /// Fetches a shard holds waiting for new data; one more is answered at once (empty).
+    pub fetch_parked_max: usize,
+    /// Each shard's own listener: shard i on this IP and port + i (port 0: each shard picks a
+    /// free port); `None`: only the shared `native_listen`.
+    pub shard_listen: Option<SocketAddr>,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        NetworkConfig {
+            connections_max: 1024,
+            frame_size_bytes_max: (1 << 20) + (64 << 10),
+            requests_in_flight_max: 256,
+            shard_inbox_max: 4096,
+            fetch_wait_ms_max: 30_000,
+            fetch_parked_max: 4096,
+            shard_listen: None,
+        }
+    }
+}
+
+impl NetworkConfig {
+    /// The shard listener setting as written: `IP:PORT` or `off`.
+    pub fn shard_listen_text(&self) -> String {
+        self.shard_listen.map_or_else(|| "off".to_string(), |address| address.to_string())
+    }
+
+    /// Where shard `index` listens on its own (`None`: per-shard listeners are off). Validation
+    /// keeps base port + index within the port range.
+    pub fn shard_listen_address(&self, index: u32) -> Option<SocketAddr> {
+        let mut address = self.shard_listen?;
+        if address.port() != 0 {
+            let port = u32::from(address.port()) + index;
+            address.set_port(u16::try_from(port).unwrap_or(u16::MAX));
+        }
+        Some(address)
+    }
+}
+
+/// The Prometheus text endpoint (`docs/metrics.md`).
+#[derive(Clone, Copy, Debug)]
+pub struct MetricsConfig {
+    /// Where shard 0 serves `GET /metrics` (port 0 picks a free port); `None`: no endpoint.
+    pub listen: Option<SocketAddr>,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        // 9464 is the port Prometheus exporters of OpenTelemetry use; loopback only, like the
+        // native listener, until the operator opens it.
+        MetricsConfig { listen: Some(SocketAddr::from(([127, 0, 0, 1], 9464))) }
+    }
+}
+
+impl MetricsConfig {
+    /// The listen setting as written: `IP:PORT` or `off`.
+    pub fn listen_text(&self) -> String {
+        self.listen.map_or_else(|| "off".to_string(), |address| address.to_string())
+    }
+}
+
+/// The metadata state machine (shard 0's metadata group).
+#[derive(Clone, Copy, Debug)]
+pub struct MetadataConfig {
+    /// Committed metadata ops between two snapshots of the metadata state: restart replays at
+    /// most about this many ops of the metadata log.
+    pub snapshot_interval_ops: u64,
+    /// Sessions the client table keeps; registering one more expires the least recently used.
+    pub sessions_max: usize,
+}
+
+impl Default for MetadataConfig {
+    fn default() -> Self {
+        MetadataConfig { snapshot_interval_ops: 1024, sessions_max: 4096 }
+    }
+}
+
+/// The structured log on stderr.
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    /// What is logged: a level (`info`) or comma-separated directives (`warn,shoal_server=debug`),
+    /// already checked by [`log_filter`](crate::config::log_filter).
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig { level: "info".to_string() }
+    }
+}
+
+/// Topic settings used when a create request leaves them at zero.
+#[derive(Clone, Copy, Debug)]
+pub struct TopicDefaults {
+    /// Partitions of a new topic.
+    pub partitions: u32,
+    /// How appends become durable.
+    pub durability: Durability,
+    /// Segment roll size.
+    pub segment_size_bytes: u64,
+    /// Size-based retention (0: keep everything).
+    pub retention_bytes: u64,
+    /// Age-based retention (0: keep everything).
+    pub retention_ms: u64,
+    /// Largest batch a producer may send.
+    pub message_size_bytes_max: u32,
+}
+
+impl Default for TopicDefaults {
+    fn default() -> Self {
+        TopicDefaults {
+            partitions: 1,
+            durability: Durability::Replicated,
+            segment_size_bytes: 1 << 30,
+            retention_bytes: 0,
+            retention_ms: 0,
+            message_size_bytes_max: 1 << 20,
+        }
+    }
+}
+
+/// One shard's settings.
+#[derive(Clone, Debug)]
+pub struct ShardSettings {
+    /// The CPU this shard's thread is pinned to (`None`: not pinned).
+    pub cpu: Option<usize>,
+    /// The shard's storage engine settings (cluster, shard index and count filled in).
+    pub storage: ShardConfig,
+    /// What the server itself does differently on this shard: its ring, its I/O mode, its
+    /// group commit, its new partitions' segment age.
+    pub tuning: ShardTuning,
+}
+
+/// A shard's settings that are the server's, not the engine's `ShardConfig`: how its io_uring
+/// ring is built, whether its files use direct I/O, how long its loop may hold writes back to
+/// gather a larger flush cycle, and how partitions created on it roll their segments by age.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardTuning {
+    /// Submission queue entries of the shard's io_uring ring (a power of two).
+    pub uring_entries: u32,
+    /// SQPOLL: a kernel thread polls the ring's submission queue and sleeps after this many idle
+    /// milliseconds (0: off, submissions are system calls).
+    pub sqpoll_idle_ms: u32,
+    /// The CPU the SQPOLL thread is bound to (`[shard.N]` only; required with SQPOLL, since the
+    /// thread would otherwise inherit the shard's own CPU and spin against it).
+    pub sqpoll_cpu: Option<usize>,
+    /// Segment and journal files use O_DIRECT where the filesystem allows (false: buffered I/O,
+    /// through the page cache).
+    pub direct_io: bool,
+    /// Group commit: how long the shard may hold the writes that arrived since its last I/O
+    /// round, counted from the first of them, before it hands them to a flush cycle (0: at once).
+    pub flush_delay_us_max: u32,
+    /// Partitions created on this shard roll their active segment once its first record is this
+    /// old (0: never by age). Recorded in each partition's superblock slot at creation.
+    pub segment_age_ms_max: u64,
+}
+
+impl Default for ShardTuning {
+    fn default() -> Self {
+        ShardTuning {
+            // What the shard's runtime was built with before the key existed: deep enough for a
+            // flush cycle's writes (1 MiB pieces) plus the connections' reads and writes.
+            uring_entries: 256,
+            sqpoll_idle_ms: 0,
+            sqpoll_cpu: None,
+            direct_io: true,
+            flush_delay_us_max: 0,
+            segment_age_ms_max: GroupConfig::default().segment_age_ms_max,
+        }
+    }
+}
+
+/// The base storage sizes (`profile`): the engine's `ShardConfig::default()` or
+/// `ShardConfig::small()`, with matching topic defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    /// Production sizes.
+    Default,
+    /// Test sizes: small journal, rings, chunks and segments.
+    Small,
+}
+
+impl Profile {
+    /// The name used in the file, the environment and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::Default => "default",
+            Profile::Small => "small",
+        }
+    }
+
+    pub(super) fn parse(text: &str) -> Option<Profile> {
+        match text {
+            "default" => Some(Profile::Default),
+            "small" => Some(Profile::Small),
+            _ => None,
+        }
+    }
+}
+
+impl Config {
+    /// The defaults: `shards` shards with the production (or, with `small`, the test) storage
+    /// profile, no pinning.
+    pub fn defaults(shards: u32, small: bool) -> Config {
+        let base = if small { ShardConfig::small() } else { ShardConfig::default() };
+        let mut topic_defaults = TopicDefaults::default();
+        if small {
+            topic_defaults.segment_size_bytes = 8 << 20;
+            topic_defaults.message_size_bytes_max = 60 << 10;
+        }
+        Config {
+            data_dir: PathBuf::from("shoal-data"),
+            native_listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
+            shards,
+            profile: if small { Profile::Small } else { Profile::Default },
+            network: NetworkConfig::default(),
+            metrics: MetricsConfig::default(),
+            log: LogConfig::default(),
+            metadata: MetadataConfig::default(),
+            topic_defaults,
+            shard: (0..shards)
+                .map(|index| ShardSettings {
+                    cpu: None,
+                    storage: ShardConfig { shard: index, shard_count: shards, ..base.clone() },
+                    tuning: ShardTuning::default(),
+                })
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,625 @@
+//! The configuration's tests: every key resolved through every layer, every error naming its
+//! key, the shipped config files, and the printed configuration loading back as itself.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use shoal_engine::shard::ShardConfig;
+use shoal_engine::superblock::{SEGMENT_SIZE_BYTES_MAX, SEGMENT_SIZE_BYTES_MIN};
+
+use super::keys::{
+    METADATA_KEYS, NETWORK_KEYS, SERVER_KEYS, STORAGE_KEYS, Scope, TOPIC_KEYS, TUNING_KEYS,
+    is_bool_key,
+};
+use super::*;
+
+/// A machine with 4 CPUs, so defaults do not depend on where the tests run.
+fn host() -> Host {
+    Host { parallelism: 4, core_ids: vec![0, 1, 2, 3] }
+}
+
+/// Resolves a file's text, then `env`, then the command line `flags`, on [`host`].
+fn resolve_with(file: &str, env: &[(&str, &str)], flags: &[&str]) -> Result<Resolved, ConfigError> {
+    let args = parse_args(flags.iter().map(|flag| flag.to_string()))?;
+    let mut layers = Layers::default();
+    layers.file(Path::new("test.toml"), file)?;
+    layers.env(env.iter().map(|(name, value)| (name.to_string(), value.to_string())))?;
+    for (flag, value) in &args.settings {
+        layers.flag(flag, value)?;
+    }
+    layers.resolve(&host())
+}
+
+fn resolve(file: &str, env: &[(&str, &str)], flags: &[&str]) -> Config {
+    resolve_with(file, env, flags).unwrap_or_else(|error| panic!("{error}")).config
+}
+
+/// The one check of every error test: resolving fails, naming `key`, with `reason` in the
+/// reason.
+fn check_error(file: &str, env: &[(&str, &str)], flags: &[&str], key: &str, reason: &str) {
+    match resolve_with(file, env, flags) {
+        Ok(_) => panic!("{file:?} {env:?} {flags:?} resolved; expected an error about {key}"),
+        Err(error) => {
+            assert_eq!(error.key, key, "{file:?} {env:?} {flags:?}: {error}");
+            assert!(error.reason.contains(reason), "{key}: {:?} lacks {reason:?}", error.reason);
+        }
+    }
+}
+
+fn all_keys() -> Vec<(Scope, &'static str)> {
+    let mut keys: Vec<(Scope, &'static str)> =
+        SERVER_KEYS.iter().map(|&name| (Scope::Server, name)).collect();
+    keys.extend(NETWORK_KEYS.iter().map(|key| (Scope::Network, key.name)));
+    keys.push((Scope::Network, "shard_listen"));
+    keys.push((Scope::Metrics, "listen"));
+    keys.push((Scope::Log, "level"));
+    keys.extend(METADATA_KEYS.iter().map(|key| (Scope::Metadata, key.name)));
+    keys.push((Scope::TopicDefaults, "durability"));
+    keys.extend(TOPIC_KEYS.iter().map(|key| (Scope::TopicDefaults, key.name)));
+    keys.extend(STORAGE_KEYS.iter().map(|key| (Scope::Shard, key.name)));
+    keys.extend(TUNING_KEYS.iter().map(|key| (Scope::Shard, key.name)));
+    keys
+}
+
+fn env_name(scope: Scope, name: &str) -> String {
+    let section = match scope {
+        Scope::Server => "",
+        Scope::Network => "NETWORK_",
+        Scope::Metrics => "METRICS_",
+        Scope::Log => return "SHOAL_LOG".to_string(),
+        Scope::Metadata => "METADATA_",
+        Scope::TopicDefaults => "TOPIC_DEFAULTS_",
+        Scope::Shard | Scope::ShardN(_) => "SHARD_",
+    };
+    format!("SHOAL_{section}{}", name.to_ascii_uppercase())
+}
+
+#[test]
+fn nothing_given_resolves_to_the_defaults() {
+    let config = resolve("", &[], &[]);
+    let mut expected = Config::defaults(4, false);
+    for (index, settings) in expected.shard.iter_mut().enumerate() {
+        settings.cpu = Some(index);
+    }
+    assert_eq!(config.to_json(), expected.to_json());
+    assert_eq!(config.shards, 4, "one shard per available CPU");
+    assert_eq!(config.data_dir, PathBuf::from("shoal-data"));
+    assert_eq!(config.native_listen.to_string(), "127.0.0.1:7070");
+    assert_eq!(config.profile, Profile::Default);
+    let cpus: Vec<Option<usize>> = config.shard.iter().map(|s| s.cpu).collect();
+    assert_eq!(cpus, [Some(0), Some(1), Some(2), Some(3)], "shard i on the i-th CPU");
+    for (index, settings) in config.shard.iter().enumerate() {
+        assert_eq!(settings.storage.shard, index as u32);
+        assert_eq!(settings.storage.shard_count, 4);
+        assert_eq!(settings.storage.journal_size_bytes, ShardConfig::default().journal_size_bytes);
+    }
+}
+
+#[test]
+fn single_node_toml_as_shipped_is_exactly_the_defaults() {
+    let text = include_str!("../../../configs/single-node.toml");
+    assert_eq!(resolve(text, &[], &[]).to_json(), resolve("", &[], &[]).to_json());
+}
+
+#[test]
+fn single_node_toml_and_the_docs_cover_every_key() {
+    let file = include_str!("../../../configs/single-node.toml");
+    let docs = include_str!("../../../docs/configuration.md");
+    for (scope, name) in all_keys() {
+        let dotted = scope.dotted(name);
+        assert!(
+            file.lines()
+                .any(|line| line.trim_start_matches("# ").starts_with(&format!("{name} = "))),
+            "configs/single-node.toml lacks {dotted}"
+        );
+        assert!(docs.contains(&format!("`{name}`")), "docs/configuration.md lacks {dotted}");
+    }
+    assert!(docs.contains("`cpu`"), "docs/configuration.md lacks [shard.N] cpu");
+    assert!(docs.contains("`sqpoll_cpu`"), "docs/configuration.md lacks [shard.N] sqpoll_cpu");
+    assert!(file.contains("# sqpoll_cpu = "), "configs/single-node.toml lacks sqpoll_cpu");
+}
+
+#[test]
+fn test_toml_is_one_unpinned_small_shard_on_a_free_port() {
+    let config = resolve(include_str!("../../../configs/test.toml"), &[], &[]);
+    assert_eq!(config.shards, 1);
+    assert_eq!(config.shard[0].cpu, None);
+    assert_eq!(config.profile, Profile::Small);
+    assert_eq!(config.shard[0].storage.journal_size_bytes, ShardConfig::small().journal_size_bytes);
+    assert_eq!(config.topic_defaults.message_size_bytes_max, 60 << 10);
+    assert_eq!(config.native_listen.port(), 0);
+}
+
+#[test]
+fn later_layers_win_key_by_key() {
+    let file =
+        "shards = 2\ncpus = \"none\"\n[network]\nconnections_max = 10\nshard_inbox_max = 11\n";
+    assert_eq!(resolve(file, &[], &[]).shards, 2, "the file over the default");
+    let env = [("SHOAL_SHARDS", "3"), ("SHOAL_NETWORK_CONNECTIONS_MAX", "20")];
+    let config = resolve(file, &env, &[]);
+    assert_eq!(config.shards, 3, "the environment over the file");
+    assert_eq!(config.network.connections_max, 20);
+    assert_eq!(config.network.shard_inbox_max, 11, "keys the environment leaves keep the file's");
+    let config = resolve(file, &env, &["--shards", "5", "--shards=6"]);
+    assert_eq!(config.shards, 6, "flags over the environment; the last flag wins");
+    assert_eq!(config.network.connections_max, 20);
+    let config = resolve("", &[("SHOAL_CPUS", "none")], &["--cpus", "0,1,2,3"]);
+    assert_eq!(config.shard[3].cpu, Some(3));
+    let config = resolve("", &[], &["--cpus", "none", "--cpus", "3,2,1,0"]);
+    assert_eq!(config.shard[0].cpu, Some(3));
+}
+
+#[test]
+fn shard_n_overrides_shard_and_beats_the_environment_for_its_shard() {
+    let file = "shards = 3\n[shard]\nring_bytes_max = 2000000\nchunks_max = 7\n\
+                [shard.1]\nring_bytes_max = 3000000\ncpu = 2\n";
+    let config = resolve(file, &[("SHOAL_SHARD_RING_BYTES_MAX", "4000000")], &[]);
+    let ring: Vec<usize> = config.shard.iter().map(|s| s.storage.ring.bytes_max).collect();
+    assert_eq!(ring, [4_000_000, 3_000_000, 4_000_000], "env replaces [shard], not [shard.1]");
+    assert!(config.shard.iter().all(|s| s.storage.chunks_max == 7));
+    assert!(config.shard.iter().all(|s| s.storage.ring.entries_max == 65_536));
+    let cpus: Vec<Option<usize>> = config.shard.iter().map(|s| s.cpu).collect();
+    assert_eq!(cpus, [None, Some(2), None], "a [shard.N] cpu turns the default placement off");
+    let config = resolve(file, &[], &["--cpus", "0,1,3"]);
+    let cpus: Vec<Option<usize>> = config.shard.iter().map(|s| s.cpu).collect();
+    assert_eq!(cpus, [Some(0), Some(2), Some(3)], "[shard.1] cpu beats cpus");
+}
+
+#[test]
+fn a_shard_n_past_the_shard_count_is_refused() {
+    check_error("shards = 2\n[shard.2]\nchunks_max = 3\n", &[], &[], "shard.2", "no shard 2");
+    check_error("[shard.4]\n", &[], &[], "shard.4", "0 to 3");
+    check_error("[shard.1]\n", &[], &["--shards", "1"], "shard.1", "shards is 1");
+    check_error("[shard.01]\n", &[], &[], "shard.01", "unknown key");
+    assert_eq!(resolve("[shard.3]\n", &[], &[]).shards, 4, "the last shard is in range");
+}
+
+#[test]
+fn unknown_keys_are_refused_by_name() {
+    // (file, key named)
+    let in_the_file = [
+        ("sharts = 2\n", "sharts"),
+        ("[server]\nlisten = \"127.0.0.1:1\"\n", "server.listen"),
+        ("[network]\nconections_max = 5\n", "network.conections_max"),
+        ("[netwrok]\nconnections_max = 5\n", "netwrok"),
+        ("[topic_defaults]\nsegment_bytes = 5\n", "topic_defaults.segment_bytes"),
+        ("[shard.0]\nring_bytes = 5\n", "shard.0.ring_bytes"),
+    ];
+    for (file, key) in in_the_file {
+        check_error(file, &[], &[], key, "unknown key");
+    }
+    // Misspelt, lower-case, and per-shard (which only the file has).
+    for var in ["SHOAL_NETWORK_CONECTIONS_MAX", "SHOAL_shards", "SHOAL_SHARD_0_CPU"] {
+        check_error("", &[(var, "5")], &[], var, "unknown SHOAL_ variable");
+    }
+    check_error("", &[], &["--shard", "5"], "--shard", "unknown flag");
+    check_error("[shard]\ncpu = 1\n", &[], &[], "shard.cpu", "per shard");
+    check_error("", &[], &["shards"], "shards", "unexpected argument");
+}
+
+#[test]
+fn variables_other_programs_own_are_left_alone() {
+    let env = [
+        ("SHOAL_BENCH_DIR", "/nowhere"),
+        ("SHOAL_SIM_SEEDS", "9"),
+        ("PATH", "/bin"),
+        ("HOME", "/root"),
+    ];
+    assert_eq!(resolve("", &env, &[]).to_json(), resolve("", &[], &[]).to_json());
+}
+
+#[test]
+fn every_validation_error_names_its_key() {
+    // (file, key named, part of the reason)
+    let in_the_file: &[(&str, &str, &str)] = &[
+        // Each key's own bounds and type.
+        (
+            "[topic_defaults]\nsegment_size_bytes = 1000\n",
+            "topic_defaults.segment_size_bytes",
+            "outside 1048576..=4294967296",
+        ),
+        ("shards = \"two\"\n", "shards", "expected an integer, found a string"),
+        ("[server]\nshards = 1.5\n", "server.shards", "expected an integer, found a float"),
+        ("[topic_defaults]\nretention_ms = -1\n", "topic_defaults.retention_ms", "negative"),
+        ("native_listen = \"localhost\"\n", "native_listen", "not an IP address and port"),
+        ("native_listen = 7070\n", "native_listen", "expected a string"),
+        ("data_dir = \"\"\n", "data_dir", "must not be empty"),
+        ("profile = \"huge\"\n", "profile", "use \"default\" or \"small\""),
+        (
+            "[topic_defaults]\ndurability = \"fast\"\n",
+            "topic_defaults.durability",
+            "\"replicated\" or",
+        ),
+        ("cpus = \"0,one\"\n", "cpus", "comma-separated CPU list"),
+        ("cpus = \"0,1\"\n", "cpus", "cpus names 2 CPUs for 4 shards"),
+        ("[shard.0]\ncpu = 70000\n", "shard.0.cpu", "outside 0..=65535"),
+        ("[shard]\nchunks_max = 0\n", "shard.chunks_max", "outside 1..="),
+        // Rules between keys: the key the user set is named.
+        ("[shard]\nchunk_size_bytes = 8192\n", "shard.chunk_size_bytes", "must hold record_size"),
+        (
+            "[shard.1]\nrecord_size_bytes_max = 5000000\n",
+            "shard.1.record_size_bytes_max",
+            "must hold record_size",
+        ),
+        (
+            "[shard]\njournal_size_bytes = 1048577\n",
+            "shard.journal_size_bytes",
+            "not a multiple of the 4096",
+        ),
+        (
+            "[shard]\njournal_size_bytes = 1048576\n",
+            "shard.journal_size_bytes",
+            "two of the largest records",
+        ),
+        (
+            "[shard]\nready_ahead_bytes = 5000\n",
+            "shard.ready_ahead_bytes",
+            "not a multiple of the 4096",
+        ),
+        (
+            "[shard]\nring_bytes_max = 1000\n",
+            "shard.ring_bytes_max",
+            "must hold the largest record",
+        ),
+        ("[shard]\nring_budget_bytes = 1048576\n", "shard.ring_budget_bytes", "one full ring"),
+        (
+            "[topic_defaults]\nmessage_size_bytes_max = 2097152\n",
+            "topic_defaults.message_size_bytes_max",
+            "must fit shard 0's record",
+        ),
+        (
+            "profile = \"small\"\n[shard.2]\nrecord_size_bytes_max = 4096\n",
+            "shard.2.record_size_bytes_max",
+            "must fit shard 2's",
+        ),
+        (
+            "[topic_defaults]\nsegment_size_bytes = 1048576\n",
+            "topic_defaults.segment_size_bytes",
+            "must fit a segment",
+        ),
+        (
+            "[network]\nframe_size_bytes_max = 4096\n",
+            "network.frame_size_bytes_max",
+            "must carry the largest message",
+        ),
+        // The file's shape.
+        ("shards = 2\n[server]\nshards = 3\n", "server.shards", "set it once"),
+        ("network = 5\n", "network", "must be a table"),
+        ("[shard]\n0 = 5\n", "shard.0", "must be a table"),
+        ("shards = 2\nshards = 3\n", "test.toml", "line 2"),
+        ("[network\n", "test.toml", "not a valid TOML file: line 1"),
+    ];
+    for &(file, key, reason) in in_the_file {
+        check_error(file, &[], &[], key, reason);
+    }
+    // (variable, value, part of the reason); the variable is the key named.
+    let in_the_environment: &[(&str, &str, &str)] = &[
+        ("SHOAL_NETWORK_CONNECTIONS_MAX", "0", "outside 1..="),
+        ("SHOAL_SHARDS", "x", "not a non-negative decimal integer"),
+        ("SHOAL_SHARDS", "", "not a non-negative decimal integer"),
+        ("SHOAL_PROFILE", "Small", "use \"default\""),
+        ("SHOAL_TOPIC_DEFAULTS_DURABILITY", "", "\"replicated\""),
+        ("SHOAL_SHARD_READY_AHEAD_BYTES", "5000", "not a multiple"),
+        ("SHOAL_CPUS", "0,1", "SHOAL_CPUS names 2 CPUs for 4 shards"),
+    ];
+    for &(var, value, reason) in in_the_environment {
+        check_error("", &[(var, value)], &[], var, reason);
+    }
+    // (command line, key named, part of the reason)
+    let on_the_command_line: &[(&[&str], &str, &str)] = &[
+        (&["--shards", "0"], "--shards", "outside 1..=256"),
+        (&["--shards=257"], "--shards", "outside 1..=256"),
+        (&["--listen", "1.2.3.4"], "--listen", "not an IP address and port"),
+        (&["--shards", "2", "--cpus", "0"], "--cpus", "--cpus names 1 CPUs for 2 shards"),
+        (&["--profile", "tiny"], "--profile", "use \"default\" or \"small\""),
+        (&["--data-dir"], "--data-dir", "needs a value"),
+        (&["--print-config=yes"], "--print-config", "takes no value"),
+    ];
+    for &(flags, key, reason) in on_the_command_line {
+        check_error("", &[], flags, key, reason);
+    }
+}
+
+#[test]
+fn each_integer_key_is_refused_just_past_its_bounds_and_taken_at_them() {
+    for (scope, name) in all_keys() {
+        let Some((_, min, max)) = scope
+            .int_key(name)
+            .or_else(|| (name == "shards").then_some((name, 1, u64::from(SHARDS_MAX))))
+        else {
+            continue;
+        };
+        let var = env_name(scope, name);
+        let past = [min.checked_sub(1), max.checked_add(1)];
+        for value in past.into_iter().flatten() {
+            let value = value.to_string();
+            check_error("", &[(var.as_str(), value.as_str())], &[], &var, "outside");
+        }
+        // At a bound a key may still break a rule with another key, but never its own.
+        for value in [min, max] {
+            let value = value.to_string();
+            if let Err(error) = resolve_with("", &[(var.as_str(), value.as_str())], &[]) {
+                assert!(!error.reason.contains("outside"), "{var}={value}: {error}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_limits_themselves_are_accepted() {
+    assert_eq!(resolve("shards = 256\ncpus = \"none\"\n", &[], &[]).shards, 256);
+    let small = "profile = \"small\"\n[topic_defaults]\nsegment_size_bytes = 1048576\n";
+    assert_eq!(resolve(small, &[], &[]).topic_defaults.segment_size_bytes, SEGMENT_SIZE_BYTES_MIN);
+    let largest = "[topic_defaults]\nsegment_size_bytes = 4294967296\n";
+    assert_eq!(
+        resolve(largest, &[], &[]).topic_defaults.segment_size_bytes,
+        SEGMENT_SIZE_BYTES_MAX
+    );
+    // message_size_bytes_max may use the whole record bound but the header.
+    let exact = "[topic_defaults]\nmessage_size_bytes_max = 1048576\n\
+                 [shard]\nrecord_size_bytes_max = 1048832\n";
+    assert_eq!(resolve(exact, &[], &[]).topic_defaults.message_size_bytes_max, 1 << 20);
+    check_error(
+        "[topic_defaults]\nmessage_size_bytes_max = 1048577\n",
+        &[],
+        &[],
+        "topic_defaults.message_size_bytes_max",
+        "must fit",
+    );
+    // A chunk of exactly the largest record plus a block.
+    let chunk = "[shard]\nchunk_size_bytes = 1052928\n";
+    assert_eq!(resolve(chunk, &[], &[]).shard[0].storage.chunk_size_bytes, 1_052_928);
+    check_error(
+        "[shard]\nchunk_size_bytes = 1052927\n",
+        &[],
+        &[],
+        "shard.chunk_size_bytes",
+        "must hold",
+    );
+}
+
+#[test]
+fn too_few_cpus_for_the_default_placement_leaves_shards_unpinned_with_a_warning() {
+    let resolved = resolve_with("shards = 5\n", &[], &[]).unwrap();
+    assert!(resolved.config.shard.iter().all(|s| s.cpu.is_none()));
+    assert_eq!(resolved.warnings, ["5 shards on 4 CPUs: shard threads are not pinned"]);
+    assert!(resolve_with("", &[], &[]).unwrap().warnings.is_empty());
+}
+
+#[test]
+fn printed_config_loads_back_to_the_same_config() {
+    let files = [
+        "",
+        include_str!("../../../configs/test.toml"),
+        "data_dir = 'dir \"with\" quotes\\\\'\nshards = 3\n[shard]\nchunks_max = 9\n\
+         [shard.1]\ncpu = 7\nring_entries_max = 5\n[shard.2]\nscan_window_bytes = 8192\n",
+        "[topic_defaults]\ndurability = \"persisted\"\nretention_ms = 9223372036854775807\n",
+        "shards = 2\ncpus = \"3,5\"\n[network]\nshard_listen = \"0.0.0.0:7100\"\n\
+         [shard]\nuring_entries = 1024\n[shard.0]\nsqpoll_idle_ms = 20\nsqpoll_cpu = 4\n\
+         [shard.1]\ndirect_io = false\nflush_delay_us_max = 300\nsegment_age_ms_max = 0\n",
+        include_str!("../../../configs/i4i.4xlarge.toml"),
+    ];
+    for file in files {
+        let config = resolve(file, &[], &[]);
+        let printed = config.to_toml();
+        let again = resolve(&printed, &[], &[]);
+        assert_eq!(again.to_json(), config.to_json(), "{file}\n---\n{printed}");
+    }
+    let printed = resolve(files[2], &[], &[]).to_toml();
+    assert!(printed.contains("cpus = \"none\""), "{printed}");
+    assert!(printed.contains("[shard.1]\ncpu = 7\nring_entries_max = 5\n"), "{printed}");
+    assert!(!printed.contains("[shard.0]"), "shard 0 is [shard] itself: {printed}");
+}
+
+#[test]
+fn metrics_listen_and_log_level_resolve_through_every_layer() {
+    let config = resolve("", &[], &[]);
+    assert_eq!(config.metrics.listen_text(), "127.0.0.1:9464");
+    assert_eq!(config.log.level, "info");
+    let file = "[metrics]\nlisten = \"127.0.0.1:1\"\n[log]\nlevel = \"warn\"\n";
+    let config = resolve(file, &[], &[]);
+    assert_eq!(config.metrics.listen_text(), "127.0.0.1:1");
+    assert_eq!(config.log.level, "warn");
+    let env = [("SHOAL_METRICS_LISTEN", "off"), ("SHOAL_LOG", "DEBUG")];
+    let config = resolve(file, &env, &[]);
+    assert_eq!(config.metrics.listen, None, "off turns the endpoint off");
+    assert_eq!(config.log.level, "debug", "SHOAL_LOG over the file, lower-cased");
+    let flags = ["--metrics-listen", "127.0.0.1:0", "--log-level=error,shoal_server=trace"];
+    let config = resolve(file, &env, &flags);
+    assert_eq!(config.metrics.listen_text(), "127.0.0.1:0");
+    assert_eq!(config.log.level, "error,shoal_server=trace");
+}
+
+#[test]
+fn a_bad_metrics_listen_or_log_level_is_refused_by_name() {
+    check_error("[metrics]\nlisten = \"localhost\"\n", &[], &[], "metrics.listen", "or \"off\"");
+    check_error("[metrics]\nport = 1\n", &[], &[], "metrics.port", "unknown key");
+    check_error("[log]\nlevel = \"loud\"\n", &[], &[], "log.level", "\"loud\" is not a level");
+    check_error("[log]\nlevel = 3\n", &[], &[], "log.level", "expected a string");
+    check_error("", &[("SHOAL_LOG", "inf")], &[], "SHOAL_LOG", "is not a level");
+    check_error("", &[("SHOAL_LOG_LEVEL", "info")], &[], "SHOAL_LOG_LEVEL", "is SHOAL_LOG");
+    check_error("", &[], &["--log-level", "a b=info"], "--log-level", "not a target");
+    check_error("", &[], &["--metrics-listen", "9464"], "--metrics-listen", "IP address");
+}
+
+#[test]
+fn log_filters_are_checked_and_normalised() {
+    assert_eq!(log_filter("INFO"), Ok("info".to_string()));
+    assert_eq!(
+        log_filter(" warn , shoal_server::shard = Debug "),
+        Ok("warn,shoal_server::shard=debug".to_string())
+    );
+    assert_eq!(log_filter("shoal_server=off"), Ok("shoal_server=off".to_string()));
+    for bad in ["", "info,debug", "verbose", "=info", "shoal-server=info", "a=b=c", "info,"] {
+        assert!(log_filter(bad).is_err(), "{bad:?} was accepted");
+    }
+}
+
+#[test]
+fn shard_tuning_resolves_through_every_layer_with_shard_n_winning() {
+    let config = resolve("", &[], &[]);
+    assert!(config.shard.iter().all(|s| s.tuning == ShardTuning::default()));
+    assert_eq!(config.shard[0].tuning.uring_entries, 256, "what the shards were built with");
+    assert_eq!(config.shard[0].tuning.segment_age_ms_max, 7 * 24 * 3600 * 1000);
+    let file = "shards = 3\n[shard]\nuring_entries = 512\nflush_delay_us_max = 100\n\
+                [shard.1]\nuring_entries = 2048\ndirect_io = false\nsqpoll_idle_ms = 5\n\
+                sqpoll_cpu = 3\nsegment_age_ms_max = 3600000\n";
+    let env = [("SHOAL_SHARD_URING_ENTRIES", "1024"), ("SHOAL_SHARD_DIRECT_IO", "true")];
+    let config = resolve(file, &env, &["--cpus", "0,1,2"]);
+    let tuning: Vec<ShardTuning> = config.shard.iter().map(|s| s.tuning).collect();
+    let entries: Vec<u32> = tuning.iter().map(|t| t.uring_entries).collect();
+    assert_eq!(entries, [1024, 2048, 1024], "env replaces [shard], not [shard.1]");
+    let direct: Vec<bool> = tuning.iter().map(|t| t.direct_io).collect();
+    assert_eq!(direct, [true, false, true]);
+    let sqpoll: Vec<u32> = tuning.iter().map(|t| t.sqpoll_idle_ms).collect();
+    assert_eq!(sqpoll, [0, 5, 0]);
+    let sqpoll_cpus: Vec<Option<usize>> = tuning.iter().map(|t| t.sqpoll_cpu).collect();
+    assert_eq!(sqpoll_cpus, [None, Some(3), None]);
+    assert!(tuning.iter().all(|t| t.flush_delay_us_max == 100));
+    assert_eq!(tuning[1].segment_age_ms_max, 3_600_000);
+    let settings: BTreeMap<&str, u64> = shard_settings(&config.shard[1]).collect();
+    assert_eq!(settings["uring_entries"], 2048, "the gauges see the override");
+    assert_eq!(settings["direct_io"], 0);
+    assert_eq!(settings["ring_bytes_max"], 64 << 20, "storage keys are there too");
+    let json = config.to_json();
+    assert_eq!(json["shard"][1]["direct_io"], false);
+    assert_eq!(json["shard"][0]["uring_entries"], 1024);
+}
+
+#[test]
+fn recycle_segments_is_a_boolean_storage_key() {
+    let config = resolve("", &[], &[]);
+    assert!(config.shard.iter().all(|s| s.storage.recycle_segments), "on by default");
+    let file = "shards = 2\n[shard.1]\nrecycle_segments = false\n";
+    let config = resolve(file, &[], &["--cpus", "none"]);
+    let recycle: Vec<bool> = config.shard.iter().map(|s| s.storage.recycle_segments).collect();
+    assert_eq!(recycle, [true, false]);
+    let settings: BTreeMap<&str, u64> = shard_settings(&config.shard[1]).collect();
+    assert_eq!(settings["recycle_segments"], 0);
+    assert_eq!(config.to_json()["shard"][1]["recycle_segments"], false);
+    assert!(config.to_toml().contains("recycle_segments = true"), "{}", config.to_toml());
+    let config = resolve("", &[("SHOAL_SHARD_RECYCLE_SEGMENTS", "false")], &[]);
+    assert!(!config.shard[0].storage.recycle_segments);
+    check_error("[shard]\nrecycle_segments = 0\n", &[], &[], "shard.recycle_segments", "true");
+}
+
+#[test]
+fn shard_tuning_is_refused_by_name_when_it_cannot_work() {
+    check_error("[shard]\nuring_entries = 300\n", &[], &[], "shard.uring_entries", "power of two");
+    check_error("[shard.2]\nuring_entries = 128\n", &[], &[], "shard.2.uring_entries", "256..=");
+    check_error("[shard]\ndirect_io = 1\n", &[], &[], "shard.direct_io", "true or false");
+    check_error("", &[("SHOAL_SHARD_DIRECT_IO", "yes")], &[], "SHOAL_SHARD_DIRECT_IO", "true");
+    check_error(
+        "[shard]\nflush_delay_us_max = 100001\n",
+        &[],
+        &[],
+        "shard.flush_delay_us_max",
+        "outside 0..=100000",
+    );
+    // SQPOLL needs a pinned shard (not pinned by "none", nor by a default placement that
+    // found too few CPUs) and a CPU of its own for the polling thread.
+    let unpinned = "cpus = \"none\"\n[shard.1]\nsqpoll_idle_ms = 10\nsqpoll_cpu = 2\n";
+    check_error(unpinned, &[], &[], "shard.1.sqpoll_idle_ms", "pin shard 1 first");
+    let unpinned = "cpus = \"none\"\n[shard.1]\nsqpoll_idle_ms = 10\n";
+    check_error(unpinned, &[], &[], "shard.1.sqpoll_idle_ms", "[shard.1] cpu");
+    check_error(
+        "shards = 5\n[shard]\nsqpoll_idle_ms = 10\n",
+        &[],
+        &[],
+        "shard.sqpoll_idle_ms",
+        "[shard.0] cpu",
+    );
+    let no_cpu = "shards = 2\n[shard.1]\nsqpoll_idle_ms = 10\n";
+    check_error(no_cpu, &[], &[], "shard.1.sqpoll_idle_ms", "shares the shard's CPU 1");
+    let on_a_shard = "shards = 2\n[shard.1]\nsqpoll_idle_ms = 10\nsqpoll_cpu = 0\n";
+    check_error(on_a_shard, &[], &[], "shard.1.sqpoll_cpu", "CPU 0 runs shard 0");
+    let shared = "shards = 2\n[shard]\nsqpoll_idle_ms = 10\n\
+                  [shard.0]\nsqpoll_cpu = 3\n[shard.1]\nsqpoll_cpu = 3\n";
+    check_error(shared, &[], &[], "shard.0.sqpoll_cpu", "already polls shard 1");
+    check_error("[shard.0]\nsqpoll_cpu = 3\n", &[], &[], "shard.0.sqpoll_cpu", "SQPOLL is off");
+    check_error("[shard]\nsqpoll_cpu = 3\n", &[], &[], "shard.sqpoll_cpu", "per shard");
+    let good = "shards = 2\n[shard.1]\nsqpoll_idle_ms = 10\nsqpoll_cpu = 3\n";
+    let config = resolve(good, &[], &[]);
+    assert_eq!(config.shard[1].tuning.sqpoll_idle_ms, 10);
+    assert_eq!(config.shard[1].tuning.sqpoll_cpu, Some(3));
+    // Topic settings stay node-wide, with the reason instead of "unknown key".
+    for key in ["segment_size_bytes", "durability", "retention_ms", "partitions"] {
+        let file = format!("[shard.0]\n{key} = 1\n");
+        check_error(&file, &[], &[], &format!("shard.0.{key}"), "[topic_defaults]");
+    }
+}
+
+#[test]
+fn shard_listen_gives_each_shard_its_port_within_the_port_range() {
+    let config = resolve("", &[], &[]);
+    assert_eq!(config.network.shard_listen, None, "off by default");
+    assert_eq!(config.network.shard_listen_address(0), None);
+    let config = resolve("[network]\nshard_listen = \"127.0.0.1:7100\"\n", &[], &[]);
+    let ports: Vec<u16> =
+        (0..4).filter_map(|i| config.network.shard_listen_address(i)).map(|a| a.port()).collect();
+    assert_eq!(ports, [7100, 7101, 7102, 7103]);
+    let config = resolve("", &[("SHOAL_NETWORK_SHARD_LISTEN", "127.0.0.1:0")], &[]);
+    let ports: Vec<u16> =
+        (0..4).filter_map(|i| config.network.shard_listen_address(i)).map(|a| a.port()).collect();
+    assert_eq!(ports, [0, 0, 0, 0], "port 0: each shard picks a free one");
+    let last = "[network]\nshard_listen = \"127.0.0.1:65532\"\n";
+    assert_eq!(resolve(last, &[], &[]).network.shard_listen_address(3).unwrap().port(), 65535);
+    let past = "[network]\nshard_listen = \"127.0.0.1:65533\"\n";
+    check_error(past, &[], &[], "network.shard_listen", "at most 65532");
+    let clash = "native_listen = \"0.0.0.0:7102\"\n[network]\nshard_listen = \"127.0.0.1:7100\"\n";
+    check_error(clash, &[], &[], "network.shard_listen", "shard 2's own port");
+    let bad = [("SHOAL_NETWORK_SHARD_LISTEN", "7100")];
+    check_error("", &bad, &[], "SHOAL_NETWORK_SHARD_LISTEN", "or \"off\"");
+    let off = resolve("[network]\nshard_listen = \"off\"\n", &[], &[]);
+    assert_eq!(off.network.shard_listen_text(), "off");
+}
+
+#[test]
+fn i4i_profile_parses_validates_and_explains_every_choice() {
+    let text = include_str!("../../../configs/i4i.4xlarge.toml");
+    // As shipped (its CPU list names CPUs this machine may not have: resolving checks no
+    // CPU), and unpinned, as a smaller test box would run it.
+    for flags in [&[][..], &["--cpus", "none"][..]] {
+        let config = resolve(text, &[], flags);
+        assert_eq!(config.shards, 14);
+        assert_eq!(config.profile, Profile::Default);
+        assert!(config.shard.iter().all(|s| s.tuning.sqpoll_idle_ms == 0), "SQPOLL off");
+        assert!(config.network.shard_listen.is_some(), "clients can reach the owner");
+    }
+    let pinned = resolve(text, &[], &[]);
+    let cpus: Vec<Option<usize>> = pinned.shard.iter().map(|s| s.cpu).collect();
+    assert!(!cpus.contains(&Some(0)) && !cpus.contains(&Some(8)), "core 0 left to the kernel");
+    // Every setting line carries its reason in the comment lines right above it.
+    let mut commented = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('#') {
+            commented = true;
+        } else if line.contains(" = ") {
+            assert!(commented, "no reason given for {line:?}");
+            commented = false;
+        } else if line.is_empty() || line.starts_with('[') {
+            commented = false;
+        }
+    }
+}
+
+#[test]
+fn json_holds_every_key_of_every_shard() {
+    let config = resolve("shards = 2\n[shard.1]\ncpu = 3\n", &[], &[]);
+    let json = config.to_json();
+    assert_eq!(json["shards"], 2);
+    assert_eq!(json["profile"], "default");
+    assert_eq!(json["topic_defaults"]["durability"], "replicated");
+    assert_eq!(json["network"]["connections_max"], 1024);
+    assert_eq!(json["shard"][0]["cpu"], serde_json::Value::Null);
+    assert_eq!(json["shard"][1]["cpu"], 3);
+    for key in &STORAGE_KEYS {
+        let value = &json["shard"][1][key.name];
+        assert!(value.is_u64() || is_bool_key(key.name) && value.is_boolean(), "{}", key.name);
+    }
+    for key in &TUNING_KEYS {
+        let value = &json["shard"][1][key.name];
+        assert!(value.is_u64() || value.is_boolean(), "{}", key.name);
+    }
+    assert_eq!(json["network"]["shard_listen"], "off");
+}

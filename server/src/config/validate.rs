@@ -1,0 +1,298 @@
+//! The rules that tie keys together, checked once on the resolved configuration: storage sizes
+//! that must hold the largest record, SQPOLL's placement, per-shard listener ports, and topic
+//! defaults the storage engine accepts. Each key's own bounds were checked when it was set.
+//!
+//! An error names the key the user set: when a rule between two keys breaks, never the default
+//! the user did not think about.
+
+use shoal_engine::storage::BLOCK_SIZE_BYTES;
+use shoal_engine::superblock::GroupConfig;
+use shoal_engine::wire::HEADER_SIZE;
+
+use super::error::ConfigError;
+use super::keys::{HEADER_SIZE_BYTES, Scope};
+use super::layers::Layers;
+use super::model::{Config, ShardSettings};
+
+impl Layers {
+    /// The rules that tie keys together (each key's own bounds were checked when it was set).
+    /// When a rule between two keys breaks, the error names the one the user set.
+    pub(super) fn validate(&self, config: &Config) -> Result<(), ConfigError> {
+        for (index, settings) in (0..config.shards).zip(&config.shard) {
+            self.validate_shard(config, index, settings)?;
+        }
+        self.validate_shard_listen(config)?;
+        self.validate_topic_defaults(config)
+    }
+
+    /// Shard `index`'s rules: its ring and SQPOLL, and storage sizes that hold the largest record.
+    fn validate_shard(
+        &self,
+        config: &Config,
+        index: u32,
+        settings: &ShardSettings,
+    ) -> Result<(), ConfigError> {
+        let block = BLOCK_SIZE_BYTES as u64;
+        let storage = &settings.storage;
+        let key = |name: &'static str| self.storage_key(index, name);
+        let tuning = &settings.tuning;
+        if !tuning.uring_entries.is_power_of_two() {
+            return Err(key("uring_entries").error(format!(
+                "{} is not a power of two (the kernel would round it up silently)",
+                tuning.uring_entries
+            )));
+        }
+        self.check_sqpoll(config, index)?;
+        let record = storage.record_size_bytes_max as u64;
+        let chunk = storage.chunk_size_bytes as u64;
+        if chunk < record + block {
+            return Err(blame(
+                key("chunk_size_bytes"),
+                key("record_size_bytes_max"),
+                format!(
+                    "chunk_size_bytes ({chunk}) must hold record_size_bytes_max ({record}) \
+                     plus a {block}-byte block"
+                ),
+            ));
+        }
+        let journal = storage.journal_size_bytes;
+        if !journal.is_multiple_of(block) {
+            return Err(key("journal_size_bytes")
+                .error(format!("{journal} is not a multiple of the {block}-byte block")));
+        }
+        let journal_min = 2 * (record + HEADER_SIZE_BYTES + block);
+        if journal < journal_min {
+            return Err(blame(
+                key("journal_size_bytes"),
+                key("record_size_bytes_max"),
+                format!(
+                    "journal_size_bytes ({journal}) must hold two of the largest records: \
+                     at least {journal_min} with record_size_bytes_max {record}"
+                ),
+            ));
+        }
+        let ready_ahead = storage.ready_ahead_bytes;
+        if !ready_ahead.is_multiple_of(block) {
+            return Err(key("ready_ahead_bytes")
+                .error(format!("{ready_ahead} is not a multiple of the {block}-byte block")));
+        }
+        let ring = storage.ring.bytes_max as u64;
+        if ring < record {
+            return Err(blame(
+                key("ring_bytes_max"),
+                key("record_size_bytes_max"),
+                format!(
+                    "ring_bytes_max ({ring}) must hold the largest record \
+                     (record_size_bytes_max {record})"
+                ),
+            ));
+        }
+        let budget = storage.ring_budget_bytes as u64;
+        if budget < ring {
+            return Err(blame(
+                key("ring_budget_bytes"),
+                key("ring_bytes_max"),
+                format!(
+                    "ring_budget_bytes ({budget}), the memory of all rings of the shard, must \
+                     hold at least one full ring (ring_bytes_max {ring})"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The per-shard listeners' rules: every shard's port within the port range, and none on
+    /// `native_listen`'s port.
+    fn validate_shard_listen(&self, config: &Config) -> Result<(), ConfigError> {
+        if let (Some(listen), Some(given)) = (config.network.shard_listen, &self.shard_listen) {
+            let last = u32::from(listen.port()) + (config.shards - 1);
+            if listen.port() != 0 && last > u32::from(u16::MAX) {
+                return Err(ConfigError::new(
+                    &given.key,
+                    format!(
+                        "shard {} would listen on port {last}: with {} shards the base port may \
+                         be at most {}",
+                        config.shards - 1,
+                        config.shards,
+                        u32::from(u16::MAX) + 1 - config.shards
+                    ),
+                ));
+            }
+            let native = config.native_listen;
+            let clash = (0..config.shards).find(|&index| {
+                config.network.shard_listen_address(index).is_some_and(|address| {
+                    address.port() != 0
+                        && address.port() == native.port()
+                        && (address.ip() == native.ip()
+                            || address.ip().is_unspecified()
+                            || native.ip().is_unspecified())
+                })
+            });
+            if let Some(index) = clash {
+                return Err(ConfigError::new(
+                    &given.key,
+                    format!(
+                        "shard {index}'s own port would be native_listen's ({native}): the \
+                         shared listener and the per-shard ones need different ports"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The topic defaults' rules: the largest message fits every shard's record, a segment and a
+    /// frame, and the storage engine accepts the defaults as a group's settings.
+    fn validate_topic_defaults(&self, config: &Config) -> Result<(), ConfigError> {
+        let topic = &config.topic_defaults;
+        let message = u64::from(topic.message_size_bytes_max);
+        let message_key = self.key_of(Scope::TopicDefaults, "message_size_bytes_max");
+        let smallest = (0..config.shards)
+            .zip(&config.shard)
+            .min_by_key(|(_, settings)| settings.storage.record_size_bytes_max);
+        if let Some((index, settings)) = smallest {
+            let record = settings.storage.record_size_bytes_max as u64;
+            if message + HEADER_SIZE_BYTES > record {
+                return Err(blame(
+                    message_key,
+                    self.storage_key(index, "record_size_bytes_max"),
+                    format!(
+                        "message_size_bytes_max ({message}) plus the {HEADER_SIZE_BYTES}-byte \
+                         header must fit shard {index}'s record_size_bytes_max ({record})"
+                    ),
+                ));
+            }
+        }
+        if message + HEADER_SIZE_BYTES > topic.segment_size_bytes {
+            return Err(blame(
+                self.key_of(Scope::TopicDefaults, "message_size_bytes_max"),
+                self.key_of(Scope::TopicDefaults, "segment_size_bytes"),
+                format!(
+                    "message_size_bytes_max ({message}) plus the {HEADER_SIZE_BYTES}-byte header \
+                     must fit a segment (segment_size_bytes {})",
+                    topic.segment_size_bytes
+                ),
+            ));
+        }
+        let frame = config.network.frame_size_bytes_max as u64;
+        if frame < message + HEADER_SIZE_BYTES {
+            return Err(blame(
+                self.key_of(Scope::Network, "frame_size_bytes_max"),
+                self.key_of(Scope::TopicDefaults, "message_size_bytes_max"),
+                format!(
+                    "frame_size_bytes_max ({frame}) must carry the largest message \
+                     (message_size_bytes_max {message}) plus the {HEADER_SIZE_BYTES}-byte header"
+                ),
+            ));
+        }
+        // The engine's own rules for a group's settings, so a default it would refuse at topic
+        // creation is refused here, at start-up, instead.
+        let group = GroupConfig {
+            durability: topic.durability,
+            segment_size_bytes: topic.segment_size_bytes,
+            retention_bytes: topic.retention_bytes,
+            retention_ms: topic.retention_ms,
+            record_size_bytes_max: topic.message_size_bytes_max + HEADER_SIZE as u32,
+            ..GroupConfig::default()
+        };
+        group.validate().map_err(|error| {
+            let reason = match error {
+                shoal_engine::Error::Invalid(reason) => reason,
+                other => other.to_string(),
+            };
+            ConfigError::new("topic_defaults", format!("the storage engine refuses it: {reason}"))
+        })
+    }
+
+    /// SQPOLL's rules for shard `index`: a kernel thread busy-polls the shard's ring, so it is
+    /// only sensible with cores to spare — the shard pinned to its own CPU and the polling
+    /// thread bound to another one that no shard and no other polling thread uses (unbound, the
+    /// thread inherits the shard's CPU and spins against it: checked on kernel 6.18).
+    fn check_sqpoll(&self, config: &Config, index: u32) -> Result<(), ConfigError> {
+        let settings = &config.shard[index as usize];
+        let idle_key = || self.storage_key(index, "sqpoll_idle_ms");
+        let cpu_key = || self.key_of(Scope::ShardN(index), "sqpoll_cpu");
+        let Some(sqpoll_cpu) = settings.tuning.sqpoll_cpu else {
+            if settings.tuning.sqpoll_idle_ms == 0 {
+                return Ok(());
+            }
+            let reason = match settings.cpu {
+                None => format!(
+                    "SQPOLL adds a kernel thread that busy-polls shard {index}'s ring: only \
+                     sensible on dedicated cores, so pin the shard first (cpus, or \
+                     [shard.{index}] cpu) and give the thread a CPU of its own \
+                     ([shard.{index}] sqpoll_cpu), or set 0"
+                ),
+                Some(cpu) => format!(
+                    "SQPOLL needs [shard.{index}] sqpoll_cpu, a CPU for its polling thread: \
+                     without it the thread shares the shard's CPU {cpu} and spins against it"
+                ),
+            };
+            return Err(idle_key().error(reason));
+        };
+        if settings.tuning.sqpoll_idle_ms == 0 {
+            return Err(cpu_key().error(
+                "SQPOLL is off (sqpoll_idle_ms is 0), so there is no polling thread to place"
+                    .into(),
+            ));
+        }
+        let Some(cpu) = settings.cpu else {
+            return Err(idle_key().error(format!(
+                "SQPOLL is only sensible on dedicated cores: pin shard {index} first (cpus, or \
+                 [shard.{index}] cpu)"
+            )));
+        };
+        if let Some(other) = config.shard.iter().position(|s| s.cpu == Some(sqpoll_cpu)) {
+            let whose = if other == index as usize { "this shard" } else { "another shard" };
+            return Err(cpu_key().error(format!(
+                "CPU {sqpoll_cpu} runs shard {other} ({whose}; shard {index} is on CPU {cpu}): \
+                 the polling thread needs a CPU no shard uses"
+            )));
+        }
+        let shared = config.shard.iter().enumerate().find(|&(other, s)| {
+            other != index as usize
+                && s.tuning.sqpoll_idle_ms > 0
+                && s.tuning.sqpoll_cpu == Some(sqpoll_cpu)
+        });
+        if let Some((other, _)) = shared {
+            return Err(cpu_key().error(format!(
+                "CPU {sqpoll_cpu} already polls shard {other}'s ring: each polling thread needs \
+                 a CPU of its own"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The key that set `name` in `scope`, or its default's dotted name.
+    fn key_of(&self, scope: Scope, name: &'static str) -> Written {
+        match self.ints.get(&(scope, name)) {
+            Some(given) => Written { key: given.key.clone(), given: true },
+            None => Written { key: scope.dotted(name), given: false },
+        }
+    }
+
+    /// The key that set storage key `name` of shard `index`: its `[shard.N]`, else `[shard]`.
+    fn storage_key(&self, index: u32, name: &'static str) -> Written {
+        let own = self.key_of(Scope::ShardN(index), name);
+        if own.given { own } else { self.key_of(Scope::Shard, name) }
+    }
+}
+
+/// A key as an error should name it, and whether the user set it (or it is a default).
+#[derive(Debug)]
+struct Written {
+    key: String,
+    given: bool,
+}
+
+impl Written {
+    fn error(self, reason: String) -> ConfigError {
+        ConfigError::new(self.key, reason)
+    }
+}
+
+/// An error about a rule between two keys, naming the one the user set (`first` when both or
+/// neither were set): the other may be a default the user never thought about.
+fn blame(first: Written, second: Written, reason: String) -> ConfigError {
+    if !first.given && second.given { second.error(reason) } else { first.error(reason) }
+}

@@ -1,0 +1,67 @@
+//! The catalog on every shard: shard 0 publishes each new catalog to all shards, and each shard
+//! installs it by creating the partition groups it places here (with this shard's segment age).
+//!
+//! A shard creates partition groups only from a catalog, never deletes one, and never installs
+//! a catalog older than the one it has.
+
+use std::sync::Arc;
+
+use shoal_engine::superblock::GroupConfig;
+
+use super::state::ShardState;
+use super::work::Work;
+use crate::metadata::Catalog;
+use crate::offsets::PartitionOffsets;
+
+impl ShardState {
+    /// Publishes `catalog` to every shard (this one included, through its inbox).
+    pub(super) fn publish(&mut self, catalog: Arc<Catalog>) {
+        self.published.publish(Arc::clone(&catalog));
+        for inbox in self.mesh.iter() {
+            // Never block a shard's loop on a full inbox (its own could deadlock it): a shard
+            // that misses this update installs the published catalog when a request names a
+            // group it does not hold yet (`ensure_group`), or with the next update.
+            let _ = inbox.try_send(Work::Catalog(Arc::clone(&catalog)));
+        }
+    }
+
+    /// Installs a catalog: creates every partition group it places here that does not exist.
+    pub(super) async fn install(&mut self, catalog: Arc<Catalog>) {
+        if catalog.applied_op < self.catalog.applied_op {
+            return;
+        }
+        let existing = self.node.group_ids();
+        for (group, config) in catalog.groups_on(self.index) {
+            if existing.contains(&group) {
+                continue;
+            }
+            // The roll age is this shard's choice, not the topic's (docs/configuration.md, "Per-
+            // shard topic defaults"); the superblock slot keeps it for the partition's life.
+            let config =
+                GroupConfig { segment_age_ms_max: self.tuning.segment_age_ms_max, ..config };
+            match self.node.create_group(group, config).await {
+                Ok(()) => {
+                    self.committed_end.insert(group, 0);
+                    self.offsets.insert(group, PartitionOffsets::default());
+                    // Nothing may be deleted before a snapshot covers it.
+                    self.node.set_retention_floor(group, 0);
+                }
+                Err(error) => {
+                    tracing::error!(shard = self.index, group, %error, "cannot create group");
+                }
+            }
+        }
+        self.catalog = catalog;
+    }
+
+    /// A request may reach this shard before the catalog that placed its group here does (when
+    /// shard 0 found this inbox full), or after creating the group failed (a full disk had no
+    /// room for its directory): install the published catalog, which creates what is missing.
+    pub(super) async fn ensure_group(&mut self, group: u64) {
+        if !self.node.has_log(group) {
+            let mut latest = Arc::clone(&self.catalog);
+            self.published.refresh(&mut latest);
+            self.install(latest).await;
+        }
+    }
+}

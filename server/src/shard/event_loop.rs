@@ -1,0 +1,230 @@
+//! The shard's loop: waits for work, the next tick, the flush gate's deadline or a finished
+//! flush cycle; hands each work item to its job; on every tick expires parked fetches and group
+//! members and (every so often) saves snapshots and enforces retention; then runs the I/O round
+//! the flush gate allows and sends every answer that is ready.
+//!
+//! It is the only code that drives the shard's node once start-up is over, and it never waits on
+//! another shard's inbox: what it sends there (catalogs, its own wake-ups) goes with `try_send`.
+
+use std::future::pending;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use shoal_engine::protocol::ErrorCode;
+use shoal_engine::protocol::consumer;
+use shoal_replication::TICK_MS;
+
+use super::fetch::{PollFor, ReadFor};
+use super::metadata::MetaWaiter;
+use super::state::ShardState;
+use super::thread::now_ms;
+use super::work::{GroupStats, Outcome, SendOutcome, ShardReport, Work, refuse};
+use super::writes::{PendingWrite, SUBMIT_AT_ONCE, WriteKind};
+use crate::metrics;
+
+/// Ticks between two retention passes over the shard's groups.
+const RETENTION_INTERVAL_TICKS: u64 = 100;
+
+impl ShardState {
+    /// Serves the inbox until the stop flag is set, then finishes what was accepted and refuses
+    /// the rest.
+    pub(super) async fn serve(&mut self, inbox: &flume::Receiver<Work>, stop: &AtomicBool) {
+        let tick = Duration::from_millis(TICK_MS);
+        let mut next_tick = Instant::now() + tick;
+        let mut ticks: u64 = 0;
+        let batch_max = self.config.network.shard_inbox_max;
+        while !stop.load(Ordering::SeqCst) {
+            // Wake for the tick, or sooner for the writes the flush gate holds.
+            let wake_at = self.flush_gate.deadline().map_or(next_tick, |d| d.min(next_tick));
+            let wait = wake_at.saturating_duration_since(Instant::now());
+            // A flush cycle finishing wakes the loop too: its replies go out and the next
+            // cycle starts with whatever arrived meanwhile.
+            let node = &mut self.node;
+            let first = monoio::select! {
+                work = inbox.recv_async() => work.ok(),
+                _ = monoio::time::sleep(wait) => None,
+                _ = async {
+                    if node.io_in_flight() { node.wait_io().await } else { pending().await }
+                } => None,
+            };
+            if let Some(work) = first {
+                self.handle(work).await;
+                for _ in 0..batch_max {
+                    match inbox.try_recv() {
+                        Ok(work) => self.handle(work).await,
+                        Err(_) => break,
+                    }
+                }
+            }
+            self.finish_reads();
+            self.finish_state_saves();
+            if Instant::now() >= next_tick {
+                next_tick = Instant::now() + tick;
+                self.node.on_tick();
+                self.expire_parked();
+                self.expire_members();
+                ticks += 1;
+                if ticks.is_multiple_of(RETENTION_INTERVAL_TICKS) {
+                    self.save_states();
+                    self.enforce_retention().await;
+                }
+                self.log_storage_full();
+                if !SUBMIT_AT_ONCE {
+                    self.submit_waiting();
+                }
+            }
+            self.round(true).await;
+        }
+        // Finish what was accepted (to the end: nothing may stay in flight); refuse what is
+        // still queued.
+        self.node.run_io().await;
+        self.answer_replies();
+        self.apply_committed().await;
+        self.save_states_now().await;
+        if let Some(metadata) = self.metadata.as_mut() {
+            for slot in metadata.coordinator.drain_joins() {
+                let _ = slot.send(Outcome::error(ErrorCode::ShuttingDown, "shutting down"));
+            }
+        }
+        while let Ok(work) = inbox.try_recv() {
+            refuse(work);
+        }
+        for (_, pending) in self.pending.drain() {
+            let _ = pending.reply.send(Outcome::error(ErrorCode::ShuttingDown, "shutting down"));
+        }
+        for (_, parked) in self.parked.drain() {
+            for fetch in parked {
+                let outcome = Outcome::error(ErrorCode::ShuttingDown, "shutting down");
+                fetch.to.reply().send_outcome(outcome);
+            }
+        }
+        for (_, queue) in std::mem::take(&mut self.waiting) {
+            for (_, pending) in queue {
+                let _ =
+                    pending.reply.send(Outcome::error(ErrorCode::ShuttingDown, "shutting down"));
+            }
+        }
+    }
+
+    /// Says when partitions start or stop refusing writes for lack of disk space (once per
+    /// change, checked every tick).
+    fn log_storage_full(&mut self) {
+        let full = self.node.storage_full_group_count();
+        if full == self.storage_full_groups {
+            return;
+        }
+        if full > 0 {
+            tracing::warn!(
+                shard = self.index,
+                partitions = full,
+                "storage full: these partitions refuse produce with StorageFull until disk space \
+                 is freed"
+            );
+        } else {
+            tracing::info!(shard = self.index, "disk space is back: writes go through again");
+        }
+        self.storage_full_groups = full;
+    }
+
+    /// Deletes sealed segments beyond each topic's retention, and counts what it deleted.
+    async fn enforce_retention(&mut self) {
+        let before = metrics::stored_bytes(&self.node);
+        match self.node.enforce_retention(now_ms()).await {
+            Ok(0) => {}
+            Ok(segments) => {
+                let bytes = before.saturating_sub(metrics::stored_bytes(&self.node));
+                self.metrics.retention(segments, bytes);
+                tracing::debug!(shard = self.index, segments, bytes, "retention deleted segments");
+            }
+            Err(error) => tracing::error!(shard = self.index, %error, "retention failed"),
+        }
+    }
+
+    /// Starts an I/O round if anything is pending (its flush runs on while the loop takes more
+    /// work) and, when `gated`, the flush gate lets the writes waiting for it go now; then sends
+    /// every answer that is ready.
+    pub(super) async fn round(&mut self, gated: bool) {
+        let due = !gated || self.flush_gate.open(Instant::now(), self.node.writes_queued() > 0);
+        if due && self.node.has_io() {
+            self.node.start_io().await;
+        }
+        self.answer_replies();
+        self.apply_committed().await;
+        if SUBMIT_AT_ONCE {
+            self.submit_waiting();
+        }
+    }
+
+    /// Hands one work item to the job it is for.
+    pub(super) async fn handle(&mut self, work: Work) {
+        match work {
+            Work::Produce { group, partition, request, reply } => {
+                self.ensure_group(group).await;
+                if let Some(busy) = self.writes_busy() {
+                    let _ = reply.send(busy);
+                    return;
+                }
+                let record_count = request.record_count;
+                #[cfg(feature = "canary-ack-on-receipt")]
+                let reply = self.ack_on_receipt(group, partition, record_count, reply);
+                let kind = WriteKind::Produce { partition, record_count };
+                self.queue_write(group, request, PendingWrite { kind, reply });
+            }
+            Work::StoreOffset { group, client, record, reply } => {
+                self.ensure_group(group).await;
+                self.store_offset(group, client, record, WriteKind::Offset, reply);
+            }
+            Work::GetOffset { group, consumer, reply } => {
+                self.ensure_group(group).await;
+                let stored = self.offsets.get(&group).and_then(|o| o.get(&consumer));
+                let _ = reply.send(Outcome::ok(consumer::encode_stored_offset(stored)));
+            }
+            Work::Group { request, reply } => self.group_request(request, reply),
+            Work::Poll { group, args, consumer, auto_commit, client, reply } => {
+                self.ensure_group(group).await;
+                let to =
+                    ReadFor::Poll(PollFor { consumer, skipped_to: 0, auto_commit, client, reply });
+                self.fetch(group, args, to);
+            }
+            Work::Fetch { group, args, reply } => {
+                self.ensure_group(group).await;
+                self.fetch(group, args, ReadFor::Fetch(reply));
+            }
+            Work::Metadata { client, command, reply } => {
+                self.propose_metadata(client, command, MetaWaiter::Client(reply))
+            }
+            Work::Catalog(catalog) => self.install(catalog).await,
+            Work::Stats { groups, reply } => {
+                let stats = groups
+                    .into_iter()
+                    .map(|group| {
+                        let stats =
+                            self.node.log_stats(group).map_or(GroupStats::default(), |log| {
+                                GroupStats {
+                                    first_offset: log.first_offset,
+                                    next_offset: log.next_offset,
+                                    size_bytes: log.size_bytes,
+                                }
+                            });
+                        (group, stats)
+                    })
+                    .collect();
+                let _ = reply.send(stats);
+            }
+            Work::Report { reply } => {
+                let _ = reply.send(ShardReport {
+                    shard: self.index,
+                    groups: self.node.group_ids().len(),
+                    allocations: crate::alloc::allocations_on_this_thread(),
+                    io_rounds: self.node.counters().io_rounds,
+                });
+            }
+            Work::Metrics { reply } => {
+                let figures =
+                    metrics::snapshot(self.index, &self.metrics, &self.node, &self.committed_end);
+                let _ = reply.send(figures);
+            }
+            Work::Wake => {}
+        }
+    }
+}

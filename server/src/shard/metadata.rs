@@ -1,0 +1,444 @@
+//! Shard 0's metadata state machine: the metadata group opened or replayed at start-up (its
+//! snapshot, then the committed log past it), requests proposed into its log (a retry of a
+//! session's request in flight joins it), committed ops applied in order with the catalog
+//! published before anyone is answered, and the answers to whoever waited.
+//!
+//! Only shard 0 has a `MetadataState`; every other shard only installs the catalogs it publishes
+//! (`catalog`). The consumer group coordinator's own requests come through here as well
+//! (`coordinator`). It never applies an op that is not committed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use shoal_engine::batch::BatchBuilder;
+use shoal_engine::checksum;
+use shoal_engine::protocol::ErrorCode;
+use shoal_engine::protocol::consumer::GroupRef;
+use shoal_engine::ring::StoredPrepare;
+use shoal_engine::shard::{group_dir, shard_dir};
+use shoal_engine::state;
+use shoal_engine::superblock::{Durability, GroupConfig};
+use shoal_engine::wire::ClientRequest;
+use shoal_replication::{Committed, Reply, ReplyResult, Request};
+
+use super::state::ShardState;
+use super::thread::now_ms;
+use super::work::{Body, Outcome, Slot, refusal, result_error};
+use crate::groups::Coordinator;
+use crate::metadata::{METADATA_GROUP, MetaCommand, MetaReply, MetaState};
+
+/// What [`ShardState::replay_metadata`] rebuilt, and from where.
+struct RecoveredMetadata {
+    state: MetaState,
+    /// The op the restored snapshot covers (0: none restored).
+    snapshot_op: u64,
+    /// Ops applied from the log past it.
+    replayed_ops: u64,
+    /// A snapshot existed but could not be used.
+    snapshot_unusable: bool,
+    /// The offset after the last op in `state` (where a snapshot of it would resume).
+    end_offset: u64,
+}
+
+/// Shard 0's metadata state machine and the requests it waits on.
+pub(super) struct MetadataState {
+    /// The catalog and the client table, as of the last applied op.
+    pub(super) state: MetaState,
+    /// Who waits for each proposed request, by the proposal's (client, request): usually its
+    /// client alone, plus any retry of the same session's request that arrived meanwhile.
+    /// The value also names the proposal's session (0: none).
+    pub(super) pending: HashMap<(u64, u64), (u64, Vec<MetaWaiter>)>,
+    /// The proposal of each registered session's request in flight, by (session, request), so
+    /// that a retry joins it (and is answered once it commits) rather than entering the log
+    /// again: the client table would answer a second copy anyway, but one copy is cheaper.
+    pub(super) in_flight: HashMap<(u64, u64), (u64, u64)>,
+    /// The op the newest snapshot covers (saved, or restored at start-up).
+    pub(super) snapshot_op: u64,
+    /// Whether a snapshot save is running (its task owns the group's new-snapshot file).
+    pub(super) snapshot_saving: bool,
+    /// A snapshot is wanted before the interval is up (the one found at start-up was unusable).
+    pub(super) snapshot_due: bool,
+    /// The consumer group coordinator.
+    pub(super) coordinator: Coordinator<Slot>,
+    /// The client id of the coordinator's own proposals (random per start) and its next request.
+    pub(super) internal_client: u64,
+    pub(super) internal_request: u64,
+}
+
+impl MetadataState {
+    /// Everyone waiting for the proposal (client, request), which is done with.
+    fn take_waiters(&mut self, client: u64, request: u64) -> Option<Vec<MetaWaiter>> {
+        let (session, waiters) = self.pending.remove(&(client, request))?;
+        if session != 0 {
+            self.in_flight.remove(&(session, request));
+        }
+        Some(waiters)
+    }
+
+    /// Answers whoever waits for a metadata request its group replied to without committing
+    /// it: a committed one is answered by its apply.
+    pub(super) fn answer_uncommitted(&mut self, reply: &Reply) {
+        if !matches!(reply.result, ReplyResult::Committed { .. })
+            && let Some(waiters) = self.take_waiters(reply.client, reply.request)
+        {
+            for waiter in waiters {
+                match waiter {
+                    MetaWaiter::Client(slot) => {
+                        let _ = slot.send(result_error(&reply.result));
+                    }
+                    MetaWaiter::Rebalance(group) => {
+                        self.coordinator.settled(&group, None);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Retries of one in-flight metadata request that may wait for it (each from a connection, whose
+/// requests in flight are bounded too); one more is told to retry later.
+const META_WAITERS_MAX: usize = 16;
+
+/// Who waits for a metadata command: a client, or the coordinator's rebalance of a group.
+pub(super) enum MetaWaiter {
+    Client(Slot),
+    Rebalance(GroupRef),
+}
+
+impl ShardState {
+    /// Shard 0 at start-up: replays the metadata group into the metadata state (or creates the
+    /// group, on a first start) and sets up the coordinator. Returns the op and offset the replay
+    /// ended at ((0, 0) when nothing was replayed).
+    pub(super) async fn open_metadata(&mut self) -> Result<(u64, u64), String> {
+        let mut recovered_end = (0, 0);
+        let groups_max = self.node.shard_config().groups_max as u32;
+        let sessions_max = self.config.metadata.sessions_max;
+        let mut state = MetaState::new(self.config.shards, groups_max, sessions_max);
+        let mut snapshot_op = 0;
+        let mut snapshot_due = false;
+        if self.node.group_ids().contains(&METADATA_GROUP) {
+            let recovered = self.replay_metadata().await?;
+            snapshot_due = recovered.snapshot_unusable;
+            snapshot_op = recovered.snapshot_op;
+            recovered_end = (recovered.state.catalog.applied_op, recovered.end_offset);
+            self.metrics.metadata_recovered(recovered.snapshot_op, recovered.replayed_ops);
+            tracing::info!(
+                snapshot_op = recovered.snapshot_op,
+                replayed_ops = recovered.replayed_ops,
+                applied_op = recovered.state.catalog.applied_op,
+                sessions = recovered.state.clients.len(),
+                "metadata recovered"
+            );
+            state = recovered.state;
+        } else {
+            let config = GroupConfig {
+                durability: Durability::Persisted,
+                segment_size_bytes: shoal_engine::superblock::SEGMENT_SIZE_BYTES_MIN * 8,
+                segment_age_ms_max: 0,
+                ..GroupConfig::default()
+            };
+            let config = GroupConfig {
+                record_size_bytes_max: config
+                    .record_size_bytes_max
+                    .min(self.node.shard_config().record_size_bytes_max as u32),
+                ..config
+            };
+            self.node
+                .create_group(METADATA_GROUP, config)
+                .await
+                .map_err(|e| format!("creating the metadata group: {e}"))?;
+        }
+        let mut coordinator = Coordinator::new(format!("{:x}", now_ms()));
+        coordinator.seed(&state.catalog, now_ms());
+        self.metadata = Some(MetadataState {
+            state,
+            pending: HashMap::new(),
+            in_flight: HashMap::new(),
+            snapshot_op,
+            snapshot_saving: false,
+            snapshot_due,
+            coordinator,
+            internal_client: self.node_seed | (1 << 63),
+            internal_request: 0,
+        });
+        Ok(recovered_end)
+    }
+
+    /// Rebuilds the metadata state: the newest snapshot, then the committed log past it (up to
+    /// what the recovered replica knows committed); ops committed later arrive through the
+    /// normal path. A snapshot that is damaged, does not decode or is ahead of the log is not
+    /// used: the whole log is replayed instead, which it still holds because the metadata group
+    /// has no retention (if it ever lost its first ops, start-up refuses with the reason).
+    async fn replay_metadata(&mut self) -> Result<RecoveredMetadata, String> {
+        let commit = self.node.replica(METADATA_GROUP).map_or(0, |r| r.commit());
+        let groups_max = self.node.shard_config().groups_max as u32;
+        let (shards, sessions_max) = (self.config.shards, self.config.metadata.sessions_max);
+        let dir = group_dir(&shard_dir(&self.config.data_dir, self.index), METADATA_GROUP);
+        let loaded = state::load(&self.storage, &dir).await;
+        let Some(log) = self.node.log_stats(METADATA_GROUP) else {
+            return Err("metadata group vanished".into());
+        };
+        if let Some(reason) = self.node.log_fault(METADATA_GROUP) {
+            return Err(format!("the metadata log is damaged: {reason}"));
+        }
+        let fresh = || MetaState::new(shards, groups_max, sessions_max);
+        let mut recovered = RecoveredMetadata {
+            state: fresh(),
+            snapshot_op: 0,
+            replayed_ops: 0,
+            snapshot_unusable: false,
+            end_offset: 0,
+        };
+        let mut offset = log.first_offset;
+        let restored = match loaded {
+            Ok(None) => Ok(None),
+            Ok(Some(saved)) if saved.op > log.head_op => {
+                Err(format!("it covers op {} but the log ends at op {}", saved.op, log.head_op))
+            }
+            Ok(Some(saved)) => {
+                MetaState::decode_snapshot(&saved.bytes, shards, groups_max, sessions_max)
+                    .map_err(|e| format!("it does not decode: {e}"))
+                    .and_then(|state| {
+                        if state.catalog.applied_op == saved.op {
+                            Ok(Some((state, saved.end_offset)))
+                        } else {
+                            Err(format!(
+                                "its state is at op {}, its header says {}",
+                                state.catalog.applied_op, saved.op
+                            ))
+                        }
+                    })
+            }
+            Err(error) => Err(error.to_string()),
+        };
+        match restored {
+            Ok(None) => {}
+            Ok(Some((state, end_offset))) => {
+                recovered.snapshot_op = state.catalog.applied_op;
+                recovered.state = state;
+                recovered.end_offset = end_offset;
+                offset = end_offset.max(offset);
+            }
+            Err(why) if log.first_offset == 0 => {
+                tracing::warn!(
+                    why,
+                    path = %dir.display(),
+                    "metadata snapshot unusable; replaying the whole metadata log instead"
+                );
+                recovered.snapshot_unusable = true;
+            }
+            Err(why) => {
+                return Err(format!(
+                    "the metadata snapshot in {} is unusable ({why}) and the metadata log no \
+                     longer starts at its first op, so it cannot be rebuilt",
+                    dir.display()
+                ));
+            }
+        }
+        while recovered.state.catalog.applied_op < commit {
+            let prepares = self
+                .node
+                .read_offset(METADATA_GROUP, offset, 1 << 20)
+                .await
+                .map_err(|e| format!("reading the metadata log: {e}"))?;
+            if prepares.is_empty() {
+                return Err(format!(
+                    "metadata log ends at op {} below its commit {commit}",
+                    recovered.state.catalog.applied_op
+                ));
+            }
+            for prepare in prepares {
+                let fields = *shoal_engine::record::prepare_of(&prepare.header);
+                offset = fields.end_offset();
+                if fields.op <= recovered.state.catalog.applied_op || fields.op > commit {
+                    continue;
+                }
+                apply_metadata(&mut recovered.state, &prepare);
+                recovered.replayed_ops += 1;
+                recovered.end_offset = offset;
+            }
+        }
+        Ok(recovered)
+    }
+
+    pub(super) async fn apply_committed(&mut self) {
+        let committed = self.node.take_committed();
+        let mut changed = false;
+        let mut metadata_end = None;
+        for (group, entry) in committed {
+            let Committed::Op { header } = entry else {
+                // A group of one takes no state transfer and serves none (this server leaves
+                // `transfers_carry_driver_state` off until it runs replicated groups).
+                continue;
+            };
+            let fields = shoal_engine::record::prepare_of(&header);
+            let end = fields.end_offset();
+            let known = self.committed_end.entry(group).or_insert(0);
+            if end > *known {
+                *known = end;
+                self.wake_parked(group);
+            }
+            if group != METADATA_GROUP || self.metadata.is_none() {
+                continue;
+            }
+            let op = fields.op;
+            if !self.node.has_log(METADATA_GROUP) {
+                continue;
+            }
+            let read = self.node.read_op(METADATA_GROUP, op).await;
+            let Some(metadata) = self.metadata.as_mut() else { return };
+            let prepare = match read {
+                Ok(Some(prepare)) => prepare,
+                other => {
+                    tracing::error!(op, result = ?other, "metadata op unreadable after commit");
+                    continue;
+                }
+            };
+            let fields = *shoal_engine::record::prepare_of(&prepare.header);
+            if fields.op <= metadata.state.catalog.applied_op {
+                // Already in the state: a restored snapshot may cover ops past the commit point
+                // the replica recovered with, and those commit again here.
+                continue;
+            }
+            let reply = apply_metadata(&mut metadata.state, &prepare);
+            changed = true;
+            metadata_end = Some(fields.end_offset());
+            if let Some(waiters) = metadata.take_waiters(fields.client, fields.request) {
+                // Publish before answering, so the client's next request sees the change.
+                let catalog = Arc::new(metadata.state.catalog.clone());
+                changed = false;
+                self.publish(catalog);
+                for waiter in waiters {
+                    self.answer_metadata(waiter, &reply);
+                }
+            }
+        }
+        if changed && let Some(metadata) = &self.metadata {
+            let catalog = Arc::new(metadata.state.catalog.clone());
+            self.publish(catalog);
+        }
+        if let Some(end_offset) = metadata_end {
+            self.save_metadata_snapshot(end_offset);
+        }
+    }
+
+    /// Answers whoever waited for a metadata command: its client, or (for a rebalance) the
+    /// coordinator, which answers the joins the new assignment includes.
+    fn answer_metadata(&mut self, waiter: MetaWaiter, reply: &MetaReply) {
+        match waiter {
+            MetaWaiter::Client(slot) => {
+                let body = Body::Encoded(reply.body.clone());
+                let _ = slot.send(Outcome { error: reply.error, body });
+            }
+            MetaWaiter::Rebalance(group) => {
+                let Some(metadata) = self.metadata.as_mut() else { return };
+                let in_force = metadata
+                    .state
+                    .catalog
+                    .topic(&group.stream, &group.topic)
+                    .ok()
+                    .and_then(|topic| topic.consumer_groups.get(&group.group))
+                    .cloned();
+                let applied = reply.error == 0;
+                let answered =
+                    metadata.coordinator.settled(&group, in_force.as_ref().filter(|_| applied));
+                for (slot, assignment) in answered {
+                    let _ = slot.send(Outcome::ok(assignment.encode()));
+                }
+                // Members may have changed while this one was in flight.
+                self.propose_rebalances();
+            }
+        }
+    }
+
+    pub(super) fn propose_metadata(
+        &mut self,
+        client: ClientRequest,
+        command: MetaCommand,
+        waiter: MetaWaiter,
+    ) {
+        let Some(metadata) = self.metadata.as_mut() else {
+            if let MetaWaiter::Client(reply) = waiter {
+                let _ =
+                    reply.send(Outcome::error(ErrorCode::InvalidRequest, "not the metadata shard"));
+            }
+            return;
+        };
+        if let Err(answer) = metadata.state.admit(client.session, client.request, &command) {
+            if client.session != 0 && answer.error == 0 {
+                self.metrics.metadata_duplicate();
+            }
+            self.answer_metadata(waiter, &answer);
+            return;
+        }
+        let key = (client.client, client.request);
+        if client.session != 0
+            && let Some(proposal) = metadata.in_flight.get(&(client.session, client.request))
+            && let Some((_, waiters)) = metadata.pending.get_mut(proposal)
+        {
+            // A retry of a request still in flight: answered with the original's answer once it
+            // commits (or with the original's failure).
+            if waiters.len() < META_WAITERS_MAX {
+                waiters.push(waiter);
+                return;
+            }
+            let answer = MetaReply::error(
+                ErrorCode::TransientNotAccepted,
+                &format!("request {} is in flight and retried too often: retry", client.request),
+            );
+            self.answer_metadata(waiter, &answer);
+            return;
+        }
+        if metadata.pending.contains_key(&key) {
+            let answer = MetaReply::error(
+                ErrorCode::InvalidRequest,
+                &format!("request {} of this client is already in flight", client.request),
+            );
+            self.answer_metadata(waiter, &answer);
+            return;
+        }
+        let now = now_ms();
+        let mut batch = BatchBuilder::new(now);
+        batch.push(now, None, Some(&command.encode()), &[]);
+        let batch = batch.build();
+        let request = Request {
+            client: client.client,
+            session: client.session,
+            request: client.request,
+            body: BytesMut::from(&batch[..]),
+            body_checksum: checksum::crc32c(&batch),
+            record_count: 1,
+            first_timestamp_ms: now,
+            max_timestamp_ms: now,
+            append_time_ms: now,
+        };
+        metadata.pending.insert(key, (client.session, vec![waiter]));
+        if client.session != 0 {
+            metadata.in_flight.insert((client.session, client.request), key);
+        }
+        if let Err(refused) = self.node.on_client_request(METADATA_GROUP, request)
+            && let Some(waiters) = self.metadata.as_mut().and_then(|m| m.take_waiters(key.0, key.1))
+        {
+            let outcome = refusal(&refused);
+            let Body::Encoded(text) = outcome.body else { return };
+            let answer = MetaReply { error: outcome.error, body: text };
+            for waiter in waiters {
+                self.answer_metadata(waiter, &answer);
+            }
+        }
+    }
+}
+
+/// Applies one committed metadata prepare to `state` and returns its client's answer.
+fn apply_metadata(state: &mut MetaState, prepare: &StoredPrepare) -> MetaReply {
+    let fields = *shoal_engine::record::prepare_of(&prepare.header);
+    let body = prepare.body();
+    let command = shoal_engine::batch::records(&body)
+        .ok()
+        .and_then(|mut records| records.next())
+        .and_then(|record| record.ok())
+        .and_then(|record| record.value.map(MetaCommand::decode))
+        .and_then(Result::ok);
+    state.apply(fields.op, fields.append_time_ms, fields.session, fields.request, command.as_ref())
+}

@@ -1,0 +1,166 @@
+//! Consumer offsets in the partition logs: a commit is proposed as a one-record control batch
+//! in the partition's own log (and so shares its durability and replication), and each
+//! partition's table (`crate::offsets::PartitionOffsets`) is rebuilt at start-up from its state
+//! snapshot and the committed log past it.
+//!
+//! A stored offset is applied to the table only once its commit is committed (`writes`) —
+//! except under the `canary-offsets-unlogged` canary, which the offsets restart test must catch.
+
+use bytes::BytesMut;
+use shoal_engine::checksum;
+use shoal_engine::protocol::ErrorCode;
+use shoal_engine::protocol::consumer::OffsetCommitRecord;
+use shoal_engine::shard::{group_dir, shard_dir};
+use shoal_engine::state;
+use shoal_engine::wire::ClientRequest;
+use shoal_replication::Request;
+
+use super::state::ShardState;
+use super::thread::now_ms;
+use super::work::{Outcome, Slot};
+use super::writes::{PendingWrite, WriteKind};
+use crate::metadata::METADATA_GROUP;
+use crate::offsets::PartitionOffsets;
+
+/// Consumers whose offsets one partition stores at most.
+pub const CONSUMERS_PER_PARTITION_MAX: usize = 65_536;
+
+impl ShardState {
+    /// Rebuilds every partition group's consumer offsets: its snapshot, then the committed log
+    /// past it (a damaged or missing snapshot means the whole log still held). Retention then
+    /// keeps whatever the snapshot does not cover.
+    pub(super) async fn recover_offsets(&mut self) {
+        let shard_dir = shard_dir(&self.config.data_dir, self.index);
+        let storage = self.storage.clone();
+        for group in self.node.group_ids() {
+            if group == METADATA_GROUP || self.node.group_failure(group).is_some() {
+                continue;
+            }
+            let committed_end = self.committed_end.get(&group).copied().unwrap_or(0);
+            let dir = group_dir(&shard_dir, group);
+            let mut offsets = PartitionOffsets::default();
+            let mut replay_from = 0;
+            match state::load(&storage, &dir).await {
+                Ok(Some(saved)) => match PartitionOffsets::decode(&saved.bytes) {
+                    Ok(table) => {
+                        offsets = table;
+                        offsets.snapshot_end = saved.end_offset;
+                        replay_from = saved.end_offset;
+                    }
+                    Err(why) => tracing::warn!(
+                        shard = self.index,
+                        group,
+                        why,
+                        "offsets snapshot unreadable; rebuilding offsets from the log"
+                    ),
+                },
+                Ok(None) => {}
+                Err(error) => tracing::warn!(
+                    shard = self.index,
+                    group,
+                    %error,
+                    "offsets snapshot unusable; rebuilding offsets from the log"
+                ),
+            }
+            let Some(log) = self.node.log_stats(group) else { continue };
+            offsets.snapshot_size_bytes = log.size_bytes;
+            let mut offset = replay_from.max(log.first_offset);
+            let mut replayed = 0;
+            'scan: while offset < committed_end {
+                let prepares = match self.node.read_offset(group, offset, 1 << 20).await {
+                    Ok(prepares) if !prepares.is_empty() => prepares,
+                    other => {
+                        let result = format!("{other:?}");
+                        tracing::error!(
+                            shard = self.index,
+                            group,
+                            offset,
+                            result,
+                            "offsets replay stopped"
+                        );
+                        break;
+                    }
+                };
+                for prepare in prepares {
+                    if prepare.end_offset() > committed_end {
+                        break 'scan;
+                    }
+                    if prepare.end_offset() <= offset {
+                        continue;
+                    }
+                    offset = prepare.end_offset();
+                    match OffsetCommitRecord::from_batch(&prepare.body()) {
+                        Some(Ok(record)) => {
+                            offsets.apply(record);
+                            replayed += 1;
+                        }
+                        Some(Err(error)) => tracing::error!(
+                            shard = self.index,
+                            group,
+                            offset = prepare.base_offset(),
+                            %error,
+                            "an offset commit record does not decode; skipped"
+                        ),
+                        None => {}
+                    }
+                }
+            }
+            offsets.dirty = replayed > 0 || offsets.snapshot_end == 0;
+            self.node.set_retention_floor(group, offsets.snapshot_end);
+            self.offsets.insert(group, offsets);
+        }
+    }
+
+    /// Proposes an offset commit: a one-record control batch in the partition's own log, under
+    /// the requesting client's header fields, answered as `kind` says once committed.
+    pub(super) fn store_offset(
+        &mut self,
+        group: u64,
+        client: ClientRequest,
+        record: OffsetCommitRecord,
+        kind: impl FnOnce(OffsetCommitRecord) -> WriteKind,
+        reply: Slot,
+    ) -> bool {
+        if let Some(busy) = self.writes_busy() {
+            let _ = reply.send(busy);
+            return false;
+        }
+        let table = self.offsets.entry(group).or_default();
+        if record.offset.is_some()
+            && let Err(full) = table.check_room(&record.consumer, CONSUMERS_PER_PARTITION_MAX)
+        {
+            let _ = reply.send(Outcome::error(
+                ErrorCode::LimitReached,
+                format!(
+                    "a partition stores the offsets of at most {} consumers",
+                    full.consumers_max
+                ),
+            ));
+            return false;
+        }
+        let now = now_ms();
+        let batch = record.to_batch(now);
+        let request = Request {
+            client: client.client,
+            session: client.session,
+            request: client.request,
+            body_checksum: checksum::crc32c(&batch),
+            body: BytesMut::from(&batch[..]),
+            record_count: 1,
+            first_timestamp_ms: now,
+            max_timestamp_ms: now,
+            append_time_ms: now,
+        };
+        let kind = kind(record);
+        // Canary (DESIGN.md §7): a stored offset is answered and applied without entering the
+        // log, so a restart loses it; the offsets restart test must catch it.
+        #[cfg(feature = "canary-offsets-unlogged")]
+        if let WriteKind::Offset(record) = &kind {
+            table.apply(record.clone());
+            let _ = reply.send(Outcome::ok(Vec::new()));
+            return true;
+        }
+        self.queue_write(group, request, PendingWrite { kind, reply });
+        true
+    }
+}

@@ -1,0 +1,112 @@
+//! The state one shard's loop owns: [`ShardState`], which each of the shard's jobs extends
+//! with its own `impl` block.
+//!
+//! Nothing in it is shared with another thread or touched outside the loop: tasks the loop
+//! spawns (disk reads, snapshot saves) hand their results back through its `Rc` lists and wake
+//! it through its inbox.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use shoal_engine::protocol::consumer::ConsumerId;
+use shoal_engine::storage::uring::UringStorage;
+use shoal_replication::Request;
+
+use super::fetch::{ParkedFetch, ReadDone};
+use super::flush_gate::FlushGate;
+use super::metadata::MetadataState;
+use super::snapshots::StateSaved;
+use super::thread::{ShardNode, ShardSpec};
+use super::work::Mesh;
+use super::writes::PendingWrite;
+use crate::config::{Config, ShardTuning};
+use crate::metadata::{Catalog, Published};
+use crate::metrics::ShardMetrics;
+use crate::offsets::PartitionOffsets;
+
+/// The shard's state, owned by its loop.
+pub(super) struct ShardState {
+    pub(super) index: u32,
+    pub(super) config: Arc<Config>,
+    pub(super) node: ShardNode,
+    pub(super) mesh: Mesh,
+    pub(super) published: Arc<Published>,
+    pub(super) catalog: Arc<Catalog>,
+    /// Shard 0 only: the authoritative catalog and the metadata requests awaiting their apply.
+    pub(super) metadata: Option<MetadataState>,
+    /// Writes (produce, offset commits) in a group's pipeline, by (group, client, request).
+    pub(super) pending: HashMap<(u64, u64, u64), PendingWrite>,
+    /// Writes waiting for room in their group's pipeline, oldest first.
+    pub(super) waiting: BTreeMap<u64, VecDeque<(Request, PendingWrite)>>,
+    pub(super) waiting_count: usize,
+    /// Disk reads completed by their tasks.
+    pub(super) reads_done: Rc<RefCell<Vec<ReadDone>>>,
+    /// Per group, the offset after its last committed message: consumers read below it only.
+    pub(super) committed_end: HashMap<u64, u64>,
+    /// Fetches waiting for their group's committed log to grow, by group.
+    pub(super) parked: HashMap<u64, Vec<ParkedFetch>>,
+    pub(super) parked_count: usize,
+    /// Per partition group, its consumers' stored offsets.
+    pub(super) offsets: HashMap<u64, PartitionOffsets>,
+    /// Consumers whose poll's auto-commit is in flight: their next poll waits for it.
+    pub(super) commits_in_flight: HashSet<(u64, ConsumerId)>,
+    /// Snapshot saves completed by their tasks.
+    pub(super) states_saved: Rc<RefCell<Vec<StateSaved>>>,
+    /// The node's random seed (distinct per start).
+    pub(super) node_seed: u64,
+    /// The shard's files: direct or buffered, as its tuning says.
+    pub(super) storage: UringStorage,
+    /// The shard's tuning (`[shard]` and its `[shard.N]`).
+    pub(super) tuning: ShardTuning,
+    /// Holds new writes back to gather more of them per flush cycle.
+    pub(super) flush_gate: FlushGate,
+    /// Counters this loop and its connections keep (see `metrics`).
+    pub(super) metrics: Rc<ShardMetrics>,
+    /// Groups refusing writes for lack of disk space at the last tick (logged when it changes).
+    pub(super) storage_full_groups: usize,
+    /// Canary: the offset each group's next acknowledged-on-receipt write is promised.
+    #[cfg(feature = "canary-ack-on-receipt")]
+    pub(super) predicted_offsets: HashMap<u64, u64>,
+}
+
+impl ShardState {
+    /// The state of shard `spec.index` around its opened `node`, before start-up: no catalog
+    /// yet (an empty one), nothing pending, nothing parked.
+    pub(super) fn new(
+        spec: &ShardSpec,
+        node: ShardNode,
+        seed: u64,
+        storage: UringStorage,
+        tuning: ShardTuning,
+    ) -> ShardState {
+        ShardState {
+            index: spec.index,
+            config: Arc::clone(&spec.config),
+            node,
+            mesh: Arc::clone(&spec.mesh),
+            published: Arc::clone(&spec.published),
+            catalog: Arc::new(Catalog::new(spec.config.shards, 0)),
+            metadata: None,
+            pending: HashMap::new(),
+            waiting: BTreeMap::new(),
+            waiting_count: 0,
+            reads_done: Rc::new(RefCell::new(Vec::new())),
+            node_seed: seed,
+            storage,
+            tuning,
+            flush_gate: FlushGate::new(tuning.flush_delay_us_max),
+            committed_end: HashMap::new(),
+            parked: HashMap::new(),
+            parked_count: 0,
+            offsets: HashMap::new(),
+            commits_in_flight: HashSet::new(),
+            states_saved: Rc::new(RefCell::new(Vec::new())),
+            metrics: Rc::new(ShardMetrics::default()),
+            storage_full_groups: 0,
+            #[cfg(feature = "canary-ack-on-receipt")]
+            predicted_offsets: HashMap::new(),
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! A shard's thread from start to stop: pins it to its CPU, builds its io_uring runtime, binds
+//! its listeners, opens (recovering) its node, brings every group back to normal and waits for
+//! the first catalog, then hands over to the loop (`event_loop`) until the stop flag is set;
+//! finally writes the replies it owes and closes its storage cleanly.
+//!
+//! It reports to `main` through the spec's `bound` and `ready` channels. The wall clock the node
+//! layer is given (`now_ms`) lives here, since that layer never reads one itself. Work items go
+//! to the loop's `handle`; this code only refuses those arriving while the shard stops.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use monoio::net::{ListenerOpts, TcpListener};
+use monoio::task::JoinHandle;
+use shoal_engine::shard::{ShardConfig, group_dir, shard_dir};
+use shoal_engine::state;
+use shoal_engine::storage::uring::UringStorage;
+use shoal_replication::{Clock, Node, NodeConfig, ReplicaConfig, Status, TICK_MS, Transport};
+
+use super::state::ShardState;
+use super::work::{Mesh, Work, refuse};
+use crate::config::{Config, ShardTuning};
+use crate::connection;
+use crate::metadata::{METADATA_GROUP, Published};
+use crate::metrics;
+use crate::offsets::PartitionOffsets;
+
+/// The cluster id of a single node until cluster configuration arrives.
+pub const CLUSTER: u64 = 1;
+
+/// How long a stopping shard waits for its connections to write the replies they owe.
+const SHUTDOWN_REPLIES_TIME_MAX: Duration = Duration::from_secs(2);
+
+/// Ticks a recovering shard may take to bring every group back to normal before it gives up.
+const RECOVERY_TICKS_MAX: u32 = 10_000;
+
+/// What a shard thread needs to start.
+pub struct ShardSpec {
+    pub index: u32,
+    /// The whole node's configuration; this shard's part is `config.shard[index]`.
+    pub config: Arc<Config>,
+    /// Where to listen: the configured address for shard 0, the address shard 0 bound for the
+    /// others (so a configured port 0 becomes one shared port).
+    pub listen: SocketAddr,
+    pub stop: Arc<AtomicBool>,
+    /// The bound listener address (or why binding failed).
+    pub bound: Sender<Result<SocketAddr, String>>,
+    /// This shard's own listener (`[network] shard_listen`), bound by `main` before any shard
+    /// starts, so that every shard can name every shard's address from its first `Hello`.
+    pub own_listener: Option<std::net::TcpListener>,
+    /// Every shard's own listener address, by shard (empty: none).
+    pub shard_addresses: Arc<Vec<String>>,
+    /// What recovery found (or why it failed).
+    pub ready: Sender<Result<String, String>>,
+    /// This shard's inbox.
+    pub inbox: flume::Receiver<Work>,
+    /// Every shard's inbox, this one's included.
+    pub mesh: Mesh,
+    /// The catalog shard 0 publishes.
+    pub published: Arc<Published>,
+    /// Open connections on the whole node.
+    pub connections: Arc<AtomicUsize>,
+    /// Shard 0 only: the bound metrics listener, served on this shard's runtime.
+    pub metrics_listener: Option<std::net::TcpListener>,
+}
+
+/// A single node has no peers: nothing is ever sent.
+pub(super) struct NoPeers;
+
+impl Transport for NoPeers {
+    fn send(&mut self, _to: u8, _packet: Bytes) {}
+}
+
+/// The wall clock, read only here, outside the node layer.
+pub(super) struct WallClock;
+
+impl Clock for WallClock {
+    fn now_ms(&self) -> i64 {
+        now_ms()
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+pub(super) type ShardNode = Node<UringStorage, NoPeers, WallClock>;
+
+/// Runs the shard until the stop flag is set, then shuts its storage down cleanly.
+pub fn run(spec: ShardSpec) -> Result<(), String> {
+    let settings = &spec.config.shard[spec.index as usize];
+    if let Some(cpu) = settings.cpu
+        && !core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
+    {
+        let message = format!("shard {}: cannot pin to CPU {cpu}", spec.index);
+        let _ = spec.bound.send(Err(message.clone()));
+        return Err(message);
+    }
+    let mut runtime = match build_runtime(&settings.tuning) {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            let message = format!(
+                "shard {}: cannot build its io_uring runtime ({} entries, SQPOLL {}): {error}",
+                spec.index,
+                settings.tuning.uring_entries,
+                match (settings.tuning.sqpoll_idle_ms, settings.tuning.sqpoll_cpu) {
+                    (0, _) => "off".to_string(),
+                    (idle, cpu) => format!("idle {idle} ms on CPU {cpu:?}"),
+                }
+            );
+            let _ = spec.bound.send(Err(message.clone()));
+            return Err(message);
+        }
+    };
+    runtime.block_on(serve(spec))
+}
+
+type ShardRuntime = monoio::Runtime<monoio::time::TimeDriver<monoio::IoUringDriver>>;
+
+/// The shard's monoio runtime on the io_uring driver with the ring its tuning asks for. Never
+/// falls back to epoll: a shard without io_uring would be a different, untested server.
+fn build_runtime(tuning: &ShardTuning) -> std::io::Result<ShardRuntime> {
+    let mut ring = io_uring::IoUring::builder();
+    if tuning.sqpoll_idle_ms > 0 {
+        // The kernel thread polls the submission queue, so submitting costs no system call
+        // while it is awake; it sleeps after the idle time and the next submit wakes it (monoio
+        // submits through io-uring's `submit`, which sets IORING_ENTER_SQ_WAKEUP when needed).
+        ring.setup_sqpoll(tuning.sqpoll_idle_ms);
+        // Bound to its own CPU: an unbound polling thread inherits the shard thread's affinity
+        // (seen on kernel 6.18) and would spin on the shard's CPU. The config refuses SQPOLL
+        // without one, so this is always set here.
+        if let Some(cpu) = tuning.sqpoll_cpu {
+            ring.setup_sqpoll_cpu(u32::try_from(cpu).unwrap_or(u32::MAX));
+        }
+    }
+    monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+        .enable_timer()
+        .with_entries(tuning.uring_entries)
+        .uring_builder(ring)
+        .build()
+}
+
+/// The storage backend the shard's tuning asks for: direct I/O where the filesystem allows it,
+/// or buffered everywhere.
+fn storage_for(tuning: &ShardTuning) -> UringStorage {
+    if tuning.direct_io { UringStorage::new() } else { UringStorage::buffered() }
+}
+
+/// The shard's life on its runtime: its listeners, recovery and start-up, serving until the stop
+/// flag is set, then the replies it owes and a clean shutdown of its storage.
+async fn serve(mut spec: ShardSpec) -> Result<(), String> {
+    let (listener, own_listener) = bind(&mut spec)?;
+    let started = Instant::now();
+    let index = spec.index;
+    let dir = shard_dir(&spec.config.data_dir, index);
+    let (mut state, groups_recovered) = open(&spec, &dir).await?;
+    let mut early = Vec::new();
+    if let Err(error) = state.start(&spec.inbox, &spec.stop, &mut early).await {
+        let message = format!("shard {index}: start-up of {} failed: {error}", dir.display());
+        let _ = spec.ready.send(Err(message.clone()));
+        return Err(message);
+    }
+    let _ = spec.ready.send(Ok(state.recovered(groups_recovered, started, &dir)));
+
+    let replies_owed = Rc::new(Cell::new(0));
+    let (accepting, accepting_own) = accept(&spec, &state, &replies_owed, listener, own_listener);
+    if let Some(listener) = spec.metrics_listener.take() {
+        let exporter = metrics::Exporter {
+            config: Arc::clone(&spec.config),
+            mesh: Arc::clone(&spec.mesh),
+            published: Arc::clone(&spec.published),
+        };
+        monoio::spawn(crate::http::serve(listener, exporter, Arc::clone(&spec.stop)));
+    }
+
+    for work in early {
+        state.handle(work).await;
+    }
+    state.serve(&spec.inbox, &spec.stop).await;
+    write_replies_owed(&spec.inbox, &replies_owed).await;
+    drop(accepting);
+    drop(accepting_own);
+    state.node.close().await.map_err(|e| format!("shard {index}: shutdown: {e}"))
+}
+
+/// Binds the shared listener and takes the shard's own one over, then tells `main` the bound
+/// address (or why binding failed).
+fn bind(spec: &mut ShardSpec) -> Result<(TcpListener, Option<TcpListener>), String> {
+    let opts = ListenerOpts::new().reuse_port(true);
+    let listener = match TcpListener::bind_with_config(spec.listen, &opts) {
+        Ok(listener) => listener,
+        Err(error) => {
+            let message = format!("cannot listen on {}: {error}", spec.listen);
+            let _ = spec.bound.send(Err(message.clone()));
+            return Err(message);
+        }
+    };
+    // The shard's own listener is advertised (readiness line, Hello) as soon as main bound it,
+    // so a shard that cannot serve it must not start.
+    let own_listener = match spec.own_listener.take().map(TcpListener::from_std).transpose() {
+        Ok(own) => own,
+        Err(error) => {
+            let message = format!("shard {}: cannot serve its own listener: {error}", spec.index);
+            let _ = spec.bound.send(Err(message.clone()));
+            return Err(message);
+        }
+    };
+    let address = listener.local_addr().map_err(|e| e.to_string())?;
+    let _ = spec.bound.send(Ok(address));
+    Ok((listener, own_listener))
+}
+
+/// Opens (recovering) the shard's node in `dir` and the loop's state around it, and says how
+/// many groups recovery found; tells `main` why when it cannot.
+async fn open(spec: &ShardSpec, dir: &Path) -> Result<(ShardState, usize), String> {
+    let index = spec.index;
+    let shard_config =
+        ShardConfig { cluster: CLUSTER, ..spec.config.shard[index as usize].storage.clone() };
+    let mut replica = ReplicaConfig::new(CLUSTER, 0, 1, 0);
+    // A group of one has nobody to ask for a StartView: probing would only delay its return.
+    replica.start_view_probes_max = 0;
+    let node_config = NodeConfig {
+        message_size_bytes_max: shard_config.record_size_bytes_max + (64 << 10),
+        ..NodeConfig::new(0, replica)
+    };
+    let seed = u64::from(index) ^ now_ms() as u64;
+    let tuning = spec.config.shard[index as usize].tuning;
+    let storage = storage_for(&tuning);
+    // Each partition's producer table comes back from its state snapshot (the section after
+    // its consumer offsets) plus the log past it; the node layer replays the log.
+    let load_producers = {
+        let (storage, dir) = (storage.clone(), dir.to_path_buf());
+        async move |group: u64| -> Option<Vec<u8>> {
+            // The metadata group's `state` file is the metadata snapshot, and its log holds no
+            // idempotent batches.
+            if group == METADATA_GROUP {
+                return None;
+            }
+            let saved = state::load(&storage, &group_dir(&dir, group)).await.ok()??;
+            let (_, producers) = PartitionOffsets::decode_snapshot(&saved.bytes).ok()?;
+            producers.map(<[u8]>::to_vec)
+        }
+    };
+    let open = Node::open_with_producer_snapshots(
+        storage.clone(),
+        dir,
+        shard_config,
+        node_config,
+        NoPeers,
+        WallClock,
+        seed,
+        load_producers,
+    );
+    let (node, report) = match open.await {
+        Ok(opened) => opened,
+        Err(error) => {
+            let message = format!("shard {index}: recovery of {} failed: {error}", dir.display());
+            let _ = spec.ready.send(Err(message.clone()));
+            return Err(message);
+        }
+    };
+    Ok((ShardState::new(spec, node, seed, storage, tuning), report.groups.len()))
+}
+
+/// Starts accepting connections on the shard's listeners, a task each.
+fn accept(
+    spec: &ShardSpec,
+    state: &ShardState,
+    replies_owed: &Rc<Cell<usize>>,
+    listener: TcpListener,
+    own_listener: Option<TcpListener>,
+) -> (JoinHandle<()>, Option<JoinHandle<()>>) {
+    let acceptor = Rc::new(connection::Acceptor {
+        shard: spec.index,
+        shard_addresses: Arc::clone(&spec.shard_addresses),
+        replies_owed: Rc::clone(replies_owed),
+        config: Arc::clone(&spec.config),
+        mesh: Arc::clone(&spec.mesh),
+        published: Arc::clone(&spec.published),
+        connections: Arc::clone(&spec.connections),
+        stop: Arc::clone(&spec.stop),
+        metrics: Rc::clone(&state.metrics),
+    });
+    let accepting = monoio::spawn(connection::Acceptor::run(Rc::clone(&acceptor), listener));
+    let accepting_own =
+        own_listener.map(|own| monoio::spawn(connection::Acceptor::run(acceptor, own)));
+    (accepting, accepting_own)
+}
+
+/// Lets the connections write the replies of what was finished (bounded): new requests are
+/// refused with ShuttingDown by the readers, and work still arriving is refused here.
+async fn write_replies_owed(inbox: &flume::Receiver<Work>, replies_owed: &Cell<usize>) {
+    let deadline = Instant::now() + SHUTDOWN_REPLIES_TIME_MAX;
+    while replies_owed.get() > 0 && Instant::now() < deadline {
+        while let Ok(work) = inbox.try_recv() {
+            refuse(work);
+        }
+        monoio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+impl ShardState {
+    /// Brings every recovered group back to normal, and the catalog up: shard 0 creates or
+    /// replays the metadata group and publishes; the others wait for its first catalog (work
+    /// arriving meanwhile is kept in `early`).
+    async fn start(
+        &mut self,
+        inbox: &flume::Receiver<Work>,
+        stop: &AtomicBool,
+        early: &mut Vec<Work>,
+    ) -> Result<(), String> {
+        // The op and offset the metadata replay ended at.
+        let recovered_end = if self.index == 0 { self.open_metadata().await? } else { (0, 0) };
+        let mut ticks = 0;
+        while !self.all_normal() {
+            ticks += 1;
+            if ticks > RECOVERY_TICKS_MAX || stop.load(Ordering::SeqCst) {
+                return Err(format!("groups not back to normal after {RECOVERY_TICKS_MAX} ticks"));
+            }
+            self.node.on_tick();
+            // Recovery's rounds skip the flush gate: nothing waits to join them, and the loop
+            // here does not sleep until the gate's deadline.
+            self.round(false).await;
+        }
+        self.recover_committed_ends().await;
+        self.recover_offsets().await;
+        let applied = self.metadata.as_ref().map(|m| m.state.catalog.applied_op);
+        if applied == Some(recovered_end.0) {
+            // Replaces an unusable snapshot now, or one the replay found far behind (ops applied
+            // since, on the way back to normal, made their own saves).
+            self.save_metadata_snapshot(recovered_end.1);
+        }
+        if let Some(metadata) = &self.metadata {
+            self.publish(Arc::new(metadata.state.catalog.clone()));
+        }
+        // Shard 0 sent its own catalog to its inbox too; every shard now waits for it.
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                return Err("stopped during start-up".into());
+            }
+            let work = monoio::select! {
+                work = inbox.recv_async() => work,
+                _ = monoio::time::sleep(Duration::from_millis(TICK_MS)) => continue,
+            };
+            match work {
+                Ok(Work::Catalog(catalog)) => {
+                    self.install(catalog).await;
+                    return Ok(());
+                }
+                Ok(other) => early.push(other),
+                Err(_) => return Err("every inbox sender is gone".into()),
+            }
+        }
+    }
+
+    /// Learns where each recovered group's committed log ends: the replica restarts knowing its
+    /// commit op, and the offset after that op is in the op's prepare.
+    async fn recover_committed_ends(&mut self) {
+        for group in self.node.group_ids() {
+            if self.committed_end.contains_key(&group) {
+                continue;
+            }
+            let Some(commit) = self.node.replica(group).map(|r| r.commit()) else { continue };
+            if !self.node.has_log(group) {
+                continue;
+            }
+            let end = if commit == 0 {
+                0
+            } else {
+                match self.node.read_op(group, commit).await {
+                    Ok(Some(prepare)) => prepare.end_offset(),
+                    // A failed or damaged group serves no reads; nothing of it is visible.
+                    _ => 0,
+                }
+            };
+            self.committed_end.insert(group, end);
+        }
+    }
+
+    /// The readiness line's report of what recovery found, `started` when the shard did.
+    fn recovered(&self, groups: usize, started: Instant, dir: &Path) -> String {
+        let failed: Vec<String> = self
+            .node
+            .group_ids()
+            .into_iter()
+            .filter_map(|g| self.node.group_failure(g).map(|why| format!("group {g}: {why}")))
+            .collect();
+        format!(
+            "shard {}: recovered {} groups ({} stopped{}{}) in {:?} from {}",
+            self.index,
+            groups,
+            failed.len(),
+            if failed.is_empty() { "" } else { ": " },
+            failed.join("; "),
+            started.elapsed(),
+            dir.display()
+        )
+    }
+
+    fn all_normal(&self) -> bool {
+        self.node.group_ids().into_iter().all(|group| {
+            self.node.group_failure(group).is_some()
+                || self.node.replica(group).is_some_and(|r| r.status() == Status::Normal)
+        })
+    }
+}

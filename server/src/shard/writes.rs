@@ -1,0 +1,180 @@
+//! The writes a shard's partition groups take — produce, a stored offset, a poll's auto-commit:
+//! the queue in front of each group's pipeline (bounded by the shard's inbox size), the pending
+//! table behind it, and each write's answer once its group replies.
+//!
+//! A write is answered only by its group's reply (committed, or why not), never on receipt —
+//! except under the `canary-ack-on-receipt` canary, which exists to prove the crash test
+//! catches exactly that.
+
+use shoal_engine::protocol::consumer::OffsetCommitRecord;
+use shoal_engine::protocol::{ErrorCode, ProduceReply};
+use shoal_replication::{ReplyResult, Request, Status};
+
+use super::state::ShardState;
+use super::work::{Outcome, Slot, refusal, result_error};
+use crate::metadata::METADATA_GROUP;
+
+/// Whether accepted writes go to their groups at once (always, except under the
+/// `canary-ack-on-receipt` canary, which holds them until the next tick).
+pub(super) const SUBMIT_AT_ONCE: bool = !cfg!(feature = "canary-ack-on-receipt");
+
+/// A write accepted by this shard, waiting for its reply.
+pub(super) struct PendingWrite {
+    pub(super) kind: WriteKind,
+    pub(super) reply: Slot,
+}
+
+/// What a write is, for its answer.
+pub(super) enum WriteKind {
+    Produce {
+        partition: u32,
+        record_count: u32,
+    },
+    /// A stored offset: answered empty once committed.
+    Offset(OffsetCommitRecord),
+    /// A poll's auto-commit: the poll's answer goes out once the commit is committed.
+    PollCommit {
+        record: OffsetCommitRecord,
+        answer: Outcome,
+    },
+}
+
+impl ShardState {
+    /// Canary (DESIGN.md §7): acknowledges a write on receipt with the offset it will get,
+    /// before it is in the log, let alone durable; the writes themselves wait for the next tick.
+    /// The kill -9 test must catch it.
+    #[cfg(feature = "canary-ack-on-receipt")]
+    pub(super) fn ack_on_receipt(
+        &mut self,
+        group: u64,
+        partition: u32,
+        record_count: u32,
+        reply: Slot,
+    ) -> Slot {
+        let stored = self.node.log_stats(group).map_or(0, |log| log.next_offset);
+        let next = self.predicted_offsets.entry(group).or_insert(stored);
+        *next = (*next).max(stored);
+        let base_offset = *next;
+        *next += u64::from(record_count);
+        let _ =
+            reply.send(Outcome::produced(ProduceReply { partition, base_offset, record_count }));
+        flume::bounded(1).0
+    }
+
+    /// The refusal of one more write when the shard's queue of waiting writes is full.
+    pub(super) fn writes_busy(&self) -> Option<Outcome> {
+        (self.waiting_count >= self.config.network.shard_inbox_max).then(|| {
+            Outcome::error(
+                ErrorCode::Busy,
+                format!("shard {} has too many writes waiting", self.index),
+            )
+        })
+    }
+
+    /// Queues a write for its group's pipeline (submitted at once unless the canary holds it).
+    pub(super) fn queue_write(&mut self, group: u64, request: Request, pending: PendingWrite) {
+        self.waiting.entry(group).or_default().push_back((request, pending));
+        self.waiting_count += 1;
+        if SUBMIT_AT_ONCE {
+            self.submit_waiting();
+        }
+    }
+
+    /// Hands waiting writes to their groups while their pipelines have room.
+    pub(super) fn submit_waiting(&mut self) {
+        if self.waiting_count == 0 {
+            return;
+        }
+        let mut refused = Vec::new();
+        // Empty queues stay in the map (at most one per group), so a steady stream of writes
+        // allocates no queue per request.
+        for (&group, queue) in self.waiting.iter_mut() {
+            while !queue.is_empty() {
+                let room = match self.node.replica(group) {
+                    Some(replica)
+                        if self.node.group_failure(group).is_none()
+                            && !self.node.is_storage_full(group) =>
+                    {
+                        replica.status() == Status::Normal
+                            && replica.op() - replica.commit()
+                                < replica.config().pipeline_prepares_max
+                    }
+                    // on_client_request answers a missing or failed group, or one whose storage
+                    // is full, at once: such a write must not wait behind a pipeline that
+                    // itself waits for disk space.
+                    _ => true,
+                };
+                if !room {
+                    break;
+                }
+                let Some((request, pending)) = queue.pop_front() else { break };
+                self.waiting_count -= 1;
+                let key = (group, request.client, request.request);
+                if self.pending.contains_key(&key) {
+                    let text =
+                        format!("request {} of this client is already in flight", request.request);
+                    refused.push((group, pending, Outcome::error(ErrorCode::InvalidRequest, text)));
+                    continue;
+                }
+                match self.node.on_client_request(group, request) {
+                    Ok(()) => {
+                        self.pending.insert(key, pending);
+                    }
+                    Err(why) => {
+                        let outcome = refusal(&why);
+                        refused.push((group, pending, outcome));
+                    }
+                }
+            }
+        }
+        for (group, pending, outcome) in refused {
+            if let WriteKind::PollCommit { record, .. } = &pending.kind {
+                self.commits_in_flight.remove(&(group, record.consumer.clone()));
+            }
+            let _ = pending.reply.send(outcome);
+        }
+    }
+
+    /// Answers every write its group replied to; a poll waiting for its auto-commit runs again.
+    pub(super) fn answer_replies(&mut self) {
+        let mut woken = Vec::new();
+        for (group, reply) in self.node.take_replies() {
+            if group == METADATA_GROUP
+                && let Some(metadata) = &mut self.metadata
+            {
+                metadata.answer_uncommitted(&reply);
+                continue;
+            }
+            let Some(pending) = self.pending.remove(&(group, reply.client, reply.request)) else {
+                continue;
+            };
+            let committed = matches!(reply.result, ReplyResult::Committed { .. });
+            let outcome = match (pending.kind, reply.result) {
+                (
+                    WriteKind::Produce { partition, record_count },
+                    ReplyResult::Committed { base_offset, .. },
+                ) => Outcome::produced(ProduceReply { partition, base_offset, record_count }),
+                (WriteKind::Offset(record), _) if committed => {
+                    self.offsets.entry(group).or_default().apply(record);
+                    Outcome::ok(Vec::new())
+                }
+                (WriteKind::PollCommit { record, answer }, result) => {
+                    self.commits_in_flight.remove(&(group, record.consumer.clone()));
+                    // The consumer's next poll may have been waiting for this commit.
+                    woken.push(group);
+                    if committed {
+                        self.offsets.entry(group).or_default().apply(record);
+                        answer
+                    } else {
+                        result_error(&result)
+                    }
+                }
+                (_, other) => result_error(&other),
+            };
+            let _ = pending.reply.send(outcome);
+        }
+        for group in woken {
+            self.wake_parked(group);
+        }
+    }
+}
