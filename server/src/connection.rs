@@ -376,7 +376,7 @@ impl Session {
         &self,
         fields: ClientRequest,
         operation: Operation,
-        mut body: BytesMut,
+        body: BytesMut,
         body_checksum: u32,
     ) -> Result<Waiting, (ErrorCode, String)> {
         let invalid =
@@ -396,22 +396,7 @@ impl Session {
                 let name = protocol::decode_stream_name(&body).map_err(invalid)?;
                 self.metadata(fields, MetaCommand::DeleteStream { name }).await
             }
-            Operation::CreateTopic => {
-                let request = CreateTopic::decode(&body).map_err(invalid)?;
-                let config = &self.context.config;
-                let record_max = config.shard.iter().map(|s| s.storage.record_size_bytes_max).min();
-                let settings = TopicSettings::resolve(
-                    &request,
-                    &config.topic_defaults,
-                    record_max.unwrap_or(0),
-                )?;
-                let command = MetaCommand::CreateTopic {
-                    stream: request.stream,
-                    topic: request.topic,
-                    settings,
-                };
-                self.metadata(fields, command).await
-            }
+            Operation::CreateTopic => self.create_topic(fields, &body).await,
             Operation::DeleteTopic => {
                 let (stream, topic) = protocol::decode_topic_name(&body).map_err(invalid)?;
                 self.metadata(fields, MetaCommand::DeleteTopic { stream, topic }).await
@@ -431,82 +416,12 @@ impl Session {
                     .collect();
                 Ok(Waiting::Ready(Outcome::ok(protocol::encode_topics(&topics))))
             }
-            Operation::DescribeTopic => {
-                let (stream, topic) = protocol::decode_topic_name(&body).map_err(invalid)?;
-                let entry = catalog.topic(&stream, &topic)?;
-                let info = Catalog::topic_info(&stream, &topic, entry);
-                let mut partitions: Vec<PartitionInfo> = catalog
-                    .partition_infos()
-                    .into_iter()
-                    .filter(|(s, t, _)| *s == stream && *t == topic)
-                    .map(|(_, _, p)| p)
-                    .collect();
-                self.fill_stats(&mut partitions).await;
-                Ok(Waiting::Ready(Outcome::ok(protocol::encode_describe(&info, &partitions))))
-            }
+            Operation::DescribeTopic => self.describe_topic(&body).await,
             Operation::Status => {
                 protocol::Reader::new(&body).end().map_err(invalid)?;
                 Ok(Waiting::Ready(Outcome::ok(self.status().await.into_bytes())))
             }
-            Operation::Produce => {
-                let (produce, at) = Produce::decode(&body).map_err(invalid)?;
-                let topic = catalog.topic(&produce.stream, &produce.topic)?;
-                let partitions = topic.partitions.len() as u32;
-                let partition = match &produce.partitioning {
-                    Partitioning::Explicit(partition) => *partition,
-                    Partitioning::Key(key) => protocol::partition_for_key(key, partitions),
-                    Partitioning::Balanced => {
-                        let next = self.balanced.get();
-                        self.balanced.set(next.wrapping_add(1));
-                        next % partitions
-                    }
-                };
-                let (topic, place) =
-                    catalog.partition(&produce.stream, &produce.topic, partition)?;
-                let batch_bytes = body.split_off(at);
-                // One pass over the batch (the frame check) serves every checksum after it.
-                let batch_checksum = checksum::suffix(body_checksum, &body, batch_bytes.len());
-                let size_max = topic.settings.message_size_bytes_max;
-                if batch_bytes.len() as u64 > size_max {
-                    return Err((
-                        ErrorCode::TooLarge,
-                        format!(
-                            "batch of {} bytes exceeds the topic's {size_max}",
-                            batch_bytes.len()
-                        ),
-                    ));
-                }
-                let limits = BatchLimits {
-                    batch_size_bytes_max: size_max.min(u64::from(u32::MAX)) as u32,
-                    ..BatchLimits::default()
-                };
-                let checked = batch::validate_checksummed(&batch_bytes, &limits, batch_checksum)
-                    .map_err(|error| (ErrorCode::InvalidBatch, error.to_string()))?;
-                // Canary (DESIGN.md §7): one allocation per message; the allocation test must
-                // catch it.
-                #[cfg(feature = "canary-alloc-per-message")]
-                let _copies: Vec<Vec<u8>> = batch::records(&batch_bytes)
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .map(|record| record.value.unwrap_or_default().to_vec())
-                    .collect();
-                let request = Request {
-                    client: fields.client,
-                    session: fields.session,
-                    request: fields.request,
-                    body: batch_bytes,
-                    body_checksum: batch_checksum,
-                    record_count: checked.record_count(),
-                    first_timestamp_ms: checked.base_timestamp(),
-                    max_timestamp_ms: checked.max_timestamp(),
-                    append_time_ms: now_ms(),
-                };
-                let (slot, answer) = flume::bounded(1);
-                let work = Work::Produce { group: place.group, partition, request, reply: slot };
-                self.send(place.shard, work).await?;
-                Ok(Waiting::Slot(answer))
-            }
+            Operation::Produce => self.produce(fields, body, body_checksum).await,
             Operation::Fetch => {
                 let fetch = Fetch::decode(&body).map_err(invalid)?;
                 let (_, place) = catalog.partition(&fetch.stream, &fetch.topic, fetch.partition)?;
@@ -540,31 +455,7 @@ impl Session {
                 };
                 self.send_work(place.shard, work).await
             }
-            Operation::DeleteOffset => {
-                let key = OffsetKey::decode(&body).map_err(invalid)?;
-                let target = &key.partition;
-                let (topic, place) =
-                    catalog.partition(&target.stream, &target.topic, target.partition)?;
-                if key.consumer.kind == ConsumerKind::Group
-                    && topic
-                        .consumer_groups
-                        .get(&key.consumer.name)
-                        .is_some_and(|g| !g.members.is_empty())
-                {
-                    return Err((
-                        ErrorCode::InvalidRequest,
-                        format!("group {} has members: its offsets are theirs", key.consumer.name),
-                    ));
-                }
-                check_consumer_name(&key.consumer)?;
-                let work = |reply| Work::StoreOffset {
-                    group: place.group,
-                    client: fields,
-                    record: OffsetCommitRecord { consumer: key.consumer, offset: None },
-                    reply,
-                };
-                self.send_work(place.shard, work).await
-            }
+            Operation::DeleteOffset => self.delete_offset(fields, &body).await,
             Operation::GetOffset => {
                 let key = OffsetKey::decode(&body).map_err(invalid)?;
                 let target = &key.partition;
@@ -592,31 +483,173 @@ impl Session {
                 };
                 self.send_work(0, |reply| Work::Group { request, reply }).await
             }
-            Operation::Poll => {
-                let poll = Poll::decode(&body).map_err(invalid)?;
-                let target = &poll.partition;
-                let (_, place) =
-                    catalog.partition(&target.stream, &target.topic, target.partition)?;
-                self.check_consumer(&poll.partition, &poll.consumer, &poll.membership)?;
-                self.check_wait(poll.wait_ms_max)?;
-                let args = FetchArgs {
-                    partition: target.partition,
-                    from: FetchFrom::First,
-                    bytes_max: poll.bytes_max.min(self.reply_bytes_max()),
-                    count_max: poll.count_max,
-                    wait_ms_max: poll.wait_ms_max,
-                };
-                let work = |reply| Work::Poll {
-                    group: place.group,
-                    args,
-                    consumer: poll.consumer,
-                    auto_commit: poll.auto_commit,
-                    client: fields,
-                    reply,
-                };
-                self.send_work(place.shard, work).await
-            }
+            Operation::Poll => self.poll(fields, &body).await,
         }
+    }
+
+    /// Decodes a topic creation, resolves its settings against the defaults and the smallest record
+    /// bound of any shard, and hands it to the metadata group.
+    async fn create_topic(
+        &self,
+        fields: ClientRequest,
+        body: &[u8],
+    ) -> Result<Waiting, (ErrorCode, String)> {
+        let invalid =
+            |error: protocol::ProtocolError| (ErrorCode::InvalidRequest, error.to_string());
+        let request = CreateTopic::decode(body).map_err(invalid)?;
+        let config = &self.context.config;
+        let record_max = config.shard.iter().map(|s| s.storage.record_size_bytes_max).min();
+        let settings =
+            TopicSettings::resolve(&request, &config.topic_defaults, record_max.unwrap_or(0))?;
+        let command =
+            MetaCommand::CreateTopic { stream: request.stream, topic: request.topic, settings };
+        self.metadata(fields, command).await
+    }
+
+    /// A topic's settings and its partitions with their current figures.
+    async fn describe_topic(&self, body: &[u8]) -> Result<Waiting, (ErrorCode, String)> {
+        let invalid =
+            |error: protocol::ProtocolError| (ErrorCode::InvalidRequest, error.to_string());
+        let catalog = &self.catalog;
+        let (stream, topic) = protocol::decode_topic_name(body).map_err(invalid)?;
+        let entry = catalog.topic(&stream, &topic)?;
+        let info = Catalog::topic_info(&stream, &topic, entry);
+        let mut partitions: Vec<PartitionInfo> = catalog
+            .partition_infos()
+            .into_iter()
+            .filter(|(s, t, _)| *s == stream && *t == topic)
+            .map(|(_, _, p)| p)
+            .collect();
+        self.fill_stats(&mut partitions).await;
+        Ok(Waiting::Ready(Outcome::ok(protocol::encode_describe(&info, &partitions))))
+    }
+
+    /// Places a batch on its partition (explicit, by key, or balanced), checks it against the
+    /// topic's bound and its checksum, and sends it to the owning shard.
+    async fn produce(
+        &self,
+        fields: ClientRequest,
+        mut body: BytesMut,
+        body_checksum: u32,
+    ) -> Result<Waiting, (ErrorCode, String)> {
+        let invalid =
+            |error: protocol::ProtocolError| (ErrorCode::InvalidRequest, error.to_string());
+        let catalog = &self.catalog;
+        let (produce, at) = Produce::decode(&body).map_err(invalid)?;
+        let topic = catalog.topic(&produce.stream, &produce.topic)?;
+        let partitions = topic.partitions.len() as u32;
+        let partition = match &produce.partitioning {
+            Partitioning::Explicit(partition) => *partition,
+            Partitioning::Key(key) => protocol::partition_for_key(key, partitions),
+            Partitioning::Balanced => {
+                let next = self.balanced.get();
+                self.balanced.set(next.wrapping_add(1));
+                next % partitions
+            }
+        };
+        let (topic, place) = catalog.partition(&produce.stream, &produce.topic, partition)?;
+        let batch_bytes = body.split_off(at);
+        // One pass over the batch (the frame check) serves every checksum after it.
+        let batch_checksum = checksum::suffix(body_checksum, &body, batch_bytes.len());
+        let size_max = topic.settings.message_size_bytes_max;
+        if batch_bytes.len() as u64 > size_max {
+            return Err((
+                ErrorCode::TooLarge,
+                format!("batch of {} bytes exceeds the topic's {size_max}", batch_bytes.len()),
+            ));
+        }
+        let limits = BatchLimits {
+            batch_size_bytes_max: size_max.min(u64::from(u32::MAX)) as u32,
+            ..BatchLimits::default()
+        };
+        let checked = batch::validate_checksummed(&batch_bytes, &limits, batch_checksum)
+            .map_err(|error| (ErrorCode::InvalidBatch, error.to_string()))?;
+        // Canary (DESIGN.md §7): one allocation per message; the allocation test must
+        // catch it.
+        #[cfg(feature = "canary-alloc-per-message")]
+        let _copies: Vec<Vec<u8>> = batch::records(&batch_bytes)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|record| record.value.unwrap_or_default().to_vec())
+            .collect();
+        let request = Request {
+            client: fields.client,
+            session: fields.session,
+            request: fields.request,
+            body: batch_bytes,
+            body_checksum: batch_checksum,
+            record_count: checked.record_count(),
+            first_timestamp_ms: checked.base_timestamp(),
+            max_timestamp_ms: checked.max_timestamp(),
+            append_time_ms: now_ms(),
+        };
+        let (slot, answer) = flume::bounded(1);
+        let work = Work::Produce { group: place.group, partition, request, reply: slot };
+        self.send(place.shard, work).await?;
+        Ok(Waiting::Slot(answer))
+    }
+
+    /// Deletes a consumer's stored offset, refused for a group that still has members.
+    async fn delete_offset(
+        &self,
+        fields: ClientRequest,
+        body: &[u8],
+    ) -> Result<Waiting, (ErrorCode, String)> {
+        let invalid =
+            |error: protocol::ProtocolError| (ErrorCode::InvalidRequest, error.to_string());
+        let catalog = &self.catalog;
+        let key = OffsetKey::decode(body).map_err(invalid)?;
+        let target = &key.partition;
+        let (topic, place) = catalog.partition(&target.stream, &target.topic, target.partition)?;
+        if key.consumer.kind == ConsumerKind::Group
+            && topic.consumer_groups.get(&key.consumer.name).is_some_and(|g| !g.members.is_empty())
+        {
+            return Err((
+                ErrorCode::InvalidRequest,
+                format!("group {} has members: its offsets are theirs", key.consumer.name),
+            ));
+        }
+        check_consumer_name(&key.consumer)?;
+        let work = |reply| Work::StoreOffset {
+            group: place.group,
+            client: fields,
+            record: OffsetCommitRecord { consumer: key.consumer, offset: None },
+            reply,
+        };
+        self.send_work(place.shard, work).await
+    }
+
+    /// Fetches for a consumer from its stored offset, after checking its membership.
+    async fn poll(
+        &self,
+        fields: ClientRequest,
+        body: &[u8],
+    ) -> Result<Waiting, (ErrorCode, String)> {
+        let invalid =
+            |error: protocol::ProtocolError| (ErrorCode::InvalidRequest, error.to_string());
+        let catalog = &self.catalog;
+        let poll = Poll::decode(body).map_err(invalid)?;
+        let target = &poll.partition;
+        let (_, place) = catalog.partition(&target.stream, &target.topic, target.partition)?;
+        self.check_consumer(&poll.partition, &poll.consumer, &poll.membership)?;
+        self.check_wait(poll.wait_ms_max)?;
+        let args = FetchArgs {
+            partition: target.partition,
+            from: FetchFrom::First,
+            bytes_max: poll.bytes_max.min(self.reply_bytes_max()),
+            count_max: poll.count_max,
+            wait_ms_max: poll.wait_ms_max,
+        };
+        let work = |reply| Work::Poll {
+            group: place.group,
+            args,
+            consumer: poll.consumer,
+            auto_commit: poll.auto_commit,
+            client: fields,
+            reply,
+        };
+        self.send_work(place.shard, work).await
     }
 
     /// Sends the work `make` builds around a fresh reply slot to `shard`.

@@ -433,7 +433,17 @@ pub fn render(
 ) -> String {
     let mut page = Page::default();
     let answered: Vec<&ShardSnapshot> = shards.iter().flatten().collect();
+    render_build_and_scrape(&mut page, shards);
+    render_per_shard(&mut page, &answered);
+    render_requests(&mut page, &answered);
+    render_shard_config(&mut page, config);
+    render_groups(&mut page, catalog, &answered);
+    render_http(&mut page, http);
+    page.text
+}
 
+/// The build and, per shard, whether it answered this scrape.
+fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
     page.family("shoal_build_info", Kind::Gauge, "Always 1; the version label names the build.");
     page.sample("shoal_build_info", &[("version", env!("CARGO_PKG_VERSION"))], 1);
 
@@ -446,7 +456,10 @@ pub fn render(
         let shard = index.to_string();
         page.sample("shoal_shard_scrape_ok", &[("shard", &shard)], u64::from(snapshot.is_some()));
     }
+}
 
+/// One series per answering shard for each of the shard's own figures (a flat table).
+fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
     let per_shard: [(&str, Kind, &str, Figure); 28] = [
         (
@@ -610,18 +623,21 @@ pub fn render(
     ];
     for (name, kind, help, figure) in per_shard {
         page.family(name, kind, help);
-        for snapshot in &answered {
+        for snapshot in answered {
             page.sample(name, &[("shard", &snapshot.shard.to_string())], figure(snapshot));
         }
     }
+}
 
+/// Requests and errors by operation and code, and the produce and fetch latency histograms.
+fn render_requests(page: &mut Page, answered: &[&ShardSnapshot]) {
     let operations = code_labels(|code| Operation::from_u32(code).map(|op| format!("{op:?}")));
     page.family(
         "shoal_requests_total",
         Kind::Counter,
         "Requests decoded on the shard's connections, by operation.",
     );
-    for snapshot in &answered {
+    for snapshot in answered {
         let shard = snapshot.shard.to_string();
         for (label, count) in by_label(&operations, &snapshot.requests) {
             page.sample("shoal_requests_total", &[("shard", &shard), ("operation", label)], count);
@@ -633,7 +649,7 @@ pub fn render(
         Kind::Counter,
         "Error replies written on the shard's connections, by error code.",
     );
-    for snapshot in &answered {
+    for snapshot in answered {
         let shard = snapshot.shard.to_string();
         for (label, count) in by_label(&codes, &snapshot.errors) {
             let labels = [("shard", shard.as_str()), ("code", label)];
@@ -658,11 +674,14 @@ pub fn render(
     ];
     for (name, help, histogram) in histograms {
         page.family(name, Kind::Histogram, help);
-        for snapshot in &answered {
+        for snapshot in answered {
             page.histogram(name, &snapshot.shard.to_string(), histogram(snapshot));
         }
     }
+}
 
+/// Every shard's settings as gauges, and the CPUs its threads are bound to.
+fn render_shard_config(page: &mut Page, config: &Config) {
     for (key, _) in config::shard_settings(&config.shard[0]) {
         let name = format!("shoal_shard_config_{key}");
         let help = format!("The shard's {key} setting ([shard], or its [shard.N] override).");
@@ -691,7 +710,11 @@ pub fn render(
             }
         }
     }
+}
 
+/// Per-group figures with the partition's names, and lag and the in-sync set where this node
+/// leads.
+fn render_groups(page: &mut Page, catalog: &Catalog, answered: &[&ShardSnapshot]) {
     let names: HashMap<u64, (String, String, String)> = catalog
         .partition_infos()
         .into_iter()
@@ -731,7 +754,7 @@ pub fn render(
     ];
     for (name, help, figure) in per_group {
         page.family(name, Kind::Gauge, help);
-        for snapshot in &answered {
+        for snapshot in answered {
             let shard = snapshot.shard.to_string();
             for group in &snapshot.groups {
                 let (stream, topic, partition) = names.get(&group.group).unwrap_or(&unnamed);
@@ -766,7 +789,7 @@ pub fn render(
         "Members of the group's in-sync set (the primary and every backup neither lagging nor \
          dead), on the shard of the group's primary.",
     );
-    for snapshot in &answered {
+    for snapshot in answered {
         let shard = snapshot.shard.to_string();
         for group in &snapshot.groups {
             if let Some(in_sync) = group.in_sync_replicas {
@@ -781,7 +804,7 @@ pub fn render(
         "Milliseconds since the member was last caught up with the primary's head (0 for the \
          primary), on the shard of the group's primary.",
     );
-    for snapshot in &answered {
+    for snapshot in answered {
         let shard = snapshot.shard.to_string();
         for group in &snapshot.groups {
             for (replica, lag_ms) in &group.replica_lag_ms {
@@ -791,7 +814,10 @@ pub fn render(
             }
         }
     }
+}
 
+/// The metrics endpoint's own responses and refused connections.
+fn render_http(page: &mut Page, http: &HttpStats) {
     page.family(
         "shoal_metrics_http_responses_total",
         Kind::Counter,
@@ -807,7 +833,6 @@ pub fn render(
         "Metrics connections closed unanswered because the endpoint served its maximum.",
     );
     page.sample("shoal_metrics_http_connections_refused_total", &[], http.connections_refused);
-    page.text
 }
 
 /// Owned label values as the pairs [`Page::sample`] takes.

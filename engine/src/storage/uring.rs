@@ -206,9 +206,9 @@ impl StorageFile for UringFile {
         // A short read before end of file is legal; keep reading until the buffer is full or
         // the file ends.
         loop {
-            let slot = ReadSlot { buf, start: filled };
-            let (result, slot) = self.file.read_at(slot, offset_bytes + filled as u64).await;
-            buf = slot.buf;
+            let tail = UnfilledTail { buf, start: filled };
+            let (result, tail) = self.file.read_at(tail, offset_bytes + filled as u64).await;
+            buf = tail.buf;
             match result {
                 Ok(0) => break,
                 Ok(read) => {
@@ -300,14 +300,14 @@ impl UringFile {
 }
 
 /// The part of an [`AlignedBuf`] past `start`, as a buffer the kernel fills.
-struct ReadSlot {
+struct UnfilledTail {
     buf: AlignedBuf,
     start: usize,
 }
 
 // SAFETY: the pointer is into the `AlignedBuf`'s heap allocation, which never moves or
-// reallocates while the slot owns it; `bytes_init` never exceeds the allocation.
-unsafe impl monoio::buf::IoBuf for ReadSlot {
+// reallocates while the tail owns it; `bytes_init` never exceeds the allocation.
+unsafe impl monoio::buf::IoBuf for UnfilledTail {
     fn read_ptr(&self) -> *const u8 {
         // SAFETY: `start <= capacity`, so the result stays inside the allocation.
         unsafe { self.buf.as_ptr().add(self.start) }
@@ -320,7 +320,7 @@ unsafe impl monoio::buf::IoBuf for ReadSlot {
 
 // SAFETY: as for `IoBuf`; `bytes_total` is the allocation's size past `start`, all of it
 // initialised memory, so the kernel may write anywhere in it.
-unsafe impl monoio::buf::IoBufMut for ReadSlot {
+unsafe impl monoio::buf::IoBufMut for UnfilledTail {
     fn write_ptr(&mut self) -> *mut u8 {
         // SAFETY: `start <= capacity`, so the result stays inside the allocation.
         unsafe { self.buf.as_mut_ptr().add(self.start) }
