@@ -1,34 +1,16 @@
 //! The `shoal-bench` command line: parses the arguments, runs the mode, prints the summary and
 //! writes the JSON report.
 
+use std::path::Path;
 use std::process::ExitCode;
 
-use shoal_bench::{cli, run};
+use shoal_bench::cli::{self, Loopback, Parsed, Run};
+use shoal_bench::run;
 
 /// `shoal-bench loopback --size BYTES [--samples N] [--cpus SERVER,CLIENT]`: one JSON line.
-fn loopback(words: &[String]) -> ExitCode {
-    let (mut size, mut samples, mut cpus) = (1usize << 20, 2000usize, (None, None));
-    let mut words = words.iter();
-    while let Some(flag) = words.next() {
-        let value = words.next().map(String::as_str).unwrap_or_default();
-        let parsed = match flag.as_str() {
-            "--size" => value.parse().map(|v| size = v).is_ok(),
-            "--samples" => value.parse().map(|v| samples = v).is_ok(),
-            "--cpus" => match value.split_once(',').map(|(a, b)| (a.parse(), b.parse())) {
-                Some((Ok(a), Ok(b))) => {
-                    cpus = (Some(a), Some(b));
-                    true
-                }
-                _ => false,
-            },
-            _ => false,
-        };
-        if !parsed || size == 0 || samples == 0 {
-            eprintln!("shoal-bench: loopback {flag} {value}: bad argument\n\n{}", cli::USAGE);
-            return ExitCode::from(2);
-        }
-    }
-    match shoal_bench::loopback::measure(size, samples, cpus.0, cpus.1) {
+fn loopback(Loopback { size, samples, cpus }: Loopback) -> ExitCode {
+    let (server_cpu, client_cpu) = cpus.unzip();
+    match shoal_bench::loopback::measure(size, samples, server_cpu, client_cpu) {
         Ok(report) => {
             println!("{report}");
             ExitCode::SUCCESS
@@ -41,14 +23,11 @@ fn loopback(words: &[String]) -> ExitCode {
 }
 
 /// `shoal-bench compare A.json B.json`.
-fn compare(paths: &[String]) -> ExitCode {
-    let [a, b] = paths else {
-        eprintln!("shoal-bench: compare takes two report files\n\n{}", cli::USAGE);
-        return ExitCode::from(2);
-    };
-    let read = |path: &String| -> Result<serde_json::Value, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-        serde_json::from_str(&text).map_err(|e| format!("{path}: not a report: {e}"))
+fn compare(a: &Path, b: &Path) -> ExitCode {
+    let read = |path: &Path| -> Result<serde_json::Value, String> {
+        let path_text = path.display();
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{path_text}: {e}"))?;
+        serde_json::from_str(&text).map_err(|e| format!("{path_text}: not a report: {e}"))
     };
     match (read(a), read(b)) {
         (Ok(a), Ok(b)) => {
@@ -62,25 +41,8 @@ fn compare(paths: &[String]) -> ExitCode {
     }
 }
 
-fn main() -> ExitCode {
-    let words: Vec<String> = std::env::args().skip(1).collect();
-    if words.first().map(String::as_str) == Some("compare") {
-        return compare(&words[1..]);
-    }
-    if words.first().map(String::as_str) == Some("loopback") {
-        return loopback(&words[1..]);
-    }
-    let command = match cli::parse(&words) {
-        Ok(Some(command)) => command,
-        Ok(None) => {
-            print!("{}", cli::USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Err(error) => {
-            eprintln!("shoal-bench: {error}\n\n{}", cli::USAGE);
-            return ExitCode::from(2);
-        }
-    };
+/// A produce, consume, e2e or mixed run: the summary, then the report files asked for.
+fn bench(command: &Run) -> ExitCode {
     let report = match run::run(&command.options) {
         Ok(report) => report,
         Err(error) => {
@@ -103,4 +65,13 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+fn main() -> ExitCode {
+    match cli::parse(std::env::args_os()) {
+        Ok(Parsed::Run(command)) => bench(&command),
+        Ok(Parsed::Compare(a, b)) => compare(&a, &b),
+        Ok(Parsed::Loopback(options)) => loopback(options),
+        Err(error) => cli::print(error),
+    }
 }

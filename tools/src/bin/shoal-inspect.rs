@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::Parser;
 use serde_json::{Value, json};
 use shoal_engine::Corruption;
 use shoal_engine::inspect::{
@@ -16,55 +17,36 @@ use shoal_engine::inspect::{
 };
 use shoal_engine::storage::std_fs::{StdStorage, block_on};
 use shoal_engine::superblock::{GroupSlot, Identity};
-
-const USAGE: &str = "usage: shoal-inspect <data-dir> [--json]
-
-Verifies a Shoal data directory (holding shard-N directories) or a single shard directory:
-superblock copies, every group's segments and indexes, and the shard journal. Never writes.
-
-  --json      print the report as JSON instead of text
-  -h, --help  print this help
-
-exit status: 0 clean, 1 problems found, 2 usage error or unreadable path";
+use shoal_tools::usage;
 
 const EXIT_CLEAN: u8 = 0;
 const EXIT_PROBLEMS: u8 = 1;
 const EXIT_USAGE: u8 = 2;
 
+/// A parsed command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "shoal-inspect",
+    about = "Verifies a Shoal data directory (holding shard-N directories) or a single shard \
+             directory: superblock copies, every group's segments and indexes, and the shard \
+             journal. Never writes.",
+    after_help = "exit status: 0 clean, 1 problems found, 2 usage error or unreadable path",
+    // `--json` given twice is still JSON, as it always was.
+    args_override_self = true
+)]
 struct Args {
+    /// The data directory or shard directory
+    #[arg(value_name = "data-dir")]
     path: PathBuf,
+    /// Print the report as JSON instead of text
+    #[arg(long)]
     json: bool,
 }
 
-fn parse_args(args: impl Iterator<Item = std::ffi::OsString>) -> Result<Option<Args>, String> {
-    let mut path = None;
-    let mut json = false;
-    for arg in args {
-        match arg.to_str() {
-            Some("--json") => json = true,
-            Some("-h" | "--help") => return Ok(None),
-            Some(flag) if flag.starts_with('-') && flag.len() > 1 => {
-                return Err(format!("unknown option {flag}"));
-            }
-            _ if path.is_some() => return Err("more than one path given".to_string()),
-            _ => path = Some(PathBuf::from(arg)),
-        }
-    }
-    let path = path.ok_or_else(|| "no data directory given".to_string())?;
-    Ok(Some(Args { path, json }))
-}
-
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args_os().skip(1)) {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            println!("{USAGE}");
-            return ExitCode::from(EXIT_CLEAN);
-        }
-        Err(reason) => {
-            eprintln!("shoal-inspect: {reason}\n\n{USAGE}");
-            return ExitCode::from(EXIT_USAGE);
-        }
+    let args = match usage::parse::<Args>(std::env::args_os()) {
+        Ok(args) => args,
+        Err(status) => return status,
     };
     let report = block_on(inspect(&StdStorage, &args.path));
     let text = if args.json {
@@ -469,18 +451,21 @@ fn human_group(out: &mut String, group: &GroupReport) {
 
 #[cfg(test)]
 mod tests {
+    use clap::error::ErrorKind;
+
     use super::*;
 
-    fn parse(args: &[&str]) -> Result<Option<Args>, String> {
-        parse_args(args.iter().map(std::ffi::OsString::from))
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        usage::try_parse(["shoal-inspect"].iter().chain(args))
     }
 
     #[test]
     fn arguments() {
-        let args = parse(&["/d", "--json"]).unwrap().unwrap();
+        let args = parse(&["/d", "--json"]).unwrap();
         assert_eq!((args.path, args.json), (PathBuf::from("/d"), true));
-        assert!(!parse(&["/d"]).unwrap().unwrap().json);
-        assert!(parse(&["--help"]).unwrap().is_none());
+        assert!(!parse(&["/d"]).unwrap().json);
+        assert!(parse(&["--json", "/d", "--json"]).unwrap().json);
+        assert_eq!(parse(&["--help"]).unwrap_err().kind(), ErrorKind::DisplayHelp);
         assert!(parse(&[]).is_err());
         assert!(parse(&["/a", "/b"]).is_err());
         assert!(parse(&["/a", "--jsn"]).is_err());

@@ -10,136 +10,154 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use clap::Parser;
+use clap::error::ErrorKind;
 use shoal_replication::simulator::{Coverage, FaultProfile, Mode, Outcome, SimOptions, run};
+use shoal_tools::usage;
 
-const USAGE: &str = "\
-usage: shoal-sim --seed N [knobs]
-       shoal-sim --seeds COUNT [--from START] [--jobs N] [knobs]
-
-Runs Shoal's deterministic cluster simulator: nodes running the real node layer and storage
-engine over simulated disks, clients, and a faulty network, all decided by one u64 seed.
-
-knobs:
-  --replicas N              replicas per group (1, 3 or 5; default 3)
-  --groups N                groups, each replicated on every node (default 2)
-  --clients N               clients per group (default 2)
-  --ticks N                 ticks of the fault phase (default 20000)
-  --liveness-ticks N        ticks the cluster may take to finish after faults stop (default 10000)
-  --retention-bytes N       every group's retention by size (default 0: none)
-  --value-bytes N           bytes each client message's value is padded to (at most 4000)
-  --mode M                  persisted | replicated | mixed (default: drawn per seed)
-  --faults F                swarm (drawn per seed, default) | none
-  --loss-per-million N      override the drawn message loss rate
-  --crash-per-million N     override the drawn crash rate (per node per tick)
-  --partition-per-million N override the drawn partition rate (per tick)
-  --pause-per-million N     override the drawn pause rate (per node per tick)
-  --trace GROUP             print every replica message of GROUP to stderr as delivered
-";
-
-struct Args {
+/// A parsed command line; the knobs are `None` where the seed (or [`SimOptions::new`]) decides.
+#[derive(Debug, Parser)]
+#[command(
+    name = "shoal-sim",
+    about = "Runs Shoal's deterministic cluster simulator: nodes running the real node layer and \
+             storage engine over simulated disks, clients, and a faulty network, all decided by \
+             one u64 seed.",
+    override_usage = "shoal-sim --seed N [knobs]\n       \
+                      shoal-sim --seeds COUNT [--from START] [--jobs N] [knobs]",
+    next_help_heading = "Knobs",
+    // A knob given twice counts as given last, as it always did.
+    args_override_self = true
+)]
+struct Cli {
+    /// Run this one seed and print its summary (exit 1 if it violated an invariant)
+    #[arg(long, value_name = "N", help_heading = "Seeds")]
     seed: Option<u64>,
+    /// Run a swarm of COUNT seeds, printing each failing one (exit 0 only if all pass)
+    #[arg(long, value_name = "COUNT", help_heading = "Seeds")]
     seeds: Option<u64>,
+    /// The swarm's first seed
+    #[arg(long, value_name = "START", default_value_t = 0, help_heading = "Seeds")]
     from: u64,
-    jobs: u64,
-    options: SimOptions,
+    /// Threads running the swarm (default: the available CPUs; 0 counts as 1)
+    #[arg(long, value_name = "N", help_heading = "Seeds")]
+    jobs: Option<u64>,
+    /// Replicas per group (1, 3 or 5; default 3)
+    #[arg(long, value_name = "N", value_parser = replicas)]
+    replicas: Option<u8>,
+    /// Groups, each replicated on every node (default 2; clamped to 1..=64)
+    #[arg(long, value_name = "N", value_parser = one_to_64)]
+    groups: Option<u64>,
+    /// Clients per group (default 2; clamped to 1..=64)
+    #[arg(long, value_name = "N", value_parser = one_to_64)]
+    clients: Option<u64>,
+    /// Ticks of the fault phase (default 20000)
+    #[arg(long, value_name = "N")]
+    ticks: Option<u64>,
+    /// Ticks the cluster may take to finish after faults stop (default 10000)
+    #[arg(long, value_name = "N")]
+    liveness_ticks: Option<u64>,
+    /// Every group's retention by size (default 0: none)
+    #[arg(long, value_name = "N")]
+    retention_bytes: Option<u64>,
+    /// Bytes each client message's value is padded to (at most 4000)
+    #[arg(long, value_name = "N", value_parser = value_bytes)]
+    value_bytes: Option<usize>,
+    /// persisted | replicated | mixed (default: drawn per seed)
+    #[arg(long, value_name = "M", value_parser = mode)]
+    mode: Option<Mode>,
+    /// swarm (drawn per seed) | none
+    #[arg(
+        long = "faults",
+        value_name = "F",
+        default_value = "swarm",
+        value_parser = swarm,
+        action = clap::ArgAction::Set
+    )]
     swarm: bool,
+    /// Override the drawn message loss rate
+    #[arg(long = "loss-per-million", value_name = "N", value_parser = rate)]
     loss: Option<u32>,
+    /// Override the drawn crash rate (per node per tick)
+    #[arg(long = "crash-per-million", value_name = "N", value_parser = rate)]
     crash: Option<u32>,
+    /// Override the drawn partition rate (per tick)
+    #[arg(long = "partition-per-million", value_name = "N", value_parser = rate)]
     partition: Option<u32>,
+    /// Override the drawn pause rate (per node per tick)
+    #[arg(long = "pause-per-million", value_name = "N", value_parser = rate)]
     pause: Option<u32>,
+    /// Print every replica message of GROUP to stderr as delivered
+    #[arg(long, value_name = "GROUP")]
+    trace: Option<u64>,
 }
 
-fn parse() -> Result<Args, String> {
-    let mut args = Args {
-        seed: None,
-        seeds: None,
-        from: 0,
-        jobs: std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
-        options: SimOptions::new(0),
-        swarm: true,
-        loss: None,
-        crash: None,
-        partition: None,
-        pause: None,
-    };
-    let mut words = std::env::args().skip(1);
-    while let Some(flag) = words.next() {
-        if flag == "--help" || flag == "-h" {
-            return Err(String::new());
-        }
-        let value = words.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let number = || value.parse::<u64>().map_err(|_| format!("{flag}: not a number: {value}"));
-        let rate = || {
-            value
-                .parse::<u32>()
-                .ok()
-                .filter(|v| *v <= 1_000_000)
-                .ok_or_else(|| format!("{flag}: not a rate in 0..=1000000: {value}"))
-        };
-        match flag.as_str() {
-            "--seed" => args.seed = Some(number()?),
-            "--seeds" => args.seeds = Some(number()?),
-            "--from" => args.from = number()?,
-            "--jobs" => args.jobs = number()?.max(1),
-            "--replicas" => {
-                let replicas = number()?;
-                if !(1..=5).contains(&replicas) {
-                    return Err(format!("--replicas {replicas}: use 1 to 5"));
-                }
-                args.options.replicas = replicas as u8;
-            }
-            "--groups" => args.options.groups = number()?.clamp(1, 64),
-            "--clients" => args.options.clients_per_group = number()?.clamp(1, 64),
-            "--ticks" => args.options.ticks = number()?,
-            "--liveness-ticks" => args.options.liveness_ticks = number()?,
-            "--retention-bytes" => args.options.retention_bytes = number()?,
-            "--value-bytes" => args.options.value_size_bytes = number()?.min(4_000) as usize,
-            "--mode" => {
-                args.options.mode = Some(match value.as_str() {
-                    "persisted" => Mode::Persisted,
-                    "replicated" => Mode::Replicated,
-                    "mixed" => Mode::Mixed,
-                    other => {
-                        return Err(format!("--mode {other}: use persisted, replicated or mixed"));
-                    }
-                });
-            }
-            "--faults" => match value.as_str() {
-                "swarm" => args.swarm = true,
-                "none" => args.swarm = false,
-                other => return Err(format!("--faults {other}: use swarm or none")),
-            },
-            "--loss-per-million" => args.loss = Some(rate()?),
-            "--crash-per-million" => args.crash = Some(rate()?),
-            "--partition-per-million" => args.partition = Some(rate()?),
-            "--pause-per-million" => args.pause = Some(rate()?),
-            "--trace" => args.options.trace_group = Some(number()?),
-            other => return Err(format!("unknown flag {other}")),
-        }
+fn replicas(value: &str) -> Result<u8, String> {
+    match value.parse::<u8>() {
+        Ok(replicas @ 1..=5) => Ok(replicas),
+        _ => Err(format!("--replicas {value}: use 1 to 5")),
     }
-    if args.seed.is_some() == args.seeds.is_some() {
-        return Err("give exactly one of --seed and --seeds".into());
+}
+
+fn one_to_64(value: &str) -> Result<u64, String> {
+    value.parse::<u64>().map(|n| n.clamp(1, 64)).map_err(|_| "not a number".into())
+}
+
+fn value_bytes(value: &str) -> Result<usize, String> {
+    value.parse::<u64>().map(|n| n.min(4_000) as usize).map_err(|_| "not a number".into())
+}
+
+fn mode(value: &str) -> Result<Mode, String> {
+    match value {
+        "persisted" => Ok(Mode::Persisted),
+        "replicated" => Ok(Mode::Replicated),
+        "mixed" => Ok(Mode::Mixed),
+        _ => Err("use persisted, replicated or mixed".into()),
     }
-    Ok(args)
+}
+
+/// `--faults`: whether the seed draws a swarm fault profile.
+fn swarm(value: &str) -> Result<bool, String> {
+    match value {
+        "swarm" => Ok(true),
+        "none" => Ok(false),
+        _ => Err("use swarm or none".into()),
+    }
+}
+
+fn rate(value: &str) -> Result<u32, String> {
+    value
+        .parse::<u32>()
+        .ok()
+        .filter(|v| *v <= 1_000_000)
+        .ok_or_else(|| "not a rate in 0..=1000000".into())
 }
 
 /// The options of one seed: the swarm profile the seed draws, with the knobs laid over it.
-fn options_for(args: &Args, seed: u64) -> SimOptions {
-    let mut options = SimOptions { seed, ..args.options };
-    if !args.swarm {
+fn options_for(cli: &Cli, seed: u64) -> SimOptions {
+    let mut options = SimOptions::new(seed);
+    options.replicas = cli.replicas.unwrap_or(options.replicas);
+    options.groups = cli.groups.unwrap_or(options.groups);
+    options.clients_per_group = cli.clients.unwrap_or(options.clients_per_group);
+    options.ticks = cli.ticks.unwrap_or(options.ticks);
+    options.liveness_ticks = cli.liveness_ticks.unwrap_or(options.liveness_ticks);
+    options.retention_bytes = cli.retention_bytes.unwrap_or(options.retention_bytes);
+    options.value_size_bytes = cli.value_bytes.unwrap_or(options.value_size_bytes);
+    options.mode = cli.mode;
+    options.trace_group = cli.trace;
+    if !cli.swarm {
         options.faults = Some(FaultProfile::none());
-    } else if args.loss.is_some()
-        || args.crash.is_some()
-        || args.partition.is_some()
-        || args.pause.is_some()
+    } else if cli.loss.is_some()
+        || cli.crash.is_some()
+        || cli.partition.is_some()
+        || cli.pause.is_some()
     {
         let mut profile = SimOptions::new(seed).drawn_faults();
-        if let Some(loss) = args.loss {
+        if let Some(loss) = cli.loss {
             profile.network.loss_per_million = loss;
         }
-        profile.crash_per_million = args.crash.unwrap_or(profile.crash_per_million);
-        profile.partition_per_million = args.partition.unwrap_or(profile.partition_per_million);
-        profile.pause_per_million = args.pause.unwrap_or(profile.pause_per_million);
+        profile.crash_per_million = cli.crash.unwrap_or(profile.crash_per_million);
+        profile.partition_per_million = cli.partition.unwrap_or(profile.partition_per_million);
+        profile.pause_per_million = cli.pause.unwrap_or(profile.pause_per_million);
         options.faults = Some(profile);
     }
     options
@@ -161,16 +179,21 @@ fn print_coverage(coverage: &Coverage) {
 }
 
 fn main() -> ExitCode {
-    let args = match parse() {
+    let args = match usage::parse::<Cli>(std::env::args_os()) {
         Ok(args) => args,
-        Err(error) => {
-            if !error.is_empty() {
-                eprintln!("shoal-sim: {error}\n");
-            }
-            eprint!("{USAGE}");
-            return if error.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) };
-        }
+        Err(status) => return status,
     };
+    if args.seed.is_some() == args.seeds.is_some() {
+        let error = usage::error::<Cli>(
+            ErrorKind::ArgumentConflict,
+            "give exactly one of --seed and --seeds",
+        );
+        return usage::print::<Cli>(error);
+    }
+    let jobs = args.jobs.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+        |jobs| jobs.max(1),
+    );
     if let Some(seed) = args.seed {
         let options = options_for(&args, seed);
         return match run_seed(&options) {
@@ -201,7 +224,7 @@ fn main() -> ExitCode {
     let failures = Mutex::new(Vec::new());
     let total = Mutex::new(Coverage::default());
     std::thread::scope(|scope| {
-        for _ in 0..args.jobs.min(count.max(1)) {
+        for _ in 0..jobs.min(count.max(1)) {
             scope.spawn(|| {
                 loop {
                     let index = next.fetch_add(1, Ordering::Relaxed);

@@ -4,5 +4,5 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    shoal_tools::ctl::main(std::env::args_os().skip(1))
+    shoal_tools::ctl::main(std::env::args_os())
 }

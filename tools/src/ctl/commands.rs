@@ -1,13 +1,16 @@
 //! What each `shoalctl` command does against the server, and how its result is printed.
 //!
 //! It owns the command flows (admin calls, the stdin-to-producer pipe, the consume loop, the
-//! status summary) and their text and JSON output. It talks to the server only through
-//! `shoal_client`, and never decides exit codes beyond returning an error (`main` maps it).
+//! status summary, the shell completion script) and their text and JSON output. It talks to the
+//! server only through `shoal_client`, and never decides exit codes beyond returning an error
+//! (`main` maps it).
 
 use std::io::{BufRead, Write};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use clap::CommandFactory;
+use clap_complete::Shell;
 use serde_json::{Value, json};
 use shoal_client::{
     Assignment, Client, ClientConfig, ClientError, ConsumerId, CreateTopic, ErrorCode, Fetch,
@@ -15,7 +18,7 @@ use shoal_client::{
     PartitionRef, Poll, Producer, ProducerConfig, StoreOffset, TopicInfo,
 };
 
-use super::args::{Cli, Command, Consume, Format};
+use super::args::{Cli, Command, Consume, Format, Stream, Topic};
 
 /// Why a command failed.
 #[derive(Debug)]
@@ -58,25 +61,45 @@ const PRODUCE_LINGER: Duration = Duration::from_millis(1);
 /// Lines the stdin reader may run ahead of the producer.
 const STDIN_LINES_AHEAD_MAX: usize = 4096;
 
-/// Runs a parsed command on the current thread's runtime.
+/// Runs a parsed command other than `completions` on the current thread's runtime.
 pub async fn run(cli: Cli) -> Outcome {
     let config = ClientConfig {
         request_timeout_ms: cli.timeout_ms,
         client_name: format!("shoalctl/{}", env!("CARGO_PKG_VERSION")),
         ..ClientConfig::with_seeds(cli.servers.iter().cloned())
     };
-    let mut client = Client::connect(config).await?;
     let json = cli.json;
+    let connect = || Client::connect(config);
     match cli.command {
-        Command::StreamCreate { name } => {
+        Command::Stream(command) => stream(&mut connect().await?, command, json).await,
+        Command::Topic(command) => topic(&mut connect().await?, command, json).await,
+        Command::Produce { stream, topic, partition, key } => {
+            produce(connect().await?, &stream, &topic, partition, key, json).await
+        }
+        Command::Consume(consume) => consume.run(&mut connect().await?).await,
+        Command::Status => status(&mut connect().await?, json).await,
+        Command::Completions { .. } => unreachable!("main prints completions without a runtime"),
+    }
+}
+
+/// Prints the completion script for `shell`; needs neither the server nor a runtime.
+pub fn completions(shell: Shell) -> Outcome {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "shoalctl", &mut script);
+    write_stdout(&script)
+}
+
+async fn stream(client: &mut Client, command: Stream, json: bool) -> Outcome {
+    match command {
+        Stream::Create { name } => {
             client.create_stream(&name).await?;
             print(json, json!({ "created": { "stream": name } }), format!("created stream {name}"))
         }
-        Command::StreamDelete { name } => {
+        Stream::Delete { name } => {
             client.delete_stream(&name).await?;
             print(json, json!({ "deleted": { "stream": name } }), format!("deleted stream {name}"))
         }
-        Command::StreamList => {
+        Stream::List => {
             let streams = client.list_streams().await?;
             let value = Value::Array(
                 streams
@@ -92,7 +115,12 @@ pub async fn run(cli: Cli) -> Outcome {
                 .collect();
             print(json, value, table(&["NAME", "TOPICS", "CREATED"], rows))
         }
-        Command::TopicCreate {
+    }
+}
+
+async fn topic(client: &mut Client, command: Topic, json: bool) -> Outcome {
+    match command {
+        Topic::Create {
             stream,
             topic,
             partitions,
@@ -119,7 +147,7 @@ pub async fn run(cli: Cli) -> Outcome {
                 format!("created topic {stream}/{topic} with {partitions} partitions"),
             )
         }
-        Command::TopicList { stream } => {
+        Topic::List { stream } => {
             let topics = client.list_topics(&stream).await?;
             let value = Value::Array(topics.iter().map(topic_json).collect());
             let rows = topics
@@ -149,13 +177,13 @@ pub async fn run(cli: Cli) -> Outcome {
             ];
             print(json, value, table(&headers, rows))
         }
-        Command::TopicDescribe { stream, topic } => {
+        Topic::Describe { stream, topic } => {
             let (info, partitions) = client.describe_topic(&stream, &topic).await?;
             let mut value = topic_json(&info);
             value["partitions"] = Value::Array(partitions.iter().map(partition_json).collect());
             print(json, value, describe_text(&info, &partitions))
         }
-        Command::TopicDelete { stream, topic } => {
+        Topic::Delete { stream, topic } => {
             client.delete_topic(&stream, &topic).await?;
             print(
                 json,
@@ -163,20 +191,17 @@ pub async fn run(cli: Cli) -> Outcome {
                 format!("deleted topic {stream}/{topic}"),
             )
         }
-        Command::Produce { stream, topic, partition, key } => {
-            produce(client, &stream, &topic, partition, key, json).await
-        }
-        Command::Consume(consume) => consume.run(&mut client).await,
-        Command::Status => {
-            let text = client.status().await?;
-            let status: Value = serde_json::from_str(&text)
-                .map_err(|e| Failure::Other(format!("the server's status is not JSON: {e}")))?;
-            if json {
-                write_stdout(format!("{text}\n").as_bytes())
-            } else {
-                write_stdout(status_text(&status).as_bytes())
-            }
-        }
+    }
+}
+
+async fn status(client: &mut Client, json: bool) -> Outcome {
+    let text = client.status().await?;
+    let status: Value = serde_json::from_str(&text)
+        .map_err(|e| Failure::Other(format!("the server's status is not JSON: {e}")))?;
+    if json {
+        write_stdout(format!("{text}\n").as_bytes())
+    } else {
+        write_stdout(status_text(&status).as_bytes())
     }
 }
 
@@ -320,9 +345,10 @@ const GROUP_POLL_WAIT_MS: u32 = 500;
 
 impl Consume {
     async fn run(self, client: &mut Client) -> Outcome {
-        match self.group.clone() {
-            Some(group) => self.run_in_group(client, group).await,
-            None => self.run_partition(client).await,
+        match (self.group.clone(), self.partition.zip(self.from)) {
+            (Some(group), _) => self.run_in_group(client, group).await,
+            (None, Some((partition, from))) => self.run_partition(client, partition, from).await,
+            (None, None) => unreachable!("clap requires --partition and --from without --group"),
         }
     }
 
@@ -482,10 +508,10 @@ impl Consume {
     }
 
     fn format_group_record(&self, partition: u32, record: &FetchedRecord<'_>, out: &mut Vec<u8>) {
-        if self.format == Format::Offset {
+        if self.format() == Format::Offset {
             out.extend_from_slice(format!("{partition}\t").as_bytes());
         }
-        if self.format == Format::Json {
+        if self.format() == Format::Json {
             let value = record.value.map(|v| String::from_utf8_lossy(v).into_owned());
             let key = record.key.map(|k| String::from_utf8_lossy(k).into_owned());
             let line = json!({
@@ -502,8 +528,8 @@ impl Consume {
         self.format_record(record, out);
     }
 
-    async fn run_partition(self, client: &mut Client) -> Outcome {
-        let mut position = self.from;
+    async fn run_partition(self, client: &mut Client, partition: u32, from: FetchFrom) -> Outcome {
+        let mut position = from;
         let mut remaining = self.count;
         let mut out = Vec::new();
         loop {
@@ -515,7 +541,7 @@ impl Consume {
             let fetch = Fetch {
                 stream: self.stream.clone(),
                 topic: self.topic.clone(),
-                partition: self.partition,
+                partition,
                 from: position,
                 bytes_max: FETCH_BYTES_MAX,
                 count_max,
@@ -575,7 +601,7 @@ impl Consume {
 
     fn format_record(&self, record: &FetchedRecord<'_>, out: &mut Vec<u8>) {
         let value = record.value.unwrap_or_default();
-        match self.format {
+        match self.format() {
             Format::Value => {
                 out.extend_from_slice(value);
                 out.push(b'\n');

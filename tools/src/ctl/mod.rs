@@ -1,9 +1,10 @@
 //! `shoalctl`: the admin and produce/consume command-line tool.
 //!
-//! `args` turns the command line into a `Cli` (or a usage error); `commands` runs it against the
-//! server through `shoal_client` and prints the result. This module maps outcomes to exit codes:
-//! 0 success, 1 an error (a server error prints as `shoalctl: CODE: text`), 2 a usage error. It
-//! never panics on server output.
+//! `args` holds the command line's grammar as clap types (`crate::usage` parses it and prints
+//! help or a usage error); `commands` runs a parsed `Cli` against the server through
+//! `shoal_client` and prints the result. This module maps outcomes to exit codes: 0 success, 1
+//! an error (a server error prints as `shoalctl: CODE: text`), 2 a usage error. It never panics
+//! on server output.
 
 mod args;
 mod commands;
@@ -11,29 +12,24 @@ mod commands;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-pub use args::{Cli, Command, Format, Parsed, USAGE, UsageError, parse};
+pub use args::{Cli, Command, Consume, Format, Stream, Topic};
 pub use commands::status_text;
 
 /// Exit status of a command that succeeded.
 pub const EXIT_OK: u8 = 0;
 /// Exit status of a command that failed (server error, I/O, timeout).
 pub const EXIT_ERROR: u8 = 1;
-/// Exit status of a command line that does not parse.
-pub const EXIT_USAGE: u8 = 2;
 
-/// Runs `shoalctl` with `args` (without the program name).
+/// Runs `shoalctl` with `args` (the program name first).
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let cli = match parse(args) {
-        Ok(Parsed::Run(cli)) => cli,
-        Ok(Parsed::Help) => {
-            println!("{USAGE}");
-            return ExitCode::from(EXIT_OK);
-        }
-        Err(error) => {
-            eprintln!("shoalctl: {error}\n\n{USAGE}");
-            return ExitCode::from(EXIT_USAGE);
-        }
+    let cli = match crate::usage::parse::<Cli>(args) {
+        Ok(cli) => cli,
+        Err(status) => return status,
     };
+    // A completion script needs no io_uring runtime (which a sandbox may refuse).
+    if let Command::Completions { shell } = cli.command {
+        return exit_status(commands::completions(shell));
+    }
     let runtime = match shoal_client::runtime() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -42,7 +38,12 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         }
     };
     let mut runtime = runtime;
-    match runtime.block_on(commands::run(cli)) {
+    exit_status(runtime.block_on(commands::run(cli)))
+}
+
+/// Prints a failure and gives the exit status of an outcome.
+fn exit_status(outcome: Result<(), commands::Failure>) -> ExitCode {
+    match outcome {
         Ok(()) => ExitCode::from(EXIT_OK),
         Err(failure) => {
             eprintln!("shoalctl: {failure}");
