@@ -12,5 +12,4 @@ mod ready;
 mod wait;
 
 pub use process::{ProcessError, ShoalProcess, shoal_binary_beside};
-pub use ready::{Ready, ready, ready_address};
 pub use wait::output_within;

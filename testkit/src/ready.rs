@@ -33,17 +33,6 @@ pub(crate) fn first_line_within(stdout: ChildStdout, deadline: Duration) -> Opti
     rx.recv_timeout(deadline).ok()
 }
 
-/// Reads the server's readiness line from its `stdout` within `deadline`.
-pub fn ready(stdout: ChildStdout, deadline: Duration) -> Ready {
-    let line = first_line_within(stdout, deadline).expect("a readiness line in time");
-    parse_ready(&line).unwrap_or_else(|| panic!("not a readiness line: {line:?}"))
-}
-
-/// Reads the readiness line like [`ready`] and returns the native address.
-pub fn ready_address(stdout: ChildStdout, deadline: Duration) -> String {
-    ready(stdout, deadline).native
-}
-
 /// The addresses of a readiness line, or `None` if it is not one.
 pub(crate) fn parse_ready(line: &str) -> Option<Ready> {
     let value: serde_json::Value = serde_json::from_str(line.trim()).ok()?;
