@@ -3,19 +3,15 @@
 //! short run with `--spawn-server`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
+
+use shoal_testkit::ShoalProcess;
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
 fn bench() -> Command {
     Command::new(env!("CARGO_BIN_EXE_shoal-bench"))
-}
-
-fn shoal() -> PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_shoal-bench")).with_file_name("shoal");
-    assert!(path.exists(), "run `cargo test --workspace` so the server binary is built");
-    path
 }
 
 fn repo_file(path: &str) -> PathBuf {
@@ -28,31 +24,14 @@ fn output_within(command: &mut Command) -> Output {
     shoal_testkit::output_within(child, DEADLINE, "shoal-bench")
 }
 
-/// A server, killed when dropped.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_server(dir: &Path) -> (Server, String) {
-    let mut child = Command::new(shoal())
-        .arg("--config")
-        .arg(repo_file("configs/test.toml"))
-        .arg("--data-dir")
-        .arg(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("shoal starts");
-    let stdout = child.stdout.take().expect("piped");
-    // The guard exists before the wait, so a server that never gets ready is killed too.
-    let server = Server(child);
-    let address = shoal_testkit::ready_address(stdout, DEADLINE);
-    (server, address)
+/// `shoal --config configs/test.toml --data-dir DIR`, killed when dropped.
+fn start_server(dir: &Path) -> ShoalProcess {
+    let bench = Path::new(env!("CARGO_BIN_EXE_shoal-bench"));
+    let binary = shoal_testkit::shoal_binary_beside(bench).unwrap_or_else(|e| panic!("{e}"));
+    let mut command = Command::new(binary);
+    command.arg("--config").arg(repo_file("configs/test.toml")).arg("--data-dir").arg(dir);
+    command.stderr(Stdio::null());
+    ShoalProcess::start(command, DEADLINE).unwrap_or_else(|error| panic!("{error}"))
 }
 
 fn status(address: &str) -> serde_json::Value {
@@ -95,14 +74,15 @@ fn check_report(report: &serde_json::Value) {
 #[test]
 fn a_two_second_run_reports_what_the_server_stored() {
     let dir = tempfile::tempdir().unwrap();
-    let (_server, address) = start_server(dir.path());
+    let server = start_server(dir.path());
+    let address = server.native();
     let (report, printed) = run_json(
         dir.path(),
         "report",
         &[
             "produce",
             "--server",
-            &address,
+            address,
             "--producers",
             "2",
             "--messages-per-batch",
@@ -117,7 +97,7 @@ fn a_two_second_run_reports_what_the_server_stored() {
     );
     check_report(&report);
     assert_eq!(report["actors"].as_array().unwrap().len(), 2);
-    let stored: u64 = status(&address)["partitions"]
+    let stored: u64 = status(address)["partitions"]
         .as_array()
         .unwrap()
         .iter()
@@ -223,8 +203,9 @@ fn bad_arguments_exit_2_with_the_usage() {
 #[test]
 fn consume_reads_back_what_produce_stored_and_e2e_consumes_what_it_produces() {
     let dir = tempfile::tempdir().unwrap();
-    let (_server, address) = start_server(dir.path());
-    let common = ["--server", &address, "--messages-per-batch", "100", "--message-size", "64"];
+    let server = start_server(dir.path());
+    let address = server.native();
+    let common = ["--server", address, "--messages-per-batch", "100", "--message-size", "64"];
     let produce =
         [&common[..], &["--producers", "2", "--messages", "20000", "--warmup", "0"]].concat();
     let (produced, _) = run_json(dir.path(), "produce", &[&["produce"], &produce[..]].concat());

@@ -38,8 +38,8 @@ fn per_request(client: &mut Raw, messages: usize, status_cost: u64) -> f64 {
 #[test]
 fn the_produce_path_allocates_nothing_per_message() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), 1);
-    let mut client = Raw::connect(&server.address, 1);
+    let mut server = start(dir.path(), 1);
+    let mut client = Raw::connect(server.native(), 1);
     client.create_stream("s").ok();
     client.create_topic("s", "t", 1, Durability::Persisted).ok();
     // Warm up: fill the write buffers, rings and tables to their steady-state sizes.
@@ -62,5 +62,5 @@ fn the_produce_path_allocates_nothing_per_message() {
         many < one + 4.0,
         "64-message requests cost {many:.2} allocations against {one:.2} for one message"
     );
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }

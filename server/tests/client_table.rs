@@ -14,7 +14,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Answer, Raw, Server, kill, start, start_command};
+use common::{Answer, Raw, ShoalProcess, restart, start, start_command};
 use shoal_engine::protocol::{
     CreateTopic, ErrorCode, Operation, decode_session, decode_streams, encode_stream_name,
 };
@@ -59,8 +59,8 @@ fn stream_names(raw: &mut Raw) -> Vec<String> {
 #[test]
 fn a_retried_create_topic_gets_its_original_answer_even_after_kill_9() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), 2);
-    let mut raw = Raw::connect(&server.address, 11);
+    let mut server = start(dir.path(), 2);
+    let mut raw = Raw::connect(server.native(), 11);
     let session = register(&mut raw);
     let stream = frame(11, session, 100, Operation::CreateStream, &encode_stream_name("s"));
     send(&mut raw, &stream).ok();
@@ -70,7 +70,7 @@ fn a_retried_create_topic_gets_its_original_answer_even_after_kill_9() {
     // The very same frame again: the original answer (success), not TopicExists.
     assert_eq!(send(&mut raw, &create).ok(), b"");
     // From another connection and client id of the same session, as after a reconnect.
-    let mut other = Raw::connect(&server.address, 12);
+    let mut other = Raw::connect(server.native(), 12);
     let create_elsewhere =
         frame(12, session, 101, Operation::CreateTopic, &create_topic_body("s", "t"));
     assert_eq!(send(&mut other, &create_elsewhere).ok(), b"");
@@ -92,9 +92,9 @@ fn a_retried_create_topic_gets_its_original_answer_even_after_kill_9() {
     send(&mut raw, &newest).ok();
     // Request 101's answer is gone now (only the newest is kept): an older number is stale.
     assert_eq!(send(&mut raw, &create).error(), ErrorCode::InvalidRequest);
-    kill(server);
-    let server = start(dir.path(), 2);
-    let mut raw = Raw::connect(&server.address, 13);
+    server.kill_9();
+    restart(&mut server);
+    let mut raw = Raw::connect(server.native(), 13);
     assert_eq!(send(&mut raw, &newest).ok(), b"", "the original answer after a restart");
     let newer = frame(13, session, 104, Operation::CreateStream, &encode_stream_name("s2"));
     assert_eq!(send(&mut raw, &newer).error(), ErrorCode::StreamExists);
@@ -105,7 +105,7 @@ fn a_retried_create_topic_gets_its_original_answer_even_after_kill_9() {
 fn a_retry_sent_while_the_original_is_in_flight_gets_the_same_answer() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path(), 1);
-    let mut raw = Raw::connect(&server.address, 31);
+    let mut raw = Raw::connect(server.native(), 31);
     let session = register(&mut raw);
     raw.call(Operation::CreateStream, &encode_stream_name("s")).ok();
     // Both copies leave in one write: the second reaches shard 0 while the first is (most
@@ -129,8 +129,8 @@ fn a_retry_sent_while_the_original_is_in_flight_gets_the_same_answer() {
 }
 
 /// `shard="0"`'s value of `name` on the metrics page.
-fn gauge(server: &Server, name: &str) -> u64 {
-    let address = server.metrics.as_deref().expect("a metrics address");
+fn gauge(server: &ShoalProcess, name: &str) -> u64 {
+    let address = server.metrics().expect("a metrics address");
     let mut stream = TcpStream::connect(address).expect("connects");
     stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: shoal\r\nConnection: close\r\n\r\n").unwrap();
     let mut page = String::new();
@@ -142,7 +142,7 @@ fn gauge(server: &Server, name: &str) -> u64 {
 }
 
 /// Waits (bounded) until `name` reaches `at_least`.
-fn wait_for(server: &Server, name: &str, at_least: u64) -> u64 {
+fn wait_for(server: &ShoalProcess, name: &str, at_least: u64) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let value = gauge(server, name);
@@ -156,7 +156,7 @@ fn wait_for(server: &Server, name: &str, at_least: u64) -> u64 {
 
 const INTERVAL_OPS: u64 = 4;
 
-fn start_with_interval(dir: &Path) -> Server {
+fn start_with_interval(dir: &Path) -> ShoalProcess {
     let mut command = common::command(dir, 1);
     command.env("SHOAL_METADATA_SNAPSHOT_INTERVAL_OPS", INTERVAL_OPS.to_string());
     start_command(command)
@@ -165,8 +165,8 @@ fn start_with_interval(dir: &Path) -> Server {
 #[test]
 fn metadata_snapshots_shorten_the_replay_and_a_damaged_one_means_a_full_replay() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start_with_interval(dir.path());
-    let mut raw = Raw::connect(&server.address, 21);
+    let mut server = start_with_interval(dir.path());
+    let mut raw = Raw::connect(server.native(), 21);
     // Op 1, 2: two sessions; op 3: the early session's one request, which only a snapshot
     // will hold once the log's replay starts past it.
     let early = register(&mut raw);
@@ -191,9 +191,9 @@ fn metadata_snapshots_shorten_the_replay_and_a_damaged_one_means_a_full_replay()
         all.sort();
         all
     };
-    kill(server);
+    server.kill_9();
 
-    let server = start_with_interval(dir.path());
+    restart(&mut server);
     let restored = gauge(&server, "shoal_metadata_snapshot_op");
     let replayed = gauge(&server, "shoal_metadata_replayed_ops");
     assert!(restored >= 12, "restored the snapshot at op {restored}");
@@ -202,13 +202,13 @@ fn metadata_snapshots_shorten_the_replay_and_a_damaged_one_means_a_full_replay()
     // fall one short.
     assert!(restored + replayed >= ops - 1 && restored + replayed <= ops, "{restored}+{replayed}");
     assert!(replayed < INTERVAL_OPS, "only the log past the snapshot was replayed");
-    let mut raw = Raw::connect(&server.address, 22);
+    let mut raw = Raw::connect(server.native(), 22);
     assert_eq!(stream_names(&mut raw), expected_streams);
     // The early session's table entry came from the snapshot alone.
     assert_eq!(send(&mut raw, &early_request).ok(), b"");
     let redo = frame(22, early, 51, Operation::CreateStream, &encode_stream_name("e"));
     assert_eq!(send(&mut raw, &redo).error(), ErrorCode::StreamExists);
-    kill(server);
+    server.kill_9();
 
     // Damage the snapshot: the start-up sets it aside and replays the whole metadata log.
     let path = group_dir(&shard_dir(dir.path(), 0), 0).join(shoal_engine::state::STATE_FILE);
@@ -216,10 +216,10 @@ fn metadata_snapshots_shorten_the_replay_and_a_damaged_one_means_a_full_replay()
     let last = bytes.len() - 1;
     bytes[last] ^= 0x5a;
     std::fs::write(&path, &bytes).unwrap();
-    let server = start_with_interval(dir.path());
+    restart(&mut server);
     assert_eq!(gauge(&server, "shoal_metadata_snapshot_op"), 0, "the damaged one is not used");
     assert!(gauge(&server, "shoal_metadata_replayed_ops") >= ops - 1, "every op (see above)");
-    let mut raw = Raw::connect(&server.address, 23);
+    let mut raw = Raw::connect(server.native(), 23);
     assert_eq!(stream_names(&mut raw), expected_streams);
     // The refused redo never entered the log, so request 50 is still the newest of its session.
     assert_eq!(send(&mut raw, &early_request).ok(), b"");
@@ -227,10 +227,10 @@ fn metadata_snapshots_shorten_the_replay_and_a_damaged_one_means_a_full_replay()
     // start restores it.
     wait_for(&server, "shoal_metadata_snapshots_total", 1);
     assert_eq!(gauge(&server, "shoal_metadata_snapshot_op"), ops);
-    kill(server);
-    let server = start_with_interval(dir.path());
+    server.kill_9();
+    restart(&mut server);
     assert_eq!(gauge(&server, "shoal_metadata_snapshot_op"), ops);
     assert_eq!(gauge(&server, "shoal_metadata_replayed_ops"), 0);
-    let mut raw = Raw::connect(&server.address, 24);
+    let mut raw = Raw::connect(server.native(), 24);
     assert_eq!(stream_names(&mut raw), expected_streams);
 }

@@ -183,10 +183,11 @@ fn the_test_config_starts_a_server_that_stops_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let mut command = shoal(&[]);
     command.arg("--config").arg(repo_file("configs/test.toml")).arg("--data-dir").arg(dir.path());
-    let server = common::start_command(command);
-    assert!(server.address.starts_with("127.0.0.1:"), "{}", server.address);
-    assert!(!server.address.ends_with(":0"), "port 0 became a real port: {}", server.address);
+    command.stderr(Stdio::null());
+    let mut server = common::start_command(command);
+    assert!(server.native().starts_with("127.0.0.1:"), "{}", server.native());
+    assert!(!server.native().ends_with(":0"), "port 0 became a real port: {}", server.native());
     assert!(dir.path().join("shard-0").exists(), "one shard");
     assert!(!dir.path().join("shard-1").exists(), "one shard only");
-    assert_eq!(common::terminate(server), 0, "graceful shutdown");
+    assert_eq!(common::terminate(&mut server), 0, "graceful shutdown");
 }

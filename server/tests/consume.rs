@@ -36,14 +36,14 @@ fn fetch_body(from: FetchFrom, wait_ms_max: u32) -> Vec<u8> {
 fn a_long_poll_is_answered_by_the_commit_of_new_data_not_by_its_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path(), 1);
-    let mut admin = Raw::connect(&server.address, 1);
+    let mut admin = Raw::connect(server.native(), 1);
     admin.create_stream("s").ok();
     admin.create_topic("s", "t", 1, Durability::Persisted).ok();
     admin.produce("s", "t", 0, &[b"old"]);
 
     // A fetch at the end of the partition, then a write pipelined behind it on the same
     // connection: the shard takes them in order, so the fetch is parked before the write exists.
-    let mut consumer = Raw::connect(&server.address, 2);
+    let mut consumer = Raw::connect(server.native(), 2);
     consumer.send(Operation::Fetch, &fetch_body(FetchFrom::Offset(1), WAIT_MS));
     consumer.send(Operation::Produce, &Raw::produce_body("s", "t", 0, &[b"new", b"newer"]));
     let (reply, records) = decode_fetch(consumer.receive().ok());
@@ -73,11 +73,11 @@ fn long_polls_are_bounded_per_request_and_per_shard() {
     command.env("SHOAL_NETWORK_FETCH_PARKED_MAX", "1");
     command.env("SHOAL_NETWORK_FETCH_WAIT_MS_MAX", "25000");
     let server = start_command(command);
-    let mut admin = Raw::connect(&server.address, 1);
+    let mut admin = Raw::connect(server.native(), 1);
     admin.create_stream("s").ok();
     admin.create_topic("s", "t", 1, Durability::Replicated).ok();
 
-    let mut consumer = Raw::connect(&server.address, 2);
+    let mut consumer = Raw::connect(server.native(), 2);
     let too_long = consumer.call(Operation::Fetch, &fetch_body(FetchFrom::First, 25_001));
     assert_eq!(too_long.error(), ErrorCode::InvalidArgument);
 
@@ -111,8 +111,8 @@ fn get(client: &mut Raw, consumer: &ConsumerId, index: u32) -> Option<u64> {
 #[test]
 fn stored_offsets_survive_a_clean_restart_and_a_kill_and_deletes_stick() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), 1);
-    let mut client = Raw::connect(&server.address, 1);
+    let mut server = start(dir.path(), 1);
+    let mut client = Raw::connect(server.native(), 1);
     client.create_stream("s").ok();
     client.create_topic("s", "t", 2, Durability::Persisted).ok();
     client.produce("s", "t", 0, &[b"a", b"b"]);
@@ -133,17 +133,17 @@ fn stored_offsets_survive_a_clean_restart_and_a_kill_and_deletes_stick() {
     assert_eq!(refused.error(), ErrorCode::InvalidArgument);
 
     // A clean stop snapshots the offsets; the start after it loads the snapshot.
-    assert_eq!(common::terminate(server), 0);
-    let server = start(dir.path(), 1);
-    let mut client = Raw::connect(&server.address, 1);
+    assert_eq!(common::terminate(&mut server), 0);
+    common::restart(&mut server);
+    let mut client = Raw::connect(server.native(), 1);
     assert_eq!((get(&mut client, &alice, 0), get(&mut client, &bob, 1)), (Some(1), Some(40)));
     // Commits after the snapshot, then a kill: the start after it replays them from the log.
     client.call(Operation::StoreOffset, &store(alice.clone(), Membership::default(), 0, 3)).ok();
     let key = OffsetKey { partition: partition(1), consumer: bob.clone() };
     client.call(Operation::DeleteOffset, &key.encode()).ok();
-    common::kill(server);
-    let server = start(dir.path(), 1);
-    let mut client = Raw::connect(&server.address, 1);
+    server.kill_9();
+    common::restart(&mut server);
+    let mut client = Raw::connect(server.native(), 1);
     assert_eq!((get(&mut client, &alice, 0), get(&mut client, &bob, 1)), (Some(3), None));
 }
 
@@ -179,10 +179,10 @@ fn heartbeat_until(client: &mut Raw, name: &str, done: impl Fn(&Assignment) -> b
 fn a_group_of_three_rebalances_when_one_leaves_and_when_one_dies_and_stale_commits_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path(), 1);
-    let mut admin = Raw::connect(&server.address, 1);
+    let mut admin = Raw::connect(server.native(), 1);
     admin.create_stream("s").ok();
     admin.create_topic("s", "t", 6, Durability::Replicated).ok();
-    let mut clients: Vec<Raw> = (0..3).map(|i| Raw::connect(&server.address, 10 + i)).collect();
+    let mut clients: Vec<Raw> = (0..3).map(|i| Raw::connect(server.native(), 10 + i)).collect();
     let names: Vec<String> =
         clients.iter_mut().map(|client| join(client, "", 1_000).member).collect();
     // Everyone takes the newest assignment: the partitions, dealt over three, cover the topic.
@@ -243,7 +243,7 @@ fn a_group_of_three_rebalances_when_one_leaves_and_when_one_dies_and_stale_commi
 fn poll_continues_from_the_stored_offset_and_auto_commit_moves_it() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path(), 1);
-    let mut client = Raw::connect(&server.address, 1);
+    let mut client = Raw::connect(server.native(), 1);
     client.create_stream("s").ok();
     client.create_topic("s", "t", 1, Durability::Persisted).ok();
     client.produce("s", "t", 0, &[b"a", b"b", b"c"]);

@@ -8,7 +8,7 @@ mod common;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{Raw, kill, start, terminate};
+use common::{Raw, restart, start, terminate};
 use shoal_engine::protocol::{FetchFrom, Operation, ProduceReply};
 use shoal_engine::superblock::Durability;
 
@@ -63,29 +63,28 @@ fn read_all(client: &mut Raw) -> (Vec<(u64, Vec<u8>)>, u64) {
 #[test]
 fn kill_9_during_persisted_produce_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), 1);
-    let mut admin = Raw::connect(&server.address, 1);
+    let mut server = start(dir.path(), 1);
+    let mut admin = Raw::connect(server.native(), 1);
     admin.create_stream("s").ok();
     admin.create_topic("s", "t", 1, Durability::Persisted).ok();
     drop(admin);
 
     // Every acknowledgement of every round, checked after every restart.
     let mut acked: Vec<(u64, String)> = Vec::new();
-    let mut server = server;
     for round in 0..rounds() {
         let (tx, rx) = mpsc::channel();
-        let address = server.address.clone();
+        let address = server.native().to_string();
         let producer = std::thread::spawn(move || produce_until_killed(address, round, tx));
         let target = acked.len() + 300 + (round as usize * 37) % 200;
         while acked.len() < target {
             acked.push(rx.recv_timeout(Duration::from_secs(60)).expect("acknowledgements flow"));
         }
-        kill(server);
+        server.kill_9();
         producer.join().expect("producer thread");
         acked.extend(rx.try_iter());
 
-        server = start(dir.path(), 1);
-        let mut client = Raw::connect(&server.address, 2);
+        restart(&mut server);
+        let mut client = Raw::connect(server.native(), 2);
         let (records, end) = read_all(&mut client);
         let offsets: Vec<u64> = records.iter().map(|(o, _)| *o).collect();
         assert_eq!(offsets, (0..end).collect::<Vec<_>>(), "round {round}: dense offsets from 0");
@@ -101,5 +100,5 @@ fn kill_9_during_persisted_produce_loses_no_acknowledged_write() {
         assert_eq!(after.base_offset, end, "round {round}: no offset issued twice");
         acked.push((after.base_offset, "after".to_string()));
     }
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }

@@ -26,7 +26,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{DEADLINE, Raw, Server, kill, terminate};
+use common::{DEADLINE, Raw, ShoalProcess, terminate};
 use shoal_engine::protocol::{CreateTopic, ErrorCode, FetchFrom, Operation, ProduceReply};
 use shoal_engine::superblock::Durability;
 
@@ -214,12 +214,10 @@ fn namespace(dir: &Path) -> Result<Namespace, String> {
 }
 
 /// Starts `shoal` in the namespace on `data_dir`, its stderr kept in `log`.
-fn start(namespace: &Namespace, data_dir: &Path, log: &Path) -> Server {
+fn start(namespace: &Namespace, data_dir: &Path, log: &Path) -> ShoalProcess {
     let mut command = namespace.enter(&common::command(data_dir, 1));
-    let stderr = File::create(log).expect("log file");
-    let child =
-        command.stdout(Stdio::piped()).stderr(stderr).spawn().expect("nsenter and shoal start");
-    common::ready_server(child)
+    command.stderr(File::create(log).expect("log file"));
+    common::start_command(command)
 }
 
 /// A payload that names its topic and index, so any misplaced byte shows.
@@ -312,8 +310,8 @@ fn full_disk_refuses_produce_with_storage_full_and_resumes_once_space_is_freed()
     };
     eprintln!("disk-full test on {}", namespace.kind);
     let data_dir = namespace.mount.join("data");
-    let server = start(&namespace, &data_dir, &dir.path().join("server-1.log"));
-    let mut client = Raw::connect(&server.address, 1);
+    let mut server = start(&namespace, &data_dir, &dir.path().join("server-1.log"));
+    let mut client = Raw::connect(server.native(), 1);
     client.create_stream("s").ok();
     create_topic(&mut client, "full", Durability::Persisted);
     create_topic(&mut client, "other", Durability::Replicated);
@@ -360,9 +358,8 @@ fn full_disk_refuses_produce_with_storage_full_and_resumes_once_space_is_freed()
 
     // The server stays up; every partition serves reads: the other one all its data, the full
     // one everything it acknowledged.
-    let mut server = server;
-    assert!(server.child.as_mut().unwrap().try_wait().unwrap().is_none(), "the server is up");
-    let mut reader = Raw::connect(&server.address, 2);
+    assert!(server.is_running(), "the server is up");
+    let mut reader = Raw::connect(server.native(), 2);
     check(&mut reader, "other", &acked_other, "disk full");
     check(&mut reader, "full", &acked_full, "disk full");
     // The other partition answers writes cleanly too: into its own ready space, or refused.
@@ -406,15 +403,15 @@ fn full_disk_refuses_produce_with_storage_full_and_resumes_once_space_is_freed()
 
     // kill -9 and restart on the same file system: nothing acknowledged is lost.
     drop((client, reader));
-    kill(server);
-    let server = start(&namespace, &data_dir, &dir.path().join("server-2.log"));
-    let mut client = Raw::connect(&server.address, 3);
+    server.kill_9();
+    let mut server = start(&namespace, &data_dir, &dir.path().join("server-2.log"));
+    let mut client = Raw::connect(server.native(), 3);
     let end_full = check(&mut client, "full", &acked_full, "after kill -9");
     let end_other = check(&mut client, "other", &acked_other, "after kill -9");
     assert_eq!(produce(&mut client, "full", b"after"), Ok(end_full), "no offset issued twice");
     assert_eq!(produce(&mut client, "other", b"after"), Ok(end_other), "no offset issued twice");
     drop(client);
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 
     // The mount goes with the namespace.
     let image = namespace.image.clone();

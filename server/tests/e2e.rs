@@ -7,25 +7,25 @@ mod common;
 
 use std::net::TcpStream;
 
-use common::{OutputWithin, command, start, start_command, terminate};
+use common::{OutputWithin, command, restart, start, start_command, terminate};
 
 #[test]
 fn starts_serves_refuses_a_second_server_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), 2);
-    TcpStream::connect(&server.address).expect("the native listener accepts");
+    let mut server = start(dir.path(), 2);
+    TcpStream::connect(server.native()).expect("the native listener accepts");
     let second = command(dir.path(), 2).output_within();
     assert!(!second.status.success());
     assert!(String::from_utf8_lossy(&second.stderr).contains("is locked"), "{second:?}");
-    assert_eq!(terminate(server), 0, "graceful shutdown exits 0");
-    let again = start(dir.path(), 2);
-    assert_eq!(terminate(again), 0, "restarts on its own directory");
+    assert_eq!(terminate(&mut server), 0, "graceful shutdown exits 0");
+    restart(&mut server);
+    assert_eq!(terminate(&mut server), 0, "restarts on its own directory");
 }
 
 #[test]
 fn a_changed_shard_count_is_refused_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
-    assert_eq!(terminate(start(dir.path(), 1)), 0);
+    assert_eq!(terminate(&mut start(dir.path(), 1)), 0);
     let output = command(dir.path(), 2).output_within();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -42,6 +42,6 @@ fn shards_pin_to_the_cpus_given_and_a_wrong_cpu_list_is_refused() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--cpus names 1 CPUs for 2 shards"), "{stderr}");
-    let server = start_command(pinned);
-    assert_eq!(terminate(server), 0, "pinned to CPU 0 it starts and stops");
+    let mut server = start_command(pinned);
+    assert_eq!(terminate(&mut server), 0, "pinned to CPU 0 it starts and stops");
 }

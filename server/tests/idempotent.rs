@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{Raw, kill, start, terminate};
+use common::{Raw, restart, start, terminate};
 use shoal_engine::batch::BatchBuilder;
 use shoal_engine::protocol::{
     ErrorCode, FetchFrom, Operation, Partitioning, Produce, ProduceReply,
@@ -52,8 +52,8 @@ fn values(raw: &mut Raw) -> Vec<String> {
 #[test]
 fn a_retried_batch_is_appended_once_across_kill_9_and_clean_restarts() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), 1);
-    let mut raw = Raw::connect(&server.address, 1);
+    let mut server = start(dir.path(), 1);
+    let mut raw = Raw::connect(server.native(), 1);
     raw.create_stream("s").ok();
     raw.create_topic("s", "t", 1, Durability::Persisted).ok();
 
@@ -68,20 +68,20 @@ fn a_retried_batch_is_appended_once_across_kill_9_and_clean_restarts() {
     assert_eq!(values(&mut raw), ["a", "b", "c", "plain", "plain"]);
 
     // kill -9: no snapshot holds the producer; the log does.
-    kill(server);
-    let server = start(dir.path(), 1);
-    let mut raw = Raw::connect(&server.address, 2);
+    server.kill_9();
+    restart(&mut server);
+    let mut raw = Raw::connect(server.native(), 2);
     assert_eq!(send(&mut raw, PRODUCER, 0, 2, &["c"]), Ok(2), "a retry after kill -9");
     assert_eq!(send(&mut raw, PRODUCER, 0, 4, &["gap"]), Err(ErrorCode::OutOfOrderSequence));
     assert_eq!(send(&mut raw, PRODUCER, 0, 3, &["d"]), Ok(5));
 
     // A clean stop saves the producer table in the state snapshot; the restart starts from it.
-    assert_eq!(terminate(server), 0);
-    let server = start(dir.path(), 1);
-    let mut raw = Raw::connect(&server.address, 3);
+    assert_eq!(terminate(&mut server), 0);
+    restart(&mut server);
+    let mut raw = Raw::connect(server.native(), 3);
     assert_eq!(send(&mut raw, PRODUCER, 0, 3, &["d"]), Ok(5), "a retry after a clean restart");
     assert_eq!(send(&mut raw, PRODUCER, 1, 0, &["e"]), Ok(6), "a new epoch starts at 0");
     assert_eq!(send(&mut raw, PRODUCER, 0, 4, &["old"]), Err(ErrorCode::ProducerFenced));
     assert_eq!(values(&mut raw), ["a", "b", "c", "plain", "plain", "d", "e"]);
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }

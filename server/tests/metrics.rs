@@ -12,12 +12,12 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{OutputWithin, Raw, Server, start, start_command, terminate};
+use common::{OutputWithin, Raw, ShoalProcess, start, start_command, terminate};
 use shoal_engine::protocol::{CreateTopic, ErrorCode, FetchFrom, Operation};
 use shoal_engine::superblock::Durability;
 
@@ -27,8 +27,8 @@ const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
 #[test]
 fn the_page_parses_and_counts_what_was_produced() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), 1);
-    let mut client = Raw::connect(&server.address, 1);
+    let mut server = start(dir.path(), 1);
+    let mut client = Raw::connect(server.native(), 1);
     client.create_stream("s").ok();
     client.create_topic("s", "t", 1, Durability::Replicated).ok();
     const REQUESTS: u64 = 20;
@@ -79,7 +79,7 @@ fn the_page_parses_and_counts_what_was_produced() {
     assert!(page.value("shoal_allocations_total", &shard) > 0.0);
     assert_eq!(page.value("shoal_shard_scrape_ok", &shard), 1.0);
     assert_eq!(page.value("shoal_shard_config_ring_budget_bytes", &shard), (8 << 20) as f64);
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }
 
 #[test]
@@ -94,8 +94,8 @@ fn a_shard_override_shows_in_that_shards_config_gauge() {
     .unwrap();
     let mut command = common::command(&dir.path().join("data"), 2);
     command.arg("--config").arg(&file);
-    let server = start_command(command);
-    let mut client = Raw::connect(&server.address, 1);
+    let mut server = start_command(command);
+    let mut client = Raw::connect(server.native(), 1);
     client.create_stream("s").ok();
     client.create_topic("s", "t", 2, Durability::Persisted).ok();
     client.produce("s", "t", 0, &[b"a", b"b"]);
@@ -123,14 +123,14 @@ fn a_shard_override_shows_in_that_shards_config_gauge() {
         let labels = [("stream", "s"), ("topic", "t"), ("partition", partition)];
         assert_eq!(page.value("shoal_partition_next_offset", &labels), count);
     }
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }
 
 #[test]
 fn retention_deletes_old_segments_in_the_background_and_the_page_shows_it() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), 1);
-    let mut client = Raw::connect(&server.address, 1);
+    let mut server = start(dir.path(), 1);
+    let mut client = Raw::connect(server.native(), 1);
     client.create_stream("s").ok();
     let create = CreateTopic {
         stream: "s".into(),
@@ -164,14 +164,14 @@ fn retention_deletes_old_segments_in_the_background_and_the_page_shows_it() {
     assert!(page.value("shoal_retention_deleted_bytes_total", &[("shard", "0")]) >= 1e6);
     assert!(page.value("shoal_partition_first_offset", &partition) > 0.0);
     assert_eq!(page.value("shoal_partition_next_offset", &partition), 84.0);
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }
 
 #[test]
 fn bad_http_gets_its_status_and_the_server_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), 1);
-    let metrics = server.metrics.clone().expect("a metrics address");
+    let mut server = start(dir.path(), 1);
+    let metrics = server.metrics().expect("a metrics address").to_string();
     let cases: [(&[u8], u16); 6] = [
         (b"\x00\x01\x02 hello\r\n\r\n", 400),
         (b"GET /metrics HTTP/9.9\r\n\r\n", 400),
@@ -198,7 +198,7 @@ fn bad_http_gets_its_status_and_the_server_keeps_serving() {
     assert!(head.header("content-length").unwrap().parse::<usize>().unwrap() > 0);
 
     // The native protocol and later scrapes are served as before.
-    let mut client = Raw::connect(&server.address, 1);
+    let mut client = Raw::connect(server.native(), 1);
     client.create_stream("s").ok();
     client.create_topic("s", "t", 1, Durability::Replicated).ok();
     client.produce("s", "t", 0, &[b"still here"]);
@@ -212,14 +212,14 @@ fn bad_http_gets_its_status_and_the_server_keeps_serving() {
     assert_eq!(responses("200"), 1.0, "the HEAD request");
     let partition = [("stream", "s"), ("topic", "t"), ("partition", "0")];
     assert_eq!(page.value("shoal_partition_next_offset", &partition), 1.0);
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }
 
 #[test]
 fn a_silent_client_gets_408_and_holds_up_no_other() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), 1);
-    let metrics = server.metrics.clone().expect("a metrics address");
+    let mut server = start(dir.path(), 1);
+    let metrics = server.metrics().expect("a metrics address").to_string();
     // Half a request head, then silence: its deadline (5 s) runs while others are served.
     let mut silent = connect(&metrics);
     silent.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").unwrap();
@@ -229,35 +229,24 @@ fn a_silent_client_gets_408_and_holds_up_no_other() {
     let response = read_response(&mut silent);
     assert_eq!(response.status, 408);
     assert!(started.elapsed() >= Duration::from_secs(4), "answered before its deadline");
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }
 
 #[test]
 fn the_log_level_follows_shoal_log() {
     let run = |log: Option<&str>| {
         let dir = tempfile::tempdir().unwrap();
-        let mut command = common::command(dir.path(), 1);
+        let mut command = common::command(&dir.path().join("data"), 1);
         command.env_remove("SHOAL_LOG");
         if let Some(log) = log {
             command.env("SHOAL_LOG", log);
         }
-        let mut child =
-            command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("shoal starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut server = Server {
-            child: Some(child),
-            address: String::new(),
-            metrics: None,
-            shards: Vec::new(),
-        };
-        let ready = shoal_testkit::ready(stdout, common::DEADLINE);
-        assert!(ready.metrics.is_some());
-        let child = server.child.take().expect("running");
-        // SAFETY: kill takes a pid and a signal number; no memory is involved.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let output = shoal_testkit::output_within(child, common::DEADLINE, "shoal");
-        assert!(output.status.success(), "{output:?}");
-        String::from_utf8(output.stderr).expect("UTF-8 log")
+        let stderr = dir.path().join("stderr.log");
+        command.stderr(File::create(&stderr).expect("log file"));
+        let mut server = start_command(command);
+        assert!(server.metrics().is_some());
+        assert_eq!(terminate(&mut server), 0);
+        std::fs::read_to_string(&stderr).expect("UTF-8 log")
     };
     let info = run(None);
     assert!(info.contains(" INFO shoal: ready native="), "{info}");
@@ -282,9 +271,9 @@ fn a_taken_metrics_port_stops_the_start_naming_it() {
     // Off: no endpoint, and the readiness line has no metrics field.
     let mut command = common::command(dir.path(), 1);
     command.args(["--metrics-listen", "off"]);
-    let server = start_command(command);
-    assert_eq!(server.metrics, None);
-    assert_eq!(terminate(server), 0);
+    let mut server = start_command(command);
+    assert_eq!(server.metrics(), None);
+    assert_eq!(terminate(&mut server), 0);
 }
 
 // --- An HTTP client and a strict text-format parser --------------------------------------------
@@ -339,8 +328,8 @@ fn read_response(stream: &mut TcpStream) -> Response {
 }
 
 /// `GET /metrics`: a 200 in the text format that parses strictly.
-fn scrape(server: &Server) -> Exposition {
-    let metrics = server.metrics.as_deref().expect("a metrics address");
+fn scrape(server: &ShoalProcess) -> Exposition {
+    let metrics = server.metrics().expect("a metrics address");
     let response = http(metrics, b"GET /metrics HTTP/1.1\r\nHost: shoal\r\n\r\n");
     assert_eq!(response.status, 200);
     let content_type = response.header("content-type").expect("a content type");

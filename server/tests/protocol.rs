@@ -6,7 +6,7 @@ mod common;
 
 use std::io::Write;
 
-use common::{Raw, start, terminate};
+use common::{Raw, restart, start, terminate};
 use shoal_engine::protocol::{
     self, ErrorCode, FetchFrom, Hello, Operation, decode_describe, decode_streams, decode_topics,
 };
@@ -15,8 +15,8 @@ use shoal_engine::superblock::Durability;
 #[test]
 fn metadata_produce_and_fetch_round_trip_and_survive_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), 1);
-    let mut client = Raw::connect(&server.address, 1);
+    let mut server = start(dir.path(), 1);
+    let mut client = Raw::connect(server.native(), 1);
     client.create_stream("orders").ok();
     assert_eq!(client.create_stream("orders").error(), ErrorCode::StreamExists);
     client.create_topic("orders", "eu", 2, Durability::Persisted).ok();
@@ -62,10 +62,10 @@ fn metadata_produce_and_fetch_round_trip_and_survive_restart() {
     let session = client.call(Operation::Register, &[]);
     assert!(protocol::decode_session(session.ok()).unwrap() > 0);
     drop(client);
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 
-    let server = start(dir.path(), 1);
-    let mut client = Raw::connect(&server.address, 2);
+    restart(&mut server);
+    let mut client = Raw::connect(server.native(), 2);
     let streams = decode_streams(client.call(Operation::ListStreams, &[]).ok()).unwrap();
     assert_eq!(streams.len(), 1);
     assert_eq!(streams[0].name, "orders");
@@ -82,37 +82,37 @@ fn metadata_produce_and_fetch_round_trip_and_survive_restart() {
     // Deletion is durable too.
     let delete = client.call(Operation::DeleteTopic, &protocol::encode_topic_name("orders", "eu"));
     delete.ok();
-    assert_eq!(terminate(server), 0);
-    let server = start(dir.path(), 1);
-    let mut client = Raw::connect(&server.address, 3);
+    assert_eq!(terminate(&mut server), 0);
+    restart(&mut server);
+    let mut client = Raw::connect(server.native(), 3);
     let topics = client.call(Operation::ListTopics, &protocol::encode_stream_name("orders"));
     assert!(decode_topics(topics.ok()).unwrap().is_empty());
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }
 
 #[test]
 fn bad_input_gets_its_error_and_other_clients_are_still_served() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), 1);
-    let mut good = Raw::connect(&server.address, 100);
+    let mut server = start(dir.path(), 1);
+    let mut good = Raw::connect(server.native(), 100);
     good.create_stream("s").ok();
     good.create_topic("s", "t", 1, Durability::Replicated).ok();
 
     // Random bytes: an InvalidFrame reply, then the connection is closed.
-    let mut noise = Raw::connect_only(&server.address, 1);
+    let mut noise = Raw::connect_only(server.native(), 1);
     let bytes: Vec<u8> = (0..300u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     noise.stream.write_all(&bytes).unwrap();
     assert_eq!(noise.receive().error(), ErrorCode::InvalidFrame);
     assert!(noise.closed());
 
     // A truncated frame: the server waits for the rest; closing the socket costs nothing else.
-    let mut truncated = Raw::connect_only(&server.address, 2);
+    let mut truncated = Raw::connect_only(server.native(), 2);
     let frame = truncated.frame(Operation::Hello as u32, b"partial");
     truncated.stream.write_all(&frame[..100]).unwrap();
     drop(truncated);
 
     // An oversized frame: refused by its header before the body is read.
-    let mut oversized = Raw::connect(&server.address, 3);
+    let mut oversized = Raw::connect(server.native(), 3);
     let big = vec![0u8; 2 << 20];
     let frame = oversized.frame(Operation::Produce as u32, &big);
     // The server answers from the header alone; the client may or may not get the rest out.
@@ -121,10 +121,10 @@ fn bad_input_gets_its_error_and_other_clients_are_still_served() {
     assert!(oversized.closed());
 
     // Requests before Hello, and a Hello with no version in common.
-    let mut rude = Raw::connect_only(&server.address, 4);
+    let mut rude = Raw::connect_only(server.native(), 4);
     assert_eq!(rude.call(Operation::ListStreams, &[]).error(), ErrorCode::InvalidRequest);
     assert!(rude.closed());
-    let mut future = Raw::connect_only(&server.address, 5);
+    let mut future = Raw::connect_only(server.native(), 5);
     let hello = Hello { version_min: 99, version_max: 100, client_name: "future".into() };
     assert_eq!(
         future.call(Operation::Hello, &hello.encode()).error(),
@@ -134,7 +134,7 @@ fn bad_input_gets_its_error_and_other_clients_are_still_served() {
 
     // Errors that keep the connection: unknown operation, invalid name, bad batch CRC, unknown
     // stream, topic and partition, a malformed body.
-    let mut client = Raw::connect(&server.address, 6);
+    let mut client = Raw::connect(server.native(), 6);
     let frame = client.frame(999, &[]);
     client.stream.write_all(&frame).unwrap();
     assert_eq!(client.receive().error(), ErrorCode::UnknownOperation);
@@ -158,7 +158,7 @@ fn bad_input_gets_its_error_and_other_clients_are_still_served() {
 
     // The well-behaved client never noticed.
     assert_eq!(good.produce("s", "t", 0, &[b"fine"]).base_offset, 1);
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }
 
 #[test]
@@ -166,10 +166,10 @@ fn connections_beyond_the_limit_are_refused_and_the_others_served() {
     let dir = tempfile::tempdir().unwrap();
     let mut command = common::command(dir.path(), 1);
     command.env("SHOAL_NETWORK_CONNECTIONS_MAX", "2");
-    let server = common::start_command(command);
-    let mut first = Raw::connect(&server.address, 1);
-    let mut second = Raw::connect(&server.address, 2);
-    let mut third = Raw::connect_only(&server.address, 3);
+    let mut server = common::start_command(command);
+    let mut first = Raw::connect(server.native(), 1);
+    let mut second = Raw::connect(server.native(), 2);
+    let mut third = Raw::connect_only(server.native(), 3);
     assert_eq!(third.receive().error(), ErrorCode::LimitReached);
     assert!(third.closed());
     first.create_stream("s").ok();
@@ -187,9 +187,9 @@ fn connections_beyond_the_limit_are_refused_and_the_others_served() {
         assert!(polls < 1000, "the closed connection still counts: {status}");
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let mut again = Raw::connect(&server.address, 4);
+    let mut again = Raw::connect(server.native(), 4);
     again.call(Operation::ListStreams, &[]).ok();
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }
 
 #[test]
@@ -197,8 +197,8 @@ fn two_shards_and_four_pipelining_clients_keep_order_and_dense_offsets() {
     const PARTITIONS: u32 = 4;
     const REQUESTS: u64 = 50;
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), 2);
-    let mut admin = Raw::connect(&server.address, 1000);
+    let mut server = start(dir.path(), 2);
+    let mut admin = Raw::connect(server.native(), 1000);
     admin.create_stream("s").ok();
     admin.create_topic("s", "t", PARTITIONS, Durability::Replicated).ok();
     let body = admin.call(Operation::DescribeTopic, &protocol::encode_topic_name("s", "t"));
@@ -208,7 +208,7 @@ fn two_shards_and_four_pipelining_clients_keep_order_and_dense_offsets() {
 
     let clients: Vec<_> = (0..4u64)
         .map(|c| {
-            let address = server.address.clone();
+            let address = server.native().to_string();
             std::thread::spawn(move || {
                 let mut raw = Raw::connect(&address, 1 + c);
                 let first_request = raw.next_request;
@@ -256,14 +256,14 @@ fn two_shards_and_four_pipelining_clients_keep_order_and_dense_offsets() {
             assert_eq!(value, sent.2.as_bytes());
         }
     }
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }
 
 #[test]
 fn retention_deletes_the_oldest_segments_beyond_the_size_bound() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), 1);
-    let mut client = Raw::connect(&server.address, 1);
+    let mut server = start(dir.path(), 1);
+    let mut client = Raw::connect(server.native(), 1);
     client.create_stream("s").ok();
     let create = protocol::CreateTopic {
         stream: "s".into(),
@@ -296,7 +296,7 @@ fn retention_deletes_the_oldest_segments_beyond_the_size_bound() {
     let (reply, records) = client.fetch("s", "t", 0, FetchFrom::First, 1);
     assert_eq!(reply.first_offset, first_offset);
     assert_eq!(records.first().map(|(o, _)| *o), Some(first_offset));
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }
 
 #[test]
@@ -305,8 +305,8 @@ fn one_request_in_flight_and_a_one_item_inbox_still_serve_a_pipelining_client() 
     let mut command = common::command(dir.path(), 2);
     command.env("SHOAL_NETWORK_REQUESTS_IN_FLIGHT_MAX", "1");
     command.env("SHOAL_NETWORK_SHARD_INBOX_MAX", "1");
-    let server = common::start_command(command);
-    let mut client = Raw::connect(&server.address, 1);
+    let mut server = common::start_command(command);
+    let mut client = Raw::connect(server.native(), 1);
     client.create_stream("s").ok();
     client.create_topic("s", "t", 2, Durability::Replicated).ok();
     let first = client.next_request;
@@ -321,14 +321,14 @@ fn one_request_in_flight_and_a_one_item_inbox_still_serve_a_pipelining_client() 
         assert_eq!(reply.base_offset, next[reply.partition as usize]);
         next[reply.partition as usize] += 1;
     }
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }
 
 #[test]
 fn sigterm_answers_what_it_finished_and_keeps_it() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), 1);
-    let mut client = Raw::connect(&server.address, 1);
+    let mut server = start(dir.path(), 1);
+    let mut client = Raw::connect(server.native(), 1);
     client.create_stream("s").ok();
     client.create_topic("s", "t", 1, Durability::Persisted).ok();
     for i in 0..200u32 {
@@ -337,9 +337,7 @@ fn sigterm_answers_what_it_finished_and_keeps_it() {
             &Raw::produce_body("s", "t", 0, &[format!("{i}").as_bytes()]),
         );
     }
-    let pid = server.child.as_ref().expect("running").id();
-    // SAFETY: kill takes a pid and a signal number; no memory is involved.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    server.signal(libc::SIGTERM);
     let mut acked = Vec::new();
     while let Some(answer) = client.try_receive() {
         if answer.reply.error == 0 {
@@ -349,12 +347,12 @@ fn sigterm_answers_what_it_finished_and_keeps_it() {
             assert_eq!(answer.error(), ErrorCode::ShuttingDown);
         }
     }
-    assert_eq!(common::wait_exit(server), 0);
-    let server = start(dir.path(), 1);
-    let mut client = Raw::connect(&server.address, 2);
+    assert_eq!(common::wait_exit(&mut server), 0);
+    restart(&mut server);
+    let mut client = Raw::connect(server.native(), 2);
     let (reply, _) = client.fetch("s", "t", 0, FetchFrom::First, 1);
     for offset in &acked {
         assert!(*offset < reply.next_offset, "acknowledged offset {offset} kept");
     }
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }

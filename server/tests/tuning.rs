@@ -15,14 +15,14 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{OutputWithin, Raw, Server, start_command, terminate};
+use common::{OutputWithin, Raw, ShoalProcess, restart, start_command, terminate};
 use shoal_engine::protocol::{
     FetchFrom, Hello, HelloReply, Operation, PROTOCOL_VERSION, decode_describe, encode_topic_name,
 };
 use shoal_engine::superblock::Durability;
 
 /// `shoal` with `shards` shards (small profile, ephemeral ports, unpinned) and `file` as config.
-fn start_with(dir: &Path, shards: u32, file: &str, extra: &[&str]) -> Server {
+fn start_with(dir: &Path, shards: u32, file: &str, extra: &[&str]) -> ShoalProcess {
     let config = dir.join("shoal.toml");
     std::fs::write(&config, file).unwrap();
     let mut command = common::command(&dir.join("data"), shards);
@@ -32,8 +32,8 @@ fn start_with(dir: &Path, shards: u32, file: &str, extra: &[&str]) -> Server {
 
 /// One sample of the metrics page (`name` with every label of `labels`), by a plain GET; the
 /// page's format is checked strictly by `tests/metrics.rs`.
-fn metric(server: &Server, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let address = server.metrics.as_deref().expect("a metrics address");
+fn metric(server: &ShoalProcess, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let address = server.metrics().expect("a metrics address");
     let mut stream = TcpStream::connect(address).expect("the metrics endpoint accepts");
     stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: shoal\r\n\r\n").unwrap();
@@ -76,8 +76,8 @@ fn writes_arriving_within_the_flush_delay_share_one_flush_cycle() {
     for delay_us in [0, 100_000] {
         let dir = tempfile::tempdir().unwrap();
         let file = format!("[shard]\nflush_delay_us_max = {delay_us}\n");
-        let server = start_with(dir.path(), 1, &file, &[]);
-        let mut raw = Raw::connect(&server.address, 1);
+        let mut server = start_with(dir.path(), 1, &file, &[]);
+        let mut raw = Raw::connect(server.native(), 1);
         raw.create_stream("s").ok();
         raw.create_topic("s", "t", 1, Durability::Persisted).ok();
         raw.produce("s", "t", 0, &[b"settle"]);
@@ -88,7 +88,7 @@ fn writes_arriving_within_the_flush_delay_share_one_flush_cycle() {
         let (_, fetched) = raw.fetch("s", "t", 0, FetchFrom::First, 100);
         assert_eq!(fetched.len(), WRITES + 1, "every write was stored");
         journal_syncs.push(after - before);
-        assert_eq!(terminate(server), 0);
+        assert_eq!(terminate(&mut server), 0);
     }
     let (undelayed, delayed) = (journal_syncs[0], journal_syncs[1]);
     // One cycle, or two should a slow machine stretch the sends past the 100 ms window.
@@ -103,8 +103,8 @@ fn a_shard_with_sqpoll_a_larger_ring_and_buffered_files_serves_produce_and_fetch
     // otherwise): CPUs 0 and 1, so this test needs a machine with two.
     let file = "[shard]\nuring_entries = 1024\nsqpoll_idle_ms = 10\ndirect_io = false\n\
                 [shard.0]\nsqpoll_cpu = 1\n";
-    let server = start_with(dir.path(), 1, file, &["--cpus", "0"]);
-    let mut raw = Raw::connect(&server.address, 1);
+    let mut server = start_with(dir.path(), 1, file, &["--cpus", "0"]);
+    let mut raw = Raw::connect(server.native(), 1);
     raw.create_stream("s").ok();
     raw.create_topic("s", "t", 1, Durability::Persisted).ok();
     for round in 0..20u32 {
@@ -121,13 +121,13 @@ fn a_shard_with_sqpoll_a_larger_ring_and_buffered_files_serves_produce_and_fetch
     let expected: Vec<String> = (0..20).map(|round| format!("sqpoll-{round}")).collect();
     assert_eq!(values, expected);
     assert_eq!(metric(&server, "shoal_shard_config_sqpoll_idle_ms", &[("shard", "0")]), 10.0);
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
     // Restarted the same way, it reads back what it wrote through the page cache.
-    let server = start_with(dir.path(), 1, file, &["--cpus", "0"]);
-    let mut raw = Raw::connect(&server.address, 1);
+    restart(&mut server);
+    let mut raw = Raw::connect(server.native(), 1);
     let (_, fetched) = raw.fetch("s", "t", 0, FetchFrom::First, 100);
     assert_eq!(fetched.len(), 20);
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }
 
 #[test]
@@ -135,8 +135,8 @@ fn a_shard_n_segment_age_rolls_only_that_shards_partitions() {
     let dir = tempfile::tempdir().unwrap();
     // Shard 1's partitions roll at every append a millisecond after the previous one; shard 0
     // keeps the default week.
-    let server = start_with(dir.path(), 2, "[shard.1]\nsegment_age_ms_max = 1\n", &[]);
-    let mut raw = Raw::connect(&server.address, 1);
+    let mut server = start_with(dir.path(), 2, "[shard.1]\nsegment_age_ms_max = 1\n", &[]);
+    let mut raw = Raw::connect(server.native(), 1);
     raw.create_stream("s").ok();
     raw.create_topic("s", "t", 2, Durability::Replicated).ok();
     let shards = partition_shards(&mut raw);
@@ -154,7 +154,7 @@ fn a_shard_n_segment_age_rolls_only_that_shards_partitions() {
             _ => assert!(segments >= 3.0, "partition {partition} on shard 1: {segments}"),
         }
     }
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }
 
 /// The shard of each partition of `s`/`t`, by partition.
@@ -180,29 +180,29 @@ fn hello(address: &str, version_min: u16, version_max: u16) -> (Raw, HelloReply)
 #[test]
 fn a_client_on_the_owning_shards_own_port_is_served_without_forwarding() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start_with(dir.path(), 2, "[network]\nshard_listen = \"127.0.0.1:0\"\n", &[]);
-    assert_eq!(server.shards.len(), 2, "the readiness line names both shards' ports");
-    assert!(!server.shards.contains(&server.address));
-    for (shard, address) in server.shards.iter().enumerate() {
+    let mut server = start_with(dir.path(), 2, "[network]\nshard_listen = \"127.0.0.1:0\"\n", &[]);
+    assert_eq!(server.shards().len(), 2, "the readiness line names both shards' ports");
+    assert!(!server.shards().iter().any(|shard| shard == server.native()));
+    for (shard, address) in server.shards().iter().enumerate() {
         let (_, reply) = hello(address, 1, PROTOCOL_VERSION);
         assert_eq!(reply.version, 2);
         assert_eq!(reply.shard, shard as u32, "{address} is shard {shard}'s own");
         assert_eq!(reply.shards, 2);
-        assert_eq!(reply.shard_addresses, server.shards);
+        assert_eq!(reply.shard_addresses, server.shards());
     }
     // A version 1 client gets the version 1 result: no shard fields.
-    let (_, old) = hello(&server.address, 1, 1);
+    let (_, old) = hello(server.native(), 1, 1);
     assert_eq!((old.version, old.shard_addresses.len()), (1, 0));
 
     // Set up through shard 0's port (metadata lives on shard 0: nothing is forwarded).
-    let mut admin = Raw::connect(&server.shards[0], 1);
+    let mut admin = Raw::connect(&server.shards()[0], 1);
     admin.create_stream("s").ok();
     admin.create_topic("s", "t", 2, Durability::Replicated).ok();
     let shards = partition_shards(&mut admin);
     let on_shard_1 = shards.iter().position(|&s| s == 1).expect("a partition on shard 1") as u32;
 
     const DIRECT: usize = 10;
-    let mut direct = Raw::connect(&server.shards[1], 2);
+    let mut direct = Raw::connect(&server.shards()[1], 2);
     for i in 0..DIRECT {
         direct.produce("s", "t", on_shard_1, &[format!("direct-{i}").as_bytes()]);
     }
@@ -222,7 +222,7 @@ fn a_client_on_the_owning_shards_own_port_is_served_without_forwarding() {
     let (_, fetched) = direct.fetch("s", "t", on_shard_1, FetchFrom::First, 100);
     assert_eq!(fetched.len(), DIRECT + HANDED_OFF);
     assert_eq!(metric(&server, "shoal_requests_forwarded_total", &shard("1")), 0.0);
-    assert_eq!(terminate(server), 0);
+    assert_eq!(terminate(&mut server), 0);
 }
 
 #[test]

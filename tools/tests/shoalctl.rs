@@ -8,65 +8,30 @@
 //! its guard drops.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use shoal_engine::protocol::partition_for_key;
+use shoal_testkit::ShoalProcess;
 
 /// How long any child process may take.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// A running `shoal`, killed when the test ends.
-struct Server {
-    child: Option<Child>,
-    address: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn shoal_binary() -> PathBuf {
-    let shoalctl = Path::new(env!("CARGO_BIN_EXE_shoalctl"));
-    let shoal = shoalctl.with_file_name("shoal");
-    if !shoal.exists() {
-        panic!(
-            "{} is missing: run `cargo test --workspace` so the server binary is built",
-            shoal.display()
-        );
-    }
-    shoal
-}
-
 /// Starts the real server on a fresh directory and waits (bounded) for its readiness line.
-fn start(dir: &Path) -> Server {
-    let mut child = Command::new(shoal_binary())
-        .arg("--data-dir")
-        .arg(dir)
-        .args(["--listen", "127.0.0.1:0", "--shards", "2", "--profile", "small", "--cpus", "none"])
-        .args(["--metrics-listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("shoal starts");
-    let stdout = child.stdout.take().expect("piped stdout");
-    // The guard exists before the wait, so a server that never gets ready is killed too.
-    let mut server = Server { child: Some(child), address: String::new() };
-    server.address = shoal_testkit::ready_address(stdout, DEADLINE);
-    server
+fn start(dir: &Path) -> ShoalProcess {
+    let shoalctl = Path::new(env!("CARGO_BIN_EXE_shoalctl"));
+    let binary = shoal_testkit::shoal_binary_beside(shoalctl).unwrap_or_else(|e| panic!("{e}"));
+    let mut command = ShoalProcess::command(&binary, dir);
+    command.args(["--shards", "2", "--profile", "small", "--cpus", "none"]);
+    ShoalProcess::start(command, DEADLINE).unwrap_or_else(|error| panic!("{error}"))
 }
 
 /// A `shoalctl` child with its stdin, stdout and stderr piped.
-fn spawn_shoalctl(server: Option<&Server>, args: &[&str]) -> Child {
+fn spawn_shoalctl(server: Option<&ShoalProcess>, args: &[&str]) -> Child {
     let mut command = Command::new(env!("CARGO_BIN_EXE_shoalctl"));
     if let Some(server) = server {
-        command.args(["--server", &server.address]);
+        command.args(["--server", server.native()]);
     }
     command
         .args(args)
@@ -89,7 +54,7 @@ fn output_within(mut child: Child, stdin: &[u8]) -> Output {
 }
 
 /// Runs `shoalctl --server ADDRESS ARGS` with `stdin`.
-fn shoalctl(server: &Server, args: &[&str], stdin: &[u8]) -> Output {
+fn shoalctl(server: &ShoalProcess, args: &[&str], stdin: &[u8]) -> Output {
     output_within(spawn_shoalctl(Some(server), args), stdin)
 }
 

@@ -1,16 +1,15 @@
-//! Shared harness of the server's end-to-end tests: starting the real `shoal` binary on a temp
-//! directory with ephemeral ports (native and metrics) and the small profile, waiting for its
-//! readiness line, stopping or killing it, and a raw-frame client built on `engine::wire` and
-//! `engine::protocol` (raw on purpose: the bad-input tests must send what no client library
-//! would).
+//! Shared harness of the server's end-to-end tests: the real `shoal` binary's command line on a
+//! temp directory with ephemeral ports (native and metrics) and the small profile, started,
+//! stopped and restarted through `shoal_testkit::ShoalProcess` under [`DEADLINE`], and a
+//! raw-frame client built on `engine::wire` and `engine::protocol` (raw on purpose: the
+//! bad-input tests must send what no client library would).
 
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
 use shoal_engine::batch::BatchBuilder;
@@ -21,42 +20,13 @@ use shoal_engine::protocol::{
 use shoal_engine::superblock::Durability;
 use shoal_engine::wire::{ClientReply, ClientRequest, HEADER_SIZE, Header};
 
-/// A running server, killed if the test ends early.
-pub struct Server {
-    pub child: Option<Child>,
-    /// The native protocol address.
-    pub address: String,
-    /// The metrics endpoint's address (`None`: started with it off).
-    pub metrics: Option<String>,
-    /// Each shard's own listener (empty: started without `shard_listen`).
-    pub shards: Vec<String>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
+pub use shoal_testkit::ShoalProcess;
 
 /// `shoal` on `dir` with `shards` shards, the small profile, port 0 (native and metrics) and no
 /// pinning.
 pub fn command(dir: &Path, shards: u32) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_shoal"));
-    command.args(["--data-dir"]).arg(dir).args([
-        "--listen",
-        "127.0.0.1:0",
-        "--shards",
-        &shards.to_string(),
-        "--profile",
-        "small",
-        "--cpus",
-        "none",
-        "--metrics-listen",
-        "127.0.0.1:0",
-    ]);
+    let mut command = ShoalProcess::command(Path::new(env!("CARGO_BIN_EXE_shoal")), dir);
+    command.args(["--shards", &shards.to_string(), "--profile", "small", "--cpus", "none"]);
     command
 }
 
@@ -75,53 +45,33 @@ impl OutputWithin for Command {
     }
 }
 
-pub fn start(dir: &Path, shards: u32) -> Server {
+pub fn start(dir: &Path, shards: u32) -> ShoalProcess {
     start_command(command(dir, shards))
 }
 
-/// Starts `command` and waits (at most 60 s) for its readiness line.
-pub fn start_command(mut command: Command) -> Server {
-    let child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("shoal starts");
-    ready_server(child)
+/// Starts `command` and waits (at most [`DEADLINE`]) for its readiness line.
+pub fn start_command(command: Command) -> ShoalProcess {
+    ShoalProcess::start(command, DEADLINE).unwrap_or_else(|error| panic!("{error}"))
 }
 
-/// Waits (at most 60 s) for the readiness line of a spawned `shoal` whose stdout is piped.
-pub fn ready_server(mut child: Child) -> Server {
-    let stdout = child.stdout.take().expect("piped stdout");
-    // The guard exists before the wait, so a server that never gets ready is killed too.
-    let mut server =
-        Server { child: Some(child), address: String::new(), metrics: None, shards: Vec::new() };
-    let ready = shoal_testkit::ready(stdout, DEADLINE);
-    server.address = ready.native;
-    server.metrics = ready.metrics;
-    server.shards = ready.shards;
-    server
+/// Starts `server` again on its data directory (killing it first if it still runs).
+pub fn restart(server: &mut ShoalProcess) {
+    server.restart().unwrap_or_else(|error| panic!("{error}"));
 }
 
 /// SIGTERM, then the exit code (within [`DEADLINE`]).
-pub fn terminate(server: Server) -> i32 {
-    let pid = server.child.as_ref().expect("running").id();
-    // SAFETY: kill takes a pid and a signal number; no memory is involved.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    wait_exit(server)
+pub fn terminate(server: &mut ShoalProcess) -> i32 {
+    exit_code(server.terminate())
 }
 
 /// The exit code of a server that was told to stop (within [`DEADLINE`]).
-pub fn wait_exit(mut server: Server) -> i32 {
-    let mut child = server.child.take().expect("running");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    let status = rx.recv_timeout(DEADLINE).expect("exits in time").unwrap();
-    status.code().expect("exited, not killed")
+pub fn wait_exit(server: &mut ShoalProcess) -> i32 {
+    exit_code(server.wait_exit())
 }
 
-/// SIGKILL and reap.
-pub fn kill(mut server: Server) {
-    let mut child = server.child.take().expect("running");
-    let _ = child.kill();
-    let _ = child.wait();
+fn exit_code(exit: Result<ExitStatus, shoal_testkit::ProcessError>) -> i32 {
+    let status = exit.unwrap_or_else(|error| panic!("{error}"));
+    status.code().expect("exited, not killed")
 }
 
 /// A blocking client speaking raw frames. Every read is bounded by a 30 s timeout.
