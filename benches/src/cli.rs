@@ -7,10 +7,9 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use shoal_client::{Durability, FetchFrom};
 
@@ -40,11 +39,11 @@ pub struct Run {
 }
 
 /// Parses the arguments (the program name first). Help comes back as an error of kind
-/// `DisplayHelp`; [`print`] prints either.
+/// `DisplayHelp`; `clap::Error::exit` prints either with its exit status (0 or 2).
 pub fn parse(
     args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
 ) -> Result<Parsed, clap::Error> {
-    let mut command = usage_headed(<Cli as clap::CommandFactory>::command());
+    let mut command = <Cli as clap::CommandFactory>::command();
     let mut matches = command.try_get_matches_from_mut(args)?;
     let cli = <Cli as clap::FromArgMatches>::from_arg_matches_mut(&mut matches)
         .map_err(|error| error.format(&mut command))?;
@@ -67,36 +66,9 @@ pub fn parse(
     Ok(Parsed::Run(Box::new(run)))
 }
 
-/// Prints help (stdout) or a usage error (stderr) and returns the exit status, 0 or 2. The
-/// usage is headed `usage:` in both, as the hand-written parser before clap printed it
-/// (scripts and tests look for that word), and a usage error always ends with it.
-pub fn print(mut error: clap::Error) -> ExitCode {
-    if !error.use_stderr() {
-        // A closed stdout (`--help | head`) is not worth a second error.
-        let _ = error.print();
-        return ExitCode::SUCCESS;
-    }
-    // A bad value carries no usage of its own: name the tool's.
-    if error.get(ContextKind::Usage).is_none() {
-        let usage = usage_headed(<Cli as clap::CommandFactory>::command()).render_usage();
-        error.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
-    }
-    eprint!("{}", error.render().to_string().replacen("\n\nUsage: ", "\n\nusage: ", 1));
-    ExitCode::from(2)
-}
-
-/// Clap's help layout with the usage line headed `usage:`.
-const HELP_TEMPLATE: &str =
-    "{before-help}{about-with-newline}\nusage: {usage}\n\n{all-args}{after-help}";
-
-/// `command` and its subcommands, every one with [`HELP_TEMPLATE`] and wrapped at the
-/// terminal's width, 100 columns at most.
-fn usage_headed(command: clap::Command) -> clap::Command {
-    command.help_template(HELP_TEMPLATE).max_term_width(100).mut_subcommands(usage_headed)
-}
-
 #[derive(Debug, Parser)]
 #[command(
+    max_term_width = 100,
     name = "shoal-bench",
     about = "Shoal's load tool: drives a running (or spawned) server through the client library \
              and reports throughput and latency.",

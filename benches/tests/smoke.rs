@@ -193,11 +193,11 @@ fn connect_owner_puts_every_actor_on_the_shard_that_owns_its_partition() {
 }
 
 #[test]
-fn bad_arguments_exit_2_with_the_usage() {
+fn bad_arguments_exit_2_with_a_usage_error() {
     let output = output_within(bench().args(["produce", "--producers", "none"]));
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("--producers") && stderr.contains("usage:"), "{stderr}");
+    assert!(stderr.starts_with("error: ") && stderr.contains("--producers"), "{stderr}");
 }
 
 #[test]

@@ -72,6 +72,6 @@ fn main() -> ExitCode {
         Ok(Parsed::Run(command)) => bench(&command),
         Ok(Parsed::Compare(a, b)) => compare(&a, &b),
         Ok(Parsed::Loopback(options)) => loopback(options),
-        Err(error) => cli::print(error),
+        Err(error) => error.exit(),
     }
 }

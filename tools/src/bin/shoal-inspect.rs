@@ -17,7 +17,6 @@ use shoal_engine::inspect::{
 };
 use shoal_engine::storage::std_fs::{StdStorage, block_on};
 use shoal_engine::superblock::{GroupSlot, Identity};
-use shoal_tools::usage;
 
 const EXIT_CLEAN: u8 = 0;
 const EXIT_PROBLEMS: u8 = 1;
@@ -26,6 +25,7 @@ const EXIT_USAGE: u8 = 2;
 /// A parsed command line.
 #[derive(Debug, Parser)]
 #[command(
+    max_term_width = 100,
     name = "shoal-inspect",
     about = "Verifies a Shoal data directory (holding shard-N directories) or a single shard \
              directory: superblock copies, every group's segments and indexes, and the shard \
@@ -44,10 +44,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = match usage::parse::<Args>(std::env::args_os()) {
-        Ok(args) => args,
-        Err(status) => return status,
-    };
+    let args = Args::parse();
     let report = block_on(inspect(&StdStorage, &args.path));
     let text = if args.json {
         let mut text = serde_json::to_string_pretty(&report_json(&report))
@@ -456,7 +453,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Args, clap::Error> {
-        usage::try_parse(["shoal-inspect"].iter().chain(args))
+        Args::try_parse_from(["shoal-inspect"].iter().chain(args))
     }
 
     #[test]

@@ -10,14 +10,14 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use clap::Parser;
 use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
 use shoal_replication::simulator::{Coverage, FaultProfile, Mode, Outcome, SimOptions, run};
-use shoal_tools::usage;
 
 /// A parsed command line; the knobs are `None` where the seed (or [`SimOptions::new`]) decides.
 #[derive(Debug, Parser)]
 #[command(
+    max_term_width = 100,
     name = "shoal-sim",
     about = "Runs Shoal's deterministic cluster simulator: nodes running the real node layer and \
              storage engine over simulated disks, clients, and a faulty network, all decided by \
@@ -179,16 +179,11 @@ fn print_coverage(coverage: &Coverage) {
 }
 
 fn main() -> ExitCode {
-    let args = match usage::parse::<Cli>(std::env::args_os()) {
-        Ok(args) => args,
-        Err(status) => return status,
-    };
+    let args = Cli::parse();
     if args.seed.is_some() == args.seeds.is_some() {
-        let error = usage::error::<Cli>(
-            ErrorKind::ArgumentConflict,
-            "give exactly one of --seed and --seeds",
-        );
-        return usage::print::<Cli>(error);
+        Cli::command()
+            .error(ErrorKind::ArgumentConflict, "give exactly one of --seed and --seeds")
+            .exit();
     }
     let jobs = args.jobs.map_or_else(
         || std::thread::available_parallelism().map_or(1, |n| n.get() as u64),

@@ -19,6 +19,7 @@ const AFTER_HELP: &str =
 /// A parsed command line.
 #[derive(Clone, Debug, PartialEq, Parser)]
 #[command(
+    max_term_width = 100,
     name = "shoalctl",
     about = "Administers a Shoal server and produces or consumes messages over the native protocol.",
     after_help = AFTER_HELP
@@ -265,7 +266,7 @@ mod tests {
     use super::*;
 
     fn run(args: &str) -> Result<Cli, clap::Error> {
-        crate::usage::try_parse(["shoalctl"].into_iter().chain(args.split_whitespace()))
+        Cli::try_parse_from(["shoalctl"].into_iter().chain(args.split_whitespace()))
     }
 
     fn command(args: &str) -> Command {
@@ -340,8 +341,8 @@ mod tests {
     #[test]
     fn args_refuse_bad_command_lines_with_a_reason() {
         for (args, reason) in [
-            ("", "usage: shoalctl"),
-            ("stream", "usage: shoalctl stream"),
+            ("", "Usage: shoalctl"),
+            ("stream", "Usage: shoalctl stream"),
             ("stream make s", "unrecognized subcommand 'make'"),
             ("frobnicate", "unrecognized subcommand 'frobnicate'"),
             ("topic create s t --durability persisted", "--partitions"),

@@ -22,10 +22,7 @@ pub const EXIT_ERROR: u8 = 1;
 
 /// Runs `shoalctl` with `args` (the program name first).
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let cli = match crate::usage::parse::<Cli>(args) {
-        Ok(cli) => cli,
-        Err(status) => return status,
-    };
+    let cli = <Cli as clap::Parser>::parse_from(args);
     // A completion script needs no io_uring runtime (which a sandbox may refuse).
     if let Command::Completions { shell } = cli.command {
         return exit_status(commands::completions(shell));
