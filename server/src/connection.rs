@@ -145,7 +145,7 @@ impl Drop for Owed {
 
 enum Waiting {
     Ready(Outcome),
-    Slot(flume::Receiver<Outcome>),
+    Answer(flume::Receiver<Outcome>),
 }
 
 async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard) {
@@ -159,7 +159,7 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
         while let Ok(pending) = replies.recv_async().await {
             let outcome = match pending.outcome {
                 Waiting::Ready(outcome) => outcome,
-                Waiting::Slot(slot) => slot.recv_async().await.unwrap_or_else(|_| {
+                Waiting::Answer(answer) => answer.recv_async().await.unwrap_or_else(|_| {
                     Outcome::error(ErrorCode::ShuttingDown, "the shard stopped before answering")
                 }),
             };
@@ -436,7 +436,7 @@ impl Session {
                 let (slot, answer) = flume::bounded(1);
                 self.send(place.shard, Work::Fetch { group: place.group, args, reply: slot })
                     .await?;
-                Ok(Waiting::Slot(answer))
+                Ok(Waiting::Answer(answer))
             }
             Operation::StoreOffset => {
                 let store = StoreOffset::decode(&body).map_err(invalid)?;
@@ -587,7 +587,7 @@ impl Session {
         let (slot, answer) = flume::bounded(1);
         let work = Work::Produce { group: place.group, partition, request, reply: slot };
         self.send(place.shard, work).await?;
-        Ok(Waiting::Slot(answer))
+        Ok(Waiting::Answer(answer))
     }
 
     /// Deletes a consumer's stored offset, refused for a group that still has members.
@@ -656,11 +656,11 @@ impl Session {
     async fn send_work(
         &self,
         shard: u32,
-        make: impl FnOnce(crate::shard::Slot) -> Work,
+        make: impl FnOnce(crate::shard::ReplySender) -> Work,
     ) -> Result<Waiting, (ErrorCode, String)> {
         let (slot, answer) = flume::bounded(1);
         self.send(shard, make(slot)).await?;
-        Ok(Waiting::Slot(answer))
+        Ok(Waiting::Answer(answer))
     }
 
     /// A group member must act under the group's generation in force, for a partition assigned
@@ -712,7 +712,7 @@ impl Session {
     ) -> Result<Waiting, (ErrorCode, String)> {
         let (slot, answer) = flume::bounded(1);
         self.send(0, Work::Metadata { client: fields, command, reply: slot }).await?;
-        Ok(Waiting::Slot(answer))
+        Ok(Waiting::Answer(answer))
     }
 
     /// Routes a request's work to `shard` (counted as forwarded when that is not this one).

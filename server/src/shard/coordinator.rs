@@ -12,7 +12,7 @@ use shoal_engine::wire::ClientRequest;
 use super::metadata::MetaWaiter;
 use super::state::ShardState;
 use super::thread::now_ms;
-use super::work::{GroupRequest, Outcome, Slot};
+use super::work::{GroupRequest, Outcome, ReplySender};
 use crate::groups;
 
 impl ShardState {
@@ -35,7 +35,7 @@ impl ShardState {
 
     /// A consumer group request: the coordinator updates membership, a changed membership
     /// becomes a rebalance proposal, and a join is answered once an assignment includes it.
-    pub(super) fn group_request(&mut self, request: GroupRequest, reply: Slot) {
+    pub(super) fn group_request(&mut self, request: GroupRequest, reply: ReplySender) {
         let Some(metadata) = self.metadata.as_mut() else {
             let _ =
                 reply.send(Outcome::error(ErrorCode::InvalidRequest, "not the coordinator shard"));

@@ -92,11 +92,10 @@ impl ShardState {
         for (_, pending) in self.pending.drain() {
             let _ = pending.reply.send(Outcome::error(ErrorCode::ShuttingDown, "shutting down"));
         }
-        for (_, parked) in self.parked.drain() {
-            for fetch in parked {
-                let outcome = Outcome::error(ErrorCode::ShuttingDown, "shutting down");
-                fetch.to.reply().send_outcome(outcome);
-            }
+        self.parked_by_group.clear();
+        for fetch in self.parked.drain() {
+            let outcome = Outcome::error(ErrorCode::ShuttingDown, "shutting down");
+            fetch.to.reply().send_outcome(outcome);
         }
         for (_, queue) in std::mem::take(&mut self.waiting) {
             for (_, pending) in queue {

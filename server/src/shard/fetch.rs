@@ -17,12 +17,12 @@ use shoal_engine::ring::StoredPrepare;
 use shoal_engine::wire::ClientRequest;
 
 use super::state::ShardState;
-use super::work::{FetchArgs, Outcome, SendOutcome, Slot, Work};
+use super::work::{FetchArgs, Outcome, SendOutcome, ReplySender, Work};
 use super::writes::WriteKind;
 
 /// Where a read's result goes: a fetch's slot, or a poll's (which may commit first).
 pub(super) enum ReadFor {
-    Fetch(Slot),
+    Fetch(ReplySender),
     Poll(PollFor),
 }
 
@@ -33,7 +33,7 @@ pub(super) struct PollFor {
     pub(super) skipped_to: u64,
     pub(super) auto_commit: bool,
     pub(super) client: ClientRequest,
-    pub(super) reply: Slot,
+    pub(super) reply: ReplySender,
 }
 
 /// A disk read finished by a spawned task, for the loop to complete.
@@ -46,6 +46,7 @@ pub(super) struct ReadDone {
 
 /// A fetch waiting for its group's committed log to reach its start (long-poll).
 pub(super) struct ParkedFetch {
+    pub(super) group: u64,
     pub(super) args: FetchArgs,
     pub(super) deadline: Instant,
     pub(super) to: ReadFor,
@@ -120,22 +121,22 @@ impl ShardState {
     /// A fetch with nothing to read yet: held until its group commits more or its wait runs
     /// out, or answered at once (empty) when it may not wait or the shard holds enough waiting.
     fn park_or_answer(&mut self, group: u64, args: FetchArgs, to: ReadFor) {
-        if args.wait_ms_max == 0 || self.parked_count >= self.config.network.fetch_parked_max {
+        if args.wait_ms_max == 0 || self.parked.len() >= self.config.network.fetch_parked_max {
             self.answer_fetch(group, args, Vec::new(), to);
             return;
         }
         let deadline = Instant::now() + Duration::from_millis(u64::from(args.wait_ms_max));
-        self.parked.entry(group).or_default().push(ParkedFetch { args, deadline, to });
-        self.parked_count += 1;
+        let key = self.parked.insert(ParkedFetch { group, args, deadline, to });
+        self.parked_by_group.entry(group).or_default().push(key);
     }
 
     /// Runs again every fetch parked on `group`, whose committed log just grew (or whose
     /// consumer's auto-commit finished).
     pub(super) fn wake_parked(&mut self, group: u64) {
-        let Some(parked) = self.parked.remove(&group) else { return };
-        self.parked_count -= parked.len();
+        let Some(keys) = self.parked_by_group.remove(&group) else { return };
         let now = Instant::now();
-        for fetch in parked {
+        for key in keys {
+            let fetch = self.parked.remove(key);
             let wait_ms_left = fetch.deadline.saturating_duration_since(now).as_millis() as u32;
             let args = FetchArgs { wait_ms_max: wait_ms_left.max(1), ..fetch.args };
             self.fetch(group, args, fetch.to);
@@ -144,25 +145,25 @@ impl ShardState {
 
     /// Answers, empty, every parked fetch whose wait ran out (checked every tick).
     pub(super) fn expire_parked(&mut self) {
-        if self.parked_count == 0 {
+        if self.parked.is_empty() {
             return;
         }
         let now = Instant::now();
-        let mut expired = Vec::new();
-        for (&group, parked) in self.parked.iter_mut() {
-            let mut index = 0;
-            while index < parked.len() {
-                if parked[index].deadline <= now {
-                    expired.push((group, parked.swap_remove(index)));
-                } else {
-                    index += 1;
+        let expired: Vec<usize> = self
+            .parked
+            .iter()
+            .filter(|(_, fetch)| fetch.deadline <= now)
+            .map(|(key, _)| key)
+            .collect();
+        for key in expired {
+            let fetch = self.parked.remove(key);
+            if let Some(keys) = self.parked_by_group.get_mut(&fetch.group) {
+                keys.retain(|&parked| parked != key);
+                if keys.is_empty() {
+                    self.parked_by_group.remove(&fetch.group);
                 }
             }
-        }
-        self.parked.retain(|_, parked| !parked.is_empty());
-        self.parked_count -= expired.len();
-        for (group, fetch) in expired {
-            self.answer_fetch(group, fetch.args, Vec::new(), fetch.to);
+            self.answer_fetch(fetch.group, fetch.args, Vec::new(), fetch.to);
         }
     }
 
@@ -277,7 +278,7 @@ impl ShardState {
 }
 
 impl ReadFor {
-    pub(super) fn reply(self) -> Slot {
+    pub(super) fn reply(self) -> ReplySender {
         match self {
             ReadFor::Fetch(reply) => reply,
             ReadFor::Poll(poll) => poll.reply,

@@ -24,7 +24,7 @@ use shoal_replication::{Committed, Reply, ReplyResult, Request};
 
 use super::state::ShardState;
 use super::thread::now_ms;
-use super::work::{Body, Outcome, Slot, refusal, result_error};
+use super::work::{Body, Outcome, ReplySender, refusal, result_error};
 use crate::groups::Coordinator;
 use crate::metadata::{METADATA_GROUP, MetaCommand, MetaReply, MetaState};
 
@@ -60,7 +60,7 @@ pub(super) struct MetadataState {
     /// A snapshot is wanted before the interval is up (the one found at start-up was unusable).
     pub(super) snapshot_due: bool,
     /// The consumer group coordinator.
-    pub(super) coordinator: Coordinator<Slot>,
+    pub(super) coordinator: Coordinator<ReplySender>,
     /// The client id of the coordinator's own proposals (random per start) and its next request.
     pub(super) internal_client: u64,
     pub(super) internal_request: u64,
@@ -102,7 +102,7 @@ const META_WAITERS_MAX: usize = 16;
 
 /// Who waits for a metadata command: a client, or the coordinator's rebalance of a group.
 pub(super) enum MetaWaiter {
-    Client(Slot),
+    Client(ReplySender),
     Rebalance(GroupRef),
 }
 

@@ -17,7 +17,7 @@ use shoal_replication::Request;
 
 use super::state::ShardState;
 use super::thread::now_ms;
-use super::work::{Outcome, Slot};
+use super::work::{Outcome, ReplySender};
 use super::writes::{PendingWrite, WriteKind};
 use crate::metadata::METADATA_GROUP;
 use crate::offsets::PartitionOffsets;
@@ -119,7 +119,7 @@ impl ShardState {
         client: ClientRequest,
         record: OffsetCommitRecord,
         kind: impl FnOnce(OffsetCommitRecord) -> WriteKind,
-        reply: Slot,
+        reply: ReplySender,
     ) -> bool {
         if let Some(busy) = self.writes_busy() {
             let _ = reply.send(busy);

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use shoal_engine::protocol::consumer::ConsumerId;
 use shoal_engine::storage::uring::UringStorage;
 use shoal_replication::Request;
+use slab::Slab;
 
 use super::fetch::{ParkedFetch, ReadDone};
 use super::flush_gate::FlushGate;
@@ -45,9 +46,11 @@ pub(super) struct ShardState {
     pub(super) reads_done: Rc<RefCell<Vec<ReadDone>>>,
     /// Per group, the offset after its last committed message: consumers read below it only.
     pub(super) committed_end: HashMap<u64, u64>,
-    /// Fetches waiting for their group's committed log to grow, by group.
-    pub(super) parked: HashMap<u64, Vec<ParkedFetch>>,
-    pub(super) parked_count: usize,
+    /// Fetches waiting for their group's committed log to grow: a slab sized once to
+    /// `fetch_parked_max`, so parking never allocates and the bound is the table's own.
+    pub(super) parked: Slab<ParkedFetch>,
+    /// The keys in `parked` of each group's fetches, oldest first.
+    pub(super) parked_by_group: HashMap<u64, Vec<usize>>,
     /// Per partition group, its consumers' stored offsets.
     pub(super) offsets: HashMap<u64, PartitionOffsets>,
     /// Consumers whose poll's auto-commit is in flight: their next poll waits for it.
@@ -98,8 +101,8 @@ impl ShardState {
             tuning,
             flush_gate: FlushGate::new(tuning.flush_delay_us_max),
             committed_end: HashMap::new(),
-            parked: HashMap::new(),
-            parked_count: 0,
+            parked: Slab::with_capacity(spec.config.network.fetch_parked_max),
+            parked_by_group: HashMap::new(),
             offsets: HashMap::new(),
             commits_in_flight: HashSet::new(),
             states_saved: Rc::new(RefCell::new(Vec::new())),

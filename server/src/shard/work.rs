@@ -51,7 +51,7 @@ impl Outcome {
 }
 
 /// Where a request's answer goes: the waiting connection.
-pub type Slot = flume::Sender<Outcome>;
+pub type ReplySender = flume::Sender<Outcome>;
 
 /// Where a fetch starts, resolved on the owning shard.
 #[derive(Clone, Copy, Debug)]
@@ -90,7 +90,7 @@ pub enum Work {
         /// The write.
         request: Request,
         /// The answer.
-        reply: Slot,
+        reply: ReplySender,
     },
     /// Read from a partition group owned here.
     Fetch {
@@ -99,7 +99,7 @@ pub enum Work {
         /// What to read.
         args: FetchArgs,
         /// The answer.
-        reply: Slot,
+        reply: ReplySender,
     },
     /// A metadata change (shard 0 only).
     Metadata {
@@ -108,7 +108,7 @@ pub enum Work {
         /// The change.
         command: MetaCommand,
         /// The answer.
-        reply: Slot,
+        reply: ReplySender,
     },
     /// A new catalog: create the partition groups it places here.
     Catalog(Arc<Catalog>),
@@ -129,7 +129,7 @@ pub enum Work {
         /// The commit.
         record: OffsetCommitRecord,
         /// The answer.
-        reply: Slot,
+        reply: ReplySender,
     },
     /// Read a consumer's stored offset in a partition group owned here.
     GetOffset {
@@ -138,14 +138,14 @@ pub enum Work {
         /// Whose.
         consumer: ConsumerId,
         /// The answer.
-        reply: Slot,
+        reply: ReplySender,
     },
     /// A consumer group request (shard 0 only: the coordinator).
     Group {
         /// What is asked.
         request: GroupRequest,
         /// The answer.
-        reply: Slot,
+        reply: ReplySender,
     },
     /// Fetch from a consumer's stored offset in a partition group owned here.
     Poll {
@@ -160,7 +160,7 @@ pub enum Work {
         /// The request's header fields (an auto-commit is a write of this client's).
         client: ClientRequest,
         /// The answer.
-        reply: Slot,
+        reply: ReplySender,
     },
     /// Report the shard's own figures.
     Report {
@@ -213,7 +213,7 @@ pub(super) trait SendOutcome {
     fn send_outcome(self, outcome: Outcome);
 }
 
-impl SendOutcome for Slot {
+impl SendOutcome for ReplySender {
     fn send_outcome(self, outcome: Outcome) {
         let _ = self.send(outcome);
     }

@@ -11,7 +11,7 @@ use shoal_engine::protocol::{ErrorCode, ProduceReply};
 use shoal_replication::{ReplyResult, Request, Status};
 
 use super::state::ShardState;
-use super::work::{Outcome, Slot, refusal, result_error};
+use super::work::{Outcome, ReplySender, refusal, result_error};
 use crate::metadata::METADATA_GROUP;
 
 /// Whether accepted writes go to their groups at once (always, except under the
@@ -21,7 +21,7 @@ pub(super) const SUBMIT_AT_ONCE: bool = !cfg!(feature = "canary-ack-on-receipt")
 /// A write accepted by this shard, waiting for its reply.
 pub(super) struct PendingWrite {
     pub(super) kind: WriteKind,
-    pub(super) reply: Slot,
+    pub(super) reply: ReplySender,
 }
 
 /// What a write is, for its answer.
@@ -49,8 +49,8 @@ impl ShardState {
         group: u64,
         partition: u32,
         record_count: u32,
-        reply: Slot,
-    ) -> Slot {
+        reply: ReplySender,
+    ) -> ReplySender {
         let stored = self.node.log_stats(group).map_or(0, |log| log.next_offset);
         let next = self.predicted_offsets.entry(group).or_insert(stored);
         *next = (*next).max(stored);
