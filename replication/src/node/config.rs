@@ -1,0 +1,61 @@
+//! What a driver hands the node: its settings ([`NodeConfig`]), the [`Transport`] its packets
+//! leave by and the [`Clock`] that stamps append times.
+//!
+//! Contracts only: nothing here sends, reads a clock or holds state; the driver implements them
+//! (sockets and the wall clock in `server`, the simulated network and virtual time in the
+//! simulator).
+
+use bytes::Bytes;
+
+use crate::config::ReplicaConfig;
+
+/// Sends packets to other nodes (bounded queues, sockets, or the simulated network).
+pub trait Transport {
+    /// Sends `packet` to node `to`; may drop it (the protocol retransmits).
+    fn send(&mut self, to: u8, packet: Bytes);
+}
+
+/// The wall clock, for the append time stamped on each prepare.
+pub trait Clock {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> i64;
+}
+
+/// The node layer's settings.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeConfig {
+    /// This node's index (its replica index in every group).
+    pub node: u8,
+    /// The template of every group's replica config (`group` and `replica` are set per group).
+    pub replica: ReplicaConfig,
+    /// Largest packet accepted from a peer.
+    pub message_size_bytes_max: usize,
+    /// Messages held back for durability at most; beyond, the oldest are dropped (the protocol
+    /// retransmits) and counted.
+    pub held_messages_max: usize,
+    /// New repair rounds the node lets its groups start per tick, all groups together: a shard
+    /// with many lagging groups catches them up a few at a time instead of flooding its peers
+    /// (and its own intake) at once.
+    pub repair_rounds_per_tick_max: usize,
+    /// Repair rounds in flight at most, all groups together; bounds the bodies a shard may have
+    /// on the way to it for repair (each round asks up to `repair_prepares_max`).
+    pub repair_rounds_in_flight_max: usize,
+    /// Prepares peers asked for that wait to be read from the log at most; beyond, requests
+    /// are dropped and counted (the asker's round times out and asks again, or elsewhere).
+    pub serve_reads_queued_max: usize,
+}
+
+impl NodeConfig {
+    /// Node `node` with the replica template `replica` and default bounds.
+    pub fn new(node: u8, replica: ReplicaConfig) -> NodeConfig {
+        NodeConfig {
+            node,
+            replica,
+            message_size_bytes_max: 1 << 20,
+            held_messages_max: 4_096,
+            repair_rounds_per_tick_max: 8,
+            repair_rounds_in_flight_max: 32,
+            serve_reads_queued_max: 1_024,
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! What drives the replicas: packets from peers, ticks, client requests and the driver's state
+//! for a transfer, each handed to its group's replica and its outputs collected at once; and
+//! the per-tick rationing of repair rounds across groups.
+//!
+//! Inputs never wait for I/O. A malformed or misaddressed packet is counted and dropped, never
+//! asserted on; a client request the node refuses ([`RequestRefused`]) never reaches the
+//! replica, so no op is taken that cannot be seen through; a stopped group takes no input.
+
+use bytes::Bytes;
+
+use shoal_engine::storage::Storage;
+
+use super::config::{Clock, Transport};
+use super::state::Node;
+use crate::codec::{self, CodecLimits, DecodeError};
+use crate::message::{Message, Request};
+
+/// Why the node refused a client's request before it reached the replica. Nothing of the
+/// request entered the log, so the client may send it again (to this node or another).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestRefused {
+    /// The group is not on this node.
+    UnknownGroup {
+        /// The group asked for.
+        group: u64,
+    },
+    /// The engine stopped the group (fail-stop); it takes no input until it is recovered.
+    GroupFailed {
+        /// The group.
+        group: u64,
+        /// Why, as the engine first reported it.
+        reason: String,
+    },
+    /// The disk has no room for the group's next writes (DESIGN.md §3: the clean, retryable
+    /// storage full). The group keeps serving reads; it takes writes again once a retried
+    /// reservation succeeds, which the node tries once per tick.
+    StorageFull {
+        /// The group.
+        group: u64,
+    },
+}
+
+impl std::fmt::Display for RequestRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestRefused::UnknownGroup { group } => {
+                write!(f, "group {group} is not on this node")
+            }
+            RequestRefused::GroupFailed { group, reason } => {
+                write!(f, "group {group} stopped: {reason}")
+            }
+            RequestRefused::StorageFull { group } => {
+                write!(f, "group {group}: storage full; retry once disk space is freed")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RequestRefused {}
+
+impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
+    /// A packet from node `from`. Anything malformed is counted and dropped.
+    pub fn on_packet(&mut self, from: u8, packet: &Bytes) -> Result<(), DecodeError> {
+        let limits = CodecLimits {
+            message_size_bytes_max: self.config.message_size_bytes_max,
+            view_headers_max: self.config.replica.view_headers_max,
+            commit_entries_max: self.shard.config().groups_max,
+        };
+        let (sender, messages) = match codec::decode(self.config.replica.cluster, packet, &limits) {
+            Ok(decoded) => decoded,
+            Err(error) => {
+                self.counters.packets_rejected += 1;
+                return Err(error);
+            }
+        };
+        // A prepare names the replica that prepared it, whoever relays it; every other
+        // message names its sender.
+        let relayed = matches!(messages.as_slice(), [(_, Message::Prepare { .. })]);
+        if sender != from && !relayed {
+            self.counters.packets_rejected += 1;
+            return Err(DecodeError::Invalid("sender"));
+        }
+        for (group, message) in messages {
+            match self.groups.get_mut(&group) {
+                Some(entry) if entry.failed.is_none() => {
+                    entry.replica.on_message(from, message);
+                    self.collect(group);
+                }
+                _ => self.counters.messages_unknown_group += 1,
+            }
+        }
+        self.send_heartbeats();
+        Ok(())
+    }
+
+    /// One tick for every replica. It also lets the engine try again, once, whatever a full
+    /// disk refused, so writes resume by themselves once space is freed (and a full disk is
+    /// probed once per tick, not by every flush cycle).
+    pub fn on_tick(&mut self) {
+        self.shard.retry_storage_full();
+        let groups: Vec<u64> = self.groups.keys().copied().collect();
+        for group in groups {
+            let entry = self.groups.get_mut(&group).expect("listed");
+            if entry.failed.is_none() {
+                entry.replica.on_tick();
+                self.collect(group);
+            }
+        }
+        self.grant_repairs();
+        self.send_heartbeats();
+    }
+
+    /// Lets the groups whose repair round is due start one, within the tick's budget and the
+    /// shard's bound on rounds in flight, taking turns from where the last tick stopped.
+    fn grant_repairs(&mut self) {
+        let in_flight = self.groups.values().filter(|g| g.replica.repair_in_flight()).count();
+        let mut budget = self
+            .config
+            .repair_rounds_per_tick_max
+            .min(self.config.repair_rounds_in_flight_max.saturating_sub(in_flight));
+        let wanting: Vec<u64> = self
+            .groups
+            .range(self.repair_cursor..)
+            .chain(self.groups.range(..self.repair_cursor))
+            .filter(|(_, g)| g.failed.is_none() && g.replica.repair_wanted())
+            .map(|(&group, _)| group)
+            .collect();
+        for group in wanting {
+            if budget == 0 {
+                self.counters.repair_rounds_deferred += 1;
+                self.repair_cursor = group;
+                return;
+            }
+            let replica = &mut self.groups.get_mut(&group).expect("listed").replica;
+            replica.grant_repair();
+            if replica.repair_in_flight() {
+                budget -= 1;
+                self.counters.repair_rounds_granted += 1;
+            }
+            self.collect(group);
+        }
+    }
+
+    /// A client's write to `group`; the reply arrives through [`Node::take_replies`]. The
+    /// append time is this node's clock.
+    ///
+    /// Refused at once, before the replica sees it, when the group is not here, has failed, or
+    /// its storage is full: a request the replica accepted takes an op, which it must then see
+    /// through, so a write that cannot get disk space must never get that far.
+    pub fn on_client_request(
+        &mut self,
+        group: u64,
+        mut request: Request,
+    ) -> Result<(), RequestRefused> {
+        let Some(entry) = self.groups.get_mut(&group) else {
+            return Err(RequestRefused::UnknownGroup { group });
+        };
+        if let Some(reason) = &entry.failed {
+            return Err(RequestRefused::GroupFailed { group, reason: reason.clone() });
+        }
+        if self.shard.group(group).is_some_and(|log| log.is_storage_full()) {
+            self.counters.storage_full_refusals += 1;
+            return Err(RequestRefused::StorageFull { group });
+        }
+        request.append_time_ms = self.clock.now_ms();
+        entry.replica.on_client_request(request);
+        self.collect(group);
+        self.send_heartbeats();
+        Ok(())
+    }
+
+    /// The driver's answer to a `Committed::StateWanted` of `group` (see
+    /// [`Replica::on_driver_state`](crate::Replica::on_driver_state)): its machine's state as
+    /// of `op`, or `None` to refuse.
+    pub fn on_driver_state(&mut self, group: u64, op: u64, state: Option<Bytes>) {
+        let Some(entry) = self.groups.get_mut(&group) else { return };
+        if entry.failed.is_some() {
+            return;
+        }
+        entry.replica.on_driver_state(op, state);
+        self.collect(group);
+        self.send_heartbeats();
+    }
+}

@@ -1,0 +1,159 @@
+//! The groups' logs as a driver needs them: what it reads (consumer reads, its own state
+//! rebuilt from a log, figures as [`LogStats`]), the one thing it sets on them (the retention
+//! floor its snapshots allow) and retention enforced on its clock, each named for what the
+//! driver needs.
+//!
+//! The engine's shard stays the node's: nothing here hands a driver a log to change, and
+//! nothing here feeds a replica.
+
+use shoal_engine::partition::{DiskReadDone, PartitionLog, ReadPlan};
+use shoal_engine::ring::StoredPrepare;
+use shoal_engine::shard::{ShardConfig, ShardCounters};
+use shoal_engine::storage::Storage;
+use shoal_engine::{Error as EngineError, Result as EngineResult};
+
+use super::config::{Clock, Transport};
+use super::state::Node;
+
+/// A group's log in figures, as a driver reports it (status, metrics) and decides on it
+/// (snapshots, retention, recovery): never the log itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// The offset of the oldest retained message.
+    pub first_offset: u64,
+    /// The offset the next message will get (the log end offset).
+    pub next_offset: u64,
+    /// The last appended op (0 when empty).
+    pub head_op: u64,
+    /// Bytes of valid records in all segments.
+    pub size_bytes: u64,
+    /// Segment files.
+    pub segments: usize,
+    /// The group's size-based retention (0: keep everything).
+    pub retention_bytes: u64,
+    /// The group's age-based retention (0: keep everything).
+    pub retention_ms: u64,
+}
+
+impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
+    /// The engine settings the shard was opened with (its limits: groups, record size).
+    pub fn shard_config(&self) -> &ShardConfig {
+        self.shard.config()
+    }
+
+    /// The engine's counters.
+    pub fn engine_counters(&self) -> ShardCounters {
+        self.shard.counters()
+    }
+
+    /// Bytes the engine's prepare rings hold.
+    pub fn ring_bytes(&self) -> usize {
+        self.shard.ring_bytes()
+    }
+
+    /// Chunks the engine has allocated.
+    pub fn chunks_allocated(&self) -> usize {
+        self.shard.chunks_allocated()
+    }
+
+    /// Whether the engine holds a log for `group` (a group whose creation failed has none).
+    pub fn has_log(&self, group: u64) -> bool {
+        self.shard.group(group).is_some()
+    }
+
+    /// `group`'s log in figures; None when the engine holds no log for it.
+    pub fn log_stats(&self, group: u64) -> Option<LogStats> {
+        self.shard.group(group).map(|log| LogStats {
+            first_offset: log.first_offset(),
+            next_offset: log.next_offset(),
+            head_op: log.head_op(),
+            size_bytes: log.size_bytes(),
+            segments: log.segment_count(),
+            retention_bytes: log.config().retention_bytes,
+            retention_ms: log.config().retention_ms,
+        })
+    }
+
+    /// The offset of the oldest message `group`'s log retains (what a fetch reply reports and
+    /// where a fetch from the first offset starts), without the rest of [`Node::log_stats`]:
+    /// every fetch asks.
+    pub fn log_first_offset(&self, group: u64) -> Option<u64> {
+        self.shard.group(group).map(|log| log.first_offset())
+    }
+
+    /// Why `group`'s log refuses work (corruption or an I/O failure it met), if it does.
+    pub fn log_fault(&self, group: u64) -> Option<&str> {
+        self.shard.group(group).and_then(|log| log.faulty_reason())
+    }
+
+    /// Keeps retention from deleting any segment of `group` that holds an offset at or above
+    /// `offset`: the driver's state derived from the log (consumer offsets) can be rebuilt only
+    /// from its last snapshot on. Nothing happens when the engine holds no log for `group`.
+    pub fn set_retention_floor(&mut self, group: u64, offset: u64) {
+        if let Some(log) = self.shard.group_mut(group) {
+            log.set_retention_floor(offset);
+        }
+    }
+
+    /// Deletes the sealed segments beyond each group's retention (`now_ms` from the driver's
+    /// clock), once the flush cycles in flight have finished. Returns the segments deleted.
+    pub async fn enforce_retention(&mut self, now_ms: i64) -> EngineResult<usize> {
+        self.finish_flushes_in_flight().await;
+        self.shard.enforce_retention(now_ms).await
+    }
+
+    /// Reads `group`'s prepare with this op (plan, run, finish in one call).
+    pub async fn read_op(&mut self, group: u64, op: u64) -> EngineResult<Option<StoredPrepare>> {
+        self.log_mut(group)?.read_op(op).await
+    }
+
+    /// Reads `group`'s prepares containing `offset` and after it, up to about `bytes_max` bytes
+    /// (plan, run, finish in one call).
+    pub async fn read_offset(
+        &mut self,
+        group: u64,
+        offset: u64,
+        bytes_max: usize,
+    ) -> EngineResult<Vec<StoredPrepare>> {
+        self.log_mut(group)?.read_offset(offset, bytes_max).await
+    }
+
+    /// Plans a read of `group`'s prepares containing `offset` and after it: done from memory,
+    /// or a disk read the driver runs off its loop and hands to [`Node::finish_read`].
+    pub fn plan_read_offset(
+        &self,
+        group: u64,
+        offset: u64,
+        bytes_max: usize,
+    ) -> EngineResult<ReadPlan<S>> {
+        self.log(group)?.plan_read_offset(offset, bytes_max)
+    }
+
+    /// Plans finding `group`'s first prepare appended at or after `time_ms` (see
+    /// [`Node::plan_read_offset`]).
+    pub fn plan_read_time(&self, group: u64, time_ms: i64) -> EngineResult<ReadPlan<S>> {
+        self.log(group)?.plan_read_time(time_ms)
+    }
+
+    /// Completes a disk read of `group` that a plan started (damage it met stops the log).
+    pub fn finish_read(
+        &mut self,
+        group: u64,
+        done: DiskReadDone,
+    ) -> EngineResult<Vec<StoredPrepare>> {
+        self.log_mut(group)?.finish_read(done)
+    }
+
+    /// `group`'s log, for the reads above; callers that treat a missing log apart ask
+    /// [`Node::has_log`] first.
+    fn log(&self, group: u64) -> EngineResult<&PartitionLog<S>> {
+        let missing = || EngineError::Invalid(format!("group {group} has no log on this shard"));
+        self.shard.group(group).ok_or_else(missing)
+    }
+
+    /// `group`'s log, for the reads above that change it (see [`Node::log`]).
+    fn log_mut(&mut self, group: u64) -> EngineResult<&mut PartitionLog<S>> {
+        let missing = || EngineError::Invalid(format!("group {group} has no log on this shard"));
+        self.shard.group_mut(group).ok_or_else(missing)
+    }
+}

@@ -1,0 +1,183 @@
+//! A node's life: open (the shard recovered, a replica restarted for every group it holds, damage
+//! found at open cut when the group has peers), creating a group, and closing.
+//!
+//! It never starts a replica on a log it has not read back (a group it cannot recover is
+//! recorded as stopped instead) and never lets a group of one cut damage it cannot repair.
+
+use std::path::Path;
+
+use shoal_engine::partition::GroupRecovery;
+use shoal_engine::shard::{RecoveryReport, Shard, ShardConfig};
+use shoal_engine::storage::Storage;
+use shoal_engine::superblock::{Durability, GroupConfig};
+use shoal_engine::wire::{HEADER_SIZE, Header};
+use shoal_engine::{Error as EngineError, Result as EngineResult};
+
+use super::config::{Clock, NodeConfig, Transport};
+use super::restart::min_faulty;
+use super::state::{Group, Node};
+use crate::config::ReplicaConfig;
+use crate::replica::Replica;
+
+impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
+    /// Opens (recovering) the shard in `dir` and restarts a replica for every group it holds:
+    /// each starts `Recovering` with its views, newest headers and faulty suffix, and its
+    /// producer table rebuilt from its whole log (see [`Node::open_with_producer_snapshots`]).
+    pub async fn open(
+        storage: S,
+        dir: &Path,
+        shard_config: ShardConfig,
+        config: NodeConfig,
+        transport: T,
+        clock: C,
+        seed: u64,
+    ) -> EngineResult<(Self, RecoveryReport)> {
+        let none = async |_group: u64| -> Option<Vec<u8>> { None };
+        Node::open_with_producer_snapshots(
+            storage,
+            dir,
+            shard_config,
+            config,
+            transport,
+            clock,
+            seed,
+            none,
+        )
+        .await
+    }
+
+    /// [`Node::open`], with each group's producer table (DESIGN.md §4) rebuilt from the
+    /// snapshot `load_producers(group)` returns — bytes of
+    /// [`ProducerTable::encode`](crate::ProducerTable::encode), which the driver saved from
+    /// [`Replica::producers`] wherever it keeps group state — plus the log past the snapshot's
+    /// op. Without a usable snapshot the whole log (from its first retained op) is replayed.
+    /// This is where a restarted group's producer table is rebuilt, so the server and the
+    /// simulator share it.
+    #[expect(clippy::too_many_arguments, reason = "open's arguments plus the snapshot source")]
+    pub async fn open_with_producer_snapshots<L>(
+        storage: S,
+        dir: &Path,
+        shard_config: ShardConfig,
+        config: NodeConfig,
+        transport: T,
+        clock: C,
+        seed: u64,
+        mut load_producers: L,
+    ) -> EngineResult<(Self, RecoveryReport)>
+    where
+        L: AsyncFnMut(u64) -> Option<Vec<u8>>,
+    {
+        let (shard, report) = Shard::open(storage.clone(), dir, shard_config).await?;
+        let mut node = Node::blank(config, shard, storage, transport, clock, seed);
+        for recovery in &report.groups {
+            let group = recovery.group;
+            let Some((headers, faulty_from)) =
+                node.recover_log(recovery, report.clean_shutdown).await?
+            else {
+                continue;
+            };
+            let snapshot = load_producers(group).await;
+            node.insert_recovered(group, headers, faulty_from, snapshot).await?;
+        }
+        Ok((node, report))
+    }
+
+    /// One recovered group's newest headers and faulty suffix, its damage cut first when it has
+    /// peers; None when the engine holds no log for it or it is recorded as stopped instead.
+    async fn recover_log(
+        &mut self,
+        recovery: &GroupRecovery,
+        clean_shutdown: bool,
+    ) -> EngineResult<Option<(Vec<Header>, Option<u64>)>> {
+        let group = recovery.group;
+        let mut faulty_from = recovery.faulty.suffix_from;
+        let Some(log) = self.shard.group_mut(group) else { return Ok(None) };
+        if let Some(reason) = log.faulty_reason() {
+            let reason = reason.to_string();
+            // Damage before the torn window: a group with peers cuts it and repairs from
+            // them; a group of one (or a failure that is not damage) refuses service.
+            let cut = if self.has_peers() && recovery.corruption.is_some() {
+                self.cut_damaged(group).await
+            } else {
+                Err(reason)
+            };
+            match cut {
+                Ok(from) => {
+                    faulty_from = self.unclean_suffix(group, from, clean_shutdown);
+                }
+                Err(reason) => {
+                    self.insert_failed(group, reason);
+                    return Ok(None);
+                }
+            }
+        }
+        let headers = match self.newest_headers(group).await {
+            Ok(headers) => headers,
+            // A read of the newest records found damage: the same protocol-aware cut, when
+            // there are peers. A read that merely failed (EIO) is no damage: cutting there
+            // would drop a persisted group's journal-held tail for nothing and leave this
+            // replica faulty beside a damaged peer (seed 30,000,479); the open fails and is
+            // retried instead, as for any read error at open.
+            Err(error @ EngineError::Corruption(_)) if self.has_peers() => {
+                match self.cut_damaged(group).await {
+                    Ok(from) => {
+                        let from = self.unclean_suffix(group, from, clean_shutdown);
+                        faulty_from = min_faulty(faulty_from, from);
+                        match self.newest_headers(group).await {
+                            Ok(headers) => headers,
+                            Err(error) => {
+                                self.insert_failed(group, error.to_string());
+                                return Ok(None);
+                            }
+                        }
+                    }
+                    Err(reason) => {
+                        self.insert_failed(group, format!("{error}; the cut failed: {reason}"));
+                        return Ok(None);
+                    }
+                }
+            }
+            Err(error) => return Err(error),
+        };
+        Ok(Some((headers, faulty_from)))
+    }
+
+    /// Creates a group on this node (every member node creates it with the same id): its
+    /// storage durably, and a fresh replica in view 0.
+    pub async fn create_group(&mut self, group: u64, config: GroupConfig) -> EngineResult<()> {
+        self.settle().await;
+        self.shard.create_group(group, config).await?;
+        if let Some(log) = self.shard.group_mut(group) {
+            log.set_committed_end(0);
+        }
+        let mut replica = Replica::new(self.replica_config(group), self.seed);
+        replica.ration_repair();
+        self.groups.insert(group, Group { replica, failed: None });
+        Ok(())
+    }
+
+    /// A group's replica settings. A `replicated` group of one replica recovers uncleanly: with
+    /// no peer to ask, the ops its faulty suffix may have held are lost, which is the documented
+    /// single-node power-loss outcome (DESIGN.md §6); otherwise it would never serve again.
+    pub(super) fn replica_config(&self, group: u64) -> ReplicaConfig {
+        let replicated = self
+            .shard
+            .group(group)
+            .is_some_and(|log| log.config().durability == Durability::Replicated);
+        let mut config = ReplicaConfig { group, replica: self.config.node, ..self.config.replica };
+        if replicated && config.replica_count == 1 {
+            config.unclean_recovery = true;
+        }
+        // A state piece and its header must fit in one packet the peers accept (every node of
+        // a cluster runs the same bound).
+        let packet_room = self.config.message_size_bytes_max.saturating_sub(HEADER_SIZE).max(1);
+        config.state_chunk_bytes_max = config.state_chunk_bytes_max.min(packet_room);
+        config
+    }
+
+    /// Flushes, checkpoints and records a clean shutdown.
+    pub async fn close(mut self) -> EngineResult<()> {
+        self.settle().await;
+        self.shard.close().await
+    }
+}

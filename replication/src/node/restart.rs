@@ -1,0 +1,231 @@
+//! A group's replica restarted on its recovered log (at open, and when a damaged group is
+//! reopened): the log's newest headers, its faulty suffix, its producer table rebuilt from a
+//! snapshot, a transferred state and the log past them; or, when the log cannot be trusted, a
+//! blank replica recorded as stopped.
+//!
+//! A restarted replica always starts `Recovering` and never knows anything committed its log
+//! does not prove: the commit point starts at what retention or a state transfer left.
+
+use shoal_engine::partition::PartitionLog;
+use shoal_engine::shard::group_dir;
+use shoal_engine::state;
+use shoal_engine::storage::Storage;
+use shoal_engine::superblock::Durability;
+use shoal_engine::wire::Header;
+use shoal_engine::{Error as EngineError, Result as EngineResult};
+
+use super::config::{Clock, Transport};
+use super::state::{Group, Node};
+use super::status::NodeCounters;
+use crate::producers::{ProducerBatch, ProducerTable};
+use crate::replica::{RecoveredLog, Replica};
+
+impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
+    /// The newest headers of `group`'s log (for a restarting replica).
+    pub(super) async fn newest_headers(&mut self, group: u64) -> EngineResult<Vec<Header>> {
+        let count = self.config.replica.view_headers_max;
+        let log = self
+            .shard
+            .group_mut(group)
+            .ok_or(EngineError::Faulty { group, reason: "the group's log is gone".into() })?;
+        newest_headers(log, count).await
+    }
+
+    /// The faulty suffix after a damage cut at open: the cut's, and for a `replicated` group
+    /// after an unclean stop everything past the head too (what
+    /// [`Shard::open`](shoal_engine::shard::Shard::open) marks when it finds no damage: written
+    /// ops were acknowledged before they were synced).
+    pub(super) fn unclean_suffix(
+        &self,
+        group: u64,
+        from: Option<u64>,
+        clean_shutdown: bool,
+    ) -> Option<u64> {
+        let Some(log) = self.shard.group(group) else { return from };
+        if clean_shutdown || log.config().durability != Durability::Replicated {
+            return from;
+        }
+        min_faulty(from, Some(log.head_op() + 1))
+    }
+
+    /// Restarts `group`'s replica, `Recovering`, on its recovered log, with its producer table
+    /// rebuilt from the newer of `producer_snapshot` and the `transferred` state (when usable)
+    /// and the log past it.
+    pub(super) async fn insert_recovered(
+        &mut self,
+        group: u64,
+        headers: Vec<Header>,
+        faulty_from: Option<u64>,
+        producer_snapshot: Option<Vec<u8>>,
+    ) -> EngineResult<()> {
+        let replica_config = self.replica_config(group);
+        // A log a state transfer installed begins at the state's op: the state is where its
+        // producer table and commit point start (unless a newer snapshot was saved since).
+        let transferred =
+            match state::load_transfer_state(&self.storage, &group_dir(self.shard.dir(), group))
+                .await
+            {
+                Ok(transferred) => transferred,
+                // A read that failed is the open's to retry (as a supervisor restarting the
+                // process would); only damage stops the group.
+                Err(error @ (EngineError::Io { .. } | EngineError::StorageFull)) => {
+                    return Err(error);
+                }
+                Err(error) => {
+                    self.insert_failed(group, format!("its transferred state: {error}"));
+                    return Ok(());
+                }
+            };
+        // The driver's part of the state is the driver's to load; the table is the replica's.
+        let transferred = match transferred {
+            None => None,
+            Some(state) => match crate::transfer::decode_transfer_state(&state.bytes) {
+                Some((producers, _)) => Some((state.op, producers.to_vec())),
+                None => {
+                    self.insert_failed(group, "its transferred state is malformed".into());
+                    return Ok(());
+                }
+            },
+        };
+        let Some(log) = self.shard.group_mut(group) else { return Ok(()) };
+        // Nothing is known committed until the replica commits again.
+        log.set_committed_end(0);
+        let slot = log.slot();
+        // A log whose beginning retention removed begins with a committed op (retention
+        // deletes a segment only once the op after it committed); one a state transfer
+        // installed begins with the transferred op, committed too.
+        let first_committed = if log.first_op() > 1 { log.first_op() } else { 0 };
+        let commit_min = transferred.as_ref().map_or(0, |&(op, _)| op).max(first_committed);
+        let limits = replica_config.producer_limits();
+        let snapshot_op = |bytes: &Vec<u8>| ProducerTable::decode(bytes, limits).map(|t| t.op());
+        let producer_snapshot = match (producer_snapshot, transferred) {
+            (Some(saved), Some((op, _))) if snapshot_op(&saved).is_ok_and(|saved| saved >= op) => {
+                Some(saved)
+            }
+            (saved, transferred) => transferred.map(|(_, producers)| producers).or(saved),
+        };
+        let recovered = RecoveredLog {
+            view: slot.view,
+            log_view: slot.log_view,
+            headers,
+            faulty_from,
+            commit_min,
+            log_view_head_op: slot.log_view_head_op,
+        };
+        let mut replica = Replica::recover(replica_config, recovered, self.seed);
+        let (table, uncommitted) =
+            rebuild_producers(log, &replica, producer_snapshot, &mut self.counters).await?;
+        replica.recover_producers(table, &uncommitted);
+        replica.ration_repair();
+        self.groups.insert(group, Group { replica, failed: None });
+        Ok(())
+    }
+
+    /// Records `group` as stopped (fail-stop) with a blank replica that takes no input.
+    pub(super) fn insert_failed(&mut self, group: u64, reason: String) {
+        let replica =
+            Replica::recover(self.replica_config(group), RecoveredLog::default(), self.seed);
+        self.groups.insert(group, Group { replica, failed: Some(reason) });
+        self.counters.groups_failed += 1;
+    }
+}
+
+/// A restarted group's producer table: the snapshot (when it decodes and lies within the log),
+/// then every idempotent batch of the log past it up to the replica's commit point applied;
+/// and the idempotence fields of the ops above the commit point, for the replica's pipeline
+/// overlay.
+async fn rebuild_producers<S: Storage>(
+    log: &mut PartitionLog<S>,
+    replica: &Replica,
+    snapshot: Option<Vec<u8>>,
+    counters: &mut NodeCounters,
+) -> EngineResult<(ProducerTable, Vec<(u64, ProducerBatch)>)> {
+    let limits = replica.config().producer_limits();
+    let head = log.head_op();
+    let mut table = match snapshot.map(|bytes| ProducerTable::decode(&bytes, limits)) {
+        // A snapshot past the head describes ops this log lost (a power loss of a `replicated`
+        // group): not this log's state.
+        Some(Ok(table)) if table.op() <= head => table,
+        Some(_) => {
+            counters.producer_snapshots_rejected += 1;
+            ProducerTable::new(limits)
+        }
+        None => ProducerTable::new(limits),
+    };
+    let commit = replica.commit();
+    let mut uncommitted = Vec::new();
+    let from_op = table.op() + 1;
+    if from_op > head {
+        return Ok((table, uncommitted));
+    }
+    let mut offset = match log.read_op(from_op).await? {
+        Some(first) => first.base_offset(),
+        // Below the log's start (retention): replay what is left.
+        None => log.first_offset(),
+    };
+    'scan: loop {
+        let prepares = log.read_offset(offset, 1 << 20).await?;
+        let before = offset;
+        for prepare in prepares {
+            let op = prepare.op();
+            if op > head {
+                break 'scan;
+            }
+            offset = offset.max(prepare.end_offset());
+            if op < from_op {
+                continue;
+            }
+            counters.producer_ops_replayed += 1;
+            let Some(batch) = ProducerBatch::from_body(&prepare.body()) else { continue };
+            if op <= commit {
+                let fields = prepare.header.as_prepare().expect("stored records are prepares");
+                table.apply(&batch, op, fields.base_offset, fields.append_time_ms);
+            } else {
+                uncommitted.push((op, batch));
+            }
+        }
+        if offset == before {
+            break;
+        }
+    }
+    table.advance_to(commit.min(head));
+    Ok((table, uncommitted))
+}
+
+/// The lower of two faulty-suffix starts, either possibly absent.
+pub(super) fn min_faulty(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The newest `count` headers of a recovered log, ascending.
+async fn newest_headers<S: Storage>(
+    log: &mut PartitionLog<S>,
+    count: usize,
+) -> EngineResult<Vec<Header>> {
+    let head = log.head_op();
+    let low = (head + 1).saturating_sub(count as u64).max(1);
+    let mut headers = Vec::new();
+    let mut op = low;
+    while op <= head {
+        let Some(first) = log.read_op(op).await? else {
+            // Below the log's start (retention): begin where it begins.
+            op += 1;
+            continue;
+        };
+        let prepares = log.read_offset(first.base_offset(), 1 << 20).await?;
+        let before = headers.len();
+        for prepare in prepares {
+            if prepare.op() >= op && prepare.op() <= head {
+                headers.push(prepare.header);
+            }
+        }
+        if headers.len() == before {
+            headers.push(first.header);
+        }
+        op = headers.last().and_then(|h| h.as_prepare()).map_or(op + 1, |p| p.op + 1);
+    }
+    Ok(headers)
+}

@@ -1,0 +1,107 @@
+//! What a node owns: [`Node`] and its groups, which each of the node's jobs extends with its
+//! own `impl` block, and the blank node around a freshly opened shard.
+//!
+//! Only state lives here: no I/O, no replica input, no decision; the jobs that change a field
+//! say why in their own files.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use shoal_engine::shard::Shard;
+use shoal_engine::storage::Storage;
+use shoal_engine::wire::CommitEntry;
+
+use super::config::{Clock, NodeConfig, Transport};
+use super::damage::DamageCut;
+use super::flush::{CheckpointRun, InFlightFlush};
+use super::status::NodeCounters;
+use crate::message::{Committed, Envelope, Reply, ServePrepare, Write};
+use crate::replica::Replica;
+
+/// A group on this node: its replica, and whether the engine stopped it.
+pub(super) struct Group {
+    pub(super) replica: Replica,
+    /// Set when the engine failed the group: it takes no more input.
+    pub(super) failed: Option<String>,
+}
+
+/// One shard's replicas and engine. See the documentation of the `node` module.
+pub struct Node<S: Storage, T: Transport, C: Clock> {
+    pub(super) config: NodeConfig,
+    pub(super) shard: Shard<S>,
+    /// The shard's storage, for the group files the engine does not read itself (a
+    /// transferred state).
+    pub(super) storage: S,
+    pub(super) transport: T,
+    pub(super) clock: C,
+    pub(super) seed: u64,
+    pub(super) groups: BTreeMap<u64, Group>,
+    /// The writes the replicas asked for, not yet applied to the engine: (ticket, group, write),
+    /// in ticket order.
+    pub(super) writes: VecDeque<(u64, u64, Write)>,
+    pub(super) tickets_issued: u64,
+    pub(super) tickets_durable: u64,
+    pub(super) held: VecDeque<(u64, u64, Envelope)>,
+    pub(super) reads: Vec<(u64, ServePrepare)>,
+    pub(super) heartbeats: BTreeMap<u8, Vec<CommitEntry>>,
+    pub(super) replies: Vec<(u64, Reply)>,
+    pub(super) committed: Vec<(u64, Committed)>,
+    /// The checkpoint job in flight: it outlives the round that started it, so its segment
+    /// syncs never hold up a round's flush (and the replies waiting on it).
+    pub(super) checkpoint: Option<CheckpointRun<S>>,
+    /// The flush cycles in flight, oldest first (the shard bounds how many).
+    pub(super) flushes: VecDeque<InFlightFlush<S>>,
+    /// Set when a cycle hit a full disk or failed: the next round retries, not the poll.
+    pub(super) flush_blocked: bool,
+    pub(super) counters: NodeCounters,
+    /// Where the next tick's repair grants start, so every group gets its turn.
+    pub(super) repair_cursor: u64,
+    /// The newest damage cuts, for status (at most `DAMAGE_CUTS_KEPT`).
+    pub(super) damage_cuts: VecDeque<DamageCut>,
+    /// Groups a read found damaged this round, reopened at its end.
+    pub(super) damaged: Vec<(u64, String)>,
+    /// Scratch: groups whose damage marker is cleared this round.
+    pub(super) repaired_groups: Vec<u64>,
+    /// Per damaged group whose replica is whole again: the op that must be durable before its
+    /// damage marker may go.
+    pub(super) damage_clear_at: BTreeMap<u64, u64>,
+}
+
+impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
+    /// A node around the freshly opened `shard`, holding no group yet: the open restarts one
+    /// replica per recovered group into it.
+    pub(super) fn blank(
+        config: NodeConfig,
+        shard: Shard<S>,
+        storage: S,
+        transport: T,
+        clock: C,
+        seed: u64,
+    ) -> Self {
+        Node {
+            config,
+            shard,
+            storage,
+            transport,
+            clock,
+            seed,
+            groups: BTreeMap::new(),
+            writes: VecDeque::new(),
+            tickets_issued: 0,
+            tickets_durable: 0,
+            held: VecDeque::new(),
+            reads: Vec::new(),
+            heartbeats: BTreeMap::new(),
+            replies: Vec::new(),
+            committed: Vec::new(),
+            checkpoint: None,
+            flushes: VecDeque::new(),
+            flush_blocked: false,
+            counters: NodeCounters::default(),
+            repair_cursor: 0,
+            damage_cuts: VecDeque::new(),
+            damaged: Vec::new(),
+            repaired_groups: Vec::new(),
+            damage_clear_at: BTreeMap::new(),
+        }
+    }
+}

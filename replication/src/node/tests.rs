@@ -1,0 +1,461 @@
+//! The node layer's own tests, on one node over the simulated disk: repair rationing, the
+//! bounds on peers' reads and held messages, flush cycles overlapping rounds and checkpoints,
+//! a full disk, and packets refused.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bytes::Bytes;
+use shoal_engine::shard::ShardConfig;
+use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
+use shoal_engine::superblock::GroupConfig;
+use shoal_engine::wire::CommitEntry;
+
+use super::{Clock, Node, NodeConfig, RequestRefused, Transport};
+use crate::codec::{self, CodecLimits, DecodeError};
+use crate::config::ReplicaConfig;
+use crate::message::{Message, ReplyResult, Request};
+
+#[derive(Default)]
+struct Sent(Vec<(u8, Bytes)>);
+
+impl Transport for Sent {
+    fn send(&mut self, to: u8, packet: Bytes) {
+        self.0.push((to, packet));
+    }
+}
+
+struct Zero;
+
+impl Clock for Zero {
+    fn now_ms(&self) -> i64 {
+        0
+    }
+}
+
+fn node(sim: &Sim, held_messages_max: usize) -> Node<SimStorage, Sent, Zero> {
+    let config =
+        NodeConfig { held_messages_max, ..NodeConfig::new(0, ReplicaConfig::new(1, 0, 3, 0)) };
+    let shard = ShardConfig { cluster: 1, ..ShardConfig::small() };
+    let open = Node::open(sim.storage(), Path::new("/d"), shard, config, Sent::default(), Zero, 3);
+    let (mut node, _) = sim.block_on(open).unwrap();
+    // Group 1: the primary of view 0 is node 1, so node 0 is a backup that will vote.
+    let group = GroupConfig {
+        segment_size_bytes: 1 << 20,
+        record_size_bytes_max: 4096,
+        ..GroupConfig::default()
+    };
+    sim.block_on(node.create_group(1, group)).unwrap();
+    node
+}
+
+/// DESIGN.md §4 ("repair is rationed so it never starves client traffic"): five groups of a
+/// backup node learn at once that they are far behind. The node lets at most
+/// `repair_rounds_per_tick_max` of them start a round per tick and keeps at most
+/// `repair_rounds_in_flight_max` rounds in flight; each round goes to one peer; the groups
+/// still waiting get their turn once rounds time out.
+#[test]
+fn repair_rounds_are_rationed_per_tick_and_in_flight() {
+    let sim = Sim::new(2, SimConfig::default());
+    let mut node = node(&sim, 64);
+    node.config.repair_rounds_per_tick_max = 2;
+    node.config.repair_rounds_in_flight_max = 3;
+    let group = GroupConfig {
+        segment_size_bytes: 1 << 20,
+        record_size_bytes_max: 4096,
+        ..GroupConfig::default()
+    };
+    // Node 0 backs up every group whose primary in view 0, `g mod 3`, is another node.
+    let groups = [1, 2, 4, 5, 7];
+    for g in groups.into_iter().skip(1) {
+        sim.block_on(node.create_group(g, group)).unwrap();
+    }
+    for primary in [1u8, 2] {
+        let entries: Vec<CommitEntry> = groups
+            .into_iter()
+            .filter(|g| g % 3 == u64::from(primary))
+            .map(|group| CommitEntry { group, commit: 50, commit_checksum: 0, view: 0 })
+            .collect();
+        let packet = codec::encode_commits(node.config.replica.cluster, primary, &entries);
+        node.on_packet(primary, &packet).unwrap();
+    }
+    let limits = CodecLimits {
+        message_size_bytes_max: 1 << 20,
+        view_headers_max: 128,
+        commit_entries_max: 8,
+    };
+    let mut rounds_per_tick = Vec::new();
+    let mut rounds_of: BTreeMap<u64, usize> = BTreeMap::new();
+    for tick in 0..8 {
+        node.transport.0.clear();
+        node.on_tick();
+        let mut asked: BTreeMap<u64, u8> = BTreeMap::new();
+        for (to, packet) in &node.transport.0 {
+            let (_, messages) =
+                codec::decode(node.config.replica.cluster, packet, &limits).unwrap();
+            for (group, message) in messages {
+                if matches!(message, Message::RequestPrepare { .. }) {
+                    let previous = asked.insert(group, *to);
+                    assert!(previous.is_none_or(|p| p == *to), "a round asks one peer");
+                    // The first round asks the primary; one that brought nothing makes the
+                    // next ask the other peer.
+                    let primary = (group % 3) as u8;
+                    let first = rounds_of.get(&group).is_none_or(|&n| n == 0);
+                    let expected = if first { primary } else { 3 - primary };
+                    assert_eq!(*to, expected, "tick {tick} group {group}");
+                }
+            }
+        }
+        for group in asked.keys() {
+            *rounds_of.entry(*group).or_default() += 1;
+        }
+        rounds_per_tick.push(asked.len());
+    }
+    // 2 on the first tick, 1 more (3 in flight), none until rounds time out after the
+    // repair interval (5 ticks), then the next groups' turn.
+    assert_eq!(&rounds_per_tick[..5], &[2, 1, 0, 0, 0], "{rounds_per_tick:?}");
+    assert!(rounds_per_tick[5..].iter().sum::<usize>() >= 2, "{rounds_per_tick:?}");
+    let counters = node.counters();
+    assert!(counters.repair_rounds_deferred >= 3, "{counters:?}");
+}
+
+/// Limits everywhere: peers' prepare reads wait in a queue of at most
+/// `serve_reads_queued_max`; requests beyond it are dropped (counted), the queued ones are
+/// served at the next I/O round, and the queue takes requests again after it.
+#[test]
+fn peers_prepare_reads_queue_up_to_their_bound() {
+    let sim = Sim::new(5, SimConfig::default());
+    let mut node = node(&sim, 64);
+    node.config.serve_reads_queued_max = 4;
+    node.config.replica.stamp_batches = false;
+    // Group 3: node 0 is the primary of view 0.
+    let group = GroupConfig {
+        segment_size_bytes: 1 << 20,
+        record_size_bytes_max: 4096,
+        ..GroupConfig::default()
+    };
+    sim.block_on(node.create_group(3, group)).unwrap();
+    for number in 1..=10 {
+        node.on_client_request(3, request(number, 100)).unwrap();
+    }
+    sim.block_on(node.run_io());
+    let cluster = node.config.replica.cluster;
+    let checksum = node.replica(3).unwrap().header(10).unwrap().checksum_header;
+    let ok = Message::PrepareOk { view: 0, op: 10, commit: 0, prepare_checksum: checksum };
+    node.on_packet(1, &codec::encode(cluster, 1, 3, &ok)).unwrap();
+    assert_eq!(node.replica(3).unwrap().commit(), 10, "committed: bodies leave memory");
+    sim.block_on(node.run_io());
+    node.transport.0.clear();
+    for op in 1..=10 {
+        let ask = Message::RequestPrepare { view: 0, op, checksum: None };
+        node.on_packet(1, &codec::encode(cluster, 1, 3, &ask)).unwrap();
+    }
+    assert_eq!(node.reads.len(), 4, "the queue holds its bound");
+    assert_eq!(node.counters().serve_reads_dropped, 6);
+    sim.block_on(node.run_io());
+    let limits = CodecLimits {
+        message_size_bytes_max: 1 << 20,
+        view_headers_max: 128,
+        commit_entries_max: 8,
+    };
+    let served: Vec<u64> = node
+        .transport
+        .0
+        .iter()
+        .filter(|(to, _)| *to == 1)
+        .flat_map(|(_, packet)| codec::decode(cluster, packet, &limits).unwrap().1)
+        .filter_map(|(_, message)| match message {
+            Message::Prepare { header, .. } => header.as_prepare().map(|p| p.op),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(served, vec![1, 2, 3, 4], "the queued reads, in order");
+    assert!(node.reads.is_empty());
+    let ask = Message::RequestPrepare { view: 0, op: 9, checksum: None };
+    node.on_packet(1, &codec::encode(cluster, 1, 3, &ask)).unwrap();
+    assert_eq!(node.reads.len(), 1, "room again after the round");
+}
+
+/// A vote reveals a view that is not durable until the node's I/O round: the node holds the
+/// StartViewChange messages back, within `held_messages_max`, and sends them once durable.
+#[test]
+fn messages_wait_for_durability_within_their_bound() {
+    let sim = Sim::new(1, SimConfig::default());
+    let mut node = node(&sim, 1);
+    for _ in 0..300 {
+        node.on_tick();
+    }
+    assert!(node.transport.0.is_empty(), "nothing revealing the vote left before it is durable");
+    let counters = node.counters();
+    assert!(counters.messages_held >= 2 && counters.held_dropped >= 1, "{counters:?}");
+    assert_eq!(node.held.len(), 1, "the bound holds");
+    sim.block_on(node.run_io());
+    assert!(!node.transport.0.is_empty(), "released once the view is durable");
+    assert!(node.held.is_empty());
+}
+
+/// A node of one with a `replicated` group 1 (single-replica groups, so writes commit
+/// at once).
+fn single_node(sim: &Sim) -> Node<SimStorage, Sent, Zero> {
+    single_node_with_segments(sim, 64 << 20)
+}
+
+fn single_node_with_segments(sim: &Sim, segment_size_bytes: u64) -> Node<SimStorage, Sent, Zero> {
+    let replica = ReplicaConfig { stamp_batches: false, ..ReplicaConfig::new(1, 0, 1, 0) };
+    let config = NodeConfig { held_messages_max: 64, ..NodeConfig::new(0, replica) };
+    let shard = ShardConfig { cluster: 1, ..ShardConfig::small() };
+    let open = Node::open(sim.storage(), Path::new("/d"), shard, config, Sent::default(), Zero, 3);
+    let (mut node, _) = sim.block_on(open).unwrap();
+    let group = GroupConfig {
+        durability: shoal_engine::superblock::Durability::Replicated,
+        segment_size_bytes,
+        record_size_bytes_max: 64 << 10,
+        ..GroupConfig::default()
+    };
+    sim.block_on(node.create_group(1, group)).unwrap();
+    node
+}
+
+fn request(number: u64, body_bytes: usize) -> Request {
+    Request {
+        client: 1,
+        session: 1,
+        request: number,
+        body: bytes::BytesMut::from(&vec![7u8; body_bytes][..]),
+        body_checksum: shoal_engine::checksum::crc32c(&vec![7u8; body_bytes]),
+        record_count: 1,
+        first_timestamp_ms: 0,
+        max_timestamp_ms: 0,
+        append_time_ms: 0,
+    }
+}
+
+/// A checkpoint's segment sync stays off the reply path: while it is held in flight, every
+/// round still acknowledges its writes, and the checkpoint lands in a later round once
+/// the sync completes.
+#[test]
+fn rounds_acknowledge_writes_while_a_checkpoint_sync_is_in_flight() {
+    let sim = Sim::new(4, SimConfig::default());
+    let mut node = single_node(&sim);
+    sim.set_syncs_held(true);
+    let mut number = 0;
+    let mut write_and_acknowledge = |node: &mut Node<SimStorage, Sent, Zero>| {
+        number += 1;
+        node.on_client_request(1, request(number, 32 << 10)).unwrap();
+        sim.block_on(node.run_io());
+        assert_eq!(node.take_replies().len(), 1, "request {number} answered in its round");
+    };
+    // The small profile checkpoints every 1 MiB: 32 KiB writes reach it within 40.
+    for _ in 0..40 {
+        write_and_acknowledge(&mut node);
+        if node.checkpoint.is_some() {
+            break;
+        }
+    }
+    assert!(node.checkpoint.is_some(), "a checkpoint started");
+    for _ in 0..40 {
+        write_and_acknowledge(&mut node);
+    }
+    assert!(node.checkpoint.is_some(), "its sync is still held");
+    assert_eq!(node.shard.counters().checkpoints, 0);
+    sim.set_syncs_held(false);
+    for _ in 0..40 {
+        write_and_acknowledge(&mut node);
+        if node.shard.counters().checkpoints > 0 {
+            break;
+        }
+    }
+    assert!(node.shard.counters().checkpoints > 0, "the checkpoint landed once released");
+    sim.block_on(node.close()).unwrap();
+}
+
+/// A segment roll's syncs (the rolled segment, its index, the directory) belong to the
+/// checkpoint job: writes that cross rolls are acknowledged while every sync is held.
+#[test]
+fn rounds_acknowledge_writes_across_segment_rolls_while_syncs_are_held() {
+    let sim = Sim::new(6, SimConfig::default());
+    let mut node = single_node_with_segments(&sim, 1 << 20);
+    sim.set_syncs_held(true);
+    // 96 × 32 KiB = 3 MiB: at least two rolls of 1 MiB segments.
+    for number in 1..=96 {
+        node.on_client_request(1, request(number, 32 << 10)).unwrap();
+        sim.block_on(node.run_io());
+        assert_eq!(node.take_replies().len(), 1, "request {number} answered in its round");
+    }
+    let log = node.shard.group(1).unwrap();
+    assert!(log.segment_count() >= 3, "the writes rolled segments");
+    assert!(log.open_file_count() >= 2, "rolled segments stay open until settled");
+    assert_eq!(node.shard.counters().segment_syncs, 0, "no sync completed");
+    sim.set_syncs_held(false);
+    for number in 97..=200 {
+        node.on_client_request(1, request(number, 32 << 10)).unwrap();
+        sim.block_on(node.run_io());
+        assert_eq!(node.take_replies().len(), 1, "request {number} answered in its round");
+        if node.shard.group(1).unwrap().open_file_count() == 1 {
+            break;
+        }
+    }
+    assert_eq!(node.shard.group(1).unwrap().open_file_count(), 1, "rolled segments settled");
+    assert!(node.shard.counters().segment_syncs >= 2, "each rolled segment was synced");
+    sim.block_on(node.close()).unwrap();
+}
+
+/// Rounds overlap their flushes: a write applied while a cycle is in flight waits for
+/// the next cycle, and is acknowledged only once that one finishes.
+#[test]
+fn a_write_applied_during_a_flush_is_acknowledged_only_after_its_own_cycle() {
+    let sim = Sim::new(5, SimConfig::default());
+    let mut node = single_node(&sim);
+    node.on_client_request(1, request(1, 1000)).unwrap();
+    sim.block_on(node.start_io());
+    assert!(node.io_in_flight(), "the first cycle runs on after the round");
+    assert!(node.take_replies().is_empty(), "nothing is acknowledged before its write");
+    node.on_client_request(1, request(2, 1000)).unwrap();
+    sim.block_on(node.start_io());
+    let mut acknowledged = Vec::new();
+    for _ in 0..8 {
+        if !node.io_in_flight() {
+            break;
+        }
+        sim.block_on(node.wait_io());
+        let replies: Vec<u64> = node.take_replies().iter().map(|(_, r)| r.request).collect();
+        if acknowledged.is_empty() && !replies.is_empty() {
+            assert_eq!(replies, vec![1], "the first cycle carried request 1 only");
+        }
+        acknowledged.extend(replies);
+    }
+    assert_eq!(acknowledged, vec![1, 2], "request 2 was acknowledged by the second cycle");
+    assert_eq!(node.shard.counters().flushes, 2, "one cycle each");
+}
+
+/// A second `replicated` group on a single node.
+fn add_group(sim: &Sim, node: &mut Node<SimStorage, Sent, Zero>, group: u64) {
+    let config = GroupConfig {
+        durability: shoal_engine::superblock::Durability::Replicated,
+        segment_size_bytes: 64 << 20,
+        record_size_bytes_max: 64 << 10,
+        ..GroupConfig::default()
+    };
+    sim.block_on(node.create_group(group, config)).unwrap();
+}
+
+fn replied(node: &mut Node<SimStorage, Sent, Zero>) -> Vec<(u64, u64)> {
+    let replies = node.take_replies();
+    assert!(replies.iter().all(|(_, r)| matches!(r.result, ReplyResult::Committed { .. })));
+    replies.into_iter().map(|(group, reply)| (group, reply.request)).collect()
+}
+
+/// Disk full is clean and retryable (DESIGN.md §3): once the space made ready ahead of a
+/// group's tail runs out and no more can be reserved, its requests are refused with the
+/// typed `StorageFull` before they reach the replica; the group is not stopped, its reads
+/// and the other groups' writes (into their own ready space) go on, and once space is
+/// freed a tick's retry lets writes through again, with no reopen.
+#[test]
+fn a_full_disk_refuses_requests_as_storage_full_until_a_tick_finds_room() {
+    let sim = Sim::new(3, SimConfig::default());
+    let mut node = single_node(&sim);
+    add_group(&sim, &mut node, 2);
+    for (number, group) in [(1, 1), (2, 2)] {
+        node.on_client_request(group, request(number, 1000)).unwrap();
+        sim.block_on(node.run_io());
+    }
+    assert_eq!(replied(&mut node), vec![(1, 1), (2, 2)]);
+    sim.set_capacity_bytes(sim.used_bytes());
+    let mut accepted = 0;
+    let refusal = loop {
+        match node.on_client_request(1, request(100 + accepted, 32 << 10)) {
+            Ok(()) => accepted += 1,
+            Err(refusal) => break refusal,
+        }
+        sim.block_on(node.run_io());
+        assert!(accepted < 100, "a full disk must refuse");
+    };
+    assert_eq!(refusal, RequestRefused::StorageFull { group: 1 });
+    assert!(node.is_storage_full(1) && !node.is_storage_full(2));
+    // What was taken fit the space already ready: every one of them is acknowledged.
+    assert_eq!(replied(&mut node).len() as u64, accepted);
+    for _ in 0..5 {
+        node.on_tick();
+        sim.block_on(node.run_io());
+        assert!(node.on_client_request(1, request(900, 1000)).is_err(), "still full");
+    }
+    assert!(node.group_failure(1).is_none(), "{:?}", node.group_failure(1));
+    assert!(node.counters().storage_full_refusals >= 6);
+    // Group 2 writes into the space made ready for it earlier.
+    node.on_client_request(2, request(3, 1000)).unwrap();
+    sim.block_on(node.run_io());
+    assert_eq!(replied(&mut node), vec![(2, 3)]);
+    // Reads go on.
+    let log = node.shard_mut().group_mut(1).unwrap();
+    assert_eq!(sim.block_on(log.read_offset(0, usize::MAX)).unwrap().len() as u64, accepted + 1);
+    // Space is freed: the next tick's retry finds it, and writes resume by themselves.
+    sim.set_capacity_bytes(u64::MAX);
+    node.on_tick();
+    sim.block_on(node.run_io());
+    assert!(!node.is_storage_full(1));
+    node.on_client_request(1, request(901, 1000)).unwrap();
+    sim.block_on(node.run_io());
+    assert_eq!(replied(&mut node), vec![(1, 901)]);
+}
+
+/// A write the replica took before the engine knew the disk was full waits for space — in
+/// order, with the group's later writes — while other groups' writes are applied and
+/// acknowledged; once space is freed every waiting write is acknowledged, in order.
+#[test]
+fn writes_waiting_for_space_hold_back_only_their_own_group() {
+    let sim = Sim::new(7, SimConfig::default());
+    let mut node = single_node(&sim);
+    add_group(&sim, &mut node, 2);
+    node.on_client_request(2, request(1, 1000)).unwrap();
+    sim.block_on(node.run_io());
+    assert_eq!(replied(&mut node), vec![(2, 1)]);
+    sim.set_capacity_bytes(sim.used_bytes());
+    // A burst larger than the space group 1 has ready (256 KiB in the small profile), taken
+    // before any flush could find the disk full.
+    for number in 10..22 {
+        node.on_client_request(1, request(number, 32 << 10)).unwrap();
+    }
+    sim.block_on(node.start_io());
+    // Taken while that cycle runs: the engine does not know yet.
+    node.on_client_request(1, request(22, 32 << 10)).unwrap();
+    node.on_client_request(2, request(2, 1000)).unwrap();
+    while node.io_in_flight() {
+        sim.block_on(node.wait_io());
+    }
+    assert!(node.is_storage_full(1));
+    sim.block_on(node.run_io());
+    assert_eq!(replied(&mut node), vec![(2, 2)], "group 2 is not held back");
+    assert!(node.counters().storage_full_rounds > 0, "group 1's last write waits");
+    assert!(matches!(
+        node.on_client_request(1, request(23, 1000)),
+        Err(RequestRefused::StorageFull { group: 1 })
+    ));
+    for _ in 0..3 {
+        node.on_tick();
+        sim.block_on(node.run_io());
+    }
+    assert!(node.take_replies().is_empty(), "nothing acknowledged without room");
+    sim.set_capacity_bytes(u64::MAX);
+    for _ in 0..4 {
+        node.on_tick();
+        sim.block_on(node.run_io());
+    }
+    let expected: Vec<(u64, u64)> = (10..23).map(|number| (1, number)).collect();
+    assert_eq!(replied(&mut node), expected, "in order, once there is room");
+    assert!(node.group_failure(1).is_none());
+    sim.block_on(node.close()).unwrap();
+}
+
+#[test]
+fn a_packet_from_another_cluster_or_sender_is_refused_and_counted() {
+    let sim = Sim::new(2, SimConfig::default());
+    let mut node = node(&sim, 8);
+    let foreign = codec::encode(2, 1, 1, &Message::StartViewChange { view: 1 });
+    assert!(matches!(node.on_packet(1, &foreign), Err(DecodeError::Invalid("cluster"))));
+    let spoofed = codec::encode(1, 2, 1, &Message::StartViewChange { view: 1 });
+    assert!(matches!(node.on_packet(1, &spoofed), Err(DecodeError::Invalid("sender"))));
+    let unknown = codec::encode(1, 1, 99, &Message::StartViewChange { view: 1 });
+    assert!(node.on_packet(1, &unknown).is_ok());
+    let counters = node.counters();
+    assert_eq!((counters.packets_rejected, counters.messages_unknown_group), (2, 1));
+}
