@@ -144,13 +144,13 @@ impl Cluster {
         let tick = self.tick;
         let admin_group = self.admin_group();
         let violation = |what: String| Some(Violation { tick, what });
-        let slot = &mut self.nodes[index];
-        let node = slot.node.as_mut()?;
+        let host = &mut self.nodes[index];
+        let node = host.node.as_mut()?;
         let commit = node.replica(group).map(|r| r.commit())?;
         if let Some(reason) = node.group_failure(group) {
             return violation(format!("node {index} group {group} stopped: {reason}"));
         }
-        let sim = &slot.sim;
+        let sim = &host.sim;
         let log = node.shard_mut().group_mut(group)?;
         let mut next_offset = None;
         let first_op = log.first_op().max(1);
@@ -320,8 +320,8 @@ impl Cluster {
     /// Every replica's protocol state, for a violation report.
     pub(super) fn describe(&self) -> String {
         let mut out = String::new();
-        for (index, slot) in self.nodes.iter().enumerate() {
-            let Some(node) = &slot.node else {
+        for (index, host) in self.nodes.iter().enumerate() {
+            let Some(node) = &host.node else {
                 out.push_str(&format!("[node {index} down] "));
                 continue;
             };

@@ -1,4 +1,4 @@
-//! The cluster under test: [`Cluster`] and one slot per node (its simulated disk, the node while
+//! The cluster under test: [`Cluster`] and one host per node (its simulated disk, the node while
 //! it is up, its restart and pause times, what waits for it while it is paused, the views it was
 //! told are durable, its driver state), how a node is configured and opened on its disk, and the
 //! queries scenarios make of the cluster.
@@ -42,7 +42,7 @@ pub struct Cluster {
     pub(super) tick: u64,
     pub(super) clock: Rc<Cell<i64>>,
     pub(super) network: Network<Packet>,
-    pub(super) nodes: Vec<NodeSlot>,
+    pub(super) nodes: Vec<Host>,
     pub(super) clients: Vec<Client>,
     /// (group, op) → checksum of the committed prepare, as first seen on any replica.
     pub(super) committed: BTreeMap<(u64, u64), u32>,
@@ -117,7 +117,7 @@ impl Cluster {
                 let log = node.shard_mut().group_mut(group).expect("created");
                 log.set_retention_floor(0);
             }
-            cluster.nodes.push(NodeSlot {
+            cluster.nodes.push(Host {
                 sim,
                 node: Some(node),
                 restart_tick: 0,
@@ -129,8 +129,8 @@ impl Cluster {
             });
         }
         if cluster.faults_active {
-            for slot in &cluster.nodes {
-                slot.sim.set_read_error_one_in(cluster.faults.read_error_one_in);
+            for host in &cluster.nodes {
+                host.sim.set_read_error_one_in(cluster.faults.read_error_one_in);
             }
         }
         for index in 0..client_count as u64 {
@@ -185,12 +185,12 @@ impl Cluster {
     /// The checksums of every op node `node` holds of `group`, from its engine's log (first
     /// op first), when the node is up and can read them.
     pub fn log_checksums(&mut self, node: usize, group: u64) -> Option<Vec<(u64, u32)>> {
-        let slot = &mut self.nodes[node];
-        let node = slot.node.as_mut()?;
+        let host = &mut self.nodes[node];
+        let node = host.node.as_mut()?;
         let log = node.shard_mut().group_mut(group)?;
         let mut out = Vec::new();
         for op in log.first_op().max(1)..=log.head_op() {
-            let stored = slot.sim.block_on(log.read_op(op)).ok()??;
+            let stored = host.sim.block_on(log.read_op(op)).ok()??;
             out.push((op, stored.header.checksum_header));
         }
         Some(out)
@@ -282,7 +282,7 @@ impl Cluster {
     pub(super) fn commit_max(&self, group: u64) -> u64 {
         self.nodes
             .iter()
-            .filter_map(|slot| slot.node.as_ref()?.replica(group).map(|r| r.commit()))
+            .filter_map(|host| host.node.as_ref()?.replica(group).map(|r| r.commit()))
             .max()
             .unwrap_or(0)
     }
@@ -292,10 +292,10 @@ impl Cluster {
         self.live_slot(index)?.node.as_mut()
     }
 
-    /// Node `index`'s slot, when the node is up and not paused.
-    pub(super) fn live_slot(&mut self, index: usize) -> Option<&mut NodeSlot> {
-        let slot = &mut self.nodes[index];
-        (slot.node.is_some() && slot.paused_until_tick <= self.tick).then_some(slot)
+    /// Node `index`'s host, when the node is up and not paused.
+    pub(super) fn live_slot(&mut self, index: usize) -> Option<&mut Host> {
+        let host = &mut self.nodes[index];
+        (host.node.is_some() && host.paused_until_tick <= self.tick).then_some(host)
     }
 }
 
@@ -305,8 +305,8 @@ pub(super) const DATA_DIR: &str = "/data";
 /// A node of the cluster: the real node layer over a simulated disk, transport and clock.
 pub(super) type SimNode = Node<SimStorage, Outbox, SimClock>;
 
-/// One node's place in the cluster: its disk outlives the node across crashes and restarts.
-pub(super) struct NodeSlot {
+/// One simulated host: its disk outlives the node running on it across crashes and restarts.
+pub(super) struct Host {
     pub(super) sim: Sim,
     pub(super) node: Option<SimNode>,
     pub(super) restart_tick: u64,

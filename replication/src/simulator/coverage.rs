@@ -195,11 +195,11 @@ impl Cluster {
     /// The coverage so far: crashed replicas' counters and the live ones'.
     pub fn coverage(&self) -> Coverage {
         let mut coverage = self.coverage;
-        for slot in &self.nodes {
-            if let Some(node) = &slot.node {
+        for host in &self.nodes {
+            if let Some(node) = &host.node {
                 add_counters(&mut coverage, node);
             }
-            coverage.admin_duplicates += slot.admin.as_ref().map_or(0, |a| a.duplicates);
+            coverage.admin_duplicates += host.admin.as_ref().map_or(0, |a| a.duplicates);
         }
         coverage
     }

@@ -37,14 +37,14 @@ impl Cluster {
         let tick = self.tick;
         let violation =
             |what: String| Some(Violation { tick, what: format!("node {index}: {what}") });
-        let slot = &mut self.nodes[index];
-        slot.admin = None;
-        let node = slot.node.as_mut()?;
+        let host = &mut self.nodes[index];
+        host.admin = None;
+        let node = host.node.as_mut()?;
         let commit = node.replica(group)?.commit();
-        let (storage, dir) = (slot.sim.storage(), sim_group_dir(group));
-        let saved = slot.sim.block_on(state::load(&storage, &dir)).ok().flatten();
+        let (storage, dir) = (host.sim.storage(), sim_group_dir(group));
+        let saved = host.sim.block_on(state::load(&storage, &dir)).ok().flatten();
         let transferred =
-            slot.sim.block_on(state::load_transfer_state(&storage, &dir)).ok().flatten();
+            host.sim.block_on(state::load_transfer_state(&storage, &dir)).ok().flatten();
         let transferred = transferred.and_then(|state| {
             let (_, driver) = crate::decode_transfer_state(&state.bytes)?;
             Some(GroupState { bytes: driver.to_vec(), ..state })
@@ -68,7 +68,7 @@ impl Cluster {
             return None;
         }
         for op in machine.op() + 1..=commit {
-            let Ok(Some(stored)) = slot.sim.block_on(log.read_op(op)) else { return None };
+            let Ok(Some(stored)) = host.sim.block_on(log.read_op(op)) else { return None };
             let fields = stored.header.as_prepare().expect("stored records are prepares");
             let end_offset = fields.end_offset();
             let request = (fields.client, fields.request);
@@ -77,7 +77,7 @@ impl Cluster {
                 return violation(format!("after its restart: {what}"));
             }
         }
-        slot.admin = Some(machine);
+        host.admin = Some(machine);
         None
     }
 
@@ -95,14 +95,14 @@ impl Cluster {
         let violation =
             |what: String| Some(Violation { tick, what: format!("node {index}: {what}") });
         let is_admin = self.admin_group() == Some(group);
-        let slot = &mut self.nodes[index];
-        let node = slot.node.as_mut()?;
+        let host = &mut self.nodes[index];
+        let node = host.node.as_mut()?;
         match committed {
             Committed::StateWanted { op } => {
                 let state = if is_admin {
                     // A machine past the frozen op (a snapshot ahead of the recovered commit
                     // point) or not following cannot give the state at it: refused.
-                    let machine = slot.admin.as_ref().filter(|machine| machine.op() == *op);
+                    let machine = host.admin.as_ref().filter(|machine| machine.op() == *op);
                     self.coverage.admin_states_served += u64::from(machine.is_some());
                     machine.map(|machine| Bytes::from(machine.encode()))
                 } else {
@@ -116,7 +116,7 @@ impl Cluster {
                 // offsets: once it is at this op, every `ADMIN_SNAPSHOT_INTERVAL_OPS` ops.
                 let fields = header.as_prepare().expect("prepares");
                 let replica = node.replica(group)?;
-                let saved_op = slot.producers_saved_op.get(&group).copied().unwrap_or(0);
+                let saved_op = host.producers_saved_op.get(&group).copied().unwrap_or(0);
                 if replica.producers().op() != fields.op
                     || fields.op < saved_op + ADMIN_SNAPSHOT_INTERVAL_OPS
                 {
@@ -124,8 +124,8 @@ impl Cluster {
                 }
                 let bytes = replica.producers().encode();
                 let saved = GroupState { op: fields.op, end_offset: fields.end_offset(), bytes };
-                if save_snapshot(&slot.sim, node, group, &saved) {
-                    slot.producers_saved_op.insert(group, saved.op);
+                if save_snapshot(&host.sim, node, group, &saved) {
+                    host.producers_saved_op.insert(group, saved.op);
                     self.coverage.producer_snapshots += 1;
                 }
                 None
@@ -138,13 +138,13 @@ impl Cluster {
                     Ok(machine) => machine,
                     Err(what) => return violation(what),
                 };
-                self.coverage.admin_duplicates += slot.admin.take().map_or(0, |a| a.duplicates);
+                self.coverage.admin_duplicates += host.admin.take().map_or(0, |a| a.duplicates);
                 self.coverage.admin_states_transferred += 1;
-                slot.admin = Some(machine);
+                host.admin = Some(machine);
                 None
             }
             Committed::Op { header } => {
-                let machine = slot.admin.as_mut()?;
+                let machine = host.admin.as_mut()?;
                 let fields = header.as_prepare().expect("prepares");
                 let end_offset = fields.end_offset();
                 let request = (fields.client, fields.request);
@@ -160,7 +160,7 @@ impl Cluster {
                     end_offset: machine.end_offset(),
                     bytes: machine.encode(),
                 };
-                if save_snapshot(&slot.sim, node, group, &saved) {
+                if save_snapshot(&host.sim, node, group, &saved) {
                     machine.snapshot_op = saved.op;
                     self.coverage.admin_snapshots += 1;
                 }

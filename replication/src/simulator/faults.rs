@@ -68,14 +68,14 @@ impl Cluster {
     /// Shuts node `node` down cleanly (everything flushed and checkpointed, a clean shutdown
     /// recorded); it stays down until [`Cluster::restart`].
     pub fn shutdown(&mut self, node: usize) {
-        let slot = &mut self.nodes[node];
-        let closing = slot.node.take().expect("shut down a live node");
+        let host = &mut self.nodes[node];
+        let closing = host.node.take().expect("shut down a live node");
         add_counters(&mut self.coverage, &closing);
-        self.coverage.admin_duplicates += slot.admin.take().map_or(0, |a| a.duplicates);
-        slot.sim.block_on(closing.close()).expect("a clean shutdown");
-        slot.inbox.clear();
-        slot.paused_until_tick = 0;
-        slot.restart_tick = u64::MAX;
+        self.coverage.admin_duplicates += host.admin.take().map_or(0, |a| a.duplicates);
+        host.sim.block_on(closing.close()).expect("a clean shutdown");
+        host.inbox.clear();
+        host.paused_until_tick = 0;
+        host.restart_tick = u64::MAX;
         self.network.drop_endpoint_inbound(node);
     }
 
@@ -101,12 +101,12 @@ impl Cluster {
         self.network.set_config(NetworkConfig::reliable());
         self.heal_tick = u64::MAX;
         self.disk_full = None;
-        for slot in &mut self.nodes {
-            slot.sim.set_read_error_one_in(0);
-            slot.sim.set_capacity_bytes(u64::MAX);
-            slot.paused_until_tick = 0;
-            if slot.node.is_none() {
-                slot.restart_tick = self.tick;
+        for host in &mut self.nodes {
+            host.sim.set_read_error_one_in(0);
+            host.sim.set_capacity_bytes(u64::MAX);
+            host.paused_until_tick = 0;
+            if host.node.is_none() {
+                host.restart_tick = self.tick;
             }
         }
     }
@@ -222,10 +222,10 @@ impl Cluster {
     /// keeps the page cache; what waited for it is dropped.
     fn crash_node(&mut self, index: usize, power: bool, during_io: bool) {
         self.coverage.crashes += 1;
-        let slot = &mut self.nodes[index];
-        let mut node = slot.node.take().expect("crash a live node");
+        let host = &mut self.nodes[index];
+        let mut node = host.node.take().expect("crash a live node");
         add_counters(&mut self.coverage, &node);
-        self.coverage.admin_duplicates += slot.admin.take().map_or(0, |a| a.duplicates);
+        self.coverage.admin_duplicates += host.admin.take().map_or(0, |a| a.duplicates);
         // What the node sent this step, before its I/O round, left before the crash: a message
         // that went out too early must be able to reveal lost state.
         let replicas = self.options.replicas as usize;
@@ -238,22 +238,22 @@ impl Cluster {
         }
         if power {
             self.coverage.power_losses += 1;
-            let before = slot.sim.stats();
+            let before = host.sim.stats();
             if during_io && node.has_io() {
                 self.coverage.crashes_during_io += 1;
                 let after_io = 1 + self.rng.below(16);
-                let _ = slot.sim.run_until_crash(node.run_io(), after_io);
+                let _ = host.sim.run_until_crash(node.run_io(), after_io);
             }
             drop(node);
-            slot.sim.crash();
-            let after = slot.sim.stats();
+            host.sim.crash();
+            let after = host.sim.stats();
             self.coverage.torn_writes += after.writes_torn_at_crash - before.writes_torn_at_crash;
             self.coverage.writes_lost += after.writes_lost_at_crash - before.writes_lost_at_crash;
         } else {
             drop(node);
         }
-        slot.inbox.clear();
-        slot.paused_until_tick = 0;
+        host.inbox.clear();
+        host.paused_until_tick = 0;
         self.network.drop_endpoint_inbound(index);
     }
 

@@ -20,7 +20,7 @@
 //! everything and requires every client to finish and every replica to rejoin; the end checks
 //! the final logs and runs the offline checker (`shoal_engine::inspect`) over every disk.
 //!
-//! Its parts: the options of a run (`options`), the cluster and its node slots (`cluster`), the
+//! Its parts: the options of a run (`options`), the cluster and its hosts (`cluster`), the
 //! run and its steps (`steps`), the faults (`faults`), the clients (`clients`), the invariant
 //! checks (`checks`), the server's driver above the replicas (`driver`, with the admin group's
 //! machine in `admin`), the coverage counters (`coverage`), the trace hash (`trace`), the

@@ -10,7 +10,7 @@
 use bytes::BytesMut;
 
 use super::checks::{Violation, into_result};
-use super::cluster::{Cluster, NodeSlot, Packet};
+use super::cluster::{Cluster, Host, Packet};
 use super::coverage::{Coverage, add_counters};
 use super::options::{Mode, SimOptions};
 use super::trace::trace_message;
@@ -152,7 +152,7 @@ impl Cluster {
     fn enforce_retention(&mut self) {
         let now_ms = self.clock.get();
         for index in 0..self.nodes.len() {
-            let Some(NodeSlot { sim, node: Some(node), .. }) = self.live_slot(index) else {
+            let Some(Host { sim, node: Some(node), .. }) = self.live_slot(index) else {
                 continue;
             };
             // A failure here is the engine's fail-stop, which the final checks report.
@@ -188,11 +188,11 @@ impl Cluster {
     fn finish(mut self, violation: Option<Violation>) -> Outcome {
         let violation =
             violation.or_else(|| self.check_final_logs()).or_else(|| self.check_disk_images());
-        for slot in &self.nodes {
-            if let Some(node) = &slot.node {
+        for host in &self.nodes {
+            if let Some(node) = &host.node {
                 add_counters(&mut self.coverage, node);
             }
-            self.coverage.read_errors += slot.sim.stats().read_errors;
+            self.coverage.read_errors += host.sim.stats().read_errors;
         }
         let stats = self.network.stats();
         self.coverage.packets_dropped = stats.lost
@@ -215,9 +215,9 @@ impl Cluster {
         let replicas = self.nodes.len();
         let mut deliveries: Vec<(usize, usize, Packet)> = Vec::new();
         for index in 0..replicas {
-            let slot = &mut self.nodes[index];
-            if slot.node.is_some() && slot.paused_until_tick <= self.tick {
-                deliveries.extend(slot.inbox.drain(..).map(|(from, p)| (from, index, p)));
+            let host = &mut self.nodes[index];
+            if host.node.is_some() && host.paused_until_tick <= self.tick {
+                deliveries.extend(host.inbox.drain(..).map(|(from, p)| (from, index, p)));
             }
         }
         deliveries
@@ -236,14 +236,14 @@ impl Cluster {
                 self.client_reply(to - replicas, packet);
                 continue;
             }
-            let slot = &mut self.nodes[to];
-            if slot.paused_until_tick > self.tick {
-                if slot.inbox.len() < PAUSED_INBOX_MAX {
-                    slot.inbox.push_back((from, packet));
+            let host = &mut self.nodes[to];
+            if host.paused_until_tick > self.tick {
+                if host.inbox.len() < PAUSED_INBOX_MAX {
+                    host.inbox.push_back((from, packet));
                 }
                 continue;
             }
-            let Some(node) = slot.node.as_mut() else { continue };
+            let Some(node) = host.node.as_mut() else { continue };
             match packet {
                 Packet::Replica(bytes) => {
                     if let Some(traced) = self.options.trace_group {
@@ -276,7 +276,7 @@ impl Cluster {
     /// (the check after a restart compares against them).
     pub(super) fn run_io(&mut self) -> Option<Violation> {
         for index in 0..self.nodes.len() {
-            let Some(NodeSlot { sim, node: Some(node), durable_views, .. }) = self.live_slot(index)
+            let Some(Host { sim, node: Some(node), durable_views, .. }) = self.live_slot(index)
             else {
                 continue;
             };
