@@ -2,8 +2,8 @@
 //! operation's arguments and result. The header around them is [`crate::wire`]'s `Request` and
 //! `Reply`.
 //!
-//! It lives in the engine crate because both sides need it and the engine is the one crate both
-//! the server and the client library (built without io_uring) depend on. It owns the encoding and
+//! It lives in `proto` because both sides need it: the server and the client library (which
+//! depends on nothing else of Shoal's). It owns the encoding and
 //! the hostile-input decoding of these bodies, the name rule for streams and topics, and Kafka's
 //! key partitioner (so native and Kafka clients place keys alike). It must never decide what a
 //! request does (that is the server's), never allocate more than the input's own length

@@ -1,6 +1,6 @@
 //! Framing of the native protocol, sans-IO: request frames out, reply frames in.
 //!
-//! A frame is one `engine::wire` header (256 bytes, `Command::Request` or `Command::Reply`)
+//! A frame is one `proto::wire` header (256 bytes, `Command::Request` or `Command::Reply`)
 //! followed by its body. [`RequestEncoder`] owns a connection's request numbering and writes
 //! sealed request frames into a caller's buffer; [`FrameDecoder`] is fed whatever byte chunks the
 //! socket delivers and yields complete, verified reply frames.

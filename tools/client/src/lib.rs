@@ -11,8 +11,8 @@
 //! - `split`: a connection's two directions apart ([`Client::into_split`]), for writing a request
 //!   while an earlier reply is awaited (the load tool's open-loop producer).
 //!
-//! The client speaks `shoal_proto::wire` headers and `shoal_proto::protocol` bodies, built
-//! without the engine's io_uring storage backend. It never panics on server bytes; every failure
+//! The client speaks `shoal_proto::wire` headers and `shoal_proto::protocol` bodies and depends on
+//! no other Shoal crate (no storage engine). It never panics on server bytes; every failure
 //! is a [`ClientError`].
 //!
 //! ```no_run
@@ -50,14 +50,14 @@ pub use fetch::{Fetched, FetchedRecord, Records};
 pub use producer::{Ack, Producer, ProducerConfig};
 /// Durability modes of a topic.
 pub use shoal_proto::Durability;
-/// Batches are built with the engine's builder.
+/// Batches are built with `shoal-proto`'s builder.
 pub use shoal_proto::batch::BatchBuilder;
 /// Consumer offsets, groups and polling.
 pub use shoal_proto::protocol::consumer::{
     Assignment, ConsumerId, ConsumerKind, GroupMember, GroupRef, JoinGroup, Membership, OffsetKey,
     PartitionRef, Poll, StoreOffset,
 };
-/// The protocol's argument and result types, re-exported so callers need no engine dependency.
+/// The protocol's argument and result types, re-exported so callers need no `shoal-proto` dependency.
 pub use shoal_proto::protocol::{
     CreateTopic, ErrorCode, Fetch, FetchFrom, FetchReply, HelloReply, PartitionInfo, Partitioning,
     ProduceReply, StreamInfo, TopicInfo,

@@ -1,5 +1,5 @@
 //! Test harness (tests only): reply frames, request decoding and an in-memory responder built
-//! from the same `engine::wire`/`engine::protocol` codecs the server uses.
+//! from the same `proto::wire`/`proto::protocol` codecs the server uses.
 //!
 //! It is a harness for the client's unit tests, not a model of the server: it answers the
 //! operations the tests exercise, assigns dense offsets per partition, and can be scripted to

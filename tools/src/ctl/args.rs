@@ -2,8 +2,8 @@
 //! parsers (clap names the flag in a bad value's error).
 //!
 //! It owns the commands, their positional arguments, options and value syntax. It never
-//! connects, reads stdin or prints: `main` parses through `crate::usage`, which prints help or
-//! a usage error and gives the exit status (0 or 2).
+//! connects, reads stdin or prints: `main` parses through clap, which prints help or a usage
+//! error and exits with status 0 or 2.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use clap_complete::Shell;

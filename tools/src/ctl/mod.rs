@@ -1,7 +1,7 @@
 //! `shoalctl`: the admin and produce/consume command-line tool.
 //!
-//! `args` holds the command line's grammar as clap types (`crate::usage` parses it and prints
-//! help or a usage error); `commands` runs a parsed `Cli` against the server through
+//! `args` holds the command line's grammar as clap types (clap parses it and prints help or a
+//! usage error); `commands` runs a parsed `Cli` against the server through
 //! `shoal_client` and prints the result. This module maps outcomes to exit codes: 0 success, 1
 //! an error (a server error prints as `shoalctl: CODE: text`), 2 a usage error. It never panics
 //! on server output.
