@@ -16,7 +16,7 @@ use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use shoal_client::{Client, ClientConfig, ClientError, ReplyReceiver, RequestSender};
-use shoal_engine::protocol::{Operation, Partitioning, Produce, ProduceReply, Writer};
+use shoal_proto::protocol::{Operation, Partitioning, Produce, ProduceReply, Writer};
 
 use crate::actor::{Tally, Target, connect, run_pinned};
 use crate::schedule::Schedule;
@@ -143,7 +143,7 @@ const BATCH_ATTRIBUTES_POS: usize = 21;
 
 /// The positions of every message value of `batch` that can hold an 8-byte stamp.
 pub fn stamp_positions(batch: &[u8]) -> Result<Vec<usize>, String> {
-    let records = shoal_engine::batch::records(batch).map_err(|e| format!("batch: {e}"))?;
+    let records = shoal_proto::batch::records(batch).map_err(|e| format!("batch: {e}"))?;
     let mut positions = Vec::new();
     for record in records {
         let record = record.map_err(|e| format!("batch: {e}"))?;

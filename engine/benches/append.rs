@@ -28,7 +28,7 @@ use shoal_engine::ring::RingLimits;
 use shoal_engine::shard::{Shard, ShardConfig, ShardCounters, ShardFlushDone};
 use shoal_engine::storage::uring::{UringStorage, runtime};
 use shoal_engine::superblock::{Durability, GroupConfig};
-use shoal_engine::wire::{HEADER_SIZE, Prepare};
+use shoal_proto::wire::{HEADER_SIZE, Prepare};
 
 const MIB: usize = 1 << 20;
 

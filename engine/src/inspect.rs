@@ -1817,13 +1817,13 @@ pub fn durability_name(durability: Durability) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::BatchBuilder;
     use crate::record::build_prepare;
     use crate::shard::{Shard, ShardConfig, group_dir, shard_dir};
     use crate::storage::sim::{Sim, SimConfig, SimStorage};
     use crate::superblock::GroupConfig;
     use crate::wire::Prepare;
     use bytes::Bytes;
+    use shoal_proto::batch::BatchBuilder;
 
     const GROUP: u64 = 3;
 

@@ -25,6 +25,6 @@ pub mod superblock;
 pub mod transfer;
 
 pub use error::{Corruption, Error, Result};
-// The shared formats, under the paths the engine's modules (and, until they name `shoal-proto`
-// themselves, other crates) use.
-pub use shoal_proto::{batch, checksum, protocol, wire};
+// The shared formats under the crate-local paths the engine's modules use; other crates name
+// `shoal-proto` themselves.
+use shoal_proto::{checksum, wire};

@@ -32,7 +32,7 @@ use shoal_engine::record::build_prepare;
 use shoal_engine::shard::{Shard, ShardConfig, ShardFlushDone};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimRng, SimStats, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
-use shoal_engine::wire::Prepare;
+use shoal_proto::wire::Prepare;
 
 const PERSISTED: u64 = 1;
 const REPLICATED: u64 = 2;

@@ -25,7 +25,7 @@ use shoal_engine::record::build_prepare;
 use shoal_engine::shard::{RecoveryReport, Shard, ShardConfig, group_dir};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
-use shoal_engine::wire::Prepare;
+use shoal_proto::wire::Prepare;
 
 const DIR: &str = "/data/shard-0";
 const RECORD_BYTES_MAX: u32 = 32 << 10;

@@ -14,7 +14,7 @@ use shoal_engine::shard::{RecoveryReport, Shard, ShardConfig, group_dir};
 use shoal_engine::state::GroupState;
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
-use shoal_engine::wire::{HEADER_SIZE, Prepare};
+use shoal_proto::wire::{HEADER_SIZE, Prepare};
 
 const DIR: &str = "/data/shard-0";
 

@@ -10,7 +10,7 @@ use shoal_engine::record::build_prepare;
 use shoal_engine::shard::{Shard, ShardConfig};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
-use shoal_engine::wire::Prepare;
+use shoal_proto::wire::Prepare;
 
 const GROUP: u64 = 3;
 

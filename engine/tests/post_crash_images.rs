@@ -20,7 +20,7 @@ use shoal_engine::storage::sim::SimRng;
 use shoal_engine::storage::uring::recorder::{Event, Recorder};
 use shoal_engine::storage::uring::{UringStorage, runtime};
 use shoal_engine::superblock::{Durability, GroupConfig};
-use shoal_engine::wire::Prepare;
+use shoal_proto::wire::Prepare;
 
 const PERSISTED: u64 = 1;
 const REPLICATED: u64 = 2;

@@ -7,14 +7,14 @@
 mod common;
 
 use bytes::Bytes;
-use shoal_engine::batch::BatchBuilder;
 use shoal_engine::inspect::inspect;
 use shoal_engine::record::build_prepare;
 use shoal_engine::shard::{Shard, ShardConfig};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::storage::{OpenMode, Storage, StorageFile};
 use shoal_engine::superblock::{Durability, GroupConfig};
-use shoal_engine::wire::{HEADER_SIZE, Prepare};
+use shoal_proto::batch::BatchBuilder;
+use shoal_proto::wire::{HEADER_SIZE, Prepare};
 use std::path::Path;
 
 const GROUP: u64 = 7;

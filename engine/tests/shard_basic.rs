@@ -3,12 +3,12 @@
 
 mod common;
 
-use shoal_engine::batch::BatchBuilder;
 use shoal_engine::record::build_prepare;
 use shoal_engine::shard::{Shard, ShardConfig, ShardFlush, ShardFlushDone};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
-use shoal_engine::wire::Prepare;
+use shoal_proto::batch::BatchBuilder;
+use shoal_proto::wire::Prepare;
 use std::future::{Future, poll_fn};
 use std::path::Path;
 use std::task::Poll;

@@ -28,7 +28,7 @@ use shoal_engine::shard::{Shard, ShardConfig, group_dir};
 use shoal_engine::state::{self, GroupState};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimRng, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
-use shoal_engine::wire::{Header, Prepare};
+use shoal_proto::wire::{Header, Prepare};
 
 const DIR: &str = "/data/shard-0";
 const GROUP: u64 = 3;

@@ -7,12 +7,12 @@ mod common;
 
 use std::path::Path;
 
-use shoal_engine::batch::BatchBuilder;
 use shoal_engine::record::build_prepare;
 use shoal_engine::shard::{RecoveryReport, Shard, ShardConfig, group_dir};
 use shoal_engine::storage::uring::{UringStorage, runtime};
 use shoal_engine::superblock::{Durability, GroupConfig};
-use shoal_engine::wire::Prepare;
+use shoal_proto::batch::BatchBuilder;
+use shoal_proto::wire::Prepare;
 
 const PERSISTED: u64 = 1;
 const REPLICATED: u64 = 2;

@@ -51,7 +51,7 @@ impl Group {
             session: 1,
             request,
             body: BytesMut::from(body),
-            body_checksum: shoal_engine::checksum::crc32c(body),
+            body_checksum: shoal_proto::checksum::crc32c(body),
             record_count: 1,
             first_timestamp_ms: 0,
             max_timestamp_ms: 0,

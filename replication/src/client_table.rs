@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use shoal_engine::protocol::Reader;
+use shoal_proto::protocol::Reader;
 
 /// Snapshot format version.
 const SNAPSHOT_VERSION: u16 = 1;
@@ -239,7 +239,7 @@ impl ClientTable {
     /// must ascend and last-use ops be distinct; nothing may trail. A snapshot holding more
     /// sessions than `limits` allows (the bound was lowered) is cut down by the eviction rule.
     pub fn decode(bytes: &[u8], limits: ClientLimits) -> Result<ClientTable, ClientSnapshotError> {
-        let error = |e: shoal_engine::protocol::ProtocolError| ClientSnapshotError(e.to_string());
+        let error = |e: shoal_proto::protocol::ProtocolError| ClientSnapshotError(e.to_string());
         let mut r = Reader::new(bytes);
         let version = r.u16("version").map_err(error)?;
         if version != SNAPSHOT_VERSION {

@@ -9,7 +9,7 @@
 use std::fmt;
 
 use bytes::{Bytes, BytesMut};
-use shoal_engine::wire::{
+use shoal_proto::wire::{
     self, BodyError, Command, CommitEntry, HEADER_SIZE, Header, HeaderError, VIEW_HEADER_FLAG_NACK,
     VIEW_HEADER_FLAG_PRESENT,
 };
@@ -331,7 +331,7 @@ pub fn decode(
 
 #[cfg(test)]
 mod tests {
-    use shoal_engine::wire::Prepare;
+    use shoal_proto::wire::Prepare;
 
     use super::*;
 

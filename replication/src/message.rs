@@ -6,7 +6,7 @@
 
 use bytes::{Bytes, BytesMut};
 use shoal_engine::state::GroupState;
-use shoal_engine::wire::Header;
+use shoal_proto::wire::Header;
 
 /// A message between two replicas of one group. `view` is always the sender's view.
 #[derive(Clone, Debug, PartialEq, Eq)]

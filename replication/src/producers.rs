@@ -22,7 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use shoal_engine::batch::{
+use shoal_proto::batch::{
     BASE_SEQUENCE_POS, BATCH_HEADER_SIZE, LAST_OFFSET_DELTA_POS, MAGIC_POS, PRODUCER_EPOCH_POS,
     PRODUCER_ID_POS,
 };
@@ -476,7 +476,7 @@ impl Cursor<'_> {
 
 #[cfg(test)]
 mod tests {
-    use shoal_engine::batch::BatchBuilder;
+    use shoal_proto::batch::BatchBuilder;
 
     use super::*;
 

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use shoal_engine::rng::Rng;
 use shoal_engine::state::{GroupState, STATE_SIZE_BYTES_MAX};
-use shoal_engine::wire::{Header, Prepare};
+use shoal_proto::wire::{Header, Prepare};
 
 use crate::config::ReplicaConfig;
 use crate::lag::{GroupStatus, LagTracker};
@@ -674,7 +674,7 @@ impl Replica {
         let (parent, base_offset) = self.next_link();
         let mut checksum_body = request.body_checksum;
         if self.config.stamp_batches {
-            checksum_body = shoal_engine::batch::stamp_checksummed(
+            checksum_body = shoal_proto::batch::stamp_checksummed(
                 &mut request.body,
                 base_offset,
                 self.view,

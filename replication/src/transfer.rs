@@ -58,7 +58,7 @@ pub struct Outgoing {
 impl Outgoing {
     /// Freezes `state` as of `op`.
     pub fn new(op: u64, end_offset: u64, prepare_checksum: u32, state: Bytes) -> Outgoing {
-        let state_checksum = shoal_engine::checksum::crc32c(&state);
+        let state_checksum = shoal_proto::checksum::crc32c(&state);
         Outgoing { op, end_offset, prepare_checksum, state, state_checksum }
     }
 
@@ -189,7 +189,7 @@ impl Incoming {
             return Accepted::More;
         }
         let checksum = self.announced.as_ref().expect("set above").state_checksum;
-        if shoal_engine::checksum::crc32c(&self.bytes) != checksum {
+        if shoal_proto::checksum::crc32c(&self.bytes) != checksum {
             return Accepted::Rejected;
         }
         self.complete = true;

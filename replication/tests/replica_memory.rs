@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
-use shoal_engine::batch::BatchBuilder;
-use shoal_engine::wire::Header;
+use shoal_proto::batch::BatchBuilder;
+use shoal_proto::wire::Header;
 use shoal_replication::{
     Message, Persisted, RecoveredLog, Replica, ReplicaConfig, ReplyResult, Request, Status, Write,
 };
@@ -84,7 +84,7 @@ impl Cluster {
     fn send(&mut self, to: u8, body: BytesMut) -> u64 {
         let request = self.next_request;
         self.next_request += 1;
-        let body_checksum = shoal_engine::checksum::crc32c(&body);
+        let body_checksum = shoal_proto::checksum::crc32c(&body);
         let replica = self.replicas[usize::from(to)].as_mut().expect("up");
         replica.on_client_request(Request {
             client: 1,
@@ -597,7 +597,7 @@ fn a_restarted_replica_with_its_rebuilt_table_recognises_retries() {
 
 /// A prepare of `view` at `op` continuing `parent`, as group 3 of cluster 7 logs it.
 fn logged_prepare(view: u32, op: u64, parent: u32) -> Header {
-    let fields = shoal_engine::wire::Prepare {
+    let fields = shoal_proto::wire::Prepare {
         group: 3,
         op,
         commit: op - 1,

@@ -5,10 +5,10 @@
 //! `cargo bench -p shoal-server --bench protocol`
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use shoal_engine::batch::{self, BatchBuilder, BatchLimits};
-use shoal_engine::protocol::{Operation, Partitioning, Produce};
-use shoal_engine::superblock::Durability;
-use shoal_engine::wire::{ClientRequest, HEADER_SIZE, Header};
+use shoal_proto::Durability;
+use shoal_proto::batch::{self, BatchBuilder, BatchLimits};
+use shoal_proto::protocol::{Operation, Partitioning, Produce};
+use shoal_proto::wire::{ClientRequest, HEADER_SIZE, Header};
 use shoal_server::metadata::{Catalog, MetaCommand, TopicSettings};
 
 /// A produce frame of `messages` messages of `size` bytes.

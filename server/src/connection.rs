@@ -25,17 +25,17 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use bytes::BytesMut;
 use monoio::io::{AsyncReadRent, AsyncReadRentExt, AsyncWriteRent, AsyncWriteRentExt, Splitable};
 use monoio::net::{TcpListener, TcpStream};
-use shoal_engine::batch::{self, BatchLimits};
-use shoal_engine::checksum;
-use shoal_engine::protocol::consumer::{
+use shoal_proto::batch::{self, BatchLimits};
+use shoal_proto::checksum;
+use shoal_proto::protocol::consumer::{
     ConsumerId, ConsumerKind, GroupMember, JoinGroup, Membership, OffsetCommitRecord, OffsetKey,
     PartitionRef, Poll, StoreOffset,
 };
-use shoal_engine::protocol::{
+use shoal_proto::protocol::{
     self, CreateTopic, ErrorCode, Fetch, FetchFrom, Hello, HelloReply, Operation, PartitionInfo,
     Partitioning, Produce,
 };
-use shoal_engine::wire::{ClientReply, ClientRequest, HEADER_SIZE, Header};
+use shoal_proto::wire::{ClientReply, ClientRequest, HEADER_SIZE, Header};
 use shoal_replication::Request;
 
 use crate::config::Config;
@@ -269,7 +269,7 @@ impl Session {
             Ok(header) => header,
             Err(error) => {
                 let code = match error {
-                    shoal_engine::wire::HeaderError::UnsupportedVersion(_) => {
+                    shoal_proto::wire::HeaderError::UnsupportedVersion(_) => {
                         ErrorCode::UnsupportedVersion
                     }
                     _ => ErrorCode::InvalidFrame,
@@ -812,7 +812,7 @@ fn check_consumer_name(consumer: &ConsumerId) -> Result<(), (ErrorCode, String)>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shoal_engine::wire::Command;
+    use shoal_proto::wire::Command;
 
     #[test]
     fn connection_frames_decode_as_replies() {

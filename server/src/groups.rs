@@ -10,8 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use shoal_engine::protocol::ErrorCode;
-use shoal_engine::protocol::consumer::{Assignment, GroupRef};
+use shoal_proto::protocol::ErrorCode;
+use shoal_proto::protocol::consumer::{Assignment, GroupRef};
 
 use crate::metadata::{
     Catalog, ConsumerGroup, GROUP_MEMBERS_MAX, GroupMemberAssignment, MetaCommand,
@@ -307,7 +307,7 @@ pub fn assignment_of(catalog: &Catalog, group: &GroupRef, member: &str) -> Assig
 mod tests {
     use super::*;
     use crate::metadata::{MetaCommand, TopicSettings};
-    use shoal_engine::superblock::Durability;
+    use shoal_proto::Durability;
 
     fn catalog(partitions: u32) -> Catalog {
         let mut catalog = Catalog::new(1, 100);

@@ -16,15 +16,15 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use shoal_engine::protocol::consumer::Membership;
-use shoal_engine::protocol::{
-    CreateTopic, ErrorCode, PartitionInfo, ProtocolError, Reader, StreamInfo, TopicInfo, Writer,
-    validate_name,
-};
 use shoal_engine::superblock::{
     Durability, GroupConfig, SEGMENT_SIZE_BYTES_MAX, SEGMENT_SIZE_BYTES_MIN,
 };
-use shoal_engine::wire::HEADER_SIZE;
+use shoal_proto::protocol::consumer::Membership;
+use shoal_proto::protocol::{
+    CreateTopic, ErrorCode, PartitionInfo, ProtocolError, Reader, StreamInfo, TopicInfo, Writer,
+    validate_name,
+};
+use shoal_proto::wire::HEADER_SIZE;
 use shoal_replication::{ClientCheck, ClientLimits, ClientTable};
 
 use crate::config::TopicDefaults;
@@ -768,7 +768,7 @@ impl MetaState {
         let reply = match self.catalog.apply(op, append_time_ms, command) {
             Ok(Applied::Session(id)) => {
                 self.clients.register(id, op);
-                MetaReply::ok(shoal_engine::protocol::encode_session(id))
+                MetaReply::ok(shoal_proto::protocol::encode_session(id))
             }
             Ok(Applied::Done) => MetaReply::ok(Vec::new()),
             Err((code, text)) => MetaReply::error(code, &text),
@@ -1123,7 +1123,7 @@ mod tests {
         let log = sample_log();
         let mut state = MetaState::new(2, 16, 8);
         let replies = apply_all(&mut state, &log, 0);
-        assert_eq!(replies[0], MetaReply::ok(shoal_engine::protocol::encode_session(1)));
+        assert_eq!(replies[0], MetaReply::ok(shoal_proto::protocol::encode_session(1)));
         assert_eq!(replies[2], MetaReply::ok(Vec::new()));
         assert_eq!(replies[3], replies[2], "the retry in the log gets the original reply");
         assert_eq!(state.catalog.next_group, 3, "the topic's 2 partitions were placed once");

@@ -18,9 +18,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shoal_engine::protocol::{ErrorCode, Operation};
 use shoal_engine::shard::ShardCounters;
 use shoal_engine::storage::Storage;
+use shoal_proto::protocol::{ErrorCode, Operation};
 use shoal_replication::{Clock, Node, NodeCounters, TICK_MS, Transport};
 
 use crate::config::{self, Config};

@@ -11,8 +11,8 @@
 
 use std::collections::BTreeMap;
 
-use shoal_engine::protocol::consumer::{ConsumerId, OffsetCommitRecord};
-use shoal_engine::protocol::{Reader, Writer};
+use shoal_proto::protocol::consumer::{ConsumerId, OffsetCommitRecord};
+use shoal_proto::protocol::{Reader, Writer};
 
 /// Why a commit cannot be applied.
 #[derive(Debug, PartialEq, Eq)]
@@ -112,7 +112,7 @@ impl PartitionOffsets {
         type Table = BTreeMap<ConsumerId, u64>;
         fn decode<'a>(
             r: &mut Reader<'a>,
-        ) -> shoal_engine::protocol::Result<(Table, Option<&'a [u8]>)> {
+        ) -> shoal_proto::protocol::Result<(Table, Option<&'a [u8]>)> {
             let count = r.count("consumers", 1 + 2 + 8)?;
             let mut table = BTreeMap::new();
             for _ in 0..count {
@@ -122,7 +122,7 @@ impl PartitionOffsets {
             let mut producers = None;
             if r.remaining() > 0 {
                 if r.u8("section")? != SECTION_PRODUCERS {
-                    return Err(shoal_engine::protocol::ProtocolError::Invalid {
+                    return Err(shoal_proto::protocol::ProtocolError::Invalid {
                         field: "section",
                         reason: "unknown section tag".into(),
                     });

@@ -9,8 +9,8 @@
 mod common;
 
 use common::{Raw, start, terminate};
-use shoal_engine::protocol::Operation;
-use shoal_engine::superblock::Durability;
+use shoal_proto::Durability;
+use shoal_proto::protocol::Operation;
 
 const REQUESTS: u64 = 400;
 

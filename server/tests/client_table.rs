@@ -15,12 +15,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{Answer, Raw, ShoalProcess, restart, start, start_command};
-use shoal_engine::protocol::{
+use shoal_engine::shard::{group_dir, shard_dir};
+use shoal_proto::Durability;
+use shoal_proto::protocol::{
     CreateTopic, ErrorCode, Operation, decode_session, decode_streams, encode_stream_name,
 };
-use shoal_engine::shard::{group_dir, shard_dir};
-use shoal_engine::superblock::Durability;
-use shoal_engine::wire::{ClientRequest, Header};
+use shoal_proto::wire::{ClientRequest, Header};
 
 /// One request frame with exactly these header fields.
 fn frame(client: u64, session: u64, request: u64, operation: Operation, body: &[u8]) -> Vec<u8> {
@@ -85,7 +85,7 @@ fn a_retried_create_topic_gets_its_original_answer_even_after_kill_9() {
     assert_eq!(expired.error(), ErrorCode::SessionExpired);
     // The topic exists once, with its partitions placed once.
     let topics = raw.call(Operation::ListTopics, &encode_stream_name("s")).ok().to_vec();
-    assert_eq!(shoal_engine::protocol::decode_topics(&topics).unwrap().len(), 1);
+    assert_eq!(shoal_proto::protocol::decode_topics(&topics).unwrap().len(), 1);
 
     // A retry of the newest request survives kill -9: the table comes back with the log.
     let newest = frame(11, session, 103, Operation::CreateStream, &encode_stream_name("s2"));
@@ -125,7 +125,7 @@ fn a_retry_sent_while_the_original_is_in_flight_gets_the_same_answer() {
         }
     }
     let topics = raw.call(Operation::ListTopics, &encode_stream_name("s")).ok().to_vec();
-    assert_eq!(shoal_engine::protocol::decode_topics(&topics).unwrap().len(), 3);
+    assert_eq!(shoal_proto::protocol::decode_topics(&topics).unwrap().len(), 3);
 }
 
 /// `shard="0"`'s value of `name` on the metrics page.

@@ -8,12 +8,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Raw, decode_fetch, start, start_command};
-use shoal_engine::protocol::consumer::{
+use shoal_proto::Durability;
+use shoal_proto::protocol::consumer::{
     Assignment, ConsumerId, GroupMember, GroupRef, JoinGroup, Membership, OffsetKey, PartitionRef,
     Poll, StoreOffset, decode_stored_offset,
 };
-use shoal_engine::protocol::{ErrorCode, Fetch, FetchFrom, Operation};
-use shoal_engine::superblock::Durability;
+use shoal_proto::protocol::{ErrorCode, Fetch, FetchFrom, Operation};
 
 /// Longer than any test should need, shorter than the harness's 30 s read timeout: a parked
 /// fetch that is not woken comes back empty after this, and the test fails on it.

@@ -9,8 +9,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::{Raw, restart, start, terminate};
-use shoal_engine::protocol::{FetchFrom, Operation, ProduceReply};
-use shoal_engine::superblock::Durability;
+use shoal_proto::Durability;
+use shoal_proto::protocol::{FetchFrom, Operation, ProduceReply};
 
 /// Produces until the connection breaks, `window` requests in flight; reports each
 /// acknowledgement as it arrives.

@@ -27,8 +27,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{DEADLINE, Raw, ShoalProcess, terminate};
-use shoal_engine::protocol::{CreateTopic, ErrorCode, FetchFrom, Operation, ProduceReply};
-use shoal_engine::superblock::Durability;
+use shoal_proto::Durability;
+use shoal_proto::protocol::{CreateTopic, ErrorCode, FetchFrom, Operation, ProduceReply};
 
 /// Size of the file system the data directory lives on.
 const FS_BYTES: u64 = 48 << 20;

@@ -9,11 +9,9 @@
 mod common;
 
 use common::{Raw, restart, start, terminate};
-use shoal_engine::batch::BatchBuilder;
-use shoal_engine::protocol::{
-    ErrorCode, FetchFrom, Operation, Partitioning, Produce, ProduceReply,
-};
-use shoal_engine::superblock::Durability;
+use shoal_proto::Durability;
+use shoal_proto::batch::BatchBuilder;
+use shoal_proto::protocol::{ErrorCode, FetchFrom, Operation, Partitioning, Produce, ProduceReply};
 
 const PRODUCER: i64 = 4_242;
 

@@ -18,8 +18,8 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::{OutputWithin, Raw, ShoalProcess, start, start_command, terminate};
-use shoal_engine::protocol::{CreateTopic, ErrorCode, FetchFrom, Operation};
-use shoal_engine::superblock::Durability;
+use shoal_proto::Durability;
+use shoal_proto::protocol::{CreateTopic, ErrorCode, FetchFrom, Operation};
 
 /// How long any single HTTP exchange may take.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(30);

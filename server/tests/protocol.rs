@@ -7,10 +7,10 @@ mod common;
 use std::io::Write;
 
 use common::{Raw, restart, start, terminate};
-use shoal_engine::protocol::{
+use shoal_proto::Durability;
+use shoal_proto::protocol::{
     self, ErrorCode, FetchFrom, Hello, Operation, decode_describe, decode_streams, decode_topics,
 };
-use shoal_engine::superblock::Durability;
 
 #[test]
 fn metadata_produce_and_fetch_round_trip_and_survive_restart() {

@@ -16,10 +16,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{OutputWithin, Raw, ShoalProcess, restart, start_command, terminate};
-use shoal_engine::protocol::{
+use shoal_proto::Durability;
+use shoal_proto::protocol::{
     FetchFrom, Hello, HelloReply, Operation, PROTOCOL_VERSION, decode_describe, encode_topic_name,
 };
-use shoal_engine::superblock::Durability;
 
 /// `shoal` with `shards` shards (small profile, ephemeral ports, unpinned) and `file` as config.
 fn start_with(dir: &Path, shards: u32, file: &str, extra: &[&str]) -> ShoalProcess {

@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
-use shoal_engine::batch::BatchBuilder;
 use shoal_engine::record::{ChainNext, build_prepare};
 use shoal_engine::shard::{Shard, ShardConfig, group_dir, shard_dir};
 use shoal_engine::state::GroupState;
 use shoal_engine::storage::std_fs::{StdStorage, block_on};
 use shoal_engine::superblock::{Durability, GroupConfig};
-use shoal_engine::wire::Prepare;
+use shoal_proto::batch::BatchBuilder;
+use shoal_proto::wire::Prepare;
 
 const REPLICATED: u64 = 7;
 const PERSISTED: u64 = 8;

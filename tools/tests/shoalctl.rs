@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use shoal_engine::protocol::partition_for_key;
+use shoal_proto::protocol::partition_for_key;
 use shoal_testkit::ShoalProcess;
 
 /// How long any child process may take.

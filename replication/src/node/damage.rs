@@ -9,7 +9,7 @@
 
 use shoal_engine::Error as EngineError;
 use shoal_engine::storage::Storage;
-use shoal_engine::wire::Header;
+use shoal_proto::wire::Header;
 
 use super::config::{Clock, Transport};
 use super::restart::min_faulty;

@@ -10,8 +10,8 @@ use shoal_engine::partition::GroupRecovery;
 use shoal_engine::shard::{RecoveryReport, Shard, ShardConfig};
 use shoal_engine::storage::Storage;
 use shoal_engine::superblock::{Durability, GroupConfig};
-use shoal_engine::wire::{HEADER_SIZE, Header};
 use shoal_engine::{Error as EngineError, Result as EngineResult};
+use shoal_proto::wire::{HEADER_SIZE, Header};
 
 use super::config::{Clock, NodeConfig, Transport};
 use super::restart::min_faulty;

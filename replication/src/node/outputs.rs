@@ -9,7 +9,7 @@
 //! retransmits).
 
 use shoal_engine::storage::Storage;
-use shoal_engine::wire::CommitEntry;
+use shoal_proto::wire::CommitEntry;
 
 use super::config::{Clock, Transport};
 use super::state::Node;

@@ -10,9 +10,9 @@ use shoal_engine::partition::PartitionLog;
 use shoal_engine::shard::group_dir;
 use shoal_engine::state;
 use shoal_engine::storage::Storage;
-use shoal_engine::superblock::Durability;
-use shoal_engine::wire::Header;
 use shoal_engine::{Error as EngineError, Result as EngineResult};
+use shoal_proto::Durability;
+use shoal_proto::wire::Header;
 
 use super::config::{Clock, Transport};
 use super::state::{Group, Node};

@@ -12,8 +12,8 @@ use std::future::poll_fn;
 use std::task::Poll;
 
 use shoal_engine::storage::Storage;
-use shoal_engine::wire::Header;
 use shoal_engine::{Error as EngineError, Result as EngineResult};
+use shoal_proto::wire::Header;
 
 use super::config::{Clock, Transport};
 use super::flush::FLUSHES_PER_ROUND_MAX;

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use shoal_engine::shard::Shard;
 use shoal_engine::storage::Storage;
-use shoal_engine::wire::CommitEntry;
+use shoal_proto::wire::CommitEntry;
 
 use super::config::{Clock, NodeConfig, Transport};
 use super::damage::DamageCut;

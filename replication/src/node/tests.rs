@@ -9,7 +9,7 @@ use bytes::Bytes;
 use shoal_engine::shard::ShardConfig;
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::GroupConfig;
-use shoal_engine::wire::CommitEntry;
+use shoal_proto::wire::CommitEntry;
 
 use super::{Clock, Node, NodeConfig, RequestRefused, Transport};
 use crate::codec::{self, CodecLimits, DecodeError};
@@ -207,7 +207,7 @@ fn single_node_with_segments(sim: &Sim, segment_size_bytes: u64) -> Node<SimStor
     let open = Node::open(sim.storage(), Path::new("/d"), shard, config, Sent::default(), Zero, 3);
     let (mut node, _) = sim.block_on(open).unwrap();
     let group = GroupConfig {
-        durability: shoal_engine::superblock::Durability::Replicated,
+        durability: shoal_proto::Durability::Replicated,
         segment_size_bytes,
         record_size_bytes_max: 64 << 10,
         ..GroupConfig::default()
@@ -222,7 +222,7 @@ fn request(number: u64, body_bytes: usize) -> Request {
         session: 1,
         request: number,
         body: bytes::BytesMut::from(&vec![7u8; body_bytes][..]),
-        body_checksum: shoal_engine::checksum::crc32c(&vec![7u8; body_bytes]),
+        body_checksum: shoal_proto::checksum::crc32c(&vec![7u8; body_bytes]),
         record_count: 1,
         first_timestamp_ms: 0,
         max_timestamp_ms: 0,
@@ -331,7 +331,7 @@ fn a_write_applied_during_a_flush_is_acknowledged_only_after_its_own_cycle() {
 /// A second `replicated` group on a single node.
 fn add_group(sim: &Sim, node: &mut Node<SimStorage, Sent, Zero>, group: u64) {
     let config = GroupConfig {
-        durability: shoal_engine::superblock::Durability::Replicated,
+        durability: shoal_proto::Durability::Replicated,
         segment_size_bytes: 64 << 20,
         record_size_bytes_max: 64 << 10,
         ..GroupConfig::default()

@@ -7,7 +7,7 @@
 //! checked against the logs in `checks`.
 
 use bytes::Bytes;
-use shoal_engine::batch::BatchBuilder;
+use shoal_proto::batch::BatchBuilder;
 
 use super::checks::Violation;
 use super::cluster::{Cluster, Packet};

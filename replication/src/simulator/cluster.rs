@@ -18,7 +18,7 @@ use shoal_engine::shard::{ShardConfig, group_dir, shard_dir};
 use shoal_engine::state;
 use shoal_engine::storage::sim::{Sim, SimConfig, SimRng, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
-use shoal_engine::wire::HEADER_SIZE;
+use shoal_proto::wire::HEADER_SIZE;
 
 use super::admin::{AdminMachine, Executions};
 use super::checks::Violation;

@@ -258,7 +258,7 @@ impl Cluster {
                         session: client,
                         request,
                         body: BytesMut::from(&body[..]),
-                        body_checksum: shoal_engine::checksum::crc32c(&body),
+                        body_checksum: shoal_proto::checksum::crc32c(&body),
                         record_count: 1,
                         first_timestamp_ms: 0,
                         max_timestamp_ms: 0,

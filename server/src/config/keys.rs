@@ -11,7 +11,7 @@ use shoal_engine::ring::RingLimits;
 use shoal_engine::shard::ShardConfig;
 use shoal_engine::storage::BLOCK_SIZE_BYTES;
 use shoal_engine::superblock::{SEGMENT_SIZE_BYTES_MAX, SEGMENT_SIZE_BYTES_MIN};
-use shoal_engine::wire::HEADER_SIZE;
+use shoal_proto::wire::HEADER_SIZE;
 
 use super::model::{MetadataConfig, NetworkConfig, ShardTuning, TopicDefaults};
 

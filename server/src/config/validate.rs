@@ -7,7 +7,7 @@
 
 use shoal_engine::storage::BLOCK_SIZE_BYTES;
 use shoal_engine::superblock::GroupConfig;
-use shoal_engine::wire::HEADER_SIZE;
+use shoal_proto::wire::HEADER_SIZE;
 
 use super::error::ConfigError;
 use super::keys::{HEADER_SIZE_BYTES, Scope};

@@ -6,8 +6,8 @@
 //! An assignment is in force only once its metadata op committed; the coordinator never answers
 //! a join from a proposal.
 
-use shoal_engine::protocol::ErrorCode;
-use shoal_engine::wire::ClientRequest;
+use shoal_proto::protocol::ErrorCode;
+use shoal_proto::wire::ClientRequest;
 
 use super::metadata::MetaWaiter;
 use super::state::ShardState;

@@ -10,8 +10,8 @@ use std::future::pending;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use shoal_engine::protocol::ErrorCode;
-use shoal_engine::protocol::consumer;
+use shoal_proto::protocol::ErrorCode;
+use shoal_proto::protocol::consumer;
 use shoal_replication::TICK_MS;
 
 use super::fetch::{PollFor, ReadFor};

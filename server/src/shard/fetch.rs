@@ -9,15 +9,15 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use shoal_engine::batch::BatchHeader;
 use shoal_engine::partition::{DiskReadDone, ReadPlan};
-use shoal_engine::protocol::consumer::{ConsumerId, OffsetCommitRecord};
-use shoal_engine::protocol::{ErrorCode, FetchFrom, FetchReply};
 use shoal_engine::ring::StoredPrepare;
-use shoal_engine::wire::ClientRequest;
+use shoal_proto::batch::BatchHeader;
+use shoal_proto::protocol::consumer::{ConsumerId, OffsetCommitRecord};
+use shoal_proto::protocol::{ErrorCode, FetchFrom, FetchReply};
+use shoal_proto::wire::ClientRequest;
 
 use super::state::ShardState;
-use super::work::{FetchArgs, Outcome, SendOutcome, ReplySender, Work};
+use super::work::{FetchArgs, Outcome, ReplySender, SendOutcome, Work};
 use super::writes::WriteKind;
 
 /// Where a read's result goes: a fetch's slot, or a poll's (which may commit first).

@@ -11,15 +11,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use shoal_engine::batch::BatchBuilder;
-use shoal_engine::checksum;
-use shoal_engine::protocol::ErrorCode;
-use shoal_engine::protocol::consumer::GroupRef;
 use shoal_engine::ring::StoredPrepare;
 use shoal_engine::shard::{group_dir, shard_dir};
 use shoal_engine::state;
 use shoal_engine::superblock::{Durability, GroupConfig};
-use shoal_engine::wire::ClientRequest;
+use shoal_proto::batch::BatchBuilder;
+use shoal_proto::checksum;
+use shoal_proto::protocol::ErrorCode;
+use shoal_proto::protocol::consumer::GroupRef;
+use shoal_proto::wire::ClientRequest;
 use shoal_replication::{Committed, Reply, ReplyResult, Request};
 
 use super::state::ShardState;
@@ -434,7 +434,7 @@ impl ShardState {
 fn apply_metadata(state: &mut MetaState, prepare: &StoredPrepare) -> MetaReply {
     let fields = *shoal_engine::record::prepare_of(&prepare.header);
     let body = prepare.body();
-    let command = shoal_engine::batch::records(&body)
+    let command = shoal_proto::batch::records(&body)
         .ok()
         .and_then(|mut records| records.next())
         .and_then(|record| record.ok())

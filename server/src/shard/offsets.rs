@@ -7,12 +7,12 @@
 //! except under the `canary-offsets-unlogged` canary, which the offsets restart test must catch.
 
 use bytes::BytesMut;
-use shoal_engine::checksum;
-use shoal_engine::protocol::ErrorCode;
-use shoal_engine::protocol::consumer::OffsetCommitRecord;
 use shoal_engine::shard::{group_dir, shard_dir};
 use shoal_engine::state;
-use shoal_engine::wire::ClientRequest;
+use shoal_proto::checksum;
+use shoal_proto::protocol::ErrorCode;
+use shoal_proto::protocol::consumer::OffsetCommitRecord;
+use shoal_proto::wire::ClientRequest;
 use shoal_replication::Request;
 
 use super::state::ShardState;

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use shoal_engine::protocol::consumer::ConsumerId;
 use shoal_engine::storage::uring::UringStorage;
+use shoal_proto::protocol::consumer::ConsumerId;
 use shoal_replication::Request;
 use slab::Slab;
 

@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use shoal_engine::protocol::consumer::{ConsumerId, GroupMember, JoinGroup, OffsetCommitRecord};
-use shoal_engine::protocol::{ErrorCode, FetchFrom, ProduceReply};
-use shoal_engine::wire::ClientRequest;
+use shoal_proto::protocol::consumer::{ConsumerId, GroupMember, JoinGroup, OffsetCommitRecord};
+use shoal_proto::protocol::{ErrorCode, FetchFrom, ProduceReply};
+use shoal_proto::wire::ClientRequest;
 use shoal_replication::{ReplyResult, Request, RequestRefused};
 
 use crate::metadata::{Catalog, MetaCommand};

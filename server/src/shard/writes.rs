@@ -6,8 +6,8 @@
 //! except under the `canary-ack-on-receipt` canary, which exists to prove the crash test
 //! catches exactly that.
 
-use shoal_engine::protocol::consumer::OffsetCommitRecord;
-use shoal_engine::protocol::{ErrorCode, ProduceReply};
+use shoal_proto::protocol::consumer::OffsetCommitRecord;
+use shoal_proto::protocol::{ErrorCode, ProduceReply};
 use shoal_replication::{ReplyResult, Request, Status};
 
 use super::state::ShardState;

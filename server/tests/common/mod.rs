@@ -12,13 +12,13 @@ use std::path::Path;
 use std::process::{Command, ExitStatus, Output, Stdio};
 use std::time::Duration;
 
-use shoal_engine::batch::BatchBuilder;
-use shoal_engine::protocol::{
+use shoal_proto::Durability;
+use shoal_proto::batch::BatchBuilder;
+use shoal_proto::protocol::{
     CreateTopic, ErrorCode, Fetch, FetchFrom, FetchReply, Hello, Operation, PROTOCOL_VERSION,
     Partitioning, Produce, ProduceReply,
 };
-use shoal_engine::superblock::Durability;
-use shoal_engine::wire::{ClientReply, ClientRequest, HEADER_SIZE, Header};
+use shoal_proto::wire::{ClientReply, ClientRequest, HEADER_SIZE, Header};
 
 pub use shoal_testkit::ShoalProcess;
 
@@ -169,7 +169,7 @@ impl Raw {
     }
 
     pub fn create_stream(&mut self, name: &str) -> Answer {
-        self.call(Operation::CreateStream, &shoal_engine::protocol::encode_stream_name(name))
+        self.call(Operation::CreateStream, &shoal_proto::protocol::encode_stream_name(name))
     }
 
     pub fn create_topic(
@@ -253,7 +253,7 @@ pub fn decode_fetch(body: &[u8]) -> (FetchReply, Vec<(u64, Vec<u8>)>) {
     let mut records = Vec::new();
     let mut rest = &body[at..];
     for _ in 0..reply.batch_count {
-        let header = shoal_engine::batch::BatchHeader::parse(rest).expect("a batch");
+        let header = shoal_proto::batch::BatchHeader::parse(rest).expect("a batch");
         let size = header.total_size();
         let base = header.base_offset() as u64;
         if header.is_control() {
@@ -261,7 +261,7 @@ pub fn decode_fetch(body: &[u8]) -> (FetchReply, Vec<(u64, Vec<u8>)>) {
             rest = &rest[size..];
             continue;
         }
-        for record in shoal_engine::batch::records(&rest[..size]).expect("records") {
+        for record in shoal_proto::batch::records(&rest[..size]).expect("records") {
             let record = record.expect("a record");
             let value = record.value.unwrap_or_default().to_vec();
             records.push((base + record.offset_delta as u64, value));
