@@ -7,72 +7,71 @@
 //! partitions; the readiness line) and graceful shutdown. What a shard does is in `shard`,
 //! `connection`, `metadata` and `metrics`.
 //!
-//! stdout carries the readiness line only; everything else goes to stderr: configuration errors
-//! as one plain line (the log is not set up before the configuration is known), the rest as
-//! `tracing` events (`logging`).
+//! stdout carries the readiness line only (or what `--help`, `--print-config` and `completions`
+//! print instead of serving); everything else goes to stderr: usage errors as clap writes them
+//! and configuration errors as one plain line (the log is not set up before the configuration is
+//! known), the rest as `tracing` events (`logging`).
 
 use shoal_server::{alloc, config, lock, logging, metadata, shard, signals};
 
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
+use std::thread::JoinHandle;
 
-use config::{ConfigError, Host, Layers};
+use config::{Args, Config, ConfigError, Host, Layers, Resolved};
+use serde::Serialize;
 
 #[global_allocator]
 static ALLOCATOR: alloc::Counting = alloc::Counting;
 
-const USAGE: &str = "\
-usage: shoal [--config FILE] [--data-dir DIR] [--listen ADDR] [--shards N] [--cpus LIST]
-             [--profile P] [--metrics-listen ADDR] [--log-level LEVEL] [--print-config]
+/// A start-up phase's result. `Err` carries the exit code once the failure is logged and every
+/// shard already started has stopped.
+type Start<T> = Result<T, ExitCode>;
 
-  --config FILE    TOML config file (configs/single-node.toml lists every key and its default)
-  --data-dir DIR   data directory (default ./shoal-data), created if missing, locked while served
-  --listen ADDR    native protocol address (default 127.0.0.1:7070; port 0 picks a free port)
-  --shards N       shards, one thread each, 1 to 256 (default: one per available CPU); a data
-                   directory keeps the shard count it was created with
-  --cpus LIST      CPU of each shard thread, comma-separated (one per shard), or none (no
-                   pinning); default: shard i on the i-th available CPU when there are enough
-  --profile P      storage sizes: default (production) or small (tests: small journal and rings)
-  --metrics-listen ADDR
-                   Prometheus endpoint, GET /metrics on shard 0 (default 127.0.0.1:9464; port 0
-                   picks a free port; off: none)
-  --log-level LEVEL
-                   stderr log filter: off, error, warn, info (default), debug or trace, or
-                   directives such as warn,shoal_server::shard=debug (also SHOAL_LOG)
-  --print-config   print the effective configuration as TOML and exit (starts nothing, touches
-                   no data directory)
-  --help           print this and exit
-
-Settings resolve in this order, later winning: built-in defaults, the config file, SHOAL_*
-environment variables (SHOAL_<KEY> or SHOAL_<SECTION>_<KEY>, e.g. SHOAL_SHARDS,
-SHOAL_NETWORK_CONNECTIONS_MAX), flags; docs/configuration.md lists every key. An invalid setting
-prints \"shoal: config: KEY: REASON\" and exits 2.
-
-Prints one JSON line once recovery is done and the listeners are bound:
-  {\"ready\":true,\"native\":\"ADDR\",\"metrics\":\"ADDR\",\"shards\":[\"ADDR\",...]}
-(no metrics field when the endpoint is off; shards, each shard's own listener, only with
-[network] shard_listen). SIGINT or SIGTERM shuts down gracefully (flush, checkpoint,
-clean-shutdown flag, exit 0); a second signal exits at once.
-";
-
-/// Resolves the configuration from the command line, the config file and the environment, with
-/// the warnings to log. `Ok(None)`: nothing to start (`--help`, `--print-config`, both already
-/// answered).
-fn configure() -> Result<Option<config::Resolved>, ConfigError> {
-    let words = std::env::args_os()
-        .skip(1)
-        .map(|word| {
-            word.into_string()
-                .map_err(|word| ConfigError::new(word.to_string_lossy(), "not valid UTF-8"))
-        })
-        .collect::<Result<Vec<String>, _>>()?;
-    let args = config::parse_args(words)?;
-    if args.help {
-        print!("{USAGE}");
-        return Ok(None);
+fn main() -> ExitCode {
+    alloc::keep_freed_memory();
+    let args = match config::parse_args(std::env::args_os().skip(1)) {
+        Ok(args) => args,
+        Err(error) => {
+            // As `clap::Error::exit` does: help on stdout, a usage error on stderr; a failed
+            // write has nowhere left to be reported.
+            let _ = error.print();
+            return ExitCode::from(u8::try_from(error.exit_code()).unwrap_or(2));
+        }
+    };
+    if let Some(shell) = args.completions {
+        return match std::io::stdout().write_all(&config::completion_script(shell)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("shoal: cannot write the completion script: {error}");
+                ExitCode::FAILURE
+            }
+        };
     }
+    let resolved = match resolve(&args) {
+        Ok(resolved) => resolved,
+        Err(error) => {
+            eprintln!("shoal: config: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.print_config {
+        for warning in &resolved.warnings {
+            eprintln!("shoal: {warning}");
+        }
+        print!("{}", resolved.config.to_toml());
+        return ExitCode::SUCCESS;
+    }
+    serve(resolved).unwrap_or_else(|code| code)
+}
+
+/// Resolves the configuration: the config file, then the `SHOAL_*` environment, then the
+/// command line's setting flags, on this machine's defaults.
+fn resolve(args: &Args) -> Result<Resolved, ConfigError> {
     let mut layers = Layers::default();
     if let Some(path) = &args.config_file {
         let text = std::fs::read_to_string(path).map_err(|error| {
@@ -93,15 +92,7 @@ fn configure() -> Result<Option<config::Resolved>, ConfigError> {
             .map(|core| core.id)
             .collect(),
     };
-    let resolved = layers.resolve(&host)?;
-    if args.print_config {
-        for warning in &resolved.warnings {
-            eprintln!("shoal: {warning}");
-        }
-        print!("{}", resolved.config.to_toml());
-        return Ok(None);
-    }
-    Ok(Some(resolved))
+    layers.resolve(&host)
 }
 
 /// The `SHOAL_*` environment variables (the config layer rejects the unknown ones).
@@ -120,85 +111,95 @@ fn shoal_environment() -> Result<Vec<(String, String)>, ConfigError> {
         .collect()
 }
 
-fn main() -> ExitCode {
-    alloc::keep_freed_memory();
-    let (mut config, warnings) = match configure() {
-        Ok(Some(resolved)) => (resolved.config, resolved.warnings),
-        Ok(None) => return ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("shoal: config: {error}");
-            return ExitCode::from(2);
-        }
-    };
+/// Serves the node: the log, signal handling, the data directory, the listeners, the shards and
+/// their recovery, the readiness line; then waits for a signal and the shards' graceful stop.
+fn serve(Resolved { mut config, warnings }: Resolved) -> Start<ExitCode> {
     if let Err(error) = logging::init(&config.log.level) {
         eprintln!("shoal: {error}");
-        return ExitCode::FAILURE;
+        return Err(ExitCode::FAILURE);
     }
     for warning in &warnings {
         tracing::warn!("{warning}");
     }
     // Signals are blocked before any thread starts, so only the signal thread receives them.
-    let signals = match signals::block() {
-        Ok(signals) => signals,
-        Err(error) => {
-            tracing::error!(%error, "cannot set up signal handling");
-            return ExitCode::FAILURE;
-        }
-    };
+    let signals = signals::block().map_err(|error| {
+        tracing::error!(%error, "cannot set up signal handling");
+        ExitCode::FAILURE
+    })?;
+    let _lock = open_data_dir(&mut config)?;
+    let (metrics_listener, metrics_address) = bind_metrics(&config)?;
+    let (own_listeners, shard_addresses) = bind_shard_listeners(&config)?;
+    let shard_addresses = Arc::new(shard_addresses);
+    let shards = start_shards(config, metrics_listener, own_listeners, &shard_addresses)?;
+    let shards = await_recovery(shards)?;
+    announce_ready(shards.listen, metrics_address, &shard_addresses);
+    signals::wait_then_stop(signals, &shards.stop);
+    Ok(join_all(shards.threads, ExitCode::SUCCESS))
+}
+
+/// Creates the data directory if missing, makes `config.data_dir` absolute (so every message
+/// names it unambiguously), locks it and checks its shard count.
+fn open_data_dir(config: &mut Config) -> Start<lock::DataDirLock> {
     if let Err(error) = std::fs::create_dir_all(&config.data_dir) {
         let dir = config.data_dir.display();
         tracing::error!(%error, "cannot create data directory {dir}");
-        return ExitCode::FAILURE;
+        return Err(ExitCode::FAILURE);
     }
-    // Absolute from here on, so every message names the directory unambiguously.
     match std::fs::canonicalize(&config.data_dir) {
         Ok(data_dir) => config.data_dir = data_dir,
         Err(error) => {
             tracing::error!(%error, "data directory {}", config.data_dir.display());
-            return ExitCode::FAILURE;
+            return Err(ExitCode::FAILURE);
         }
     }
-    let _lock = match lock::DataDirLock::acquire(&config.data_dir) {
-        Ok(lock) => lock,
-        Err(error) => {
-            tracing::error!("{error}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let lock = lock::DataDirLock::acquire(&config.data_dir).map_err(|error| {
+        tracing::error!("{error}");
+        ExitCode::FAILURE
+    })?;
     if let Err(error) = check_shard_count(&config.data_dir, config.shards) {
         tracing::error!("{error}");
-        return ExitCode::FAILURE;
+        return Err(ExitCode::FAILURE);
     }
-    // Bound here, not on shard 0, so a taken port stops the start before any shard runs, and
-    // without SO_REUSEPORT (monoio's default), so a second server cannot share the port.
-    let mut metrics_listener = match config.metrics.listen.map(std::net::TcpListener::bind) {
+    Ok(lock)
+}
+
+/// The metrics listener and its address (`None`: the endpoint is off). Bound here, not on shard
+/// 0, so a taken port stops the start before any shard runs, and without SO_REUSEPORT (monoio's
+/// default), so a second server cannot share the port.
+fn bind_metrics(config: &Config) -> Start<(Option<TcpListener>, Option<SocketAddr>)> {
+    let metrics_listener = match config.metrics.listen.map(TcpListener::bind) {
         None => None,
         Some(Ok(listener)) => Some(listener),
         Some(Err(error)) => {
             let address = config.metrics.listen_text();
             tracing::error!(%error, "cannot listen for metrics on {address}");
-            return ExitCode::FAILURE;
+            return Err(ExitCode::FAILURE);
         }
     };
-    let metrics_address = match metrics_listener.as_ref().map(std::net::TcpListener::local_addr) {
+    let metrics_address = match metrics_listener.as_ref().map(TcpListener::local_addr) {
         None => None,
         Some(Ok(address)) => Some(address),
         Some(Err(error)) => {
             tracing::error!(%error, "the metrics listener has no address");
-            return ExitCode::FAILURE;
+            return Err(ExitCode::FAILURE);
         }
     };
-    // Each shard's own listener, bound here for the same reasons as the metrics listener (a
-    // taken port stops the start; no SO_REUSEPORT), and before any shard starts, so that every
-    // shard's first Hello can name every shard's address.
+    Ok((metrics_listener, metrics_address))
+}
+
+/// Each shard's own listener (`[network] shard_listen`; none when it is off) and its address,
+/// index = shard. Bound here for the same reasons as the metrics listener (a taken port stops
+/// the start; no SO_REUSEPORT), and before any shard starts, so that every shard's first Hello
+/// can name every shard's address.
+fn bind_shard_listeners(config: &Config) -> Start<(Vec<TcpListener>, Vec<String>)> {
     let mut own_listeners = Vec::new();
     for index in 0..config.shards {
         let Some(address) = config.network.shard_listen_address(index) else { break };
-        match std::net::TcpListener::bind(address) {
+        match TcpListener::bind(address) {
             Ok(listener) => own_listeners.push(listener),
             Err(error) => {
                 tracing::error!(%error, "cannot listen for shard {index} on {address}");
-                return ExitCode::FAILURE;
+                return Err(ExitCode::FAILURE);
             }
         }
     }
@@ -208,32 +209,60 @@ fn main() -> ExitCode {
             Ok(address) => shard_addresses.push(address.to_string()),
             Err(error) => {
                 tracing::error!(%error, "shard {index}'s listener has no address");
-                return ExitCode::FAILURE;
+                return Err(ExitCode::FAILURE);
             }
         }
     }
-    let shard_addresses = Arc::new(shard_addresses);
-    let mut own_listeners = own_listeners.into_iter();
+    Ok((own_listeners, shard_addresses))
+}
+
+/// The shard threads of a start under way.
+struct Shards {
+    threads: Vec<JoinHandle<Result<(), String>>>,
+    /// Set to stop every shard.
+    stop: Arc<AtomicBool>,
+    /// Each shard's recovery report (or why recovery failed), one per shard.
+    ready: mpsc::Receiver<Result<String, String>>,
+    /// The native address every shard listens on (a configured port 0 made real by shard 0).
+    listen: SocketAddr,
+}
+
+impl Shards {
+    /// A failed start: says why, stops the shards already started and waits for them.
+    fn abort(self, error: String) -> ExitCode {
+        tracing::error!("{error}");
+        self.stop.store(true, Ordering::SeqCst);
+        join_all(self.threads, ExitCode::FAILURE)
+    }
+}
+
+/// Starts one thread per shard, each once the one before has bound its native listener: shard 0
+/// binds first so that port 0 becomes a real port the other shards share.
+fn start_shards(
+    config: Config,
+    mut metrics_listener: Option<TcpListener>,
+    own_listeners: Vec<TcpListener>,
+    shard_addresses: &Arc<Vec<String>>,
+) -> Start<Shards> {
     let config = Arc::new(config);
+    let (ready_tx, ready) = mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let mut threads = Vec::new();
+    let mut shards = Shards { threads: Vec::new(), stop, ready, listen: config.native_listen };
     let (mesh, mut inboxes) = shard::mesh(config.shards, config.network.shard_inbox_max);
     let published =
         Arc::new(metadata::Published::new(Arc::new(metadata::Catalog::new(config.shards, 0))));
-    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    // Shard 0 binds first so that port 0 becomes a real port the other shards share.
-    let mut listen = config.native_listen;
+    let connections = Arc::new(AtomicUsize::new(0));
+    let mut own_listeners = own_listeners.into_iter();
     for index in 0..config.shards {
         let (bound_tx, bound_rx) = mpsc::channel();
         let spec = shard::ShardSpec {
             index,
             config: Arc::clone(&config),
-            listen,
-            stop: Arc::clone(&stop),
+            listen: shards.listen,
+            stop: Arc::clone(&shards.stop),
             bound: bound_tx,
             own_listener: own_listeners.next(),
-            shard_addresses: Arc::clone(&shard_addresses),
+            shard_addresses: Arc::clone(shard_addresses),
             ready: ready_tx.clone(),
             inbox: inboxes.remove(0),
             mesh: Arc::clone(&mesh),
@@ -241,58 +270,52 @@ fn main() -> ExitCode {
             connections: Arc::clone(&connections),
             metrics_listener: if index == 0 { metrics_listener.take() } else { None },
         };
-        threads.push(std::thread::spawn(move || shard::run(spec)));
+        shards.threads.push(std::thread::spawn(move || shard::run(spec)));
         match bound_rx.recv() {
-            Ok(Ok(address)) => listen = address,
-            Ok(Err(error)) => {
-                return abort_start(format!("shard {index}: {error}"), &stop, threads);
-            }
-            Err(_) => {
-                let error = format!("shard {index} stopped while starting");
-                return abort_start(error, &stop, threads);
-            }
+            Ok(Ok(address)) => shards.listen = address,
+            Ok(Err(error)) => return Err(shards.abort(format!("shard {index}: {error}"))),
+            Err(_) => return Err(shards.abort(format!("shard {index} stopped while starting"))),
         }
     }
-    drop(ready_tx);
-    for _ in 0..config.shards {
-        match ready_rx.recv() {
+    Ok(shards)
+}
+
+/// Waits for every shard's recovery and logs its report.
+fn await_recovery(shards: Shards) -> Start<Shards> {
+    for _ in 0..shards.threads.len() {
+        match shards.ready.recv() {
             Ok(Ok(report)) => tracing::info!("{report}"),
-            Ok(Err(error)) => return abort_start(error, &stop, threads),
-            Err(_) => {
-                return abort_start("a shard stopped during recovery".into(), &stop, threads);
-            }
+            Ok(Err(error)) => return Err(shards.abort(error)),
+            Err(_) => return Err(shards.abort("a shard stopped during recovery".into())),
         }
     }
-    // Addresses print without quotes or backslashes, so the line needs no JSON escaping.
-    let mut line = format!("{{\"ready\":true,\"native\":\"{listen}\"");
-    if let Some(metrics) = metrics_address {
-        line.push_str(&format!(",\"metrics\":\"{metrics}\""));
-    }
-    if !shard_addresses.is_empty() {
-        let quoted: Vec<String> = shard_addresses.iter().map(|a| format!("\"{a}\"")).collect();
-        line.push_str(&format!(",\"shards\":[{}]", quoted.join(",")));
-    }
-    println!("{line}}}");
+    Ok(shards)
+}
+
+/// The readiness line, stdout's only line: scripts and the README rely on its keys and their
+/// order.
+#[derive(Serialize)]
+struct Ready<'a> {
+    ready: bool,
+    native: SocketAddr,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metrics: Option<SocketAddr>,
+    /// Each shard's own listener, only with `[network] shard_listen`.
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    shards: &'a [String],
+}
+
+/// Prints the readiness line and logs the same.
+fn announce_ready(listen: SocketAddr, metrics_address: Option<SocketAddr>, shards: &[String]) {
+    let ready = Ready { ready: true, native: listen, metrics: metrics_address, shards };
+    let line = serde_json::to_string(&ready).expect("addresses and strings serialize");
+    println!("{line}");
     let metrics = metrics_address.map_or_else(|| "off".to_string(), |address| address.to_string());
-    let shards =
-        if shard_addresses.is_empty() { "off".to_string() } else { shard_addresses.join(",") };
+    let shards = if shards.is_empty() { "off".to_string() } else { shards.join(",") };
     tracing::info!(native = %listen, %metrics, shards, "ready");
-    signals::wait_then_stop(signals, &stop);
-    join_all(threads, ExitCode::SUCCESS)
 }
 
-/// A failed start: says why, stops the shards already started and waits for them.
-fn abort_start(
-    error: String,
-    stop: &AtomicBool,
-    threads: Vec<std::thread::JoinHandle<Result<(), String>>>,
-) -> ExitCode {
-    tracing::error!("{error}");
-    stop.store(true, Ordering::SeqCst);
-    join_all(threads, ExitCode::FAILURE)
-}
-
-fn join_all(threads: Vec<std::thread::JoinHandle<Result<(), String>>>, code: ExitCode) -> ExitCode {
+fn join_all(threads: Vec<JoinHandle<Result<(), String>>>, code: ExitCode) -> ExitCode {
     let mut code = code;
     for thread in threads {
         match thread.join() {

@@ -1,7 +1,8 @@
 //! The real `shoal` binary's configuration, driven as an operator would: a config file, `SHOAL_*`
 //! variables and flags resolve in that order (checked through `--print-config`, which must start
-//! nothing and create no data directory); an invalid setting exits 2 naming its key, before any
-//! data directory exists; `configs/i4i.4xlarge.toml` loads; and `configs/test.toml` starts a
+//! nothing and create no data directory); an invalid setting exits 2 naming its key, and a
+//! command-line mistake exits 2 naming the flag, before any data directory exists; `completions`
+//! prints a script; `configs/i4i.4xlarge.toml` loads; and `configs/test.toml` starts a
 //! server.
 //!
 //! Every child runs with an emptied environment (so a `SHOAL_*` variable of the machine running
@@ -124,7 +125,6 @@ fn an_invalid_setting_exits_2_naming_its_key_and_creates_no_data_directory() {
             key: "SHOAL_NETWORK_CONECTIONS_MAX",
         },
         Case { args: &["--shards", "0"], env: &[], key: "--shards" },
-        Case { args: &["--frobnicate"], env: &[], key: "--frobnicate" },
         Case { args: &["--config", "/nonexistent/shoal.toml"], env: &[], key: "--config" },
     ];
     for Case { args, env, key } in cases {
@@ -142,6 +142,37 @@ fn an_invalid_setting_exits_2_naming_its_key_and_creates_no_data_directory() {
         );
         assert!(stdout(&output).is_empty(), "{args:?}: no readiness line");
         assert!(!data_dir.exists(), "{args:?} {env:?} created the data directory");
+    }
+}
+
+#[test]
+fn a_command_line_mistake_exits_2_naming_the_flag_and_creates_no_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    for (args, named) in [
+        (&["--frobnicate"][..], "'--frobnicate'"),
+        (&["--shards"][..], "'--shards <N>'"),
+        (&["serve"][..], "'serve'"),
+    ] {
+        let output = shoal(&[]).arg("--data-dir").arg(&data_dir).args(args).output_within();
+        let stderr = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: ") && stderr.contains(named), "{args:?}: {stderr}");
+        assert!(stderr.contains("try '--help'"), "{args:?}: {stderr}");
+        assert!(stdout(&output).is_empty(), "{args:?}: no readiness line");
+        assert!(!data_dir.exists(), "{args:?} created the data directory");
+    }
+}
+
+#[test]
+fn completions_print_a_script_for_the_shell() {
+    for (shell, marker) in
+        [("bash", "_shoal()"), ("zsh", "#compdef shoal"), ("fish", "complete -c shoal")]
+    {
+        let output = shoal(&[]).args(["completions", shell]).output_within();
+        assert!(output.status.success(), "{shell}: {output:?}");
+        let script = stdout(&output);
+        assert!(script.contains(marker) && script.contains("print-config"), "{shell}: {script}");
     }
 }
 

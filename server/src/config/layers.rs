@@ -177,10 +177,10 @@ impl Layers {
 
     /// Applies one setting flag (`--shards`, ...) from [`Args::settings`](crate::config::Args::settings).
     pub fn flag(&mut self, flag: &str, value: &str) -> Result<(), ConfigError> {
-        let Some(&(flag, scope, key)) = FLAGS.iter().find(|(known, _, _)| *known == flag) else {
+        let Some(known) = FLAGS.iter().find(|known| known.name == flag) else {
             return Err(ConfigError::new(flag, "unknown flag (shoal --help lists them)"));
         };
-        self.set(scope, key, Raw::Text(value), flag.to_string())
+        self.set(known.scope, known.key, Raw::Text(value), known.name.to_string())
     }
 
     /// Fills in the defaults (`host` gives the machine-dependent ones), applies the settings on

@@ -17,10 +17,10 @@
 //! receives an already-resolved [`Config`] and never reads a file or the environment itself.
 //!
 //! By job: `model` is the resolved [`Config`] and its defaults; `keys` the key tables, their
-//! scopes and env names, and how each value is read; `args` the command line; `layers` the
-//! resolution (file, environment, flags, then defaults and placement); `validate` the rules that
-//! tie keys together; `print` the effective configuration as TOML, JSON and gauges; `error` the
-//! [`ConfigError`] every step returns.
+//! scopes and env names, and how each value is read; `args` the command line (parsed by clap) and
+//! its completion scripts; `layers` the resolution (file, environment, flags, then defaults and
+//! placement); `validate` the rules that tie keys together; `print` the effective configuration
+//! as TOML, JSON and gauges; `error` the [`ConfigError`] every step returns.
 
 mod args;
 mod error;
@@ -33,7 +33,7 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
-pub use args::{Args, parse_args};
+pub use args::{Args, completion_script, parse_args};
 pub use error::ConfigError;
 pub use keys::{LOG_LEVELS, log_filter};
 pub use layers::{Host, Layers, Resolved};

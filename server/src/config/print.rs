@@ -2,159 +2,41 @@
 //! back to the same configuration, the JSON the admin command returns, and each shard's
 //! settings by key name for the metrics endpoint's gauges.
 //!
-//! Output only: nothing here reads or checks a setting.
+//! The file and the JSON are `#[derive(Serialize)]` views of a [`Config`] that `toml` and
+//! `serde_json` write; a section's keys come from its key table, in the table's order, so no key
+//! name is repeated here. Output only: nothing here reads or checks a setting.
 
-use shoal_engine::superblock::Durability;
+use std::borrow::Cow;
+
+use serde::{Serialize, Serializer};
 
 use super::keys::{
     IntKey, METADATA_KEYS, NETWORK_KEYS, STORAGE_KEYS, TOPIC_KEYS, TUNING_KEYS, is_bool_key,
 };
 use super::model::{Config, ShardSettings};
 
+/// The first line of `--print-config`: a TOML comment, which serde cannot write.
+const FILE_HEADER: &str = "# The effective shoal configuration (shoal --print-config).\n";
+
 impl Config {
     /// The effective configuration as JSON (the admin command returns it): every key resolved,
     /// one object per shard (no `[shard]`/`[shard.N]` inheritance left to work out).
     pub fn to_json(&self) -> serde_json::Value {
-        let mut network = serde_json::Map::new();
-        for key in &NETWORK_KEYS {
-            network.insert(key.name.into(), (key.get)(&self.network).into());
-        }
-        network.insert("shard_listen".into(), self.network.shard_listen_text().into());
-        let mut topic_defaults = serde_json::Map::new();
-        for key in &TOPIC_KEYS {
-            topic_defaults.insert(key.name.into(), (key.get)(&self.topic_defaults).into());
-            if key.name == "partitions" {
-                topic_defaults.insert(
-                    "durability".into(),
-                    durability_name(self.topic_defaults.durability).into(),
-                );
-            }
-        }
-        let mut metadata = serde_json::Map::new();
-        for key in &METADATA_KEYS {
-            metadata.insert(key.name.into(), (key.get)(&self.metadata).into());
-        }
-        let shard: Vec<serde_json::Value> = self
-            .shard
-            .iter()
-            .enumerate()
-            .map(|(index, settings)| {
-                let mut object = serde_json::Map::new();
-                object.insert("index".into(), index.into());
-                object.insert("cpu".into(), settings.cpu.into());
-                object.insert("sqpoll_cpu".into(), settings.tuning.sqpoll_cpu.into());
-                let json = |name: &str, value: u64| -> serde_json::Value {
-                    if is_bool_key(name) { (value != 0).into() } else { value.into() }
-                };
-                for key in &STORAGE_KEYS {
-                    object.insert(key.name.into(), json(key.name, (key.get)(&settings.storage)));
-                }
-                for key in &TUNING_KEYS {
-                    object.insert(key.name.into(), json(key.name, (key.get)(&settings.tuning)));
-                }
-                object.into()
-            })
-            .collect();
-        serde_json::json!({
-            "data_dir": self.data_dir.to_string_lossy(),
-            "native_listen": self.native_listen.to_string(),
-            "shards": self.shards,
-            "profile": self.profile.as_str(),
-            "network": network,
-            "metrics": { "listen": self.metrics.listen_text() },
-            "log": { "level": self.log.level },
-            "metadata": metadata,
-            "topic_defaults": topic_defaults,
-            "shard": shard,
-        })
+        let shard = self.shard.iter().enumerate();
+        let json = ConfigJson {
+            node: Node::of(self),
+            shard: shard.map(|(index, settings)| ShardJson::of(index, settings)).collect(),
+        };
+        serde_json::to_value(json).expect("every key of the view is a string")
     }
 
     /// The effective configuration as a config file (`shoal --print-config`): loaded back as-is
     /// it resolves to this configuration again. `[shard]` holds shard 0's storage settings and
     /// each `[shard.N]` only what differs from them.
     pub fn to_toml(&self) -> String {
-        let mut out = String::new();
-        let mut line = |text: String| {
-            out.push_str(&text);
-            out.push('\n');
-        };
-        line("# The effective shoal configuration (shoal --print-config).".into());
-        line(format!("data_dir = {}", quoted(&self.data_dir.to_string_lossy())));
-        line(format!("native_listen = {}", quoted(&self.native_listen.to_string())));
-        line(format!("shards = {}", self.shards));
-        line(format!("profile = {}", quoted(self.profile.as_str())));
-        // A list when every shard is pinned; otherwise "none" plus a `cpu` per pinned shard, so
-        // that loading the output back never falls into the default placement.
-        let all_pinned: Option<Vec<String>> =
-            self.shard.iter().map(|s| s.cpu.map(|cpu| cpu.to_string())).collect();
-        let cpus = all_pinned.as_ref().map_or_else(|| "none".to_string(), |list| list.join(","));
-        line(format!("cpus = {}", quoted(&cpus)));
-        line(String::new());
-        line("[network]".into());
-        for key in &NETWORK_KEYS {
-            line(format!("{} = {}", key.name, (key.get)(&self.network)));
-        }
-        line(format!("shard_listen = {}", quoted(&self.network.shard_listen_text())));
-        line(String::new());
-        line("[metrics]".into());
-        line(format!("listen = {}", quoted(&self.metrics.listen_text())));
-        line(String::new());
-        line("[log]".into());
-        line(format!("level = {}", quoted(&self.log.level)));
-        line(String::new());
-        line("[metadata]".into());
-        for key in &METADATA_KEYS {
-            line(format!("{} = {}", key.name, (key.get)(&self.metadata)));
-        }
-        line(String::new());
-        line("[topic_defaults]".into());
-        for key in &TOPIC_KEYS {
-            line(format!("{} = {}", key.name, (key.get)(&self.topic_defaults)));
-            if key.name == "partitions" {
-                line(format!(
-                    "durability = {}",
-                    quoted(durability_name(self.topic_defaults.durability))
-                ));
-            }
-        }
-        let Some(first) = self.shard.first() else {
-            return out;
-        };
-        line(String::new());
-        line("[shard]".into());
-        for key in &STORAGE_KEYS {
-            line(format!("{} = {}", key.name, key_text(key, &first.storage)));
-        }
-        for key in &TUNING_KEYS {
-            line(format!("{} = {}", key.name, key_text(key, &first.tuning)));
-        }
-        for (index, settings) in self.shard.iter().enumerate() {
-            let mut lines = Vec::new();
-            if all_pinned.is_none()
-                && let Some(cpu) = settings.cpu
-            {
-                lines.push(format!("cpu = {cpu}"));
-            }
-            if let Some(cpu) = settings.tuning.sqpoll_cpu {
-                lines.push(format!("sqpoll_cpu = {cpu}"));
-            }
-            for key in &STORAGE_KEYS {
-                if (key.get)(&settings.storage) != (key.get)(&first.storage) {
-                    lines.push(format!("{} = {}", key.name, key_text(key, &settings.storage)));
-                }
-            }
-            for key in &TUNING_KEYS {
-                if (key.get)(&settings.tuning) != (key.get)(&first.tuning) {
-                    lines.push(format!("{} = {}", key.name, key_text(key, &settings.tuning)));
-                }
-            }
-            if !lines.is_empty() {
-                line(String::new());
-                line(format!("[shard.{index}]"));
-                lines.into_iter().for_each(&mut line);
-            }
-        }
-        out
+        let file = toml::to_string(&ConfigFile::of(self))
+            .expect("every value fits a TOML integer (keys are bounded by TOML_INT_MAX)");
+        format!("{FILE_HEADER}{file}")
     }
 }
 
@@ -166,20 +48,172 @@ pub fn shard_settings(settings: &ShardSettings) -> impl Iterator<Item = (&'stati
     storage.chain(TUNING_KEYS.iter().map(move |key| (key.name, (key.get)(&settings.tuning))))
 }
 
-/// A TOML string, quoted and escaped.
-fn quoted(text: &str) -> String {
-    toml::Value::String(text.to_string()).to_string()
+/// What the file and the JSON share: the top-level keys and the node-wide sections.
+#[derive(Serialize)]
+struct Node<'a> {
+    data_dir: Cow<'a, str>,
+    native_listen: String,
+    shards: u32,
+    profile: &'static str,
+    network: Keys,
+    metrics: Metrics,
+    log: Log<'a>,
+    metadata: Keys,
+    topic_defaults: Keys,
 }
 
-fn durability_name(durability: Durability) -> &'static str {
-    match durability {
-        Durability::Replicated => "replicated",
-        Durability::Persisted => "persisted",
+#[derive(Serialize)]
+struct Metrics {
+    listen: String,
+}
+
+#[derive(Serialize)]
+struct Log<'a> {
+    level: &'a str,
+}
+
+/// `--print-config`'s file. TOML writes a table's values before its sub-tables, so `cpus`
+/// follows `profile` and `[shard]` comes last.
+#[derive(Serialize)]
+struct ConfigFile<'a> {
+    #[serde(flatten)]
+    node: Node<'a>,
+    /// A list when every shard is pinned; otherwise "none" plus a `cpu` per pinned shard in its
+    /// `[shard.N]`, so that loading the output back never falls into the default placement.
+    cpus: String,
+    /// Shard 0's settings, then a `[shard.N]` table for each shard with what differs (`None`
+    /// only for a configuration without shards, which validation never lets through).
+    shard: Option<Keys>,
+}
+
+/// The admin command's JSON.
+#[derive(Serialize)]
+struct ConfigJson<'a> {
+    #[serde(flatten)]
+    node: Node<'a>,
+    shard: Vec<ShardJson>,
+}
+
+/// One shard in the JSON: its index and CPUs, then every key resolved.
+#[derive(Serialize)]
+struct ShardJson {
+    index: usize,
+    cpu: Option<usize>,
+    sqpoll_cpu: Option<usize>,
+    #[serde(flatten)]
+    keys: Keys,
+}
+
+/// A section's keys in their key table's order, written as a TOML table or a JSON object
+/// (`toml::Table` and `serde_json::Map` would sort them).
+struct Keys(Vec<(Cow<'static, str>, Value)>);
+
+impl Serialize for Keys {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(name, value)| (name, value)))
     }
 }
 
-/// A shard key's value as written in a config file.
-fn key_text<T>(key: &IntKey<T>, settings: &T) -> String {
+/// A key's value as the file and the JSON write it.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Value {
+    Int(u64),
+    Bool(bool),
+    Text(String),
+    /// A `[shard.N]` table inside `[shard]`.
+    Table(Keys),
+}
+
+impl<'a> Node<'a> {
+    fn of(config: &'a Config) -> Node<'a> {
+        let mut network = keys(&NETWORK_KEYS, &config.network);
+        network.0.push(("shard_listen".into(), Value::Text(config.network.shard_listen_text())));
+        let mut topic_defaults = Keys(Vec::new());
+        for key in &TOPIC_KEYS {
+            topic_defaults.0.push((key.name.into(), value(key, &config.topic_defaults)));
+            if key.name == "partitions" {
+                let durability = config.topic_defaults.durability.as_str().to_string();
+                topic_defaults.0.push(("durability".into(), Value::Text(durability)));
+            }
+        }
+        Node {
+            data_dir: config.data_dir.to_string_lossy(),
+            native_listen: config.native_listen.to_string(),
+            shards: config.shards,
+            profile: config.profile.as_str(),
+            network,
+            metrics: Metrics { listen: config.metrics.listen_text() },
+            log: Log { level: &config.log.level },
+            metadata: keys(&METADATA_KEYS, &config.metadata),
+            topic_defaults,
+        }
+    }
+}
+
+impl<'a> ConfigFile<'a> {
+    fn of(config: &'a Config) -> ConfigFile<'a> {
+        let all_pinned: Option<Vec<String>> =
+            config.shard.iter().map(|s| s.cpu.map(|cpu| cpu.to_string())).collect();
+        let cpus = all_pinned.as_ref().map_or_else(|| "none".to_string(), |list| list.join(","));
+        ConfigFile {
+            node: Node::of(config),
+            cpus,
+            shard: shard_tables(&config.shard, all_pinned.is_none()),
+        }
+    }
+}
+
+impl ShardJson {
+    fn of(index: usize, settings: &ShardSettings) -> ShardJson {
+        let mut all = keys(&STORAGE_KEYS, &settings.storage);
+        all.0.extend(keys(&TUNING_KEYS, &settings.tuning).0);
+        ShardJson { index, cpu: settings.cpu, sqpoll_cpu: settings.tuning.sqpoll_cpu, keys: all }
+    }
+}
+
+/// `[shard]` (shard 0's storage and tuning keys) with a `[shard.N]` table for each shard that
+/// differs from it; `cpu_per_shard`: `cpus` says "none", so each pinned shard names its CPU.
+fn shard_tables(shards: &[ShardSettings], cpu_per_shard: bool) -> Option<Keys> {
+    let first = shards.first()?;
+    let mut tables = keys(&STORAGE_KEYS, &first.storage);
+    tables.0.extend(keys(&TUNING_KEYS, &first.tuning).0);
+    for (index, settings) in shards.iter().enumerate() {
+        let mut differs = Vec::new();
+        if cpu_per_shard && let Some(cpu) = settings.cpu {
+            differs.push(("cpu".into(), Value::Int(cpu as u64)));
+        }
+        if let Some(cpu) = settings.tuning.sqpoll_cpu {
+            differs.push(("sqpoll_cpu".into(), Value::Int(cpu as u64)));
+        }
+        differs.extend(changed(&STORAGE_KEYS, &settings.storage, &first.storage));
+        differs.extend(changed(&TUNING_KEYS, &settings.tuning, &first.tuning));
+        if !differs.is_empty() {
+            tables.0.push((index.to_string().into(), Value::Table(Keys(differs))));
+        }
+    }
+    Some(tables)
+}
+
+/// Every key of `table`, valued from `settings`.
+fn keys<T>(table: &[IntKey<T>], settings: &T) -> Keys {
+    Keys(table.iter().map(|key| (key.name.into(), value(key, settings))).collect())
+}
+
+/// The keys of `table` whose value in `settings` differs from `base`.
+fn changed<'a, T>(
+    table: &'a [IntKey<T>],
+    settings: &'a T,
+    base: &'a T,
+) -> impl Iterator<Item = (Cow<'static, str>, Value)> + 'a {
+    table
+        .iter()
+        .filter(move |key| (key.get)(settings) != (key.get)(base))
+        .map(move |key| (key.name.into(), value(key, settings)))
+}
+
+/// A key's value as written in a config file (a boolean key as `true` or `false`).
+fn value<T>(key: &IntKey<T>, settings: &T) -> Value {
     let value = (key.get)(settings);
-    if is_bool_key(key.name) { (value != 0).to_string() } else { value.to_string() }
+    if is_bool_key(key.name) { Value::Bool(value != 0) } else { Value::Int(value) }
 }

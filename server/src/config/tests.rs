@@ -4,9 +4,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use clap::error::ErrorKind;
+use clap_complete::Shell;
 use shoal_engine::shard::ShardConfig;
 use shoal_engine::superblock::{SEGMENT_SIZE_BYTES_MAX, SEGMENT_SIZE_BYTES_MIN};
 
+use super::args::FLAGS;
 use super::keys::{
     METADATA_KEYS, NETWORK_KEYS, SERVER_KEYS, STORAGE_KEYS, Scope, TOPIC_KEYS, TUNING_KEYS,
     is_bool_key,
@@ -20,7 +23,7 @@ fn host() -> Host {
 
 /// Resolves a file's text, then `env`, then the command line `flags`, on [`host`].
 fn resolve_with(file: &str, env: &[(&str, &str)], flags: &[&str]) -> Result<Resolved, ConfigError> {
-    let args = parse_args(flags.iter().map(|flag| flag.to_string()))?;
+    let args = parse_args(flags).unwrap_or_else(|error| panic!("{flags:?}: {error}"));
     let mut layers = Layers::default();
     layers.file(Path::new("test.toml"), file)?;
     layers.env(env.iter().map(|(name, value)| (name.to_string(), value.to_string())))?;
@@ -192,9 +195,49 @@ fn unknown_keys_are_refused_by_name() {
     for var in ["SHOAL_NETWORK_CONECTIONS_MAX", "SHOAL_shards", "SHOAL_SHARD_0_CPU"] {
         check_error("", &[(var, "5")], &[], var, "unknown SHOAL_ variable");
     }
-    check_error("", &[], &["--shard", "5"], "--shard", "unknown flag");
     check_error("[shard]\ncpu = 1\n", &[], &[], "shard.cpu", "per shard");
-    check_error("", &[], &["shards"], "shards", "unexpected argument");
+}
+
+#[test]
+fn command_line_mistakes_are_usage_errors_naming_the_flag() {
+    // (command line, clap's kind of error, what its message names)
+    let mistakes: &[(&[&str], ErrorKind, &str)] = &[
+        (&["--shard", "5"], ErrorKind::UnknownArgument, "'--shard'"),
+        (&["shards"], ErrorKind::InvalidSubcommand, "'shards'"),
+        (&["--data-dir"], ErrorKind::InvalidValue, "'--data-dir <DIR>'"),
+        (&["--print-config=yes"], ErrorKind::TooManyValues, "'--print-config'"),
+        (&["completions", "tcsh"], ErrorKind::InvalidValue, "'tcsh'"),
+    ];
+    for &(flags, kind, named) in mistakes {
+        let error = parse_args(flags).expect_err(&format!("{flags:?} parsed"));
+        assert_eq!((error.kind(), error.exit_code()), (kind, 2), "{flags:?}: {error}");
+        assert!(error.to_string().contains(named), "{flags:?}: {error}");
+    }
+    let help = parse_args(["--help"]).expect_err("--help is answered by clap");
+    assert_eq!((help.kind(), help.exit_code()), (ErrorKind::DisplayHelp, 0));
+    let help = help.to_string();
+    for flag in FLAGS.iter().map(|flag| flag.name).chain(["--config", "--print-config"]) {
+        assert!(help.contains(flag), "--help lacks {flag}: {help}");
+    }
+}
+
+#[test]
+fn setting_flags_keep_every_value_in_command_line_order() {
+    let args = parse_args(["--shards", "5", "--data-dir=-d", "--print-config", "--shards=6"])
+        .unwrap_or_else(|error| panic!("{error}"));
+    let expected = [("--shards", "5"), ("--data-dir", "-d"), ("--shards", "6")];
+    let settings: Vec<(&str, &str)> =
+        args.settings.iter().map(|(flag, value)| (*flag, value.as_str())).collect();
+    assert_eq!(settings, expected);
+    assert!(args.print_config && args.config_file.is_none() && args.completions.is_none());
+    // An earlier value is still checked, though the later one would win.
+    check_error("", &[], &["--shards", "0", "--shards", "5"], "--shards", "outside 1..=256");
+    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+        let args = parse_args(["completions", &shell.to_string()]).expect("a shell");
+        assert_eq!(args.completions, Some(shell));
+        let script = String::from_utf8(completion_script(shell)).expect("a script is text");
+        assert!(script.contains("metrics-listen"), "{shell}: {script}");
+    }
 }
 
 #[test]
@@ -312,8 +355,6 @@ fn every_validation_error_names_its_key() {
         (&["--listen", "1.2.3.4"], "--listen", "not an IP address and port"),
         (&["--shards", "2", "--cpus", "0"], "--cpus", "--cpus names 1 CPUs for 2 shards"),
         (&["--profile", "tiny"], "--profile", "use \"default\" or \"small\""),
-        (&["--data-dir"], "--data-dir", "needs a value"),
-        (&["--print-config=yes"], "--print-config", "takes no value"),
     ];
     for &(flags, key, reason) in on_the_command_line {
         check_error("", &[], flags, key, reason);
