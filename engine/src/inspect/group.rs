@@ -31,6 +31,16 @@ enum Chain {
     Ended(ChainNext),
 }
 
+/// A state transfer pending in a group's slot: the slot names the new log's first segment,
+/// staged or already renamed into place, and the roll-forward at open removes everything else.
+struct PendingTransfer {
+    pending: bool,
+    /// The staged name of the new log's first segment.
+    staged_name: String,
+    /// That segment is still staged (not yet renamed into place).
+    staged_present: bool,
+}
+
 impl<S: Storage> Checker<'_, S> {
     /// Walks one group's segments in offset order, following the chain across them. Returns
     /// the report and what the record after the chain's end must be (None when no chain was
@@ -68,11 +78,10 @@ impl<S: Storage> Checker<'_, S> {
                 return (report, None);
             }
         };
-        // A slot whose transfer is pending names the new log's first segment, staged or
-        // already renamed into place; the roll-forward at open removes everything else.
         let pending = slot.is_some_and(|s| s.transfer_pending);
         let staged_name = crate::transfer::staged_log_name(checkpoint.segment_base_offset);
         let staged_present = pending && names.contains(&staged_name);
+        let transfer = PendingTransfer { pending, staged_name, staged_present };
         if pending {
             self.note(
                 dir.to_path_buf(),
@@ -84,10 +93,63 @@ impl<S: Storage> Checker<'_, S> {
                 ),
             );
         }
+        let mut bases = self
+            .group_entries(dir, &names, &transfer, checkpoint.segment_base_offset, &mut report)
+            .await;
+        bases.sort_unstable();
+        self.stray_indexes(dir, &names, &bases, pending);
+        let checkpoint_file = dir.join(crate::segment::log_name(checkpoint.segment_base_offset));
+        let mut walk = GroupWalk::new(cluster, group, slot);
+        let mut files: Vec<(u64, PathBuf, bool)> = bases
+            .iter()
+            .map(|&base| {
+                let has_index = !pending && names.iter().any(|name| *name == index_name(base));
+                (base, dir.join(crate::segment::log_name(base)), has_index)
+            })
+            .collect();
+        if transfer.staged_present {
+            files.push((checkpoint.segment_base_offset, dir.join(&transfer.staged_name), false));
+        }
+        if checkpoint.op > 0
+            && !files.iter().any(|(base, ..)| *base == checkpoint.segment_base_offset)
+        {
+            self.problem(&checkpoint_file, at_checkpoint, "the checkpoint's segment is missing");
+            walk.damaged = true;
+        }
+        self.walk_segments(&mut walk, files, &mut report).await;
+        if checkpoint.op > 0 && !walk.checkpoint_seen && !walk.damaged {
+            let (file, at) = walk.end_at.clone().unwrap_or((checkpoint_file, at_checkpoint));
+            self.problem(
+                &file,
+                at,
+                format!(
+                    "the chain ends at op {} before the checkpoint op {}",
+                    report.last_op.unwrap_or(0),
+                    checkpoint.op
+                ),
+            );
+        }
+        let end = match walk.chain {
+            Chain::Expect(next) | Chain::Ended(next) if !walk.damaged => Some(next),
+            _ => None,
+        };
+        (report, end)
+    }
+
+    /// Sorts a group directory's entries: returns the base offsets of the segments to walk, and
+    /// checks or notes everything else (transferred and group state, leftovers, the spare).
+    async fn group_entries(
+        &mut self,
+        dir: &Path,
+        names: &[String],
+        transfer: &PendingTransfer,
+        checkpoint_base: u64,
+        report: &mut GroupReport,
+    ) -> Vec<u64> {
         let mut bases = Vec::new();
-        for name in &names {
+        for name in names {
             if let Some(base) = parse_log_name(name) {
-                if pending && (staged_present || base != checkpoint.segment_base_offset) {
+                if transfer.pending && (transfer.staged_present || base != checkpoint_base) {
                     self.note(
                         dir.join(name),
                         None,
@@ -97,10 +159,10 @@ impl<S: Storage> Checker<'_, S> {
                 } else {
                     bases.push(base);
                 }
-            } else if pending && *name == staged_name {
+            } else if transfer.pending && *name == transfer.staged_name {
                 // Walked below in place of the segment it becomes.
             } else if name == crate::state::TRANSFER_STATE_FILE
-                || (pending && name == crate::state::TRANSFER_STATE_STAGED)
+                || (transfer.pending && name == crate::state::TRANSFER_STATE_STAGED)
             {
                 match crate::state::load_file(self.storage, &dir.join(name)).await {
                     Ok(state) => {
@@ -145,8 +207,13 @@ impl<S: Storage> Checker<'_, S> {
                 self.note(dir.join(name), None, "unknown file in the group directory");
             }
         }
-        bases.sort_unstable();
-        for name in &names {
+        bases
+    }
+
+    /// Notes index files whose segment is not walked: of a log a pending transfer replaces, or
+    /// without a segment at all.
+    fn stray_indexes(&mut self, dir: &Path, names: &[String], bases: &[u64], pending: bool) {
+        for name in names {
             if pending && parse_index_name(name).is_some() {
                 self.note(
                     dir.join(name),
@@ -160,44 +227,17 @@ impl<S: Storage> Checker<'_, S> {
                 self.note(dir.join(name), None, "index file without its segment");
             }
         }
-        let checkpoint_file = dir.join(crate::segment::log_name(checkpoint.segment_base_offset));
-        let mut walk = GroupWalk {
-            cluster,
-            group,
-            checkpoint,
-            fence: slot.map(|s| s.fence).unwrap_or_default(),
-            record_max: slot
-                .map_or(RECORD_SIZE_FALLBACK_BYTES, |s| s.config.record_size_bytes_max as usize),
-            // A log that never checkpointed has lost nothing to retention, so it starts at op 1;
-            // otherwise the first remaining segment says where the chain starts.
-            chain: match cluster {
-                Some(cluster) if slot.is_some() && checkpoint.op == 0 => {
-                    Chain::Expect(ChainNext { cluster, group, op: 1, parent: 0, offset: 0 })
-                }
-                _ => Chain::Anchor,
-            },
-            checkpoint_seen: false,
-            damaged: false,
-            end_at: None,
-        };
-        let mut files: Vec<(u64, PathBuf, bool)> = bases
-            .iter()
-            .map(|&base| {
-                let has_index = !pending && names.iter().any(|name| *name == index_name(base));
-                (base, dir.join(crate::segment::log_name(base)), has_index)
-            })
-            .collect();
-        if staged_present {
-            files.push((checkpoint.segment_base_offset, dir.join(&staged_name), false));
-        }
-        if checkpoint.op > 0
-            && !files.iter().any(|(base, ..)| *base == checkpoint.segment_base_offset)
-        {
-            self.problem(&checkpoint_file, at_checkpoint, "the checkpoint's segment is missing");
-            walk.damaged = true;
-        }
+    }
+
+    /// Walks the segment files in order and sums up what the chain holds.
+    async fn walk_segments(
+        &mut self,
+        walk: &mut GroupWalk,
+        files: Vec<(u64, PathBuf, bool)>,
+        report: &mut GroupReport,
+    ) {
         for (base, path, has_index) in files {
-            let segment = self.segment(&mut walk, &path, base, has_index).await;
+            let segment = self.segment(walk, &path, base, has_index).await;
             if !segment.leftover {
                 if report.first_op.is_none() {
                     report.first_op = segment.first_op;
@@ -212,23 +252,6 @@ impl<S: Storage> Checker<'_, S> {
             }
             report.segments.push(segment);
         }
-        if checkpoint.op > 0 && !walk.checkpoint_seen && !walk.damaged {
-            let (file, at) = walk.end_at.clone().unwrap_or((checkpoint_file, at_checkpoint));
-            self.problem(
-                &file,
-                at,
-                format!(
-                    "the chain ends at op {} before the checkpoint op {}",
-                    report.last_op.unwrap_or(0),
-                    checkpoint.op
-                ),
-            );
-        }
-        let end = match walk.chain {
-            Chain::Expect(next) | Chain::Ended(next) if !walk.damaged => Some(next),
-            _ => None,
-        };
-        (report, end)
     }
 
     async fn segment(
@@ -267,41 +290,8 @@ impl<S: Storage> Checker<'_, S> {
 
         // Does the chain go on in this segment? Recovery asks the same of every segment after
         // the first, and deletes the ones where it does not.
-        if let Chain::Expect(next) | Chain::Ended(next) = walk.chain {
-            let first = scanner.record_at(0, walk.record_max).await;
-            let fault = match &first {
-                Ok(bytes) => check_next(bytes, &next, &walk.fence, walk.record_max).err(),
-                Err(error) => Some(RecordFault::BadHeader(format!("read error: {error}"))),
-            };
-            if let Some(fault) = fault {
-                if matches!(walk.chain, Chain::Expect(_)) && walk.before_checkpoint(&next, base) {
-                    self.problem(
-                        path,
-                        At::expecting(0, Some(&next)),
-                        format!(
-                            "the chain breaks at the start of the segment (expected op {} at \
-                             offset {}): {fault}",
-                            next.op, next.offset
-                        ),
-                    );
-                    walk.break_chain();
-                } else {
-                    walk.chain = Chain::Ended(next);
-                    report.leftover = true;
-                    report.end = SegmentEnd::NotScanned;
-                    self.note(
-                        path.to_path_buf(),
-                        Some(0),
-                        format!(
-                            "segment past the chain's end (torn-window leftover; recovery \
-                             deletes it): {fault}"
-                        ),
-                    );
-                    return report;
-                }
-            } else {
-                walk.chain = Chain::Expect(next);
-            }
+        if !self.chain_goes_on(walk, &mut scanner, path, base, &mut report).await {
+            return report;
         }
 
         let index_path = path.with_file_name(index_name(base));
@@ -315,89 +305,8 @@ impl<S: Storage> Checker<'_, S> {
             _ => None,
         };
         let problems_before = self.problems.len();
-        let mut position = 0u64;
-        let mut last_append_ms = i64::MIN;
-        report.end = loop {
-            let bytes = match scanner.record_at(position, walk.record_max).await {
-                Ok(bytes) => bytes,
-                Err(error) => {
-                    let at = At::expecting(position, walk.expected());
-                    self.problem(path, at, format!("read error: {error}"));
-                    walk.break_chain();
-                    break SegmentEnd::Unreadable(error.to_string());
-                }
-            };
-            let checked = match (&walk.chain, walk.cluster) {
-                (Chain::Expect(next), _) => check_next(&bytes, next, &walk.fence, walk.record_max),
-                (_, Some(cluster)) => {
-                    check_standalone(&bytes, cluster, walk.group, walk.record_max)
-                }
-                // No superblock says whose cluster this is: believe the first record's.
-                (_, None) => {
-                    let cluster = Header::decode_prefix(&bytes).map_or(0, |header| header.cluster);
-                    check_standalone(&bytes, cluster, walk.group, walk.record_max)
-                }
-            };
-            let checked = checked.and_then(|header| {
-                let prepare = prepare_of(&header);
-                let here = walk.expected().copied().unwrap_or(ChainNext {
-                    cluster: header.cluster,
-                    group: walk.group,
-                    op: prepare.op,
-                    parent: prepare.parent,
-                    offset: prepare.base_offset,
-                });
-                chain_after(&here, &header).map(|next| (header, next)).ok_or_else(|| {
-                    RecordFault::BadHeader("op or offset at the end of the u64 range".into())
-                })
-            });
-            let (header, next) = match checked {
-                Ok(checked) => checked,
-                Err(fault) => {
-                    match self.end_of_data(walk, &mut scanner, path, base, position, fault).await {
-                        EndOfData::SkipTo(next_position) => {
-                            position = next_position;
-                            report.damaged_records += 1;
-                            report.valid_bytes = position;
-                            continue;
-                        }
-                        EndOfData::End(end) => break end,
-                    }
-                }
-            };
-            let prepare = prepare_of(&header);
-            if position == 0 && prepare.base_offset != base {
-                self.problem(
-                    path,
-                    At {
-                        position_bytes: 0,
-                        offset: Some(prepare.base_offset),
-                        op: Some(prepare.op),
-                    },
-                    format!(
-                        "the file name says base offset {base}, its first record starts at \
-                         offset {}",
-                        prepare.base_offset
-                    ),
-                );
-            }
-            self.checkpoint_record(walk, path, base, position, &header);
-            if let Some(check) = &mut index_check {
-                check.observe(&header, position);
-            }
-            if report.records == 0 {
-                report.first_op = Some(prepare.op);
-                report.first_offset = Some(prepare.base_offset);
-            }
-            report.records += 1;
-            report.last_op = Some(prepare.op);
-            report.next_offset = Some(next.offset);
-            last_append_ms = last_append_ms.max(prepare.append_time_ms);
-            position += u64::from(header.size);
-            report.valid_bytes = position;
-            walk.cluster.get_or_insert(header.cluster);
-            walk.chain = Chain::Expect(next);
-        };
+        let (position, last_append_ms) =
+            self.scan_segment(walk, &mut scanner, path, &mut index_check, &mut report).await;
         walk.end_at = Some((path.to_path_buf(), At::expecting(position, walk.expected())));
 
         let damaged = self.problems.len() > problems_before;
@@ -438,6 +347,130 @@ impl<S: Storage> Checker<'_, S> {
             }
         };
         report
+    }
+
+    /// Whether the chain goes on in this segment (false: a leftover past the chain's end, which
+    /// is reported as such and not scanned).
+    async fn chain_goes_on<F: StorageFile>(
+        &mut self,
+        walk: &mut GroupWalk,
+        scanner: &mut Scanner<'_, F>,
+        path: &Path,
+        base: u64,
+        report: &mut SegmentReport,
+    ) -> bool {
+        if let Chain::Expect(next) | Chain::Ended(next) = walk.chain {
+            let first = scanner.record_at(0, walk.record_max).await;
+            let fault = match &first {
+                Ok(bytes) => check_next(bytes, &next, &walk.fence, walk.record_max).err(),
+                Err(error) => Some(RecordFault::BadHeader(format!("read error: {error}"))),
+            };
+            if let Some(fault) = fault {
+                if matches!(walk.chain, Chain::Expect(_)) && walk.before_checkpoint(&next, base) {
+                    self.problem(
+                        path,
+                        At::expecting(0, Some(&next)),
+                        format!(
+                            "the chain breaks at the start of the segment (expected op {} at \
+                             offset {}): {fault}",
+                            next.op, next.offset
+                        ),
+                    );
+                    walk.break_chain();
+                } else {
+                    walk.chain = Chain::Ended(next);
+                    report.leftover = true;
+                    report.end = SegmentEnd::NotScanned;
+                    self.note(
+                        path.to_path_buf(),
+                        Some(0),
+                        format!(
+                            "segment past the chain's end (torn-window leftover; recovery \
+                             deletes it): {fault}"
+                        ),
+                    );
+                    return false;
+                }
+            } else {
+                walk.chain = Chain::Expect(next);
+            }
+        }
+        true
+    }
+
+    /// Scans a segment's records from its start, following the chain, until its data ends:
+    /// fills in the report's counts and how the data ended. Returns where the data ends and the
+    /// newest append time seen.
+    async fn scan_segment<F: StorageFile>(
+        &mut self,
+        walk: &mut GroupWalk,
+        scanner: &mut Scanner<'_, F>,
+        path: &Path,
+        index_check: &mut Option<IndexCheck>,
+        report: &mut SegmentReport,
+    ) -> (u64, i64) {
+        let base = report.base_offset;
+        let mut position = 0u64;
+        let mut last_append_ms = i64::MIN;
+        report.end = loop {
+            let bytes = match scanner.record_at(position, walk.record_max).await {
+                Ok(bytes) => bytes,
+                Err(error) => {
+                    let at = At::expecting(position, walk.expected());
+                    self.problem(path, at, format!("read error: {error}"));
+                    walk.break_chain();
+                    break SegmentEnd::Unreadable(error.to_string());
+                }
+            };
+            let checked = check_record(walk, &bytes);
+            let (header, next) = match checked {
+                Ok(checked) => checked,
+                Err(fault) => {
+                    match self.end_of_data(walk, scanner, path, base, position, fault).await {
+                        EndOfData::SkipTo(next_position) => {
+                            position = next_position;
+                            report.damaged_records += 1;
+                            report.valid_bytes = position;
+                            continue;
+                        }
+                        EndOfData::End(end) => break end,
+                    }
+                }
+            };
+            let prepare = prepare_of(&header);
+            if position == 0 && prepare.base_offset != base {
+                self.problem(
+                    path,
+                    At {
+                        position_bytes: 0,
+                        offset: Some(prepare.base_offset),
+                        op: Some(prepare.op),
+                    },
+                    format!(
+                        "the file name says base offset {base}, its first record starts at \
+                         offset {}",
+                        prepare.base_offset
+                    ),
+                );
+            }
+            self.checkpoint_record(walk, path, base, position, &header);
+            if let Some(check) = index_check {
+                check.observe(&header, position);
+            }
+            if report.records == 0 {
+                report.first_op = Some(prepare.op);
+                report.first_offset = Some(prepare.base_offset);
+            }
+            report.records += 1;
+            report.last_op = Some(prepare.op);
+            report.next_offset = Some(next.offset);
+            last_append_ms = last_append_ms.max(prepare.append_time_ms);
+            position += u64::from(header.size);
+            report.valid_bytes = position;
+            walk.cluster.get_or_insert(header.cluster);
+            walk.chain = Chain::Expect(next);
+        };
+        (position, last_append_ms)
     }
 
     /// Checks the record of the checkpoint op against what the superblock says of it.
@@ -616,6 +649,33 @@ pub(super) fn chain_after(here: &ChainNext, header: &Header) -> Option<ChainNext
     })
 }
 
+/// Checks the record in `bytes` where the walk stands: against the chain when it expects one,
+/// else on its own; and the chain position after it.
+fn check_record(walk: &GroupWalk, bytes: &[u8]) -> Result<(Header, ChainNext), RecordFault> {
+    let checked = match (&walk.chain, walk.cluster) {
+        (Chain::Expect(next), _) => check_next(bytes, next, &walk.fence, walk.record_max),
+        (_, Some(cluster)) => check_standalone(bytes, cluster, walk.group, walk.record_max),
+        // No superblock says whose cluster this is: believe the first record's.
+        (_, None) => {
+            let cluster = Header::decode_prefix(bytes).map_or(0, |header| header.cluster);
+            check_standalone(bytes, cluster, walk.group, walk.record_max)
+        }
+    };
+    checked.and_then(|header| {
+        let prepare = prepare_of(&header);
+        let here = walk.expected().copied().unwrap_or(ChainNext {
+            cluster: header.cluster,
+            group: walk.group,
+            op: prepare.op,
+            parent: prepare.parent,
+            offset: prepare.base_offset,
+        });
+        chain_after(&here, &header).map(|next| (header, next)).ok_or_else(|| {
+            RecordFault::BadHeader("op or offset at the end of the u64 range".into())
+        })
+    })
+}
+
 /// A group's chain while its segments are walked.
 struct GroupWalk {
     /// The cluster every record must carry (None: no superblock; taken from the first record).
@@ -634,6 +694,30 @@ struct GroupWalk {
 }
 
 impl GroupWalk {
+    /// A walk about to visit the group's first segment file.
+    fn new(cluster: Option<u64>, group: u64, slot: Option<GroupSlot>) -> Self {
+        let checkpoint = slot.map(|s| s.checkpoint).unwrap_or_default();
+        GroupWalk {
+            cluster,
+            group,
+            checkpoint,
+            fence: slot.map(|s| s.fence).unwrap_or_default(),
+            record_max: slot
+                .map_or(RECORD_SIZE_FALLBACK_BYTES, |s| s.config.record_size_bytes_max as usize),
+            // A log that never checkpointed has lost nothing to retention, so it starts at op 1;
+            // otherwise the first remaining segment says where the chain starts.
+            chain: match cluster {
+                Some(cluster) if slot.is_some() && checkpoint.op == 0 => {
+                    Chain::Expect(ChainNext { cluster, group, op: 1, parent: 0, offset: 0 })
+                }
+                _ => Chain::Anchor,
+            },
+            checkpoint_seen: false,
+            damaged: false,
+            end_at: None,
+        }
+    }
+
     fn expected(&self) -> Option<&ChainNext> {
         match &self.chain {
             Chain::Expect(next) => Some(next),

@@ -63,39 +63,7 @@ impl<S: Storage> Checker<'_, S> {
                 format!("journal size {} is not block-aligned", report.file_size_bytes),
             );
         }
-        let record_max = state
-            .and_then(|s| s.groups.values().map(|g| g.config.record_size_bytes_max as usize).max())
-            .unwrap_or(RECORD_SIZE_FALLBACK_BYTES);
-        let entry_max = HEADER_SIZE + record_max;
-        let block = BLOCK_SIZE_BYTES as u64;
-        let mut found: BTreeMap<u64, JournalFound> = BTreeMap::new();
-        let mut position = 0u64;
-        while position + HEADER_SIZE as u64 <= report.file_size_bytes {
-            let bytes = match scanner.record_at(position, entry_max).await {
-                Ok(bytes) => bytes,
-                Err(error) => {
-                    self.problem(&path, At::byte(position), format!("read error: {error}"));
-                    break;
-                }
-            };
-            let Some(entry) = decode_journal_entry(&bytes, entry_max, position) else {
-                position = (position + 1).next_multiple_of(block);
-                continue;
-            };
-            position += entry.size_bytes;
-            if let Some(first) = found.get(&entry.fields.seq) {
-                self.note(
-                    path.clone(),
-                    Some(entry.position_bytes),
-                    format!(
-                        "journal entry seq {} appears again (first at byte {})",
-                        entry.fields.seq, first.position_bytes
-                    ),
-                );
-                continue;
-            }
-            found.insert(entry.fields.seq, entry);
-        }
+        let found = self.journal_entries(&path, &mut scanner, report.file_size_bytes, state).await;
         report.entries_valid = found.len() as u64;
         report.markers = found.values().filter(|e| e.inner.is_none()).count() as u64;
         let (Some((&seq_first, _)), Some((&seq_last, newest))) =
@@ -107,41 +75,105 @@ impl<S: Storage> Checker<'_, S> {
         report.seq_last = Some(seq_last);
         report.durable_seq = found.values().map(|e| e.fields.durable_seq).max().unwrap_or(0);
         report.tail_seq = newest.fields.tail_seq.max(1);
+        self.synced_entries(&path, &found, state, &report, seq_last);
+        self.journal_groups(&path, &found, state, heads, &mut report);
+        Some(report)
+    }
 
-        // Every entry the newest says was synced and still needed must be here: a missing one
-        // may have been acknowledged. `tail_seq` only moves when an entry is written, so after
-        // the last checkpoints (a clean close) it still names entries they cover. A missing seq
-        // is provably covered when every persisted group has a later entry at or below its
-        // checkpoint (a group's ops grow with seq): such a loss is a note, not damage.
+    /// Every entry that decodes, by seq, scanned as recovery scans (entries contiguous within a
+    /// cycle, cycles on block boundaries); a seq found again is a note.
+    async fn journal_entries<F: StorageFile>(
+        &mut self,
+        path: &Path,
+        scanner: &mut Scanner<'_, F>,
+        file_size_bytes: u64,
+        state: Option<&SuperblockState>,
+    ) -> BTreeMap<u64, JournalFound> {
+        let record_max = state
+            .and_then(|s| s.groups.values().map(|g| g.config.record_size_bytes_max as usize).max())
+            .unwrap_or(RECORD_SIZE_FALLBACK_BYTES);
+        let entry_max = HEADER_SIZE + record_max;
+        let block = BLOCK_SIZE_BYTES as u64;
+        let mut found: BTreeMap<u64, JournalFound> = BTreeMap::new();
+        let mut position = 0u64;
+        while position + HEADER_SIZE as u64 <= file_size_bytes {
+            let bytes = match scanner.record_at(position, entry_max).await {
+                Ok(bytes) => bytes,
+                Err(error) => {
+                    self.problem(path, At::byte(position), format!("read error: {error}"));
+                    break;
+                }
+            };
+            let Some(entry) = decode_journal_entry(&bytes, entry_max, position) else {
+                position = (position + 1).next_multiple_of(block);
+                continue;
+            };
+            position += entry.size_bytes;
+            if let Some(first) = found.get(&entry.fields.seq) {
+                self.note(
+                    path.to_path_buf(),
+                    Some(entry.position_bytes),
+                    format!(
+                        "journal entry seq {} appears again (first at byte {})",
+                        entry.fields.seq, first.position_bytes
+                    ),
+                );
+                continue;
+            }
+            found.insert(entry.fields.seq, entry);
+        }
+        found
+    }
+
+    /// Checks that every entry the newest says was synced and still needed is here: a missing
+    /// one may have been acknowledged. `tail_seq` only moves when an entry is written, so after
+    /// the last checkpoints (a clean close) it still names entries they cover. A missing seq
+    /// is provably covered when every persisted group has a later entry at or below its
+    /// checkpoint (a group's ops grow with seq): such a loss is a note, not damage.
+    fn synced_entries(
+        &mut self,
+        path: &Path,
+        found: &BTreeMap<u64, JournalFound>,
+        state: Option<&SuperblockState>,
+        report: &JournalReport,
+        seq_last: u64,
+    ) {
         let synced_last = report.durable_seq.min(seq_last);
-        let covered_below = covered_below(&found, state);
+        let covered_below = covered_below(found, state);
         let uncovered_from = report.tail_seq.max(covered_below);
-        if let Some((missing, absent)) = first_missing(
-            &found,
-            report.tail_seq,
-            synced_last.min(uncovered_from.saturating_sub(1)),
-        ) {
+        if let Some((missing, absent)) =
+            first_missing(found, report.tail_seq, synced_last.min(uncovered_from.saturating_sub(1)))
+        {
             self.note(
-                path.clone(),
-                Some(entry_end_before(&found, missing)),
+                path.to_path_buf(),
+                Some(entry_end_before(found, missing)),
                 format!(
                     "{absent} journal entries from seq {missing} are missing or damaged, but \
                      checkpoints cover them (recovery still counts them as synced losses)"
                 ),
             );
         }
-        if let Some((missing, absent)) = first_missing(&found, uncovered_from, synced_last) {
+        if let Some((missing, absent)) = first_missing(found, uncovered_from, synced_last) {
             self.problem(
-                &path,
-                At::byte(entry_end_before(&found, missing)),
+                path,
+                At::byte(entry_end_before(found, missing)),
                 format!(
                     "journal entry seq {missing} was synced but is missing or damaged ({absent} \
                      of seq {uncovered_from}..={synced_last} missing)"
                 ),
             );
         }
+    }
 
-        // What the needed entries hold, per group, in op order (as recovery replays them).
+    /// What the needed entries hold, per group, in op order (as recovery replays them).
+    fn journal_groups(
+        &mut self,
+        path: &Path,
+        found: &BTreeMap<u64, JournalFound>,
+        state: Option<&SuperblockState>,
+        heads: &BTreeMap<u64, Option<ChainNext>>,
+        report: &mut JournalReport,
+    ) {
         let mut by_group: BTreeMap<u64, Vec<&JournalFound>> = BTreeMap::new();
         for entry in found.range(report.tail_seq..).map(|(_, e)| e) {
             let Some(prepare) = entry.prepare() else { continue };
@@ -152,9 +184,9 @@ impl<S: Storage> Checker<'_, S> {
                     op: Some(prepare.op),
                 };
                 if entry.fields.seq <= report.durable_seq {
-                    self.problem(&path, at, "journal entry holds a prepare whose body is damaged");
+                    self.problem(path, at, "journal entry holds a prepare whose body is damaged");
                 } else {
-                    self.note(path.clone(), Some(at.position_bytes), "torn journal entry");
+                    self.note(path.to_path_buf(), Some(at.position_bytes), "torn journal entry");
                 }
                 continue;
             }
@@ -173,7 +205,7 @@ impl<S: Storage> Checker<'_, S> {
             let cluster = state.map(|s| s.identity.cluster);
             if slot.is_none() {
                 self.note(
-                    path.clone(),
+                    path.to_path_buf(),
                     entries.first().map(|e| e.position_bytes),
                     format!("journal entries of group {group}, which the superblock does not name"),
                 );
@@ -181,17 +213,16 @@ impl<S: Storage> Checker<'_, S> {
                 && let Some(foreign) = entries.iter().find(|e| e.cluster != cluster)
             {
                 self.note(
-                    path.clone(),
+                    path.to_path_buf(),
                     Some(foreign.position_bytes),
                     format!("journal entry of cluster {}, not {cluster}", foreign.cluster),
                 );
             } else if let (Some(slot), Some(Some(head))) = (slot, heads.get(&group)) {
                 summary.replayable =
-                    self.journal_replay(&path, &entries, *head, slot.fence, report.durable_seq);
+                    self.journal_replay(path, &entries, *head, slot.fence, report.durable_seq);
             }
             report.groups.push(summary);
         }
-        Some(report)
     }
 
     /// Walks a group's needed journal entries past its segments' end like recovery's replay:
