@@ -352,46 +352,7 @@ impl<S: Storage> PartitionLog<S> {
         }
         let done = Rc::new(Latch::default());
         let after = self.tail_in_flight.clone().filter(|tail| !tail.latch.is_open());
-        let mut writes = Vec::new();
-        let mut chunk_marks = Vec::with_capacity(chunks);
-        for index in 0..chunks {
-            // A successor chunk in the same segment starts with this chunk's partial block.
-            let successor_same_segment = self.chunks.get(index + 1).is_some_and(|next| {
-                next.segment_base_offset == self.chunks[index].segment_base_offset
-            });
-            let chunk = &mut self.chunks[index];
-            chunk_marks.push((chunk.id, chunk.filled()));
-            // Every byte of it went to an earlier job (its tail block included): nothing to do.
-            if !chunk.has_unsubmitted() {
-                continue;
-            }
-            let with_tail = !successor_same_segment;
-            let tail_bytes = if with_tail { chunk.tail_bytes() as u64 } else { 0 };
-            for (position, bytes) in chunk.unsubmitted(with_tail) {
-                // Large runs go out as several block-aligned pieces in flight at once.
-                let mut start = 0;
-                while start < bytes.len() {
-                    let end = (start + WRITE_PIECE_BYTES).min(bytes.len());
-                    writes.push((
-                        chunk.segment_base_offset,
-                        position + start as u64,
-                        bytes.slice(start..end),
-                    ));
-                    start = end;
-                }
-            }
-            if tail_bytes > 0 {
-                let filled = chunk.filled() as u64;
-                self.tail_in_flight = Some(TailWrite {
-                    segment_base_offset: chunk.segment_base_offset,
-                    position_bytes: chunk.file_base_bytes + filled
-                        - filled % BLOCK_SIZE_BYTES as u64,
-                    len_bytes: tail_bytes,
-                    latch: Rc::clone(&done),
-                });
-            }
-            chunk.mark_submitted(chunk.filled());
-        }
+        let (writes, chunk_marks) = self.submit_chunks(chunks, &done);
         let (target, target_appended_bytes) = if write_data {
             (self.head, self.appended_bytes)
         } else {
@@ -516,6 +477,57 @@ impl<S: Storage> PartitionLog<S> {
                 self.finish_flush(done)
             }
         }
+    }
+
+    /// Hands the unsubmitted bytes of the first `chunks` chunks to the job whose latch is `done`:
+    /// the writes, in pieces of at most [`WRITE_PIECE_BYTES`], and each chunk's mark; a padded
+    /// tail the job writes becomes the tail in flight.
+    fn submit_chunks(
+        &mut self,
+        chunks: usize,
+        done: &Rc<Latch>,
+    ) -> (Vec<(u64, u64, Bytes)>, Vec<(u64, usize)>) {
+        let mut writes = Vec::new();
+        let mut chunk_marks = Vec::with_capacity(chunks);
+        for index in 0..chunks {
+            // A successor chunk in the same segment starts with this chunk's partial block.
+            let successor_same_segment = self.chunks.get(index + 1).is_some_and(|next| {
+                next.segment_base_offset == self.chunks[index].segment_base_offset
+            });
+            let chunk = &mut self.chunks[index];
+            chunk_marks.push((chunk.id, chunk.filled()));
+            // Every byte of it went to an earlier job (its tail block included): nothing to do.
+            if !chunk.has_unsubmitted() {
+                continue;
+            }
+            let with_tail = !successor_same_segment;
+            let tail_bytes = if with_tail { chunk.tail_bytes() as u64 } else { 0 };
+            for (position, bytes) in chunk.unsubmitted(with_tail) {
+                // Large runs go out as several block-aligned pieces in flight at once.
+                let mut start = 0;
+                while start < bytes.len() {
+                    let end = (start + WRITE_PIECE_BYTES).min(bytes.len());
+                    writes.push((
+                        chunk.segment_base_offset,
+                        position + start as u64,
+                        bytes.slice(start..end),
+                    ));
+                    start = end;
+                }
+            }
+            if tail_bytes > 0 {
+                let filled = chunk.filled() as u64;
+                self.tail_in_flight = Some(TailWrite {
+                    segment_base_offset: chunk.segment_base_offset,
+                    position_bytes: chunk.file_base_bytes + filled
+                        - filled % BLOCK_SIZE_BYTES as u64,
+                    len_bytes: tail_bytes,
+                    latch: Rc::clone(done),
+                });
+            }
+            chunk.mark_submitted(chunk.filled());
+        }
+        (writes, chunk_marks)
     }
 
     /// The segments the first `chunks` write-buffer chunks write to that have no file yet.

@@ -55,6 +55,19 @@ pub struct JournalPrepare {
     pub record: Bytes,
 }
 
+/// Where recovery's scan of the torn window begins.
+struct WindowStart {
+    /// The record the chain must continue with.
+    next: ChainNext,
+    /// Where the scan begins in the window's first segment.
+    position_bytes: u64,
+    /// The index of that segment's part before `position_bytes` (synced, when the scan begins
+    /// at the checkpoint).
+    index: SegmentIndex,
+    /// The scan begins right after the checkpoint record (else at op 1 of a fresh log).
+    from_checkpoint: bool,
+}
+
 impl<S: Storage> PartitionLog<S> {
     /// Recovers a group's log (DESIGN.md §3 Recovery): loads or rebuilds the indexes of synced
     /// segments, checks the checkpoint record, scans forward from it through the torn window,
@@ -222,6 +235,11 @@ impl<S: Storage> PartitionLog<S> {
         Ok(())
     }
 
+    /// Rebuilds the log from its segment files, phase by phase: list the group directory, load
+    /// the synced segments before the checkpoint's, check the checkpoint record, scan the torn
+    /// window from it, remove what lies past the chain's end, zero the window past the chain,
+    /// open the active segment, adopt a spare. `canary_truncate`: the canary's forgetful scan,
+    /// which takes any valid first record of a fresh window as the chain's start.
     async fn recover_segments(
         &mut self,
         slot: &GroupSlot,
@@ -229,23 +247,7 @@ impl<S: Storage> PartitionLog<S> {
         canary_truncate: bool,
     ) -> Result<()> {
         let checkpoint = slot.checkpoint;
-        let names = match self.storage.list_dir(&self.dir).await {
-            Ok(names) => names,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound && checkpoint.op == 0 => {
-                self.storage
-                    .create_dir_all(&self.dir)
-                    .await
-                    .map_err(|e| Error::io("creating group dir", e))?;
-                if let Some(parent) = self.dir.parent() {
-                    self.storage
-                        .sync_dir(parent)
-                        .await
-                        .map_err(|e| Error::io("syncing shard dir", e))?;
-                }
-                return Ok(());
-            }
-            Err(error) => return Err(Error::io(format!("listing {}", self.dir.display()), error)),
-        };
+        let Some(names) = self.list_group_dir(checkpoint).await? else { return Ok(()) };
         // Staged files of a state transfer that never reached its commit point: the shard rolls
         // a committed one forward before it recovers the group, so any found here are such.
         crate::transfer::remove_leftovers(&self.storage, &self.dir, &names).await?;
@@ -259,19 +261,70 @@ impl<S: Storage> PartitionLog<S> {
                 reason: "the checkpoint's segment is missing".into(),
             }));
         }
-        let record_max = self.config.record_size_bytes_max as usize;
-        let window = self.shared.scan_window_bytes;
-        let interval = self.shared.index_interval_bytes;
+        self.load_synced_segments(checkpoint, &bases, &names, report).await?;
+        // The checkpoint's segment and every later one: the torn window starts at the
+        // checkpoint record.
+        let window_bases: Vec<u64> = bases
+            .iter()
+            .copied()
+            .filter(|&base| checkpoint.op == 0 || base >= checkpoint.segment_base_offset)
+            .collect();
+        let start = self.window_start(checkpoint, &names, report).await?;
+        let (next, leftover) =
+            self.scan_window(checkpoint, window_bases, start, report, canary_truncate).await?;
+        // A torn tail in a `replicated` group may have held acknowledged ops (DESIGN.md §3).
+        if report.torn_tail.is_some() && self.config.durability == Durability::Replicated {
+            self.faulty_ops.suffix_from = Some(next.op);
+        }
+        self.remove_past_chain_end(&leftover).await?;
+        self.adopt_chain_end(next);
+        self.zero_torn_window(checkpoint).await?;
+        self.open_active_segment().await?;
+        if names.iter().any(|name| name == SPARE_NAME) {
+            self.adopt_spare().await?;
+        }
+        Ok(())
+    }
 
-        // Segments before the checkpoint's are synced: take their index when it is sound, else
-        // rebuild it by scanning (any damage found is corruption).
+    /// The names in the group directory; `None` when the directory is missing and the
+    /// checkpoint names no data: it is created (durably) and the log stays empty.
+    async fn list_group_dir(&self, checkpoint: Checkpoint) -> Result<Option<Vec<String>>> {
+        match self.storage.list_dir(&self.dir).await {
+            Ok(names) => Ok(Some(names)),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound && checkpoint.op == 0 => {
+                self.storage
+                    .create_dir_all(&self.dir)
+                    .await
+                    .map_err(|e| Error::io("creating group dir", e))?;
+                if let Some(parent) = self.dir.parent() {
+                    self.storage
+                        .sync_dir(parent)
+                        .await
+                        .map_err(|e| Error::io("syncing shard dir", e))?;
+                }
+                Ok(None)
+            }
+            Err(error) => Err(Error::io(format!("listing {}", self.dir.display()), error)),
+        }
+    }
+
+    /// Segments before the checkpoint's are synced: takes their index when it is sound, else
+    /// rebuilds it by scanning (any damage found is corruption), and checks that they leave no
+    /// gap.
+    async fn load_synced_segments(
+        &mut self,
+        checkpoint: Checkpoint,
+        bases: &[u64],
+        names: &[String],
+        report: &mut GroupRecovery,
+    ) -> Result<()> {
         let synced: Vec<u64> = bases
             .iter()
             .copied()
             .filter(|&base| checkpoint.op > 0 && base < checkpoint.segment_base_offset)
             .collect();
         for base in &synced {
-            let meta = self.load_synced_segment(*base, &names, report).await?;
+            let meta = self.load_synced_segment(*base, names, report).await?;
             self.segments.push(meta);
         }
         for pair in self.segments.windows(2) {
@@ -289,24 +342,32 @@ impl<S: Storage> PartitionLog<S> {
                 }));
             }
         }
+        Ok(())
+    }
 
-        // The checkpoint's segment and every later one: the torn window starts at the
-        // checkpoint record.
-        let window_bases: Vec<u64> = bases
-            .iter()
-            .copied()
-            .filter(|&base| checkpoint.op == 0 || base >= checkpoint.segment_base_offset)
-            .collect();
-        let mut next = ChainNext {
-            cluster: self.shared.cluster,
-            group: self.group,
-            op: 1,
-            parent: 0,
-            offset: 0,
+    /// Where the scan of the torn window begins: right after the checkpoint record, once it is
+    /// the record the superblock names (the head then stands at it); at op 1 when there is no
+    /// checkpoint. A checkpoint record that is damaged or another one is corruption.
+    async fn window_start(
+        &mut self,
+        checkpoint: Checkpoint,
+        names: &[String],
+        report: &mut GroupRecovery,
+    ) -> Result<WindowStart> {
+        let record_max = self.config.record_size_bytes_max as usize;
+        let window = self.shared.scan_window_bytes;
+        let mut start = WindowStart {
+            next: ChainNext {
+                cluster: self.shared.cluster,
+                group: self.group,
+                op: 1,
+                parent: 0,
+                offset: 0,
+            },
+            position_bytes: 0,
+            index: SegmentIndex::default(),
+            from_checkpoint: false,
         };
-        let mut start_position = 0;
-        let mut start_index = SegmentIndex::default();
-        let mut start_meta_from_checkpoint = false;
         if checkpoint.op > 0 {
             let base = checkpoint.segment_base_offset;
             let path = self.dir.join(log_name(base));
@@ -323,26 +384,26 @@ impl<S: Storage> PartitionLog<S> {
                     if header.checksum_header == checkpoint.checksum
                         && prepare_of(&header).op == checkpoint.op =>
                 {
-                    next = ChainNext {
+                    start.next = ChainNext {
                         cluster: self.shared.cluster,
                         group: self.group,
                         op: checkpoint.op + 1,
                         parent: checkpoint.checksum,
                         offset: checkpoint.next_offset,
                     };
-                    start_position = checkpoint.position_bytes + u64::from(header.size);
+                    start.position_bytes = checkpoint.position_bytes + u64::from(header.size);
                     self.head = Location {
                         op: checkpoint.op,
                         checksum: checkpoint.checksum,
                         next_offset: checkpoint.next_offset,
                         segment_base_offset: base,
                         position_bytes: checkpoint.position_bytes,
-                        end_bytes: start_position,
+                        end_bytes: start.position_bytes,
                     };
                     // The index of the synced part of this segment: from its file or rebuilt.
-                    start_index =
-                        self.index_up_to(base, &names, &file, start_position, report).await?;
-                    start_meta_from_checkpoint = true;
+                    start.index =
+                        self.index_up_to(base, names, &file, start.position_bytes, report).await?;
+                    start.from_checkpoint = true;
                 }
                 other => {
                     let reason = match other {
@@ -361,7 +422,27 @@ impl<S: Storage> PartitionLog<S> {
                 }
             }
         }
+        Ok(start)
+    }
 
+    /// Scans the torn window's segments (`window_bases`) from `start`, following the chain from
+    /// one segment into the next until a record does not continue it. Returns what the next
+    /// record would have to be, and the segments past the chain's end (torn-window leftovers).
+    async fn scan_window(
+        &mut self,
+        checkpoint: Checkpoint,
+        window_bases: Vec<u64>,
+        start: WindowStart,
+        report: &mut GroupRecovery,
+        canary_truncate: bool,
+    ) -> Result<(ChainNext, Vec<u64>)> {
+        let window = self.shared.scan_window_bytes;
+        let WindowStart {
+            mut next,
+            position_bytes: start_position,
+            index: mut start_index,
+            from_checkpoint,
+        } = start;
         let mut chain_ended = false;
         let mut first_in_window = true;
         let mut leftover = Vec::new();
@@ -374,28 +455,12 @@ impl<S: Storage> PartitionLog<S> {
             let file = open_segment(&self.storage, &path, OpenMode::Read).await?;
             let mut scanner =
                 Scanner::new(&file, window).await.map_err(|e| Error::io("reading", e))?;
-            let mut position = if first_in_window { start_position } else { 0 };
-            if !first_in_window || !start_meta_from_checkpoint {
+            let position = if first_in_window { start_position } else { 0 };
+            if !first_in_window || !from_checkpoint {
                 // A segment after the checkpoint's must begin with the chain's next record, and
                 // a fresh log with op 1; anything else means the chain ended before it.
-                let record =
-                    scanner.record_at(0, record_max).await.map_err(|e| Error::io("reading", e))?;
-                let begins = if checkpoint.op == 0 && first_in_window && canary_truncate {
-                    check_standalone(&record, self.shared.cluster, self.group, record_max)
-                        .map(|header| {
-                            let prepare = prepare_of(&header);
-                            next = ChainNext {
-                                cluster: self.shared.cluster,
-                                group: self.group,
-                                op: prepare.op,
-                                parent: prepare.parent,
-                                offset: prepare.base_offset,
-                            };
-                        })
-                        .is_ok()
-                } else {
-                    check_next(&record, &next, &self.fence, record_max).is_ok()
-                };
+                let anchor = checkpoint.op == 0 && first_in_window && canary_truncate;
+                let begins = self.chain_begins(&mut scanner, &mut next, anchor).await?;
                 // The first record of a log whose beginning retention (or a state transfer)
                 // removed ends the chain too: nothing before it is kept, so the log is cut to
                 // empty, at op 1, every op faulty. Its replica gets the ops back from peers
@@ -408,7 +473,7 @@ impl<S: Storage> PartitionLog<S> {
                 }
             }
             let mut meta = SegmentMeta::new(base, next.op);
-            if first_in_window && start_meta_from_checkpoint {
+            if first_in_window && from_checkpoint {
                 meta.index = std::mem::take(&mut start_index);
                 meta.end_bytes = start_position;
                 meta.next_offset = next.offset;
@@ -420,46 +485,95 @@ impl<S: Storage> PartitionLog<S> {
                 }
             }
             first_in_window = false;
-            loop {
-                let record = scanner
-                    .record_at(position, record_max)
-                    .await
-                    .map_err(|e| Error::io("reading", e))?;
-                match check_next(&record, &next, &self.fence, record_max) {
-                    Ok(header) => {
-                        meta.observe(&header, position, interval);
-                        self.head = Location {
-                            op: prepare_of(&header).op,
-                            checksum: header.checksum_header,
-                            next_offset: next.after(&header).offset,
-                            segment_base_offset: base,
-                            position_bytes: position,
-                            end_bytes: position + u64::from(header.size),
-                        };
-                        next = next.after(&header);
-                        position += u64::from(header.size);
-                        report.records_scanned += 1;
-                    }
-                    Err(fault) => {
-                        if !matches!(fault, RecordFault::Zeroed) {
-                            report.torn_tail = Some((path.clone(), position, fault.to_string()));
-                        }
-                        break;
-                    }
-                }
-            }
+            self.scan_chain(&mut scanner, &mut meta, position, &mut next, &path, report).await?;
             if meta.first_op == 0 || meta.is_empty() {
                 meta.first_op = next.op;
             }
             self.segments.push(meta);
         }
-        // A torn tail in a `replicated` group may have held acknowledged ops (DESIGN.md §3).
-        if report.torn_tail.is_some() && self.config.durability == Durability::Replicated {
-            self.faulty_ops.suffix_from = Some(next.op);
+        Ok((next, leftover))
+    }
+
+    /// Whether the segment `scanner` reads begins with the record `next` names. With `anchor`
+    /// (the canary's forgetful scan), any valid record begins it, and `next` moves to it.
+    async fn chain_begins(
+        &self,
+        scanner: &mut Scanner<'_, S::File>,
+        next: &mut ChainNext,
+        anchor: bool,
+    ) -> Result<bool> {
+        let record_max = self.config.record_size_bytes_max as usize;
+        let record = scanner.record_at(0, record_max).await.map_err(|e| Error::io("reading", e))?;
+        let begins = if anchor {
+            check_standalone(&record, self.shared.cluster, self.group, record_max)
+                .map(|header| {
+                    let prepare = prepare_of(&header);
+                    *next = ChainNext {
+                        cluster: self.shared.cluster,
+                        group: self.group,
+                        op: prepare.op,
+                        parent: prepare.parent,
+                        offset: prepare.base_offset,
+                    };
+                })
+                .is_ok()
+        } else {
+            check_next(&record, next, &self.fence, record_max).is_ok()
+        };
+        Ok(begins)
+    }
+
+    /// Scans one window segment from `position` for as long as its records continue the chain,
+    /// moving the head and `next` along; the first record that does not ends the chain, and is
+    /// reported as the torn tail unless it is zeros.
+    async fn scan_chain(
+        &mut self,
+        scanner: &mut Scanner<'_, S::File>,
+        meta: &mut SegmentMeta,
+        mut position: u64,
+        next: &mut ChainNext,
+        path: &Path,
+        report: &mut GroupRecovery,
+    ) -> Result<()> {
+        let record_max = self.config.record_size_bytes_max as usize;
+        let interval = self.shared.index_interval_bytes;
+        let base = meta.base_offset;
+        loop {
+            let record = scanner
+                .record_at(position, record_max)
+                .await
+                .map_err(|e| Error::io("reading", e))?;
+            match check_next(&record, next, &self.fence, record_max) {
+                Ok(header) => {
+                    meta.observe(&header, position, interval);
+                    self.head = Location {
+                        op: prepare_of(&header).op,
+                        checksum: header.checksum_header,
+                        next_offset: next.after(&header).offset,
+                        segment_base_offset: base,
+                        position_bytes: position,
+                        end_bytes: position + u64::from(header.size),
+                    };
+                    *next = next.after(&header);
+                    position += u64::from(header.size);
+                    report.records_scanned += 1;
+                }
+                Err(fault) => {
+                    if !matches!(fault, RecordFault::Zeroed) {
+                        report.torn_tail = Some((path.to_path_buf(), position, fault.to_string()));
+                    }
+                    return Ok(());
+                }
+            }
         }
+    }
+
+    /// Removes the segments past the chain's end: the torn window's leftovers (durably), then
+    /// empty segments at the end.
+    async fn remove_past_chain_end(&mut self, leftover: &[u64]) -> Result<()> {
         // Segments past the chain's end are torn-window leftovers: never synced as part of the
         // chain, so they go.
-        for base in &leftover {
+        for base in leftover {
             self.remove_segment_files(*base).await?;
         }
         if !leftover.is_empty() {
@@ -478,6 +592,12 @@ impl<S: Storage> PartitionLog<S> {
             let meta = self.segments.pop().expect("checked");
             self.remove_segment_files(meta.base_offset).await?;
         }
+        Ok(())
+    }
+
+    /// Takes the recovered chain as the log: every segment but the last is sealed, and
+    /// everything up to the head counts as written.
+    fn adopt_chain_end(&mut self, next: ChainNext) {
         let count = self.segments.len();
         for (index, meta) in self.segments.iter_mut().enumerate() {
             meta.sealed = index + 1 < count;
@@ -489,8 +609,11 @@ impl<S: Storage> PartitionLog<S> {
         self.next = next;
         self.written = self.head;
         self.submitted = self.head;
-        // The torn window is rewritten before anything new is appended: whatever survived past
-        // the chain's end in a segment of the window becomes zeros, durably.
+    }
+
+    /// The torn window is rewritten before anything new is appended: whatever survived past
+    /// the chain's end in a segment of the window becomes zeros, durably.
+    async fn zero_torn_window(&self, checkpoint: Checkpoint) -> Result<()> {
         let window: Vec<(u64, u64)> = self
             .segments
             .iter()
@@ -500,6 +623,12 @@ impl<S: Storage> PartitionLog<S> {
         for (base, end) in window {
             self.rewrite_window(base, end).await?;
         }
+        Ok(())
+    }
+
+    /// Opens the active segment for appends and keeps the partial block before its end, so the
+    /// first append can start a chunk without reading the disk.
+    async fn open_active_segment(&mut self) -> Result<()> {
         if let Some(active) = self.segments.last() {
             let path = self.dir.join(log_name(active.base_offset));
             let file = open_segment(&self.storage, &path, OpenMode::ReadWrite).await?;
@@ -514,9 +643,6 @@ impl<S: Storage> PartitionLog<S> {
                 .to_vec();
             // Its reservation is unknown (`ready_end_bytes` 0): the first flush reserves again.
             self.files.insert(active.base_offset, Rc::new(file));
-        }
-        if names.iter().any(|name| name == SPARE_NAME) {
-            self.adopt_spare().await?;
         }
         Ok(())
     }
