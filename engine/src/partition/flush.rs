@@ -41,6 +41,12 @@ pub struct WriteOutcome {
     pub storage_full: bool,
 }
 
+/// One write of a flush job: the segment (by base offset), the position in it, the bytes.
+type SegmentWrite = (u64, u64, Bytes);
+
+/// A chunk's fill when a flush job took its bytes: chunk id, bytes filled.
+type ChunkMark = (u64, usize);
+
 /// Space a flush job makes ready before it writes: `[from_bytes, to_bytes)` of one file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Reserve {
@@ -62,10 +68,10 @@ pub struct FlushJob<S: Storage> {
     group: u64,
     create: Vec<u64>,
     files: BTreeMap<u64, Rc<S::File>>,
-    writes: Vec<(u64, u64, Bytes)>,
+    writes: Vec<SegmentWrite>,
     target: Location,
     target_appended_bytes: u64,
-    chunk_marks: Vec<(u64, usize)>,
+    chunk_marks: Vec<ChunkMark>,
     /// Space to make ready before writing, in order: every `needed` one first.
     reserves: Vec<Reserve>,
     /// The segment among `create` that takes the spare segment file (renamed, not created).
@@ -486,7 +492,7 @@ impl<S: Storage> PartitionLog<S> {
         &mut self,
         chunks: usize,
         done: &Rc<Latch>,
-    ) -> (Vec<(u64, u64, Bytes)>, Vec<(u64, usize)>) {
+    ) -> (Vec<SegmentWrite>, Vec<ChunkMark>) {
         let mut writes = Vec::new();
         let mut chunk_marks = Vec::with_capacity(chunks);
         for index in 0..chunks {
