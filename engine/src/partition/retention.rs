@@ -85,8 +85,9 @@ impl<S: Storage> PartitionLog<S> {
     /// Makes a retired segment's file the spare segment file (its index goes): its blocks are
     /// already written, so the segment that takes it overwrites them, which costs a sync far
     /// less than filling fresh space does (DESIGN.md §3). Its old records stay until
-    /// overwritten; writes keep zeros past the data ([`written_extent_end`]) and recovery
-    /// zeroes whatever lies past the chain's end, so they are never taken for data.
+    /// overwritten; writes keep zeros past the data
+    /// ([`written_extent_end`](crate::chunk::written_extent_end)) and recovery zeroes whatever
+    /// lies past the chain's end, so they are never taken for data.
     async fn recycle_segment(&mut self, segment: &SegmentMeta) -> Result<()> {
         let from = self.dir.join(log_name(segment.base_offset));
         let to = self.dir.join(SPARE_NAME);
