@@ -1,0 +1,678 @@
+//! Flushes: what was appended goes to the segment files in jobs the shard's flush cycle runs,
+//! each making its space ready before it writes, several in flight at once, finished in the
+//! order they began.
+//!
+//! A job creates files, reserves space and writes; it must never sync data (that is the
+//! checkpoint's job, off the path that acknowledges appends). Running out of space is the clean,
+//! retryable "storage full"; any other failure leaves the log fail-stop.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+use super::log::{Location, PartitionLog, SegmentMeta, open_segment};
+use crate::chunk::{Chunk, written_extent_end};
+use crate::error::{Error, Result};
+use crate::join::{Latch, join_all};
+use crate::segment::{SPARE_NAME, log_name};
+use crate::storage::{BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
+use crate::superblock::Durability;
+
+/// The largest single write a flush issues: longer runs are split so that several writes are
+/// in flight at once (the device's queue depth, not one request, sets the throughput).
+pub const WRITE_PIECE_BYTES: usize = 1 << 20;
+
+const _: () = assert!(WRITE_PIECE_BYTES.is_multiple_of(BLOCK_SIZE_BYTES));
+
+/// The outcome of one partition's writes in a flush cycle.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteOutcome {
+    /// Every op up to this one is now written to its segment.
+    pub written_op: u64,
+    /// Bytes written (data and zeros).
+    pub bytes_written: u64,
+    /// The written data crossed into a newer segment: the shard should checkpoint this group,
+    /// which settles the rolled one.
+    pub sealed: bool,
+    /// The disk had no room for the step ahead of the tail. What the job wrote went into space
+    /// made ready earlier; the group now refuses appends that would need more (storage full).
+    pub storage_full: bool,
+}
+
+/// One write of a flush job: the segment (by base offset), the position in it, the bytes.
+type SegmentWrite = (u64, u64, Bytes);
+
+/// A chunk's fill when a flush job took its bytes: chunk id, bytes filled.
+type ChunkMark = (u64, usize);
+
+/// Space a flush job makes ready before it writes: `[from_bytes, to_bytes)` of one file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Reserve {
+    /// The segment (by base offset), or `None` for the spare segment file.
+    base_offset: Option<u64>,
+    from_bytes: u64,
+    to_bytes: u64,
+    /// The job's own writes land here: without it nothing of the job may be written. Otherwise
+    /// it is the step ahead of the tail, whose failure is the clean "storage full".
+    needed: bool,
+}
+
+/// The I/O of one group's part of a flush cycle, owning everything it touches so appends can
+/// continue while it runs. Several may be in flight per log, each writing what was appended
+/// after the previous one began; they are finished in the order they began.
+pub struct FlushJob<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+    group: u64,
+    create: Vec<u64>,
+    files: BTreeMap<u64, Rc<S::File>>,
+    writes: Vec<SegmentWrite>,
+    target: Location,
+    target_appended_bytes: u64,
+    chunk_marks: Vec<ChunkMark>,
+    /// Space to make ready before writing, in order: every `needed` one first.
+    reserves: Vec<Reserve>,
+    /// The segment among `create` that takes the spare segment file (renamed, not created).
+    spare_for: Option<u64>,
+    /// Opened when the job's I/O ended (or the job was dropped).
+    done: Rc<Latch>,
+    /// The tail an earlier job in flight writes: this job's writes touching it wait for that
+    /// job's latch.
+    after: Option<TailWrite>,
+}
+
+impl<S: Storage> Drop for FlushJob<S> {
+    fn drop(&mut self) {
+        // A job dropped unfinished (its node closing, a simulated crash) must not leave a later
+        // job waiting for it.
+        self.done.open();
+    }
+}
+
+/// A tail write in flight: its blocks, and the latch of the job writing them.
+#[derive(Clone)]
+pub(super) struct TailWrite {
+    segment_base_offset: u64,
+    position_bytes: u64,
+    len_bytes: u64,
+    latch: Rc<Latch>,
+}
+
+impl TailWrite {
+    /// Whether a write of `len_bytes` at `position_bytes` of this segment touches its blocks.
+    fn overlaps(&self, segment_base_offset: u64, position_bytes: u64, len_bytes: u64) -> bool {
+        segment_base_offset == self.segment_base_offset
+            && position_bytes < self.position_bytes + self.len_bytes
+            && self.position_bytes < position_bytes + len_bytes
+    }
+}
+
+/// A finished [`FlushJob`], to hand back to [`PartitionLog::finish_flush`].
+pub struct FlushDone<S: Storage> {
+    job: FlushJob<S>,
+    created: Vec<(u64, Rc<S::File>)>,
+    /// The reservations that succeeded: (segment, or `None` for the spare; ready end).
+    reserved: Vec<(Option<u64>, u64)>,
+    outcome: WriteOutcome,
+    result: Result<()>,
+}
+
+impl<S: Storage> FlushJob<S> {
+    /// The group this job writes for.
+    pub fn group(&self) -> u64 {
+        self.group
+    }
+
+    /// Runs the writes: creates new segment files (and syncs the directory), makes space ready
+    /// (everything the writes cover first, then the step ahead of the tail), then writes data
+    /// concurrently. It never syncs data: that is the checkpoint's job, off the path that
+    /// acknowledges appends.
+    pub async fn run(self) -> FlushDone<S> {
+        let mut created = Vec::new();
+        let mut reserved = Vec::new();
+        let mut outcome = WriteOutcome::default();
+        let result = self.run_inner(&mut created, &mut reserved, &mut outcome).await;
+        self.done.open();
+        FlushDone { job: self, created, reserved, outcome, result }
+    }
+
+    async fn run_inner(
+        &self,
+        created: &mut Vec<(u64, Rc<S::File>)>,
+        reserved: &mut Vec<(Option<u64>, u64)>,
+        outcome: &mut WriteOutcome,
+    ) -> Result<()> {
+        let spare_path = self.dir.join(SPARE_NAME);
+        for &base in &self.create {
+            let path = self.dir.join(log_name(base));
+            if self.spare_for == Some(base) {
+                // The spare's reserved space becomes the new segment's (durable with the
+                // directory sync below; a crash before leaves an empty segment or the spare).
+                self.storage.rename(&spare_path, &path).await.map_err(|e| {
+                    Error::preparing(format!("renaming the spare to {}", path.display()), e)
+                })?;
+                let file = open_segment(&self.storage, &path, OpenMode::ReadWrite).await?;
+                created.push((base, Rc::new(file)));
+                continue;
+            }
+            // Nothing depends on a file that does not exist yet: ENOSPC here is clean.
+            let file = self
+                .storage
+                .open(&path, OpenMode::CreateReadWrite, true)
+                .await
+                .map_err(|e| Error::preparing(format!("creating {}", path.display()), e))?;
+            created.push((base, Rc::new(file)));
+        }
+        if !self.create.is_empty() {
+            self.storage
+                .sync_dir(&self.dir)
+                .await
+                .map_err(|e| Error::io(format!("syncing {}", self.dir.display()), e))?;
+        }
+        let file_of = |base: u64| -> Rc<S::File> {
+            self.files
+                .get(&base)
+                .cloned()
+                .or_else(|| created.iter().find(|(b, _)| *b == base).map(|(_, f)| Rc::clone(f)))
+                .expect("every written segment has a file")
+        };
+        for reserve in &self.reserves {
+            let Reserve { base_offset, from_bytes, to_bytes, needed } = *reserve;
+            let result = match base_offset {
+                Some(base) => {
+                    file_of(base).allocate(from_bytes, to_bytes - from_bytes).await.map_err(|e| {
+                        Error::preparing(
+                            format!("reserving space in group {} segment", self.group),
+                            e,
+                        )
+                    })
+                }
+                None => self.reserve_spare(&spare_path, from_bytes, to_bytes).await,
+            };
+            match result {
+                Ok(()) => reserved.push((base_offset, to_bytes)),
+                // The step ahead failed, but every write of this job lands in space already
+                // ready: they go out, and the group reports storage full.
+                Err(Error::StorageFull) if !needed => {
+                    outcome.storage_full = true;
+                    break;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let results = join_all(
+            self.writes
+                .iter()
+                .map(|(base, position, bytes)| {
+                    let file = file_of(*base);
+                    let bytes = bytes.clone();
+                    let position = *position;
+                    let after = self
+                        .after
+                        .as_ref()
+                        .filter(|tail| tail.overlaps(*base, position, bytes.len() as u64))
+                        .map(|tail| Rc::clone(&tail.latch));
+                    async move {
+                        if let Some(latch) = after
+                            && !cfg!(feature = "canary-tail-unordered")
+                        {
+                            latch.wait().await;
+                        }
+                        file.write_at(bytes, position).await
+                    }
+                })
+                .collect(),
+        )
+        .await;
+        for result in results {
+            result.map_err(|e| Error::io(format!("writing group {} segment", self.group), e))?;
+        }
+        outcome.bytes_written = self.writes.iter().map(|(_, _, bytes)| bytes.len() as u64).sum();
+        Ok(())
+    }
+
+    /// Creates the spare segment file if missing and reserves `[from, to)` in it. Its directory
+    /// entry is not synced: a spare lost in a crash is simply made again.
+    async fn reserve_spare(&self, path: &Path, from_bytes: u64, to_bytes: u64) -> Result<()> {
+        let file = self
+            .storage
+            .open(path, OpenMode::CreateReadWrite, false)
+            .await
+            .map_err(|e| Error::preparing(format!("creating {}", path.display()), e))?;
+        file.allocate(from_bytes, to_bytes - from_bytes)
+            .await
+            .map_err(|e| Error::preparing(format!("reserving space in {}", path.display()), e))
+    }
+}
+
+impl<S: Storage> FlushDone<S> {
+    /// The group the job wrote for.
+    pub fn group(&self) -> u64 {
+        self.job.group
+    }
+
+    /// Whether every step of the job succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.result.is_ok()
+    }
+}
+
+impl<S: Storage> PartitionLog<S> {
+    /// Whether the disk had no room for this log's space ahead of the tail (or for data it
+    /// holds): it refuses appends that need more space than is ready (`StorageFull`) until a
+    /// retried reservation succeeds. Reads, and writes of what it holds, go on.
+    pub fn is_storage_full(&self) -> bool {
+        self.storage_full
+    }
+
+    /// Lets the next flush try the reservation that failed for lack of space again. The caller
+    /// paces the retries (the node layer: once per tick), so a full disk is not probed by every
+    /// flush cycle.
+    pub fn retry_storage_full(&mut self) {
+        self.storage_retry = self.storage_full;
+    }
+
+    /// Whether a flush would do anything for this group now (`write_all`: a checkpoint is
+    /// wanted, so everything appended must be written).
+    pub fn wants_flush(&self, write_all: bool) -> bool {
+        if self.faulty.is_some() {
+            return false;
+        }
+        if self.storage_full {
+            if self.storage_retry {
+                return true;
+            }
+            // Until the next retry, only writes that need no new space.
+            let write_data = (write_all && self.has_unsubmitted()) || self.segment_write_due();
+            let chunks = self.chunks.len();
+            return write_data
+                && !self
+                    .reservations(chunks, &self.files_to_create(chunks))
+                    .iter()
+                    .any(|reserve| reserve.needed);
+        }
+        (write_all && self.has_unsubmitted()) || self.segment_write_due() || self.needs_ready()
+    }
+
+    /// Starts this group's part of a flush cycle: snapshots what was appended since the last job
+    /// began and returns the job that writes it (None when nothing is pending, or when it cannot
+    /// run beside the jobs in flight). Appends may continue while it runs; they go into the next
+    /// job. Jobs may overlap — the device then always has writes queued, instead of draining at
+    /// the end of every cycle — except that a job creating files or reserving space runs alone,
+    /// and after a failure none starts until every job in flight has finished. Jobs must be
+    /// finished in the order they began.
+    ///
+    /// With `write_all` (a checkpoint is wanted), everything appended is written whatever the
+    /// group's batching, so that a checkpoint job can then sync and record it.
+    pub fn begin_flush(&mut self, write_all: bool) -> Option<FlushJob<S>> {
+        if self.faulty.is_some()
+            || (self.flushes_in_flight > 0 && (self.flush_failed || self.exclusive_in_flight))
+        {
+            return None;
+        }
+        let retrying = self.storage_full && self.storage_retry;
+        // A retry after a full disk writes everything pending, so that its reservation covers
+        // whatever waits for space.
+        let write_data =
+            ((write_all || retrying) && self.has_unsubmitted()) || self.segment_write_due();
+        if !(write_data || self.needs_ready()) {
+            if retrying {
+                // Nothing waits for space any more (a truncation took it): appends may try.
+                self.storage_full = false;
+                self.storage_retry = false;
+            }
+            return None;
+        }
+        let chunks = if write_data { self.chunks.len() } else { 0 };
+        let create = self.files_to_create(chunks);
+        // Every byte a job writes lies in space made ready first, so a data write cannot run out
+        // of space; and space is made ready ahead of the tail in steps, so that running out of
+        // it surfaces cleanly while the space already ready still takes the writes.
+        let mut reserves = self.reservations(chunks, &create);
+        if self.storage_full && !retrying {
+            // Until the next retry, only writes that need no new space go out.
+            if !write_data || reserves.iter().any(|reserve| reserve.needed) {
+                return None;
+            }
+            reserves.clear();
+        }
+        let exclusive = !create.is_empty() || !reserves.is_empty();
+        if exclusive && self.flushes_in_flight > 0 {
+            return None;
+        }
+        if retrying {
+            self.storage_retry = false;
+            if reserves.is_empty() {
+                // Nothing is left to make ready: appends may try the disk again.
+                self.storage_full = false;
+            }
+        }
+        let spare_for = create
+            .iter()
+            .copied()
+            .find(|base| self.segment(*base).is_some_and(|meta| meta.from_spare));
+        if reserves.iter().any(|reserve| reserve.base_offset.is_none()) {
+            self.spare_in_flight = true;
+        }
+        let done = Rc::new(Latch::default());
+        let after = self.tail_in_flight.clone().filter(|tail| !tail.latch.is_open());
+        let (writes, chunk_marks) = self.submit_chunks(chunks, &done);
+        let (target, target_appended_bytes) = if write_data {
+            (self.head, self.appended_bytes)
+        } else {
+            (self.submitted, self.submitted_appended_bytes)
+        };
+        self.submitted = target;
+        self.submitted_appended_bytes = target_appended_bytes;
+        self.flushes_in_flight += 1;
+        self.exclusive_in_flight = exclusive;
+        Some(FlushJob {
+            storage: self.storage.clone(),
+            dir: self.dir.clone(),
+            group: self.group,
+            create,
+            files: self.files.clone(),
+            writes,
+            target,
+            target_appended_bytes,
+            chunk_marks,
+            reserves,
+            spare_for,
+            done,
+            after,
+        })
+    }
+
+    /// Applies a finished flush job (in the order the jobs began): what it wrote counts as
+    /// written. Storage full (no room to create a segment or to make the job's space ready)
+    /// leaves everything pending; no room for the step ahead leaves the job's writes done. Either
+    /// way the log then refuses appends that need more space than is ready until a retried
+    /// reservation succeeds (storage full is clean and retryable); any other failure is
+    /// fail-stop.
+    /// After a failure, the jobs that were in flight beside the failed one are void — their
+    /// data is handed out again once all of them have finished.
+    pub fn finish_flush(&mut self, done: FlushDone<S>) -> Result<WriteOutcome> {
+        assert!(self.flushes_in_flight > 0, "finish without a flush in flight");
+        self.flushes_in_flight -= 1;
+        if self.flushes_in_flight == 0 {
+            self.exclusive_in_flight = false;
+            self.tail_in_flight = None;
+        }
+        let FlushDone { job, created, reserved, mut outcome, result } = done;
+        for (base, file) in created {
+            self.files.insert(base, file);
+        }
+        // Space made ready stays ready whatever became of the writes.
+        for (base, end) in reserved.iter().copied() {
+            match base {
+                Some(base) => {
+                    if let Some(meta) = self.segment_mut(base) {
+                        meta.ready_end_bytes = meta.ready_end_bytes.max(end);
+                    }
+                }
+                None => {
+                    self.spare_ready_end_bytes =
+                        Some(self.spare_ready_end_bytes.unwrap_or(0).max(end));
+                }
+            }
+        }
+        if job.reserves.iter().any(|reserve| reserve.base_offset.is_none()) {
+            self.spare_in_flight = false;
+        }
+        if let Some(base) = job.spare_for {
+            self.spare_claimed = false;
+            let renamed = self.files.contains_key(&base);
+            if let Some(meta) = self.segment_mut(base) {
+                meta.from_spare = false;
+                if !renamed {
+                    // The rename did not happen: whatever became of the spare, this segment is
+                    // created like any other, with no space of its own yet.
+                    meta.ready_end_bytes = 0;
+                }
+            }
+        }
+        if self.flush_failed {
+            self.flush_failed = self.flushes_in_flight > 0;
+            self.check_serving()?;
+            return Err(Error::StorageFull);
+        }
+        if let Err(error) = result {
+            if matches!(error, Error::StorageFull) {
+                self.storage_full = true;
+            }
+            self.flush_failed = self.flushes_in_flight > 0;
+            self.submitted = self.written;
+            self.submitted_appended_bytes = self.written_appended_bytes;
+            for chunk in &mut self.chunks {
+                chunk.reset_submitted();
+            }
+            return Err(self.fail(error));
+        }
+        if outcome.storage_full {
+            self.storage_full = true;
+        } else if !job.reserves.is_empty() {
+            // Every reservation it asked for succeeded: the disk has room again.
+            self.storage_full = false;
+        }
+        for chunk in &mut self.chunks {
+            if let Some((_, mark)) = job.chunk_marks.iter().find(|(id, _)| *id == chunk.id) {
+                chunk.mark_written(*mark);
+            }
+        }
+        while self.chunks.len() > 1 && !self.chunks[0].has_unwritten() {
+            let chunk = self.chunks.pop_front().expect("len > 1");
+            self.shared.pool.borrow_mut().give_back(chunk);
+        }
+        assert!(job.target.op >= self.written.op, "flush jobs finish in the order they began");
+        outcome.sealed = job.target.segment_base_offset != self.written.segment_base_offset;
+        self.written = job.target;
+        self.written_appended_bytes = job.target_appended_bytes;
+        outcome.written_op = job.target.op;
+        Ok(outcome)
+    }
+
+    /// Runs a whole flush of this log alone (begin, run, finish): for tests and tools; the shard
+    /// runs many logs' jobs at once.
+    pub async fn flush(&mut self) -> Result<WriteOutcome> {
+        match self.begin_flush(false) {
+            None => Ok(WriteOutcome { written_op: self.written.op, ..WriteOutcome::default() }),
+            Some(job) => {
+                let done = job.run().await;
+                self.finish_flush(done)
+            }
+        }
+    }
+
+    /// Hands the unsubmitted bytes of the first `chunks` chunks to the job whose latch is `done`:
+    /// the writes, in pieces of at most [`WRITE_PIECE_BYTES`], and each chunk's mark; a padded
+    /// tail the job writes becomes the tail in flight.
+    fn submit_chunks(
+        &mut self,
+        chunks: usize,
+        done: &Rc<Latch>,
+    ) -> (Vec<SegmentWrite>, Vec<ChunkMark>) {
+        let mut writes = Vec::new();
+        let mut chunk_marks = Vec::with_capacity(chunks);
+        for index in 0..chunks {
+            // A successor chunk in the same segment starts with this chunk's partial block.
+            let successor_same_segment = self.chunks.get(index + 1).is_some_and(|next| {
+                next.segment_base_offset == self.chunks[index].segment_base_offset
+            });
+            let chunk = &mut self.chunks[index];
+            chunk_marks.push((chunk.id, chunk.filled()));
+            // Every byte of it went to an earlier job (its tail block included): nothing to do.
+            if !chunk.has_unsubmitted() {
+                continue;
+            }
+            let with_tail = !successor_same_segment;
+            let tail_bytes = if with_tail { chunk.tail_bytes() as u64 } else { 0 };
+            for (position, bytes) in chunk.unsubmitted(with_tail) {
+                // Large runs go out as several block-aligned pieces in flight at once.
+                let mut start = 0;
+                while start < bytes.len() {
+                    let end = (start + WRITE_PIECE_BYTES).min(bytes.len());
+                    writes.push((
+                        chunk.segment_base_offset,
+                        position + start as u64,
+                        bytes.slice(start..end),
+                    ));
+                    start = end;
+                }
+            }
+            if tail_bytes > 0 {
+                let filled = chunk.filled() as u64;
+                self.tail_in_flight = Some(TailWrite {
+                    segment_base_offset: chunk.segment_base_offset,
+                    position_bytes: chunk.file_base_bytes + filled
+                        - filled % BLOCK_SIZE_BYTES as u64,
+                    len_bytes: tail_bytes,
+                    latch: Rc::clone(done),
+                });
+            }
+            chunk.mark_submitted(chunk.filled());
+        }
+        (writes, chunk_marks)
+    }
+
+    /// The segments the first `chunks` write-buffer chunks write to that have no file yet.
+    fn files_to_create(&self, chunks: usize) -> Vec<u64> {
+        let mut create = Vec::new();
+        for chunk in self.chunks.iter().take(chunks) {
+            if !self.files.contains_key(&chunk.segment_base_offset)
+                && !create.contains(&chunk.segment_base_offset)
+            {
+                create.push(chunk.segment_base_offset);
+            }
+        }
+        create
+    }
+
+    /// The space a job writing the first `chunks` chunks must make ready, in the order it must
+    /// do so: for every segment it writes, whatever of the written range is not ready yet
+    /// (`needed`: usually nothing, except in a new segment or after a burst of more than half
+    /// the step), then, when due, the step ahead of the active segment's tail.
+    fn reservations(&self, chunks: usize, create: &[u64]) -> Vec<Reserve> {
+        let mut reserves = Vec::new();
+        let mut written_segments: Vec<u64> = Vec::new();
+        for chunk in self.chunks.iter().take(chunks) {
+            if chunk.has_unsubmitted() && !written_segments.contains(&chunk.segment_base_offset) {
+                written_segments.push(chunk.segment_base_offset);
+            }
+        }
+        // Written segments are the last few: look them up from the end, so a long log costs
+        // nothing per cycle.
+        for meta in written_segments.iter().filter_map(|base| self.segment(*base)) {
+            let from = self.ready_end_of(meta);
+            let to = written_extent_end(meta.end_bytes);
+            if to > from {
+                reserves.push(Reserve {
+                    base_offset: Some(meta.base_offset),
+                    from_bytes: from,
+                    to_bytes: to,
+                    needed: true,
+                });
+            }
+        }
+        if let Some(active) = self.segments.last()
+            && (self.files.contains_key(&active.base_offset)
+                || create.contains(&active.base_offset))
+        {
+            let data_end = written_extent_end(active.end_bytes);
+            if self.ready_end_of(active) < self.ready_wanted_end_bytes(data_end) {
+                let from = self.ready_end_of(active).max(data_end);
+                let limit = self.segment_limit_bytes();
+                let to = (data_end + self.shared.ready_ahead_bytes).min(limit).max(data_end);
+                if to > from {
+                    reserves.push(Reserve {
+                        base_offset: Some(active.base_offset),
+                        from_bytes: from,
+                        to_bytes: to,
+                        needed: false,
+                    });
+                }
+            }
+        }
+        if self.spare_wanted() {
+            reserves.push(Reserve {
+                base_offset: None,
+                from_bytes: self.spare_ready_end_bytes.unwrap_or(0),
+                to_bytes: self.spare_target_bytes(),
+                needed: false,
+            });
+        }
+        reserves
+    }
+
+    /// How much space the spare segment file should have ready: a step, within one segment.
+    fn spare_target_bytes(&self) -> u64 {
+        self.shared.ready_ahead_bytes.min(self.segment_limit_bytes())
+    }
+
+    /// Whether the spare segment file should be made (more) ready now: once the active segment
+    /// is within half a step of its end (its own space ahead can grow no further), or before
+    /// the group's first segment.
+    fn spare_wanted(&self) -> bool {
+        let near_end = self.segments.last().is_none_or(|active| {
+            let data_end = written_extent_end(active.end_bytes);
+            data_end + self.shared.ready_ahead_bytes / 2 >= self.segment_limit_bytes()
+        });
+        near_end
+            && !self.spare_in_flight
+            && !self.spare_claimed
+            && self.spare_ready_end_bytes.is_none_or(|end| end < self.spare_target_bytes())
+    }
+
+    /// How far a segment's space is ready: reserved, or occupied by what is on file or being
+    /// written by a job in flight (the padded tail block is always written whole).
+    pub(super) fn ready_end_of(&self, meta: &SegmentMeta) -> u64 {
+        let on_file = self.end_on_file(meta, &self.submitted);
+        meta.ready_end_bytes.max(written_extent_end(on_file))
+    }
+
+    /// Whether this cycle should write the segment data. A `replicated` group writes whatever is
+    /// pending (the write is what makes it durable). A `persisted` group's prepares are durable
+    /// in the shard journal, so its segment writes wait until a batch worth writing has gathered
+    /// (or a chunk filled, a segment rolled, a checkpoint asks): the small synchronous cycles
+    /// then carry one write, not two, and the segment gets large sequential writes.
+    fn segment_write_due(&self) -> bool {
+        if !self.has_unsubmitted() {
+            return false;
+        }
+        match self.config.durability {
+            Durability::Replicated => true,
+            Durability::Persisted => {
+                let unsubmitted = self.appended_bytes - self.submitted_appended_bytes;
+                let batch = (self.shared.persisted_write_batch_bytes as u64)
+                    .min(self.shared.ring_limits.bytes_max as u64 / 4);
+                // A chunk other than the last one receiving appends is full.
+                unsubmitted >= batch || self.chunks.iter().rev().skip(1).any(Chunk::has_unsubmitted)
+            }
+        }
+    }
+
+    /// Whether the space made ready ahead of the active segment's tail has fallen below half a
+    /// step (or is unknown, after recovery).
+    fn needs_ready(&self) -> bool {
+        let active_behind = self.segments.last().is_some_and(|active| {
+            self.files.contains_key(&active.base_offset)
+                && self.ready_end_of(active)
+                    < self.ready_wanted_end_bytes(written_extent_end(active.end_bytes))
+        });
+        active_behind || self.spare_wanted()
+    }
+
+    /// How far the active segment must be ready once its data reaches `data_end_bytes`: half
+    /// the ready-ahead window past it, but never past the segment's end, which no reservation
+    /// can pass (otherwise a segment near its end would want a flush every cycle until it rolls).
+    fn ready_wanted_end_bytes(&self, data_end_bytes: u64) -> u64 {
+        (data_end_bytes + self.shared.ready_ahead_bytes / 2).min(self.segment_limit_bytes())
+    }
+
+    /// How far a segment's file may reach: its size, padded tail and guard block included.
+    pub(super) fn segment_limit_bytes(&self) -> u64 {
+        let block = BLOCK_SIZE_BYTES as u64;
+        self.config.segment_size_bytes.next_multiple_of(block) + block
+    }
+}

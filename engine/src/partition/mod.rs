@@ -1,0 +1,24 @@
+//! The partition log: one VSR group's prepares in a sequence of segment files, with the write
+//! buffer, the prepare ring, the sparse indexes, reads, truncation, retention and recovery.
+//!
+//! It owns the group's files and memory and nothing else: the shard decides when to flush,
+//! when to checkpoint and when the superblock is written, and supplies journal entries at
+//! recovery. Appends are synchronous memory operations (one copy into the write buffer); the
+//! I/O happens in the [`FlushJob`] that [`PartitionLog::begin_flush`] hands the shard's flush
+//! cycle, which gives it back to [`PartitionLog::finish_flush`]. The log
+//! checks view, op and commit only for continuity and checksums; it knows nothing of quorums.
+
+mod append;
+mod flush;
+mod log;
+mod read;
+mod recover;
+mod retention;
+mod settle;
+mod truncate;
+
+pub use flush::{FlushDone, FlushJob, WRITE_PIECE_BYTES, WriteOutcome};
+pub use log::{FaultyOps, PartitionLog, Shared};
+pub use read::{DiskRead, DiskReadDone, ReadPlan};
+pub use recover::{GroupRecovery, JournalPrepare};
+pub use settle::{CheckpointCandidate, SettleJob};

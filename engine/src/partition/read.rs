@@ -1,0 +1,335 @@
+//! Reads: prepares by offset, by op or by time, served from the ring when it holds them, else
+//! planned as a disk read that runs without borrowing the log and continues from the ring.
+//!
+//! A read verifies every record's checksums and must never serve around damage: corruption it
+//! finds makes the log refuse service; a read that merely failed changes nothing.
+
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use super::log::PartitionLog;
+use crate::error::{Corruption, Error, Result};
+use crate::record::{check_standalone, prepare_of};
+use crate::ring::StoredPrepare;
+use crate::scan::Scanner;
+use crate::segment::log_name;
+use crate::storage::{OpenMode, Storage};
+
+/// A read that must go to disk, owning what it needs so it runs without borrowing the log.
+pub struct DiskRead<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+    cluster: u64,
+    group: u64,
+    record_size_bytes_max: usize,
+    scan_window_bytes: usize,
+    /// The segments to scan, in order.
+    segments: Vec<PlannedSegment<S::File>>,
+    bytes_max: usize,
+    want: Want,
+    /// The read stopped at the written end of the log: continue from the ring.
+    continue_in_ring: bool,
+    /// Held while the read may scan files: see `PartitionLog::disk_reads`.
+    _in_flight: Rc<()>,
+}
+
+/// One segment a disk read scans.
+struct PlannedSegment<F> {
+    base_offset: u64,
+    /// The open file, when the log holds one (else the read opens it by name).
+    file: Option<Rc<F>>,
+    start_bytes: u64,
+    /// Where the bytes on file end (later ones are only in memory yet).
+    written_end_bytes: u64,
+}
+
+/// What a read looks for first.
+#[derive(Clone, Copy, Debug)]
+enum Want {
+    Offset(u64),
+    Op(u64),
+    Time(i64),
+}
+
+impl Want {
+    fn accepts(&self, prepare: &StoredPrepare) -> bool {
+        match *self {
+            Want::Offset(offset) => prepare.end_offset() > offset,
+            Want::Op(op) => prepare.op() >= op,
+            Want::Time(time_ms) => prepare_of(&prepare.header).append_time_ms >= time_ms,
+        }
+    }
+}
+
+/// The result of a [`DiskRead`], to hand back to [`PartitionLog::finish_read`].
+pub struct DiskReadDone {
+    found: Vec<StoredPrepare>,
+    reached_written_end: bool,
+    bytes_max: usize,
+    want: Want,
+    result: Result<()>,
+}
+
+/// A read plan: served from memory already, or a disk read to run.
+pub enum ReadPlan<S: Storage> {
+    /// Served from the ring (or nothing to serve).
+    Done(Vec<StoredPrepare>),
+    /// Needs the disk: run it, then [`PartitionLog::finish_read`].
+    Disk(DiskRead<S>),
+}
+
+impl<S: Storage> DiskRead<S> {
+    /// Scans the planned segments, verifying every record's checksums.
+    pub async fn run(self) -> DiskReadDone {
+        let mut found = Vec::new();
+        let mut reached_written_end = true;
+        let result = self.run_inner(&mut found, &mut reached_written_end).await;
+        DiskReadDone {
+            found,
+            reached_written_end,
+            bytes_max: self.bytes_max,
+            want: self.want,
+            result,
+        }
+    }
+
+    async fn run_inner(
+        &self,
+        found: &mut Vec<StoredPrepare>,
+        reached_written_end: &mut bool,
+    ) -> Result<()> {
+        let mut bytes = 0usize;
+        for planned in &self.segments {
+            let path = self.dir.join(log_name(planned.base_offset));
+            let opened;
+            let file: &S::File = match &planned.file {
+                Some(file) => file,
+                None => match self.storage.open(&path, OpenMode::Read, true).await {
+                    Ok(file) => {
+                        opened = file;
+                        &opened
+                    }
+                    // Retention removed it since the plan: the data is gone by policy.
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(error) => {
+                        return Err(Error::io(format!("opening {}", path.display()), error));
+                    }
+                },
+            };
+            let mut scanner = Scanner::new(file, self.scan_window_bytes)
+                .await
+                .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+            let mut position = planned.start_bytes;
+            while position < planned.written_end_bytes {
+                if !found.is_empty() && bytes >= self.bytes_max {
+                    // Full: the next record is not even decoded, so damage past what was asked
+                    // for (a read by op wants one) is left for the read that wants it.
+                    *reached_written_end = false;
+                    return Ok(());
+                }
+                let record = scanner
+                    .record_at(position, self.record_size_bytes_max)
+                    .await
+                    .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+                let header =
+                    check_standalone(&record, self.cluster, self.group, self.record_size_bytes_max)
+                        .map_err(|fault| {
+                            Error::Corruption(Corruption {
+                                file: path.clone(),
+                                position_bytes: position,
+                                offset: found.last().map(StoredPrepare::end_offset),
+                                op: found.last().map(|prepare| prepare.op() + 1),
+                                reason: fault.to_string(),
+                            })
+                        })?;
+                position += u64::from(header.size);
+                let prepare = StoredPrepare { header, record };
+                if found.is_empty() && !self.want.accepts(&prepare) {
+                    continue;
+                }
+                if !found.is_empty() && bytes + prepare.record.len() > self.bytes_max {
+                    *reached_written_end = false;
+                    return Ok(());
+                }
+                bytes += prepare.record.len();
+                found.push(prepare);
+            }
+        }
+        *reached_written_end = self.continue_in_ring;
+        Ok(())
+    }
+}
+
+impl<S: Storage> PartitionLog<S> {
+    /// Plans a read of the prepares containing `offset` and after it, up to `bytes_max` bytes of
+    /// records (always at least one whole record when one exists).
+    pub fn plan_read_offset(&self, offset: u64, bytes_max: usize) -> Result<ReadPlan<S>> {
+        self.check_serving()?;
+        if offset >= self.next.offset || offset < self.first_offset() {
+            return Ok(ReadPlan::Done(Vec::new()));
+        }
+        if let Some(index) = self.ring.position_of_offset(offset) {
+            return Ok(ReadPlan::Done(self.collect_ring(index, bytes_max, None)));
+        }
+        let segment = self.segments.partition_point(|segment| segment.base_offset <= offset) - 1;
+        let position = self.segments[segment].index.position_for_offset(offset);
+        Ok(self.plan_disk(segment, position, bytes_max, Want::Offset(offset)))
+    }
+
+    /// Plans a read of the prepare with this op.
+    pub fn plan_read_op(&self, op: u64) -> Result<ReadPlan<S>> {
+        self.check_serving()?;
+        if op == 0 || op > self.head.op {
+            return Ok(ReadPlan::Done(Vec::new()));
+        }
+        if let Some(prepare) = self.ring.by_op(op) {
+            return Ok(ReadPlan::Done(vec![prepare.clone()]));
+        }
+        let segment = self.segments.partition_point(|segment| segment.first_op <= op);
+        let Some(segment) = segment.checked_sub(1) else { return Ok(ReadPlan::Done(Vec::new())) };
+        let position = self.segments[segment].index.position_for_op(op);
+        Ok(self.plan_disk(segment, position, 1, Want::Op(op)))
+    }
+
+    /// Plans finding the first prepare appended at or after `time_ms`.
+    pub fn plan_read_time(&self, time_ms: i64) -> Result<ReadPlan<S>> {
+        self.check_serving()?;
+        let segment = self.segments.partition_point(|segment| segment.last_append_ms < time_ms);
+        if segment == self.segments.len() {
+            return Ok(ReadPlan::Done(Vec::new()));
+        }
+        let position = self.segments[segment].index.position_for_time(time_ms);
+        Ok(self.plan_disk(segment, position, 1, Want::Time(time_ms)))
+    }
+
+    /// Completes a disk read: reports corruption (marking the log faulty: it refuses service
+    /// rather than serve around damage) and read errors (the log keeps serving: nothing on disk
+    /// changed), and continues from the ring where the disk part ended.
+    pub fn finish_read(&mut self, done: DiskReadDone) -> Result<Vec<StoredPrepare>> {
+        match done.result {
+            Ok(()) => {}
+            // Damage stops the log: serving around it could hand out a hole as the end.
+            Err(error @ Error::Corruption(_)) => return Err(self.fail(error)),
+            // A read that failed changed nothing on disk: the caller hears of it (never as
+            // "absent") and may retry; the log keeps serving.
+            Err(error) => return Err(error),
+        }
+        let mut found = done.found;
+        if done.reached_written_end {
+            let bytes: usize = found.iter().map(|prepare| prepare.record.len()).sum();
+            let from_op = found.last().map_or(self.written.op + 1, |prepare| prepare.op() + 1);
+            if let Some(first) = self.ring.first_op() {
+                let limit = if matches!(done.want, Want::Op(_)) { 1 } else { usize::MAX };
+                if found.len() < limit && from_op >= first {
+                    let index = (from_op - first) as usize;
+                    let want = found.is_empty().then_some(done.want);
+                    let more = self.collect_ring(index, done.bytes_max.saturating_sub(bytes), want);
+                    found.extend(more.into_iter().take(limit - found.len()));
+                }
+            }
+        }
+        if let Want::Op(op) = done.want {
+            found.retain(|prepare| prepare.op() == op);
+        }
+        Ok(found)
+    }
+
+    /// Reads the prepares containing `offset` and after it (plan, run, finish in one call).
+    pub async fn read_offset(
+        &mut self,
+        offset: u64,
+        bytes_max: usize,
+    ) -> Result<Vec<StoredPrepare>> {
+        let plan = self.plan_read_offset(offset, bytes_max)?;
+        self.complete(plan).await
+    }
+
+    /// Reads the prepare with this op (plan, run, finish in one call).
+    pub async fn read_op(&mut self, op: u64) -> Result<Option<StoredPrepare>> {
+        let plan = self.plan_read_op(op)?;
+        Ok(self.complete(plan).await?.into_iter().next())
+    }
+
+    /// The offset of the first message appended at or after `time_ms`, if any.
+    pub async fn offset_for_time(&mut self, time_ms: i64) -> Result<Option<u64>> {
+        let plan = self.plan_read_time(time_ms)?;
+        Ok(self.complete(plan).await?.first().map(StoredPrepare::base_offset))
+    }
+
+    fn plan_disk(
+        &self,
+        segment: usize,
+        position: u64,
+        bytes_max: usize,
+        want: Want,
+    ) -> ReadPlan<S> {
+        let mut segments = Vec::new();
+        let mut start = position;
+        let mut continue_in_ring = true;
+        for meta in &self.segments[segment..] {
+            let written_end = self.written_end(meta);
+            if written_end > start {
+                segments.push(PlannedSegment {
+                    base_offset: meta.base_offset,
+                    file: self.files.get(&meta.base_offset).cloned(),
+                    start_bytes: start,
+                    written_end_bytes: written_end,
+                });
+            }
+            if written_end < meta.end_bytes {
+                break;
+            }
+            start = 0;
+        }
+        if segments.is_empty() {
+            continue_in_ring = true;
+        }
+        ReadPlan::Disk(DiskRead {
+            storage: self.storage.clone(),
+            dir: self.dir.clone(),
+            cluster: self.shared.cluster,
+            group: self.group,
+            record_size_bytes_max: self.config.record_size_bytes_max as usize,
+            scan_window_bytes: self.shared.scan_window_bytes,
+            segments,
+            bytes_max,
+            want,
+            continue_in_ring,
+            _in_flight: Rc::clone(&self.disk_reads),
+        })
+    }
+
+    async fn complete(&mut self, plan: ReadPlan<S>) -> Result<Vec<StoredPrepare>> {
+        match plan {
+            ReadPlan::Done(found) => Ok(found),
+            ReadPlan::Disk(read) => {
+                let done = read.run().await;
+                self.finish_read(done)
+            }
+        }
+    }
+
+    /// Ring entries from `index`: skipping those `want` rejects (until the first it accepts),
+    /// then up to `bytes_max` bytes, at least one.
+    fn collect_ring(
+        &self,
+        mut index: usize,
+        bytes_max: usize,
+        want: Option<Want>,
+    ) -> Vec<StoredPrepare> {
+        let mut out: Vec<StoredPrepare> = Vec::new();
+        let mut bytes = 0;
+        while let Some(prepare) = self.ring.get(index) {
+            index += 1;
+            if out.is_empty() && want.is_some_and(|want| !want.accepts(prepare)) {
+                continue;
+            }
+            if !out.is_empty() && bytes + prepare.record.len() > bytes_max {
+                break;
+            }
+            bytes += prepare.record.len();
+            out.push(prepare.clone());
+        }
+        out
+    }
+}
