@@ -29,8 +29,9 @@ use std::task::Poll;
 
 use bytes::Bytes;
 use shoal_engine::record::build_prepare;
+use shoal_engine::rng::Rng;
 use shoal_engine::shard::{Shard, ShardConfig, ShardFlushDone};
-use shoal_engine::storage::sim::{Sim, SimConfig, SimRng, SimStats, SimStorage};
+use shoal_engine::storage::sim::{Sim, SimConfig, SimStats, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::wire::Prepare;
 
@@ -71,7 +72,7 @@ fn shard_config() -> ShardConfig {
 
 /// Appends a few prepares of random sizes to each group, then starts a flush.
 fn append_some(
-    rng: &mut SimRng,
+    rng: &mut Rng,
     shard: &Rc<RefCell<Option<Shard<SimStorage>>>>,
     model: &Model,
     seed: u64,
@@ -148,7 +149,7 @@ async fn finish_oldest(
 /// The workload: appends of random sizes to both groups, overlapping flushes, an occasional
 /// truncation.
 async fn workload(shard: Rc<RefCell<Option<Shard<SimStorage>>>>, model: Model, seed: u64) {
-    let mut rng = SimRng::new(seed);
+    let mut rng = Rng::new(seed);
     let mut flushes: VecDeque<InFlight> = VecDeque::new();
     for step in 0..400u64 {
         if let Some(flush) = append_some(&mut rng, &shard, &model, seed, step) {
@@ -282,7 +283,7 @@ fn run_seed(seed: u64) -> (SimStats, u64) {
         sim.block_on(shard.create_group(REPLICATED, config(Durability::Replicated)))
             .expect("create");
     }
-    let mut rng = SimRng::new(seed ^ 0x5eed);
+    let mut rng = Rng::new(seed ^ 0x5eed);
     let mut recycled = 0;
     for round in 0..ROUNDS {
         let (shard, report) = sim

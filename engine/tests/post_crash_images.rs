@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use shoal_engine::record::build_prepare;
+use shoal_engine::rng::Rng;
 use shoal_engine::shard::{Shard, ShardConfig};
-use shoal_engine::storage::sim::SimRng;
 use shoal_engine::storage::uring::recorder::{Event, Recorder};
 use shoal_engine::storage::uring::{UringStorage, runtime};
 use shoal_engine::superblock::{Durability, GroupConfig};
@@ -80,7 +80,7 @@ fn record_workload(dir: &Path) -> (Vec<Event>, Vec<(usize, u64)>) {
 }
 
 /// The files as a power loss after `events[..cut]` might leave them.
-fn image(events: &[Event], cut: usize, rng: &mut SimRng) -> BTreeMap<PathBuf, Vec<u8>> {
+fn image(events: &[Event], cut: usize, rng: &mut Rng) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut durable: BTreeMap<PathBuf, Vec<u8>> = BTreeMap::new();
     let mut pending: BTreeMap<PathBuf, Vec<(u64, Bytes)>> = BTreeMap::new();
     // A handle keeps writing to its file after a rename; the recorder names the handle's path.
@@ -154,7 +154,7 @@ fn crash_images_rebuilt_from_recorded_writes_keep_every_acknowledged_append() {
     let (events, acks) = record_workload(&source_shard);
     let writes = events.iter().filter(|event| matches!(event, Event::Write { .. })).count();
     assert!(writes > 200, "the workload must write: {writes}");
-    let mut rng = SimRng::new(7);
+    let mut rng = Rng::new(7);
     let mut images = 0;
     for trial in 0..40 {
         let cut = 1 + rng.below(events.len() as u64) as usize;

@@ -24,9 +24,10 @@ use bytes::Bytes;
 use shoal_engine::Error;
 use shoal_engine::inspect::inspect;
 use shoal_engine::record::{ChainNext, build_prepare};
+use shoal_engine::rng::Rng;
 use shoal_engine::shard::{Shard, ShardConfig, group_dir};
 use shoal_engine::state::{self, GroupState};
-use shoal_engine::storage::sim::{Sim, SimConfig, SimRng, SimStorage};
+use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::wire::{Header, Prepare};
 
@@ -72,7 +73,7 @@ impl Op {
 /// A chain of `count` prepares of `GROUP` from op 1, its bodies and record counts decided by
 /// `seed` and `tag` (two tags give two different chains, as two replicas' divergent logs).
 fn chain(seed: u64, tag: u64, count: u64, body_bytes_max: u64) -> Vec<Op> {
-    let mut rng = SimRng::new(seed ^ tag.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut rng = Rng::new(seed ^ tag.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut next = ChainNext { cluster: CLUSTER, group: GROUP, op: 1, parent: 0, offset: 0 };
     let mut ops = Vec::new();
     for _ in 0..count {
@@ -467,7 +468,7 @@ async fn append_after_install(shard: &mut Shard<SimStorage>, ops: &[Op], durable
 
 fn run_seed(seed: u64, outcomes: &mut Outcomes) {
     let sim = Sim::new(seed, SimConfig::default());
-    let mut rng = SimRng::new(seed ^ 0x7e57);
+    let mut rng = Rng::new(seed ^ 0x7e57);
     let durability =
         if seed.is_multiple_of(2) { Durability::Persisted } else { Durability::Replicated };
     // Sometimes enough to roll 1 MiB segments (index files, several old segments).

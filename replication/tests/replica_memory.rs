@@ -390,7 +390,7 @@ fn the_primary_pipeline_is_bounded_and_refuses_beyond_it() {
 /// views, ops, commit points, nonces, flags and header subsets, from any peer, in any state.
 #[test]
 fn arbitrary_peer_messages_never_panic_a_replica() {
-    let mut rng = shoal_engine::storage::sim::SimRng::new(99);
+    let mut rng = shoal_engine::rng::Rng::new(99);
     for round in 0..20 {
         let mut cluster = Cluster::new(3);
         let primary = cluster.primary().unwrap();

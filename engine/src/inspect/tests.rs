@@ -185,7 +185,7 @@ fn garbage_and_missing_files_are_reported_never_panicked_on() {
     let sim = Sim::new(15, SimConfig::default());
     build(&sim, Durability::Persisted, 40);
     let storage: SimStorage = sim.storage();
-    let mut rng = crate::storage::sim::SimRng::new(99);
+    let mut rng = crate::rng::Rng::new(99);
     let garbage: Vec<u8> = (0..300_000).map(|_| rng.next_u64() as u8).collect();
     let dir = group_dir(&shard_dir(Path::new("/data"), 0), GROUP);
     for name in ["00000000000009999999.log", "00000000000009999999.index", "stray"] {

@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use bytes::Bytes;
+use shoal_engine::rng::Rng;
 use shoal_engine::shard::{ShardConfig, group_dir, shard_dir};
 use shoal_engine::state;
-use shoal_engine::storage::sim::{Sim, SimConfig, SimRng, SimStorage};
+use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::wire::HEADER_SIZE;
 
@@ -38,7 +39,7 @@ pub struct Cluster {
     pub(super) options: SimOptions,
     pub(super) mode: Mode,
     pub(super) faults: FaultProfile,
-    pub(super) rng: SimRng,
+    pub(super) rng: Rng,
     pub(super) tick: u64,
     pub(super) clock: Rc<Cell<i64>>,
     pub(super) network: Network<Packet>,
@@ -70,7 +71,7 @@ pub struct Cluster {
 impl Cluster {
     /// Builds the cluster of `options`: every node up with every group created.
     pub fn new(options: &SimOptions) -> Cluster {
-        let mut rng = SimRng::new(options.seed);
+        let mut rng = Rng::new(options.seed);
         let faults = options.faults.unwrap_or_else(|| FaultProfile::swarm(&mut rng));
         let mode = options.mode.unwrap_or_else(|| match rng.below(3) {
             0 => Mode::Persisted,
@@ -221,7 +222,7 @@ impl Cluster {
         // Faster timers than production keep runs short; the ratios between them are kept.
         replica.heartbeat_timeout_ticks = 100;
         replica.view_change_timeout_ticks = 200;
-        let mut draw = SimRng::new(self.options.seed ^ 0x7e9a_1c00);
+        let mut draw = Rng::new(self.options.seed ^ 0x7e9a_1c00);
         let per_round_max = if draw.chance(1, 2) { 4 } else { 128 };
         replica.repair_prepares_max = self
             .options

@@ -4,7 +4,7 @@
 //! It owns every packet in flight, the up/down state of every directed link, the fault rates
 //! ([`NetworkConfig`]), its own PRNG and the counters ([`NetworkStats`]). It must never read a
 //! clock, spawn a thread, perform I/O or iterate a hash map: time is a tick the caller passes in,
-//! randomness comes only from the [`SimRng`] seeded by the caller, and every collection is ordered,
+//! randomness comes only from the [`Rng`] seeded by the caller, and every collection is ordered,
 //! so the same seed and the same calls give the same deliveries bit for bit.
 //!
 //! Packet model. [`Network::send`] decides a packet's fate at send time, in this order: a link
@@ -37,7 +37,7 @@
 
 use std::collections::BTreeMap;
 
-use shoal_engine::storage::sim::SimRng;
+use shoal_engine::rng::Rng;
 
 /// The denominator of every `_per_million` probability.
 const PER_MILLION: u32 = 1_000_000;
@@ -91,7 +91,7 @@ impl NetworkConfig {
     /// to 100 ticks. Delays lie within `1..=55` ticks; a quarter of seeds get small links (8 to 64
     /// packets) so that the link bound is exercised too.
     #[must_use]
-    pub fn swarm(rng: &mut SimRng) -> Self {
+    pub fn swarm(rng: &mut Rng) -> Self {
         let delay_ticks_min = 1 + rng.below(5);
         let delay_ticks_max = delay_ticks_min + rng.below(51);
         let loss_per_million = swarm_per_million(rng, 200_000);
@@ -173,7 +173,7 @@ pub struct Delivery<P> {
 pub struct Network<P> {
     endpoints: usize,
     config: NetworkConfig,
-    rng: SimRng,
+    rng: Rng,
     /// Packets in flight keyed by (due tick, sequence number): the delivery order.
     in_flight: BTreeMap<(u64, u64), Delivery<P>>,
     /// The next sequence number to assign; unique per copy, so keys never collide.
@@ -201,7 +201,7 @@ impl<P: Clone> Network<P> {
         Self {
             endpoints,
             config,
-            rng: SimRng::new(seed),
+            rng: Rng::new(seed),
             in_flight: BTreeMap::new(),
             sequence_next: 0,
             links_up: vec![true; links],
@@ -425,7 +425,7 @@ impl<P: Clone> Network<P> {
 }
 
 /// A swarm-testing probability: zero for about a third of draws, else uniform in `1..=max`.
-fn swarm_per_million(rng: &mut SimRng, max: u32) -> u32 {
+fn swarm_per_million(rng: &mut Rng, max: u32) -> u32 {
     if rng.chance(1, 3) {
         0
     } else {
@@ -434,7 +434,7 @@ fn swarm_per_million(rng: &mut SimRng, max: u32) -> u32 {
 }
 
 /// A number uniform in `low..=high`.
-fn uniform_inclusive(rng: &mut SimRng, low: u64, high: u64) -> u64 {
+fn uniform_inclusive(rng: &mut Rng, low: u64, high: u64) -> u64 {
     debug_assert!(low <= high);
     match (high - low).checked_add(1) {
         Some(span) => low + rng.below(span),
@@ -486,7 +486,7 @@ mod tests {
 
     /// A seeded run of swarm traffic with faults, returning every delivery with its tick.
     fn swarm_run(seed: u64) -> (Vec<(u64, Delivery<u64>)>, NetworkStats) {
-        let mut rng = SimRng::new(seed);
+        let mut rng = Rng::new(seed);
         let config = NetworkConfig::swarm(&mut rng);
         let mut network = Network::new(5, config, seed);
         let mut out = Vec::new();
@@ -880,7 +880,7 @@ mod tests {
 
     #[test]
     fn swarm_configs_are_valid_and_varied() {
-        let mut rng = SimRng::new(11);
+        let mut rng = Rng::new(11);
         let configs: Vec<NetworkConfig> =
             (0..300).map(|_| NetworkConfig::swarm(&mut rng)).collect();
         for config in &configs {
@@ -901,13 +901,13 @@ mod tests {
     fn random_call_sequences_keep_the_books() {
         // Any call sequence with valid endpoints: no panic, and the accounting always balances.
         for seed in 0..20 {
-            let mut rng = SimRng::new(seed);
+            let mut rng = Rng::new(seed);
             let config = NetworkConfig::swarm(&mut rng);
             let endpoints = 1 + usize::try_from(rng.below(6)).unwrap();
             let mut network = Network::new(endpoints, config, seed);
             let mut tick = 0;
             let mut link_packets_max = config.link_packets_max;
-            let endpoint = |rng: &mut SimRng| usize::try_from(rng.below(endpoints as u64)).unwrap();
+            let endpoint = |rng: &mut Rng| usize::try_from(rng.below(endpoints as u64)).unwrap();
             for _ in 0..3_000 {
                 match rng.below(100) {
                     0..60 => network.send(tick, endpoint(&mut rng), endpoint(&mut rng), tick),

@@ -5,7 +5,7 @@
 //! It owns configuration only: it never touches a cluster, and it draws from a seed's PRNG only
 //! in [`FaultProfile::swarm`], whose order of draws is part of every seed's trace.
 
-use shoal_engine::storage::sim::SimRng;
+use shoal_engine::rng::Rng;
 
 use super::network::NetworkConfig;
 use crate::config::ReplicaConfig;
@@ -78,7 +78,7 @@ impl FaultProfile {
 
     /// Swarm testing: probabilities drawn per seed, each fault sometimes absent, sometimes
     /// frequent.
-    pub fn swarm(rng: &mut SimRng) -> FaultProfile {
+    pub fn swarm(rng: &mut Rng) -> FaultProfile {
         let mut rate =
             |max: u32| if rng.chance(1, 4) { 0 } else { rng.below(u64::from(max)) as u32 + 1 };
         let crash_per_million = rate(400);
@@ -156,7 +156,7 @@ pub struct SimOptions {
 impl SimOptions {
     /// The fault profile this seed draws when `faults` is `None`.
     pub fn drawn_faults(&self) -> FaultProfile {
-        FaultProfile::swarm(&mut SimRng::new(self.seed))
+        FaultProfile::swarm(&mut Rng::new(self.seed))
     }
 
     /// The CI defaults for `seed`: three replicas, two groups, 20,000 ticks of swarm faults.

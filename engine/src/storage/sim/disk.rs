@@ -3,7 +3,7 @@
 //!
 //! Crash semantics ([`Sim::crash`], [`Sim::run_until_crash`]) are those of the module
 //! documentation of `sim`. The disk applies an operation's effect only when the executor asks it
-//! to complete that operation, and draws every random choice from its own [`SimRng`]: it must
+//! to complete that operation, and draws every random choice from its own [`Rng`]: it must
 //! never read a clock or iterate anything in an order the seed does not fix.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,7 +14,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 
 use super::executor::{InFlight, Shared, Sim, Submit};
-use super::rng::SimRng;
+use crate::rng::Rng;
 use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
 
 pub(super) const EIO: i32 = 5;
@@ -534,7 +534,7 @@ impl FileState {
 
 pub(super) struct Disk {
     pub(super) config: SimConfig,
-    pub(super) rng: SimRng,
+    pub(super) rng: Rng,
     pub(super) stats: SimStats,
     /// Bumped by every crash; handles from an older epoch are dead.
     pub(super) epoch: u64,
@@ -559,7 +559,7 @@ impl Disk {
     pub(super) fn new(config: SimConfig, seed: u64) -> Self {
         Self {
             config,
-            rng: SimRng::new(seed),
+            rng: Rng::new(seed),
             stats: SimStats::default(),
             epoch: 0,
             files: BTreeMap::new(),
@@ -794,7 +794,7 @@ impl Disk {
                     self.push_pending_write(inode, offset, data);
                 }
                 op => {
-                    discarded.insert(id, InFlight { op, slot: entry.slot });
+                    discarded.insert(id, InFlight { op, completion: entry.completion });
                 }
             }
         }
@@ -855,7 +855,7 @@ fn tear_write(
     contents: &mut Vec<u8>,
     write: &PendingWrite,
     sector_size_bytes: u64,
-    rng: &mut SimRng,
+    rng: &mut Rng,
 ) -> bool {
     let end = write.offset + write.data.len() as u64;
     let mut pieces = Vec::new();

@@ -243,7 +243,7 @@ impl Shared {
 
     /// Completes one in-flight operation chosen by the PRNG; false if none is in flight.
     fn complete_one(&self) -> bool {
-        let (slot, done) = {
+        let (completion, done) = {
             let mut disk = self.disk.borrow_mut();
             let syncs_held = disk.syncs_held;
             let eligible =
@@ -263,12 +263,12 @@ impl Shared {
             let entry = disk.in_flight.remove(&id).expect("chosen op");
             disk.stats.io_completions += 1;
             let done = disk.complete(entry.op);
-            (entry.slot, done)
+            (entry.completion, done)
         };
         let waker = {
-            let mut slot = slot.borrow_mut();
-            slot.done = Some(done);
-            slot.waker.take()
+            let mut completion = completion.borrow_mut();
+            completion.done = Some(done);
+            completion.waker.take()
         };
         if let Some(waker) = waker {
             waker.wake();
@@ -322,15 +322,17 @@ struct JoinState<T> {
     waker: Option<Waker>,
 }
 
+/// Where an in-flight operation's result lands once the executor completes it, and the task to
+/// wake then.
 #[derive(Default)]
-pub(super) struct Slot {
+pub(super) struct Completion {
     done: Option<Done>,
     waker: Option<Waker>,
 }
 
 pub(super) struct InFlight {
     pub(super) op: Op,
-    pub(super) slot: Rc<RefCell<Slot>>,
+    pub(super) completion: Rc<RefCell<Completion>>,
 }
 
 /// The future of one operation: registers it on first poll, then waits for its completion.
@@ -339,12 +341,12 @@ pub(super) struct Submit {
     shared: Rc<Shared>,
     op: Option<Op>,
     epoch: Option<u64>,
-    slot: Rc<RefCell<Slot>>,
+    completion: Rc<RefCell<Completion>>,
 }
 
 impl Submit {
     pub(super) fn new(shared: &Rc<Shared>, op: Op, epoch: Option<u64>) -> Self {
-        Self { shared: Rc::clone(shared), op: Some(op), epoch, slot: Rc::default() }
+        Self { shared: Rc::clone(shared), op: Some(op), epoch, completion: Rc::default() }
     }
 }
 
@@ -367,13 +369,13 @@ impl Future for Submit {
             }
             let id = disk.next_op;
             disk.next_op += 1;
-            disk.in_flight.insert(id, InFlight { op, slot: Rc::clone(&self.slot) });
+            disk.in_flight.insert(id, InFlight { op, completion: Rc::clone(&self.completion) });
         }
-        let mut slot = self.slot.borrow_mut();
-        match slot.done.take() {
+        let mut completion = self.completion.borrow_mut();
+        match completion.done.take() {
             Some(done) => Poll::Ready(done),
             None => {
-                slot.waker = Some(cx.waker().clone());
+                completion.waker = Some(cx.waker().clone());
                 Poll::Pending
             }
         }

@@ -1,7 +1,7 @@
 //! The deterministic simulated disk and the single-threaded executor that drives it.
 //!
 //! It owns an in-memory namespace (directories and files), every file's durable and volatile
-//! bytes, the set of I/O operations in flight, a seeded PRNG ([`SimRng`]) and the fault counters
+//! bytes, the set of I/O operations in flight, a seeded PRNG ([`crate::rng::Rng`]) and the fault counters
 //! ([`SimStats`]). Engine code that runs on io_uring runs here unchanged, through [`SimStorage`],
 //! and one seed decides everything: which in-flight operation completes next, which reads fail,
 //! and what a crash leaves behind. It must never read a clock, spawn a thread, iterate a hash map
@@ -31,10 +31,8 @@
 
 mod disk;
 mod executor;
-mod rng;
 #[cfg(test)]
 mod tests;
 
 pub use disk::{SimConfig, SimFile, SimStats, SimStorage};
 pub use executor::{JoinHandle, Sim, Spawner};
-pub use rng::SimRng;

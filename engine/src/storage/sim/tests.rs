@@ -8,7 +8,8 @@ use std::rc::Rc;
 use bytes::Bytes;
 
 use super::disk::{EIO, ENOSPC, to_usize};
-use super::{Sim, SimConfig, SimFile, SimRng, SimStats, SimStorage};
+use super::{Sim, SimConfig, SimFile, SimStats, SimStorage};
+use crate::rng::Rng;
 use crate::storage::{AlignedBuf, OpenMode, Storage, StorageFile};
 
 const SEEDS: u64 = 200;
@@ -37,9 +38,9 @@ async fn create_durable(storage: &SimStorage, name: &str, contents: Bytes) -> Si
 
 #[test]
 fn rng_is_seeded_and_bounded() {
-    let mut a = SimRng::new(7);
-    let mut b = SimRng::new(7);
-    let mut c = SimRng::new(8);
+    let mut a = Rng::new(7);
+    let mut b = Rng::new(7);
+    let mut c = Rng::new(8);
     let first: Vec<u64> = (0..8).map(|_| a.next_u64()).collect();
     assert_eq!(first, (0..8).map(|_| b.next_u64()).collect::<Vec<_>>());
     assert_ne!(first, (0..8).map(|_| c.next_u64()).collect::<Vec<_>>());
