@@ -25,7 +25,7 @@ use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use shoal_engine::record::build_prepare;
 use shoal_engine::ring::RingLimits;
-use shoal_engine::shard::{Shard, ShardConfig, ShardCounters, ShardFlushDone};
+use shoal_engine::shard::{ShardConfig, ShardCounters, ShardFlushDone, ShardStore};
 use shoal_engine::storage::uring::{UringStorage, runtime};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::wire::{HEADER_SIZE, Prepare};
@@ -71,16 +71,16 @@ fn group_config(durability: Durability, record_size_bytes_max: usize) -> GroupCo
 }
 
 /// A shard at production sizes in `dir` with `groups` `persisted` groups, ids 1..=groups.
-async fn open_persisted(dir: &std::path::Path, groups: u64) -> Shard<UringStorage> {
+async fn open_persisted(dir: &std::path::Path, groups: u64) -> ShardStore<UringStorage> {
     let (mut shard, _) =
-        Shard::open(UringStorage::new(), dir, production(MIB)).await.expect("open");
+        ShardStore::open(UringStorage::new(), dir, production(MIB)).await.expect("open");
     for group in 1..=groups {
         shard.create_group(group, group_config(Durability::Persisted, MIB)).await.expect("group");
     }
     shard
 }
 
-fn append_one(shard: &mut Shard<UringStorage>, group: u64, body: &Bytes) -> u64 {
+fn append_one(shard: &mut ShardStore<UringStorage>, group: u64, body: &Bytes) -> u64 {
     let next = shard.next(group).expect("group");
     let header =
         build_prepare(&next, 1, 0, Prepare { record_count: 1, ..Prepare::default() }, body);
@@ -118,7 +118,7 @@ fn replicated_bench(c: &mut Criterion, name: &str, retention_bytes: u64, warmup_
             let mut elapsed = Duration::ZERO;
             runtime().block_on(async {
                 let (mut shard, _) =
-                    Shard::open(UringStorage::new(), dir.path(), production(2 * MIB))
+                    ShardStore::open(UringStorage::new(), dir.path(), production(2 * MIB))
                         .await
                         .expect("open");
                 let config = GroupConfig {
@@ -153,7 +153,7 @@ fn replicated_bench(c: &mut Criterion, name: &str, retention_bytes: u64, warmup_
     clippy::await_holding_refcell_ref,
     reason = "called between pipelined runs, when no other task of the thread touches the shard"
 )]
-async fn enforce_retention(shard: &Rc<RefCell<Shard<UringStorage>>>, retention_bytes: u64) {
+async fn enforce_retention(shard: &Rc<RefCell<ShardStore<UringStorage>>>, retention_bytes: u64) {
     if retention_bytes > 0 {
         shard.borrow_mut().enforce_retention(0).await.expect("retention");
     }
@@ -164,7 +164,7 @@ async fn enforce_retention(shard: &Rc<RefCell<Shard<UringStorage>>>, retention_b
 /// anything was appended, finished in the order they began (as the node layer runs them); each
 /// side wakes the other through a [`Signal`].
 async fn pipelined(
-    shard: &Rc<RefCell<Shard<UringStorage>>>,
+    shard: &Rc<RefCell<ShardStore<UringStorage>>>,
     batch: &Bytes,
     count: u64,
     window_bytes: u64,
@@ -435,7 +435,7 @@ fn idle_partition_footprint(_c: &mut Criterion) {
         // One write-buffer chunk per partition that appended: small chunks, enough of them.
         config.chunk_size_bytes = 2 * MIB;
         config.chunks_max = 2048;
-        let (mut shard, _) = Shard::open(UringStorage::new(), dir.path(), config).await.expect("open");
+        let (mut shard, _) = ShardStore::open(UringStorage::new(), dir.path(), config).await.expect("open");
         let (rss_before, fds_before) = (rss_bytes(), open_fds());
         for group in 1..=GROUPS {
             shard.create_group(group, group_config(Durability::Persisted, MIB)).await.expect("group");

@@ -152,7 +152,7 @@ pub struct ShardCounters {
     pub journal_bytes_written: u64,
     /// Checkpoints recorded.
     pub checkpoints: u64,
-    /// State transfers installed ([`Shard::install_transfer`] calls that completed).
+    /// State transfers installed ([`ShardStore::install_transfer`] calls that completed).
     pub transfers_installed: u64,
     /// Segments retention recycled into a spare segment file rather than deleted.
     pub segments_recycled: u64,
@@ -181,12 +181,12 @@ pub struct FlushReport {
     /// Groups that failed (now fail-stop) with the error.
     pub failed: Vec<(u64, String)>,
     /// Storage was full: some group's pending bytes stay pending until a retried reservation
-    /// succeeds (see [`Shard::retry_storage_full`]).
+    /// succeeds (see [`ShardStore::retry_storage_full`]).
     pub storage_full: bool,
 }
 
 /// One shard's storage.
-pub struct Shard<S: Storage> {
+pub struct ShardStore<S: Storage> {
     storage: S,
     dir: PathBuf,
     config: ShardConfig,
@@ -200,7 +200,7 @@ pub struct Shard<S: Storage> {
     /// Groups to checkpoint in the next flush whatever their byte count.
     checkpoint_wanted: BTreeSet<u64>,
     /// Groups whose rolled segments' index files found no room: no checkpoint of theirs starts
-    /// until the next [`Shard::retry_storage_full`].
+    /// until the next [`ShardStore::retry_storage_full`].
     settle_blocked: BTreeSet<u64>,
     counters: ShardCounters,
     marker_wanted: bool,
@@ -226,7 +226,7 @@ pub struct ShardFlush<S: Storage> {
     group_targets: Vec<(u64, u64)>,
 }
 
-/// A finished [`ShardFlush`], to hand back to [`Shard::finish_flush`].
+/// A finished [`ShardFlush`], to hand back to [`ShardStore::finish_flush`].
 pub struct ShardFlushDone<S: Storage> {
     seq: u64,
     jobs: Vec<FlushDone<S>>,
@@ -274,7 +274,7 @@ pub struct CheckpointJob<S: Storage> {
     superblock: SuperblockWrite<S::File>,
 }
 
-/// A finished [`CheckpointJob`], to hand back to [`Shard::finish_checkpoint`].
+/// A finished [`CheckpointJob`], to hand back to [`ShardStore::finish_checkpoint`].
 pub struct CheckpointDone<S: Storage> {
     job: CheckpointJob<S>,
     /// Every sync or settle that failed, by group.
@@ -323,7 +323,7 @@ impl<S: Storage> CheckpointJob<S> {
     }
 }
 
-impl<S: Storage> Shard<S> {
+impl<S: Storage> ShardStore<S> {
     /// Opens (or creates) the shard's storage in `dir` and recovers every group.
     pub async fn open(
         storage: S,
@@ -362,7 +362,7 @@ impl<S: Storage> Shard<S> {
         let superblock = finish_interrupted(superblock, &mut groups).await?;
         let mut journal = journal;
         release_stale_journal(&mut journal, &groups);
-        let shard = Shard {
+        let shard = ShardStore {
             storage,
             dir: dir.to_path_buf(),
             config,
@@ -654,7 +654,7 @@ impl<S: Storage> Shard<S> {
     }
 
     /// How many groups refuse appends for lack of disk space (their writes of what they hold
-    /// go on). Unlike [`Shard::is_storage_full`] it ignores checkpoints waiting for room, which
+    /// go on). Unlike [`ShardStore::is_storage_full`] it ignores checkpoints waiting for room, which
     /// come and go with every retry.
     pub fn storage_full_group_count(&self) -> usize {
         self.groups.values().filter(|log| log.is_storage_full()).count()
@@ -714,7 +714,7 @@ impl<S: Storage> Shard<S> {
     ///
     /// `StorageFull` when an index file found no room: nothing is recorded, no group fails, and
     /// the job's groups checkpoint again — the one that found no room after the next
-    /// [`Shard::retry_storage_full`].
+    /// [`ShardStore::retry_storage_full`].
     pub fn finish_checkpoint(&mut self, done: CheckpointDone<S>) -> Result<()> {
         assert!(self.checkpoint_in_flight, "finish without a checkpoint in flight");
         self.checkpoint_in_flight = false;
@@ -831,8 +831,8 @@ impl<S: Storage> Shard<S> {
     ///
     /// A checkpoint job that is due runs after the cycle (the node layer runs them side by side
     /// instead). What a full disk refused is tried again only after
-    /// [`Shard::retry_storage_full`]; a full disk is in the report (`storage_full`, or
-    /// [`Shard::is_storage_full`]), never an error.
+    /// [`ShardStore::retry_storage_full`]; a full disk is in the report (`storage_full`, or
+    /// [`ShardStore::is_storage_full`]), never an error.
     pub async fn flush(&mut self) -> Result<FlushReport> {
         self.check_serving()?;
         let mut report = FlushReport::default();
@@ -935,7 +935,7 @@ impl<S: Storage> Shard<S> {
     }
 
     /// Forgets `group`'s damage marker (its replica holds every op again, durably); the next
-    /// checkpoint job writes the slot, and until it has, [`Shard::damage_marker`] still
+    /// checkpoint job writes the slot, and until it has, [`ShardStore::damage_marker`] still
     /// reports the marker.
     pub fn clear_damaged_from(&mut self, group: u64) {
         if let Some(log) = self.groups.get_mut(&group)
@@ -950,7 +950,7 @@ impl<S: Storage> Shard<S> {
     /// against the header checksum the peer named) and `state` the peer's replicated state as
     /// of S. Once it returns, durably, the log holds S alone, as a log whose beginning
     /// retention removed: head and first op S, next offset `state.end_offset`, next parent
-    /// `first.checksum_header`; later ops arrive by [`Shard::append_received`]. The state is
+    /// `first.checksum_header`; later ops arrive by [`ShardStore::append_received`]. The state is
     /// kept as the group's `transfer-state` ([`crate::state::load_transfer_state`]); the
     /// owner's own `state` snapshot is left alone. Held prepares, the ring and anything
     /// appended but not yet written are dropped with the old log.

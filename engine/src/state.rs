@@ -9,7 +9,7 @@
 //! retention floor to what its newest snapshot covers).
 //!
 //! The same format holds the *transferred state* a log installed by a state transfer begins
-//! from (`transfer-state`, written by `Shard::install_transfer`, read by
+//! from (`transfer-state`, written by `ShardStore::install_transfer`, read by
 //! [`load_transfer_state`]): the peer's state as of the first op of the installed log. This
 //! module only writes and reads it; the install decides when it is staged and renamed.
 //!

@@ -232,7 +232,7 @@ pub struct GroupSlot {
     pub damaged_from: u64,
     /// A state transfer's install wrote this slot (its commit point) and may not have finished
     /// replacing the group's files: open rolls the install forward before it recovers the group
-    /// (see `Shard::install_transfer`). Cleared by the install's second superblock write, or by
+    /// (see `ShardStore::install_transfer`). Cleared by the install's second superblock write, or by
     /// the write open makes after recovery.
     pub transfer_pending: bool,
 }

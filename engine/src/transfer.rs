@@ -4,7 +4,7 @@
 //! behind before its commit point.
 //!
 //! It owns the staged file names and these steps only. It never writes the superblock (the
-//! shard writes the commit point and clears the flag, see `Shard::install_transfer`), never
+//! shard writes the commit point and clears the flag, see `ShardStore::install_transfer`), never
 //! judges whether a transfer is acceptable (the shard checks the record and the state first),
 //! and never interprets the transferred state's bytes.
 //!

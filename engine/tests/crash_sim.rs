@@ -30,7 +30,7 @@ use std::task::Poll;
 use bytes::Bytes;
 use shoal_engine::record::build_prepare;
 use shoal_engine::rng::Rng;
-use shoal_engine::shard::{Shard, ShardConfig, ShardFlushDone};
+use shoal_engine::shard::{ShardConfig, ShardFlushDone, ShardStore};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStats, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::wire::Prepare;
@@ -73,7 +73,7 @@ fn shard_config() -> ShardConfig {
 /// Appends a few prepares of random sizes to each group, then starts a flush.
 fn append_some(
     rng: &mut Rng,
-    shard: &Rc<RefCell<Option<Shard<SimStorage>>>>,
+    shard: &Rc<RefCell<Option<ShardStore<SimStorage>>>>,
     model: &Model,
     seed: u64,
     step: u64,
@@ -132,7 +132,7 @@ async fn oldest_done(flushes: &mut VecDeque<InFlight>) -> ShardFlushDone<SimStor
 /// Finishes the oldest cycle in flight and records the durable positions it reports.
 async fn finish_oldest(
     flushes: &mut VecDeque<InFlight>,
-    shard: &Rc<RefCell<Option<Shard<SimStorage>>>>,
+    shard: &Rc<RefCell<Option<ShardStore<SimStorage>>>>,
     model: &Model,
     seed: u64,
 ) {
@@ -148,7 +148,7 @@ async fn finish_oldest(
 
 /// The workload: appends of random sizes to both groups, overlapping flushes, an occasional
 /// truncation.
-async fn workload(shard: Rc<RefCell<Option<Shard<SimStorage>>>>, model: Model, seed: u64) {
+async fn workload(shard: Rc<RefCell<Option<ShardStore<SimStorage>>>>, model: Model, seed: u64) {
     let mut rng = Rng::new(seed);
     let mut flushes: VecDeque<InFlight> = VecDeque::new();
     for step in 0..400u64 {
@@ -215,7 +215,7 @@ async fn workload(shard: Rc<RefCell<Option<Shard<SimStorage>>>>, model: Model, s
     }
 }
 
-fn check(shard: &mut Shard<SimStorage>, sim: &Sim, model: &Model, seed: u64, round: usize) {
+fn check(shard: &mut ShardStore<SimStorage>, sim: &Sim, model: &Model, seed: u64, round: usize) {
     let mut model = model.borrow_mut();
     for group in [PERSISTED, REPLICATED] {
         let group_model = model.get_mut(&group).expect("model");
@@ -278,7 +278,7 @@ fn run_seed(seed: u64) -> (SimStats, u64) {
     }
     {
         let (mut shard, _) =
-            sim.block_on(Shard::open(sim.storage(), dir, shard_config())).expect("open");
+            sim.block_on(ShardStore::open(sim.storage(), dir, shard_config())).expect("open");
         sim.block_on(shard.create_group(PERSISTED, config(Durability::Persisted))).expect("create");
         sim.block_on(shard.create_group(REPLICATED, config(Durability::Replicated)))
             .expect("create");
@@ -287,7 +287,7 @@ fn run_seed(seed: u64) -> (SimStats, u64) {
     let mut recycled = 0;
     for round in 0..ROUNDS {
         let (shard, report) = sim
-            .block_on(Shard::open(sim.storage(), dir, shard_config()))
+            .block_on(ShardStore::open(sim.storage(), dir, shard_config()))
             .unwrap_or_else(|e| panic!("seed {seed} round {round}: open: {e}"));
         for group in &report.groups {
             assert!(
@@ -312,7 +312,7 @@ fn run_seed(seed: u64) -> (SimStats, u64) {
         recycled += shard.borrow().as_ref().map_or(0, |shard| shard.counters().segments_recycled);
     }
     let (mut shard, report) =
-        sim.block_on(Shard::open(sim.storage(), dir, shard_config())).expect("open");
+        sim.block_on(ShardStore::open(sim.storage(), dir, shard_config())).expect("open");
     if std::env::var("CRASH_SIM_VERBOSE").is_ok() {
         eprintln!("seed {seed} final: {report:?}");
     }

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use shoal_engine::Error;
 use shoal_engine::record::build_prepare;
-use shoal_engine::shard::{RecoveryReport, Shard, ShardConfig, group_dir};
+use shoal_engine::shard::{RecoveryReport, ShardConfig, ShardStore, group_dir};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::wire::Prepare;
@@ -39,8 +39,8 @@ fn group_config(durability: Durability) -> GroupConfig {
     common::group_config(durability, RECORD_BYTES_MAX)
 }
 
-fn open(sim: &Sim) -> (Shard<SimStorage>, RecoveryReport) {
-    sim.block_on(Shard::open(sim.storage(), Path::new(DIR), ShardConfig::small())).unwrap()
+fn open(sim: &Sim) -> (ShardStore<SimStorage>, RecoveryReport) {
+    sim.block_on(ShardStore::open(sim.storage(), Path::new(DIR), ShardConfig::small())).unwrap()
 }
 
 fn body(op: u64, len: usize) -> Bytes {
@@ -58,7 +58,7 @@ struct Model {
 impl Model {
     fn try_append(
         &mut self,
-        shard: &mut Shard<SimStorage>,
+        shard: &mut ShardStore<SimStorage>,
         group: u64,
         len: usize,
     ) -> Result<u64, Error> {
@@ -74,7 +74,7 @@ impl Model {
 
     /// One flush, after allowing a retry of what a full disk refused (as the node layer does
     /// once per tick); what it made durable counts as acknowledged.
-    fn flush(&mut self, sim: &Sim, shard: &mut Shard<SimStorage>, group: u64) -> bool {
+    fn flush(&mut self, sim: &Sim, shard: &mut ShardStore<SimStorage>, group: u64) -> bool {
         shard.retry_storage_full();
         let report = sim.block_on(shard.flush()).expect("a full disk is no error");
         assert!(report.failed.is_empty(), "{report:?}");
@@ -84,7 +84,7 @@ impl Model {
 
     /// Every acknowledged prepare is served, byte-identical, at its offset; offsets are dense
     /// from 0 over everything served.
-    fn check(&self, sim: &Sim, shard: &mut Shard<SimStorage>, group: u64, when: &str) {
+    fn check(&self, sim: &Sim, shard: &mut ShardStore<SimStorage>, group: u64, when: &str) {
         let log = shard.group_mut(group).unwrap();
         let served = sim.block_on(log.read_offset(0, usize::MAX)).expect("reads are served");
         let mut next_offset = 0;
@@ -425,7 +425,8 @@ fn spare_segment_takes_the_roll_on_a_full_disk_after_a_restart() {
     model.check(&sim, &mut shard, FILLED, "after keeping a written spare");
     drop(shard);
     let config = ShardConfig { recycle_segments: false, ..ShardConfig::small() };
-    let (mut shard, _) = sim.block_on(Shard::open(sim.storage(), Path::new(DIR), config)).unwrap();
+    let (mut shard, _) =
+        sim.block_on(ShardStore::open(sim.storage(), Path::new(DIR), config)).unwrap();
     assert!(sim.file_contents(&spare_path()).is_none(), "without recycling it is removed");
     model.check(&sim, &mut shard, FILLED, "after removing a written spare");
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use shoal_engine::Error;
 use shoal_engine::record::{ChainNext, build_prepare};
-use shoal_engine::shard::{RecoveryReport, Shard, ShardConfig, group_dir};
+use shoal_engine::shard::{RecoveryReport, ShardConfig, ShardStore, group_dir};
 use shoal_engine::state::GroupState;
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
@@ -28,7 +28,7 @@ fn body(op: u64, len: usize) -> Bytes {
     (0..len).map(|i| (i as u64 ^ op.wrapping_mul(31)) as u8).collect::<Vec<u8>>().into()
 }
 
-fn try_append(shard: &mut Shard<SimStorage>, group: u64, len: usize) -> Result<u64, Error> {
+fn try_append(shard: &mut ShardStore<SimStorage>, group: u64, len: usize) -> Result<u64, Error> {
     let next = shard.next(group)?;
     let body = body(next.op, len);
     let fields = Prepare { record_count: 2, append_time_ms: next.op as i64, ..Prepare::default() };
@@ -36,17 +36,17 @@ fn try_append(shard: &mut Shard<SimStorage>, group: u64, len: usize) -> Result<u
     shard.append(group, &header, &body).map(|()| next.op)
 }
 
-fn append(shard: &mut Shard<SimStorage>, group: u64, count: u64, len: usize) {
+fn append(shard: &mut ShardStore<SimStorage>, group: u64, count: u64, len: usize) {
     for _ in 0..count {
         try_append(shard, group, len).unwrap();
     }
 }
 
-fn open_with(sim: &Sim, config: ShardConfig) -> (Shard<SimStorage>, RecoveryReport) {
-    sim.block_on(Shard::open(sim.storage(), Path::new(DIR), config)).unwrap()
+fn open_with(sim: &Sim, config: ShardConfig) -> (ShardStore<SimStorage>, RecoveryReport) {
+    sim.block_on(ShardStore::open(sim.storage(), Path::new(DIR), config)).unwrap()
 }
 
-fn open(sim: &Sim) -> (Shard<SimStorage>, RecoveryReport) {
+fn open(sim: &Sim) -> (ShardStore<SimStorage>, RecoveryReport) {
     open_with(sim, ShardConfig::small())
 }
 
@@ -361,7 +361,7 @@ fn crash_during_first_open_leaves_a_shard_that_opens() {
         let sim = Sim::new(100 + crash_after, SimConfig::default());
         let storage = sim.storage();
         let finished = sim.run_until_crash(
-            Shard::open(storage, Path::new(DIR), ShardConfig::small()),
+            ShardStore::open(storage, Path::new(DIR), ShardConfig::small()),
             crash_after,
         );
         if finished.is_none() {
@@ -404,7 +404,7 @@ fn crash_during_retention_leaves_a_suffix_of_the_log() {
 
 /// Group 2 appends `rounds` records of 20 KB with a flush after each: many times a small
 /// journal's size, so its space must keep being freed by checkpoints.
-fn write_through_journal(sim: &Sim, shard: &mut Shard<SimStorage>, rounds: usize) {
+fn write_through_journal(sim: &Sim, shard: &mut ShardStore<SimStorage>, rounds: usize) {
     for _ in 0..rounds {
         if let Err(Error::LimitReached(_)) = try_append(shard, 2, 20_000) {
             sim.block_on(shard.flush()).unwrap();

@@ -7,7 +7,7 @@ use std::path::Path;
 use bytes::Bytes;
 use proptest::prelude::*;
 use shoal_engine::record::build_prepare;
-use shoal_engine::shard::{Shard, ShardConfig};
+use shoal_engine::shard::{ShardConfig, ShardStore};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::wire::Prepare;
@@ -38,8 +38,8 @@ fn step() -> impl Strategy<Value = Step> {
 /// What the model holds for one op: base offset, record count, body.
 type Entry = (u64, u32, Bytes);
 
-fn open(sim: &Sim) -> Shard<SimStorage> {
-    sim.block_on(Shard::open(sim.storage(), Path::new("/m/shard-0"), ShardConfig::small()))
+fn open(sim: &Sim) -> ShardStore<SimStorage> {
+    sim.block_on(ShardStore::open(sim.storage(), Path::new("/m/shard-0"), ShardConfig::small()))
         .expect("open")
         .0
 }

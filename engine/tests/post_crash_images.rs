@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use shoal_engine::record::build_prepare;
 use shoal_engine::rng::Rng;
-use shoal_engine::shard::{Shard, ShardConfig};
+use shoal_engine::shard::{ShardConfig, ShardStore};
 use shoal_engine::storage::uring::recorder::{Event, Recorder};
 use shoal_engine::storage::uring::{UringStorage, runtime};
 use shoal_engine::superblock::{Durability, GroupConfig};
@@ -53,7 +53,7 @@ fn record_workload(dir: &Path) -> (Vec<Event>, Vec<(usize, u64)>) {
     let storage = UringStorage::new().with_recorder(recorder.clone());
     let mut acks = Vec::new();
     runtime().block_on(async {
-        let (mut shard, _) = Shard::open(storage, dir, config()).await.unwrap();
+        let (mut shard, _) = ShardStore::open(storage, dir, config()).await.unwrap();
         shard.create_group(PERSISTED, group_config(Durability::Persisted)).await.unwrap();
         shard.create_group(REPLICATED, group_config(Durability::Replicated)).await.unwrap();
         for round in 0..60u64 {
@@ -173,7 +173,7 @@ fn crash_images_rebuilt_from_recorded_writes_keep_every_acknowledged_append() {
         }
         images += 1;
         runtime().block_on(async {
-            let opened = Shard::open(UringStorage::new(), &shard_dir, config()).await;
+            let opened = ShardStore::open(UringStorage::new(), &shard_dir, config()).await;
             let (mut shard, report) =
                 opened.unwrap_or_else(|e| panic!("trial {trial} cut {cut}: {e}"));
             for group in &report.groups {

@@ -9,7 +9,7 @@ mod common;
 use bytes::Bytes;
 use shoal_engine::inspect::inspect;
 use shoal_engine::record::build_prepare;
-use shoal_engine::shard::{Shard, ShardConfig};
+use shoal_engine::shard::{ShardConfig, ShardStore};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::storage::{OpenMode, Storage, StorageFile};
 use shoal_engine::superblock::{Durability, GroupConfig};
@@ -48,7 +48,12 @@ enum End {
 
 /// Appends one record ending as asked, following the segment layout (rolls at 1 MiB) in
 /// `end_bytes`; returns the body.
-fn append(shard: &mut Shard<SimStorage>, end_bytes: &mut u64, end: End, time_ms: i64) -> Bytes {
+fn append(
+    shard: &mut ShardStore<SimStorage>,
+    end_bytes: &mut u64,
+    end: End,
+    time_ms: i64,
+) -> Bytes {
     let want_mod = |size: u64, from: u64| match end {
         End::OnBoundary => (from + size).is_multiple_of(BLOCK),
         End::Before(gap) => (from + size) % BLOCK == BLOCK - gap,
@@ -78,9 +83,9 @@ fn append(shard: &mut Shard<SimStorage>, end_bytes: &mut u64, end: End, time_ms:
 
 /// Opens the shard; recovery must find no damage and no torn tail (and, after a close, no
 /// faulty op: after a crash a `replicated` group's suffix is faulty by rule).
-fn open(sim: &Sim, dir: &Path, after_close: bool) -> Shard<SimStorage> {
+fn open(sim: &Sim, dir: &Path, after_close: bool) -> ShardStore<SimStorage> {
     let (shard, report) =
-        sim.block_on(Shard::open(sim.storage(), dir, ShardConfig::small())).unwrap();
+        sim.block_on(ShardStore::open(sim.storage(), dir, ShardConfig::small())).unwrap();
     let seed = sim.seed();
     for group in &report.groups {
         assert!(group.corruption.is_none(), "seed {seed}: {group:?}");
@@ -103,7 +108,7 @@ fn remove_indexes(sim: &Sim, dir: &Path) {
 }
 
 /// Every record from the log's first offset on, against the bodies appended.
-fn check_log(sim: &Sim, shard: &mut Shard<SimStorage>, bodies: &[Bytes]) {
+fn check_log(sim: &Sim, shard: &mut ShardStore<SimStorage>, bodies: &[Bytes]) {
     let log = shard.group_mut(GROUP).unwrap();
     assert_eq!(log.head_op(), bodies.len() as u64);
     let first = log.first_offset();
@@ -200,7 +205,7 @@ fn with_recycling_off_retention_deletes_the_files() {
     let sim = Sim::new(9, SimConfig::default());
     let dir = Path::new("/data/shard-0");
     let config = ShardConfig { recycle_segments: false, ..ShardConfig::small() };
-    let (mut shard, _) = sim.block_on(Shard::open(sim.storage(), dir, config)).unwrap();
+    let (mut shard, _) = sim.block_on(ShardStore::open(sim.storage(), dir, config)).unwrap();
     let group = GroupConfig {
         retention_bytes: 2 * SEGMENT_BYTES,
         ..common::group_config(Durability::Replicated, RECORD_BYTES_MAX)

@@ -4,7 +4,7 @@
 mod common;
 
 use shoal_engine::record::build_prepare;
-use shoal_engine::shard::{Shard, ShardConfig, ShardFlush, ShardFlushDone};
+use shoal_engine::shard::{ShardConfig, ShardFlush, ShardFlushDone, ShardStore};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::batch::BatchBuilder;
@@ -30,7 +30,12 @@ fn batch(records: u32, value_len: usize, timestamp_ms: i64) -> bytes::Bytes {
     builder.build()
 }
 
-fn append(shard: &mut Shard<SimStorage>, records: u32, value_len: usize, append_ms: i64) -> u64 {
+fn append(
+    shard: &mut ShardStore<SimStorage>,
+    records: u32,
+    value_len: usize,
+    append_ms: i64,
+) -> u64 {
     let next = shard.next(GROUP).unwrap();
     let body = batch(records, value_len, append_ms);
     let fields = Prepare { record_count: records, append_time_ms: append_ms, ..Prepare::default() };
@@ -39,9 +44,9 @@ fn append(shard: &mut Shard<SimStorage>, records: u32, value_len: usize, append_
     next.op
 }
 
-fn open(sim: &Sim, dir: &Path) -> Shard<SimStorage> {
+fn open(sim: &Sim, dir: &Path) -> ShardStore<SimStorage> {
     let (shard, report) =
-        sim.block_on(Shard::open(sim.storage(), dir, ShardConfig::small())).unwrap();
+        sim.block_on(ShardStore::open(sim.storage(), dir, ShardConfig::small())).unwrap();
     assert!(report.groups.iter().all(|g| g.corruption.is_none()), "{report:?}");
     shard
 }
@@ -98,7 +103,7 @@ fn appends_survive_flush_and_restart_and_read_back_by_offset_op_and_time() {
 
 /// A group with a 2 MiB retention bound and 400 appends of one 16 KiB record in 1 MiB segments,
 /// all flushed (`seed` decides the simulated disk).
-fn retained_log(seed: u64) -> (Sim, Shard<SimStorage>) {
+fn retained_log(seed: u64) -> (Sim, ShardStore<SimStorage>) {
     let sim = Sim::new(seed, SimConfig::default());
     let mut shard = open(&sim, Path::new("/data/shard-0"));
     let config = GroupConfig { retention_bytes: 2 << 20, ..group_config(Durability::Replicated) };
@@ -424,7 +429,7 @@ fn a_journal_replay_longer_than_the_ring_writes_as_it_goes() {
         };
         let reopen = |sim: &Sim| {
             let (shard, report) =
-                sim.block_on(Shard::open(sim.storage(), dir, config.clone())).expect("opens");
+                sim.block_on(ShardStore::open(sim.storage(), dir, config.clone())).expect("opens");
             (shard, report.groups.first().map_or(0, |g| g.journal_replayed))
         };
         let (mut shard, _) = reopen(&sim);

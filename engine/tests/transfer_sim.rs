@@ -1,4 +1,4 @@
-//! State transfer's install (`Shard::install_transfer`) on the simulated disk: a group's log is
+//! State transfer's install (`ShardStore::install_transfer`) on the simulated disk: a group's log is
 //! replaced by one that begins at a peer's op S, as a log whose beginning retention removed.
 //!
 //! - The installed log holds S alone (head, first op, next offset and parent from S), serves S
@@ -25,7 +25,7 @@ use shoal_engine::Error;
 use shoal_engine::inspect::inspect;
 use shoal_engine::record::{ChainNext, build_prepare};
 use shoal_engine::rng::Rng;
-use shoal_engine::shard::{Shard, ShardConfig, group_dir};
+use shoal_engine::shard::{ShardConfig, ShardStore, group_dir};
 use shoal_engine::state::{self, GroupState};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
@@ -99,9 +99,9 @@ fn state_at(chain: &[Op], s: u64) -> GroupState {
     GroupState { op: s, end_offset: op.end_offset(), bytes: format!("state@{s}").into_bytes() }
 }
 
-fn open(sim: &Sim) -> Shard<SimStorage> {
+fn open(sim: &Sim) -> ShardStore<SimStorage> {
     let (shard, report) = sim
-        .block_on(Shard::open(sim.storage(), Path::new(DIR), shard_config()))
+        .block_on(ShardStore::open(sim.storage(), Path::new(DIR), shard_config()))
         .unwrap_or_else(|e| panic!("seed {}: open: {e}", sim.seed()));
     for group in &report.groups {
         assert!(group.corruption.is_none(), "seed {}: {group:?}", sim.seed());
@@ -110,7 +110,7 @@ fn open(sim: &Sim) -> Shard<SimStorage> {
 }
 
 /// Appends `ops` in order, flushing every few, and returns the highest op reported durable.
-fn append_all(sim: &Sim, shard: &mut Shard<SimStorage>, ops: &[Op]) -> u64 {
+fn append_all(sim: &Sim, shard: &mut ShardStore<SimStorage>, ops: &[Op]) -> u64 {
     for (index, op) in ops.iter().enumerate() {
         shard.append(GROUP, &op.header, &op.body).expect("append");
         if index % 5 == 4 {
@@ -122,7 +122,7 @@ fn append_all(sim: &Sim, shard: &mut Shard<SimStorage>, ops: &[Op]) -> u64 {
 }
 
 /// Every prepare the group serves, from its first offset on.
-fn served(sim: &Sim, shard: &mut Shard<SimStorage>) -> Vec<shoal_engine::ring::StoredPrepare> {
+fn served(sim: &Sim, shard: &mut ShardStore<SimStorage>) -> Vec<shoal_engine::ring::StoredPrepare> {
     let log = shard.group_mut(GROUP).expect("group");
     let first = log.first_offset();
     sim.block_on(log.read_offset(first, usize::MAX)).expect("read")
@@ -156,7 +156,13 @@ fn assert_inspect_clean(sim: &Sim, context: &str) -> shoal_engine::inspect::Insp
 
 /// Checks the group is exactly the log installed at `s` of `peer`, extended by the peer's ops
 /// up to its head: S first, every op byte-identical, the transferred state in place.
-fn check_installed(sim: &Sim, shard: &mut Shard<SimStorage>, peer: &[Op], s: u64, context: &str) {
+fn check_installed(
+    sim: &Sim,
+    shard: &mut ShardStore<SimStorage>,
+    peer: &[Op],
+    s: u64,
+    context: &str,
+) {
     let seed = sim.seed();
     let log = shard.group(GROUP).expect("group");
     let head = log.head_op();
@@ -194,7 +200,7 @@ fn check_installed(sim: &Sim, shard: &mut Shard<SimStorage>, peer: &[Op], s: u64
 
 /// Checks the group is exactly the old log: op 1 first, every op up to the head byte-identical
 /// to `local`, at least `durable` of them, no transferred state.
-fn check_old(sim: &Sim, shard: &mut Shard<SimStorage>, local: &[Op], durable: u64) {
+fn check_old(sim: &Sim, shard: &mut ShardStore<SimStorage>, local: &[Op], durable: u64) {
     let seed = sim.seed();
     let log = shard.group(GROUP).expect("group");
     let head = log.head_op();
@@ -233,7 +239,7 @@ fn install_replaces_the_log_with_one_that_begins_at_s_and_appends_continue() {
         // The peer holds its log on its own disk; op S comes from there, as a fetch would.
         let peer_sim = Sim::new(2, SimConfig::default());
         let (mut peer, _) = peer_sim
-            .block_on(Shard::open(peer_sim.storage(), Path::new(DIR), shard_config()))
+            .block_on(ShardStore::open(peer_sim.storage(), Path::new(DIR), shard_config()))
             .expect("peer");
         peer_sim.block_on(peer.create_group(GROUP, group_config(durability))).expect("create");
         append_all(&peer_sim, &mut peer, &peer_chain);
@@ -454,7 +460,11 @@ struct Outcomes {
 
 /// The appends after a completed install, cut by a power loss: the highest op reported
 /// durable lives in `durable`, which outlives the dropped future.
-async fn append_after_install(shard: &mut Shard<SimStorage>, ops: &[Op], durable: Rc<Cell<u64>>) {
+async fn append_after_install(
+    shard: &mut ShardStore<SimStorage>,
+    ops: &[Op],
+    durable: Rc<Cell<u64>>,
+) {
     for (index, op) in ops.iter().enumerate() {
         shard.append_received(GROUP, &op.header, &op.body).expect("append received");
         if index % 3 == 2 {
@@ -522,7 +532,7 @@ fn run_seed(seed: u64, outcomes: &mut Outcomes) {
             // A power loss during the roll-forward at open: the next open does it again.
             let crash_after = rng.below(12);
             let opened = sim.run_until_crash(
-                Shard::open(sim.storage(), Path::new(DIR), shard_config()),
+                ShardStore::open(sim.storage(), Path::new(DIR), shard_config()),
                 crash_after,
             );
             match opened {

@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 
 use shoal_engine::record::build_prepare;
-use shoal_engine::shard::{RecoveryReport, Shard, ShardConfig, group_dir};
+use shoal_engine::shard::{RecoveryReport, ShardConfig, ShardStore, group_dir};
 use shoal_engine::storage::uring::{UringStorage, runtime};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::batch::BatchBuilder;
@@ -30,7 +30,7 @@ fn body(op: u64, len: usize) -> bytes::Bytes {
     builder.build()
 }
 
-fn append(shard: &mut Shard<UringStorage>, group: u64, count: u64, len: usize) {
+fn append(shard: &mut ShardStore<UringStorage>, group: u64, count: u64, len: usize) {
     for _ in 0..count {
         let next = shard.next(group).unwrap();
         let body = body(next.op, len);
@@ -41,8 +41,8 @@ fn append(shard: &mut Shard<UringStorage>, group: u64, count: u64, len: usize) {
     }
 }
 
-async fn open(storage: UringStorage, dir: &Path) -> (Shard<UringStorage>, RecoveryReport) {
-    Shard::open(storage, dir, ShardConfig::small()).await.unwrap()
+async fn open(storage: UringStorage, dir: &Path) -> (ShardStore<UringStorage>, RecoveryReport) {
+    ShardStore::open(storage, dir, ShardConfig::small()).await.unwrap()
 }
 
 /// Writes 400 prepares of ~3 KiB into each group (several segments) and closes cleanly.
@@ -59,11 +59,16 @@ async fn populate(storage: UringStorage, dir: &Path) {
     shard.close().await.unwrap();
 }
 
-async fn assert_reads_back(shard: &mut Shard<UringStorage>, group: u64, ops: u64) {
+async fn assert_reads_back(shard: &mut ShardStore<UringStorage>, group: u64, ops: u64) {
     assert_reads_back_len(shard, group, ops, 3000).await;
 }
 
-async fn assert_reads_back_len(shard: &mut Shard<UringStorage>, group: u64, ops: u64, len: usize) {
+async fn assert_reads_back_len(
+    shard: &mut ShardStore<UringStorage>,
+    group: u64,
+    ops: u64,
+    len: usize,
+) {
     let log = shard.group_mut(group).unwrap();
     assert_eq!(log.head_op(), ops);
     let all = log.read_offset(0, usize::MAX).await.unwrap();

@@ -9,16 +9,16 @@ use std::path::Path;
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use shoal_engine::record::build_prepare;
-use shoal_engine::shard::{Shard, ShardConfig};
+use shoal_engine::shard::{ShardStore, ShardConfig};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::wire::Prepare;
 
 const GROUP: u64 = 1;
 
-fn open(sim: &Sim) -> Shard<SimStorage> {
+fn open(sim: &Sim) -> ShardStore<SimStorage> {
     let opened =
-        sim.block_on(Shard::open(sim.storage(), Path::new("/f/shard-0"), ShardConfig::small()));
+        sim.block_on(ShardStore::open(sim.storage(), Path::new("/f/shard-0"), ShardConfig::small()));
     let (shard, report) = opened.expect("a crash never prevents opening");
     assert!(report.groups.iter().all(|g| g.corruption.is_none()), "a crash is not corruption");
     shard

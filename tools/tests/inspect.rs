@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 use shoal_engine::record::{ChainNext, build_prepare};
-use shoal_engine::shard::{Shard, ShardConfig, group_dir, shard_dir};
+use shoal_engine::shard::{ShardConfig, ShardStore, group_dir, shard_dir};
 use shoal_engine::state::GroupState;
 use shoal_engine::storage::std_fs::{StdStorage, block_on};
 use shoal_engine::superblock::{Durability, GroupConfig};
@@ -23,7 +23,8 @@ const RECORDS_PER_PREPARE: u64 = 4;
 fn build() -> tempfile::TempDir {
     let data = tempfile::tempdir().unwrap();
     let dir = shard_dir(data.path(), 0);
-    let (mut shard, _) = block_on(Shard::open(StdStorage, &dir, ShardConfig::small())).unwrap();
+    let (mut shard, _) =
+        block_on(ShardStore::open(StdStorage, &dir, ShardConfig::small())).unwrap();
     for (group, durability) in
         [(REPLICATED, Durability::Replicated), (PERSISTED, Durability::Persisted)]
     {
@@ -292,7 +293,8 @@ fn garbage_files_named_like_segments_never_panic() {
 fn log_installed_by_a_state_transfer_is_clean_and_shown_and_a_staged_leftover_is_a_note() {
     let data = build();
     let dir = shard_dir(data.path(), 0);
-    let (mut shard, _) = block_on(Shard::open(StdStorage, &dir, ShardConfig::small())).unwrap();
+    let (mut shard, _) =
+        block_on(ShardStore::open(StdStorage, &dir, ShardConfig::small())).unwrap();
     // Op S of a peer whose log retention began far ahead of this one.
     let s = PREPARES + 50;
     let base = 10_000;

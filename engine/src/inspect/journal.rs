@@ -30,7 +30,7 @@ impl<S: Storage> Checker<'_, S> {
         let path = dir.join(crate::journal::FILE_NAME);
         match self.storage.exists(&path).await {
             Ok(true) => {}
-            // Shard::open creates the journal with the superblock: a shard without one lost it.
+            // ShardStore::open creates the journal with the superblock: a shard without one lost it.
             Ok(false) => {
                 self.problem(&path, At::byte(0), "journal missing");
                 return None;

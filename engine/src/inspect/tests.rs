@@ -7,7 +7,7 @@ use bytes::Bytes;
 use super::superblock::SUPERBLOCK_OFF_SLOTS_MAX;
 use super::{IndexStatus, InspectReport, SegmentReport, inspect};
 use crate::record::build_prepare;
-use crate::shard::{Shard, ShardConfig, group_dir, shard_dir};
+use crate::shard::{ShardConfig, ShardStore, group_dir, shard_dir};
 use crate::storage::sim::{Sim, SimConfig, SimStorage};
 use crate::storage::{BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
 use crate::superblock::{self, COPIES, Durability, GroupConfig};
@@ -21,7 +21,7 @@ const GROUP: u64 = 3;
 fn build(sim: &Sim, durability: Durability, prepares: u32) {
     let dir = shard_dir(Path::new("/data"), 0);
     let (mut shard, _) =
-        sim.block_on(Shard::open(sim.storage(), &dir, ShardConfig::small())).unwrap();
+        sim.block_on(ShardStore::open(sim.storage(), &dir, ShardConfig::small())).unwrap();
     let config = GroupConfig {
         durability,
         segment_size_bytes: 1 << 20,
@@ -134,7 +134,7 @@ fn synced_journal_entries_past_the_checkpoint_must_be_there() {
     build(&sim, Durability::Persisted, 10);
     let dir = shard_dir(Path::new("/data"), 0);
     let (mut shard, _) =
-        sim.block_on(Shard::open(sim.storage(), &dir, ShardConfig::small())).unwrap();
+        sim.block_on(ShardStore::open(sim.storage(), &dir, ShardConfig::small())).unwrap();
     for i in 0..5 {
         let body = BatchBuilder::new(i).build();
         let fields = Prepare { record_count: 0, append_time_ms: 5_000, ..Prepare::default() };

@@ -173,7 +173,7 @@ impl<S: Storage> PartitionLog<S> {
     /// what came before it, the chain cannot be continued from anything: the log is cut to
     /// empty, positioned at op 1 and offset 0, with every op faulty (`damaged_from` 1). Its
     /// replica fetches the ops again from peers that hold them from op 1, or takes a state
-    /// transfer (`Shard::install_transfer` accepts any op above the empty log's head).
+    /// transfer (`ShardStore::install_transfer` accepts any op above the empty log's head).
     pub async fn recover_cut(
         storage: S,
         shared: Rc<Shared>,

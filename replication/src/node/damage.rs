@@ -37,7 +37,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// return is not yet durable (see `GroupSlot::damaged_from`: a restart before the cleared
     /// marker reaches the superblock finds it again); None when there is no such cut.
     pub fn damaged_from(&self, group: u64) -> Option<u64> {
-        self.shard.damage_marker(group)
+        self.store.damage_marker(group)
     }
 
     /// The newest damage cuts (protocol-aware recovery), oldest first.
@@ -75,7 +75,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// suffix, which it never nacks and which repair and StartView bring back from peers.
     /// Returns where the faulty suffix begins, or why the cut failed.
     pub(super) async fn cut_damaged(&mut self, group: u64) -> Result<Option<u64>, String> {
-        match self.shard.cut_damaged(group).await {
+        match self.store.cut_damaged(group).await {
             Ok(recovery) => {
                 self.counters.damage_cuts += 1;
                 self.damage_clear_at.remove(&group);
@@ -146,7 +146,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// durable, so a crash cannot take the repaired ops away with the marker gone.
     pub(super) fn clear_repaired_damage(&mut self) {
         for (&group, entry) in &self.groups {
-            let Some(log) = self.shard.group(group) else { continue };
+            let Some(log) = self.store.group(group) else { continue };
             let damaged_from = log.damaged_from();
             if damaged_from == 0
                 || entry.failed.is_some()
@@ -158,7 +158,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             // The head when the faulty suffix cleared covers every op the cut took; under load
             // the appended head keeps moving past what is durable, so wait for that one.
             let target = *self.damage_clear_at.entry(group).or_insert(entry.replica.op_appended());
-            if self.shard.durable_op(group).is_none_or(|op| op < target) {
+            if self.store.durable_op(group).is_none_or(|op| op < target) {
                 continue;
             }
             self.counters.damaged_ops_repaired += (target + 1).saturating_sub(damaged_from);
@@ -167,7 +167,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         }
         for group in std::mem::take(&mut self.repaired_groups) {
             self.damage_clear_at.remove(&group);
-            self.shard.clear_damaged_from(group);
+            self.store.clear_damaged_from(group);
         }
     }
 }

@@ -63,7 +63,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 finished = true;
             }
             if !self.flush_blocked
-                && let Some(flush) = self.shard.begin_flush()
+                && let Some(flush) = self.store.begin_flush()
             {
                 let ticket = flush.is_complete().then(|| self.applied_ticket());
                 self.flushes.push_back(InFlightFlush {
@@ -74,7 +74,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 again = true;
             }
             if self.checkpoint.is_none()
-                && let Some(job) = self.shard.begin_checkpoint()
+                && let Some(job) = self.store.begin_checkpoint()
             {
                 self.checkpoint = Some(Box::pin(job.run()));
                 again = true;
@@ -89,7 +89,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// Applies a finished flush cycle: failures, then the durable positions it reached; false
     /// when the disk was full or the cycle failed.
     pub(super) fn finish_flush(&mut self, done: ShardFlushDone<S>, ticket: Option<u64>) -> bool {
-        let report = self.shard.finish_flush(done);
+        let report = self.store.finish_flush(done);
         let ok = self.apply_flush_report(report);
         if ok {
             // A complete cycle: everything applied before it began is durable now.
@@ -144,10 +144,10 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             return false;
         }
         for _ in 0..64 {
-            if !self.shard.has_pending() && !self.shard.has_checkpoint_pending() {
+            if !self.store.has_pending() && !self.store.has_checkpoint_pending() {
                 return true;
             }
-            match self.shard.flush().await {
+            match self.store.flush().await {
                 Ok(report) => {
                     if !self.apply_flush_report(report) {
                         return false;
@@ -167,7 +167,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         for (group, reason) in report.failed {
             self.fail_group(group, EngineError::Invalid(reason));
         }
-        if let Some(reason) = self.shard.failure() {
+        if let Some(reason) = self.store.failure() {
             let error = EngineError::Invalid(format!("shard storage failed: {reason}"));
             self.fail_all(&error);
             return false;
@@ -177,7 +177,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
 
     /// Applies a finished checkpoint job; false when it failed or waits for space.
     pub(super) fn apply_checkpoint(&mut self, done: CheckpointDone<S>) -> bool {
-        match self.shard.finish_checkpoint(done) {
+        match self.store.finish_checkpoint(done) {
             Ok(()) => true,
             // No room for a rolled segment's index: the checkpoint waits for the next retry,
             // and nothing has failed.

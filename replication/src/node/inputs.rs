@@ -64,7 +64,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         let limits = CodecLimits {
             message_size_bytes_max: self.config.message_size_bytes_max,
             view_headers_max: self.config.replica.view_headers_max,
-            commit_entries_max: self.shard.config().groups_max,
+            commit_entries_max: self.store.config().groups_max,
         };
         let (sender, messages) = match codec::decode(self.config.replica.cluster, packet, &limits) {
             Ok(decoded) => decoded,
@@ -97,7 +97,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// disk refused, so writes resume by themselves once space is freed (and a full disk is
     /// probed once per tick, not by every flush cycle).
     pub fn on_tick(&mut self) {
-        self.shard.retry_storage_full();
+        self.store.retry_storage_full();
         let groups: Vec<u64> = self.groups.keys().copied().collect();
         for group in groups {
             let entry = self.groups.get_mut(&group).expect("listed");
@@ -158,7 +158,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         if let Some(reason) = &entry.failed {
             return Err(RequestRefused::GroupFailed { group, reason: reason.clone() });
         }
-        if self.shard.group(group).is_some_and(|log| log.is_storage_full()) {
+        if self.store.group(group).is_some_and(|log| log.is_storage_full()) {
             self.counters.storage_full_refusals += 1;
             return Err(RequestRefused::StorageFull { group });
         }

@@ -38,32 +38,32 @@ pub struct LogStats {
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// The engine settings the shard was opened with (its limits: groups, record size).
     pub fn shard_config(&self) -> &ShardConfig {
-        self.shard.config()
+        self.store.config()
     }
 
     /// The engine's counters.
     pub fn engine_counters(&self) -> ShardCounters {
-        self.shard.counters()
+        self.store.counters()
     }
 
     /// Bytes the engine's prepare rings hold.
     pub fn ring_bytes(&self) -> usize {
-        self.shard.ring_bytes()
+        self.store.ring_bytes()
     }
 
     /// Chunks the engine has allocated.
     pub fn chunks_allocated(&self) -> usize {
-        self.shard.chunks_allocated()
+        self.store.chunks_allocated()
     }
 
     /// Whether the engine holds a log for `group` (a group whose creation failed has none).
     pub fn has_log(&self, group: u64) -> bool {
-        self.shard.group(group).is_some()
+        self.store.group(group).is_some()
     }
 
     /// `group`'s log in figures; None when the engine holds no log for it.
     pub fn log_stats(&self, group: u64) -> Option<LogStats> {
-        self.shard.group(group).map(|log| LogStats {
+        self.store.group(group).map(|log| LogStats {
             first_offset: log.first_offset(),
             next_offset: log.next_offset(),
             head_op: log.head_op(),
@@ -78,19 +78,19 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// where a fetch from the first offset starts), without the rest of [`Node::log_stats`]:
     /// every fetch asks.
     pub fn log_first_offset(&self, group: u64) -> Option<u64> {
-        self.shard.group(group).map(|log| log.first_offset())
+        self.store.group(group).map(|log| log.first_offset())
     }
 
     /// Why `group`'s log refuses work (corruption or an I/O failure it met), if it does.
     pub fn log_fault(&self, group: u64) -> Option<&str> {
-        self.shard.group(group).and_then(|log| log.faulty_reason())
+        self.store.group(group).and_then(|log| log.faulty_reason())
     }
 
     /// Keeps retention from deleting any segment of `group` that holds an offset at or above
     /// `offset`: the driver's state derived from the log (consumer offsets) can be rebuilt only
     /// from its last snapshot on. Nothing happens when the engine holds no log for `group`.
     pub fn set_retention_floor(&mut self, group: u64, offset: u64) {
-        if let Some(log) = self.shard.group_mut(group) {
+        if let Some(log) = self.store.group_mut(group) {
             log.set_retention_floor(offset);
         }
     }
@@ -99,7 +99,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// clock), once the flush cycles in flight have finished. Returns the segments deleted.
     pub async fn enforce_retention(&mut self, now_ms: i64) -> EngineResult<usize> {
         self.finish_flushes_in_flight().await;
-        self.shard.enforce_retention(now_ms).await
+        self.store.enforce_retention(now_ms).await
     }
 
     /// Reads `group`'s prepare with this op (plan, run, finish in one call).
@@ -148,12 +148,12 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// [`Node::has_log`] first.
     fn log(&self, group: u64) -> EngineResult<&PartitionLog<S>> {
         let missing = || EngineError::Invalid(format!("group {group} has no log on this shard"));
-        self.shard.group(group).ok_or_else(missing)
+        self.store.group(group).ok_or_else(missing)
     }
 
     /// `group`'s log, for the reads above that change it (see [`Node::log`]).
     fn log_mut(&mut self, group: u64) -> EngineResult<&mut PartitionLog<S>> {
         let missing = || EngineError::Invalid(format!("group {group} has no log on this shard"));
-        self.shard.group_mut(group).ok_or_else(missing)
+        self.store.group_mut(group).ok_or_else(missing)
     }
 }

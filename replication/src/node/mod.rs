@@ -1,7 +1,7 @@
 //! The node layer: one shard's replicas and its storage engine, between the sans-IO replicas
 //! and the real world (DESIGN.md §1).
 //!
-//! It owns the shard's [`Shard`](shoal_engine::shard::Shard), one
+//! It owns the shard's [`ShardStore`](shoal_engine::shard::ShardStore), one
 //! [`Replica`](crate::Replica) per group, the writes the replicas asked for and the messages
 //! they may send only once those writes are durable. It turns replica outputs into engine calls
 //! and packets, feeds completions back, coalesces Commit heartbeats per node pair, and makes

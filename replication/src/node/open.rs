@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use shoal_engine::partition::GroupRecovery;
-use shoal_engine::shard::{RecoveryReport, Shard, ShardConfig};
+use shoal_engine::shard::{RecoveryReport, ShardConfig, ShardStore};
 use shoal_engine::storage::Storage;
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_engine::{Error as EngineError, Result as EngineResult};
@@ -67,8 +67,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     where
         L: AsyncFnMut(u64) -> Option<Vec<u8>>,
     {
-        let (shard, report) = Shard::open(storage.clone(), dir, shard_config).await?;
-        let mut node = Node::blank(config, shard, storage, transport, clock, seed);
+        let (store, report) = ShardStore::open(storage.clone(), dir, shard_config).await?;
+        let mut node = Node::blank(config, store, storage, transport, clock, seed);
         for recovery in &report.groups {
             let group = recovery.group;
             let Some((headers, faulty_from)) =
@@ -91,7 +91,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     ) -> EngineResult<Option<(Vec<Header>, Option<u64>)>> {
         let group = recovery.group;
         let mut faulty_from = recovery.faulty.suffix_from;
-        let Some(log) = self.shard.group_mut(group) else { return Ok(None) };
+        let Some(log) = self.store.group_mut(group) else { return Ok(None) };
         if let Some(reason) = log.faulty_reason() {
             let reason = reason.to_string();
             // Damage before the torn window: a group with peers cuts it and repairs from
@@ -146,8 +146,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// storage durably, and a fresh replica in view 0.
     pub async fn create_group(&mut self, group: u64, config: GroupConfig) -> EngineResult<()> {
         self.settle().await;
-        self.shard.create_group(group, config).await?;
-        if let Some(log) = self.shard.group_mut(group) {
+        self.store.create_group(group, config).await?;
+        if let Some(log) = self.store.group_mut(group) {
             log.set_committed_end(0);
         }
         let mut replica = Replica::new(self.replica_config(group), self.seed);
@@ -161,7 +161,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// single-node power-loss outcome (DESIGN.md §6); otherwise it would never serve again.
     pub(super) fn replica_config(&self, group: u64) -> ReplicaConfig {
         let replicated = self
-            .shard
+            .store
             .group(group)
             .is_some_and(|log| log.config().durability == Durability::Replicated);
         let mut config = ReplicaConfig { group, replica: self.config.node, ..self.config.replica };
@@ -178,6 +178,6 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// Flushes, checkpoints and records a clean shutdown.
     pub async fn close(mut self) -> EngineResult<()> {
         self.settle().await;
-        self.shard.close().await
+        self.store.close().await
     }
 }

@@ -62,7 +62,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             // Retention keeps every op not yet committed: a view change may still cut it.
             let fields = header.as_prepare().expect("committed ops are prepares");
             let end_offset = fields.end_offset();
-            if let Some(log) = self.shard.group_mut(group) {
+            if let Some(log) = self.store.group_mut(group) {
                 log.set_committed_end(end_offset);
             }
         }
@@ -84,7 +84,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
 
     /// Sends the coalesced heartbeats: one packet per peer node, within the entry bound.
     pub(super) fn send_heartbeats(&mut self) {
-        let entries_max = self.shard.config().groups_max.max(1);
+        let entries_max = self.store.config().groups_max.max(1);
         for (to, entries) in std::mem::take(&mut self.heartbeats) {
             for chunk in entries.chunks(entries_max) {
                 self.counters.heartbeat_packets += 1;

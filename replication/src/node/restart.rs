@@ -25,7 +25,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     pub(super) async fn newest_headers(&mut self, group: u64) -> EngineResult<Vec<Header>> {
         let count = self.config.replica.view_headers_max;
         let log = self
-            .shard
+            .store
             .group_mut(group)
             .ok_or(EngineError::Faulty { group, reason: "the group's log is gone".into() })?;
         newest_headers(log, count).await
@@ -33,7 +33,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
 
     /// The faulty suffix after a damage cut at open: the cut's, and for a `replicated` group
     /// after an unclean stop everything past the head too (what
-    /// [`Shard::open`](shoal_engine::shard::Shard::open) marks when it finds no damage: written
+    /// [`ShardStore::open`](shoal_engine::shard::ShardStore::open) marks when it finds no damage: written
     /// ops were acknowledged before they were synced).
     pub(super) fn unclean_suffix(
         &self,
@@ -41,7 +41,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         from: Option<u64>,
         clean_shutdown: bool,
     ) -> Option<u64> {
-        let Some(log) = self.shard.group(group) else { return from };
+        let Some(log) = self.store.group(group) else { return from };
         if clean_shutdown || log.config().durability != Durability::Replicated {
             return from;
         }
@@ -62,7 +62,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         // A log a state transfer installed begins at the state's op: the state is where its
         // producer table and commit point start (unless a newer snapshot was saved since).
         let transferred =
-            match state::load_transfer_state(&self.storage, &group_dir(self.shard.dir(), group))
+            match state::load_transfer_state(&self.storage, &group_dir(self.store.dir(), group))
                 .await
             {
                 Ok(transferred) => transferred,
@@ -87,7 +87,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 }
             },
         };
-        let Some(log) = self.shard.group_mut(group) else { return Ok(()) };
+        let Some(log) = self.store.group_mut(group) else { return Ok(()) };
         // Nothing is known committed until the replica commits again.
         log.set_committed_end(0);
         let slot = log.slot();

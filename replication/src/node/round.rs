@@ -44,8 +44,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     pub fn has_io(&self) -> bool {
         !self.writes.is_empty()
             || !self.reads.is_empty()
-            || self.shard.has_pending()
-            || self.shard.has_checkpoint_pending()
+            || self.store.has_pending()
+            || self.store.has_checkpoint_pending()
             || self.io_in_flight()
     }
 
@@ -126,11 +126,11 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 Write::Append { header, body } => self.append(group, header, body).await,
                 Write::Views { view, log_view, log_view_head_op } => {
                     views.insert(group, (*view, *log_view));
-                    self.shard.set_views(group, *view, *log_view, *log_view_head_op)
+                    self.store.set_views(group, *view, *log_view, *log_view_head_op)
                 }
                 Write::Truncate { op, view } => {
                     complete &= self.finish_jobs().await;
-                    let result = self.shard.truncate_after(group, *op, *view).await;
+                    let result = self.store.truncate_after(group, *op, *view).await;
                     if result.is_ok() {
                         truncated.push((group, *op));
                     }
@@ -138,7 +138,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 }
                 Write::Install { header, body, state } => {
                     complete &= self.finish_jobs().await;
-                    let result = self.shard.install_transfer(group, header, body, state).await;
+                    let result = self.store.install_transfer(group, header, body, state).await;
                     if result.is_ok() {
                         self.counters.transfers_installed += 1;
                         installed.push((group, state.op));
@@ -219,9 +219,9 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         body: &[u8],
     ) -> EngineResult<()> {
         for attempt in 0..8 {
-            match self.shard.append(group, header, body) {
+            match self.store.append(group, header, body) {
                 Err(EngineError::LimitReached(_))
-                    if attempt > 0 && self.shard.is_storage_full() =>
+                    if attempt > 0 && self.store.is_storage_full() =>
                 {
                     return Err(EngineError::StorageFull);
                 }
@@ -232,8 +232,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 result => return result,
             }
         }
-        match self.shard.append(group, header, body) {
-            Err(EngineError::LimitReached(_)) if self.shard.is_storage_full() => {
+        match self.store.append(group, header, body) {
+            Err(EngineError::LimitReached(_)) if self.store.is_storage_full() => {
                 Err(EngineError::StorageFull)
             }
             result => result,
@@ -244,7 +244,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     pub(super) fn report_durable(&mut self) {
         let groups: Vec<u64> = self.groups.keys().copied().collect();
         for group in groups {
-            if let Some(op) = self.shard.durable_op(group) {
+            if let Some(op) = self.store.durable_op(group) {
                 self.persisted(group, Persisted::Appended { op });
             }
         }

@@ -16,7 +16,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// Serves the queued prepare requests of peers, in order.
     pub(super) async fn serve_reads(&mut self) {
         for (group, read) in std::mem::take(&mut self.reads) {
-            let Some(log) = self.shard.group_mut(group) else { continue };
+            let Some(log) = self.store.group_mut(group) else { continue };
             let op_min = log.first_op();
             if read.op < op_min {
                 // Retention removed it: say so, so the asker looks elsewhere at once.

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use shoal_engine::shard::Shard;
+use shoal_engine::shard::ShardStore;
 use shoal_engine::storage::Storage;
 use shoal_proto::wire::CommitEntry;
 
@@ -27,7 +27,7 @@ pub(super) struct Group {
 /// One shard's replicas and engine. See the documentation of the `node` module.
 pub struct Node<S: Storage, T: Transport, C: Clock> {
     pub(super) config: NodeConfig,
-    pub(super) shard: Shard<S>,
+    pub(super) store: ShardStore<S>,
     /// The shard's storage, for the group files the engine does not read itself (a
     /// transferred state).
     pub(super) storage: S,
@@ -67,11 +67,11 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
 }
 
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
-    /// A node around the freshly opened `shard`, holding no group yet: the open restarts one
+    /// A node around the freshly opened `store`, holding no group yet: the open restarts one
     /// replica per recovered group into it.
     pub(super) fn blank(
         config: NodeConfig,
-        shard: Shard<S>,
+        store: ShardStore<S>,
         storage: S,
         transport: T,
         clock: C,
@@ -79,7 +79,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     ) -> Self {
         Node {
             config,
-            shard,
+            store,
             storage,
             transport,
             clock,

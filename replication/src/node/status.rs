@@ -5,7 +5,7 @@
 //! Read-only views (the engine and transport handed out for inspection aside): nothing here
 //! feeds a replica or starts I/O.
 
-use shoal_engine::shard::Shard;
+use shoal_engine::shard::ShardStore;
 use shoal_engine::storage::Storage;
 
 use super::config::{Clock, Transport};
@@ -69,13 +69,13 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// Whether `group`'s storage is full: its client requests are refused with
     /// [`RequestRefused::StorageFull`](super::RequestRefused::StorageFull) until a retried reservation succeeds.
     pub fn is_storage_full(&self, group: u64) -> bool {
-        self.shard.group(group).is_some_and(|log| log.is_storage_full())
+        self.store.group(group).is_some_and(|log| log.is_storage_full())
     }
 
     /// How many groups of this shard refuse client requests for lack of disk space; for logs
     /// and status.
     pub fn storage_full_group_count(&self) -> usize {
-        self.shard.storage_full_group_count()
+        self.store.storage_full_group_count()
     }
 
     /// The replica of `group`.
@@ -101,13 +101,13 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     }
 
     /// The engine, read-only (for inspection).
-    pub fn shard(&self) -> &Shard<S> {
-        &self.shard
+    pub fn store(&self) -> &ShardStore<S> {
+        &self.store
     }
 
     /// The engine (for reads and inspection).
-    pub fn shard_mut(&mut self) -> &mut Shard<S> {
-        &mut self.shard
+    pub fn store_mut(&mut self) -> &mut ShardStore<S> {
+        &mut self.store
     }
 
     /// The transport.

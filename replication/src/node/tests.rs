@@ -257,15 +257,15 @@ fn rounds_acknowledge_writes_while_a_checkpoint_sync_is_in_flight() {
         write_and_acknowledge(&mut node);
     }
     assert!(node.checkpoint.is_some(), "its sync is still held");
-    assert_eq!(node.shard.counters().checkpoints, 0);
+    assert_eq!(node.store.counters().checkpoints, 0);
     sim.set_syncs_held(false);
     for _ in 0..40 {
         write_and_acknowledge(&mut node);
-        if node.shard.counters().checkpoints > 0 {
+        if node.store.counters().checkpoints > 0 {
             break;
         }
     }
-    assert!(node.shard.counters().checkpoints > 0, "the checkpoint landed once released");
+    assert!(node.store.counters().checkpoints > 0, "the checkpoint landed once released");
     sim.block_on(node.close()).unwrap();
 }
 
@@ -282,21 +282,21 @@ fn rounds_acknowledge_writes_across_segment_rolls_while_syncs_are_held() {
         sim.block_on(node.run_io());
         assert_eq!(node.take_replies().len(), 1, "request {number} answered in its round");
     }
-    let log = node.shard.group(1).unwrap();
+    let log = node.store.group(1).unwrap();
     assert!(log.segment_count() >= 3, "the writes rolled segments");
     assert!(log.open_file_count() >= 2, "rolled segments stay open until settled");
-    assert_eq!(node.shard.counters().segment_syncs, 0, "no sync completed");
+    assert_eq!(node.store.counters().segment_syncs, 0, "no sync completed");
     sim.set_syncs_held(false);
     for number in 97..=200 {
         node.on_client_request(1, request(number, 32 << 10)).unwrap();
         sim.block_on(node.run_io());
         assert_eq!(node.take_replies().len(), 1, "request {number} answered in its round");
-        if node.shard.group(1).unwrap().open_file_count() == 1 {
+        if node.store.group(1).unwrap().open_file_count() == 1 {
             break;
         }
     }
-    assert_eq!(node.shard.group(1).unwrap().open_file_count(), 1, "rolled segments settled");
-    assert!(node.shard.counters().segment_syncs >= 2, "each rolled segment was synced");
+    assert_eq!(node.store.group(1).unwrap().open_file_count(), 1, "rolled segments settled");
+    assert!(node.store.counters().segment_syncs >= 2, "each rolled segment was synced");
     sim.block_on(node.close()).unwrap();
 }
 
@@ -325,7 +325,7 @@ fn a_write_applied_during_a_flush_is_acknowledged_only_after_its_own_cycle() {
         acknowledged.extend(replies);
     }
     assert_eq!(acknowledged, vec![1, 2], "request 2 was acknowledged by the second cycle");
-    assert_eq!(node.shard.counters().flushes, 2, "one cycle each");
+    assert_eq!(node.store.counters().flushes, 2, "one cycle each");
 }
 
 /// A second `replicated` group on a single node.
@@ -386,7 +386,7 @@ fn a_full_disk_refuses_requests_as_storage_full_until_a_tick_finds_room() {
     sim.block_on(node.run_io());
     assert_eq!(replied(&mut node), vec![(2, 3)]);
     // Reads go on.
-    let log = node.shard_mut().group_mut(1).unwrap();
+    let log = node.store_mut().group_mut(1).unwrap();
     assert_eq!(sim.block_on(log.read_offset(0, usize::MAX)).unwrap().len() as u64, accepted + 1);
     // Space is freed: the next tick's retry finds it, and writes resume by themselves.
     sim.set_capacity_bytes(u64::MAX);

@@ -151,7 +151,7 @@ impl Cluster {
             return violation(format!("node {index} group {group} stopped: {reason}"));
         }
         let sim = &host.sim;
-        let log = node.shard_mut().group_mut(group)?;
+        let log = node.store_mut().group_mut(group)?;
         let mut next_offset = None;
         let first_op = log.first_op().max(1);
         let retained = logs.retained_from.entry(group).or_insert(first_op);

@@ -115,7 +115,7 @@ impl Cluster {
                 sim.block_on(node.create_group(group, config)).expect("create group");
                 // Retention deletes nothing the group's snapshot (the admin machine's, or a
                 // data group's producer table) does not cover.
-                let log = node.shard_mut().group_mut(group).expect("created");
+                let log = node.store_mut().group_mut(group).expect("created");
                 log.set_retention_floor(0);
             }
             cluster.nodes.push(Host {
@@ -154,7 +154,7 @@ impl Cluster {
     /// The oldest op node `node`'s log of `group` still holds (retention removes from the
     /// front), when the node is up.
     pub fn log_first_op(&self, node: usize, group: u64) -> Option<u64> {
-        Some(self.nodes[node].node.as_ref()?.shard().group(group)?.first_op())
+        Some(self.nodes[node].node.as_ref()?.store().group(group)?.first_op())
     }
 
     /// The node layer's counters of node `node`, when it is up (they restart with the node).
@@ -188,7 +188,7 @@ impl Cluster {
     pub fn log_checksums(&mut self, node: usize, group: u64) -> Option<Vec<(u64, u32)>> {
         let host = &mut self.nodes[node];
         let node = host.node.as_mut()?;
-        let log = node.shard_mut().group_mut(group)?;
+        let log = node.store_mut().group_mut(group)?;
         let mut out = Vec::new();
         for op in log.first_op().max(1)..=log.head_op() {
             let stored = host.sim.block_on(log.read_op(op)).ok()??;
@@ -272,7 +272,7 @@ impl Cluster {
         );
         let mut node = sim.block_on(open).map(|(node, _)| node)?;
         for (group, floor) in floors.into_inner() {
-            if let Some(log) = node.shard_mut().group_mut(group) {
+            if let Some(log) = node.store_mut().group_mut(group) {
                 log.set_retention_floor(floor);
             }
         }

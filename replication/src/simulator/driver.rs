@@ -62,7 +62,7 @@ impl Cluster {
                 }
             }
         };
-        let log = node.shard_mut().group_mut(group)?;
+        let log = node.store_mut().group_mut(group)?;
         log.set_retention_floor(machine.end_offset());
         if log.first_op() > machine.op() + 1 {
             return None;
@@ -177,7 +177,7 @@ fn save_snapshot(sim: &Sim, node: &mut SimNode, group: u64, saved: &GroupState) 
     if sim.block_on(state::save(&sim.storage(), &sim_group_dir(group), saved)).is_err() {
         return false;
     }
-    if let Some(log) = node.shard_mut().group_mut(group) {
+    if let Some(log) = node.store_mut().group_mut(group) {
         log.set_retention_floor(saved.end_offset);
     }
     true
