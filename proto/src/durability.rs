@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 /// The durability mode of a group, chosen at creation (DESIGN.md §3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize), serde(rename_all = "lowercase"))]
 pub enum Durability {
     /// Acknowledged once written (single node) or once a quorum has it: the partition log is the
     /// write-ahead log.

@@ -720,6 +720,7 @@ pub fn decode_topic_name(body: &[u8]) -> Result<(String, String)> {
 
 /// One stream in a `ListStreams` result.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct StreamInfo {
     /// The stream's name.
     pub name: String,
@@ -811,6 +812,7 @@ impl CreateTopic {
 
 /// A topic as `ListTopics` and `DescribeTopic` report it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct TopicInfo {
     /// The stream.
     pub stream: String,
@@ -885,6 +887,7 @@ pub fn decode_topics(body: &[u8]) -> Result<Vec<TopicInfo>> {
 
 /// One partition in a `DescribeTopic` result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct PartitionInfo {
     /// The partition's index in its topic.
     pub partition: u32,

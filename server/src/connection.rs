@@ -143,6 +143,15 @@ impl Drop for Owed {
     }
 }
 
+/// One partition in the `Status` JSON: its names, then the figures `DescribeTopic` gives.
+#[derive(serde::Serialize)]
+struct StatusPartition<'a> {
+    stream: &'a str,
+    topic: &'a str,
+    #[serde(flatten)]
+    info: &'a PartitionInfo,
+}
+
 enum Waiting {
     Ready(Outcome),
     Answer(flume::Receiver<Outcome>),
@@ -761,21 +770,10 @@ impl Session {
         let all = self.catalog.partition_infos();
         let mut infos: Vec<PartitionInfo> = all.iter().map(|(_, _, p)| *p).collect();
         self.fill_stats(&mut infos).await;
-        let partitions: Vec<serde_json::Value> = all
+        let partitions: Vec<StatusPartition> = all
             .iter()
             .zip(&infos)
-            .map(|((stream, topic, _), p)| {
-                serde_json::json!({
-                    "stream": stream,
-                    "topic": topic,
-                    "partition": p.partition,
-                    "shard": p.shard,
-                    "group": p.group,
-                    "first_offset": p.first_offset,
-                    "next_offset": p.next_offset,
-                    "size_bytes": p.size_bytes,
-                })
-            })
+            .map(|((stream, topic, _), info)| StatusPartition { stream, topic, info })
             .collect();
         let config = &self.context.config;
         let mut reports = Vec::new();

@@ -101,14 +101,7 @@ async fn stream(client: &mut Client, command: Stream, json: bool) -> Outcome {
         }
         Stream::List => {
             let streams = client.list_streams().await?;
-            let value = Value::Array(
-                streams
-                    .iter()
-                    .map(|s| {
-                        json!({ "name": s.name, "topic_count": s.topic_count, "created_ms": s.created_ms })
-                    })
-                    .collect(),
-            );
+            let value = to_json(&streams);
             let rows = streams
                 .iter()
                 .map(|s| vec![s.name.clone(), s.topic_count.to_string(), utc(s.created_ms)])
@@ -149,7 +142,7 @@ async fn topic(client: &mut Client, command: Topic, json: bool) -> Outcome {
         }
         Topic::List { stream } => {
             let topics = client.list_topics(&stream).await?;
-            let value = Value::Array(topics.iter().map(topic_json).collect());
+            let value = to_json(&topics);
             let rows = topics
                 .iter()
                 .map(|t| {
@@ -179,8 +172,9 @@ async fn topic(client: &mut Client, command: Topic, json: bool) -> Outcome {
         }
         Topic::Describe { stream, topic } => {
             let (info, partitions) = client.describe_topic(&stream, &topic).await?;
-            let mut value = topic_json(&info);
-            value["partitions"] = Value::Array(partitions.iter().map(partition_json).collect());
+            // The partitions' list takes the place of their count.
+            let mut value = to_json(&info);
+            value["partitions"] = to_json(&partitions);
             print(json, value, describe_text(&info, &partitions))
         }
         Topic::Delete { stream, topic } => {
@@ -660,29 +654,9 @@ fn print(json: bool, value: Value, text: String) -> Outcome {
     write_stdout(line.as_bytes())
 }
 
-fn topic_json(t: &TopicInfo) -> Value {
-    json!({
-        "stream": t.stream,
-        "name": t.name,
-        "partitions": t.partitions,
-        "durability": t.durability.as_str(),
-        "retention_bytes": t.retention_bytes,
-        "retention_ms": t.retention_ms,
-        "segment_size_bytes": t.segment_size_bytes,
-        "message_size_bytes_max": t.message_size_bytes_max,
-        "created_ms": t.created_ms,
-    })
-}
-
-fn partition_json(p: &PartitionInfo) -> Value {
-    json!({
-        "partition": p.partition,
-        "shard": p.shard,
-        "group": p.group,
-        "first_offset": p.first_offset,
-        "next_offset": p.next_offset,
-        "size_bytes": p.size_bytes,
-    })
+/// An admin result as JSON (plain structs of strings and numbers always serialize).
+fn to_json(value: &impl serde::Serialize) -> Value {
+    serde_json::to_value(value).expect("admin results serialize")
 }
 
 fn describe_text(info: &TopicInfo, partitions: &[PartitionInfo]) -> String {
