@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use shoal_engine::superblock::Durability;
+use shoal_proto::durability::{Durability, UnknownDurability};
 
 use super::args::FLAGS;
 use super::error::ConfigError;
@@ -379,15 +379,9 @@ impl Layers {
             }
             (Scope::TopicDefaults, "durability") => {
                 let text = raw.text().map_err(error)?;
-                let durability = match text {
-                    "replicated" => Durability::Replicated,
-                    "persisted" => Durability::Persisted,
-                    _ => {
-                        return Err(error(format!(
-                            "{text:?}: use \"replicated\" or \"persisted\""
-                        )));
-                    }
-                };
+                let durability: Durability = text
+                    .parse()
+                    .map_err(|unknown: UnknownDurability| error(unknown.to_string()))?;
                 self.durability = Some(Given { value: durability, key: written });
             }
             (Scope::ShardN(_), "cpu") => {

@@ -271,7 +271,7 @@ fn every_validation_error_names_its_key() {
         (
             "[topic_defaults]\ndurability = \"fast\"\n",
             "topic_defaults.durability",
-            "\"replicated\" or",
+            "use replicated or persisted",
         ),
         ("cpus = \"0,one\"\n", "cpus", "comma-separated CPU list"),
         ("cpus = \"0,1\"\n", "cpus", "cpus names 2 CPUs for 4 shards"),
@@ -341,7 +341,7 @@ fn every_validation_error_names_its_key() {
         ("SHOAL_SHARDS", "x", "not a non-negative decimal integer"),
         ("SHOAL_SHARDS", "", "not a non-negative decimal integer"),
         ("SHOAL_PROFILE", "Small", "use \"default\""),
-        ("SHOAL_TOPIC_DEFAULTS_DURABILITY", "", "\"replicated\""),
+        ("SHOAL_TOPIC_DEFAULTS_DURABILITY", "", "use replicated or persisted"),
         ("SHOAL_SHARD_READY_AHEAD_BYTES", "5000", "not a multiple"),
         ("SHOAL_CPUS", "0,1", "SHOAL_CPUS names 2 CPUs for 4 shards"),
     ];
