@@ -206,7 +206,6 @@ pub fn run(options: &Options) -> Result<Value, String> {
     let server_status = prepare(&seeds, options, partitions)?;
 
     let (batch, payload_bytes) = build_batch(options.messages_per_batch, options.message_bytes);
-    let batch = Arc::new(batch);
     let interval_ns = options.rate.map(|rate| {
         rate.batch_interval_ns(producers.max(1), options.messages_per_batch, payload_bytes as usize)
     });
@@ -217,41 +216,25 @@ pub fn run(options: &Options) -> Result<Value, String> {
     } else {
         options.messages.div_ceil(options.messages_per_batch as u64)
     };
-    let live = Arc::new(Live::default());
-    let start = Instant::now();
+    let plan = Plan {
+        options,
+        seeds,
+        targets,
+        partitions,
+        producers,
+        batch: Arc::new(batch),
+        payload_bytes,
+        interval_ns,
+        warmup_ns,
+        stop_ns,
+        start: Instant::now(),
+        live: Arc::new(Live::default()),
+    };
     let mut cpus = Vec::new();
     let mut threads = Vec::new();
     for actor in 0..producers {
-        let target = actor % targets;
-        let partitioning = match options.placement {
-            Placement::Pinned => Partitioning::Explicit((actor / targets) as u32 % partitions),
-            Placement::Balanced => Partitioning::Balanced,
-            Placement::Keyed => Partitioning::Key(format!("producer-{actor}").into_bytes()),
-        };
-        let cpu = (!options.cpus.is_empty()).then(|| options.cpus[actor % options.cpus.len()]);
-        cpus.push(cpu);
-        let batches_max = batches_total / producers as u64
-            + u64::from((actor as u64) < batches_total % producers as u64);
-        let spec = ProducerSpec {
-            actor,
-            seeds: seeds.clone(),
-            stream: stream_name(options, target % options.streams.max(1)),
-            topic: topic_name(target / options.streams.max(1)),
-            partitioning,
-            batch: Arc::clone(&batch),
-            messages_per_batch: options.messages_per_batch as u64,
-            payload_bytes,
-            in_flight_max: options.in_flight_max.max(1),
-            interval_ns,
-            warmup_ns,
-            stop_ns,
-            batches_max,
-            cpu,
-            start,
-            live: Arc::clone(&live),
-            stamp: options.mode == Mode::EndToEnd,
-            connect_to_owner: options.connect == Connect::Owner,
-        };
+        let spec = plan.producer(actor, batches_total);
+        cpus.push(spec.cpu);
         threads.push(std::thread::spawn(move || producer::run(spec).map(Actor::Producer)));
     }
     let messages_per_consumer = if options.messages == 0 {
@@ -260,47 +243,12 @@ pub fn run(options: &Options) -> Result<Value, String> {
         options.messages.div_ceil(consumers.max(1) as u64)
     };
     for actor in 0..consumers {
-        let target = actor % targets;
-        let stream = stream_name(options, target % options.streams.max(1));
-        let topic = topic_name(target / options.streams.max(1));
-        let partition = (actor / targets) as u32 % partitions;
-        // In `e2e` and `mixed`, consumers start at the end the partition had before the run, so
-        // that they read what this run's producers send.
-        let from = match options.mode {
-            Mode::EndToEnd | Mode::Mixed => {
-                FetchFrom::Offset(next_offset(&server_status, &stream, &topic, partition))
-            }
-            _ => options.from,
-        };
-        let cpu = (!options.cpus.is_empty())
-            .then(|| options.cpus[(producers + actor) % options.cpus.len()]);
-        cpus.push(cpu);
-        let spec = ConsumerSpec {
-            actor,
-            seeds: seeds.clone(),
-            stream,
-            topic,
-            partition,
-            group: options.group.clone(),
-            from,
-            fetch_bytes_max: options.fetch_bytes_max,
-            fetch_count_max: options.fetch_count_max,
-            end_to_end: options.mode == Mode::EndToEnd,
-            warmup_ns,
-            // Consumers of an `e2e` run drain what the producers sent in their last moments.
-            stop_ns: match options.mode {
-                Mode::EndToEnd | Mode::Mixed => stop_ns + 1_000_000_000,
-                Mode::Produce | Mode::Consume => stop_ns,
-            },
-            messages_max: messages_per_consumer,
-            cpu,
-            start,
-            live: Arc::clone(&live),
-            connect_to_owner: options.connect == Connect::Owner,
-        };
+        let spec = plan.consumer(actor, messages_per_consumer, &server_status);
+        cpus.push(spec.cpu);
         threads.push(std::thread::spawn(move || consumer::run(spec).map(Actor::Consumer)));
     }
-    progress(options, &live, start, &threads);
+    let (live, start) = (&plan.live, plan.start);
+    progress(options, live, start, &threads);
     let mut producer_results = Vec::new();
     let mut consumer_results = Vec::new();
     for thread in threads {
@@ -320,6 +268,105 @@ pub fn run(options: &Options) -> Result<Value, String> {
         elapsed,
     };
     Ok(report(options, &run, server_status))
+}
+
+/// What every actor of a run shares, and how each one's spec is drawn from it.
+struct Plan<'a> {
+    options: &'a Options,
+    seeds: Vec<String>,
+    /// Stream and topic pairs the actors spread over.
+    targets: usize,
+    partitions: u32,
+    producers: usize,
+    batch: Arc<Vec<u8>>,
+    payload_bytes: u64,
+    interval_ns: Option<u64>,
+    warmup_ns: u64,
+    stop_ns: u64,
+    start: Instant,
+    live: Arc<Live>,
+}
+
+impl Plan<'_> {
+    /// The CPU the `index`th actor (producers first, then consumers) is pinned to, if any.
+    fn cpu(&self, index: usize) -> Option<usize> {
+        let cpus = &self.options.cpus;
+        (!cpus.is_empty()).then(|| cpus[index % cpus.len()])
+    }
+
+    /// Producer `actor`'s spec: its topic, partitioning and share of `batches_total`.
+    fn producer(&self, actor: usize, batches_total: u64) -> ProducerSpec {
+        let options = self.options;
+        let (targets, producers) = (self.targets, self.producers);
+        let target = actor % targets;
+        let partitioning = match options.placement {
+            Placement::Pinned => Partitioning::Explicit((actor / targets) as u32 % self.partitions),
+            Placement::Balanced => Partitioning::Balanced,
+            Placement::Keyed => Partitioning::Key(format!("producer-{actor}").into_bytes()),
+        };
+        let batches_max = batches_total / producers as u64
+            + u64::from((actor as u64) < batches_total % producers as u64);
+        ProducerSpec {
+            actor,
+            seeds: self.seeds.clone(),
+            stream: stream_name(options, target % options.streams.max(1)),
+            topic: topic_name(target / options.streams.max(1)),
+            partitioning,
+            batch: Arc::clone(&self.batch),
+            messages_per_batch: options.messages_per_batch as u64,
+            payload_bytes: self.payload_bytes,
+            in_flight_max: options.in_flight_max.max(1),
+            interval_ns: self.interval_ns,
+            warmup_ns: self.warmup_ns,
+            stop_ns: self.stop_ns,
+            batches_max,
+            cpu: self.cpu(actor),
+            start: self.start,
+            live: Arc::clone(&self.live),
+            stamp: options.mode == Mode::EndToEnd,
+            connect_to_owner: options.connect == Connect::Owner,
+        }
+    }
+
+    /// Consumer `actor`'s spec: its partition, where it starts and when it stops.
+    fn consumer(&self, actor: usize, messages_max: u64, server_status: &Value) -> ConsumerSpec {
+        let options = self.options;
+        let target = actor % self.targets;
+        let stream = stream_name(options, target % options.streams.max(1));
+        let topic = topic_name(target / options.streams.max(1));
+        let partition = (actor / self.targets) as u32 % self.partitions;
+        // In `e2e` and `mixed`, consumers start at the end the partition had before the run, so
+        // that they read what this run's producers send.
+        let from = match options.mode {
+            Mode::EndToEnd | Mode::Mixed => {
+                FetchFrom::Offset(next_offset(server_status, &stream, &topic, partition))
+            }
+            _ => options.from,
+        };
+        ConsumerSpec {
+            actor,
+            seeds: self.seeds.clone(),
+            stream,
+            topic,
+            partition,
+            group: options.group.clone(),
+            from,
+            fetch_bytes_max: options.fetch_bytes_max,
+            fetch_count_max: options.fetch_count_max,
+            end_to_end: options.mode == Mode::EndToEnd,
+            warmup_ns: self.warmup_ns,
+            // Consumers of an `e2e` run drain what the producers sent in their last moments.
+            stop_ns: match options.mode {
+                Mode::EndToEnd | Mode::Mixed => self.stop_ns + 1_000_000_000,
+                Mode::Produce | Mode::Consume => self.stop_ns,
+            },
+            messages_max,
+            cpu: self.cpu(self.producers + actor),
+            start: self.start,
+            live: Arc::clone(&self.live),
+            connect_to_owner: options.connect == Connect::Owner,
+        }
+    }
 }
 
 /// What an actor thread returns.
