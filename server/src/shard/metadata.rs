@@ -59,6 +59,10 @@ pub(super) struct MetadataState {
     pub(super) snapshot_saving: bool,
     /// A snapshot is wanted before the interval is up (the one found at start-up was unusable).
     pub(super) snapshot_due: bool,
+    /// The end offset of the state when a save came due while another was running: that save
+    /// starts once the running one finishes (else a log gone quiet would keep the older
+    /// snapshot until the next interval's worth of ops).
+    pub(super) snapshot_deferred_end: Option<u64>,
     /// The consumer group coordinator.
     pub(super) coordinator: Coordinator<ReplySender>,
     /// The client id of the coordinator's own proposals (random per start) and its next request.
@@ -158,6 +162,7 @@ impl ShardState {
             snapshot_op,
             snapshot_saving: false,
             snapshot_due,
+            snapshot_deferred_end: None,
             coordinator,
             internal_client: self.node_seed | (1 << 63),
             internal_request: 0,

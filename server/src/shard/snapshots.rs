@@ -121,13 +121,17 @@ impl ShardState {
     /// Starts a save of the metadata state (a spawned task) once `metadata.snapshot_interval_ops`
     /// ops were applied since the newest snapshot, one save at a time. The state is encoded
     /// here, as of `end_offset` (the offset after the last applied op), so the task needs
-    /// nothing of the loop's.
+    /// nothing of the loop's; one that comes due while a save runs starts when it finishes.
     pub(super) fn save_metadata_snapshot(&mut self, end_offset: u64) {
         let interval = self.config.metadata.snapshot_interval_ops;
         let Some(metadata) = self.metadata.as_mut() else { return };
         let op = metadata.state.catalog.applied_op;
         let due = metadata.snapshot_due || op.saturating_sub(metadata.snapshot_op) >= interval;
-        if !due || metadata.snapshot_saving || op == 0 {
+        if !due || op == 0 {
+            return;
+        }
+        if metadata.snapshot_saving {
+            metadata.snapshot_deferred_end = Some(end_offset);
             return;
         }
         metadata.snapshot_saving = true;
@@ -162,6 +166,9 @@ impl ShardState {
                 metadata.snapshot_op = op;
                 tracing::error!(op, %error, "metadata snapshot failed");
             }
+        }
+        if let Some(end_offset) = metadata.snapshot_deferred_end.take() {
+            self.save_metadata_snapshot(end_offset);
         }
     }
 }
