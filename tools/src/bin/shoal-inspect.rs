@@ -1,8 +1,8 @@
 //! `shoal-inspect`: verifies a Shoal data directory (or one shard directory) offline and reports
 //! what it holds and where the first damage lies.
 //!
-//! It runs the engine's checker (`shoal_engine::inspect`) over the blocking `std` storage
-//! backend, so it needs no io_uring runtime and never writes. Exit status: 0 when clean, 1 when
+//! It runs the engine's checker (`shoal_engine::inspect`) over read-only memory maps
+//! (`shoal_tools::mapped`), so it needs no io_uring runtime and cannot write. Exit status: 0 when clean, 1 when
 //! a problem was found, 2 on a usage error or a path that cannot be inspected.
 
 use std::path::PathBuf;
@@ -15,8 +15,9 @@ use shoal_engine::inspect::{
     CopyReport, GroupReport, IndexStatus, InspectReport, JournalReport, Note, SegmentEnd,
     SegmentReport, ShardReport, inspect,
 };
-use shoal_engine::storage::std_fs::{StdStorage, block_on};
+use shoal_engine::storage::std_fs::block_on;
 use shoal_engine::superblock::{GroupSlot, Identity};
+use shoal_tools::mapped::MappedStorage;
 
 const EXIT_CLEAN: u8 = 0;
 const EXIT_PROBLEMS: u8 = 1;
@@ -45,7 +46,7 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let report = block_on(inspect(&StdStorage, &args.path));
+    let report = block_on(inspect(&MappedStorage, &args.path));
     let text = if args.json {
         let mut text = serde_json::to_string_pretty(&report_json(&report))
             .unwrap_or_else(|e| format!("{{\"error\": \"cannot encode the report: {e}\"}}"));
