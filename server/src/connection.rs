@@ -42,7 +42,7 @@ use crate::config::Config;
 use crate::metadata::{Catalog, MetaCommand, Published, TopicSettings};
 use crate::metrics::ShardMetrics;
 use crate::shard::{
-    Body, CLUSTER, FetchArgs, GroupRequest, GroupStats, Mesh, Outcome, Work, now_ms,
+    Body, CLUSTER, FetchArgs, GroupRequest, GroupStats, Mesh, Outcome, ShardReport, Work, now_ms,
 };
 
 /// Accepts connections on one shard's listeners.
@@ -141,6 +141,17 @@ impl Drop for Owed {
     fn drop(&mut self) {
         self.0.set(self.0.get() - 1);
     }
+}
+
+/// The `Status` JSON: the shards and their own figures, the connections, the effective config
+/// and every partition.
+#[derive(serde::Serialize)]
+struct Status<'a> {
+    shards: u32,
+    shard_reports: Vec<ShardReport>,
+    connections: usize,
+    config: serde_json::Value,
+    partitions: Vec<StatusPartition<'a>>,
 }
 
 /// One partition in the `Status` JSON: its names, then the figures `DescribeTopic` gives.
@@ -782,22 +793,17 @@ impl Session {
             if self.send_internal(shard, Work::Report { reply: slot }).await.is_ok()
                 && let Ok(report) = answer.recv_async().await
             {
-                reports.push(serde_json::json!({
-                    "shard": report.shard,
-                    "groups": report.groups,
-                    "allocations": report.allocations,
-                    "io_rounds": report.io_rounds,
-                }));
+                reports.push(report);
             }
         }
-        serde_json::json!({
-            "shards": config.shards,
-            "shard_reports": reports,
-            "connections": self.context.connections.load(Ordering::SeqCst),
-            "config": config.to_json(),
-            "partitions": partitions,
-        })
-        .to_string()
+        let status = Status {
+            shards: config.shards,
+            shard_reports: reports,
+            connections: self.context.connections.load(Ordering::SeqCst),
+            config: config.to_json(),
+            partitions,
+        };
+        serde_json::to_string(&status).expect("the status serializes")
     }
 }
 

@@ -187,7 +187,7 @@ pub enum GroupRequest {
 }
 
 /// A shard's own figures, for status.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize)]
 pub struct ShardReport {
     /// The shard.
     pub shard: u32,

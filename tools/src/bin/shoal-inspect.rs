@@ -9,14 +9,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use serde_json::{Value, json};
+use serde::Serialize;
 use shoal_engine::Corruption;
 use shoal_engine::inspect::{
     CopyReport, GroupReport, IndexStatus, InspectReport, JournalReport, Note, SegmentEnd,
-    SegmentReport, ShardReport, inspect,
+    SegmentReport, ShardReport, SuperblockReport, inspect,
 };
 use shoal_engine::storage::std_fs::block_on;
-use shoal_engine::superblock::{GroupSlot, Identity};
+use shoal_engine::superblock::{Durability, GroupSlot, Identity};
 use shoal_tools::mapped::MappedStorage;
 
 const EXIT_CLEAN: u8 = 0;
@@ -48,7 +48,9 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let report = block_on(inspect(&MappedStorage, &args.path));
     let text = if args.json {
-        let mut text = serde_json::to_string_pretty(&report_json(&report))
+        // Through a `Value`, whose keys print sorted, as they always did.
+        let mut text = serde_json::to_value(ReportJson::of(&report))
+            .and_then(|value| serde_json::to_string_pretty(&value))
             .unwrap_or_else(|e| format!("{{\"error\": \"cannot encode the report: {e}\"}}"));
         text.push('\n');
         text
@@ -66,190 +68,420 @@ fn main() -> ExitCode {
 }
 
 // ---------------------------------------------------------------------------------------------
-// JSON
+// JSON: views of the report, one struct per object, serialized by serde
 // ---------------------------------------------------------------------------------------------
 
-fn report_json(report: &InspectReport) -> Value {
-    json!({
-        "path": report.path.display().to_string(),
-        "clean": report.is_clean(),
-        "error": report.error,
-        "first_corruption": report.first_corruption().map(corruption_json),
-        "problems": report.problems.iter().map(corruption_json).collect::<Vec<_>>(),
-        "notes": report.notes.iter().map(note_json).collect::<Vec<_>>(),
-        "shards": report.shards.iter().map(shard_json).collect::<Vec<_>>(),
-    })
+/// The whole report (`--json`).
+#[derive(Serialize)]
+struct ReportJson<'a> {
+    path: String,
+    clean: bool,
+    error: &'a Option<String>,
+    first_corruption: Option<CorruptionJson<'a>>,
+    problems: Vec<CorruptionJson<'a>>,
+    notes: Vec<NoteJson<'a>>,
+    shards: Vec<ShardJson<'a>>,
 }
 
-fn corruption_json(corruption: &Corruption) -> Value {
-    json!({
-        "file": corruption.file.display().to_string(),
-        "position_bytes": corruption.position_bytes,
-        "offset": corruption.offset,
-        "op": corruption.op,
-        "reason": corruption.reason,
-    })
-}
-
-fn note_json(note: &Note) -> Value {
-    json!({
-        "file": note.file.display().to_string(),
-        "position_bytes": note.position_bytes,
-        "message": note.message,
-    })
-}
-
-fn identity_json(identity: &Identity) -> Value {
-    json!({
-        "cluster": identity.cluster,
-        "node": identity.node,
-        "shard": identity.shard,
-        "shard_count": identity.shard_count,
-    })
-}
-
-fn shard_json(shard: &ShardReport) -> Value {
-    let superblock = &shard.superblock;
-    json!({
-        "dir": shard.dir.display().to_string(),
-        "shard": shard.shard,
-        "superblock": {
-            "file": superblock.file.display().to_string(),
-            "file_size_bytes": superblock.file_size_bytes,
-            "copy_size_bytes": superblock.copy_size_bytes,
-            "newest": superblock.newest,
-            "sequence": superblock.state.as_ref().map(|s| s.sequence),
-            "clean_shutdown": superblock.state.as_ref().map(|s| s.clean_shutdown),
-            "identity": superblock.state.as_ref().map(|s| identity_json(&s.identity)),
-            "copies": superblock.copies.iter().map(copy_json).collect::<Vec<_>>(),
-        },
-        "groups": shard.groups.iter().map(group_json).collect::<Vec<_>>(),
-        "journal": shard.journal.as_ref().map(journal_json),
-    })
-}
-
-fn copy_json(copy: &CopyReport) -> Value {
-    match &copy.status {
-        Ok(info) => json!({
-            "index": copy.index,
-            "position_bytes": copy.position_bytes,
-            "valid": true,
-            "current": info.current,
-            "sequence": info.sequence,
-            "checksum": info.checksum,
-            "parent": info.parent,
-            "identity": identity_json(&info.identity),
-            "slot_count": info.slot_count,
-            "slots_max": info.slots_max,
-        }),
-        Err(reason) => json!({
-            "index": copy.index,
-            "position_bytes": copy.position_bytes,
-            "valid": false,
-            "reason": reason,
-        }),
+impl<'a> ReportJson<'a> {
+    fn of(report: &'a InspectReport) -> Self {
+        ReportJson {
+            path: report.path.display().to_string(),
+            clean: report.is_clean(),
+            error: &report.error,
+            first_corruption: report.first_corruption().map(CorruptionJson::of),
+            problems: report.problems.iter().map(CorruptionJson::of).collect(),
+            notes: report.notes.iter().map(NoteJson::of).collect(),
+            shards: report.shards.iter().map(ShardJson::of).collect(),
+        }
     }
 }
 
-fn slot_json(slot: &GroupSlot) -> Value {
-    json!({
-        "durability": slot.config.durability.as_str(),
-        "view": slot.view,
-        "log_view": slot.log_view,
-        "log_view_head_op": slot.log_view_head_op,
-        "checkpoint": {
-            "op": slot.checkpoint.op,
-            "checksum": slot.checkpoint.checksum,
-            "next_offset": slot.checkpoint.next_offset,
-            "segment_base_offset": slot.checkpoint.segment_base_offset,
-            "position_bytes": slot.checkpoint.position_bytes,
-        },
-        "fence": { "op": slot.fence.op, "view": slot.fence.view },
-        "transfer_pending": slot.transfer_pending,
-        "config": {
-            "segment_size_bytes": slot.config.segment_size_bytes,
-            "segment_age_ms_max": slot.config.segment_age_ms_max,
-            "retention_bytes": slot.config.retention_bytes,
-            "retention_ms": slot.config.retention_ms,
-            "record_size_bytes_max": slot.config.record_size_bytes_max,
-        },
-    })
+#[derive(Serialize)]
+struct CorruptionJson<'a> {
+    file: String,
+    position_bytes: u64,
+    offset: Option<u64>,
+    op: Option<u64>,
+    reason: &'a str,
 }
 
-fn group_json(group: &GroupReport) -> Value {
-    json!({
-        "group": group.group,
-        "dir": group.dir.display().to_string(),
-        "slot": group.slot.as_ref().map(slot_json),
-        "first_op": group.first_op,
-        "last_op": group.last_op,
-        "first_offset": group.first_offset,
-        "next_offset": group.next_offset,
-        "records": group.records,
-        "valid_bytes": group.valid_bytes,
-        "transfer_state": group.transfer_state.map(|(op, end_offset)| {
-            json!({ "op": op, "end_offset": end_offset })
-        }),
-        "segments": group.segments.iter().map(segment_json).collect::<Vec<_>>(),
-    })
-}
-
-fn segment_json(segment: &SegmentReport) -> Value {
-    let end = match &segment.end {
-        SegmentEnd::Clean => json!({ "state": "clean" }),
-        SegmentEnd::DataAfterEnd { position_bytes, reason, corruption } => json!({
-            "state": "data_after_end",
-            "position_bytes": position_bytes,
-            "reason": reason,
-            "corruption": corruption,
-        }),
-        SegmentEnd::Unreadable(reason) => json!({ "state": "unreadable", "reason": reason }),
-        SegmentEnd::NotScanned => json!({ "state": "not_scanned" }),
-    };
-    let index = match &segment.index {
-        IndexStatus::Missing => json!({ "state": "missing" }),
-        IndexStatus::Ok { entries } => json!({ "state": "ok", "entries": entries }),
-        IndexStatus::Damaged(reason) => json!({ "state": "damaged", "reason": reason }),
-        IndexStatus::Disagrees(reason) => json!({ "state": "disagrees", "reason": reason }),
-        IndexStatus::NotCompared { entries } => {
-            json!({ "state": "not_compared", "entries": entries })
+impl<'a> CorruptionJson<'a> {
+    fn of(corruption: &'a Corruption) -> Self {
+        CorruptionJson {
+            file: corruption.file.display().to_string(),
+            position_bytes: corruption.position_bytes,
+            offset: corruption.offset,
+            op: corruption.op,
+            reason: &corruption.reason,
         }
-    };
-    json!({
-        "file": segment.file.display().to_string(),
-        "base_offset": segment.base_offset,
-        "file_size_bytes": segment.file_size_bytes,
-        "valid_bytes": segment.valid_bytes,
-        "records": segment.records,
-        "damaged_records": segment.damaged_records,
-        "first_op": segment.first_op,
-        "last_op": segment.last_op,
-        "first_offset": segment.first_offset,
-        "next_offset": segment.next_offset,
-        "leftover": segment.leftover,
-        "end": end,
-        "index": index,
-    })
+    }
 }
 
-fn journal_json(journal: &JournalReport) -> Value {
-    json!({
-        "file": journal.file.display().to_string(),
-        "file_size_bytes": journal.file_size_bytes,
-        "entries_valid": journal.entries_valid,
-        "markers": journal.markers,
-        "seq_first": journal.seq_first,
-        "seq_last": journal.seq_last,
-        "durable_seq": journal.durable_seq,
-        "tail_seq": journal.tail_seq,
-        "groups": journal.groups.iter().map(|g| json!({
-            "group": g.group,
-            "entries": g.entries,
-            "first_op": g.first_op,
-            "last_op": g.last_op,
-            "replayable": g.replayable,
-        })).collect::<Vec<_>>(),
-    })
+#[derive(Serialize)]
+struct NoteJson<'a> {
+    file: String,
+    position_bytes: Option<u64>,
+    message: &'a str,
+}
+
+impl<'a> NoteJson<'a> {
+    fn of(note: &'a Note) -> Self {
+        NoteJson {
+            file: note.file.display().to_string(),
+            position_bytes: note.position_bytes,
+            message: &note.message,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct IdentityJson {
+    cluster: u64,
+    node: u64,
+    shard: u32,
+    shard_count: u32,
+}
+
+impl IdentityJson {
+    fn of(identity: &Identity) -> Self {
+        IdentityJson {
+            cluster: identity.cluster,
+            node: identity.node,
+            shard: identity.shard,
+            shard_count: identity.shard_count,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ShardJson<'a> {
+    dir: String,
+    shard: Option<u32>,
+    superblock: SuperblockJson,
+    groups: Vec<GroupJson<'a>>,
+    journal: Option<JournalJson>,
+}
+
+impl<'a> ShardJson<'a> {
+    fn of(shard: &'a ShardReport) -> Self {
+        ShardJson {
+            dir: shard.dir.display().to_string(),
+            shard: shard.shard,
+            superblock: SuperblockJson::of(&shard.superblock),
+            groups: shard.groups.iter().map(GroupJson::of).collect(),
+            journal: shard.journal.as_ref().map(JournalJson::of),
+        }
+    }
+}
+
+/// The superblock: its file, the copies, and the newest valid state's identity.
+#[derive(Serialize)]
+struct SuperblockJson {
+    file: String,
+    file_size_bytes: u64,
+    copy_size_bytes: u64,
+    newest: Option<usize>,
+    sequence: Option<u64>,
+    clean_shutdown: Option<bool>,
+    identity: Option<IdentityJson>,
+    copies: Vec<CopyJson>,
+}
+
+impl SuperblockJson {
+    fn of(superblock: &SuperblockReport) -> Self {
+        let state = superblock.state.as_ref();
+        SuperblockJson {
+            file: superblock.file.display().to_string(),
+            file_size_bytes: superblock.file_size_bytes,
+            copy_size_bytes: superblock.copy_size_bytes,
+            newest: superblock.newest,
+            sequence: state.map(|s| s.sequence),
+            clean_shutdown: state.map(|s| s.clean_shutdown),
+            identity: state.map(|s| IdentityJson::of(&s.identity)),
+            copies: superblock.copies.iter().map(CopyJson::of).collect(),
+        }
+    }
+}
+
+/// One superblock copy: a valid one with what it holds, or why it is not valid.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum CopyJson {
+    Valid {
+        index: usize,
+        position_bytes: u64,
+        valid: bool,
+        current: bool,
+        sequence: u64,
+        checksum: u32,
+        parent: u32,
+        identity: IdentityJson,
+        slot_count: usize,
+        slots_max: usize,
+    },
+    Invalid {
+        index: usize,
+        position_bytes: u64,
+        valid: bool,
+        reason: String,
+    },
+}
+
+impl CopyJson {
+    fn of(copy: &CopyReport) -> Self {
+        match &copy.status {
+            Ok(info) => CopyJson::Valid {
+                index: copy.index,
+                position_bytes: copy.position_bytes,
+                valid: true,
+                current: info.current,
+                sequence: info.sequence,
+                checksum: info.checksum,
+                parent: info.parent,
+                identity: IdentityJson::of(&info.identity),
+                slot_count: info.slot_count,
+                slots_max: info.slots_max,
+            },
+            Err(reason) => CopyJson::Invalid {
+                index: copy.index,
+                position_bytes: copy.position_bytes,
+                valid: false,
+                reason: reason.clone(),
+            },
+        }
+    }
+}
+
+/// A group's superblock slot: the fields an operator reads.
+#[derive(Serialize)]
+struct SlotJson {
+    durability: Durability,
+    view: u32,
+    log_view: u32,
+    log_view_head_op: Option<u64>,
+    checkpoint: CheckpointJson,
+    fence: FenceJson,
+    transfer_pending: bool,
+    config: SlotConfigJson,
+}
+
+#[derive(Serialize)]
+struct CheckpointJson {
+    op: u64,
+    checksum: u32,
+    next_offset: u64,
+    segment_base_offset: u64,
+    position_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct FenceJson {
+    op: u64,
+    view: u32,
+}
+
+#[derive(Serialize)]
+struct SlotConfigJson {
+    segment_size_bytes: u64,
+    segment_age_ms_max: u64,
+    retention_bytes: u64,
+    retention_ms: u64,
+    record_size_bytes_max: u32,
+}
+
+impl SlotJson {
+    fn of(slot: &GroupSlot) -> Self {
+        let (checkpoint, config) = (&slot.checkpoint, &slot.config);
+        SlotJson {
+            durability: config.durability,
+            view: slot.view,
+            log_view: slot.log_view,
+            log_view_head_op: slot.log_view_head_op,
+            checkpoint: CheckpointJson {
+                op: checkpoint.op,
+                checksum: checkpoint.checksum,
+                next_offset: checkpoint.next_offset,
+                segment_base_offset: checkpoint.segment_base_offset,
+                position_bytes: checkpoint.position_bytes,
+            },
+            fence: FenceJson { op: slot.fence.op, view: slot.fence.view },
+            transfer_pending: slot.transfer_pending,
+            config: SlotConfigJson {
+                segment_size_bytes: config.segment_size_bytes,
+                segment_age_ms_max: config.segment_age_ms_max,
+                retention_bytes: config.retention_bytes,
+                retention_ms: config.retention_ms,
+                record_size_bytes_max: config.record_size_bytes_max,
+            },
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct GroupJson<'a> {
+    group: u64,
+    dir: String,
+    slot: Option<SlotJson>,
+    first_op: Option<u64>,
+    last_op: Option<u64>,
+    first_offset: Option<u64>,
+    next_offset: Option<u64>,
+    records: u64,
+    valid_bytes: u64,
+    transfer_state: Option<TransferStateJson>,
+    segments: Vec<SegmentJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct TransferStateJson {
+    op: u64,
+    end_offset: u64,
+}
+
+impl<'a> GroupJson<'a> {
+    fn of(group: &'a GroupReport) -> Self {
+        GroupJson {
+            group: group.group,
+            dir: group.dir.display().to_string(),
+            slot: group.slot.as_ref().map(SlotJson::of),
+            first_op: group.first_op,
+            last_op: group.last_op,
+            first_offset: group.first_offset,
+            next_offset: group.next_offset,
+            records: group.records,
+            valid_bytes: group.valid_bytes,
+            transfer_state: group
+                .transfer_state
+                .map(|(op, end_offset)| TransferStateJson { op, end_offset }),
+            segments: group.segments.iter().map(SegmentJson::of).collect(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct SegmentJson<'a> {
+    file: String,
+    base_offset: u64,
+    file_size_bytes: u64,
+    valid_bytes: u64,
+    records: u64,
+    damaged_records: u64,
+    first_op: Option<u64>,
+    last_op: Option<u64>,
+    first_offset: Option<u64>,
+    next_offset: Option<u64>,
+    leftover: bool,
+    end: EndJson<'a>,
+    index: IndexJson<'a>,
+}
+
+/// How a segment's records end, tagged by `state`.
+#[derive(Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+enum EndJson<'a> {
+    Clean,
+    DataAfterEnd { position_bytes: u64, reason: &'a str, corruption: bool },
+    Unreadable { reason: &'a str },
+    NotScanned,
+}
+
+/// The segment's index file against a rebuild, tagged by `state`.
+#[derive(Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+enum IndexJson<'a> {
+    Missing,
+    Ok { entries: usize },
+    Damaged { reason: &'a str },
+    Disagrees { reason: &'a str },
+    NotCompared { entries: usize },
+}
+
+impl<'a> SegmentJson<'a> {
+    fn of(segment: &'a SegmentReport) -> Self {
+        let end = match &segment.end {
+            SegmentEnd::Clean => EndJson::Clean,
+            SegmentEnd::DataAfterEnd { position_bytes, reason, corruption } => {
+                EndJson::DataAfterEnd {
+                    position_bytes: *position_bytes,
+                    reason,
+                    corruption: *corruption,
+                }
+            }
+            SegmentEnd::Unreadable(reason) => EndJson::Unreadable { reason },
+            SegmentEnd::NotScanned => EndJson::NotScanned,
+        };
+        let index = match &segment.index {
+            IndexStatus::Missing => IndexJson::Missing,
+            IndexStatus::Ok { entries } => IndexJson::Ok { entries: *entries },
+            IndexStatus::Damaged(reason) => IndexJson::Damaged { reason },
+            IndexStatus::Disagrees(reason) => IndexJson::Disagrees { reason },
+            IndexStatus::NotCompared { entries } => IndexJson::NotCompared { entries: *entries },
+        };
+        SegmentJson {
+            file: segment.file.display().to_string(),
+            base_offset: segment.base_offset,
+            file_size_bytes: segment.file_size_bytes,
+            valid_bytes: segment.valid_bytes,
+            records: segment.records,
+            damaged_records: segment.damaged_records,
+            first_op: segment.first_op,
+            last_op: segment.last_op,
+            first_offset: segment.first_offset,
+            next_offset: segment.next_offset,
+            leftover: segment.leftover,
+            end,
+            index,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct JournalJson {
+    file: String,
+    file_size_bytes: u64,
+    entries_valid: u64,
+    markers: u64,
+    seq_first: Option<u64>,
+    seq_last: Option<u64>,
+    durable_seq: u64,
+    tail_seq: u64,
+    groups: Vec<JournalGroupJson>,
+}
+
+#[derive(Serialize)]
+struct JournalGroupJson {
+    group: u64,
+    entries: u64,
+    first_op: u64,
+    last_op: u64,
+    replayable: u64,
+}
+
+impl JournalJson {
+    fn of(journal: &JournalReport) -> Self {
+        JournalJson {
+            file: journal.file.display().to_string(),
+            file_size_bytes: journal.file_size_bytes,
+            entries_valid: journal.entries_valid,
+            markers: journal.markers,
+            seq_first: journal.seq_first,
+            seq_last: journal.seq_last,
+            durable_seq: journal.durable_seq,
+            tail_seq: journal.tail_seq,
+            groups: journal
+                .groups
+                .iter()
+                .map(|g| JournalGroupJson {
+                    group: g.group,
+                    entries: g.entries,
+                    first_op: g.first_op,
+                    last_op: g.last_op,
+                    replayable: g.replayable,
+                })
+                .collect(),
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
