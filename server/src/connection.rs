@@ -399,8 +399,6 @@ impl Session {
         body: BytesMut,
         body_checksum: u32,
     ) -> Result<Waiting, (ErrorCode, String)> {
-        let invalid =
-            |error: protocol::ProtocolError| (ErrorCode::InvalidRequest, error.to_string());
         let catalog = &self.catalog;
         match operation {
             Operation::Hello => Ok(Waiting::Ready(Outcome::error(
@@ -409,25 +407,26 @@ impl Session {
             ))),
             Operation::Register => self.metadata(fields, MetaCommand::RegisterSession).await,
             Operation::CreateStream => {
-                let name = protocol::decode_stream_name(&body).map_err(invalid)?;
+                let name = protocol::decode_stream_name(&body).map_err(invalid_request)?;
                 self.metadata(fields, MetaCommand::CreateStream { name }).await
             }
             Operation::DeleteStream => {
-                let name = protocol::decode_stream_name(&body).map_err(invalid)?;
+                let name = protocol::decode_stream_name(&body).map_err(invalid_request)?;
                 self.metadata(fields, MetaCommand::DeleteStream { name }).await
             }
             Operation::CreateTopic => self.create_topic(fields, &body).await,
             Operation::DeleteTopic => {
-                let (stream, topic) = protocol::decode_topic_name(&body).map_err(invalid)?;
+                let (stream, topic) =
+                    protocol::decode_topic_name(&body).map_err(invalid_request)?;
                 self.metadata(fields, MetaCommand::DeleteTopic { stream, topic }).await
             }
             Operation::ListStreams => {
-                protocol::Reader::new(&body).end().map_err(invalid)?;
+                protocol::Reader::new(&body).end().map_err(invalid_request)?;
                 let body = protocol::encode_streams(&catalog.stream_infos());
                 Ok(Waiting::Ready(Outcome::ok(body)))
             }
             Operation::ListTopics => {
-                let name = protocol::decode_stream_name(&body).map_err(invalid)?;
+                let name = protocol::decode_stream_name(&body).map_err(invalid_request)?;
                 let stream = catalog.stream(&name)?;
                 let topics: Vec<_> = stream
                     .topics
@@ -438,12 +437,12 @@ impl Session {
             }
             Operation::DescribeTopic => self.describe_topic(&body).await,
             Operation::Status => {
-                protocol::Reader::new(&body).end().map_err(invalid)?;
+                protocol::Reader::new(&body).end().map_err(invalid_request)?;
                 Ok(Waiting::Ready(Outcome::ok(self.status().await.into_bytes())))
             }
             Operation::Produce => self.produce(fields, body, body_checksum).await,
             Operation::Fetch => {
-                let fetch = Fetch::decode(&body).map_err(invalid)?;
+                let fetch = Fetch::decode(&body).map_err(invalid_request)?;
                 let (_, place) = catalog.partition(&fetch.stream, &fetch.topic, fetch.partition)?;
                 self.check_wait(fetch.wait_ms_max)?;
                 let args = FetchArgs {
@@ -459,7 +458,7 @@ impl Session {
                 Ok(Waiting::Answer(answer))
             }
             Operation::StoreOffset => {
-                let store = StoreOffset::decode(&body).map_err(invalid)?;
+                let store = StoreOffset::decode(&body).map_err(invalid_request)?;
                 let target = &store.partition;
                 let (_, place) =
                     catalog.partition(&target.stream, &target.topic, target.partition)?;
@@ -477,7 +476,7 @@ impl Session {
             }
             Operation::DeleteOffset => self.delete_offset(fields, &body).await,
             Operation::GetOffset => {
-                let key = OffsetKey::decode(&body).map_err(invalid)?;
+                let key = OffsetKey::decode(&body).map_err(invalid_request)?;
                 let target = &key.partition;
                 let (_, place) =
                     catalog.partition(&target.stream, &target.topic, target.partition)?;
@@ -487,14 +486,14 @@ impl Session {
                 self.send_work(place.shard, work).await
             }
             Operation::JoinGroup => {
-                let join = JoinGroup::decode(&body).map_err(invalid)?;
+                let join = JoinGroup::decode(&body).map_err(invalid_request)?;
                 catalog.topic(&join.group.stream, &join.group.topic)?;
                 check_consumer_name(&ConsumerId::group(join.group.group.clone()))?;
                 self.send_work(0, |reply| Work::Group { request: GroupRequest::Join(join), reply })
                     .await
             }
             Operation::Heartbeat | Operation::LeaveGroup => {
-                let member = GroupMember::decode(&body).map_err(invalid)?;
+                let member = GroupMember::decode(&body).map_err(invalid_request)?;
                 catalog.topic(&member.group.stream, &member.group.topic)?;
                 let request = if operation == Operation::Heartbeat {
                     GroupRequest::Heartbeat(member)
@@ -514,9 +513,7 @@ impl Session {
         fields: ClientRequest,
         body: &[u8],
     ) -> Result<Waiting, (ErrorCode, String)> {
-        let invalid =
-            |error: protocol::ProtocolError| (ErrorCode::InvalidRequest, error.to_string());
-        let request = CreateTopic::decode(body).map_err(invalid)?;
+        let request = CreateTopic::decode(body).map_err(invalid_request)?;
         let config = &self.context.config;
         let record_max = config.shard.iter().map(|s| s.storage.record_size_bytes_max).min();
         let settings =
@@ -528,10 +525,8 @@ impl Session {
 
     /// A topic's settings and its partitions with their current figures.
     async fn describe_topic(&self, body: &[u8]) -> Result<Waiting, (ErrorCode, String)> {
-        let invalid =
-            |error: protocol::ProtocolError| (ErrorCode::InvalidRequest, error.to_string());
         let catalog = &self.catalog;
-        let (stream, topic) = protocol::decode_topic_name(body).map_err(invalid)?;
+        let (stream, topic) = protocol::decode_topic_name(body).map_err(invalid_request)?;
         let entry = catalog.topic(&stream, &topic)?;
         let info = Catalog::topic_info(&stream, &topic, entry);
         let mut partitions: Vec<PartitionInfo> = catalog
@@ -552,10 +547,8 @@ impl Session {
         mut body: BytesMut,
         body_checksum: u32,
     ) -> Result<Waiting, (ErrorCode, String)> {
-        let invalid =
-            |error: protocol::ProtocolError| (ErrorCode::InvalidRequest, error.to_string());
         let catalog = &self.catalog;
-        let (produce, at) = Produce::decode(&body).map_err(invalid)?;
+        let (produce, at) = Produce::decode(&body).map_err(invalid_request)?;
         let topic = catalog.topic(&produce.stream, &produce.topic)?;
         let partitions = topic.partitions.len() as u32;
         let partition = match &produce.partitioning {
@@ -616,10 +609,8 @@ impl Session {
         fields: ClientRequest,
         body: &[u8],
     ) -> Result<Waiting, (ErrorCode, String)> {
-        let invalid =
-            |error: protocol::ProtocolError| (ErrorCode::InvalidRequest, error.to_string());
         let catalog = &self.catalog;
-        let key = OffsetKey::decode(body).map_err(invalid)?;
+        let key = OffsetKey::decode(body).map_err(invalid_request)?;
         let target = &key.partition;
         let (topic, place) = catalog.partition(&target.stream, &target.topic, target.partition)?;
         if key.consumer.kind == ConsumerKind::Group
@@ -646,10 +637,8 @@ impl Session {
         fields: ClientRequest,
         body: &[u8],
     ) -> Result<Waiting, (ErrorCode, String)> {
-        let invalid =
-            |error: protocol::ProtocolError| (ErrorCode::InvalidRequest, error.to_string());
         let catalog = &self.catalog;
-        let poll = Poll::decode(body).map_err(invalid)?;
+        let poll = Poll::decode(body).map_err(invalid_request)?;
         let target = &poll.partition;
         let (_, place) = catalog.partition(&target.stream, &target.topic, target.partition)?;
         self.check_consumer(&poll.partition, &poll.consumer, &poll.membership)?;
@@ -805,6 +794,11 @@ impl Session {
         };
         serde_json::to_string(&status).expect("the status serializes")
     }
+}
+
+/// A body that does not decode: the request is invalid, and the decoder's reason says why.
+fn invalid_request(error: protocol::ProtocolError) -> (ErrorCode, String) {
+    (ErrorCode::InvalidRequest, error.to_string())
 }
 
 /// Consumer and group names follow the stream and topic name rule.
