@@ -1,5 +1,6 @@
 //! `shoal-inspect`'s storage: the engine's file contract over read-only memory maps (memmap2),
-//! so checking a data directory reads sealed segments without a read call per window.
+//! so checking a data directory reads sealed segments without a read call per window; listing
+//! and probing directories are the blocking `std` backend's.
 //!
 //! It belongs here and nowhere near a shard: a page fault on a mapped file blocks the faulting
 //! thread, which an offline tool may afford and a shard's event loop may not. It never writes,
@@ -12,6 +13,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 use memmap2::Mmap;
+use shoal_engine::storage::std_fs::StdStorage;
 use shoal_engine::storage::{AlignedBuf, OpenMode, Storage, StorageFile};
 
 /// Read-only storage on the local filesystem through memory maps.
@@ -49,14 +51,7 @@ impl Storage for MappedStorage {
     }
 
     async fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
-        let mut names = Vec::new();
-        for entry in std::fs::read_dir(path)? {
-            if let Ok(name) = entry?.file_name().into_string() {
-                names.push(name);
-            }
-        }
-        names.sort();
-        Ok(names)
+        StdStorage.list_dir(path).await
     }
 
     async fn create_dir_all(&self, _path: &Path) -> io::Result<()> {
@@ -76,7 +71,7 @@ impl Storage for MappedStorage {
     }
 
     async fn exists(&self, path: &Path) -> io::Result<bool> {
-        path.try_exists()
+        StdStorage.exists(path).await
     }
 }
 
