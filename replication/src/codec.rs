@@ -322,7 +322,9 @@ pub fn decode(
         command @ (Command::Reserved
         | Command::JournalEntry
         | Command::Request
-        | Command::Reply) => {
+        | Command::Reply
+        | Command::Handshake
+        | Command::HandshakeRefused) => {
             return Err(DecodeError::NotReplicaMessage(command));
         }
     };

@@ -6,10 +6,11 @@ use super::layout::*;
 
 /// What a message is, and therefore how bytes 32..256 of its header are laid out.
 ///
-/// Numbers 3..=9 are the VSR replica messages and 10..=11 the native client protocol;
-/// `docs/protocol.md` says who sends each and what the receiver checks. Later issues add new
-/// variants with new numbers (never reusing one), each with its own [`Fields`] variant. Until a command is added
-/// here, [`Header::decode`] rejects its byte as [`HeaderError::UnknownCommand`].
+/// Numbers 3..=9 and 12..=14 are the VSR replica messages, 10..=11 the native client protocol,
+/// and 15..=16 the replica bus handshake; `docs/protocol.md` says who sends each and what the
+/// receiver checks. Later issues add new variants with new numbers (never reusing one), each with
+/// its own [`Fields`] variant. Until a command is added here, [`Header::decode`] rejects its byte
+/// as [`HeaderError::UnknownCommand`].
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Command {
@@ -47,6 +48,13 @@ pub enum Command {
     /// One piece of a group's replicated state as of one op, the answer to a `RequestState`.
     /// Body: the piece.
     StateChunk = 14,
+    /// The first frame each side of a replica bus connection sends: the sender's cluster id,
+    /// node index, shard, shard count, node count and incarnation. Empty body.
+    Handshake = 15,
+    /// The acceptor's answer, before it closes the connection, to a handshake that does not
+    /// match its own identity, which it carries. Body: the reason, UTF-8 text of at most
+    /// [`HANDSHAKE_REASON_BYTES_MAX`] bytes.
+    HandshakeRefused = 16,
 }
 
 impl Command {
@@ -65,6 +73,8 @@ impl Command {
             12 => Some(Command::RangeEvicted),
             13 => Some(Command::RequestState),
             14 => Some(Command::StateChunk),
+            15 => Some(Command::Handshake),
+            16 => Some(Command::HandshakeRefused),
             10 => Some(Command::Request),
             11 => Some(Command::Reply),
             _ => None,
@@ -99,6 +109,10 @@ pub enum Fields {
     RequestState(RequestState),
     /// Fields of a [`Command::StateChunk`] header.
     StateChunk(StateChunk),
+    /// Fields of a [`Command::Handshake`] header.
+    Handshake(Handshake),
+    /// Fields of a [`Command::HandshakeRefused`] header.
+    HandshakeRefused(HandshakeRefused),
     /// Fields of a [`Command::Request`] header.
     Request(ClientRequest),
     /// Fields of a [`Command::Reply`] header.
@@ -121,27 +135,31 @@ impl Fields {
             Fields::RangeEvicted(_) => Command::RangeEvicted,
             Fields::RequestState(_) => Command::RequestState,
             Fields::StateChunk(_) => Command::StateChunk,
+            Fields::Handshake(_) => Command::Handshake,
+            Fields::HandshakeRefused(_) => Command::HandshakeRefused,
             Fields::Request(_) => Command::Request,
             Fields::Reply(_) => Command::Reply,
         }
     }
 
     /// Body length in bytes these fields require, for commands whose body layout the header fixes
-    /// (empty, or a counted list of fixed-size records); `None` for a prepare's batch and a
-    /// journal entry's prepare, whose length only `size` gives. Computed in `u64`, which no count
-    /// can overflow.
+    /// (empty, or a counted list of fixed-size records); `None` for a prepare's batch, a
+    /// journal entry's prepare, a client request's or reply's body and a handshake refusal's
+    /// reason, whose length only `size` gives. Computed in `u64`, which no count can overflow.
     pub fn body_size_required(&self) -> Option<u64> {
         match self {
             Fields::Prepare(_)
             | Fields::JournalEntry(_)
             | Fields::Request(_)
-            | Fields::Reply(_) => None,
+            | Fields::Reply(_)
+            | Fields::HandshakeRefused(_) => None,
             Fields::PrepareOk(_)
             | Fields::StartViewChange(_)
             | Fields::RequestStartView(_)
             | Fields::RequestPrepare(_)
             | Fields::RangeEvicted(_)
-            | Fields::RequestState(_) => Some(0),
+            | Fields::RequestState(_)
+            | Fields::Handshake(_) => Some(0),
             Fields::StateChunk(chunk) => Some(u64::from(chunk.chunk_size_bytes)),
             Fields::Commit(commit) => {
                 Some(u64::from(commit.entry_count) * COMMIT_ENTRY_SIZE as u64)
@@ -150,6 +168,31 @@ impl Fields {
             Fields::StartView(start_view) => {
                 Some(view_headers_body_size(start_view.header_count, false))
             }
+        }
+    }
+
+    /// Most body bytes these fields allow, for a command whose body length only `size` gives but
+    /// the format bounds: a handshake refusal's reason, at most [`HANDSHAKE_REASON_BYTES_MAX`].
+    /// `None` where [`Fields::body_size_required`] fixes the length, or only the receiver's
+    /// message limit bounds it.
+    pub fn body_size_max(&self) -> Option<u64> {
+        match self {
+            Fields::HandshakeRefused(_) => Some(HANDSHAKE_REASON_BYTES_MAX as u64),
+            Fields::Prepare(_)
+            | Fields::JournalEntry(_)
+            | Fields::PrepareOk(_)
+            | Fields::Commit(_)
+            | Fields::StartViewChange(_)
+            | Fields::DoViewChange(_)
+            | Fields::StartView(_)
+            | Fields::RequestStartView(_)
+            | Fields::RequestPrepare(_)
+            | Fields::RangeEvicted(_)
+            | Fields::RequestState(_)
+            | Fields::StateChunk(_)
+            | Fields::Handshake(_)
+            | Fields::Request(_)
+            | Fields::Reply(_) => None,
         }
     }
 }

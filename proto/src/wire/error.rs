@@ -48,6 +48,14 @@ pub enum HeaderError {
         /// Header plus required body, in bytes (may exceed `u32::MAX`).
         expected: u64,
     },
+    /// `size` exceeds what the command's body may be (see
+    /// [`Fields::body_size_max`](super::Fields::body_size_max)).
+    SizeOverLimit {
+        /// The `size` field.
+        size: u32,
+        /// Header plus largest allowed body, in bytes.
+        max: u64,
+    },
     /// The body is not `size - HEADER_SIZE` bytes long.
     BodySizeMismatch {
         /// Body length the header promises.
@@ -106,6 +114,11 @@ impl fmt::Display for HeaderError {
                 f,
                 "header size field is {size} but its count fields require {expected} bytes; the \
                  message was framed wrongly"
+            ),
+            HeaderError::SizeOverLimit { size, max } => write!(
+                f,
+                "header size field is {size}, above the {max} bytes this command allows; the \
+                 sender is buggy or hostile"
             ),
             HeaderError::BodySizeMismatch { expected, actual } => write!(
                 f,

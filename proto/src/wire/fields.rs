@@ -239,6 +239,35 @@ pub struct StateChunk {
     pub chunk_size_bytes: u32,
 }
 
+/// The per-command fields of a replica bus handshake, the first frame each side of a connection
+/// sends. The header's `cluster` is the sender's cluster id, `replica` its node index and `view`
+/// 0; the acceptor checks every value against its own (see `docs/protocol.md`, "Replica bus").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Handshake {
+    /// The shard index the connection serves, the same on both ends.
+    pub shard: u32,
+    /// The sender's shard count.
+    pub shard_count: u32,
+    /// The number of nodes in the sender's cluster configuration.
+    pub node_count: u8,
+    /// Chosen at random at each process start, so a peer can tell a restart from a reconnect.
+    pub incarnation: u64,
+}
+
+/// The per-command fields of a refused handshake: the refuser's own identity (the header's
+/// `cluster` and `replica` are its cluster id and node index), so the dialer can name both values
+/// of the mismatch itself. The body is the reason as UTF-8 text, at most
+/// [`HANDSHAKE_REASON_BYTES_MAX`] bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct HandshakeRefused {
+    /// The refuser's shard index.
+    pub shard: u32,
+    /// The refuser's shard count.
+    pub shard_count: u32,
+    /// The number of nodes in the refuser's cluster configuration.
+    pub node_count: u8,
+}
+
 /// The per-command fields of a client request. Which operation it is, and so how its body is
 /// laid out, is `operation` (see `engine::protocol`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -331,6 +360,17 @@ pub(super) fn encode_fields(bytes: &mut [u8; HEADER_SIZE], fields: &Fields) {
             put_u32(bytes, OFF_STATE_CHUNK_STATE_CHECKSUM, chunk.state_checksum);
             put_u32(bytes, OFF_STATE_CHUNK_CHUNK_SIZE_BYTES, chunk.chunk_size_bytes);
         }
+        Fields::Handshake(handshake) => {
+            put_u32(bytes, OFF_HANDSHAKE_SHARD, handshake.shard);
+            put_u32(bytes, OFF_HANDSHAKE_SHARD_COUNT, handshake.shard_count);
+            bytes[OFF_HANDSHAKE_NODE_COUNT] = handshake.node_count;
+            put_u64(bytes, OFF_HANDSHAKE_INCARNATION, handshake.incarnation);
+        }
+        Fields::HandshakeRefused(refused) => {
+            put_u32(bytes, OFF_HANDSHAKE_REFUSED_SHARD, refused.shard);
+            put_u32(bytes, OFF_HANDSHAKE_REFUSED_SHARD_COUNT, refused.shard_count);
+            bytes[OFF_HANDSHAKE_REFUSED_NODE_COUNT] = refused.node_count;
+        }
         Fields::Request(request) => {
             put_u64(bytes, OFF_REQUEST_CLIENT, request.client);
             put_u64(bytes, OFF_REQUEST_SESSION, request.session);
@@ -414,6 +454,17 @@ pub(super) fn decode_fields(bytes: &[u8; HEADER_SIZE], command: Command) -> Opti
             prepare_checksum: get_u32(bytes, OFF_STATE_CHUNK_PREPARE_CHECKSUM),
             state_checksum: get_u32(bytes, OFF_STATE_CHUNK_STATE_CHECKSUM),
             chunk_size_bytes: get_u32(bytes, OFF_STATE_CHUNK_CHUNK_SIZE_BYTES),
+        }),
+        Command::Handshake => Fields::Handshake(Handshake {
+            shard: get_u32(bytes, OFF_HANDSHAKE_SHARD),
+            shard_count: get_u32(bytes, OFF_HANDSHAKE_SHARD_COUNT),
+            node_count: bytes[OFF_HANDSHAKE_NODE_COUNT],
+            incarnation: get_u64(bytes, OFF_HANDSHAKE_INCARNATION),
+        }),
+        Command::HandshakeRefused => Fields::HandshakeRefused(HandshakeRefused {
+            shard: get_u32(bytes, OFF_HANDSHAKE_REFUSED_SHARD),
+            shard_count: get_u32(bytes, OFF_HANDSHAKE_REFUSED_SHARD_COUNT),
+            node_count: bytes[OFF_HANDSHAKE_REFUSED_NODE_COUNT],
         }),
         Command::Request => Fields::Request(ClientRequest {
             client: get_u64(bytes, OFF_REQUEST_CLIENT),

@@ -192,6 +192,28 @@ impl Header {
         Header::sealed(cluster, view, replica, Fields::StateChunk(fields), chunk)
     }
 
+    /// Builds a sealed replica bus handshake header (empty body) from node `node` of cluster
+    /// `cluster`; `view` is 0.
+    pub fn handshake(cluster: u64, node: u8, fields: Handshake) -> Header {
+        Header::sealed(cluster, 0, node, Fields::Handshake(fields), &[])
+    }
+
+    /// Builds a sealed handshake refusal header from node `node` of cluster `cluster` (the
+    /// refuser's own identity) carrying `reason`, UTF-8 text naming the mismatched values; `view`
+    /// is 0.
+    ///
+    /// # Panics
+    ///
+    /// If `reason` is longer than [`HANDSHAKE_REASON_BYTES_MAX`] bytes.
+    pub fn handshake_refused(
+        cluster: u64,
+        node: u8,
+        fields: HandshakeRefused,
+        reason: &[u8],
+    ) -> Header {
+        Header::sealed(cluster, 0, node, Fields::HandshakeRefused(fields), reason)
+    }
+
     /// Builds a sealed client request header for `body`.
     ///
     /// # Panics
@@ -239,9 +261,10 @@ impl Header {
     /// Parses and validates a header. Checks run in this order, and the first failure is returned:
     /// `checksum_header` (nothing else is trusted before it passes), version, command, reserved
     /// bytes zero, `size >= HEADER_SIZE`, the command's own field rules (a request-prepare's
-    /// flags), and `size` matching the body the fields require (empty, or their count of
-    /// fixed-size records; see [`Fields::body_size_required`]). The body itself is not checked;
-    /// see [`Header::verify_body`].
+    /// flags), `size` matching the body the fields require (empty, or their count of
+    /// fixed-size records; see [`Fields::body_size_required`]), and `size` within the body the
+    /// command allows (see [`Fields::body_size_max`]). The body itself is not checked; see
+    /// [`Header::verify_body`].
     pub fn decode(bytes: &[u8; HEADER_SIZE]) -> Result<Header, HeaderError> {
         let stored = get_u32(bytes, OFF_CHECKSUM_HEADER);
         let computed = checksum_header(bytes);
@@ -314,6 +337,12 @@ impl Header {
             let expected = HEADER_SIZE as u64 + body_size;
             if u64::from(size) != expected {
                 return Err(HeaderError::SizeInconsistent { size, expected });
+            }
+        }
+        if let Some(body_size_max) = fields.body_size_max() {
+            let max = HEADER_SIZE as u64 + body_size_max;
+            if u64::from(size) > max {
+                return Err(HeaderError::SizeOverLimit { size, max });
             }
         }
 
@@ -456,6 +485,22 @@ impl Header {
         }
     }
 
+    /// The handshake fields, if this is a [`Command::Handshake`] header.
+    pub fn as_handshake(&self) -> Option<&Handshake> {
+        match &self.fields {
+            Fields::Handshake(handshake) => Some(handshake),
+            _ => None,
+        }
+    }
+
+    /// The handshake refusal fields, if this is a [`Command::HandshakeRefused`] header.
+    pub fn as_handshake_refused(&self) -> Option<&HandshakeRefused> {
+        match &self.fields {
+            Fields::HandshakeRefused(refused) => Some(refused),
+            _ => None,
+        }
+    }
+
     /// The client request fields, if this is a request.
     pub fn as_request(&self) -> Option<&ClientRequest> {
         match &self.fields {
@@ -501,6 +546,14 @@ impl Header {
                 required,
                 "{:?} body length disagrees with its count field",
                 fields.command()
+            );
+        }
+        if let Some(max) = fields.body_size_max() {
+            assert!(
+                body.len() as u64 <= max,
+                "{:?} body of {} bytes exceeds its limit of {max}",
+                fields.command(),
+                body.len()
             );
         }
         if let Fields::DoViewChange(dvc) = &fields {

@@ -184,6 +184,35 @@ pub(super) const OFF_STATE_CHUNK_RESERVED_TAIL: usize =
 pub(super) const SIZE_STATE_CHUNK_RESERVED_TAIL: usize =
     HEADER_SIZE - OFF_STATE_CHUNK_RESERVED_TAIL;
 
+// `Command::Handshake` region: the first frame each side of a replica bus connection sends.
+pub(super) const OFF_HANDSHAKE_SHARD: usize = SIZE_COMMON_PREFIX;
+pub(super) const OFF_HANDSHAKE_SHARD_COUNT: usize = OFF_HANDSHAKE_SHARD + size_of::<u32>();
+pub(super) const OFF_HANDSHAKE_NODE_COUNT: usize = OFF_HANDSHAKE_SHARD_COUNT + size_of::<u32>();
+pub(super) const OFF_HANDSHAKE_RESERVED_PAD: usize = OFF_HANDSHAKE_NODE_COUNT + size_of::<u8>();
+pub(super) const SIZE_HANDSHAKE_RESERVED_PAD: usize = 7;
+pub(super) const OFF_HANDSHAKE_INCARNATION: usize =
+    OFF_HANDSHAKE_RESERVED_PAD + SIZE_HANDSHAKE_RESERVED_PAD;
+pub(super) const OFF_HANDSHAKE_RESERVED_TAIL: usize = OFF_HANDSHAKE_INCARNATION + size_of::<u64>();
+pub(super) const SIZE_HANDSHAKE_RESERVED_TAIL: usize = HEADER_SIZE - OFF_HANDSHAKE_RESERVED_TAIL;
+
+// `Command::HandshakeRefused` region: the refuser's own identity, at the same offsets as in a
+// `Command::Handshake`; the reason is the body.
+pub(super) const OFF_HANDSHAKE_REFUSED_SHARD: usize = SIZE_COMMON_PREFIX;
+pub(super) const OFF_HANDSHAKE_REFUSED_SHARD_COUNT: usize =
+    OFF_HANDSHAKE_REFUSED_SHARD + size_of::<u32>();
+pub(super) const OFF_HANDSHAKE_REFUSED_NODE_COUNT: usize =
+    OFF_HANDSHAKE_REFUSED_SHARD_COUNT + size_of::<u32>();
+pub(super) const OFF_HANDSHAKE_REFUSED_RESERVED_TAIL: usize =
+    OFF_HANDSHAKE_REFUSED_NODE_COUNT + size_of::<u8>();
+pub(super) const SIZE_HANDSHAKE_REFUSED_RESERVED_TAIL: usize =
+    HEADER_SIZE - OFF_HANDSHAKE_REFUSED_RESERVED_TAIL;
+
+/// Most bytes of reason text a [`Command::HandshakeRefused`] body may carry: enough to name both
+/// values of any mismatch, small enough that a refusal never strains the reader.
+/// [`Header::decode`](super::Header::decode) rejects a larger `size` as
+/// [`HeaderError::SizeOverLimit`](super::HeaderError::SizeOverLimit).
+pub const HANDSHAKE_REASON_BYTES_MAX: usize = 1024;
+
 // `Command::Request` region: a client's request; the operation's arguments are the body.
 pub(super) const OFF_REQUEST_CLIENT: usize = SIZE_COMMON_PREFIX;
 pub(super) const OFF_REQUEST_SESSION: usize = OFF_REQUEST_CLIENT + size_of::<u64>();
@@ -251,6 +280,14 @@ const _: () = assert!(OFF_RANGE_EVICTED_RESERVED_TAIL == 56);
 const _: () = assert!(OFF_REQUEST_STATE_RESERVED_TAIL == 56);
 const _: () =
     assert!(OFF_STATE_CHUNK_CHUNK_SIZE_BYTES == 80 && OFF_STATE_CHUNK_RESERVED_TAIL == 84);
+const _: () = assert!(OFF_HANDSHAKE_NODE_COUNT == 40 && OFF_HANDSHAKE_RESERVED_PAD == 41);
+const _: () = assert!(OFF_HANDSHAKE_INCARNATION == 48 && OFF_HANDSHAKE_RESERVED_TAIL == 56);
+const _: () = assert!(
+    OFF_HANDSHAKE_REFUSED_SHARD == OFF_HANDSHAKE_SHARD
+        && OFF_HANDSHAKE_REFUSED_SHARD_COUNT == OFF_HANDSHAKE_SHARD_COUNT
+        && OFF_HANDSHAKE_REFUSED_NODE_COUNT == OFF_HANDSHAKE_NODE_COUNT
+);
+const _: () = assert!(OFF_HANDSHAKE_REFUSED_RESERVED_TAIL == 41);
 const _: () = assert!(OFF_REQUEST_OPERATION == 56 && OFF_REQUEST_RESERVED_TAIL == 60);
 const _: () = assert!(OFF_REPLY_ERROR == 52 && OFF_REPLY_RESERVED_TAIL == 56);
 // Every region ends inside the header (a reserved tail of at least one byte is left by each).
@@ -267,6 +304,8 @@ const _: () = {
         OFF_RANGE_EVICTED_RESERVED_TAIL,
         OFF_REQUEST_STATE_RESERVED_TAIL,
         OFF_STATE_CHUNK_RESERVED_TAIL,
+        OFF_HANDSHAKE_RESERVED_TAIL,
+        OFF_HANDSHAKE_REFUSED_RESERVED_TAIL,
         OFF_REQUEST_RESERVED_TAIL,
         OFF_REPLY_RESERVED_TAIL,
     ];
@@ -327,6 +366,7 @@ const _: () = {
         OFF_STATE_CHUNK_END_OFFSET,
         OFF_STATE_CHUNK_SIZE_BYTES,
         OFF_STATE_CHUNK_OFFSET_BYTES,
+        OFF_HANDSHAKE_INCARNATION,
         OFF_REQUEST_CLIENT,
         OFF_REQUEST_SESSION,
         OFF_REQUEST_REQUEST,
@@ -399,6 +439,16 @@ pub(super) const RESERVED_REQUEST_STATE: [(usize, usize); 1] =
 pub(super) const RESERVED_STATE_CHUNK: [(usize, usize); 1] =
     [(OFF_STATE_CHUNK_RESERVED_TAIL, SIZE_STATE_CHUNK_RESERVED_TAIL)];
 
+/// Byte ranges (offset, length) that must be zero in a [`Command::Handshake`] header.
+pub(super) const RESERVED_HANDSHAKE: [(usize, usize); 2] = [
+    (OFF_HANDSHAKE_RESERVED_PAD, SIZE_HANDSHAKE_RESERVED_PAD),
+    (OFF_HANDSHAKE_RESERVED_TAIL, SIZE_HANDSHAKE_RESERVED_TAIL),
+];
+
+/// Byte ranges (offset, length) that must be zero in a [`Command::HandshakeRefused`] header.
+pub(super) const RESERVED_HANDSHAKE_REFUSED: [(usize, usize); 1] =
+    [(OFF_HANDSHAKE_REFUSED_RESERVED_TAIL, SIZE_HANDSHAKE_REFUSED_RESERVED_TAIL)];
+
 /// Byte ranges (offset, length) that must be zero in a [`Command::Request`] header.
 pub(super) const RESERVED_REQUEST: [(usize, usize); 1] =
     [(OFF_REQUEST_RESERVED_TAIL, SIZE_REQUEST_RESERVED_TAIL)];
@@ -423,6 +473,8 @@ pub(super) fn reserved_ranges(command: Command) -> &'static [(usize, usize)] {
         Command::RangeEvicted => &RESERVED_RANGE_EVICTED,
         Command::RequestState => &RESERVED_REQUEST_STATE,
         Command::StateChunk => &RESERVED_STATE_CHUNK,
+        Command::Handshake => &RESERVED_HANDSHAKE,
+        Command::HandshakeRefused => &RESERVED_HANDSHAKE_REFUSED,
         Command::Request => &RESERVED_REQUEST,
         Command::Reply => &RESERVED_REPLY,
     }

@@ -1,7 +1,8 @@
 //! The wire header: the one fixed-size, 256-byte, little-endian header that precedes every message
 //! Shoal puts on a socket or on disk: prepares in segment files and the shard journal, and the VSR
 //! replica messages (`PrepareOk`, `Commit`, the view-change messages, `RequestStartView` and
-//! `RequestPrepare`). Client requests and replies arrive with the server.
+//! `RequestPrepare`), the replica bus handshake (`Handshake`, `HandshakeRefused`), and client
+//! requests and replies.
 //!
 //! This module owns three things: the byte layout of those 256 bytes, the two CRC-32C checksums
 //! that make them trustworthy, and the fixed-record bodies of the replica messages (the entries of
@@ -11,9 +12,10 @@
 //! consistent; [`decode_commit_entries`] and [`decode_view_headers`] are the only doors to those
 //! bodies, and they bound every count by a caller-given limit before allocating. The module must
 //! never interpret any other body (it only checks a body's length and checksum), never allocate
-//! per header, never impose a message size limit (that is the caller's policy, passed in by the
-//! caller), never decide what a message means to a replica (that is `replication`'s), and never
-//! panic on any input bytes. The byte-by-byte layout, checksum rules and version log are mirrored
+//! per header, never impose a message size limit beyond the format's own bounds (a handshake
+//! refusal's reason, [`HANDSHAKE_REASON_BYTES_MAX`]; the rest is the caller's policy, passed in
+//! by the caller), never decide what a message means to a replica (that is `replication`'s), and
+//! never panic on any input bytes. The byte-by-byte layout, checksum rules and version log are mirrored
 //! in `docs/storage-format.md`, and the replica protocol in `docs/protocol.md`; change them
 //! together.
 //!
@@ -36,13 +38,13 @@ pub use body::{
 pub use command::{Command, Fields};
 pub use error::{BodyError, HeaderError};
 pub use fields::{
-    ClientReply, ClientRequest, Commit, CommitEntry, DoViewChange, JournalEntry, Prepare,
-    PrepareOk, RangeEvicted, RequestPrepare, RequestStartView, RequestState, StartView,
-    StartViewChange, StateChunk,
+    ClientReply, ClientRequest, Commit, CommitEntry, DoViewChange, Handshake, HandshakeRefused,
+    JournalEntry, Prepare, PrepareOk, RangeEvicted, RequestPrepare, RequestStartView, RequestState,
+    StartView, StartViewChange, StateChunk,
 };
 pub use header::{Header, checksum_header, is_zeroed};
 pub use layout::{
     COMMIT_ENTRY_SIZE, DO_VIEW_CHANGE_FLAG_LOG_COMPLETE, DO_VIEW_CHANGE_FLAG_LOG_VIEW_HEAD_KNOWN,
-    HEADER_SIZE, REQUEST_PREPARE_FLAG_CHECKSUM, VERSION, VERSION_MIN_READ, VIEW_HEADER_FLAG_NACK,
-    VIEW_HEADER_FLAG_PRESENT,
+    HANDSHAKE_REASON_BYTES_MAX, HEADER_SIZE, REQUEST_PREPARE_FLAG_CHECKSUM, VERSION,
+    VERSION_MIN_READ, VIEW_HEADER_FLAG_NACK, VIEW_HEADER_FLAG_PRESENT,
 };

@@ -126,7 +126,7 @@ proptest! {
     #[test]
     fn wire_decode_arbitrary_sealed_is_canonical(
         raw in proptest::collection::vec(any::<u8>(), HEADER_SIZE),
-        command in prop_oneof![1u8..=9, any::<u8>()],
+        command in prop_oneof![1u8..=16, any::<u8>()],
         version in prop_oneof![Just(VERSION), any::<u8>()],
         zero_reserved in any::<bool>(),
         small_counts in any::<bool>(),
@@ -229,7 +229,7 @@ fn wire_readable_versions_accepted() {
 
 #[test]
 fn wire_unknown_command_rejected() {
-    for command in [Command::Reserved as u8, 15, 0x7f, u8::MAX] {
+    for command in [Command::Reserved as u8, 17, 0x7f, u8::MAX] {
         let mut bytes = sample_header().encode();
         bytes[OFF_COMMAND] = command;
         reseal(&mut bytes);
@@ -386,6 +386,7 @@ fn wire_errors_display_and_are_errors() {
         HeaderError::SizeTooSmall(7),
         HeaderError::UnknownFlags { offset: 52, flags: 6 },
         HeaderError::SizeInconsistent { size: 300, expected: 256 },
+        HeaderError::SizeOverLimit { size: 2000, max: 1280 },
         HeaderError::BodySizeMismatch { expected: 1, actual: 2 },
         HeaderError::BadBodyChecksum { stored: 1, computed: 2 },
     ];
@@ -551,6 +552,8 @@ fn sample_messages() -> Vec<(Header, Vec<u8>)> {
         (sample_range_evicted(), Vec::new()),
         (sample_request_state(), Vec::new()),
         sample_state_chunk(),
+        (sample_handshake(), Vec::new()),
+        sample_handshake_refused(),
     ]
 }
 
@@ -585,6 +588,23 @@ fn sample_range_evicted() -> Header {
         op_min: 0x3132_3334_3536_3738,
     };
     Header::range_evicted(CLUSTER, VIEW, 2, fields)
+}
+
+fn sample_handshake() -> Header {
+    let fields = Handshake {
+        shard: 0x1112_1314,
+        shard_count: 0x2122_2324,
+        node_count: 0x31,
+        incarnation: 0x4142_4344_4546_4748,
+    };
+    Header::handshake(CLUSTER, 1, fields)
+}
+
+fn sample_handshake_refused() -> (Header, Vec<u8>) {
+    let fields =
+        HandshakeRefused { shard: 0x1112_1314, shard_count: 0x2122_2324, node_count: 0x31 };
+    let reason = b"cluster id 7 is not this node's 1".to_vec();
+    (Header::handshake_refused(CLUSTER, 2, fields, &reason), reason)
 }
 
 fn sample_client_request() -> (Header, Vec<u8>) {
@@ -888,7 +908,7 @@ proptest! {
 #[test]
 fn wire_every_command_round_trips() {
     let messages = sample_messages();
-    assert_eq!(messages.len(), 14);
+    assert_eq!(messages.len(), 16);
     for (i, (header, body)) in messages.iter().enumerate() {
         assert_eq!(header.command as u8, i as u8 + 1);
         check_message(header, body).unwrap();
@@ -928,6 +948,8 @@ fn wire_every_command_reserved_byte_checked() {
         (Command::RangeEvicted, 200),
         (Command::RequestState, 200),
         (Command::StateChunk, 172),
+        (Command::Handshake, 7 + 200),
+        (Command::HandshakeRefused, 215),
     ];
     for ((header, _body), (command, field_bytes)) in
         sample_messages().into_iter().zip(reserved_field_bytes)
@@ -961,6 +983,7 @@ fn wire_replica_message_size_must_match_counts() {
         (sample_start_view().0, (HEADER_SIZE + 2 * HEADER_SIZE) as u64),
         (sample_request_start_view(), HEADER_SIZE as u64),
         (sample_request_prepare(), HEADER_SIZE as u64),
+        (sample_handshake(), HEADER_SIZE as u64),
     ];
     for (header, expected) in cases {
         assert_eq!(u64::from(header.size), expected, "{:?}", header.command);
@@ -1011,9 +1034,11 @@ fn wire_as_accessors_match_only_their_command() {
         assert_eq!(header.as_range_evicted().is_some(), command == Command::RangeEvicted);
         assert_eq!(header.as_request_state().is_some(), command == Command::RequestState);
         assert_eq!(header.as_state_chunk().is_some(), command == Command::StateChunk);
+        assert_eq!(header.as_handshake().is_some(), command == Command::Handshake);
+        assert_eq!(header.as_handshake_refused().is_some(), command == Command::HandshakeRefused);
         assert_eq!(Command::from_u8(command as u8), Some(command));
     }
-    assert_eq!(Command::from_u8(15), None);
+    assert_eq!(Command::from_u8(17), None);
     assert_eq!(sample_prepare_ok().as_prepare_ok().unwrap().prepare_checksum, 0x4142_4344);
     assert_eq!(sample_commit().0.as_commit(), Some(&Commit { entry_count: 2 }));
     assert_eq!(sample_start_view().0.as_start_view().unwrap().nonce, 0x4142_4344_4546_4748);
@@ -1332,4 +1357,102 @@ fn wire_request_prepare_flags() {
 fn wire_request_prepare_constructor_refuses_stray_checksum() {
     let fields = RequestPrepare { group: 1, op: 2, checksum: 3, flags: 0 };
     Header::request_prepare(CLUSTER, 0, 0, fields);
+}
+
+// The replica bus handshake (commands 15 and 16).
+
+fn arb_handshake_message() -> impl Strategy<Value = (Header, Vec<u8>)> {
+    let prefix = (any::<u64>(), any::<u8>());
+    let identity = (any::<u32>(), any::<u32>(), any::<u8>());
+    prop_oneof![
+        (prefix, identity, any::<u64>()).prop_map(
+            |((cluster, node), (shard, shard_count, node_count), incarnation)| {
+                let fields = Handshake { shard, shard_count, node_count, incarnation };
+                (Header::handshake(cluster, node, fields), Vec::new())
+            }
+        ),
+        (prefix, identity, proptest::collection::vec(any::<u8>(), 0..=HANDSHAKE_REASON_BYTES_MAX))
+            .prop_map(|((cluster, node), (shard, shard_count, node_count), reason)| {
+                let fields = HandshakeRefused { shard, shard_count, node_count };
+                (Header::handshake_refused(cluster, node, fields, &reason), reason)
+            }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn wire_handshake_messages_round_trip((header, body) in arb_handshake_message()) {
+        check_message(&header, &body)?;
+        prop_assert_eq!(header.view, 0);
+    }
+}
+
+/// Every field at its lowest and highest value, and a refusal's reason empty and at its limit.
+#[test]
+fn wire_handshake_fields_at_their_bounds() {
+    for (value_u8, value_u32, value_u64) in [(0, 0, 0), (u8::MAX, u32::MAX, u64::MAX)] {
+        let fields = Handshake {
+            shard: value_u32,
+            shard_count: value_u32,
+            node_count: value_u8,
+            incarnation: value_u64,
+        };
+        let header = Header::handshake(value_u64, value_u8, fields);
+        check_message(&header, &[]).unwrap();
+        let decoded = Header::decode(&header.encode()).unwrap();
+        assert_eq!(decoded.as_handshake(), Some(&fields));
+        assert_eq!((decoded.cluster, decoded.replica, decoded.view), (value_u64, value_u8, 0));
+
+        let fields =
+            HandshakeRefused { shard: value_u32, shard_count: value_u32, node_count: value_u8 };
+        for reason_bytes in [0, HANDSHAKE_REASON_BYTES_MAX] {
+            let reason = vec![b'x'; reason_bytes];
+            let header = Header::handshake_refused(value_u64, value_u8, fields, &reason);
+            check_message(&header, &reason).unwrap();
+            let decoded = Header::decode(&header.encode()).unwrap();
+            assert_eq!(decoded.as_handshake_refused(), Some(&fields));
+            assert_eq!(decoded.body_size(), reason_bytes);
+            assert_eq!((decoded.cluster, decoded.replica, decoded.view), (value_u64, value_u8, 0));
+        }
+    }
+}
+
+#[test]
+fn wire_handshake_refused_reason_over_limit_rejected() {
+    let fields = HandshakeRefused { shard: 1, shard_count: 2, node_count: 3 };
+    let reason = vec![b'x'; HANDSHAKE_REASON_BYTES_MAX];
+    let header = Header::handshake_refused(CLUSTER, 0, fields, &reason);
+    let max = (HEADER_SIZE + HANDSHAKE_REASON_BYTES_MAX) as u64;
+    assert_eq!(u64::from(header.size), max);
+    for size in [max as u32 + 1, u32::MAX] {
+        let mut bytes = header.encode();
+        bytes[OFF_SIZE..OFF_SIZE + 4].copy_from_slice(&size.to_le_bytes());
+        reseal(&mut bytes);
+        assert_eq!(Header::decode(&bytes), Err(HeaderError::SizeOverLimit { size, max }));
+    }
+}
+
+#[test]
+#[should_panic(expected = "exceeds its limit")]
+fn wire_handshake_refused_constructor_refuses_long_reason() {
+    let reason = vec![b'x'; HANDSHAKE_REASON_BYTES_MAX + 1];
+    Header::handshake_refused(CLUSTER, 0, HandshakeRefused::default(), &reason);
+}
+
+/// Pins both layouts, and that a refusal's identity sits where a handshake's does. The goldens
+/// were computed by an independent encoder written from docs/protocol.md.
+#[test]
+fn wire_handshake_golden_bytes() {
+    check_golden(
+        &sample_handshake(),
+        "da119e0f 00000000 08070605 04030201 00010000 00000000 0f010100 00000000
+             14131211 24232221 31000000 00000000 48474645 44434241 00000000 00000000",
+    );
+    let (header, reason) = sample_handshake_refused();
+    check_golden(
+        &header,
+        "ee7db738 86dc9aec 08070605 04030201 21010000 00000000 10010200 00000000
+             14131211 24232221 31",
+    );
+    assert_eq!(header.verify_body(&reason), Ok(()));
 }
