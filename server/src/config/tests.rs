@@ -1037,3 +1037,47 @@ fn cluster_addresses_must_be_dialable_and_never_collide() {
     assert_eq!(resolve(&file, &[], &["--shards", "2"]).cluster.nodes.len(), 2);
     check_error(&file, &[], &["--shards", "3"], "cluster.nodes[1].bus", "overlap");
 }
+
+#[test]
+fn cluster_3_configs_resolve_agree_and_never_share_a_port() {
+    let files = [
+        include_str!("../../../configs/cluster-3/node-0.toml"),
+        include_str!("../../../configs/cluster-3/node-1.toml"),
+        include_str!("../../../configs/cluster-3/node-2.toml"),
+    ];
+    let configs: Vec<Config> = files.iter().map(|file| resolve(file, &[], &[])).collect();
+    let mut listeners: Vec<(String, std::net::SocketAddr)> = Vec::new();
+    for (index, config) in configs.iter().enumerate() {
+        let cluster = &config.cluster;
+        assert_eq!(usize::from(cluster.node), index);
+        assert_eq!(
+            ClusterConfig { node: 0, ..cluster.clone() },
+            ClusterConfig { node: 0, ..configs[0].cluster.clone() },
+            "node {index} agrees with node 0 on [cluster] but for node"
+        );
+        assert_eq!((cluster.id, cluster.node_count(), config.shards), (1, 3, 2));
+        assert_eq!(config.data_dir, PathBuf::from(format!("data/cluster-3/node-{index}")));
+        assert_eq!(config.native_listen, cluster.nodes[index].client, "from [cluster]");
+        let node = cluster.node;
+        let mut own = vec![("native", config.native_listen)];
+        own.extend(config.metrics.listen.map(|address| ("metrics", address)));
+        own.extend(
+            (0..config.shards)
+                .filter_map(|s| config.network.shard_listen_address(s))
+                .map(|a| ("shard", a)),
+        );
+        own.extend((0..config.shards).map(|s| ("bus", cluster.bus_address(node, s).expect("bus"))));
+        own.extend(cluster.nodes[index].kafka.map(|address| ("kafka", address)));
+        listeners.extend(
+            own.into_iter().map(|(what, address)| (format!("node {index} {what}"), address)),
+        );
+    }
+    let mut ports = BTreeMap::new();
+    for (what, address) in &listeners {
+        assert!(address.ip().is_loopback() && address.port() != 0, "{what}: {address}");
+        if let Some(other) = ports.insert(address.port(), what) {
+            panic!("{what} and {other} both use port {}", address.port());
+        }
+    }
+    assert_eq!(listeners.len(), 3 * (1 + 1 + 2 + 1), "native, metrics, 2 bus ports, kafka");
+}
