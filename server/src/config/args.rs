@@ -39,7 +39,7 @@ pub(super) struct Flag {
 }
 
 /// The flags that set a key, in `--help`'s order.
-pub(super) const FLAGS: [Flag; 7] = [
+pub(super) const FLAGS: [Flag; 10] = [
     Flag {
         name: "--data-dir",
         value_name: "DIR",
@@ -50,7 +50,8 @@ pub(super) const FLAGS: [Flag; 7] = [
     Flag {
         name: "--listen",
         value_name: "ADDR",
-        help: "Native protocol address (default 127.0.0.1:7070; port 0 picks a free port)",
+        help: "Native protocol address (default 127.0.0.1:7070, or this node's client address in \
+               --cluster-nodes; port 0 picks a free port)",
         scope: Scope::Server,
         key: "native_listen",
     },
@@ -76,6 +77,29 @@ pub(super) const FLAGS: [Flag; 7] = [
         help: "Storage sizes: default (production) or small (tests: small journal and rings)",
         scope: Scope::Server,
         key: "profile",
+    },
+    Flag {
+        name: "--cluster-id",
+        value_name: "ID",
+        help: "Cluster id, 1 or more, the same on every node (default 1)",
+        scope: Scope::Cluster,
+        key: "id",
+    },
+    Flag {
+        name: "--cluster-node",
+        value_name: "N",
+        help: "This node's index in --cluster-nodes (default 0)",
+        scope: Scope::Cluster,
+        key: "node",
+    },
+    Flag {
+        name: "--cluster-nodes",
+        value_name: "NODES",
+        help: "Every node of the cluster in index order, the same on every node: nodes separated \
+               by ';', each bus=ADDR,client=ADDR[,kafka=ADDR][,rack=NAME] (shard s's replica \
+               bus on the bus port + s); default: none, a one-node cluster",
+        scope: Scope::Cluster,
+        key: "nodes",
     },
     Flag {
         name: "--metrics-listen",

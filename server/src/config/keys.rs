@@ -13,7 +13,17 @@ use shoal_engine::storage::BLOCK_SIZE_BYTES;
 use shoal_engine::superblock::{SEGMENT_SIZE_BYTES_MAX, SEGMENT_SIZE_BYTES_MIN};
 use shoal_proto::wire::HEADER_SIZE;
 
-use super::model::{MetadataConfig, NetworkConfig, ShardTuning, TopicDefaults};
+use super::error::ConfigError;
+use super::model::{
+    ClusterConfig, ClusterNode, MetadataConfig, NetworkConfig, ShardTuning, TopicDefaults,
+};
+
+/// Nodes a cluster has at most: the replica core's bound on a group's replicas
+/// (`ReplicaConfig::validate`), since every node holds a replica of every group.
+pub(super) const NODES_MAX: usize = 32;
+
+/// Longest rack name, in bytes.
+pub(super) const RACK_SIZE_BYTES_MAX: usize = 64;
 
 /// Largest CPU id a shard may be pinned to.
 pub(super) const CPU_ID_MAX: u64 = 65_535;
@@ -79,6 +89,7 @@ pub fn log_filter(text: &str) -> Result<String, String> {
 pub(super) enum Scope {
     /// The top level or `[server]`.
     Server,
+    Cluster,
     Network,
     Metrics,
     Log,
@@ -95,6 +106,7 @@ impl Scope {
     pub(super) fn dotted(self, name: &str) -> String {
         match self {
             Scope::Server => name.to_string(),
+            Scope::Cluster => format!("cluster.{name}"),
             Scope::Network => format!("network.{name}"),
             Scope::Metrics => format!("metrics.{name}"),
             Scope::Log => format!("log.{name}"),
@@ -112,6 +124,7 @@ impl Scope {
         }
         match self {
             Scope::Server | Scope::Metrics | Scope::Log => None,
+            Scope::Cluster => find(&CLUSTER_KEYS, name),
             Scope::Network => find(&NETWORK_KEYS, name),
             Scope::Metadata => find(&METADATA_KEYS, name),
             Scope::TopicDefaults => find(&TOPIC_KEYS, name),
@@ -135,6 +148,12 @@ pub(super) fn env_key(var: &str) -> Option<(Scope, &'static str)> {
     };
     if let Some(&name) = SERVER_KEYS.iter().find(|&&name| matches("", name)) {
         return Some((Scope::Server, name));
+    }
+    if let Some(key) = CLUSTER_KEYS.iter().find(|key| matches("CLUSTER_", key.name)) {
+        return Some((Scope::Cluster, key.name));
+    }
+    if matches("CLUSTER_", "nodes") {
+        return Some((Scope::Cluster, "nodes"));
     }
     if let Some(key) = NETWORK_KEYS.iter().find(|key| matches("NETWORK_", key.name)) {
         return Some((Scope::Network, key.name));
@@ -269,6 +288,18 @@ pub(super) struct IntKey<T> {
     pub(super) get: fn(&T) -> u64,
     pub(super) set: fn(&mut T, u64),
 }
+
+/// `[cluster]` but `nodes` (a list).
+pub(super) const CLUSTER_KEYS: [IntKey<ClusterConfig>; 2] = [
+    IntKey { name: "id", min: 1, max: TOML_INT_MAX, get: |c| c.id, set: |c, v| c.id = v },
+    IntKey {
+        name: "node",
+        min: 0,
+        max: NODES_MAX as u64 - 1,
+        get: |c| u64::from(c.node),
+        set: |c, v| c.node = v as u8,
+    },
+];
 
 /// `[metadata]`.
 pub(super) const METADATA_KEYS: [IntKey<MetadataConfig>; 2] = [
@@ -544,4 +575,118 @@ pub(super) const BOOL_KEYS: [&str; 2] = ["direct_io", "recycle_segments"];
 
 pub(super) fn is_bool_key(name: &str) -> bool {
     BOOL_KEYS.contains(&name)
+}
+
+/// The keys of one `[cluster] nodes` entry, in the order the text form writes them.
+const NODE_KEYS: [&str; 4] = ["bus", "client", "kafka", "rack"];
+
+/// A `[cluster] nodes` value: an array of tables in the file (`{ bus = "IP:PORT", ... }`), the
+/// text form elsewhere (nodes separated by `;`, each a `,`-separated list of `key=value`; an
+/// empty text is no nodes). `written` is the key as the user wrote it: an error about a node
+/// names it `written[i]` (`cluster.nodes[1]`), one about a node's key `written[i].key`.
+pub(super) fn cluster_nodes(raw: Raw<'_>, written: &str) -> Result<Vec<ClusterNode>, ConfigError> {
+    let node_key = |index: usize| format!("{written}[{index}]");
+    let entries: Vec<Vec<(&str, Raw<'_>)>> = match raw {
+        Raw::Toml(toml::Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| {
+                let table = item.as_table().ok_or_else(|| {
+                    ConfigError::new(
+                        node_key(index),
+                        format!(
+                            "expected a table ({{ bus = \"IP:PORT\", client = \"IP:PORT\" }}), \
+                             found a {}",
+                            item.type_str()
+                        ),
+                    )
+                })?;
+                Ok(table.iter().map(|(name, value)| (name.as_str(), Raw::Toml(value))).collect())
+            })
+            .collect::<Result<_, ConfigError>>()?,
+        Raw::Toml(other) => {
+            return Err(ConfigError::new(
+                written,
+                format!("expected an array of tables, found a {}", other.type_str()),
+            ));
+        }
+        Raw::Text(text) if text.trim().is_empty() => Vec::new(),
+        Raw::Text(text) => text
+            .split(';')
+            .enumerate()
+            .map(|(index, node)| {
+                if node.trim().is_empty() {
+                    return Err(ConfigError::new(
+                        node_key(index),
+                        "empty: nodes are separated by ';', a node's key=value pairs by ','",
+                    ));
+                }
+                node.split(',')
+                    .map(|pair| {
+                        let (name, value) = pair.split_once('=').ok_or_else(|| {
+                            ConfigError::new(
+                                node_key(index),
+                                format!(
+                                    "{:?} is not key=value (keys: bus, client, kafka, rack)",
+                                    pair.trim()
+                                ),
+                            )
+                        })?;
+                        Ok((name.trim(), Raw::Text(value.trim())))
+                    })
+                    .collect()
+            })
+            .collect::<Result<_, ConfigError>>()?,
+    };
+    entries
+        .into_iter()
+        .enumerate()
+        .map(|(index, entry)| cluster_node(&node_key(index), entry))
+        .collect()
+}
+
+/// One node from its `key = value` entries; `key` names it in errors (`cluster.nodes[1]`).
+fn cluster_node(key: &str, entries: Vec<(&str, Raw<'_>)>) -> Result<ClusterNode, ConfigError> {
+    let (mut bus, mut client, mut kafka, mut rack) = (None, None, None, None);
+    for (name, raw) in entries {
+        let error = |reason: String| ConfigError::new(format!("{key}.{name}"), reason);
+        let address = |example: &str| {
+            let text = raw.text().map_err(error)?;
+            text.parse::<SocketAddr>().map_err(|_| {
+                error(format!("{text:?} is not an IP address and port, e.g. {example}"))
+            })
+        };
+        let given_before = match name {
+            "bus" => bus.replace(address("127.0.0.1:7200")?).is_some(),
+            "client" => client.replace(address("127.0.0.1:7070")?).is_some(),
+            "kafka" => kafka.replace(address("127.0.0.1:9092")?).is_some(),
+            "rack" => rack.replace(rack_name(raw.text().map_err(error)?).map_err(error)?).is_some(),
+            _ => {
+                return Err(error(format!("unknown key (a node has {})", NODE_KEYS.join(", "))));
+            }
+        };
+        if given_before {
+            return Err(error("given twice".into()));
+        }
+    }
+    let missing = |name: &str| ConfigError::new(key, format!("missing {name}"));
+    Ok(ClusterNode {
+        bus: bus.ok_or_else(|| missing("bus"))?,
+        client: client.ok_or_else(|| missing("client"))?,
+        kafka,
+        rack,
+    })
+}
+
+/// A rack name: 1 to 64 bytes of letters, digits, `_`, `.` and `-` (so the text form, which
+/// separates with `,`, `;` and `=`, carries any of them as written).
+fn rack_name(text: &str) -> Result<String, String> {
+    let valid = (1..=RACK_SIZE_BYTES_MAX).contains(&text.len())
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if !valid {
+        return Err(format!(
+            "{text:?}: a rack name is 1 to {RACK_SIZE_BYTES_MAX} letters, digits, '_', '.' or '-'"
+        ));
+    }
+    Ok(text.to_string())
 }

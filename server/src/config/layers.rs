@@ -2,7 +2,8 @@
 //! them — the config file, then the `SHOAL_*` environment, then the flags — each replacing what
 //! an earlier one set for the same key; [`Layers::resolve`] then starts from the built-in
 //! defaults, applies every key given (a `[shard.N]` key beats the same `[shard]` key from any
-//! layer), places the shards on CPUs and validates.
+//! layer; in a cluster, `native_listen` no layer set is this node's client address), places the
+//! shards on CPUs and validates.
 //!
 //! It never reads a file, the environment or the machine itself: `main` passes their contents
 //! in, so tests drive it with plain strings.
@@ -16,10 +17,10 @@ use shoal_proto::durability::{Durability, UnknownDurability};
 use super::args::FLAGS;
 use super::error::ConfigError;
 use super::keys::{
-    BOOL_KEYS, CPU_ID_MAX, METADATA_KEYS, NETWORK_KEYS, Placement, Raw, STORAGE_KEYS, Scope,
-    TOPIC_KEYS, TUNING_KEYS, env_key, log_filter, shard_index,
+    BOOL_KEYS, CLUSTER_KEYS, CPU_ID_MAX, METADATA_KEYS, NETWORK_KEYS, Placement, Raw, STORAGE_KEYS,
+    Scope, TOPIC_KEYS, TUNING_KEYS, cluster_nodes, env_key, log_filter, shard_index,
 };
-use super::model::{Config, Profile, SHARDS_MAX};
+use super::model::{ClusterNode, Config, Profile, SHARDS_MAX};
 
 /// What the machine offers, for the defaults that depend on it.
 #[derive(Clone, Debug)]
@@ -58,6 +59,7 @@ pub struct Layers {
     pub(super) profile: Option<Given<Profile>>,
     pub(super) cpus: Option<Given<Placement>>,
     pub(super) durability: Option<Given<Durability>>,
+    pub(super) cluster_nodes: Option<Given<Vec<ClusterNode>>>,
     /// Every integer key (network, topic defaults, shard storage and tuning, per-shard `cpu`),
     /// and the boolean shard keys as 0 or 1.
     pub(super) ints: BTreeMap<(Scope, &'static str), Given<u64>>,
@@ -89,6 +91,12 @@ impl Layers {
                             return Err(twice(key));
                         }
                         self.set(Scope::Server, key, Raw::Toml(value), format!("server.{key}"))?;
+                    }
+                }
+                "cluster" => {
+                    for (key, value) in section(value, "cluster")? {
+                        let written = format!("cluster.{key}");
+                        self.set(Scope::Cluster, key, Raw::Toml(value), written)?;
                     }
                 }
                 "network" => {
@@ -194,8 +202,21 @@ impl Layers {
         if let Some(data_dir) = &self.data_dir {
             config.data_dir.clone_from(&data_dir.value);
         }
-        if let Some(native_listen) = &self.native_listen {
-            config.native_listen = native_listen.value;
+        for key in &CLUSTER_KEYS {
+            if let Some(given) = self.ints.get(&(Scope::Cluster, key.name)) {
+                (key.set)(&mut config.cluster, given.value);
+            }
+        }
+        if let Some(nodes) = &self.cluster_nodes {
+            config.cluster.nodes.clone_from(&nodes.value);
+        }
+        // In a cluster the native listener is, unless set, where the node's peers tell clients
+        // to connect (an unknown `node` is left for validation to name).
+        let client = config.cluster.client_address(config.cluster.node);
+        match (&self.native_listen, client) {
+            (Some(native_listen), _) => config.native_listen = native_listen.value,
+            (None, Some(client)) => config.native_listen = client,
+            (None, None) => {}
         }
         if let Some(listen) = &self.metrics_listen {
             config.metrics.listen = listen.value;
@@ -334,6 +355,10 @@ impl Layers {
                     error(format!("{text:?} is not an IP address and port, e.g. 127.0.0.1:7070"))
                 })?;
                 self.native_listen = Some(Given { value: address, key: written });
+            }
+            (Scope::Cluster, "nodes") => {
+                let nodes = cluster_nodes(raw, &written)?;
+                self.cluster_nodes = Some(Given { value: nodes, key: written });
             }
             (Scope::Metrics, "listen") => {
                 let listen = raw.listen_or_off("127.0.0.1:9464").map_err(error)?;

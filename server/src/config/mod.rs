@@ -6,11 +6,12 @@
 //! through, so a key has one name, one bound and one env variable), the defaults, the resolution
 //! order — built-in defaults, then the file, then `SHOAL_*` variables, then flags, later winning
 //! key by key; a `[shard.N]` key beats the same `[shard]` key (and `cpus`) from any layer — and
-//! every validation rule. `[shard]` holds two tables of keys: the engine's `ShardConfig` fields
-//! and the server's own per-shard `ShardTuning` (ring, SQPOLL, direct I/O, group-commit delay,
-//! new partitions' segment age). An error names the key as the user wrote it
-//! (`topic_defaults.segment_size_bytes`, `SHOAL_NETWORK_CONNECTIONS_MAX`, `--shards`) and the
-//! reason.
+//! every validation rule. `[cluster]` names the cluster, this node and every node's addresses
+//! (its `nodes` key is a list: an array of tables in the file, a text form elsewhere). `[shard]`
+//! holds two tables of keys: the engine's `ShardConfig` fields and the server's own per-shard
+//! `ShardTuning` (ring, SQPOLL, direct I/O, group-commit delay, new partitions' segment age). An
+//! error names the key as the user wrote it (`topic_defaults.segment_size_bytes`,
+//! `SHOAL_NETWORK_CONNECTIONS_MAX`, `--shards`, `cluster.nodes[1]`) and the reason.
 //!
 //! It never reads a file, the environment or the machine's CPU list itself (`main` passes their
 //! contents in, so tests drive it with plain strings) and never touches the data directory. A shard
@@ -38,7 +39,7 @@ pub use error::ConfigError;
 pub use keys::{LOG_LEVELS, log_filter};
 pub use layers::{Host, Layers, Resolved};
 pub use model::{
-    Config, LogConfig, MetadataConfig, MetricsConfig, NetworkConfig, Profile, SHARDS_MAX,
-    ShardSettings, ShardTuning, TopicDefaults,
+    ClusterConfig, ClusterNode, Config, LogConfig, MetadataConfig, MetricsConfig, NetworkConfig,
+    Profile, SHARDS_MAX, ShardSettings, ShardTuning, TopicDefaults,
 };
 pub use print::shard_settings;

@@ -4,6 +4,7 @@
 //! Plain data: nothing here reads a file, the environment or the command line, and nothing
 //! validates (`layers` and `validate` do, before a `Config` exists for anyone else).
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -18,10 +19,13 @@ pub const SHARDS_MAX: u32 = 256;
 pub struct Config {
     /// The data directory (absolute once the server has created it).
     pub data_dir: PathBuf,
-    /// The native protocol listener (port 0 picks a free port).
+    /// The native protocol listener (port 0 picks a free port); in a cluster, unless set, this
+    /// node's client address.
     pub native_listen: SocketAddr,
     /// Shards on this node.
     pub shards: u32,
+    /// The cluster this node belongs to (a one-node cluster without `[cluster] nodes`).
+    pub cluster: ClusterConfig,
     /// The storage profile the shard and topic defaults started from (the resolved values are in
     /// `shard` and `topic_defaults`; this only says where they came from).
     pub profile: Profile,
@@ -37,6 +41,75 @@ pub struct Config {
     pub topic_defaults: TopicDefaults,
     /// One entry per shard, index = shard.
     pub shard: Vec<ShardSettings>,
+}
+
+/// `[cluster]`
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// Cluster id stamped in every header and superblock (default 1).
+    pub id: u64,
+    /// This node's index in `nodes` (default 0).
+    pub node: u8,
+    /// Every node of the cluster, in index order; identical on every node. Empty: a one-node
+    /// cluster (today's behaviour).
+    pub nodes: Vec<ClusterNode>,
+}
+
+/// One node of `[cluster] nodes`: where its peers and its clients reach it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterNode {
+    /// Replica-bus base address: shard s of this node listens on the base port + s.
+    pub bus: SocketAddr,
+    /// The native client address clients are told to use (Hello, NotPrimary).
+    pub client: SocketAddr,
+    /// The Kafka address advertised to Kafka clients (the listener comes in a later issue).
+    pub kafka: Option<SocketAddr>,
+    /// Optional rack name (≤ 64 bytes, [A-Za-z0-9_.-]).
+    pub rack: Option<String>,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig { id: 1, node: 0, nodes: Vec::new() }
+    }
+}
+
+impl ClusterConfig {
+    /// Nodes in the cluster: `nodes.len()`, or 1 when `nodes` is empty.
+    pub fn node_count(&self) -> u8 {
+        // Validation keeps the list within NODES_MAX (32).
+        u8::try_from(self.nodes.len().max(1)).expect("at most 32 nodes")
+    }
+
+    /// Node `node`'s bus address for shard `shard` (base port + shard); None for a one-node
+    /// cluster or an unknown node (or a shard past the port range: validation keeps every shard
+    /// of the node's within it).
+    pub fn bus_address(&self, node: u8, shard: u32) -> Option<SocketAddr> {
+        let mut address = self.nodes.get(usize::from(node))?.bus;
+        let port = u32::from(address.port()) + shard;
+        address.set_port(u16::try_from(port).ok()?);
+        Some(address)
+    }
+
+    /// Node `node`'s client address; None for a one-node cluster or an unknown node.
+    pub fn client_address(&self, node: u8) -> Option<SocketAddr> {
+        self.nodes.get(usize::from(node)).map(|node| node.client)
+    }
+}
+
+/// The text form of one node, as `SHOAL_CLUSTER_NODES` and `--cluster-nodes` take it
+/// (`bus=IP:PORT,client=IP:PORT[,kafka=IP:PORT][,rack=NAME]`; nodes are joined by `;`).
+impl fmt::Display for ClusterNode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "bus={},client={}", self.bus, self.client)?;
+        if let Some(kafka) = self.kafka {
+            write!(f, ",kafka={kafka}")?;
+        }
+        if let Some(rack) = &self.rack {
+            write!(f, ",rack={rack}")?;
+        }
+        Ok(())
+    }
 }
 
 /// Connection and request limits (the same on every shard).
@@ -266,6 +339,7 @@ impl Config {
             data_dir: PathBuf::from("shoal-data"),
             native_listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
             shards,
+            cluster: ClusterConfig::default(),
             profile: if small { Profile::Small } else { Profile::Default },
             network: NetworkConfig::default(),
             metrics: MetricsConfig::default(),

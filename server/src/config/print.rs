@@ -55,11 +55,31 @@ struct Node<'a> {
     native_listen: String,
     shards: u32,
     profile: &'static str,
+    cluster: Cluster<'a>,
     network: Keys,
     metrics: Metrics,
     log: Log<'a>,
     metadata: Keys,
     topic_defaults: Keys,
+}
+
+/// `[cluster]`; `nodes` is always there (`[]` for a one-node cluster), each node as an array
+/// element, its optional keys only when set.
+#[derive(Serialize)]
+struct Cluster<'a> {
+    id: u64,
+    node: u8,
+    nodes: Vec<ClusterNodeKeys<'a>>,
+}
+
+#[derive(Serialize)]
+struct ClusterNodeKeys<'a> {
+    bus: String,
+    client: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kafka: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rack: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -142,6 +162,21 @@ impl<'a> Node<'a> {
             native_listen: config.native_listen.to_string(),
             shards: config.shards,
             profile: config.profile.as_str(),
+            cluster: Cluster {
+                id: config.cluster.id,
+                node: config.cluster.node,
+                nodes: config
+                    .cluster
+                    .nodes
+                    .iter()
+                    .map(|node| ClusterNodeKeys {
+                        bus: node.bus.to_string(),
+                        client: node.client.to_string(),
+                        kafka: node.kafka.map(|kafka| kafka.to_string()),
+                        rack: node.rack.as_deref(),
+                    })
+                    .collect(),
+            },
             network,
             metrics: Metrics { listen: config.metrics.listen_text() },
             log: Log { level: &config.log.level },

@@ -11,8 +11,8 @@ use shoal_engine::superblock::{SEGMENT_SIZE_BYTES_MAX, SEGMENT_SIZE_BYTES_MIN};
 
 use super::args::FLAGS;
 use super::keys::{
-    METADATA_KEYS, NETWORK_KEYS, SERVER_KEYS, STORAGE_KEYS, Scope, TOPIC_KEYS, TUNING_KEYS,
-    is_bool_key,
+    CLUSTER_KEYS, METADATA_KEYS, NETWORK_KEYS, SERVER_KEYS, STORAGE_KEYS, Scope, TOPIC_KEYS,
+    TUNING_KEYS, is_bool_key,
 };
 use super::*;
 
@@ -52,6 +52,8 @@ fn check_error(file: &str, env: &[(&str, &str)], flags: &[&str], key: &str, reas
 fn all_keys() -> Vec<(Scope, &'static str)> {
     let mut keys: Vec<(Scope, &'static str)> =
         SERVER_KEYS.iter().map(|&name| (Scope::Server, name)).collect();
+    keys.extend(CLUSTER_KEYS.iter().map(|key| (Scope::Cluster, key.name)));
+    keys.push((Scope::Cluster, "nodes"));
     keys.extend(NETWORK_KEYS.iter().map(|key| (Scope::Network, key.name)));
     keys.push((Scope::Network, "shard_listen"));
     keys.push((Scope::Metrics, "listen"));
@@ -67,6 +69,7 @@ fn all_keys() -> Vec<(Scope, &'static str)> {
 fn env_name(scope: Scope, name: &str) -> String {
     let section = match scope {
         Scope::Server => "",
+        Scope::Cluster => "CLUSTER_",
         Scope::Network => "NETWORK_",
         Scope::Metrics => "METRICS_",
         Scope::Log => return "SHOAL_LOG".to_string(),
@@ -663,4 +666,418 @@ fn json_holds_every_key_of_every_shard() {
         assert!(value.is_u64() || value.is_boolean(), "{}", key.name);
     }
     assert_eq!(json["network"]["shard_listen"], "off");
+}
+
+/// Three nodes on loopback, as inline tables: the second without kafka and rack.
+const THREE_NODES: &str = "[cluster]\nid = 5\nnodes = [\n\
+    { bus = \"127.0.0.1:7200\", client = \"127.0.0.1:7070\", kafka = \"127.0.0.1:9092\", \
+      rack = \"a\" },\n\
+    { bus = \"127.0.0.1:7210\", client = \"127.0.0.1:7071\" },\n\
+    { bus = \"127.0.0.1:7220\", client = \"127.0.0.1:7072\", rack = \"c.1-x_Y\" },\n]\n";
+
+/// A `[cluster]` whose nodes are these inline tables' insides (`bus = "...", client = "..."`).
+fn cluster_file(nodes: &[&str]) -> String {
+    let nodes: String = nodes.iter().map(|node| format!("  {{ {node} }},\n")).collect();
+    format!("[cluster]\nnodes = [\n{nodes}]\n")
+}
+
+/// Nodes in the text form `SHOAL_CLUSTER_NODES` and `--cluster-nodes` take.
+fn nodes_text(nodes: &[ClusterNode]) -> String {
+    nodes.iter().map(ClusterNode::to_string).collect::<Vec<_>>().join(";")
+}
+
+fn address(text: &str) -> std::net::SocketAddr {
+    text.parse().expect("a test address")
+}
+
+#[test]
+fn without_cluster_the_node_is_a_one_node_cluster_as_before() {
+    let config = resolve("", &[], &[]);
+    let cluster = &config.cluster;
+    assert_eq!(*cluster, ClusterConfig { id: 1, node: 0, nodes: Vec::new() });
+    assert_eq!(cluster.node_count(), 1);
+    assert_eq!(cluster.bus_address(0, 0), None);
+    assert_eq!(cluster.client_address(0), None);
+    assert_eq!(config.native_listen.to_string(), "127.0.0.1:7070", "native_listen unchanged");
+    let json = config.to_json();
+    assert_eq!(json["cluster"], serde_json::json!({ "id": 1, "node": 0, "nodes": [] }));
+    // The same with the keys given at their defaults.
+    let explicit = "[cluster]\nid = 1\nnode = 0\nnodes = []\n";
+    assert_eq!(resolve(explicit, &[], &[]).to_json(), json);
+    assert_eq!(resolve("", &[("SHOAL_CLUSTER_NODES", "")], &[]).to_json(), json);
+}
+
+#[test]
+fn cluster_nodes_resolve_and_give_each_shard_its_bus_port() {
+    let config = resolve(THREE_NODES, &[], &[]);
+    let cluster = &config.cluster;
+    assert_eq!((cluster.id, cluster.node, cluster.node_count()), (5, 0, 3));
+    assert_eq!(
+        cluster.nodes[0],
+        ClusterNode {
+            bus: address("127.0.0.1:7200"),
+            client: address("127.0.0.1:7070"),
+            kafka: Some(address("127.0.0.1:9092")),
+            rack: Some("a".to_string()),
+        }
+    );
+    assert_eq!((cluster.nodes[1].kafka, cluster.nodes[1].rack.as_deref()), (None, None));
+    assert_eq!(cluster.nodes[2].rack.as_deref(), Some("c.1-x_Y"));
+    assert_eq!(cluster.bus_address(1, 0), Some(address("127.0.0.1:7210")));
+    assert_eq!(cluster.bus_address(2, 3), Some(address("127.0.0.1:7223")));
+    assert_eq!(cluster.bus_address(3, 0), None, "no node 3");
+    assert_eq!(cluster.client_address(2), Some(address("127.0.0.1:7072")));
+    assert_eq!(cluster.client_address(3), None);
+    // `[[cluster.nodes]]` is the same TOML value.
+    let tables = "[cluster]\nid = 5\n\
+        [[cluster.nodes]]\nbus = \"127.0.0.1:7200\"\nclient = \"127.0.0.1:7070\"\n\
+        kafka = \"127.0.0.1:9092\"\nrack = \"a\"\n\
+        [[cluster.nodes]]\nbus = \"127.0.0.1:7210\"\nclient = \"127.0.0.1:7071\"\n\
+        [[cluster.nodes]]\nbus = \"127.0.0.1:7220\"\nclient = \"127.0.0.1:7072\"\n\
+        rack = \"c.1-x_Y\"\n";
+    assert_eq!(resolve(tables, &[], &[]).cluster, *cluster);
+    // One node is a cluster too: its client address becomes the listener.
+    let one = cluster_file(&["bus = \"127.0.0.1:7200\", client = \"127.0.0.1:7300\""]);
+    let config = resolve(&one, &[], &[]);
+    assert_eq!(config.cluster.node_count(), 1);
+    assert_eq!(config.native_listen, address("127.0.0.1:7300"));
+}
+
+#[test]
+fn cluster_keys_resolve_through_every_layer_flags_beating_env_beating_the_file() {
+    let file = resolve(THREE_NODES, &[], &[]).cluster;
+    let mut env_nodes = file.nodes.clone();
+    env_nodes.truncate(2);
+    env_nodes[1].kafka = Some(address("127.0.0.1:9093"));
+    let env_text = nodes_text(&env_nodes);
+    let env = [
+        ("SHOAL_CLUSTER_ID", "6"),
+        ("SHOAL_CLUSTER_NODE", "1"),
+        ("SHOAL_CLUSTER_NODES", env_text.as_str()),
+    ];
+    let config = resolve(THREE_NODES, &env, &[]);
+    assert_eq!(config.cluster, ClusterConfig { id: 6, node: 1, nodes: env_nodes.clone() });
+    let only_node = resolve(THREE_NODES, &[("SHOAL_CLUSTER_NODE", "2")], &[]).cluster;
+    assert_eq!((only_node.id, only_node.node), (5, 2), "keys the env leaves keep the file's");
+    assert_eq!(only_node.nodes, file.nodes);
+    let mut flag_nodes = file.nodes.clone();
+    flag_nodes.push(ClusterNode {
+        bus: address("127.0.0.1:7230"),
+        client: address("127.0.0.1:7073"),
+        kafka: None,
+        rack: Some("d".to_string()),
+    });
+    let flag_text = nodes_text(&flag_nodes);
+    let flags = ["--cluster-id", "7", "--cluster-node=3", "--cluster-nodes", flag_text.as_str()];
+    let config = resolve(THREE_NODES, &env, &flags);
+    assert_eq!(config.cluster, ClusterConfig { id: 7, node: 3, nodes: flag_nodes });
+    assert_eq!(config.native_listen, address("127.0.0.1:7073"), "node 3's client address");
+    // An empty text is no nodes: a one-node cluster again.
+    let config = resolve(THREE_NODES, &[], &["--cluster-nodes", ""]);
+    assert_eq!(config.cluster, ClusterConfig { id: 5, node: 0, nodes: Vec::new() });
+    assert_eq!(config.native_listen, address("127.0.0.1:7070"));
+}
+
+#[test]
+fn the_nodes_text_form_round_trips() {
+    let nodes = vec![
+        ClusterNode {
+            bus: address("127.0.0.1:7200"),
+            client: address("127.0.0.1:7070"),
+            kafka: Some(address("127.0.0.1:9092")),
+            rack: Some("rack-1.a_b".to_string()),
+        },
+        ClusterNode {
+            bus: address("[::1]:7210"),
+            client: address("[::1]:7071"),
+            kafka: None,
+            rack: None,
+        },
+        ClusterNode {
+            bus: address("10.0.0.3:7200"),
+            client: address("10.0.0.3:7070"),
+            kafka: None,
+            rack: Some("c".to_string()),
+        },
+    ];
+    let text = nodes_text(&nodes);
+    assert_eq!(
+        text,
+        "bus=127.0.0.1:7200,client=127.0.0.1:7070,kafka=127.0.0.1:9092,rack=rack-1.a_b;\
+         bus=[::1]:7210,client=[::1]:7071;bus=10.0.0.3:7200,client=10.0.0.3:7070,rack=c"
+    );
+    assert_eq!(resolve("", &[("SHOAL_CLUSTER_NODES", &text)], &[]).cluster.nodes, nodes);
+    assert_eq!(resolve("", &[], &["--cluster-nodes", &text]).cluster.nodes, nodes);
+    // Spaces around pairs and keys in any order are the same nodes.
+    let loose = " client = 127.0.0.1:7070 , bus=127.0.0.1:7200,rack=rack-1.a_b,\
+                 kafka=127.0.0.1:9092 ;\
+                 bus=[::1]:7210,client=[::1]:7071; rack=c,bus=10.0.0.3:7200,client=10.0.0.3:7070";
+    assert_eq!(resolve("", &[], &["--cluster-nodes", loose]).cluster.nodes, nodes);
+}
+
+#[test]
+fn native_listen_defaults_to_this_nodes_client_address_unless_set() {
+    let env = [("SHOAL_CLUSTER_NODE", "2")];
+    let config = resolve(THREE_NODES, &env, &[]);
+    assert_eq!(config.native_listen, address("127.0.0.1:7072"));
+    let printed = config.to_toml();
+    assert!(printed.contains("native_listen = \"127.0.0.1:7072\""), "{printed}");
+    assert_eq!(config.to_json()["native_listen"], "127.0.0.1:7072");
+    // Set by any layer, it stays what was set.
+    let file = format!("native_listen = \"0.0.0.0:7072\"\n{THREE_NODES}");
+    assert_eq!(resolve(&file, &env, &[]).native_listen, address("0.0.0.0:7072"));
+    let set = [("SHOAL_CLUSTER_NODE", "2"), ("SHOAL_NATIVE_LISTEN", "127.0.0.1:0")];
+    assert_eq!(resolve(THREE_NODES, &set, &[]).native_listen.port(), 0);
+    let flags = ["--listen", "127.0.0.1:8000"];
+    assert_eq!(resolve(THREE_NODES, &env, &flags).native_listen.port(), 8000);
+}
+
+#[test]
+fn printed_cluster_config_loads_back_to_the_same_config() {
+    let tables = cluster_file(&[
+        "bus = \"[::1]:7200\", client = \"[::1]:7070\", rack = \"r\"",
+        "bus = \"[::1]:7210\", client = \"[::1]:7071\", kafka = \"[::1]:9093\"",
+    ]);
+    for (file, env) in [(THREE_NODES, "1"), (tables.as_str(), "1"), (THREE_NODES, "0")] {
+        let config = resolve(file, &[("SHOAL_CLUSTER_NODE", env)], &[]);
+        let printed = config.to_toml();
+        let again = resolve(&printed, &[], &[]);
+        assert_eq!(again.cluster, config.cluster, "{printed}");
+        assert_eq!(again.to_json(), config.to_json(), "{file}\n---\n{printed}");
+    }
+    let printed = resolve("", &[], &[]).to_toml();
+    assert!(printed.contains("[cluster]\nid = 1\nnode = 0\nnodes = []\n"), "{printed}");
+}
+
+#[test]
+fn a_bad_cluster_key_or_node_is_refused_by_name_and_index() {
+    let bus = "bus = \"127.0.0.1:7200\"";
+    let client = "client = \"127.0.0.1:7070\"";
+    let second = "bus = \"127.0.0.1:7210\", client = \"127.0.0.1:7071\"";
+    // (file, key named, part of the reason)
+    let in_the_file: Vec<(String, &str, &str)> = vec![
+        ("[cluster]\nid = 0\n".into(), "cluster.id", "outside 1..="),
+        ("[cluster]\nnode = 32\n".into(), "cluster.node", "outside 0..=31"),
+        ("[cluster]\nname = \"x\"\n".into(), "cluster.name", "unknown key"),
+        ("cluster = 1\n".into(), "cluster", "must be a table"),
+        ("[cluster]\nnodes = \"x\"\n".into(), "cluster.nodes", "expected an array of tables"),
+        ("[cluster]\nnodes = [1]\n".into(), "cluster.nodes[0]", "expected a table"),
+        (cluster_file(&[second, bus]), "cluster.nodes[1]", "missing client"),
+        (cluster_file(&[client]), "cluster.nodes[0]", "missing bus"),
+        (
+            cluster_file(&[second, &format!("{bus}, {client}, zone = \"a\"")]),
+            "cluster.nodes[1].zone",
+            "unknown key (a node has bus, client, kafka, rack)",
+        ),
+        (
+            cluster_file(&[second, &format!("bus = \"127.0.0.1\", {client}")]),
+            "cluster.nodes[1].bus",
+            "\"127.0.0.1\" is not an IP address and port",
+        ),
+        (
+            cluster_file(&[&format!("bus = 7200, {client}")]),
+            "cluster.nodes[0].bus",
+            "expected a string, found a integer",
+        ),
+        (
+            cluster_file(&[&format!("{bus}, {client}, kafka = \"localhost:9092\"")]),
+            "cluster.nodes[0].kafka",
+            "not an IP address and port",
+        ),
+        (
+            cluster_file(&[&format!("{bus}, {client}, rack = \"rack 1\"")]),
+            "cluster.nodes[0].rack",
+            "a rack name is 1 to 64",
+        ),
+        (
+            cluster_file(&[&format!("{bus}, {client}, rack = \"\"")]),
+            "cluster.nodes[0].rack",
+            "a rack name",
+        ),
+        (
+            cluster_file(&[&format!("{bus}, {client}, rack = \"{}\"", "r".repeat(65))]),
+            "cluster.nodes[0].rack",
+            "a rack name",
+        ),
+        (
+            cluster_file(&[&format!("{bus}, {client}, rack = 1")]),
+            "cluster.nodes[0].rack",
+            "expected a string",
+        ),
+    ];
+    for (file, key, reason) in &in_the_file {
+        check_error(file, &[], &[], key, reason);
+    }
+    let rack_64 = cluster_file(&[&format!("{bus}, {client}, rack = \"{}\"", "r".repeat(64))]);
+    assert_eq!(
+        resolve(&rack_64, &[], &[]).cluster.nodes[0].rack.as_ref().map(String::len),
+        Some(64)
+    );
+    // The text form names the variable or the flag, then the node and its key.
+    let ok = "bus=127.0.0.1:7200,client=127.0.0.1:7070";
+    let in_the_text: &[(&str, &str, &str)] = &[
+        ("bus=127.0.0.1:7200", "[0]", "missing client"),
+        (&format!("{ok};client=127.0.0.1:7071"), "[1]", "missing bus"),
+        (&format!("{ok};"), "[1]", "empty: nodes are separated by ';'"),
+        (&format!("{ok};;{ok}"), "[1]", "empty"),
+        ("bus,client=127.0.0.1:7070", "[0]", "\"bus\" is not key=value"),
+        (&format!("{ok},"), "[0]", "\"\" is not key=value"),
+        (&format!("{ok},bus=127.0.0.1:7300"), "[0].bus", "given twice"),
+        (&format!("{ok},zone=a"), "[0].zone", "unknown key"),
+        (&format!("{ok};bus=127.0.0.1:x,client=127.0.0.1:7071"), "[1].bus", "not an IP"),
+        (&format!("{ok},rack=a/b"), "[0].rack", "a rack name"),
+    ];
+    for &(text, at, reason) in in_the_text {
+        let var = "SHOAL_CLUSTER_NODES";
+        check_error("", &[(var, text)], &[], &format!("{var}{at}"), reason);
+        check_error("", &[], &["--cluster-nodes", text], &format!("--cluster-nodes{at}"), reason);
+    }
+    check_error("", &[("SHOAL_CLUSTER_ID", "0")], &[], "SHOAL_CLUSTER_ID", "outside 1..=");
+    check_error("", &[], &["--cluster-node", "x"], "--cluster-node", "not a non-negative");
+    check_error("", &[("SHOAL_CLUSTER_NODE_ID", "1")], &[], "SHOAL_CLUSTER_NODE_ID", "unknown");
+}
+
+#[test]
+fn cluster_rules_name_the_key_the_user_set() {
+    check_error(
+        "[cluster]\nnode = 1\n",
+        &[],
+        &[],
+        "cluster.node",
+        "nodes is empty, so node must be 0",
+    );
+    check_error("", &[("SHOAL_CLUSTER_NODE", "2")], &[], "SHOAL_CLUSTER_NODE", "must be 0");
+    check_error(THREE_NODES, &[], &["--cluster-node", "3"], "--cluster-node", "nodes lists 3");
+    let env = [("SHOAL_CLUSTER_NODE", "5")];
+    check_error(THREE_NODES, &env, &[], "SHOAL_CLUSTER_NODE", "there is no node 5");
+    // Up to 32 nodes, one more is refused.
+    let many = |count: u16| {
+        (0..count)
+            .map(|i| format!("bus=127.0.0.1:{},client=127.0.0.1:{}", 10_000 + 10 * i, 7000 + i))
+            .collect::<Vec<_>>()
+            .join(";")
+    };
+    let config = resolve("", &[("SHOAL_CLUSTER_NODES", &many(32))], &["--cluster-node", "31"]);
+    assert_eq!(config.cluster.node_count(), 32);
+    check_error(
+        "",
+        &[("SHOAL_CLUSTER_NODES", &many(33))],
+        &[],
+        "SHOAL_CLUSTER_NODES",
+        "at most 32",
+    );
+}
+
+#[test]
+fn cluster_addresses_must_be_dialable_and_never_collide() {
+    let node = |bus: &str, client: &str| format!("bus = \"{bus}\", client = \"{client}\"");
+    let first = node("127.0.0.1:7200", "127.0.0.1:7070");
+    // (nodes, key named, part of the reason); the host has 4 shards, so 4 bus ports a node.
+    let checks: Vec<(Vec<String>, &str, &str)> = vec![
+        (vec![first.clone(), node("127.0.0.1:0", "127.0.0.1:7071")], "[1].bus", "port 0"),
+        (vec![node("127.0.0.1:7200", "127.0.0.1:0")], "[0].client", "port 0"),
+        (
+            vec![format!("{first}, kafka = \"127.0.0.1:0\"")],
+            "[0].kafka",
+            "port 0 picks a free port, which no peer or client could know",
+        ),
+        (
+            vec![node("127.0.0.1:65533", "127.0.0.1:7070")],
+            "[0].bus",
+            "shard 3 would listen on bus port 65536: with 4 shards the bus base port may be at \
+             most 65532",
+        ),
+        (
+            vec![first.clone(), node("127.0.0.1:7203", "127.0.0.1:7071")],
+            "[1].bus",
+            "bus ports 7203..=7206 overlap node 0's (7200..=7203)",
+        ),
+        (
+            vec![first.clone(), node("0.0.0.0:7198", "127.0.0.1:7071")],
+            "[1].bus",
+            "overlap node 0's",
+        ),
+        (
+            vec![node("127.0.0.1:7068", "127.0.0.1:7070")],
+            "[0].bus",
+            "include its own client port 7070",
+        ),
+        (
+            vec![first.clone(), node("127.0.0.1:7210", "127.0.0.1:7201")],
+            "[0].bus",
+            "include node 1's client port 7201",
+        ),
+        (
+            vec![first.clone(), node("127.0.0.1:7210", "127.0.0.1:7070")],
+            "[1].client",
+            "127.0.0.1:7070 is node 0's client address too",
+        ),
+    ];
+    for (nodes, at, reason) in &checks {
+        let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        check_error(&cluster_file(&nodes), &[], &[], &format!("cluster.nodes{at}"), reason);
+    }
+    // The same ports on other IPs, adjacent ranges and the last base port are all fine.
+    let fine = [
+        vec![first.clone(), node("127.0.0.2:7200", "127.0.0.2:7070")],
+        vec![first.clone(), node("127.0.0.1:7204", "127.0.0.1:7071")],
+        vec![node("127.0.0.1:65532", "127.0.0.1:7070")],
+        vec![node("127.0.0.1:7200", "127.0.0.1:7204")],
+    ];
+    for nodes in &fine {
+        let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        let config = resolve(&cluster_file(&nodes), &[], &[]);
+        assert_eq!(config.cluster.nodes.len(), nodes.len());
+    }
+    let last = resolve(&cluster_file(&[&node("127.0.0.1:65532", "127.0.0.1:7070")]), &[], &[]);
+    assert_eq!(last.cluster.bus_address(0, 3).map(|a| a.port()), Some(65535));
+    assert_eq!(last.cluster.bus_address(0, 4), None, "past the port range");
+    // Fewer shards, fewer bus ports: the range follows the shard count.
+    let file = cluster_file(&[&first, &node("127.0.0.1:7202", "127.0.0.1:7071")]);
+    assert_eq!(resolve(&file, &[], &["--shards", "2"]).cluster.nodes.len(), 2);
+    check_error(&file, &[], &["--shards", "3"], "cluster.nodes[1].bus", "overlap");
+}
+
+#[test]
+fn cluster_3_configs_resolve_agree_and_never_share_a_port() {
+    let files = [
+        include_str!("../../../configs/cluster-3/node-0.toml"),
+        include_str!("../../../configs/cluster-3/node-1.toml"),
+        include_str!("../../../configs/cluster-3/node-2.toml"),
+    ];
+    let configs: Vec<Config> = files.iter().map(|file| resolve(file, &[], &[])).collect();
+    let mut listeners: Vec<(String, std::net::SocketAddr)> = Vec::new();
+    for (index, config) in configs.iter().enumerate() {
+        let cluster = &config.cluster;
+        assert_eq!(usize::from(cluster.node), index);
+        assert_eq!(
+            ClusterConfig { node: 0, ..cluster.clone() },
+            ClusterConfig { node: 0, ..configs[0].cluster.clone() },
+            "node {index} agrees with node 0 on [cluster] but for node"
+        );
+        assert_eq!((cluster.id, cluster.node_count(), config.shards), (1, 3, 2));
+        assert_eq!(config.data_dir, PathBuf::from(format!("data/cluster-3/node-{index}")));
+        assert_eq!(config.native_listen, cluster.nodes[index].client, "from [cluster]");
+        let node = cluster.node;
+        let mut own = vec![("native", config.native_listen)];
+        own.extend(config.metrics.listen.map(|address| ("metrics", address)));
+        own.extend(
+            (0..config.shards)
+                .filter_map(|s| config.network.shard_listen_address(s))
+                .map(|a| ("shard", a)),
+        );
+        own.extend((0..config.shards).map(|s| ("bus", cluster.bus_address(node, s).expect("bus"))));
+        own.extend(cluster.nodes[index].kafka.map(|address| ("kafka", address)));
+        listeners.extend(
+            own.into_iter().map(|(what, address)| (format!("node {index} {what}"), address)),
+        );
+    }
+    let mut ports = BTreeMap::new();
+    for (what, address) in &listeners {
+        assert!(address.ip().is_loopback() && address.port() != 0, "{what}: {address}");
+        if let Some(other) = ports.insert(address.port(), what) {
+            panic!("{what} and {other} both use port {}", address.port());
+        }
+    }
+    assert_eq!(listeners.len(), 3 * (1 + 1 + 2 + 1), "native, metrics, 2 bus ports, kafka");
 }

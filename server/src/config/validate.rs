@@ -1,16 +1,20 @@
 //! The rules that tie keys together, checked once on the resolved configuration: storage sizes
-//! that must hold the largest record, SQPOLL's placement, per-shard listener ports, and topic
-//! defaults the storage engine accepts. Each key's own bounds were checked when it was set.
+//! that must hold the largest record, SQPOLL's placement, per-shard listener ports, topic
+//! defaults the storage engine accepts, and a cluster whose nodes' addresses can all be bound
+//! and dialled. Each key's own bounds were checked when it was set.
 //!
 //! An error names the key the user set: when a rule between two keys breaks, never the default
 //! the user did not think about.
+
+use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 
 use shoal_engine::storage::BLOCK_SIZE_BYTES;
 use shoal_engine::superblock::GroupConfig;
 use shoal_proto::wire::HEADER_SIZE;
 
 use super::error::ConfigError;
-use super::keys::{HEADER_SIZE_BYTES, Scope};
+use super::keys::{HEADER_SIZE_BYTES, NODES_MAX, Scope};
 use super::layers::Layers;
 use super::model::{Config, ShardSettings};
 
@@ -22,7 +26,8 @@ impl Layers {
             self.validate_shard(config, index, settings)?;
         }
         self.validate_shard_listen(config)?;
-        self.validate_topic_defaults(config)
+        self.validate_topic_defaults(config)?;
+        self.validate_cluster(config)
     }
 
     /// Shard `index`'s rules: its ring and SQPOLL, and storage sizes that hold the largest record.
@@ -204,6 +209,133 @@ impl Layers {
         })
     }
 
+    /// `[cluster]`'s rules: at most [`NODES_MAX`] nodes, `node` one of them (0 without
+    /// `nodes`), and addresses every node can bind and every peer and client can dial.
+    fn validate_cluster(&self, config: &Config) -> Result<(), ConfigError> {
+        let cluster = &config.cluster;
+        let count = cluster.nodes.len();
+        let node = cluster.node;
+        let node_key = || self.key_of(Scope::Cluster, "node");
+        if count == 0 {
+            if node != 0 {
+                return Err(node_key().error(format!(
+                    "node {node} of a one-node cluster: nodes is empty, so node must be 0"
+                )));
+            }
+            return Ok(());
+        }
+        let nodes_key = &self.cluster_nodes.as_ref().expect("nodes come from a layer").key;
+        if count > NODES_MAX {
+            return Err(ConfigError::new(
+                nodes_key,
+                format!("{count} nodes: a cluster has at most {NODES_MAX}"),
+            ));
+        }
+        if usize::from(node) >= count {
+            return Err(node_key().error(format!(
+                "there is no node {node}: nodes lists {count}, so node runs from 0 to {}",
+                count - 1
+            )));
+        }
+        self.validate_cluster_addresses(config, nodes_key)
+    }
+
+    /// The nodes' addresses: no port 0 (a peer or client must know the port), every shard's bus
+    /// port within the port range, and no two listeners of the cluster on one IP and port —
+    /// every node runs `shards` shards (the bus handshake refuses any other count), so each
+    /// takes `shards` bus ports from its base. An error names the node and key at fault: the
+    /// later of two nodes whose bus ranges or client addresses clash, the bus whose range takes
+    /// a client port.
+    fn validate_cluster_addresses(
+        &self,
+        config: &Config,
+        nodes_key: &str,
+    ) -> Result<(), ConfigError> {
+        let shards = config.shards;
+        let nodes = &config.cluster.nodes;
+        let error = |index: usize, name: &str, reason: String| {
+            ConfigError::new(format!("{nodes_key}[{index}].{name}"), reason)
+        };
+        let bus_ports = |address: SocketAddr| -> RangeInclusive<u32> {
+            u32::from(address.port())..=u32::from(address.port()) + shards - 1
+        };
+        for (index, node) in nodes.iter().enumerate() {
+            let addresses =
+                [("bus", Some(node.bus)), ("client", Some(node.client)), ("kafka", node.kafka)];
+            for (name, address) in addresses {
+                if address.is_some_and(|address| address.port() == 0) {
+                    return Err(error(
+                        index,
+                        name,
+                        "port 0 picks a free port, which no peer or client could know: give the port".into(),
+                    ));
+                }
+            }
+            let ports = bus_ports(node.bus);
+            if *ports.end() > u32::from(u16::MAX) {
+                return Err(error(
+                    index,
+                    "bus",
+                    format!(
+                        "shard {} would listen on bus port {}: with {shards} shards the bus base \
+                         port may be at most {}",
+                        shards - 1,
+                        ports.end(),
+                        u32::from(u16::MAX) + 1 - shards
+                    ),
+                ));
+            }
+            for (other, earlier) in nodes.iter().enumerate().take(index) {
+                let theirs = bus_ports(earlier.bus);
+                if same_host(node.bus, earlier.bus)
+                    && ports.start() <= theirs.end()
+                    && theirs.start() <= ports.end()
+                {
+                    return Err(error(
+                        index,
+                        "bus",
+                        format!(
+                            "bus ports {}..={} overlap node {other}'s ({}..={}) on the same IP: \
+                             each node's bus takes one port per shard ({shards}) from its base",
+                            ports.start(),
+                            ports.end(),
+                            theirs.start(),
+                            theirs.end()
+                        ),
+                    ));
+                }
+                if node.client == earlier.client {
+                    return Err(error(
+                        index,
+                        "client",
+                        format!("{} is node {other}'s client address too", node.client),
+                    ));
+                }
+            }
+            for (other, any) in nodes.iter().enumerate() {
+                if same_host(node.bus, any.client) && ports.contains(&u32::from(any.client.port()))
+                {
+                    let whose = if other == index {
+                        "its own".to_string()
+                    } else {
+                        format!("node {other}'s")
+                    };
+                    return Err(error(
+                        index,
+                        "bus",
+                        format!(
+                            "bus ports {}..={} include {whose} client port {}",
+                            ports.start(),
+                            ports.end(),
+                            any.client.port()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// SQPOLL's rules for shard `index`: a kernel thread busy-polls the shard's ring, so it is
     /// only sensible with cores to spare — the shard pinned to its own CPU and the polling
     /// thread bound to another one that no shard and no other polling thread uses (unbound, the
@@ -276,6 +408,12 @@ impl Layers {
         let own = self.key_of(Scope::ShardN(index), name);
         if own.given { own } else { self.key_of(Scope::Shard, name) }
     }
+}
+
+/// Whether two listeners could be on one host's IP: the same IP, or either unspecified
+/// (`0.0.0.0` binds every address of the host).
+fn same_host(a: SocketAddr, b: SocketAddr) -> bool {
+    a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified()
 }
 
 /// A key as an error should name it, and whether the user set it (or it is a default).
