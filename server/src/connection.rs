@@ -42,7 +42,7 @@ use crate::config::Config;
 use crate::metadata::{Catalog, MetaCommand, Published, TopicSettings};
 use crate::metrics::ShardMetrics;
 use crate::shard::{
-    Body, CLUSTER, FetchArgs, GroupRequest, GroupStats, Mesh, Outcome, ShardReport, Work, now_ms,
+    Body, FetchArgs, GroupRequest, GroupStats, Mesh, Outcome, ShardReport, Work, now_ms,
 };
 
 /// Accepts connections on one shard's listeners.
@@ -77,7 +77,11 @@ impl Acceptor {
                 // A refused connection does not hold a slot while it is told why.
                 drop(guard);
                 context.metrics.connection_refused();
-                monoio::spawn(refuse(stream, context.config.network.connections_max));
+                monoio::spawn(refuse(
+                    stream,
+                    context.config.cluster.id,
+                    context.config.network.connections_max,
+                ));
                 continue;
             }
             monoio::spawn(serve(stream, Rc::clone(&context), guard));
@@ -95,12 +99,12 @@ impl Drop for ConnectionGuard {
 }
 
 /// Answers a connection over the bound with one `LimitReached` reply and closes it.
-async fn refuse(stream: TcpStream, limit: usize) {
+async fn refuse(stream: TcpStream, cluster: u64, limit: usize) {
     let text = format!("the server holds at most {limit} connections");
     let reply = ClientReply { error: ErrorCode::LimitReached as u32, ..ClientReply::default() };
     let (mut reader, mut writer) = stream.into_split();
     let mut bytes = Vec::new();
-    write_frame(&mut bytes, reply, text.as_bytes());
+    write_frame(&mut bytes, cluster, reply, text.as_bytes());
     let (result, _) = writer.write_all(bytes).await;
     if result.is_ok() {
         let _ = writer.shutdown().await;
@@ -109,8 +113,8 @@ async fn refuse(stream: TcpStream, limit: usize) {
 }
 
 /// Appends a reply frame (header and body) to `out`.
-fn write_frame(out: &mut Vec<u8>, reply: ClientReply, body: &[u8]) {
-    let header = Header::reply(CLUSTER, reply, body);
+fn write_frame(out: &mut Vec<u8>, cluster: u64, reply: ClientReply, body: &[u8]) {
+    let header = Header::reply(cluster, reply, body);
     out.extend_from_slice(&header.encode());
     out.extend_from_slice(body);
 }
@@ -173,6 +177,7 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
     let (mut reader, mut writer) = stream.into_split();
     let (queue, replies) = flume::bounded::<Pending>(context.config.network.requests_in_flight_max);
     let metrics = Rc::clone(&context.metrics);
+    let cluster = context.config.cluster.id;
     let writing = monoio::spawn(async move {
         // One frame buffer for the connection's life: replies are written one at a time.
         let mut out = Vec::with_capacity(HEADER_SIZE + 64);
@@ -187,8 +192,10 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
             metrics.replied(reply.operation, reply.error, pending.received);
             out.clear();
             match &outcome.body {
-                Body::Encoded(body) => write_frame(&mut out, reply, body),
-                Body::Produce(produced) => write_frame(&mut out, reply, &produced.encode_array()),
+                Body::Encoded(body) => write_frame(&mut out, cluster, reply, body),
+                Body::Produce(produced) => {
+                    write_frame(&mut out, cluster, reply, &produced.encode_array())
+                }
             }
             let (result, buffer) = writer.write_all(out).await;
             out = buffer;
@@ -308,8 +315,9 @@ impl Session {
             error: 0,
         };
         self.context.metrics.request(fields.operation);
-        if header.cluster != CLUSTER {
-            let text = format!("cluster {} is not this server's {CLUSTER}", header.cluster);
+        let cluster = self.context.config.cluster.id;
+        if header.cluster != cluster {
+            let text = format!("cluster {} is not this server's {cluster}", header.cluster);
             return Err(closing(reply, ErrorCode::InvalidFrame, text));
         }
         let frame_max = self.context.config.network.frame_size_bytes_max;
@@ -816,7 +824,7 @@ mod tests {
     fn connection_frames_decode_as_replies() {
         let reply = ClientReply { client: 7, request: 9, operation: 10, error: 0 };
         let mut bytes = Vec::new();
-        write_frame(&mut bytes, reply, b"body");
+        write_frame(&mut bytes, 1, reply, b"body");
         let header = Header::decode_prefix(&bytes).unwrap();
         assert_eq!(header.command, Command::Reply);
         assert_eq!(header.as_reply(), Some(&reply));

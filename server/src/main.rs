@@ -249,6 +249,11 @@ fn start_shards(
     let stop = Arc::new(AtomicBool::new(false));
     let mut shards = Shards { threads: Vec::new(), stop, ready, listen: config.native_listen };
     let (mesh, mut inboxes) = shard::mesh(config.shards, config.network.shard_inbox_max);
+    // Random per process start: a peer tells this node's restart from a reconnect by it.
+    let incarnation = std::hash::BuildHasher::hash_one(
+        &std::collections::hash_map::RandomState::new(),
+        std::process::id(),
+    );
     let published =
         Arc::new(metadata::Published::new(Arc::new(metadata::Catalog::new(config.shards, 0))));
     let connections = Arc::new(AtomicUsize::new(0));
@@ -269,6 +274,7 @@ fn start_shards(
             published: Arc::clone(&published),
             connections: Arc::clone(&connections),
             metrics_listener: if index == 0 { metrics_listener.take() } else { None },
+            incarnation,
         };
         shards.threads.push(std::thread::spawn(move || shard::run(spec)));
         match bound_rx.recv() {

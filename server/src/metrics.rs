@@ -23,6 +23,7 @@ use shoal_engine::storage::Storage;
 use shoal_proto::protocol::{ErrorCode, Operation};
 use shoal_replication::{Clock, Node, NodeCounters, TICK_MS, Transport};
 
+use crate::bus::BusCounters;
 use crate::config::{self, Config};
 use crate::http::{self, HttpStats};
 use crate::metadata::{Catalog, Published};
@@ -311,6 +312,25 @@ pub struct ShardSnapshot {
     /// Heap allocations by the shard's thread since it started.
     pub allocations: u64,
     pub groups: Vec<GroupFigures>,
+    /// The replica bus, by peer node (this node's own entry left out).
+    pub bus_peers: Vec<BusPeerFigures>,
+    /// Connections to the bus port refused at the handshake.
+    pub bus_connections_refused: u64,
+    /// Frames rejected on established links.
+    pub bus_frames_rejected: u64,
+}
+
+/// One peer's bus link, as a scrape saw it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BusPeerFigures {
+    pub peer: u8,
+    pub connected: bool,
+    pub reconnects: u64,
+    pub sent_bytes: u64,
+    pub sent_packets: u64,
+    pub received_bytes: u64,
+    pub received_packets: u64,
+    pub dropped_packets: u64,
 }
 
 /// Reads a shard's figures: its counters, its engine's and replicas', and each group's committed
@@ -320,6 +340,7 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
     metrics: &ShardMetrics,
     node: &Node<S, T, C>,
     committed_end: &HashMap<u64, u64>,
+    bus: &BusCounters,
 ) -> ShardSnapshot {
     let mut groups = Vec::new();
     for group in node.group_ids() {
@@ -369,7 +390,30 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         node: node.counters(),
         allocations: crate::alloc::allocations_on_this_thread(),
         groups,
+        bus_peers: bus_figures(bus, node.node_index()),
+        bus_connections_refused: bus.connections_refused.get(),
+        bus_frames_rejected: bus.frames_rejected.get(),
     }
+}
+
+/// Every peer's link figures (this node has no link to itself).
+fn bus_figures(bus: &BusCounters, own: u8) -> Vec<BusPeerFigures> {
+    (0..bus.peers.len() as u8)
+        .filter(|&peer| peer != own)
+        .map(|peer| {
+            let p = &bus.peers[peer as usize];
+            BusPeerFigures {
+                peer,
+                connected: p.connected.get(),
+                reconnects: p.reconnects.get(),
+                sent_bytes: p.sent_bytes.get(),
+                sent_packets: p.sent_packets.get(),
+                received_bytes: p.received_bytes.get(),
+                received_packets: p.received_packets.get(),
+                dropped_packets: p.dropped_packets.get(),
+            }
+        })
+        .collect()
 }
 
 /// The bytes of every group's segments, for telling what a retention pass deleted (nothing is
@@ -438,6 +482,7 @@ pub fn render(
     render_requests(&mut page, &answered);
     render_shard_config(&mut page, config);
     render_groups(&mut page, catalog, &answered);
+    render_bus(&mut page, &answered);
     render_http(&mut page, http);
     page.text
 }
@@ -623,6 +668,73 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     ];
     for (name, kind, help, figure) in per_shard {
         page.family(name, kind, help);
+        for snapshot in answered {
+            page.sample(name, &[("shard", &snapshot.shard.to_string())], figure(snapshot));
+        }
+    }
+}
+
+/// The replica bus: per (shard, peer) link figures, and what the bus ports refused.
+fn render_bus(page: &mut Page, answered: &[&ShardSnapshot]) {
+    type Figure = fn(&BusPeerFigures) -> u64;
+    let per_peer: [(&str, Kind, &str, Figure); 7] = [
+        (
+            "shoal_bus_connected",
+            Kind::Gauge,
+            "1 while the shard's link to the peer node is up (handshake done).",
+            |p| u64::from(p.connected),
+        ),
+        (
+            "shoal_bus_reconnects_total",
+            Kind::Counter,
+            "Links to the peer established again after the first.",
+            |p| p.reconnects,
+        ),
+        ("shoal_bus_sent_bytes_total", Kind::Counter, "Bytes written to the peer.", |p| {
+            p.sent_bytes
+        }),
+        ("shoal_bus_sent_packets_total", Kind::Counter, "Packets written to the peer.", |p| {
+            p.sent_packets
+        }),
+        ("shoal_bus_received_bytes_total", Kind::Counter, "Bytes read from the peer.", |p| {
+            p.received_bytes
+        }),
+        ("shoal_bus_received_packets_total", Kind::Counter, "Packets read from the peer.", |p| {
+            p.received_packets
+        }),
+        (
+            "shoal_bus_dropped_packets_total",
+            Kind::Counter,
+            "Packets dropped: the peer's send queue or the shard's inbox was full (VSR resends).",
+            |p| p.dropped_packets,
+        ),
+    ];
+    for (name, kind, help, figure) in per_peer {
+        page.family(name, kind, help);
+        for snapshot in answered {
+            let shard = snapshot.shard.to_string();
+            for peer in &snapshot.bus_peers {
+                let labels = [("shard", shard.as_str()), ("peer", &peer.peer.to_string())];
+                page.sample(name, &labels, figure(peer));
+            }
+        }
+    }
+    type ShardFigure = fn(&ShardSnapshot) -> u64;
+    let per_shard: [(&str, &str, ShardFigure); 2] = [
+        (
+            "shoal_bus_connections_refused_total",
+            "Connections to the shard's bus port closed at the handshake (bad bytes, another \
+             cluster or layout, or silence).",
+            |s| s.bus_connections_refused,
+        ),
+        (
+            "shoal_bus_frames_rejected_total",
+            "Frames on established links that failed the header checks (the link was closed).",
+            |s| s.bus_frames_rejected,
+        ),
+    ];
+    for (name, help, figure) in per_shard {
+        page.family(name, Kind::Counter, help);
         for snapshot in answered {
             page.sample(name, &[("shard", &snapshot.shard.to_string())], figure(snapshot));
         }

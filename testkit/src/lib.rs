@@ -1,15 +1,18 @@
 //! Runs Shoal's real binaries for the end-to-end tests (`server`, `tools`, `benches`) and for the
 //! load tool's `--spawn-server`: [`ShoalProcess`], the one way to start a `shoal` server (spawn,
-//! wait for its readiness line, signal, kill, restart), and [`output_within`] for a child that is
+//! wait for its readiness line, signal, kill, restart), [`ShoalCluster`] (several of them forming
+//! one cluster on loopback), and [`output_within`] for a child that is
 //! expected to exit.
 //!
 //! Every wait here is bounded by a deadline, and nothing is global: each process is started from
 //! its caller's command line (ephemeral ports, its own data directory), so tests stay parallel-safe
 //! and several servers can run side by side. It never speaks the server's protocol.
 
+mod cluster;
 mod process;
 mod ready;
 mod wait;
 
+pub use cluster::{ClusterPlan, ShoalCluster};
 pub use process::{ProcessError, ShoalProcess, shoal_binary_beside};
 pub use wait::output_within;

@@ -115,6 +115,11 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         &mut self.transport
     }
 
+    /// This node's index (its replica index in every group).
+    pub fn node_index(&self) -> u8 {
+        self.config.node
+    }
+
     /// Counters.
     pub fn counters(&self) -> NodeCounters {
         self.counters

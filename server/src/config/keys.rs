@@ -320,7 +320,7 @@ pub(super) const METADATA_KEYS: [IntKey<MetadataConfig>; 2] = [
 ];
 
 /// `[network]`.
-pub(super) const NETWORK_KEYS: [IntKey<NetworkConfig>; 6] = [
+pub(super) const NETWORK_KEYS: [IntKey<NetworkConfig>; 7] = [
     IntKey {
         name: "connections_max",
         min: 1,
@@ -362,6 +362,13 @@ pub(super) const NETWORK_KEYS: [IntKey<NetworkConfig>; 6] = [
         max: 1 << 20,
         get: |c| c.fetch_parked_max as u64,
         set: |c, v| c.fetch_parked_max = v as usize,
+    },
+    IntKey {
+        name: "bus_queue_packets_max",
+        min: 1,
+        max: 1 << 20,
+        get: |c| c.bus_queue_packets_max as u64,
+        set: |c, v| c.bus_queue_packets_max = v as usize,
     },
 ];
 

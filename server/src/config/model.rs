@@ -127,6 +127,9 @@ pub struct NetworkConfig {
     pub fetch_wait_ms_max: u32,
     /// Fetches a shard holds waiting for new data; one more is answered at once (empty).
     pub fetch_parked_max: usize,
+    /// Replica packets queued per peer on each shard's bus at most; beyond, new ones are dropped
+    /// and counted (VSR retransmits).
+    pub bus_queue_packets_max: usize,
     /// Each shard's own listener: shard i on this IP and port + i (port 0: each shard picks a
     /// free port); `None`: only the shared `native_listen`.
     pub shard_listen: Option<SocketAddr>,
@@ -141,6 +144,7 @@ impl Default for NetworkConfig {
             shard_inbox_max: 4096,
             fetch_wait_ms_max: 30_000,
             fetch_parked_max: 4096,
+            bus_queue_packets_max: 4096,
             shard_listen: None,
         }
     }

@@ -219,9 +219,18 @@ impl ShardState {
                 });
             }
             Work::Metrics { reply } => {
-                let figures =
-                    metrics::snapshot(self.index, &self.metrics, &self.node, &self.committed_end);
+                let figures = metrics::snapshot(
+                    self.index,
+                    &self.metrics,
+                    &self.node,
+                    &self.committed_end,
+                    &self.bus,
+                );
                 let _ = reply.send(figures);
+            }
+            Work::Packet { from, packet } => {
+                // A malformed packet is counted by the node and dropped.
+                let _ = self.node.on_packet(from, &packet);
             }
             Work::Wake => {}
         }

@@ -36,7 +36,7 @@ mod writes;
 
 pub use flush_gate::FlushGate;
 pub use offsets::CONSUMERS_PER_PARTITION_MAX;
-pub use thread::{CLUSTER, ShardSpec, now_ms, run};
+pub use thread::{ShardSpec, now_ms, run};
 pub use work::{
     Body, FetchArgs, GroupRequest, GroupStats, Mesh, Outcome, ReplySender, ShardReport, Work, mesh,
 };

@@ -15,6 +15,8 @@ use shoal_proto::protocol::consumer::ConsumerId;
 use shoal_replication::Request;
 use slab::Slab;
 
+use crate::bus::BusCounters;
+
 use super::fetch::{ParkedFetch, ReadDone};
 use super::flush_gate::FlushGate;
 use super::metadata::MetadataState;
@@ -67,6 +69,8 @@ pub(super) struct ShardState {
     pub(super) flush_gate: FlushGate,
     /// Counters this loop and its connections keep (see `metrics`).
     pub(super) metrics: Rc<ShardMetrics>,
+    /// What the shard's replica bus counts, per peer.
+    pub(super) bus: Rc<BusCounters>,
     /// Groups refusing writes for lack of disk space at the last tick (logged when it changes).
     pub(super) storage_full_groups: usize,
     /// Canary: the offset each group's next acknowledged-on-receipt write is promised.
@@ -83,6 +87,7 @@ impl ShardState {
         seed: u64,
         storage: UringStorage,
         tuning: ShardTuning,
+        bus: Rc<BusCounters>,
     ) -> ShardState {
         ShardState {
             index: spec.index,
@@ -107,6 +112,7 @@ impl ShardState {
             commits_in_flight: HashSet::new(),
             states_saved: Rc::new(RefCell::new(Vec::new())),
             metrics: Rc::new(ShardMetrics::default()),
+            bus,
             storage_full_groups: 0,
             #[cfg(feature = "canary-ack-on-receipt")]
             predicted_offsets: HashMap::new(),

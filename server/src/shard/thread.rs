@@ -16,24 +16,21 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use monoio::net::{ListenerOpts, TcpListener};
 use monoio::task::JoinHandle;
 use shoal_engine::shard::{ShardConfig, group_dir, shard_dir};
 use shoal_engine::state;
 use shoal_engine::storage::uring::UringStorage;
-use shoal_replication::{Clock, Node, NodeConfig, ReplicaConfig, Status, TICK_MS, Transport};
+use shoal_replication::{Clock, Node, NodeConfig, ReplicaConfig, Status, TICK_MS};
 
 use super::state::ShardState;
 use super::work::{Mesh, Work, refuse};
+use crate::bus::{self, BusCounters, BusIdentity, BusSpec, BusTransport};
 use crate::config::{Config, ShardTuning};
 use crate::connection;
 use crate::metadata::{METADATA_GROUP, Published};
 use crate::metrics;
 use crate::offsets::PartitionOffsets;
-
-/// The cluster id of a single node until cluster configuration arrives.
-pub const CLUSTER: u64 = 1;
 
 /// How long a stopping shard waits for its connections to write the replies they owe.
 const SHUTDOWN_REPLIES_TIME_MAX: Duration = Duration::from_secs(2);
@@ -69,13 +66,8 @@ pub struct ShardSpec {
     pub connections: Arc<AtomicUsize>,
     /// Shard 0 only: the bound metrics listener, served on this shard's runtime.
     pub metrics_listener: Option<std::net::TcpListener>,
-}
-
-/// A single node has no peers: nothing is ever sent.
-pub(super) struct NoPeers;
-
-impl Transport for NoPeers {
-    fn send(&mut self, _to: u8, _packet: Bytes) {}
+    /// Random per process start (the bus handshake carries it).
+    pub incarnation: u64,
 }
 
 /// The wall clock, read only here, outside the node layer.
@@ -92,7 +84,7 @@ pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-pub(super) type ShardNode = Node<UringStorage, NoPeers, WallClock>;
+pub(super) type ShardNode = Node<UringStorage, BusTransport, WallClock>;
 
 /// Runs the shard until the stop flag is set, then shuts its storage down cleanly.
 pub fn run(spec: ShardSpec) -> Result<(), String> {
@@ -161,7 +153,15 @@ async fn serve(mut spec: ShardSpec) -> Result<(), String> {
     let started = Instant::now();
     let index = spec.index;
     let dir = shard_dir(&spec.config.data_dir, index);
-    let (mut state, groups_recovered) = open(&spec, &dir).await?;
+    // The bus runs before recovery, so a restarting node hears its peers' StartView.
+    let (transport, bus_counters) = match bus::start(bus_spec(&spec)) {
+        Ok(started) => started,
+        Err(message) => {
+            let _ = spec.ready.send(Err(message.clone()));
+            return Err(message);
+        }
+    };
+    let (mut state, groups_recovered) = open(&spec, &dir, transport, bus_counters).await?;
     let mut early = Vec::new();
     if let Err(error) = state.start(&spec.inbox, &spec.stop, &mut early).await {
         let message = format!("shard {index}: start-up of {} failed: {error}", dir.display());
@@ -218,18 +218,55 @@ fn bind(spec: &mut ShardSpec) -> Result<(TcpListener, Option<TcpListener>), Stri
     Ok((listener, own_listener))
 }
 
+/// The bus of shard `spec.index`: this node's identity and every node's bus port for the shard.
+fn bus_spec(spec: &ShardSpec) -> BusSpec {
+    let cluster = &spec.config.cluster;
+    let node_count = cluster.node_count();
+    BusSpec {
+        identity: BusIdentity {
+            cluster: cluster.id,
+            node: cluster.node,
+            node_count,
+            shard: spec.index,
+            shard_count: spec.config.shards,
+            incarnation: spec.incarnation,
+        },
+        addresses: (0..node_count).filter_map(|n| cluster.bus_address(n, spec.index)).collect(),
+        queue_packets_max: spec.config.network.bus_queue_packets_max,
+        frame_size_bytes_max: message_size_bytes_max(spec),
+        inbox: spec.mesh[spec.index as usize].clone(),
+        stop: Arc::clone(&spec.stop),
+    }
+}
+
+/// The largest replica message: a prepare of the largest record, or a view change's headers.
+fn message_size_bytes_max(spec: &ShardSpec) -> usize {
+    spec.config.shard[spec.index as usize].storage.record_size_bytes_max + (64 << 10)
+}
+
 /// Opens (recovering) the shard's node in `dir` and the loop's state around it, and says how
 /// many groups recovery found; tells `main` why when it cannot.
-async fn open(spec: &ShardSpec, dir: &Path) -> Result<(ShardState, usize), String> {
+async fn open(
+    spec: &ShardSpec,
+    dir: &Path,
+    transport: BusTransport,
+    bus_counters: Rc<BusCounters>,
+) -> Result<(ShardState, usize), String> {
     let index = spec.index;
-    let shard_config =
-        ShardConfig { cluster: CLUSTER, ..spec.config.shard[index as usize].storage.clone() };
-    let mut replica = ReplicaConfig::new(CLUSTER, 0, 1, 0);
-    // A group of one has nobody to ask for a StartView: probing would only delay its return.
-    replica.start_view_probes_max = 0;
+    let cluster = &spec.config.cluster;
+    let shard_config = ShardConfig {
+        cluster: cluster.id,
+        node: u64::from(cluster.node),
+        ..spec.config.shard[index as usize].storage.clone()
+    };
+    let mut replica = ReplicaConfig::new(cluster.id, 0, cluster.node_count(), cluster.node);
+    if cluster.node_count() == 1 {
+        // A group of one has nobody to ask for a StartView: probing would only delay its return.
+        replica.start_view_probes_max = 0;
+    }
     let node_config = NodeConfig {
-        message_size_bytes_max: shard_config.record_size_bytes_max + (64 << 10),
-        ..NodeConfig::new(0, replica)
+        message_size_bytes_max: message_size_bytes_max(spec),
+        ..NodeConfig::new(cluster.node, replica)
     };
     let seed = u64::from(index) ^ now_ms() as u64;
     let tuning = spec.config.shard[index as usize].tuning;
@@ -254,7 +291,7 @@ async fn open(spec: &ShardSpec, dir: &Path) -> Result<(ShardState, usize), Strin
         dir,
         shard_config,
         node_config,
-        NoPeers,
+        transport,
         WallClock,
         seed,
         load_producers,
@@ -267,7 +304,7 @@ async fn open(spec: &ShardSpec, dir: &Path) -> Result<(ShardState, usize), Strin
             return Err(message);
         }
     };
-    Ok((ShardState::new(spec, node, seed, storage, tuning), report.groups.len()))
+    Ok((ShardState::new(spec, node, seed, storage, tuning, bus_counters), report.groups.len()))
 }
 
 /// Starts accepting connections on the shard's listeners, a task each.
@@ -320,7 +357,11 @@ impl ShardState {
         // The op and offset the metadata replay ended at.
         let recovered_end = if self.index == 0 { self.open_metadata().await? } else { (0, 0) };
         let mut ticks = 0;
-        while !self.all_normal() {
+        // A group of one comes back by itself within a few ticks; a replicated one needs its
+        // peers, which may not be up yet, so a cluster's node serves (and answers NotPrimary or
+        // TransientNotAccepted) while its groups catch up.
+        let clustered = self.config.cluster.node_count() > 1;
+        while !clustered && !self.all_normal() {
             ticks += 1;
             if ticks > RECOVERY_TICKS_MAX || stop.load(Ordering::SeqCst) {
                 return Err(format!("groups not back to normal after {RECOVERY_TICKS_MAX} ticks"));
@@ -354,6 +395,9 @@ impl ShardState {
                 Ok(Work::Catalog(catalog)) => {
                     self.install(catalog).await;
                     return Ok(());
+                }
+                Ok(Work::Packet { from, packet }) => {
+                    let _ = self.node.on_packet(from, &packet);
                 }
                 Ok(other) => early.push(other),
                 Err(_) => return Err("every inbox sender is gone".into()),

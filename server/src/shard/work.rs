@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use shoal_proto::protocol::consumer::{ConsumerId, GroupMember, JoinGroup, OffsetCommitRecord};
 use shoal_proto::protocol::{ErrorCode, FetchFrom, ProduceReply};
 use shoal_proto::wire::ClientRequest;
@@ -172,6 +174,13 @@ pub enum Work {
         /// The answer.
         reply: flume::Sender<ShardSnapshot>,
     },
+    /// A replica packet from peer node `from`, read off the bus (framing checked, nothing else).
+    Packet {
+        /// The sending node.
+        from: u8,
+        /// The frame: header and body.
+        packet: Bytes,
+    },
     /// Nothing: wakes the loop to look at its local completions.
     Wake,
 }
@@ -277,6 +286,6 @@ pub(super) fn refuse(work: Work) {
         }
         // Dropping the reply slot tells the scrape this shard has nothing to show.
         Work::Report { .. } | Work::Metrics { .. } => {}
-        Work::Catalog(_) | Work::Wake => {}
+        Work::Catalog(_) | Work::Packet { .. } | Work::Wake => {}
     }
 }

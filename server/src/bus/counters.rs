@@ -1,0 +1,48 @@
+//! What the bus counts, per peer and for the shard's bus port, for the metrics page. Plain cells
+//! the shard's own tasks update; nothing here sends or reads.
+
+use std::cell::Cell;
+
+/// One peer's link as the metrics see it.
+#[derive(Debug, Default)]
+pub struct PeerCounters {
+    /// A handshaken connection is up.
+    pub connected: Cell<bool>,
+    /// Connections established after the first (the link went down and came back).
+    pub reconnects: Cell<u64>,
+    /// Established at least once (so the next one is a reconnect).
+    pub(super) ever_connected: Cell<bool>,
+    pub sent_bytes: Cell<u64>,
+    pub sent_packets: Cell<u64>,
+    pub received_bytes: Cell<u64>,
+    pub received_packets: Cell<u64>,
+    /// Packets dropped: the peer's send queue was full, or the shard's inbox was.
+    pub dropped_packets: Cell<u64>,
+}
+
+/// The bus counters of one shard.
+#[derive(Debug)]
+pub struct BusCounters {
+    /// By node index (this node's entry stays zero).
+    pub peers: Vec<PeerCounters>,
+    /// Connections to the bus port closed before or at the handshake: unreadable bytes, a
+    /// refused identity, or no handshake in time.
+    pub connections_refused: Cell<u64>,
+    /// Frames that failed the header checks on an established link (the link is closed).
+    pub frames_rejected: Cell<u64>,
+}
+
+impl BusCounters {
+    pub fn new(node_count: u8) -> BusCounters {
+        BusCounters {
+            peers: (0..node_count).map(|_| PeerCounters::default()).collect(),
+            connections_refused: Cell::new(0),
+            frames_rejected: Cell::new(0),
+        }
+    }
+}
+
+/// Adds `n` to a counter.
+pub(super) fn add(cell: &Cell<u64>, n: u64) {
+    cell.set(cell.get() + n);
+}

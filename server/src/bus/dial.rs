@@ -1,0 +1,69 @@
+//! The links this node opens: to every peer with a higher index, on the same shard's bus port.
+//! Each dials, handshakes, serves the connection until it ends, and dials again after a backoff
+//! that doubles up to a ceiling (and starts over once a connection was made), until the node
+//! stops.
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use monoio::net::TcpStream;
+
+use super::link::{FrameError, Link, read_handshake, write_frame};
+
+/// The first wait before dialing again, doubled per failure up to [`BACKOFF_MAX`].
+const BACKOFF_MIN: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// How long one connection attempt may take.
+const CONNECT_TIME_MAX: Duration = Duration::from_secs(2);
+
+/// Keeps the link to `link.peer` up until the node stops.
+pub(super) async fn run(link: Rc<Link>) {
+    let mut backoff = BACKOFF_MIN;
+    let mut warned = None;
+    while !link.spec.stop.load(Ordering::SeqCst) {
+        match connect(&link).await {
+            Ok(stream) => {
+                backoff = BACKOFF_MIN;
+                warned = None;
+                link.serve(stream).await;
+                continue;
+            }
+            // Said once per distinct reason, not once per attempt.
+            Err(Some(why)) if warned.as_ref() != Some(&why) => {
+                tracing::warn!(peer = link.peer, shard = link.spec.identity.shard, %why,
+                    "bus handshake failed");
+                warned = Some(why);
+            }
+            Err(_) => {}
+        }
+        monoio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// One attempt: connect and handshake. `Err(None)`: the peer is not there (down or starting);
+/// `Err(Some(why))`: it answered and the two do not match.
+async fn connect(link: &Link) -> Result<TcpStream, Option<String>> {
+    let address = link.spec.addresses[link.peer as usize];
+    let mut stream =
+        match monoio::time::timeout(CONNECT_TIME_MAX, TcpStream::connect(address)).await {
+            Ok(Ok(stream)) => stream,
+            _ => return Err(None),
+        };
+    let _ = stream.set_nodelay(true);
+    if !write_frame(&mut stream, &link.spec.identity.handshake(), &[]).await {
+        return Err(None);
+    }
+    let header = match read_handshake(&mut stream).await {
+        Ok(header) => header,
+        Err(FrameError::Closed) => return Err(None),
+        Err(FrameError::Invalid(why)) => return Err(Some(why)),
+    };
+    link.spec
+        .identity
+        .check(&header, Some(link.peer))
+        .map_err(|why| Some(format!("{address}: {why}")))?;
+    Ok(stream)
+}

@@ -1,0 +1,128 @@
+//! What one side of a bus connection states in its handshake, and the comparison that refuses a
+//! peer of another cluster, shard layout or node list by name.
+//!
+//! Pure values and checks: no socket is touched here.
+
+use shoal_proto::wire::{Handshake, HandshakeRefused, Header};
+
+/// A shard's identity on the bus.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BusIdentity {
+    /// The cluster id.
+    pub cluster: u64,
+    /// This node's index.
+    pub node: u8,
+    /// Nodes in the cluster.
+    pub node_count: u8,
+    /// This shard's index (a connection joins the same shard on both nodes).
+    pub shard: u32,
+    /// Shards per node (the same on every node).
+    pub shard_count: u32,
+    /// Random per process start: a peer tells a restart from a reconnect by it.
+    pub incarnation: u64,
+}
+
+impl BusIdentity {
+    /// The handshake header this side sends first.
+    pub fn handshake(&self) -> Header {
+        let fields = Handshake {
+            shard: self.shard,
+            shard_count: self.shard_count,
+            node_count: self.node_count,
+            incarnation: self.incarnation,
+        };
+        Header::handshake(self.cluster, self.node, fields)
+    }
+
+    /// The refusal this side sends, with its own identity and `reason`.
+    pub fn refusal(&self, reason: &str) -> (Header, Vec<u8>) {
+        let fields = HandshakeRefused {
+            shard: self.shard,
+            shard_count: self.shard_count,
+            node_count: self.node_count,
+        };
+        let reason = reason.as_bytes()
+            [..reason.len().min(shoal_proto::wire::HANDSHAKE_REASON_BYTES_MAX)]
+            .to_vec();
+        (Header::handshake_refused(self.cluster, self.node, fields, &reason), reason)
+    }
+
+    /// Checks a peer's handshake `header`, expected from node `expected` (`None`: any node
+    /// that dials this one, which must have a lower index). Returns the peer's node index and
+    /// incarnation, or why it is refused, naming both values.
+    pub fn check(&self, header: &Header, expected: Option<u8>) -> Result<(u8, u64), String> {
+        let Some(theirs) = header.as_handshake() else {
+            return Err(format!("the first frame is a {:?}, not a Handshake", header.command));
+        };
+        if header.cluster != self.cluster {
+            return Err(format!(
+                "cluster id {} is not this node's {}",
+                header.cluster, self.cluster
+            ));
+        }
+        if theirs.node_count != self.node_count {
+            return Err(format!(
+                "a cluster of {} nodes is not this node's {}",
+                theirs.node_count, self.node_count
+            ));
+        }
+        if theirs.shard_count != self.shard_count {
+            return Err(format!(
+                "shard count {} is not this node's {}",
+                theirs.shard_count, self.shard_count
+            ));
+        }
+        if theirs.shard != self.shard {
+            return Err(format!("shard {} is not this port's shard {}", theirs.shard, self.shard));
+        }
+        let node = header.replica;
+        match expected {
+            Some(expected) if node != expected => {
+                return Err(format!("node {node} answered where node {expected} was expected"));
+            }
+            None if node >= self.node || node >= self.node_count => {
+                return Err(format!(
+                    "node {node} may not dial node {} (the lower index dials the higher)",
+                    self.node
+                ));
+            }
+            _ => {}
+        }
+        Ok((node, theirs.incarnation))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(node: u8) -> BusIdentity {
+        BusIdentity { cluster: 7, node, node_count: 3, shard: 1, shard_count: 2, incarnation: 9 }
+    }
+
+    #[test]
+    fn a_matching_handshake_is_accepted_with_its_node() {
+        let header = identity(0).handshake();
+        assert_eq!(identity(2).check(&header, None), Ok((0, 9)));
+        assert_eq!(identity(2).check(&identity(1).handshake(), Some(1)), Ok((1, 9)));
+    }
+
+    #[test]
+    fn every_mismatch_is_refused_naming_both_values() {
+        let ours = identity(2);
+        let cases = [
+            (BusIdentity { cluster: 8, ..identity(0) }, "cluster id 8 is not this node's 7"),
+            (BusIdentity { node_count: 5, ..identity(0) }, "a cluster of 5 nodes is not"),
+            (BusIdentity { shard_count: 4, ..identity(0) }, "shard count 4 is not this node's 2"),
+            (BusIdentity { shard: 0, ..identity(0) }, "shard 0 is not this port's shard 1"),
+        ];
+        for (theirs, reason) in cases {
+            let error = ours.check(&theirs.handshake(), None).unwrap_err();
+            assert!(error.starts_with(reason), "{error}");
+        }
+        let higher = ours.check(&identity(2).handshake(), None).unwrap_err();
+        assert!(higher.contains("may not dial"), "{higher}");
+        let wrong = identity(0).check(&identity(2).handshake(), Some(1)).unwrap_err();
+        assert!(wrong.contains("node 2 answered where node 1"), "{wrong}");
+    }
+}

@@ -1,0 +1,69 @@
+//! The node layer's [`Transport`] on the bus: one bounded queue per peer, filled by the shard's
+//! node and emptied by that peer's link task. A send never blocks and never allocates beyond the
+//! packet itself: a full queue (or a send to a node that is not a peer) drops the packet and
+//! counts it, and VSR retransmits.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use shoal_replication::Transport;
+
+use super::counters::{BusCounters, add};
+
+/// Sends to peers through their queues.
+pub struct BusTransport {
+    /// By node index; `None` for this node.
+    queues: Vec<Option<flume::Sender<Bytes>>>,
+    counters: Rc<BusCounters>,
+}
+
+impl BusTransport {
+    /// The transport of node `node` in a cluster of `node_count`, and the receiving end of each
+    /// peer's queue (by node index; `None` for this node).
+    pub(super) fn new(
+        node: u8,
+        node_count: u8,
+        queue_packets_max: usize,
+        counters: &Rc<BusCounters>,
+    ) -> (BusTransport, Vec<Option<flume::Receiver<Bytes>>>) {
+        let (queues, receivers) = (0..node_count)
+            .map(|peer| {
+                if peer == node {
+                    return (None, None);
+                }
+                let (sender, receiver) = flume::bounded(queue_packets_max);
+                (Some(sender), Some(receiver))
+            })
+            .unzip();
+        (BusTransport { queues, counters: Rc::clone(counters) }, receivers)
+    }
+}
+
+impl Transport for BusTransport {
+    fn send(&mut self, to: u8, packet: Bytes) {
+        let Some(Some(queue)) = self.queues.get(to as usize) else { return };
+        if queue.try_send(packet).is_err() {
+            add(&self.counters.peers[to as usize].dropped_packets, 1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_drops_and_counts_and_never_blocks() {
+        let counters = Rc::new(BusCounters::new(3));
+        let (mut transport, receivers) = BusTransport::new(1, 3, 2, &counters);
+        assert!(receivers[1].is_none());
+        for _ in 0..5 {
+            transport.send(2, Bytes::from_static(b"p"));
+        }
+        transport.send(1, Bytes::from_static(b"to itself"));
+        transport.send(9, Bytes::from_static(b"no such node"));
+        assert_eq!(receivers[2].as_ref().unwrap().len(), 2);
+        assert_eq!(counters.peers[2].dropped_packets.get(), 3);
+        assert_eq!(counters.peers[0].dropped_packets.get(), 0);
+    }
+}

@@ -1,0 +1,154 @@
+//! [`ShoalCluster`]: several `shoal` processes on 127.0.0.1 forming one cluster, for the
+//! end-to-end tests and the load tool's `--spawn-cluster`.
+//!
+//! Every node must know every other's bus and client address before any starts, so ports cannot
+//! be port 0: they are reserved by binding ephemeral ports here and released just before the
+//! nodes start. Another process may take a released port first; the server then fails to bind,
+//! and the whole start is retried on fresh ports (bounded), so tests stay parallel-safe. It owns
+//! the processes (killed when dropped) but never the data directories' parent, and it never
+//! speaks the server's protocol.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::process::{ProcessError, ShoalProcess};
+
+/// Fresh port sets tried at most when a released port was taken before a node bound it.
+const START_ATTEMPTS_MAX: usize = 4;
+
+/// How a cluster is laid out.
+#[derive(Clone, Debug)]
+pub struct ClusterPlan {
+    /// The `shoal` binary.
+    pub binary: PathBuf,
+    /// Node `i`'s data directory is `root/node-i`.
+    pub root: PathBuf,
+    /// Nodes (3 for the usual cluster).
+    pub nodes: u8,
+    /// Shards per node.
+    pub shards: u32,
+    /// Arguments every node gets after the harness's own (`--profile small`, ...).
+    pub args: Vec<String>,
+    /// Bounds each node's start and stop.
+    pub deadline: Duration,
+}
+
+/// A running cluster: `nodes[i]` is node `i`.
+#[derive(Debug)]
+pub struct ShoalCluster {
+    pub nodes: Vec<ShoalProcess>,
+    /// The `--cluster-nodes` text every node was given.
+    pub nodes_text: String,
+    /// Each node's client address, by node.
+    pub clients: Vec<String>,
+    plan: ClusterPlan,
+}
+
+impl ShoalCluster {
+    /// Starts every node of `plan` (each waits for its own readiness line) on reserved ports.
+    pub fn start(plan: ClusterPlan) -> Result<ShoalCluster, ProcessError> {
+        let mut last = None;
+        for _ in 0..START_ATTEMPTS_MAX {
+            let ports = reserve(&plan)?;
+            match ShoalCluster::launch(&plan, &ports) {
+                Ok(cluster) => return Ok(cluster),
+                // Exited before its readiness line: most likely a port was taken meanwhile.
+                Err(ProcessError::NotReadinessLine(line)) if line.is_empty() => {
+                    last = Some(ProcessError::NotReadinessLine(line));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Err(last.expect("at least one attempt"))
+    }
+
+    /// Node `node`'s data directory.
+    pub fn data_dir(&self, node: u8) -> PathBuf {
+        node_dir(&self.plan.root, node)
+    }
+
+    /// The command line node `node` runs with (to start it again differently, e.g. with another
+    /// cluster id).
+    pub fn command(&self, node: u8) -> Command {
+        node_command(&self.plan, node, &self.nodes_text, &self.clients[node as usize])
+    }
+
+    /// Every node's client address, comma-separated (what `--server` takes).
+    pub fn servers(&self) -> String {
+        self.clients.join(",")
+    }
+
+    fn launch(plan: &ClusterPlan, ports: &Ports) -> Result<ShoalCluster, ProcessError> {
+        let mut nodes = Vec::new();
+        let clients: Vec<String> =
+            ports.clients.iter().map(|port| format!("127.0.0.1:{port}")).collect();
+        let nodes_text = clients
+            .iter()
+            .zip(&ports.buses)
+            .map(|(client, bus)| format!("bus=127.0.0.1:{bus},client={client}"))
+            .collect::<Vec<_>>()
+            .join(";");
+        for node in 0..plan.nodes {
+            let command = node_command(plan, node, &nodes_text, &clients[node as usize]);
+            // Dropping the started nodes on an error kills them.
+            nodes.push(ShoalProcess::start(command, plan.deadline)?);
+        }
+        Ok(ShoalCluster { nodes, nodes_text, clients, plan: plan.clone() })
+    }
+}
+
+fn node_dir(root: &Path, node: u8) -> PathBuf {
+    root.join(format!("node-{node}"))
+}
+
+fn node_command(plan: &ClusterPlan, node: u8, nodes_text: &str, client: &str) -> Command {
+    let mut command = ShoalProcess::command(&plan.binary, &node_dir(&plan.root, node));
+    command
+        .args(["--shards", &plan.shards.to_string(), "--cpus", "none"])
+        .args(["--listen", client, "--cluster-node", &node.to_string()])
+        .args(["--cluster-nodes", nodes_text])
+        .args(&plan.args);
+    command
+}
+
+/// Ports reserved for one start: each node's client port and the base of its bus ports.
+struct Ports {
+    clients: Vec<u16>,
+    buses: Vec<u16>,
+}
+
+/// Reserves a client port and `shards` consecutive bus ports per node, all released on return.
+fn reserve(plan: &ClusterPlan) -> Result<Ports, ProcessError> {
+    let mut held = Vec::new();
+    let mut ports = Ports { clients: Vec::new(), buses: Vec::new() };
+    for _ in 0..plan.nodes {
+        let client = bind(0).map_err(ProcessError::Spawn)?;
+        ports.clients.push(client.local_addr().map_err(ProcessError::Spawn)?.port());
+        held.push(client);
+        ports.buses.push(consecutive(plan.shards, &mut held).map_err(ProcessError::Spawn)?);
+    }
+    Ok(ports)
+}
+
+/// Binds `count` consecutive ports (kept in `held`) and returns the first.
+fn consecutive(count: u32, held: &mut Vec<TcpListener>) -> std::io::Result<u16> {
+    for _ in 0..64 {
+        let first = bind(0)?;
+        let base = first.local_addr()?.port();
+        let rest: Option<Vec<TcpListener>> = (1..count)
+            .map(|offset| base.checked_add(offset as u16).and_then(|port| bind(port).ok()))
+            .collect();
+        if let Some(rest) = rest {
+            held.push(first);
+            held.extend(rest);
+            return Ok(base);
+        }
+    }
+    Err(std::io::Error::other("no run of consecutive free ports found"))
+}
+
+fn bind(port: u16) -> std::io::Result<TcpListener> {
+    TcpListener::bind(("127.0.0.1", port))
+}
