@@ -251,6 +251,26 @@ pub struct Identity {
     pub shard_count: u32,
 }
 
+impl Identity {
+    /// The fields in which `self` and `other` differ, as each names them ("cluster id 1, node
+    /// 2"), so an operator sees both values of what does not match.
+    pub fn differences(&self, other: &Identity) -> (String, String) {
+        let mut ours = Vec::new();
+        let mut theirs = Vec::new();
+        let mut differ = |name: &str, a: u64, b: u64| {
+            if a != b {
+                ours.push(format!("{name} {a}"));
+                theirs.push(format!("{name} {b}"));
+            }
+        };
+        differ("cluster id", self.cluster, other.cluster);
+        differ("node", self.node, other.node);
+        differ("shard", u64::from(self.shard), u64::from(other.shard));
+        differ("shard count", u64::from(self.shard_count), u64::from(other.shard_count));
+        (ours.join(", "), theirs.join(", "))
+    }
+}
+
 /// What open found in each copy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CopyStatus {
@@ -378,12 +398,15 @@ impl<F: StorageFile> Superblock<F> {
             )));
         }
         if newest.identity != identity {
+            let (found, configured) = newest.identity.differences(&identity);
+            let hint = if newest.identity.shard_count != identity.shard_count {
+                " (a changed shard count needs an offline reshard)"
+            } else {
+                ""
+            };
             return Err(Error::Mismatch(format!(
-                "{} belongs to {:?}, this server is {:?} (a changed shard count needs an offline \
-                 reshard)",
+                "{} belongs to {found}, but this server is {configured}{hint}",
                 superblock.path.display(),
-                newest.identity,
-                identity
             )));
         }
         let status: Vec<CopyStatus> = decoded

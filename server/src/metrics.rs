@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use shoal_engine::shard::ShardCounters;
 use shoal_engine::storage::Storage;
 use shoal_proto::protocol::{ErrorCode, Operation};
-use shoal_replication::{Clock, Node, NodeCounters, TICK_MS, Transport};
+use shoal_replication::{Clock, Node, NodeCounters, Status, TICK_MS, Transport};
 
 use crate::bus::BusCounters;
 use crate::config::{self, Config};
@@ -271,6 +271,10 @@ pub struct GroupFigures {
     pub committed_offset: u64,
     pub commit_op: u64,
     pub view: u64,
+    /// The replica's status: 0 normal, 1 view change, 2 recovering.
+    pub status: u64,
+    /// 1 if the replica is its view's serving primary.
+    pub primary: bool,
     pub segments: u64,
     pub size_bytes: u64,
     /// The group stopped serving (storage damage or an I/O error).
@@ -351,6 +355,14 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         let committed_offset = committed_end.get(&group).copied().unwrap_or(0);
         let mut figures =
             GroupFigures { group, commit_op, committed_offset, view, failed, ..Default::default() };
+        if let Some(status) = &status {
+            figures.status = match status.status {
+                Status::Normal => 0,
+                Status::ViewChange => 1,
+                Status::Recovering => 2,
+            };
+            figures.primary = status.primary;
+        }
         if let Some(status) = status.filter(|status| status.primary) {
             figures.in_sync_replicas = Some(status.in_sync().len() as u64);
             // The replica counts ticks; the shard's loop ticks every TICK_MS.
@@ -834,7 +846,7 @@ fn render_groups(page: &mut Page, catalog: &Catalog, answered: &[&ShardSnapshot]
         .collect();
     let unnamed = (String::new(), String::new(), String::new());
     type GroupFigure = fn(&GroupFigures) -> u64;
-    let per_group: [(&str, &str, GroupFigure); 8] = [
+    let per_group: [(&str, &str, GroupFigure); 10] = [
         (
             "shoal_partition_next_offset",
             "The partition's log end offset: the offset its next message gets.",
@@ -854,6 +866,15 @@ fn render_groups(page: &mut Page, catalog: &Catalog, answered: &[&ShardSnapshot]
             g.commit_op
         }),
         ("shoal_partition_view", "The view the partition's replica is in.", |g| g.view),
+        (
+            "shoal_partition_status",
+            "The partition's replica: 0 normal, 1 in a view change, 2 recovering (restarted, \
+             waiting for its view's primary).",
+            |g| g.status,
+        ),
+        ("shoal_partition_primary", "1 if this node's replica leads the partition's group.", |g| {
+            u64::from(g.primary)
+        }),
         ("shoal_partition_segments", "Segment files the partition holds.", |g| g.segments),
         ("shoal_partition_size_bytes", "Bytes of records in the partition's segments.", |g| {
             g.size_bytes

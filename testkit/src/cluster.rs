@@ -43,6 +43,8 @@ pub struct ShoalCluster {
     pub nodes_text: String,
     /// Each node's client address, by node.
     pub clients: Vec<String>,
+    /// Each node's bus base address (shard s listens on its port + s), by node.
+    pub buses: Vec<String>,
     plan: ClusterPlan,
 }
 
@@ -69,6 +71,21 @@ impl ShoalCluster {
         node_dir(&self.plan.root, node)
     }
 
+    /// The last `lines` lines of every node's log, for a failing test to show.
+    pub fn log_tails(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for node in 0..self.plan.nodes {
+            let text = std::fs::read_to_string(node_log(&self.plan.root, node)).unwrap_or_default();
+            let all: Vec<&str> = text.lines().collect();
+            out.push_str(&format!("--- node {node}\n"));
+            for line in &all[all.len().saturating_sub(lines)..] {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
     /// The command line node `node` runs with (to start it again differently, e.g. with another
     /// cluster id).
     pub fn command(&self, node: u8) -> Command {
@@ -84,10 +101,12 @@ impl ShoalCluster {
         let mut nodes = Vec::new();
         let clients: Vec<String> =
             ports.clients.iter().map(|port| format!("127.0.0.1:{port}")).collect();
+        let buses: Vec<String> =
+            ports.buses.iter().map(|port| format!("127.0.0.1:{port}")).collect();
         let nodes_text = clients
             .iter()
-            .zip(&ports.buses)
-            .map(|(client, bus)| format!("bus=127.0.0.1:{bus},client={client}"))
+            .zip(&buses)
+            .map(|(client, bus)| format!("bus={bus},client={client}"))
             .collect::<Vec<_>>()
             .join(";");
         for node in 0..plan.nodes {
@@ -95,7 +114,7 @@ impl ShoalCluster {
             // Dropping the started nodes on an error kills them.
             nodes.push(ShoalProcess::start(command, plan.deadline)?);
         }
-        Ok(ShoalCluster { nodes, nodes_text, clients, plan: plan.clone() })
+        Ok(ShoalCluster { nodes, nodes_text, clients, buses, plan: plan.clone() })
     }
 }
 
@@ -103,8 +122,18 @@ fn node_dir(root: &Path, node: u8) -> PathBuf {
     root.join(format!("node-{node}"))
 }
 
+/// Node `node`'s log (its stderr, appended to across restarts), beside its data directory.
+pub fn node_log(root: &Path, node: u8) -> PathBuf {
+    root.join(format!("node-{node}.log"))
+}
+
 fn node_command(plan: &ClusterPlan, node: u8, nodes_text: &str, client: &str) -> Command {
     let mut command = ShoalProcess::command(&plan.binary, &node_dir(&plan.root, node));
+    if let Ok(log) =
+        std::fs::File::options().create(true).append(true).open(node_log(&plan.root, node))
+    {
+        command.stderr(log);
+    }
     command
         .args(["--shards", &plan.shards.to_string(), "--cpus", "none"])
         .args(["--listen", client, "--cluster-node", &node.to_string()])

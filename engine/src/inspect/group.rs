@@ -245,6 +245,7 @@ impl<S: Storage> Checker<'_, S> {
                 }
                 if segment.last_op.is_some() {
                     report.last_op = segment.last_op;
+                    report.last_checksum = segment.last_checksum;
                     report.next_offset = segment.next_offset;
                 }
                 report.records += segment.records;
@@ -463,6 +464,7 @@ impl<S: Storage> Checker<'_, S> {
             }
             report.records += 1;
             report.last_op = Some(prepare.op);
+            report.last_checksum = Some(header.checksum_header);
             report.next_offset = Some(next.offset);
             last_append_ms = last_append_ms.max(prepare.append_time_ms);
             position += u64::from(header.size);

@@ -128,6 +128,9 @@ pub struct GroupReport {
     pub first_op: Option<u64>,
     /// Last op of the chain found.
     pub last_op: Option<u64>,
+    /// The checksum of that last op's record: through the chain of parents it vouches for the
+    /// whole log, so two replicas whose logs end alike hold the same log.
+    pub last_checksum: Option<u32>,
     /// First offset of the chain found.
     pub first_offset: Option<u64>,
     /// The offset after the chain's last record.
@@ -161,6 +164,8 @@ pub struct SegmentReport {
     pub first_op: Option<u64>,
     /// Last op held.
     pub last_op: Option<u64>,
+    /// The checksum of its last record.
+    pub last_checksum: Option<u32>,
     /// Offset of its first record.
     pub first_offset: Option<u64>,
     /// Offset after its last record.
