@@ -127,10 +127,12 @@ fn serve(Resolved { mut config, warnings }: Resolved) -> Start<ExitCode> {
         ExitCode::FAILURE
     })?;
     let _lock = open_data_dir(&mut config)?;
+    let formation = formation_of(&config)?;
     let (metrics_listener, metrics_address) = bind_metrics(&config)?;
     let (own_listeners, shard_addresses) = bind_shard_listeners(&config)?;
     let shard_addresses = Arc::new(shard_addresses);
-    let shards = start_shards(config, metrics_listener, own_listeners, &shard_addresses)?;
+    let shards =
+        start_shards(config, metrics_listener, own_listeners, &shard_addresses, formation)?;
     let shards = await_recovery(shards)?;
     announce_ready(shards.listen, metrics_address, &shard_addresses);
     signals::wait_then_stop(signals, &shards.stop);
@@ -161,6 +163,20 @@ fn open_data_dir(config: &mut Config) -> Start<lock::DataDirLock> {
         return Err(ExitCode::FAILURE);
     }
     Ok(lock)
+}
+
+/// Whether the node holds its cluster's state, and its rejoin floor (`shard::formation`): a
+/// one-node cluster, a directory with a `formation` file or one whose shard 0 already holds the
+/// metadata group does; an empty directory of a cluster's node must first hear its peers.
+fn formation_of(config: &Config) -> Start<(bool, u64)> {
+    let floor = shard::read_formation(&config.data_dir).map_err(|error| {
+        tracing::error!("{error}");
+        ExitCode::FAILURE
+    })?;
+    let shard_0 = shoal_engine::shard::shard_dir(&config.data_dir, 0);
+    let metadata = shoal_engine::shard::group_dir(&shard_0, metadata::METADATA_GROUP);
+    let formed = config.cluster.node_count() == 1 || floor.is_some() || metadata.exists();
+    Ok((formed, floor.unwrap_or(0)))
 }
 
 /// The metrics listener and its address (`None`: the endpoint is off). Bound here, not on shard
@@ -243,7 +259,10 @@ fn start_shards(
     mut metrics_listener: Option<TcpListener>,
     own_listeners: Vec<TcpListener>,
     shard_addresses: &Arc<Vec<String>>,
+    (formed, rejoin_floor): (bool, u64),
 ) -> Start<Shards> {
+    let formed = Arc::new(AtomicBool::new(formed));
+    let rejoin_floor = Arc::new(std::sync::atomic::AtomicU64::new(rejoin_floor));
     let config = Arc::new(config);
     let (ready_tx, ready) = mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
@@ -275,6 +294,8 @@ fn start_shards(
             connections: Arc::clone(&connections),
             metrics_listener: if index == 0 { metrics_listener.take() } else { None },
             incarnation,
+            formed: Arc::clone(&formed),
+            rejoin_floor: Arc::clone(&rejoin_floor),
         };
         shards.threads.push(std::thread::spawn(move || shard::run(spec)));
         match bound_rx.recv() {

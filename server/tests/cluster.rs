@@ -442,7 +442,13 @@ fn the_bus_refuses_bytes_and_strangers_and_the_cluster_keeps_serving() {
     let stranger = shoal_proto::wire::Header::handshake(
         7,
         0,
-        shoal_proto::wire::Handshake { shard: 0, shard_count: 1, node_count: 3, incarnation: 1 },
+        shoal_proto::wire::Handshake {
+            shard: 0,
+            shard_count: 1,
+            node_count: 3,
+            flags: 0,
+            incarnation: 1,
+        },
     );
     let mut other = TcpStream::connect(bus).expect("the bus port accepts");
     other.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -485,4 +491,50 @@ fn a_data_directory_of_another_cluster_or_node_is_refused_naming_both() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     assert!(stderr.contains("node 2") && stderr.contains("node 1"), "{stderr}");
+}
+
+#[test]
+fn a_wiped_node_rejoins_and_never_leads_a_group_that_moved_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = cluster(dir.path());
+    let stream = shoal_proto::protocol::encode_stream_name(STREAM);
+    assert_eq!(call_anywhere(&cluster, 0, Operation::CreateStream, &stream).unwrap().0, 0);
+    create_topic(&cluster, "p", Durability::Persisted);
+    let mut ledger = Ledger::default();
+    ledger.produce(&cluster, "p", 12);
+    // Node 0 leads the metadata group and a third of the partitions in view 0. It loses its
+    // disk and comes back empty before its peers' heartbeat timeout: it must rejoin (recovering
+    // every group from them), not form a cluster of its own and lead view 0 again.
+    cluster.nodes[0].kill_9();
+    std::fs::remove_dir_all(cluster.data_dir(0)).unwrap();
+    restart(&mut cluster, 0);
+    create_topic(&cluster, "late", Durability::Persisted);
+    ledger.produce(&cluster, "p", 12);
+    ledger.produce(&cluster, "late", 6);
+    converge(&cluster);
+    ledger.check(&cluster);
+    let formation = std::fs::read_to_string(cluster.data_dir(0).join("formation")).unwrap();
+    assert!(formation.starts_with("rejoined "), "{formation:?}");
+    check_logs_agree(&mut cluster);
+}
+
+#[test]
+fn a_node_with_another_shard_count_is_refused_by_its_peers_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = cluster(dir.path());
+    cluster.nodes[2].kill_9();
+    std::fs::remove_dir_all(cluster.data_dir(2)).unwrap();
+    let mut two_shards = cluster.command(2);
+    two_shards.args(["--shards", "2"]);
+    let _node = common::start_command(two_shards);
+    let log = shoal_testkit::node_log(dir.path(), 2);
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("shard count 1 is not this node's 2") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no refusal naming both shard counts:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -13,6 +13,6 @@ mod process;
 mod ready;
 mod wait;
 
-pub use cluster::{ClusterPlan, ShoalCluster};
+pub use cluster::{ClusterPlan, ShoalCluster, node_log};
 pub use process::{ProcessError, ShoalProcess, shoal_binary_beside};
 pub use wait::output_within;

@@ -250,6 +250,9 @@ pub struct Handshake {
     pub shard_count: u32,
     /// The number of nodes in the sender's cluster configuration.
     pub node_count: u8,
+    /// [`HANDSHAKE_FLAG_FORMED`](super::HANDSHAKE_FLAG_FORMED) and nothing else (others are
+    /// refused).
+    pub flags: u8,
     /// Chosen at random at each process start, so a peer can tell a restart from a reconnect.
     pub incarnation: u64,
 }
@@ -364,6 +367,7 @@ pub(super) fn encode_fields(bytes: &mut [u8; HEADER_SIZE], fields: &Fields) {
             put_u32(bytes, OFF_HANDSHAKE_SHARD, handshake.shard);
             put_u32(bytes, OFF_HANDSHAKE_SHARD_COUNT, handshake.shard_count);
             bytes[OFF_HANDSHAKE_NODE_COUNT] = handshake.node_count;
+            bytes[OFF_HANDSHAKE_FLAGS] = handshake.flags;
             put_u64(bytes, OFF_HANDSHAKE_INCARNATION, handshake.incarnation);
         }
         Fields::HandshakeRefused(refused) => {
@@ -459,6 +463,7 @@ pub(super) fn decode_fields(bytes: &[u8; HEADER_SIZE], command: Command) -> Opti
             shard: get_u32(bytes, OFF_HANDSHAKE_SHARD),
             shard_count: get_u32(bytes, OFF_HANDSHAKE_SHARD_COUNT),
             node_count: bytes[OFF_HANDSHAKE_NODE_COUNT],
+            flags: bytes[OFF_HANDSHAKE_FLAGS],
             incarnation: get_u64(bytes, OFF_HANDSHAKE_INCARNATION),
         }),
         Command::HandshakeRefused => Fields::HandshakeRefused(HandshakeRefused {

@@ -301,6 +301,14 @@ impl Header {
             Some(fields) => fields,
             None => return Err(HeaderError::UnknownCommand(command_byte)),
         };
+        if let Fields::Handshake(handshake) = &fields
+            && handshake.flags & !HANDSHAKE_FLAGS_KNOWN != 0
+        {
+            return Err(HeaderError::UnknownFlags {
+                offset: OFF_HANDSHAKE_FLAGS,
+                flags: u32::from(handshake.flags),
+            });
+        }
         if let Fields::DoViewChange(dvc) = &fields
             && dvc.flags & !DO_VIEW_CHANGE_FLAGS_KNOWN != 0
         {

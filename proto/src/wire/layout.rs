@@ -188,8 +188,14 @@ pub(super) const SIZE_STATE_CHUNK_RESERVED_TAIL: usize =
 pub(super) const OFF_HANDSHAKE_SHARD: usize = SIZE_COMMON_PREFIX;
 pub(super) const OFF_HANDSHAKE_SHARD_COUNT: usize = OFF_HANDSHAKE_SHARD + size_of::<u32>();
 pub(super) const OFF_HANDSHAKE_NODE_COUNT: usize = OFF_HANDSHAKE_SHARD_COUNT + size_of::<u32>();
-pub(super) const OFF_HANDSHAKE_RESERVED_PAD: usize = OFF_HANDSHAKE_NODE_COUNT + size_of::<u8>();
-pub(super) const SIZE_HANDSHAKE_RESERVED_PAD: usize = 7;
+pub(super) const OFF_HANDSHAKE_FLAGS: usize = OFF_HANDSHAKE_NODE_COUNT + size_of::<u8>();
+pub(super) const OFF_HANDSHAKE_RESERVED_PAD: usize = OFF_HANDSHAKE_FLAGS + size_of::<u8>();
+pub(super) const SIZE_HANDSHAKE_RESERVED_PAD: usize = 6;
+/// Handshake flag: the sender's shard holds its groups' state for this cluster (it was formed at
+/// the cluster's first start, or rejoined it since), as opposed to a shard with an empty data
+/// directory deciding whether the cluster is new.
+pub const HANDSHAKE_FLAG_FORMED: u8 = 1;
+pub(super) const HANDSHAKE_FLAGS_KNOWN: u8 = HANDSHAKE_FLAG_FORMED;
 pub(super) const OFF_HANDSHAKE_INCARNATION: usize =
     OFF_HANDSHAKE_RESERVED_PAD + SIZE_HANDSHAKE_RESERVED_PAD;
 pub(super) const OFF_HANDSHAKE_RESERVED_TAIL: usize = OFF_HANDSHAKE_INCARNATION + size_of::<u64>();
@@ -280,7 +286,8 @@ const _: () = assert!(OFF_RANGE_EVICTED_RESERVED_TAIL == 56);
 const _: () = assert!(OFF_REQUEST_STATE_RESERVED_TAIL == 56);
 const _: () =
     assert!(OFF_STATE_CHUNK_CHUNK_SIZE_BYTES == 80 && OFF_STATE_CHUNK_RESERVED_TAIL == 84);
-const _: () = assert!(OFF_HANDSHAKE_NODE_COUNT == 40 && OFF_HANDSHAKE_RESERVED_PAD == 41);
+const _: () = assert!(OFF_HANDSHAKE_NODE_COUNT == 40 && OFF_HANDSHAKE_FLAGS == 41);
+const _: () = assert!(OFF_HANDSHAKE_RESERVED_PAD == 42);
 const _: () = assert!(OFF_HANDSHAKE_INCARNATION == 48 && OFF_HANDSHAKE_RESERVED_TAIL == 56);
 const _: () = assert!(
     OFF_HANDSHAKE_REFUSED_SHARD == OFF_HANDSHAKE_SHARD

@@ -595,6 +595,7 @@ fn sample_handshake() -> Header {
         shard: 0x1112_1314,
         shard_count: 0x2122_2324,
         node_count: 0x31,
+        flags: 0,
         incarnation: 0x4142_4344_4546_4748,
     };
     Header::handshake(CLUSTER, 1, fields)
@@ -948,7 +949,7 @@ fn wire_every_command_reserved_byte_checked() {
         (Command::RangeEvicted, 200),
         (Command::RequestState, 200),
         (Command::StateChunk, 172),
-        (Command::Handshake, 7 + 200),
+        (Command::Handshake, 6 + 200),
         (Command::HandshakeRefused, 215),
     ];
     for ((header, _body), (command, field_bytes)) in
@@ -1365,9 +1366,10 @@ fn arb_handshake_message() -> impl Strategy<Value = (Header, Vec<u8>)> {
     let prefix = (any::<u64>(), any::<u8>());
     let identity = (any::<u32>(), any::<u32>(), any::<u8>());
     prop_oneof![
-        (prefix, identity, any::<u64>()).prop_map(
-            |((cluster, node), (shard, shard_count, node_count), incarnation)| {
-                let fields = Handshake { shard, shard_count, node_count, incarnation };
+        (prefix, identity, any::<u64>(), any::<bool>()).prop_map(
+            |((cluster, node), (shard, shard_count, node_count), incarnation, formed)| {
+                let flags = if formed { HANDSHAKE_FLAG_FORMED } else { 0 };
+                let fields = Handshake { shard, shard_count, node_count, flags, incarnation };
                 (Header::handshake(cluster, node, fields), Vec::new())
             }
         ),
@@ -1387,6 +1389,15 @@ proptest! {
     }
 }
 
+/// A handshake flag this build does not know is refused, as the DoViewChange's are.
+#[test]
+fn wire_handshake_unknown_flags_rejected() {
+    let mut bytes = sample_handshake().encode();
+    bytes[41] = 0b11;
+    reseal(&mut bytes);
+    assert_eq!(Header::decode(&bytes), Err(HeaderError::UnknownFlags { offset: 41, flags: 0b11 }));
+}
+
 /// Every field at its lowest and highest value, and a refusal's reason empty and at its limit.
 #[test]
 fn wire_handshake_fields_at_their_bounds() {
@@ -1395,6 +1406,7 @@ fn wire_handshake_fields_at_their_bounds() {
             shard: value_u32,
             shard_count: value_u32,
             node_count: value_u8,
+            flags: HANDSHAKE_FLAG_FORMED.min(value_u8),
             incarnation: value_u64,
         };
         let header = Header::handshake(value_u64, value_u8, fields);

@@ -43,6 +43,13 @@ pub struct NodeConfig {
     /// Prepares peers asked for that wait to be read from the log at most; beyond, requests
     /// are dropped and counted (the asker's round times out and asks again, or elsewhere).
     pub serve_reads_queued_max: usize,
+    /// Groups below this id may have been held — and their ops acknowledged — by this node
+    /// before its data directory was lost (it rejoined its cluster with an empty one): their
+    /// replicas here never trust their own log over the cluster's. A new one starts
+    /// `Recovering` with an empty log instead of normal in view 0, and a restarted one waits for
+    /// a peer's StartView however long its probes go unanswered, never starting a view change
+    /// itself. 0: the node never rejoined (every group is what its log says).
+    pub rejoin_floor: u64,
 }
 
 impl NodeConfig {
@@ -56,6 +63,7 @@ impl NodeConfig {
             repair_rounds_per_tick_max: 8,
             repair_rounds_in_flight_max: 32,
             serve_reads_queued_max: 1_024,
+            rejoin_floor: 0,
         }
     }
 }

@@ -17,7 +17,7 @@ use super::config::{Clock, NodeConfig, Transport};
 use super::restart::min_faulty;
 use super::state::{Group, Node};
 use crate::config::ReplicaConfig;
-use crate::replica::Replica;
+use crate::replica::{RecoveredLog, Replica};
 
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// Opens (recovering) the shard in `dir` and restarts a replica for every group it holds:
@@ -143,14 +143,27 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     }
 
     /// Creates a group on this node (every member node creates it with the same id): its
-    /// storage durably, and a fresh replica in view 0.
+    /// storage durably, and a fresh replica in view 0 — or, for a group below the rejoin floor
+    /// (see [`NodeConfig::rejoin_floor`]), a `Recovering` one that knows nothing.
     pub async fn create_group(&mut self, group: u64, config: GroupConfig) -> EngineResult<()> {
         self.settle().await;
         self.store.create_group(group, config).await?;
         if let Some(log) = self.store.group_mut(group) {
             log.set_committed_end(0);
         }
-        let mut replica = Replica::new(self.replica_config(group), self.seed);
+        let config = self.replica_config(group);
+        let mut replica = if group < self.config.rejoin_floor {
+            // This node may have acknowledged ops of the group before it lost its disk: it
+            // vouches for none of them and waits for the cluster's view.
+            let forgotten = RecoveredLog {
+                faulty_from: Some(1),
+                log_view_head_op: None,
+                ..RecoveredLog::default()
+            };
+            Replica::recover(config, forgotten, self.seed)
+        } else {
+            Replica::new(config, self.seed)
+        };
         replica.ration_repair();
         self.groups.insert(group, Group { replica, failed: None });
         Ok(())
@@ -168,11 +181,20 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         if replicated && config.replica_count == 1 {
             config.unclean_recovery = true;
         }
+        if group < self.config.rejoin_floor {
+            config.start_view_probes_max = u32::MAX;
+        }
         // A state piece and its header must fit in one packet the peers accept (every node of
         // a cluster runs the same bound).
         let packet_room = self.config.message_size_bytes_max.saturating_sub(HEADER_SIZE).max(1);
         config.state_chunk_bytes_max = config.state_chunk_bytes_max.min(packet_room);
         config
+    }
+
+    /// Raises or lowers the rejoin floor (see [`NodeConfig::rejoin_floor`]) for the groups
+    /// created or restarted from now on.
+    pub fn set_rejoin_floor(&mut self, floor: u64) {
+        self.config.rejoin_floor = floor;
     }
 
     /// Flushes, checkpoints and records a clean shutdown.

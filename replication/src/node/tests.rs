@@ -459,3 +459,41 @@ fn a_packet_from_another_cluster_or_sender_is_refused_and_counted() {
     let counters = node.counters();
     assert_eq!((counters.packets_rejected, counters.messages_unknown_group), (2, 1));
 }
+
+/// DESIGN.md §8: a node that rejoined its cluster with an empty disk never leads, nor votes in,
+/// a group it may have held before: such a group (below the rejoin floor) starts `Recovering`
+/// knowing nothing and never starts a view change of its own, however long its probes go
+/// unanswered; a group created after the floor starts normal in view 0 as usual.
+#[test]
+fn groups_below_the_rejoin_floor_start_recovering_and_wait_for_the_cluster() {
+    use crate::replica::Status;
+    let sim = Sim::new(5, SimConfig::default());
+    let mut node = node(&sim, 64);
+    node.set_rejoin_floor(10);
+    let group = GroupConfig {
+        segment_size_bytes: 1 << 20,
+        record_size_bytes_max: 4096,
+        ..GroupConfig::default()
+    };
+    // Group 3's primary in view 0 is node 0, this one: a fresh group would lead at once.
+    sim.block_on(node.create_group(3, group)).unwrap();
+    sim.block_on(node.create_group(12, group)).unwrap();
+    assert_eq!(node.replica(3).unwrap().status(), Status::Recovering);
+    assert!(!node.replica(3).unwrap().is_primary());
+    assert_eq!(node.replica(12).unwrap().status(), Status::Normal);
+    for _ in 0..10_000 {
+        node.on_tick();
+    }
+    let replica = node.replica(3).unwrap();
+    assert_eq!((replica.status(), replica.view()), (Status::Recovering, 0), "it never moved");
+    assert_eq!(replica.counters().votes_cast, 0);
+    let probes = node
+        .transport
+        .0
+        .iter()
+        .filter_map(|(_, packet)| shoal_proto::wire::Header::decode_prefix(packet).ok())
+        .filter(|header| header.command == shoal_proto::wire::Command::RequestStartView)
+        .filter(|header| header.as_request_start_view().is_some_and(|f| f.group == 3))
+        .count();
+    assert!(probes > 10, "it kept probing for a StartView ({probes} probes)");
+}

@@ -15,6 +15,7 @@ use monoio::net::{TcpListener, TcpStream};
 
 use super::BusSpec;
 use super::counters::{BusCounters, add};
+use super::identity::Peer;
 use super::link::{FrameError, Link, read_handshake, write_frame};
 
 /// Connections still handshaking at most; one more is closed at once.
@@ -49,9 +50,10 @@ pub(super) async fn run(
             let accepted = handshake(&spec, stream).await;
             handshaking.set(handshaking.get() - 1);
             match accepted {
-                Ok((node, stream)) => {
-                    let link = dialed_by[node as usize].as_ref().expect("check bounds the node");
-                    link.serve(stream).await;
+                Ok((peer, stream)) => {
+                    let link =
+                        dialed_by[peer.node as usize].as_ref().expect("check bounds the node");
+                    link.serve(stream, peer).await;
                 }
                 Err(why) => {
                     add(&counters.connections_refused, 1);
@@ -64,18 +66,19 @@ pub(super) async fn run(
 
 /// Checks the dialer's handshake and answers it: this node's handshake when it holds, a
 /// refusal naming the mismatch when it does not.
-async fn handshake(spec: &BusSpec, mut stream: TcpStream) -> Result<(u8, TcpStream), String> {
+async fn handshake(spec: &BusSpec, mut stream: TcpStream) -> Result<(Peer, TcpStream), String> {
     let header = match read_handshake(&mut stream).await {
         Ok(header) => header,
         Err(FrameError::Closed) => return Err("closed before its handshake".into()),
         Err(FrameError::Invalid(why)) => return Err(why),
     };
     match spec.identity.check(&header, None) {
-        Ok((node, _incarnation)) => {
-            if !write_frame(&mut stream, &spec.identity.handshake(), &[]).await {
-                return Err(format!("node {node} closed during the handshake"));
+        Ok(peer) => {
+            let formed = spec.formed.load(Ordering::SeqCst);
+            if !write_frame(&mut stream, &spec.identity.handshake(formed), &[]).await {
+                return Err(format!("node {} closed during the handshake", peer.node));
             }
-            Ok((node, stream))
+            Ok((peer, stream))
         }
         Err(why) => {
             let (refusal, reason) = spec.identity.refusal(&why);

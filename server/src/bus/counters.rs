@@ -18,6 +18,10 @@ pub struct PeerCounters {
     pub received_packets: Cell<u64>,
     /// Packets dropped: the peer's send queue was full, or the shard's inbox was.
     pub dropped_packets: Cell<u64>,
+    /// Whether the peer held the cluster's state at its last handshake (`None`: no handshake
+    /// yet). Not a metric: a node with an empty data directory decides by it whether it forms
+    /// a new cluster or rejoins one.
+    pub formed: Cell<Option<bool>>,
 }
 
 /// The bus counters of one shard.

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use monoio::net::TcpStream;
 
+use super::identity::Peer;
 use super::link::{FrameError, Link, read_handshake, write_frame};
 
 /// The first wait before dialing again, doubled per failure up to [`BACKOFF_MAX`].
@@ -24,10 +25,10 @@ pub(super) async fn run(link: Rc<Link>) {
     let mut warned = None;
     while !link.spec.stop.load(Ordering::SeqCst) {
         match connect(&link).await {
-            Ok(stream) => {
+            Ok((stream, peer)) => {
                 backoff = BACKOFF_MIN;
                 warned = None;
-                link.serve(stream).await;
+                link.serve(stream, peer).await;
                 continue;
             }
             // Said once per distinct reason, not once per attempt.
@@ -45,7 +46,7 @@ pub(super) async fn run(link: Rc<Link>) {
 
 /// One attempt: connect and handshake. `Err(None)`: the peer is not there (down or starting);
 /// `Err(Some(why))`: it answered and the two do not match.
-async fn connect(link: &Link) -> Result<TcpStream, Option<String>> {
+async fn connect(link: &Link) -> Result<(TcpStream, Peer), Option<String>> {
     let address = link.spec.addresses[link.peer as usize];
     let mut stream =
         match monoio::time::timeout(CONNECT_TIME_MAX, TcpStream::connect(address)).await {
@@ -53,7 +54,8 @@ async fn connect(link: &Link) -> Result<TcpStream, Option<String>> {
             _ => return Err(None),
         };
     let _ = stream.set_nodelay(true);
-    if !write_frame(&mut stream, &link.spec.identity.handshake(), &[]).await {
+    let formed = link.spec.formed.load(Ordering::SeqCst);
+    if !write_frame(&mut stream, &link.spec.identity.handshake(formed), &[]).await {
         return Err(None);
     }
     let header = match read_handshake(&mut stream).await {
@@ -61,9 +63,10 @@ async fn connect(link: &Link) -> Result<TcpStream, Option<String>> {
         Err(FrameError::Closed) => return Err(None),
         Err(FrameError::Invalid(why)) => return Err(Some(why)),
     };
-    link.spec
+    let peer = link
+        .spec
         .identity
         .check(&header, Some(link.peer))
         .map_err(|why| Some(format!("{address}: {why}")))?;
-    Ok(stream)
+    Ok((stream, peer))
 }

@@ -3,7 +3,7 @@
 //!
 //! Pure values and checks: no socket is touched here.
 
-use shoal_proto::wire::{Handshake, HandshakeRefused, Header};
+use shoal_proto::wire::{HANDSHAKE_FLAG_FORMED, Handshake, HandshakeRefused, Header};
 
 /// A shard's identity on the bus.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,12 +23,14 @@ pub struct BusIdentity {
 }
 
 impl BusIdentity {
-    /// The handshake header this side sends first.
-    pub fn handshake(&self) -> Header {
+    /// The handshake header this side sends, saying whether this node holds the cluster's state
+    /// (`formed`) or is still deciding whether the cluster is new.
+    pub fn handshake(&self, formed: bool) -> Header {
         let fields = Handshake {
             shard: self.shard,
             shard_count: self.shard_count,
             node_count: self.node_count,
+            flags: if formed { HANDSHAKE_FLAG_FORMED } else { 0 },
             incarnation: self.incarnation,
         };
         Header::handshake(self.cluster, self.node, fields)
@@ -48,9 +50,9 @@ impl BusIdentity {
     }
 
     /// Checks a peer's handshake `header`, expected from node `expected` (`None`: any node
-    /// that dials this one, which must have a lower index). Returns the peer's node index and
-    /// incarnation, or why it is refused, naming both values.
-    pub fn check(&self, header: &Header, expected: Option<u8>) -> Result<(u8, u64), String> {
+    /// that dials this one, which must have a lower index). Returns who the peer is, or why it is
+    /// refused, naming both values.
+    pub fn check(&self, header: &Header, expected: Option<u8>) -> Result<Peer, String> {
         let Some(theirs) = header.as_handshake() else {
             return Err(format!("the first frame is a {:?}, not a Handshake", header.command));
         };
@@ -88,8 +90,21 @@ impl BusIdentity {
             }
             _ => {}
         }
-        Ok((node, theirs.incarnation))
+        Ok(Peer {
+            node,
+            incarnation: theirs.incarnation,
+            formed: theirs.flags & HANDSHAKE_FLAG_FORMED != 0,
+        })
     }
+}
+
+/// A peer as its handshake states it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub node: u8,
+    pub incarnation: u64,
+    /// It holds the cluster's state (see [`BusIdentity::handshake`]).
+    pub formed: bool,
 }
 
 #[cfg(test)]
@@ -102,9 +117,11 @@ mod tests {
 
     #[test]
     fn a_matching_handshake_is_accepted_with_its_node() {
-        let header = identity(0).handshake();
-        assert_eq!(identity(2).check(&header, None), Ok((0, 9)));
-        assert_eq!(identity(2).check(&identity(1).handshake(), Some(1)), Ok((1, 9)));
+        let header = identity(0).handshake(true);
+        let peer = Peer { node: 0, incarnation: 9, formed: true };
+        assert_eq!(identity(2).check(&header, None), Ok(peer));
+        let deciding = Peer { node: 1, incarnation: 9, formed: false };
+        assert_eq!(identity(2).check(&identity(1).handshake(false), Some(1)), Ok(deciding));
     }
 
     #[test]
@@ -117,12 +134,12 @@ mod tests {
             (BusIdentity { shard: 0, ..identity(0) }, "shard 0 is not this port's shard 1"),
         ];
         for (theirs, reason) in cases {
-            let error = ours.check(&theirs.handshake(), None).unwrap_err();
+            let error = ours.check(&theirs.handshake(true), None).unwrap_err();
             assert!(error.starts_with(reason), "{error}");
         }
-        let higher = ours.check(&identity(2).handshake(), None).unwrap_err();
+        let higher = ours.check(&identity(2).handshake(true), None).unwrap_err();
         assert!(higher.contains("may not dial"), "{higher}");
-        let wrong = identity(0).check(&identity(2).handshake(), Some(1)).unwrap_err();
+        let wrong = identity(0).check(&identity(2).handshake(true), Some(1)).unwrap_err();
         assert!(wrong.contains("node 2 answered where node 1"), "{wrong}");
     }
 }

@@ -19,6 +19,7 @@ use shoal_proto::wire::{HANDSHAKE_REASON_BYTES_MAX, HEADER_SIZE, Header};
 
 use super::BusSpec;
 use super::counters::{BusCounters, add};
+use super::identity::Peer;
 
 /// How long a connection may take to send its handshake.
 pub(super) const HANDSHAKE_TIME_MAX: Duration = Duration::from_secs(5);
@@ -63,15 +64,16 @@ impl Link {
         })
     }
 
-    /// Serves an established, handshaken connection until it fails, the node stops, or a newer
-    /// connection to the same peer takes over.
-    pub(super) async fn serve(self: &Rc<Self>, stream: TcpStream) {
+    /// Serves an established connection, handshaken with `peer`, until it fails, the node stops,
+    /// or a newer connection to the same peer takes over.
+    pub(super) async fn serve(self: &Rc<Self>, stream: TcpStream, peer_said: Peer) {
         let (cancel, cancelled) = flume::bounded::<()>(1);
         // Replacing the older connection's handle ends its tasks.
         self.current.replace(Some(cancel));
         let generation = self.generation.get() + 1;
         self.generation.set(generation);
         let peer = &self.counters.peers[self.peer as usize];
+        peer.formed.set(Some(peer_said.formed));
         if peer.ever_connected.replace(true) {
             add(&peer.reconnects, 1);
         }

@@ -29,7 +29,7 @@ use std::sync::atomic::AtomicBool;
 use bytes::Bytes;
 
 pub use counters::{BusCounters, PeerCounters};
-pub use identity::BusIdentity;
+pub use identity::{BusIdentity, Peer};
 pub use transport::BusTransport;
 
 use crate::shard::Work;
@@ -48,6 +48,8 @@ pub struct BusSpec {
     pub inbox: flume::Sender<Work>,
     /// Set when the node stops: links and dialers end.
     pub stop: Arc<AtomicBool>,
+    /// Whether this node holds the cluster's state, as its handshakes say.
+    pub formed: Arc<AtomicBool>,
 }
 
 /// Binds this shard's bus port (when the cluster has peers) and starts its dialers and

@@ -5,6 +5,7 @@
 //! a catalog older than the one it has.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use shoal_engine::superblock::GroupConfig;
 
@@ -31,6 +32,8 @@ impl ShardState {
             return;
         }
         let existing = self.node.group_ids();
+        // Shard 0 may have learned the node's rejoin floor since this shard last created a group.
+        self.node.set_rejoin_floor(self.rejoin_floor.load(Ordering::SeqCst));
         for (group, config) in catalog.groups_on(self.index) {
             if existing.contains(&group) {
                 continue;

@@ -15,6 +15,7 @@ use shoal_proto::protocol::consumer;
 use shoal_replication::TICK_MS;
 
 use super::fetch::{PollFor, ReadFor};
+use super::formation::Formation;
 use super::metadata::MetaWaiter;
 use super::state::ShardState;
 use super::thread::now_ms;
@@ -61,6 +62,9 @@ impl ShardState {
             if Instant::now() >= next_tick {
                 next_tick = Instant::now() + tick;
                 self.node.on_tick();
+                if self.index == 0 {
+                    self.advance_formation().await;
+                }
                 self.expire_parked();
                 self.expire_members();
                 ticks += 1;
@@ -188,6 +192,11 @@ impl ShardState {
             Work::Fetch { group, args, reply } => {
                 self.ensure_group(group).await;
                 self.fetch(group, args, ReadFor::Fetch(reply));
+            }
+            Work::Metadata { reply, .. } if self.formation == Formation::Deciding => {
+                let text = "this node is still forming its cluster (it waits to hear from every \
+                            peer): retry, or ask another node";
+                let _ = reply.send(Outcome::error(ErrorCode::TransientNotAccepted, text));
             }
             Work::Metadata { client, command, reply } => {
                 self.propose_metadata(client, command, MetaWaiter::Client(reply))

@@ -22,6 +22,7 @@ use shoal_proto::protocol::consumer::GroupRef;
 use shoal_proto::wire::ClientRequest;
 use shoal_replication::{Committed, Reply, ReplyResult, Request};
 
+use super::formation::Formation;
 use super::state::ShardState;
 use super::thread::now_ms;
 use super::work::{Body, Outcome, ReplySender, refusal, result_error};
@@ -112,7 +113,8 @@ pub(super) enum MetaWaiter {
 
 impl ShardState {
     /// Shard 0 at start-up: replays the metadata group into the metadata state (or creates the
-    /// group, on a first start) and sets up the coordinator. Returns the op and offset the replay
+    /// group, on a first start, unless the node must first learn from its peers whether its
+    /// cluster is new: `formation`) and sets up the coordinator. Returns the op and offset the replay
     /// ended at ((0, 0) when nothing was replayed).
     pub(super) async fn open_metadata(&mut self) -> Result<(u64, u64), String> {
         let mut recovered_end = (0, 0);
@@ -135,23 +137,8 @@ impl ShardState {
                 "metadata recovered"
             );
             state = recovered.state;
-        } else {
-            let config = GroupConfig {
-                durability: Durability::Persisted,
-                segment_size_bytes: shoal_engine::superblock::SEGMENT_SIZE_BYTES_MIN * 8,
-                segment_age_ms_max: 0,
-                ..GroupConfig::default()
-            };
-            let config = GroupConfig {
-                record_size_bytes_max: config
-                    .record_size_bytes_max
-                    .min(self.node.shard_config().record_size_bytes_max as u32),
-                ..config
-            };
-            self.node
-                .create_group(METADATA_GROUP, config)
-                .await
-                .map_err(|e| format!("creating the metadata group: {e}"))?;
+        } else if self.formation != Formation::Deciding {
+            self.create_metadata_group().await?;
         }
         let mut coordinator = Coordinator::new(format!("{:x}", now_ms()));
         coordinator.seed(&state.catalog, now_ms());
@@ -168,6 +155,27 @@ impl ShardState {
             internal_request: 0,
         });
         Ok(recovered_end)
+    }
+
+    /// Creates the metadata group (a first start, or once the cluster is formed or rejoined):
+    /// `persisted`, with small segments and no retention.
+    pub(super) async fn create_metadata_group(&mut self) -> Result<(), String> {
+        let config = GroupConfig {
+            durability: Durability::Persisted,
+            segment_size_bytes: shoal_engine::superblock::SEGMENT_SIZE_BYTES_MIN * 8,
+            segment_age_ms_max: 0,
+            ..GroupConfig::default()
+        };
+        let config = GroupConfig {
+            record_size_bytes_max: config
+                .record_size_bytes_max
+                .min(self.node.shard_config().record_size_bytes_max as u32),
+            ..config
+        };
+        self.node
+            .create_group(METADATA_GROUP, config)
+            .await
+            .map_err(|e| format!("creating the metadata group: {e}"))
     }
 
     /// Rebuilds the metadata state: the newest snapshot, then the committed log past it (up to

@@ -19,13 +19,15 @@
 //! loop itself; `flush_gate` its group commit; `writes` the queue and pending table of produce
 //! and offset writes; `fetch` reads and long-polls; `offsets` consumer offsets in the partition
 //! logs; `snapshots` the state snapshots; `catalog` the partition groups the catalog places here;
-//! `metadata` shard 0's metadata state machine; `coordinator` its consumer groups.
+//! `metadata` shard 0's metadata state machine; `coordinator` its consumer groups; `formation`
+//! how shard 0 of a node with an empty data directory forms its cluster or rejoins it.
 
 mod catalog;
 mod coordinator;
 mod event_loop;
 mod fetch;
 mod flush_gate;
+mod formation;
 mod metadata;
 mod offsets;
 mod snapshots;
@@ -35,6 +37,7 @@ mod work;
 mod writes;
 
 pub use flush_gate::FlushGate;
+pub use formation::{FORMATION_FILE, read as read_formation};
 pub use offsets::CONSUMERS_PER_PARTITION_MAX;
 pub use thread::{ShardSpec, now_ms, run};
 pub use work::{

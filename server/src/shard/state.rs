@@ -9,6 +9,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use shoal_engine::storage::uring::UringStorage;
 use shoal_proto::protocol::consumer::ConsumerId;
@@ -19,6 +20,7 @@ use crate::bus::BusCounters;
 
 use super::fetch::{ParkedFetch, ReadDone};
 use super::flush_gate::FlushGate;
+use super::formation::Formation;
 use super::metadata::MetadataState;
 use super::snapshots::StateSaved;
 use super::thread::{ShardNode, ShardSpec};
@@ -71,6 +73,12 @@ pub(super) struct ShardState {
     pub(super) metrics: Rc<ShardMetrics>,
     /// What the shard's replica bus counts, per peer.
     pub(super) bus: Rc<BusCounters>,
+    /// Shard 0: where the node stands in forming or rejoining its cluster.
+    pub(super) formation: Formation,
+    /// The node's rejoin floor, shared by its shards (see `formation`).
+    pub(super) rejoin_floor: Arc<AtomicU64>,
+    /// Whether the node holds its cluster's state, as its bus handshakes say.
+    pub(super) formed: Arc<AtomicBool>,
     /// Groups refusing writes for lack of disk space at the last tick (logged when it changes).
     pub(super) storage_full_groups: usize,
     /// Canary: the offset each group's next acknowledged-on-receipt write is promised.
@@ -113,6 +121,15 @@ impl ShardState {
             states_saved: Rc::new(RefCell::new(Vec::new())),
             metrics: Rc::new(ShardMetrics::default()),
             bus,
+            formation: if !spec.formed.load(Ordering::SeqCst) {
+                Formation::Deciding
+            } else if spec.rejoin_floor.load(Ordering::SeqCst) == u64::MAX {
+                Formation::Rejoining { head_op: None }
+            } else {
+                Formation::Formed
+            },
+            rejoin_floor: Arc::clone(&spec.rejoin_floor),
+            formed: Arc::clone(&spec.formed),
             storage_full_groups: 0,
             #[cfg(feature = "canary-ack-on-receipt")]
             predicted_offsets: HashMap::new(),

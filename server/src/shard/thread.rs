@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -68,6 +68,11 @@ pub struct ShardSpec {
     pub metrics_listener: Option<std::net::TcpListener>,
     /// Random per process start (the bus handshake carries it).
     pub incarnation: u64,
+    /// Whether the node holds its cluster's state (shard 0 sets it once the cluster is formed
+    /// or rejoined); every shard's bus handshake says so.
+    pub formed: Arc<AtomicBool>,
+    /// The node's rejoin floor, shared by its shards (`formation`).
+    pub rejoin_floor: Arc<AtomicU64>,
 }
 
 /// The wall clock, read only here, outside the node layer.
@@ -236,6 +241,7 @@ fn bus_spec(spec: &ShardSpec) -> BusSpec {
         frame_size_bytes_max: message_size_bytes_max(spec),
         inbox: spec.mesh[spec.index as usize].clone(),
         stop: Arc::clone(&spec.stop),
+        formed: Arc::clone(&spec.formed),
     }
 }
 
@@ -266,6 +272,7 @@ async fn open(
     }
     let node_config = NodeConfig {
         message_size_bytes_max: message_size_bytes_max(spec),
+        rejoin_floor: spec.rejoin_floor.load(Ordering::SeqCst),
         ..NodeConfig::new(cluster.node, replica)
     };
     let seed = u64::from(index) ^ now_ms() as u64;

@@ -1,0 +1,158 @@
+//! Forming a cluster, or rejoining one, from an empty data directory (DESIGN.md §8): shard 0 of
+//! a node whose directory holds no metadata group cannot tell on its own whether the cluster is
+//! new or whether it lost a disk its peers still count on. It asks the peers: every bus
+//! handshake says whether its sender holds the cluster's state (`formed`).
+//!
+//! - Every peer says "not formed": nobody holds anything, the cluster is new. The node forms it:
+//!   the metadata group starts normal in view 0, as every other node's does.
+//! - Some peer says "formed": the node rejoins. Whatever it acknowledged before is lost, so it must
+//!   never lead view 0 of a group that has moved on, nor vouch for any op: every group that may
+//!   have existed before (those below the *rejoin floor*) starts `Recovering` with an empty log
+//!   and waits for a peer's StartView (`replication`'s `NodeConfig::rejoin_floor`). The floor is
+//!   unknown (everything) until the metadata group is normal again and the catalog has applied
+//!   every op its StartView held; it is then the catalog's next group id: groups created after
+//!   that are new to every node and start as usual.
+//! - Until every peer has answered, it waits (a new cluster forms only with every node up).
+//!
+//! What was decided is kept in the data directory's `formation` file (written whole and synced
+//! before anything it allows happens): `formed`, `rejoining`, or `rejoined FLOOR`. `main` reads it
+//! before any shard opens, so a node restarted in the middle of a rejoin keeps waiting for its
+//! peers. This module never creates partition groups (the catalog does) and never decides for a
+//! node that has its state.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use shoal_replication::Status;
+
+use super::state::ShardState;
+use crate::metadata::METADATA_GROUP;
+
+/// The file in the data directory that records how the node joined its cluster.
+pub const FORMATION_FILE: &str = "formation";
+
+/// Where shard 0 stands in forming or rejoining its cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Formation {
+    /// The node holds the cluster's state (or is a one-node cluster).
+    Formed,
+    /// An empty data directory, waiting for every peer's handshake.
+    Deciding,
+    /// Rejoined: waiting for the metadata group to be normal (`None`) and then for the catalog
+    /// to apply every op up to the head it was brought back with (`Some(op)`).
+    Rejoining { head_op: Option<u64> },
+}
+
+/// What the `formation` file of `data_dir` says: `None` when there is none; otherwise whether the
+/// node holds the cluster's state (always, once the file exists) and its rejoin floor (0: it
+/// formed the cluster; `u64::MAX`: a rejoin whose floor is not known yet).
+pub fn read(data_dir: &Path) -> Result<Option<u64>, String> {
+    let path = data_dir.join(FORMATION_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
+    };
+    let words: Vec<&str> = text.split_whitespace().collect();
+    match words.as_slice() {
+        ["formed"] => Ok(Some(0)),
+        ["rejoining"] => Ok(Some(u64::MAX)),
+        ["rejoined", floor] => floor
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("{}: {floor:?} is not a group id", path.display())),
+        _ => Err(format!(
+            "{}: {text:?} is not \"formed\", \"rejoining\" or \"rejoined GROUP\"",
+            path.display()
+        )),
+    }
+}
+
+/// Replaces the `formation` file of `data_dir` with `text`, durably: a temporary file, synced,
+/// renamed into place, and the directory synced. A one-time step of a node's life, so it runs on
+/// the shard's thread with plain blocking calls.
+fn write(data_dir: &Path, text: &str) -> std::io::Result<()> {
+    let temporary = data_dir.join(format!("{FORMATION_FILE}.new"));
+    let mut file = std::fs::File::create(&temporary)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, data_dir.join(FORMATION_FILE))?;
+    std::fs::File::open(data_dir)?.sync_all()
+}
+
+impl ShardState {
+    /// Shard 0, once per tick until formed: decides between forming and rejoining as the
+    /// peers' handshakes allow, and follows a rejoin until its floor is known.
+    pub(super) async fn advance_formation(&mut self) {
+        match self.formation {
+            Formation::Formed => {}
+            Formation::Deciding => self.decide_formation().await,
+            Formation::Rejoining { head_op } => self.follow_rejoin(head_op),
+        }
+    }
+
+    async fn decide_formation(&mut self) {
+        let own = self.node.node_index();
+        let peers: Vec<Option<bool>> = (0..self.bus.peers.len() as u8)
+            .filter(|&peer| peer != own)
+            .map(|peer| self.bus.peers[peer as usize].formed.get())
+            .collect();
+        // Canary: the fresh-disk rule broken, a node with an empty directory forms a new cluster
+        // at once, whatever its peers hold.
+        let canary = cfg!(feature = "canary-fresh-disk-normal");
+        let rejoin = peers.contains(&Some(true)) && !canary;
+        let all_new = peers.iter().all(|formed| *formed == Some(false));
+        if !rejoin && !all_new && !canary {
+            return;
+        }
+        let data_dir = self.config.data_dir.clone();
+        let (text, floor) = if rejoin { ("rejoining", u64::MAX) } else { ("formed", 0) };
+        if let Err(error) = write(&data_dir, text) {
+            tracing::error!(%error, "cannot record how this node joins its cluster: retrying");
+            return;
+        }
+        self.rejoin_floor.store(floor, Ordering::SeqCst);
+        self.node.set_rejoin_floor(floor);
+        if let Err(error) = self.create_metadata_group().await {
+            tracing::error!(%error, "cannot create the metadata group: retrying");
+            return;
+        }
+        self.formed.store(true, Ordering::SeqCst);
+        if rejoin {
+            tracing::warn!(
+                "this node's data directory is empty but its cluster exists: it rejoins, \
+                 recovering every group from its peers"
+            );
+            self.formation = Formation::Rejoining { head_op: None };
+        } else {
+            tracing::info!("every node's data directory is empty: this node forms the cluster");
+            self.formation = Formation::Formed;
+        }
+    }
+
+    /// Learns the rejoin floor: the head op the metadata group came back with, then the
+    /// catalog's next group id once it has applied that op.
+    fn follow_rejoin(&mut self, head_op: Option<u64>) {
+        let Some(replica) = self.node.replica(METADATA_GROUP) else { return };
+        let Some(head_op) = head_op else {
+            if replica.status() == Status::Normal {
+                self.formation = Formation::Rejoining { head_op: Some(replica.op()) };
+            }
+            return;
+        };
+        let Some(metadata) = &self.metadata else { return };
+        if metadata.state.catalog.applied_op < head_op {
+            return;
+        }
+        let floor = metadata.state.catalog.next_group;
+        if let Err(error) = write(&self.config.data_dir, &format!("rejoined {floor}")) {
+            tracing::error!(%error, "cannot record the rejoin floor: retrying");
+            return;
+        }
+        self.rejoin_floor.store(floor, Ordering::SeqCst);
+        self.node.set_rejoin_floor(floor);
+        tracing::info!(floor, "rejoined the cluster: groups from {floor} on start as new");
+        self.formation = Formation::Formed;
+    }
+}
