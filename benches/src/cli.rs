@@ -133,6 +133,10 @@ struct RunArgs {
     /// Start a local shoal with this config for the run, stop it after
     #[arg(long, value_name = "CONFIG")]
     spawn_server: Option<PathBuf>,
+    /// Start a local cluster of N nodes for the run (with --spawn-server's config, if given;
+    /// each node's shards pinned in turn over the machine's CPUs), stop it after
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=9))]
+    spawn_cluster: Option<u8>,
     /// Producer actors, one thread and connection each (default 1)
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     producers: Option<usize>,
@@ -217,6 +221,7 @@ impl RunArgs {
         let mut options = Options { mode, ..Options::default() };
         options.seeds = self.server.unwrap_or(options.seeds);
         options.spawn_server = self.spawn_server;
+        options.spawn_cluster = self.spawn_cluster;
         options.producers = self.producers.unwrap_or(options.producers);
         options.consumers = self.consumers.unwrap_or(options.consumers);
         options.from = self.from.unwrap_or(options.from);

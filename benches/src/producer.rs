@@ -92,6 +92,13 @@ pub struct ProducerResult {
     /// from this actor), the window from the first measured send to the last acknowledgement,
     /// errors.
     pub tally: Tally,
+    /// The write stall: the longest time, after warm-up, between two acknowledgements (or from
+    /// the last one to the end of sending), in nanoseconds — what a failover costs this producer.
+    pub stall_ns: u64,
+    /// When the stall's gap ended, since the run's start (nanoseconds).
+    pub stall_end_ns: u64,
+    /// The last acknowledgement, since the run's start (0: none yet).
+    last_ack_ns: u64,
 }
 
 /// Runs one producer to its end on the calling thread.
@@ -237,8 +244,22 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
         let receive = receive_loop(&spec, &state, &mut replies, &replied, &sent);
         monoio::join!(send, receive);
     }
-    let state = state.into_inner();
+    let mut state = state.into_inner();
+    // A producer stalled until the end stalled for that long too.
+    let end = (spec.start.elapsed().as_nanos() as u64).min(spec.stop_ns);
+    note_ack(&spec, &mut state.result, end);
     Ok(state.result)
+}
+
+/// Extends the write stall with the gap up to an acknowledgement at `done` (counting from the
+/// end of warm-up).
+fn note_ack(spec: &ProducerSpec, result: &mut ProducerResult, done: u64) {
+    let since = result.last_ack_ns.max(spec.warmup_ns);
+    if done > since && done - since > result.stall_ns {
+        result.stall_ns = done - since;
+        result.stall_end_ns = done;
+    }
+    result.last_ack_ns = result.last_ack_ns.max(done);
 }
 
 /// The produce request sent every time: the encoded prefix, then the prepared batch.
@@ -393,6 +414,7 @@ fn record(
     intended: u64,
     done: u64,
 ) {
+    note_ack(spec, &mut state.result, done);
     let result = &mut state.result;
     let latency_us = (done - intended) / 1_000;
     let messages = u64::from(produced.record_count);

@@ -80,6 +80,9 @@ pub struct Options {
     pub seeds: Vec<String>,
     /// Start a local server with this config instead.
     pub spawn_server: Option<PathBuf>,
+    /// Start a local cluster of this many nodes for the run (`spawn_server` is then their
+    /// config).
+    pub spawn_cluster: Option<u8>,
     /// Producer actors.
     pub producers: usize,
     /// Streams the producers spread over.
@@ -127,6 +130,7 @@ impl Default for Options {
             fetch_count_max: 10_000,
             seeds: vec!["127.0.0.1:7070".into()],
             spawn_server: None,
+            spawn_cluster: None,
             producers: 1,
             streams: 1,
             topics: 1,
@@ -191,12 +195,13 @@ pub fn run(options: &Options) -> Result<Value, String> {
     if producers + consumers == 0 {
         return Err("the run needs at least one producer or consumer".into());
     }
-    let spawned = match &options.spawn_server {
-        Some(config) => Some(SpawnedServer::start(config)?),
-        None => None,
+    let spawned = match (options.spawn_cluster, &options.spawn_server) {
+        (Some(nodes), config) => Some(SpawnedServer::start_cluster(nodes, config.as_deref())?),
+        (None, Some(config)) => Some(SpawnedServer::start(config)?),
+        (None, None) => None,
     };
     let seeds = match &spawned {
-        Some(server) => vec![server.address.clone()],
+        Some(server) => server.addresses.clone(),
         None => options.seeds.clone(),
     };
     let targets = options.streams.max(1) * options.topics.max(1);
@@ -502,6 +507,8 @@ fn report(options: &Options, run: &Finished, server_status: Value) -> Value {
             "partitions": result.partitions,
             "on_owner_shard": result.on_owner,
             "latency_us": result.latency.summary().to_json(),
+            "write_stall_ms": result.stall_ns as f64 / 1e6,
+            "write_stall_end_s": result.stall_end_ns as f64 / 1e9,
         });
         produced.add(&result.series, &result.tally, line);
     }
@@ -539,6 +546,7 @@ fn report(options: &Options, run: &Finished, server_status: Value) -> Value {
         "parameters": {
             "seeds": options.seeds,
             "spawned_server": options.spawn_server.as_ref().map(|p| p.display().to_string()),
+            "spawned_cluster_nodes": options.spawn_cluster,
             "producers": run.producers.len(),
             "consumers": run.consumers.len(),
             "streams": options.streams,
@@ -588,6 +596,7 @@ fn report(options: &Options, run: &Finished, server_status: Value) -> Value {
         "time_series": main.series.to_json(),
         "errors": both.errors,
         "retries": 0,
+        "write_stall_ms": run.producers.iter().map(|p| p.stall_ns).max().unwrap_or(0) as f64 / 1e6,
     })
 }
 
@@ -632,6 +641,13 @@ pub fn summary_text(report: &Value) -> String {
         cell("stdev"),
         latency["count"]
     ));
+    if let Some(stall) = report["write_stall_ms"].as_f64()
+        && report["parameters"]["producers"].as_u64().unwrap_or(0) > 0
+    {
+        text.push_str(&format!(
+            "write stall (longest gap between a producer's acknowledgements): {stall:.1} ms\n"
+        ));
+    }
     if let Some(errors) = report["errors"].as_object()
         && !errors.is_empty()
     {

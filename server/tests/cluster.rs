@@ -40,6 +40,7 @@ fn cluster(dir: &Path) -> ShoalCluster {
         args: ["--profile", "small", "--log-level", "info,shoal_replication=debug"]
             .map(String::from)
             .to_vec(),
+        node_args: Vec::new(),
         deadline: DEADLINE,
     };
     ShoalCluster::start(plan).unwrap_or_else(|error| panic!("{error}"))

@@ -31,6 +31,8 @@ pub struct ClusterPlan {
     pub shards: u32,
     /// Arguments every node gets after the harness's own (`--profile small`, ...).
     pub args: Vec<String>,
+    /// Arguments node `i` alone gets after those (`node_args[i]`; none past the list's end).
+    pub node_args: Vec<Vec<String>>,
     /// Bounds each node's start and stop.
     pub deadline: Duration,
 }
@@ -138,7 +140,8 @@ fn node_command(plan: &ClusterPlan, node: u8, nodes_text: &str, client: &str) ->
         .args(["--shards", &plan.shards.to_string(), "--cpus", "none"])
         .args(["--listen", client, "--cluster-node", &node.to_string()])
         .args(["--cluster-nodes", nodes_text])
-        .args(&plan.args);
+        .args(&plan.args)
+        .args(plan.node_args.get(usize::from(node)).into_iter().flatten());
     command
 }
 
