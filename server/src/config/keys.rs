@@ -15,7 +15,8 @@ use shoal_proto::wire::HEADER_SIZE;
 
 use super::error::ConfigError;
 use super::model::{
-    ClusterConfig, ClusterNode, MetadataConfig, NetworkConfig, ShardTuning, TopicDefaults,
+    ClusterConfig, ClusterNode, MetadataConfig, NetworkConfig, ReplicationConfig, ShardTuning,
+    TopicDefaults,
 };
 
 /// Nodes a cluster has at most: the replica core's bound on a group's replicas
@@ -94,6 +95,7 @@ pub(super) enum Scope {
     Metrics,
     Log,
     Metadata,
+    Replication,
     TopicDefaults,
     /// `[shard]`: every shard's defaults.
     Shard,
@@ -111,6 +113,7 @@ impl Scope {
             Scope::Metrics => format!("metrics.{name}"),
             Scope::Log => format!("log.{name}"),
             Scope::Metadata => format!("metadata.{name}"),
+            Scope::Replication => format!("replication.{name}"),
             Scope::TopicDefaults => format!("topic_defaults.{name}"),
             Scope::Shard => format!("shard.{name}"),
             Scope::ShardN(index) => format!("shard.{index}.{name}"),
@@ -127,6 +130,7 @@ impl Scope {
             Scope::Cluster => find(&CLUSTER_KEYS, name),
             Scope::Network => find(&NETWORK_KEYS, name),
             Scope::Metadata => find(&METADATA_KEYS, name),
+            Scope::Replication => find(&REPLICATION_KEYS, name),
             Scope::TopicDefaults => find(&TOPIC_KEYS, name),
             Scope::Shard | Scope::ShardN(_) if is_bool_key(name) => None,
             Scope::Shard | Scope::ShardN(_) => {
@@ -170,6 +174,9 @@ pub(super) fn env_key(var: &str) -> Option<(Scope, &'static str)> {
     }
     if let Some(key) = METADATA_KEYS.iter().find(|key| matches("METADATA_", key.name)) {
         return Some((Scope::Metadata, key.name));
+    }
+    if let Some(key) = REPLICATION_KEYS.iter().find(|key| matches("REPLICATION_", key.name)) {
+        return Some((Scope::Replication, key.name));
     }
     if matches("TOPIC_DEFAULTS_", "durability") {
         return Some((Scope::TopicDefaults, "durability"));
@@ -298,6 +305,46 @@ pub(super) const CLUSTER_KEYS: [IntKey<ClusterConfig>; 2] = [
         max: NODES_MAX as u64 - 1,
         get: |c| u64::from(c.node),
         set: |c, v| c.node = v as u8,
+    },
+];
+
+/// `[replication]`: the replicas' timers, in milliseconds (the replicas count 10 ms ticks, so
+/// each is at least one tick).
+pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 5] = [
+    IntKey {
+        name: "commit_interval_ms",
+        min: 10,
+        max: 60_000,
+        get: |c| c.commit_interval_ms,
+        set: |c, v| c.commit_interval_ms = v,
+    },
+    IntKey {
+        name: "heartbeat_timeout_ms",
+        min: 20,
+        max: 600_000,
+        get: |c| c.heartbeat_timeout_ms,
+        set: |c, v| c.heartbeat_timeout_ms = v,
+    },
+    IntKey {
+        name: "view_change_timeout_ms",
+        min: 20,
+        max: 600_000,
+        get: |c| c.view_change_timeout_ms,
+        set: |c, v| c.view_change_timeout_ms = v,
+    },
+    IntKey {
+        name: "start_view_probe_interval_ms",
+        min: 10,
+        max: 60_000,
+        get: |c| c.start_view_probe_interval_ms,
+        set: |c, v| c.start_view_probe_interval_ms = v,
+    },
+    IntKey {
+        name: "replica_lag_time_max_ms",
+        min: 10,
+        max: 3_600_000,
+        get: |c| c.replica_lag_time_max_ms,
+        set: |c, v| c.replica_lag_time_max_ms = v,
     },
 ];
 

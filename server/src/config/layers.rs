@@ -17,8 +17,9 @@ use shoal_proto::durability::{Durability, UnknownDurability};
 use super::args::FLAGS;
 use super::error::ConfigError;
 use super::keys::{
-    BOOL_KEYS, CLUSTER_KEYS, CPU_ID_MAX, METADATA_KEYS, NETWORK_KEYS, Placement, Raw, STORAGE_KEYS,
-    Scope, TOPIC_KEYS, TUNING_KEYS, cluster_nodes, env_key, log_filter, shard_index,
+    BOOL_KEYS, CLUSTER_KEYS, CPU_ID_MAX, METADATA_KEYS, NETWORK_KEYS, Placement, REPLICATION_KEYS,
+    Raw, STORAGE_KEYS, Scope, TOPIC_KEYS, TUNING_KEYS, cluster_nodes, env_key, log_filter,
+    shard_index,
 };
 use super::model::{ClusterNode, Config, Profile, SHARDS_MAX};
 
@@ -109,6 +110,12 @@ impl Layers {
                     for (key, value) in section(value, "metrics")? {
                         let written = format!("metrics.{key}");
                         self.set(Scope::Metrics, key, Raw::Toml(value), written)?;
+                    }
+                }
+                "replication" => {
+                    for (key, value) in section(value, "replication")? {
+                        let written = format!("replication.{key}");
+                        self.set(Scope::Replication, key, Raw::Toml(value), written)?;
                     }
                 }
                 "metadata" => {
@@ -230,6 +237,11 @@ impl Layers {
         for key in &NETWORK_KEYS {
             if let Some(given) = self.ints.get(&(Scope::Network, key.name)) {
                 (key.set)(&mut config.network, given.value);
+            }
+        }
+        for key in &REPLICATION_KEYS {
+            if let Some(given) = self.ints.get(&(Scope::Replication, key.name)) {
+                (key.set)(&mut config.replication, given.value);
             }
         }
         for key in &METADATA_KEYS {

@@ -40,6 +40,6 @@ pub use keys::{LOG_LEVELS, log_filter};
 pub use layers::{Host, Layers, Resolved};
 pub use model::{
     ClusterConfig, ClusterNode, Config, LogConfig, MetadataConfig, MetricsConfig, NetworkConfig,
-    Profile, SHARDS_MAX, ShardSettings, ShardTuning, TopicDefaults,
+    Profile, ReplicationConfig, SHARDS_MAX, ShardSettings, ShardTuning, TopicDefaults,
 };
 pub use print::shard_settings;

@@ -37,6 +37,8 @@ pub struct Config {
     pub log: LogConfig,
     /// The metadata state machine.
     pub metadata: MetadataConfig,
+    /// `[replication]`: the replicas' timers.
+    pub replication: ReplicationConfig,
     /// Settings a topic gets when its creator does not choose.
     pub topic_defaults: TopicDefaults,
     /// One entry per shard, index = shard.
@@ -165,6 +167,36 @@ impl NetworkConfig {
             address.set_port(u16::try_from(port).unwrap_or(u16::MAX));
         }
         Some(address)
+    }
+}
+
+/// `[replication]`: how fast a cluster notices a lost primary and replaces it
+/// (`docs/cluster.md`, "Timeouts"). Every node of a cluster should run the same values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicationConfig {
+    /// The primary's commit broadcast, which doubles as the heartbeat.
+    pub commit_interval_ms: u64,
+    /// A backup that hears nothing from its primary this long votes for a view change (plus a
+    /// random extra of up to half of it).
+    pub heartbeat_timeout_ms: u64,
+    /// A view change that has not started its view after this long moves on to the next view.
+    pub view_change_timeout_ms: u64,
+    /// A restarted replica asks for the current view this often.
+    pub start_view_probe_interval_ms: u64,
+    /// A backup not caught up for this long is lagging; silent this long, dead (Kafka's
+    /// `replica.lag.time.max.ms`).
+    pub replica_lag_time_max_ms: u64,
+}
+
+impl Default for ReplicationConfig {
+    fn default() -> Self {
+        ReplicationConfig {
+            commit_interval_ms: 100,
+            heartbeat_timeout_ms: 1_000,
+            view_change_timeout_ms: 2_000,
+            start_view_probe_interval_ms: 200,
+            replica_lag_time_max_ms: 10_000,
+        }
     }
 }
 
@@ -349,6 +381,7 @@ impl Config {
             metrics: MetricsConfig::default(),
             log: LogConfig::default(),
             metadata: MetadataConfig::default(),
+            replication: ReplicationConfig::default(),
             topic_defaults,
             shard: (0..shards)
                 .map(|index| ShardSettings {

@@ -11,7 +11,8 @@ use std::borrow::Cow;
 use serde::{Serialize, Serializer};
 
 use super::keys::{
-    IntKey, METADATA_KEYS, NETWORK_KEYS, STORAGE_KEYS, TOPIC_KEYS, TUNING_KEYS, is_bool_key,
+    IntKey, METADATA_KEYS, NETWORK_KEYS, REPLICATION_KEYS, STORAGE_KEYS, TOPIC_KEYS, TUNING_KEYS,
+    is_bool_key,
 };
 use super::model::{Config, ShardSettings};
 
@@ -59,6 +60,7 @@ struct Node<'a> {
     network: Keys,
     metrics: Metrics,
     log: Log<'a>,
+    replication: Keys,
     metadata: Keys,
     topic_defaults: Keys,
 }
@@ -180,6 +182,7 @@ impl<'a> Node<'a> {
             network,
             metrics: Metrics { listen: config.metrics.listen_text() },
             log: Log { level: &config.log.level },
+            replication: keys(&REPLICATION_KEYS, &config.replication),
             metadata: keys(&METADATA_KEYS, &config.metadata),
             topic_defaults,
         }

@@ -11,8 +11,8 @@ use shoal_engine::superblock::{SEGMENT_SIZE_BYTES_MAX, SEGMENT_SIZE_BYTES_MIN};
 
 use super::args::FLAGS;
 use super::keys::{
-    CLUSTER_KEYS, METADATA_KEYS, NETWORK_KEYS, SERVER_KEYS, STORAGE_KEYS, Scope, TOPIC_KEYS,
-    TUNING_KEYS, is_bool_key,
+    CLUSTER_KEYS, METADATA_KEYS, NETWORK_KEYS, REPLICATION_KEYS, SERVER_KEYS, STORAGE_KEYS, Scope,
+    TOPIC_KEYS, TUNING_KEYS, is_bool_key,
 };
 use super::*;
 
@@ -59,6 +59,7 @@ fn all_keys() -> Vec<(Scope, &'static str)> {
     keys.push((Scope::Metrics, "listen"));
     keys.push((Scope::Log, "level"));
     keys.extend(METADATA_KEYS.iter().map(|key| (Scope::Metadata, key.name)));
+    keys.extend(REPLICATION_KEYS.iter().map(|key| (Scope::Replication, key.name)));
     keys.push((Scope::TopicDefaults, "durability"));
     keys.extend(TOPIC_KEYS.iter().map(|key| (Scope::TopicDefaults, key.name)));
     keys.extend(STORAGE_KEYS.iter().map(|key| (Scope::Shard, key.name)));
@@ -74,6 +75,7 @@ fn env_name(scope: Scope, name: &str) -> String {
         Scope::Metrics => "METRICS_",
         Scope::Log => return "SHOAL_LOG".to_string(),
         Scope::Metadata => "METADATA_",
+        Scope::Replication => "REPLICATION_",
         Scope::TopicDefaults => "TOPIC_DEFAULTS_",
         Scope::Shard | Scope::ShardN(_) => "SHARD_",
     };
@@ -1080,4 +1082,30 @@ fn cluster_3_configs_resolve_agree_and_never_share_a_port() {
         }
     }
     assert_eq!(listeners.len(), 3 * (1 + 1 + 2 + 1), "native, metrics, 2 bus ports, kafka");
+}
+
+#[test]
+fn replication_timers_resolve_and_must_outlast_the_commit_interval() {
+    let config = resolve(
+        "[replication]\nheartbeat_timeout_ms = 500\n",
+        &[("SHOAL_REPLICATION_VIEW_CHANGE_TIMEOUT_MS", "900")],
+        &[],
+    );
+    assert_eq!(config.replication.heartbeat_timeout_ms, 500);
+    assert_eq!(config.replication.view_change_timeout_ms, 900);
+    assert_eq!(config.replication.commit_interval_ms, 100);
+    check_error(
+        "[replication]\nheartbeat_timeout_ms = 100\n",
+        &[],
+        &[],
+        "replication.heartbeat_timeout_ms",
+        "must be longer than commit_interval_ms (100)",
+    );
+    check_error(
+        "[replication]\ncommit_interval_ms = 20000\n",
+        &[],
+        &[],
+        "replication.commit_interval_ms",
+        "heartbeat_timeout_ms (1000) must be longer",
+    );
 }

@@ -26,6 +26,7 @@ impl Layers {
             self.validate_shard(config, index, settings)?;
         }
         self.validate_shard_listen(config)?;
+        self.validate_replication(config)?;
         self.validate_topic_defaults(config)?;
         self.validate_cluster(config)
     }
@@ -396,6 +397,33 @@ impl Layers {
     }
 
     /// The key that set `name` in `scope`, or its default's dotted name.
+    /// The replicas' timers: the heartbeat timeout and the lag bound must outlast a commit
+    /// interval, or a healthy primary would be deposed (or its backups flagged) between two of
+    /// its heartbeats. Compared in the replicas' 10 ms ticks.
+    fn validate_replication(&self, config: &Config) -> Result<(), ConfigError> {
+        let timers = &config.replication;
+        let ticks = |ms: u64| (ms / 10).max(1);
+        let commit = ticks(timers.commit_interval_ms);
+        let interval = || self.key_of(Scope::Replication, "commit_interval_ms");
+        for (name, value) in [
+            ("heartbeat_timeout_ms", timers.heartbeat_timeout_ms),
+            ("replica_lag_time_max_ms", timers.replica_lag_time_max_ms),
+        ] {
+            if ticks(value) <= commit {
+                return Err(blame(
+                    self.key_of(Scope::Replication, name),
+                    interval(),
+                    format!(
+                        "{name} ({value}) must be longer than commit_interval_ms ({}) by at least \
+                         one 10 ms tick",
+                        timers.commit_interval_ms
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn key_of(&self, scope: Scope, name: &'static str) -> Written {
         match self.ints.get(&(scope, name)) {
             Some(given) => Written { key: given.key.clone(), given: true },

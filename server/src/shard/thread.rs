@@ -266,6 +266,15 @@ async fn open(
         ..spec.config.shard[index as usize].storage.clone()
     };
     let mut replica = ReplicaConfig::new(cluster.id, 0, cluster.node_count(), cluster.node);
+    let timers = &spec.config.replication;
+    let ticks = |ms: u64| (ms / TICK_MS).max(1);
+    replica.commit_interval_ticks = ticks(timers.commit_interval_ms);
+    // Voters repeat their votes every commit interval: a vote counts for three of them.
+    replica.vote_ttl_ticks = 3 * replica.commit_interval_ticks;
+    replica.heartbeat_timeout_ticks = ticks(timers.heartbeat_timeout_ms);
+    replica.view_change_timeout_ticks = ticks(timers.view_change_timeout_ms);
+    replica.start_view_probe_interval_ticks = ticks(timers.start_view_probe_interval_ms);
+    replica.replica_lag_ticks_max = ticks(timers.replica_lag_time_max_ms);
     if cluster.node_count() == 1 {
         // A group of one has nobody to ask for a StartView: probing would only delay its return.
         replica.start_view_probes_max = 0;
