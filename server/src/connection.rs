@@ -44,7 +44,7 @@ use shoal_proto::wire::{ClientReply, ClientRequest, HEADER_SIZE, Header};
 use shoal_replication::Request;
 
 use crate::config::Config;
-use crate::metadata::{Catalog, MetaCommand, Published, TopicSettings};
+use crate::metadata::{Catalog, METADATA_GROUP, MetaCommand, Published, TopicSettings};
 use crate::metrics::ShardMetrics;
 use crate::shard::{
     Body, FetchArgs, GroupRequest, GroupStats, Mesh, Outcome, ShardReport, Work, now_ms,
@@ -485,6 +485,11 @@ impl Session {
                     protocol::decode_topic_name(&body).map_err(invalid_request)?;
                 self.metadata(fields, MetaCommand::DeleteTopic { stream, topic }).await
             }
+            Operation::ListStreams | Operation::ListTopics | Operation::DescribeTopic
+                if let Some(redirect) = self.metadata_redirect().await =>
+            {
+                Ok(Waiting::Ready(redirect))
+            }
             Operation::ListStreams => {
                 protocol::Reader::new(&body).end().map_err(invalid_request)?;
                 let body = protocol::encode_streams(&catalog.stream_infos());
@@ -788,6 +793,31 @@ impl Session {
         let (slot, answer) = flume::bounded(1);
         self.send(0, Work::Metadata { client: fields, command, reply: slot }).await?;
         Ok(Waiting::Answer(answer))
+    }
+
+    /// Where a catalog read (listing, describing) must go instead, if this node is not the
+    /// metadata group's serving primary: the catalog is applied on every node, but a backup's
+    /// may lag the commits a client was already told of, and a client reads its own changes only
+    /// where they were made. A one-node cluster answers everything here.
+    async fn metadata_redirect(&self) -> Option<Outcome> {
+        let cluster = &self.context.config.cluster;
+        if cluster.node_count() == 1 {
+            return None;
+        }
+        let (slot, answer) = flume::bounded(1);
+        let work = Work::Stats { groups: vec![METADATA_GROUP], reply: slot };
+        self.send_internal(0, work).await.ok()?;
+        let stats = answer.recv_async().await.ok()?;
+        let &(_, GroupStats { view, primary, .. }) = stats.first()?;
+        if primary == cluster.node {
+            return None;
+        }
+        Some(if primary == NODE_UNKNOWN {
+            let text = format!("the metadata group is changing views (view {view}): retry");
+            Outcome::error(ErrorCode::TransientNotAccepted, text)
+        } else {
+            Outcome::not_primary(view, primary)
+        })
     }
 
     /// Routes a request's work to `shard` (counted as forwarded when that is not this one).

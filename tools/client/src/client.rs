@@ -45,6 +45,8 @@ use crate::transport::Transport;
 
 mod links;
 
+pub(crate) use links::is_catalog_lag;
+
 /// How to reach the server and the limits every call keeps.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {

@@ -19,15 +19,26 @@
 //! With `idempotent` (DESIGN.md §4, Kafka's idempotent producer) every batch carries the
 //! client's session as its producer id, epoch 0 and a per-partition sequence (from 0, counting
 //! records, wrapping at `i32::MAX`); a resend is the same bytes, so the partition stores it once
-//! and answers a duplicate with the original offsets. Keyless records then go to a partition the
-//! producer picks (sticky, moving on with each batch), since a sequence belongs to one
-//! partition. A batch refused with `OutOfOrderSequence` while an earlier batch of its partition
-//! waits to be resent is resent after it; otherwise that error fails the producer.
+//! and answers a duplicate with the original offsets — also after a failover, since every
+//! replica keeps the producer table. Keyless records then go to a partition the producer picks
+//! (sticky, moving on with each batch), since a sequence belongs to one partition. A batch
+//! refused with `OutOfOrderSequence` (or `UnknownProducer`, when the batch before it was the
+//! partition's first) while an earlier batch of its partition is not stored yet (waiting to be
+//! resent, or in flight again) is resent after it; otherwise those errors fail the producer. Resends of one partition's batches always go out in their sequence order.
 //!
-//! A producer for one partition (`partition: Some(p)`) moves its client to the shard that owns
-//! the partition when the server has per-shard listeners (`connect_to_owner`, on by default), so
-//! its requests are served without a hop between shards; a producer spread over partitions keeps
-//! the connection it was given (its partitions may live on every shard).
+//! In a cluster (a version 3 server naming several nodes) each batch goes to its partition's
+//! primary, on the client's connection to that node; keyless records go to partitions the
+//! producer picks (as when idempotent). A `NotPrimary` answer teaches the client the new primary
+//! and the batch goes there at once ([`REDIRECTS_MAX`] times at most, then it counts as a failed
+//! attempt); a broken connection loses only the batches in flight on it. Replies are awaited
+//! oldest batch first, on the connection it went out on. A partition's primary that does not
+//! know the topic yet (its catalog lags the metadata primary's just after the topic was
+//! created) is retried like a transient refusal, within `retries_max`.
+//!
+//! A producer for one partition (`partition: Some(p)`) of a single node moves its client to the
+//! shard that owns the partition when the server has per-shard listeners (`connect_to_owner`, on
+//! by default), so its requests are served without a hop between shards; a producer spread over
+//! partitions keeps the connection it was given (its partitions may live on every shard).
 //!
 //! The batching, ordering and retry logic (`ProducerCore`) is sans-IO and takes the time as an
 //! argument; `Producer` drives it with a [`Client`]. Buffers (request bodies, ticket lists, the
@@ -45,7 +56,7 @@ use shoal_proto::protocol::{
 };
 use shoal_proto::wire::HEADER_SIZE;
 
-use crate::client::Client;
+use crate::client::{Client, is_catalog_lag};
 use crate::error::{ClientError, Result};
 use crate::routes::Route;
 
@@ -198,7 +209,15 @@ pub(crate) struct ProducerCore {
     producer_id: Option<i64>,
     /// Per partition, the sequence of the next batch's first record (idempotent only).
     sequences: Vec<i32>,
-    /// The partition keyless records go to when idempotent.
+    /// Whether keyless records go to a partition the producer picks (`sticky`) rather than one
+    /// the server balances to: when idempotent (a sequence belongs to one partition) and in a
+    /// cluster (a batch goes to its partition's primary).
+    sticky_keyless: bool,
+    /// In a cluster: a partition's primary may not know the topic yet when it was just created
+    /// (its catalog lags the metadata primary's), so "not found" is retried like a transient
+    /// refusal, within the retry bound.
+    catalog_may_lag: bool,
+    /// The partition keyless records go to when `sticky_keyless`.
     sticky: u32,
 }
 
@@ -245,6 +264,8 @@ impl ProducerCore {
             failed: None,
             producer_id: None,
             sequences: Vec::new(),
+            sticky_keyless: false,
+            catalog_may_lag: false,
             sticky: 0,
             config,
         })
@@ -254,6 +275,14 @@ impl ProducerCore {
     pub(crate) fn set_idempotent(&mut self, producer_id: i64) {
         self.producer_id = Some(producer_id);
         self.sequences = vec![0; self.partitions as usize];
+        self.sticky_keyless = true;
+    }
+
+    /// The producer runs against a cluster: keyless records go to a partition it picks, moving
+    /// on with each batch, and "not found" may be a lagging catalog.
+    pub(crate) fn set_cluster(&mut self) {
+        self.sticky_keyless = true;
+        self.catalog_may_lag = true;
     }
 
     fn check(&self) -> Result<()> {
@@ -267,7 +296,7 @@ impl ProducerCore {
         match (self.config.partition, key) {
             (Some(partition), _) => Target::Partition(partition),
             (None, Some(key)) => Target::Partition(partition_for_key(key, self.partitions)),
-            (None, None) if self.producer_id.is_some() => Target::Partition(self.sticky),
+            (None, None) if self.sticky_keyless => Target::Partition(self.sticky),
             (None, None) => Target::Balanced,
         }
     }
@@ -335,9 +364,12 @@ impl ProducerCore {
             builder = builder.producer(producer_id, 0, *sequence);
             let records = open.tickets.len() as i64;
             *sequence = ((i64::from(*sequence) + records) % (i64::from(i32::MAX) + 1)) as i32;
-            if self.config.partition.is_none() && partition == self.sticky {
-                self.sticky = (self.sticky + 1) % self.partitions;
-            }
+        }
+        if self.sticky_keyless
+            && self.config.partition.is_none()
+            && target == Target::Partition(self.sticky)
+        {
+            self.sticky = (self.sticky + 1) % self.partitions;
         }
         builder.build_into(&mut writer.bytes);
         self.open_records -= open.tickets.len();
@@ -486,15 +518,21 @@ impl ProducerCore {
         }
         // An idempotent batch sent behind one of its partition that is not stored yet (failed
         // and waiting to be resent, or in flight again, perhaps to a new primary) arrives to a
-        // gap: it goes again after that one.
+        // gap — or, when that one was the partition's first, to a partition that does not know
+        // the producer yet: it goes again after that one.
         let first = batch.first_ticket();
-        let behind_a_resend =
-            self.producer_id.is_some()
-                && error.code() == Some(ErrorCode::OutOfOrderSequence)
-                && self.retry.iter().chain(self.in_flight.iter().map(|sent| &sent.batch)).any(
-                    |earlier| earlier.target == batch.target && earlier.first_ticket() < first,
-                );
-        if !(error.is_retryable() || behind_a_resend) || batch.attempts >= self.config.retries_max {
+        let gap = matches!(
+            error.code(),
+            Some(ErrorCode::OutOfOrderSequence | ErrorCode::UnknownProducer)
+        );
+        let mut unstored = self.retry.iter().chain(self.in_flight.iter().map(|sent| &sent.batch));
+        let behind_a_resend = self.producer_id.is_some()
+            && gap
+            && unstored
+                .any(|earlier| earlier.target == batch.target && earlier.first_ticket() < first);
+        let lagging = self.catalog_may_lag && is_catalog_lag(&error);
+        let retryable = error.is_retryable() || behind_a_resend || lagging;
+        if !retryable || batch.attempts >= self.config.retries_max {
             return Err(self.fail(error));
         }
         batch.attempts += 1;
@@ -624,6 +662,9 @@ impl Producer {
         };
         let idempotent = config.idempotent;
         let mut core = ProducerCore::new(config, stream, topic, info.partitions)?;
+        if client.nodes().len() > 1 {
+            core.set_cluster();
+        }
         if idempotent {
             let producer_id =
                 i64::try_from(client.session()).ok().filter(|&id| id > 0).ok_or_else(|| {

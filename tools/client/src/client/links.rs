@@ -29,6 +29,21 @@ pub(crate) const FOLLOW_BACKOFF_MIN: Duration = Duration::from_millis(50);
 /// The longest backoff between two tries of a routed call.
 pub(crate) const FOLLOW_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
+/// How long a partition's request may be answered "no such stream, topic or partition" by a
+/// node of a cluster before the client believes it: the metadata primary acknowledges a new
+/// topic once a quorum holds it, and the other nodes apply it when they hear of the commit (the
+/// primary's commit heartbeat goes out every 100 ms), so a client that created a topic and at
+/// once sends to a partition's primary elsewhere may find it not there yet.
+pub(crate) const CATALOG_LAG_MAX: Duration = Duration::from_secs(1);
+
+/// Whether `error` may be a node's catalog lagging the metadata primary's.
+pub(crate) fn is_catalog_lag(error: &ClientError) -> bool {
+    matches!(
+        error.code(),
+        Some(ErrorCode::StreamNotFound | ErrorCode::TopicNotFound | ErrorCode::PartitionNotFound)
+    )
+}
+
 /// What to do after a try of a routed call failed.
 enum Next {
     /// Go at once to this node (a `NotPrimary` answer named it).
@@ -50,7 +65,8 @@ impl Client {
         operation: Operation,
         body_parts: &[&[u8]],
     ) -> Result<Bytes> {
-        let deadline = Instant::now() + self.request_timeout() + held;
+        let started = Instant::now();
+        let deadline = started + self.request_timeout() + held;
         let mut backoff = FOLLOW_BACKOFF_MIN;
         let mut hint = None;
         let mut attempts = 0;
@@ -81,6 +97,14 @@ impl Client {
                 }
                 (error, _) if error.code() == Some(ErrorCode::TransientNotAccepted) => Next::Retry,
                 (error, _) if error.breaks_connection() && is_repeatable(operation) => Next::Retry,
+                (error, _)
+                    if is_catalog_lag(error)
+                        && matches!(route, Route::Partition { .. })
+                        && self.routes.is_cluster()
+                        && started.elapsed() < CATALOG_LAG_MAX =>
+                {
+                    Next::Retry
+                }
                 _ => Next::Fail,
             };
             if attempts >= FOLLOW_ATTEMPTS_MAX {
