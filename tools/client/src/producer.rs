@@ -98,7 +98,9 @@ impl Default for ProducerConfig {
             batch_records_max: 16_384,
             linger_us: 1_000,
             in_flight_max: 8,
-            retries_max: 5,
+            // With the backoff doubling from 50 ms to 2 s: about 11 s of resends, enough to ride
+            // out a primary's failover (detection plus a view change) in a cluster.
+            retries_max: 10,
             retry_backoff_ms: 50,
             retry_backoff_ms_max: 2_000,
             connect_to_owner: true,
