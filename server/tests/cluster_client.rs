@@ -6,19 +6,25 @@
 //! offsets dense. A write to a group that has lost its quorum is answered within a bound instead
 //! of waiting forever.
 //!
+//! Clients of older protocol versions keep their layouts: a version 2 `Hello` names no nodes and
+//! a version 2 `NotPrimary` is the text alone, where version 3 gets the structured answer.
+//!
 //! Every wait is bounded by [`DEADLINE`]; nothing sleeps for synchronisation (loops poll the
 //! condition, bounded).
+
+mod common;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::{Answer, Raw};
 use shoal_client::{
     Ack, Client, ClientConfig, ClientError, CreateTopic, Durability, ErrorCode, Fetch, FetchFrom,
     GroupRef, JoinGroup, PartitionInfo, Partitioning, Producer, ProducerConfig, Route,
 };
 use shoal_proto::batch::BatchBuilder;
-use shoal_proto::protocol::{Operation, Produce, Writer};
+use shoal_proto::protocol::{Hello, HelloReply, NotPrimary, Operation, Produce, Writer};
 use shoal_testkit::{ClusterPlan, ShoalCluster};
 
 /// How long any start, stop or wait may take.
@@ -275,4 +281,63 @@ fn produce_body(batch: &[u8]) -> Vec<u8> {
     produce.encode_prefix(&mut body);
     body.raw(batch);
     body.finish()
+}
+
+#[test]
+fn version_2_clients_get_the_plain_not_primary_and_version_3_the_structured_one() {
+    let root = tempfile::tempdir().unwrap();
+    let cluster = start_cluster(root.path());
+    let started = Instant::now();
+    // Until the metadata group has a serving primary, nodes answer TransientNotAccepted (or
+    // name a primary that does not serve yet): ask again, bounded.
+    loop {
+        let answers: Vec<(Answer, Answer)> = (0..3)
+            .map(|node| {
+                let address = &cluster.clients[node];
+                let (mut old, _) = hello(address, 2, node as u8, &cluster.clients);
+                let (mut new, _) = hello(address, 3, node as u8, &cluster.clients);
+                (old.call(Operation::ListStreams, &[]), new.call(Operation::ListStreams, &[]))
+            })
+            .collect();
+        let serving: Vec<usize> = (0..3)
+            .filter(|&n| answers[n].0.reply.error == 0 && answers[n].1.reply.error == 0)
+            .collect();
+        let redirected = |n: usize| {
+            let code = ErrorCode::NotPrimary as u32;
+            answers[n].0.reply.error == code && answers[n].1.reply.error == code
+        };
+        if let [primary] = serving[..]
+            && (0..3).filter(|&n| n != primary).all(redirected)
+        {
+            for node in (0..3).filter(|&n| n != primary) {
+                let (old, new) = &answers[node];
+                let structured = NotPrimary::decode(&new.body).expect("a version 3 NotPrimary");
+                assert_eq!(usize::from(structured.primary), primary);
+                assert_eq!(structured.address, cluster.clients[primary]);
+                assert_eq!(String::from_utf8_lossy(&old.body), structured.text, "version 2");
+                let expected = format!("replica {primary} leads view {}", structured.view);
+                assert_eq!(structured.text, expected);
+            }
+            return;
+        }
+        assert!(started.elapsed() < DEADLINE, "no single metadata primary emerged");
+        std::thread::yield_now();
+    }
+}
+
+/// A raw connection to `address` speaking exactly `version`, and its `Hello` result (checked:
+/// the cluster's nodes from version 3 on, none before).
+fn hello(address: &str, version: u16, node: u8, clients: &[String]) -> (Raw, HelloReply) {
+    let mut raw = Raw::connect_only(address, 7);
+    let hello = Hello { version_min: version, version_max: version, client_name: "old".into() };
+    let reply = HelloReply::decode(raw.call(Operation::Hello, &hello.encode()).ok()).unwrap();
+    assert_eq!(reply.version, version);
+    if version >= 3 {
+        assert_eq!(reply.node, node);
+        let named: Vec<&str> = reply.nodes.iter().map(|n| n.address.as_str()).collect();
+        assert_eq!(named, clients.iter().map(String::as_str).collect::<Vec<_>>());
+    } else {
+        assert!(reply.nodes.is_empty(), "a version 2 result names no nodes");
+    }
+    (raw, reply)
 }
