@@ -90,8 +90,10 @@ impl Client {
                 (_, None) => Next::Retry,
                 (ClientError::NotPrimary(redirect), Some(node)) => {
                     self.routes.learn(route, redirect.primary);
+                    // A node naming itself, or one the client has no address for, is no
+                    // redirect: ask again after the backoff.
                     let elsewhere = redirect.primary != NODE_UNKNOWN
-                        && (node.is_none() || Some(redirect.primary) != node)
+                        && Some(redirect.primary) != node
                         && self.routes.address(redirect.primary).is_some();
                     if elsewhere { Next::Follow(redirect.primary) } else { Next::Retry }
                 }
