@@ -37,8 +37,10 @@ impl ShardState {
         };
         let node = self.node.node_index();
         let Some(metadata) = self.metadata.as_mut() else { return };
-        let leads = leads && metadata.state.catalog.applied_op >= commit;
-        if leads == metadata.coordinating {
+        // Catching up gates the start only: a running coordinator's own rebalances commit a
+        // moment before they are applied, which must not stop it.
+        let starts = leads && metadata.state.catalog.applied_op >= commit;
+        if metadata.coordinating == leads || (!metadata.coordinating && !starts) {
             return;
         }
         metadata.coordinating = leads;
