@@ -21,8 +21,11 @@ use std::fmt;
 use crate::durability::Durability;
 
 /// The protocol version this build speaks. Version 2 added the shard map to the `Hello` result
-/// ([`HelloReply::shard`], [`HelloReply::shard_addresses`]); nothing else differs from 1.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// ([`HelloReply::shard`], [`HelloReply::shard_addresses`]). Version 3 added the cluster to it
+/// ([`HelloReply::cluster`], [`HelloReply::node`], [`HelloReply::nodes`]), each partition's
+/// primary to the `DescribeTopic` result ([`PartitionPrimary`]) and a structured `NotPrimary`
+/// error body ([`NotPrimary`]).
+pub const PROTOCOL_VERSION: u16 = 3;
 /// The oldest protocol version this build still speaks.
 pub const PROTOCOL_VERSION_MIN: u16 = 1;
 
@@ -150,7 +153,10 @@ pub enum ErrorCode {
     Busy = 14,
     /// The disk is full: retry once space is freed.
     StorageFull = 15,
-    /// This node does not lead the partition's group; the text names the view and primary.
+    /// This node does not lead the group the request is for (a partition's, or the metadata
+    /// group's for admin and consumer group requests): go to its primary. From version 3 on the
+    /// body is a [`NotPrimary`] (view, primary node, its client address, then the text); before,
+    /// the text alone names the view and primary.
     NotPrimary = 16,
     /// The request never entered the log: safe to retry anywhere.
     TransientNotAccepted = 17,
@@ -615,11 +621,27 @@ impl Hello {
 
 /// Shards a `Hello` result may list addresses for (the server runs at most 256).
 pub const HELLO_SHARD_ADDRESSES_MAX: usize = 256;
-/// Longest shard address (`[IPv6%scope]:PORT` fits with room).
-pub const SHARD_ADDRESS_LEN_MAX: usize = 64;
+/// Longest shard or node address (`[IPv6%scope]:PORT` fits with room).
+pub const ADDRESS_LEN_MAX: usize = 64;
+/// Nodes a cluster has at most, and so a `Hello` result lists at most.
+pub const CLUSTER_NODES_MAX: usize = 32;
+/// The node index that names no node: a partition whose primary the answering node does not
+/// know (its replica is in a view change or recovering).
+pub const NODE_UNKNOWN: u8 = u8::MAX;
+
+/// One node of the cluster as a `Hello` result (version 3) names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeAddress {
+    /// Its index (its replica index in every group).
+    pub node: u8,
+    /// Where clients reach it, as `IP:PORT`; an unspecified IP means "the host you reached this
+    /// connection on".
+    pub address: String,
+}
 
 /// `Hello` result. The shard fields exist from version 2 on; a version 1 result carries neither
-/// (decoded as shard 0 and no addresses).
+/// (decoded as shard 0 and no addresses). The cluster fields exist from version 3 on; an older
+/// result is decoded as cluster 0, node 0 and no nodes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HelloReply {
     /// The version the connection speaks from now on.
@@ -635,10 +657,18 @@ pub struct HelloReply {
     /// the server has no per-shard listeners. An unspecified IP (`0.0.0.0`, `::`) means "the
     /// host you reached this connection on".
     pub shard_addresses: Vec<String>,
+    /// The cluster's id (v3).
+    pub cluster: u64,
+    /// The index of the node serving this connection (v3).
+    pub node: u8,
+    /// Every node of the cluster with its client address, by index (v3); a one-node cluster
+    /// lists itself.
+    pub nodes: Vec<NodeAddress>,
 }
 
 impl HelloReply {
-    /// Encodes the result for the negotiated `version` (the shard fields only from 2 on).
+    /// Encodes the result for the negotiated `version` (the shard fields only from 2 on, the
+    /// cluster fields only from 3 on).
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::new();
         w.u16(self.version).u32(self.shards).str(&self.server);
@@ -646,6 +676,12 @@ impl HelloReply {
             w.u32(self.shard).u32(self.shard_addresses.len() as u32);
             for address in &self.shard_addresses {
                 w.str(address);
+            }
+        }
+        if self.version >= 3 {
+            w.u64(self.cluster).u8(self.node).u32(self.nodes.len() as u32);
+            for node in &self.nodes {
+                w.u8(node.node).str(&node.address);
             }
         }
         w.finish()
@@ -660,6 +696,9 @@ impl HelloReply {
             server: r.str("server", TEXT_LEN_MAX)?,
             shard: 0,
             shard_addresses: Vec::new(),
+            cluster: 0,
+            node: 0,
+            nodes: Vec::new(),
         };
         if reply.version >= 2 {
             reply.shard = r.u32("shard")?;
@@ -671,7 +710,23 @@ impl HelloReply {
                 ));
             }
             for _ in 0..count {
-                reply.shard_addresses.push(r.str("shard_address", SHARD_ADDRESS_LEN_MAX)?);
+                reply.shard_addresses.push(r.str("shard_address", ADDRESS_LEN_MAX)?);
+            }
+        }
+        if reply.version >= 3 {
+            reply.cluster = r.u64("cluster")?;
+            reply.node = r.u8("node")?;
+            let count = r.count("nodes", 1 + 2)?;
+            if count > CLUSTER_NODES_MAX {
+                return Err(invalid(
+                    "nodes",
+                    format!("{count} nodes, more than {CLUSTER_NODES_MAX}"),
+                ));
+            }
+            for _ in 0..count {
+                let node = r.u8("node")?;
+                let address = r.str("node_address", ADDRESS_LEN_MAX)?;
+                reply.nodes.push(NodeAddress { node, address });
             }
         }
         r.end()?;
@@ -905,36 +960,142 @@ pub struct PartitionInfo {
 
 const PARTITION_INFO_SIZE: usize = 4 + 4 + 8 * 4;
 
-/// Encodes a `DescribeTopic` result.
-pub fn encode_describe(topic: &TopicInfo, partitions: &[PartitionInfo]) -> Vec<u8> {
-    let mut w = Writer::new();
-    topic.write(&mut w);
-    w.u32(partitions.len() as u32);
-    for p in partitions {
-        w.u32(p.partition).u32(p.shard).u64(p.group).u64(p.first_offset);
-        w.u64(p.next_offset).u64(p.size_bytes);
-    }
-    w.finish()
+/// A partition's primary as the node answering `DescribeTopic` believes it (version 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct PartitionPrimary {
+    /// The node leading the partition's group in `view` ([`NODE_UNKNOWN`] while the answering
+    /// node's replica is in a view change or recovering).
+    pub primary: u8,
+    /// The view the answering node's replica of the group is in.
+    pub view: u32,
 }
 
-/// Decodes a `DescribeTopic` result.
-pub fn decode_describe(body: &[u8]) -> Result<(TopicInfo, Vec<PartitionInfo>)> {
-    let mut r = Reader::new(body);
-    let topic = TopicInfo::read(&mut r)?;
-    let count = r.count("partitions", PARTITION_INFO_SIZE)?;
-    let mut partitions = Vec::with_capacity(count);
-    for _ in 0..count {
-        partitions.push(PartitionInfo {
-            partition: r.u32("partition")?,
-            shard: r.u32("shard")?,
-            group: r.u64("group")?,
-            first_offset: r.u64("first_offset")?,
-            next_offset: r.u64("next_offset")?,
-            size_bytes: r.u64("size_bytes")?,
-        });
+const PARTITION_PRIMARY_SIZE: usize = 1 + 4;
+
+/// A `DescribeTopic` result: the topic, its partitions and (from version 3 on) each partition's
+/// primary, in the same order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicDescription {
+    /// The topic's settings.
+    pub topic: TopicInfo,
+    /// Its partitions with their figures.
+    pub partitions: Vec<PartitionInfo>,
+    /// Each partition's primary, by position in `partitions`; empty in a result older than
+    /// version 3.
+    pub primaries: Vec<PartitionPrimary>,
+}
+
+impl TopicDescription {
+    /// Encodes the result for the negotiated `version`: the primaries section follows the
+    /// partitions from version 3 on.
+    ///
+    /// # Panics
+    /// From version 3 on, if `primaries` does not hold one entry per partition.
+    pub fn encode(&self, version: u16) -> Vec<u8> {
+        let mut w = Writer::new();
+        self.topic.write(&mut w);
+        w.u32(self.partitions.len() as u32);
+        for p in &self.partitions {
+            w.u32(p.partition).u32(p.shard).u64(p.group).u64(p.first_offset);
+            w.u64(p.next_offset).u64(p.size_bytes);
+        }
+        if version >= 3 {
+            assert_eq!(self.primaries.len(), self.partitions.len(), "one primary per partition");
+            w.u32(self.primaries.len() as u32);
+            for p in &self.primaries {
+                w.u8(p.primary).u32(p.view);
+            }
+        }
+        w.finish()
     }
-    r.end()?;
-    Ok((topic, partitions))
+
+    /// Decodes a result of any version: the primaries section is there when bytes follow the
+    /// partitions, and then must list exactly one primary per partition.
+    pub fn decode(body: &[u8]) -> Result<TopicDescription> {
+        let mut r = Reader::new(body);
+        let topic = TopicInfo::read(&mut r)?;
+        let count = r.count("partitions", PARTITION_INFO_SIZE)?;
+        let mut partitions = Vec::with_capacity(count);
+        for _ in 0..count {
+            partitions.push(PartitionInfo {
+                partition: r.u32("partition")?,
+                shard: r.u32("shard")?,
+                group: r.u64("group")?,
+                first_offset: r.u64("first_offset")?,
+                next_offset: r.u64("next_offset")?,
+                size_bytes: r.u64("size_bytes")?,
+            });
+        }
+        let mut primaries = Vec::new();
+        if r.remaining() > 0 {
+            let listed = r.count("primaries", PARTITION_PRIMARY_SIZE)?;
+            if listed != count {
+                return Err(invalid(
+                    "primaries",
+                    format!("{listed} primaries for {count} partitions"),
+                ));
+            }
+            primaries.reserve(listed);
+            for _ in 0..listed {
+                primaries
+                    .push(PartitionPrimary { primary: r.u8("primary")?, view: r.u32("view")? });
+            }
+        }
+        r.end()?;
+        Ok(TopicDescription { topic, partitions, primaries })
+    }
+}
+
+/// Encodes a version 1 or 2 `DescribeTopic` result (no primaries).
+pub fn encode_describe(topic: &TopicInfo, partitions: &[PartitionInfo]) -> Vec<u8> {
+    let description = TopicDescription {
+        topic: topic.clone(),
+        partitions: partitions.to_vec(),
+        primaries: Vec::new(),
+    };
+    description.encode(2)
+}
+
+/// Decodes a `DescribeTopic` result of any version, without its primaries (see
+/// [`TopicDescription::decode`] for them).
+pub fn decode_describe(body: &[u8]) -> Result<(TopicInfo, Vec<PartitionInfo>)> {
+    let description = TopicDescription::decode(body)?;
+    Ok((description.topic, description.partitions))
+}
+
+/// A `NotPrimary` error's body from version 3 on: where the client should go instead. Before
+/// version 3 the body is `text` alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotPrimary {
+    /// The view the answering node's replica of the group is in.
+    pub view: u32,
+    /// The node that leads the group in that view ([`NODE_UNKNOWN`] if none is known).
+    pub primary: u8,
+    /// That node's client address (`IP:PORT`; empty when the answering node has none for it).
+    pub address: String,
+    /// What happened, for people.
+    pub text: String,
+}
+
+impl NotPrimary {
+    /// Encodes the version 3 body.
+    pub fn encode(&self) -> Vec<u8> {
+        Writer::new().u32(self.view).u8(self.primary).str(&self.address).str(&self.text).finish()
+    }
+
+    /// Decodes a version 3 body.
+    pub fn decode(body: &[u8]) -> Result<NotPrimary> {
+        let mut r = Reader::new(body);
+        let not_primary = NotPrimary {
+            view: r.u32("view")?,
+            primary: r.u8("primary")?,
+            address: r.str("address", ADDRESS_LEN_MAX)?,
+            text: r.str("text", TEXT_LEN_MAX)?,
+        };
+        r.end()?;
+        Ok(not_primary)
+    }
 }
 
 /// How a produce request picks its partition.
@@ -1192,10 +1353,12 @@ mod tests {
         let hello = Hello { version_min: 1, version_max: 3, client_name: "t".into() };
         assert_eq!(Hello::decode(&hello.encode()), Ok(hello.clone()));
         assert_eq!(hello.negotiate(), Some(PROTOCOL_VERSION));
-        let future = Hello { version_min: 3, version_max: 9, client_name: String::new() };
+        let future = Hello { version_min: 4, version_max: 9, client_name: String::new() };
         assert_eq!(future.negotiate(), None);
         let old = Hello { version_min: 1, version_max: 1, client_name: String::new() };
         assert_eq!(old.negotiate(), Some(1), "version 1 clients are still served");
+        let v2 = Hello { version_min: 1, version_max: 2, client_name: String::new() };
+        assert_eq!(v2.negotiate(), Some(2), "version 2 clients are still served");
 
         // The shard map exists from version 2 on; a version 1 result has neither field.
         let v2 = HelloReply {
@@ -1204,6 +1367,9 @@ mod tests {
             server: "shoal".into(),
             shard: 1,
             shard_addresses: vec!["127.0.0.1:7100".into(), "127.0.0.1:7101".into()],
+            cluster: 0,
+            node: 0,
+            nodes: Vec::new(),
         };
         assert_eq!(HelloReply::decode(&v2.encode()), Ok(v2.clone()));
         let v1 = HelloReply { version: 1, ..v2.clone() };
@@ -1271,9 +1437,152 @@ mod tests {
         };
         let body = encode_describe(&topic, &[partition]);
         assert_eq!(decode_describe(&body), Ok((topic.clone(), vec![partition])));
+        assert_eq!(TopicDescription::decode(&body).map(|d| d.primaries), Ok(Vec::new()));
         assert_eq!(decode_topics(&encode_topics(std::slice::from_ref(&topic))), Ok(vec![topic]));
         let streams = vec![StreamInfo { name: "s".into(), topic_count: 2, created_ms: 3 }];
         assert_eq!(decode_streams(&encode_streams(&streams)), Ok(streams));
+    }
+
+    fn topic_info() -> TopicInfo {
+        TopicInfo {
+            stream: "s".into(),
+            name: "t".into(),
+            partitions: 2,
+            durability: Durability::Persisted,
+            retention_bytes: 0,
+            retention_ms: 0,
+            segment_size_bytes: 1 << 20,
+            message_size_bytes_max: 1 << 20,
+            created_ms: 7,
+        }
+    }
+
+    fn v3_hello() -> HelloReply {
+        HelloReply {
+            version: 3,
+            shards: 1,
+            server: "shoal".into(),
+            shard: 0,
+            shard_addresses: Vec::new(),
+            cluster: 9,
+            node: 2,
+            nodes: (0..3)
+                .map(|node| NodeAddress { node, address: format!("127.0.0.1:710{node}") })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn protocol_hello_v3_names_the_cluster_and_older_versions_do_not() {
+        let v3 = v3_hello();
+        assert_eq!(HelloReply::decode(&v3.encode()), Ok(v3.clone()));
+        // A version 2 result of the same reply has no cluster fields: 8 + 1 + 4 + 3 nodes of
+        // 1 + 2 + 14 bytes fewer, and decodes as cluster 0, node 0, no nodes.
+        let v2 = HelloReply { version: 2, ..v3.clone() };
+        assert_eq!(v2.encode().len() + 8 + 1 + 4 + 3 * (1 + 2 + 14), v3.encode().len());
+        let decoded = HelloReply::decode(&v2.encode()).unwrap();
+        assert_eq!((decoded.cluster, decoded.node, decoded.nodes.len()), (0, 0, 0));
+        // Every prefix is refused, and so is one byte more.
+        let body = v3.encode();
+        for len in 0..body.len() {
+            assert!(HelloReply::decode(&body[..len]).is_err(), "prefix {len}");
+        }
+        let mut trailing = body.clone();
+        trailing.push(0);
+        assert!(HelloReply::decode(&trailing).is_err());
+    }
+
+    #[test]
+    fn protocol_hello_v3_bounds_its_nodes_and_their_addresses() {
+        let at_limit = HelloReply {
+            nodes: (0..CLUSTER_NODES_MAX as u8)
+                .map(|node| NodeAddress { node, address: "a".repeat(ADDRESS_LEN_MAX) })
+                .collect(),
+            ..v3_hello()
+        };
+        assert_eq!(HelloReply::decode(&at_limit.encode()), Ok(at_limit.clone()));
+        let mut too_many = at_limit.clone();
+        too_many.nodes.push(NodeAddress { node: 32, address: "a".into() });
+        assert!(matches!(
+            HelloReply::decode(&too_many.encode()),
+            Err(ProtocolError::Invalid { field: "nodes", .. })
+        ));
+        let mut too_long = at_limit;
+        too_long.nodes[0].address.push('a');
+        assert!(matches!(
+            HelloReply::decode(&too_long.encode()),
+            Err(ProtocolError::Invalid { field: "node_address", .. })
+        ));
+    }
+
+    #[test]
+    fn protocol_describe_v3_adds_one_primary_per_partition() {
+        let partitions: Vec<PartitionInfo> = (0..2)
+            .map(|partition| PartitionInfo {
+                partition,
+                shard: 0,
+                group: u64::from(partition) + 1,
+                first_offset: 0,
+                next_offset: 10,
+                size_bytes: 100,
+            })
+            .collect();
+        let primaries = vec![
+            PartitionPrimary { primary: 1, view: 4 },
+            PartitionPrimary { primary: NODE_UNKNOWN, view: 5 },
+        ];
+        let description = TopicDescription { topic: topic_info(), partitions, primaries };
+        let v3 = description.encode(3);
+        assert_eq!(TopicDescription::decode(&v3), Ok(description.clone()));
+        // The version 2 body is the version 3 body without the section (count + 5 bytes each)
+        // and decodes with no primaries; decode_describe takes either.
+        let v2 = description.encode(2);
+        assert_eq!(v2.len() + 4 + 2 * 5, v3.len());
+        assert_eq!(&v3[..v2.len()], &v2[..]);
+        assert_eq!(TopicDescription::decode(&v2).map(|d| d.primaries), Ok(Vec::new()));
+        let expected = (description.topic.clone(), description.partitions.clone());
+        assert_eq!(decode_describe(&v3), Ok(expected.clone()));
+        assert_eq!(decode_describe(&v2), Ok(expected));
+        // A section that does not list one primary per partition is refused, as is every
+        // truncation inside it.
+        let mut short = v2.clone();
+        short.extend_from_slice(&1u32.to_le_bytes());
+        short.extend_from_slice(&[1, 4, 0, 0, 0]);
+        assert!(matches!(
+            TopicDescription::decode(&short),
+            Err(ProtocolError::Invalid { field: "primaries", .. })
+        ));
+        for len in v2.len() + 1..v3.len() {
+            assert!(TopicDescription::decode(&v3[..len]).is_err(), "prefix {len}");
+        }
+        let mut hostile = v2;
+        hostile.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(TopicDescription::decode(&hostile).is_err(), "a huge count allocates nothing");
+    }
+
+    #[test]
+    fn protocol_not_primary_round_trips_and_is_bounded() {
+        let redirect = NotPrimary {
+            view: 7,
+            primary: 1,
+            address: "127.0.0.1:7101".into(),
+            text: "replica 1 leads view 7".into(),
+        };
+        let body = redirect.encode();
+        assert_eq!(NotPrimary::decode(&body), Ok(redirect.clone()));
+        assert_eq!(body.len(), 4 + 1 + 2 + 14 + 2 + 22);
+        for len in 0..body.len() {
+            assert!(NotPrimary::decode(&body[..len]).is_err(), "prefix {len}");
+        }
+        // A version 2 body (the text alone) is not a version 3 one.
+        assert!(NotPrimary::decode(redirect.text.as_bytes()).is_err());
+        let long = NotPrimary { address: "a".repeat(ADDRESS_LEN_MAX + 1), ..redirect.clone() };
+        assert!(matches!(
+            NotPrimary::decode(&long.encode()),
+            Err(ProtocolError::Invalid { field: "address", .. })
+        ));
+        let unknown = NotPrimary { primary: NODE_UNKNOWN, address: String::new(), ..redirect };
+        assert_eq!(NotPrimary::decode(&unknown.encode()), Ok(unknown));
     }
 
     #[test]

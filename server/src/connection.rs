@@ -15,7 +15,11 @@
 //! over the shards) and, when `[network] shard_listen` is set, on a port of its own; both are
 //! served alike. The `Hello` result (version 2) names the serving shard and every shard's own
 //! address, so a client can connect to the shard that owns its partition, whose requests then
-//! need no forwarding (`shoal_requests_forwarded_total` counts the ones that did).
+//! need no forwarding (`shoal_requests_forwarded_total` counts the ones that did). From version 3
+//! it names the cluster's nodes too, `DescribeTopic` each partition's primary, and a `NotPrimary`
+//! error (which shards answer with the view and primary alone) is written here with the
+//! primary's client address from `[cluster]`: the connection knows the version it speaks, the
+//! shard does not.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -32,14 +36,15 @@ use shoal_proto::protocol::consumer::{
     PartitionRef, Poll, StoreOffset,
 };
 use shoal_proto::protocol::{
-    self, CreateTopic, ErrorCode, Fetch, FetchFrom, Hello, HelloReply, Operation, PartitionInfo,
-    Partitioning, Produce,
+    self, CreateTopic, ErrorCode, Fetch, FetchFrom, Hello, HelloReply, NODE_UNKNOWN, NodeAddress,
+    NotPrimary, Operation, PartitionInfo, PartitionPrimary, Partitioning, Produce,
+    TopicDescription,
 };
 use shoal_proto::wire::{ClientReply, ClientRequest, HEADER_SIZE, Header};
 use shoal_replication::Request;
 
 use crate::config::Config;
-use crate::metadata::{Catalog, MetaCommand, Published, TopicSettings};
+use crate::metadata::{Catalog, METADATA_GROUP, MetaCommand, Published, TopicSettings};
 use crate::metrics::ShardMetrics;
 use crate::shard::{
     Body, FetchArgs, GroupRequest, GroupStats, Mesh, Outcome, ShardReport, Work, now_ms,
@@ -147,10 +152,14 @@ impl Drop for Owed {
     }
 }
 
-/// The `Status` JSON: the shards and their own figures, the connections, the effective config
-/// and every partition.
+/// The `Status` JSON: the cluster and this node's place in it, the shards and their own
+/// figures (each group's view, primary and, where this node leads it, replica states), the
+/// connections, the effective config and every partition.
 #[derive(serde::Serialize)]
 struct Status<'a> {
+    cluster: u64,
+    node: u8,
+    nodes: Vec<String>,
     shards: u32,
     shard_reports: Vec<ShardReport>,
     connections: usize,
@@ -165,6 +174,11 @@ struct StatusPartition<'a> {
     topic: &'a str,
     #[serde(flatten)]
     info: &'a PartitionInfo,
+    /// The node this node believes leads the partition (`null`: its replica is in a view change
+    /// or recovering).
+    primary: Option<u8>,
+    /// The view this node's replica of the partition is in.
+    view: u32,
 }
 
 enum Waiting {
@@ -174,10 +188,16 @@ enum Waiting {
 
 async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard) {
     let _open = context.metrics.connection_opened();
+    // What a one-node cluster's `Hello` names as its address: the one this client reached.
+    let reached = stream.local_addr().map(|address| address.to_string()).unwrap_or_default();
     let (mut reader, mut writer) = stream.into_split();
     let (queue, replies) = flume::bounded::<Pending>(context.config.network.requests_in_flight_max);
     let metrics = Rc::clone(&context.metrics);
     let cluster = context.config.cluster.id;
+    // The version `Hello` negotiated (0 before): how a `NotPrimary` body is written.
+    let version = Rc::new(Cell::new(0u16));
+    let writer_version = Rc::clone(&version);
+    let config = Arc::clone(&context.config);
     let writing = monoio::spawn(async move {
         // One frame buffer for the connection's life: replies are written one at a time.
         let mut out = Vec::with_capacity(HEADER_SIZE + 64);
@@ -196,6 +216,10 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
                 Body::Produce(produced) => {
                     write_frame(&mut out, cluster, reply, &produced.encode_array())
                 }
+                &Body::NotPrimary { view, primary } => {
+                    let body = not_primary_body(&config, writer_version.get(), view, primary);
+                    write_frame(&mut out, cluster, reply, &body)
+                }
             }
             let (result, buffer) = writer.write_all(out).await;
             out = buffer;
@@ -213,7 +237,8 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
     let mut session = Session {
         context,
         catalog: Arc::new(Catalog::new(1, 0)),
-        hello: false,
+        version,
+        reached,
         balanced: Cell::new(0),
     };
     let mut header_buffer = vec![0u8; HEADER_SIZE];
@@ -265,11 +290,25 @@ async fn drain(reader: &mut Reader, mut buffer: Vec<u8>) {
     }
 }
 
+/// The body of a `NotPrimary` error for a connection speaking `version`: the structured body
+/// with the primary's client address from version 3 on, the text alone before.
+fn not_primary_body(config: &Config, version: u16, view: u32, primary: u8) -> Vec<u8> {
+    let text = Body::not_primary_text(view, primary);
+    if version < 3 {
+        return text.into_bytes();
+    }
+    let address = config.cluster.client_address(primary).map(|a| a.to_string());
+    NotPrimary { view, primary, address: address.unwrap_or_default(), text }.encode()
+}
+
 /// One connection's reading side.
 struct Session {
     context: Rc<Acceptor>,
     catalog: Arc<Catalog>,
-    hello: bool,
+    /// The version `Hello` negotiated; 0 until then.
+    version: Rc<Cell<u16>>,
+    /// The local address this connection reached (a one-node cluster's address in `Hello`).
+    reached: String,
     balanced: Cell<u32>,
 }
 
@@ -352,7 +391,7 @@ impl Session {
             let text = format!("unknown operation {}", fields.operation);
             return Ok(ready(Outcome::error(ErrorCode::UnknownOperation, text)));
         };
-        if !self.hello {
+        if self.version.get() == 0 {
             if operation != Operation::Hello {
                 let text = "the first request on a connection must be Hello".to_string();
                 return Err(closing(reply, ErrorCode::InvalidRequest, text));
@@ -361,16 +400,8 @@ impl Session {
                 Err(error) => Err(closing(reply, ErrorCode::InvalidRequest, error.to_string())),
                 Ok(hello) => match hello.negotiate() {
                     Some(version) => {
-                        self.hello = true;
-                        let body = HelloReply {
-                            version,
-                            shards: self.context.config.shards,
-                            server: format!("shoal {}", env!("CARGO_PKG_VERSION")),
-                            shard: self.context.shard,
-                            shard_addresses: self.context.shard_addresses.to_vec(),
-                        }
-                        .encode();
-                        Ok(ready(Outcome::ok(body)))
+                        self.version.set(version);
+                        Ok(ready(Outcome::ok(self.hello_reply(version).encode())))
                     }
                     None => {
                         let text = format!(
@@ -397,6 +428,32 @@ impl Session {
             Err((code, text)) => Waiting::Ready(Outcome::error(code, text)),
         };
         Ok(Pending { reply, outcome, close: false, received, _owed: owed })
+    }
+
+    /// The `Hello` result for `version`: the shards and, from version 3, the cluster's nodes
+    /// (a one-node cluster names itself by the address this client reached).
+    fn hello_reply(&self, version: u16) -> HelloReply {
+        let cluster = &self.context.config.cluster;
+        let nodes = if cluster.nodes.is_empty() {
+            vec![NodeAddress { node: cluster.node, address: self.reached.clone() }]
+        } else {
+            (0..cluster.node_count())
+                .filter_map(|node| {
+                    let address = cluster.client_address(node)?.to_string();
+                    Some(NodeAddress { node, address })
+                })
+                .collect()
+        };
+        HelloReply {
+            version,
+            shards: self.context.config.shards,
+            server: format!("shoal {}", env!("CARGO_PKG_VERSION")),
+            shard: self.context.shard,
+            shard_addresses: self.context.shard_addresses.to_vec(),
+            cluster: cluster.id,
+            node: cluster.node,
+            nodes,
+        }
     }
 
     /// Sends the request where it belongs, or answers it here.
@@ -427,6 +484,11 @@ impl Session {
                 let (stream, topic) =
                     protocol::decode_topic_name(&body).map_err(invalid_request)?;
                 self.metadata(fields, MetaCommand::DeleteTopic { stream, topic }).await
+            }
+            Operation::ListStreams | Operation::ListTopics | Operation::DescribeTopic
+                if let Some(redirect) = self.metadata_redirect().await =>
+            {
+                Ok(Waiting::Ready(redirect))
             }
             Operation::ListStreams => {
                 protocol::Reader::new(&body).end().map_err(invalid_request)?;
@@ -543,8 +605,9 @@ impl Session {
             .filter(|(s, t, _)| *s == stream && *t == topic)
             .map(|(_, _, p)| p)
             .collect();
-        self.fill_stats(&mut partitions).await;
-        Ok(Waiting::Ready(Outcome::ok(protocol::encode_describe(&info, &partitions))))
+        let primaries = self.fill_stats(&mut partitions).await;
+        let description = TopicDescription { topic: info, partitions, primaries };
+        Ok(Waiting::Ready(Outcome::ok(description.encode(self.version.get()))))
     }
 
     /// Places a batch on its partition (explicit, by key, or balanced), checks it against the
@@ -732,6 +795,31 @@ impl Session {
         Ok(Waiting::Answer(answer))
     }
 
+    /// Where a catalog read (listing, describing) must go instead, if this node is not the
+    /// metadata group's serving primary: the catalog is applied on every node, but a backup's
+    /// may lag the commits a client was already told of, and a client reads its own changes only
+    /// where they were made. A one-node cluster answers everything here.
+    async fn metadata_redirect(&self) -> Option<Outcome> {
+        let cluster = &self.context.config.cluster;
+        if cluster.node_count() == 1 {
+            return None;
+        }
+        let (slot, answer) = flume::bounded(1);
+        let work = Work::Stats { groups: vec![METADATA_GROUP], reply: slot };
+        self.send_internal(0, work).await.ok()?;
+        let stats = answer.recv_async().await.ok()?;
+        let &(_, GroupStats { view, primary, .. }) = stats.first()?;
+        if primary == cluster.node {
+            return None;
+        }
+        Some(if primary == NODE_UNKNOWN {
+            let text = format!("the metadata group is changing views (view {view}): retry");
+            Outcome::error(ErrorCode::TransientNotAccepted, text)
+        } else {
+            Outcome::not_primary(view, primary)
+        })
+    }
+
     /// Routes a request's work to `shard` (counted as forwarded when that is not this one).
     async fn send(&self, shard: u32, work: Work) -> Result<(), (ErrorCode, String)> {
         if shard != self.context.shard {
@@ -749,8 +837,11 @@ impl Session {
         }
     }
 
-    /// Asks each owning shard for its partitions' figures.
-    async fn fill_stats(&self, partitions: &mut [PartitionInfo]) {
+    /// Asks each owning shard for its partitions' figures; returns each partition's primary as
+    /// this node's replica sees it, in the same order (unknown where a shard did not answer).
+    async fn fill_stats(&self, partitions: &mut [PartitionInfo]) -> Vec<PartitionPrimary> {
+        let unknown = PartitionPrimary { primary: NODE_UNKNOWN, view: 0 };
+        let mut primaries = vec![unknown; partitions.len()];
         let shards = self.context.config.shards;
         for shard in 0..shards {
             let groups: Vec<u64> =
@@ -763,25 +854,36 @@ impl Session {
                 continue;
             }
             let Ok(stats) = answer.recv_async().await else { continue };
-            for (group, GroupStats { first_offset, next_offset, size_bytes }) in stats {
-                if let Some(p) = partitions.iter_mut().find(|p| p.group == group) {
+            for (group, stats) in stats {
+                if let Some(index) = partitions.iter().position(|p| p.group == group) {
+                    let GroupStats { first_offset, next_offset, size_bytes, view, primary } = stats;
+                    let p = &mut partitions[index];
                     p.first_offset = first_offset;
                     p.next_offset = next_offset;
                     p.size_bytes = size_bytes;
+                    primaries[index] = PartitionPrimary { primary, view };
                 }
             }
         }
+        primaries
     }
 
     /// The `Status` JSON: config, shards and every partition with its figures.
     async fn status(&self) -> String {
         let all = self.catalog.partition_infos();
         let mut infos: Vec<PartitionInfo> = all.iter().map(|(_, _, p)| *p).collect();
-        self.fill_stats(&mut infos).await;
+        let primaries = self.fill_stats(&mut infos).await;
         let partitions: Vec<StatusPartition> = all
             .iter()
             .zip(&infos)
-            .map(|((stream, topic, _), info)| StatusPartition { stream, topic, info })
+            .zip(&primaries)
+            .map(|(((stream, topic, _), info), primary)| StatusPartition {
+                stream,
+                topic,
+                info,
+                primary: (primary.primary != NODE_UNKNOWN).then_some(primary.primary),
+                view: primary.view,
+            })
             .collect();
         let config = &self.context.config;
         let mut reports = Vec::new();
@@ -793,7 +895,11 @@ impl Session {
                 reports.push(report);
             }
         }
+        let cluster = &config.cluster;
         let status = Status {
+            cluster: cluster.id,
+            node: cluster.node,
+            nodes: cluster.nodes.iter().map(|node| node.client.to_string()).collect(),
             shards: config.shards,
             shard_reports: reports,
             connections: self.context.connections.load(Ordering::SeqCst),

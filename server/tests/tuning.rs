@@ -185,7 +185,7 @@ fn a_client_on_the_owning_shards_own_port_is_served_without_forwarding() {
     assert!(!server.shards().iter().any(|shard| shard == server.native()));
     for (shard, address) in server.shards().iter().enumerate() {
         let (_, reply) = hello(address, 1, PROTOCOL_VERSION);
-        assert_eq!(reply.version, 2);
+        assert_eq!(reply.version, PROTOCOL_VERSION);
         assert_eq!(reply.shard, shard as u32, "{address} is shard {shard}'s own");
         assert_eq!(reply.shards, 2);
         assert_eq!(reply.shard_addresses, server.shards());

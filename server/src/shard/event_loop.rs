@@ -19,7 +19,7 @@ use super::formation::Formation;
 use super::metadata::MetaWaiter;
 use super::state::ShardState;
 use super::thread::now_ms;
-use super::work::{GroupStats, Outcome, SendOutcome, ShardReport, Work, refuse};
+use super::work::{GroupReport, GroupStats, Outcome, SendOutcome, ShardReport, Work, refuse};
 use super::writes::{PendingWrite, SUBMIT_AT_ONCE, WriteKind};
 use crate::metrics;
 
@@ -66,6 +66,7 @@ impl ShardState {
                     self.advance_formation().await;
                 }
                 self.expire_parked();
+                self.expire_writes();
                 self.expire_members();
                 ticks += 1;
                 if ticks.is_multiple_of(RETENTION_INTERVAL_TICKS) {
@@ -179,6 +180,10 @@ impl ShardState {
             }
             Work::GetOffset { group, consumer, reply } => {
                 self.ensure_group(group).await;
+                if let Some(refusal) = self.read_refusal(group) {
+                    let _ = reply.send(refusal);
+                    return;
+                }
                 let stored = self.offsets.get(&group).and_then(|o| o.get(&consumer));
                 let _ = reply.send(Outcome::ok(consumer::encode_stored_offset(stored)));
             }
@@ -205,26 +210,20 @@ impl ShardState {
             Work::Stats { groups, reply } => {
                 let stats = groups
                     .into_iter()
-                    .map(|group| {
-                        let stats =
-                            self.node.log_stats(group).map_or(GroupStats::default(), |log| {
-                                GroupStats {
-                                    first_offset: log.first_offset,
-                                    next_offset: log.next_offset,
-                                    size_bytes: log.size_bytes,
-                                }
-                            });
-                        (group, stats)
-                    })
+                    .map(|g| (g, GroupStats::of(self.node.log_stats(g), self.node.replica(g))))
                     .collect();
                 let _ = reply.send(stats);
             }
             Work::Report { reply } => {
+                let groups = self.node.group_ids();
+                let replication =
+                    groups.iter().filter_map(|&g| self.node.replica(g)).map(GroupReport::of);
                 let _ = reply.send(ShardReport {
                     shard: self.index,
-                    groups: self.node.group_ids().len(),
+                    groups: groups.len(),
                     allocations: crate::alloc::allocations_on_this_thread(),
                     io_rounds: self.node.counters().io_rounds,
+                    replication: replication.collect(),
                 });
             }
             Work::Metrics { reply } => {

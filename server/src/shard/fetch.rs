@@ -4,6 +4,8 @@
 //! log returned. A poll that auto-commits answers only once its commit is committed.
 //!
 //! Consumers read below the committed end only: nothing the log holds past it is ever served.
+//! In a cluster they read from the group's primary only, and only while it has heard from a
+//! quorum within the heartbeat timeout (`read_refusal`).
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -15,9 +17,10 @@ use shoal_proto::batch::BatchHeader;
 use shoal_proto::protocol::consumer::{ConsumerId, OffsetCommitRecord};
 use shoal_proto::protocol::{ErrorCode, FetchFrom, FetchReply};
 use shoal_proto::wire::ClientRequest;
+use shoal_replication::TICK_MS;
 
 use super::state::ShardState;
-use super::work::{FetchArgs, Outcome, ReplySender, SendOutcome, Work};
+use super::work::{FetchArgs, Outcome, ReplySender, SendOutcome, Work, redirect};
 use super::writes::WriteKind;
 
 /// Where a read's result goes: a fetch's slot, or a poll's (which may commit first).
@@ -56,6 +59,10 @@ impl ShardState {
     /// Reads from a partition group owned here, for a fetch or a poll: at once when its start
     /// is below the committed end, else parked until it is (or answered empty).
     pub(super) fn fetch(&mut self, group: u64, args: FetchArgs, to: ReadFor) {
+        if let Some(refusal) = self.read_refusal(group) {
+            to.reply().send_outcome(refusal);
+            return;
+        }
         let committed_end = self.committed_end.get(&group).copied().unwrap_or(0);
         // A poll starts at its consumer's stored offset, looked up again at every run (a parked
         // poll woken later sees commits made meanwhile); it waits while its own auto-commit is
@@ -116,6 +123,36 @@ impl ShardState {
                 });
             }
         }
+    }
+
+    /// Why a read of `group` (fetch, poll, stored offset) must not be served here, if it must
+    /// not: consumers read from the group's primary only, so a backup redirects
+    /// ([`redirect`]); and a primary that has not heard from a quorum of its group within the
+    /// heartbeat timeout may have been deposed without knowing it, so it refuses
+    /// (`TransientNotAccepted`) rather than serve what a new primary may already have
+    /// overtaken. A group of one always serves.
+    pub(super) fn read_refusal(&self, group: u64) -> Option<Outcome> {
+        let replica = self.node.replica(group)?;
+        let config = replica.config();
+        if config.replica_count == 1 {
+            return None;
+        }
+        if let Some(refusal) = redirect(replica) {
+            return Some(refusal);
+        }
+        let timeout_ticks = config.heartbeat_timeout_ticks;
+        let status = replica.group_status();
+        let heard = status.replicas.iter().filter(|p| p.silent_ticks <= timeout_ticks).count();
+        (heard < config.quorum()).then(|| {
+            Outcome::error(
+                ErrorCode::TransientNotAccepted,
+                format!(
+                    "this primary of view {} has not heard from a quorum for {} ms: retry",
+                    status.view,
+                    timeout_ticks * TICK_MS
+                ),
+            )
+        })
     }
 
     /// A fetch with nothing to read yet: held until its group commits more or its wait runs

@@ -5,7 +5,9 @@
 //!
 //! Only shard 0 has a `MetadataState`; every other shard only installs the catalogs it publishes
 //! (`catalog`). The consumer group coordinator's own requests come through here as well
-//! (`coordinator`). It never applies an op that is not committed.
+//! (`coordinator`). It never applies an op that is not committed. Every node's shard 0 applies
+//! the committed metadata log, but only the metadata group's primary takes metadata changes: on
+//! any other node a client's change is answered `NotPrimary` naming it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,7 +27,7 @@ use shoal_replication::{Committed, Reply, ReplyResult, Request};
 use super::formation::Formation;
 use super::state::ShardState;
 use super::thread::now_ms;
-use super::work::{Body, Outcome, ReplySender, refusal, result_error};
+use super::work::{Body, Outcome, ReplySender, redirect, refusal, result_error};
 use crate::groups::Coordinator;
 use crate::metadata::{METADATA_GROUP, MetaCommand, MetaReply, MetaState};
 
@@ -64,8 +66,11 @@ pub(super) struct MetadataState {
     /// starts once the running one finishes (else a log gone quiet would keep the older
     /// snapshot until the next interval's worth of ops).
     pub(super) snapshot_deferred_end: Option<u64>,
-    /// The consumer group coordinator.
+    /// The consumer group coordinator: live only while this node's metadata replica is the
+    /// serving primary and has applied every op it knows committed (`coordinating`); empty
+    /// otherwise (`coordinator::sync_coordinator`).
     pub(super) coordinator: Coordinator<ReplySender>,
+    pub(super) coordinating: bool,
     /// The client id of the coordinator's own proposals (random per start) and its next request.
     pub(super) internal_client: u64,
     pub(super) internal_request: u64,
@@ -140,8 +145,8 @@ impl ShardState {
         } else if self.formation != Formation::Deciding {
             self.create_metadata_group().await?;
         }
-        let mut coordinator = Coordinator::new(format!("{:x}", now_ms()));
-        coordinator.seed(&state.catalog, now_ms());
+        // Seeded from the catalog once this node leads the metadata group (`sync_coordinator`).
+        let coordinator = Coordinator::new(String::new());
         self.metadata = Some(MetadataState {
             state,
             pending: HashMap::new(),
@@ -151,6 +156,7 @@ impl ShardState {
             snapshot_due,
             snapshot_deferred_end: None,
             coordinator,
+            coordinating: false,
             internal_client: self.node_seed | (1 << 63),
             internal_request: 0,
         });
@@ -371,6 +377,15 @@ impl ShardState {
         command: MetaCommand,
         waiter: MetaWaiter,
     ) {
+        // Metadata changes are made by the metadata group's primary only; a client is sent
+        // there (a redirect, not a forward: the client learns the primary and goes straight to
+        // it from then on, and a request never crosses two nodes).
+        if let MetaWaiter::Client(reply) = &waiter
+            && let Some(refusal) = self.node.replica(METADATA_GROUP).and_then(redirect)
+        {
+            let _ = reply.send(refusal);
+            return;
+        }
         let Some(metadata) = self.metadata.as_mut() else {
             if let MetaWaiter::Client(reply) = waiter {
                 let _ =

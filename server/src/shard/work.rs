@@ -9,9 +9,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use shoal_proto::protocol::consumer::{ConsumerId, GroupMember, JoinGroup, OffsetCommitRecord};
-use shoal_proto::protocol::{ErrorCode, FetchFrom, ProduceReply};
+use shoal_proto::protocol::{ErrorCode, FetchFrom, NODE_UNKNOWN, ProduceReply};
 use shoal_proto::wire::ClientRequest;
-use shoal_replication::{ReplyResult, Request, RequestRefused};
+use shoal_replication::{
+    LogStats, Replica, ReplicaState, ReplyResult, Request, RequestRefused, Status, TICK_MS,
+};
 
 use crate::metadata::{Catalog, MetaCommand};
 use crate::metrics::ShardSnapshot;
@@ -33,6 +35,15 @@ pub enum Body {
     Encoded(Vec<u8>),
     /// A produce result.
     Produce(ProduceReply),
+    /// A `NotPrimary` error: the connection's writer encodes it for the version the connection
+    /// speaks (the structured body from version 3 on, with the primary's client address from
+    /// the node's config; the text alone before).
+    NotPrimary {
+        /// The view of the refusing replica.
+        view: u32,
+        /// The primary of that view.
+        primary: u8,
+    },
 }
 
 impl Outcome {
@@ -49,6 +60,18 @@ impl Outcome {
     /// An error with its text.
     pub fn error(code: ErrorCode, text: impl Into<String>) -> Outcome {
         Outcome { error: code as u32, body: Body::Encoded(text.into().into_bytes()) }
+    }
+
+    /// A `NotPrimary` error naming the primary of `view`.
+    pub fn not_primary(view: u32, primary: u8) -> Outcome {
+        Outcome { error: ErrorCode::NotPrimary as u32, body: Body::NotPrimary { view, primary } }
+    }
+}
+
+impl Body {
+    /// The text of a `NotPrimary` error, the whole body before version 3.
+    pub fn not_primary_text(view: u32, primary: u8) -> String {
+        format!("replica {primary} leads view {view}")
     }
 }
 
@@ -71,7 +94,7 @@ pub struct FetchArgs {
 }
 
 /// A partition's figures, for describe and status.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct GroupStats {
     /// First offset held.
     pub first_offset: u64,
@@ -79,6 +102,114 @@ pub struct GroupStats {
     pub next_offset: u64,
     /// Bytes on disk.
     pub size_bytes: u64,
+    /// The view this node's replica of the group is in.
+    pub view: u32,
+    /// The node this replica believes leads the group ([`NODE_UNKNOWN`] while it is in a view
+    /// change or recovering).
+    pub primary: u8,
+}
+
+impl Default for GroupStats {
+    fn default() -> Self {
+        GroupStats {
+            first_offset: 0,
+            next_offset: 0,
+            size_bytes: 0,
+            view: 0,
+            primary: NODE_UNKNOWN,
+        }
+    }
+}
+
+impl GroupStats {
+    /// The figures of a group from its log's and its replica's, where the shard holds them.
+    pub fn of(log: Option<LogStats>, replica: Option<&Replica>) -> GroupStats {
+        let mut stats = GroupStats::default();
+        if let Some(log) = log {
+            stats.first_offset = log.first_offset;
+            stats.next_offset = log.next_offset;
+            stats.size_bytes = log.size_bytes;
+        }
+        if let Some(replica) = replica {
+            stats.view = replica.view();
+            if replica.status() == Status::Normal {
+                stats.primary = replica.config().primary_of(replica.view());
+            }
+        }
+        stats
+    }
+}
+
+/// One group as this node's replica of it sees it, for status: its view and status, the
+/// primary, and (on the primary only) every replica's progress.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GroupReport {
+    /// The group (0: the metadata group).
+    pub group: u64,
+    /// The replica's view.
+    pub view: u32,
+    /// `normal`, `view_change` or `recovering`.
+    pub status: &'static str,
+    /// The node leading the view, when the replica is normal.
+    pub primary: Option<u8>,
+    /// The highest op the replica applied.
+    pub commit_op: u64,
+    /// Its head op.
+    pub head_op: u64,
+    /// Every replica's state, when this one is the group's serving primary; empty otherwise.
+    pub replicas: Vec<ReplicaReport>,
+}
+
+/// One replica of a group as its primary sees it.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct ReplicaReport {
+    /// The replica (its node).
+    pub node: u8,
+    /// `primary`, `in_sync`, `lagging` or `dead`.
+    pub state: &'static str,
+    /// The highest op it acknowledged in this view.
+    pub acknowledged_op: u64,
+    /// Milliseconds since it was last caught up.
+    pub lag_ms: u64,
+    /// Milliseconds since the primary last heard from it.
+    pub silent_ms: u64,
+}
+
+impl GroupReport {
+    /// What `replica` reports of its group (replica states only on the serving primary).
+    pub fn of(replica: &Replica) -> GroupReport {
+        let status = replica.group_status();
+        let replicas = status
+            .replicas
+            .iter()
+            .map(|progress| ReplicaReport {
+                node: progress.replica,
+                state: match progress.state {
+                    ReplicaState::Primary => "primary",
+                    ReplicaState::InSync => "in_sync",
+                    ReplicaState::Lagging => "lagging",
+                    ReplicaState::Dead => "dead",
+                },
+                acknowledged_op: progress.acknowledged_op,
+                lag_ms: progress.lag_ticks * TICK_MS,
+                silent_ms: progress.silent_ticks * TICK_MS,
+            })
+            .collect();
+        GroupReport {
+            group: status.group,
+            view: status.view,
+            status: match status.status {
+                Status::Normal => "normal",
+                Status::ViewChange => "view_change",
+                Status::Recovering => "recovering",
+            },
+            primary: (status.status == Status::Normal)
+                .then(|| replica.config().primary_of(status.view)),
+            commit_op: status.commit,
+            head_op: status.head,
+            replicas,
+        }
+    }
 }
 
 /// Something for a shard's loop to do.
@@ -196,7 +327,7 @@ pub enum GroupRequest {
 }
 
 /// A shard's own figures, for status.
-#[derive(Clone, Copy, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct ShardReport {
     /// The shard.
     pub shard: u32,
@@ -206,6 +337,8 @@ pub struct ShardReport {
     pub allocations: u64,
     /// I/O rounds its node layer has run.
     pub io_rounds: u64,
+    /// Each group's view, primary and (where this node leads it) replica states.
+    pub replication: Vec<GroupReport>,
 }
 
 /// Every shard's inbox.
@@ -232,9 +365,7 @@ impl SendOutcome for ReplySender {
 pub(super) fn result_error(result: &ReplyResult) -> Outcome {
     match result {
         ReplyResult::Committed { .. } => Outcome::ok(Vec::new()),
-        ReplyResult::NotPrimary { view, primary } => {
-            Outcome::error(ErrorCode::NotPrimary, format!("replica {primary} leads view {view}"))
-        }
+        ReplyResult::NotPrimary { view, primary } => Outcome::not_primary(*view, *primary),
         ReplyResult::TransientNotAccepted => {
             Outcome::error(ErrorCode::TransientNotAccepted, "not accepted: retry")
         }
@@ -266,6 +397,30 @@ pub(super) fn refusal(refused: &RequestRefused) -> Outcome {
         }
     };
     Outcome::error(code, refused.to_string())
+}
+
+/// Why this node's `replica` must not serve a request for its group, if it must not: a backup
+/// (or a replica voting for another's view) names the primary (`NotPrimary`); a replica that
+/// recovers, or assembles a view it is to lead, has no primary to name yet
+/// (`TransientNotAccepted`: retry shortly). `None`: it is the serving primary.
+pub(super) fn redirect(replica: &Replica) -> Option<Outcome> {
+    let view = replica.view();
+    let primary = replica.config().primary_of(view);
+    match replica.status() {
+        Status::Normal if replica.is_primary() => None,
+        Status::Normal => Some(Outcome::not_primary(view, primary)),
+        Status::ViewChange if primary != replica.config().replica => {
+            Some(Outcome::not_primary(view, primary))
+        }
+        Status::ViewChange => Some(Outcome::error(
+            ErrorCode::TransientNotAccepted,
+            format!("view {view} is being assembled here: retry"),
+        )),
+        Status::Recovering => Some(Outcome::error(
+            ErrorCode::TransientNotAccepted,
+            "this replica is recovering: retry, or ask another node",
+        )),
+    }
 }
 
 /// Answers work that arrives while the shard stops.

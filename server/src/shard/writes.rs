@@ -5,14 +5,32 @@
 //! A write is answered only by its group's reply (committed, or why not), never on receipt —
 //! except under the `canary-ack-on-receipt` canary, which exists to prove the crash test
 //! catches exactly that.
+//!
+//! No write waits forever. One queued for a group that is not normal (a view change, a
+//! recovery) or whose pipeline is full is answered `TransientNotAccepted` once it has waited
+//! [`write_wait_ms_max`] (it never entered the log: the client may send it anywhere). One in a
+//! pipeline is answered by its replica: committed, or `TransientNotCommitted` when a view change
+//! fails the pipeline — which a primary that has heard from no quorum for a heartbeat timeout
+//! starts by itself.
 
 use shoal_proto::protocol::consumer::OffsetCommitRecord;
 use shoal_proto::protocol::{ErrorCode, ProduceReply};
-use shoal_replication::{ReplyResult, Request, Status};
+use shoal_replication::{ReplicaConfig, ReplyResult, Request, Status, TICK_MS};
 
 use super::state::ShardState;
+use super::thread::now_ms;
 use super::work::{Outcome, ReplySender, refusal, result_error};
 use crate::metadata::METADATA_GROUP;
+
+/// How long a write may wait in front of a group's pipeline, in milliseconds: one heartbeat
+/// timeout to notice a lost primary plus two view-change timeouts (a view change that times out
+/// once, with its random spread, and the one after it). Derived from the replica's timers rather
+/// than configured, so it follows them; by then a view that can start has started, and a group
+/// still without one has no quorum.
+pub(super) fn write_wait_ms_max(config: &ReplicaConfig) -> i64 {
+    let ticks = config.heartbeat_timeout_ticks + 2 * config.view_change_timeout_ticks;
+    (ticks * TICK_MS) as i64
+}
 
 /// Whether accepted writes go to their groups at once (always, except under the
 /// `canary-ack-on-receipt` canary, which holds them until the next tick).
@@ -132,6 +150,42 @@ impl ShardState {
                 self.commits_in_flight.remove(&(group, record.consumer.clone()));
             }
             let _ = pending.reply.send(outcome);
+        }
+    }
+
+    /// Answers `TransientNotAccepted` to every write that has waited longer than
+    /// [`write_wait_ms_max`] for its group to take it (oldest first: a queue is in arrival
+    /// order). Checked every tick; the time a write arrived is its request's `append_time_ms`.
+    pub(super) fn expire_writes(&mut self) {
+        if self.waiting_count == 0 {
+            return;
+        }
+        let now = now_ms();
+        let mut expired = Vec::new();
+        for (&group, queue) in self.waiting.iter_mut() {
+            let Some(replica) = self.node.replica(group) else { continue };
+            let wait_ms_max = write_wait_ms_max(replica.config());
+            while queue
+                .front()
+                .is_some_and(|(request, _)| now - request.append_time_ms > wait_ms_max)
+            {
+                let Some((_, pending)) = queue.pop_front() else { break };
+                self.waiting_count -= 1;
+                let text = format!(
+                    "group {group} took no write for {wait_ms_max} ms (status {:?}, view {}): not \
+                     accepted, retry",
+                    replica.status(),
+                    replica.view()
+                );
+                expired.push((group, pending, text));
+            }
+        }
+        for (group, pending, text) in expired {
+            if let WriteKind::PollCommit { record, .. } = &pending.kind {
+                self.commits_in_flight.remove(&(group, record.consumer.clone()));
+                self.wake_parked(group);
+            }
+            let _ = pending.reply.send(Outcome::error(ErrorCode::TransientNotAccepted, text));
         }
     }
 

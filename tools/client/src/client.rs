@@ -1,13 +1,24 @@
 //! The async client: connect, admin calls, produce, fetch and status over the native protocol.
 //!
 //! [`Client`] owns the client's identity (a random client id, the registered session), the seed
-//! list and at most one live [`Transport`]. Every call is bounded by `request_timeout_ms`; a
-//! connection that failed or timed out is dropped, and the next call reconnects, trying the seeds
-//! in turn (the one that worked last first) — after the shard address
-//! [`Client::connect_to_shard`] chose, if any: a server with per-shard listeners names them in
-//! its `Hello` result, and a connection there is served by that shard without forwarding. Requests outstanding on a dropped connection fail
-//! with a retryable error ([`ClientError::is_retryable`]); the client never retries a call by
-//! itself, because only the caller knows whether a repeat is harmless.
+//! list, its connections and what it believes about the cluster (`routes`). Against a cluster
+//! (protocol version 3) it keeps one connection per node it talks to and sends each request to
+//! the node that leads what the request is about: admin, session and consumer group requests to
+//! the metadata group's primary, a partition's requests to that partition's primary (learned from
+//! `DescribeTopic` and from every `NotPrimary` answer). Against one node (or an older server) it
+//! keeps one connection, as before: to the seeds in turn (the one that worked last first), after
+//! the shard address [`Client::connect_to_shard`] chose, if any.
+//!
+//! Every call is bounded by `request_timeout_ms`. A call answered `NotPrimary` goes at once to
+//! the node the answer names, and one answered `TransientNotAccepted` (nothing was done) is sent
+//! again after a growing backoff, within the same time bound; a read (listing, describing,
+//! status, a fetch, a stored offset, a heartbeat) whose connection broke is sent again too,
+//! since repeating it is harmless. A write whose outcome became unknown (a broken connection, a
+//! timeout, `TransientNotCommitted`) is never repeated by the client: it fails with a retryable
+//! error ([`ClientError::is_retryable`]) and the caller decides — the [`crate::Producer`] does,
+//! with the same producer sequence. A connection that failed or timed out is dropped; the next
+//! call reconnects, to the node believed to lead, then to any node (the seeds, then every node
+//! a `Hello` named).
 //!
 //! It runs on the calling thread's monoio runtime, which must have its timer enabled
 //! ([`runtime`] builds one). It never spawns tasks or threads, and is `!Send`, like every
@@ -18,19 +29,23 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use shoal_proto::protocol::consumer::{
-    self, Assignment, GroupMember, JoinGroup, OffsetKey, Poll, StoreOffset,
+    self, Assignment, GroupMember, JoinGroup, OffsetKey, PartitionRef, Poll, StoreOffset,
 };
 use shoal_proto::protocol::{
     CreateTopic, Fetch, FetchFrom, FetchReply, HelloReply, Operation, PartitionInfo, Partitioning,
-    Produce, ProduceReply, StreamInfo, TopicInfo, Writer, decode_describe, decode_streams,
-    decode_topics, encode_stream_name, encode_topic_name,
+    Produce, ProduceReply, StreamInfo, TopicDescription, TopicInfo, Writer, decode_session,
+    decode_streams, decode_topics, encode_stream_name, encode_topic_name,
 };
 
-use crate::connection::{ConnectionConfig, HelloState, Reply};
+use crate::connection::ConnectionConfig;
 use crate::error::{ClientError, Result};
 use crate::fetch::Fetched;
-use crate::split::{ReplyReceiver, RequestSender};
+use crate::routes::{Route, Routes, resolve};
 use crate::transport::Transport;
+
+mod links;
+
+pub(crate) use links::is_catalog_lag;
 
 /// How to reach the server and the limits every call keeps.
 #[derive(Clone, Debug)]
@@ -105,34 +120,59 @@ pub struct Client {
     client_id: u64,
     session: u64,
     /// The number the next request carries, on whichever connection: numbers keep increasing
-    /// across reconnects, because the server deduplicates admin requests by (session, request).
+    /// across connections, because the server deduplicates admin requests by (session, request).
     next_request: u64,
-    transport: Option<Transport>,
+    /// The open connections, at most one per address.
+    links: Vec<Link>,
+    /// The link untargeted calls use ([`Client::submit`], [`Client::status`], ...).
+    current: Option<u64>,
+    /// The id the next link gets (ids are never reused, so a request sent on a link that broke
+    /// is never matched with a later link to the same address).
+    next_link: u64,
+    /// What the current link's server said in its `Hello` (or the last one's).
     server: Option<HelloReply>,
     /// The seed to try first on the next connect: the one that worked last.
     seed_first: usize,
     /// The shard listener [`Client::connect_to_shard`] chose, tried before the seeds.
     preferred: Option<String>,
-    /// The address of the live connection (or of the last one).
+    /// The address of the current link (or of the last one).
     address: Option<String>,
+    /// Where requests go in a cluster.
+    routes: Routes,
+}
+
+/// One open connection.
+#[derive(Debug)]
+struct Link {
+    id: u64,
+    address: String,
+    /// The node its `Hello` (version 3) named.
+    node: Option<u8>,
+    transport: Transport,
 }
 
 impl Client {
     /// Connects to the first seed that answers, negotiates the version and, if configured,
-    /// registers a session.
+    /// registers a session (with the metadata group's primary, wherever the seed was).
     pub async fn connect(config: ClientConfig) -> Result<Client> {
         let mut client = Client {
             config,
             client_id: random_client_id(),
             session: 0,
             next_request: 1,
-            transport: None,
+            links: Vec::new(),
+            current: None,
+            next_link: 1,
             server: None,
             seed_first: 0,
             preferred: None,
             address: None,
+            routes: Routes::default(),
         };
         client.reconnect().await?;
+        if client.config.register {
+            client.register().await?;
+        }
         Ok(client)
     }
 
@@ -146,7 +186,7 @@ impl Client {
         self.session
     }
 
-    /// What the server said in its last `Hello` reply (version, shards, name).
+    /// What the server said in its last `Hello` reply (version, shards, name, cluster).
     pub fn server(&self) -> Option<&HelloReply> {
         self.server.as_ref()
     }
@@ -155,6 +195,18 @@ impl Client {
     /// [`Client::connect_to_shard`] moved to.
     pub fn address(&self) -> Option<&str> {
         self.address.as_deref()
+    }
+
+    /// Every node's client address, by index, as a version 3 `Hello` named them (empty before
+    /// one did: an older server).
+    pub fn nodes(&self) -> Vec<String> {
+        self.routes.addresses().map(str::to_string).collect()
+    }
+
+    /// The node the client believes leads what `route` is about (`None`: no belief, or a
+    /// one-node cluster, whose requests all go over the current connection).
+    pub fn believed_primary(&self, route: &Route<'_>) -> Option<u8> {
+        self.routes.primary(route)
     }
 
     /// Where shard `shard`'s own listener is, as the server's `Hello` result named it (`None`:
@@ -166,9 +218,7 @@ impl Client {
         if !parsed.ip().is_unspecified() {
             return Some(advertised.clone());
         }
-        let reached = self.address.as_deref()?;
-        let host = reached.rsplit_once(':').map_or(reached, |(host, _)| host);
-        Some(format!("{host}:{}", parsed.port()))
+        Some(resolve(advertised, self.address.as_deref()?))
     }
 
     /// Moves the client to shard `shard`'s own listener, so that requests for the partitions it
@@ -197,12 +247,13 @@ impl Client {
 
     /// Whether a connection is open (it may still turn out broken on the next call).
     pub fn is_connected(&self) -> bool {
-        self.transport.as_ref().is_some_and(|t| !t.connection.is_failed())
+        self.current.is_some_and(|id| self.link_alive(id))
     }
 
-    /// Closes the connection; the next call reconnects.
+    /// Closes every connection; the next call reconnects.
     pub fn disconnect(&mut self) {
-        self.transport = None;
+        self.links.clear();
+        self.current = None;
     }
 
     // -- Admin ---------------------------------------------------------------------------------
@@ -245,23 +296,41 @@ impl Client {
         stream: &str,
         topic: &str,
     ) -> Result<(TopicInfo, Vec<PartitionInfo>)> {
-        let body =
-            self.call(Operation::DescribeTopic, &[&encode_topic_name(stream, topic)]).await?;
-        decode_describe(&body)
-            .map_err(|e| ClientError::Protocol(format!("DescribeTopic reply: {e}")))
+        let description = self.describe(stream, topic).await?;
+        Ok((description.topic, description.partitions))
     }
 
-    /// The server's status document (JSON text): shards, config, partitions and their offsets.
+    /// One topic with its partitions and, from a version 3 server, each partition's primary as
+    /// the answering node believes it (which the client takes as its own belief too).
+    pub async fn describe(&mut self, stream: &str, topic: &str) -> Result<TopicDescription> {
+        let body =
+            self.call(Operation::DescribeTopic, &[&encode_topic_name(stream, topic)]).await?;
+        let description = TopicDescription::decode(&body)
+            .map_err(|e| ClientError::Protocol(format!("DescribeTopic reply: {e}")))?;
+        let partitions = description.partitions.iter().map(|p| p.partition);
+        self.routes.learn_topic(stream, topic, partitions, &description.primaries);
+        Ok(description)
+    }
+
+    /// The status document (JSON text) of the node the client is connected to: cluster, shards
+    /// and their groups, config, partitions and their offsets.
     pub async fn status(&mut self) -> Result<String> {
         let body = self.call(Operation::Status, &[]).await?;
-        String::from_utf8(body.to_vec())
-            .map_err(|_| ClientError::Protocol("the Status reply is not UTF-8".into()))
+        status_text(&body)
+    }
+
+    /// The status document of node `node` (see [`Client::nodes`]).
+    pub async fn status_of(&mut self, node: u8) -> Result<String> {
+        let link = self.link_to(Some(node)).await?;
+        let body = self.call_on(link, Duration::ZERO, Operation::Status, &[]).await?;
+        status_text(&body)
     }
 
     // -- Data ----------------------------------------------------------------------------------
 
     /// Appends one record batch (Kafka RecordBatch v2, e.g. from `BatchBuilder`) and waits for
-    /// its acknowledgement. For many records, `Producer` batches and pipelines.
+    /// its acknowledgement; an explicit partition's batch goes to its primary. For many records,
+    /// `Producer` batches, pipelines and retries.
     pub async fn produce(
         &mut self,
         stream: &str,
@@ -269,20 +338,27 @@ impl Client {
         partitioning: Partitioning,
         batch: &[u8],
     ) -> Result<ProduceReply> {
+        let route = match partitioning {
+            Partitioning::Explicit(partition) => Route::Partition { stream, topic, partition },
+            Partitioning::Key(_) | Partitioning::Balanced => Route::Any,
+        };
         let mut prefix = Writer::new();
         Produce { stream: stream.to_string(), topic: topic.to_string(), partitioning }
             .encode_prefix(&mut prefix);
-        let body = self.call(Operation::Produce, &[&prefix.bytes, batch]).await?;
+        let parts: &[&[u8]] = &[&prefix.bytes, batch];
+        let body = self.call_routed(&route, Duration::ZERO, Operation::Produce, parts).await?;
         ProduceReply::decode(&body)
             .map_err(|e| ClientError::Protocol(format!("Produce reply: {e}")))
     }
 
-    /// Reads batches from a partition. The result's `records` skips records before the
-    /// requested position. With `wait_ms_max`, the server holds the request until data is
-    /// committed at the position or the wait runs out; the request timeout runs on top of it.
+    /// Reads batches from a partition (at its primary). The result's `records` skips records
+    /// before the requested position. With `wait_ms_max`, the server holds the request until
+    /// data is committed at the position or the wait runs out; the request timeout runs on top
+    /// of it.
     pub async fn fetch(&mut self, fetch: &Fetch) -> Result<Fetched> {
         let wait = Duration::from_millis(u64::from(fetch.wait_ms_max));
-        let body = self.call_within(wait, Operation::Fetch, &[&fetch.encode()]).await?;
+        let route = partition_route(&fetch.stream, &fetch.topic, fetch.partition);
+        let body = self.call_routed(&route, wait, Operation::Fetch, &[&fetch.encode()]).await?;
         let (reply, at) = FetchReply::decode(&body)
             .map_err(|e| ClientError::Protocol(format!("Fetch reply: {e}")))?;
         if reply.partition != fetch.partition {
@@ -300,12 +376,17 @@ impl Client {
     /// member names its membership (member id and generation); a standalone consumer passes
     /// `Membership::default()`.
     pub async fn store_offset(&mut self, store: &StoreOffset) -> Result<()> {
-        self.call(Operation::StoreOffset, &[&store.encode()]).await.map(drop)
+        let route = partition_ref_route(&store.partition);
+        let body = store.encode();
+        self.call_routed(&route, Duration::ZERO, Operation::StoreOffset, &[&body]).await.map(drop)
     }
 
     /// `consumer`'s stored offset in a partition, if any.
     pub async fn get_offset(&mut self, key: &OffsetKey) -> Result<Option<u64>> {
-        let body = self.call(Operation::GetOffset, &[&key.encode()]).await?;
+        let route = partition_ref_route(&key.partition);
+        let body = self
+            .call_routed(&route, Duration::ZERO, Operation::GetOffset, &[&key.encode()])
+            .await?;
         consumer::decode_stored_offset(&body)
             .map_err(|e| ClientError::Protocol(format!("GetOffset reply: {e}")))
     }
@@ -313,7 +394,9 @@ impl Client {
     /// Deletes `consumer`'s stored offset in a partition (a group's only while it has no
     /// members).
     pub async fn delete_offset(&mut self, key: &OffsetKey) -> Result<()> {
-        self.call(Operation::DeleteOffset, &[&key.encode()]).await.map(drop)
+        let route = partition_ref_route(&key.partition);
+        let body = key.encode();
+        self.call_routed(&route, Duration::ZERO, Operation::DeleteOffset, &[&body]).await.map(drop)
     }
 
     /// Joins a topic's consumer group (an empty `member` joins as a new member). Answered once
@@ -321,7 +404,9 @@ impl Client {
     /// not the request timeout alone.
     pub async fn join_group(&mut self, join: &JoinGroup) -> Result<Assignment> {
         let rebalance = Duration::from_millis(u64::from(join.session_timeout_ms));
-        let body = self.call_within(rebalance, Operation::JoinGroup, &[&join.encode()]).await?;
+        let body = join.encode();
+        let body =
+            self.call_routed(&Route::Metadata, rebalance, Operation::JoinGroup, &[&body]).await?;
         Assignment::decode(&body)
             .map_err(|e| ClientError::Protocol(format!("JoinGroup reply: {e}")))
     }
@@ -344,7 +429,8 @@ impl Client {
     /// after what it returns before answering (at-most-once delivery of what it returned).
     pub async fn poll(&mut self, poll: &Poll) -> Result<Fetched> {
         let wait = Duration::from_millis(u64::from(poll.wait_ms_max));
-        let body = self.call_within(wait, Operation::Poll, &[&poll.encode()]).await?;
+        let route = partition_ref_route(&poll.partition);
+        let body = self.call_routed(&route, wait, Operation::Poll, &[&poll.encode()]).await?;
         let start = body
             .first_chunk::<8>()
             .map(|bytes| u64::from_le_bytes(*bytes))
@@ -363,223 +449,58 @@ impl Client {
 
     // -- Requests ------------------------------------------------------------------------------
 
-    /// Sends one request and waits for its reply body, within the request timeout.
+    /// Sends one request and waits for its reply body, within the request timeout: an admin,
+    /// session or consumer group request to the metadata group's primary, anything else over
+    /// the current connection (a request naming a partition follows the `NotPrimary` answer of
+    /// a node that does not lead it).
     pub async fn call(&mut self, operation: Operation, body_parts: &[&[u8]]) -> Result<Bytes> {
-        self.call_within(Duration::ZERO, operation, body_parts).await
+        let route = if goes_to_metadata_primary(operation) { Route::Metadata } else { Route::Any };
+        self.call_routed(&route, Duration::ZERO, operation, body_parts).await
     }
 
-    /// [`Client::call`] for a request the server may hold for up to `held` (a long-poll).
-    async fn call_within(
-        &mut self,
-        held: Duration,
-        operation: Operation,
-        body_parts: &[&[u8]],
-    ) -> Result<Bytes> {
-        let timeout = self.request_timeout() + held;
-        match monoio::time::timeout(timeout, self.call_unbounded(operation, body_parts)).await {
-            Ok(result) => result,
-            Err(_) => {
-                // The reply may still come; the connection's state is unknown from here on.
-                self.transport = None;
-                Err(ClientError::Timeout)
-            }
+    /// Registers a session with the metadata group's primary; every connection carries it from
+    /// now on.
+    async fn register(&mut self) -> Result<()> {
+        let body = self.call(Operation::Register, &[]).await?;
+        self.session = decode_session(&body)
+            .map_err(|e| ClientError::Protocol(format!("Register reply: {e}")))?;
+        for link in &mut self.links {
+            link.transport.connection.set_session(self.session);
         }
-    }
-
-    async fn call_unbounded(
-        &mut self,
-        operation: Operation,
-        body_parts: &[&[u8]],
-    ) -> Result<Bytes> {
-        // Requests left outstanding by a caller that gave up are answered first, in order;
-        // their replies are drained here.
-        while self.transport.as_ref().is_some_and(|t| !t.connection.has_room()) {
-            self.receive_unbounded().await?;
-        }
-        let request = self.submit_unbounded(operation, body_parts).await?;
-        loop {
-            let reply = self.receive_unbounded().await?;
-            if reply.request == request {
-                return reply.result;
-            }
-        }
-    }
-
-    /// Queues and writes one request without waiting for its reply; returns its request number.
-    /// Reconnects first if there is no live connection. The caller must collect the reply with
-    /// [`Client::receive`] (replies come in request order) and keep at most `in_flight_max`
-    /// requests outstanding ([`Client::has_room`]); pipelining tools (the load tool) use this pair.
-    pub async fn submit(&mut self, operation: Operation, body_parts: &[&[u8]]) -> Result<u64> {
-        let timeout = self.request_timeout();
-        match monoio::time::timeout(timeout, self.submit_unbounded(operation, body_parts)).await {
-            Ok(result) => result,
-            Err(_) => {
-                self.transport = None;
-                Err(ClientError::Timeout)
-            }
-        }
-    }
-
-    async fn submit_unbounded(
-        &mut self,
-        operation: Operation,
-        body_parts: &[&[u8]],
-    ) -> Result<u64> {
-        if !self.is_connected() {
-            self.reconnect().await?;
-        }
-        let Some(transport) = self.transport.as_mut() else { return Err(ClientError::Closed) };
-        let request = transport.connection.request(operation, body_parts)?;
-        self.next_request = transport.connection.next_request();
-        if let Err(error) = transport.write_pending().await {
-            self.transport = None;
-            return Err(error);
-        }
-        Ok(request)
-    }
-
-    /// The next reply on the connection, within the request timeout. A failure drops the
-    /// connection: every request still outstanding on it is lost.
-    pub async fn receive(&mut self) -> Result<Reply> {
-        let timeout = self.request_timeout();
-        match monoio::time::timeout(timeout, self.receive_unbounded()).await {
-            Ok(result) => result,
-            Err(_) => {
-                self.transport = None;
-                Err(ClientError::Timeout)
-            }
-        }
-    }
-
-    async fn receive_unbounded(&mut self) -> Result<Reply> {
-        let Some(transport) = self.transport.as_mut() else { return Err(ClientError::Closed) };
-        match transport.read_reply().await {
-            Ok(reply) => {
-                if transport.connection.is_failed() {
-                    // The server closes the connection after this reply (InvalidFrame,
-                    // UnsupportedVersion): reconnect next time rather than write into it.
-                    self.transport = None;
-                }
-                Ok(reply)
-            }
-            Err(error) => {
-                self.transport = None;
-                Err(error)
-            }
-        }
-    }
-
-    /// Splits the live connection into its writing and reading halves (see [`RequestSender`]),
-    /// connecting first if there is none. The halves keep this client's request timeout but
-    /// never reconnect: after a failure, connect a new client.
-    pub async fn into_split(mut self) -> Result<(RequestSender, ReplyReceiver)> {
-        if !self.is_connected() {
-            self.reconnect().await?;
-        }
-        let timeout = self.request_timeout();
-        let transport = self.transport.take().ok_or(ClientError::Closed)?;
-        let (stream, connection) = transport.into_parts();
-        Ok(crate::split::split(stream, connection, timeout))
-    }
-
-    /// Requests outstanding on the live connection.
-    pub fn in_flight(&self) -> usize {
-        self.transport.as_ref().map_or(0, |t| t.connection.in_flight())
-    }
-
-    /// Whether the live connection may take another request now (`true` without one: the next
-    /// submit reconnects).
-    pub fn has_room(&self) -> bool {
-        self.transport.as_ref().is_none_or(|t| t.connection.has_room())
+        Ok(())
     }
 
     fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.config.request_timeout_ms.max(1))
     }
+}
 
-    // -- Connecting ----------------------------------------------------------------------------
+/// Whether `operation` is served by the metadata group's primary: metadata changes and sessions,
+/// the catalog reads (so a client reads its own changes) and consumer group coordination.
+fn goes_to_metadata_primary(operation: Operation) -> bool {
+    operation.is_metadata_write()
+        || matches!(
+            operation,
+            Operation::ListStreams
+                | Operation::ListTopics
+                | Operation::DescribeTopic
+                | Operation::JoinGroup
+                | Operation::Heartbeat
+                | Operation::LeaveGroup
+        )
+}
 
-    /// Drops any connection and connects to the chosen shard address, else to the first seed
-    /// that completes the handshake, starting with the one that worked last.
-    async fn reconnect(&mut self) -> Result<()> {
-        self.transport = None;
-        if let Some(address) = self.preferred.clone() {
-            match self.open(&address).await {
-                Ok(transport) => {
-                    self.transport = Some(transport);
-                    self.address = Some(address);
-                    return Ok(());
-                }
-                // Stale or unreachable (a restarted server may listen elsewhere): the seeds
-                // are the way back, and the next connect_to_shard learns the address anew.
-                Err(_) => self.preferred = None,
-            }
-        }
-        let seeds = self.config.seeds.len();
-        if seeds == 0 {
-            return Err(ClientError::Invalid("no server address to connect to".into()));
-        }
-        let mut last_error = None;
-        for attempt in 0..seeds {
-            let index = (self.seed_first + attempt) % seeds;
-            let address = self.config.seeds[index].clone();
-            match self.open(&address).await {
-                Ok(transport) => {
-                    self.transport = Some(transport);
-                    self.seed_first = index;
-                    self.address = Some(address);
-                    return Ok(());
-                }
-                Err(error) => last_error = Some(error),
-            }
-        }
-        Err(last_error.unwrap_or(ClientError::Closed))
-    }
+fn partition_route<'a>(stream: &'a str, topic: &'a str, partition: u32) -> Route<'a> {
+    Route::Partition { stream, topic, partition }
+}
 
-    /// One seed: TCP connect, `Hello`, and `Register` if configured and not yet done.
-    async fn open(&mut self, address: &str) -> Result<Transport> {
-        let connect_timeout = Duration::from_millis(self.config.connect_timeout_ms.max(1));
-        let config = self.config.connection(self.client_id);
-        let mut transport =
-            match monoio::time::timeout(connect_timeout, Transport::connect(address, config)).await
-            {
-                Ok(result) => result?,
-                Err(_) => {
-                    return Err(ClientError::io(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("connect to {address}: no answer within {connect_timeout:?}"),
-                    )));
-                }
-            };
-        transport.connection.set_session(self.session);
-        transport.connection.continue_numbering(self.next_request);
-        let handshake = self.handshake(&mut transport).await;
-        self.next_request = transport.connection.next_request();
-        handshake?;
-        Ok(transport)
-    }
+fn partition_ref_route(partition: &PartitionRef) -> Route<'_> {
+    partition_route(&partition.stream, &partition.topic, partition.partition)
+}
 
-    /// `Hello`, and `Register` if configured and not yet done.
-    async fn handshake(&mut self, transport: &mut Transport) -> Result<()> {
-        transport.connection.hello(&self.config.client_name)?;
-        self.handshake_step(transport).await?;
-        if let HelloState::Done(hello) = transport.connection.hello_state() {
-            self.server = Some(hello.clone());
-        }
-        if self.config.register && self.session == 0 {
-            transport.connection.request(Operation::Register, &[])?;
-            self.handshake_step(transport).await?;
-            self.session = transport.connection.session();
-        }
-        Ok(())
-    }
-
-    async fn handshake_step(&self, transport: &mut Transport) -> Result<()> {
-        match monoio::time::timeout(self.request_timeout(), transport.round_trip()).await {
-            Ok(reply) => reply?.result.map(drop),
-            Err(_) => Err(ClientError::Timeout),
-        }
-    }
+fn status_text(body: &[u8]) -> Result<String> {
+    String::from_utf8(body.to_vec())
+        .map_err(|_| ClientError::Protocol("the Status reply is not UTF-8".into()))
 }
 
 /// A random, non-zero client id without a `rand` dependency: `RandomState` is seeded from the
@@ -602,7 +523,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::testing::{Faults, MemoryServer, batch_of, spawn_tcp};
+    use crate::testing::{Faults, MemoryServer, batch_of, spawn_cluster, spawn_tcp};
     use shoal_proto::protocol::{ErrorCode, FetchFrom};
 
     fn config(address: std::net::SocketAddr) -> ClientConfig {
@@ -673,7 +594,8 @@ mod tests {
         runtime().unwrap().block_on(async move {
             let mut client = Client::connect(config(address)).await.unwrap();
             let id = client.id();
-            let error = client.list_streams().await.unwrap_err();
+            // A write whose outcome is unknown is not sent again by the client.
+            let error = client.create_stream("s").await.unwrap_err();
             assert!(matches!(error, ClientError::Closed | ClientError::Io(_)), "{error:?}");
             assert!(error.is_retryable());
             assert!(!client.is_connected());
@@ -683,6 +605,117 @@ mod tests {
             // Request numbers went on across the connections (Hello 1, the lost call 2, Hello
             // 3, the call 4): a number never names two requests of one session.
             assert_eq!(client.next_request, 5);
+        });
+    }
+
+    #[test]
+    fn client_sends_a_read_again_when_its_connection_breaks() {
+        let server = Arc::new(Mutex::new(MemoryServer::new(1)));
+        let address = spawn_tcp(server, Faults { close_first_after: Some(1), ..Faults::default() });
+        runtime().unwrap().block_on(async move {
+            let mut client = Client::connect(config(address)).await.unwrap();
+            // Listing is harmless to repeat: the lost one is sent again on a new connection.
+            assert_eq!(client.list_streams().await.unwrap().len(), 1);
+            assert_eq!(client.next_request, 5);
+        });
+    }
+
+    /// Three nodes; the client is given node 0 only. Node 2 leads the metadata group, node 1
+    /// partition 0 and node 2 partition 1.
+    fn cluster_of_three() -> (Arc<Mutex<MemoryServer>>, Vec<std::net::SocketAddr>) {
+        let server = Arc::new(Mutex::new(MemoryServer::new(2)));
+        let nodes = spawn_cluster(&server, 3);
+        let mut state = server.lock().unwrap();
+        state.metadata_primary = 2;
+        state.primaries = vec![1, 2];
+        drop(state);
+        (server, nodes)
+    }
+
+    #[test]
+    fn client_follows_not_primary_to_the_metadata_and_partition_primaries() {
+        let (server, nodes) = cluster_of_three();
+        let seed = nodes[0];
+        let shared = Arc::clone(&server);
+        runtime().unwrap().block_on(async move {
+            // Registering at node 0 is redirected to node 2, the metadata primary.
+            let mut client =
+                Client::connect(ClientConfig { register: true, ..config(seed) }).await.unwrap();
+            assert_eq!(client.session(), 7);
+            let all: Vec<String> = nodes.iter().map(ToString::to_string).collect();
+            assert_eq!(client.nodes(), all);
+            assert_eq!(client.believed_primary(&Route::Metadata), Some(2));
+            // Admin requests now go straight there.
+            client.create_stream("s").await.unwrap();
+            // Describing teaches every partition's primary.
+            let description = client.describe("s", "t").await.unwrap();
+            assert_eq!(description.primaries.iter().map(|p| p.primary).collect::<Vec<_>>(), [1, 2]);
+            let partition = |partition| Route::Partition { stream: "s", topic: "t", partition };
+            assert_eq!(client.believed_primary(&partition(0)), Some(1));
+            let batch = batch_of(0, 1_000, &["x"]);
+            for p in 0..2 {
+                let reply = client.produce("s", "t", Partitioning::Explicit(p), &batch).await;
+                assert_eq!(reply.unwrap().partition, p);
+            }
+            // Partition 0 moves to node 0: the client's belief (node 1) is refused once and
+            // followed at once.
+            shared.lock().unwrap().primaries[0] = 0;
+            client.produce("s", "t", Partitioning::Explicit(0), &batch).await.unwrap();
+            assert_eq!(client.believed_primary(&partition(0)), Some(0));
+            let fetch = Fetch {
+                stream: "s".into(),
+                topic: "t".into(),
+                partition: 0,
+                from: FetchFrom::First,
+                bytes_max: 1 << 20,
+                count_max: 100,
+                wait_ms_max: 0,
+            };
+            assert_eq!(client.fetch(&fetch).await.unwrap().records().count(), 2);
+        });
+        let server = server.lock().unwrap();
+        // One redirect for the registration (node 0), one for the moved partition (node 1);
+        // nothing else went to the wrong node.
+        assert_eq!(server.redirects_by_node, [1, 1, 0]);
+    }
+
+    #[test]
+    fn client_goes_to_any_node_when_the_believed_primary_is_down() {
+        let (server, nodes) = cluster_of_three();
+        runtime().unwrap().block_on(async move {
+            let mut client = Client::connect(config(nodes[0])).await.unwrap();
+            client.describe("s", "t").await.unwrap();
+            let partition = Route::Partition { stream: "s", topic: "t", partition: 0 };
+            assert_eq!(client.believed_primary(&partition), Some(1));
+            // Node 1 dies and node 2 takes partition 0 over: the believed primary cannot be
+            // reached, so the client asks any node, is redirected, and goes there.
+            {
+                let mut state = server.lock().unwrap();
+                state.down[1] = true;
+                state.primaries[0] = 2;
+            }
+            let batch = batch_of(0, 1_000, &["x"]);
+            let reply = client.produce("s", "t", Partitioning::Explicit(0), &batch).await.unwrap();
+            assert_eq!((reply.partition, reply.base_offset), (0, 0));
+            assert_eq!(client.believed_primary(&partition), Some(2));
+        });
+    }
+
+    #[test]
+    fn client_gives_up_following_within_the_request_timeout() {
+        let (server, nodes) = cluster_of_three();
+        // Every node names another as the metadata primary: a redirect loop.
+        server.lock().unwrap().metadata_primary = 1;
+        runtime().unwrap().block_on(async move {
+            let mut client =
+                Client::connect(ClientConfig { request_timeout_ms: 500, ..config(nodes[0]) })
+                    .await
+                    .unwrap();
+            server.lock().unwrap().down[1] = true;
+            let started = std::time::Instant::now();
+            let error = client.create_stream("s").await.unwrap_err();
+            assert!(error.is_retryable(), "{error:?}");
+            assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
         });
     }
 

@@ -16,8 +16,8 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 use shoal_proto::protocol::{
-    ErrorCode, Hello, HelloReply, Operation, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN, TEXT_LEN_MAX,
-    decode_session,
+    ErrorCode, Hello, HelloReply, NotPrimary, Operation, PROTOCOL_VERSION, PROTOCOL_VERSION_MIN,
+    TEXT_LEN_MAX, decode_session,
 };
 
 use crate::codec::{FrameDecoder, ReplyFrame, RequestEncoder};
@@ -240,6 +240,16 @@ impl Connection {
 
         let result = if reply.error == 0 {
             Ok(body)
+        } else if reply.error == ErrorCode::NotPrimary as u32 && self.version() >= Some(3) {
+            match NotPrimary::decode(&body) {
+                Ok(redirect) => Err(ClientError::NotPrimary(redirect)),
+                Err(error) => {
+                    return Err(ClientError::Protocol(format!(
+                        "the NotPrimary answer to request {}: {error}",
+                        reply.request
+                    )));
+                }
+            }
         } else {
             let message = error_text(&body);
             match ErrorCode::from_u32(reply.error) {
@@ -494,6 +504,51 @@ mod tests {
         conn.request(Operation::Register, &[]).unwrap();
         conn.on_bytes(&reply_frame(1, CLIENT, 2, Operation::Register, 0, &[1, 2, 3]));
         assert!(matches!(conn.poll_reply(), Err(ClientError::Protocol(_))));
+    }
+
+    #[test]
+    fn connection_reads_a_structured_not_primary_from_version_3_on() {
+        let redirect = NotPrimary {
+            view: 4,
+            primary: 2,
+            address: "10.0.0.3:7070".into(),
+            text: "replica 2 leads view 4".into(),
+        };
+        let mut conn = connection(4);
+        let request = conn.hello("test").unwrap();
+        conn.on_bytes(&reply_frame(1, CLIENT, request, Operation::Hello, 0, &hello_reply_body(3)));
+        conn.poll_reply().unwrap().unwrap();
+        for _ in 0..2 {
+            conn.request(Operation::Fetch, &[]).unwrap();
+        }
+        let code = ErrorCode::NotPrimary as u32;
+        conn.on_bytes(&reply_frame(1, CLIENT, 2, Operation::Fetch, code, &redirect.encode()));
+        match conn.poll_reply().unwrap().unwrap().result {
+            Err(ClientError::NotPrimary(got)) => assert_eq!(got, redirect),
+            other => panic!("{other:?}"),
+        }
+        assert!(!conn.is_failed(), "a redirect leaves the connection usable");
+        // A version 3 NotPrimary body that does not decode breaks the connection.
+        conn.on_bytes(&reply_frame(1, CLIENT, 3, Operation::Fetch, code, b"plain text"));
+        assert!(matches!(conn.poll_reply(), Err(ClientError::Protocol(_))));
+
+        // Before version 3 the body is the text alone.
+        let mut conn = ready(4);
+        conn.request(Operation::Fetch, &[]).unwrap();
+        conn.on_bytes(&reply_frame(
+            1,
+            CLIENT,
+            2,
+            Operation::Fetch,
+            code,
+            b"replica 2 leads view 4",
+        ));
+        match conn.poll_reply().unwrap().unwrap().result {
+            Err(ClientError::Server { code: ErrorCode::NotPrimary, message }) => {
+                assert_eq!(message, "replica 2 leads view 4");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

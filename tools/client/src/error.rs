@@ -9,7 +9,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use shoal_proto::protocol::ErrorCode;
+use shoal_proto::protocol::{ErrorCode, NODE_UNKNOWN, NotPrimary};
 
 /// Why a client call failed.
 ///
@@ -24,6 +24,11 @@ pub enum ClientError {
         /// The server's explanation.
         message: String,
     },
+    /// The server (protocol version 3 or later) does not lead the group the request is for and
+    /// names the node that does: its view, index and client address. Nothing was done; the same
+    /// request may go there. (Before version 3 this is a `Server` error with code
+    /// `NotPrimary`.)
+    NotPrimary(NotPrimary),
     /// The connection failed (connect, read or write).
     Io(Arc<std::io::Error>),
     /// The peer sent bytes that are not a valid reply, or replied out of order: the connection
@@ -47,7 +52,10 @@ impl ClientError {
     pub fn is_retryable(&self) -> bool {
         match self {
             ClientError::Server { code, .. } => code.is_retryable(),
-            ClientError::Io(_) | ClientError::Timeout | ClientError::Closed => true,
+            ClientError::NotPrimary(_)
+            | ClientError::Io(_)
+            | ClientError::Timeout
+            | ClientError::Closed => true,
             ClientError::Protocol(_) | ClientError::Invalid(_) => false,
         }
     }
@@ -56,6 +64,7 @@ impl ClientError {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             ClientError::Server { code, .. } => Some(*code),
+            ClientError::NotPrimary(_) => Some(ErrorCode::NotPrimary),
             _ => None,
         }
     }
@@ -67,7 +76,7 @@ impl ClientError {
             ClientError::Server { code, .. } => {
                 matches!(code, ErrorCode::InvalidFrame | ErrorCode::UnsupportedVersion)
             }
-            ClientError::Invalid(_) => false,
+            ClientError::Invalid(_) | ClientError::NotPrimary(_) => false,
             ClientError::Io(_)
             | ClientError::Protocol(_)
             | ClientError::Timeout
@@ -86,6 +95,13 @@ impl fmt::Display for ClientError {
             // `CODE: text`, the form `shoalctl` prints, so a script can match the code.
             ClientError::Server { code, message } if message.is_empty() => write!(f, "{code}"),
             ClientError::Server { code, message } => write!(f, "{code}: {message}"),
+            ClientError::NotPrimary(redirect) => {
+                write!(f, "{}: {}", ErrorCode::NotPrimary, redirect.text)?;
+                if redirect.primary != NODE_UNKNOWN {
+                    write!(f, " (node {} at {})", redirect.primary, redirect.address)?;
+                }
+                Ok(())
+            }
             ClientError::Io(error) => write!(f, "I/O error: {error}"),
             ClientError::Protocol(reason) => write!(f, "protocol error: {reason}"),
             ClientError::Timeout => write!(f, "no reply within the request timeout"),

@@ -6,7 +6,10 @@
 //! - `connection`: one connection's state: request FIFO, handshake, session (sans-IO).
 //! - `fetch`: a fetch result and the records in it (sans-IO).
 //! - `transport`: the monoio TCP socket under one connection (the only I/O).
-//! - `client`: [`Client`], connect/reconnect, timeouts, admin calls, produce, fetch, status.
+//! - `routes`: where the client believes each request should go in a cluster: the nodes, the
+//!   metadata group's primary, each partition's primary (sans-IO).
+//! - `client`: [`Client`], its connections (one per node it talks to), connect/reconnect,
+//!   timeouts, following `NotPrimary`, admin calls, produce, fetch, status.
 //! - `producer`: [`Producer`], batching and pipelining with in-order acknowledgements.
 //! - `split`: a connection's two directions apart ([`Client::into_split`]), for writing a request
 //!   while an earlier reply is awaited (the load tool's open-loop producer).
@@ -38,6 +41,7 @@ pub mod connection;
 mod error;
 mod fetch;
 mod producer;
+mod routes;
 mod split;
 #[cfg(test)]
 mod testing;
@@ -48,6 +52,7 @@ pub use connection::Reply;
 pub use error::{ClientError, Result};
 pub use fetch::{Fetched, FetchedRecord, Records};
 pub use producer::{Ack, Producer, ProducerConfig};
+pub use routes::Route;
 /// Durability modes of a topic.
 pub use shoal_proto::Durability;
 /// Batches are built with `shoal-proto`'s builder.
@@ -59,7 +64,8 @@ pub use shoal_proto::protocol::consumer::{
 };
 /// The protocol's argument and result types, re-exported so callers need no `shoal-proto` dependency.
 pub use shoal_proto::protocol::{
-    CreateTopic, ErrorCode, Fetch, FetchFrom, FetchReply, HelloReply, PartitionInfo, Partitioning,
-    ProduceReply, StreamInfo, TopicInfo,
+    CreateTopic, ErrorCode, Fetch, FetchFrom, FetchReply, HelloReply, NODE_UNKNOWN, NodeAddress,
+    NotPrimary, PartitionInfo, PartitionPrimary, Partitioning, ProduceReply, StreamInfo,
+    TopicDescription, TopicInfo,
 };
 pub use split::{ReplyReceiver, RequestSender};

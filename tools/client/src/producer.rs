@@ -19,15 +19,26 @@
 //! With `idempotent` (DESIGN.md §4, Kafka's idempotent producer) every batch carries the
 //! client's session as its producer id, epoch 0 and a per-partition sequence (from 0, counting
 //! records, wrapping at `i32::MAX`); a resend is the same bytes, so the partition stores it once
-//! and answers a duplicate with the original offsets. Keyless records then go to a partition the
-//! producer picks (sticky, moving on with each batch), since a sequence belongs to one
-//! partition. A batch refused with `OutOfOrderSequence` while an earlier batch of its partition
-//! waits to be resent is resent after it; otherwise that error fails the producer.
+//! and answers a duplicate with the original offsets — also after a failover, since every
+//! replica keeps the producer table. Keyless records then go to a partition the producer picks
+//! (sticky, moving on with each batch), since a sequence belongs to one partition. A batch
+//! refused with `OutOfOrderSequence` (or `UnknownProducer`, when the batch before it was the
+//! partition's first) while an earlier batch of its partition is not stored yet (waiting to be
+//! resent, or in flight again) is resent after it; otherwise those errors fail the producer. Resends of one partition's batches always go out in their sequence order.
 //!
-//! A producer for one partition (`partition: Some(p)`) moves its client to the shard that owns
-//! the partition when the server has per-shard listeners (`connect_to_owner`, on by default), so
-//! its requests are served without a hop between shards; a producer spread over partitions keeps
-//! the connection it was given (its partitions may live on every shard).
+//! In a cluster (a version 3 server naming several nodes) each batch goes to its partition's
+//! primary, on the client's connection to that node; keyless records go to partitions the
+//! producer picks (as when idempotent). A `NotPrimary` answer teaches the client the new primary
+//! and the batch goes there at once ([`REDIRECTS_MAX`] times at most, then it counts as a failed
+//! attempt); a broken connection loses only the batches in flight on it. Replies are awaited
+//! oldest batch first, on the connection it went out on. A partition's primary that does not
+//! know the topic yet (its catalog lags the metadata primary's just after the topic was
+//! created) is retried like a transient refusal, within `retries_max`.
+//!
+//! A producer for one partition (`partition: Some(p)`) of a single node moves its client to the
+//! shard that owns the partition when the server has per-shard listeners (`connect_to_owner`, on
+//! by default), so its requests are served without a hop between shards; a producer spread over
+//! partitions keeps the connection it was given (its partitions may live on every shard).
 //!
 //! The batching, ordering and retry logic (`ProducerCore`) is sans-IO and takes the time as an
 //! argument; `Producer` drives it with a [`Client`]. Buffers (request bodies, ticket lists, the
@@ -45,8 +56,9 @@ use shoal_proto::protocol::{
 };
 use shoal_proto::wire::HEADER_SIZE;
 
-use crate::client::Client;
+use crate::client::{Client, is_catalog_lag};
 use crate::error::{ClientError, Result};
+use crate::routes::Route;
 
 /// Producer limits.
 #[derive(Clone, Debug)]
@@ -86,7 +98,9 @@ impl Default for ProducerConfig {
             batch_records_max: 16_384,
             linger_us: 1_000,
             in_flight_max: 8,
-            retries_max: 5,
+            // With the backoff doubling from 50 ms to 2 s: about 11 s of resends, enough to ride
+            // out a primary's failover (detection plus a view change) in a cluster.
+            retries_max: 10,
             retry_backoff_ms: 50,
             retry_backoff_ms_max: 2_000,
             connect_to_owner: true,
@@ -127,7 +141,43 @@ struct SealedBatch {
     target: Target,
     body: Vec<u8>,
     tickets: Vec<u64>,
+    /// Resends after a failure (bounded by `retries_max`).
     attempts: u32,
+    /// Resends at once to the primary a `NotPrimary` answer named (bounded by
+    /// [`REDIRECTS_MAX`]; beyond, a redirect counts as a failure).
+    redirects: u32,
+}
+
+impl SealedBatch {
+    /// The ticket of its first record: batches of one partition are sealed, and must be stored,
+    /// in this order.
+    fn first_ticket(&self) -> u64 {
+        self.tickets.first().copied().unwrap_or(u64::MAX)
+    }
+}
+
+/// Times one batch follows a `NotPrimary` answer at once before a redirect counts as a failed
+/// attempt (with its backoff): a view change can move a primary, not make it bounce forever.
+pub(crate) const REDIRECTS_MAX: u32 = 4;
+
+/// What to do after a reply or a lost connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resend {
+    /// Nothing to resend.
+    No,
+    /// Resend now (a `NotPrimary` answer named where).
+    Now,
+    /// Resend after this backoff.
+    After(Duration),
+}
+
+/// A sent batch.
+#[derive(Debug)]
+struct InFlight {
+    /// The client's connection it went out on.
+    link: u64,
+    request: u64,
+    batch: SealedBatch,
 }
 
 /// The sans-IO heart of the producer: batching, the send queue, in-flight tracking, retries and
@@ -145,8 +195,8 @@ pub(crate) struct ProducerCore {
     retry: VecDeque<SealedBatch>,
     /// Sealed batches not yet sent.
     ready: VecDeque<SealedBatch>,
-    /// Sent batches with their request numbers, in request order.
-    in_flight: VecDeque<(u64, SealedBatch)>,
+    /// Sent batches with the link each went out on and its request number, in request order.
+    in_flight: VecDeque<InFlight>,
     /// Results per ticket from `acked_base` on; `None` until its batch is acknowledged.
     pending: VecDeque<Option<(u32, u64)>>,
     acked_base: u64,
@@ -161,7 +211,15 @@ pub(crate) struct ProducerCore {
     producer_id: Option<i64>,
     /// Per partition, the sequence of the next batch's first record (idempotent only).
     sequences: Vec<i32>,
-    /// The partition keyless records go to when idempotent.
+    /// Whether keyless records go to a partition the producer picks (`sticky`) rather than one
+    /// the server balances to: when idempotent (a sequence belongs to one partition) and in a
+    /// cluster (a batch goes to its partition's primary).
+    sticky_keyless: bool,
+    /// In a cluster: a partition's primary may not know the topic yet when it was just created
+    /// (its catalog lags the metadata primary's), so "not found" is retried like a transient
+    /// refusal, within the retry bound.
+    catalog_may_lag: bool,
+    /// The partition keyless records go to when `sticky_keyless`.
     sticky: u32,
 }
 
@@ -208,6 +266,8 @@ impl ProducerCore {
             failed: None,
             producer_id: None,
             sequences: Vec::new(),
+            sticky_keyless: false,
+            catalog_may_lag: false,
             sticky: 0,
             config,
         })
@@ -217,6 +277,14 @@ impl ProducerCore {
     pub(crate) fn set_idempotent(&mut self, producer_id: i64) {
         self.producer_id = Some(producer_id);
         self.sequences = vec![0; self.partitions as usize];
+        self.sticky_keyless = true;
+    }
+
+    /// The producer runs against a cluster: keyless records go to a partition it picks, moving
+    /// on with each batch, and "not found" may be a lagging catalog.
+    pub(crate) fn set_cluster(&mut self) {
+        self.sticky_keyless = true;
+        self.catalog_may_lag = true;
     }
 
     fn check(&self) -> Result<()> {
@@ -230,7 +298,7 @@ impl ProducerCore {
         match (self.config.partition, key) {
             (Some(partition), _) => Target::Partition(partition),
             (None, Some(key)) => Target::Partition(partition_for_key(key, self.partitions)),
-            (None, None) if self.producer_id.is_some() => Target::Partition(self.sticky),
+            (None, None) if self.sticky_keyless => Target::Partition(self.sticky),
             (None, None) => Target::Balanced,
         }
     }
@@ -298,9 +366,12 @@ impl ProducerCore {
             builder = builder.producer(producer_id, 0, *sequence);
             let records = open.tickets.len() as i64;
             *sequence = ((i64::from(*sequence) + records) % (i64::from(i32::MAX) + 1)) as i32;
-            if self.config.partition.is_none() && partition == self.sticky {
-                self.sticky = (self.sticky + 1) % self.partitions;
-            }
+        }
+        if self.sticky_keyless
+            && self.config.partition.is_none()
+            && target == Target::Partition(self.sticky)
+        {
+            self.sticky = (self.sticky + 1) % self.partitions;
         }
         builder.build_into(&mut writer.bytes);
         self.open_records -= open.tickets.len();
@@ -309,6 +380,7 @@ impl ProducerCore {
             body: writer.bytes,
             tickets: open.tickets,
             attempts: 0,
+            redirects: 0,
         });
     }
 
@@ -329,16 +401,22 @@ impl ProducerCore {
         }
     }
 
-    /// The body of the next batch to send, if one is waiting and the in-flight bound allows.
-    pub(crate) fn next_to_send(&self) -> Option<&[u8]> {
+    /// The partition (`None`: balanced) and body of the next batch to send, if one is waiting
+    /// and the in-flight bound allows.
+    pub(crate) fn next_to_send(&self) -> Option<(Option<u32>, &[u8])> {
         if self.failed.is_some() || self.in_flight.len() >= self.config.in_flight_max {
             return None;
         }
-        self.retry.front().or(self.ready.front()).map(|batch| &batch.body[..])
+        let batch = self.retry.front().or(self.ready.front())?;
+        let partition = match batch.target {
+            Target::Balanced => None,
+            Target::Partition(partition) => Some(partition),
+        };
+        Some((partition, &batch.body[..]))
     }
 
-    /// The batch `next_to_send` returned went out as `request`.
-    pub(crate) fn sent(&mut self, request: u64) {
+    /// The batch `next_to_send` returned went out on `link` as `request`.
+    pub(crate) fn sent(&mut self, link: u64, request: u64) {
         let batch = match self.retry.pop_front() {
             Some(batch) => batch,
             None => match self.ready.pop_front() {
@@ -346,38 +424,50 @@ impl ProducerCore {
                 None => return,
             },
         };
-        self.in_flight.push_back((request, batch));
+        self.in_flight.push_back(InFlight { link, request, batch });
     }
 
-    /// The reply to the oldest in-flight request. Returns the backoff to wait before resending,
-    /// if the batch is to be resent.
-    pub(crate) fn on_reply(
-        &mut self,
-        request: u64,
-        result: Result<Bytes>,
-    ) -> Result<Option<Duration>> {
+    /// The link the oldest in-flight request went out on: its reply is the next to wait for
+    /// (each link answers in request order, so waiting there always makes progress).
+    pub(crate) fn oldest_link(&self) -> Option<u64> {
+        self.in_flight.front().map(|sent| sent.link)
+    }
+
+    /// The partition of the oldest in-flight batch (`None`: balanced, or nothing in flight).
+    pub(crate) fn oldest_partition(&self) -> Option<u32> {
+        match self.in_flight.front()?.batch.target {
+            Target::Balanced => None,
+            Target::Partition(partition) => Some(partition),
+        }
+    }
+
+    /// The reply to the oldest in-flight request. Returns whether (and when) the batch is to be
+    /// resent.
+    pub(crate) fn on_reply(&mut self, request: u64, result: Result<Bytes>) -> Result<Resend> {
         self.check()?;
-        let Some((expected, _)) = self.in_flight.front() else {
+        let Some(oldest) = self.in_flight.front() else {
             return Err(self.fail(ClientError::Protocol(format!(
                 "a produce reply to request {request} with none in flight"
             ))));
         };
-        if *expected != request {
+        if oldest.request != request {
             let error = ClientError::Protocol(format!(
-                "a reply to request {request} while produce request {expected} is the oldest"
+                "a reply to request {request} while produce request {} is the oldest",
+                oldest.request
             ));
             return Err(self.fail(error));
         }
-        let Some((_, batch)) = self.in_flight.pop_front() else { return Ok(None) };
+        let Some(InFlight { batch, .. }) = self.in_flight.pop_front() else {
+            return Ok(Resend::No);
+        };
         match result {
             Ok(body) => {
                 self.acknowledge(batch, &body)?;
-                Ok(None)
+                Ok(Resend::No)
             }
-            Err(error) => self.retry_or_fail(batch, error).map(Some),
+            Err(error) => self.retry_or_fail(batch, error),
         }
     }
-
     fn acknowledge(&mut self, batch: SealedBatch, body: &[u8]) -> Result<()> {
         let reply = ProduceReply::decode(body)
             .map_err(|e| ClientError::Protocol(format!("Produce reply: {e}")));
@@ -421,35 +511,65 @@ impl ProducerCore {
         Ok(())
     }
 
-    fn retry_or_fail(&mut self, mut batch: SealedBatch, error: ClientError) -> Result<Duration> {
-        // An idempotent batch sent behind one that failed arrives to a gap: once the earlier one
-        // is resent (it is ahead in the retry queue), so is this one, in order.
+    fn retry_or_fail(&mut self, mut batch: SealedBatch, error: ClientError) -> Result<Resend> {
+        // Not appended: the answer named the primary (the client learned it), go there now.
+        if matches!(error, ClientError::NotPrimary(_)) && batch.redirects < REDIRECTS_MAX {
+            batch.redirects += 1;
+            self.requeue(batch);
+            return Ok(Resend::Now);
+        }
+        // An idempotent batch sent behind one of its partition that is not stored yet (failed
+        // and waiting to be resent, or in flight again, perhaps to a new primary) arrives to a
+        // gap — or, when that one was the partition's first, to a partition that does not know
+        // the producer yet: it goes again after that one.
+        let first = batch.first_ticket();
+        let gap = matches!(
+            error.code(),
+            Some(ErrorCode::OutOfOrderSequence | ErrorCode::UnknownProducer)
+        );
+        let mut unstored = self.retry.iter().chain(self.in_flight.iter().map(|sent| &sent.batch));
         let behind_a_resend = self.producer_id.is_some()
-            && error.code() == Some(ErrorCode::OutOfOrderSequence)
-            && self.retry.iter().any(|earlier| earlier.target == batch.target);
-        if !(error.is_retryable() || behind_a_resend) || batch.attempts >= self.config.retries_max {
+            && gap
+            && unstored
+                .any(|earlier| earlier.target == batch.target && earlier.first_ticket() < first);
+        let lagging = self.catalog_may_lag && is_catalog_lag(&error);
+        let retryable = error.is_retryable() || behind_a_resend || lagging;
+        if !retryable || batch.attempts >= self.config.retries_max {
             return Err(self.fail(error));
         }
         batch.attempts += 1;
         let backoff = self.backoff(batch.attempts);
-        self.retry.push_back(batch);
-        Ok(backoff)
+        self.requeue(batch);
+        Ok(Resend::After(backoff))
     }
 
-    /// The connection broke (or a send failed): every in-flight batch is resent, after the
-    /// returned backoff, unless it has used up its retries.
-    pub(crate) fn on_connection_lost(&mut self, error: ClientError) -> Result<Duration> {
+    /// Puts a batch back to be resent, in ticket order among those waiting, so that batches of
+    /// one partition go out again in their sequence order whatever order their failures came in.
+    fn requeue(&mut self, batch: SealedBatch) {
+        let first = batch.first_ticket();
+        let at = self.retry.iter().position(|waiting| waiting.first_ticket() > first);
+        self.retry.insert(at.unwrap_or(self.retry.len()), batch);
+    }
+
+    /// A connection broke (or a send failed): every batch in flight on a link that is no
+    /// longer `alive` is resent, after the returned backoff, unless it has used up its retries.
+    pub(crate) fn on_connection_lost(
+        &mut self,
+        alive: impl Fn(u64) -> bool,
+        error: ClientError,
+    ) -> Result<Duration> {
         self.check()?;
         if !error.is_retryable() {
             return Err(self.fail(error));
         }
-        // In-flight batches were sent after every batch already waiting in `retry`.
         let mut attempts = 0;
-        let lost: Vec<(u64, SealedBatch)> = self.in_flight.drain(..).collect();
-        for (_, mut batch) in lost {
+        let (lost, kept): (VecDeque<InFlight>, VecDeque<InFlight>) =
+            self.in_flight.drain(..).partition(|sent| !alive(sent.link));
+        self.in_flight = kept;
+        for InFlight { mut batch, .. } in lost {
             batch.attempts += 1;
             attempts = attempts.max(batch.attempts);
-            self.retry.push_back(batch);
+            self.requeue(batch);
         }
         // A send that failed before anything was in flight charges the batch it was sending.
         if attempts == 0 {
@@ -509,6 +629,8 @@ impl ProducerCore {
 pub struct Producer {
     client: Client,
     core: ProducerCore,
+    stream: String,
+    topic: String,
 }
 
 impl Producer {
@@ -522,7 +644,9 @@ impl Producer {
         config: ProducerConfig,
     ) -> Result<Producer> {
         let (info, partitions) = client.describe_topic(stream, topic).await?;
+        // In a cluster each batch goes to its partition's primary node instead.
         if config.connect_to_owner
+            && client.nodes().len() <= 1
             && let Some(partition) = config.partition
             && let Some(owner) = partitions.iter().find(|p| p.partition == partition)
         {
@@ -540,6 +664,9 @@ impl Producer {
         };
         let idempotent = config.idempotent;
         let mut core = ProducerCore::new(config, stream, topic, info.partitions)?;
+        if client.nodes().len() > 1 {
+            core.set_cluster();
+        }
         if idempotent {
             let producer_id =
                 i64::try_from(client.session()).ok().filter(|&id| id > 0).ok_or_else(|| {
@@ -550,7 +677,7 @@ impl Producer {
                 })?;
             core.set_idempotent(producer_id);
         }
-        Ok(Producer { client, core })
+        Ok(Producer { client, core, stream: stream.to_string(), topic: topic.to_string() })
     }
 
     /// Adds a record; returns its ticket. Sends batches that are due, waiting for
@@ -637,14 +764,20 @@ impl Producer {
         }
     }
 
-    /// Sends waiting batches while the in-flight bound allows.
+    /// Sends waiting batches while the in-flight bound allows, each to its partition's primary.
     async fn send_due(&mut self) -> Result<()> {
-        while self.client.has_room() {
-            let Some(body) = self.core.next_to_send() else { break };
-            match self.client.submit(Operation::Produce, &[body]).await {
-                Ok(request) => self.core.sent(request),
+        while let Some((partition, body)) = self.core.next_to_send() {
+            let route = match partition {
+                Some(partition) => {
+                    Route::Partition { stream: &self.stream, topic: &self.topic, partition }
+                }
+                None => Route::Any,
+            };
+            match self.client.submit_routed(&route, Operation::Produce, &[body]).await {
+                Ok((link, request)) => self.core.sent(link, request),
                 Err(error) => {
-                    let backoff = self.core.on_connection_lost(error)?;
+                    let client = &self.client;
+                    let backoff = self.core.on_connection_lost(|l| client.link_alive(l), error)?;
                     monoio::time::sleep(backoff).await;
                 }
             }
@@ -652,12 +785,27 @@ impl Producer {
         Ok(())
     }
 
+    /// Waits for the reply to the oldest batch in flight (on the link it went out on) and acts
+    /// on it: a `NotPrimary` answer teaches the client the partition's primary first.
     async fn receive_one(&mut self) -> Result<()> {
-        let backoff = match self.client.receive().await {
-            Ok(reply) => self.core.on_reply(reply.request, reply.result)?,
-            Err(error) => Some(self.core.on_connection_lost(error)?),
+        let Some(link) = self.core.oldest_link() else { return Ok(()) };
+        let resend = match self.client.receive_on(link).await {
+            Ok(reply) => {
+                if let (Err(ClientError::NotPrimary(redirect)), Some(partition)) =
+                    (&reply.result, self.core.oldest_partition())
+                {
+                    let route =
+                        Route::Partition { stream: &self.stream, topic: &self.topic, partition };
+                    self.client.learn(&route, redirect.primary);
+                }
+                self.core.on_reply(reply.request, reply.result)?
+            }
+            Err(error) => {
+                let client = &self.client;
+                Resend::After(self.core.on_connection_lost(|l| client.link_alive(l), error)?)
+            }
         };
-        if let Some(backoff) = backoff {
+        if let Resend::After(backoff) = resend {
             monoio::time::sleep(backoff).await;
         }
         Ok(())
@@ -678,12 +826,15 @@ mod tests {
     use super::*;
     use crate::connection::{Connection, ConnectionConfig};
     use crate::testing::{
-        Faults, MemoryServer, Responder, hello_reply_body, reply_frame, spawn_tcp,
+        Faults, MemoryServer, Responder, hello_reply_body, reply_frame, spawn_cluster, spawn_tcp,
         spawn_tcp_as_shard,
     };
     use crate::{ClientConfig, runtime};
     use shoal_proto::batch::records;
     use shoal_proto::protocol::ErrorCode;
+
+    /// The link id the sans-IO harness's one connection stands for.
+    const LINK: u64 = 1;
 
     /// Drives a `ProducerCore` over a sans-IO `Connection` against an in-memory server.
     struct Harness {
@@ -714,9 +865,9 @@ mod tests {
         }
 
         fn send_due(&mut self) {
-            while let Some(body) = self.core.next_to_send() {
+            while let Some((_, body)) = self.core.next_to_send() {
                 let request = self.connection.request(Operation::Produce, &[body]).unwrap();
-                self.core.sent(request);
+                self.core.sent(LINK, request);
             }
         }
 
@@ -948,7 +1099,7 @@ mod tests {
             h.send(None, value);
         }
         assert_eq!(h.core.in_flight(), 3);
-        let backoff = h.core.on_connection_lost(ClientError::Closed).unwrap();
+        let backoff = h.core.on_connection_lost(|_| false, ClientError::Closed).unwrap();
         assert_eq!(backoff, Duration::from_millis(50));
         assert_eq!((h.core.in_flight(), h.core.backlog()), (0, 3));
         // A new connection: request numbers restart, the batches go out again in order.
@@ -959,7 +1110,78 @@ mod tests {
         // A protocol error is not retried.
         let mut h = Harness::new(ProducerConfig { partition: Some(0), ..config() }, 1);
         h.send(None, "a");
-        assert!(h.core.on_connection_lost(ClientError::Protocol("bad".into())).is_err());
+        assert!(h.core.on_connection_lost(|_| false, ClientError::Protocol("bad".into())).is_err());
+    }
+
+    fn redirect() -> ClientError {
+        ClientError::NotPrimary(shoal_proto::protocol::NotPrimary {
+            view: 1,
+            primary: 2,
+            address: "127.0.0.1:1".into(),
+            text: "replica 2 leads view 1".into(),
+        })
+    }
+
+    #[test]
+    fn producer_follows_not_primary_at_once_a_bounded_number_of_times() {
+        let mut h = Harness::new(
+            ProducerConfig { partition: Some(0), batch_records_max: 1, retries_max: 1, ..config() },
+            1,
+        );
+        h.send(None, "a");
+        for _ in 0..REDIRECTS_MAX {
+            let request = h.core.in_flight.front().unwrap().request;
+            assert_eq!(h.core.on_reply(request, Err(redirect())).unwrap(), Resend::Now);
+            h.send_due();
+        }
+        // Then a redirect is a failed attempt, with its backoff, and the retries run out.
+        let request = h.core.in_flight.front().unwrap().request;
+        let backoff = Duration::from_millis(50);
+        assert_eq!(h.core.on_reply(request, Err(redirect())).unwrap(), Resend::After(backoff));
+        h.send_due();
+        let request = h.core.in_flight.front().unwrap().request;
+        assert!(h.core.on_reply(request, Err(redirect())).is_err());
+    }
+
+    #[test]
+    fn producer_resends_a_partitions_batches_in_sequence_order() {
+        let mut h = Harness::new(
+            ProducerConfig { partition: Some(0), batch_records_max: 2, ..config() },
+            1,
+        );
+        h.core.set_idempotent(77);
+        for value in ["a", "b", "c", "d", "e", "f"] {
+            h.send(None, value);
+        }
+        // Three batches in flight on two links; the link of the last two breaks first, then the
+        // first batch is refused: the resends go out first batch first.
+        let links: Vec<u64> = vec![1, 2, 2];
+        for (sent, link) in h.core.in_flight.iter_mut().zip(links) {
+            sent.link = link;
+        }
+        h.core.on_connection_lost(|link| link == 1, ClientError::Closed).unwrap();
+        let request = h.core.in_flight.front().unwrap().request;
+        h.core.on_reply(request, Err(redirect())).unwrap();
+        let sequences: Vec<i32> = h
+            .core
+            .retry
+            .iter()
+            .map(|batch| {
+                let at = Produce::decode(&batch.body).unwrap().1;
+                shoal_proto::batch::BatchHeader::parse(&batch.body[at..]).unwrap().base_sequence()
+            })
+            .collect();
+        assert_eq!(sequences, [0, 2, 4]);
+        // An out-of-order refusal behind a batch of its partition still unstored is resent
+        // after it, even when that batch is in flight again.
+        h.send_due();
+        let (first, second) = (h.core.in_flight[0].request, h.core.in_flight[1].request);
+        let gap =
+            || ClientError::Server { code: ErrorCode::OutOfOrderSequence, message: "gap".into() };
+        h.core.in_flight.swap(0, 1);
+        assert!(matches!(h.core.on_reply(second, Err(gap())), Ok(Resend::After(_))));
+        let refused = h.core.on_reply(first, Err(gap())).unwrap_err();
+        assert_eq!(refused.code(), Some(ErrorCode::OutOfOrderSequence), "nothing before the first");
     }
 
     #[test]
@@ -970,7 +1192,7 @@ mod tests {
         );
         h.send(None, "a");
         h.send(None, "b");
-        let request = h.core.in_flight.front().unwrap().0;
+        let request = h.core.in_flight.front().unwrap().request;
         let wrong_count = ProduceReply { partition: 0, base_offset: 0, record_count: 3 }.encode();
         assert!(matches!(
             h.core.on_reply(request, Ok(Bytes::from(wrong_count))),
@@ -1072,6 +1294,65 @@ mod tests {
             assert_eq!(client.address(), Some(shard0.to_string().as_str()));
             assert_eq!(client.shard_address(1), Some(shard1.to_string()));
         });
+    }
+
+    /// Three nodes each leading one partition; the producer is given node 1 only. Node 1 then
+    /// dies and node 2 takes its partition over: the producer follows, and every record is
+    /// acknowledged once, offsets dense per partition.
+    #[test]
+    fn a_producer_sends_each_partition_to_its_primary_and_follows_a_failover() {
+        let server = Arc::new(Mutex::new(MemoryServer::new(3)));
+        let nodes = spawn_cluster(&server, 3);
+        server.lock().unwrap().primaries = vec![0, 1, 2];
+        let key_for = |partition: u32| {
+            (0..)
+                .map(|i| format!("k{i}"))
+                .find(|k| partition_for_key(k.as_bytes(), 3) == partition)
+                .unwrap()
+        };
+        let keys: Vec<String> = (0..3).map(key_for).collect();
+        let shared = Arc::clone(&server);
+        runtime().unwrap().block_on(async move {
+            let client = Client::connect(ClientConfig {
+                register: true,
+                request_timeout_ms: 2_000,
+                ..ClientConfig::with_seeds([nodes[1].to_string()])
+            })
+            .await
+            .unwrap();
+            let config = ProducerConfig { idempotent: true, batch_records_max: 4, ..config() };
+            let mut producer = Producer::new(client, "s", "t", config).await.unwrap();
+            for i in 0..30 {
+                producer.send(Some(keys[i % 3].as_bytes()), b"before").await.unwrap();
+            }
+            producer.flush().await.unwrap();
+            {
+                let mut state = shared.lock().unwrap();
+                state.down[1] = true;
+                state.primaries[1] = 2;
+            }
+            for i in 0..30 {
+                producer.send(Some(keys[i % 3].as_bytes()), b"after").await.unwrap();
+            }
+            producer.flush().await.unwrap();
+            let acks: Vec<Ack> = producer.poll_acks().collect();
+            assert_eq!(acks.len(), 60);
+            for partition in 0..3 {
+                let offsets: Vec<u64> =
+                    acks.iter().filter(|a| a.partition == partition).map(|a| a.offset).collect();
+                assert_eq!(offsets, (0..20).collect::<Vec<_>>(), "partition {partition}");
+            }
+        });
+        let server = server.lock().unwrap();
+        assert_eq!(server.next_offsets, [20, 20, 20]);
+        // Before the failover every batch went to its primary (only the registration, sent to
+        // node 1, was redirected); after it, node 1 was unreachable, and the batches of
+        // partition 1 sent before the first redirect came back (at most the in-flight bound)
+        // found another node not leading it.
+        let redirects = &server.redirects_by_node;
+        assert_eq!(redirects[1], 1);
+        let in_flight_max = ProducerConfig::default().in_flight_max;
+        assert!(redirects[0] + redirects[2] <= in_flight_max, "{redirects:?}");
     }
 
     /// A listener on every interface is named with an unspecified IP: the client substitutes

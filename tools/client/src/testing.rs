@@ -14,9 +14,10 @@ use std::sync::{Arc, Mutex};
 use shoal_proto::Durability;
 use shoal_proto::batch::{self, BatchBuilder, BatchHeader, BatchLimits};
 use shoal_proto::protocol::{
-    ErrorCode, Fetch, FetchFrom, FetchReply, HelloReply, Operation, PartitionInfo, Partitioning,
-    Produce, ProduceReply, StreamInfo, TopicInfo, decode_stream_name, encode_describe,
-    encode_session, encode_streams, partition_for_key,
+    ErrorCode, Fetch, FetchFrom, FetchReply, HelloReply, NodeAddress, NotPrimary, Operation,
+    PartitionInfo, PartitionPrimary, Partitioning, Produce, ProduceReply, StreamInfo,
+    TopicDescription, TopicInfo, decode_stream_name, encode_describe, encode_session,
+    encode_streams, partition_for_key,
 };
 use shoal_proto::wire::{ClientReply, HEADER_SIZE, Header};
 
@@ -47,7 +48,8 @@ pub fn reply_frame_with(
     frame
 }
 
-/// A `Hello` result speaking `version`, from shard 0 of a server without per-shard listeners.
+/// A `Hello` result speaking `version`, from shard 0 of a server without per-shard listeners
+/// (node 0 of a one-node cluster at `127.0.0.1:7070` from version 3 on).
 pub fn hello_reply_body(version: u16) -> Vec<u8> {
     HelloReply {
         version,
@@ -55,6 +57,9 @@ pub fn hello_reply_body(version: u16) -> Vec<u8> {
         server: "memory".into(),
         shard: 0,
         shard_addresses: Vec::new(),
+        cluster: 1,
+        node: 0,
+        nodes: vec![NodeAddress { node: 0, address: "127.0.0.1:7070".into() }],
     }
     .encode()
 }
@@ -141,6 +146,18 @@ pub struct MemoryServer {
     /// Per-shard listener addresses to name in `Hello` (version 2 when any); partition `p` is
     /// then on shard `p % len`. Empty: a version 1 server of one shard.
     pub shard_addresses: Vec<String>,
+    /// A cluster's nodes' addresses, by index (version 3 when any: then each listener answers
+    /// as its node, and a request for a group it does not lead gets `NotPrimary`).
+    pub nodes: Vec<String>,
+    /// In a cluster: the node leading the metadata group.
+    pub metadata_primary: u8,
+    /// In a cluster: the node leading each partition.
+    pub primaries: Vec<u8>,
+    /// In a cluster: nodes that are down (their listeners close every connection unanswered).
+    pub down: Vec<bool>,
+    /// In a cluster: requests each node received, and `NotPrimary` answers it gave.
+    pub requests_by_node: Vec<usize>,
+    pub redirects_by_node: Vec<usize>,
 }
 
 impl MemoryServer {
@@ -155,6 +172,97 @@ impl MemoryServer {
             produce_log: Vec::new(),
             hellos: 0,
             shard_addresses: Vec::new(),
+            nodes: Vec::new(),
+            metadata_primary: 0,
+            primaries: Vec::new(),
+            down: Vec::new(),
+            requests_by_node: Vec::new(),
+            redirects_by_node: Vec::new(),
+        }
+    }
+
+    /// Makes this server a cluster of the nodes at `addresses` (each served by
+    /// [`spawn_tcp_as_node`]), every group led by node 0.
+    pub fn cluster(&mut self, addresses: Vec<String>) {
+        let nodes = addresses.len();
+        self.nodes = addresses;
+        self.primaries = vec![0; self.partitions as usize];
+        self.down = vec![false; nodes];
+        self.requests_by_node = vec![0; nodes];
+        self.redirects_by_node = vec![0; nodes];
+    }
+
+    /// The reply (error code, body) node `node` of a cluster gives to one request: a request
+    /// for a group it does not lead gets a version 3 `NotPrimary`.
+    pub fn answer_as(&mut self, node: u8, request: &Request) -> (u32, Vec<u8>) {
+        self.requests_by_node[usize::from(node)] += 1;
+        let body = &request.body[..];
+        let leader = match request.operation {
+            Operation::Register
+            | Operation::CreateStream
+            | Operation::DeleteStream
+            | Operation::ListStreams
+            | Operation::DescribeTopic => Some(self.metadata_primary),
+            Operation::Produce => match Produce::decode(body) {
+                Ok((Produce { partitioning: Partitioning::Explicit(p), .. }, _)) => {
+                    self.primaries.get(p as usize).copied()
+                }
+                _ => None,
+            },
+            Operation::Fetch => Fetch::decode(body)
+                .ok()
+                .and_then(|f| self.primaries.get(f.partition as usize))
+                .copied(),
+            _ => None,
+        };
+        if let Some(primary) = leader.filter(|&primary| primary != node) {
+            self.redirects_by_node[usize::from(node)] += 1;
+            let redirect = NotPrimary {
+                view: 1,
+                primary,
+                address: self.nodes[usize::from(primary)].clone(),
+                text: format!("replica {primary} leads view 1"),
+            };
+            return (ErrorCode::NotPrimary as u32, redirect.encode());
+        }
+        match request.operation {
+            Operation::Hello => {
+                self.hellos += 1;
+                let nodes = self
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(index, address)| NodeAddress {
+                        node: index as u8,
+                        address: address.clone(),
+                    })
+                    .collect();
+                let hello = HelloReply {
+                    version: 3,
+                    shards: 1,
+                    server: "memory".into(),
+                    shard: 0,
+                    shard_addresses: Vec::new(),
+                    cluster: 1,
+                    node,
+                    nodes,
+                };
+                (0, hello.encode())
+            }
+            Operation::DescribeTopic => {
+                let primaries = self
+                    .primaries
+                    .iter()
+                    .map(|&primary| PartitionPrimary { primary, view: 1 })
+                    .collect();
+                let description = TopicDescription {
+                    topic: self.topic(),
+                    partitions: self.partition_infos(),
+                    primaries,
+                };
+                (0, description.encode(3))
+            }
+            _ => self.answer(request),
         }
     }
 
@@ -198,6 +306,9 @@ impl MemoryServer {
                     server: "memory".into(),
                     shard: 0,
                     shard_addresses: self.shard_addresses.clone(),
+                    cluster: 0,
+                    node: 0,
+                    nodes: Vec::new(),
                 }
                 .encode())
             }
@@ -349,6 +460,38 @@ pub fn spawn_tcp_as_shard(
 ) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
     let address = listener.local_addr().expect("local address");
+    serve_tcp(listener, server, faults, Listener::Shard(shard));
+    address
+}
+
+/// Binds one loopback listener per node of a cluster, makes `server` that cluster
+/// ([`MemoryServer::cluster`]) and serves each listener as its node. Returns the addresses.
+pub fn spawn_cluster(server: &Arc<Mutex<MemoryServer>>, nodes: u8) -> Vec<SocketAddr> {
+    let listeners: Vec<TcpListener> =
+        (0..nodes).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind loopback")).collect();
+    let addresses: Vec<SocketAddr> =
+        listeners.iter().map(|l| l.local_addr().expect("local address")).collect();
+    server.lock().unwrap().cluster(addresses.iter().map(ToString::to_string).collect());
+    for (node, listener) in listeners.into_iter().enumerate() {
+        serve_tcp(listener, Arc::clone(server), Faults::default(), Listener::Node(node as u8));
+    }
+    addresses
+}
+
+/// What a listener answers as.
+#[derive(Clone, Copy, Debug)]
+enum Listener {
+    Shard(u32),
+    Node(u8),
+}
+
+/// Serves `listener` from a plain thread, one connection at a time.
+fn serve_tcp(
+    listener: TcpListener,
+    server: Arc<Mutex<MemoryServer>>,
+    faults: Faults,
+    role: Listener,
+) {
     std::thread::spawn(move || {
         let mut first = true;
         for stream in listener.incoming() {
@@ -370,14 +513,26 @@ pub fn spawn_tcp_as_shard(
                     if close_after == Some(answered) {
                         break 'connection;
                     }
-                    let (error, mut body) = server.lock().unwrap().answer(&request);
-                    if request.operation == Operation::Hello
-                        && let Ok(mut hello) = HelloReply::decode(&body)
-                        && hello.version >= 2
-                    {
-                        hello.shard = shard;
-                        body = hello.encode();
-                    }
+                    let (error, body) = match role {
+                        Listener::Node(node) => {
+                            let mut server = server.lock().unwrap();
+                            if server.down[usize::from(node)] {
+                                break 'connection;
+                            }
+                            server.answer_as(node, &request)
+                        }
+                        Listener::Shard(shard) => {
+                            let (error, mut body) = server.lock().unwrap().answer(&request);
+                            if request.operation == Operation::Hello
+                                && let Ok(mut hello) = HelloReply::decode(&body)
+                                && hello.version >= 2
+                            {
+                                hello.shard = shard;
+                                body = hello.encode();
+                            }
+                            (error, body)
+                        }
+                    };
                     let frame = reply_frame(
                         1,
                         request.client,
@@ -394,5 +549,4 @@ pub fn spawn_tcp_as_shard(
             }
         }
     });
-    address
 }

@@ -5,6 +5,7 @@
 //! server only through `shoal_client`, and never decides exit codes beyond returning an error
 //! (`main` maps it).
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -193,10 +194,29 @@ async fn status(client: &mut Client, json: bool) -> Outcome {
     let status: Value = serde_json::from_str(&text)
         .map_err(|e| Failure::Other(format!("the server's status is not JSON: {e}")))?;
     if json {
-        write_stdout(format!("{text}\n").as_bytes())
-    } else {
-        write_stdout(status_text(&status).as_bytes())
+        return write_stdout(format!("{text}\n").as_bytes());
     }
+    // In a cluster every node reports its own replicas (the replica states of a group only on
+    // its primary): the groups table is put together from every node's document.
+    let addresses = client.nodes();
+    let mut nodes = Vec::new();
+    if addresses.len() > 1 {
+        for (node, address) in addresses.into_iter().enumerate() {
+            let document = match client.status_of(node as u8).await {
+                Ok(text) => serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}")),
+                Err(error) => Err(error.to_string()),
+            };
+            nodes.push(NodeStatus { node: node as u8, address, document });
+        }
+    } else {
+        let node = status.get("node").and_then(Value::as_u64).unwrap_or(0) as u8;
+        let address = client.address().unwrap_or("?").to_string();
+        nodes.push(NodeStatus { node, address, document: Ok(status.clone()) });
+    }
+    let mut out = status_text(&status);
+    out.push('\n');
+    out.push_str(&groups_text(&nodes));
+    write_stdout(out.as_bytes())
 }
 
 // -- produce ----------------------------------------------------------------------------------
@@ -703,7 +723,7 @@ pub fn status_text(status: &Value) -> String {
     let shown = |value: Option<u64>| value.map_or_else(|| "?".to_string(), |v| v.to_string());
 
     let mut text = format!("shards: {}\n", shown(shards));
-    let mut per_shard: std::collections::BTreeMap<u64, (u64, u64)> =
+    let mut per_shard: BTreeMap<u64, (u64, u64)> =
         (0..shards.unwrap_or(0)).map(|shard| (shard, (0, 0))).collect();
     let mut total_bytes = 0u64;
     for p in partitions {
@@ -760,6 +780,132 @@ pub fn status_text(status: &Value) -> String {
         ));
     }
     text
+}
+
+/// One node's status document, or why it could not be had.
+pub struct NodeStatus {
+    /// The node's index.
+    pub node: u8,
+    /// Its client address.
+    pub address: String,
+    /// Its `Status` document.
+    pub document: Result<Value, String>,
+}
+
+/// The cluster's nodes, then every replicated group as the nodes report it: its name, shard,
+/// view, primary, each node's status of it, and its replicas' states as its primary sees them
+/// (lag when lagging). Missing keys are shown as `?`.
+pub fn groups_text(nodes: &[NodeStatus]) -> String {
+    let rows = nodes
+        .iter()
+        .map(|n| {
+            let state = match &n.document {
+                Ok(_) => "up".to_string(),
+                Err(why) => format!("unreachable: {why}"),
+            };
+            vec![n.node.to_string(), n.address.clone(), state]
+        })
+        .collect();
+    let mut text = table(&["NODE", "ADDRESS", "STATE"], rows);
+    // Group → (shard, per node its report); and group → its partition's name.
+    let mut groups: BTreeMap<u64, GroupReports<'_>> = BTreeMap::new();
+    let mut names: BTreeMap<u64, String> = BTreeMap::new();
+    for n in nodes {
+        let Ok(document) = &n.document else { continue };
+        let shards = document.get("shard_reports").and_then(Value::as_array);
+        for shard in shards.map_or(&[][..], Vec::as_slice) {
+            let index = shard.get("shard").and_then(Value::as_u64).unwrap_or(0);
+            let reports = shard.get("replication").and_then(Value::as_array);
+            for report in reports.map_or(&[][..], Vec::as_slice) {
+                let Some(group) = report.get("group").and_then(Value::as_u64) else { continue };
+                groups.entry(group).or_insert((index, Vec::new())).1.push((n.node, report));
+            }
+        }
+        let partitions = document.get("partitions").and_then(Value::as_array);
+        for p in partitions.map_or(&[][..], Vec::as_slice) {
+            if let Some(group) = p.get("group").and_then(Value::as_u64) {
+                let field = |key: &str| p.get(key).map_or("?".into(), |v| v.to_string());
+                let name = format!(
+                    "{}/{}/{}",
+                    p.get("stream").and_then(Value::as_str).unwrap_or("?"),
+                    p.get("topic").and_then(Value::as_str).unwrap_or("?"),
+                    field("partition")
+                );
+                names.insert(group, name);
+            }
+        }
+    }
+    if groups.is_empty() {
+        return text;
+    }
+    let rows = groups
+        .iter()
+        .map(|(group, (shard, reports))| {
+            let name = if *group == 0 {
+                "metadata".to_string()
+            } else {
+                names.get(group).cloned().unwrap_or("?".into())
+            };
+            group_row(*group, name, *shard, reports)
+        })
+        .collect();
+    text.push('\n');
+    text.push_str(&table(
+        &["GROUP", "NAME", "SHARD", "VIEW", "PRIMARY", "STATUS", "REPLICAS"],
+        rows,
+    ));
+    text
+}
+
+/// A group's shard and each node's report of it.
+type GroupReports<'a> = (u64, Vec<(u8, &'a Value)>);
+
+/// One group's row from each node's report of it.
+fn group_row(group: u64, name: String, shard: u64, reports: &[(u8, &Value)]) -> Vec<String> {
+    let number = |report: &Value, key: &str| report.get(key).and_then(Value::as_u64);
+    let view = reports.iter().filter_map(|(_, r)| number(r, "view")).max();
+    // The node that reports replica states is the group's serving primary; else the primary
+    // the newest view's reporters name.
+    let leader = reports
+        .iter()
+        .find(|(_, r)| r.get("replicas").and_then(Value::as_array).is_some_and(|a| !a.is_empty()));
+    let primary = leader.map(|(node, _)| u64::from(*node)).or_else(|| {
+        reports
+            .iter()
+            .filter(|(_, r)| number(r, "view") == view)
+            .find_map(|(_, r)| number(r, "primary"))
+    });
+    let statuses = reports
+        .iter()
+        .map(|(node, r)| {
+            format!("{node}:{}", r.get("status").and_then(Value::as_str).unwrap_or("?"))
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let replicas = leader.map_or("?".to_string(), |(_, r)| {
+        let list = r.get("replicas").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+        list.iter()
+            .map(|replica| {
+                let state = replica.get("state").and_then(Value::as_str).unwrap_or("?");
+                let node = number(replica, "node").map_or("?".into(), |n| n.to_string());
+                match (state, number(replica, "lag_ms")) {
+                    ("lagging", Some(lag)) => format!("{node}:lagging({lag}ms)"),
+                    _ => format!("{node}:{state}"),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    });
+    let shown = |value: Option<u64>| value.map_or_else(|| "?".to_string(), |v| v.to_string());
+    vec![
+        group.to_string(),
+        name,
+        shard.to_string(),
+        shown(view),
+        shown(primary),
+        statuses,
+        replicas,
+    ]
 }
 
 /// Left-aligned columns separated by two spaces.
@@ -850,6 +996,44 @@ mod tests {
         assert!(text.contains('?'), "{text}");
         let empty = status_text(&json!({}));
         assert!(empty.contains("shards: ?"), "{empty}");
+    }
+
+    #[test]
+    fn commands_groups_table_merges_every_nodes_report() {
+        let report = |node: u64, status: &str, replicas: Value| {
+            json!({
+                "node": node,
+                "shard_reports": [{"shard": 0, "replication": [
+                    {"group": 0, "view": 1, "status": status, "primary": 1, "replicas": replicas},
+                ]}],
+                "partitions": [],
+            })
+        };
+        let leading = json!([
+            {"node": 0, "state": "dead", "lag_ms": 9000},
+            {"node": 1, "state": "primary", "lag_ms": 0},
+            {"node": 2, "state": "lagging", "lag_ms": 12000},
+        ]);
+        let nodes = vec![
+            NodeStatus { node: 0, address: "a:1".into(), document: Err("refused".into()) },
+            NodeStatus {
+                node: 1,
+                address: "a:2".into(),
+                document: Ok(report(1, "normal", leading)),
+            },
+            NodeStatus {
+                node: 2,
+                address: "a:3".into(),
+                document: Ok(report(2, "normal", json!([]))),
+            },
+        ];
+        let text = groups_text(&nodes);
+        assert!(text.contains("unreachable: refused"), "{text}");
+        let row = text.lines().find(|l| l.contains("metadata")).expect("the metadata group's row");
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells[..5], ["0", "metadata", "0", "1", "1"], "{text}");
+        assert!(row.contains("1:normal 2:normal"), "{text}");
+        assert!(row.contains("0:dead 1:primary 2:lagging(12000ms)"), "{text}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 pub use args::{Cli, Command, Consume, Format, Stream, Topic};
-pub use commands::status_text;
+pub use commands::{NodeStatus, groups_text, status_text};
 
 /// Exit status of a command that succeeded.
 pub const EXIT_OK: u8 = 0;
