@@ -39,22 +39,42 @@ pub struct Target<'a> {
     pub partition: u32,
 }
 
-/// Connects an actor's client; with `to_owner`, moves it to the shard that owns `target`
-/// (`--connect owner`: the server must name per-shard listeners, `[network] shard_listen`).
-/// Returns the client and whether the shard serving it owns the partition (`None`: no single
-/// partition, or a server that names no shard).
+/// Connects an actor's client; in a cluster, to the node that leads `target` (the split
+/// connection an actor uses never follows a primary by itself: it reconnects here instead, given
+/// the primary a `NotPrimary` named as `prefer`); with `to_owner`, moves it to the shard that owns
+/// `target` (`--connect owner`: the server must name per-shard listeners, `[network]
+/// shard_listen`). Returns the client and whether the shard serving it owns the partition
+/// (`None`: no single partition, or a server that names no shard).
 pub async fn connect(
     config: ClientConfig,
     target: Option<Target<'_>>,
     to_owner: bool,
+    prefer: Option<String>,
 ) -> Result<(Client, Option<bool>), ClientError> {
-    let mut client = Client::connect(config).await?;
+    let config = match prefer {
+        // The named primary first, then the seeds as before.
+        Some(primary) => ClientConfig {
+            seeds: std::iter::once(primary).chain(config.seeds.iter().cloned()).collect(),
+            ..config
+        },
+        None => config,
+    };
+    let mut client = Client::connect(config.clone()).await?;
     let Some(target) = target else { return Ok((client, None)) };
-    let (_, partitions) = client.describe_topic(target.stream, target.topic).await?;
-    let Some(owner) = partitions.iter().find(|p| p.partition == target.partition).map(|p| p.shard)
+    let description = client.describe(target.stream, target.topic).await?;
+    let Some(index) = description.partitions.iter().position(|p| p.partition == target.partition)
     else {
         return Ok((client, None));
     };
+    let primary = description.primaries.get(index).map(|p| p.primary);
+    let nodes = client.nodes();
+    if let Some(address) = primary.and_then(|node| nodes.get(usize::from(node)))
+        && client.address() != Some(address.as_str())
+    {
+        let seeds = std::iter::once(address.clone()).chain(config.seeds.iter().cloned());
+        client = Client::connect(ClientConfig { seeds: seeds.collect(), ..config }).await?;
+    }
+    let owner = description.partitions[index].shard;
     if to_owner {
         client.connect_to_shard(owner).await?;
     }

@@ -213,7 +213,7 @@ async fn consume(spec: ConsumerSpec) -> Result<ConsumerResult, String> {
         topic: &spec.topic,
         partition: spec.partition,
     });
-    let (mut client, on_owner) = connect(config, target, spec.connect_to_owner)
+    let (mut client, on_owner) = connect(config, target, spec.connect_to_owner, None)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     let mut result = ConsumerResult {

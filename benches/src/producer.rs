@@ -200,6 +200,7 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
         second_index: 0,
         sending_done: false,
         connection_failed: false,
+        redirect: None,
     });
     let mut schedule = Schedule::new(0, spec.interval_ns);
     let replied = Signal::default();
@@ -210,14 +211,17 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
         }
         _ => None,
     };
-    let connecting = connect(config.clone(), target.clone(), spec.connect_to_owner);
+    let connecting = connect(config.clone(), target.clone(), spec.connect_to_owner, None);
     let (first, on_owner) = connecting.await.map_err(|e| format!("connect: {e}"))?;
     state.borrow_mut().result.on_owner = on_owner;
     let mut client: Option<Client> = Some(first);
     while sending(&spec, &schedule) {
+        let redirect = state.borrow_mut().redirect.take();
         let connected = match client.take() {
             Some(client) => client.into_split().await,
-            None => match connect(config.clone(), target.clone(), spec.connect_to_owner).await {
+            None => match connect(config.clone(), target.clone(), spec.connect_to_owner, redirect)
+                .await
+            {
                 Ok((client, on_owner)) => {
                     state.borrow_mut().result.on_owner = on_owner;
                     client.into_split().await
@@ -308,6 +312,8 @@ struct State {
     sending_done: bool,
     /// The connection failed: both halves stop, and every outstanding request is lost.
     connection_failed: bool,
+    /// The primary a `NotPrimary` named: the next connection goes there first.
+    redirect: Option<String>,
 }
 
 fn sending(spec: &ProducerSpec, schedule: &Schedule) -> bool {
@@ -393,6 +399,12 @@ async fn receive_loop(
                         continue;
                     };
                     record(spec, state, &produced, intended, done);
+                }
+                Err(ClientError::NotPrimary(redirect)) => {
+                    // In a cluster the partition moved: this connection leads nowhere now.
+                    state.result.tally.error("NotPrimary");
+                    state.redirect = (!redirect.address.is_empty()).then_some(redirect.address);
+                    state.connection_failed = true;
                 }
                 Err(error) => state.result.tally.error(error_kind(&error)),
             },
