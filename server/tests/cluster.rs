@@ -32,18 +32,18 @@ const PARTITIONS: u32 = 3;
 
 /// A cluster of three in a temporary directory.
 fn cluster(dir: &Path) -> ShoalCluster {
-    let plan = ClusterPlan {
-        binary: env!("CARGO_BIN_EXE_shoal").into(),
-        root: dir.to_path_buf(),
-        nodes: 3,
-        shards: 1,
-        args: ["--profile", "small", "--log-level", "info,shoal_replication=debug"]
-            .map(String::from)
-            .to_vec(),
-        node_args: Vec::new(),
-        deadline: DEADLINE,
-    };
+    let mut plan = ClusterPlan::small(env!("CARGO_BIN_EXE_shoal").into(), dir, 3, DEADLINE);
+    plan.args.extend(["--log-level", "info,shoal_replication=debug"].map(String::from));
     ShoalCluster::start(plan).unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// A cluster in `dir` with stream `s` and its `persisted` topic `p`, and an empty ledger.
+fn cluster_with_topic(dir: &Path) -> (ShoalCluster, Ledger) {
+    let cluster = cluster(dir);
+    let stream = shoal_proto::protocol::encode_stream_name(STREAM);
+    assert_eq!(call_anywhere(&cluster, 0, Operation::CreateStream, &stream).unwrap().0, 0);
+    create_topic(&cluster, "p", Durability::Persisted);
+    (cluster, Ledger::default())
 }
 
 /// What one write came to.
@@ -375,11 +375,7 @@ fn acknowledged_writes_survive_kill_9_of_backups_and_primaries() {
 #[test]
 fn all_three_killed_at_once_lose_nothing_persisted() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = cluster(dir.path());
-    let stream = shoal_proto::protocol::encode_stream_name(STREAM);
-    assert_eq!(call_anywhere(&cluster, 0, Operation::CreateStream, &stream).unwrap().0, 0);
-    create_topic(&cluster, "p", Durability::Persisted);
-    let mut ledger = Ledger::default();
+    let (mut cluster, mut ledger) = cluster_with_topic(dir.path());
     ledger.produce(&cluster, "p", 30);
     for node in &mut cluster.nodes {
         node.kill_9();
@@ -398,11 +394,7 @@ fn all_three_killed_at_once_lose_nothing_persisted() {
 #[test]
 fn a_paused_backup_catches_up_and_a_paused_primary_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = cluster(dir.path());
-    let stream = shoal_proto::protocol::encode_stream_name(STREAM);
-    assert_eq!(call_anywhere(&cluster, 0, Operation::CreateStream, &stream).unwrap().0, 0);
-    create_topic(&cluster, "p", Durability::Persisted);
-    let mut ledger = Ledger::default();
+    let (mut cluster, mut ledger) = cluster_with_topic(dir.path());
     ledger.produce(&cluster, "p", 6);
     // Node 2 leads no partition of "p" in view 0 unless its group ≡ 2; pausing it for longer
     // than the heartbeat timeout (1 s + jitter) must not stop the others committing.
@@ -497,11 +489,7 @@ fn a_data_directory_of_another_cluster_or_node_is_refused_naming_both() {
 #[test]
 fn a_wiped_node_rejoins_and_never_leads_a_group_that_moved_on() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = cluster(dir.path());
-    let stream = shoal_proto::protocol::encode_stream_name(STREAM);
-    assert_eq!(call_anywhere(&cluster, 0, Operation::CreateStream, &stream).unwrap().0, 0);
-    create_topic(&cluster, "p", Durability::Persisted);
-    let mut ledger = Ledger::default();
+    let (mut cluster, mut ledger) = cluster_with_topic(dir.path());
     ledger.produce(&cluster, "p", 12);
     // Node 0 leads the metadata group and a third of the partitions in view 0. It loses its
     // disk and comes back empty before its peers' heartbeat timeout: it must rejoin (recovering

@@ -35,15 +35,7 @@ const RECORDS_PER_PHASE: usize = 300;
 const PARTITIONS: u32 = 3;
 
 fn start_cluster(root: &Path) -> ShoalCluster {
-    let plan = ClusterPlan {
-        binary: env!("CARGO_BIN_EXE_shoal").into(),
-        root: root.to_path_buf(),
-        nodes: 3,
-        shards: 1,
-        args: vec!["--profile".into(), "small".into()],
-        node_args: Vec::new(),
-        deadline: DEADLINE,
-    };
+    let plan = ClusterPlan::small(env!("CARGO_BIN_EXE_shoal").into(), root, 3, DEADLINE);
     ShoalCluster::start(plan).unwrap_or_else(|error| panic!("{error}"))
 }
 

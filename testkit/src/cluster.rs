@@ -37,6 +37,22 @@ pub struct ClusterPlan {
     pub deadline: Duration,
 }
 
+impl ClusterPlan {
+    /// The tests' cluster: `nodes` nodes of one shard each on the small profile, under `root`,
+    /// every start and stop bounded by `deadline`.
+    pub fn small(binary: PathBuf, root: &Path, nodes: u8, deadline: Duration) -> ClusterPlan {
+        ClusterPlan {
+            binary,
+            root: root.to_path_buf(),
+            nodes,
+            shards: 1,
+            args: vec!["--profile".into(), "small".into()],
+            node_args: Vec::new(),
+            deadline,
+        }
+    }
+}
+
 /// A running cluster: `nodes[i]` is node `i`.
 #[derive(Debug)]
 pub struct ShoalCluster {

@@ -19,15 +19,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 fn start_cluster(root: &Path) -> ShoalCluster {
     let shoalctl = Path::new(env!("CARGO_BIN_EXE_shoalctl"));
     let binary = shoal_testkit::shoal_binary_beside(shoalctl).unwrap_or_else(|e| panic!("{e}"));
-    let plan = ClusterPlan {
-        binary,
-        root: root.to_path_buf(),
-        nodes: 3,
-        shards: 1,
-        args: vec!["--profile".into(), "small".into()],
-        node_args: Vec::new(),
-        deadline: DEADLINE,
-    };
+    let plan = ClusterPlan::small(binary, root, 3, DEADLINE);
     ShoalCluster::start(plan).unwrap_or_else(|error| panic!("{error}"))
 }
 
