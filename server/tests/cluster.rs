@@ -497,6 +497,17 @@ fn a_wiped_node_rejoins_and_never_leads_a_group_that_moved_on() {
     cluster.nodes[0].kill_9();
     std::fs::remove_dir_all(cluster.data_dir(0)).unwrap();
     restart(&mut cluster, 0);
+    // It decides as soon as its peers' handshakes arrive, and records the decision first.
+    let formation = cluster.data_dir(0).join("formation");
+    let deadline = Instant::now() + DEADLINE;
+    let decided = loop {
+        if let Ok(text) = std::fs::read_to_string(&formation) {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "node 0 never decided how to join");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(decided.starts_with("rejoin"), "a wiped node must rejoin, not form: {decided:?}");
     create_topic(&cluster, "late", Durability::Persisted);
     ledger.produce(&cluster, "p", 12);
     ledger.produce(&cluster, "late", 6);
