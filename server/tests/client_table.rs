@@ -9,8 +9,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -131,10 +130,7 @@ fn a_retry_sent_while_the_original_is_in_flight_gets_the_same_answer() {
 /// `shard="0"`'s value of `name` on the metrics page.
 fn gauge(server: &ShoalProcess, name: &str) -> u64 {
     let address = server.metrics().expect("a metrics address");
-    let mut stream = TcpStream::connect(address).expect("connects");
-    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: shoal\r\nConnection: close\r\n\r\n").unwrap();
-    let mut page = String::new();
-    stream.read_to_string(&mut page).unwrap();
+    let page = common::metrics_page(address).expect("the metrics page");
     let prefix = format!("{name}{{shard=\"0\"}} ");
     let line = page.lines().find(|line| line.starts_with(&prefix));
     let line = line.unwrap_or_else(|| panic!("no {prefix} on the page"));

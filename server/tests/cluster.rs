@@ -17,7 +17,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{DEADLINE, Raw, batch, decode_fetch};
+use common::{DEADLINE, Raw, batch, decode_fetch, metrics_page};
 use shoal_engine::inspect::inspect;
 use shoal_engine::storage::std_fs::{StdStorage, block_on};
 use shoal_proto::Durability;
@@ -240,16 +240,6 @@ fn read_all(cluster: &ShoalCluster, topic: &str, partition: u32) -> Vec<(u64, Ve
     panic!("{topic}/{partition} never ended");
 }
 
-/// A node's metrics page.
-fn scrape(address: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(address).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: shoal\r\nConnection: close\r\n\r\n").ok()?;
-    let mut page = String::new();
-    stream.read_to_string(&mut page).ok()?;
-    Some(page)
-}
-
 /// Each group's (commit op, status, committed offset, next offset) on a node, from its metrics
 /// page.
 fn group_figures(page: &str) -> BTreeMap<String, [u64; 4]> {
@@ -289,7 +279,7 @@ fn converge(cluster: &ShoalCluster) {
         let pages: Vec<Option<BTreeMap<String, [u64; 4]>>> = cluster
             .nodes
             .iter()
-            .map(|node| node.metrics().and_then(scrape).map(|page| group_figures(&page)))
+            .map(|node| node.metrics().and_then(metrics_page).map(|page| group_figures(&page)))
             .collect();
         let quiet = pages.iter().all(|page| {
             page.as_ref().is_some_and(|groups| {
@@ -452,7 +442,7 @@ fn the_bus_refuses_bytes_and_strangers_and_the_cluster_keeps_serving() {
         String::from_utf8_lossy(&answer[shoal_proto::wire::HEADER_SIZE.min(answer.len())..]);
     assert!(reason.contains("cluster id 7 is not this node's 1"), "refusal: {reason:?}");
 
-    let page = scrape(cluster.nodes[1].metrics().expect("metrics on")).expect("a page");
+    let page = metrics_page(cluster.nodes[1].metrics().expect("metrics on")).expect("a page");
     assert!(counter(&page, "shoal_bus_connections_refused_total") >= 2, "{page}");
     let stream = shoal_proto::protocol::encode_stream_name(STREAM);
     assert_eq!(call_anywhere(&cluster, 0, Operation::CreateStream, &stream).unwrap().0, 0);

@@ -10,8 +10,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
@@ -34,11 +32,7 @@ fn start_with(dir: &Path, shards: u32, file: &str, extra: &[&str]) -> ShoalProce
 /// page's format is checked strictly by `tests/metrics.rs`.
 fn metric(server: &ShoalProcess, name: &str, labels: &[(&str, &str)]) -> f64 {
     let address = server.metrics().expect("a metrics address");
-    let mut stream = TcpStream::connect(address).expect("the metrics endpoint accepts");
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: shoal\r\n\r\n").unwrap();
-    let mut page = String::new();
-    stream.read_to_string(&mut page).expect("the page");
+    let page = common::metrics_page(address).expect("the page");
     let found: Vec<f64> = page
         .lines()
         .filter(|line| {

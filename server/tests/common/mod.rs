@@ -232,6 +232,17 @@ impl Raw {
     }
 }
 
+/// The metrics page at `address`, by a plain `GET` (its format is checked strictly by
+/// `tests/metrics.rs`); `None` when the endpoint cannot be reached or read within 30 s.
+pub fn metrics_page(address: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(address).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: shoal\r\nConnection: close\r\n\r\n").ok()?;
+    let mut page = String::new();
+    stream.read_to_string(&mut page).ok()?;
+    Some(page)
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
