@@ -92,7 +92,7 @@ impl Link {
             let (result, buffer) = frame;
             header = buffer;
             match result {
-                Ok(packet) => {
+                Ok((_, packet)) => {
                     add(&peer.received_bytes, packet.len() as u64);
                     add(&peer.received_packets, 1);
                     if !super::deliver(&self.spec.inbox, self.peer, packet) {
@@ -158,12 +158,13 @@ impl Link {
 }
 
 /// Reads one frame: the header, checked, then the body its size announces (within
-/// `frame_size_bytes_max`). Gives the header buffer back for the next frame.
+/// `frame_size_bytes_max`); returns the decoded header with the whole frame. Gives the header
+/// buffer back for the next frame.
 pub(super) async fn read_frame<R: AsyncReadRent>(
     reader: &mut R,
     header_buffer: Vec<u8>,
     frame_size_bytes_max: usize,
-) -> (Result<Bytes, FrameError>, Vec<u8>) {
+) -> (Result<(Header, Bytes), FrameError>, Vec<u8>) {
     let (result, header_buffer) = reader.read_exact(header_buffer).await;
     if result.is_err() {
         return (Err(FrameError::Closed), header_buffer);
@@ -194,7 +195,7 @@ pub(super) async fn read_frame<R: AsyncReadRent>(
             return (Err(FrameError::Invalid(format!("bad body: {error}"))), header_buffer);
         }
     }
-    (Ok(Bytes::from(packet)), header_buffer)
+    (Ok((header, Bytes::from(packet))), header_buffer)
 }
 
 /// Reads the peer's handshake (or its refusal) within [`HANDSHAKE_TIME_MAX`].
@@ -208,9 +209,7 @@ pub(super) async fn read_handshake<R: AsyncReadRent>(reader: &mut R) -> Result<H
     else {
         return Err(FrameError::Invalid(format!("no handshake within {HANDSHAKE_TIME_MAX:?}")));
     };
-    let packet = result?;
-    let bytes: &[u8; HEADER_SIZE] = packet[..HEADER_SIZE].try_into().expect("a header's size");
-    let header = Header::decode(bytes).expect("read_frame checked it");
+    let (header, packet) = result?;
     if header.as_handshake_refused().is_some() {
         let reason = String::from_utf8_lossy(&packet[HEADER_SIZE..]).into_owned();
         return Err(FrameError::Invalid(format!("refused by node {}: {reason}", header.replica)));
