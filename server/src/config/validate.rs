@@ -12,6 +12,7 @@ use std::ops::RangeInclusive;
 use shoal_engine::storage::BLOCK_SIZE_BYTES;
 use shoal_engine::superblock::GroupConfig;
 use shoal_proto::wire::HEADER_SIZE;
+use shoal_replication::TICK_MS;
 
 use super::error::ConfigError;
 use super::keys::{HEADER_SIZE_BYTES, NODES_MAX, Scope};
@@ -402,7 +403,7 @@ impl Layers {
     /// its heartbeats. Compared in the replicas' 10 ms ticks.
     fn validate_replication(&self, config: &Config) -> Result<(), ConfigError> {
         let timers = &config.replication;
-        let ticks = |ms: u64| (ms / 10).max(1);
+        let ticks = |ms: u64| (ms / TICK_MS).max(1);
         let commit = ticks(timers.commit_interval_ms);
         let interval = || self.key_of(Scope::Replication, "commit_interval_ms");
         for (name, value) in [
