@@ -43,6 +43,9 @@ pub struct NodeConfig {
     /// Prepares peers asked for that wait to be read from the log at most; beyond, requests
     /// are dropped and counted (the asker's round times out and asks again, or elsewhere).
     pub serve_reads_queued_max: usize,
+    /// A group this node leads away from its home (its view-0 primary) is handed back once the
+    /// home has been in sync this long, by its acknowledgements (DESIGN.md §8); 0: never.
+    pub primary_return_ticks: u64,
 }
 
 impl NodeConfig {
@@ -56,6 +59,7 @@ impl NodeConfig {
             repair_rounds_per_tick_max: 8,
             repair_rounds_in_flight_max: 32,
             serve_reads_queued_max: 1_024,
+            primary_return_ticks: 10_000 / crate::config::TICK_MS,
         }
     }
 }
