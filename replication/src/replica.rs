@@ -625,6 +625,15 @@ impl Replica {
         }
         self.lag.in_sync_ticks(replica, self.tick)
     }
+    /// On the serving primary, the ticks since anything was heard from member `replica` (its
+    /// failure detector's figure); `None` for itself, or when this replica is not the primary.
+    pub fn silent_ticks(&self, replica: u8) -> Option<u64> {
+        if !self.is_primary() || replica == self.config.replica {
+            return None;
+        }
+        let heard = self.last_heard_tick.get(usize::from(replica))?;
+        Some(self.tick.saturating_sub(*heard))
+    }
     /// The header of `op`, while the replica holds it in memory.
     pub fn header(&self, op: u64) -> Option<&Header> {
         self.log.get(&op).map(|entry| &entry.header)

@@ -30,11 +30,11 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     }
 
     /// Controlled shutdown (Kafka's): begins a hand-over of every group this node leads, each to
-    /// its in-sync peer (the group's home first, else the one in sync the longest). Returns how
-    /// many began; a group with no peer in sync, or already handing over, is left as it is. The
-    /// driver keeps the node running until [`Node::groups_led`] is empty (or its bound passes),
-    /// calling this again now and then: a hand-over given up, or a view change that came back
-    /// to this node, needs another.
+    /// a peer in sync that answered one of the last two heartbeats (the group's home first, else
+    /// the one in sync the longest). Returns how many began; a group with no such peer, or
+    /// already handing over, is left as it is. The driver keeps the node running until
+    /// [`Node::shutdown_settled`] (or its bound passes), calling this again now and then: a
+    /// hand-over given up, or a view change that came back to this node, needs another.
     pub fn hand_over_all(&mut self) -> usize {
         let mut begun = 0;
         for group in self.groups_led() {
@@ -63,11 +63,16 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             .collect()
     }
 
-    /// Whether a node shutting down may stop now: it leads no group and votes in no view
-    /// change (a hand-over it began is complete once it installed the target's StartView).
+    /// Whether a node shutting down may stop now: no hand-over is under way, it votes in no view
+    /// change (a hand-over is complete once it installed the target's StartView), and it leads
+    /// no group it could still hand to a peer (what it leads with every peer silent or behind,
+    /// as the last node of a cluster stopping, stays led).
     pub fn shutdown_settled(&self) -> bool {
         self.groups.values().filter(|g| g.failed.is_none()).all(|g| {
-            !g.replica.is_primary() && g.replica.status() != crate::replica::Status::ViewChange
+            let replica = &g.replica;
+            replica.handing_over().is_none()
+                && replica.status() != crate::replica::Status::ViewChange
+                && (!replica.is_primary() || shutdown_target(replica).is_none())
         })
     }
 
@@ -91,16 +96,22 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     }
 }
 
-/// The peer a shutting-down primary hands `replica`'s group to: the home when it is in sync,
-/// else the peer in sync the longest (the lowest index among equals).
+/// The peer a shutting-down primary hands `replica`'s group to: among the peers in sync that
+/// answered one of the last two heartbeats (a peer that stopped is still "in sync" for
+/// `replica_lag_ticks_max`), the home, else the one in sync the longest (the lowest index among
+/// equals).
 fn shutdown_target(replica: &Replica) -> Option<u8> {
     let config = replica.config();
-    let home = config.home();
-    if replica.in_sync_ticks(home).is_some() {
-        return Some(home);
+    let heard_ticks_max = 2 * config.commit_interval_ticks;
+    let ready = |peer: u8| {
+        let in_sync = replica.in_sync_ticks(peer)?;
+        replica.silent_ticks(peer).filter(|&silent| silent <= heard_ticks_max).map(|_| in_sync)
+    };
+    if ready(config.home()).is_some() {
+        return Some(config.home());
     }
     (0..config.replica_count)
-        .filter_map(|peer| replica.in_sync_ticks(peer).map(|ticks| (ticks, peer)))
+        .filter_map(|peer| ready(peer).map(|ticks| (ticks, peer)))
         .max_by_key(|&(ticks, peer)| (ticks, std::cmp::Reverse(peer)))
         .map(|(_, peer)| peer)
 }

@@ -1,8 +1,9 @@
 //! Controlled shutdown (Kafka's; DESIGN.md §8): once the stop flag is set, the shard hands every
 //! group its node leads to a peer in sync ([`Node::hand_over_all`](shoal_replication::Node))
-//! and keeps its loop running — bus packets, ticks, I/O rounds — until the node leads no group
-//! and votes in no view change, so a rolling restart stalls no partition for a view-change
-//! timeout. A one-node cluster has nobody to hand to and stops at once.
+//! and keeps its loop running — bus packets, ticks, I/O rounds — until the node is settled
+//! (`Node::shutdown_settled`: no hand-over under way, no view change it votes in, nothing led
+//! that a peer could take), so a rolling restart stalls no partition for a view-change timeout.
+//! A one-node cluster has nobody to hand to and stops at once.
 //!
 //! It decides nothing in the protocol (the replicas hand over, the node layer picks each
 //! target) and never holds the stop back without bound: after [`HAND_OFF_TIME_MAX`] the shard
