@@ -332,7 +332,7 @@ pub(super) struct Host {
     pub(super) node: Option<SimNode>,
     pub(super) restart_tick: u64,
     pub(super) paused_until_tick: u64,
-    /// A controlled shutdown under way: the node hands its groups over until it leads none or
+    /// A controlled shutdown under way: the node hands its groups over until it is settled or
     /// the tick comes, then stops cleanly.
     pub(super) stopping: Option<Stopping>,
     pub(super) inbox: VecDeque<(usize, Packet)>,

@@ -120,7 +120,7 @@ pub struct Coverage {
     pub shutdown_hand_overs: u64,
     /// Controlled shutdowns begun.
     pub controlled_shutdowns: u64,
-    /// Controlled shutdowns that stopped leading nothing and voting in no view change.
+    /// Controlled shutdowns that stopped settled (`Node::shutdown_settled`), not at their bound.
     pub shutdowns_settled: u64,
 }
 

@@ -1,6 +1,6 @@
 //! Controlled shutdowns (Kafka's; DESIGN.md §8): a node hands every group it leads to a peer in
-//! sync, keeps running until it leads none and votes in no view change (or `SHUTDOWN_TICKS_MAX`
-//! passes), then stops by its clean close. The fault phase draws them per node and tick, as in a
+//! sync, keeps running until it is settled (`Node::shutdown_settled`) or `SHUTDOWN_TICKS_MAX`
+//! passes, then stops by its clean close. The fault phase draws them per node and tick, as in a
 //! rolling restart, and restarts the node later; scripted scenarios start one on demand.
 //!
 //! It draws only from the shutdowns' own PRNG, never from the run's (whose order of draws is
