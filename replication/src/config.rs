@@ -47,6 +47,11 @@ pub struct ReplicaConfig {
     /// head of some moment) for longer than this, and *dead* once it has sent nothing for longer
     /// than this (DESIGN.md §4, Kafka's `replica.lag.time.max.ms`).
     pub replica_lag_ticks_max: u64,
+    /// A primary handing its group over (`Replica::hand_over`) refuses new requests until the
+    /// target has acknowledged its head and everything is committed, then leaves its view for
+    /// the target's; a target that has not caught up within this bound is given up on and the
+    /// primary serves on.
+    pub hand_over_ticks_max: u64,
     /// Stamp each request's batch with its base offset and the view (partition groups do).
     pub stamp_batches: bool,
     /// Let a view start although an op may be faulty on every replica that could hold it,
@@ -88,6 +93,7 @@ impl ReplicaConfig {
             start_view_probe_interval_ticks: 200 / TICK_MS,
             start_view_probes_max: 5,
             replica_lag_ticks_max: 10_000 / TICK_MS,
+            hand_over_ticks_max: 500 / TICK_MS,
             stamp_batches: true,
             // Canary (DESIGN.md §7): restart uncleanly unless told otherwise.
             unclean_recovery: cfg!(feature = "canary-unclean-by-default"),
@@ -111,6 +117,19 @@ impl ReplicaConfig {
     /// The primary of `view`: member `(view + group) mod n`.
     pub fn primary_of(&self, view: u32) -> u8 {
         ((u64::from(view) + self.group) % u64::from(self.replica_count)) as u8
+    }
+
+    /// The group's home: the primary of view 0, where placement put its leadership and where a
+    /// deliberate view change brings it back once it is caught up (DESIGN.md §8).
+    pub fn home(&self) -> u8 {
+        self.primary_of(0)
+    }
+
+    /// The first view after `view` whose primary is member `replica` (within n views).
+    pub fn next_view_led_by(&self, view: u32, replica: u8) -> u32 {
+        let n = u32::from(self.replica_count);
+        let behind = (u32::from(replica) + n - u32::from(self.primary_of(view))) % n;
+        view + if behind == 0 { n } else { behind }
     }
 
     /// The producer table's bounds.
@@ -143,6 +162,7 @@ impl ReplicaConfig {
             ("prepare_retry_ticks_min", self.prepare_retry_ticks_min),
             ("repair_interval_ticks", self.repair_interval_ticks),
             ("start_view_probe_interval_ticks", self.start_view_probe_interval_ticks),
+            ("hand_over_ticks_max", self.hand_over_ticks_max),
         ] {
             if ticks == 0 {
                 return Err(format!("{name} must be at least 1"));
@@ -196,6 +216,22 @@ mod tests {
         assert_eq!([0, 1, 2, 3].map(|v| config.primary_of(v)), [1, 2, 0, 1]);
         let other = ReplicaConfig::new(1, 8, 3, 0);
         assert_ne!(config.primary_of(0), other.primary_of(0));
+        assert_eq!(config.home(), 1);
+    }
+
+    #[test]
+    fn the_next_view_led_by_a_member_is_the_first_after_the_view() {
+        for (n, group) in [(1, 0), (3, 7), (5, 2)] {
+            let config = ReplicaConfig::new(1, group, n, 0);
+            for view in 0..12 {
+                for replica in 0..n {
+                    let next = config.next_view_led_by(view, replica);
+                    assert!(next > view && next <= view + u32::from(n), "n {n} view {view}");
+                    assert_eq!(config.primary_of(next), replica);
+                    assert!((view + 1..next).all(|w| config.primary_of(w) != replica));
+                }
+            }
+        }
     }
 
     #[test]

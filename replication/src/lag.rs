@@ -105,6 +105,11 @@ pub(crate) struct LagTracker {
     acknowledged_op: Vec<u64>,
     caught_up_tick: Vec<u64>,
     states: Vec<ReplicaState>,
+    /// Per backup, the tick since which it has been in sync without a break, counted from the
+    /// first acknowledgement of this view that found it in sync and caught up (the grace every
+    /// backup gets when a view starts proves nothing); `None` while it is not in sync, before
+    /// that acknowledgement, and after a hand-over to it was given up.
+    in_sync_since_tick: Vec<Option<u64>>,
 }
 
 impl LagTracker {
@@ -118,6 +123,7 @@ impl LagTracker {
             acknowledged_op: vec![0; n],
             caught_up_tick: vec![0; n],
             states: vec![ReplicaState::InSync; n],
+            in_sync_since_tick: vec![None; n],
         };
         tracker.start_view(0);
         tracker
@@ -132,6 +138,7 @@ impl LagTracker {
         self.caught_up_tick.fill(tick);
         self.states.fill(ReplicaState::InSync);
         self.states[usize::from(self.own)] = ReplicaState::Primary;
+        self.in_sync_since_tick.fill(None);
     }
 
     /// The primary prepared `op` at `tick`: it is the head from now on.
@@ -157,6 +164,9 @@ impl LagTracker {
             if op >= head { Some(tick) } else { self.head_ticks.get(&(op + 1)).copied() };
         if let Some(until) = caught_up_until {
             self.caught_up_tick[from] = self.caught_up_tick[from].max(until);
+            if self.states[from] == ReplicaState::InSync {
+                self.in_sync_since_tick[from].get_or_insert(tick);
+            }
         }
     }
 
@@ -183,6 +193,9 @@ impl LagTracker {
             } else {
                 ReplicaState::InSync
             };
+            if now != ReplicaState::InSync {
+                self.in_sync_since_tick[replica] = None;
+            }
             let before = std::mem::replace(state, now);
             match (before, now) {
                 (ReplicaState::InSync, ReplicaState::Lagging) => counters.backups_lagging += 1,
@@ -192,6 +205,22 @@ impl LagTracker {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// How long backup `replica` has been in sync without a break at `tick`, by the evidence of
+    /// its acknowledgements in this view (see `in_sync_since_tick`); `None` when it is not, or
+    /// has not proven it yet.
+    pub(crate) fn in_sync_ticks(&self, replica: u8, tick: u64) -> Option<u64> {
+        let since = self.in_sync_since_tick.get(usize::from(replica)).copied().flatten()?;
+        Some(tick.saturating_sub(since))
+    }
+
+    /// Backup `replica` failed to catch up when asked to (a hand-over to it was given up): its
+    /// run in sync starts again from its next acknowledgement.
+    pub(crate) fn forget_in_sync(&mut self, replica: u8) {
+        if let Some(since) = self.in_sync_since_tick.get_mut(usize::from(replica)) {
+            *since = None;
         }
     }
 
@@ -290,6 +319,32 @@ mod tests {
         lag.acknowledged(1, 3, kept + 10, 2_000);
         assert_eq!(lag.progress(2_000, &heard, 0)[1].lag_ticks, 2_000);
         assert_eq!(lag.progress(2_000, &heard, 0)[1].acknowledged_op, 3);
+    }
+
+    #[test]
+    fn a_backup_is_in_sync_by_evidence_from_its_first_acknowledgement_until_it_lags() {
+        let (mut lag, mut heard, mut counters) = tracker();
+        lag.start_view(10);
+        // The grace of a fresh view proves nothing.
+        assert_eq!(lag.in_sync_ticks(1, 50), None);
+        lag.prepared(1, 20);
+        heard[1] = 30;
+        lag.acknowledged(1, 1, 1, 30);
+        lag.update(30, &heard, &mut counters);
+        assert_eq!(lag.in_sync_ticks(1, 80), Some(50));
+        // Silent for longer than the bound: dead, and the run is over.
+        lag.update(200, &heard, &mut counters);
+        assert_eq!(lag.in_sync_ticks(1, 200), None);
+        heard[1] = 210;
+        lag.acknowledged(1, 1, 1, 210);
+        lag.update(210, &heard, &mut counters);
+        // Back in sync from this update; the run starts at the next acknowledgement.
+        assert_eq!(lag.in_sync_ticks(1, 210), None);
+        lag.acknowledged(1, 1, 1, 220);
+        assert_eq!(lag.in_sync_ticks(1, 230), Some(10));
+        lag.forget_in_sync(1);
+        assert_eq!(lag.in_sync_ticks(1, 230), None);
+        assert_eq!(lag.in_sync_ticks(2, 230), None);
     }
 
     #[test]

@@ -35,5 +35,5 @@ pub use producers::{
     BatchRecord, Check, PRODUCER_BATCHES_MAX, ProducerBatch, ProducerLimits, ProducerState,
     ProducerTable, SnapshotError,
 };
-pub use replica::{RecoveredLog, Replica, ReplicaCounters, Status};
+pub use replica::{HandOverRefused, RecoveredLog, Replica, ReplicaCounters, Status};
 pub use transfer::{decode_transfer_state, encode_transfer_state};

@@ -151,7 +151,55 @@ pub struct ReplicaCounters {
     pub driver_states_refused: u64,
     /// State pieces this replica served to peers.
     pub state_chunks_served: u64,
+    /// Hand-overs this primary began ([`Replica::hand_over`]): it stopped taking requests and
+    /// waited for its target to catch up.
+    pub hand_overs_begun: u64,
+    /// Hand-overs in which this primary, its target caught up, left its view for the target's.
+    pub hand_overs_done: u64,
+    /// Hand-overs given up: the target did not acknowledge the head within
+    /// `hand_over_ticks_max`, or the primary lost its view first.
+    pub hand_overs_abandoned: u64,
+    /// View changes this replica joined at once because the primary of its view voted for one
+    /// (that primary left the view: a hand-over, or a primary that heard from no quorum).
+    pub abdications_joined: u64,
 }
+
+/// Why [`Replica::hand_over`] (or the node's) did not begin a hand-over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HandOverRefused {
+    /// The group is not on this node, or the engine stopped it (from the node layer only).
+    GroupUnavailable {
+        /// The group.
+        group: u64,
+    },
+    /// This replica is not the serving primary of its view: only the primary hands over.
+    NotPrimary,
+    /// The target is this replica, or not a member of the group.
+    NotAPeer {
+        /// The target asked for.
+        to: u8,
+    },
+    /// A hand-over is already under way.
+    InProgress {
+        /// Its target.
+        to: u8,
+    },
+}
+
+impl std::fmt::Display for HandOverRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HandOverRefused::GroupUnavailable { group } => {
+                write!(f, "group {group} is not on this node or has stopped")
+            }
+            HandOverRefused::NotPrimary => write!(f, "only the serving primary hands over"),
+            HandOverRefused::NotAPeer { to } => write!(f, "replica {to} is not a peer"),
+            HandOverRefused::InProgress { to } => write!(f, "already handing over to {to}"),
+        }
+    }
+}
+
+impl std::error::Error for HandOverRefused {}
 
 /// One log entry the replica keeps in memory: a header, and its body while it is needed.
 #[derive(Clone, Debug)]
@@ -275,6 +323,18 @@ struct PendingSource {
     askers: Vec<u8>,
 }
 
+/// A hand-over under way (see [`Replica::hand_over`]): the primary takes no new request until
+/// its target has acknowledged the head and everything is committed, then votes for `view`.
+#[derive(Clone, Copy, Debug)]
+struct HandOver {
+    to: u8,
+    /// The first view after the current one whose primary is `to`.
+    view: u32,
+    /// The highest op the target acknowledged since the hand-over began.
+    acknowledged: Option<u64>,
+    deadline_tick: u64,
+}
+
 /// The new primary's work between a DoViewChange quorum and StartView.
 #[derive(Clone, Debug)]
 struct Merge {
@@ -320,6 +380,7 @@ pub struct Replica {
     last_heard_tick: Vec<u64>,
     lag: LagTracker,
     next_commit_tick: u64,
+    hand_over: Option<HandOver>,
     // Backup.
     heartbeat_deadline_tick: u64,
     repair_round: Option<RepairRound>,
@@ -449,6 +510,7 @@ impl Replica {
             last_heard_tick: vec![0; usize::from(config.replica_count)],
             lag: LagTracker::new(&config),
             next_commit_tick: 0,
+            hand_over: None,
             heartbeat_deadline_tick: 0,
             repair_round: None,
             repair_target: config.primary_of(0),
@@ -550,6 +612,28 @@ impl Replica {
     pub fn is_primary(&self) -> bool {
         self.status == Status::Normal && self.config.primary_of(self.view) == self.config.replica
     }
+    /// The target of the hand-over under way, if any.
+    pub fn handing_over(&self) -> Option<u8> {
+        self.hand_over.map(|h| h.to)
+    }
+    /// On the serving primary, how long member `replica` has been in sync without a break, by
+    /// the evidence of its acknowledgements in this view (DESIGN.md §4 "Lag"); `None` when it is
+    /// not in sync, has not proven it yet in this view, or this replica is not the primary.
+    pub fn in_sync_ticks(&self, replica: u8) -> Option<u64> {
+        if !self.is_primary() || replica == self.config.replica {
+            return None;
+        }
+        self.lag.in_sync_ticks(replica, self.tick)
+    }
+    /// On the serving primary, the ticks since anything was heard from member `replica` (its
+    /// failure detector's figure); `None` for itself, or when this replica is not the primary.
+    pub fn silent_ticks(&self, replica: u8) -> Option<u64> {
+        if !self.is_primary() || replica == self.config.replica {
+            return None;
+        }
+        let heard = self.last_heard_tick.get(usize::from(replica))?;
+        Some(self.tick.saturating_sub(*heard))
+    }
     /// The header of `op`, while the replica holds it in memory.
     pub fn header(&self, op: u64) -> Option<&Header> {
         self.log.get(&op).map(|entry| &entry.header)
@@ -626,6 +710,43 @@ impl Replica {
 
     // --- Inputs ----------------------------------------------------------------------------
 
+    /// Hands the group to member `to` by a deliberate view change (DESIGN.md §8): the driver's
+    /// decision, taken by the group's current primary (moving a group back to its home, or off
+    /// a node that shuts down). Returns the view `to` will lead.
+    ///
+    /// From now on the primary refuses new requests (`TransientNotAccepted`) and prompts its
+    /// backups for acknowledgements; once `to` has acknowledged the head and everything is
+    /// committed, the primary leaves its view — status view change, nothing more prepared or
+    /// acknowledged in it — and votes for the first view `to` leads. The backups join at once on
+    /// that vote (it comes from the primary of their view), send their logs to `to` and the view
+    /// change runs as any other: nothing committed can be lost, and `to`, which holds the whole
+    /// log, needs to fetch nothing. A target that does not catch up within
+    /// `hand_over_ticks_max` is given up on and the primary serves on; a view change that does
+    /// not complete moves on by its ordinary timeouts.
+    pub fn hand_over(&mut self, to: u8) -> Result<u32, HandOverRefused> {
+        if !self.is_primary() {
+            return Err(HandOverRefused::NotPrimary);
+        }
+        if to >= self.config.replica_count || to == self.config.replica {
+            return Err(HandOverRefused::NotAPeer { to });
+        }
+        if let Some(current) = self.hand_over {
+            return Err(HandOverRefused::InProgress { to: current.to });
+        }
+        let view = self.config.next_view_led_by(self.view, to);
+        self.hand_over = Some(HandOver {
+            to,
+            view,
+            acknowledged: None,
+            deadline_tick: self.tick + self.config.hand_over_ticks_max,
+        });
+        self.counters.hand_overs_begun += 1;
+        // A heartbeat now: the target answers with its durable head at once.
+        self.next_commit_tick = self.tick + self.config.commit_interval_ticks;
+        self.broadcast_commit();
+        Ok(view)
+    }
+
     /// A client's write. Only the primary of a normal view with a quorum in touch and room in
     /// its pipeline accepts it; every other case is answered at once.
     pub fn on_client_request(&mut self, mut request: Request) {
@@ -636,6 +757,11 @@ impl Replica {
                 self.ready
                     .replies
                     .push(refuse(ReplyResult::NotPrimary { view: self.view, primary }));
+                return;
+            }
+            // Handing over: nothing new enters the log of a view about to be left.
+            Status::Normal if self.hand_over.is_some() => {
+                self.ready.replies.push(refuse(ReplyResult::TransientNotAccepted));
                 return;
             }
             Status::Normal => {}
@@ -736,6 +862,7 @@ impl Replica {
                 self.op_durable = op;
                 if self.is_primary() {
                     self.primary_commit();
+                    self.advance_hand_over();
                 } else if self.status == Status::Normal {
                     self.acknowledge_head();
                 }
@@ -778,6 +905,7 @@ impl Replica {
                 }
                 self.retransmit();
                 self.lag.update(self.tick, &self.last_heard_tick, &mut self.counters);
+                self.advance_hand_over();
             }
             Status::Normal => {
                 if self.tick >= self.heartbeat_deadline_tick {
@@ -975,10 +1103,18 @@ impl Replica {
             return;
         }
         self.last_heard_tick[usize::from(from)] = self.tick;
-        let matches =
-            op != 0 && self.log.get(&op).is_some_and(|e| e.header.checksum_header == checksum);
+        // Op 0 is the empty log every replica holds: a backup of an idle, empty group answering
+        // the heartbeat acknowledges the head.
+        let matches = if op == 0 {
+            checksum == 0
+        } else {
+            self.log.get(&op).is_some_and(|e| e.header.checksum_header == checksum)
+        };
         if matches {
             self.lag.acknowledged(from, op, self.op, self.tick);
+            if let Some(hand_over) = self.hand_over.as_mut().filter(|h| h.to == from) {
+                hand_over.acknowledged = Some(hand_over.acknowledged.unwrap_or(0).max(op));
+            }
         }
         // Heard from, and perhaps caught up: a dead or lagging backup may be back in sync.
         self.lag.update(self.tick, &self.last_heard_tick, &mut self.counters);
@@ -990,6 +1126,41 @@ impl Replica {
             in_flight.acks |= bit;
         }
         self.primary_commit();
+        self.advance_hand_over();
+    }
+
+    /// Leaves the view for the hand-over's once its target holds the whole log and everything
+    /// is committed; gives the hand-over up at its deadline.
+    fn advance_hand_over(&mut self) {
+        let Some(hand_over) = self.hand_over else { return };
+        if self.tick >= hand_over.deadline_tick {
+            self.hand_over = None;
+            self.counters.hand_overs_abandoned += 1;
+            // Not caught up when asked: the return policy waits for a new run in sync.
+            self.lag.forget_in_sync(hand_over.to);
+            return;
+        }
+        let caught_up = hand_over.acknowledged.is_some_and(|op| op >= self.op);
+        if !caught_up || self.commit < self.op {
+            return;
+        }
+        self.hand_over = None;
+        self.counters.hand_overs_done += 1;
+        // Canary (DESIGN.md §7): hand over as Raft's TimeoutNow would, without leaving the view:
+        // the target gets this replica's vote and log for the new view while this primary keeps
+        // serving the old one, so what it commits there may be missing from the new view's log.
+        #[cfg(feature = "canary-handover-unsafe")]
+        {
+            let view = hand_over.view;
+            let mut message = self.build_do_view_change();
+            if let Message::DoViewChange { view: offered, .. } = &mut message {
+                *offered = view;
+            }
+            self.send(hand_over.to, Message::StartViewChange { view });
+            self.send(hand_over.to, message);
+        }
+        #[cfg(not(feature = "canary-handover-unsafe"))]
+        self.start_view_change(hand_over.view);
     }
 
     fn on_commit(&mut self, from: u8, view: u32, commit: u64, checksum: u32) {
@@ -1517,6 +1688,7 @@ impl Replica {
             .unwrap_or(0);
         let view = view.max(fresh_max);
         assert!(view > self.log_view, "a view change moves past the log view");
+        self.drop_hand_over();
         self.fail_pipeline();
         self.status = Status::ViewChange;
         self.view = view;
@@ -1551,6 +1723,17 @@ impl Replica {
     fn on_start_view_change(&mut self, from: u8, view: u32) {
         if self.votes.get(&from).is_none_or(|(voted, _)| *voted <= view) {
             self.votes.insert(from, (view, self.tick));
+        }
+        // The primary of this replica's view voted: it left the view (a hand-over, or a primary
+        // that heard from no quorum) and serves it no more, so joining at once deposes nobody;
+        // it only spares the group the heartbeat timeout. A vote from anyone else joins nothing.
+        if self.status == Status::Normal
+            && view > self.view
+            && from == self.config.primary_of(self.view)
+        {
+            self.counters.abdications_joined += 1;
+            self.start_view_change(view);
+            return;
         }
         // Canary (DESIGN.md §7): join a view change on receipt, as the paper does, so a backup
         // cut off one way can depose a healthy primary.
@@ -2004,6 +2187,7 @@ impl Replica {
         }
         let canonical: BTreeMap<u64, Header> =
             headers.into_iter().map(|(op, (h, _))| (op, h)).collect();
+        self.drop_hand_over();
         self.fail_pipeline();
         self.counters.start_views_installed += 1;
         self.status = Status::Normal;
@@ -2118,6 +2302,13 @@ impl Replica {
     fn arm_heartbeat(&mut self) {
         let spread = self.rng.below(self.config.heartbeat_timeout_ticks / 2 + 1);
         self.heartbeat_deadline_tick = self.tick + self.config.heartbeat_timeout_ticks + spread;
+    }
+
+    /// A primary leaving its view with a hand-over still waiting for its target gives it up.
+    fn drop_hand_over(&mut self) {
+        if self.hand_over.take().is_some() {
+            self.counters.hand_overs_abandoned += 1;
+        }
     }
 
     /// Answers every request of the pipeline that may still commit with "outcome unknown".

@@ -9,7 +9,8 @@ use bytes::{Bytes, BytesMut};
 use shoal_proto::batch::BatchBuilder;
 use shoal_proto::wire::Header;
 use shoal_replication::{
-    Message, Persisted, RecoveredLog, Replica, ReplicaConfig, ReplyResult, Request, Status, Write,
+    HandOverRefused, Message, Persisted, RecoveredLog, Replica, ReplicaConfig, ReplyResult,
+    Request, Status, Write,
 };
 
 /// A replica's durable state.
@@ -173,6 +174,21 @@ impl Cluster {
         panic!("livelock: the message queue never drained");
     }
 
+    /// Delivers queued messages one at a time until `done` holds; false when the queue ran dry
+    /// first.
+    fn deliver_until(&mut self, done: impl Fn(&Cluster) -> bool) -> bool {
+        while !done(self) {
+            let Some((from, to, message)) = self.queue.pop_front() else { return false };
+            if self.cut.contains(&(from, to)) {
+                continue;
+            }
+            let Some(replica) = self.replicas[usize::from(to)].as_mut() else { continue };
+            replica.on_message(from, message);
+            self.drain(to);
+        }
+        true
+    }
+
     fn tick(&mut self, ticks: u64) {
         for _ in 0..ticks {
             for i in 0..self.replicas.len() {
@@ -222,6 +238,10 @@ impl Cluster {
 
     fn replica(&self, index: u8) -> &Replica {
         self.replicas[usize::from(index)].as_ref().expect("up")
+    }
+
+    fn replica_mut(&mut self, index: u8) -> &mut Replica {
+        self.replicas[usize::from(index)].as_mut().expect("up")
     }
 }
 
@@ -478,6 +498,97 @@ fn a_view_change_before_any_write_starts_the_next_view() {
         let request = cluster.request(new);
         cluster.tick(20);
         assert_eq!(cluster.committed_reply(request), Some(1));
+    }
+}
+
+// --- Hand-over (DESIGN.md §8) ------------------------------------------------------------------
+
+/// DESIGN.md §8 (a deliberate view change) with VR Revisited §4.2: the primary hands the group
+/// to a backup two views ahead. It refuses new requests until the target has acknowledged its
+/// head, then votes for the target's view; the other replicas join on their primary's vote and
+/// the target starts the view from the merged logs, holding every body already — all on
+/// messages alone, without a single tick, so no timeout is involved. Nothing committed is lost,
+/// and the new primary serves at once.
+#[test]
+fn a_hand_over_moves_the_group_to_its_target_on_messages_alone() {
+    for n in [3, 5] {
+        let mut cluster = Cluster::new(n);
+        let old = cluster.primary().unwrap();
+        for _ in 0..4 {
+            cluster.request(old);
+            cluster.deliver_all();
+        }
+        let target = (old + 2) % n;
+        assert_eq!(
+            cluster.replica_mut(old).hand_over(old),
+            Err(HandOverRefused::NotAPeer { to: old })
+        );
+        assert_eq!(cluster.replica_mut(old).hand_over(n), Err(HandOverRefused::NotAPeer { to: n }));
+        assert_eq!(cluster.replica_mut(target).hand_over(old), Err(HandOverRefused::NotPrimary));
+        let view = cluster.replica_mut(old).hand_over(target).expect("the primary hands over");
+        assert_eq!(view, 2, "n = {n}: the first view the target leads");
+        assert_eq!(cluster.config.primary_of(view), target);
+        cluster.drain(old);
+        // The target's acknowledgement is still on its way: nothing new enters the log.
+        let refused = cluster.request(old);
+        assert_eq!(cluster.reply(refused), Some(&ReplyResult::TransientNotAccepted));
+        cluster.deliver_all();
+        assert_eq!(cluster.primary(), Some(target), "n = {n}");
+        let new = cluster.replica(target);
+        assert_eq!((new.view(), new.commit()), (view, 4), "n = {n}");
+        assert_eq!(new.counters().bodies_fetched_for_view, 0, "n = {n}");
+        let counters = cluster.replica(old).counters();
+        assert_eq!((counters.hand_overs_begun, counters.hand_overs_done), (1, 1), "n = {n}");
+        for r in (0..n).filter(|&r| r != old) {
+            assert_eq!(cluster.replica(r).counters().abdications_joined, 1, "n = {n} r = {r}");
+        }
+        let request = cluster.request(target);
+        cluster.tick(20);
+        assert_eq!(cluster.committed_reply(request), Some(5), "n = {n}: the new view serves");
+        cluster.check_committed_prefixes();
+    }
+}
+
+/// DESIGN.md §4 ("a sent DoViewChange binds": the replica never serves below that view), the
+/// rule a hand-over relies on: the old primary has handed over, and the target's messages then
+/// reach nobody. A write sent to the old primary must not commit in the old view: if it did
+/// (with the third replica's acknowledgement), the third — not yet told it committed — would
+/// later install the new view's log without it, and the new view would commit another op at
+/// its place. Whatever the links do afterwards, every replica ends with the same committed log.
+///
+/// `canary-handover-unsafe` (the old primary sends the target its log and keeps serving) commits
+/// the write in view 0: committed logs diverge at op 4.
+#[test]
+fn the_old_primary_commits_nothing_once_it_handed_over() {
+    let mut cluster = Cluster::new(3);
+    let (old, target, third) = (0, 1, 2);
+    assert_eq!(cluster.primary(), Some(old));
+    for _ in 0..3 {
+        cluster.request(old);
+        cluster.deliver_all();
+    }
+    cluster.tick(10);
+    cluster.replica_mut(old).hand_over(target).expect("the primary hands over");
+    cluster.drain(old);
+    assert!(cluster.deliver_until(|c| c.replica(old).counters().hand_overs_done > 0));
+    cluster.cut = vec![(target, old), (target, third)];
+    cluster.deliver_all();
+    let late = cluster.request(old);
+    cluster.deliver_all();
+    // The third replica now hears the target, not the old primary.
+    cluster.cut = vec![(old, third)];
+    cluster.tick(400);
+    let primary = cluster.primary().expect("a view serves");
+    let after = cluster.request(primary);
+    cluster.tick(400);
+    cluster.cut.clear();
+    cluster.tick(600);
+    cluster.check_committed_prefixes();
+    assert!(cluster.committed_reply(after).is_some(), "the later write never committed");
+    let committed = cluster.committed_reply(late);
+    assert_eq!(committed, None, "the old primary committed a write after handing over");
+    for r in 0..3 {
+        assert_eq!(cluster.replica(r).status(), Status::Normal, "replica {r}");
     }
 }
 

@@ -325,6 +325,43 @@ pub struct Catalog {
     pub groups_per_shard: Vec<u32>,
     /// Groups each shard may hold (its superblock's bound; shard 0 also holds the metadata).
     pub groups_per_shard_max: u32,
+    /// Nodes in the cluster. Every group has them all as replicas and the primary of group `g`
+    /// in view 0 (its home) is node `g mod nodes`; placement spreads the homes over (node,
+    /// shard) pairs. Not in the snapshot: it is the configured cluster's ([`Catalog::with_nodes`]),
+    /// the same on every node, since the replica bus refuses a peer of another node count.
+    pub nodes: u8,
+}
+
+/// The placement of new partitions over shards (DESIGN.md §8), from the catalog alone.
+#[derive(Clone, Debug)]
+struct Placement {
+    nodes: u8,
+    groups_per_shard: Vec<u32>,
+    groups_per_shard_max: u32,
+    /// Per (shard, node), at `shard * nodes + node`: live groups on the shard whose home (view-0
+    /// primary) is the node.
+    homes: Vec<u32>,
+}
+
+impl Placement {
+    /// The shard for `group`, counted as placed there: among the shards with room, the one
+    /// where the group's home node leads the fewest groups, then the one holding the fewest
+    /// groups, then the lowest index. So each node's view-0 primaries spread evenly over its
+    /// shards, and as the nodes lead groups in turn (`g mod nodes`), every (node, shard) pair
+    /// leads within one of every other. With one node there is nothing to spread: the fewest
+    /// groups held decides alone, as it did before clusters, so a single node's log replays to
+    /// the same places. `None`: every shard is full.
+    fn place(&mut self, group: u64) -> Option<u32> {
+        let nodes = usize::from(self.nodes);
+        let home = (group % nodes as u64) as usize;
+        let led = |shard: usize| if nodes > 1 { self.homes[shard * nodes + home] } else { 0 };
+        let shard = (0..self.groups_per_shard.len())
+            .filter(|&shard| self.groups_per_shard[shard] < self.groups_per_shard_max)
+            .min_by_key(|&shard| (led(shard), self.groups_per_shard[shard], shard))?;
+        self.groups_per_shard[shard] += 1;
+        self.homes[shard * nodes + home] += 1;
+        Some(shard as u32)
+    }
 }
 
 /// What applying a command produced.
@@ -337,7 +374,8 @@ pub enum Applied {
 }
 
 impl Catalog {
-    /// An empty catalog for `shards` shards of `groups_per_shard_max` groups each.
+    /// An empty catalog of a one-node cluster for `shards` shards of `groups_per_shard_max`
+    /// groups each.
     pub fn new(shards: u32, groups_per_shard_max: u32) -> Catalog {
         let mut groups_per_shard = vec![0; shards as usize];
         groups_per_shard[0] = 1;
@@ -348,7 +386,18 @@ impl Catalog {
             next_group: METADATA_GROUP + 1,
             groups_per_shard,
             groups_per_shard_max,
+            nodes: 1,
         }
+    }
+
+    /// The catalog of a cluster of `nodes` nodes (fresh, or restored from a snapshot): where
+    /// its next partitions go depends on it.
+    ///
+    /// # Panics
+    /// On zero nodes (a cluster configuration is validated where it is read).
+    pub fn with_nodes(self, nodes: u8) -> Catalog {
+        assert!(nodes >= 1, "a cluster has at least one node");
+        Catalog { nodes, ..self }
     }
 
     /// Checks whether `command` would apply, without changing anything (the server checks before
@@ -383,10 +432,9 @@ impl Catalog {
                         format!("a stream holds at most {TOPICS_PER_STREAM_MAX} topics"),
                     ));
                 }
-                let mut counts = self.groups_per_shard.clone();
-                for _ in 0..settings.partitions {
-                    let shard = self.least_loaded(&counts);
-                    if counts[shard] >= self.groups_per_shard_max {
+                let mut placement = self.placement();
+                for group in self.next_group..self.next_group + u64::from(settings.partitions) {
+                    if placement.place(group).is_none() {
                         return Err((
                             ErrorCode::LimitReached,
                             format!(
@@ -395,7 +443,6 @@ impl Catalog {
                             ),
                         ));
                     }
-                    counts[shard] += 1;
                 }
                 Ok(())
             }
@@ -468,10 +515,11 @@ impl Catalog {
             }
             MetaCommand::CreateTopic { stream, topic, settings } => {
                 let mut partitions = Vec::with_capacity(settings.partitions as usize);
+                let mut placement = self.placement();
                 for _ in 0..settings.partitions {
-                    let shard = self.least_loaded(&self.groups_per_shard);
-                    self.groups_per_shard[shard] += 1;
-                    partitions.push(PartitionPlace { group: self.next_group, shard: shard as u32 });
+                    let shard = placement.place(self.next_group).expect("checked");
+                    self.groups_per_shard[shard as usize] += 1;
+                    partitions.push(PartitionPlace { group: self.next_group, shard });
                     self.next_group += 1;
                 }
                 let entry = Topic {
@@ -497,16 +545,30 @@ impl Catalog {
         Ok(Applied::Done)
     }
 
-    /// The shard with the fewest groups (the lowest index among equals), so partitions spread
-    /// over shards whatever order topics are created in.
-    fn least_loaded(&self, counts: &[u32]) -> usize {
-        let mut best = 0;
-        for (shard, &count) in counts.iter().enumerate() {
-            if count < counts[best] {
-                best = shard;
+    /// Where the next partitions go (see [`Placement::place`]): the groups each shard holds,
+    /// and per (node, shard) pair the live groups whose home the node is (the metadata group's
+    /// among them).
+    fn placement(&self) -> Placement {
+        let nodes = usize::from(self.nodes);
+        let mut homes = vec![0; nodes * self.shards as usize];
+        let mut count_home = |group: u64, shard: u32| {
+            let node = (group % nodes as u64) as usize;
+            homes[shard as usize * nodes + node] += 1;
+        };
+        count_home(METADATA_GROUP, 0);
+        for stream in self.streams.values() {
+            for topic in stream.topics.values() {
+                for place in &topic.partitions {
+                    count_home(place.group, place.shard);
+                }
             }
         }
-        best
+        Placement {
+            nodes: self.nodes,
+            groups_per_shard: self.groups_per_shard.clone(),
+            groups_per_shard_max: self.groups_per_shard_max,
+            homes,
+        }
     }
 
     /// A stream by name.
@@ -724,6 +786,12 @@ impl MetaState {
         }
     }
 
+    /// The state of a cluster of `nodes` nodes (see [`Catalog::with_nodes`]), fresh or decoded
+    /// from a snapshot.
+    pub fn with_nodes(self, nodes: u8) -> MetaState {
+        MetaState { catalog: self.catalog.with_nodes(nodes), ..self }
+    }
+
     /// Whether a request may be proposed: `Err` is its answer without entering the log (the
     /// original reply of a duplicate, or a refusal).
     pub fn admit(
@@ -839,9 +907,11 @@ impl MetaState {
     }
 
     /// A state from snapshot bytes, for a node of `shards` shards of `groups_per_shard_max`
-    /// groups keeping `sessions_max` sessions. Hostile-input safe: every count is bounded by the
-    /// bytes present before anything is allocated, every name by the name rule, and every
-    /// partition's shard by `shards`.
+    /// groups keeping `sessions_max` sessions, of a one-node cluster until
+    /// [`MetaState::with_nodes`] says otherwise (the node count is the configuration's, not the
+    /// snapshot's). Hostile-input safe: every count is bounded by the bytes present before
+    /// anything is allocated, every name by the name rule, and every partition's shard by
+    /// `shards`.
     pub fn decode_snapshot(
         bytes: &[u8],
         shards: u32,
@@ -920,6 +990,7 @@ impl MetaState {
             groups_per_shard,
             // The node's bound now, as a full replay would use.
             groups_per_shard_max,
+            nodes: 1,
         };
         Ok(MetaState { catalog, clients })
     }
@@ -1014,6 +1085,87 @@ mod tests {
             retention_ms: 0,
             segment_size_bytes: 8 << 20,
             message_size_bytes_max: 1 << 16,
+        }
+    }
+
+    /// Per (node, shard) pair, the live groups whose view-0 primary the node is.
+    fn homes_per_pair(catalog: &Catalog) -> Vec<u32> {
+        let placement = catalog.placement();
+        placement.homes
+    }
+
+    /// DESIGN.md §8 ("every (node, shard) pair leads about as many groups as every other in
+    /// view 0"): for 1, 3 and 5 nodes and 1, 2, 3, 4 and 8 shards, topics of mixed partition
+    /// counts (the metadata group among the groups) leave every pair leading within one of every
+    /// other after each topic, and the shards holding within one group of each other.
+    #[test]
+    fn metadata_placement_spreads_view_zero_primaries_over_nodes_and_shards() {
+        let partition_counts = [1, 3, 7, 2, 16, 5, 1, 12, 4, 9, 6, 1, 2, 33, 8];
+        for nodes in [1u8, 3, 5] {
+            for shards in [1u32, 2, 3, 4, 8] {
+                let mut catalog = Catalog::new(shards, 10_000).with_nodes(nodes);
+                catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
+                for (index, &partitions) in partition_counts.iter().enumerate() {
+                    let create = MetaCommand::CreateTopic {
+                        stream: "s".into(),
+                        topic: format!("t{index}"),
+                        settings: settings(partitions),
+                    };
+                    catalog.apply(index as u64 + 2, 0, &create).unwrap();
+                    let homes = homes_per_pair(&catalog);
+                    let (low, high) = (homes.iter().min().unwrap(), homes.iter().max().unwrap());
+                    assert!(
+                        high - low <= 1,
+                        "{nodes} nodes, {shards} shards, topic {index}: {homes:?}"
+                    );
+                    let held = &catalog.groups_per_shard;
+                    let (low, high) = (held.iter().min().unwrap(), held.iter().max().unwrap());
+                    assert!(
+                        high - low <= 1,
+                        "{nodes} nodes, {shards} shards, topic {index}: {held:?}"
+                    );
+                }
+                // Every group's home and shard as the catalog records them: the pairs' counts
+                // come from the recorded places, not from the placement's own bookkeeping.
+                let mut recorded = vec![0u32; usize::from(nodes) * shards as usize];
+                recorded[0] += 1;
+                for place in catalog.streams["s"].topics.values().flat_map(|t| &t.partitions) {
+                    let node = (place.group % u64::from(nodes)) as usize;
+                    recorded[place.shard as usize * usize::from(nodes) + node] += 1;
+                }
+                assert_eq!(recorded, homes_per_pair(&catalog));
+            }
+        }
+    }
+
+    /// A single node places exactly as before clusters (the fewest groups held, deleted
+    /// topics' groups included, the lowest index among equals), so an old log replays to the
+    /// same places; and a snapshot keeps the places it recorded whatever the node count.
+    #[test]
+    fn metadata_placement_of_one_node_is_the_old_rule_and_snapshots_keep_places() {
+        let mut catalog = Catalog::new(3, 100);
+        catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
+        let create = |topic: &str, partitions| MetaCommand::CreateTopic {
+            stream: "s".into(),
+            topic: topic.into(),
+            settings: settings(partitions),
+        };
+        catalog.apply(2, 0, &create("a", 4)).unwrap();
+        catalog
+            .apply(3, 0, &MetaCommand::DeleteTopic { stream: "s".into(), topic: "a".into() })
+            .unwrap();
+        catalog.apply(4, 0, &create("b", 4)).unwrap();
+        let shards: Vec<u32> =
+            catalog.topic("s", "b").unwrap().partitions.iter().map(|p| p.shard).collect();
+        // Held before: [1 + 1, 2, 1] (the metadata group on shard 0, topic a's groups kept).
+        assert_eq!(shards, [2, 0, 1, 2]);
+        let mut state = MetaState::new(3, 100, 8);
+        state.catalog = catalog.clone();
+        let bytes = state.encode_snapshot();
+        for nodes in [1, 3] {
+            let restored = MetaState::decode_snapshot(&bytes, 3, 100, 8).unwrap().with_nodes(nodes);
+            assert_eq!(restored.catalog.topic("s", "b"), catalog.topic("s", "b"));
+            assert_eq!(restored.catalog.nodes, nodes);
         }
     }
 

@@ -50,6 +50,9 @@ pub struct NodeConfig {
     /// a peer's StartView however long its probes go unanswered, never starting a view change
     /// itself. 0: the node never rejoined (every group is what its log says).
     pub rejoin_floor: u64,
+    /// A group this node leads away from its home (its view-0 primary) is handed back once the
+    /// home has been in sync this long, by its acknowledgements (DESIGN.md §8); 0: never.
+    pub primary_return_ticks: u64,
 }
 
 impl NodeConfig {
@@ -64,6 +67,7 @@ impl NodeConfig {
             repair_rounds_in_flight_max: 32,
             serve_reads_queued_max: 1_024,
             rejoin_floor: 0,
+            primary_return_ticks: 10_000 / crate::config::TICK_MS,
         }
     }
 }

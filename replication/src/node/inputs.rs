@@ -104,6 +104,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             if entry.failed.is_none() {
                 entry.replica.on_tick();
                 self.collect(group);
+                self.return_home(group);
             }
         }
         self.grant_repairs();

@@ -19,7 +19,8 @@
 //! replicas; `outputs` the replicas' outputs, with the send-after-persist chokepoint; `round`
 //! the I/O round that applies their writes; `flush` the flush cycles and checkpoint jobs in
 //! flight; `serve` peers' prepare reads; `damage` fail-stop and protocol-aware recovery; `logs`
-//! the groups' logs as a driver reads them; `status` what the node reports of itself.
+//! the groups' logs as a driver reads them; `primaries` the deliberate moves of the groups it
+//! leads (back home, off a node that shuts down); `status` what the node reports of itself.
 
 mod config;
 mod damage;
@@ -28,6 +29,7 @@ mod inputs;
 mod logs;
 mod open;
 mod outputs;
+mod primaries;
 mod restart;
 mod round;
 mod serve;

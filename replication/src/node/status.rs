@@ -63,6 +63,12 @@ pub struct NodeCounters {
     pub damage_repaired: u64,
     /// Ops past damage cuts that were repaired from peers.
     pub damaged_ops_repaired: u64,
+    /// Hand-overs begun to bring a group back to its home, in sync again.
+    pub primaries_returned: u64,
+    /// Hand-overs begun by a controlled shutdown ([`Node::hand_over_all`]).
+    pub shutdown_hand_overs: u64,
+    /// Groups a controlled shutdown found no peer in sync to hand to (per attempt).
+    pub shutdown_groups_without_peer: u64,
 }
 
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {

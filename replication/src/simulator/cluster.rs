@@ -27,12 +27,12 @@ use super::clients::{Ack, Client};
 use super::coverage::Coverage;
 use super::faults::Damage;
 use super::network::Network;
-use super::options::{FaultProfile, Mode, SimOptions};
+use super::options::{FaultProfile, Mode, SHUTDOWN_SEED_SALT, SimOptions};
 use crate::config::ReplicaConfig;
 use crate::lag::GroupStatus;
 use crate::message::Reply;
 use crate::node::{Clock, Node, NodeConfig, NodeCounters, Transport};
-use crate::replica::Replica;
+use crate::replica::{HandOverRefused, Replica};
 
 /// A simulated cluster, for [`run`](super::run) and for scripted scenarios.
 pub struct Cluster {
@@ -66,6 +66,8 @@ pub struct Cluster {
     pub(super) damage: Vec<Damage>,
     /// The node whose disk is full, and until which tick.
     pub(super) disk_full: Option<(usize, u64)>,
+    /// Draws the controlled shutdowns, apart from `rng` so that they move none of its draws.
+    pub(super) shutdown_rng: Rng,
 }
 
 impl Cluster {
@@ -106,6 +108,7 @@ impl Cluster {
             deliveries: 0,
             damage: Vec::new(),
             disk_full: None,
+            shutdown_rng: Rng::new(options.seed ^ SHUTDOWN_SEED_SALT),
         };
         for index in 0..options.replicas {
             let sim = Sim::new(cluster.rng.next_u64(), SimConfig::default());
@@ -123,6 +126,7 @@ impl Cluster {
                 node: Some(node),
                 restart_tick: 0,
                 paused_until_tick: 0,
+                stopping: None,
                 inbox: VecDeque::new(),
                 durable_views: BTreeMap::new(),
                 admin: cluster.admin_group().map(|_| AdminMachine::new()),
@@ -176,6 +180,19 @@ impl Cluster {
             })
             .max()
             .map(|(_, n)| n)
+    }
+
+    /// The groups node `node` leads (its replica is their serving primary), when it is up.
+    pub fn groups_led(&self, node: usize) -> Vec<u64> {
+        self.nodes[node].node.as_ref().map_or_else(Vec::new, |n| n.groups_led())
+    }
+
+    /// Has node `node` hand `group` to member `to` (see [`Replica::hand_over`]).
+    pub fn hand_over(&mut self, node: usize, group: u64, to: u8) -> Result<u32, HandOverRefused> {
+        match self.nodes[node].node.as_mut() {
+            Some(live) => live.hand_over(group, to),
+            None => Err(HandOverRefused::GroupUnavailable { group }),
+        }
     }
 
     /// Whether node `node` is up.
@@ -234,7 +251,10 @@ impl Cluster {
         replica.state_chunk_bytes_max = 256;
         // The admin group's machine rides along in its transfers.
         replica.transfers_carry_driver_state = true;
-        NodeConfig::new(index, replica)
+        NodeConfig {
+            primary_return_ticks: self.options.primary_return_ticks,
+            ..NodeConfig::new(index, replica)
+        }
     }
 
     /// Every node's shard configuration.
@@ -312,6 +332,9 @@ pub(super) struct Host {
     pub(super) node: Option<SimNode>,
     pub(super) restart_tick: u64,
     pub(super) paused_until_tick: u64,
+    /// A controlled shutdown under way: the node hands its groups over until it is settled or
+    /// the tick comes, then stops cleanly.
+    pub(super) stopping: Option<Stopping>,
     pub(super) inbox: VecDeque<(usize, Packet)>,
     /// Per group, the highest (view, log view) the replica was told is durable.
     pub(super) durable_views: BTreeMap<u64, (u32, u32)>,
@@ -322,6 +345,17 @@ pub(super) struct Host {
     /// Per data group, the op of the newest producer table snapshot saved (as the server
     /// saves one with its offsets).
     pub(super) producers_saved_op: BTreeMap<u64, u64>,
+}
+
+/// A node's controlled shutdown under way.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Stopping {
+    /// It stops at this tick at the latest, whatever it still leads.
+    pub(super) until_tick: u64,
+    /// It begins hand-overs again at this tick.
+    pub(super) next_hand_over_tick: u64,
+    /// Once stopped it restarts after this many ticks (`None`: stays down).
+    pub(super) restart_after_ticks: Option<u64>,
 }
 
 /// What travels on the simulated network: replica messages between nodes, and clients'

@@ -106,6 +106,22 @@ pub struct Coverage {
     pub disk_full_periods: u64,
     /// I/O rounds in which a full disk deferred writes.
     pub storage_full_rounds: u64,
+    /// Hand-overs primaries began (back home, or off a node shutting down).
+    pub hand_overs_begun: u64,
+    /// Hand-overs in which the primary, its target caught up, left its view for the target's.
+    pub hand_overs_done: u64,
+    /// Hand-overs given up (the target did not catch up in time, or the view was lost first).
+    pub hand_overs_abandoned: u64,
+    /// View changes joined at once on the vote of the primary of the joiner's view.
+    pub abdications_joined: u64,
+    /// Hand-overs begun to bring a group back to its home.
+    pub primaries_returned: u64,
+    /// Hand-overs begun by controlled shutdowns.
+    pub shutdown_hand_overs: u64,
+    /// Controlled shutdowns begun.
+    pub controlled_shutdowns: u64,
+    /// Controlled shutdowns that stopped settled (`Node::shutdown_settled`), not at their bound.
+    pub shutdowns_settled: u64,
 }
 
 impl Coverage {
@@ -132,6 +148,10 @@ impl Coverage {
         self.ranges_evicted += counters.ranges_evicted;
         self.transfers_installed += counters.transfers_installed;
         self.stale_prepares_dropped += counters.stale_prepares_dropped;
+        self.hand_overs_begun += counters.hand_overs_begun;
+        self.hand_overs_done += counters.hand_overs_done;
+        self.hand_overs_abandoned += counters.hand_overs_abandoned;
+        self.abdications_joined += counters.abdications_joined;
     }
 
     /// Adds another run's counters.
@@ -184,6 +204,14 @@ impl Coverage {
             (&mut self.failed_restarts, other.failed_restarts),
             (&mut self.disk_full_periods, other.disk_full_periods),
             (&mut self.storage_full_rounds, other.storage_full_rounds),
+            (&mut self.hand_overs_begun, other.hand_overs_begun),
+            (&mut self.hand_overs_done, other.hand_overs_done),
+            (&mut self.hand_overs_abandoned, other.hand_overs_abandoned),
+            (&mut self.abdications_joined, other.abdications_joined),
+            (&mut self.primaries_returned, other.primaries_returned),
+            (&mut self.shutdown_hand_overs, other.shutdown_hand_overs),
+            (&mut self.controlled_shutdowns, other.controlled_shutdowns),
+            (&mut self.shutdowns_settled, other.shutdowns_settled),
         ];
         for (mine, theirs) in pairs {
             *mine += theirs;
@@ -218,4 +246,6 @@ pub(super) fn add_counters(coverage: &mut Coverage, node: &SimNode) {
     coverage.damaged_ops_repaired += counters.damaged_ops_repaired;
     coverage.groups_reopened += counters.groups_reopened;
     coverage.storage_full_rounds += counters.storage_full_rounds;
+    coverage.primaries_returned += counters.primaries_returned;
+    coverage.shutdown_hand_overs += counters.shutdown_hand_overs;
 }

@@ -68,15 +68,8 @@ impl Cluster {
     /// Shuts node `node` down cleanly (everything flushed and checkpointed, a clean shutdown
     /// recorded); it stays down until [`Cluster::restart`].
     pub fn shutdown(&mut self, node: usize) {
-        let host = &mut self.nodes[node];
-        let closing = host.node.take().expect("shut down a live node");
-        add_counters(&mut self.coverage, &closing);
-        self.coverage.admin_duplicates += host.admin.take().map_or(0, |a| a.duplicates);
-        host.sim.block_on(closing.close()).expect("a clean shutdown");
-        host.inbox.clear();
-        host.paused_until_tick = 0;
-        host.restart_tick = u64::MAX;
-        self.network.drop_endpoint_inbound(node);
+        assert!(self.stop_cleanly(node), "a clean shutdown");
+        self.nodes[node].restart_tick = u64::MAX;
     }
 
     /// Flips one bit at rest in the durable record of `op` of `group` on node `node`'s disk
@@ -105,6 +98,7 @@ impl Cluster {
             host.sim.set_read_error_one_in(0);
             host.sim.set_capacity_bytes(u64::MAX);
             host.paused_until_tick = 0;
+            host.stopping = None;
             if host.node.is_none() {
                 host.restart_tick = self.tick;
             }
@@ -157,6 +151,7 @@ impl Cluster {
                     self.tick + 1 + self.rng.below(faults.pause_ticks_max);
             }
         }
+        self.draw_shutdowns();
     }
 
     /// Restarts crashed nodes whose time has come, checking their views did not regress.
@@ -254,13 +249,14 @@ impl Cluster {
         }
         host.inbox.clear();
         host.paused_until_tick = 0;
+        host.stopping = None;
         self.network.drop_endpoint_inbound(index);
     }
 
     /// DESIGN.md §6: `persisted` groups survive any crashes; `replicated` groups survive at
     /// most f replicas down, where a replica that restarted but has not caught up still counts
     /// as down; a lone `replicated` replica survives process crashes only.
-    fn crash_allowed(&self, index: usize, power: bool) -> bool {
+    pub(super) fn crash_allowed(&self, index: usize, power: bool) -> bool {
         if self.mode == Mode::Persisted {
             return true;
         }

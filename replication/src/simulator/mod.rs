@@ -15,16 +15,18 @@
 //! isolation; pauses; crashes at any tick, as a process crash (the page cache survives) or a
 //! power loss (the simulated disk's crash semantics), sometimes in the middle of an I/O round;
 //! storage faults: bit flips at rest in a crashed node's newest durable records (at most one
-//! replica per op until it has cut and repaired them), read errors, a full disk — within the
-//! fault model of DESIGN.md §6 for the seed's durability mode. The liveness phase heals
+//! replica per op until it has cut and repaired them), read errors, a full disk; controlled
+//! shutdowns that hand a node's primaries over before it stops — within the fault model of
+//! DESIGN.md §6 for the seed's durability mode. The liveness phase heals
 //! everything and requires every client to finish and every replica to rejoin; the end checks
 //! the final logs and runs the offline checker (`shoal_engine::inspect`) over every disk.
 //!
 //! Its parts: the options of a run (`options`), the cluster and its hosts (`cluster`), the
-//! run and its steps (`steps`), the faults (`faults`), the clients (`clients`), the invariant
-//! checks (`checks`), the server's driver above the replicas (`driver`, with the admin group's
-//! machine in `admin`), the coverage counters (`coverage`), the trace hash (`trace`), the
-//! network (`network`) and the helpers of scripted scenarios (`script`).
+//! run and its steps (`steps`), the faults (`faults`), the controlled shutdowns (`shutdowns`),
+//! the clients (`clients`), the invariant checks (`checks`), the server's driver above the
+//! replicas (`driver`, with the admin group's machine in `admin`), the coverage counters
+//! (`coverage`), the trace hash (`trace`), the network (`network`) and the helpers of scripted
+//! scenarios (`script`).
 
 mod admin;
 mod checks;
@@ -36,6 +38,7 @@ mod faults;
 pub mod network;
 mod options;
 mod script;
+mod shutdowns;
 mod steps;
 mod trace;
 
@@ -43,4 +46,5 @@ pub use checks::Violation;
 pub use cluster::Cluster;
 pub use coverage::Coverage;
 pub use options::{FaultProfile, Mode, SimOptions};
+pub use shutdowns::SHUTDOWN_TICKS_MAX;
 pub use steps::{Outcome, RETENTION_INTERVAL_TICKS, run};

@@ -9,6 +9,7 @@ use shoal_engine::rng::Rng;
 
 use super::network::NetworkConfig;
 use crate::config::ReplicaConfig;
+use crate::node::NodeConfig;
 
 /// Which durability the groups of a run use; decides which crashes are within the fault model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +55,10 @@ pub struct FaultProfile {
     pub disk_full_per_million: u32,
     /// A full disk is freed after up to this many ticks.
     pub disk_full_ticks_max: u64,
+    /// Chance per tick per node of a controlled shutdown: it hands every group it leads to a
+    /// peer in sync, then stops cleanly (after at most `SHUTDOWN_TICKS_MAX`), and restarts
+    /// after up to `restart_ticks_max` ticks, as in a rolling restart.
+    pub shutdown_per_million: u32,
 }
 
 impl FaultProfile {
@@ -73,12 +78,16 @@ impl FaultProfile {
             read_error_one_in: 0,
             disk_full_per_million: 0,
             disk_full_ticks_max: 1,
+            shutdown_per_million: 0,
         }
     }
 
     /// Swarm testing: probabilities drawn per seed, each fault sometimes absent, sometimes
-    /// frequent.
+    /// frequent. (The controlled shutdowns' rate is drawn from a PRNG of its own, seeded from a
+    /// copy of `rng`, so adding them moved no earlier draw of any seed.)
     pub fn swarm(rng: &mut Rng) -> FaultProfile {
+        let mut side = Rng::new(rng.clone().next_u64() ^ SHUTDOWN_SEED_SALT);
+        let shutdown_per_million = if side.chance(1, 3) { 0 } else { side.below(200) as u32 + 1 };
         let mut rate =
             |max: u32| if rng.chance(1, 4) { 0 } else { rng.below(u64::from(max)) as u32 + 1 };
         let crash_per_million = rate(400);
@@ -104,9 +113,14 @@ impl FaultProfile {
             // Long enough that a full node's writes often outrun the space it had ready (the
             // engine then refuses appends, `storage_full_rounds`), not just stop the step ahead.
             disk_full_ticks_max: 50 + rng.below(3_000),
+            shutdown_per_million,
         }
     }
 }
+
+/// Mixed into a seed for the PRNG of controlled shutdowns, which draws apart from the run's so
+/// that its draws move none of the run's.
+pub(super) const SHUTDOWN_SEED_SALT: u64 = 0x5d0f_c0de_0000_0001;
 
 /// What to simulate.
 #[derive(Clone, Copy, Debug)]
@@ -146,6 +160,9 @@ pub struct SimOptions {
     pub retention_bytes: u64,
     /// Bytes each client message's value is padded to (fewer ops per segment), at most 4,000.
     pub value_size_bytes: usize,
+    /// Every node's `primary_return_ticks`: a group led away from its home goes back once the
+    /// home has been in sync this long (0: never).
+    pub primary_return_ticks: u64,
     /// In a run of two or more groups, the last is an *admin* group: its clients send plain
     /// requests (no idempotent producer fields), so a retry may enter its log twice, and each
     /// node applies its committed ops to a client-table state machine that must execute every
@@ -177,6 +194,8 @@ impl SimOptions {
             repair_prepares_max: None,
             retention_bytes: 0,
             value_size_bytes: 0,
+            primary_return_ticks: NodeConfig::new(0, ReplicaConfig::new(0, 0, 1, 0))
+                .primary_return_ticks,
             admin_group: true,
         }
     }

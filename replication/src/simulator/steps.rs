@@ -80,6 +80,7 @@ impl Cluster {
         }
         into_result(self.collect())?;
         into_result(self.client_violation.take())?;
+        self.advance_shutdowns();
         self.supervise();
         self.drive_clients();
         Ok(())

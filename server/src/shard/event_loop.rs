@@ -7,7 +7,7 @@
 //! another shard's inbox: what it sends there (catalogs, its own wake-ups) goes with `try_send`.
 
 use std::future::pending;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use shoal_proto::protocol::ErrorCode;
@@ -27,14 +27,16 @@ use crate::metrics;
 const RETENTION_INTERVAL_TICKS: u64 = 100;
 
 impl ShardState {
-    /// Serves the inbox until the stop flag is set, then finishes what was accepted and refuses
-    /// the rest.
+    /// Serves the inbox until the stop flag is set and the node has handed the groups it leads
+    /// over (`handoff`), then finishes what was accepted and refuses the rest.
     pub(super) async fn serve(&mut self, inbox: &flume::Receiver<Work>, stop: &AtomicBool) {
         let tick = Duration::from_millis(TICK_MS);
         let mut next_tick = Instant::now() + tick;
         let mut ticks: u64 = 0;
         let batch_max = self.config.network.shard_inbox_max;
-        while !stop.load(Ordering::SeqCst) {
+        // Once the stop flag is up, the loop runs on while the node hands its groups over.
+        let mut hand_off = None;
+        while self.keep_serving(stop, &mut hand_off) {
             // Wake for the tick, or sooner for the writes the flush gate holds.
             let wake_at = self.flush_gate.deadline().map_or(next_tick, |d| d.min(next_tick));
             let wait = wake_at.saturating_duration_since(Instant::now());

@@ -16,11 +16,13 @@
 //!
 //! By job: `work` is what the inbox carries and what it answers; `thread` the shard's life from
 //! pinning to shutdown, with start-up recovery; `state` what the loop owns; `event_loop` the
-//! loop itself; `flush_gate` its group commit; `writes` the queue and pending table of produce
-//! and offset writes; `fetch` reads and long-polls; `offsets` consumer offsets in the partition
-//! logs; `snapshots` the state snapshots; `catalog` the partition groups the catalog places here;
-//! `metadata` shard 0's metadata state machine; `coordinator` its consumer groups; `formation`
-//! how shard 0 of a node with an empty data directory forms its cluster or rejoins it.
+//! loop itself; `handoff` its controlled shutdown (the groups it leads handed to peers before
+//! the loop stops); `flush_gate` its group commit; `writes` the queue and pending table of
+//! produce and offset writes; `fetch` reads and long-polls; `offsets` consumer offsets in the
+//! partition logs; `snapshots` the state snapshots; `catalog` the partition groups the catalog
+//! places here; `metadata` shard 0's metadata state machine; `coordinator` its consumer groups;
+//! `formation` how shard 0 of a node with an empty data directory forms its cluster or rejoins
+//! it.
 
 mod catalog;
 mod coordinator;
@@ -28,6 +30,7 @@ mod event_loop;
 mod fetch;
 mod flush_gate;
 mod formation;
+mod handoff;
 mod metadata;
 mod offsets;
 mod snapshots;
