@@ -518,7 +518,7 @@ fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
 /// One series per answering shard for each of the shard's own figures (a flat table).
 fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 28] = [
+    let per_shard: [(&str, Kind, &str, Figure); 31] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -607,6 +607,24 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
         ("shoal_groups_failed_total", Kind::Counter, "Groups stopped by an engine failure.", |s| {
             s.node.groups_failed
         }),
+        (
+            "shoal_primaries_returned_total",
+            Kind::Counter,
+            "Hand-overs the shard began to give a group back to its home node, in sync again.",
+            |s| s.node.primaries_returned,
+        ),
+        (
+            "shoal_shutdown_hand_overs_total",
+            Kind::Counter,
+            "Hand-overs the shard began while stopping (controlled shutdown).",
+            |s| s.node.shutdown_hand_overs,
+        ),
+        (
+            "shoal_shutdown_groups_without_peer_total",
+            Kind::Counter,
+            "Groups a stopping shard led but found no peer in sync to hand to (per attempt).",
+            |s| s.node.shutdown_groups_without_peer,
+        ),
         (
             "shoal_allocations_total",
             Kind::Counter,

@@ -129,8 +129,9 @@ prints \"shoal: config: KEY: REASON\" and exits 2.
 Prints one JSON line once recovery is done and the listeners are bound:
   {\"ready\":true,\"native\":\"ADDR\",\"metrics\":\"ADDR\",\"shards\":[\"ADDR\",...]}
 (no metrics field when the endpoint is off; shards, each shard's own listener, only with \
-[network] shard_listen). SIGINT or SIGTERM shuts down gracefully (flush, checkpoint, \
-clean-shutdown flag, exit 0); a second signal exits at once.";
+[network] shard_listen). SIGINT or SIGTERM shuts down gracefully (in a cluster, first hands \
+the groups this node leads to peers in sync, for at most three view-change timeouts; then \
+flush, checkpoint, clean-shutdown flag, exit 0); a second signal exits at once.";
 
 /// Starts the shards of one node on a data directory and serves until SIGINT or SIGTERM.
 #[derive(Debug, Parser)]

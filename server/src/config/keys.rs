@@ -310,7 +310,7 @@ pub(super) const CLUSTER_KEYS: [IntKey<ClusterConfig>; 2] = [
 
 /// `[replication]`: the replicas' timers, in milliseconds (the replicas count 10 ms ticks, so
 /// each is at least one tick).
-pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 5] = [
+pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 6] = [
     IntKey {
         name: "commit_interval_ms",
         min: 10,
@@ -345,6 +345,13 @@ pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 5] = [
         max: 3_600_000,
         get: |c| c.replica_lag_time_max_ms,
         set: |c, v| c.replica_lag_time_max_ms = v,
+    },
+    IntKey {
+        name: "primary_return_ms",
+        min: 0,
+        max: 3_600_000,
+        get: |c| c.primary_return_ms,
+        set: |c, v| c.primary_return_ms = v,
     },
 ];
 

@@ -186,6 +186,10 @@ pub struct ReplicationConfig {
     /// A backup not caught up for this long is lagging; silent this long, dead (Kafka's
     /// `replica.lag.time.max.ms`).
     pub replica_lag_time_max_ms: u64,
+    /// A group led away from its home node (its view-0 primary, say while that node was down)
+    /// is handed back once the home has been in sync this long (Kafka's preferred-leader
+    /// election); 0: never.
+    pub primary_return_ms: u64,
 }
 
 impl Default for ReplicationConfig {
@@ -196,6 +200,7 @@ impl Default for ReplicationConfig {
             view_change_timeout_ms: 2_000,
             start_view_probe_interval_ms: 200,
             replica_lag_time_max_ms: 10_000,
+            primary_return_ms: 10_000,
         }
     }
 }

@@ -397,7 +397,6 @@ impl Layers {
         Ok(())
     }
 
-    /// The key that set `name` in `scope`, or its default's dotted name.
     /// The replicas' timers: the heartbeat timeout and the lag bound must outlast a commit
     /// interval, or a healthy primary would be deposed (or its backups flagged) between two of
     /// its heartbeats. Compared in the replicas' 10 ms ticks.
@@ -425,6 +424,7 @@ impl Layers {
         Ok(())
     }
 
+    /// The key that set `name` in `scope`, or its default's dotted name.
     fn key_of(&self, scope: Scope, name: &'static str) -> Written {
         match self.ints.get(&(scope, name)) {
             Some(given) => Written { key: given.key.clone(), given: true },

@@ -6,25 +6,14 @@
 //! A one-node cluster has nobody to hand to and stops at once.
 //!
 //! It decides nothing in the protocol (the replicas hand over, the node layer picks each
-//! target) and never holds the stop back without bound: after [`HAND_OFF_TIME_MAX`] the shard
-//! stops with whatever it still leads, whose backups then take over on their own timeouts.
+//! target) and never holds the stop back without bound: after three view-change timeouts
+//! ([`ShardState::hand_off_time_max`]; 6 s by default) the shard stops with whatever it still
+//! leads, whose backups then take over on their own timeouts.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use shoal_replication::TICK_MS;
-
 use super::state::ShardState;
-
-/// The longest a stopping shard keeps serving to hand its groups over: three view-change
-/// timeouts of the replicas' default settings (6 s), room for a hand-over given up and begun
-/// again, or one whose view change had to move on.
-pub(super) const HAND_OFF_TIME_MAX: Duration =
-    Duration::from_millis(3 * VIEW_CHANGE_TIMEOUT_TICKS * TICK_MS);
-
-/// `ReplicaConfig::view_change_timeout_ticks` as the server runs it (the default; a test keeps
-/// the two equal).
-const VIEW_CHANGE_TIMEOUT_TICKS: u64 = 200;
 
 /// How often groups the node still leads are handed over again: one given up (its target did
 /// not catch up in time), or a view change that came back to this node, needs another.
@@ -57,7 +46,7 @@ impl ShardState {
             tracing::info!(shard = self.index, elapsed_ms, "hand-off complete: stopping");
             return false;
         }
-        if now.duration_since(hand_off.started) >= HAND_OFF_TIME_MAX {
+        if now.duration_since(hand_off.started) >= self.hand_off_time_max() {
             let still_led = self.node.groups_led();
             tracing::warn!(
                 shard = self.index,
@@ -76,6 +65,13 @@ impl ShardState {
         true
     }
 
+    /// The longest a stopping shard keeps serving to hand its groups over: three view-change
+    /// timeouts, room for a hand-over given up and begun again, or one whose view change had
+    /// to move on.
+    pub(super) fn hand_off_time_max(&self) -> Duration {
+        hand_off_time_max(self.config.replication.view_change_timeout_ms)
+    }
+
     /// Begins handing every group the node leads to a peer in sync.
     fn begin_hand_off(&mut self, now: Instant) -> HandOff {
         let led = self.node.groups_led().len();
@@ -90,16 +86,18 @@ impl ShardState {
     }
 }
 
+fn hand_off_time_max(view_change_timeout_ms: u64) -> Duration {
+    Duration::from_millis(3 * view_change_timeout_ms)
+}
+
 #[cfg(test)]
 mod tests {
-    use shoal_replication::ReplicaConfig;
-
     use super::*;
+    use crate::config::ReplicationConfig;
 
     #[test]
-    fn the_hand_off_bound_is_three_default_view_change_timeouts() {
-        let defaults = ReplicaConfig::new(1, 0, 3, 0);
-        let timeout = Duration::from_millis(defaults.view_change_timeout_ticks * TICK_MS);
-        assert_eq!(HAND_OFF_TIME_MAX, 3 * timeout);
+    fn the_hand_off_bound_is_three_view_change_timeouts_six_seconds_by_default() {
+        let defaults = ReplicationConfig::default();
+        assert_eq!(hand_off_time_max(defaults.view_change_timeout_ms), Duration::from_secs(6));
     }
 }

@@ -282,6 +282,10 @@ async fn open(
     let node_config = NodeConfig {
         message_size_bytes_max: message_size_bytes_max(spec),
         rejoin_floor: spec.rejoin_floor.load(Ordering::SeqCst),
+        primary_return_ticks: match timers.primary_return_ms {
+            0 => 0,
+            ms => ticks(ms),
+        },
         ..NodeConfig::new(cluster.node, replica)
     };
     let seed = u64::from(index) ^ now_ms() as u64;
