@@ -201,6 +201,7 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
         sending_done: false,
         connection_failed: false,
         redirect: None,
+        not_primary: false,
     });
     let mut schedule = Schedule::new(0, spec.interval_ns);
     let replied = Signal::default();
@@ -215,8 +216,25 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
     let (first, on_owner) = connecting.await.map_err(|e| format!("connect: {e}"))?;
     state.borrow_mut().result.on_owner = on_owner;
     let mut client: Option<Client> = Some(first);
+    // Connections in a row that ended in `NotPrimary` without an acknowledgement: while a view
+    // change is under way every node names a primary that is gone, and reconnecting at once
+    // would spin on the CPUs the view change needs. Backs off from 10 ms, doubling to 80 ms
+    // (as Kafka clients back off with `retry.backoff.ms` before refreshing metadata).
+    let mut redirects_unanswered: u32 = 0;
+    let mut acked_before = 0;
     while sending(&spec, &schedule) {
-        let redirect = state.borrow_mut().redirect.take();
+        let redirect = {
+            let mut state = state.borrow_mut();
+            let acked = state.result.tally.messages_total;
+            let unanswered = std::mem::take(&mut state.not_primary) && acked == acked_before;
+            redirects_unanswered = if unanswered { redirects_unanswered + 1 } else { 0 };
+            acked_before = acked;
+            state.redirect.take()
+        };
+        if redirects_unanswered > 0 {
+            let backoff_ms = 10 << (redirects_unanswered - 1).min(3);
+            monoio::time::sleep(Duration::from_millis(backoff_ms)).await;
+        }
         let connected = match client.take() {
             Some(client) => client.into_split().await,
             None => match connect(config.clone(), target.clone(), spec.connect_to_owner, redirect)
@@ -240,6 +258,10 @@ async fn produce(spec: ProducerSpec) -> Result<ProducerResult, String> {
         };
         {
             let mut state = state.borrow_mut();
+            // A request the sender was still submitting when the last connection failed was
+            // queued after the receiver cleared the queue: it will never be answered here, and
+            // left in, it would pair every reply of this connection with the request before.
+            state.outstanding.clear();
             state.connection_failed = false;
             state.sending_done = false;
         }
@@ -314,6 +336,8 @@ struct State {
     connection_failed: bool,
     /// The primary a `NotPrimary` named: the next connection goes there first.
     redirect: Option<String>,
+    /// The connection ended in `NotPrimary`.
+    not_primary: bool,
 }
 
 fn sending(spec: &ProducerSpec, schedule: &Schedule) -> bool {
@@ -404,6 +428,7 @@ async fn receive_loop(
                     // In a cluster the partition moved: this connection leads nowhere now.
                     state.result.tally.error("NotPrimary");
                     state.redirect = (!redirect.address.is_empty()).then_some(redirect.address);
+                    state.not_primary = true;
                     state.connection_failed = true;
                 }
                 Err(error) => state.result.tally.error(error_kind(&error)),

@@ -434,9 +434,51 @@ fn prepare(seeds: &[String], options: &Options, partitions: u32) -> Result<Value
                 }
             }
         }
+        wait_topics_known(&client.nodes(), options).await?;
         let status = client.status().await.map_err(|e| format!("status: {e}"))?;
         serde_json::from_str(&status).map_err(|e| format!("status JSON: {e}"))
     })
+}
+
+/// How long every node of a cluster may take to learn the topics the setup created.
+const TOPICS_KNOWN_TIME_MAX: Duration = Duration::from_secs(10);
+
+/// Waits until every node of a cluster knows every topic the run uses: a node learns a new
+/// topic when its metadata replica hears of the commit, and an actor that started first would
+/// count `TopicNotFound` errors against the run (errors a Kafka client would retry). Each node's
+/// own status report says what it knows (a topic description comes from the metadata primary).
+async fn wait_topics_known(nodes: &[String], options: &Options) -> Result<(), String> {
+    if nodes.len() <= 1 {
+        return Ok(());
+    }
+    let deadline = Instant::now() + TOPICS_KNOWN_TIME_MAX;
+    for node in nodes {
+        let config = ClientConfig {
+            client_name: "shoal-bench/setup".into(),
+            ..ClientConfig::with_seeds(vec![node.clone()])
+        };
+        let mut client = Client::connect(config).await.map_err(|e| format!("{node}: {e}"))?;
+        loop {
+            let status = client.status().await.map_err(|e| format!("{node}: status: {e}"))?;
+            let status: Value =
+                serde_json::from_str(&status).map_err(|e| format!("status JSON: {e}"))?;
+            let knows = |stream: &str, topic: &str| {
+                status["partitions"].as_array().is_some_and(|all| {
+                    all.iter().any(|p| p["stream"] == stream && p["topic"] == topic)
+                })
+            };
+            let missing = (0..options.streams.max(1))
+                .flat_map(|s| (0..options.topics.max(1)).map(move |t| (s, t)))
+                .map(|(s, t)| (stream_name(options, s), topic_name(t)))
+                .find(|(stream, topic)| !knows(stream, topic));
+            let Some((stream, topic)) = missing else { break };
+            if Instant::now() >= deadline {
+                return Err(format!("{node} never learned {stream}/{topic}"));
+            }
+            monoio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Ok(())
 }
 
 /// Prints the live progress line once a second on a terminal, until every actor is done.
