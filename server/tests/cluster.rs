@@ -278,8 +278,9 @@ impl Xorshift {
     }
 }
 
-/// Chaos: round after round, one random node is killed (`kill -9`, restarted) or paused
-/// (SIGSTOP for up to 3 s, then SIGCONT) while writes go on; after each round the cluster must
+/// Chaos: round after round, one random node is killed (`kill -9`, restarted), stopped with
+/// SIGTERM (a controlled shutdown, restarted) or paused (SIGSTOP for up to 3 s, then SIGCONT)
+/// while writes go on; after each round the cluster must
 /// come back to agreement with every acknowledged write readable once. One round in the CI gate;
 /// `scripts/chaos [ROUNDS]` runs more (`CHAOS_ROUNDS`, `CHAOS_SEED`).
 #[test]
@@ -300,10 +301,10 @@ fn chaos_rounds_of_kills_and_pauses_lose_nothing_acknowledged() {
     let mut ledger = Ledger::default();
     for round in 0..rounds {
         let node = rng.next(3) as usize;
-        let pause = rng.next(2) == 0;
-        eprintln!("chaos round {round}: {} node {node}", if pause { "pause" } else { "kill -9" });
+        let action = ["pause", "kill -9", "SIGTERM"][rng.next(3) as usize];
+        eprintln!("chaos round {round}: {action} node {node}");
         ledger.produce(&cluster, "p", 3);
-        if pause {
+        if action == "pause" {
             cluster.nodes[node].stop();
             let until = Instant::now() + Duration::from_millis(200 + rng.next(2_800));
             while Instant::now() < until {
@@ -312,7 +313,13 @@ fn chaos_rounds_of_kills_and_pauses_lose_nothing_acknowledged() {
             }
             cluster.nodes[node].cont();
         } else {
-            cluster.nodes[node].kill_9();
+            if action == "kill -9" {
+                cluster.nodes[node].kill_9();
+            } else {
+                // A controlled shutdown: hands its primaries over, then exits cleanly.
+                let status = cluster.nodes[node].terminate().expect("a controlled shutdown");
+                assert!(status.success(), "node {node} exited with {status}");
+            }
             ledger.produce(&cluster, "p", 6);
             ledger.produce(&cluster, "r", 6);
             restart(&mut cluster, node);

@@ -88,16 +88,31 @@ impl ShardState {
         self.answer_replies();
         self.apply_committed().await;
         self.save_states_now().await;
+        // A write still pending entered its group's log, and in a cluster it may yet commit in
+        // the view this node handed over (or lost): its outcome is unknown, never "not executed".
+        let unknown = || {
+            Outcome::error(
+                ErrorCode::TransientNotCommitted,
+                "the server stopped before the write committed: its outcome is unknown",
+            )
+        };
         if let Some(metadata) = self.metadata.as_mut() {
             for slot in metadata.coordinator.drain_joins() {
                 let _ = slot.send(Outcome::error(ErrorCode::ShuttingDown, "shutting down"));
+            }
+            for (_, (_, waiters)) in metadata.pending.drain() {
+                for waiter in waiters {
+                    if let MetaWaiter::Client(slot) = waiter {
+                        let _ = slot.send(unknown());
+                    }
+                }
             }
         }
         while let Ok(work) = inbox.try_recv() {
             refuse(work);
         }
         for (_, pending) in self.pending.drain() {
-            let _ = pending.reply.send(Outcome::error(ErrorCode::ShuttingDown, "shutting down"));
+            let _ = pending.reply.send(unknown());
         }
         self.parked_by_group.clear();
         for fetch in self.parked.drain() {

@@ -55,8 +55,9 @@ pub fn create_stream_and_topic(cluster: &ShoalCluster) {
 /// What one write came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Written {
-    /// Acknowledged at this offset.
-    At(u64),
+    /// Acknowledged at this offset; `also_maybe`: an earlier attempt's answer was lost, so one
+    /// more copy may be in the log too (the raw client has no idempotence).
+    At { offset: u64, also_maybe: bool },
     /// Unknown: it may or may not be in the log (at most once).
     Maybe,
 }
@@ -111,6 +112,17 @@ pub fn call_anywhere(
     operation: Operation,
     body: &[u8],
 ) -> Option<(u32, Vec<u8>)> {
+    call_anywhere_saying_retried(cluster, first, operation, body).0
+}
+
+/// [`call_anywhere`], and whether an attempt before the answer was sent and its answer lost (so
+/// it may have been executed as well).
+pub fn call_anywhere_saying_retried(
+    cluster: &ShoalCluster,
+    first: usize,
+    operation: Operation,
+    body: &[u8],
+) -> (Option<(u32, Vec<u8>)>, bool) {
     let deadline = Instant::now() + DEADLINE;
     let mut attempt = first;
     let mut maybe_sent = false;
@@ -125,10 +137,10 @@ pub fn call_anywhere(
         };
         let code = answer.reply.error;
         if code == ErrorCode::TransientNotCommitted as u32 {
-            return None;
+            return (None, maybe_sent);
         }
         if !try_elsewhere(code) {
-            return (!maybe_sent || code == 0).then_some((code, answer.body));
+            return ((!maybe_sent || code == 0).then_some((code, answer.body)), maybe_sent);
         }
         if attempt.is_multiple_of(cluster.clients.len()) {
             // Every node said "elsewhere": a view change is under way.
@@ -189,10 +201,13 @@ impl Ledger {
             partitioning: Partitioning::Explicit(partition),
         };
         let body = produce.encode(&batch(&[&value]));
-        let written = match call_anywhere(cluster, first, Operation::Produce, &body) {
-            Some((0, reply)) => {
-                Written::At(ProduceReply::decode(&reply).expect("a produce reply").base_offset)
-            }
+        let (answer, retried) =
+            call_anywhere_saying_retried(cluster, first, Operation::Produce, &body);
+        let written = match answer {
+            Some((0, reply)) => Written::At {
+                offset: ProduceReply::decode(&reply).expect("a produce reply").base_offset,
+                also_maybe: retried,
+            },
             Some((code, text)) => {
                 panic!("produce refused ({code}): {}", String::from_utf8_lossy(&text))
             }
@@ -202,28 +217,39 @@ impl Ledger {
     }
 
     /// Reads every partition back from its primary and checks: offsets dense from 0, every
-    /// acknowledged value at its offset exactly once, every unknown one at most once, nothing
-    /// else.
+    /// acknowledged value at its offset (and at most once more when an earlier attempt's answer
+    /// was lost), every unknown one at most once, nothing else.
     pub fn check(&self, cluster: &ShoalCluster) {
         for ((topic, partition), writes) in &self.writes {
             let records = read_all(cluster, topic, *partition);
             for (expected, (offset, _)) in records.iter().enumerate() {
                 assert_eq!(*offset, expected as u64, "{topic}/{partition}: offsets are dense");
             }
-            let mut seen = BTreeSet::new();
+            let mut copies: BTreeMap<&[u8], Vec<u64>> = BTreeMap::new();
             for (offset, value) in &records {
-                assert!(seen.insert(value.clone()), "{topic}/{partition}: {offset} is a duplicate");
+                copies.entry(value).or_default().push(*offset);
+            }
+            for (value, offsets) in &copies {
                 let known = writes.iter().find(|(v, _)| v == value);
                 match known {
-                    Some((_, Written::At(at))) => assert_eq!(at, offset, "{topic}/{partition}"),
-                    Some((_, Written::Maybe)) => {}
-                    None => panic!("{topic}/{partition}: offset {offset} holds a value never sent"),
+                    Some((_, Written::At { offset: at, also_maybe })) => {
+                        assert!(
+                            offsets.contains(at),
+                            "{topic}/{partition}: {at} is not {offsets:?}"
+                        );
+                        let allowed = if *also_maybe { 2 } else { 1 };
+                        assert!(offsets.len() <= allowed, "{topic}/{partition}: {offsets:?}");
+                    }
+                    Some((_, Written::Maybe)) => {
+                        assert_eq!(offsets.len(), 1, "{topic}/{partition}: duplicates {offsets:?}")
+                    }
+                    None => panic!("{topic}/{partition}: {offsets:?} hold a value never sent"),
                 }
             }
             for (value, written) in writes {
-                if let Written::At(at) = written {
+                if let Written::At { offset: at, .. } = written {
                     assert!(
-                        seen.contains(value),
+                        copies.contains_key(value.as_slice()),
                         "{topic}/{partition}: acknowledged offset {at} is missing"
                     );
                 }
