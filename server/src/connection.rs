@@ -588,8 +588,12 @@ impl Session {
         let record_max = config.shard.iter().map(|s| s.storage.record_size_bytes_max).min();
         let settings =
             TopicSettings::resolve(&request, &config.topic_defaults, record_max.unwrap_or(0))?;
-        let command =
-            MetaCommand::CreateTopic { stream: request.stream, topic: request.topic, settings };
+        let command = MetaCommand::CreateTopic {
+            stream: request.stream,
+            topic: request.topic,
+            settings,
+            nodes: config.cluster.node_count(),
+        };
         self.metadata(fields, command).await
     }
 

@@ -320,7 +320,8 @@ mod tests {
             segment_size_bytes: 1 << 20,
             message_size_bytes_max: 1000,
         };
-        let create = MetaCommand::CreateTopic { stream: "s".into(), topic: "t".into(), settings };
+        let create =
+            MetaCommand::CreateTopic { stream: "s".into(), topic: "t".into(), settings, nodes: 1 };
         catalog.apply(2, 0, &create).unwrap();
         catalog
     }

@@ -27,7 +27,7 @@ use shoal_proto::protocol::{
 use shoal_proto::wire::HEADER_SIZE;
 use shoal_replication::{ClientCheck, ClientLimits, ClientTable};
 
-use crate::config::TopicDefaults;
+use crate::config::{NODES_MAX, TopicDefaults};
 
 /// The metadata group's id.
 pub const METADATA_GROUP: u64 = 0;
@@ -65,6 +65,10 @@ pub enum MetaCommand {
         topic: String,
         /// The resolved settings.
         settings: TopicSettings,
+        /// The cluster's node count as the proposing primary knew it: placement spreads the
+        /// partitions' view-0 primaries over this many nodes, so where they go is in the log,
+        /// never in a replaying node's own configuration. 1 in records written before clusters.
+        nodes: u8,
     },
     /// Deletes a topic.
     DeleteTopic {
@@ -213,9 +217,10 @@ impl MetaCommand {
             MetaCommand::DeleteStream { name } => {
                 w.u8(TAG_DELETE_STREAM).str(name);
             }
-            MetaCommand::CreateTopic { stream, topic, settings } => {
+            MetaCommand::CreateTopic { stream, topic, settings, nodes } => {
                 w.u8(TAG_CREATE_TOPIC).str(stream).str(topic);
                 encode_settings(&mut w, settings);
+                w.u8(*nodes);
             }
             MetaCommand::DeleteTopic { stream, topic } => {
                 w.u8(TAG_DELETE_TOPIC).str(stream).str(topic);
@@ -246,7 +251,15 @@ impl MetaCommand {
                 let stream = r.name("stream")?;
                 let topic = r.name("topic")?;
                 let settings = decode_settings(&mut r)?;
-                MetaCommand::CreateTopic { stream, topic, settings }
+                // Records written before clusters end at the settings: a one-node cluster's.
+                let nodes = if r.remaining() > 0 { r.u8("nodes")? } else { 1 };
+                if !(1..=NODES_MAX).contains(&usize::from(nodes)) {
+                    return Err(ProtocolError::Invalid {
+                        field: "nodes",
+                        reason: format!("{nodes}: a cluster has 1 to {NODES_MAX} nodes"),
+                    });
+                }
+                MetaCommand::CreateTopic { stream, topic, settings, nodes }
             }
             TAG_DELETE_TOPIC => {
                 MetaCommand::DeleteTopic { stream: r.name("stream")?, topic: r.name("topic")? }
@@ -325,11 +338,6 @@ pub struct Catalog {
     pub groups_per_shard: Vec<u32>,
     /// Groups each shard may hold (its superblock's bound; shard 0 also holds the metadata).
     pub groups_per_shard_max: u32,
-    /// Nodes in the cluster. Every group has them all as replicas and the primary of group `g`
-    /// in view 0 (its home) is node `g mod nodes`; placement spreads the homes over (node,
-    /// shard) pairs. Not in the snapshot: it is the configured cluster's ([`Catalog::with_nodes`]),
-    /// the same on every node, since the replica bus refuses a peer of another node count.
-    pub nodes: u8,
 }
 
 /// The placement of new partitions over shards (DESIGN.md §8), from the catalog alone.
@@ -386,18 +394,7 @@ impl Catalog {
             next_group: METADATA_GROUP + 1,
             groups_per_shard,
             groups_per_shard_max,
-            nodes: 1,
         }
-    }
-
-    /// The catalog of a cluster of `nodes` nodes (fresh, or restored from a snapshot): where
-    /// its next partitions go depends on it.
-    ///
-    /// # Panics
-    /// On zero nodes (a cluster configuration is validated where it is read).
-    pub fn with_nodes(self, nodes: u8) -> Catalog {
-        assert!(nodes >= 1, "a cluster has at least one node");
-        Catalog { nodes, ..self }
     }
 
     /// Checks whether `command` would apply, without changing anything (the server checks before
@@ -420,7 +417,7 @@ impl Catalog {
                 Ok(())
             }
             MetaCommand::DeleteStream { name } => self.stream(name).map(|_| ()),
-            MetaCommand::CreateTopic { stream, topic, settings } => {
+            MetaCommand::CreateTopic { stream, topic, settings, nodes } => {
                 check_name(topic)?;
                 let entry = self.stream(stream)?;
                 if entry.topics.contains_key(topic) {
@@ -432,7 +429,7 @@ impl Catalog {
                         format!("a stream holds at most {TOPICS_PER_STREAM_MAX} topics"),
                     ));
                 }
-                let mut placement = self.placement();
+                let mut placement = self.placement(*nodes);
                 for group in self.next_group..self.next_group + u64::from(settings.partitions) {
                     if placement.place(group).is_none() {
                         return Err((
@@ -513,9 +510,9 @@ impl Catalog {
             MetaCommand::DeleteStream { name } => {
                 self.streams.remove(name);
             }
-            MetaCommand::CreateTopic { stream, topic, settings } => {
+            MetaCommand::CreateTopic { stream, topic, settings, nodes } => {
                 let mut partitions = Vec::with_capacity(settings.partitions as usize);
-                let mut placement = self.placement();
+                let mut placement = self.placement(*nodes);
                 for _ in 0..settings.partitions {
                     let shard = placement.place(self.next_group).expect("checked");
                     self.groups_per_shard[shard as usize] += 1;
@@ -545,11 +542,12 @@ impl Catalog {
         Ok(Applied::Done)
     }
 
-    /// Where the next partitions go (see [`Placement::place`]): the groups each shard holds,
-    /// and per (node, shard) pair the live groups whose home the node is (the metadata group's
-    /// among them).
-    fn placement(&self) -> Placement {
-        let nodes = usize::from(self.nodes);
+    /// Where the next partitions of a cluster of `nodes` nodes go (see [`Placement::place`]):
+    /// the groups each shard holds, and per (node, shard) pair the live groups whose home the
+    /// node is (the metadata group's among them).
+    fn placement(&self, nodes: u8) -> Placement {
+        let count = nodes;
+        let nodes = usize::from(nodes);
         let mut homes = vec![0; nodes * self.shards as usize];
         let mut count_home = |group: u64, shard: u32| {
             let node = (group % nodes as u64) as usize;
@@ -564,7 +562,7 @@ impl Catalog {
             }
         }
         Placement {
-            nodes: self.nodes,
+            nodes: count,
             groups_per_shard: self.groups_per_shard.clone(),
             groups_per_shard_max: self.groups_per_shard_max,
             homes,
@@ -786,12 +784,6 @@ impl MetaState {
         }
     }
 
-    /// The state of a cluster of `nodes` nodes (see [`Catalog::with_nodes`]), fresh or decoded
-    /// from a snapshot.
-    pub fn with_nodes(self, nodes: u8) -> MetaState {
-        MetaState { catalog: self.catalog.with_nodes(nodes), ..self }
-    }
-
     /// Whether a request may be proposed: `Err` is its answer without entering the log (the
     /// original reply of a duplicate, or a refusal).
     pub fn admit(
@@ -907,9 +899,7 @@ impl MetaState {
     }
 
     /// A state from snapshot bytes, for a node of `shards` shards of `groups_per_shard_max`
-    /// groups keeping `sessions_max` sessions, of a one-node cluster until
-    /// [`MetaState::with_nodes`] says otherwise (the node count is the configuration's, not the
-    /// snapshot's). Hostile-input safe: every count is bounded by the bytes present before
+    /// groups keeping `sessions_max` sessions. Hostile-input safe: every count is bounded by the bytes present before
     /// anything is allocated, every name by the name rule, and every partition's shard by
     /// `shards`.
     pub fn decode_snapshot(
@@ -990,7 +980,6 @@ impl MetaState {
             groups_per_shard,
             // The node's bound now, as a full replay would use.
             groups_per_shard_max,
-            nodes: 1,
         };
         Ok(MetaState { catalog, clients })
     }
@@ -1089,8 +1078,8 @@ mod tests {
     }
 
     /// Per (node, shard) pair, the live groups whose view-0 primary the node is.
-    fn homes_per_pair(catalog: &Catalog) -> Vec<u32> {
-        let placement = catalog.placement();
+    fn homes_per_pair(catalog: &Catalog, nodes: u8) -> Vec<u32> {
+        let placement = catalog.placement(nodes);
         placement.homes
     }
 
@@ -1103,16 +1092,17 @@ mod tests {
         let partition_counts = [1, 3, 7, 2, 16, 5, 1, 12, 4, 9, 6, 1, 2, 33, 8];
         for nodes in [1u8, 3, 5] {
             for shards in [1u32, 2, 3, 4, 8] {
-                let mut catalog = Catalog::new(shards, 10_000).with_nodes(nodes);
+                let mut catalog = Catalog::new(shards, 10_000);
                 catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
                 for (index, &partitions) in partition_counts.iter().enumerate() {
                     let create = MetaCommand::CreateTopic {
                         stream: "s".into(),
                         topic: format!("t{index}"),
                         settings: settings(partitions),
+                        nodes,
                     };
                     catalog.apply(index as u64 + 2, 0, &create).unwrap();
-                    let homes = homes_per_pair(&catalog);
+                    let homes = homes_per_pair(&catalog, nodes);
                     let (low, high) = (homes.iter().min().unwrap(), homes.iter().max().unwrap());
                     assert!(
                         high - low <= 1,
@@ -1133,7 +1123,7 @@ mod tests {
                     let node = (place.group % u64::from(nodes)) as usize;
                     recorded[place.shard as usize * usize::from(nodes) + node] += 1;
                 }
-                assert_eq!(recorded, homes_per_pair(&catalog));
+                assert_eq!(recorded, homes_per_pair(&catalog, nodes));
             }
         }
     }
@@ -1149,6 +1139,7 @@ mod tests {
             stream: "s".into(),
             topic: topic.into(),
             settings: settings(partitions),
+            nodes: 1,
         };
         catalog.apply(2, 0, &create("a", 4)).unwrap();
         catalog
@@ -1162,11 +1153,8 @@ mod tests {
         let mut state = MetaState::new(3, 100, 8);
         state.catalog = catalog.clone();
         let bytes = state.encode_snapshot();
-        for nodes in [1, 3] {
-            let restored = MetaState::decode_snapshot(&bytes, 3, 100, 8).unwrap().with_nodes(nodes);
-            assert_eq!(restored.catalog.topic("s", "b"), catalog.topic("s", "b"));
-            assert_eq!(restored.catalog.nodes, nodes);
-        }
+        let restored = MetaState::decode_snapshot(&bytes, 3, 100, 8).unwrap();
+        assert_eq!(restored.catalog, catalog);
     }
 
     #[test]
@@ -1179,6 +1167,7 @@ mod tests {
                 stream: "s".into(),
                 topic: "t".into(),
                 settings: settings(3),
+                nodes: 3,
             },
             MetaCommand::DeleteTopic { stream: "s".into(), topic: "t".into() },
         ];
@@ -1187,6 +1176,52 @@ mod tests {
         }
         assert!(MetaCommand::decode(&[9]).is_err());
         assert!(MetaCommand::decode(&[]).is_err());
+    }
+
+    /// Placement is in the log: a topic created in a cluster names the node count it was
+    /// placed for, a record written before clusters (no count) is a one-node cluster's, and a
+    /// count no cluster can have is refused.
+    #[test]
+    fn create_topic_records_carry_the_node_count_their_placement_used() {
+        let create = |nodes| MetaCommand::CreateTopic {
+            stream: "s".into(),
+            topic: "t".into(),
+            settings: settings(2),
+            nodes,
+        };
+        let bytes = create(3).encode();
+        let before_clusters = &bytes[..bytes.len() - 1];
+        assert_eq!(MetaCommand::decode(before_clusters), Ok(create(1)));
+        for refused in [0, NODES_MAX as u8 + 1] {
+            let mut bytes = bytes.clone();
+            *bytes.last_mut().unwrap() = refused;
+            assert!(MetaCommand::decode(&bytes).is_err(), "{refused} nodes");
+        }
+        // The same log applies to the same places whatever the applying node's configuration.
+        let apply = || {
+            let mut catalog = Catalog::new(2, 100);
+            catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
+            catalog.apply(2, 0, &MetaCommand::decode(&bytes).unwrap()).unwrap();
+            catalog
+        };
+        assert_eq!(apply(), apply());
+        let places = |nodes| {
+            let mut catalog = Catalog::new(3, 100);
+            catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
+            let create = MetaCommand::CreateTopic {
+                stream: "s".into(),
+                topic: "t".into(),
+                settings: settings(3),
+                nodes,
+            };
+            catalog.apply(2, 0, &create).unwrap();
+            let partitions = &catalog.topic("s", "t").unwrap().partitions;
+            partitions.iter().map(|p| p.shard).collect::<Vec<_>>()
+        };
+        // One node: the fewest groups held (shard 0 holds the metadata group). Three: group 3's
+        // home is node 0, which leads the metadata group on shard 0, so it goes elsewhere.
+        assert_eq!(places(1), [1, 2, 0]);
+        assert_eq!(places(3), [1, 2, 1]);
     }
 
     #[test]
@@ -1198,6 +1233,7 @@ mod tests {
             stream: "s".into(),
             topic: "t".into(),
             settings: settings(3),
+            nodes: 1,
         };
         assert_eq!(a.apply(2, 11, &create), Ok(Applied::Done));
         let topic = a.topic("s", "t").unwrap();
@@ -1227,6 +1263,7 @@ mod tests {
             stream: "s".into(),
             topic: "t".into(),
             settings: settings(2),
+            nodes: 1,
         };
         vec![
             (0, 1, MetaCommand::RegisterSession),
@@ -1369,6 +1406,7 @@ mod tests {
             stream: "s".into(),
             topic: topic.into(),
             settings: settings(partitions),
+            nodes: 1,
         };
         assert_eq!(catalog.check(&create("big", 6)).unwrap_err().0, ErrorCode::LimitReached);
         assert_eq!(catalog.apply(2, 0, &create("fits", 5)), Ok(Applied::Done));

@@ -21,7 +21,7 @@ use super::model::{
 
 /// Nodes a cluster has at most: the replica core's bound on a group's replicas
 /// (`ReplicaConfig::validate`), since every node holds a replica of every group.
-pub(super) const NODES_MAX: usize = 32;
+pub const NODES_MAX: usize = 32;
 
 /// Longest rack name, in bytes.
 pub(super) const RACK_SIZE_BYTES_MAX: usize = 64;

@@ -36,7 +36,7 @@ mod tests;
 
 pub use args::{Args, completion_script, parse_args};
 pub use error::ConfigError;
-pub use keys::{LOG_LEVELS, log_filter};
+pub use keys::{LOG_LEVELS, NODES_MAX, log_filter};
 pub use layers::{Host, Layers, Resolved};
 pub use model::{
     ClusterConfig, ClusterNode, Config, LogConfig, MetadataConfig, MetricsConfig, NetworkConfig,

@@ -125,9 +125,7 @@ impl ShardState {
         let mut recovered_end = (0, 0);
         let groups_max = self.node.shard_config().groups_max as u32;
         let sessions_max = self.config.metadata.sessions_max;
-        let nodes = self.config.cluster.node_count();
-        let mut state =
-            MetaState::new(self.config.shards, groups_max, sessions_max).with_nodes(nodes);
+        let mut state = MetaState::new(self.config.shards, groups_max, sessions_max);
         let mut snapshot_op = 0;
         let mut snapshot_due = false;
         if self.node.group_ids().contains(&METADATA_GROUP) {
@@ -203,11 +201,7 @@ impl ShardState {
         if let Some(reason) = self.node.log_fault(METADATA_GROUP) {
             return Err(format!("the metadata log is damaged: {reason}"));
         }
-        // Placement spreads primaries over the configured cluster's nodes: the node count is
-        // the configuration's, not the snapshot's (the reconfiguration issue moves it into
-        // the log).
-        let nodes = self.config.cluster.node_count();
-        let fresh = || MetaState::new(shards, groups_max, sessions_max).with_nodes(nodes);
+        let fresh = || MetaState::new(shards, groups_max, sessions_max);
         let mut recovered = RecoveredMetadata {
             state: fresh(),
             snapshot_op: 0,
@@ -223,7 +217,6 @@ impl ShardState {
             }
             Ok(Some(saved)) => {
                 MetaState::decode_snapshot(&saved.bytes, shards, groups_max, sessions_max)
-                    .map(|state| state.with_nodes(nodes))
                     .map_err(|e| format!("it does not decode: {e}"))
                     .and_then(|state| {
                         if state.catalog.applied_op == saved.op {
