@@ -78,6 +78,7 @@ fn routing(c: &mut Criterion) {
                 stream: format!("bench-{stream}"),
                 topic: format!("topic-{topic}"),
                 settings,
+                nodes: 1,
             };
             catalog.apply(op, 0, &command).unwrap();
         }
