@@ -68,7 +68,7 @@ impl ShardState {
     /// The longest a stopping shard keeps serving to hand its groups over: three view-change
     /// timeouts, room for a hand-over given up and begun again, or one whose view change had
     /// to move on.
-    pub(super) fn hand_off_time_max(&self) -> Duration {
+    fn hand_off_time_max(&self) -> Duration {
         hand_off_time_max(self.config.replication.view_change_timeout_ms)
     }
 
