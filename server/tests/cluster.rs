@@ -245,6 +245,46 @@ fn a_wiped_primary_loses_nothing_its_backups_acknowledged() {
     check_logs_agree(&mut cluster);
 }
 
+/// Issue 23: every replica applies committed offset commits, so the backup that takes over a
+/// partition answers the offsets its old primary stored, without a restart.
+#[test]
+fn a_new_primary_answers_the_offsets_its_old_primary_stored() {
+    use shoal_proto::protocol::consumer::{
+        ConsumerId, Membership, OffsetKey, PartitionRef, StoreOffset, decode_stored_offset,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cluster, mut ledger) = cluster_with_topic(dir.path());
+    let partition = partition_led_by_node_0(&cluster);
+    ledger.produce_to(&cluster, "p", partition, 9);
+    let at = PartitionRef { stream: STREAM.into(), topic: "p".into(), partition };
+    let consumers = [ConsumerId::consumer("alice"), ConsumerId::consumer("bob")];
+    for offset in [3, 7] {
+        for consumer in &consumers {
+            let store = StoreOffset {
+                partition: at.clone(),
+                consumer: consumer.clone(),
+                membership: Membership::default(),
+                offset,
+            };
+            let answer = call_anywhere(&cluster, 0, Operation::StoreOffset, &store.encode());
+            assert_eq!(answer.map(|(code, _)| code), Some(0), "{consumer:?} at {offset}");
+        }
+    }
+    // Node 0 led the partition; one of the others takes it over.
+    cluster.nodes[0].kill_9();
+    for consumer in &consumers {
+        let key = OffsetKey { partition: at.clone(), consumer: consumer.clone() };
+        let (code, body) = call_anywhere(&cluster, 1, Operation::GetOffset, &key.encode())
+            .expect("an offset read is answered");
+        assert_eq!(code, 0, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(decode_stored_offset(&body).unwrap(), Some(7), "{consumer:?}");
+    }
+    restart(&mut cluster, 0);
+    converge(&cluster);
+    ledger.check(&cluster);
+    check_logs_agree(&mut cluster);
+}
+
 #[test]
 fn a_node_with_another_shard_count_is_refused_by_its_peers_naming_both() {
     let dir = tempfile::tempdir().unwrap();

@@ -291,14 +291,21 @@ impl ShardState {
                 // `transfers_carry_driver_state` off until it runs replicated groups).
                 continue;
             };
-            let fields = shoal_engine::record::prepare_of(&header);
+            let fields = *shoal_engine::record::prepare_of(&header);
             let end = fields.end_offset();
             let known = self.committed_end.entry(group).or_insert(0);
-            if end > *known {
+            let newly_committed = end > *known;
+            if newly_committed {
                 *known = end;
                 self.wake_parked(group);
             }
-            if group != METADATA_GROUP || self.metadata.is_none() {
+            if group != METADATA_GROUP {
+                if newly_committed {
+                    self.apply_committed_offset(group, &fields).await;
+                }
+                continue;
+            }
+            if self.metadata.is_none() {
                 continue;
             }
             let op = fields.op;

@@ -3,7 +3,9 @@
 //! partition's table (`crate::offsets::PartitionOffsets`) is rebuilt at start-up from its state
 //! snapshot and the committed log past it.
 //!
-//! A stored offset is applied to the table only once its commit is committed (`writes`) —
+//! A stored offset is applied to the table only once its commit is committed — by the primary
+//! when it answers the write (`writes`), and by every replica as the commit reaches it
+//! ([`ShardState::apply_committed_offset`]), so a backup that takes over answers at once —
 //! except under the `canary-offsets-unlogged` canary, which the offsets restart test must catch.
 
 use bytes::BytesMut;
@@ -12,7 +14,7 @@ use shoal_engine::state;
 use shoal_proto::checksum;
 use shoal_proto::protocol::ErrorCode;
 use shoal_proto::protocol::consumer::OffsetCommitRecord;
-use shoal_proto::wire::ClientRequest;
+use shoal_proto::wire::{ClientRequest, Prepare};
 use shoal_replication::Request;
 
 use super::state::ShardState;
@@ -108,6 +110,42 @@ impl ShardState {
             offsets.dirty = replayed > 0 || offsets.snapshot_end == 0;
             self.node.set_retention_floor(group, offsets.snapshot_end);
             self.offsets.insert(group, offsets);
+        }
+    }
+
+    /// Applies a newly committed op of partition group `group` to its consumer offsets if it
+    /// is an offset commit — on every replica, so a backup that becomes primary answers offset
+    /// reads at once. Commit records are one-record batches, so only those are read back (from
+    /// the prepare ring, mostly). The primary applied its own already when it answered the
+    /// write (`writes`); applying the same record again, in the same order, changes nothing.
+    pub(super) async fn apply_committed_offset(&mut self, group: u64, fields: &Prepare) {
+        if fields.record_count != 1 || self.node.group_failure(group).is_some() {
+            return;
+        }
+        let prepare = match self.node.read_op(group, fields.op).await {
+            Ok(Some(prepare)) => prepare,
+            other => {
+                let result = format!("{other:?}");
+                tracing::error!(
+                    shard = self.index,
+                    group,
+                    op = fields.op,
+                    result,
+                    "committed op unreadable; its offset commit, if any, not applied"
+                );
+                return;
+            }
+        };
+        match OffsetCommitRecord::from_batch(&prepare.body()) {
+            Some(Ok(record)) => self.offsets.entry(group).or_default().apply(record),
+            Some(Err(error)) => tracing::error!(
+                shard = self.index,
+                group,
+                op = fields.op,
+                %error,
+                "an offset commit record does not decode; skipped"
+            ),
+            None => {}
         }
     }
 
