@@ -285,6 +285,44 @@ fn a_new_primary_answers_the_offsets_its_old_primary_stored() {
     check_logs_agree(&mut cluster);
 }
 
+/// Issue 23: every replica keeps the producer table, so an idempotent batch retried at the new
+/// primary after a failover is recognised and answered with its original offset.
+#[test]
+fn an_idempotent_retry_after_a_failover_gets_its_original_offset() {
+    use shoal_proto::batch::BatchBuilder;
+    use shoal_proto::protocol::{Partitioning, Produce, ProduceReply};
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cluster, _) = cluster_with_topic(dir.path());
+    let partition = partition_led_by_node_0(&cluster);
+    let body = |first: i32, values: &[&str]| {
+        let mut batch = BatchBuilder::new(1_700_000_000_000).producer(77, 0, first);
+        for value in values {
+            batch.push(1_700_000_000_000, None, Some(value.as_bytes()), &[]);
+        }
+        let explicit = Partitioning::Explicit(partition);
+        let produce = Produce { stream: STREAM.into(), topic: "p".into(), partitioning: explicit };
+        produce.encode(&batch.build())
+    };
+    let send = |cluster: &ShoalCluster, first: i32, values: &[&str]| {
+        let (code, reply) = call_anywhere(cluster, 0, Operation::Produce, &body(first, values))
+            .expect("a produce is answered");
+        assert_eq!(code, 0, "{}", String::from_utf8_lossy(&reply));
+        ProduceReply::decode(&reply).expect("a produce reply").base_offset
+    };
+    assert_eq!(send(&cluster, 0, &["a", "b"]), 0);
+    assert_eq!(send(&cluster, 2, &["c"]), 2);
+    cluster.nodes[0].kill_9();
+    // The last batch again, as a producer whose answer was lost would resend it.
+    assert_eq!(send(&cluster, 2, &["c"]), 2, "a retry is answered with its original offset");
+    assert_eq!(send(&cluster, 3, &["d"]), 3);
+    restart(&mut cluster, 0);
+    converge(&cluster);
+    let values: Vec<Vec<u8>> =
+        read_all(&cluster, "p", partition).into_iter().map(|(_, value)| value).collect();
+    assert_eq!(values, [b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()]);
+    check_logs_agree(&mut cluster);
+}
+
 #[test]
 fn a_node_with_another_shard_count_is_refused_by_its_peers_naming_both() {
     let dir = tempfile::tempdir().unwrap();
