@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use shoal_engine::shard::ShardCounters;
 use shoal_engine::storage::Storage;
 use shoal_proto::protocol::{ErrorCode, Operation};
-use shoal_replication::{Clock, Node, NodeCounters, Status, TICK_MS, Transport};
+use shoal_replication::{Clock, Node, NodeCounters, ReplicaState, Status, TICK_MS, Transport};
 
 use crate::bus::BusCounters;
 use crate::config::{self, Config};
@@ -285,6 +285,9 @@ pub struct GroupFigures {
     /// Per member (the primary included, at 0), milliseconds since it was last caught up, when
     /// this shard's replica is the group's primary.
     pub replica_lag_ms: Vec<(u8, u64)>,
+    /// Per member, as the primary sees it: its state (0 in sync, the primary included; 1
+    /// lagging; 2 dead) and how many ops its acknowledgements trail the primary's head.
+    pub replica_states: Vec<(u8, u64, u64)>,
 }
 
 /// What a shard answers a scrape with: a plain copy, sent across threads.
@@ -368,6 +371,18 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
             // The replica counts ticks; the shard's loop ticks every TICK_MS.
             figures.replica_lag_ms =
                 status.replicas.iter().map(|p| (p.replica, p.lag_ticks * TICK_MS)).collect();
+            figures.replica_states = status
+                .replicas
+                .iter()
+                .map(|p| {
+                    let state = match p.state {
+                        ReplicaState::Primary | ReplicaState::InSync => 0,
+                        ReplicaState::Lagging => 1,
+                        ReplicaState::Dead => 2,
+                    };
+                    (p.replica, state, status.head.saturating_sub(p.acknowledged_op))
+                })
+                .collect();
         }
         if let Some(log) = node.log_stats(group) {
             figures.first_offset = log.first_offset;
@@ -964,6 +979,53 @@ fn render_groups(page: &mut Page, catalog: &Catalog, answered: &[&ShardSnapshot]
                 page.sample("shoal_group_replica_lag_ms", &borrowed(&labels), lag_ms);
             }
         }
+    }
+    type Member = fn(&(u8, u64, u64)) -> u64;
+    let per_member: [(&str, &str, Member); 2] = [
+        (
+            "shoal_group_replica_state",
+            "The member as the group's primary sees it: 0 in sync (the primary too), 1 lagging \
+             (heard from, not caught up within replica_lag_time_max_ms), 2 dead (silent that \
+             long); on the shard of the group's primary.",
+            |m| m.1,
+        ),
+        (
+            "shoal_group_replica_lag_ops",
+            "Ops the member's acknowledgements trail the primary's head (0 for the primary), on \
+             the shard of the group's primary.",
+            |m| m.2,
+        ),
+    ];
+    for (name, help, figure) in per_member {
+        page.family(name, Kind::Gauge, help);
+        for snapshot in answered {
+            let shard = snapshot.shard.to_string();
+            for group in &snapshot.groups {
+                for member in &group.replica_states {
+                    let mut labels = group_labels(&shard, group);
+                    labels.push(("replica", member.0.to_string()));
+                    page.sample(name, &borrowed(&labels), figure(member));
+                }
+            }
+        }
+    }
+    page.family(
+        "shoal_out_of_sync_replicas",
+        Kind::Gauge,
+        "Members lagging or dead, summed over the groups the shard leads: the figure to alert on \
+         (0 when every group this node leads has every replica in sync).",
+    );
+    for snapshot in answered {
+        let out_of_sync: u64 = snapshot
+            .groups
+            .iter()
+            .map(|g| g.replica_states.iter().filter(|m| m.1 != 0).count() as u64)
+            .sum();
+        page.sample(
+            "shoal_out_of_sync_replicas",
+            &[("shard", &snapshot.shard.to_string())],
+            out_of_sync,
+        );
     }
 }
 

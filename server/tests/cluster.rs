@@ -323,6 +323,75 @@ fn an_idempotent_retry_after_a_failover_gets_its_original_offset() {
     check_logs_agree(&mut cluster);
 }
 
+/// The sum of a metric's samples on node `node`'s page whose labels contain `with`.
+fn gauge_sum(cluster: &ShoalCluster, node: usize, name: &str, with: &str) -> Option<u64> {
+    let page = metrics_page(cluster.nodes[node].metrics()?)?;
+    let samples = page.lines().filter(|line| line.starts_with(&format!("{name}{{")));
+    Some(
+        samples
+            .filter(|line| line.contains(with))
+            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum(),
+    )
+}
+
+/// Waits (bounded) until `done` holds; says how long that took.
+fn wait_until(cluster: &ShoalCluster, what: &str, done: impl Fn() -> bool) -> Duration {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < DEADLINE, "{what} never happened\n{}", cluster.log_tails(30));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    started.elapsed()
+}
+
+/// Issue 23, lag by time: a backup stopped past `replica_lag_time_max_ms` shows dead on the
+/// primary (`shoal_group_replica_state` 2, `shoal_out_of_sync_replicas` counting it), and in
+/// sync again once it resumes and catches up. Times are reported, not asserted.
+#[test]
+fn a_stopped_backup_shows_dead_then_in_sync_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("lag.toml");
+    std::fs::write(&config, "[replication]\nreplica_lag_time_max_ms = 1000\n").unwrap();
+    let mut cluster = cluster_with_args(dir.path(), &["--config", config.to_str().unwrap()]);
+    create_stream_and_topic(&cluster);
+    let mut ledger = Ledger::default();
+    ledger.produce(&cluster, "p", 6);
+    // Node 0 leads the metadata group and a partition of p; node 2 is a backup of both.
+    let state_of_2 = |cluster: &ShoalCluster| {
+        gauge_sum(cluster, 0, "shoal_group_replica_state", "replica=\"2\"")
+    };
+    let out_of_sync =
+        |cluster: &ShoalCluster| gauge_sum(cluster, 0, "shoal_out_of_sync_replicas", "shard=\"0\"");
+    wait_until(&cluster, "every replica in sync", || out_of_sync(&cluster) == Some(0));
+    cluster.nodes[2].stop();
+    // Every group node 0 leads has node 2 dead (state 2) — node 0 may meanwhile take over the
+    // partition node 2 led, so the count is read each time. The primaries keep preparing.
+    let all_dead = |cluster: &ShoalCluster| {
+        let led = led_by(cluster, 0).map(|led| led.len() as u64);
+        led.is_some_and(|led| {
+            state_of_2(cluster) == Some(2 * led) && out_of_sync(cluster) == Some(led)
+        })
+    };
+    let stopped = Instant::now();
+    while !all_dead(&cluster) {
+        assert!(stopped.elapsed() < DEADLINE, "node 2 never showed dead on node 0");
+        ledger.produce(&cluster, "p", 1);
+    }
+    let dead = stopped.elapsed();
+    let led = led_by(&cluster, 0).unwrap().len();
+    eprintln!("node 2, stopped, showed dead for all {led} groups node 0 leads after {dead:?}");
+    cluster.nodes[2].cont();
+    let back = wait_until(&cluster, "node 2 in sync again", || {
+        state_of_2(&cluster) == Some(0) && out_of_sync(&cluster) == Some(0)
+    });
+    eprintln!("node 2, resumed, was in sync again after {back:?}");
+    ledger.produce(&cluster, "p", 3);
+    converge(&cluster);
+    ledger.check(&cluster);
+    check_logs_agree(&mut cluster);
+}
+
 #[test]
 fn a_node_with_another_shard_count_is_refused_by_its_peers_naming_both() {
     let dir = tempfile::tempdir().unwrap();

@@ -199,7 +199,7 @@ impl Default for ReplicationConfig {
             heartbeat_timeout_ms: 1_000,
             view_change_timeout_ms: 2_000,
             start_view_probe_interval_ms: 200,
-            replica_lag_time_max_ms: 10_000,
+            replica_lag_time_max_ms: 30_000,
             primary_return_ms: 10_000,
         }
     }
