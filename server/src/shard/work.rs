@@ -169,6 +169,8 @@ pub struct ReplicaReport {
     pub state: &'static str,
     /// The highest op it acknowledged in this view.
     pub acknowledged_op: u64,
+    /// Ops its acknowledgements trail the primary's head.
+    pub lag_ops: u64,
     /// Milliseconds since it was last caught up.
     pub lag_ms: u64,
     /// Milliseconds since the primary last heard from it.
@@ -191,6 +193,7 @@ impl GroupReport {
                     ReplicaState::Dead => "dead",
                 },
                 acknowledged_op: progress.acknowledged_op,
+                lag_ops: status.head.saturating_sub(progress.acknowledged_op),
                 lag_ms: progress.lag_ticks * TICK_MS,
                 silent_ms: progress.silent_ticks * TICK_MS,
             })

@@ -888,8 +888,9 @@ fn group_row(group: u64, name: String, shard: u64, reports: &[(u8, &Value)]) -> 
             .map(|replica| {
                 let state = replica.get("state").and_then(Value::as_str).unwrap_or("?");
                 let node = number(replica, "node").map_or("?".into(), |n| n.to_string());
-                match (state, number(replica, "lag_ms")) {
-                    ("lagging", Some(lag)) => format!("{node}:lagging({lag}ms)"),
+                match (state, number(replica, "lag_ms"), number(replica, "lag_ops")) {
+                    ("lagging", Some(ms), Some(ops)) => format!("{node}:lagging({ms}ms,{ops}ops)"),
+                    ("lagging", Some(ms), None) => format!("{node}:lagging({ms}ms)"),
                     _ => format!("{node}:{state}"),
                 }
             })
@@ -1012,7 +1013,7 @@ mod tests {
         let leading = json!([
             {"node": 0, "state": "dead", "lag_ms": 9000},
             {"node": 1, "state": "primary", "lag_ms": 0},
-            {"node": 2, "state": "lagging", "lag_ms": 12000},
+            {"node": 2, "state": "lagging", "lag_ms": 12000, "lag_ops": 340},
         ]);
         let nodes = vec![
             NodeStatus { node: 0, address: "a:1".into(), document: Err("refused".into()) },
@@ -1033,7 +1034,7 @@ mod tests {
         let cells: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(cells[..5], ["0", "metadata", "0", "1", "1"], "{text}");
         assert!(row.contains("1:normal 2:normal"), "{text}");
-        assert!(row.contains("0:dead 1:primary 2:lagging(12000ms)"), "{text}");
+        assert!(row.contains("0:dead 1:primary 2:lagging(12000ms,340ops)"), "{text}");
     }
 
     #[test]
