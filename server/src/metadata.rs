@@ -606,7 +606,8 @@ impl Catalog {
 
     /// Whether `member` of consumer group `group` may commit or poll for `partition` of
     /// `stream/topic` under `generation`: the group's assignment in force must be that
-    /// generation and give the member that partition.
+    /// generation and give the member that partition. A generation newer than this node has
+    /// applied is answered `TransientNotAccepted` (retry: the node's catalog catches up).
     pub fn check_member(
         &self,
         stream: &str,
@@ -616,6 +617,20 @@ impl Catalog {
         partition: u32,
     ) -> Result<(), (ErrorCode, String)> {
         let entry = self.topic(stream, topic)?;
+        // A node applies the metadata log a commit interval or so after the metadata primary
+        // answered the join: a generation newer than this node's is one it has yet to apply,
+        // not one the member should drop.
+        let applied = entry.consumer_groups.get(group).map_or(0, |g| g.generation);
+        if membership.generation > applied {
+            return Err((
+                ErrorCode::TransientNotAccepted,
+                format!(
+                    "this node has applied group {group} up to generation {applied}, not {} \
+                     yet: retry",
+                    membership.generation
+                ),
+            ));
+        }
         let Some(in_force) = entry.consumer_groups.get(group) else {
             return Err((ErrorCode::UnknownMember, format!("group {group} has no members")));
         };
@@ -1155,6 +1170,42 @@ mod tests {
         let bytes = state.encode_snapshot();
         let restored = MetaState::decode_snapshot(&bytes, 3, 100, 8).unwrap();
         assert_eq!(restored.catalog, catalog);
+    }
+
+    /// A node whose catalog is behind the metadata primary's says so (retry) instead of
+    /// telling a member that just joined to join again.
+    #[test]
+    fn a_generation_this_node_has_not_applied_yet_is_retried_not_refused() {
+        let mut catalog = Catalog::new(1, 100);
+        catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
+        let create = MetaCommand::CreateTopic {
+            stream: "s".into(),
+            topic: "t".into(),
+            settings: settings(1),
+            nodes: 1,
+        };
+        catalog.apply(2, 0, &create).unwrap();
+        let member = |generation| Membership { member: "m".into(), generation };
+        let code = |catalog: &Catalog, generation| {
+            catalog.check_member("s", "t", "g", &member(generation), 0).err().map(|e| e.0)
+        };
+        assert_eq!(code(&catalog, 1), Some(ErrorCode::TransientNotAccepted));
+        assert_eq!(code(&catalog, 0), Some(ErrorCode::UnknownMember));
+        let rebalance = MetaCommand::Rebalance {
+            stream: "s".into(),
+            topic: "t".into(),
+            group: "g".into(),
+            generation: 1,
+            members: vec![GroupMemberAssignment {
+                member: "m".into(),
+                session_timeout_ms: 1_000,
+                partitions: vec![0],
+            }],
+        };
+        catalog.apply(3, 0, &rebalance).unwrap();
+        assert_eq!(code(&catalog, 1), None);
+        assert_eq!(code(&catalog, 2), Some(ErrorCode::TransientNotAccepted));
+        assert_eq!(code(&catalog, 0), Some(ErrorCode::StaleGeneration));
     }
 
     #[test]

@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use common::{Answer, Raw};
 use shoal_client::{
-    Ack, Client, ClientConfig, ClientError, CreateTopic, Durability, ErrorCode, Fetch, FetchFrom,
-    GroupRef, JoinGroup, PartitionInfo, Partitioning, Producer, ProducerConfig, Route,
+    Ack, Client, ClientConfig, ClientError, ConsumerId, CreateTopic, Durability, ErrorCode, Fetch,
+    FetchFrom, GroupRef, JoinGroup, Membership, OffsetKey, PartitionInfo, PartitionRef,
+    Partitioning, Poll, Producer, ProducerConfig, Route,
 };
 use shoal_proto::batch::BatchBuilder;
 use shoal_proto::protocol::{Hello, HelloReply, NotPrimary, Operation, Produce, Writer};
@@ -333,4 +334,77 @@ fn hello(address: &str, version: u16, node: u8, clients: &[String]) -> (Raw, Hel
         assert!(reply.nodes.is_empty(), "a version 2 result names no nodes");
     }
     (raw, reply)
+}
+
+/// Issue 23: a consumer group commits offsets on every partition (polls with auto-commit), the
+/// node leading the metadata group and a partition is killed, and the group carries on from
+/// the new primaries: each partition's stored offset is the latest committed, and the next poll
+/// starts there, re-reading nothing.
+#[test]
+fn a_consumer_group_continues_from_its_committed_offsets_after_a_primary_dies() {
+    let root = tempfile::tempdir().unwrap();
+    let mut cluster = start_cluster(root.path());
+    let seed = cluster.clients[1].clone();
+    let mut runtime = shoal_client::runtime().unwrap();
+    runtime.block_on(async {
+        let mut client = connect(&seed).await;
+        create_topic(&mut client, Durability::Persisted, PARTITIONS).await;
+        // Five batches of two records per partition, so a poll can stop short of the end.
+        for partition in 0..PARTITIONS {
+            for n in 0..5 {
+                let mut batch = BatchBuilder::new(1_700_000_000_000);
+                for record in 0..2 {
+                    let value = format!("p{partition}-{n}-{record}");
+                    batch.push(1_700_000_000_000, None, Some(value.as_bytes()), &[]);
+                }
+                let batch = batch.build();
+                let explicit = Partitioning::Explicit(partition);
+                retry_within("produce", async || {
+                    client.produce("s", "t", explicit.clone(), &batch).await
+                })
+                .await;
+            }
+        }
+
+        let group = GroupRef { stream: "s".into(), topic: "t".into(), group: "readers".into() };
+        let join =
+            JoinGroup { group: group.clone(), member: String::new(), session_timeout_ms: 60_000 };
+        let assignment = retry_within("join", async || client.join_group(&join).await).await;
+        assert_eq!(assignment.partitions, (0..PARTITIONS).collect::<Vec<_>>());
+        let membership =
+            Membership { member: assignment.member.clone(), generation: assignment.generation };
+        let poll = |partition: u32| Poll {
+            partition: PartitionRef { stream: "s".into(), topic: "t".into(), partition },
+            consumer: ConsumerId::group("readers"),
+            membership: membership.clone(),
+            bytes_max: 1 << 20,
+            count_max: 4,
+            wait_ms_max: 0,
+            auto_commit: true,
+        };
+        let mut consumed = Vec::new();
+        for partition in 0..PARTITIONS {
+            let fetched = retry_within("poll", async || client.poll(&poll(partition)).await).await;
+            let offsets: Vec<u64> = fetched.records().map(|r| r.unwrap().offset).collect();
+            let end = offsets.last().map_or(0, |last| last + 1);
+            assert!(end > 0 && end < 10, "partition {partition}: a poll stops short: {offsets:?}");
+            assert_eq!(offsets, (0..end).collect::<Vec<_>>(), "partition {partition}");
+            consumed.push(end);
+        }
+
+        // Node 0 leads the metadata group (the coordinator) and a partition in view 0.
+        cluster.nodes[0].kill_9();
+        for partition in 0..PARTITIONS {
+            let key = OffsetKey {
+                partition: PartitionRef { stream: "s".into(), topic: "t".into(), partition },
+                consumer: ConsumerId::group("readers"),
+            };
+            let stored = retry_within("get offset", async || client.get_offset(&key).await).await;
+            assert_eq!(stored, Some(consumed[partition as usize]), "partition {partition}");
+            let fetched = retry_within("poll", async || client.poll(&poll(partition)).await).await;
+            let first = fetched.records().next().map(|r| r.unwrap().offset);
+            let expected = Some(consumed[partition as usize]);
+            assert_eq!(first, expected, "partition {partition} goes on where the group left it");
+        }
+    });
 }
