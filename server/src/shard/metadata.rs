@@ -287,8 +287,9 @@ impl ShardState {
         let mut metadata_end = None;
         for (group, entry) in committed {
             let Committed::Op { header } = entry else {
-                // A group of one takes no state transfer and serves none (this server leaves
-                // `transfers_carry_driver_state` off until it runs replicated groups).
+                // The server leaves `transfers_carry_driver_state` off, so it is never asked
+                // for its state; a transfer it installs brings the producer table but not the
+                // offsets or metadata before it (issue 23 installs the driver's part too).
                 continue;
             };
             let fields = *shoal_engine::record::prepare_of(&header);
