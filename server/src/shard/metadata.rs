@@ -119,8 +119,8 @@ pub(super) enum MetaWaiter {
 impl ShardState {
     /// Shard 0 at start-up: replays the metadata group into the metadata state (or creates the
     /// group, on a first start, unless the node must first learn from its peers whether its
-    /// cluster is new: `formation`) and sets up the coordinator. Returns the op and offset the replay
-    /// ended at ((0, 0) when nothing was replayed).
+    /// cluster is new: `formation`) and sets up the coordinator. Returns the op and offset the
+    /// replay ended at ((0, 0) when nothing was replayed).
     pub(super) async fn open_metadata(&mut self) -> Result<(u64, u64), String> {
         let mut recovered_end = (0, 0);
         let groups_max = self.node.shard_config().groups_max as u32;
