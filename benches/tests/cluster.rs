@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use shoal_testkit::{ClusterPlan, ShoalCluster};
+use shoal_testkit::{ClusterPlan, ShoalCluster, metrics_page};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -37,16 +37,6 @@ fn primary_with_records(cluster: &ShoalCluster) -> Option<usize> {
         value("shoal_partition_primary{") == Some(1)
             && value("shoal_partition_next_offset{").is_some_and(|offset| offset > 0)
     })
-}
-
-fn metrics_page(address: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(address).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).ok()?;
-    Some(text)
 }
 
 #[test]

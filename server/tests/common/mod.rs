@@ -22,7 +22,7 @@ use shoal_proto::protocol::{
 };
 use shoal_proto::wire::{ClientReply, ClientRequest, HEADER_SIZE, Header};
 
-pub use shoal_testkit::ShoalProcess;
+pub use shoal_testkit::{ShoalProcess, metrics_page};
 
 /// `shoal` on `dir` with `shards` shards, the small profile, port 0 (native and metrics) and no
 /// pinning.
@@ -232,17 +232,6 @@ impl Raw {
         let answer = self.call(Operation::Fetch, &fetch.encode());
         decode_fetch(answer.ok())
     }
-}
-
-/// The metrics page at `address`, by a plain `GET` (its format is checked strictly by
-/// `tests/metrics.rs`); `None` when the endpoint cannot be reached or read within 30 s.
-pub fn metrics_page(address: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(address).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: shoal\r\nConnection: close\r\n\r\n").ok()?;
-    let mut page = String::new();
-    stream.read_to_string(&mut page).ok()?;
-    Some(page)
 }
 
 /// Milliseconds since the Unix epoch.
