@@ -326,13 +326,7 @@ fn an_idempotent_retry_after_a_failover_gets_its_original_offset() {
 /// The sum of a metric's samples on node `node`'s page whose labels contain `with`.
 fn gauge_sum(cluster: &ShoalCluster, node: usize, name: &str, with: &str) -> Option<u64> {
     let page = metrics_page(cluster.nodes[node].metrics()?)?;
-    let samples = page.lines().filter(|line| line.starts_with(&format!("{name}{{")));
-    Some(
-        samples
-            .filter(|line| line.contains(with))
-            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<u64>().ok())
-            .sum(),
-    )
+    Some(samples_sum(&page, name, with))
 }
 
 /// Waits (bounded) until `done` holds; says how long that took.

@@ -67,11 +67,8 @@ fn wait_primaries_home(cluster: &ShoalCluster, groups: &BTreeSet<u64>) {
 /// Every group of the cluster (the metadata group, 0, and the partitions'), as node `node` sees
 /// them.
 fn all_groups(cluster: &ShoalCluster, node: usize) -> BTreeSet<u64> {
-    let page = metrics_page(cluster.nodes[node].metrics().unwrap()).unwrap();
-    page.lines()
-        .filter(|line| line.starts_with("shoal_partition_primary{"))
-        .filter_map(|line| line.split("group=\"").nth(1)?.split('"').next()?.parse().ok())
-        .collect()
+    let groups = groups_on(cluster, node).expect("the node's metrics page");
+    groups.into_iter().map(|(led, _)| led.group).collect()
 }
 
 /// SIGTERM on `node`: it must exit cleanly having handed everything over (its log says so).
@@ -98,10 +95,6 @@ fn produce_timed(ledger: &mut Ledger, cluster: &ShoalCluster, count: u32) -> Dur
         slowest = slowest.max(started.elapsed());
     }
     slowest
-}
-
-fn restart(cluster: &mut ShoalCluster, node: usize) {
-    cluster.nodes[node].restart().unwrap_or_else(|error| panic!("node {node}: {error}"));
 }
 
 fn sum_counter(cluster: &ShoalCluster, nodes: &[usize], name: &str) -> u64 {

@@ -308,8 +308,14 @@ pub fn group_figures(page: &str) -> BTreeMap<String, [u64; 4]> {
 
 /// The sum of a counter's samples on a metrics page.
 pub fn counter(page: &str, name: &str) -> u64 {
+    samples_sum(page, name, "")
+}
+
+/// The sum of a metric's samples on a metrics page whose labels contain `with` ("" for all).
+pub fn samples_sum(page: &str, name: &str, with: &str) -> u64 {
     page.lines()
         .filter(|line| line.starts_with(name) && line[name.len()..].starts_with('{'))
+        .filter(|line| line.contains(with))
         .filter_map(|line| line.rsplit_once(' ')?.1.parse::<u64>().ok())
         .sum()
 }
@@ -377,20 +383,28 @@ pub struct Led {
 
 /// The groups node `node`'s replicas lead, from its metrics page (`None`: no page).
 pub fn led_by(cluster: &ShoalCluster, node: usize) -> Option<BTreeSet<Led>> {
+    let groups = groups_on(cluster, node)?;
+    Some(groups.into_iter().filter(|&(_, leads)| leads).map(|(group, _)| group).collect())
+}
+
+/// Every group node `node` holds (the metadata group, 0, among them) and whether its replica
+/// leads it, from its metrics page (`None`: no page).
+pub fn groups_on(cluster: &ShoalCluster, node: usize) -> Option<Vec<(Led, bool)>> {
     let page = metrics_page(cluster.nodes[node].metrics()?)?;
     let label = |line: &str, name: &str| -> Option<String> {
         Some(line.split(&format!("{name}=\"")).nth(1)?.split('"').next()?.to_string())
     };
-    let led = page
+    let groups = page
         .lines()
-        .filter(|line| line.starts_with("shoal_partition_primary{") && line.ends_with(" 1"))
+        .filter(|line| line.starts_with("shoal_partition_primary{"))
         .filter_map(|line| {
-            Some(Led {
+            let group = Led {
                 group: label(line, "group")?.parse().ok()?,
                 topic: label(line, "topic").unwrap_or_default(),
                 partition: label(line, "partition").and_then(|p| p.parse().ok()),
-            })
+            };
+            Some((group, line.ends_with(" 1")))
         })
         .collect();
-    Some(led)
+    Some(groups)
 }
