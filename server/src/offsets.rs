@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 
 use shoal_proto::protocol::consumer::{ConsumerId, OffsetCommitRecord};
-use shoal_proto::protocol::{Reader, Writer};
+use shoal_proto::protocol::{ProtocolError, Reader, Writer};
 
 /// Why a commit cannot be applied.
 #[derive(Debug, PartialEq, Eq)]
@@ -55,6 +55,20 @@ impl PartitionOffsets {
             return Err(TableFull { consumers_max });
         }
         Ok(())
+    }
+
+    /// Applies the offset commit a stored batch holds, if it is one: `Ok(true)` when applied,
+    /// `Ok(false)` for any other batch, `Err` for one that claims to be a commit and does not
+    /// decode (nothing applied).
+    pub fn apply_batch(&mut self, batch: &[u8]) -> Result<bool, ProtocolError> {
+        match OffsetCommitRecord::from_batch(batch) {
+            Some(Ok(record)) => {
+                self.apply(record);
+                Ok(true)
+            }
+            Some(Err(error)) => Err(error),
+            None => Ok(false),
+        }
     }
 
     /// Applies a committed record. A record beyond the bound (possible only when the bound was

@@ -91,19 +91,15 @@ impl ShardState {
                         continue;
                     }
                     offset = prepare.end_offset();
-                    match OffsetCommitRecord::from_batch(&prepare.body()) {
-                        Some(Ok(record)) => {
-                            offsets.apply(record);
-                            replayed += 1;
-                        }
-                        Some(Err(error)) => tracing::error!(
+                    match offsets.apply_batch(&prepare.body()) {
+                        Ok(applied) => replayed += u64::from(applied),
+                        Err(error) => tracing::error!(
                             shard = self.index,
                             group,
                             offset = prepare.base_offset(),
                             %error,
                             "an offset commit record does not decode; skipped"
                         ),
-                        None => {}
                     }
                 }
             }
@@ -136,16 +132,14 @@ impl ShardState {
                 return;
             }
         };
-        match OffsetCommitRecord::from_batch(&prepare.body()) {
-            Some(Ok(record)) => self.offsets.entry(group).or_default().apply(record),
-            Some(Err(error)) => tracing::error!(
+        if let Err(error) = self.offsets.entry(group).or_default().apply_batch(&prepare.body()) {
+            tracing::error!(
                 shard = self.index,
                 group,
                 op = fields.op,
                 %error,
                 "an offset commit record does not decode; skipped"
-            ),
-            None => {}
+            );
         }
     }
 
