@@ -282,12 +282,22 @@ pub struct GroupFigures {
     /// Members in the group's in-sync set, when this shard's replica is the group's primary
     /// (only the primary knows its backups' progress).
     pub in_sync_replicas: Option<u64>,
-    /// Per member (the primary included, at 0), milliseconds since it was last caught up, when
-    /// this shard's replica is the group's primary.
-    pub replica_lag_ms: Vec<(u8, u64)>,
-    /// Per member, as the primary sees it: its state (0 in sync, the primary included; 1
-    /// lagging; 2 dead) and how many ops its acknowledgements trail the primary's head.
-    pub replica_states: Vec<(u8, u64, u64)>,
+    /// Every member (the primary included) as the primary sees it, when this shard's replica
+    /// is the group's primary; empty otherwise.
+    pub members: Vec<MemberFigures>,
+}
+
+/// One member of a group, as the group's primary sees it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MemberFigures {
+    /// Its index in the group.
+    pub replica: u8,
+    /// Milliseconds since it was last caught up (0 for the primary).
+    pub lag_ms: u64,
+    /// 0 in sync (the primary included), 1 lagging, 2 dead.
+    pub state: u64,
+    /// Ops its acknowledgements trail the primary's head.
+    pub lag_ops: u64,
 }
 
 /// What a shard answers a scrape with: a plain copy, sent across threads.
@@ -368,19 +378,19 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         }
         if let Some(status) = status.filter(|status| status.primary) {
             figures.in_sync_replicas = Some(status.in_sync().len() as u64);
-            // The replica counts ticks; the shard's loop ticks every TICK_MS.
-            figures.replica_lag_ms =
-                status.replicas.iter().map(|p| (p.replica, p.lag_ticks * TICK_MS)).collect();
-            figures.replica_states = status
+            figures.members = status
                 .replicas
                 .iter()
-                .map(|p| {
-                    let state = match p.state {
+                .map(|p| MemberFigures {
+                    replica: p.replica,
+                    // The replica counts ticks; the shard's loop ticks every TICK_MS.
+                    lag_ms: p.lag_ticks * TICK_MS,
+                    state: match p.state {
                         ReplicaState::Primary | ReplicaState::InSync => 0,
                         ReplicaState::Lagging => 1,
                         ReplicaState::Dead => 2,
-                    };
-                    (p.replica, state, status.head.saturating_sub(p.acknowledged_op))
+                    },
+                    lag_ops: status.head.saturating_sub(p.acknowledged_op),
                 })
                 .collect();
         }
@@ -964,36 +974,26 @@ fn render_groups(page: &mut Page, catalog: &Catalog, answered: &[&ShardSnapshot]
             }
         }
     }
-    page.family(
-        "shoal_group_replica_lag_ms",
-        Kind::Gauge,
-        "Milliseconds since the member was last caught up with the primary's head (0 for the \
-         primary), on the shard of the group's primary.",
-    );
-    for snapshot in answered {
-        let shard = snapshot.shard.to_string();
-        for group in &snapshot.groups {
-            for (replica, lag_ms) in &group.replica_lag_ms {
-                let mut labels = group_labels(&shard, group);
-                labels.push(("replica", replica.to_string()));
-                page.sample("shoal_group_replica_lag_ms", &borrowed(&labels), lag_ms);
-            }
-        }
-    }
-    type Member = fn(&(u8, u64, u64)) -> u64;
-    let per_member: [(&str, &str, Member); 2] = [
+    type Member = fn(&MemberFigures) -> u64;
+    let per_member: [(&str, &str, Member); 3] = [
+        (
+            "shoal_group_replica_lag_ms",
+            "Milliseconds since the member was last caught up with the primary's head (0 for the \
+             primary), on the shard of the group's primary.",
+            |m| m.lag_ms,
+        ),
         (
             "shoal_group_replica_state",
             "The member as the group's primary sees it: 0 in sync (the primary too), 1 lagging \
              (heard from, not caught up within replica_lag_time_max_ms), 2 dead (silent that \
              long); on the shard of the group's primary.",
-            |m| m.1,
+            |m| m.state,
         ),
         (
             "shoal_group_replica_lag_ops",
             "Ops the member's acknowledgements trail the primary's head (0 for the primary), on \
              the shard of the group's primary.",
-            |m| m.2,
+            |m| m.lag_ops,
         ),
     ];
     for (name, help, figure) in per_member {
@@ -1001,9 +1001,9 @@ fn render_groups(page: &mut Page, catalog: &Catalog, answered: &[&ShardSnapshot]
         for snapshot in answered {
             let shard = snapshot.shard.to_string();
             for group in &snapshot.groups {
-                for member in &group.replica_states {
+                for member in &group.members {
                     let mut labels = group_labels(&shard, group);
-                    labels.push(("replica", member.0.to_string()));
+                    labels.push(("replica", member.replica.to_string()));
                     page.sample(name, &borrowed(&labels), figure(member));
                 }
             }
@@ -1019,7 +1019,7 @@ fn render_groups(page: &mut Page, catalog: &Catalog, answered: &[&ShardSnapshot]
         let out_of_sync: u64 = snapshot
             .groups
             .iter()
-            .map(|g| g.replica_states.iter().filter(|m| m.1 != 0).count() as u64)
+            .map(|g| g.members.iter().filter(|m| m.state != 0).count() as u64)
             .sum();
         page.sample(
             "shoal_out_of_sync_replicas",
