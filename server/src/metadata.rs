@@ -1092,6 +1092,16 @@ mod tests {
         }
     }
 
+    /// Creating topic `topic` of stream "s" with `partitions` partitions, placed for `nodes`.
+    fn create_topic(topic: &str, partitions: u32, nodes: u8) -> MetaCommand {
+        MetaCommand::CreateTopic {
+            stream: "s".into(),
+            topic: topic.into(),
+            settings: settings(partitions),
+            nodes,
+        }
+    }
+
     /// Per (node, shard) pair, the live groups whose view-0 primary the node is.
     fn homes_per_pair(catalog: &Catalog, nodes: u8) -> Vec<u32> {
         let placement = catalog.placement(nodes);
@@ -1110,12 +1120,7 @@ mod tests {
                 let mut catalog = Catalog::new(shards, 10_000);
                 catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
                 for (index, &partitions) in partition_counts.iter().enumerate() {
-                    let create = MetaCommand::CreateTopic {
-                        stream: "s".into(),
-                        topic: format!("t{index}"),
-                        settings: settings(partitions),
-                        nodes,
-                    };
+                    let create = create_topic(&format!("t{index}"), partitions, nodes);
                     catalog.apply(index as u64 + 2, 0, &create).unwrap();
                     let homes = homes_per_pair(&catalog, nodes);
                     let (low, high) = (homes.iter().min().unwrap(), homes.iter().max().unwrap());
@@ -1150,12 +1155,7 @@ mod tests {
     fn metadata_placement_of_one_node_is_the_old_rule_and_snapshots_keep_places() {
         let mut catalog = Catalog::new(3, 100);
         catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
-        let create = |topic: &str, partitions| MetaCommand::CreateTopic {
-            stream: "s".into(),
-            topic: topic.into(),
-            settings: settings(partitions),
-            nodes: 1,
-        };
+        let create = |topic: &str, partitions| create_topic(topic, partitions, 1);
         catalog.apply(2, 0, &create("a", 4)).unwrap();
         catalog
             .apply(3, 0, &MetaCommand::DeleteTopic { stream: "s".into(), topic: "a".into() })
@@ -1178,12 +1178,7 @@ mod tests {
     fn a_generation_this_node_has_not_applied_yet_is_retried_not_refused() {
         let mut catalog = Catalog::new(1, 100);
         catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
-        let create = MetaCommand::CreateTopic {
-            stream: "s".into(),
-            topic: "t".into(),
-            settings: settings(1),
-            nodes: 1,
-        };
+        let create = create_topic("t", 1, 1);
         catalog.apply(2, 0, &create).unwrap();
         let member = |generation| Membership { member: "m".into(), generation };
         let code = |catalog: &Catalog, generation| {
@@ -1214,12 +1209,7 @@ mod tests {
             MetaCommand::RegisterSession,
             MetaCommand::CreateStream { name: "s".into() },
             MetaCommand::DeleteStream { name: "s".into() },
-            MetaCommand::CreateTopic {
-                stream: "s".into(),
-                topic: "t".into(),
-                settings: settings(3),
-                nodes: 3,
-            },
+            create_topic("t", 3, 3),
             MetaCommand::DeleteTopic { stream: "s".into(), topic: "t".into() },
         ];
         for command in commands {
@@ -1234,12 +1224,7 @@ mod tests {
     /// count no cluster can have is refused.
     #[test]
     fn create_topic_records_carry_the_node_count_their_placement_used() {
-        let create = |nodes| MetaCommand::CreateTopic {
-            stream: "s".into(),
-            topic: "t".into(),
-            settings: settings(2),
-            nodes,
-        };
+        let create = |nodes| create_topic("t", 2, nodes);
         let bytes = create(3).encode();
         let before_clusters = &bytes[..bytes.len() - 1];
         assert_eq!(MetaCommand::decode(before_clusters), Ok(create(1)));
@@ -1259,12 +1244,7 @@ mod tests {
         let places = |nodes| {
             let mut catalog = Catalog::new(3, 100);
             catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
-            let create = MetaCommand::CreateTopic {
-                stream: "s".into(),
-                topic: "t".into(),
-                settings: settings(3),
-                nodes,
-            };
+            let create = create_topic("t", 3, nodes);
             catalog.apply(2, 0, &create).unwrap();
             let partitions = &catalog.topic("s", "t").unwrap().partitions;
             partitions.iter().map(|p| p.shard).collect::<Vec<_>>()
@@ -1280,12 +1260,7 @@ mod tests {
         let mut a = Catalog::new(2, 4);
         let create_stream = MetaCommand::CreateStream { name: "s".into() };
         assert_eq!(a.apply(1, 10, &create_stream), Ok(Applied::Done));
-        let create = MetaCommand::CreateTopic {
-            stream: "s".into(),
-            topic: "t".into(),
-            settings: settings(3),
-            nodes: 1,
-        };
+        let create = create_topic("t", 3, 1);
         assert_eq!(a.apply(2, 11, &create), Ok(Applied::Done));
         let topic = a.topic("s", "t").unwrap();
         // Shard 0 holds the metadata group, so the first partition goes to shard 1.
@@ -1310,12 +1285,7 @@ mod tests {
 
     /// A log of (session, request, command) as the shard proposes them.
     fn sample_log() -> Vec<(u64, u64, MetaCommand)> {
-        let create = MetaCommand::CreateTopic {
-            stream: "s".into(),
-            topic: "t".into(),
-            settings: settings(2),
-            nodes: 1,
-        };
+        let create = create_topic("t", 2, 1);
         vec![
             (0, 1, MetaCommand::RegisterSession),
             (1, 5, MetaCommand::CreateStream { name: "s".into() }),
@@ -1453,12 +1423,7 @@ mod tests {
         let mut catalog = Catalog::new(2, 3);
         catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
         // 6 slots, one taken by the metadata group: 5 partitions fit, a sixth does not.
-        let create = |topic: &str, partitions| MetaCommand::CreateTopic {
-            stream: "s".into(),
-            topic: topic.into(),
-            settings: settings(partitions),
-            nodes: 1,
-        };
+        let create = |topic: &str, partitions| create_topic(topic, partitions, 1);
         assert_eq!(catalog.check(&create("big", 6)).unwrap_err().0, ErrorCode::LimitReached);
         assert_eq!(catalog.apply(2, 0, &create("fits", 5)), Ok(Applied::Done));
         assert_eq!(catalog.apply(3, 0, &create("more", 1)).unwrap_err().0, ErrorCode::LimitReached);
