@@ -144,6 +144,13 @@ pub struct ShardMetrics {
     metadata_replayed_ops: Cell<u64>,
     /// Shard 0: admin requests answered from the client table without entering the log.
     metadata_duplicates: Cell<u64>,
+    /// Machine states handed to a replica for a peer's state transfer, and those refused.
+    transfer_states_served: Cell<u64>,
+    transfer_states_refused: Cell<u64>,
+    /// Machine states a peer's transfer carried that this shard installed, and those that did
+    /// not decode.
+    transfer_states_installed: Cell<u64>,
+    transfer_states_unusable: Cell<u64>,
 }
 
 impl Default for ShardMetrics {
@@ -166,6 +173,10 @@ impl Default for ShardMetrics {
             metadata_snapshots: Cell::new(0),
             metadata_replayed_ops: Cell::new(0),
             metadata_duplicates: Cell::new(0),
+            transfer_states_served: Cell::new(0),
+            transfer_states_refused: Cell::new(0),
+            transfer_states_installed: Cell::new(0),
+            transfer_states_unusable: Cell::new(0),
         }
     }
 }
@@ -241,6 +252,21 @@ impl ShardMetrics {
     /// Shard 0 answered a retried admin request from the client table.
     pub fn metadata_duplicate(&self) {
         add(&self.metadata_duplicates, 1);
+    }
+
+    /// The shard's machine gave its state for a peer's transfer (or could not: `served` false).
+    pub fn driver_state_served(&self, served: bool) {
+        add(if served { &self.transfer_states_served } else { &self.transfer_states_refused }, 1);
+    }
+
+    /// The shard installed the machine state a peer's transfer carried (or found it unusable).
+    pub fn driver_state_installed(&self, installed: bool) {
+        let cell = if installed {
+            &self.transfer_states_installed
+        } else {
+            &self.transfer_states_unusable
+        };
+        add(cell, 1);
     }
 
     /// A retention pass deleted this much.
@@ -320,6 +346,10 @@ pub struct ShardSnapshot {
     pub metadata_snapshots: u64,
     pub metadata_replayed_ops: u64,
     pub metadata_duplicates: u64,
+    pub transfer_states_served: u64,
+    pub transfer_states_refused: u64,
+    pub transfer_states_installed: u64,
+    pub transfer_states_unusable: u64,
     /// The engine's I/O counters.
     pub engine: ShardCounters,
     /// The node layer's counters.
@@ -420,6 +450,10 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         metadata_snapshots: metrics.metadata_snapshots.get(),
         metadata_replayed_ops: metrics.metadata_replayed_ops.get(),
         metadata_duplicates: metrics.metadata_duplicates.get(),
+        transfer_states_served: metrics.transfer_states_served.get(),
+        transfer_states_refused: metrics.transfer_states_refused.get(),
+        transfer_states_installed: metrics.transfer_states_installed.get(),
+        transfer_states_unusable: metrics.transfer_states_unusable.get(),
         retention_bytes: metrics.retention_bytes.get(),
         engine: node.engine_counters(),
         ring_bytes: node.ring_bytes() as u64,
@@ -543,7 +577,7 @@ fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
 /// One series per answering shard for each of the shard's own figures (a flat table).
 fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 31] = [
+    let per_shard: [(&str, Kind, &str, Figure); 41] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -649,6 +683,68 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
             Kind::Counter,
             "Groups a stopping shard led but found no peer in sync to hand to (per attempt).",
             |s| s.node.shutdown_groups_without_peer,
+        ),
+        (
+            "shoal_repair_rounds_total",
+            Kind::Counter,
+            "Repair and state transfer rounds the shard granted its backups (each asks one \
+             peer for a run of prepares or one piece of a state).",
+            |s| s.node.repair_rounds_granted,
+        ),
+        (
+            "shoal_repair_rounds_deferred_total",
+            Kind::Counter,
+            "Ticks on which a due repair round waited for a later tick's ration.",
+            |s| s.node.repair_rounds_deferred,
+        ),
+        (
+            "shoal_repair_prepares_served_from_ring_total",
+            Kind::Counter,
+            "Prepares the shard served to repairing peers from memory (the prepare ring).",
+            |s| s.node.prepares_served_from_ring,
+        ),
+        (
+            "shoal_repair_prepares_served_from_disk_total",
+            Kind::Counter,
+            "Prepares the shard served to repairing peers from its segment files.",
+            |s| s.node.prepares_served_from_disk,
+        ),
+        (
+            "shoal_repair_ranges_evicted_total",
+            Kind::Counter,
+            "Repair requests for ops retention had removed here (the peer then needs another \
+             replica, or a state transfer).",
+            |s| s.node.ranges_evicted_sent,
+        ),
+        (
+            "shoal_transfers_installed_total",
+            Kind::Counter,
+            "Group logs this shard replaced by a state transfer from a peer.",
+            |s| s.node.transfers_installed,
+        ),
+        (
+            "shoal_transfer_states_served_total",
+            Kind::Counter,
+            "Machine states (offsets, metadata) this shard gave for a peer's state transfer.",
+            |s| s.transfer_states_served,
+        ),
+        (
+            "shoal_transfer_states_refused_total",
+            Kind::Counter,
+            "Peers' state transfers this shard's machine could not give its state for.",
+            |s| s.transfer_states_refused,
+        ),
+        (
+            "shoal_transfer_states_installed_total",
+            Kind::Counter,
+            "Machine states from a peer's state transfer that this shard installed.",
+            |s| s.transfer_states_installed,
+        ),
+        (
+            "shoal_transfer_states_unusable_total",
+            Kind::Counter,
+            "Machine states from a peer's state transfer that did not decode (kept its own).",
+            |s| s.transfer_states_unusable,
         ),
         (
             "shoal_allocations_total",
@@ -760,7 +856,8 @@ fn render_bus(page: &mut Page, answered: &[&ShardSnapshot]) {
         (
             "shoal_bus_dropped_packets_total",
             Kind::Counter,
-            "Packets dropped: the peer's send queue or the shard's inbox was full (VSR resends).",
+            "Packets dropped: the peer's send queue or the shard's inbox was full, or the peer's \
+             link was down (VSR resends and repairs).",
             |p| p.dropped_packets,
         ),
     ];

@@ -81,6 +81,14 @@ impl PartitionOffsets {
         self.dirty = true;
     }
 
+    /// Takes `installed`'s offsets in place of this table's (a state transfer replaced the
+    /// machine): the snapshot bookkeeping stays, and the table counts as changed, so that a
+    /// snapshot of the new table is saved.
+    pub fn replace_table(&mut self, installed: PartitionOffsets) {
+        self.table = installed.table;
+        self.dirty = true;
+    }
+
     /// Consumers with a stored offset.
     pub fn len(&self) -> usize {
         self.table.len()

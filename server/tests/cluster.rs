@@ -204,23 +204,11 @@ fn a_wiped_node_rejoins_and_never_leads_a_group_that_moved_on() {
 
 /// The partition of topic `p` that node 0 leads (bounded wait: placement gives every node one of
 /// the three in view 0).
-fn partition_led_by_node_0(cluster: &ShoalCluster) -> u32 {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let led = led_by(cluster, 0).unwrap_or_default();
-        if let Some(partition) = led.iter().find(|l| l.topic == "p").and_then(|l| l.partition) {
-            return partition;
-        }
-        assert!(Instant::now() < deadline, "node 0 leads no partition of p: {led:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_wiped_primary_loses_nothing_its_backups_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     let (mut cluster, mut ledger) = cluster_with_topic(dir.path());
-    let partition = partition_led_by_node_0(&cluster);
+    let partition = partition_led_by(&cluster, 0, "p").partition;
     ledger.produce_to(&cluster, "p", partition, 3);
     // A backup acknowledges a prepare only once it is on its disk (synced, for a `persisted`
     // topic), so the two backups' disks alone hold every acknowledged write. Under
@@ -254,7 +242,7 @@ fn a_new_primary_answers_the_offsets_its_old_primary_stored() {
     };
     let dir = tempfile::tempdir().unwrap();
     let (mut cluster, mut ledger) = cluster_with_topic(dir.path());
-    let partition = partition_led_by_node_0(&cluster);
+    let partition = partition_led_by(&cluster, 0, "p").partition;
     ledger.produce_to(&cluster, "p", partition, 9);
     let at = PartitionRef { stream: STREAM.into(), topic: "p".into(), partition };
     let consumers = [ConsumerId::consumer("alice"), ConsumerId::consumer("bob")];
@@ -293,7 +281,7 @@ fn an_idempotent_retry_after_a_failover_gets_its_original_offset() {
     use shoal_proto::protocol::{Partitioning, Produce, ProduceReply};
     let dir = tempfile::tempdir().unwrap();
     let (mut cluster, _) = cluster_with_topic(dir.path());
-    let partition = partition_led_by_node_0(&cluster);
+    let partition = partition_led_by(&cluster, 0, "p").partition;
     let body = |first: i32, values: &[&str]| {
         let mut batch = BatchBuilder::new(1_700_000_000_000).producer(77, 0, first);
         for value in values {
@@ -324,21 +312,6 @@ fn an_idempotent_retry_after_a_failover_gets_its_original_offset() {
 }
 
 /// The sum of a metric's samples on node `node`'s page whose labels contain `with`.
-fn gauge_sum(cluster: &ShoalCluster, node: usize, name: &str, with: &str) -> Option<u64> {
-    let page = metrics_page(cluster.nodes[node].metrics()?)?;
-    Some(samples_sum(&page, name, with))
-}
-
-/// Waits (bounded) until `done` holds; says how long that took.
-fn wait_until(cluster: &ShoalCluster, what: &str, done: impl Fn() -> bool) -> Duration {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < DEADLINE, "{what} never happened\n{}", cluster.log_tails(30));
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    started.elapsed()
-}
-
 /// Issue 23, lag by time: a backup stopped past `replica_lag_time_max_ms` shows dead on the
 /// primary (`shoal_group_replica_state` 2, `shoal_out_of_sync_replicas` counting it), and in
 /// sync again once it resumes and catches up. Times are reported, not asserted.

@@ -113,6 +113,9 @@ impl Link {
         if self.generation.get() == generation {
             self.current.replace(None);
             peer.connected.set(false);
+            // What waits for the peer now is stale by the time it is back (see `transport`).
+            let stale = self.queue.drain().count();
+            add(&peer.dropped_packets, stale as u64);
         }
     }
 

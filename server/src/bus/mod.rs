@@ -4,7 +4,8 @@
 //!
 //! A shard starts its bus before it opens its node, so a restarting node hears StartView while it
 //! recovers. Sends never block the shard: [`BusTransport`] puts each packet in a bounded queue per
-//! peer that drops and counts when full (VSR retransmits); a link task per connection writes the
+//! peer that drops and counts when full or when the peer's link is down (VSR retransmits and
+//! repairs); a link task per connection writes the
 //! queue out and hands each frame it reads to the shard's inbox as `Work::Packet` (dropped and
 //! counted when the inbox is full). This module never decodes a replica message: the node layer's
 //! codec does; it checks only the handshake and the framing (header checksum and a size bound

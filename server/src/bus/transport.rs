@@ -1,7 +1,12 @@
 //! The node layer's [`Transport`] on the bus: one bounded queue per peer, filled by the shard's
 //! node and emptied by that peer's link task. A send never blocks and never allocates beyond the
-//! packet itself: a full queue (or a send to a node that is not a peer) drops the packet and
-//! counts it, and VSR retransmits.
+//! packet itself: a full queue, a peer whose link is down, or a node that is not a peer drops
+//! the packet and counts it, and VSR retransmits or repairs.
+//!
+//! Nothing is queued for a peer that is not connected (and its link empties the queue when it
+//! goes down): a node that was away for long would otherwise get, when it returns, a backlog of
+//! stale messages — and a queue that held every prepare it missed would hide from it what its
+//! peers' retention removed since, which it must learn through repair and state transfer.
 
 use std::rc::Rc;
 
@@ -42,7 +47,8 @@ impl BusTransport {
 impl Transport for BusTransport {
     fn send(&mut self, to: u8, packet: Bytes) {
         let Some(Some(queue)) = self.queues.get(to as usize) else { return };
-        if queue.try_send(packet).is_err() {
+        let connected = self.counters.peers[to as usize].connected.get();
+        if !connected || queue.try_send(packet).is_err() {
             add(&self.counters.peers[to as usize].dropped_packets, 1);
         }
     }
@@ -57,6 +63,7 @@ mod tests {
         let counters = Rc::new(BusCounters::new(3));
         let (mut transport, receivers) = BusTransport::new(1, 3, 2, &counters);
         assert!(receivers[1].is_none());
+        counters.peers[2].connected.set(true);
         for _ in 0..5 {
             transport.send(2, Bytes::from_static(b"p"));
         }
@@ -65,5 +72,17 @@ mod tests {
         assert_eq!(receivers[2].as_ref().unwrap().len(), 2);
         assert_eq!(counters.peers[2].dropped_packets.get(), 3);
         assert_eq!(counters.peers[0].dropped_packets.get(), 0);
+    }
+
+    #[test]
+    fn nothing_is_queued_for_a_peer_whose_link_is_down() {
+        let counters = Rc::new(BusCounters::new(3));
+        let (mut transport, receivers) = BusTransport::new(1, 3, 8, &counters);
+        transport.send(0, Bytes::from_static(b"p"));
+        assert!(receivers[0].as_ref().unwrap().is_empty());
+        assert_eq!(counters.peers[0].dropped_packets.get(), 1);
+        counters.peers[0].connected.set(true);
+        transport.send(0, Bytes::from_static(b"p"));
+        assert_eq!(receivers[0].as_ref().unwrap().len(), 1);
     }
 }

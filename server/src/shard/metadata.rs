@@ -15,7 +15,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use shoal_engine::ring::StoredPrepare;
 use shoal_engine::shard::{group_dir, shard_dir};
-use shoal_engine::state;
+use shoal_engine::state::{self, GroupState};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::batch::BatchBuilder;
 use shoal_proto::checksum;
@@ -27,6 +27,7 @@ use shoal_replication::{Committed, Reply, ReplyResult, Request};
 use super::formation::Formation;
 use super::state::ShardState;
 use super::thread::now_ms;
+use super::transfer::recovery_states;
 use super::work::{Body, Outcome, ReplySender, redirect, refusal, result_error};
 use crate::groups::Coordinator;
 use crate::metadata::{METADATA_GROUP, MetaCommand, MetaReply, MetaState};
@@ -184,11 +185,12 @@ impl ShardState {
             .map_err(|e| format!("creating the metadata group: {e}"))
     }
 
-    /// Rebuilds the metadata state: the newest snapshot, then the committed log past it (up to
-    /// what the recovered replica knows committed); ops committed later arrive through the
-    /// normal path. A snapshot that is damaged, does not decode or is ahead of the log is not
-    /// used: the whole log is replayed instead, which it still holds because the metadata group
-    /// has no retention (if it ever lost its first ops, start-up refuses with the reason).
+    /// Rebuilds the metadata state: the newest of its snapshot and the state a transfer installed
+    /// its log from, then the committed log past it (up to what the recovered replica knows
+    /// committed); ops committed later arrive through the normal path. A state that is
+    /// damaged, does not decode or is ahead of the log is not used: the next older one is, or
+    /// else the whole log is replayed, which it still holds unless a transfer replaced it
+    /// (then start-up refuses with the reason).
     async fn replay_metadata(&mut self) -> Result<RecoveredMetadata, String> {
         let commit = self.node.replica(METADATA_GROUP).map_or(0, |r| r.commit());
         let groups_max = self.node.shard_config().groups_max as u32;
@@ -210,44 +212,57 @@ impl ShardState {
             end_offset: 0,
         };
         let mut offset = log.first_offset;
-        let restored = match loaded {
-            Ok(None) => Ok(None),
-            Ok(Some(saved)) if saved.op > log.head_op => {
-                Err(format!("it covers op {} but the log ends at op {}", saved.op, log.head_op))
-            }
-            Ok(Some(saved)) => {
-                MetaState::decode_snapshot(&saved.bytes, shards, groups_max, sessions_max)
-                    .map_err(|e| format!("it does not decode: {e}"))
-                    .and_then(|state| {
-                        if state.catalog.applied_op == saved.op {
-                            Ok(Some((state, saved.end_offset)))
-                        } else {
-                            Err(format!(
-                                "its state is at op {}, its header says {}",
-                                state.catalog.applied_op, saved.op
-                            ))
-                        }
-                    })
-            }
-            Err(error) => Err(error.to_string()),
+        let (saved, mut unusable) = match loaded {
+            Ok(saved) => (saved, None),
+            Err(error) => (None, Some(error.to_string())),
         };
-        match restored {
-            Ok(None) => {}
-            Ok(Some((state, end_offset))) => {
+        let usable = |saved: &GroupState| {
+            if saved.op > log.head_op {
+                return Err(format!(
+                    "it covers op {} but the log ends at op {}",
+                    saved.op, log.head_op
+                ));
+            }
+            let state = MetaState::decode_snapshot(&saved.bytes, shards, groups_max, sessions_max)
+                .map_err(|e| format!("it does not decode: {e}"))?;
+            if state.catalog.applied_op != saved.op {
+                return Err(format!(
+                    "its state is at op {}, its header says {}",
+                    state.catalog.applied_op, saved.op
+                ));
+            }
+            Ok(state)
+        };
+        let mut restored = None;
+        for saved in recovery_states(&self.storage, &dir, saved).await {
+            match usable(&saved) {
+                Ok(state) => {
+                    restored = Some((state, saved.end_offset));
+                    break;
+                }
+                Err(why) => {
+                    unusable.get_or_insert(why);
+                }
+            }
+        }
+        // An unusable snapshot is replaced by a new one as soon as the state is rebuilt.
+        recovered.snapshot_unusable = unusable.is_some();
+        match (restored, unusable) {
+            (Some((state, end_offset)), _) => {
                 recovered.snapshot_op = state.catalog.applied_op;
                 recovered.state = state;
                 recovered.end_offset = end_offset;
                 offset = end_offset.max(offset);
             }
-            Err(why) if log.first_offset == 0 => {
+            (None, None) => {}
+            (None, Some(why)) if log.first_offset == 0 => {
                 tracing::warn!(
                     why,
                     path = %dir.display(),
                     "metadata snapshot unusable; replaying the whole metadata log instead"
                 );
-                recovered.snapshot_unusable = true;
             }
-            Err(why) => {
+            (None, Some(why)) => {
                 return Err(format!(
                     "the metadata snapshot in {} is unusable ({why}) and the metadata log no \
                      longer starts at its first op, so it cannot be rebuilt",
@@ -286,11 +301,21 @@ impl ShardState {
         let mut changed = false;
         let mut metadata_end = None;
         for (group, entry) in committed {
-            let Committed::Op { header } = entry else {
-                // The server leaves `transfers_carry_driver_state` off, so it is never asked
-                // for its state; a transfer it installs brings the producer table but not the
-                // offsets or metadata before it (issue 23 installs the driver's part too).
-                continue;
+            let header = match entry {
+                Committed::Op { header } => header,
+                Committed::StateWanted { op } => {
+                    self.serve_driver_state(group, op);
+                    continue;
+                }
+                Committed::Transferred { header, state } => {
+                    self.install_driver_state(group, &header, &state);
+                    // Published by the install; a snapshot of it is due.
+                    if group == METADATA_GROUP {
+                        changed = false;
+                        metadata_end = Some(self.committed_end[&METADATA_GROUP]);
+                    }
+                    continue;
+                }
             };
             let fields = *shoal_engine::record::prepare_of(&header);
             let end = fields.end_offset();

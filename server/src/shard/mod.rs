@@ -19,7 +19,8 @@
 //! loop itself; `handoff` its controlled shutdown (the groups it leads handed to peers before
 //! the loop stops); `flush_gate` its group commit; `writes` the queue and pending table of
 //! produce and offset writes; `fetch` reads and long-polls; `offsets` consumer offsets in the
-//! partition logs; `snapshots` the state snapshots; `catalog` the partition groups the catalog
+//! partition logs; `snapshots` the state snapshots; `transfer` the machines' part of state
+//! transfers; `catalog` the partition groups the catalog
 //! places here; `metadata` shard 0's metadata state machine; `coordinator` its consumer groups;
 //! `formation` how shard 0 of a node with an empty data directory forms its cluster or rejoins
 //! it.
@@ -36,6 +37,7 @@ mod offsets;
 mod snapshots;
 mod state;
 mod thread;
+mod transfer;
 mod work;
 mod writes;
 

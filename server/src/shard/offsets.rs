@@ -19,6 +19,7 @@ use shoal_replication::Request;
 
 use super::state::ShardState;
 use super::thread::now_ms;
+use super::transfer::recovery_states;
 use super::work::{Outcome, ReplySender};
 use super::writes::{PendingWrite, WriteKind};
 use crate::metadata::METADATA_GROUP;
@@ -28,9 +29,10 @@ use crate::offsets::PartitionOffsets;
 pub const CONSUMERS_PER_PARTITION_MAX: usize = 65_536;
 
 impl ShardState {
-    /// Rebuilds every partition group's consumer offsets: its snapshot, then the committed log
-    /// past it (a damaged or missing snapshot means the whole log still held). Retention then
-    /// keeps whatever the snapshot does not cover.
+    /// Rebuilds every partition group's consumer offsets: the newer of its snapshot and the
+    /// state a transfer installed its log from, then the committed log past it (a damaged or
+    /// missing snapshot means the whole log still held). Retention then keeps whatever the
+    /// snapshot does not cover.
     pub(super) async fn recover_offsets(&mut self) {
         let shard_dir = shard_dir(&self.config.data_dir, self.index);
         let storage = self.storage.clone();
@@ -42,27 +44,31 @@ impl ShardState {
             let dir = group_dir(&shard_dir, group);
             let mut offsets = PartitionOffsets::default();
             let mut replay_from = 0;
-            match state::load(&storage, &dir).await {
-                Ok(Some(saved)) => match PartitionOffsets::decode(&saved.bytes) {
-                    Ok(table) => {
-                        offsets = table;
-                        offsets.snapshot_end = saved.end_offset;
-                        replay_from = saved.end_offset;
-                    }
-                    Err(why) => tracing::warn!(
-                        shard = self.index,
-                        group,
-                        why,
-                        "offsets snapshot unreadable; rebuilding offsets from the log"
-                    ),
-                },
-                Ok(None) => {}
-                Err(error) => tracing::warn!(
+            let saved = state::load(&storage, &dir).await.unwrap_or_else(|error| {
+                tracing::warn!(
                     shard = self.index,
                     group,
                     %error,
                     "offsets snapshot unusable; rebuilding offsets from the log"
-                ),
+                );
+                None
+            });
+            for saved in recovery_states(&storage, &dir, saved).await {
+                match PartitionOffsets::decode(&saved.bytes) {
+                    Ok(table) => {
+                        offsets = table;
+                        offsets.snapshot_end = saved.end_offset;
+                        replay_from = saved.end_offset;
+                        break;
+                    }
+                    Err(why) => tracing::warn!(
+                        shard = self.index,
+                        group,
+                        op = saved.op,
+                        why,
+                        "offsets state unreadable; trying an older one, or the log"
+                    ),
+                }
             }
             let Some(log) = self.node.log_stats(group) else { continue };
             offsets.snapshot_size_bytes = log.size_bytes;

@@ -275,6 +275,9 @@ async fn open(
     replica.view_change_timeout_ticks = ticks(timers.view_change_timeout_ms);
     replica.start_view_probe_interval_ticks = ticks(timers.start_view_probe_interval_ms);
     replica.replica_lag_ticks_max = ticks(timers.replica_lag_time_max_ms);
+    // A transfer carries the shard's machine state (consumer offsets, the metadata snapshot)
+    // beside the producer table: `transfer` serves and installs it.
+    replica.transfers_carry_driver_state = true;
     if cluster.node_count() == 1 {
         // A group of one has nobody to ask for a StartView: probing would only delay its return.
         replica.start_view_probes_max = 0;

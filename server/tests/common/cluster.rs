@@ -408,3 +408,43 @@ pub fn groups_on(cluster: &ShoalCluster, node: usize) -> Option<Vec<(Led, bool)>
         .collect();
     Some(groups)
 }
+
+/// A partition of `topic` that node `node` leads (waits, bounded, for one).
+pub fn partition_led_by(cluster: &ShoalCluster, node: usize, topic: &str) -> LedPartition {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let led = led_by(cluster, node).unwrap_or_default();
+        let found = led
+            .iter()
+            .find(|l| l.topic == topic)
+            .and_then(|l| Some(LedPartition { group: l.group, partition: l.partition? }));
+        if let Some(found) = found {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "node {node} leads no partition of {topic}: {led:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A partition and its group.
+#[derive(Clone, Copy, Debug)]
+pub struct LedPartition {
+    pub group: u64,
+    pub partition: u32,
+}
+
+/// The sum of a metric's samples on node `node`'s page whose labels contain `with`.
+pub fn gauge_sum(cluster: &ShoalCluster, node: usize, name: &str, with: &str) -> Option<u64> {
+    let page = metrics_page(cluster.nodes[node].metrics()?)?;
+    Some(samples_sum(&page, name, with))
+}
+
+/// Waits (bounded) until `done` holds; says how long that took.
+pub fn wait_until(cluster: &ShoalCluster, what: &str, done: impl Fn() -> bool) -> Duration {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < DEADLINE, "{what} never happened\n{}", cluster.log_tails(30));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    started.elapsed()
+}

@@ -1,0 +1,191 @@
+//! Issue 23, catch-up on real processes: a backup that was away while its peers' retention
+//! removed what it missed takes a state transfer, and the transfer carries the shard's machine
+//! state (consumer offsets) beside the producer table, so once the group is back home on that
+//! node it answers the offsets its peers stored meanwhile. `kill -9` in the middle of the
+//! transfer changes nothing of that. Under `canary-transfer-drops-driver-state` the transfer
+//! carries the producer table alone and these tests fail.
+
+mod common;
+
+use std::time::Instant;
+
+use common::cluster::*;
+use common::{DEADLINE, Raw, batch};
+use shoal_proto::Durability;
+use shoal_proto::protocol::consumer::{
+    ConsumerId, Membership, OffsetKey, PartitionRef, StoreOffset, decode_stored_offset,
+};
+use shoal_proto::protocol::{CreateTopic, ErrorCode, Operation, Partitioning, Produce};
+use shoal_testkit::ShoalCluster;
+
+/// The retained topic's segments and retention: the smallest segment, one segment kept.
+const SEGMENT_SIZE_BYTES: u64 = 1 << 20;
+/// One bulk batch's value: most of the small profile's 60 KiB message bound.
+const BULK_VALUE_SIZE_BYTES: usize = 48 << 10;
+/// Bulk batches written at most while waiting for retention (bounds the disk footprint:
+/// about 5 MiB per node).
+const BULK_BATCHES_MAX: u32 = 100;
+
+#[test]
+fn a_backup_behind_its_peers_retention_installs_their_state_with_the_offsets() {
+    catch_up_by_transfer(false);
+}
+
+#[test]
+fn a_backup_killed_during_its_state_transfer_still_gets_the_offsets() {
+    catch_up_by_transfer(true);
+}
+
+/// Node 2 leads a partition of retained topic `t` and stores an offset, then is killed
+/// (`kill -9`) while the group fails over, two consumers store offsets and enough is written for
+/// retention on nodes 0 and 1 to delete the segments that hold those commits. Restarted, node 2
+/// can repair none of it and installs a transfer (`kill_during`: it is killed again once a peer
+/// served its state, and restarted); the group goes back home to node 2, which must answer both
+/// offsets as they were stored.
+///
+/// Killed rather than paused: a paused node's peers keep sending, and the kernel's socket
+/// buffers may hold all a test writes, which the node then appends on resuming — nothing missed.
+fn catch_up_by_transfer(kill_during: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("return.toml");
+    std::fs::write(&config, "[replication]\nprimary_return_ms = 200\n").unwrap();
+    let mut cluster = cluster_with_args(dir.path(), &["--config", config.to_str().unwrap()]);
+    create_stream_and_topic(&cluster);
+    let create = CreateTopic {
+        stream: STREAM.into(),
+        topic: "t".into(),
+        partitions: PARTITIONS,
+        durability: Some(Durability::Persisted),
+        retention_bytes: Some(SEGMENT_SIZE_BYTES),
+        segment_size_bytes: Some(SEGMENT_SIZE_BYTES),
+        ..CreateTopic::default()
+    };
+    let (code, body) = call_anywhere(&cluster, 0, Operation::CreateTopic, &create.encode())
+        .expect("a topic creation is answered");
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&body));
+    let led = partition_led_by(&cluster, 2, "t");
+    let at = PartitionRef { stream: STREAM.into(), topic: "t".into(), partition: led.partition };
+    let (alice, bob) = (ConsumerId::consumer("alice"), ConsumerId::consumer("bob"));
+    produce(&cluster, led.partition, b"before");
+    store(&cluster, &at, &alice, 1);
+    converge(&cluster);
+
+    cluster.nodes[2].kill_9();
+    store(&cluster, &at, &alice, 5);
+    store(&cluster, &at, &bob, 6);
+    // Every commit above lies below this offset.
+    let marker = produce(&cluster, led.partition, b"marker");
+    let bulk = vec![b'x'; BULK_VALUE_SIZE_BYTES];
+    let first_offset = |node: usize| {
+        gauge_sum(
+            &cluster,
+            node,
+            "shoal_partition_first_offset",
+            &format!("group=\"{}\"", led.group),
+        )
+    };
+    let mut written = 0;
+    let started = Instant::now();
+    while ![0, 1].iter().all(|&node| first_offset(node).is_some_and(|first| first > marker)) {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "retention never passed offset {marker}: first offsets {:?}\n{}",
+            [first_offset(0), first_offset(1)],
+            cluster.log_tails(30)
+        );
+        if written < BULK_BATCHES_MAX {
+            produce(&cluster, led.partition, &bulk);
+            written += 1;
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    eprintln!("retention passed offset {marker} on nodes 0 and 1 after {written} bulk batches");
+
+    restart(&mut cluster, 2);
+    if kill_during {
+        wait_until(&cluster, "a peer served node 2 its state", || {
+            [0, 1].iter().any(|&node| {
+                gauge_sum(&cluster, node, "shoal_transfer_states_served_total", "").unwrap_or(0) > 0
+            })
+        });
+        cluster.nodes[2].kill_9();
+        restart(&mut cluster, 2);
+    } else {
+        let took = wait_until(&cluster, "node 2 installed a transfer", || {
+            gauge_sum(&cluster, 2, "shoal_transfer_states_installed_total", "").unwrap_or(0) > 0
+        });
+        eprintln!("node 2 installed its peer's state {took:?} after it resumed");
+    }
+    let group_dir = cluster.data_dir(2).join(format!("shard-0/group-{:020}", led.group));
+    wait_until(&cluster, "node 2's log began from a transferred state", || {
+        group_dir.join("transfer-state").exists()
+    });
+    let home = wait_until(&cluster, "the partition back home on node 2", || {
+        led_by(&cluster, 2).is_some_and(|led_here| led_here.iter().any(|l| l.group == led.group))
+    });
+    eprintln!("the partition was back on node 2 after {home:?}");
+    for (consumer, expected) in [(&alice, 5), (&bob, 6)] {
+        assert_eq!(offset_on(&cluster, 2, &at, consumer), Some(expected), "{consumer:?}");
+    }
+    converge(&cluster);
+    check_logs_agree(&mut cluster);
+}
+
+/// Writes one record to partition `partition` of `t` (any node that takes it) and returns its
+/// offset.
+fn produce(cluster: &ShoalCluster, partition: u32, value: &[u8]) -> u64 {
+    let produce = Produce {
+        stream: STREAM.into(),
+        topic: "t".into(),
+        partitioning: Partitioning::Explicit(partition),
+    };
+    let body = produce.encode(&batch(&[value]));
+    loop {
+        if let Some((code, reply)) = call_anywhere(cluster, 0, Operation::Produce, &body) {
+            assert_eq!(code, 0, "{}", String::from_utf8_lossy(&reply));
+            let reply = shoal_proto::protocol::ProduceReply::decode(&reply).expect("a reply");
+            return reply.base_offset;
+        }
+        // The outcome was lost in a failover: the value may be written, once more is harmless.
+    }
+}
+
+/// Stores `consumer`'s offset at `at` (any node that takes it).
+fn store(cluster: &ShoalCluster, at: &PartitionRef, consumer: &ConsumerId, offset: u64) {
+    let store = StoreOffset {
+        partition: at.clone(),
+        consumer: consumer.clone(),
+        membership: Membership::default(),
+        offset,
+    };
+    let answer = call_anywhere(cluster, 0, Operation::StoreOffset, &store.encode());
+    assert_eq!(answer.map(|(code, _)| code), Some(0), "{consumer:?} at {offset}");
+}
+
+/// `consumer`'s offset at `at`, as node `node` answers it (retried while the node says it does
+/// not lead the partition yet).
+fn offset_on(
+    cluster: &ShoalCluster,
+    node: usize,
+    at: &PartitionRef,
+    consumer: &ConsumerId,
+) -> Option<u64> {
+    let key = OffsetKey { partition: at.clone(), consumer: consumer.clone() };
+    let mut raw = Raw::connect(&cluster.clients[node], rand_client());
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let answer = raw.call(Operation::GetOffset, &key.encode());
+        if answer.reply.error == 0 {
+            return decode_stored_offset(&answer.body).expect("a stored offset");
+        }
+        assert!(
+            matches!(answer.error(), ErrorCode::NotPrimary | ErrorCode::TransientNotAccepted),
+            "node {node}: {:?} {}",
+            answer.error(),
+            String::from_utf8_lossy(&answer.body)
+        );
+        assert!(Instant::now() < deadline, "node {node} never answered the offset");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
