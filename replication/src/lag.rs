@@ -198,7 +198,10 @@ impl LagTracker {
             }
             let before = std::mem::replace(state, now);
             match (before, now) {
-                (ReplicaState::InSync, ReplicaState::Lagging) => counters.backups_lagging += 1,
+                // From in sync, or from dead: one that answers again lags until it caught up.
+                (b, ReplicaState::Lagging) if b != ReplicaState::Lagging => {
+                    counters.backups_lagging += 1;
+                }
                 (b, ReplicaState::Dead) if b != ReplicaState::Dead => counters.backups_dead += 1,
                 (b, ReplicaState::InSync) if b != ReplicaState::InSync => {
                     counters.backups_back_in_sync += 1;
@@ -307,6 +310,32 @@ mod tests {
         lag.update(300, &heard, &mut counters);
         assert_eq!(states(&lag, 300, &heard)[1], ReplicaState::InSync);
         assert_eq!((counters.backups_lagging, counters.backups_back_in_sync), (1, 1));
+    }
+
+    #[test]
+    fn a_dead_backup_that_answers_again_lags_until_it_caught_up() {
+        let (mut lag, mut heard, mut counters) = tracker();
+        for tick in 1..=300 {
+            lag.prepared(tick, tick);
+            if tick <= 10 {
+                heard[1] = tick;
+                lag.acknowledged(1, tick, tick, tick);
+            }
+            lag.update(tick, &heard, &mut counters);
+        }
+        assert_eq!(states(&lag, 300, &heard)[1], ReplicaState::Dead);
+        // It answers again, far behind: heard, not caught up.
+        heard[1] = 301;
+        lag.acknowledged(1, 50, 300, 301);
+        lag.update(301, &heard, &mut counters);
+        assert_eq!(states(&lag, 301, &heard)[1], ReplicaState::Lagging);
+        lag.acknowledged(1, 300, 300, 302);
+        heard[1] = 302;
+        lag.update(302, &heard, &mut counters);
+        assert_eq!(states(&lag, 302, &heard)[1], ReplicaState::InSync);
+        // Backup 2, never heard from, was flagged dead too.
+        let flagged = (counters.backups_dead, counters.backups_lagging);
+        assert_eq!((flagged, counters.backups_back_in_sync), ((2, 1), 1));
     }
 
     #[test]

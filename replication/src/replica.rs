@@ -128,7 +128,7 @@ pub struct ReplicaCounters {
     pub chain_mismatches: u64,
     /// Prepares of an older view above the log view's start, dropped as a dead branch.
     pub stale_prepares_dropped: u64,
-    /// Backups the primary flagged lagging (in sync before).
+    /// Backups the primary flagged lagging (in sync or dead before).
     pub backups_lagging: u64,
     /// Backups the primary flagged dead.
     pub backups_dead: u64,

@@ -350,6 +350,11 @@ pub struct ShardSnapshot {
     pub transfer_states_refused: u64,
     pub transfer_states_installed: u64,
     pub transfer_states_unusable: u64,
+    /// Summed over the shard's groups: backups their primary here flagged lagging, dead, and
+    /// back in sync.
+    pub backups_flagged_lagging: u64,
+    pub backups_flagged_dead: u64,
+    pub backups_back_in_sync: u64,
     /// The engine's I/O counters.
     pub engine: ShardCounters,
     /// The node layer's counters.
@@ -378,6 +383,7 @@ pub struct BusPeerFigures {
     pub received_bytes: u64,
     pub received_packets: u64,
     pub dropped_packets: u64,
+    pub queued_bytes: u64,
 }
 
 /// Reads a shard's figures: its counters, its engine's and replicas', and each group's committed
@@ -390,7 +396,13 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
     bus: &BusCounters,
 ) -> ShardSnapshot {
     let mut groups = Vec::new();
+    let (mut flagged_lagging, mut flagged_dead, mut back_in_sync) = (0, 0, 0);
     for group in node.group_ids() {
+        if let Some(counters) = node.replica(group).map(|replica| replica.counters()) {
+            flagged_lagging += counters.backups_lagging;
+            flagged_dead += counters.backups_dead;
+            back_in_sync += counters.backups_back_in_sync;
+        }
         let failed = node.group_failure(group).is_some();
         let status = node.group_status(group);
         let (commit_op, view) =
@@ -454,6 +466,9 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         transfer_states_refused: metrics.transfer_states_refused.get(),
         transfer_states_installed: metrics.transfer_states_installed.get(),
         transfer_states_unusable: metrics.transfer_states_unusable.get(),
+        backups_flagged_lagging: flagged_lagging,
+        backups_flagged_dead: flagged_dead,
+        backups_back_in_sync: back_in_sync,
         retention_bytes: metrics.retention_bytes.get(),
         engine: node.engine_counters(),
         ring_bytes: node.ring_bytes() as u64,
@@ -482,6 +497,7 @@ fn bus_figures(bus: &BusCounters, own: u8) -> Vec<BusPeerFigures> {
                 received_bytes: p.received_bytes.get(),
                 received_packets: p.received_packets.get(),
                 dropped_packets: p.dropped_packets.get(),
+                queued_bytes: p.queued_bytes.get(),
             }
         })
         .collect()
@@ -577,7 +593,7 @@ fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
 /// One series per answering shard for each of the shard's own figures (a flat table).
 fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 41] = [
+    let per_shard: [(&str, Kind, &str, Figure); 44] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -683,6 +699,25 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
             Kind::Counter,
             "Groups a stopping shard led but found no peer in sync to hand to (per attempt).",
             |s| s.node.shutdown_groups_without_peer,
+        ),
+        (
+            "shoal_backups_flagged_lagging_total",
+            Kind::Counter,
+            "Backups this shard's primaries flagged lagging: heard from, not caught up within \
+             replica_lag_time_max_ms (from in sync, or from dead when one answers again).",
+            |s| s.backups_flagged_lagging,
+        ),
+        (
+            "shoal_backups_flagged_dead_total",
+            Kind::Counter,
+            "Backups this shard's primaries flagged dead: silent for replica_lag_time_max_ms.",
+            |s| s.backups_flagged_dead,
+        ),
+        (
+            "shoal_backups_back_in_sync_total",
+            Kind::Counter,
+            "Lagging or dead backups this shard's primaries saw in sync again.",
+            |s| s.backups_back_in_sync,
         ),
         (
             "shoal_repair_rounds_total",
@@ -828,7 +863,7 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
 /// The replica bus: per (shard, peer) link figures, and what the bus ports refused.
 fn render_bus(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&BusPeerFigures) -> u64;
-    let per_peer: [(&str, Kind, &str, Figure); 7] = [
+    let per_peer: [(&str, Kind, &str, Figure); 8] = [
         (
             "shoal_bus_connected",
             Kind::Gauge,
@@ -859,6 +894,12 @@ fn render_bus(page: &mut Page, answered: &[&ShardSnapshot]) {
             "Packets dropped: the peer's send queue or the shard's inbox was full, or the peer's \
              link was down (VSR resends and repairs).",
             |p| p.dropped_packets,
+        ),
+        (
+            "shoal_bus_queued_bytes",
+            Kind::Gauge,
+            "Bytes of packets waiting in the peer's send queue.",
+            |p| p.queued_bytes,
         ),
     ];
     for (name, kind, help, figure) in per_peer {

@@ -1,9 +1,11 @@
-//! Issue 23, catch-up on real processes: a backup that was away while its peers' retention
+//! Issue 23, catch-up on real processes. A backup that was away while its peers' retention
 //! removed what it missed takes a state transfer, and the transfer carries the shard's machine
 //! state (consumer offsets) beside the producer table, so once the group is back home on that
-//! node it answers the offsets its peers stored meanwhile. `kill -9` in the middle of the
-//! transfer changes nothing of that. Under `canary-transfer-drops-driver-state` the transfer
-//! carries the producer table alone and these tests fail.
+//! node it answers the offsets its peers stored meanwhile; `kill -9` in the middle of the
+//! transfer changes nothing of that (under `canary-transfer-drops-driver-state` the transfer
+//! carries the producer table alone and these two tests fail). A backup that was paused while
+//! its peers kept everything shows dead, lagging, then in sync, and repairs from their
+//! segments without a transfer.
 
 mod common;
 
@@ -135,9 +137,15 @@ fn catch_up_by_transfer(kill_during: bool) {
 /// Writes one record to partition `partition` of `t` (any node that takes it) and returns its
 /// offset.
 fn produce(cluster: &ShoalCluster, partition: u32, value: &[u8]) -> u64 {
+    produce_to(cluster, "t", partition, value)
+}
+
+/// Writes one record to partition `partition` of `topic` (any node that takes it) and returns
+/// its offset.
+fn produce_to(cluster: &ShoalCluster, topic: &str, partition: u32, value: &[u8]) -> u64 {
     let produce = Produce {
         stream: STREAM.into(),
-        topic: "t".into(),
+        topic: topic.into(),
         partitioning: Partitioning::Explicit(partition),
     };
     let body = produce.encode(&batch(&[value]));
@@ -188,4 +196,99 @@ fn offset_on(
         assert!(Instant::now() < deadline, "node {node} never answered the offset");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+/// Issue 23, lag by time and catch-up from segments: a backup paused (SIGSTOP) while 64 MiB is
+/// written to a partition shows dead on the primary (`replica_lag_time_max_ms` = 1000), then
+/// lagging while it catches up once resumed, then in sync; what its peers' bus queues could not
+/// hold it repairs from their segments, and it never takes a transfer (its peers still hold
+/// everything). Times are reported, not asserted.
+#[test]
+fn a_paused_backup_shows_dead_then_lagging_then_in_sync_and_repairs_from_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("lag.toml");
+    // A small bus queue, so that most of what node 2 misses must come by repair.
+    let text = "[replication]\nreplica_lag_time_max_ms = 1000\n\n\
+                [network]\nbus_queue_bytes_max = 4194304\n";
+    std::fs::write(&config, text).unwrap();
+    let mut cluster = cluster_with_args(dir.path(), &["--config", config.to_str().unwrap()]);
+    create_stream_and_topic(&cluster);
+    let led = partition_led_by(&cluster, 0, "p");
+    let state_of_2 = || replica_state(&cluster, 0, led.group, 2);
+    let flagged_lagging =
+        || gauge_sum(&cluster, 0, "shoal_backups_flagged_lagging_total", "").unwrap_or(0);
+    wait_until(&cluster, "node 2 in sync", || state_of_2() == Some(IN_SYNC));
+    let lagging_before = flagged_lagging();
+
+    cluster.nodes[2].stop();
+    let stopped = Instant::now();
+    let bulk = vec![b'x'; BULK_VALUE_SIZE_BYTES];
+    let mut written_bytes = 0;
+    while written_bytes < PAUSED_WRITE_BYTES {
+        produce_to(&cluster, "p", led.partition, &bulk);
+        written_bytes += bulk.len();
+    }
+    let wrote = stopped.elapsed();
+    let dead = wait_until(&cluster, "node 2 dead on node 0", || state_of_2() == Some(DEAD));
+    eprintln!(
+        "64 MiB written in {wrote:?}; node 2 showed dead {:?} after it stopped",
+        wrote + dead
+    );
+
+    cluster.nodes[2].cont();
+    let resumed = Instant::now();
+    let mut lagging_seen = None;
+    loop {
+        let state = state_of_2();
+        if state == Some(LAGGING) && lagging_seen.is_none() {
+            lagging_seen = Some(resumed.elapsed());
+        }
+        if state == Some(IN_SYNC) {
+            break;
+        }
+        assert!(
+            resumed.elapsed() < DEADLINE,
+            "node 2 never in sync again\n{}",
+            cluster.log_tails(30)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let in_sync = resumed.elapsed();
+    eprintln!(
+        "node 2 resumed: lagging seen at {lagging_seen:?}, in sync again after {in_sync:?} \
+         ({:.1} MB/s of what was written)",
+        PAUSED_WRITE_BYTES as f64 / in_sync.as_secs_f64() / 1e6
+    );
+    // Dead, then lagging: the flag counts every entry into lagging, however short.
+    assert!(flagged_lagging() > lagging_before, "node 2 was never flagged lagging");
+    converge(&cluster);
+    let served_from_disk: u64 = [0, 1]
+        .iter()
+        .map(|&node| {
+            gauge_sum(&cluster, node, "shoal_repair_prepares_served_from_disk_total", "")
+                .unwrap_or(0)
+        })
+        .sum();
+    let installed = gauge_sum(&cluster, 2, "shoal_transfers_installed_total", "");
+    eprintln!("prepares served to node 2 from segments: {served_from_disk}");
+    assert!(served_from_disk > 0, "node 2 caught up without repair from segments");
+    assert_eq!(installed, Some(0), "node 2 took a transfer although its peers held everything");
+    check_logs_agree(&mut cluster);
+}
+
+/// What node 2 missed while paused.
+const PAUSED_WRITE_BYTES: usize = 64 << 20;
+/// `shoal_group_replica_state` values.
+const IN_SYNC: u64 = 0;
+const LAGGING: u64 = 1;
+const DEAD: u64 = 2;
+
+/// Replica `replica`'s state in group `group` as node `node` (its primary) shows it.
+fn replica_state(cluster: &ShoalCluster, node: usize, group: u64, replica: u8) -> Option<u64> {
+    let page = common::metrics_page(cluster.nodes[node].metrics()?)?;
+    let (group, replica) = (format!("group=\"{group}\""), format!("replica=\"{replica}\""));
+    page.lines()
+        .filter(|line| line.starts_with("shoal_group_replica_state{"))
+        .find(|line| line.contains(&group) && line.contains(&replica))
+        .and_then(|line| line.rsplit_once(' ')?.1.parse().ok())
 }

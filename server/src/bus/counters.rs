@@ -16,8 +16,11 @@ pub struct PeerCounters {
     pub sent_packets: Cell<u64>,
     pub received_bytes: Cell<u64>,
     pub received_packets: Cell<u64>,
-    /// Packets dropped: the peer's send queue was full, or the shard's inbox was.
+    /// Packets dropped: the peer's send queue was full or its link down, or the shard's inbox
+    /// was full.
     pub dropped_packets: Cell<u64>,
+    /// Bytes of packets in the peer's send queue now.
+    pub queued_bytes: Cell<u64>,
     /// Whether the peer held the cluster's state at its last handshake (`None`: no handshake
     /// yet). Not a metric: a node with an empty data directory decides by it whether it forms
     /// a new cluster or rejoins one.

@@ -116,6 +116,7 @@ impl Link {
             // What waits for the peer now is stale by the time it is back (see `transport`).
             let stale = self.queue.drain().count();
             add(&peer.dropped_packets, stale as u64);
+            peer.queued_bytes.set(0);
         }
     }
 
@@ -149,6 +150,7 @@ impl Link {
                     Err(_) => break,
                 }
             }
+            peer.queued_bytes.set(peer.queued_bytes.get().saturating_sub(out.len() as u64));
             let (result, buffer) = writer.write_all(out).await;
             out = buffer;
             if result.is_err() {

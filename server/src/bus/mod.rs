@@ -31,7 +31,7 @@ use bytes::Bytes;
 
 pub use counters::{BusCounters, PeerCounters};
 pub use identity::{BusIdentity, Peer};
-pub use transport::BusTransport;
+pub use transport::{BusTransport, QueueBound};
 
 use crate::shard::Work;
 
@@ -43,6 +43,8 @@ pub struct BusSpec {
     pub addresses: Vec<SocketAddr>,
     /// Packets queued per peer at most; beyond, new ones are dropped and counted.
     pub queue_packets_max: usize,
+    /// Bytes queued per peer at most; beyond, new packets are dropped and counted.
+    pub queue_bytes_max: u64,
     /// Largest frame (header plus body) accepted from a peer.
     pub frame_size_bytes_max: usize,
     /// Where received packets go: this shard's inbox.
@@ -59,8 +61,8 @@ pub struct BusSpec {
 pub fn start(spec: BusSpec) -> Result<(BusTransport, Rc<BusCounters>), String> {
     let node_count = spec.identity.node_count;
     let counters = Rc::new(BusCounters::new(node_count));
-    let (transport, queues) =
-        BusTransport::new(spec.identity.node, node_count, spec.queue_packets_max, &counters);
+    let bound = QueueBound { packets_max: spec.queue_packets_max, bytes_max: spec.queue_bytes_max };
+    let (transport, queues) = BusTransport::new(spec.identity.node, node_count, bound, &counters);
     if node_count <= 1 {
         return Ok((transport, counters));
     }

@@ -1,7 +1,7 @@
 //! The node layer's [`Transport`] on the bus: one bounded queue per peer, filled by the shard's
 //! node and emptied by that peer's link task. A send never blocks and never allocates beyond the
-//! packet itself: a full queue, a peer whose link is down, or a node that is not a peer drops
-//! the packet and counts it, and VSR retransmits or repairs.
+//! packet itself: a queue full by packets or by bytes, a peer whose link is down, or a node that
+//! is not a peer drops the packet and counts it, and VSR retransmits or repairs.
 //!
 //! Nothing is queued for a peer that is not connected (and its link empties the queue when it
 //! goes down): a node that was away for long would otherwise get, when it returns, a backlog of
@@ -19,7 +19,15 @@ use super::counters::{BusCounters, add};
 pub struct BusTransport {
     /// By node index; `None` for this node.
     queues: Vec<Option<flume::Sender<Bytes>>>,
+    bytes_max: u64,
     counters: Rc<BusCounters>,
+}
+
+/// How much one peer's queue holds at most.
+#[derive(Clone, Copy, Debug)]
+pub struct QueueBound {
+    pub packets_max: usize,
+    pub bytes_max: u64,
 }
 
 impl BusTransport {
@@ -28,7 +36,7 @@ impl BusTransport {
     pub(super) fn new(
         node: u8,
         node_count: u8,
-        queue_packets_max: usize,
+        bound: QueueBound,
         counters: &Rc<BusCounters>,
     ) -> (BusTransport, Vec<Option<flume::Receiver<Bytes>>>) {
         let (queues, receivers) = (0..node_count)
@@ -36,21 +44,27 @@ impl BusTransport {
                 if peer == node {
                     return (None, None);
                 }
-                let (sender, receiver) = flume::bounded(queue_packets_max);
+                let (sender, receiver) = flume::bounded(bound.packets_max);
                 (Some(sender), Some(receiver))
             })
             .unzip();
-        (BusTransport { queues, counters: Rc::clone(counters) }, receivers)
+        let transport =
+            BusTransport { queues, bytes_max: bound.bytes_max, counters: Rc::clone(counters) };
+        (transport, receivers)
     }
 }
 
 impl Transport for BusTransport {
     fn send(&mut self, to: u8, packet: Bytes) {
         let Some(Some(queue)) = self.queues.get(to as usize) else { return };
-        let connected = self.counters.peers[to as usize].connected.get();
-        if !connected || queue.try_send(packet).is_err() {
-            add(&self.counters.peers[to as usize].dropped_packets, 1);
+        let peer = &self.counters.peers[to as usize];
+        let size = packet.len() as u64;
+        let room = peer.queued_bytes.get() + size <= self.bytes_max;
+        if !(peer.connected.get() && room) || queue.try_send(packet).is_err() {
+            add(&peer.dropped_packets, 1);
+            return;
         }
+        add(&peer.queued_bytes, size);
     }
 }
 
@@ -61,7 +75,8 @@ mod tests {
     #[test]
     fn a_full_queue_drops_and_counts_and_never_blocks() {
         let counters = Rc::new(BusCounters::new(3));
-        let (mut transport, receivers) = BusTransport::new(1, 3, 2, &counters);
+        let bound = QueueBound { packets_max: 2, bytes_max: 1 << 20 };
+        let (mut transport, receivers) = BusTransport::new(1, 3, bound, &counters);
         assert!(receivers[1].is_none());
         counters.peers[2].connected.set(true);
         for _ in 0..5 {
@@ -77,12 +92,27 @@ mod tests {
     #[test]
     fn nothing_is_queued_for_a_peer_whose_link_is_down() {
         let counters = Rc::new(BusCounters::new(3));
-        let (mut transport, receivers) = BusTransport::new(1, 3, 8, &counters);
+        let bound = QueueBound { packets_max: 8, bytes_max: 1 << 20 };
+        let (mut transport, receivers) = BusTransport::new(1, 3, bound, &counters);
         transport.send(0, Bytes::from_static(b"p"));
         assert!(receivers[0].as_ref().unwrap().is_empty());
         assert_eq!(counters.peers[0].dropped_packets.get(), 1);
         counters.peers[0].connected.set(true);
         transport.send(0, Bytes::from_static(b"p"));
         assert_eq!(receivers[0].as_ref().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_queue_holds_at_most_its_bytes() {
+        let counters = Rc::new(BusCounters::new(2));
+        let bound = QueueBound { packets_max: 100, bytes_max: 10 };
+        let (mut transport, receivers) = BusTransport::new(0, 2, bound, &counters);
+        counters.peers[1].connected.set(true);
+        for _ in 0..4 {
+            transport.send(1, Bytes::from_static(b"four"));
+        }
+        assert_eq!(receivers[1].as_ref().unwrap().len(), 2);
+        assert_eq!(counters.peers[1].queued_bytes.get(), 8);
+        assert_eq!(counters.peers[1].dropped_packets.get(), 2);
     }
 }

@@ -310,7 +310,7 @@ pub(super) const CLUSTER_KEYS: [IntKey<ClusterConfig>; 2] = [
 
 /// `[replication]`: the replicas' timers, in milliseconds (the replicas count 10 ms ticks, so
 /// each is at least one tick).
-pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 6] = [
+pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 9] = [
     IntKey {
         name: "commit_interval_ms",
         min: 10,
@@ -353,6 +353,27 @@ pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 6] = [
         get: |c| c.primary_return_ms,
         set: |c, v| c.primary_return_ms = v,
     },
+    IntKey {
+        name: "repair_prepares_max",
+        min: 1,
+        max: 4096,
+        get: |c| c.repair_prepares_max,
+        set: |c, v| c.repair_prepares_max = v,
+    },
+    IntKey {
+        name: "repair_rounds_per_tick_max",
+        min: 1,
+        max: 4096,
+        get: |c| c.repair_rounds_per_tick_max,
+        set: |c, v| c.repair_rounds_per_tick_max = v,
+    },
+    IntKey {
+        name: "repair_rounds_in_flight_max",
+        min: 1,
+        max: 65_536,
+        get: |c| c.repair_rounds_in_flight_max,
+        set: |c, v| c.repair_rounds_in_flight_max = v,
+    },
 ];
 
 /// `[metadata]`.
@@ -374,7 +395,7 @@ pub(super) const METADATA_KEYS: [IntKey<MetadataConfig>; 2] = [
 ];
 
 /// `[network]`.
-pub(super) const NETWORK_KEYS: [IntKey<NetworkConfig>; 7] = [
+pub(super) const NETWORK_KEYS: [IntKey<NetworkConfig>; 8] = [
     IntKey {
         name: "connections_max",
         min: 1,
@@ -423,6 +444,13 @@ pub(super) const NETWORK_KEYS: [IntKey<NetworkConfig>; 7] = [
         max: 1 << 20,
         get: |c| c.bus_queue_packets_max as u64,
         set: |c, v| c.bus_queue_packets_max = v as usize,
+    },
+    IntKey {
+        name: "bus_queue_bytes_max",
+        min: 1 << 20,
+        max: 1 << 34,
+        get: |c| c.bus_queue_bytes_max,
+        set: |c, v| c.bus_queue_bytes_max = v,
     },
 ];
 

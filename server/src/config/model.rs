@@ -132,6 +132,9 @@ pub struct NetworkConfig {
     /// Replica packets queued per peer on each shard's bus at most; beyond, new ones are dropped
     /// and counted (VSR retransmits).
     pub bus_queue_packets_max: usize,
+    /// Bytes of replica packets queued per peer on each shard's bus at most (the packet bound
+    /// alone would let large prepares take `bus_queue_packets_max` times the message size).
+    pub bus_queue_bytes_max: u64,
     /// Each shard's own listener: shard i on this IP and port + i (port 0: each shard picks a
     /// free port); `None`: only the shared `native_listen`.
     pub shard_listen: Option<SocketAddr>,
@@ -147,6 +150,7 @@ impl Default for NetworkConfig {
             fetch_wait_ms_max: 30_000,
             fetch_parked_max: 4096,
             bus_queue_packets_max: 4096,
+            bus_queue_bytes_max: 64 << 20,
             shard_listen: None,
         }
     }
@@ -190,6 +194,14 @@ pub struct ReplicationConfig {
     /// is handed back once the home has been in sync this long (Kafka's preferred-leader
     /// election); 0: never.
     pub primary_return_ms: u64,
+    /// The repair ration (`docs/cluster.md`, "Catching up"): prepares one repair round asks a
+    /// peer for at most; each group starts at most one round per 10 ms tick.
+    pub repair_prepares_max: u64,
+    /// Repair rounds a shard lets its groups start per tick, all groups together.
+    pub repair_rounds_per_tick_max: u64,
+    /// Repair rounds a shard has in flight at most, all groups together (bounds the bodies on
+    /// their way to it: this times `repair_prepares_max` prepares).
+    pub repair_rounds_in_flight_max: u64,
 }
 
 impl Default for ReplicationConfig {
@@ -201,6 +213,9 @@ impl Default for ReplicationConfig {
             start_view_probe_interval_ms: 200,
             replica_lag_time_max_ms: 30_000,
             primary_return_ms: 10_000,
+            repair_prepares_max: 128,
+            repair_rounds_per_tick_max: 8,
+            repair_rounds_in_flight_max: 32,
         }
     }
 }

@@ -238,6 +238,7 @@ fn bus_spec(spec: &ShardSpec) -> BusSpec {
         },
         addresses: (0..node_count).filter_map(|n| cluster.bus_address(n, spec.index)).collect(),
         queue_packets_max: spec.config.network.bus_queue_packets_max,
+        queue_bytes_max: spec.config.network.bus_queue_bytes_max,
         frame_size_bytes_max: message_size_bytes_max(spec),
         inbox: spec.mesh[spec.index as usize].clone(),
         stop: Arc::clone(&spec.stop),
@@ -275,6 +276,7 @@ async fn open(
     replica.view_change_timeout_ticks = ticks(timers.view_change_timeout_ms);
     replica.start_view_probe_interval_ticks = ticks(timers.start_view_probe_interval_ms);
     replica.replica_lag_ticks_max = ticks(timers.replica_lag_time_max_ms);
+    replica.repair_prepares_max = timers.repair_prepares_max as usize;
     // A transfer carries the shard's machine state (consumer offsets, the metadata snapshot)
     // beside the producer table: `transfer` serves and installs it.
     replica.transfers_carry_driver_state = true;
@@ -285,6 +287,8 @@ async fn open(
     let node_config = NodeConfig {
         message_size_bytes_max: message_size_bytes_max(spec),
         rejoin_floor: spec.rejoin_floor.load(Ordering::SeqCst),
+        repair_rounds_per_tick_max: timers.repair_rounds_per_tick_max as usize,
+        repair_rounds_in_flight_max: timers.repair_rounds_in_flight_max as usize,
         primary_return_ticks: match timers.primary_return_ms {
             0 => 0,
             ms => ticks(ms),
