@@ -39,6 +39,10 @@ pub struct ReplicaConfig {
     pub repair_interval_ticks: u64,
     /// Prepares one repair round asks for at most.
     pub repair_prepares_max: usize,
+    /// Bytes of prepares one repair round asks for at most, by the sizes its headers state (at
+    /// least one prepare is always asked): the peer answering must be able to queue the whole
+    /// round, or what it drops is asked again at the round's deadline.
+    pub repair_bytes_max: u64,
     /// A restarted replica probes for a StartView this often.
     pub start_view_probe_interval_ticks: u64,
     /// Unanswered probes after which a restarted replica starts a view change itself.
@@ -90,6 +94,7 @@ impl ReplicaConfig {
             prepare_retry_ticks_max: 1_000 / TICK_MS,
             repair_interval_ticks: 50 / TICK_MS,
             repair_prepares_max: 128,
+            repair_bytes_max: 8 << 20,
             start_view_probe_interval_ticks: 200 / TICK_MS,
             start_view_probes_max: 5,
             replica_lag_ticks_max: 10_000 / TICK_MS,
@@ -168,8 +173,8 @@ impl ReplicaConfig {
                 return Err(format!("{name} must be at least 1"));
             }
         }
-        if self.repair_prepares_max == 0 {
-            return Err("repair_prepares_max must be at least 1".into());
+        if self.repair_prepares_max == 0 || self.repair_bytes_max == 0 {
+            return Err("repair_prepares_max and repair_bytes_max must be at least 1".into());
         }
         if self.prepare_retry_ticks_max < self.prepare_retry_ticks_min {
             return Err("prepare_retry_ticks_max below prepare_retry_ticks_min".into());

@@ -1631,20 +1631,30 @@ impl Replica {
         next
     }
 
-    /// Requests for the lowest bodies the log lacks (at most `repair_prepares_max`): by
-    /// checksum where the header is known, as "the committed op" where it is not.
+    /// Requests for the lowest bodies the log lacks (at most `repair_prepares_max`, and at most
+    /// `repair_bytes_max` by the sizes the known headers state): by checksum where the header is
+    /// known, as "the committed op" where it is not.
     fn missing_requests(&self) -> Vec<Message> {
         let mut requests = Vec::new();
+        let mut size_bytes = 0;
         let last = self.op.max(self.commit_max);
         let mut op = self.op_appended + 1;
         while op <= last && requests.len() < self.config.repair_prepares_max {
-            let checksum = match self.log.get(&op) {
-                Some(entry) if entry.body.is_none() => Some(Some(entry.header.checksum_header)),
-                Some(_) => None,
-                None if op <= self.commit_max && !self.repaired.contains_key(&op) => Some(None),
-                None => None,
+            let (checksum, size) = match self.log.get(&op) {
+                Some(entry) if entry.body.is_none() => {
+                    (Some(Some(entry.header.checksum_header)), u64::from(entry.header.size))
+                }
+                Some(_) => (None, 0),
+                None if op <= self.commit_max && !self.repaired.contains_key(&op) => {
+                    (Some(None), 0)
+                }
+                None => (None, 0),
             };
             if let Some(checksum) = checksum {
+                if !requests.is_empty() && size_bytes + size > self.config.repair_bytes_max {
+                    break;
+                }
+                size_bytes += size;
                 requests.push(Message::RequestPrepare { view: self.view, op, checksum });
             }
             op += 1;

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use shoal_engine::shard::ShardCounters;
 use shoal_engine::storage::Storage;
 use shoal_proto::protocol::{ErrorCode, Operation};
-use shoal_replication::{Clock, Node, NodeCounters, ReplicaState, Status, TICK_MS, Transport};
+use shoal_replication::{
+    Clock, Node, NodeCounters, ReplicaCounters, ReplicaState, Status, TICK_MS, Transport,
+};
 
 use crate::bus::BusCounters;
 use crate::config::{self, Config};
@@ -355,6 +357,10 @@ pub struct ShardSnapshot {
     pub backups_flagged_lagging: u64,
     pub backups_flagged_dead: u64,
     pub backups_back_in_sync: u64,
+    /// Summed over the shard's groups: prepares its backups asked peers for, and repair rounds
+    /// that ended without progress (the next asked another peer).
+    pub repair_prepares_requested: u64,
+    pub repair_rounds_unanswered: u64,
     /// The engine's I/O counters.
     pub engine: ShardCounters,
     /// The node layer's counters.
@@ -396,12 +402,14 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
     bus: &BusCounters,
 ) -> ShardSnapshot {
     let mut groups = Vec::new();
-    let (mut flagged_lagging, mut flagged_dead, mut back_in_sync) = (0, 0, 0);
+    let mut replicas = ReplicaCounters::default();
     for group in node.group_ids() {
         if let Some(counters) = node.replica(group).map(|replica| replica.counters()) {
-            flagged_lagging += counters.backups_lagging;
-            flagged_dead += counters.backups_dead;
-            back_in_sync += counters.backups_back_in_sync;
+            replicas.backups_lagging += counters.backups_lagging;
+            replicas.backups_dead += counters.backups_dead;
+            replicas.backups_back_in_sync += counters.backups_back_in_sync;
+            replicas.repairs_requested += counters.repairs_requested;
+            replicas.repair_rounds_unanswered += counters.repair_rounds_unanswered;
         }
         let failed = node.group_failure(group).is_some();
         let status = node.group_status(group);
@@ -466,9 +474,11 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         transfer_states_refused: metrics.transfer_states_refused.get(),
         transfer_states_installed: metrics.transfer_states_installed.get(),
         transfer_states_unusable: metrics.transfer_states_unusable.get(),
-        backups_flagged_lagging: flagged_lagging,
-        backups_flagged_dead: flagged_dead,
-        backups_back_in_sync: back_in_sync,
+        backups_flagged_lagging: replicas.backups_lagging,
+        backups_flagged_dead: replicas.backups_dead,
+        backups_back_in_sync: replicas.backups_back_in_sync,
+        repair_prepares_requested: replicas.repairs_requested,
+        repair_rounds_unanswered: replicas.repair_rounds_unanswered,
         retention_bytes: metrics.retention_bytes.get(),
         engine: node.engine_counters(),
         ring_bytes: node.ring_bytes() as u64,
@@ -593,7 +603,7 @@ fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
 /// One series per answering shard for each of the shard's own figures (a flat table).
 fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 44] = [
+    let per_shard: [(&str, Kind, &str, Figure); 46] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -725,6 +735,18 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
             "Repair and state transfer rounds the shard granted its backups (each asks one \
              peer for a run of prepares or one piece of a state).",
             |s| s.node.repair_rounds_granted,
+        ),
+        (
+            "shoal_repair_prepares_requested_total",
+            Kind::Counter,
+            "Prepares this shard's backups asked peers for in repair rounds.",
+            |s| s.repair_prepares_requested,
+        ),
+        (
+            "shoal_repair_rounds_unanswered_total",
+            Kind::Counter,
+            "Repair rounds that ended without progress, so the next asked another peer.",
+            |s| s.repair_rounds_unanswered,
         ),
         (
             "shoal_repair_rounds_deferred_total",

@@ -208,8 +208,8 @@ fn a_paused_backup_shows_dead_then_lagging_then_in_sync_and_repairs_from_segment
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("lag.toml");
     // A small bus queue, so that most of what node 2 misses must come by repair.
-    let text = "[replication]\nreplica_lag_time_max_ms = 1000\n\n\
-                [network]\nbus_queue_bytes_max = 4194304\n";
+    let text = "[replication]\nreplica_lag_time_max_ms = 1000\n\
+                repair_bytes_max = 1048576\n\n[network]\nbus_queue_bytes_max = 4194304\n";
     std::fs::write(&config, text).unwrap();
     let mut cluster = cluster_with_args(dir.path(), &["--config", config.to_str().unwrap()]);
     create_stream_and_topic(&cluster);
@@ -270,7 +270,13 @@ fn a_paused_backup_shows_dead_then_lagging_then_in_sync_and_repairs_from_segment
         })
         .sum();
     let installed = gauge_sum(&cluster, 2, "shoal_transfers_installed_total", "");
-    eprintln!("prepares served to node 2 from segments: {served_from_disk}");
+    let requested = gauge_sum(&cluster, 2, "shoal_repair_prepares_requested_total", "");
+    let unanswered = gauge_sum(&cluster, 2, "shoal_repair_rounds_unanswered_total", "");
+    let rounds = gauge_sum(&cluster, 2, "shoal_repair_rounds_total", "");
+    eprintln!(
+        "prepares served to node 2 from segments: {served_from_disk}; node 2 asked for \
+         {requested:?} in {rounds:?} rounds, {unanswered:?} without progress"
+    );
     assert!(served_from_disk > 0, "node 2 caught up without repair from segments");
     assert_eq!(installed, Some(0), "node 2 took a transfer although its peers held everything");
     check_logs_agree(&mut cluster);

@@ -310,7 +310,7 @@ pub(super) const CLUSTER_KEYS: [IntKey<ClusterConfig>; 2] = [
 
 /// `[replication]`: the replicas' timers, in milliseconds (the replicas count 10 ms ticks, so
 /// each is at least one tick).
-pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 9] = [
+pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 10] = [
     IntKey {
         name: "commit_interval_ms",
         min: 10,
@@ -359,6 +359,13 @@ pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 9] = [
         max: 4096,
         get: |c| c.repair_prepares_max,
         set: |c, v| c.repair_prepares_max = v,
+    },
+    IntKey {
+        name: "repair_bytes_max",
+        min: 4096,
+        max: 1 << 33,
+        get: |c| c.repair_bytes_max,
+        set: |c, v| c.repair_bytes_max = v,
     },
     IntKey {
         name: "repair_rounds_per_tick_max",

@@ -197,6 +197,9 @@ pub struct ReplicationConfig {
     /// The repair ration (`docs/cluster.md`, "Catching up"): prepares one repair round asks a
     /// peer for at most; each group starts at most one round per 10 ms tick.
     pub repair_prepares_max: u64,
+    /// Bytes of prepares one repair round asks for at most (by their headers' sizes); at most
+    /// half of `[network] bus_queue_bytes_max`, so the answering peer can queue a whole round.
+    pub repair_bytes_max: u64,
     /// Repair rounds a shard lets its groups start per tick, all groups together.
     pub repair_rounds_per_tick_max: u64,
     /// Repair rounds a shard has in flight at most, all groups together (bounds the bodies on
@@ -214,6 +217,7 @@ impl Default for ReplicationConfig {
             replica_lag_time_max_ms: 30_000,
             primary_return_ms: 10_000,
             repair_prepares_max: 128,
+            repair_bytes_max: 8 << 20,
             repair_rounds_per_tick_max: 8,
             repair_rounds_in_flight_max: 32,
         }

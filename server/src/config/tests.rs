@@ -1109,3 +1109,21 @@ fn replication_timers_resolve_and_must_outlast_the_commit_interval() {
         "heartbeat_timeout_ms (1000) must be longer",
     );
 }
+
+#[test]
+fn a_repair_round_must_fit_twice_in_a_peer_bus_queue() {
+    let config = resolve("[replication]\nrepair_bytes_max = 1048576\n", &[], &[]);
+    assert_eq!(config.replication.repair_bytes_max, 1 << 20);
+    // At the bound: half the queue.
+    let at =
+        "[replication]\nrepair_bytes_max = 2097152\n[network]\nbus_queue_bytes_max = 4194304\n";
+    assert_eq!(resolve(at, &[], &[]).replication.repair_bytes_max, 2 << 20);
+    check_error(
+        "[network]\nbus_queue_bytes_max = 4194304\n",
+        &[],
+        &[],
+        // Blamed on the key the file set.
+        "network.bus_queue_bytes_max",
+        "repair_bytes_max (8388608) must be at most half of bus_queue_bytes_max (4194304)",
+    );
+}

@@ -277,6 +277,7 @@ async fn open(
     replica.start_view_probe_interval_ticks = ticks(timers.start_view_probe_interval_ms);
     replica.replica_lag_ticks_max = ticks(timers.replica_lag_time_max_ms);
     replica.repair_prepares_max = timers.repair_prepares_max as usize;
+    replica.repair_bytes_max = timers.repair_bytes_max;
     // A transfer carries the shard's machine state (consumer offsets, the metadata snapshot)
     // beside the producer table: `transfer` serves and installs it.
     replica.transfers_carry_driver_state = true;
