@@ -443,7 +443,7 @@ fn prepare(seeds: &[String], options: &Options, partitions: u32) -> Result<Value
 /// How long every node of a cluster may take to learn the topics the setup created.
 const TOPICS_KNOWN_TIME_MAX: Duration = Duration::from_secs(10);
 
-/// Waits until every node of a cluster knows every topic the run uses: a node learns a new
+/// Waits until every node of a cluster that is up knows every topic the run uses: a node learns a new
 /// topic when its metadata replica hears of the commit, and an actor that started first would
 /// count `TopicNotFound` errors against the run (errors a Kafka client would retry). Each node's
 /// own status report says what it knows (a topic description comes from the metadata primary).
@@ -457,7 +457,9 @@ async fn wait_topics_known(nodes: &[String], options: &Options) -> Result<(), St
             client_name: "shoal-bench/setup".into(),
             ..ClientConfig::with_seeds(vec![node.clone()])
         };
-        let mut client = Client::connect(config).await.map_err(|e| format!("{node}: {e}"))?;
+        // A node that is down is skipped: it learns the topics when it is back, and no actor
+        // is sent to a node that is down (none leads a partition).
+        let Ok(mut client) = Client::connect(config).await else { continue };
         loop {
             let status = client.status().await.map_err(|e| format!("{node}: status: {e}"))?;
             let status: Value =

@@ -43,6 +43,10 @@ pub struct NodeConfig {
     /// Prepares peers asked for that wait to be read from the log at most; beyond, requests
     /// are dropped and counted (the asker's round times out and asks again, or elsewhere).
     pub serve_reads_queued_max: usize,
+    /// Bytes of prepares one I/O round reads from segment files for peers at most (at least
+    /// one prepare); the rest wait for the next round. A round runs on the shard's loop, so
+    /// this bounds how long serving a peer's repair can hold up the shard's own clients.
+    pub serve_disk_bytes_per_round_max: usize,
     /// Groups below this id may have been held — and their ops acknowledged — by this node
     /// before its data directory was lost (it rejoined its cluster with an empty one): their
     /// replicas here never trust their own log over the cluster's. A new one starts
@@ -66,6 +70,7 @@ impl NodeConfig {
             repair_rounds_per_tick_max: 8,
             repair_rounds_in_flight_max: 32,
             serve_reads_queued_max: 1_024,
+            serve_disk_bytes_per_round_max: 1 << 20,
             rejoin_floor: 0,
             primary_return_ticks: 10_000 / crate::config::TICK_MS,
         }

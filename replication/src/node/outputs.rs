@@ -56,7 +56,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 self.counters.serve_reads_dropped += 1;
                 continue;
             }
-            self.reads.push((group, read));
+            self.reads.push_back((group, read));
         }
         if let Some(header) = ready.committed.iter().rev().find_map(Committed::header) {
             // Retention keeps every op not yet committed: a view change may still cut it.

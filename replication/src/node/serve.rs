@@ -13,9 +13,18 @@ use super::state::Node;
 use crate::message::{Envelope, Message};
 
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
-    /// Serves the queued prepare requests of peers, in order.
+    /// Whether peers' prepare requests wait to be served (a round serves a bounded share).
+    pub fn reads_waiting(&self) -> bool {
+        !self.reads.is_empty()
+    }
+
+    /// Serves the queued prepare requests of peers, in order, up to
+    /// `serve_disk_bytes_per_round_max` read from segment files: the rest wait for the next
+    /// round, so the shard's loop is never held for a whole repair round's reads.
     pub(super) async fn serve_reads(&mut self) {
-        for (group, read) in std::mem::take(&mut self.reads) {
+        let mut disk_bytes = 0;
+        while disk_bytes < self.config.serve_disk_bytes_per_round_max {
+            let Some((group, read)) = self.reads.pop_front() else { break };
             let Some(log) = self.store.group_mut(group) else { continue };
             let op_min = log.first_op();
             if read.op < op_min {
@@ -50,6 +59,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 self.counters.prepares_served_from_ring += 1;
             } else {
                 self.counters.prepares_served_from_disk += 1;
+                disk_bytes += stored.record.len();
             }
             // A stored record is header and body exactly: the Prepare message itself.
             self.transport.send(read.to, stored.record.clone());

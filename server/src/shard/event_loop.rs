@@ -37,9 +37,14 @@ impl ShardState {
         // Once the stop flag is up, the loop runs on while the node hands its groups over.
         let mut hand_off = None;
         while self.keep_serving(stop, &mut hand_off) {
-            // Wake for the tick, or sooner for the writes the flush gate holds.
+            // Wake for the tick, or sooner for the writes the flush gate holds; at once while
+            // peers' reads wait (each round serves a bounded share of them).
             let wake_at = self.flush_gate.deadline().map_or(next_tick, |d| d.min(next_tick));
-            let wait = wake_at.saturating_duration_since(Instant::now());
+            let wait = if self.node.reads_waiting() {
+                Duration::ZERO
+            } else {
+                wake_at.saturating_duration_since(Instant::now())
+            };
             // A flush cycle finishing wakes the loop too: its replies go out and the next
             // cycle starts with whatever arrived meanwhile.
             let node = &mut self.node;
