@@ -830,21 +830,28 @@ pub struct CreateTopic {
     pub segment_size_bytes: Option<u64>,
     /// Largest batch accepted.
     pub message_size_bytes_max: Option<u64>,
+    /// The topic's own lag bound for its replicas (`[replication] replica_lag_time_max_ms`
+    /// otherwise), as Kafka's per-topic override of `replica.lag.time.max.ms`. Sent only when
+    /// set (a trailing field: a server that predates it reads the rest as before).
+    pub replica_lag_time_max_ms: Option<u64>,
 }
 
 impl CreateTopic {
     /// Encodes the arguments.
     pub fn encode(&self) -> Vec<u8> {
-        Writer::new()
-            .str(&self.stream)
+        let mut w = Writer::new();
+        w.str(&self.stream)
             .str(&self.topic)
             .u32(self.partitions)
             .u8(durability_byte(self.durability))
             .opt_u64(self.retention_bytes)
             .opt_u64(self.retention_ms)
             .opt_u64(self.segment_size_bytes)
-            .opt_u64(self.message_size_bytes_max)
-            .finish()
+            .opt_u64(self.message_size_bytes_max);
+        if self.replica_lag_time_max_ms.is_some() {
+            w.opt_u64(self.replica_lag_time_max_ms);
+        }
+        w.finish()
     }
 
     /// Decodes the arguments.
@@ -859,9 +866,12 @@ impl CreateTopic {
             retention_ms: r.opt_u64("retention_ms")?,
             segment_size_bytes: r.opt_u64("segment_size_bytes")?,
             message_size_bytes_max: r.opt_u64("message_size_bytes_max")?,
+            replica_lag_time_max_ms: None,
         };
+        let replica_lag_time_max_ms =
+            if r.remaining() > 0 { r.opt_u64("replica_lag_time_max_ms")? } else { None };
         r.end()?;
-        Ok(create)
+        Ok(CreateTopic { replica_lag_time_max_ms, ..create })
     }
 }
 
@@ -1392,8 +1402,17 @@ mod tests {
             retention_ms: None,
             segment_size_bytes: Some(1 << 20),
             message_size_bytes_max: None,
+            replica_lag_time_max_ms: None,
         };
-        assert_eq!(CreateTopic::decode(&create.encode()), Ok(create));
+        assert_eq!(CreateTopic::decode(&create.encode()), Ok(create.clone()));
+        // The lag override is a trailing field, sent only when set: without it the body is
+        // what a server that predates it reads.
+        let with_lag = CreateTopic { replica_lag_time_max_ms: Some(5_000), ..create.clone() };
+        assert_eq!(CreateTopic::decode(&with_lag.encode()), Ok(with_lag.clone()));
+        assert_eq!(with_lag.encode().len(), create.encode().len() + 1 + 8);
+        let mut trailing = with_lag.encode();
+        trailing.push(0);
+        assert!(CreateTopic::decode(&trailing).is_err(), "bytes past the last field");
 
         let produce = Produce {
             stream: "s".into(),
@@ -1599,9 +1618,11 @@ mod tests {
         for len in 0..encoded.len() {
             assert!(CreateTopic::decode(&encoded[..len]).is_err(), "prefix {len}");
         }
+        // A byte past the fixed fields begins the optional lag bound, and is refused as cut.
         let mut trailing = encoded.clone();
         trailing.push(0);
-        assert_eq!(CreateTopic::decode(&trailing), Err(ProtocolError::TrailingBytes { len: 1 }));
+        let cut = ProtocolError::Truncated { field: "replica_lag_time_max_ms" };
+        assert_eq!(CreateTopic::decode(&trailing), Err(cut));
         // Over-long names and invalid UTF-8.
         let long = Writer::new().u16(NAME_LEN_MAX as u16 + 1).finish();
         assert!(matches!(decode_stream_name(&long), Err(ProtocolError::Invalid { .. })));

@@ -129,6 +129,11 @@ impl LagTracker {
         tracker
     }
 
+    /// The bound changed (see `Replica::set_replica_lag_ticks_max`).
+    pub(crate) fn set_lag_ticks_max(&mut self, ticks: u64) {
+        self.lag_ticks_max = ticks;
+    }
+
     /// This replica starts serving a view as its primary at `tick`: every backup gets a fresh
     /// bound to catch up in (as the failure detector gets a fresh heartbeat timeout), and nothing
     /// acknowledged or prepared in an older view counts.

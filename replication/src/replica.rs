@@ -694,6 +694,14 @@ impl Replica {
         std::mem::take(&mut self.ready)
     }
 
+    /// The lag bound changes (a topic's own, given after the replica was made): backups are
+    /// judged by it from the next tick on.
+    pub fn set_replica_lag_ticks_max(&mut self, ticks: u64) {
+        assert!(ticks > self.config.commit_interval_ticks, "a lag bound within a heartbeat");
+        self.config.replica_lag_ticks_max = ticks;
+        self.lag.set_lag_ticks_max(ticks);
+    }
+
     /// From now on a repair round starts only when the driver grants it (DESIGN.md §4: repair
     /// is rationed per shard so it never starves client traffic); the replica then reports a
     /// due round through [`Replica::repair_wanted`].

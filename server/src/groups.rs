@@ -319,6 +319,7 @@ mod tests {
             retention_ms: 0,
             segment_size_bytes: 1 << 20,
             message_size_bytes_max: 1000,
+            replica_lag_time_max_ms: 0,
         };
         let create =
             MetaCommand::CreateTopic { stream: "s".into(), topic: "t".into(), settings, nodes: 1 };

@@ -135,7 +135,14 @@ pub struct TopicSettings {
     pub segment_size_bytes: u64,
     /// Largest batch accepted.
     pub message_size_bytes_max: u64,
+    /// The topic's own `replica_lag_time_max_ms` for its partitions' replicas (0: the
+    /// cluster's `[replication]` value). Not in `encode_settings`: the create command and the
+    /// snapshot carry it after the other settings, so records written before it read as 0.
+    pub replica_lag_time_max_ms: u64,
 }
+
+/// The bounds of a topic's `replica_lag_time_max_ms` (0 aside), as of the `[replication]` key.
+pub const REPLICA_LAG_TIME_MS_RANGE: std::ops::RangeInclusive<u64> = 10..=3_600_000;
 
 impl TopicSettings {
     /// Resolves a create request against the defaults and checks every bound; the error names
@@ -158,6 +165,7 @@ impl TopicSettings {
             message_size_bytes_max: request
                 .message_size_bytes_max
                 .unwrap_or(u64::from(defaults.message_size_bytes_max)),
+            replica_lag_time_max_ms: request.replica_lag_time_max_ms.unwrap_or(0),
         };
         let invalid = |reason: String| Err((ErrorCode::InvalidArgument, reason));
         if !(1..=PARTITIONS_PER_TOPIC_MAX).contains(&settings.partitions) {
@@ -171,6 +179,14 @@ impl TopicSettings {
             return invalid(format!(
                 "segment_size_bytes {}: use {SEGMENT_SIZE_BYTES_MIN} to {SEGMENT_SIZE_BYTES_MAX}",
                 settings.segment_size_bytes
+            ));
+        }
+        let lag_ms = settings.replica_lag_time_max_ms;
+        if lag_ms != 0 && !REPLICA_LAG_TIME_MS_RANGE.contains(&lag_ms) {
+            return invalid(format!(
+                "replica_lag_time_max_ms {lag_ms}: use {} to {} (or none: the cluster's)",
+                REPLICA_LAG_TIME_MS_RANGE.start(),
+                REPLICA_LAG_TIME_MS_RANGE.end()
             ));
         }
         let message_max = (record_size_bytes_max.saturating_sub(HEADER_SIZE)) as u64;
@@ -220,7 +236,7 @@ impl MetaCommand {
             MetaCommand::CreateTopic { stream, topic, settings, nodes } => {
                 w.u8(TAG_CREATE_TOPIC).str(stream).str(topic);
                 encode_settings(&mut w, settings);
-                w.u8(*nodes);
+                w.u8(*nodes).u64(settings.replica_lag_time_max_ms);
             }
             MetaCommand::DeleteTopic { stream, topic } => {
                 w.u8(TAG_DELETE_TOPIC).str(stream).str(topic);
@@ -250,9 +266,12 @@ impl MetaCommand {
             TAG_CREATE_TOPIC => {
                 let stream = r.name("stream")?;
                 let topic = r.name("topic")?;
-                let settings = decode_settings(&mut r)?;
-                // Records written before clusters end at the settings: a one-node cluster's.
+                let mut settings = decode_settings(&mut r)?;
+                // Records written before clusters end at the settings: a one-node cluster's;
+                // those written before per-topic lag bounds end at the node count.
                 let nodes = if r.remaining() > 0 { r.u8("nodes")? } else { 1 };
+                settings.replica_lag_time_max_ms =
+                    if r.remaining() > 0 { r.u64("replica_lag_time_max_ms")? } else { 0 };
                 if !(1..=NODES_MAX).contains(&usize::from(nodes)) {
                     return Err(ProtocolError::Invalid {
                         field: "nodes",
@@ -661,13 +680,13 @@ impl Catalog {
         Ok(())
     }
 
-    /// Every partition placed on `shard`, with its engine settings.
-    pub fn groups_on(&self, shard: u32) -> Vec<(u64, GroupConfig)> {
+    /// Every partition placed on `shard`, with its topic's settings.
+    pub fn groups_on(&self, shard: u32) -> Vec<(u64, &TopicSettings)> {
         let mut groups = Vec::new();
         for stream in self.streams.values() {
             for topic in stream.topics.values() {
                 for place in topic.partitions.iter().filter(|p| p.shard == shard) {
-                    groups.push((place.group, topic.settings.group_config()));
+                    groups.push((place.group, &topic.settings));
                 }
             }
         }
@@ -731,8 +750,9 @@ impl Catalog {
 /// empty success or an error's text, which [`MetaReply::bounded`] cuts to fit.
 pub const META_REPLY_BYTES_MAX: usize = 1024;
 
-/// Snapshot format version (`docs/storage-format.md`, "Metadata snapshot").
-const SNAPSHOT_VERSION: u16 = 1;
+/// Snapshot format version (`docs/storage-format.md`, "Metadata snapshot"): 2 adds each
+/// topic's `replica_lag_time_max_ms` after its settings; version 1 is still read (as 0).
+const SNAPSHOT_VERSION: u16 = 2;
 
 /// The answer to one metadata request, as its client gets it and the client table keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -892,6 +912,7 @@ impl MetaState {
             for (name, topic) in &stream.topics {
                 w.str(name).i64(topic.created_ms);
                 encode_settings(&mut w, &topic.settings);
+                w.u64(topic.settings.replica_lag_time_max_ms);
                 w.u32(topic.partitions.len() as u32);
                 for place in &topic.partitions {
                     w.u64(place.group).u32(place.shard);
@@ -926,8 +947,8 @@ impl MetaState {
         let invalid = |field, reason: String| ProtocolError::Invalid { field, reason };
         let mut r = Reader::new(bytes);
         let version = r.u16("version")?;
-        if version != SNAPSHOT_VERSION {
-            return Err(invalid("version", format!("{version}, this build reads 1")));
+        if !(1..=SNAPSHOT_VERSION).contains(&version) {
+            return Err(invalid("version", format!("{version}, this build reads 1 and 2")));
         }
         let applied_op = r.u64("applied_op")?;
         let snapshot_shards = r.u32("shards")?;
@@ -950,7 +971,10 @@ impl MetaState {
             for _ in 0..r.count("topics", 2 + 8 + SETTINGS_SIZE + 4 + 4)? {
                 let topic_name = r.name("topic")?;
                 let topic_created_ms = r.i64("created_ms")?;
-                let settings = decode_settings(&mut r)?;
+                let mut settings = decode_settings(&mut r)?;
+                if version >= 2 {
+                    settings.replica_lag_time_max_ms = r.u64("replica_lag_time_max_ms")?;
+                }
                 let partitions = (0..r.count("partitions", 8 + 4)?)
                     .map(|_| {
                         let group = r.u64("group")?;
@@ -1035,6 +1059,7 @@ fn decode_settings(r: &mut Reader<'_>) -> Result<TopicSettings, ProtocolError> {
         retention_ms: r.u64("retention_ms")?,
         segment_size_bytes: r.u64("segment_size_bytes")?,
         message_size_bytes_max: r.u64("message_size_bytes_max")?,
+        replica_lag_time_max_ms: 0,
     })
 }
 
@@ -1089,6 +1114,7 @@ mod tests {
             retention_ms: 0,
             segment_size_bytes: 8 << 20,
             message_size_bytes_max: 1 << 16,
+            replica_lag_time_max_ms: 0,
         }
     }
 
@@ -1226,11 +1252,13 @@ mod tests {
     fn create_topic_records_carry_the_node_count_their_placement_used() {
         let create = |nodes| create_topic("t", 2, nodes);
         let bytes = create(3).encode();
-        let before_clusters = &bytes[..bytes.len() - 1];
+        // The node count, then the topic's lag bound (u64).
+        let nodes_at = bytes.len() - 9;
+        let before_clusters = &bytes[..nodes_at];
         assert_eq!(MetaCommand::decode(before_clusters), Ok(create(1)));
         for refused in [0, NODES_MAX as u8 + 1] {
             let mut bytes = bytes.clone();
-            *bytes.last_mut().unwrap() = refused;
+            bytes[nodes_at] = refused;
             assert!(MetaCommand::decode(&bytes).is_err(), "{refused} nodes");
         }
         // The same log applies to the same places whatever the applying node's configuration.
@@ -1453,7 +1481,60 @@ mod tests {
         let request = CreateTopic { segment_size_bytes: None, ..request };
         let resolved = TopicSettings::resolve(&request, &defaults, 2 << 20).unwrap();
         assert_eq!(resolved.partitions, defaults.partitions);
-        let too_big = CreateTopic { message_size_bytes_max: Some(4 << 20), ..request };
+        let too_big = CreateTopic { message_size_bytes_max: Some(4 << 20), ..request.clone() };
         assert!(TopicSettings::resolve(&too_big, &defaults, 2 << 20).is_err());
+        // A topic's own lag bound: none means the cluster's; at its bounds; past them refused.
+        assert_eq!(resolved.replica_lag_time_max_ms, 0);
+        for (lag_ms, accepted) in [(10, true), (3_600_000, true), (9, false), (3_600_001, false)] {
+            let request = CreateTopic { replica_lag_time_max_ms: Some(lag_ms), ..request.clone() };
+            let resolved = TopicSettings::resolve(&request, &defaults, 2 << 20);
+            assert_eq!(resolved.is_ok(), accepted, "{lag_ms}");
+            if let Err((_, reason)) = resolved {
+                assert!(reason.contains("replica_lag_time_max_ms"), "{reason}");
+            }
+        }
+    }
+
+    /// A topic's lag bound survives the metadata log and the snapshot; a create record or a
+    /// version 1 snapshot written before it reads as "the cluster's" (0).
+    #[test]
+    fn metadata_a_topic_lag_bound_survives_the_log_and_the_snapshot() {
+        let settings = TopicSettings { replica_lag_time_max_ms: 5_000, ..settings(2) };
+        let create =
+            MetaCommand::CreateTopic { stream: "s".into(), topic: "t".into(), settings, nodes: 3 };
+        let bytes = create.encode();
+        assert_eq!(MetaCommand::decode(&bytes).unwrap(), create);
+        // The record as written before the bound existed: it ends at the node count.
+        let MetaCommand::CreateTopic { settings: old, .. } =
+            MetaCommand::decode(&bytes[..bytes.len() - 8]).unwrap()
+        else {
+            panic!("a topic creation")
+        };
+        assert_eq!(old, TopicSettings { replica_lag_time_max_ms: 0, ..settings });
+
+        let mut state = MetaState::new(1, 100, 8);
+        state.catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
+        state.catalog.apply(2, 0, &create).unwrap();
+        state.catalog.applied_op = 2;
+        let snapshot = state.encode_snapshot();
+        let restored = MetaState::decode_snapshot(&snapshot, 1, 100, 8).unwrap();
+        let lag = |state: &MetaState| {
+            state.catalog.topic("s", "t").unwrap().settings.replica_lag_time_max_ms
+        };
+        assert_eq!(lag(&restored), 5_000);
+        // Version 1: the same bytes without the bound after the topic's settings.
+        let version_1 = {
+            let mut topic_lag = Writer::new();
+            topic_lag.u64(5_000);
+            let lag_bytes = topic_lag.finish();
+            let at = snapshot
+                .windows(lag_bytes.len())
+                .position(|window| window == lag_bytes.as_slice())
+                .expect("the bound is in the snapshot");
+            let mut bytes = [&snapshot[..at], &snapshot[at + 8..]].concat();
+            bytes[..2].copy_from_slice(&1u16.to_le_bytes());
+            bytes
+        };
+        assert_eq!(lag(&MetaState::decode_snapshot(&version_1, 1, 100, 8).unwrap()), 0);
     }
 }

@@ -5,7 +5,7 @@
 //! transfer changes nothing of that (under `canary-transfer-drops-driver-state` the transfer
 //! carries the producer table alone and these two tests fail). A backup that was paused while
 //! its peers kept everything shows dead, lagging, then in sync, and repairs from their
-//! segments without a transfer.
+//! segments without a transfer; and a topic's own lag bound governs its groups alone.
 
 mod common;
 
@@ -53,18 +53,15 @@ fn catch_up_by_transfer(kill_during: bool) {
     std::fs::write(&config, "[replication]\nprimary_return_ms = 200\n").unwrap();
     let mut cluster = cluster_with_args(dir.path(), &["--config", config.to_str().unwrap()]);
     create_stream_and_topic(&cluster);
-    let create = CreateTopic {
-        stream: STREAM.into(),
-        topic: "t".into(),
-        partitions: PARTITIONS,
-        durability: Some(Durability::Persisted),
-        retention_bytes: Some(SEGMENT_SIZE_BYTES),
-        segment_size_bytes: Some(SEGMENT_SIZE_BYTES),
-        ..CreateTopic::default()
-    };
-    let (code, body) = call_anywhere(&cluster, 0, Operation::CreateTopic, &create.encode())
-        .expect("a topic creation is answered");
-    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&body));
+    create_topic_as(
+        &cluster,
+        CreateTopic {
+            durability: Some(Durability::Persisted),
+            retention_bytes: Some(SEGMENT_SIZE_BYTES),
+            segment_size_bytes: Some(SEGMENT_SIZE_BYTES),
+            ..topic_of("t")
+        },
+    );
     let led = partition_led_by(&cluster, 2, "t");
     let at = PartitionRef { stream: STREAM.into(), topic: "t".into(), partition: led.partition };
     let (alice, bob) = (ConsumerId::consumer("alice"), ConsumerId::consumer("bob"));
@@ -297,4 +294,43 @@ fn replica_state(cluster: &ShoalCluster, node: usize, group: u64, replica: u8) -
         .filter(|line| line.starts_with("shoal_group_replica_state{"))
         .find(|line| line.contains(&group) && line.contains(&replica))
         .and_then(|line| line.rsplit_once(' ')?.1.parse().ok())
+}
+
+/// Issue 23, a topic's own lag bound: the cluster keeps the default 30 s, topic `q` sets 1 s
+/// (`CreateTopic`'s `replica_lag_time_max_ms`). A stopped backup shows dead in `q`'s group
+/// within about a second, while the metadata group, under the cluster's bound, still counts it
+/// in sync.
+#[test]
+fn a_topic_lag_bound_overrides_the_cluster_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = cluster(dir.path());
+    create_stream_and_topic(&cluster);
+    create_topic_as(
+        &cluster,
+        CreateTopic {
+            durability: Some(Durability::Persisted),
+            replica_lag_time_max_ms: Some(1_000),
+            ..topic_of("q")
+        },
+    );
+    let led = partition_led_by(&cluster, 0, "q");
+    wait_until(&cluster, "node 2 in sync", || {
+        replica_state(&cluster, 0, led.group, 2) == Some(IN_SYNC)
+            && replica_state(&cluster, 0, 0, 2) == Some(IN_SYNC)
+    });
+    cluster.nodes[2].stop();
+    let stopped = Instant::now();
+    let dead = wait_until(&cluster, "node 2 dead in q's group", || {
+        replica_state(&cluster, 0, led.group, 2) == Some(DEAD)
+    });
+    eprintln!("node 2 showed dead in q's group {dead:?} after it stopped");
+    // Well within the cluster's 30 s: the metadata group has not given up on node 2.
+    assert!(stopped.elapsed() < std::time::Duration::from_secs(20), "too slow to tell");
+    assert_eq!(replica_state(&cluster, 0, 0, 2), Some(IN_SYNC), "the metadata group's bound");
+    cluster.nodes[2].cont();
+    wait_until(&cluster, "node 2 in sync again", || {
+        replica_state(&cluster, 0, led.group, 2) == Some(IN_SYNC)
+    });
+    converge(&cluster);
+    check_logs_agree(&mut cluster);
 }

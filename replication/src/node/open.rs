@@ -184,11 +184,35 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         if group < self.config.rejoin_floor {
             config.start_view_probes_max = u32::MAX;
         }
+        if let Some(&ticks) = self.lag_ticks_by_group.get(&group) {
+            config.replica_lag_ticks_max = ticks;
+        }
         // A state piece and its header must fit in one packet the peers accept (every node of
         // a cluster runs the same bound).
         let packet_room = self.config.message_size_bytes_max.saturating_sub(HEADER_SIZE).max(1);
         config.state_chunk_bytes_max = config.state_chunk_bytes_max.min(packet_room);
         config
+    }
+
+    /// Gives `group`'s replica its own lag bound (a topic's `replica_lag_time_max_ms`), now and
+    /// whenever it is restarted; `None`: the template's again. A bound within one commit
+    /// interval would flag a healthy backup between two heartbeats, so it is raised past it.
+    pub fn set_replica_lag_ticks(&mut self, group: u64, ticks: Option<u64>) {
+        let floor = self.config.replica.commit_interval_ticks + 1;
+        let ticks = match ticks {
+            Some(ticks) => {
+                let ticks = ticks.max(floor);
+                self.lag_ticks_by_group.insert(group, ticks);
+                ticks
+            }
+            None => {
+                self.lag_ticks_by_group.remove(&group);
+                self.config.replica.replica_lag_ticks_max
+            }
+        };
+        if let Some(entry) = self.groups.get_mut(&group) {
+            entry.replica.set_replica_lag_ticks_max(ticks);
+        }
     }
 
     /// Raises or lowers the rejoin floor (see [`NodeConfig::rejoin_floor`]) for the groups

@@ -64,6 +64,9 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     /// Per damaged group whose replica is whole again: the op that must be durable before its
     /// damage marker may go.
     pub(super) damage_clear_at: BTreeMap<u64, u64>,
+    /// Groups whose replicas take their own lag bound, in ticks (a topic's
+    /// `replica_lag_time_max_ms`), instead of the template's.
+    pub(super) lag_ticks_by_group: BTreeMap<u64, u64>,
 }
 
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
@@ -102,6 +105,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             damaged: Vec::new(),
             repaired_groups: Vec::new(),
             damage_clear_at: BTreeMap::new(),
+            lag_ticks_by_group: BTreeMap::new(),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The catalog on every shard: shard 0 publishes each new catalog to all shards, and each shard
-//! installs it by creating the partition groups it places here (with this shard's segment age).
+//! installs it by creating the partition groups it places here (with this shard's segment age)
+//! and giving their replicas the topic's own lag bound, if it has one.
 //!
 //! A shard creates partition groups only from a catalog, never deletes one, and never installs
 //! a catalog older than the one it has.
@@ -8,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use shoal_engine::superblock::GroupConfig;
+use shoal_replication::TICK_MS;
 
 use super::state::ShardState;
 use super::work::Work;
@@ -34,16 +36,23 @@ impl ShardState {
         let existing = self.node.group_ids();
         // Shard 0 may have learned the node's rejoin floor since this shard last created a group.
         self.node.set_rejoin_floor(self.rejoin_floor.load(Ordering::SeqCst));
-        for (group, config) in catalog.groups_on(self.index) {
+        for (group, settings) in catalog.groups_on(self.index) {
+            // The topic's own lag bound, if it has one (its replicas, new or recovered, take it).
+            let lag_ms = settings.replica_lag_time_max_ms;
+            let lag_ticks = (lag_ms > 0).then(|| (lag_ms / TICK_MS).max(1));
             if existing.contains(&group) {
+                self.node.set_replica_lag_ticks(group, lag_ticks);
                 continue;
             }
             // The roll age is this shard's choice, not the topic's (docs/configuration.md, "Per-
             // shard topic defaults"); the superblock slot keeps it for the partition's life.
-            let config =
-                GroupConfig { segment_age_ms_max: self.tuning.segment_age_ms_max, ..config };
+            let config = GroupConfig {
+                segment_age_ms_max: self.tuning.segment_age_ms_max,
+                ..settings.group_config()
+            };
             match self.node.create_group(group, config).await {
                 Ok(()) => {
+                    self.node.set_replica_lag_ticks(group, lag_ticks);
                     self.committed_end.insert(group, 0);
                     self.offsets.insert(group, PartitionOffsets::default());
                     // Nothing may be deleted before a snapshot covers it.

@@ -151,13 +151,21 @@ pub fn call_anywhere_saying_retried(
 }
 
 pub fn create_topic(cluster: &ShoalCluster, topic: &str, durability: Durability) {
-    let create = CreateTopic {
+    create_topic_as(cluster, CreateTopic { durability: Some(durability), ..topic_of(topic) });
+}
+
+/// A `CreateTopic` of `topic` in stream `s` with `PARTITIONS` partitions, the rest defaults.
+pub fn topic_of(topic: &str) -> CreateTopic {
+    CreateTopic {
         stream: STREAM.into(),
         topic: topic.into(),
         partitions: PARTITIONS,
-        durability: Some(durability),
         ..CreateTopic::default()
-    };
+    }
+}
+
+/// Creates a topic as `create` says (any node that takes it), and checks it was.
+pub fn create_topic_as(cluster: &ShoalCluster, create: CreateTopic) {
     let (code, body) = call_anywhere(cluster, 0, Operation::CreateTopic, &create.encode())
         .expect("a topic creation is answered");
     assert_eq!(code, 0, "{}", String::from_utf8_lossy(&body));

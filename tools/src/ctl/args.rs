@@ -148,6 +148,10 @@ pub enum Topic {
         /// Largest batch accepted
         #[arg(long, value_name = "B")]
         message_size_bytes_max: Option<u64>,
+        /// The topic's own lag bound for its replicas (default: the cluster's
+        /// [replication] replica_lag_time_max_ms)
+        #[arg(long, value_name = "MS")]
+        replica_lag_time_max_ms: Option<u64>,
     },
     /// Lists a stream's topics
     List {
@@ -284,7 +288,10 @@ mod tests {
         );
         assert_eq!(command("stream list"), Command::Stream(Stream::List));
         assert_eq!(
-            command("topic create s t --partitions 2 --durability persisted --retention-ms=5"),
+            command(
+                "topic create s t --partitions 2 --durability persisted --retention-ms=5 \
+                 --replica-lag-time-max-ms 5000"
+            ),
             Command::Topic(Topic::Create {
                 stream: "s".into(),
                 topic: "t".into(),
@@ -294,6 +301,7 @@ mod tests {
                 retention_ms: Some(5),
                 segment_size_bytes: None,
                 message_size_bytes_max: None,
+                replica_lag_time_max_ms: Some(5000),
             })
         );
         assert_eq!(

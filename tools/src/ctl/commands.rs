@@ -123,6 +123,7 @@ async fn topic(client: &mut Client, command: Topic, json: bool) -> Outcome {
             retention_ms,
             segment_size_bytes,
             message_size_bytes_max,
+            replica_lag_time_max_ms,
         } => {
             let create = CreateTopic {
                 stream: stream.clone(),
@@ -133,6 +134,7 @@ async fn topic(client: &mut Client, command: Topic, json: bool) -> Outcome {
                 retention_ms,
                 segment_size_bytes,
                 message_size_bytes_max,
+                replica_lag_time_max_ms,
             };
             client.create_topic(&create).await?;
             print(
