@@ -153,27 +153,85 @@ fn peers_prepare_reads_queue_up_to_their_bound() {
     assert_eq!(node.reads.len(), 4, "the queue holds its bound");
     assert_eq!(node.counters().serve_reads_dropped, 6);
     sim.block_on(node.run_io());
+    assert_eq!(served_to(&mut node, 1), vec![1, 2, 3, 4], "the queued reads, in order");
+    assert!(node.reads.is_empty());
+    let ask = Message::RequestPrepare { view: 0, op: 9, checksum: None };
+    node.on_packet(1, &codec::encode(cluster, 1, 3, &ask)).unwrap();
+    assert_eq!(node.reads.len(), 1, "room again after the round");
+}
+
+/// The ops of the prepares node `node` sent to peer `to` since the last call.
+fn served_to(node: &mut Node<SimStorage, Sent, Zero>, to: u8) -> Vec<u64> {
+    let cluster = node.config.replica.cluster;
     let limits = CodecLimits {
         message_size_bytes_max: 1 << 20,
         view_headers_max: 128,
         commit_entries_max: 8,
     };
-    let served: Vec<u64> = node
-        .transport
-        .0
+    std::mem::take(&mut node.transport.0)
         .iter()
-        .filter(|(to, _)| *to == 1)
+        .filter(|(peer, _)| *peer == to)
         .flat_map(|(_, packet)| codec::decode(cluster, packet, &limits).unwrap().1)
         .filter_map(|(_, message)| match message {
             Message::Prepare { header, .. } => header.as_prepare().map(|p| p.op),
             _ => None,
         })
-        .collect();
-    assert_eq!(served, vec![1, 2, 3, 4], "the queued reads, in order");
-    assert!(node.reads.is_empty());
-    let ask = Message::RequestPrepare { view: 0, op: 9, checksum: None };
-    node.on_packet(1, &codec::encode(cluster, 1, 3, &ask)).unwrap();
-    assert_eq!(node.reads.len(), 1, "room again after the round");
+        .collect()
+}
+
+/// Limits everywhere: an I/O round reads at most `serve_disk_bytes_per_round_max` from segment
+/// files for peers (at least one prepare, whatever its size), and the rest wait, in order, for
+/// the next rounds: serving a repair never holds the shard's loop for long.
+#[test]
+fn peers_disk_reads_per_round_stay_within_their_bound() {
+    let sim = Sim::new(6, SimConfig::default());
+    let mut node = node(&sim, 64);
+    node.config.replica.stamp_batches = false;
+    // Group 3: node 0 is the primary of view 0.
+    let group = GroupConfig {
+        segment_size_bytes: 1 << 20,
+        record_size_bytes_max: 4096,
+        ..GroupConfig::default()
+    };
+    sim.block_on(node.create_group(3, group)).unwrap();
+    // Past the small profile's 1 MiB prepare ring, so the first ops are on disk only; node 1
+    // acknowledges each batch, so the pipeline keeps moving.
+    let cluster = node.config.replica.cluster;
+    for batch in 0..20 {
+        for number in batch * 20 + 1..=batch * 20 + 20 {
+            node.on_client_request(3, request(number, 3000)).unwrap();
+        }
+        sim.block_on(node.run_io());
+        let op = batch * 20 + 20;
+        let checksum = node.replica(3).unwrap().header(op).unwrap().checksum_header;
+        let ok = Message::PrepareOk { view: 0, op, commit: 0, prepare_checksum: checksum };
+        node.on_packet(1, &codec::encode(cluster, 1, 3, &ok)).unwrap();
+        sim.block_on(node.run_io());
+    }
+    assert_eq!(node.replica(3).unwrap().commit(), 400);
+    served_to(&mut node, 1);
+    // Two of these prepares (3,000-byte bodies and their headers) pass the bound.
+    node.config.serve_disk_bytes_per_round_max = 6000;
+    for op in 1..=5 {
+        let ask = Message::RequestPrepare { view: 0, op, checksum: None };
+        node.on_packet(1, &codec::encode(cluster, 1, 3, &ask)).unwrap();
+    }
+    let mut rounds = Vec::new();
+    for _ in 0..4 {
+        sim.block_on(node.run_io());
+        rounds.push(served_to(&mut node, 1));
+    }
+    assert_eq!(rounds, vec![vec![1, 2], vec![3, 4], vec![5], vec![]]);
+    assert_eq!(node.counters().prepares_served_from_disk, 5);
+    // A bound below one prepare still serves one per round.
+    node.config.serve_disk_bytes_per_round_max = 1;
+    for op in [7, 8] {
+        let ask = Message::RequestPrepare { view: 0, op, checksum: None };
+        node.on_packet(1, &codec::encode(cluster, 1, 3, &ask)).unwrap();
+    }
+    sim.block_on(node.run_io());
+    assert_eq!(served_to(&mut node, 1), vec![7]);
+    assert!(node.reads_waiting());
 }
 
 /// A vote reveals a view that is not durable until the node's I/O round: the node holds the
