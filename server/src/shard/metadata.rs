@@ -308,9 +308,10 @@ impl ShardState {
                     continue;
                 }
                 Committed::Transferred { header, state } => {
-                    self.install_driver_state(group, &header, &state);
-                    // Published by the install; a snapshot of it is due.
-                    if group == METADATA_GROUP {
+                    let installed = self.install_driver_state(group, &header, &state);
+                    // Published by the install; a snapshot of it is due (never of a machine
+                    // that kept its own state: its op is not the transferred end's).
+                    if group == METADATA_GROUP && installed {
                         changed = false;
                         metadata_end = Some(self.committed_end[&METADATA_GROUP]);
                     }

@@ -51,8 +51,14 @@ impl ShardState {
     /// Replaces `group`'s machine with the state a peer's transfer carried, as of the op of
     /// `header` (the first op of the log the replica installed), and moves its committed end
     /// there. A state that does not decode leaves the machine as it was and is logged: the
-    /// peer's machine encoded it, so only a build mismatch or a bug can cause it.
-    pub(super) fn install_driver_state(&mut self, group: u64, header: &Header, state: &[u8]) {
+    /// peer's machine encoded it, so only a build mismatch or a bug can cause it. Says whether
+    /// the state was installed.
+    pub(super) fn install_driver_state(
+        &mut self,
+        group: u64,
+        header: &Header,
+        state: &[u8],
+    ) -> bool {
         let fields = *shoal_engine::record::prepare_of(header);
         let end_offset = fields.end_offset();
         self.committed_end.insert(group, end_offset);
@@ -64,7 +70,7 @@ impl ShardState {
                 .map(|table| self.offsets.entry(group).or_default().replace_table(table))
         };
         self.metrics.driver_state_installed(installed.is_ok());
-        match installed {
+        match &installed {
             Ok(()) => tracing::info!(
                 shard = self.index,
                 group,
@@ -80,6 +86,7 @@ impl ShardState {
                 "a transferred state does not decode; the group's machine keeps its own"
             ),
         }
+        installed.is_ok()
     }
 
     /// The metadata group's half of [`ShardState::install_driver_state`]: the new state is
