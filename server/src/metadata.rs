@@ -1128,6 +1128,21 @@ mod tests {
         }
     }
 
+    /// Generation 1 of group "g" of s/t: member "m" alone, assigned `partitions`.
+    fn rebalance_to_m(partitions: Vec<u32>) -> MetaCommand {
+        MetaCommand::Rebalance {
+            stream: "s".into(),
+            topic: "t".into(),
+            group: "g".into(),
+            generation: 1,
+            members: vec![GroupMemberAssignment {
+                member: "m".into(),
+                session_timeout_ms: 1_000,
+                partitions,
+            }],
+        }
+    }
+
     /// Per (node, shard) pair, the live groups whose view-0 primary the node is.
     fn homes_per_pair(catalog: &Catalog, nodes: u8) -> Vec<u32> {
         let placement = catalog.placement(nodes);
@@ -1212,18 +1227,7 @@ mod tests {
         };
         assert_eq!(code(&catalog, 1), Some(ErrorCode::TransientNotAccepted));
         assert_eq!(code(&catalog, 0), Some(ErrorCode::UnknownMember));
-        let rebalance = MetaCommand::Rebalance {
-            stream: "s".into(),
-            topic: "t".into(),
-            group: "g".into(),
-            generation: 1,
-            members: vec![GroupMemberAssignment {
-                member: "m".into(),
-                session_timeout_ms: 1_000,
-                partitions: vec![0],
-            }],
-        };
-        catalog.apply(3, 0, &rebalance).unwrap();
+        catalog.apply(3, 0, &rebalance_to_m(vec![0])).unwrap();
         assert_eq!(code(&catalog, 1), None);
         assert_eq!(code(&catalog, 2), Some(ErrorCode::TransientNotAccepted));
         assert_eq!(code(&catalog, 0), Some(ErrorCode::StaleGeneration));
@@ -1321,21 +1325,7 @@ mod tests {
             // The retry of request 6 entered the log too (say, after a view change).
             (1, 6, create.clone()),
             (0, 1, MetaCommand::RegisterSession),
-            (
-                0,
-                2,
-                MetaCommand::Rebalance {
-                    stream: "s".into(),
-                    topic: "t".into(),
-                    group: "g".into(),
-                    generation: 1,
-                    members: vec![GroupMemberAssignment {
-                        member: "m".into(),
-                        session_timeout_ms: 1000,
-                        partitions: vec![0, 1],
-                    }],
-                },
-            ),
+            (0, 2, rebalance_to_m(vec![0, 1])),
             (5, 1, MetaCommand::CreateStream { name: "other".into() }),
             // A new request number re-executes, and is refused.
             (1, 7, create),

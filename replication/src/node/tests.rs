@@ -40,13 +40,17 @@ fn node(sim: &Sim, held_messages_max: usize) -> Node<SimStorage, Sent, Zero> {
     let open = Node::open(sim.storage(), Path::new("/d"), shard, config, Sent::default(), Zero, 3);
     let (mut node, _) = sim.block_on(open).unwrap();
     // Group 1: the primary of view 0 is node 1, so node 0 is a backup that will vote.
-    let group = GroupConfig {
+    sim.block_on(node.create_group(1, small_group())).unwrap();
+    node
+}
+
+/// The tests' partition group: 1 MiB segments, records of at most 4 KiB.
+fn small_group() -> GroupConfig {
+    GroupConfig {
         segment_size_bytes: 1 << 20,
         record_size_bytes_max: 4096,
         ..GroupConfig::default()
-    };
-    sim.block_on(node.create_group(1, group)).unwrap();
-    node
+    }
 }
 
 /// DESIGN.md §4 ("repair is rationed so it never starves client traffic"): five groups of a
@@ -60,15 +64,10 @@ fn repair_rounds_are_rationed_per_tick_and_in_flight() {
     let mut node = node(&sim, 64);
     node.config.repair_rounds_per_tick_max = 2;
     node.config.repair_rounds_in_flight_max = 3;
-    let group = GroupConfig {
-        segment_size_bytes: 1 << 20,
-        record_size_bytes_max: 4096,
-        ..GroupConfig::default()
-    };
     // Node 0 backs up every group whose primary in view 0, `g mod 3`, is another node.
     let groups = [1, 2, 4, 5, 7];
     for g in groups.into_iter().skip(1) {
-        sim.block_on(node.create_group(g, group)).unwrap();
+        sim.block_on(node.create_group(g, small_group())).unwrap();
     }
     for primary in [1u8, 2] {
         let entries: Vec<CommitEntry> = groups
@@ -129,12 +128,7 @@ fn peers_prepare_reads_queue_up_to_their_bound() {
     node.config.serve_reads_queued_max = 4;
     node.config.replica.stamp_batches = false;
     // Group 3: node 0 is the primary of view 0.
-    let group = GroupConfig {
-        segment_size_bytes: 1 << 20,
-        record_size_bytes_max: 4096,
-        ..GroupConfig::default()
-    };
-    sim.block_on(node.create_group(3, group)).unwrap();
+    sim.block_on(node.create_group(3, small_group())).unwrap();
     for number in 1..=10 {
         node.on_client_request(3, request(number, 100)).unwrap();
     }
@@ -188,12 +182,7 @@ fn peers_disk_reads_per_round_stay_within_their_bound() {
     let mut node = node(&sim, 64);
     node.config.replica.stamp_batches = false;
     // Group 3: node 0 is the primary of view 0.
-    let group = GroupConfig {
-        segment_size_bytes: 1 << 20,
-        record_size_bytes_max: 4096,
-        ..GroupConfig::default()
-    };
-    sim.block_on(node.create_group(3, group)).unwrap();
+    sim.block_on(node.create_group(3, small_group())).unwrap();
     // Past the small profile's 1 MiB prepare ring, so the first ops are on disk only; node 1
     // acknowledges each batch, so the pipeline keeps moving.
     let cluster = node.config.replica.cluster;
@@ -528,14 +517,9 @@ fn groups_below_the_rejoin_floor_start_recovering_and_wait_for_the_cluster() {
     let sim = Sim::new(5, SimConfig::default());
     let mut node = node(&sim, 64);
     node.set_rejoin_floor(10);
-    let group = GroupConfig {
-        segment_size_bytes: 1 << 20,
-        record_size_bytes_max: 4096,
-        ..GroupConfig::default()
-    };
     // Group 3's primary in view 0 is node 0, this one: a fresh group would lead at once.
-    sim.block_on(node.create_group(3, group)).unwrap();
-    sim.block_on(node.create_group(12, group)).unwrap();
+    sim.block_on(node.create_group(3, small_group())).unwrap();
+    sim.block_on(node.create_group(12, small_group())).unwrap();
     assert_eq!(node.replica(3).unwrap().status(), Status::Recovering);
     assert!(!node.replica(3).unwrap().is_primary());
     assert_eq!(node.replica(12).unwrap().status(), Status::Normal);
