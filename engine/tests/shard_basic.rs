@@ -3,7 +3,9 @@
 
 mod common;
 
+use shoal_engine::partition::ReadPlan;
 use shoal_engine::record::build_prepare;
+use shoal_engine::ring::StoredPrepare;
 use shoal_engine::shard::{ShardConfig, ShardFlush, ShardFlushDone, ShardStore};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
@@ -94,6 +96,20 @@ fn appends_survive_flush_and_restart_and_read_back_by_offset_op_and_time() {
             assert_eq!(prepare.op(), i as u64 + 1);
             assert_eq!(prepare.body(), batch(3, 100, 1_000 + i as i64));
         }
+        // A run of ops (a peer's repair): bounded by count, and by bytes past the first.
+        let mut read_ops = |op: u64, prepares_max: usize, bytes_max: usize| {
+            let found = match log.plan_read_ops(op, prepares_max, bytes_max).unwrap() {
+                ReadPlan::Done(found) => found,
+                ReadPlan::Disk(read) => log.finish_read(sim.block_on(read.run())).unwrap(),
+            };
+            found.iter().map(StoredPrepare::op).collect::<Vec<u64>>()
+        };
+        assert_eq!(read_ops(57, 5, usize::MAX), vec![57, 58, 59, 60, 61]);
+        let record_bytes = all[0].record.len();
+        assert_eq!(read_ops(57, 5, 2 * record_bytes), vec![57, 58]);
+        assert_eq!(read_ops(57, 5, 1), vec![57], "at least one");
+        assert_eq!(read_ops(198, 5, usize::MAX), vec![198, 199, 200], "up to the head");
+        assert!(read_ops(201, 5, usize::MAX).is_empty());
         // Appends continue the chain after restart.
         append(&mut shard, 1, 10, 5_000);
         sim.block_on(shard.flush()).unwrap();

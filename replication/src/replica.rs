@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use shoal_engine::rng::Rng;
 use shoal_engine::state::{GroupState, STATE_SIZE_BYTES_MAX};
-use shoal_proto::wire::{Header, Prepare};
+use shoal_proto::wire::{HEADER_SIZE, Header, Prepare};
 
 use crate::config::ReplicaConfig;
 use crate::lag::{GroupStatus, LagTracker};
@@ -110,6 +110,8 @@ pub struct ReplicaCounters {
     pub repair_rounds: u64,
     /// Repair rounds that ended without progress, so the next asked another peer.
     pub repair_rounds_unanswered: u64,
+    /// Repair rounds given another interval at their deadline because answers were arriving.
+    pub repair_rounds_extended: u64,
     /// Answers that a peer no longer holds an op asked for.
     pub ranges_evicted: u64,
     /// Truncations issued.
@@ -229,6 +231,13 @@ impl Entry {
 /// `TransientNotAccepted` and retried by its client.
 const DUPLICATES_WAITING_MAX: usize = 4;
 
+/// Doublings of a repair round's deadline at most after rounds in a row that brought nothing.
+const REPAIR_BACKOFF_MAX: u32 = 3;
+
+/// A repair round's deadline is at most this many repair intervals before its backoff (see
+/// `Replica::repair_deadline_ticks`).
+const REPAIR_DEADLINE_INTERVALS_MAX: u64 = 8;
+
 /// A prepare of the primary's pipeline, waiting for its quorum.
 #[derive(Clone, Debug)]
 struct InFlight {
@@ -289,9 +298,11 @@ struct RepairRound {
     to: u8,
     /// The highest op asked for: the round is over once the log is appended up to it.
     op_high: u64,
-    /// The appended head when the round was sent: no progress past it by the deadline means
-    /// the next round asks another peer.
+    /// The appended head when the round was sent, or last made progress: no progress past it
+    /// by the deadline means the next round asks another peer.
     op_appended_at_send: u64,
+    /// When it was sent, to measure how long a round takes.
+    sent_tick: u64,
     deadline_tick: u64,
 }
 
@@ -387,10 +398,26 @@ pub struct Replica {
     /// The peer the next repair round asks: the primary first, the next peer after a round
     /// that brought nothing or an answer that the range is gone.
     repair_target: u8,
+    /// Rounds in a row that brought nothing (at most `REPAIR_BACKOFF_MAX`): each doubles the
+    /// next round's interval, so peers that are slow to answer (a busy disk) are not asked
+    /// again and again for what they are still reading.
+    repair_backoff: u32,
+    /// How long the recent repair rounds took from request to their last op, smoothed; a
+    /// round's deadline is at least twice it, so peers that take longer than the repair
+    /// interval to answer (a large round read from a busy disk) are not asked twice.
+    repair_round_ticks: u64,
+    /// When the ops the next round asks for were first asked for, if a round that brought
+    /// nothing asked for them already.
+    repair_asked_tick: Option<u64>,
+    /// The size of the newest prepare appended: a repair round counts each op whose header it
+    /// does not know yet as this big against `repair_bytes_max`.
+    recent_prepare_size_bytes: u64,
     /// Set by a driver that rations repair across its groups: a round then starts only inside
     /// [`Replica::grant_repair`].
     repair_rationed: bool,
     repair_granted: bool,
+    /// The bytes the round the last grant started asks for (see [`Replica::grant_repair`]).
+    repair_granted_bytes: u64,
     /// A round is due but waits for the driver's grant.
     repair_wanted: bool,
     /// Per peer, the oldest op it said it still holds (0: never said).
@@ -514,6 +541,11 @@ impl Replica {
             heartbeat_deadline_tick: 0,
             repair_round: None,
             repair_target: config.primary_of(0),
+            repair_backoff: 0,
+            repair_round_ticks: 0,
+            repair_asked_tick: None,
+            repair_granted_bytes: 0,
+            recent_prepare_size_bytes: 0,
             repair_rationed: false,
             repair_granted: false,
             repair_wanted: false,
@@ -709,11 +741,16 @@ impl Replica {
         self.repair_rationed = true;
     }
 
-    /// The driver's grant: start the repair round that is due, if one still is.
-    pub fn grant_repair(&mut self) {
+    /// The driver's grant: start the repair round that is due, if one still is. Returns the
+    /// bytes the round asks for, as far as known (the headers' sizes, an unknown one counted as
+    /// big as the newest prepare appended; a state transfer's piece as its bound): what a
+    /// driver rationing repair by bytes charges for it. 0 when no round started.
+    pub fn grant_repair(&mut self) -> u64 {
         self.repair_granted = true;
+        self.repair_granted_bytes = 0;
         self.repair();
         self.repair_granted = false;
+        self.repair_granted_bytes
     }
 
     // --- Inputs ----------------------------------------------------------------------------
@@ -1330,13 +1367,41 @@ impl Replica {
             if !done && self.tick < round.deadline_tick {
                 return;
             }
+            if !done && self.op_appended > round.op_appended_at_send {
+                // Answers are still arriving (a large round from a busy peer): the round lives
+                // on for another interval instead of asking again for what is on its way, which
+                // would double the peers' reads just when they are slow.
+                self.counters.repair_rounds_extended += 1;
+                self.repair_backoff = 0;
+                self.repair_round = Some(RepairRound {
+                    op_appended_at_send: self.op_appended,
+                    deadline_tick: self.tick + self.repair_deadline_ticks(),
+                    ..round
+                });
+                return;
+            }
             if !done && self.op_appended <= round.op_appended_at_send {
                 self.counters.repair_rounds_unanswered += 1;
                 self.repair_target = self.next_peer(round.to);
+                self.repair_backoff = (self.repair_backoff + 1).min(REPAIR_BACKOFF_MAX);
+                // The next round asks for the same ops: it is timed from this one's request,
+                // since this one's answers may be what completes it.
+                self.repair_asked_tick = Some(round.sent_tick);
+            } else {
+                self.repair_backoff = 0;
+            }
+            if done {
+                // A slower round counts at once, a faster one by halves: a deadline that is
+                // too short costs a whole round of reads twice, one that is long costs nothing
+                // while answers arrive.
+                let took = self.tick.saturating_sub(round.sent_tick);
+                let took =
+                    took.min(self.config.repair_interval_ticks * REPAIR_DEADLINE_INTERVALS_MAX);
+                self.repair_round_ticks = took.max((self.repair_round_ticks + took) / 2);
             }
             self.repair_round = None;
         }
-        let requests = self.missing_requests();
+        let (requests, size_bytes) = self.missing_requests();
         let Some(op_high) = requests.iter().rev().find_map(|message| match message {
             Message::RequestPrepare { op, .. } => Some(*op),
             _ => None,
@@ -1355,8 +1420,10 @@ impl Replica {
             to,
             op_high,
             op_appended_at_send: self.op_appended,
-            deadline_tick: self.tick + self.config.repair_interval_ticks,
+            sent_tick: self.repair_asked_tick.take().unwrap_or(self.tick),
+            deadline_tick: self.tick + (self.repair_deadline_ticks() << self.repair_backoff),
         });
+        self.repair_granted_bytes = size_bytes;
         self.counters.repair_rounds += 1;
         self.counters.repairs_requested += requests.len() as u64;
         for message in requests {
@@ -1381,6 +1448,15 @@ impl Replica {
             self.repair_round = None;
             self.repair();
         }
+    }
+
+    /// How long a repair round waits for progress before asking again: the repair interval,
+    /// or twice what recent rounds took when that is longer, and never more than
+    /// `REPAIR_DEADLINE_INTERVALS_MAX` intervals (a round that spanned a partition or a pause
+    /// says nothing about the next).
+    fn repair_deadline_ticks(&self) -> u64 {
+        let interval = self.config.repair_interval_ticks;
+        (2 * self.repair_round_ticks).clamp(interval, interval * REPAIR_DEADLINE_INTERVALS_MAX)
     }
 
     /// Whether a due round may start now: always when unrationed; when rationed, only inside
@@ -1437,6 +1513,7 @@ impl Replica {
             None => Message::RequestState { view, op, offset_bytes: round.incoming.offset_bytes() },
         };
         self.transfer = Some(round);
+        self.repair_granted_bytes = self.config.state_chunk_bytes_max as u64;
         self.counters.repair_rounds += 1;
         self.send(to, message);
     }
@@ -1640,11 +1717,19 @@ impl Replica {
     }
 
     /// Requests for the lowest bodies the log lacks (at most `repair_prepares_max`, and at most
-    /// `repair_bytes_max` by the sizes the known headers state): by checksum where the header is
-    /// known, as "the committed op" where it is not.
-    fn missing_requests(&self) -> Vec<Message> {
+    /// `repair_bytes_max` by the sizes the known headers state, an unknown one counted as big
+    /// as the newest prepare appended): by checksum where the header is known, as "the
+    /// committed op" where it is not.
+    fn missing_requests(&self) -> (Vec<Message>, u64) {
         let mut requests = Vec::new();
         let mut size_bytes = 0;
+        // A prepare is at least its header, whatever is known.
+        let unknown_size_bytes = self
+            .log
+            .get(&self.op_appended)
+            .map_or(0, |entry| u64::from(entry.header.size))
+            .max(self.recent_prepare_size_bytes)
+            .max(HEADER_SIZE as u64);
         let last = self.op.max(self.commit_max);
         let mut op = self.op_appended + 1;
         while op <= last && requests.len() < self.config.repair_prepares_max {
@@ -1654,7 +1739,7 @@ impl Replica {
                 }
                 Some(_) => (None, 0),
                 None if op <= self.commit_max && !self.repaired.contains_key(&op) => {
-                    (Some(None), 0)
+                    (Some(None), unknown_size_bytes)
                 }
                 None => (None, 0),
             };
@@ -1667,7 +1752,7 @@ impl Replica {
             }
             op += 1;
         }
-        requests
+        (requests, size_bytes)
     }
 
     fn on_request_prepare(&mut self, from: u8, op: u64, checksum: Option<u32>) {
@@ -2109,7 +2194,7 @@ impl Replica {
             return;
         }
         merge.next_fetch_tick = self.tick + self.config.repair_interval_ticks;
-        for message in self.missing_requests() {
+        for message in self.missing_requests().0 {
             self.counters.repairs_requested += 1;
             for to in self.peers() {
                 self.send(to, message.clone());
@@ -2226,6 +2311,7 @@ impl Replica {
         self.acknowledge_head();
         self.repair_target = self.config.primary_of(view);
         self.repair_round = None;
+        self.repair_asked_tick = None;
         self.repair();
     }
 
@@ -2424,6 +2510,7 @@ impl Replica {
                 break;
             }
             self.op_appended = next;
+            self.recent_prepare_size_bytes = u64::from(header.size);
             self.ready.writes.push(Write::Append { header, body });
         }
         let appended = self.op_appended;

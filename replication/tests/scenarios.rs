@@ -25,7 +25,9 @@ mod common;
 
 use common::{GROUP, cluster, primary_of, replica, wait};
 use shoal_replication::Status;
-use shoal_replication::simulator::{Cluster, FaultProfile, Mode, SimOptions, Violation};
+use shoal_replication::simulator::{
+    Cluster, FaultProfile, Mode, SimOptions, Violation, network::NetworkConfig,
+};
 
 /// The end of every scenario: faults stop, every client completes its requests, and the final
 /// logs hold every acknowledged write with identical committed prefixes.
@@ -379,6 +381,48 @@ fn a_backup_that_missed_more_than_the_ring_catches_up_from_the_primarys_segments
     let counters = replica(&cluster, backup).counters();
     assert!(counters.repair_rounds > 1, "one round cannot carry it: {counters:?}");
     assert_eq!(counters.ranges_evicted, 0);
+    finish(&mut cluster)
+}
+
+/// DESIGN.md §4 Repair and catch-up, when the peers answer slower than the repair interval
+/// (a busy disk, a long link: here every packet takes 4 ticks each way, the interval is 5): a
+/// round that brought nothing by its deadline asks the next peer after twice the interval, and
+/// one whose answers are arriving lives on, so the returning backup asks for each op it missed
+/// about once instead of asking every peer again and again while their answers are on the way
+/// (which once multiplied the peers' disk reads during a real catch-up).
+#[test]
+fn a_backup_repairing_from_slow_peers_asks_for_each_op_about_once() -> Result<(), Violation> {
+    let slow =
+        NetworkConfig { delay_ticks_min: 4, delay_ticks_max: 4, ..NetworkConfig::reliable() };
+    let mut cluster = Cluster::new(&SimOptions {
+        faults: Some(FaultProfile { network: slow, ..FaultProfile::none() }),
+        mode: Some(Mode::Persisted),
+        replicas: 3,
+        groups: 1,
+        clients_per_group: 12,
+        ..SimOptions::new(23)
+    });
+    let (primary, backup) = (primary_of(0), primary_of(1));
+    cluster.run_ticks(50)?;
+    cluster.crash(backup, false);
+    let missed_from = replica(&cluster, primary).commit();
+    wait(&mut cluster, 20_000, "the group commits 1,000 ops more", |c| {
+        replica(c, primary).commit() > missed_from + 1_000
+    })?;
+    cluster.restart(backup)?;
+    let target = replica(&cluster, primary).commit();
+    wait(&mut cluster, 20_000, "the backup catches up", |c| {
+        let b = replica(c, backup);
+        b.status() == Status::Normal && b.op_appended() >= target
+    })?;
+    let counters = replica(&cluster, backup).counters();
+    let missed = target - missed_from;
+    assert!(
+        counters.repairs_requested < missed + missed / 2,
+        "{} ops asked for {missed} missed: {counters:?}",
+        counters.repairs_requested
+    );
+    assert!(counters.repair_rounds_extended > 0 || counters.repair_rounds_unanswered > 0);
     finish(&mut cluster)
 }
 

@@ -361,6 +361,7 @@ pub struct ShardSnapshot {
     /// that ended without progress (the next asked another peer).
     pub repair_prepares_requested: u64,
     pub repair_rounds_unanswered: u64,
+    pub repair_rounds_extended: u64,
     /// The engine's I/O counters.
     pub engine: ShardCounters,
     /// The node layer's counters.
@@ -410,6 +411,7 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
             replicas.backups_back_in_sync += counters.backups_back_in_sync;
             replicas.repairs_requested += counters.repairs_requested;
             replicas.repair_rounds_unanswered += counters.repair_rounds_unanswered;
+            replicas.repair_rounds_extended += counters.repair_rounds_extended;
         }
         let failed = node.group_failure(group).is_some();
         let status = node.group_status(group);
@@ -479,6 +481,7 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         backups_back_in_sync: replicas.backups_back_in_sync,
         repair_prepares_requested: replicas.repairs_requested,
         repair_rounds_unanswered: replicas.repair_rounds_unanswered,
+        repair_rounds_extended: replicas.repair_rounds_extended,
         retention_bytes: metrics.retention_bytes.get(),
         engine: node.engine_counters(),
         ring_bytes: node.ring_bytes() as u64,
@@ -603,7 +606,7 @@ fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
 /// One series per answering shard for each of the shard's own figures (a flat table).
 fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 46] = [
+    let per_shard: [(&str, Kind, &str, Figure); 48] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -749,6 +752,13 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
             |s| s.repair_rounds_unanswered,
         ),
         (
+            "shoal_repair_rounds_extended_total",
+            Kind::Counter,
+            "Repair rounds given another interval at their deadline because answers were still \
+             arriving (instead of asking again for what was on its way).",
+            |s| s.repair_rounds_extended,
+        ),
+        (
             "shoal_repair_rounds_deferred_total",
             Kind::Counter,
             "Ticks on which a due repair round waited for a later tick's ration.",
@@ -765,6 +775,13 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
             Kind::Counter,
             "Prepares the shard served to repairing peers from its segment files.",
             |s| s.node.prepares_served_from_disk,
+        ),
+        (
+            "shoal_repair_disk_reads_total",
+            Kind::Counter,
+            "Disk reads the shard ran for repairing peers (each reads a run of consecutive \
+             prepares one peer asked for, beside the shard's loop).",
+            |s| s.node.serve_disk_reads,
         ),
         (
             "shoal_repair_ranges_evicted_total",

@@ -26,6 +26,8 @@ pub struct DiskRead<S: Storage> {
     /// The segments to scan, in order.
     segments: Vec<PlannedSegment<S::File>>,
     bytes_max: usize,
+    /// Prepares gathered at most (always at least one).
+    prepares_max: usize,
     want: Want,
     /// The read stopped at the written end of the log: continue from the ring.
     continue_in_ring: bool,
@@ -66,6 +68,7 @@ pub struct DiskReadDone {
     found: Vec<StoredPrepare>,
     reached_written_end: bool,
     bytes_max: usize,
+    prepares_max: usize,
     want: Want,
     result: Result<()>,
 }
@@ -88,6 +91,7 @@ impl<S: Storage> DiskRead<S> {
             found,
             reached_written_end,
             bytes_max: self.bytes_max,
+            prepares_max: self.prepares_max,
             want: self.want,
             result,
         }
@@ -121,7 +125,9 @@ impl<S: Storage> DiskRead<S> {
                 .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
             let mut position = planned.start_bytes;
             while position < planned.written_end_bytes {
-                if !found.is_empty() && bytes >= self.bytes_max {
+                if !found.is_empty()
+                    && (bytes >= self.bytes_max || found.len() >= self.prepares_max)
+                {
                     // Full: the next record is not even decoded, so damage past what was asked
                     // for (a read by op wants one) is left for the read that wants it.
                     *reached_written_end = false;
@@ -173,22 +179,41 @@ impl<S: Storage> PartitionLog<S> {
         }
         let segment = self.segments.partition_point(|segment| segment.base_offset <= offset) - 1;
         let position = self.segments[segment].index.position_for_offset(offset);
-        Ok(self.plan_disk(segment, position, bytes_max, Want::Offset(offset)))
+        Ok(self.plan_disk(segment, position, bytes_max, usize::MAX, Want::Offset(offset)))
     }
 
     /// Plans a read of the prepare with this op.
     pub fn plan_read_op(&self, op: u64) -> Result<ReadPlan<S>> {
+        self.plan_read_ops(op, 1, 1)
+    }
+
+    /// Plans a read of the prepares from `op` on: at most `prepares_max` of them, and at most
+    /// `bytes_max` bytes of records (always the first one, when it exists). A peer's repair
+    /// asks for runs of consecutive ops, which one scan reads in order.
+    pub fn plan_read_ops(
+        &self,
+        op: u64,
+        prepares_max: usize,
+        bytes_max: usize,
+    ) -> Result<ReadPlan<S>> {
         self.check_serving()?;
+        let prepares_max = prepares_max.max(1);
         if op == 0 || op > self.head.op {
             return Ok(ReadPlan::Done(Vec::new()));
         }
-        if let Some(prepare) = self.ring.by_op(op) {
-            return Ok(ReadPlan::Done(vec![prepare.clone()]));
+        if let Some(first) = self.ring.first_op()
+            && op >= first
+            && self.ring.by_op(op).is_some()
+        {
+            let index = (op - first) as usize;
+            let mut found = self.collect_ring(index, bytes_max, None);
+            found.truncate(prepares_max);
+            return Ok(ReadPlan::Done(found));
         }
         let segment = self.segments.partition_point(|segment| segment.first_op <= op);
         let Some(segment) = segment.checked_sub(1) else { return Ok(ReadPlan::Done(Vec::new())) };
         let position = self.segments[segment].index.position_for_op(op);
-        Ok(self.plan_disk(segment, position, 1, Want::Op(op)))
+        Ok(self.plan_disk(segment, position, bytes_max, prepares_max, Want::Op(op)))
     }
 
     /// Plans finding the first prepare appended at or after `time_ms`.
@@ -199,7 +224,7 @@ impl<S: Storage> PartitionLog<S> {
             return Ok(ReadPlan::Done(Vec::new()));
         }
         let position = self.segments[segment].index.position_for_time(time_ms);
-        Ok(self.plan_disk(segment, position, 1, Want::Time(time_ms)))
+        Ok(self.plan_disk(segment, position, 1, 1, Want::Time(time_ms)))
     }
 
     /// Completes a disk read: reports corruption (marking the log faulty: it refuses service
@@ -219,7 +244,7 @@ impl<S: Storage> PartitionLog<S> {
             let bytes: usize = found.iter().map(|prepare| prepare.record.len()).sum();
             let from_op = found.last().map_or(self.written.op + 1, |prepare| prepare.op() + 1);
             if let Some(first) = self.ring.first_op() {
-                let limit = if matches!(done.want, Want::Op(_)) { 1 } else { usize::MAX };
+                let limit = done.prepares_max;
                 if found.len() < limit && from_op >= first {
                     let index = (from_op - first) as usize;
                     let want = found.is_empty().then_some(done.want);
@@ -229,7 +254,8 @@ impl<S: Storage> PartitionLog<S> {
             }
         }
         if let Want::Op(op) = done.want {
-            found.retain(|prepare| prepare.op() == op);
+            let end = op.saturating_add(done.prepares_max as u64);
+            found.retain(|prepare| (op..end).contains(&prepare.op()));
         }
         Ok(found)
     }
@@ -261,6 +287,7 @@ impl<S: Storage> PartitionLog<S> {
         segment: usize,
         position: u64,
         bytes_max: usize,
+        prepares_max: usize,
         want: Want,
     ) -> ReadPlan<S> {
         let mut segments = Vec::new();
@@ -293,6 +320,7 @@ impl<S: Storage> PartitionLog<S> {
             scan_window_bytes: self.shared.scan_window_bytes,
             segments,
             bytes_max,
+            prepares_max,
             want,
             continue_in_ring,
             _in_flight: Rc::clone(&self.disk_reads),

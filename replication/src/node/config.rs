@@ -40,13 +40,23 @@ pub struct NodeConfig {
     /// Repair rounds in flight at most, all groups together; bounds the bodies a shard may have
     /// on the way to it for repair (each round asks up to `repair_prepares_max`).
     pub repair_rounds_in_flight_max: usize,
+    /// Bytes the node's groups may ask peers for in repair rounds per tick, all groups
+    /// together, on average (by what each round asks, as [`Replica::grant_repair`] reports it);
+    /// 0: no bound. It keeps a returning node's catch-up from taking the whole disk and bus
+    /// its peers (and, on a shared machine, it) serve clients with.
+    ///
+    /// [`Replica::grant_repair`]: crate::Replica::grant_repair
+    pub repair_bytes_per_tick_max: u64,
     /// Prepares peers asked for that wait to be read from the log at most; beyond, requests
     /// are dropped and counted (the asker's round times out and asks again, or elsewhere).
     pub serve_reads_queued_max: usize,
-    /// Bytes of prepares one I/O round reads from segment files for peers at most (at least
-    /// one prepare); the rest wait for the next round. A round runs on the shard's loop, so
-    /// this bounds how long serving a peer's repair can hold up the shard's own clients.
-    pub serve_disk_bytes_per_round_max: usize,
+    /// Disk reads for peers in flight at most; the queued requests wait for one to finish.
+    /// They run beside the shard's loop, so this bounds the disk and memory a peer's repair
+    /// takes from the shard's own clients, not the loop's time.
+    pub serve_reads_in_flight_max: usize,
+    /// Bytes of prepares one disk read for a peer gathers at most (at least one prepare); the
+    /// ops of its run past them are read next.
+    pub serve_read_bytes_max: usize,
     /// Groups below this id may have been held — and their ops acknowledged — by this node
     /// before its data directory was lost (it rejoined its cluster with an empty one): their
     /// replicas here never trust their own log over the cluster's. A new one starts
@@ -69,8 +79,10 @@ impl NodeConfig {
             held_messages_max: 4_096,
             repair_rounds_per_tick_max: 8,
             repair_rounds_in_flight_max: 32,
+            repair_bytes_per_tick_max: 0,
             serve_reads_queued_max: 1_024,
-            serve_disk_bytes_per_round_max: 1 << 20,
+            serve_reads_in_flight_max: 8,
+            serve_read_bytes_max: 2 << 20,
             rejoin_floor: 0,
             primary_return_ticks: 10_000 / crate::config::TICK_MS,
         }

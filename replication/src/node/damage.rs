@@ -112,6 +112,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.writes.retain(|(_, g, _)| *g != group);
         self.held.retain(|(_, g, _)| *g != group);
         self.reads.retain(|(g, _)| *g != group);
+        self.drop_peer_reads(group);
         self.counters.groups_reopened += 1;
         // Ops the replica already held faulty stay faulty: the replica is replaced, not its
         // history.

@@ -39,7 +39,8 @@ pub(super) const FLUSHES_PER_ROUND_MAX: usize = 64;
 
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// Polls the jobs in flight, applies those that finished and starts the next ones (a flush
-    /// cycle when anything is pending, a checkpoint when one is due); true when a job finished.
+    /// cycle when anything is pending, a checkpoint when one is due, the disk reads for peers
+    /// the queue allows); true when a job finished.
     pub(super) fn poll_jobs(&mut self, cx: &mut Context<'_>) -> bool {
         let mut finished = false;
         for _ in 0..FLUSHES_PER_ROUND_MAX {
@@ -78,6 +79,12 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             {
                 self.checkpoint = Some(Box::pin(job.run()));
                 again = true;
+            }
+            if self.poll_peer_reads(cx) {
+                finished = true;
+                let before = self.peer_reads.len();
+                self.serve_reads();
+                again |= self.peer_reads.len() > before;
             }
             if !again {
                 break;

@@ -111,9 +111,18 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.send_heartbeats();
     }
 
-    /// Lets the groups whose repair round is due start one, within the tick's budget and the
-    /// shard's bound on rounds in flight, taking turns from where the last tick stopped.
+    /// Lets the groups whose repair round is due start one, within the tick's budget, the
+    /// shard's bound on rounds in flight and its byte credit, taking turns from where the last
+    /// tick stopped.
     fn grant_repairs(&mut self) {
+        let rate = i64::try_from(self.config.repair_bytes_per_tick_max).unwrap_or(i64::MAX);
+        if rate > 0 {
+            // The credit saves up at most one round's worth (or one tick's, if more), so an
+            // idle spell never buys a burst above the rate.
+            let round = i64::try_from(self.config.replica.repair_bytes_max).unwrap_or(i64::MAX);
+            self.repair_bytes_credit =
+                self.repair_bytes_credit.saturating_add(rate).min(rate.max(round));
+        }
         let in_flight = self.groups.values().filter(|g| g.replica.repair_in_flight()).count();
         let mut budget = self
             .config
@@ -127,13 +136,16 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             .map(|(&group, _)| group)
             .collect();
         for group in wanting {
-            if budget == 0 {
+            if budget == 0 || (rate > 0 && self.repair_bytes_credit <= 0) {
                 self.counters.repair_rounds_deferred += 1;
                 self.repair_cursor = group;
                 return;
             }
             let replica = &mut self.groups.get_mut(&group).expect("listed").replica;
-            replica.grant_repair();
+            let bytes = replica.grant_repair();
+            if rate > 0 {
+                self.repair_bytes_credit -= i64::try_from(bytes).unwrap_or(i64::MAX);
+            }
             if replica.repair_in_flight() {
                 budget -= 1;
                 self.counters.repair_rounds_granted += 1;

@@ -56,7 +56,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     pub async fn run_io(&mut self) {
         self.start_io().await;
         for _ in 0..FLUSHES_PER_ROUND_MAX {
-            if self.flushes.is_empty() {
+            if self.flushes.is_empty() && self.peer_reads.is_empty() {
                 break;
             }
             self.wait_io().await;
@@ -80,7 +80,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         let applied = self.apply_writes().await;
         self.flush_applied(applied).await;
         self.release_held();
-        self.serve_reads().await;
+        self.serve_reads();
         for (group, reason) in std::mem::take(&mut self.damaged) {
             self.reopen_damaged(group, reason).await;
         }
@@ -88,14 +88,16 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.send_heartbeats();
     }
 
-    /// Whether a flush cycle or a checkpoint job is in flight (see [`Node::wait_io`]).
+    /// Whether a flush cycle, a checkpoint job or a disk read for a peer is in flight (see
+    /// [`Node::wait_io`]).
     pub fn io_in_flight(&self) -> bool {
-        !self.flushes.is_empty() || self.checkpoint.is_some()
+        !self.flushes.is_empty() || self.checkpoint.is_some() || !self.peer_reads.is_empty()
     }
 
-    /// Waits until a flush cycle or checkpoint job in flight finishes, and applies it: the
-    /// writes its cycle carried are durable (replies and held messages follow), and the next
-    /// cycle starts at once with whatever was appended meanwhile. Never finishes when nothing
+    /// Waits until a flush cycle, checkpoint job or disk read for a peer in flight finishes,
+    /// and applies it: the writes its cycle carried are durable (replies and held messages
+    /// follow), and the next cycle starts at once with whatever was appended meanwhile; a
+    /// finished read is sent, and the next queued ones start. Never finishes when nothing
     /// is in flight. Cancel-safe: the jobs live in the node, not in this future.
     pub async fn wait_io(&mut self) {
         poll_fn(|cx| if self.poll_jobs(cx) { Poll::Ready(()) } else { Poll::Pending }).await;
@@ -129,6 +131,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                     self.store.set_views(group, *view, *log_view, *log_view_head_op)
                 }
                 Write::Truncate { op, view } => {
+                    self.drop_peer_reads(group);
                     complete &= self.finish_jobs().await;
                     let result = self.store.truncate_after(group, *op, *view).await;
                     if result.is_ok() {
@@ -137,6 +140,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                     result
                 }
                 Write::Install { header, body, state } => {
+                    self.drop_peer_reads(group);
                     complete &= self.finish_jobs().await;
                     let result = self.store.install_transfer(group, header, body, state).await;
                     if result.is_ok() {

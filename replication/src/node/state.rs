@@ -13,6 +13,7 @@ use shoal_proto::wire::CommitEntry;
 use super::config::{Clock, NodeConfig, Transport};
 use super::damage::DamageCut;
 use super::flush::{CheckpointRun, InFlightFlush};
+use super::serve::PeerRead;
 use super::status::NodeCounters;
 use crate::message::{Committed, Envelope, Reply, ServePrepare, Write};
 use crate::replica::Replica;
@@ -42,6 +43,8 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     pub(super) tickets_durable: u64,
     pub(super) held: VecDeque<(u64, u64, Envelope)>,
     pub(super) reads: VecDeque<(u64, ServePrepare)>,
+    /// The disk reads for peers in flight (at most `serve_reads_in_flight_max`).
+    pub(super) peer_reads: Vec<PeerRead>,
     pub(super) heartbeats: BTreeMap<u8, Vec<CommitEntry>>,
     pub(super) replies: Vec<(u64, Reply)>,
     pub(super) committed: Vec<(u64, Committed)>,
@@ -55,6 +58,9 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     pub(super) counters: NodeCounters,
     /// Where the next tick's repair grants start, so every group gets its turn.
     pub(super) repair_cursor: u64,
+    /// The bytes repair rounds may still ask for under `repair_bytes_per_tick_max`: topped up
+    /// every tick, charged per round granted (so it may go below zero, delaying the next).
+    pub(super) repair_bytes_credit: i64,
     /// The newest damage cuts, for status (at most `DAMAGE_CUTS_KEPT`).
     pub(super) damage_cuts: VecDeque<DamageCut>,
     /// Groups a read found damaged this round, reopened at its end.
@@ -93,6 +99,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             tickets_durable: 0,
             held: VecDeque::new(),
             reads: VecDeque::new(),
+            peer_reads: Vec::new(),
             heartbeats: BTreeMap::new(),
             replies: Vec::new(),
             committed: Vec::new(),
@@ -101,6 +108,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             flush_blocked: false,
             counters: NodeCounters::default(),
             repair_cursor: 0,
+            repair_bytes_credit: 0,
             damage_cuts: VecDeque::new(),
             damaged: Vec::new(),
             repaired_groups: Vec::new(),

@@ -42,6 +42,8 @@ pub struct NodeCounters {
     pub prepares_served_from_ring: u64,
     /// Prepares served to peers from segment files.
     pub prepares_served_from_disk: u64,
+    /// Disk reads started for peers (each reads a run of consecutive ops by one scan).
+    pub serve_disk_reads: u64,
     /// Requests for ops retention had removed, answered with `RangeEvicted`.
     pub ranges_evicted_sent: u64,
     /// Peers' prepare requests dropped at `serve_reads_queued_max`.

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use shoal_engine::shard::ShardConfig;
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::GroupConfig;
-use shoal_proto::wire::CommitEntry;
+use shoal_proto::wire::{CommitEntry, HEADER_SIZE};
 
 use super::{Clock, Node, NodeConfig, RequestRefused, Transport};
 use crate::codec::{self, CodecLimits, DecodeError};
@@ -64,20 +64,7 @@ fn repair_rounds_are_rationed_per_tick_and_in_flight() {
     let mut node = node(&sim, 64);
     node.config.repair_rounds_per_tick_max = 2;
     node.config.repair_rounds_in_flight_max = 3;
-    // Node 0 backs up every group whose primary in view 0, `g mod 3`, is another node.
-    let groups = [1, 2, 4, 5, 7];
-    for g in groups.into_iter().skip(1) {
-        sim.block_on(node.create_group(g, small_group())).unwrap();
-    }
-    for primary in [1u8, 2] {
-        let entries: Vec<CommitEntry> = groups
-            .into_iter()
-            .filter(|g| g % 3 == u64::from(primary))
-            .map(|group| CommitEntry { group, commit: 50, commit_checksum: 0, view: 0 })
-            .collect();
-        let packet = codec::encode_commits(node.config.replica.cluster, primary, &entries);
-        node.on_packet(primary, &packet).unwrap();
-    }
+    five_groups_behind(&sim, &mut node);
     let limits = CodecLimits {
         message_size_bytes_max: 1 << 20,
         view_headers_max: 128,
@@ -116,6 +103,50 @@ fn repair_rounds_are_rationed_per_tick_and_in_flight() {
     assert!(rounds_per_tick[5..].iter().sum::<usize>() >= 2, "{rounds_per_tick:?}");
     let counters = node.counters();
     assert!(counters.repair_rounds_deferred >= 3, "{counters:?}");
+}
+
+/// Node 0 as a backup of five groups (those whose primary in view 0, `g mod 3`, is another
+/// node) that learn their primaries committed 50 ops they lack.
+fn five_groups_behind(sim: &Sim, node: &mut Node<SimStorage, Sent, Zero>) {
+    let groups = [1, 2, 4, 5, 7];
+    for g in groups.into_iter().skip(1) {
+        sim.block_on(node.create_group(g, small_group())).unwrap();
+    }
+    for primary in [1u8, 2] {
+        let entries: Vec<CommitEntry> = groups
+            .into_iter()
+            .filter(|g| g % 3 == u64::from(primary))
+            .map(|group| CommitEntry { group, commit: 50, commit_checksum: 0, view: 0 })
+            .collect();
+        let packet = codec::encode_commits(node.config.replica.cluster, primary, &entries);
+        node.on_packet(primary, &packet).unwrap();
+    }
+}
+
+/// The byte ration (`repair_bytes_per_tick_max`): each round is charged what it asks for (50
+/// ops whose headers are unknown, counted as a header each), the credit grows by the rate per
+/// tick, and a round starts only while the credit is positive, so the rounds granted follow the
+/// rate however many groups want one.
+#[test]
+fn repair_rounds_are_rationed_by_bytes() {
+    let round_bytes = 50 * HEADER_SIZE as u64;
+    for (rate, expected) in
+        [(round_bytes, vec![1, 1, 1, 1, 1]), (round_bytes / 2, vec![1, 0, 1, 0, 1])]
+    {
+        let sim = Sim::new(2, SimConfig::default());
+        let mut node = node(&sim, 64);
+        node.config.repair_rounds_per_tick_max = 8;
+        node.config.repair_bytes_per_tick_max = rate;
+        five_groups_behind(&sim, &mut node);
+        let mut rounds_per_tick = Vec::new();
+        for _ in 0..5 {
+            let before = node.counters().repair_rounds_granted;
+            node.on_tick();
+            rounds_per_tick.push(node.counters().repair_rounds_granted - before);
+        }
+        assert_eq!(rounds_per_tick, expected, "rate {rate} bytes per tick");
+        assert!(node.counters().repair_rounds_deferred >= 4);
+    }
 }
 
 /// Limits everywhere: peers' prepare reads wait in a queue of at most
@@ -173,11 +204,12 @@ fn served_to(node: &mut Node<SimStorage, Sent, Zero>, to: u8) -> Vec<u64> {
         .collect()
 }
 
-/// Limits everywhere: an I/O round reads at most `serve_disk_bytes_per_round_max` from segment
-/// files for peers (at least one prepare, whatever its size), and the rest wait, in order, for
-/// the next rounds: serving a repair never holds the shard's loop for long.
+/// Limits everywhere: disk reads for peers run beside the shard's loop, at most
+/// `serve_reads_in_flight_max` at once, each reading one run of consecutive ops a peer asked
+/// for up to `serve_read_bytes_max` (at least one prepare, whatever its size); the rest of a
+/// run is read next, so every op asked for is served, in order.
 #[test]
-fn peers_disk_reads_per_round_stay_within_their_bound() {
+fn peers_disk_reads_stay_within_their_bounds() {
     let sim = Sim::new(6, SimConfig::default());
     let mut node = node(&sim, 64);
     node.config.replica.stamp_batches = false;
@@ -199,28 +231,39 @@ fn peers_disk_reads_per_round_stay_within_their_bound() {
     }
     assert_eq!(node.replica(3).unwrap().commit(), 400);
     served_to(&mut node, 1);
-    // Two of these prepares (3,000-byte bodies and their headers) pass the bound.
-    node.config.serve_disk_bytes_per_round_max = 6000;
-    for op in 1..=5 {
-        let ask = Message::RequestPrepare { view: 0, op, checksum: None };
-        node.on_packet(1, &codec::encode(cluster, 1, 3, &ask)).unwrap();
-    }
-    let mut rounds = Vec::new();
-    for _ in 0..4 {
-        sim.block_on(node.run_io());
-        rounds.push(served_to(&mut node, 1));
-    }
-    assert_eq!(rounds, vec![vec![1, 2], vec![3, 4], vec![5], vec![]]);
-    assert_eq!(node.counters().prepares_served_from_disk, 5);
-    // A bound below one prepare still serves one per round.
-    node.config.serve_disk_bytes_per_round_max = 1;
-    for op in [7, 8] {
-        let ask = Message::RequestPrepare { view: 0, op, checksum: None };
-        node.on_packet(1, &codec::encode(cluster, 1, 3, &ask)).unwrap();
-    }
+    let ask = |node: &mut Node<SimStorage, Sent, Zero>, from: u8, ops: &[u64]| {
+        for &op in ops {
+            let ask = Message::RequestPrepare { view: 0, op, checksum: None };
+            node.on_packet(from, &codec::encode(cluster, from, 3, &ask)).unwrap();
+        }
+    };
+    // Two of these prepares (3,000-byte bodies and their headers) fill a read.
+    node.config.serve_reads_in_flight_max = 1;
+    node.config.serve_read_bytes_max = 2 * (3000 + HEADER_SIZE);
+    ask(&mut node, 1, &[1, 2, 3, 4, 5]);
+    node.serve_reads();
+    assert_eq!(node.peer_reads_in_flight(), 1, "one read in flight at most");
+    assert!(node.reads.is_empty(), "the run is one read; what it does not reach is read next");
     sim.block_on(node.run_io());
-    assert_eq!(served_to(&mut node, 1), vec![7]);
-    assert!(node.reads_waiting());
+    assert_eq!(served_to(&mut node, 1), vec![1, 2, 3, 4, 5]);
+    assert_eq!(node.counters().prepares_served_from_disk, 5);
+    assert_eq!(node.counters().serve_disk_reads, 3, "runs of two, two and one");
+    // Two peers' runs are two reads, both in flight under a bound of two.
+    node.config.serve_reads_in_flight_max = 2;
+    ask(&mut node, 1, &[10, 11]);
+    ask(&mut node, 2, &[10, 11]);
+    node.serve_reads();
+    assert_eq!(node.peer_reads_in_flight(), 2);
+    assert!(node.reads.is_empty());
+    sim.block_on(node.run_io());
+    assert_eq!(served_to(&mut node, 1), vec![10, 11]);
+    // A bound below one prepare still reads one per read.
+    node.config.serve_read_bytes_max = 1;
+    ask(&mut node, 1, &[7, 8]);
+    sim.block_on(node.run_io());
+    assert_eq!(served_to(&mut node, 1), vec![7, 8]);
+    assert_eq!(node.counters().serve_disk_reads, 3 + 2 + 2);
+    assert_eq!(node.peer_reads_in_flight(), 0);
 }
 
 /// A vote reveals a view that is not durable until the node's I/O round: the node holds the

@@ -37,6 +37,8 @@ pub struct Coverage {
     pub repair_rounds: u64,
     /// Repair rounds that brought nothing, so the next asked another peer.
     pub repair_rounds_unanswered: u64,
+    /// Repair rounds given another interval because answers were arriving.
+    pub repair_rounds_extended: u64,
     /// Restarted replicas that fell back to a view change.
     pub recovery_view_changes: u64,
     /// Retried requests answered with their original op and offset (DESIGN.md §4).
@@ -140,6 +142,7 @@ impl Coverage {
         self.repairs_requested += counters.repairs_requested;
         self.repair_rounds += counters.repair_rounds;
         self.repair_rounds_unanswered += counters.repair_rounds_unanswered;
+        self.repair_rounds_extended += counters.repair_rounds_extended;
         self.recovery_view_changes += counters.recovery_view_changes;
         self.backups_lagging += counters.backups_lagging;
         self.backups_dead += counters.backups_dead;
@@ -170,6 +173,7 @@ impl Coverage {
             (&mut self.repairs_requested, other.repairs_requested),
             (&mut self.repair_rounds, other.repair_rounds),
             (&mut self.repair_rounds_unanswered, other.repair_rounds_unanswered),
+            (&mut self.repair_rounds_extended, other.repair_rounds_extended),
             (&mut self.recovery_view_changes, other.recovery_view_changes),
             (&mut self.duplicates, other.duplicates),
             (&mut self.admin_duplicates, other.admin_duplicates),

@@ -310,7 +310,7 @@ pub(super) const CLUSTER_KEYS: [IntKey<ClusterConfig>; 2] = [
 
 /// `[replication]`: the replicas' timers, in milliseconds (the replicas count 10 ms ticks, so
 /// each is at least one tick).
-pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 10] = [
+pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 13] = [
     IntKey {
         name: "commit_interval_ms",
         min: 10,
@@ -380,6 +380,27 @@ pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 10] = [
         max: 65_536,
         get: |c| c.repair_rounds_in_flight_max,
         set: |c, v| c.repair_rounds_in_flight_max = v,
+    },
+    IntKey {
+        name: "repair_bytes_per_second_max",
+        min: 0,
+        max: 1 << 40,
+        get: |c| c.repair_bytes_per_second_max,
+        set: |c, v| c.repair_bytes_per_second_max = v,
+    },
+    IntKey {
+        name: "serve_reads_in_flight_max",
+        min: 1,
+        max: 1024,
+        get: |c| c.serve_reads_in_flight_max,
+        set: |c, v| c.serve_reads_in_flight_max = v,
+    },
+    IntKey {
+        name: "serve_read_bytes_max",
+        min: 4096,
+        max: 1 << 33,
+        get: |c| c.serve_read_bytes_max,
+        set: |c, v| c.serve_read_bytes_max = v,
     },
 ];
 

@@ -205,6 +205,15 @@ pub struct ReplicationConfig {
     /// Repair rounds a shard has in flight at most, all groups together (bounds the bodies on
     /// their way to it: this times `repair_prepares_max` prepares).
     pub repair_rounds_in_flight_max: u64,
+    /// Bytes a shard's backups ask peers for in repair rounds per second, on average, all
+    /// groups together; 0: no bound (Redpanda's `raft_learner_recovery_rate`, per shard).
+    pub repair_bytes_per_second_max: u64,
+    /// Disk reads a shard runs for its peers' repair at once, at most: they run beside the
+    /// shard's loop, and this bounds the disk and memory they take from its clients.
+    pub serve_reads_in_flight_max: u64,
+    /// Bytes of prepares one of those reads gathers at most (a run of ops one peer asked for);
+    /// at most half of `[network] bus_queue_bytes_max`, like `repair_bytes_max`.
+    pub serve_read_bytes_max: u64,
 }
 
 impl Default for ReplicationConfig {
@@ -220,6 +229,9 @@ impl Default for ReplicationConfig {
             repair_bytes_max: 8 << 20,
             repair_rounds_per_tick_max: 8,
             repair_rounds_in_flight_max: 32,
+            repair_bytes_per_second_max: 0,
+            serve_reads_in_flight_max: 8,
+            serve_read_bytes_max: 2 << 20,
         }
     }
 }

@@ -1126,4 +1126,13 @@ fn a_repair_round_must_fit_twice_in_a_peer_bus_queue() {
         "network.bus_queue_bytes_max",
         "repair_bytes_max (8388608) must be at most half of bus_queue_bytes_max (4194304)",
     );
+    // One disk read served to a peer is bounded alike.
+    check_error(
+        "[replication]\nrepair_bytes_max = 1048576\nserve_read_bytes_max = 2097153\n\
+         [network]\nbus_queue_bytes_max = 4194304\n",
+        &[],
+        &[],
+        "replication.serve_read_bytes_max",
+        "serve_read_bytes_max (2097153) must be at most half of bus_queue_bytes_max (4194304)",
+    );
 }

@@ -421,18 +421,24 @@ impl Layers {
                 ));
             }
         }
-        // A peer answering a repair round must be able to queue all of it, twice over (two
-        // peers may ask at once), or what its bus queue drops is asked again at the deadline.
+        // A peer answering a repair round (or serving one read of it) must be able to queue all
+        // of it, twice over (two peers may ask at once), or what its bus queue drops is asked
+        // again at the deadline.
         let queue_bytes_max = config.network.bus_queue_bytes_max;
-        if timers.repair_bytes_max > queue_bytes_max / 2 {
-            return Err(blame(
-                self.key_of(Scope::Replication, "repair_bytes_max"),
-                self.key_of(Scope::Network, "bus_queue_bytes_max"),
-                format!(
-                    "repair_bytes_max ({}) must be at most half of bus_queue_bytes_max ({})",
-                    timers.repair_bytes_max, queue_bytes_max
-                ),
-            ));
+        for (name, value) in [
+            ("repair_bytes_max", timers.repair_bytes_max),
+            ("serve_read_bytes_max", timers.serve_read_bytes_max),
+        ] {
+            if value > queue_bytes_max / 2 {
+                return Err(blame(
+                    self.key_of(Scope::Replication, name),
+                    self.key_of(Scope::Network, "bus_queue_bytes_max"),
+                    format!(
+                        "{name} ({value}) must be at most half of bus_queue_bytes_max \
+                         ({queue_bytes_max})"
+                    ),
+                ));
+            }
         }
         Ok(())
     }

@@ -37,16 +37,11 @@ impl ShardState {
         // Once the stop flag is up, the loop runs on while the node hands its groups over.
         let mut hand_off = None;
         while self.keep_serving(stop, &mut hand_off) {
-            // Wake for the tick, or sooner for the writes the flush gate holds; at once while
-            // peers' reads wait (each round serves a bounded share of them).
+            // Wake for the tick, or sooner for the writes the flush gate holds.
             let wake_at = self.flush_gate.deadline().map_or(next_tick, |d| d.min(next_tick));
-            let wait = if self.node.reads_waiting() {
-                Duration::ZERO
-            } else {
-                wake_at.saturating_duration_since(Instant::now())
-            };
+            let wait = wake_at.saturating_duration_since(Instant::now());
             // A flush cycle finishing wakes the loop too: its replies go out and the next
-            // cycle starts with whatever arrived meanwhile.
+            // cycle starts with whatever arrived meanwhile; so does a disk read for a peer.
             let node = &mut self.node;
             let first = monoio::select! {
                 work = inbox.recv_async() => work.ok(),
@@ -66,6 +61,8 @@ impl ShardState {
             }
             self.finish_reads();
             self.finish_state_saves();
+            // Peers' prepare requests start their disk reads now, whatever the flush gate holds.
+            self.node.serve_reads();
             if Instant::now() >= next_tick {
                 next_tick = Instant::now() + tick;
                 self.node.on_tick();

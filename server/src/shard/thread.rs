@@ -290,6 +290,12 @@ async fn open(
         rejoin_floor: spec.rejoin_floor.load(Ordering::SeqCst),
         repair_rounds_per_tick_max: timers.repair_rounds_per_tick_max as usize,
         repair_rounds_in_flight_max: timers.repair_rounds_in_flight_max as usize,
+        repair_bytes_per_tick_max: match timers.repair_bytes_per_second_max {
+            0 => 0,
+            rate => (rate * TICK_MS / 1000).max(1),
+        },
+        serve_reads_in_flight_max: timers.serve_reads_in_flight_max as usize,
+        serve_read_bytes_max: timers.serve_read_bytes_max as usize,
         primary_return_ticks: match timers.primary_return_ms {
             0 => 0,
             ms => ticks(ms),
