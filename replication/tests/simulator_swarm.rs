@@ -255,9 +255,10 @@ const RETENTION_REGRESSIONS: &[(u64, u8)] = &[
     // durably with the log view, refutes it.
     (5_000_200, 3),
     // Passes; with `canary-refute-any-head` (a kept log-view head taken as proof whether or
-    // not it lies below the op) committed prefixes diverge at op 142 of the admin group. (Seed
-    // 97 did so at op 172 until the hand-over work changed every seed's trace.)
-    (249, 3),
+    // not it lies below the op) a view change drops an acknowledged op of group 1, and its
+    // producer's next request is refused as out of sequence. (Seeds 97 and 249 caught it until
+    // the hand-over work, then repair's round deadlines, changed every trace.)
+    (628, 3),
     // A new primary of log view 16 that had restarted, beside a replica of log view 15 that
     // held ops 363 and 364 and one whose log was cut to empty, could neither refute nor find
     // them and waited for good; the merge now finds them on the lower log view's replica.
