@@ -574,6 +574,12 @@ impl Replica {
 
     // --- Observers -------------------------------------------------------------------------
 
+    /// The head op this replica's log view began with, when known: the primary of that view
+    /// holds every op an earlier primary may have acknowledged at or below it.
+    pub fn log_view_head_op(&self) -> Option<u64> {
+        self.log_view_head_op
+    }
+
     /// The settings.
     pub fn config(&self) -> &ReplicaConfig {
         &self.config

@@ -140,6 +140,19 @@ impl ShardState {
         if let Some(refusal) = redirect(replica) {
             return Some(refusal);
         }
+        // A new primary holds every op an earlier primary may have acknowledged, but it serves
+        // their effects (a stored offset) only once it has committed them in its own view.
+        let view_start_op = replica.log_view_head_op().unwrap_or(0);
+        if replica.log_view() == replica.view() && replica.commit() < view_start_op {
+            return Some(Outcome::error(
+                ErrorCode::TransientNotAccepted,
+                format!(
+                    "this primary of view {} has not yet committed op {view_start_op}, which its \
+                     view began with: retry",
+                    replica.view()
+                ),
+            ));
+        }
         let timeout_ticks = config.heartbeat_timeout_ticks;
         let status = replica.group_status();
         let heard = status.replicas.iter().filter(|p| p.silent_ticks <= timeout_ticks).count();
