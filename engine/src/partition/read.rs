@@ -175,7 +175,7 @@ impl<S: Storage> PartitionLog<S> {
             return Ok(ReadPlan::Done(Vec::new()));
         }
         if let Some(index) = self.ring.position_of_offset(offset) {
-            return Ok(ReadPlan::Done(self.collect_ring(index, bytes_max, None)));
+            return Ok(ReadPlan::Done(self.collect_ring(index, bytes_max, usize::MAX, None)));
         }
         let segment = self.segments.partition_point(|segment| segment.base_offset <= offset) - 1;
         let position = self.segments[segment].index.position_for_offset(offset);
@@ -202,13 +202,10 @@ impl<S: Storage> PartitionLog<S> {
             return Ok(ReadPlan::Done(Vec::new()));
         }
         if let Some(first) = self.ring.first_op()
-            && op >= first
             && self.ring.by_op(op).is_some()
         {
             let index = (op - first) as usize;
-            let mut found = self.collect_ring(index, bytes_max, None);
-            found.truncate(prepares_max);
-            return Ok(ReadPlan::Done(found));
+            return Ok(ReadPlan::Done(self.collect_ring(index, bytes_max, prepares_max, None)));
         }
         let segment = self.segments.partition_point(|segment| segment.first_op <= op);
         let Some(segment) = segment.checked_sub(1) else { return Ok(ReadPlan::Done(Vec::new())) };
@@ -248,8 +245,8 @@ impl<S: Storage> PartitionLog<S> {
                 if found.len() < limit && from_op >= first {
                     let index = (from_op - first) as usize;
                     let want = found.is_empty().then_some(done.want);
-                    let more = self.collect_ring(index, done.bytes_max.saturating_sub(bytes), want);
-                    found.extend(more.into_iter().take(limit - found.len()));
+                    let bytes_left = done.bytes_max.saturating_sub(bytes);
+                    found.extend(self.collect_ring(index, bytes_left, limit - found.len(), want));
                 }
             }
         }
@@ -338,16 +335,19 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Ring entries from `index`: skipping those `want` rejects (until the first it accepts),
-    /// then up to `bytes_max` bytes, at least one.
+    /// then up to `prepares_max` entries and `bytes_max` bytes, at least one.
     fn collect_ring(
         &self,
         mut index: usize,
         bytes_max: usize,
+        prepares_max: usize,
         want: Option<Want>,
     ) -> Vec<StoredPrepare> {
         let mut out: Vec<StoredPrepare> = Vec::new();
         let mut bytes = 0;
-        while let Some(prepare) = self.ring.get(index) {
+        while out.len() < prepares_max
+            && let Some(prepare) = self.ring.get(index)
+        {
             index += 1;
             if out.is_empty() && want.is_some_and(|want| !want.accepts(prepare)) {
                 continue;

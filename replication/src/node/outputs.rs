@@ -27,12 +27,6 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         std::mem::take(&mut self.committed)
     }
 
-    /// Whether committed ops wait for [`Node::take_committed`] (the driver applies them before
-    /// answering a read of the state they change).
-    pub fn has_committed(&self) -> bool {
-        !self.committed.is_empty()
-    }
-
     /// Takes a replica's outputs: messages leave now, writes queue with a ticket, messages
     /// that must wait are held until every write issued so far is durable.
     pub(super) fn collect(&mut self, group: u64) {

@@ -208,9 +208,7 @@ impl ShardState {
             Work::GetOffset { group, consumer, reply } => {
                 self.ensure_group(group).await;
                 // Committed offset commits are applied before the table answers.
-                if self.node.has_committed() {
-                    self.apply_committed().await;
-                }
+                self.apply_committed().await;
                 if let Some(refusal) = self.read_refusal(group) {
                     let _ = reply.send(refusal);
                     return;
@@ -221,9 +219,7 @@ impl ShardState {
             Work::Group { request, reply } => self.group_request(request, reply),
             Work::Poll { group, args, consumer, auto_commit, client, reply } => {
                 self.ensure_group(group).await;
-                if self.node.has_committed() {
-                    self.apply_committed().await;
-                }
+                self.apply_committed().await;
                 let to =
                     ReadFor::Poll(PollFor { consumer, skipped_to: 0, auto_commit, client, reply });
                 self.fetch(group, args, to);
