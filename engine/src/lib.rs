@@ -13,6 +13,7 @@ pub mod inspect;
 mod join;
 pub mod journal;
 pub mod partition;
+pub mod ready;
 pub mod record;
 pub mod ring;
 pub mod rng;

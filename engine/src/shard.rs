@@ -41,7 +41,8 @@ pub struct ShardConfig {
     pub shard: u32,
     /// Shards on this node (a changed count is refused at open).
     pub shard_count: u32,
-    /// Groups the superblock can hold.
+    /// Groups the superblock can hold. A data directory made with another bound has its slot
+    /// table laid out again at open (refused only when it holds more groups than this).
     pub groups_max: usize,
     /// Size of the shard journal file.
     pub journal_size_bytes: u64,
@@ -50,9 +51,13 @@ pub struct ShardConfig {
     /// cache a sync costs every byte written since the last one, and a long one stalls the
     /// writes beside it (docs/benchmarks.md).
     pub checkpoint_interval_bytes: u64,
-    /// Disk space reserved ahead of each active segment's tail (a clean "storage full" before a
-    /// cycle writes anything).
+    /// The largest step of disk space made ready ahead of an active segment's tail (a clean
+    /// "storage full" before a cycle writes anything); a partition's step grows toward it with
+    /// its write rate.
     pub ready_ahead_bytes: u64,
+    /// Ready space (ahead of tails, in spare segment files) all the shard's partitions may hold
+    /// together: partitions that are writing get it, idle ones never did (DESIGN.md §3).
+    pub ready_budget_bytes: u64,
     /// Segments retention retires become the next segment's file (the spare) instead of being
     /// deleted, while a group has no spare: writing over written blocks makes the checkpoint
     /// syncs cheaper than filling fresh space (DESIGN.md §3). Off, retention frees the space.
@@ -91,10 +96,12 @@ impl Default for ShardConfig {
             node: 0,
             shard: 0,
             shard_count: 1,
-            groups_max: 4096,
+            // A node holds 10,000 partitions on one shard (DESIGN.md §3), plus its metadata.
+            groups_max: 16_384,
             journal_size_bytes: 1 << 30,
             checkpoint_interval_bytes: 4 << 20,
             ready_ahead_bytes: 64 << 20,
+            ready_budget_bytes: 1 << 30,
             recycle_segments: true,
             index_interval_bytes: 64 << 10,
             flush_cycles_in_flight_max: 4,
@@ -120,6 +127,7 @@ impl ShardConfig {
             journal_size_bytes: 4 << 20,
             checkpoint_interval_bytes: 1 << 20,
             ready_ahead_bytes: 256 << 10,
+            ready_budget_bytes: 8 << 20,
             index_interval_bytes: 4 << 10,
             flush_cycles_in_flight_max: 2,
             ring: RingLimits { entries_max: 1024, bytes_max: 1 << 20 },
@@ -199,6 +207,11 @@ pub struct ShardStore<S: Storage> {
     slots_dirty: BTreeSet<u64>,
     /// Groups to checkpoint in the next flush whatever their byte count.
     checkpoint_wanted: BTreeSet<u64>,
+    /// Groups that may have flush, checkpoint or storage-full work: every group touched since
+    /// it was last found idle. The per-cycle questions (anything pending? which jobs?) ask
+    /// these and `checkpoint_wanted` only, so 10,000 idle groups cost a shard nothing per cycle.
+    /// A group leaves only when [`ShardStore::is_idle`] says so, checked once per tick.
+    active: BTreeSet<u64>,
     /// Groups whose rolled segments' index files found no room: no checkpoint of theirs starts
     /// until the next [`ShardStore::retry_storage_full`].
     settle_blocked: BTreeSet<u64>,
@@ -369,6 +382,7 @@ impl<S: Storage> ShardStore<S> {
             shared,
             superblock,
             journal,
+            active: groups.keys().copied().collect(),
             groups,
             durable,
             slots_dirty: BTreeSet::new(),
@@ -409,9 +423,12 @@ impl<S: Storage> ShardStore<S> {
         self.groups.get(&group)
     }
 
-    /// A group's log, mutably (reads that finish from disk need it).
+    /// A group's log, mutably (reads that finish from disk need it). The group counts as
+    /// touched: whatever the caller changes is seen by the next cycle.
     pub fn group_mut(&mut self, group: u64) -> Option<&mut PartitionLog<S>> {
-        self.groups.get_mut(&group)
+        let log = self.groups.get_mut(&group)?;
+        self.active.insert(group);
+        Some(log)
     }
 
     /// The highest op of `group` known durable under its durability mode.
@@ -424,56 +441,94 @@ impl<S: Storage> ShardStore<S> {
         self.shared.ring_budget.used_bytes()
     }
 
+    /// Ready space all groups hold ahead of their data (within `ready_budget_bytes`, except
+    /// while a claim is settling).
+    pub fn ready_space_bytes(&self) -> u64 {
+        self.shared.ready_budget.held_bytes()
+    }
+
     /// Write-buffer chunks allocated.
     pub fn chunks_allocated(&self) -> usize {
         self.shared.pool.borrow().allocated()
     }
 
-    /// Creates a group: its directory, and its slot in the superblock (durably, before this
-    /// returns). Call with no flush in flight.
+    /// Creates one group: [`ShardStore::create_groups`] with one entry.
     pub async fn create_group(&mut self, group: u64, config: GroupConfig) -> Result<()> {
+        self.create_groups(&[(group, config)]).await
+    }
+
+    /// Creates groups, durably and all at once: each one's directory, one sync of the shard
+    /// directory and one superblock write for the lot, so a topic of 10,000 partitions costs
+    /// one superblock write, not 10,000 growing ones. Nothing else is made: a group's files and
+    /// its ready space come with its first write. Every entry is checked before anything is
+    /// created; a failure part-way leaves directories the superblock does not name (a later
+    /// create of the same group reuses them).
+    pub async fn create_groups(&mut self, groups: &[(u64, GroupConfig)]) -> Result<()> {
         self.check_serving()?;
+        if groups.is_empty() {
+            return Ok(());
+        }
         assert!(
             self.flushes_in_flight == 0 && !self.checkpoint_in_flight,
-            "create_group between jobs"
+            "create_groups between jobs"
         );
-        config.validate()?;
-        if config.record_size_bytes_max as usize > self.config.record_size_bytes_max {
-            return Err(Error::Invalid(format!(
-                "record_size_bytes_max {} exceeds the shard's {}",
-                config.record_size_bytes_max, self.config.record_size_bytes_max
-            )));
+        for (index, &(group, config)) in groups.iter().enumerate() {
+            config.validate()?;
+            if config.record_size_bytes_max as usize > self.config.record_size_bytes_max {
+                return Err(Error::Invalid(format!(
+                    "record_size_bytes_max {} exceeds the shard's {}",
+                    config.record_size_bytes_max, self.config.record_size_bytes_max
+                )));
+            }
+            if config.record_size_bytes_max as usize + BLOCK_SIZE_BYTES
+                > self.config.chunk_size_bytes
+            {
+                return Err(Error::Invalid(
+                    "record_size_bytes_max does not fit a write-buffer chunk".into(),
+                ));
+            }
+            if self.groups.contains_key(&group)
+                || groups[..index].iter().any(|(earlier, _)| *earlier == group)
+            {
+                return Err(Error::Invalid(format!("group {group} exists")));
+            }
         }
-        if config.record_size_bytes_max as usize + BLOCK_SIZE_BYTES > self.config.chunk_size_bytes {
-            return Err(Error::Invalid(
-                "record_size_bytes_max does not fit a write-buffer chunk".into(),
-            ));
-        }
-        if self.groups.contains_key(&group) {
-            return Err(Error::Invalid(format!("group {group} exists")));
-        }
-        if self.groups.len() >= self.config.groups_max {
+        if self.groups.len() + groups.len() > self.config.groups_max {
             return Err(Error::LimitReached(format!(
                 "shard holds at most {} groups",
                 self.config.groups_max
             )));
         }
-        let slot = GroupSlot { group, config, ..GroupSlot::default() };
-        let log = PartitionLog::create(
-            self.storage.clone(),
-            Rc::clone(&self.shared),
-            group_dir(&self.dir, group),
-            slot,
-            config,
-        )
-        .await?;
+        let mut logs = Vec::with_capacity(groups.len());
+        for &(group, config) in groups {
+            let slot = GroupSlot { group, config, ..GroupSlot::default() };
+            let dir = group_dir(&self.dir, group);
+            logs.push(
+                PartitionLog::create(
+                    self.storage.clone(),
+                    Rc::clone(&self.shared),
+                    dir,
+                    slot,
+                    config,
+                )
+                .await?,
+            );
+        }
+        self.storage
+            .sync_dir(&self.dir)
+            .await
+            .map_err(|e| Error::io(format!("syncing {}", self.dir.display()), e))?;
         let mut slots = self.slots();
-        slots.insert(group, slot);
+        for log in &logs {
+            slots.insert(log.group(), log.slot());
+        }
         if let Err(error) = self.superblock.write(slots).await {
             return Err(self.fail(error));
         }
-        self.groups.insert(group, log);
-        self.durable.insert(group, 0);
+        for log in logs {
+            self.durable.insert(log.group(), 0);
+            self.groups.insert(log.group(), log);
+        }
         Ok(())
     }
 
@@ -495,6 +550,7 @@ impl<S: Storage> ShardStore<S> {
         }
         let log = self.groups.get_mut(&group).expect("checked by log()");
         log.append(header, body)?;
+        self.active.insert(group);
         if persisted {
             let op = prepare_of(header).op;
             let record = log.ring().by_op(op).expect("just appended").record.clone();
@@ -573,10 +629,27 @@ impl<S: Storage> ShardStore<S> {
     pub fn has_pending(&self) -> bool {
         (self.marker_wanted && self.journal.needs_marker())
             || self.journal.pending_entries() > 0
-            || self
-                .groups
-                .iter()
-                .any(|(id, log)| log.wants_flush(self.checkpoint_wanted.contains(id)))
+            || self.touched().any(|(id, log)| log.wants_flush(self.checkpoint_wanted.contains(&id)))
+    }
+
+    /// The groups that may have work: the active ones and those asked to checkpoint.
+    fn touched(&self) -> impl Iterator<Item = (u64, &PartitionLog<S>)> {
+        let wanted = self.checkpoint_wanted.iter().filter(|id| !self.active.contains(id));
+        self.active.iter().chain(wanted).filter_map(|&id| self.groups.get(&id).map(|log| (id, log)))
+    }
+
+    /// Whether a group has nothing for a flush, a checkpoint or a retry to do, and everything
+    /// it appended is durable: it may leave the active set until it is touched again.
+    fn is_idle(&self, id: u64, log: &PartitionLog<S>) -> bool {
+        let write_all = self.checkpoint_wanted.contains(&id)
+            || log.bytes_since_checkpoint() >= self.config.checkpoint_interval_bytes;
+        self.durable.get(&id).is_some_and(|&durable| durable >= log.head_op())
+            && !log.has_unwritten()
+            && !log.is_storage_full()
+            && !self.checkpoint_wanted.contains(&id)
+            && !self.settle_blocked.contains(&id)
+            && !log.wants_flush(write_all)
+            && !self.checkpoint_due(id, log)
     }
 
     /// Starts a flush cycle, possibly beside cycles still in flight (None when nothing is
@@ -592,7 +665,10 @@ impl<S: Storage> ShardStore<S> {
         }
         let mut jobs = Vec::new();
         let mut group_targets = Vec::new();
-        for (&id, log) in &mut self.groups {
+        // Groups not touched since they were last idle have nothing new to write or report.
+        let touched: Vec<u64> = self.touched().map(|(id, _)| id).collect();
+        for id in touched {
+            let log = self.groups.get_mut(&id).expect("touched groups exist");
             // A group due a checkpoint writes everything, so the next checkpoint job can record it.
             let write_all = self.checkpoint_wanted.contains(&id)
                 || log.bytes_since_checkpoint() >= self.config.checkpoint_interval_bytes;
@@ -622,7 +698,7 @@ impl<S: Storage> ShardStore<S> {
             Vec::new()
         };
         let complete = self.journal.pending_entries() == 0
-            && self.groups.values().all(|log| {
+            && self.touched().all(|(_, log)| {
                 log.config().durability == Durability::Persisted
                     || log.faulty_reason().is_some()
                     || !log.has_unsubmitted()
@@ -636,8 +712,7 @@ impl<S: Storage> ShardStore<S> {
     /// Whether a checkpoint job has anything to do: a group past its checkpoint interval or
     /// asked to checkpoint with written data to record, or views to make durable.
     pub fn has_checkpoint_pending(&self) -> bool {
-        !self.slots_dirty.is_empty()
-            || self.groups.iter().any(|(id, log)| self.checkpoint_due(*id, log))
+        !self.slots_dirty.is_empty() || self.touched().any(|(id, log)| self.checkpoint_due(id, log))
     }
 
     fn checkpoint_due(&self, id: u64, log: &PartitionLog<S>) -> bool {
@@ -650,23 +725,31 @@ impl<S: Storage> ShardStore<S> {
     /// Whether the disk was found full: some group refuses appends that need more space than it
     /// has ready, or waits to write what it holds, or cannot settle a rolled segment.
     pub fn is_storage_full(&self) -> bool {
-        !self.settle_blocked.is_empty() || self.groups.values().any(PartitionLog::is_storage_full)
+        !self.settle_blocked.is_empty() || self.touched().any(|(_, log)| log.is_storage_full())
     }
 
     /// How many groups refuse appends for lack of disk space (their writes of what they hold
     /// go on). Unlike [`ShardStore::is_storage_full`] it ignores checkpoints waiting for room, which
     /// come and go with every retry.
     pub fn storage_full_group_count(&self) -> usize {
-        self.groups.values().filter(|log| log.is_storage_full()).count()
+        self.touched().filter(|(_, log)| log.is_storage_full()).count()
     }
 
     /// Lets the next flush cycle and checkpoint job try again what a full disk refused: each
     /// storage-full group's reservation, and the index files of rolled segments. The caller
     /// paces this (the node layer calls it once per tick): a full disk is probed at that pace,
     /// never by every cycle, and once space is freed writes resume without anyone's help.
+    ///
+    /// Groups found idle leave the active set here, once per tick.
     pub fn retry_storage_full(&mut self) {
-        for log in self.groups.values_mut() {
-            log.retry_storage_full();
+        let touched: Vec<u64> = self.touched().map(|(id, _)| id).collect();
+        for id in touched {
+            let log = &self.groups[&id];
+            if self.is_idle(id, log) {
+                self.active.remove(&id);
+            } else {
+                self.groups.get_mut(&id).expect("touched groups exist").retry_storage_full();
+            }
         }
         self.settle_blocked.clear();
     }
@@ -681,7 +764,7 @@ impl<S: Storage> ShardStore<S> {
         let mut settles = Vec::new();
         let mut checkpoints = Vec::new();
         let mut slots = self.slots();
-        for (&id, log) in &self.groups {
+        for (id, log) in self.touched() {
             if !self.checkpoint_due(id, log) {
                 continue;
             }
@@ -772,6 +855,8 @@ impl<S: Storage> ShardStore<S> {
         let mut report = FlushReport::default();
         for job in done.jobs {
             let group = job.group();
+            // What the job found (a full disk, a roll to checkpoint) is for the next cycles.
+            self.active.insert(group);
             let log = self.groups.get_mut(&group).expect("jobs come from groups");
             match log.finish_flush(job) {
                 Ok(outcome) => {
@@ -880,6 +965,7 @@ impl<S: Storage> ShardStore<S> {
         if let Err(error) = self.superblock.write(slots).await {
             return Err(self.fail(error));
         }
+        self.active.insert(group);
         self.groups.get_mut(&group).expect("checked").finish_truncate().await?;
         // The cut is durable: from now on segment records above the fence are the new suffix,
         // whatever view they were prepared in (a view change may re-adopt an older op).
@@ -913,6 +999,7 @@ impl<S: Storage> ShardStore<S> {
             PartitionLog::recover_cut(storage, shared, dir, slot, slot.config, head_op).await?;
         self.durable.insert(group, log.head_op());
         self.checkpoint_wanted.insert(group);
+        self.active.insert(group);
         let head_op = log.head_op();
         self.groups.insert(group, log);
         let slots = self.slots();
@@ -1032,6 +1119,7 @@ impl<S: Storage> ShardStore<S> {
         };
         self.durable.insert(group, log.head_op());
         self.groups.insert(group, log);
+        self.active.insert(group);
         // Entries up to S are covered by the new checkpoint, those above it fenced off.
         self.journal.release(group, u64::MAX);
         let slots = self.slots();
@@ -1104,11 +1192,16 @@ impl<S: Storage> ShardStore<S> {
     pub async fn enforce_retention(&mut self, now_ms: i64) -> Result<usize> {
         self.check_serving()?;
         let mut deleted = 0;
-        for log in self.groups.values_mut() {
+        for (&id, log) in &mut self.groups {
             if log.faulty_reason().is_none() {
                 let recycled_before = log.recycled_segments();
-                deleted += log.enforce_retention(now_ms).await?;
+                let removed = log.enforce_retention(now_ms).await?;
                 self.counters.segments_recycled += log.recycled_segments() - recycled_before;
+                if removed > 0 {
+                    // A recycled spare changes what the group has ready.
+                    self.active.insert(id);
+                }
+                deleted += removed;
             }
         }
         Ok(deleted)
@@ -1254,6 +1347,7 @@ fn shared_for(config: &ShardConfig) -> Shared {
     Shared {
         cluster: config.cluster,
         ready_ahead_bytes: config.ready_ahead_bytes,
+        ready_budget: crate::ready::ReadyBudget::new(config.ready_budget_bytes),
         recycle_segments: config.recycle_segments,
         index_interval_bytes: config.index_interval_bytes,
         ring_limits: config.ring,

@@ -86,6 +86,8 @@ const SLOT_RESERVED: usize = SLOT_DAMAGED_FROM + 8;
 const _: () = assert!(SLOT_LOG_VIEW_HEAD + SLOT_LOG_VIEW_HEAD_BYTES == SLOT_DAMAGED_FROM);
 /// Bytes of one group slot.
 pub const SLOT_SIZE_BYTES: usize = 128;
+/// The most slots a superblock may have (a copy region of 128 MiB).
+pub const SLOTS_MAX_LIMIT: usize = 1 << 20;
 const _: () = assert!(SLOT_RESERVED <= SLOT_SIZE_BYTES);
 const _: () = assert!(SLOT_CHECKPOINT_OP.is_multiple_of(8) && SLOT_FENCE_OP.is_multiple_of(8));
 const _: () = assert!(SLOT_FENCE_SEQ == 104 && SLOT_FENCE_SEQ.is_multiple_of(8));
@@ -323,80 +325,56 @@ pub struct Superblock<F> {
 
 impl<F: StorageFile> Superblock<F> {
     /// Opens the superblock in `dir`, creating it when the directory holds none. Reports every
-    /// copy's status; rewrites stale and invalid copies before returning.
+    /// copy's status; rewrites stale and invalid copies before returning. A superblock whose
+    /// slot table was made for another `slots_max` is laid out again for this one (crash-safely:
+    /// written whole under a temporary name, then renamed into place), so a data directory's
+    /// group bound can be raised; lowering it below the groups it holds is refused.
     ///
-    /// Fails with [`Error::Mismatch`] when the directory belongs to another identity, and with
-    /// [`Error::Corruption`] when no copy is valid.
+    /// Fails with [`Error::Mismatch`] when the directory belongs to another identity or holds
+    /// more groups than `slots_max`, and with [`Error::Corruption`] when no copy is valid.
     pub async fn open<S: Storage<File = F>>(
         storage: &S,
         dir: &Path,
         identity: Identity,
         slots_max: usize,
     ) -> Result<(Self, Vec<CopyStatus>)> {
+        assert!(slots_max <= SLOTS_MAX_LIMIT, "slots_max {slots_max} beyond the format's bound");
         let path = dir.join(FILE_NAME);
         let copy_size_bytes = copy_size_bytes(slots_max);
         let exists = storage.exists(&path).await.map_err(|e| Error::io("probing superblock", e))?;
-        // A new superblock is written whole under a temporary name and renamed into place, so
-        // a crash during creation never leaves a `superblock` without a synced copy.
-        let open_path = if exists { path.clone() } else { dir.join(TEMP_FILE_NAME) };
-        let file = storage
-            .open(&open_path, OpenMode::CreateReadWrite, true)
-            .await
-            .map_err(|e| Error::io(format!("opening {}", open_path.display()), e))?;
-        let mut superblock = Superblock {
-            file: Rc::new(file),
-            path,
-            copy_size_bytes,
+        let fresh = |sequence, parent, groups| SuperblockState {
+            identity,
+            sequence,
+            checksum: 0,
+            parent,
             slots_max,
-            state: SuperblockState {
-                identity,
-                sequence: 0,
-                checksum: 0,
-                parent: 0,
-                slots_max,
-                clean_shutdown: false,
-                groups: BTreeMap::new(),
-            },
-            writes: 0,
+            clean_shutdown: false,
+            groups,
         };
         if !exists {
-            superblock.write(BTreeMap::new()).await?;
-            storage
-                .rename(&open_path, &superblock.path)
-                .await
-                .map_err(|e| Error::io("renaming the new superblock into place", e))?;
-            storage.sync_dir(dir).await.map_err(|e| Error::io("syncing shard directory", e))?;
+            let superblock =
+                Self::create(storage, dir, fresh(0, 0, BTreeMap::new()), BTreeMap::new()).await?;
             let status = (0..COPIES)
                 .map(|_| CopyStatus::Current { sequence: superblock.state.sequence })
                 .collect();
             return Ok((superblock, status));
         }
-
-        let copies = read_copies(&*superblock.file, copy_size_bytes).await?;
-        let decoded: Vec<_> = copies.iter().map(|bytes| decode_copy(bytes)).collect();
-        let newest = decoded
-            .iter()
-            .filter_map(|copy| copy.as_ref().ok())
-            .max_by_key(|state| state.sequence)
-            .cloned();
+        let file = storage
+            .open(&path, OpenMode::ReadWrite, true)
+            .await
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        let (decoded, newest) = read_layout(&file, &path, copy_size_bytes).await?;
         let Some(newest) = newest else {
             let reasons: Vec<String> =
                 decoded.iter().filter_map(|copy| copy.as_ref().err().cloned()).collect();
             return Err(Error::Corruption(crate::Corruption {
-                file: superblock.path.clone(),
+                file: path,
                 position_bytes: 0,
                 offset: None,
                 op: None,
                 reason: format!("no valid superblock copy: {}", reasons.join("; ")),
             }));
         };
-        if newest.slots_max != slots_max {
-            return Err(Error::Mismatch(format!(
-                "{} was created with groups_max {}, the configuration says {slots_max}",
-                superblock.path.display(),
-                newest.slots_max
-            )));
-        }
         if newest.identity != identity {
             let (found, configured) = newest.identity.differences(&identity);
             let hint = if newest.identity.shard_count != identity.shard_count {
@@ -406,8 +384,24 @@ impl<F: StorageFile> Superblock<F> {
             };
             return Err(Error::Mismatch(format!(
                 "{} belongs to {found}, but this server is {configured}{hint}",
-                superblock.path.display(),
+                path.display(),
             )));
+        }
+        if newest.slots_max != slots_max {
+            if newest.groups.len() > slots_max {
+                return Err(Error::Mismatch(format!(
+                    "{} holds {} groups, more than groups_max {slots_max}",
+                    path.display(),
+                    newest.groups.len()
+                )));
+            }
+            // The next version, in the new layout: nothing in it changes but the bound.
+            let next = fresh(newest.sequence + 1, newest.checksum, BTreeMap::new());
+            let superblock = Self::create(storage, dir, next, newest.groups).await?;
+            let status = (0..COPIES)
+                .map(|_| CopyStatus::Current { sequence: superblock.state.sequence })
+                .collect();
+            return Ok((superblock, status));
         }
         let status: Vec<CopyStatus> = decoded
             .iter()
@@ -421,7 +415,14 @@ impl<F: StorageFile> Superblock<F> {
                 Err(reason) => CopyStatus::Invalid { reason: reason.clone() },
             })
             .collect();
-        superblock.state = newest;
+        let mut superblock = Superblock {
+            file: Rc::new(file),
+            path,
+            copy_size_bytes,
+            slots_max,
+            state: newest,
+            writes: 0,
+        };
         if status.iter().any(|s| !matches!(s, CopyStatus::Current { .. })) {
             // Rewrite the same version into every copy: nothing new becomes visible, and the next
             // crash again finds COPIES intact copies.
@@ -429,6 +430,67 @@ impl<F: StorageFile> Superblock<F> {
             superblock.write_copies(encoded).await?;
         }
         Ok((superblock, status))
+    }
+
+    /// Writes a whole superblock holding `base` with `groups` (its sequence, parent and bound)
+    /// under a temporary name, every copy synced, then renames it into place and syncs the
+    /// directory: a crash at any point leaves either the old file or the whole new one. The
+    /// file is then exactly [`COPIES`] copy regions long, which is how an open that finds copy 0
+    /// torn still tells the layout.
+    async fn create<S: Storage<File = F>>(
+        storage: &S,
+        dir: &Path,
+        base: SuperblockState,
+        groups: BTreeMap<u64, GroupSlot>,
+    ) -> Result<Self> {
+        let path = dir.join(FILE_NAME);
+        let temp = dir.join(TEMP_FILE_NAME);
+        // A temporary file an interrupted creation left holds nothing anyone needs.
+        if storage.exists(&temp).await.map_err(|e| Error::io("probing superblock", e))? {
+            storage
+                .remove_file(&temp)
+                .await
+                .map_err(|e| Error::io("removing a stale superblock", e))?;
+        }
+        let file = storage
+            .open(&temp, OpenMode::CreateReadWrite, true)
+            .await
+            .map_err(|e| Error::io(format!("opening {}", temp.display()), e))?;
+        let copy_size_bytes = copy_size_bytes(base.slots_max);
+        let mut superblock = Superblock {
+            file: Rc::new(file),
+            path,
+            copy_size_bytes,
+            slots_max: base.slots_max,
+            state: SuperblockState { sequence: base.sequence.saturating_sub(1), ..base },
+            writes: 0,
+        };
+        let mut write = superblock.begin_write(groups)?;
+        // The version keeps the parent it was given (a relayout continues the old file's chain).
+        write.next.parent = base.parent;
+        let encoded = encode_version(&write.next, copy_size_bytes);
+        write.next.checksum = u32::from_le_bytes(encoded[..4].try_into().expect("4 bytes"));
+        write.bytes = superblock.block_image(&encoded);
+        write.run().await?;
+        let end = (COPIES * copy_size_bytes) as u64;
+        if write.bytes.len() < copy_size_bytes {
+            let mut zeros = AlignedBuf::zeroed(BLOCK_SIZE_BYTES, BLOCK_SIZE_BYTES);
+            zeros.set_len(BLOCK_SIZE_BYTES);
+            let last_block = end - BLOCK_SIZE_BYTES as u64;
+            superblock
+                .file
+                .write_at(zeros.freeze(), last_block)
+                .await
+                .map_err(|e| Error::io("sizing the new superblock", e))?;
+            superblock.file.sync_data().await.map_err(|e| Error::io("syncing superblock", e))?;
+        }
+        superblock.state = write.next;
+        storage
+            .rename(&temp, &superblock.path)
+            .await
+            .map_err(|e| Error::io("renaming the new superblock into place", e))?;
+        storage.sync_dir(dir).await.map_err(|e| Error::io("syncing shard directory", e))?;
+        Ok(superblock)
     }
 
     /// The current durable version.
@@ -582,6 +644,55 @@ async fn read_copies<F: StorageFile>(file: &F, copy_size_bytes: usize) -> Result
         }
     }
     Ok(copies)
+}
+
+/// Every copy decoded, and the newest valid one, read in the layout the file was written in:
+/// the configured one (`configured_bytes` per copy) if a valid copy says so; else the one the newest valid
+/// copy names (copy 0 lies at the start in every layout); else, when no copy decodes, the one
+/// the file's size gives (a file written by [`Superblock::create`] is exactly its copies long).
+async fn read_layout<F: StorageFile>(
+    file: &F,
+    path: &Path,
+    configured_bytes: usize,
+) -> Result<(Vec<std::result::Result<SuperblockState, String>>, Option<SuperblockState>)> {
+    let read = |region_bytes| async move {
+        let copies = read_copies(file, region_bytes).await?;
+        let decoded: Vec<_> = copies.iter().map(|bytes| decode_copy(bytes)).collect();
+        let newest = decoded
+            .iter()
+            .filter_map(|copy| copy.as_ref().ok())
+            .max_by_key(|state| state.sequence)
+            .cloned();
+        Ok::<_, Error>((decoded, newest))
+    };
+    let (decoded, newest) = read(configured_bytes).await?;
+    let other = match &newest {
+        Some(state) if copy_size_bytes(state.slots_max) == configured_bytes => None,
+        Some(state) => Some(copy_size_bytes(state.slots_max)),
+        None => {
+            let size = file.size_bytes().await.map_err(|e| Error::io("sizing superblock", e))?;
+            let region = size / COPIES as u64;
+            (size.is_multiple_of(COPIES as u64)
+                && region.is_multiple_of(BLOCK_SIZE_BYTES as u64)
+                && region != configured_bytes as u64
+                && region <= copy_size_bytes(SLOTS_MAX_LIMIT) as u64)
+                .then_some(region as usize)
+        }
+    };
+    match other {
+        Some(size) if size <= copy_size_bytes(SLOTS_MAX_LIMIT) => {
+            let (decoded, newest) = read(size).await?;
+            Ok((decoded, newest))
+        }
+        Some(size) => Err(Error::Corruption(crate::Corruption {
+            file: path.to_path_buf(),
+            position_bytes: 0,
+            offset: None,
+            op: None,
+            reason: format!("superblock copies of {size} bytes exceed the format's bound"),
+        })),
+        None => Ok((decoded, newest)),
+    }
 }
 
 fn encode_version(state: &SuperblockState, copy_size_bytes: usize) -> Vec<u8> {
@@ -851,9 +962,63 @@ mod tests {
         let other = Identity { shard_count: 2, ..identity() };
         let result = sim.block_on(Superblock::open(&storage, Path::new("/s"), other, SLOTS));
         assert!(matches!(result, Err(Error::Mismatch(_))), "a changed shard count is refused");
-        let result =
-            sim.block_on(Superblock::open(&storage, Path::new("/s"), identity(), SLOTS * 2));
-        assert!(matches!(result, Err(Error::Mismatch(_))), "a changed slot bound is refused");
+    }
+
+    fn open_with(sim: &Sim, slots_max: usize) -> Result<Superblock<<SimStorage as Storage>::File>> {
+        let storage = sim.storage();
+        sim.block_on(Superblock::open(&storage, Path::new("/s"), identity(), slots_max))
+            .map(|(superblock, _)| superblock)
+    }
+
+    #[test]
+    fn a_changed_slot_bound_lays_the_table_out_again_unless_the_groups_do_not_fit() {
+        let sim = Sim::new(5, SimConfig::default());
+        let (mut superblock, _) = open(&sim).expect("create");
+        sim.block_on(superblock.write(groups(6, 3))).expect("write");
+        let sequence = superblock.state().sequence;
+        drop(superblock);
+        let grown = open_with(&sim, SLOTS * 4).expect("grown");
+        assert_eq!(grown.state().groups, groups(6, 3));
+        assert_eq!(grown.state().slots_max, SLOTS * 4);
+        assert_eq!(grown.state().sequence, sequence + 1, "the relayout is the next version");
+        drop(grown);
+        assert!(!sim.paths().iter().any(|path| path.ends_with(TEMP_FILE_NAME)));
+        let size = sim.file_contents(Path::new("/s/superblock")).expect("file").len();
+        assert_eq!(size, COPIES * copy_size_bytes(SLOTS * 4), "exactly its copies long");
+
+        let result = open_with(&sim, 5);
+        assert!(matches!(result, Err(Error::Mismatch(_))), "six groups never fit five slots");
+        let shrunk = open_with(&sim, 6).expect("six groups fit six slots");
+        assert_eq!(shrunk.state().groups, groups(6, 3));
+        drop(shrunk);
+
+        // Copy 0 torn and the bound changed again: the file's size still tells its layout.
+        sim.corrupt(Path::new("/s/superblock"), 8, 0);
+        let regrown = open_with(&sim, SLOTS * 2).expect("copies 1-3 found by the file's size");
+        assert_eq!(regrown.state().groups, groups(6, 3));
+    }
+
+    #[test]
+    fn a_relayout_survives_a_crash_at_any_point() {
+        let mut crashed = 0;
+        for crash_after in 0..16u64 {
+            let sim = Sim::new(100 + crash_after, SimConfig::default());
+            let (mut superblock, _) = open(&sim).expect("create");
+            sim.block_on(superblock.write(groups(5, 2))).expect("write");
+            drop(superblock);
+            let storage = sim.storage();
+            let relayout = Superblock::open(&storage, Path::new("/s"), identity(), SLOTS * 3);
+            if sim.run_until_crash(relayout, crash_after).is_none() {
+                crashed += 1;
+            }
+            sim.crash();
+            // Whichever layout survived, both bounds open it with every group intact.
+            for slots_max in [SLOTS * 3, SLOTS] {
+                let superblock = open_with(&sim, slots_max).expect("reopen after the crash");
+                assert_eq!(superblock.state().groups, groups(5, 2), "crash after {crash_after}");
+            }
+        }
+        assert!(crashed >= 8, "the crash points must fall inside the relayout");
     }
 
     #[test]

@@ -474,3 +474,98 @@ fn a_journal_replay_longer_than_the_ring_writes_as_it_goes() {
     }
     assert!(replayed_max > RING_ENTRIES as u64, "no replay outgrew the ring: {replayed_max}");
 }
+
+/// Appends one record of `value_len` bytes to `group`.
+fn append_to(shard: &mut ShardStore<SimStorage>, group: u64, value_len: usize) {
+    let next = shard.next(group).unwrap();
+    let body = batch(1, value_len, 1_000);
+    let fields = Prepare { record_count: 1, append_time_ms: 1_000, ..Prepare::default() };
+    let header = build_prepare(&next, 1, 0, fields, &body);
+    shard.append(group, &header, &body).unwrap();
+}
+
+#[test]
+fn groups_that_never_wrote_hold_no_disk_and_ready_space_stays_within_the_shard_budget() {
+    let sim = Sim::new(3, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    let config =
+        ShardConfig { groups_max: 1024, ready_budget_bytes: 2 << 20, ..ShardConfig::small() };
+    let budget = config.ready_budget_bytes;
+    let (mut shard, _) =
+        sim.block_on(ShardStore::open(sim.storage(), dir, config.clone())).unwrap();
+    let before = sim.used_bytes();
+    for group in 1..=1000 {
+        sim.block_on(shard.create_group(group, group_config(Durability::Replicated))).unwrap();
+    }
+    let report = sim.block_on(shard.flush()).unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+    let group_files = |sim: &Sim| {
+        let in_group_dir = |path: &std::path::PathBuf| {
+            path.parent().is_some_and(|dir| dir.to_string_lossy().contains("group-"))
+        };
+        sim.paths().iter().filter(|path| in_group_dir(path)).count()
+    };
+    // Each group is a directory with nothing in it; the superblock grew by one slot per group.
+    assert_eq!(group_files(&sim), 0);
+    let superblock_growth = 4 * 1000 * shoal_engine::superblock::SLOT_SIZE_BYTES as u64;
+    assert!(sim.used_bytes() - before <= superblock_growth, "{}", sim.used_bytes() - before);
+    assert_eq!(shard.ready_space_bytes(), 0);
+
+    // Twenty groups write: each small profile step is 256 KiB, so together they would want
+    // 5 MiB ahead; the budget hands out 2 MiB and the rest write into space reserved as needed.
+    let used_before_writes = sim.used_bytes();
+    for round in 0..3 {
+        for group in 1..=20 {
+            append_to(&mut shard, group, 1000);
+        }
+        let report = sim.block_on(shard.flush()).unwrap();
+        assert!(report.failed.is_empty() && !report.storage_full, "round {round}: {report:?}");
+        assert!(shard.ready_space_bytes() <= budget, "{} > {budget}", shard.ready_space_bytes());
+    }
+    for group in 1..=20 {
+        assert_eq!(shard.durable_op(group), Some(3));
+    }
+    assert!(shard.ready_space_bytes() > 0, "the budget was handed out");
+    let data_bytes = 20 * 3 * 8192; // each record's file extent is at most two blocks
+    assert!(
+        sim.used_bytes() - used_before_writes <= data_bytes + budget,
+        "{} bytes for {data_bytes} of data and a budget of {budget}",
+        sim.used_bytes() - used_before_writes
+    );
+
+    // Reopened, the shard accounts what its groups hold again, and the groups that never wrote
+    // still hold nothing.
+    drop(shard);
+    let (shard, _) = sim.block_on(ShardStore::open(sim.storage(), dir, config)).unwrap();
+    assert!(shard.ready_space_bytes() <= budget);
+    assert_eq!(shard.group(21).unwrap().ready_space_bytes(), 0);
+    assert_eq!(shard.group(21).unwrap().segment_count(), 0);
+}
+
+#[test]
+fn a_busy_group_steps_its_ready_space_up_to_the_largest_step() {
+    let sim = Sim::new(4, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    let config = ShardConfig {
+        ready_ahead_bytes: 8 << 20,
+        ready_budget_bytes: 64 << 20,
+        ..ShardConfig::small()
+    };
+    let (mut shard, _) = sim.block_on(ShardStore::open(sim.storage(), dir, config)).unwrap();
+    let busy = GroupConfig { segment_size_bytes: 64 << 20, ..group_config(Durability::Replicated) };
+    sim.block_on(shard.create_group(GROUP, busy)).unwrap();
+    sim.block_on(shard.create_group(GROUP + 1, busy)).unwrap();
+    let mut busiest_ahead = 0;
+    for _ in 0..40 {
+        // 256 KiB per cycle for the busy group, one small record for the other.
+        for _ in 0..4 {
+            append_to(&mut shard, GROUP, 60_000);
+        }
+        append_to(&mut shard, GROUP + 1, 100);
+        let report = sim.block_on(shard.flush()).unwrap();
+        assert!(report.failed.is_empty(), "{report:?}");
+        busiest_ahead = busiest_ahead.max(shard.group(GROUP).unwrap().ready_space_bytes());
+        assert!(shard.group(GROUP + 1).unwrap().ready_space_bytes() <= 1 << 20);
+    }
+    assert!(busiest_ahead > 4 << 20, "the busy group's step grew: {busiest_ahead} bytes ahead");
+}

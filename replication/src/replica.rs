@@ -732,6 +732,12 @@ impl Replica {
         std::mem::take(&mut self.ready)
     }
 
+    /// Whether [`Replica::take_ready`] would return anything (an idle group's tick produces
+    /// nothing, and a shard of 10,000 groups asks this 10,000 times a tick).
+    pub fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
     /// The lag bound changes (a topic's own, given after the replica was made): backups are
     /// judged by it from the next tick on.
     pub fn set_replica_lag_ticks_max(&mut self, ticks: u64) {
@@ -954,9 +960,11 @@ impl Replica {
                     self.next_commit_tick = self.tick + self.config.commit_interval_ticks;
                     self.broadcast_commit();
                 }
-                self.retransmit();
-                self.lag.update(self.tick, &self.last_heard_tick, &mut self.counters);
-                self.advance_hand_over();
+                if self.config.replica_count > 1 {
+                    self.retransmit();
+                    self.lag.update(self.tick, &self.last_heard_tick, &mut self.counters);
+                    self.advance_hand_over();
+                }
             }
             Status::Normal => {
                 if self.tick >= self.heartbeat_deadline_tick {

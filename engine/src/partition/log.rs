@@ -13,8 +13,9 @@ use std::rc::Rc;
 use bytes::Bytes;
 
 use super::flush::TailWrite;
-use crate::chunk::{Chunk, ChunkPool};
+use crate::chunk::{Chunk, ChunkPool, written_extent_end};
 use crate::error::{Error, Result};
+use crate::ready::{READY_STEP_MIN_BYTES, ReadyBudget};
 use crate::record::{ChainNext, prepare_of};
 use crate::ring::{PrepareRing, RingBudget, RingLimits};
 use crate::segment::{IndexSummary, SegmentIndex};
@@ -26,10 +27,12 @@ use crate::wire::Header;
 pub struct Shared {
     /// Cluster id stamped in every record.
     pub cluster: u64,
-    /// Disk space reserved ahead of a segment's tail, so that running out of space surfaces as a
-    /// clean "storage full" while the space already made ready still takes the writes in
-    /// flight.
+    /// The largest step of disk space made ready ahead of a segment's tail, so that running out
+    /// of space surfaces as a clean "storage full" while the space already made ready still
+    /// takes the writes in flight. A partition's step grows toward it with its write rate.
     pub ready_ahead_bytes: u64,
+    /// The shard's account of ready space across its partitions.
+    pub ready_budget: ReadyBudget,
     /// Retired segments become the spare segment file (`ShardConfig::recycle_segments`).
     pub recycle_segments: bool,
     /// Distance between sparse index entries.
@@ -217,6 +220,13 @@ pub struct PartitionLog<S: Storage> {
     pub(super) disk_reads: Rc<()>,
     /// Segments recycled into the spare since open.
     pub(super) recycled_segments: u64,
+    /// The step of ready space this log asks for ahead of its tail: it doubles while steps are
+    /// used up within a few flush jobs and halves while they last long.
+    pub(super) ready_step_bytes: u64,
+    /// Flush jobs that wrote data since the last step ahead was asked for.
+    pub(super) jobs_since_step: u32,
+    /// The ready space this log last reported to the shard's budget.
+    pub(super) ready_held_bytes: u64,
     pub(super) faulty: Option<String>,
     pub(super) faulty_ops: FaultyOps,
     /// The durable marker of a damage cut ([`GroupSlot::damaged_from`]; 0: none).
@@ -237,12 +247,15 @@ impl<S: Storage> Drop for PartitionLog<S> {
         for chunk in self.chunks.drain(..) {
             pool.give_back(chunk);
         }
+        // Its files stay (a replaced log's successor adopts or removes them and reports anew).
+        self.shared.ready_budget.update(self.ready_held_bytes, 0);
     }
 }
 
 impl<S: Storage> PartitionLog<S> {
-    /// Creates the directory of a new, empty group log (durably: the parent directory is
-    /// synced). The shard records the group's slot in the superblock before appending.
+    /// Creates the directory of a new, empty group log. The caller syncs the parent directory
+    /// (once for all the groups it creates) and records the group's slot in the superblock
+    /// before appending.
     pub async fn create(
         storage: S,
         shared: Rc<Shared>,
@@ -256,12 +269,6 @@ impl<S: Storage> PartitionLog<S> {
             .create_dir_all(&dir)
             .await
             .map_err(|e| Error::preparing(format!("creating {}", dir.display()), e))?;
-        if let Some(parent) = dir.parent() {
-            storage
-                .sync_dir(parent)
-                .await
-                .map_err(|e| Error::io(format!("syncing {}", parent.display()), e))?;
-        }
         Ok(Self::empty(storage, shared, dir, slot, config))
     }
 
@@ -441,6 +448,7 @@ impl<S: Storage> PartitionLog<S> {
     ) -> Self {
         let ring = PrepareRing::new(shared.ring_limits, shared.ring_budget.clone());
         let cluster = shared.cluster;
+        let ready_step_bytes = READY_STEP_MIN_BYTES.min(shared.ready_ahead_bytes);
         Self {
             storage,
             shared,
@@ -478,6 +486,10 @@ impl<S: Storage> PartitionLog<S> {
             spare_claimed: false,
             disk_reads: Rc::new(()),
             recycled_segments: 0,
+            ready_step_bytes,
+            // Neither grows nor shrinks the first step: nothing is known of the rate yet.
+            jobs_since_step: super::flush::STEP_GROW_JOBS_MAX + 1,
+            ready_held_bytes: 0,
             faulty: None,
             faulty_ops: FaultyOps::default(),
             damaged_from: slot.damaged_from,
@@ -508,6 +520,23 @@ impl<S: Storage> PartitionLog<S> {
 
     pub(super) fn segment_mut(&mut self, base_offset: u64) -> Option<&mut SegmentMeta> {
         self.segments.iter_mut().rev().find(|meta| meta.base_offset == base_offset)
+    }
+
+    /// Ready space this log holds ahead of its data: reserved past the active segment's tail,
+    /// and in the spare segment file.
+    pub fn ready_space_bytes(&self) -> u64 {
+        let ahead = self.segments.last().map_or(0, |active| {
+            self.ready_end_of(active).saturating_sub(written_extent_end(active.end_bytes))
+        });
+        ahead + self.spare_ready_end_bytes.unwrap_or(0)
+    }
+
+    /// Reports this log's ready space to the shard's budget. Called where it may have changed
+    /// with no job in flight that claimed more (a claim in flight is reported when it is made).
+    pub(super) fn account_ready(&mut self) {
+        let now = self.ready_space_bytes();
+        self.shared.ready_budget.update(self.ready_held_bytes, now);
+        self.ready_held_bytes = now;
     }
 
     /// How far a segment's bytes are on file (the rest is only in memory).

@@ -148,6 +148,7 @@ impl<S: Storage> PartitionLog<S> {
         }
         report.head_op = log.head.op;
         report.faulty = log.faulty_ops.clone();
+        log.account_ready();
         Ok((log, report))
     }
 
@@ -211,6 +212,7 @@ impl<S: Storage> PartitionLog<S> {
         }
         report.head_op = log.head.op;
         report.faulty = log.faulty_ops.clone();
+        log.account_ready();
         Ok((log, report))
     }
 

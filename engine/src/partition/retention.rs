@@ -55,6 +55,7 @@ impl<S: Storage> PartitionLog<S> {
             if let Err(error) = result {
                 return Err(self.fail(error));
             }
+            self.account_ready();
             if let Err(error) = self.storage.sync_dir(&self.dir).await {
                 return Err(self.fail(Error::io("syncing group dir after retention", error)));
             }
@@ -63,14 +64,16 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Whether `segment`, which retention retires, may become the spare segment file:
-    /// recycling is on, no job is making or taking a spare, no disk read is in flight, and any
-    /// spare there is has less space ready (a fresh one only reserved space; the rename
-    /// replaces it).
+    /// recycling is on, the shard's ready-space budget has room for it, no job is making or
+    /// taking a spare, no disk read is in flight, and any spare there is has less space ready
+    /// (a fresh one only reserved space; the rename replaces it).
     fn may_recycle(&self, segment: &SegmentMeta) -> bool {
+        let recycled = self.ready_in_file_bytes(segment.end_bytes);
+        let spare = self.spare_ready_end_bytes.unwrap_or(0);
         self.shared.recycle_segments
-            && self
-                .spare_ready_end_bytes
-                .is_none_or(|ready| ready < self.ready_in_file_bytes(segment.end_bytes))
+            && spare < recycled
+            // A recycled segment is ready space like any other: within the shard's budget.
+            && recycled - spare <= self.shared.ready_budget.available_bytes()
             && !self.spare_in_flight
             && !self.spare_claimed
             && Rc::strong_count(&self.disk_reads) == 1

@@ -71,7 +71,9 @@ impl<S: Storage> PartitionLog<S> {
     /// segments above the cut, zeroes the tail at the cut and syncs it.
     pub async fn finish_truncate(&mut self) -> Result<()> {
         let (op, location) = self.truncation.take().expect("begin_truncate first");
-        if let Err(error) = self.truncate_files(op, location).await {
+        let result = self.truncate_files(op, location).await;
+        self.account_ready();
+        if let Err(error) = result {
             return Err(self.fail(error));
         }
         self.ring.truncate_after(op);

@@ -98,23 +98,50 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// probed once per tick, not by every flush cycle).
     pub fn on_tick(&mut self) {
         self.store.retry_storage_full();
-        let groups: Vec<u64> = self.groups.keys().copied().collect();
-        for group in groups {
-            let entry = self.groups.get_mut(&group).expect("listed");
+        // Every replica ticks first, then the ones with output are collected in group order:
+        // one group's tick never depends on another's output, so this is the order of ticking
+        // and collecting each in turn, without looking every group up again (a shard may hold
+        // 10,000 groups, most of them idle).
+        let node = self.config.node;
+        let returning = self.config.primary_return_ticks > 0;
+        let mut groups = std::mem::take(&mut self.tick_groups);
+        let mut repairing = std::mem::take(&mut self.tick_repairing);
+        groups.clear();
+        repairing.clear();
+        for (&group, entry) in &mut self.groups {
+            let replica = &mut entry.replica;
             if entry.failed.is_none() {
-                entry.replica.on_tick();
-                self.collect(group);
+                replica.on_tick();
+                let away = returning && replica.is_primary() && replica.config().home() != node;
+                if away || replica.has_ready() {
+                    groups.push(group);
+                }
+            }
+            if replica.repair_wanted() || replica.repair_in_flight() {
+                repairing.push(group);
+            }
+        }
+        for &group in &groups {
+            self.collect(group);
+            if returning {
                 self.return_home(group);
             }
         }
-        self.grant_repairs();
+        // Collecting changes no replica; handing a group over may, so those are asked again.
+        repairing.extend_from_slice(&groups);
+        repairing.sort_unstable();
+        repairing.dedup();
+        self.grant_repairs(&repairing);
+        self.tick_groups = groups;
+        self.tick_repairing = repairing;
         self.send_heartbeats();
     }
 
     /// Lets the groups whose repair round is due start one, within the tick's budget, the
     /// shard's bound on rounds in flight and its byte credit, taking turns from where the last
     /// tick stopped.
-    fn grant_repairs(&mut self) {
+    /// `candidates` (ascending) holds every group that wants a round or has one in flight.
+    fn grant_repairs(&mut self, candidates: &[u64]) {
         let rate = i64::try_from(self.config.repair_bytes_per_tick_max).unwrap_or(i64::MAX);
         if rate > 0 {
             // The credit saves up at most one round's worth (or one tick's, if more), so an
@@ -123,17 +150,22 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             self.repair_bytes_credit =
                 self.repair_bytes_credit.saturating_add(rate).min(rate.max(round));
         }
-        let in_flight = self.groups.values().filter(|g| g.replica.repair_in_flight()).count();
+        let in_flight =
+            candidates.iter().filter(|group| self.groups[group].replica.repair_in_flight()).count();
         let mut budget = self
             .config
             .repair_rounds_per_tick_max
             .min(self.config.repair_rounds_in_flight_max.saturating_sub(in_flight));
-        let wanting: Vec<u64> = self
-            .groups
-            .range(self.repair_cursor..)
-            .chain(self.groups.range(..self.repair_cursor))
-            .filter(|(_, g)| g.failed.is_none() && g.replica.repair_wanted())
-            .map(|(&group, _)| group)
+        let cursor = self.repair_cursor;
+        let from_cursor = candidates.partition_point(|&group| group < cursor);
+        let wanting: Vec<u64> = candidates[from_cursor..]
+            .iter()
+            .chain(&candidates[..from_cursor])
+            .copied()
+            .filter(|group| {
+                let entry = &self.groups[group];
+                entry.failed.is_none() && entry.replica.repair_wanted()
+            })
             .collect();
         for group in wanting {
             if budget == 0 || (rate > 0 && self.repair_bytes_credit <= 0) {

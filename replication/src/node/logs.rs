@@ -51,6 +51,11 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.store.ring_bytes()
     }
 
+    /// Ready disk space the engine's groups hold ahead of their data.
+    pub fn ready_space_bytes(&self) -> u64 {
+        self.store.ready_space_bytes()
+    }
+
     /// Chunks the engine has allocated.
     pub fn chunks_allocated(&self) -> usize {
         self.store.chunks_allocated()

@@ -146,8 +146,25 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// storage durably, and a fresh replica in view 0 — or, for a group below the rejoin floor
     /// (see [`NodeConfig::rejoin_floor`]), a `Recovering` one that knows nothing.
     pub async fn create_group(&mut self, group: u64, config: GroupConfig) -> EngineResult<()> {
+        self.create_groups(&[(group, config)]).await
+    }
+
+    /// Creates groups as [`Node::create_group`] does, all at once: the engine makes them durable
+    /// with one superblock write for the lot (a topic's partitions arrive together).
+    pub async fn create_groups(&mut self, groups: &[(u64, GroupConfig)]) -> EngineResult<()> {
+        if groups.is_empty() {
+            return Ok(());
+        }
         self.settle().await;
-        self.store.create_group(group, config).await?;
+        self.store.create_groups(groups).await?;
+        for &(group, _) in groups {
+            self.add_replica(group);
+        }
+        Ok(())
+    }
+
+    /// The replica of a group the engine just created.
+    fn add_replica(&mut self, group: u64) {
         if let Some(log) = self.store.group_mut(group) {
             log.set_committed_end(0);
         }
@@ -166,7 +183,6 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         };
         replica.ration_repair();
         self.groups.insert(group, Group { replica, failed: None });
-        Ok(())
     }
 
     /// A group's replica settings. A `replicated` group of one replica recovers uncleanly: with

@@ -31,6 +31,9 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// that must wait are held until every write issued so far is durable.
     pub(super) fn collect(&mut self, group: u64) {
         let entry = self.groups.get_mut(&group).expect("collect for a held group");
+        if !entry.replica.has_ready() {
+            return;
+        }
         let ready = entry.replica.take_ready();
         for envelope in ready.messages {
             self.send(group, envelope);

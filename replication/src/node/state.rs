@@ -61,6 +61,10 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     /// The bytes repair rounds may still ask for under `repair_bytes_per_tick_max`: topped up
     /// every tick, charged per round granted (so it may go below zero, delaying the next).
     pub(super) repair_bytes_credit: i64,
+    /// The groups a tick collects and the ones it may grant repair, kept between ticks so a
+    /// tick allocates nothing.
+    pub(super) tick_groups: Vec<u64>,
+    pub(super) tick_repairing: Vec<u64>,
     /// The newest damage cuts, for status (at most `DAMAGE_CUTS_KEPT`).
     pub(super) damage_cuts: VecDeque<DamageCut>,
     /// Groups a read found damaged this round, reopened at its end.
@@ -109,6 +113,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             counters: NodeCounters::default(),
             repair_cursor: 0,
             repair_bytes_credit: 0,
+            tick_groups: Vec::new(),
+            tick_repairing: Vec::new(),
             damage_cuts: VecDeque::new(),
             damaged: Vec::new(),
             repaired_groups: Vec::new(),

@@ -405,7 +405,7 @@ pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 13] = [
 ];
 
 /// `[metadata]`.
-pub(super) const METADATA_KEYS: [IntKey<MetadataConfig>; 2] = [
+pub(super) const METADATA_KEYS: [IntKey<MetadataConfig>; 3] = [
     IntKey {
         name: "snapshot_interval_ops",
         min: 1,
@@ -419,6 +419,13 @@ pub(super) const METADATA_KEYS: [IntKey<MetadataConfig>; 2] = [
         max: 1 << 20,
         get: |c| c.sessions_max as u64,
         set: |c, v| c.sessions_max = v as usize,
+    },
+    IntKey {
+        name: "topic_partitions_max",
+        min: 1,
+        max: 1 << 20,
+        get: |c| u64::from(c.topic_partitions_max),
+        set: |c, v| c.topic_partitions_max = v as u32,
     },
 ];
 
@@ -522,7 +529,7 @@ pub(super) const TOPIC_KEYS: [IntKey<TopicDefaults>; 5] = [
 ];
 
 /// `[shard]` and `[shard.N]`: the engine's `ShardConfig` fields (`ring_*_max` → `ring`).
-pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 17] = [
+pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 18] = [
     IntKey {
         name: "groups_max",
         min: 1,
@@ -550,6 +557,13 @@ pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 17] = [
         max: 1 << 32,
         get: |s| s.ready_ahead_bytes,
         set: |s, v| s.ready_ahead_bytes = v,
+    },
+    IntKey {
+        name: "ready_budget_bytes",
+        min: 0,
+        max: 1 << 44,
+        get: |s| s.ready_budget_bytes,
+        set: |s, v| s.ready_budget_bytes = v,
     },
     IntKey {
         name: "recycle_segments",

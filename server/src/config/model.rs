@@ -266,11 +266,17 @@ pub struct MetadataConfig {
     pub snapshot_interval_ops: u64,
     /// Sessions the client table keeps; registering one more expires the least recently used.
     pub sessions_max: usize,
+    /// Partitions one topic may have (each is a group on some shard, within `groups_max`).
+    pub topic_partitions_max: u32,
 }
 
 impl Default for MetadataConfig {
     fn default() -> Self {
-        MetadataConfig { snapshot_interval_ops: 1024, sessions_max: 4096 }
+        MetadataConfig {
+            snapshot_interval_ops: 1024,
+            sessions_max: 4096,
+            topic_partitions_max: 10_000,
+        }
     }
 }
 
@@ -401,7 +407,12 @@ impl Config {
     /// The defaults: `shards` shards with the production (or, with `small`, the test) storage
     /// profile, no pinning.
     pub fn defaults(shards: u32, small: bool) -> Config {
-        let base = if small { ShardConfig::small() } else { ShardConfig::default() };
+        let base = if small {
+            ShardConfig::small()
+        } else {
+            // Sized for the data directory's disk when the shard opens (`ready_budget_bytes`).
+            ShardConfig { ready_budget_bytes: 0, ..ShardConfig::default() }
+        };
         let mut topic_defaults = TopicDefaults::default();
         if small {
             topic_defaults.segment_size_bytes = 8 << 20;

@@ -36,6 +36,8 @@ impl ShardState {
         let existing = self.node.group_ids();
         // Shard 0 may have learned the node's rejoin floor since this shard last created a group.
         self.node.set_rejoin_floor(self.rejoin_floor.load(Ordering::SeqCst));
+        let mut created = Vec::new();
+        let mut lag_of = Vec::new();
         for (group, settings) in catalog.groups_on(self.index) {
             // The topic's own lag bound, if it has one (its replicas, new or recovered, take it).
             let lag_ms = settings.replica_lag_time_max_ms;
@@ -50,17 +52,22 @@ impl ShardState {
                 segment_age_ms_max: self.tuning.segment_age_ms_max,
                 ..settings.group_config()
             };
-            match self.node.create_group(group, config).await {
-                Ok(()) => {
+            created.push((group, config));
+            lag_of.push(lag_ticks);
+        }
+        // A topic's partitions come together: one superblock write makes them all durable.
+        match self.node.create_groups(&created).await {
+            Ok(()) => {
+                for (&(group, _), lag_ticks) in created.iter().zip(lag_of) {
                     self.node.set_replica_lag_ticks(group, lag_ticks);
                     self.committed_end.insert(group, 0);
                     self.offsets.insert(group, PartitionOffsets::default());
                     // Nothing may be deleted before a snapshot covers it.
                     self.node.set_retention_floor(group, 0);
                 }
-                Err(error) => {
-                    tracing::error!(shard = self.index, group, %error, "cannot create group");
-                }
+            }
+            Err(error) => {
+                tracing::error!(shard = self.index, groups = created.len(), %error, "cannot create groups");
             }
         }
         self.catalog = catalog;
