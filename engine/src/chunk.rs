@@ -227,61 +227,98 @@ impl Chunk {
     }
 }
 
-/// A shard's pool of chunk memory: chunks are allocated once and reused once no view of them is
-/// left, so first-touch costs are paid at start-up, not per append.
+/// The smallest write-buffer chunk: a partition that writes a trickle holds one of these, not
+/// a whole large chunk (capped by the configured chunk size, if that is smaller).
+pub const CHUNK_SIZE_MIN_BYTES: usize = 64 << 10;
+
+/// A shard's pool of chunk memory, in size classes from [`CHUNK_SIZE_MIN_BYTES`] doubling up to
+/// the configured chunk size, bounded in bytes: chunks are allocated once and reused once no
+/// view of them is left, so first-touch costs are paid once, not per append. A chunk handed
+/// back while views remain (the ring's) still counts against the bound until they go; the shard
+/// asks idle rings to let go when the pool runs dry ([`ChunkPool::has_pinned`]).
 pub struct ChunkPool {
-    chunk_size_bytes: usize,
-    free: Vec<Arc<ChunkMemory>>,
+    /// Every class's size, ascending; the last is the configured chunk size.
+    class_sizes_bytes: Vec<usize>,
+    /// Free memory per class.
+    free: Vec<Vec<Arc<ChunkMemory>>>,
     retired: Vec<Arc<ChunkMemory>>,
     allocated: usize,
-    allocated_max: usize,
+    allocated_bytes: usize,
+    bytes_max: usize,
     taken: u64,
 }
 
 impl ChunkPool {
-    /// A pool of chunks of `chunk_size_bytes`, holding at most `allocated_max` of them.
+    /// A pool whose largest chunks are `chunk_size_bytes`, holding at most `allocated_max` of
+    /// those in memory (smaller chunks fill the same bytes).
     #[must_use]
     pub fn new(chunk_size_bytes: usize, allocated_max: usize) -> Self {
+        let largest = chunk_size_bytes.next_multiple_of(BLOCK_SIZE_BYTES);
+        let mut class_sizes_bytes = Vec::new();
+        let mut size = CHUNK_SIZE_MIN_BYTES.min(largest);
+        while size < largest {
+            class_sizes_bytes.push(size);
+            size *= 2;
+        }
+        class_sizes_bytes.push(largest);
         Self {
-            chunk_size_bytes: chunk_size_bytes.next_multiple_of(BLOCK_SIZE_BYTES),
-            free: Vec::new(),
+            free: vec![Vec::new(); class_sizes_bytes.len()],
+            class_sizes_bytes,
             retired: Vec::new(),
             allocated: 0,
-            allocated_max,
+            allocated_bytes: 0,
+            bytes_max: largest.saturating_mul(allocated_max),
             taken: 0,
         }
     }
 
-    /// The size of every chunk.
+    /// The size of the largest chunks.
     #[must_use]
     pub fn chunk_size_bytes(&self) -> usize {
-        self.chunk_size_bytes
+        *self.class_sizes_bytes.last().expect("at least one class")
     }
 
-    /// Chunks allocated so far (memory held is this times the chunk size).
+    /// The size of the smallest chunks.
+    #[must_use]
+    pub fn chunk_size_min_bytes(&self) -> usize {
+        self.class_sizes_bytes[0]
+    }
+
+    /// Chunks allocated so far, of any size.
     #[must_use]
     pub fn allocated(&self) -> usize {
         self.allocated
     }
 
-    /// A chunk for `segment_base_offset` starting at block-aligned `file_base_bytes`, with
-    /// `prefix` (the partial block before the append point, already on file) copied to its start.
-    /// `None` when every chunk is in use and the pool is at its bound: the caller applies
-    /// backpressure.
+    /// Bytes of chunk memory allocated so far (at most `chunk_size_bytes × allocated_max`).
+    #[must_use]
+    pub fn allocated_bytes(&self) -> usize {
+        self.allocated_bytes
+    }
+
+    /// Whether some memory handed back is still held by views (a ring's), so that dropping
+    /// those views would let the pool reuse it.
+    #[must_use]
+    pub fn has_pinned(&self) -> bool {
+        self.retired.iter().any(|memory| Arc::strong_count(memory) > 1)
+    }
+
+    /// A chunk of at least `size_bytes` (the smallest class that holds it; `None` past the
+    /// largest) for `segment_base_offset` starting at block-aligned `file_base_bytes`, with
+    /// `prefix` (the partial block before the append point, already on file) copied to its
+    /// start. `None` when the pool is at its bound and has no such memory free: the caller
+    /// applies backpressure.
     pub fn take(
         &mut self,
+        size_bytes: usize,
         segment_base_offset: u64,
         file_base_bytes: u64,
         prefix: &[u8],
     ) -> Option<Chunk> {
         assert!(file_base_bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64));
         assert!(prefix.len() < BLOCK_SIZE_BYTES);
-        let memory = self.reusable().or_else(|| {
-            (self.allocated < self.allocated_max).then(|| {
-                self.allocated += 1;
-                Arc::new(ChunkMemory::new(self.chunk_size_bytes))
-            })
-        })?;
+        let class = self.class_sizes_bytes.iter().position(|&size| size >= size_bytes)?;
+        let memory = self.reusable(class).or_else(|| self.allocate(class))?;
         self.taken += 1;
         let mut chunk = Chunk {
             memory,
@@ -303,19 +340,48 @@ impl ChunkPool {
         self.retired.push(chunk.memory);
     }
 
-    fn reusable(&mut self) -> Option<Arc<ChunkMemory>> {
-        if let Some(memory) = self.free.pop() {
+    /// Free memory of `class`, after moving every retired chunk no view holds any more to its
+    /// class's free list.
+    fn reusable(&mut self, class: usize) -> Option<Arc<ChunkMemory>> {
+        if let Some(memory) = self.free[class].pop() {
             return Some(memory);
         }
         let mut index = 0;
         while index < self.retired.len() {
             if Arc::strong_count(&self.retired[index]) == 1 {
-                self.free.push(self.retired.swap_remove(index));
+                let memory = self.retired.swap_remove(index);
+                let of = self.class_of(memory.capacity());
+                self.free[of].push(memory);
             } else {
                 index += 1;
             }
         }
-        self.free.pop()
+        self.free[class].pop()
+    }
+
+    /// New memory of `class` within the bound, freeing memory of other classes no one uses
+    /// when that makes room.
+    fn allocate(&mut self, class: usize) -> Option<Arc<ChunkMemory>> {
+        let size = self.class_sizes_bytes[class];
+        let mut other = 0;
+        while self.allocated_bytes + size > self.bytes_max {
+            while other < self.free.len() && (other == class || self.free[other].is_empty()) {
+                other += 1;
+            }
+            let memory = self.free.get_mut(other)?.pop().expect("non-empty");
+            self.allocated -= 1;
+            self.allocated_bytes -= memory.capacity();
+        }
+        self.allocated += 1;
+        self.allocated_bytes += size;
+        Some(Arc::new(ChunkMemory::new(size)))
+    }
+
+    fn class_of(&self, capacity_bytes: usize) -> usize {
+        self.class_sizes_bytes
+            .iter()
+            .position(|&size| size == capacity_bytes)
+            .expect("pool memory comes in its classes")
     }
 }
 
@@ -326,7 +392,7 @@ mod tests {
     #[test]
     fn appended_bytes_are_views_without_copy_and_tail_is_padded() {
         let mut pool = ChunkPool::new(16 * 1024, 2);
-        let mut chunk = pool.take(0, 0, &[]).unwrap();
+        let mut chunk = pool.take(16 * 1024, 0, 0, &[]).unwrap();
         let view = chunk.append(&[&[1; 5000], &[2; 100]]);
         assert_eq!(view.len(), 5100);
         assert_eq!(chunk.filled(), 5100);
@@ -355,14 +421,38 @@ mod tests {
     #[test]
     fn pool_reuses_memory_only_after_every_view_is_dropped() {
         let mut pool = ChunkPool::new(4096, 1);
-        let mut chunk = pool.take(0, 0, &[]).unwrap();
+        let mut chunk = pool.take(4096, 0, 0, &[]).unwrap();
         let view = chunk.append(&[b"abc"]);
         pool.give_back(chunk);
-        assert!(pool.take(0, 0, &[]).is_none(), "a view still holds the only chunk");
+        assert!(pool.has_pinned());
+        assert!(pool.take(4096, 0, 0, &[]).is_none(), "a view still holds the only chunk");
         drop(view);
-        let chunk = pool.take(7, 8192, b"xy").unwrap();
+        assert!(!pool.has_pinned());
+        let chunk = pool.take(4096, 7, 8192, b"xy").unwrap();
         assert_eq!(chunk.filled(), 2);
         assert!(!chunk.has_unwritten());
         assert_eq!(pool.allocated(), 1);
+    }
+
+    #[test]
+    fn chunks_come_in_classes_within_a_byte_bound() {
+        // Classes of 64, 128 and 256 KiB; room for two of the largest, 512 KiB in all.
+        let mut pool = ChunkPool::new(256 << 10, 2);
+        assert_eq!(pool.chunk_size_min_bytes(), 64 << 10);
+        let small = pool.take(1000, 0, 0, &[]).unwrap();
+        assert_eq!(small.spare(), 64 << 10, "the smallest class that holds it");
+        let middle = pool.take((64 << 10) + 1, 0, 0, &[]).unwrap();
+        assert_eq!(middle.spare(), 128 << 10);
+        assert!(pool.take((256 << 10) + 1, 0, 0, &[]).is_none(), "past the largest class");
+        let large = pool.take(256 << 10, 0, 0, &[]).unwrap();
+        assert_eq!(pool.allocated_bytes(), 448 << 10);
+        assert!(pool.take(256 << 10, 0, 0, &[]).is_none(), "at the bound: 448 + 256 > 512 KiB");
+        // Free small memory makes room for a large chunk.
+        pool.give_back(small);
+        pool.give_back(middle);
+        let second_large = pool.take(256 << 10, 0, 0, &[]);
+        assert!(second_large.is_some(), "the free 64 and 128 KiB chunks were released for it");
+        assert_eq!(pool.allocated_bytes(), 512 << 10);
+        drop((large, second_large));
     }
 }

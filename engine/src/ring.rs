@@ -198,6 +198,14 @@ impl PrepareRing {
         }
     }
 
+    /// Drops every prepare up to `written_op` (they are on their segment: reads find them
+    /// there), so the write-buffer memory their views hold goes back to the pool.
+    pub fn evict_written(&mut self, written_op: u64) {
+        while self.entries.front().is_some_and(|entry| entry.op() <= written_op) {
+            self.evict_oldest();
+        }
+    }
+
     /// Drops everything.
     pub fn clear(&mut self) {
         while let Some(entry) = self.entries.pop_back() {

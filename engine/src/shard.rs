@@ -18,7 +18,9 @@ use crate::chunk::ChunkPool;
 use crate::error::{Error, Result};
 use crate::join::join_all;
 use crate::journal::{Journal, JournalCycle, JournalRecovery};
-use crate::partition::{FlushDone, FlushJob, GroupRecovery, PartitionLog, SettleJob, Shared};
+use crate::partition::{
+    FlushDone, FlushJob, GroupRecovery, PartitionLog, SettleJob, Shared, WRITE_BUFFER_FULL,
+};
 use crate::record::{ChainNext, check_standalone, prepare_of};
 use crate::ring::{RingBudget, RingLimits};
 use crate::state::GroupState;
@@ -549,8 +551,17 @@ impl<S: Storage> ShardStore<S> {
             return Err(Error::LimitReached("journal full until checkpoints release space".into()));
         }
         let log = self.groups.get_mut(&group).expect("checked by log()");
-        log.append(header, body)?;
+        match log.append(header, body) {
+            Err(Error::LimitReached(reason))
+                if reason == WRITE_BUFFER_FULL && self.release_pinned_chunks() =>
+            {
+                let log = self.groups.get_mut(&group).expect("checked by log()");
+                log.append(header, body)?;
+            }
+            result => result?,
+        }
         self.active.insert(group);
+        let log = self.groups.get_mut(&group).expect("checked by log()");
         if persisted {
             let op = prepare_of(header).op;
             let record = log.ring().by_op(op).expect("just appended").record.clone();
@@ -623,6 +634,26 @@ impl<S: Storage> ShardStore<S> {
     /// period, never on a busy shard.
     pub fn request_journal_marker(&mut self) {
         self.marker_wanted = true;
+    }
+
+    /// The write-buffer pool ran dry while memory handed back to it is still held by ring
+    /// views: the idle groups' rings (then, if that is not enough, every ring) drop what is on
+    /// their segments, which readers find there. True when there was such memory to free.
+    fn release_pinned_chunks(&mut self) -> bool {
+        if !self.shared.pool.borrow().has_pinned() {
+            return false;
+        }
+        for (id, log) in &mut self.groups {
+            if !self.active.contains(id) {
+                log.release_written_ring();
+            }
+        }
+        if self.shared.pool.borrow().has_pinned() {
+            for log in self.groups.values_mut() {
+                log.release_written_ring();
+            }
+        }
+        true
     }
 
     /// Whether a flush has anything to do.

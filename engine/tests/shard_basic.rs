@@ -569,3 +569,36 @@ fn a_busy_group_steps_its_ready_space_up_to_the_largest_step() {
     }
     assert!(busiest_ahead > 4 << 20, "the busy group's step grew: {busiest_ahead} bytes ahead");
 }
+
+#[test]
+fn an_idle_group_holds_no_chunk_and_a_dry_pool_takes_back_what_idle_rings_hold() {
+    let sim = Sim::new(5, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    // 1 MiB of write buffer: sixteen of the smallest (64 KiB) chunks.
+    let config = ShardConfig { chunk_size_bytes: 256 << 10, chunks_max: 4, ..ShardConfig::small() };
+    let (mut shard, _) = sim.block_on(ShardStore::open(sim.storage(), dir, config)).unwrap();
+    let groups = 1..=40u64;
+    for group in groups.clone() {
+        sim.block_on(shard.create_group(group, group_config(Durability::Replicated))).unwrap();
+    }
+    // Forty groups write one small record each, one after the other: each takes a small chunk,
+    // hands it back once written, and its ring keeps a view of it; the pool runs dry after
+    // sixteen and takes back what the idle rings hold.
+    for group in groups.clone() {
+        append_to(&mut shard, group, 1000);
+        let report = sim.block_on(shard.flush()).unwrap();
+        assert!(report.failed.is_empty(), "{report:?}");
+        assert_eq!(shard.durable_op(group), Some(1));
+        assert_eq!(shard.group(group).unwrap().write_buffer_chunks(), 0, "group {group}");
+    }
+    assert!(shard.chunks_allocated() <= 16, "{} chunks", shard.chunks_allocated());
+    // What the rings let go of is read from the segments.
+    for group in groups {
+        let log = shard.group_mut(group).unwrap();
+        let records = match log.plan_read_offset(0, 1 << 20).unwrap() {
+            ReadPlan::Done(found) => found,
+            ReadPlan::Disk(read) => log.finish_read(sim.block_on(read.run())).unwrap(),
+        };
+        assert_eq!(records.len(), 1, "group {group}");
+    }
+}

@@ -655,7 +655,8 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
         (
             "shoal_write_buffer_chunks",
             Kind::Gauge,
-            "Write-buffer chunks the shard has allocated (bounded by chunks_max).",
+            "Write-buffer chunks the shard has allocated, of any size class (their memory is \
+             bounded by chunks_max x chunk_size_bytes).",
             |s| s.chunks_allocated,
         ),
         (

@@ -54,7 +54,7 @@ impl<S: Storage> PartitionLog<S> {
             ))
         })?;
         if roll {
-            self.roll(prepare.base_offset, prepare.op)?;
+            self.roll(prepare.base_offset, prepare.op, size)?;
         } else {
             self.ensure_chunk_room(size)?;
         }
@@ -174,13 +174,14 @@ impl<S: Storage> PartitionLog<S> {
         Ok(())
     }
 
-    fn roll(&mut self, base_offset: u64, first_op: u64) -> Result<()> {
+    fn roll(&mut self, base_offset: u64, first_op: u64, size: usize) -> Result<()> {
+        let wanted = self.next_chunk_bytes(size);
         let chunk = self
             .shared
             .pool
             .borrow_mut()
-            .take(base_offset, 0, &[])
-            .ok_or_else(|| Error::LimitReached("write buffer: every chunk is in use".into()))?;
+            .take(wanted, base_offset, 0, &[])
+            .ok_or_else(write_buffer_full)?;
         if let Some(active) = self.segments.last_mut() {
             active.sealed = true;
         }
@@ -197,6 +198,18 @@ impl<S: Storage> PartitionLog<S> {
         self.chunks.push_back(chunk);
         self.tail_prefix.clear();
         Ok(())
+    }
+
+    /// The size of the next chunk, which must hold a record of `size` bytes after a partial
+    /// block: twice the current chunk while that one still has bytes to write (the group fills
+    /// chunks faster than a flush cycle empties them), else the smallest class, so a group that
+    /// writes a trickle holds a small chunk and a busy one large ones (pool classes round up).
+    fn next_chunk_bytes(&self, size: usize) -> usize {
+        let busy = self.chunks.back().filter(|chunk| chunk.has_unwritten());
+        let grown = busy.map_or(0, |chunk| 2 * (chunk.filled() + chunk.spare()));
+        let pool = self.shared.pool.borrow();
+        let (smallest, largest) = (pool.chunk_size_min_bytes(), pool.chunk_size_bytes());
+        (size + BLOCK_SIZE_BYTES).max(grown.min(largest)).max(smallest)
     }
 
     /// Makes sure the chunk receiving appends has room for `size` more bytes.
@@ -216,6 +229,7 @@ impl<S: Storage> PartitionLog<S> {
             _ => self.tail_prefix.clone(),
         };
         debug_assert_eq!(prefix.len() as u64, end - block_start);
+        let wanted = self.next_chunk_bytes(size);
         let mut pool = self.shared.pool.borrow_mut();
         if size + BLOCK_SIZE_BYTES > pool.chunk_size_bytes() {
             return Err(Error::Invalid(format!(
@@ -223,8 +237,8 @@ impl<S: Storage> PartitionLog<S> {
             )));
         }
         let chunk = pool
-            .take(active.base_offset, block_start, &prefix)
-            .ok_or_else(|| Error::LimitReached("write buffer: every chunk is in use".into()))?;
+            .take(wanted, active.base_offset, block_start, &prefix)
+            .ok_or_else(write_buffer_full)?;
         if self.chunks.back().is_some_and(|previous| !previous.has_unwritten()) {
             let previous = self.chunks.pop_back().expect("checked");
             pool.give_back(previous);
@@ -233,3 +247,11 @@ impl<S: Storage> PartitionLog<S> {
         Ok(())
     }
 }
+
+fn write_buffer_full() -> Error {
+    Error::LimitReached(WRITE_BUFFER_FULL.into())
+}
+
+/// The reason of the `LimitReached` an append gets when the shard's write-buffer pool is at its
+/// bound: the shard then asks idle rings to let go of handed-back chunks and tries once more.
+pub const WRITE_BUFFER_FULL: &str = "write buffer: every chunk is in use";

@@ -499,12 +499,44 @@ impl<S: Storage> PartitionLog<S> {
             let chunk = self.chunks.pop_front().expect("len > 1");
             self.shared.pool.borrow_mut().give_back(chunk);
         }
+        if self.flushes_in_flight == 0 {
+            self.give_back_idle_chunk();
+        }
         assert!(job.target.op >= self.written.op, "flush jobs finish in the order they began");
         outcome.sealed = job.target.segment_base_offset != self.written.segment_base_offset;
         self.written = job.target;
         self.written_appended_bytes = job.target_appended_bytes;
         outcome.written_op = job.target.op;
         Ok(outcome)
+    }
+
+    /// Hands the last chunk back once everything in it is written and no job is in flight: a
+    /// group that stopped writing keeps only the partial block its next append continues
+    /// (`tail_prefix`), not a chunk (DESIGN.md §3: buffers come from a shard pool).
+    fn give_back_idle_chunk(&mut self) {
+        if self.chunks.len() != 1 || self.chunks[0].has_unwritten() {
+            return;
+        }
+        let Some(active) = self.segments.last() else { return };
+        let chunk = &self.chunks[0];
+        let end = active.end_bytes;
+        let block_start = end - end % BLOCK_SIZE_BYTES as u64;
+        if chunk.segment_base_offset != active.base_offset
+            || chunk.file_end_bytes() != end
+            || block_start < chunk.file_base_bytes
+        {
+            return;
+        }
+        let start = (block_start - chunk.file_base_bytes) as usize;
+        self.tail_prefix = chunk.view(start, (end - block_start) as usize).to_vec();
+        let chunk = self.chunks.pop_back().expect("one chunk");
+        self.shared.pool.borrow_mut().give_back(chunk);
+    }
+
+    /// Drops the ring's prepares that are on their segment, so the pool can reuse the memory
+    /// their views hold (the shard asks when its pool runs dry).
+    pub fn release_written_ring(&mut self) {
+        self.ring.evict_written(self.written.op);
     }
 
     /// Runs a whole flush of this log alone (begin, run, finish): for tests and tools; the shard

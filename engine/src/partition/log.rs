@@ -346,6 +346,11 @@ impl<S: Storage> PartitionLog<S> {
         self.recycled_segments
     }
 
+    /// Write-buffer chunks this log holds (none once everything it appended is written).
+    pub fn write_buffer_chunks(&self) -> usize {
+        self.chunks.len()
+    }
+
     /// Files this log holds open.
     pub fn open_file_count(&self) -> usize {
         self.files.len()

@@ -17,6 +17,7 @@ mod retention;
 mod settle;
 mod truncate;
 
+pub use append::WRITE_BUFFER_FULL;
 pub use flush::{FlushDone, FlushJob, WRITE_PIECE_BYTES, WriteOutcome};
 pub use log::{FaultyOps, PartitionLog, Shared};
 pub use read::{DiskRead, DiskReadDone, ReadPlan};
