@@ -26,7 +26,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use monoio::io::{AsyncReadRent, AsyncReadRentExt, AsyncWriteRent, AsyncWriteRentExt, Splitable};
 use monoio::net::{TcpListener, TcpStream};
 use shoal_proto::batch::{self, BatchLimits};
@@ -49,6 +49,7 @@ use crate::metrics::ShardMetrics;
 use crate::shard::{
     Body, FetchArgs, GroupRequest, GroupStats, Mesh, Outcome, ShardReport, Work, now_ms,
 };
+use crate::vectored::Parts;
 
 /// Accepts connections on one shard's listeners.
 pub struct Acceptor {
@@ -210,6 +211,23 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
             };
             let reply = ClientReply { error: outcome.error, ..pending.reply };
             metrics.replied(reply.operation, reply.error, pending.received);
+            if let Body::Parts(parts) = outcome.body {
+                // The batches go out from where they lie: one writev of header and parts.
+                let header = Header::reply_parts(cluster, reply, &parts);
+                let mut frame = Vec::with_capacity(parts.len() + 1);
+                frame.push(Bytes::copy_from_slice(&header.encode()));
+                frame.extend(parts);
+                let (result, _) = Parts::new(frame).write_all(&mut writer).await;
+                match result {
+                    Ok(written) => metrics.sent(written),
+                    Err(_) => break,
+                }
+                if pending.close {
+                    let _ = writer.shutdown().await;
+                    break;
+                }
+                continue;
+            }
             out.clear();
             match &outcome.body {
                 Body::Encoded(body) => write_frame(&mut out, cluster, reply, body),
@@ -220,6 +238,7 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
                     let body = not_primary_body(&config, writer_version.get(), view, primary);
                     write_frame(&mut out, cluster, reply, &body)
                 }
+                Body::Parts(_) => unreachable!("written above"),
             }
             let (result, buffer) = writer.write_all(out).await;
             out = buffer;

@@ -18,3 +18,4 @@ pub mod metrics;
 pub mod offsets;
 pub mod shard;
 pub mod signals;
+pub mod vectored;

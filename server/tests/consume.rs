@@ -291,3 +291,59 @@ fn poll_continues_from_the_stored_offset_and_auto_commit_moves_it() {
     assert_eq!(values, [b"d".to_vec()]);
     client.receive().ok();
 }
+
+/// A fetch reply far larger than the socket buffers goes out in many partial writes of its
+/// parts (the prefix and the stored batches, written from where they lie, not copied into one
+/// body): it must arrive whole, in order, under its checksum (`Raw` verifies it).
+#[test]
+fn a_fetch_reply_larger_than_the_socket_buffers_arrives_whole_and_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 1);
+    let mut client = Raw::connect(server.native(), 1);
+    client.create_stream("s").ok();
+    client.create_topic("s", "big", 1, Durability::Replicated).ok();
+    let value = |batch: usize, record: usize| vec![(batch * 4 + record) as u8; 12_000];
+    for batch in 0..128 {
+        let values: Vec<Vec<u8>> = (0..4).map(|record| value(batch, record)).collect();
+        let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+        client.produce("s", "big", 0, &refs);
+    }
+    let mut reader = Raw::connect(server.native(), 2);
+    // A receive buffer far smaller than a reply keeps the server's sends short.
+    let small: libc::c_int = 64 << 10;
+    // SAFETY: a valid socket and an int option of the size given.
+    let set = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&reader.stream),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&raw const small).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0);
+    let mut records = Vec::new();
+    let mut largest_reply = 0;
+    while records.len() < 512 {
+        let fetch = Fetch {
+            stream: "s".into(),
+            topic: "big".into(),
+            partition: 0,
+            from: FetchFrom::Offset(records.len() as u64),
+            bytes_max: 16 << 20,
+            count_max: 1_000,
+            wait_ms_max: 0,
+        };
+        let answer = reader.call(Operation::Fetch, &fetch.encode());
+        largest_reply = largest_reply.max(answer.body.len());
+        let (_, found) = decode_fetch(answer.ok());
+        assert!(!found.is_empty(), "a fetch from {} found nothing", records.len());
+        records.extend(found);
+    }
+    assert!(largest_reply > 1 << 20, "the largest reply was {largest_reply} bytes");
+    assert_eq!(records.len(), 512);
+    for (index, (offset, bytes)) in records.iter().enumerate() {
+        assert_eq!(*offset, index as u64);
+        assert_eq!(bytes, &value(index / 4, index % 4), "record {index}");
+    }
+}

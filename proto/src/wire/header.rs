@@ -232,6 +232,20 @@ impl Header {
         Header::sealed(cluster, 0, 0, Fields::Reply(fields), body)
     }
 
+    /// Builds a sealed reply header for a body sent as `parts`, one after the other, without
+    /// gathering them into one buffer: the checksum runs over each part in turn (a fetch reply
+    /// goes out as its prefix and the stored batches, written straight from where they lie).
+    ///
+    /// # Panics
+    ///
+    /// As [`Header::reply`].
+    pub fn reply_parts<P: AsRef<[u8]>>(cluster: u64, fields: ClientReply, parts: &[P]) -> Header {
+        let (len, checksum) = parts.iter().fold((0usize, 0u32), |(len, crc), part| {
+            (len + part.as_ref().len(), crc32c::crc32c_append(crc, part.as_ref()))
+        });
+        Header::sealed_sized(cluster, 0, 0, Fields::Reply(fields), len, checksum)
+    }
+
     /// Recomputes `checksum_header` from every other field. Call it after changing any field;
     /// [`Header::encode`] deliberately does not, so that re-encoding a decoded header reproduces
     /// its bytes exactly (replicas and the hash chain depend on that).
@@ -543,14 +557,25 @@ impl Header {
         checksum_body: u32,
     ) -> Header {
         debug_assert_eq!(crc32c::crc32c(body), checksum_body, "a derived body checksum is wrong");
-        let size = body
-            .len()
+        Header::sealed_sized(cluster, view, replica, fields, body.len(), checksum_body)
+    }
+
+    /// [`Header::sealed_checksummed`] for a body known by its length and checksum only.
+    fn sealed_sized(
+        cluster: u64,
+        view: u32,
+        replica: u8,
+        fields: Fields,
+        body_len: usize,
+        checksum_body: u32,
+    ) -> Header {
+        let size = body_len
             .checked_add(HEADER_SIZE)
             .and_then(|size| u32::try_from(size).ok())
             .expect("message body exceeds the u32 size field");
         if let Some(required) = fields.body_size_required() {
             assert_eq!(
-                body.len() as u64,
+                body_len as u64,
                 required,
                 "{:?} body length disagrees with its count field",
                 fields.command()
@@ -558,10 +583,10 @@ impl Header {
         }
         if let Some(max) = fields.body_size_max() {
             assert!(
-                body.len() as u64 <= max,
+                body_len as u64 <= max,
                 "{:?} body of {} bytes exceeds its limit of {max}",
                 fields.command(),
-                body.len()
+                body_len
             );
         }
         if let Fields::DoViewChange(dvc) = &fields {

@@ -1468,3 +1468,16 @@ fn wire_handshake_golden_bytes() {
     );
     assert_eq!(header.verify_body(&reason), Ok(()));
 }
+
+#[test]
+fn a_reply_built_from_parts_is_the_reply_built_from_their_concatenation() {
+    let (whole, body) = sample_client_reply();
+    let fields = *whole.as_reply().expect("a reply");
+    let parts: [&[u8]; 3] = [&body[..3], &[], &body[3..]];
+    assert_eq!(Header::reply_parts(CLUSTER, fields, &parts).encode(), whole.encode());
+    let none: [&[u8]; 0] = [];
+    assert_eq!(
+        Header::reply_parts(CLUSTER, fields, &none).encode(),
+        Header::reply(CLUSTER, fields, &[]).encode()
+    );
+}

@@ -286,8 +286,7 @@ impl ShardState {
             batch_count: batches.len() as u32,
         }
         .encode_prefix();
-        let size: usize = batches.iter().map(Bytes::len).sum();
-        let mut body = Vec::with_capacity(8 + prefix.len() + size);
+        let mut head = Vec::with_capacity(8 + prefix.len());
         if let ReadFor::Poll(_) = to {
             // A poll's reply starts with where it started (the stored offset), so the client
             // skips what precedes it in the first batch.
@@ -295,12 +294,9 @@ impl ShardState {
                 FetchFrom::Offset(offset) => offset,
                 _ => first_offset,
             };
-            body.extend_from_slice(&start.to_le_bytes());
+            head.extend_from_slice(&start.to_le_bytes());
         }
-        body.extend_from_slice(&prefix);
-        for batch in &batches {
-            body.extend_from_slice(batch);
-        }
+        head.extend_from_slice(&prefix);
         // A poll that found only control records (offset commits) has nothing to deliver: it
         // goes on from past them (waiting, when it may, for what comes next).
         if let (ReadFor::Poll(poll), Some(end)) = (&mut to, end_offset)
@@ -310,7 +306,11 @@ impl ShardState {
             self.fetch(group, args, to);
             return;
         }
-        let answer = Outcome::ok(body);
+        // The batches are not copied: the reply is written from the ring's or the read's views.
+        let mut parts = Vec::with_capacity(batches.len() + 1);
+        parts.push(Bytes::from(head));
+        parts.extend(batches);
+        let answer = Outcome::parts(parts);
         match (to, end_offset) {
             (ReadFor::Poll(poll), Some(end)) if poll.auto_commit => {
                 let key = (group, poll.consumer.clone());

@@ -35,6 +35,9 @@ pub enum Body {
     Encoded(Vec<u8>),
     /// A produce result.
     Produce(ProduceReply),
+    /// A body sent as these parts in order, each written from where it lies (a fetch reply:
+    /// its prefix, then the stored batches as views of the ring or the read buffer).
+    Parts(Vec<Bytes>),
     /// A `NotPrimary` error: the connection's writer encodes it for the version the connection
     /// speaks (the structured body from version 3 on, with the primary's client address from
     /// the node's config; the text alone before).
@@ -50,6 +53,11 @@ impl Outcome {
     /// A success with this body.
     pub fn ok(body: Vec<u8>) -> Outcome {
         Outcome { error: 0, body: Body::Encoded(body) }
+    }
+
+    /// A success whose body is `parts`, one after the other.
+    pub fn parts(parts: Vec<Bytes>) -> Outcome {
+        Outcome { error: 0, body: Body::Parts(parts) }
     }
 
     /// A produce success.
