@@ -306,4 +306,3 @@ fn seeds_that_once_failed_pass() {
         assert!(outcome.violation.is_none(), "seed {seed} with retention: {:?}", outcome.violation);
     }
 }
-
