@@ -672,8 +672,7 @@ impl<S: Storage> ShardStore<S> {
     /// Whether a group has nothing for a flush, a checkpoint or a retry to do, and everything
     /// it appended is durable: it may leave the active set until it is touched again.
     fn is_idle(&self, id: u64, log: &PartitionLog<S>) -> bool {
-        let write_all = self.checkpoint_wanted.contains(&id)
-            || log.bytes_since_checkpoint() >= self.config.checkpoint_interval_bytes;
+        let write_all = self.writes_all(id, log);
         self.durable.get(&id).is_some_and(|&durable| durable >= log.head_op())
             && !log.has_unwritten()
             && !log.is_storage_full()
@@ -681,6 +680,13 @@ impl<S: Storage> ShardStore<S> {
             && !self.settle_blocked.contains(&id)
             && !log.wants_flush(write_all)
             && !self.checkpoint_due(id, log)
+    }
+
+    /// Whether a group's next job writes everything it holds, whatever its batching: it is due
+    /// a checkpoint, which can record only what is written.
+    fn writes_all(&self, id: u64, log: &PartitionLog<S>) -> bool {
+        self.checkpoint_wanted.contains(&id)
+            || log.bytes_since_checkpoint() >= self.config.checkpoint_interval_bytes
     }
 
     /// Starts a flush cycle, possibly beside cycles still in flight (None when nothing is
@@ -699,10 +705,8 @@ impl<S: Storage> ShardStore<S> {
         // Groups not touched since they were last idle have nothing new to write or report.
         let touched: Vec<u64> = self.touched().map(|(id, _)| id).collect();
         for id in touched {
+            let write_all = self.writes_all(id, &self.groups[&id]);
             let log = self.groups.get_mut(&id).expect("touched groups exist");
-            // A group due a checkpoint writes everything, so the next checkpoint job can record it.
-            let write_all = self.checkpoint_wanted.contains(&id)
-                || log.bytes_since_checkpoint() >= self.config.checkpoint_interval_bytes;
             if let Some(job) = log.begin_flush(write_all) {
                 jobs.push(job);
             }

@@ -462,15 +462,16 @@ impl<F: StorageFile> Superblock<F> {
             path,
             copy_size_bytes,
             slots_max: base.slots_max,
-            state: SuperblockState { sequence: base.sequence.saturating_sub(1), ..base },
+            // The version before this one, as far as `begin_write` asks: its parent is the one
+            // given (a relayout continues the old file's chain).
+            state: SuperblockState {
+                sequence: base.sequence.saturating_sub(1),
+                checksum: base.parent,
+                ..base
+            },
             writes: 0,
         };
-        let mut write = superblock.begin_write(groups)?;
-        // The version keeps the parent it was given (a relayout continues the old file's chain).
-        write.next.parent = base.parent;
-        let encoded = encode_version(&write.next, copy_size_bytes);
-        write.next.checksum = u32::from_le_bytes(encoded[..4].try_into().expect("4 bytes"));
-        write.bytes = superblock.block_image(&encoded);
+        let write = superblock.begin_write(groups)?;
         write.run().await?;
         let end = (COPIES * copy_size_bytes) as u64;
         if write.bytes.len() < copy_size_bytes {

@@ -211,41 +211,32 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
             };
             let reply = ClientReply { error: outcome.error, ..pending.reply };
             metrics.replied(reply.operation, reply.error, pending.received);
-            if let Body::Parts(parts) = outcome.body {
+            let written = if let Body::Parts(parts) = outcome.body {
                 // The batches go out from where they lie: one writev of header and parts.
                 let header = Header::reply_parts(cluster, reply, &parts);
                 let mut frame = Vec::with_capacity(parts.len() + 1);
                 frame.push(Bytes::copy_from_slice(&header.encode()));
                 frame.extend(parts);
-                let (result, _) = Parts::new(frame).write_all(&mut writer).await;
-                match result {
-                    Ok(written) => metrics.sent(written),
-                    Err(_) => break,
+                Parts::new(frame).write_all(&mut writer).await.0
+            } else {
+                out.clear();
+                match &outcome.body {
+                    Body::Encoded(body) => write_frame(&mut out, cluster, reply, body),
+                    Body::Produce(produced) => {
+                        write_frame(&mut out, cluster, reply, &produced.encode_array())
+                    }
+                    &Body::NotPrimary { view, primary } => {
+                        let body = not_primary_body(&config, writer_version.get(), view, primary);
+                        write_frame(&mut out, cluster, reply, &body)
+                    }
+                    Body::Parts(_) => unreachable!("written above"),
                 }
-                if pending.close {
-                    let _ = writer.shutdown().await;
-                    break;
-                }
-                continue;
-            }
-            out.clear();
-            match &outcome.body {
-                Body::Encoded(body) => write_frame(&mut out, cluster, reply, body),
-                Body::Produce(produced) => {
-                    write_frame(&mut out, cluster, reply, &produced.encode_array())
-                }
-                &Body::NotPrimary { view, primary } => {
-                    let body = not_primary_body(&config, writer_version.get(), view, primary);
-                    write_frame(&mut out, cluster, reply, &body)
-                }
-                Body::Parts(_) => unreachable!("written above"),
-            }
-            let (result, buffer) = writer.write_all(out).await;
-            out = buffer;
-            if result.is_err() {
-                break;
-            }
-            metrics.sent(out.len());
+                let (result, buffer) = writer.write_all(out).await;
+                out = buffer;
+                result
+            };
+            let Ok(written) = written else { break };
+            metrics.sent(written);
             if pending.close {
                 // FIN after the last reply, so the client reads it and then sees the end.
                 let _ = writer.shutdown().await;
