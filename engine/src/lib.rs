@@ -6,6 +6,7 @@
 //! opens a socket, reads a clock or spawns a thread, and knows nothing of quorums: view, op and
 //! commit are fields it checks for continuity and checksums only.
 
+pub mod cache;
 mod chunk;
 mod error;
 #[cfg(feature = "inspect")]

@@ -111,15 +111,21 @@ impl PrepareRing {
     }
 
     /// Makes room for a prepare of `size_bytes` by evicting the oldest *written* prepares
-    /// (`op <= written_op`); fails, evicting nothing more, when that is not enough. Call before
-    /// anything of the prepare becomes visible, then [`PrepareRing::push`].
-    pub fn reserve(&mut self, size_bytes: usize, written_op: u64) -> Result<(), RingFull> {
+    /// (`op <= written_op`) into `evicted` (the shard's batch cache); fails, evicting nothing
+    /// more, when that is not enough. Call before anything of the prepare becomes visible, then
+    /// [`PrepareRing::push`].
+    pub fn reserve(
+        &mut self,
+        size_bytes: usize,
+        written_op: u64,
+        mut evicted: impl FnMut(StoredPrepare),
+    ) -> Result<(), RingFull> {
         while self.entries.len() + 1 > self.limits.entries_max
             || self.bytes + size_bytes > self.limits.bytes_max
             || self.budget.over(size_bytes)
         {
             match self.entries.front() {
-                Some(oldest) if oldest.op() <= written_op => self.evict_oldest(),
+                Some(oldest) if oldest.op() <= written_op => evicted(self.evict_oldest()),
                 _ => return Err(RingFull),
             }
         }
@@ -202,7 +208,7 @@ impl PrepareRing {
     /// there), so the write-buffer memory their views hold goes back to the pool.
     pub fn evict_written(&mut self, written_op: u64) {
         while self.entries.front().is_some_and(|entry| entry.op() <= written_op) {
-            self.evict_oldest();
+            drop(self.evict_oldest());
         }
     }
 
@@ -213,9 +219,10 @@ impl PrepareRing {
         }
     }
 
-    fn evict_oldest(&mut self) {
+    fn evict_oldest(&mut self) -> StoredPrepare {
         let entry = self.entries.pop_front().expect("checked non-empty");
         self.release(entry.record.len());
+        entry
     }
 
     fn release(&mut self, size: usize) {

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use crate::cache::{BatchCache, CacheCounters};
 use crate::checksum;
 use crate::chunk::ChunkPool;
 use crate::error::{Error, Result};
@@ -85,6 +86,12 @@ pub struct ShardConfig {
     pub persisted_write_batch_bytes: usize,
     /// Read window of scans.
     pub scan_window_bytes: usize,
+    /// Memory the shard's batch cache may hold: written prepares kept for consumers behind the
+    /// rings, since direct I/O leaves nothing in the page cache (0: none).
+    pub batch_cache_bytes: usize,
+    /// Read-ahead reads (each about `scan_window_bytes`) a partition keeps in flight at most
+    /// for a consumer reading from disk in order (0: no read-ahead).
+    pub read_ahead_windows: usize,
     /// Entries an index file may hold.
     pub index_entries_max: usize,
     /// Largest record any group may configure (bounds journal entries).
@@ -114,6 +121,8 @@ impl Default for ShardConfig {
             held_prepares_max: 1024,
             persisted_write_batch_bytes: 1 << 20,
             scan_window_bytes: 1 << 20,
+            batch_cache_bytes: 1 << 30,
+            read_ahead_windows: 4,
             index_entries_max: 1 << 20,
             record_size_bytes_max: crate::wire::HEADER_SIZE + (1 << 20),
         }
@@ -138,6 +147,7 @@ impl ShardConfig {
             chunks_max: 256,
             held_prepares_max: 64,
             scan_window_bytes: 64 << 10,
+            batch_cache_bytes: 4 << 20,
             index_entries_max: 1 << 16,
             record_size_bytes_max: crate::wire::HEADER_SIZE + (64 << 10),
             ..Self::default()
@@ -443,6 +453,12 @@ impl<S: Storage> ShardStore<S> {
         self.shared.ring_budget.used_bytes()
     }
 
+    /// Bytes the batch cache holds, and what it did since open.
+    pub fn batch_cache(&self) -> (usize, CacheCounters) {
+        let cache = self.shared.cache.borrow();
+        (cache.used_bytes(), cache.counters())
+    }
+
     /// Ready space all groups hold ahead of their data (within `ready_budget_bytes`, except
     /// while a claim is settling).
     pub fn ready_space_bytes(&self) -> u64 {
@@ -642,6 +658,12 @@ impl<S: Storage> ShardStore<S> {
     fn release_pinned_chunks(&mut self) -> bool {
         if !self.shared.pool.borrow().has_pinned() {
             return false;
+        }
+        // The batch cache's write views are the cheapest to give up: they are on disk, and
+        // only consumers far behind want them.
+        self.shared.cache.borrow_mut().release_written();
+        if !self.shared.pool.borrow().has_pinned() {
+            return true;
         }
         for (id, log) in &mut self.groups {
             if !self.active.contains(id) {
@@ -1393,6 +1415,8 @@ fn shared_for(config: &ShardConfig) -> Shared {
         pool: std::cell::RefCell::new(ChunkPool::new(config.chunk_size_bytes, config.chunks_max)),
         ring_budget: RingBudget::new(config.ring_budget_bytes),
         zeros: zeros.freeze(),
+        cache: std::cell::RefCell::new(BatchCache::new(config.batch_cache_bytes)),
+        read_ahead_windows: config.read_ahead_windows,
     }
 }
 

@@ -18,6 +18,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use shoal_engine::cache::CacheCounters;
 use shoal_engine::shard::ShardCounters;
 use shoal_engine::storage::Storage;
 use shoal_proto::protocol::{ErrorCode, Operation};
@@ -369,6 +370,8 @@ pub struct ShardSnapshot {
     pub ring_bytes: u64,
     pub chunks_allocated: u64,
     pub ready_space_bytes: u64,
+    pub batch_cache_bytes: u64,
+    pub batch_cache: CacheCounters,
     /// Heap allocations by the shard's thread since it started.
     pub allocations: u64,
     pub groups: Vec<GroupFigures>,
@@ -488,6 +491,8 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         ring_bytes: node.ring_bytes() as u64,
         chunks_allocated: node.chunks_allocated() as u64,
         ready_space_bytes: node.ready_space_bytes(),
+        batch_cache_bytes: node.batch_cache().0 as u64,
+        batch_cache: node.batch_cache().1,
         node: node.counters(),
         allocations: crate::alloc::allocations_on_this_thread(),
         groups,
@@ -608,7 +613,7 @@ fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
 /// One series per answering shard for each of the shard's own figures (a flat table).
 fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 49] = [
+    let per_shard: [(&str, Kind, &str, Figure); 55] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -665,6 +670,44 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
             "Disk space the shard's partitions hold ready ahead of their data (bounded by \
              ready_budget_bytes).",
             |s| s.ready_space_bytes,
+        ),
+        (
+            "shoal_batch_cache_bytes",
+            Kind::Gauge,
+            "Bytes of batches the shard's batch cache holds for consumers behind the rings \
+             (bounded by batch_cache_bytes).",
+            |s| s.batch_cache_bytes,
+        ),
+        (
+            "shoal_batch_cache_hits_total",
+            Kind::Counter,
+            "Offset reads served from the batch cache.",
+            |s| s.batch_cache.hits,
+        ),
+        (
+            "shoal_batch_cache_hit_bytes_total",
+            Kind::Counter,
+            "Bytes of batches served from the batch cache.",
+            |s| s.batch_cache.hit_bytes,
+        ),
+        (
+            "shoal_batch_cache_misses_total",
+            Kind::Counter,
+            "Offset reads that found their start neither in a ring nor in the batch cache and \
+             read the disk.",
+            |s| s.batch_cache.misses,
+        ),
+        (
+            "shoal_batch_cache_evicted_bytes_total",
+            Kind::Counter,
+            "Bytes the batch cache let go to make room.",
+            |s| s.batch_cache.evicted_bytes,
+        ),
+        (
+            "shoal_read_ahead_reads_total",
+            Kind::Counter,
+            "Read-ahead disk reads started for consumers reading in order.",
+            |s| s.batch_cache.reads_ahead,
         ),
         (
             "shoal_groups",

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Raw, decode_fetch, start, start_command};
+use common::{Raw, ShoalProcess, decode_fetch, metrics_page, restart, start, start_command};
 use shoal_proto::Durability;
 use shoal_proto::protocol::consumer::{
     Assignment, ConsumerId, GroupMember, GroupRef, JoinGroup, Membership, OffsetKey, PartitionRef,
@@ -346,4 +346,65 @@ fn a_fetch_reply_larger_than_the_socket_buffers_arrives_whole_and_in_order() {
         assert_eq!(*offset, index as u64);
         assert_eq!(bytes, &value(index / 4, index % 4), "record {index}");
     }
+}
+
+/// The metric `name` summed over the shards of the page.
+fn metric_sum(server: &ShoalProcess, name: &str) -> f64 {
+    let page = metrics_page(server.metrics().expect("metrics")).expect("a page");
+    page.lines()
+        .filter(|line| line.split(['{', ' ']).next() == Some(name))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A backlog far beyond the partition's ring (1 MiB in the small profile) is read back in
+/// order and whole: first from the batch cache that the ring's evictions filled, then, after a
+/// restart left the cache empty, from the disk — where each miss caches the rest of its read
+/// window, so the fetch after it is a hit, and read-ahead runs ahead of the reader.
+#[test]
+fn a_backlog_behind_the_ring_is_read_back_from_the_batch_cache_and_by_read_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = start(dir.path(), 1);
+    let mut client = Raw::connect(server.native(), 1);
+    client.create_stream("s").ok();
+    client.create_topic("s", "backlog", 1, Durability::Replicated).ok();
+    let value = |index: usize| format!("message {index:06} ").repeat(1_000).into_bytes();
+    const MESSAGES: usize = 400;
+    for index in 0..MESSAGES {
+        client.produce("s", "backlog", 0, &[&value(index)]);
+    }
+    let read_all = |server: &ShoalProcess| {
+        let mut reader = Raw::connect(server.native(), 2);
+        let mut records = Vec::new();
+        for _ in 0..MESSAGES {
+            if records.len() == MESSAGES {
+                break;
+            }
+            let fetch = Fetch {
+                stream: "s".into(),
+                topic: "backlog".into(),
+                partition: 0,
+                from: FetchFrom::Offset(records.len() as u64),
+                bytes_max: 16 << 10,
+                count_max: 1_000,
+                wait_ms_max: 0,
+            };
+            let (_, found) = decode_fetch(reader.call(Operation::Fetch, &fetch.encode()).ok());
+            assert!(!found.is_empty(), "a fetch from {} found nothing", records.len());
+            records.extend(found);
+        }
+        assert_eq!(records.len(), MESSAGES);
+        for (index, (offset, bytes)) in records.iter().enumerate() {
+            assert_eq!(*offset, index as u64);
+            assert_eq!(bytes, &value(index), "message {index}");
+        }
+    };
+    read_all(&server);
+    assert!(metric_sum(&server, "shoal_batch_cache_hits_total") > 0.0);
+    assert!(metric_sum(&server, "shoal_batch_cache_bytes") > 0.0);
+    restart(&mut server);
+    read_all(&server);
+    assert!(metric_sum(&server, "shoal_batch_cache_misses_total") >= 1.0);
+    assert!(metric_sum(&server, "shoal_batch_cache_hits_total") >= 1.0);
+    assert!(metric_sum(&server, "shoal_read_ahead_reads_total") >= 1.0);
 }

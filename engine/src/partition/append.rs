@@ -47,7 +47,9 @@ impl<S: Storage> PartitionLog<S> {
         if self.storage_full && !fits {
             return Err(Error::StorageFull);
         }
-        self.ring.reserve(size, self.written.op).map_err(|RingFull| {
+        let (group, cache) = (self.group, &self.shared.cache);
+        let evicted = |prepare| cache.borrow_mut().insert(group, prepare, true);
+        self.ring.reserve(size, self.written.op, evicted).map_err(|RingFull| {
             Error::LimitReached(format!(
                 "group {}: prepare ring full of unwritten prepares",
                 self.group

@@ -13,6 +13,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 
 use super::flush::TailWrite;
+use crate::cache::BatchCache;
 use crate::chunk::{Chunk, ChunkPool, written_extent_end};
 use crate::error::{Error, Result};
 use crate::ready::{READY_STEP_MIN_BYTES, ReadyBudget};
@@ -54,6 +55,11 @@ pub struct Shared {
     pub ring_budget: RingBudget,
     /// An aligned run of zeros, for rewriting a torn window.
     pub zeros: Bytes,
+    /// Written prepares kept for consumers behind the rings.
+    pub cache: RefCell<BatchCache>,
+    /// Read-ahead reads a partition keeps in flight at most for a sequential consumer (0:
+    /// none), each about `scan_window_bytes` long.
+    pub read_ahead_windows: usize,
 }
 
 /// Where one record lies.
@@ -218,6 +224,9 @@ pub struct PartitionLog<S: Storage> {
     /// One clone per disk read in flight: a segment file a read may still be scanning is never
     /// recycled (its bytes would change under the read), only deleted.
     pub(super) disk_reads: Rc<()>,
+    /// Read-ahead: the offset where the reads planned so far end, and how many are in flight.
+    pub(super) read_ahead_to_offset: u64,
+    pub(super) reads_ahead_in_flight: usize,
     /// Segments recycled into the spare since open.
     pub(super) recycled_segments: u64,
     /// The step of ready space this log asks for ahead of its tail: it doubles while steps are
@@ -249,6 +258,7 @@ impl<S: Storage> Drop for PartitionLog<S> {
         }
         // Its files stay (a replaced log's successor adopts or removes them and reports anew).
         self.shared.ready_budget.update(self.ready_held_bytes, 0);
+        self.shared.cache.borrow_mut().forget(self.group);
     }
 }
 
@@ -490,6 +500,8 @@ impl<S: Storage> PartitionLog<S> {
             spare_in_flight: false,
             spare_claimed: false,
             disk_reads: Rc::new(()),
+            read_ahead_to_offset: 0,
+            reads_ahead_in_flight: 0,
             recycled_segments: 0,
             ready_step_bytes,
             // Neither grows nor shrinks the first step: nothing is known of the rate yet.

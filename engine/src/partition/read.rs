@@ -1,8 +1,12 @@
-//! Reads: prepares by offset, by op or by time, served from the ring when it holds them, else
-//! planned as a disk read that runs without borrowing the log and continues from the ring.
+//! Reads: prepares by offset, by op or by time, served from the ring when it holds them, by
+//! offset also from the shard's batch cache, else planned as a disk read that runs without
+//! borrowing the log and continues from the ring. Offset reads cache what they decoded, the rest
+//! of their read window included, and a consumer reading in order has read-ahead planned for it:
+//! several window-sized reads in flight past what the cache holds.
 //!
 //! A read verifies every record's checksums and must never serve around damage: corruption it
-//! finds makes the log refuse service; a read that merely failed changes nothing.
+//! finds makes the log refuse service; a read that merely failed changes nothing. Damage that
+//! only read-ahead ran into is left for the read that wants that record.
 
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -31,6 +35,13 @@ pub struct DiskRead<S: Storage> {
     want: Want,
     /// The read stopped at the written end of the log: continue from the ring.
     continue_in_ring: bool,
+    /// Once what was asked for is gathered, the records starting before this position of the
+    /// first planned segment are still decoded, for the cache only.
+    ahead_to_bytes: u64,
+    /// A read-ahead: everything it decodes is for the cache, and what stops it is no failure.
+    read_ahead: bool,
+    /// The cache's epoch when planned (see [`crate::cache::BatchCache::epoch`]).
+    cache_epoch: u64,
     /// Held while the read may scan files: see `PartitionLog::disk_reads`.
     _in_flight: Rc<()>,
 }
@@ -66,6 +77,9 @@ impl Want {
 /// The result of a [`DiskRead`], to hand back to [`PartitionLog::finish_read`].
 pub struct DiskReadDone {
     found: Vec<StoredPrepare>,
+    /// Decoded past what was asked for: for the cache.
+    ahead: Vec<StoredPrepare>,
+    cache_epoch: u64,
     reached_written_end: bool,
     bytes_max: usize,
     prepares_max: usize,
@@ -85,10 +99,13 @@ impl<S: Storage> DiskRead<S> {
     /// Scans the planned segments, verifying every record's checksums.
     pub async fn run(self) -> DiskReadDone {
         let mut found = Vec::new();
+        let mut ahead = Vec::new();
         let mut reached_written_end = true;
-        let result = self.run_inner(&mut found, &mut reached_written_end).await;
+        let result = self.run_inner(&mut found, &mut ahead, &mut reached_written_end).await;
         DiskReadDone {
             found,
+            ahead,
+            cache_epoch: self.cache_epoch,
             reached_written_end,
             bytes_max: self.bytes_max,
             prepares_max: self.prepares_max,
@@ -100,10 +117,14 @@ impl<S: Storage> DiskRead<S> {
     async fn run_inner(
         &self,
         found: &mut Vec<StoredPrepare>,
+        ahead: &mut Vec<StoredPrepare>,
         reached_written_end: &mut bool,
     ) -> Result<()> {
         let mut bytes = 0usize;
-        for planned in &self.segments {
+        // What was asked for is gathered: only the cache's read-ahead goes on.
+        let mut full = self.read_ahead;
+        for (index, planned) in self.segments.iter().enumerate() {
+            let ahead_to = if index == 0 { self.ahead_to_bytes } else { 0 };
             let path = self.dir.join(log_name(planned.base_offset));
             let opened;
             let file: &S::File = match &planned.file {
@@ -125,40 +146,59 @@ impl<S: Storage> DiskRead<S> {
                 .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
             let mut position = planned.start_bytes;
             while position < planned.written_end_bytes {
-                if !found.is_empty()
-                    && (bytes >= self.bytes_max || found.len() >= self.prepares_max)
-                {
-                    // Full: the next record is not even decoded, so damage past what was asked
-                    // for (a read by op wants one) is left for the read that wants it.
+                full |= !found.is_empty()
+                    && (bytes >= self.bytes_max || found.len() >= self.prepares_max);
+                if full && position >= ahead_to {
+                    // The next record is not even decoded, so damage past what was asked for
+                    // (a read by op wants one) is left for the read that wants it.
                     *reached_written_end = false;
                     return Ok(());
                 }
-                let record = scanner
-                    .record_at(position, self.record_size_bytes_max)
-                    .await
-                    .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-                let header =
-                    check_standalone(&record, self.cluster, self.group, self.record_size_bytes_max)
-                        .map_err(|fault| {
-                            Error::Corruption(Corruption {
-                                file: path.clone(),
-                                position_bytes: position,
-                                offset: found.last().map(StoredPrepare::end_offset),
-                                op: found.last().map(|prepare| prepare.op() + 1),
-                                reason: fault.to_string(),
-                            })
-                        })?;
+                let record = match scanner.record_at(position, self.record_size_bytes_max).await {
+                    Ok(record) => record,
+                    Err(_) if full => {
+                        *reached_written_end = false;
+                        return Ok(());
+                    }
+                    Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+                };
+                let checked =
+                    check_standalone(&record, self.cluster, self.group, self.record_size_bytes_max);
+                let header = match checked {
+                    Ok(header) => header,
+                    Err(_) if full => {
+                        *reached_written_end = false;
+                        return Ok(());
+                    }
+                    Err(fault) => {
+                        return Err(Error::Corruption(Corruption {
+                            file: path.clone(),
+                            position_bytes: position,
+                            offset: found.last().map(StoredPrepare::end_offset),
+                            op: found.last().map(|prepare| prepare.op() + 1),
+                            reason: fault.to_string(),
+                        }));
+                    }
+                };
                 position += u64::from(header.size);
                 let prepare = StoredPrepare { header, record };
-                if found.is_empty() && !self.want.accepts(&prepare) {
+                if !full && found.is_empty() && !self.want.accepts(&prepare) {
                     continue;
                 }
-                if !found.is_empty() && bytes + prepare.record.len() > self.bytes_max {
-                    *reached_written_end = false;
-                    return Ok(());
+                if !full && !found.is_empty() && bytes + prepare.record.len() > self.bytes_max {
+                    full = true;
+                }
+                if full {
+                    ahead.push(prepare);
+                    continue;
                 }
                 bytes += prepare.record.len();
                 found.push(prepare);
+            }
+            if full {
+                // Read-ahead stays within the first segment.
+                *reached_written_end = false;
+                return Ok(());
             }
         }
         *reached_written_end = self.continue_in_ring;
@@ -177,9 +217,30 @@ impl<S: Storage> PartitionLog<S> {
         if let Some(index) = self.ring.position_of_offset(offset) {
             return Ok(ReadPlan::Done(self.collect_ring(index, bytes_max, usize::MAX, None)));
         }
+        let mut found = self.shared.cache.borrow_mut().collect(self.group, offset, bytes_max);
+        if let Some(last) = found.last() {
+            // A cached run that reaches the ring goes on there.
+            if self.ring.first_op() == Some(last.op() + 1) {
+                let bytes: usize = found.iter().map(|prepare| prepare.record.len()).sum();
+                let bytes_left = bytes_max.saturating_sub(bytes);
+                // The ring's "at least one" is the cached run's already.
+                let from_ring = self.collect_ring(0, bytes_left, usize::MAX, None);
+                if from_ring.first().is_some_and(|first| first.record.len() <= bytes_left) {
+                    found.extend(from_ring);
+                }
+            }
+            return Ok(ReadPlan::Done(found));
+        }
+        self.shared.cache.borrow_mut().counters_mut().misses += 1;
         let segment = self.segments.partition_point(|segment| segment.base_offset <= offset) - 1;
         let position = self.segments[segment].index.position_for_offset(offset);
-        Ok(self.plan_disk(segment, position, bytes_max, usize::MAX, Want::Offset(offset)))
+        let mut plan =
+            self.plan_disk(segment, position, bytes_max, usize::MAX, Want::Offset(offset));
+        if let ReadPlan::Disk(read) = &mut plan {
+            // The rest of the read's first window is read anyway: decode it for the cache.
+            read.ahead_to_bytes = position + self.shared.scan_window_bytes as u64;
+        }
+        Ok(plan)
     }
 
     /// Plans a read of the prepare with this op.
@@ -230,6 +291,16 @@ impl<S: Storage> PartitionLog<S> {
     pub fn finish_read(&mut self, done: DiskReadDone) -> Result<Vec<StoredPrepare>> {
         match done.result {
             Ok(()) => {}
+            // A cut since the plan may have zeroed what the read expected to find: what it
+            // ran into says nothing of the disk. The caller may retry, as for a failed read.
+            Err(Error::Corruption(corruption))
+                if done.cache_epoch != self.shared.cache.borrow().epoch() =>
+            {
+                return Err(Error::io(
+                    "reading while a log of the shard was cut",
+                    std::io::Error::new(std::io::ErrorKind::Interrupted, corruption.to_string()),
+                ));
+            }
             // Damage stops the log: serving around it could hand out a hole as the end.
             Err(error @ Error::Corruption(_)) => return Err(self.fail(error)),
             // A read that failed changed nothing on disk: the caller hears of it (never as
@@ -237,6 +308,9 @@ impl<S: Storage> PartitionLog<S> {
             Err(error) => return Err(error),
         }
         let mut found = done.found;
+        if matches!(done.want, Want::Offset(_)) {
+            self.cache_read(done.cache_epoch, found.iter().chain(&done.ahead));
+        }
         if done.reached_written_end {
             let bytes: usize = found.iter().map(|prepare| prepare.record.len()).sum();
             let from_op = found.last().map_or(self.written.op + 1, |prepare| prepare.op() + 1);
@@ -320,8 +394,101 @@ impl<S: Storage> PartitionLog<S> {
             prepares_max,
             want,
             continue_in_ring,
+            ahead_to_bytes: 0,
+            read_ahead: false,
+            cache_epoch: self.shared.cache.borrow().epoch(),
             _in_flight: Rc::clone(&self.disk_reads),
         })
+    }
+
+    /// Caches prepares a disk read found, unless the log's history changed since it was
+    /// planned (they may be ops a truncation cut).
+    fn cache_read<'a>(&self, epoch: u64, prepares: impl Iterator<Item = &'a StoredPrepare>) {
+        let mut cache = self.shared.cache.borrow_mut();
+        if cache.epoch() != epoch {
+            return;
+        }
+        for prepare in prepares.filter(|prepare| prepare.op() <= self.written.op) {
+            cache.insert(self.group, prepare.clone(), false);
+        }
+    }
+
+    /// Read-ahead for a consumer that will read from `offset` next: when the cache holds less
+    /// than the read-ahead span past it, reads of about one scan window each, starting where
+    /// the cached run (or the reads already in flight) end, up to `read_ahead_windows` in
+    /// flight. Each starts at a record that the sparse index names and ends before the next
+    /// read's first record, so no record is read twice. Nothing when `offset` is not on disk
+    /// yet (the ring serves it) or read-ahead is off. Run each, then
+    /// [`PartitionLog::finish_read_ahead`].
+    pub fn plan_read_ahead(&mut self, offset: u64) -> Vec<DiskRead<S>> {
+        let windows_max = self.shared.read_ahead_windows;
+        let window = self.shared.scan_window_bytes as u64;
+        let mut reads = Vec::new();
+        if windows_max == 0
+            || self.faulty.is_some()
+            || self.shared.cache.borrow().budget_bytes() == 0
+            || offset < self.first_offset()
+            || offset >= self.written.next_offset
+            || self.reads_ahead_in_flight >= windows_max
+        {
+            return reads;
+        }
+        let span = windows_max * window as usize;
+        let (run_end, cached) = self.shared.cache.borrow().run_end(self.group, offset, span);
+        if cached >= span / 2 {
+            return reads;
+        }
+        // Reads in flight past the cached run continue; otherwise (none, or another reader's
+        // elsewhere) start at the run's end.
+        let mut from = run_end;
+        if self.reads_ahead_in_flight > 0 && self.read_ahead_to_offset > run_end {
+            from = self.read_ahead_to_offset;
+        }
+        let mut planned = cached as u64;
+        while self.reads_ahead_in_flight < windows_max
+            && planned < span as u64
+            && from < self.written.next_offset
+        {
+            let segment = self.segments.partition_point(|s| s.base_offset <= from) - 1;
+            let meta = &self.segments[segment];
+            let written_end = self.written_end(meta);
+            let start = meta.index.position_for_offset(from);
+            let entries = meta.index.entries();
+            let next = entries.partition_point(|entry| entry.position_bytes < start + window);
+            let (stop, stop_offset) = match entries.get(next) {
+                Some(entry) if entry.position_bytes < written_end => {
+                    (entry.position_bytes, entry.offset)
+                }
+                _ if written_end < meta.end_bytes => (written_end, self.written.next_offset),
+                _ => (written_end, meta.next_offset),
+            };
+            if stop <= start || stop_offset <= from {
+                break;
+            }
+            let ReadPlan::Disk(mut read) =
+                self.plan_disk(segment, start, 0, usize::MAX, Want::Offset(from))
+            else {
+                break;
+            };
+            read.segments.truncate(1);
+            read.continue_in_ring = false;
+            read.ahead_to_bytes = stop;
+            read.read_ahead = true;
+            reads.push(read);
+            self.reads_ahead_in_flight += 1;
+            planned += stop - start;
+            from = stop_offset;
+        }
+        self.read_ahead_to_offset = from;
+        self.shared.cache.borrow_mut().counters_mut().reads_ahead += reads.len() as u64;
+        reads
+    }
+
+    /// Completes a read-ahead: caches what it decoded. What stopped it early (damage, a failed
+    /// read) is left for the read that wants those records.
+    pub fn finish_read_ahead(&mut self, done: DiskReadDone) {
+        self.reads_ahead_in_flight = self.reads_ahead_in_flight.saturating_sub(1);
+        self.cache_read(done.cache_epoch, done.found.iter().chain(&done.ahead));
     }
 
     async fn complete(&mut self, plan: ReadPlan<S>) -> Result<Vec<StoredPrepare>> {

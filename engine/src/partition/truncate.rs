@@ -53,6 +53,8 @@ impl<S: Storage> PartitionLog<S> {
             }
         };
         self.fence = Fence { op, view, seq: journal_seq, finished: false };
+        // Readers must not be served the cut ops from memory either, from now on.
+        self.shared.cache.borrow_mut().truncate_after(self.group, op);
         if self.checkpoint.op > op {
             // Everything up to the cut is below the old checkpoint, hence already synced.
             self.checkpoint = location.map_or(Checkpoint::default(), |l| l.checkpoint());
@@ -77,6 +79,8 @@ impl<S: Storage> PartitionLog<S> {
             return Err(self.fail(error));
         }
         self.ring.truncate_after(op);
+        // Again: a read planned since the cut began may have cached ops above it.
+        self.shared.cache.borrow_mut().truncate_after(self.group, op);
         Ok(())
     }
 

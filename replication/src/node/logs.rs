@@ -6,7 +6,8 @@
 //! The engine's shard stays the node's: nothing here hands a driver a log to change, and
 //! nothing here feeds a replica.
 
-use shoal_engine::partition::{DiskReadDone, PartitionLog, ReadPlan};
+use shoal_engine::cache::CacheCounters;
+use shoal_engine::partition::{DiskRead, DiskReadDone, PartitionLog, ReadPlan};
 use shoal_engine::ring::StoredPrepare;
 use shoal_engine::shard::{ShardConfig, ShardCounters};
 use shoal_engine::storage::Storage;
@@ -54,6 +55,11 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// Ready disk space the engine's groups hold ahead of their data.
     pub fn ready_space_bytes(&self) -> u64 {
         self.store.ready_space_bytes()
+    }
+
+    /// Bytes the shard's batch cache holds, and what it did since open.
+    pub fn batch_cache(&self) -> (usize, CacheCounters) {
+        self.store.batch_cache()
     }
 
     /// Chunks the engine has allocated.
@@ -147,6 +153,20 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         done: DiskReadDone,
     ) -> EngineResult<Vec<StoredPrepare>> {
         self.log_mut(group)?.finish_read(done)
+    }
+
+    /// Plans read-ahead for a consumer of `group` that reads from `offset` next (see
+    /// `PartitionLog::plan_read_ahead`): disk reads the driver runs off its loop and hands to
+    /// [`Node::finish_read_ahead`]. None when the group is not here.
+    pub fn plan_read_ahead(&mut self, group: u64, offset: u64) -> Vec<DiskRead<S>> {
+        self.log_mut(group).map_or_else(|_| Vec::new(), |log| log.plan_read_ahead(offset))
+    }
+
+    /// Completes a read-ahead of `group`: what it read goes to the shard's batch cache.
+    pub fn finish_read_ahead(&mut self, group: u64, done: DiskReadDone) {
+        if let Ok(log) = self.log_mut(group) {
+            log.finish_read_ahead(done);
+        }
     }
 
     /// `group`'s log, for the reads above; callers that treat a missing log apart ask

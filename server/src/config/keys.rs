@@ -529,7 +529,7 @@ pub(super) const TOPIC_KEYS: [IntKey<TopicDefaults>; 5] = [
 ];
 
 /// `[shard]` and `[shard.N]`: the engine's `ShardConfig` fields (`ring_*_max` → `ring`).
-pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 18] = [
+pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 20] = [
     IntKey {
         name: "groups_max",
         min: 1,
@@ -641,6 +641,20 @@ pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 18] = [
         max: 1 << 32,
         get: |s| s.scan_window_bytes as u64,
         set: |s, v| s.scan_window_bytes = v as usize,
+    },
+    IntKey {
+        name: "batch_cache_bytes",
+        min: 0,
+        max: 1 << 44,
+        get: |s| s.batch_cache_bytes as u64,
+        set: |s, v| s.batch_cache_bytes = v as usize,
+    },
+    IntKey {
+        name: "read_ahead_windows",
+        min: 0,
+        max: 64,
+        get: |s| s.read_ahead_windows as u64,
+        set: |s, v| s.read_ahead_windows = v as usize,
     },
     IntKey {
         name: "index_entries_max",

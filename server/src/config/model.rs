@@ -410,8 +410,9 @@ impl Config {
         let base = if small {
             ShardConfig::small()
         } else {
-            // Sized for the data directory's disk when the shard opens (`ready_budget_bytes`).
-            ShardConfig { ready_budget_bytes: 0, ..ShardConfig::default() }
+            // Sized for the data directory's disk and the machine's memory when the shard
+            // opens (`ready_budget_bytes`, `batch_cache_bytes`).
+            ShardConfig { ready_budget_bytes: 0, batch_cache_bytes: 0, ..ShardConfig::default() }
         };
         let mut topic_defaults = TopicDefaults::default();
         if small {

@@ -125,6 +125,20 @@ impl ShardState {
         }
     }
 
+    /// Starts the read-ahead the log wants for a consumer that reads from `offset` next: each
+    /// read runs in its own task, so several are in flight, and lands in the batch cache.
+    fn read_ahead(&mut self, group: u64, offset: u64) {
+        for read in self.node.plan_read_ahead(group, offset) {
+            let done_list = Rc::clone(&self.reads_ahead_done);
+            let wake = self.mesh[self.index as usize].clone();
+            monoio::spawn(async move {
+                let done = read.run().await;
+                done_list.borrow_mut().push((group, done));
+                let _ = wake.try_send(Work::Wake);
+            });
+        }
+    }
+
     /// Why a read of `group` (fetch, poll, stored offset) must not be served here, if it must
     /// not: consumers read from the group's primary only, so a backup redirects
     /// ([`redirect`]); and a primary that has not heard from a quorum of its group within the
@@ -217,8 +231,14 @@ impl ShardState {
         }
     }
 
-    /// Completes the disk reads their tasks finished.
+    /// Completes the disk reads their tasks finished: read-ahead first, so that the reads
+    /// completed with it may continue into what it cached.
     pub(super) fn finish_reads(&mut self) {
+        let ahead: Vec<(u64, DiskReadDone)> =
+            std::mem::take(&mut *self.reads_ahead_done.borrow_mut());
+        for (group, done) in ahead {
+            self.node.finish_read_ahead(group, done);
+        }
         let done: Vec<ReadDone> = std::mem::take(&mut *self.reads_done.borrow_mut());
         for read in done {
             if !self.node.has_log(read.group) {
@@ -251,6 +271,9 @@ impl ShardState {
                 }
             }
             return;
+        }
+        if let Some(last) = found.last() {
+            self.read_ahead(group, last.end_offset());
         }
         self.answer_fetch(group, args, found, to);
     }

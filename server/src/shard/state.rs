@@ -11,6 +11,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use shoal_engine::partition::DiskReadDone;
 use shoal_engine::storage::uring::UringStorage;
 use shoal_proto::protocol::consumer::ConsumerId;
 use shoal_replication::Request;
@@ -48,6 +49,8 @@ pub(super) struct ShardState {
     pub(super) waiting_count: usize,
     /// Disk reads completed by their tasks.
     pub(super) reads_done: Rc<RefCell<Vec<ReadDone>>>,
+    /// Read-ahead reads finished by their tasks: (group, what was read), for the batch cache.
+    pub(super) reads_ahead_done: Rc<RefCell<Vec<(u64, DiskReadDone)>>>,
     /// Per group, the offset after its last committed message: consumers read below it only.
     pub(super) committed_end: HashMap<u64, u64>,
     /// Fetches waiting for their group's committed log to grow: a slab sized once to
@@ -109,6 +112,7 @@ impl ShardState {
             waiting: BTreeMap::new(),
             waiting_count: 0,
             reads_done: Rc::new(RefCell::new(Vec::new())),
+            reads_ahead_done: Rc::new(RefCell::new(Vec::new())),
             node_seed: seed,
             storage,
             tuning,
