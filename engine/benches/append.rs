@@ -43,7 +43,8 @@ fn bench_dir() -> tempfile::TempDir {
 
 /// Production sizes: 1 GiB segments, 64 MiB reserved ahead, 4 MiB checkpoints (the defaults).
 /// `SHOAL_BENCH_FLUSH_CYCLES=N` overrides `flush_cycles_in_flight_max` and
-/// `SHOAL_BENCH_CHECKPOINT_BYTES=N` `checkpoint_interval_bytes`, for A/B runs.
+/// `SHOAL_BENCH_CHECKPOINT_BYTES=N` `checkpoint_interval_bytes` and `SHOAL_BENCH_CACHE_BYTES=N`
+/// `batch_cache_bytes`, for A/B runs.
 fn production(record_size_bytes_max: usize) -> ShardConfig {
     let defaults = ShardConfig::default();
     let from_env = |name: &str| std::env::var(name).ok().and_then(|value| value.parse().ok());
@@ -52,6 +53,8 @@ fn production(record_size_bytes_max: usize) -> ShardConfig {
             .map_or(defaults.flush_cycles_in_flight_max, |n: u64| n as usize),
         checkpoint_interval_bytes: from_env("SHOAL_BENCH_CHECKPOINT_BYTES")
             .unwrap_or(defaults.checkpoint_interval_bytes),
+        batch_cache_bytes: from_env("SHOAL_BENCH_CACHE_BYTES")
+            .map_or(defaults.batch_cache_bytes, |n: u64| n as usize),
         journal_size_bytes: 1 << 30,
         chunk_size_bytes: 8 * MIB,
         chunks_max: 64,

@@ -27,6 +27,10 @@ type Key = (u64, u64);
 pub struct BatchCache {
     budget_bytes: usize,
     used_bytes: usize,
+    /// Bytes of write-chunk views held at most: the chunk pool must keep room for the rings
+    /// and the chunks being filled, or every append would find it dry and take them all back.
+    write_views_max_bytes: usize,
+    write_views_bytes: usize,
     groups: HashMap<u64, BTreeMap<Key, Cached>>,
     /// Insertion order, oldest first: (group, key, stamp). An entry removed another way leaves
     /// its record here, recognised as stale by a stamp that no longer matches.
@@ -63,10 +67,11 @@ pub struct CacheCounters {
 }
 
 impl BatchCache {
-    /// An empty cache holding at most `budget_bytes` of records (0: caches nothing).
+    /// An empty cache holding at most `budget_bytes` of records (0: caches nothing), of which
+    /// at most `write_views_max_bytes` are views of write chunks.
     #[must_use]
-    pub fn new(budget_bytes: usize) -> Self {
-        Self { budget_bytes, ..Self::default() }
+    pub fn new(budget_bytes: usize, write_views_max_bytes: usize) -> Self {
+        Self { budget_bytes, write_views_max_bytes, ..Self::default() }
     }
 
     /// The bound.
@@ -79,6 +84,12 @@ impl BatchCache {
     #[must_use]
     pub fn used_bytes(&self) -> usize {
         self.used_bytes
+    }
+
+    /// Bytes of those that are views of write chunks.
+    #[must_use]
+    pub fn write_views_bytes(&self) -> usize {
+        self.write_views_bytes
     }
 
     /// Prepares held.
@@ -115,14 +126,16 @@ impl BatchCache {
     /// same place, and skips what could never fit.
     pub fn insert(&mut self, group: u64, prepare: StoredPrepare, from_write: bool) {
         let size = prepare.record.len();
-        if size > self.budget_bytes {
+        if size > self.budget_bytes || (from_write && size > self.write_views_max_bytes) {
             return;
         }
         let key = (prepare.end_offset(), prepare.op());
         if self.groups.get(&group).is_some_and(|map| map.contains_key(&key)) {
             return;
         }
-        while self.used_bytes + size > self.budget_bytes {
+        while self.used_bytes + size > self.budget_bytes
+            || (from_write && self.write_views_bytes + size > self.write_views_max_bytes)
+        {
             let Some((old_group, old_key, stamp)) = self.order.pop_front() else {
                 unreachable!("bytes are held but no entry is");
             };
@@ -134,6 +147,7 @@ impl BatchCache {
         let stamp = self.next_stamp;
         self.next_stamp += 1;
         self.used_bytes += size;
+        self.write_views_bytes += if from_write { size } else { 0 };
         self.entries += 1;
         self.counters.inserted_bytes += size as u64;
         self.order.push_back((group, key, stamp));
@@ -201,8 +215,7 @@ impl BatchCache {
         self.epoch += 1;
         let Some(map) = self.groups.remove(&group) else { return };
         for cached in map.values() {
-            self.used_bytes -= cached.prepare.record.len();
-            self.entries -= 1;
+            self.account_removed(cached);
         }
         self.compact_order();
     }
@@ -230,10 +243,15 @@ impl BatchCache {
         if map.is_empty() {
             self.groups.remove(&group);
         }
+        self.account_removed(&cached);
+        cached.prepare.record.len()
+    }
+
+    fn account_removed(&mut self, cached: &Cached) {
         let size = cached.prepare.record.len();
         self.used_bytes -= size;
+        self.write_views_bytes -= if cached.from_write { size } else { 0 };
         self.entries -= 1;
-        size
     }
 
     /// Drops stale order records once they outnumber the live ones, so the order queue stays
@@ -271,7 +289,7 @@ mod tests {
 
     #[test]
     fn a_run_is_served_from_the_prepare_containing_the_offset_and_stops_at_a_gap() {
-        let mut cache = BatchCache::new(1 << 20);
+        let mut cache = BatchCache::new(1 << 20, 1 << 20);
         for op in 1..=3 {
             cache.insert(7, prepare(op, (op - 1) * 10, op * 10, 1000), false);
         }
@@ -289,7 +307,7 @@ mod tests {
 
     #[test]
     fn the_budget_evicts_the_oldest_insertions_first() {
-        let mut cache = BatchCache::new(3000);
+        let mut cache = BatchCache::new(3000, 3000);
         for op in 1..=5 {
             cache.insert(1, prepare(op, op, op + 1, 1000), false);
         }
@@ -302,8 +320,24 @@ mod tests {
     }
 
     #[test]
+    fn write_views_stay_within_their_own_bound() {
+        let mut cache = BatchCache::new(10_000, 2_000);
+        cache.insert(1, prepare(1, 1, 2, 1000), false);
+        for op in 2..=6 {
+            cache.insert(1, prepare(op, op, op + 1, 1000), true);
+            assert!(cache.write_views_bytes() <= 2_000);
+        }
+        assert_eq!(cache.write_views_bytes(), 2_000);
+        assert_eq!(cache.run_end(1, 5, usize::MAX), (7, 2000), "the newest write views stay");
+        cache.insert(1, prepare(9, 9, 10, 3000), true);
+        assert_eq!(cache.write_views_bytes(), 2_000, "a view larger than the bound is skipped");
+        cache.forget(1);
+        assert_eq!((cache.used_bytes(), cache.write_views_bytes()), (0, 0));
+    }
+
+    #[test]
     fn truncation_forgetting_and_released_write_views_leave_the_account_exact() {
-        let mut cache = BatchCache::new(1 << 20);
+        let mut cache = BatchCache::new(1 << 20, 1 << 20);
         for op in 1..=6 {
             cache.insert(1, prepare(op, op, op + 1, 300), op % 2 == 0);
             cache.insert(2, prepare(op, op, op + 1, 300), false);

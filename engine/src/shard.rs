@@ -1397,6 +1397,14 @@ async fn create_shard_dir<S: Storage>(storage: &S, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// How much of the batch cache may be views of write chunks: half of what the chunk pool holds
+/// beyond what the rings may pin, so that the rings and the chunks being filled always find
+/// room (a dry pool takes every view back, DESIGN.md §3).
+fn write_views_max_bytes(config: &ShardConfig) -> usize {
+    let pool_bytes = config.chunks_max.saturating_mul(config.chunk_size_bytes);
+    pool_bytes.saturating_sub(config.ring_budget_bytes) / 2
+}
+
 /// The settings and pools every partition log of the shard shares.
 fn shared_for(config: &ShardConfig) -> Shared {
     let mut zeros = AlignedBuf::zeroed(1 << 20, BLOCK_SIZE_BYTES);
@@ -1415,7 +1423,10 @@ fn shared_for(config: &ShardConfig) -> Shared {
         pool: std::cell::RefCell::new(ChunkPool::new(config.chunk_size_bytes, config.chunks_max)),
         ring_budget: RingBudget::new(config.ring_budget_bytes),
         zeros: zeros.freeze(),
-        cache: std::cell::RefCell::new(BatchCache::new(config.batch_cache_bytes)),
+        cache: std::cell::RefCell::new(BatchCache::new(
+            config.batch_cache_bytes,
+            write_views_max_bytes(config),
+        )),
         read_ahead_windows: config.read_ahead_windows,
     }
 }
