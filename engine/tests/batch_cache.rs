@@ -136,6 +136,8 @@ fn batches_a_ring_lets_go_are_served_from_the_cache_as_they_were_written() {
         ReadPlan::Disk(_) => panic!("offset 0 is cached"),
     };
     assert_eq!(check_run(&found, 1), RECORDS as u64 + 1, "the cached run goes on in the ring");
+    // A reader at the tail reads the ring: no read-ahead of what the ring holds.
+    assert!(log.plan_read_ahead((RECORDS as u64 - 2) * 3).is_empty());
     let (_, counters) = shard.batch_cache();
     assert_eq!((counters.hits, counters.misses), (1, 0));
 }

@@ -424,11 +424,15 @@ impl<S: Storage> PartitionLog<S> {
         let windows_max = self.shared.read_ahead_windows;
         let window = self.shared.scan_window_bytes as u64;
         let mut reads = Vec::new();
+        // What the ring holds is served from memory already: read-ahead stops where it begins.
+        let ring_start = self.ring.get(0).map(StoredPrepare::base_offset);
+        let disk_end = ring_start
+            .map_or(self.written.next_offset, |start| start.min(self.written.next_offset));
         if windows_max == 0
             || self.faulty.is_some()
             || self.shared.cache.borrow().budget_bytes() == 0
             || offset < self.first_offset()
-            || offset >= self.written.next_offset
+            || offset >= disk_end
             || self.reads_ahead_in_flight >= windows_max
         {
             return reads;
@@ -445,10 +449,7 @@ impl<S: Storage> PartitionLog<S> {
             from = self.read_ahead_to_offset;
         }
         let mut planned = cached as u64;
-        while self.reads_ahead_in_flight < windows_max
-            && planned < span as u64
-            && from < self.written.next_offset
-        {
+        while self.reads_ahead_in_flight < windows_max && planned < span as u64 && from < disk_end {
             let segment = self.segments.partition_point(|s| s.base_offset <= from) - 1;
             let meta = &self.segments[segment];
             let written_end = self.written_end(meta);
