@@ -159,14 +159,10 @@ impl BatchCache {
     /// to `bytes_max` bytes of records (always the first). Empty when `offset` is not cached.
     pub fn collect(&mut self, group: u64, offset: u64, bytes_max: usize) -> Vec<StoredPrepare> {
         let mut found: Vec<StoredPrepare> = Vec::new();
-        let Some(map) = self.groups.get(&group) else { return found };
         let mut bytes = 0usize;
-        for cached in map.range((offset, u64::MAX)..).map(|(_, cached)| &cached.prepare) {
-            match found.last() {
-                None if cached.base_offset() > offset => break,
-                Some(last) if last.op() + 1 != cached.op() => break,
-                Some(_) if bytes + cached.record.len() > bytes_max => break,
-                _ => {}
+        for cached in self.run(group, offset) {
+            if !found.is_empty() && bytes + cached.record.len() > bytes_max {
+                break;
             }
             bytes += cached.record.len();
             found.push(cached.clone());
@@ -183,21 +179,33 @@ impl BatchCache {
     /// no more than `bytes_max` bytes, and the bytes of records it looked at.
     #[must_use]
     pub fn run_end(&self, group: u64, offset: u64, bytes_max: usize) -> (u64, usize) {
-        let Some(map) = self.groups.get(&group) else { return (offset, 0) };
-        let (mut end, mut bytes, mut last_op) = (offset, 0usize, None);
-        for cached in map.range((offset, u64::MAX)..).map(|(_, cached)| &cached.prepare) {
-            let contiguous = match last_op {
-                None => cached.base_offset() <= offset,
-                Some(op) => op + 1 == cached.op(),
-            };
-            if !contiguous || bytes >= bytes_max {
+        let (mut end, mut bytes) = (offset, 0usize);
+        for cached in self.run(group, offset) {
+            if bytes >= bytes_max {
                 break;
             }
             bytes += cached.record.len();
             end = cached.end_offset();
-            last_op = Some(cached.op());
         }
         (end, bytes)
+    }
+
+    /// The cached prepare containing `offset` and those following it without a gap in ops
+    /// (nothing when `offset` is not cached).
+    fn run(&self, group: u64, offset: u64) -> impl Iterator<Item = &StoredPrepare> {
+        let map = self.groups.get(&group);
+        let mut next_op = None;
+        map.into_iter()
+            .flat_map(move |map| map.range((offset, u64::MAX)..))
+            .map(|(_, cached)| &cached.prepare)
+            .take_while(move |cached| {
+                let contiguous = match next_op {
+                    None => cached.base_offset() <= offset,
+                    Some(op) => op == cached.op(),
+                };
+                next_op = Some(cached.op() + 1);
+                contiguous
+            })
     }
 
     /// Forgets `group`'s prepares above `op` (the log cut them).

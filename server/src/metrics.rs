@@ -459,6 +459,7 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         }
         groups.push(figures);
     }
+    let (cache_bytes, cache_counters) = node.batch_cache();
     ShardSnapshot {
         shard,
         connections_open: metrics.connections_open.get(),
@@ -491,8 +492,8 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         ring_bytes: node.ring_bytes() as u64,
         chunks_allocated: node.chunks_allocated() as u64,
         ready_space_bytes: node.ready_space_bytes(),
-        batch_cache_bytes: node.batch_cache().0 as u64,
-        batch_cache: node.batch_cache().1,
+        batch_cache_bytes: cache_bytes as u64,
+        batch_cache: cache_counters,
         node: node.counters(),
         allocations: crate::alloc::allocations_on_this_thread(),
         groups,
