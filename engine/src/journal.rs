@@ -7,7 +7,12 @@
 //! is ever written twice in flight and recovery can find cycles by probing block boundaries.
 //! Space behind the oldest entry still needed (not yet covered by its group's checkpoint) is
 //! reused; when the next cycle would overwrite a needed entry the journal refuses more until
-//! checkpoints release space. This module never decides when to checkpoint or flush.
+//! checkpoints release space.
+//!
+//! Prepares wait as views of their ring records until a cycle begins, and only then get their
+//! sequence numbers and bytes: the shard decides per cycle which groups' prepares the journal
+//! takes and which go the direct path (DESIGN.md §3) instead. This module never decides that,
+//! nor when to checkpoint or flush.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -46,16 +51,43 @@ pub struct Journal<F> {
     /// The highest `durable_seq` carried by a synced entry: cycles up to it are known synced to
     /// recovery, so damage to them is reported as corruption rather than taken for a torn write.
     announced_seq: u64,
-    /// The `durable_seq` the pending cycle's entries carry.
-    pending_announces: u64,
     cluster: u64,
     live: VecDeque<LiveEntry>,
-    /// The cycle being filled: entries' bytes, contiguous.
-    pending: Vec<u8>,
-    pending_entries: usize,
-    /// Where the pending cycle will be written.
-    pending_start_bytes: u64,
+    /// Prepares (and at most one marker) waiting for a cycle, in append order.
+    pending: Vec<PendingEntry>,
+    /// The bytes `pending` would take as entries.
+    pending_bytes: usize,
     in_flight: bool,
+}
+
+/// A prepare waiting for a journal cycle: a view of its record, not a copy.
+struct PendingEntry {
+    /// `None` for a marker.
+    prepare: Option<PendingPrepare>,
+}
+
+struct PendingPrepare {
+    group: u64,
+    op: u64,
+    record: Bytes,
+    record_checksum: u32,
+}
+
+impl PendingEntry {
+    fn size_bytes(&self) -> usize {
+        HEADER_SIZE + self.prepare.as_ref().map_or(0, |prepare| prepare.record.len())
+    }
+}
+
+/// What [`Journal::begin_cycle`] does with a group's waiting prepares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Take {
+    /// They join the cycle.
+    Journal,
+    /// They leave the journal: the group makes them durable on its own (the direct path).
+    Drop,
+    /// They wait for a later cycle.
+    Keep,
 }
 
 /// One flush cycle's journal write and sync, owning what it touches.
@@ -129,12 +161,10 @@ impl<F: StorageFile> Journal<F> {
             next_seq: 1,
             durable_seq: 0,
             announced_seq: 0,
-            pending_announces: 0,
             cluster,
             live: VecDeque::new(),
             pending: Vec::new(),
-            pending_entries: 0,
-            pending_start_bytes: 0,
+            pending_bytes: 0,
             in_flight: false,
         };
         if !exists {
@@ -242,12 +272,11 @@ impl<F: StorageFile> Journal<F> {
         Ok(recovery)
     }
 
-    /// Where the pending cycle would lie with one more entry of `record_size_bytes`: its start
-    /// and block-aligned end.
-    fn placement(&self, record_size_bytes: usize) -> (u64, u64) {
-        let start =
-            if self.pending_entries == 0 { self.head_bytes } else { self.pending_start_bytes };
-        let len = (self.pending.len() + HEADER_SIZE + record_size_bytes) as u64;
+    /// Where a cycle of `len_bytes` of entries starting at the head would lie: its start and
+    /// block-aligned end.
+    fn placement(&self, len_bytes: usize) -> (u64, u64) {
+        let start = self.head_bytes;
+        let len = len_bytes as u64;
         let end = (start + len).next_multiple_of(BLOCK_SIZE_BYTES as u64);
         if end > self.size_bytes {
             // The cycle does not fit before the end: it goes to the start of the file.
@@ -257,59 +286,35 @@ impl<F: StorageFile> Journal<F> {
         }
     }
 
-    /// Whether a record of `record_size_bytes` can join the pending cycle now. When not, the
-    /// cycle would overwrite entries still needed: checkpoints must release space first.
+    /// Whether a record of `record_size_bytes` can wait for the next cycle now, with every
+    /// prepare already waiting taken by it too. When not, the cycle would overwrite entries
+    /// still needed: checkpoints must release space first.
     pub fn has_room(&self, record_size_bytes: usize) -> bool {
-        let (start, end) = self.placement(record_size_bytes);
+        let (start, end) = self.placement(self.pending_bytes + HEADER_SIZE + record_size_bytes);
         self.fits(start, end)
     }
 
-    /// Adds a prepare record (header and body, as stored in the segment) to the pending cycle;
-    /// `record_checksum` is the record's CRC-32C, which the caller derives from the prepare's
-    /// checksums without reading the body again.
+    /// Adds a prepare record (header and body, as stored in the segment; a view, not a copy)
+    /// to the prepares waiting for a cycle; `record_checksum` is the record's CRC-32C, which
+    /// the caller derives from the prepare's checksums without reading the body again.
     ///
     /// # Panics
     /// If there is no room: callers check [`Journal::has_room`] first.
-    pub fn add(&mut self, record: &[u8], record_checksum: u32, group: u64, op: u64) {
+    pub fn add(&mut self, record: Bytes, record_checksum: u32, group: u64, op: u64) {
         assert!(self.has_room(record.len()), "journal add without room");
-        let entry_size = HEADER_SIZE + record.len();
-        let (cycle_start, _) = self.placement(record.len());
-        if self.pending_entries > 0 && cycle_start != self.pending_start_bytes {
-            // The pending cycle moved to the start of the file: so did its entries.
-            let pending_from = self.next_seq - self.pending_entries as u64;
-            let shift = self.pending_start_bytes - cycle_start;
-            for entry in self.live.iter_mut().filter(|entry| entry.seq >= pending_from) {
-                entry.position_bytes -= shift;
-            }
-        }
-        let tail_seq = self.live.front().map_or(self.next_seq, |entry| entry.seq);
-        let fields = JournalEntry { seq: self.next_seq, durable_seq: self.durable_seq, tail_seq };
-        let header =
-            Header::journal_entry_checksummed(self.cluster, fields, record, record_checksum);
-        self.pending_announces = self.durable_seq;
-        self.pending.extend_from_slice(&header.encode());
-        self.pending.extend_from_slice(record);
-        let position_bytes = cycle_start + (self.pending.len() - entry_size) as u64;
-        self.pending_start_bytes = cycle_start;
-        self.pending_entries += 1;
-        self.live.push_back(LiveEntry {
-            seq: self.next_seq,
-            group,
-            op,
-            position_bytes,
-            released: false,
-        });
-        self.next_seq += 1;
+        let entry =
+            PendingEntry { prepare: Some(PendingPrepare { group, op, record, record_checksum }) };
+        self.pending_bytes += entry.size_bytes();
+        self.pending.push(entry);
     }
 
-    /// Whether `[start, end)` avoids every needed entry outside the pending cycle. Needed bytes
-    /// run from the oldest needed entry to the head (where claimed space ends), wrapping.
+    /// Whether `[start, end)` avoids every needed entry. Needed bytes run from the oldest
+    /// needed entry to the head (where claimed space ends), wrapping.
     fn fits(&self, start: u64, end: u64) -> bool {
         if end > self.size_bytes {
             return false;
         }
-        let pending_from = self.next_seq - self.pending_entries as u64;
-        let oldest = self.live.iter().find(|entry| !entry.released && entry.seq < pending_from);
+        let oldest = self.live.iter().find(|entry| !entry.released);
         let Some(oldest) = oldest else { return true };
         let (from, to) = (oldest.position_bytes, self.head_bytes);
         let overlaps = |a: u64, b: u64| start < b && a < end;
@@ -325,52 +330,110 @@ impl<F: StorageFile> Journal<F> {
         self.in_flight
     }
 
-    /// Takes the pending cycle for writing (None when nothing is pending).
-    pub fn begin_cycle(&mut self) -> Option<JournalCycle<F>> {
-        if self.pending_entries == 0 {
-            return None;
+    /// The groups with prepares waiting, each with how many bytes they wait with.
+    pub fn waiting_groups(&self) -> BTreeMap<u64, usize> {
+        let mut groups = BTreeMap::new();
+        for prepare in self.pending.iter().filter_map(|entry| entry.prepare.as_ref()) {
+            *groups.entry(prepare.group).or_insert(0) += prepare.record.len();
+        }
+        groups
+    }
+
+    /// Takes the waiting prepares as `take` says per group, and returns the cycle writing
+    /// those it takes into the journal (None when it takes none and no marker waits) with the
+    /// highest op of each group in it. Markers always join the cycle. With a cycle in flight,
+    /// `take` must not say [`Take::Journal`] (the journal writes one cycle at a time).
+    pub fn begin_cycle(
+        &mut self,
+        mut take: impl FnMut(u64) -> Take,
+    ) -> (Option<JournalCycle<F>>, Vec<(u64, u64)>) {
+        let mut taken = Vec::new();
+        let mut kept = Vec::new();
+        let mut journaled: BTreeMap<u64, u64> = BTreeMap::new();
+        for entry in std::mem::take(&mut self.pending) {
+            let decision = entry.prepare.as_ref().map_or(Take::Journal, |p| take(p.group));
+            match decision {
+                Take::Journal => {
+                    if let Some(prepare) = &entry.prepare {
+                        journaled.insert(prepare.group, prepare.op);
+                    }
+                    taken.push(entry);
+                }
+                Take::Drop => {}
+                Take::Keep => kept.push(entry),
+            }
+        }
+        self.pending_bytes = kept.iter().map(PendingEntry::size_bytes).sum();
+        self.pending = kept;
+        if taken.is_empty() {
+            return (None, Vec::new());
         }
         assert!(!self.in_flight, "one journal cycle at a time");
-        self.in_flight = true;
-        let len = self.pending.len().next_multiple_of(BLOCK_SIZE_BYTES);
+        let len_bytes: usize = taken.iter().map(PendingEntry::size_bytes).sum();
+        let (position_bytes, end) = self.placement(len_bytes);
+        assert!(self.fits(position_bytes, end), "waiting prepares were admitted with room");
+        let len = (end - position_bytes) as usize;
         let mut buffer = AlignedBuf::zeroed(len, BLOCK_SIZE_BYTES);
-        buffer.extend_from_slice(&self.pending);
+        let tail_seq = self.live.front().map_or(self.next_seq, |entry| entry.seq);
+        for entry in taken {
+            let fields =
+                JournalEntry { seq: self.next_seq, durable_seq: self.durable_seq, tail_seq };
+            let position = position_bytes + buffer.len() as u64;
+            match entry.prepare {
+                Some(prepare) => {
+                    let header = Header::journal_entry_checksummed(
+                        self.cluster,
+                        fields,
+                        &prepare.record,
+                        prepare.record_checksum,
+                    );
+                    buffer.extend_from_slice(&header.encode());
+                    buffer.extend_from_slice(&prepare.record);
+                    self.live.push_back(LiveEntry {
+                        seq: self.next_seq,
+                        group: prepare.group,
+                        op: prepare.op,
+                        position_bytes: position,
+                        released: false,
+                    });
+                }
+                None => {
+                    let header = Header::journal_entry(self.cluster, fields, &[]);
+                    buffer.extend_from_slice(&header.encode());
+                }
+            }
+            self.next_seq += 1;
+        }
         buffer.set_len(len);
-        self.pending.clear();
-        self.pending_entries = 0;
-        let position_bytes = self.pending_start_bytes;
+        self.in_flight = true;
         // The cycle's space is claimed from now on: the next cycle starts after it.
-        self.head_bytes = (position_bytes + len as u64) % self.size_bytes;
-        Some(JournalCycle {
+        self.head_bytes = end % self.size_bytes;
+        let cycle = JournalCycle {
             file: Rc::clone(&self.file),
             position_bytes,
             bytes: buffer.freeze(),
             last_seq: self.next_seq - 1,
-            announces: self.pending_announces,
-        })
+            announces: self.durable_seq,
+        };
+        (Some(cycle), journaled.into_iter().collect())
     }
 
     /// Whether the newest synced cycle is not yet announced by a later synced entry (so a
     /// latent fault in it would look like a torn write). A marker cycle fixes that.
     pub fn needs_marker(&self) -> bool {
-        self.durable_seq > self.announced_seq && self.pending_entries == 0 && !self.in_flight
+        self.durable_seq > self.announced_seq && self.pending.is_empty() && !self.in_flight
     }
 
     /// Adds a marker entry: no prepare, only the announcement of what is durable. The shard
     /// writes one when the journal goes idle after a sync.
     pub fn add_marker(&mut self) {
-        if !self.has_room(0) {
+        let entry = PendingEntry { prepare: None };
+        let (start, end) = self.placement(self.pending_bytes + entry.size_bytes());
+        if !self.fits(start, end) {
             return;
         }
-        let (cycle_start, _) = self.placement(0);
-        let tail_seq = self.live.front().map_or(self.next_seq, |entry| entry.seq);
-        let fields = JournalEntry { seq: self.next_seq, durable_seq: self.durable_seq, tail_seq };
-        let header = Header::journal_entry(self.cluster, fields, &[]);
-        self.pending.extend_from_slice(&header.encode());
-        self.pending_start_bytes = cycle_start;
-        self.pending_entries += 1;
-        self.pending_announces = self.durable_seq;
-        self.next_seq += 1;
+        self.pending_bytes += entry.size_bytes();
+        self.pending.push(entry);
     }
 
     /// Applies a completed cycle: its entries are durable.
@@ -429,7 +492,7 @@ impl<F: StorageFile> Journal<F> {
 
     /// Entries waiting for the next cycle.
     pub fn pending_entries(&self) -> usize {
-        self.pending_entries
+        self.pending.len()
     }
 
     /// Needed entries held (pending ones included).

@@ -8,6 +8,7 @@
 
 pub mod cache;
 mod chunk;
+pub mod direct;
 mod error;
 #[cfg(feature = "inspect")]
 pub mod inspect;

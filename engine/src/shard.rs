@@ -3,7 +3,9 @@
 //!
 //! A flush cycle starts as soon as the previous one completed and anything is pending: it
 //! writes every group's pending bytes and the journal's pending cycle concurrently, and the one
-//! journal sync that makes every `persisted` prepare of the shard durable. A checkpoint job runs
+//! journal sync that makes every `persisted` prepare of the shard durable — or, when few
+//! `persisted` groups wait, skips the journal for them and syncs their segments instead (the
+//! direct path, `crate::direct`), choosing per cycle by cost. A checkpoint job runs
 //! beside the cycles: it syncs the segments of the groups due a checkpoint, then writes at most
 //! one superblock version recording those checkpoints (and any changed views). Both are split
 //! into begin (sync, snapshots), run (owned I/O) and finish (sync, applies), so appends continue
@@ -16,9 +18,10 @@ use std::rc::Rc;
 use crate::cache::{BatchCache, CacheCounters};
 use crate::checksum;
 use crate::chunk::ChunkPool;
+use crate::direct::{PersistedPath, prefers_direct};
 use crate::error::{Error, Result};
 use crate::join::join_all;
-use crate::journal::{Journal, JournalCycle, JournalRecovery};
+use crate::journal::{Journal, JournalCycle, JournalRecovery, Take};
 use crate::partition::{
     FlushDone, FlushJob, GroupRecovery, PartitionLog, SettleJob, Shared, WRITE_BUFFER_FULL,
 };
@@ -96,6 +99,12 @@ pub struct ShardConfig {
     pub index_entries_max: usize,
     /// Largest record any group may configure (bounds journal entries).
     pub record_size_bytes_max: usize,
+    /// How flush cycles make `persisted` prepares durable: the shard journal, the direct path
+    /// (segment writes and syncs with sync marks), or per cycle by cost (DESIGN.md §3).
+    pub persisted_path: PersistedPath,
+    /// What one more sync costs, in bytes written: `PersistedPath::Auto` takes the direct path
+    /// when `(groups - 1) × sync_cost_bytes` is below the bytes the groups wait with.
+    pub sync_cost_bytes: u64,
 }
 
 impl Default for ShardConfig {
@@ -125,6 +134,10 @@ impl Default for ShardConfig {
             read_ahead_windows: 4,
             index_entries_max: 1 << 20,
             record_size_bytes_max: crate::wire::HEADER_SIZE + (1 << 20),
+            persisted_path: PersistedPath::Auto,
+            // A sync's fixed cost on the disks measured is worth about 40-80 KiB of writes
+            // (docs/benchmarks.md, "the adaptive persisted path").
+            sync_cost_bytes: 64 << 10,
         }
     }
 }
@@ -164,6 +177,8 @@ pub struct ShardCounters {
     pub journal_syncs: u64,
     /// Segment fdatasyncs (checkpoints and rolls).
     pub segment_syncs: u64,
+    /// Direct-path jobs completed (each synced its group's segment files).
+    pub direct_syncs: u64,
     /// Superblock versions written.
     pub superblock_writes: u64,
     /// Bytes written to segments (data and zeros).
@@ -586,7 +601,7 @@ impl<S: Storage> ShardStore<S> {
                 header.checksum_body,
                 header.body_size(),
             );
-            self.journal.add(&record, checksum, group, op);
+            self.journal.add(record, checksum, group, op);
         }
         Ok(())
     }
@@ -644,10 +659,11 @@ impl<S: Storage> ShardStore<S> {
     }
 
     /// Asks the next flush to announce the newest synced journal cycle with a marker entry when
-    /// nothing else will (the node layer calls this when a shard goes idle). Until a later
-    /// synced entry announces a cycle, latent damage to it is indistinguishable from a torn
-    /// write; the marker closes that window at the cost of one small write and sync per idle
-    /// period, never on a busy shard.
+    /// nothing else will (the node layer calls this when a shard goes idle), and the newest
+    /// direct sync of each group with a sync mark. Until a later synced entry (or mark)
+    /// announces a cycle, latent damage to it is indistinguishable from a torn write; the
+    /// marker closes that window at the cost of one small write and sync per idle period (per
+    /// direct group), never on a busy shard.
     pub fn request_journal_marker(&mut self) {
         self.marker_wanted = true;
     }
@@ -680,7 +696,8 @@ impl<S: Storage> ShardStore<S> {
 
     /// Whether a flush has anything to do.
     pub fn has_pending(&self) -> bool {
-        (self.marker_wanted && self.journal.needs_marker())
+        (self.marker_wanted
+            && (self.journal.needs_marker() || self.touched().any(|(_, log)| log.mark_due())))
             || self.journal.pending_entries() > 0
             || self.touched().any(|(id, log)| log.wants_flush(self.checkpoint_wanted.contains(&id)))
     }
@@ -702,6 +719,7 @@ impl<S: Storage> ShardStore<S> {
             && !self.settle_blocked.contains(&id)
             && !log.wants_flush(write_all)
             && !self.checkpoint_due(id, log)
+            && !log.mark_due()
     }
 
     /// Whether a group's next job writes everything it holds, whatever its batching: it is due
@@ -715,6 +733,10 @@ impl<S: Storage> ShardStore<S> {
     /// pending that can start now, or `flush_cycles_in_flight_max` cycles are in flight). A
     /// group whose job cannot run beside its jobs in flight, and a journal whose cycle is still
     /// in flight, wait for a later cycle. Cycles must be finished in the order they began.
+    ///
+    /// The `persisted` groups waiting in the journal take the journal or the direct path
+    /// ([`ShardConfig::persisted_path`]); a group that would go direct but has a job in flight
+    /// waits for a later cycle rather than pay for both.
     pub fn begin_flush(&mut self) -> Option<ShardFlush<S>> {
         if self.flushes_in_flight >= self.config.flush_cycles_in_flight_max.max(1)
             || self.failed.is_some()
@@ -722,6 +744,9 @@ impl<S: Storage> ShardStore<S> {
         {
             return None;
         }
+        let (direct, deferred) = self.persisted_paths();
+        // The idle request that asks the journal for a marker asks direct groups for a mark.
+        let marks = self.marker_wanted;
         let mut jobs = Vec::new();
         let mut group_targets = Vec::new();
         // Groups not touched since they were last idle have nothing new to write or report.
@@ -729,31 +754,33 @@ impl<S: Storage> ShardStore<S> {
         for id in touched {
             let write_all = self.writes_all(id, &self.groups[&id]);
             let log = self.groups.get_mut(&id).expect("touched groups exist");
-            if let Some(job) = log.begin_flush(write_all) {
+            // An idle group whose newest direct sync no mark announces yet gets a mark job.
+            let direct_now = direct.contains(&id) || (marks && log.mark_due());
+            let job =
+                if deferred.contains(&id) { None } else { log.begin_flush(write_all, direct_now) };
+            // Its prepares leave the journal: the job is what makes them durable.
+            assert!(job.is_some() || !direct_now, "a direct group always gets its job");
+            if let Some(job) = job {
                 jobs.push(job);
             }
             group_targets.push((id, log.head_op()));
         }
-        let journal = if self.journal.cycle_in_flight() {
-            None
-        } else {
-            if std::mem::take(&mut self.marker_wanted) && self.journal.needs_marker() {
-                self.journal.add_marker();
+        let journal_busy = self.journal.cycle_in_flight();
+        if !journal_busy && std::mem::take(&mut self.marker_wanted) && self.journal.needs_marker() {
+            self.journal.add_marker();
+        }
+        let (journal, journaled) = self.journal.begin_cycle(|group| {
+            if direct.contains(&group) {
+                Take::Drop
+            } else if journal_busy || deferred.contains(&group) {
+                Take::Keep
+            } else {
+                Take::Journal
             }
-            self.journal.begin_cycle()
-        };
+        });
         if jobs.is_empty() && journal.is_none() {
             return None;
         }
-        let journaled = if journal.is_some() {
-            group_targets
-                .iter()
-                .filter(|(id, _)| self.groups[id].config().durability == Durability::Persisted)
-                .copied()
-                .collect()
-        } else {
-            Vec::new()
-        };
         let complete = self.journal.pending_entries() == 0
             && self.touched().all(|(_, log)| {
                 log.config().durability == Durability::Persisted
@@ -764,6 +791,37 @@ impl<S: Storage> ShardStore<S> {
         self.next_flush_seq += 1;
         self.flushes_in_flight += 1;
         Some(ShardFlush { seq, complete, jobs, journal, journaled, group_targets })
+    }
+
+    /// Which of the `persisted` groups waiting in the journal take the direct path this cycle,
+    /// and which wait: with the direct path chosen, a group that can take it does, one with a
+    /// job in flight waits for it (its mark slots are written one job at a time), and any other
+    /// (a faulty one, one out of space, one whose segment has no sync-mark trailer) takes the
+    /// journal.
+    fn persisted_paths(&self) -> (BTreeSet<u64>, BTreeSet<u64>) {
+        let mut direct = BTreeSet::new();
+        let mut deferred = BTreeSet::new();
+        let waiting = self.journal.waiting_groups();
+        let chosen = match self.config.persisted_path {
+            PersistedPath::Journal => false,
+            PersistedPath::Direct => true,
+            PersistedPath::Auto => {
+                let bytes = waiting.values().map(|&bytes| bytes as u64).sum();
+                prefers_direct(waiting.len(), bytes, self.config.sync_cost_bytes)
+            }
+        };
+        if !chosen {
+            return (direct, deferred);
+        }
+        for &group in waiting.keys() {
+            let Some(log) = self.groups.get(&group) else { continue };
+            if log.can_flush_direct() {
+                direct.insert(group);
+            } else if log.has_flush_in_flight() && log.faulty_reason().is_none() {
+                deferred.insert(group);
+            }
+        }
+        (direct, deferred)
     }
 
     /// Whether a checkpoint job has anything to do: a group past its checkpoint interval or
@@ -910,6 +968,7 @@ impl<S: Storage> ShardStore<S> {
         );
         self.flushes_in_flight -= 1;
         let mut report = FlushReport::default();
+        let mut synced = BTreeMap::new();
         for job in done.jobs {
             let group = job.group();
             // What the job found (a full disk, a roll to checkpoint) is for the next cycles.
@@ -920,6 +979,10 @@ impl<S: Storage> ShardStore<S> {
                     self.counters.segment_bytes_written += outcome.bytes_written;
                     if outcome.sealed {
                         self.checkpoint_wanted.insert(group);
+                    }
+                    if outcome.synced {
+                        self.counters.direct_syncs += 1;
+                        synced.insert(group, outcome.written_op);
                     }
                 }
                 Err(Error::StorageFull) => report.storage_full = true,
@@ -944,18 +1007,18 @@ impl<S: Storage> ShardStore<S> {
             }
             None => true,
         };
-        // Durable positions: replicated once written, persisted once the journal synced.
+        // Durable positions: replicated once written, persisted once the journal or (the
+        // direct path) the group's own segment sync made them so.
+        let journaled: BTreeMap<u64, u64> =
+            if journal_ok { done.journaled.iter().copied().collect() } else { BTreeMap::new() };
         for (group, target) in done.group_targets {
             let Some(log) = self.groups.get(&group) else { continue };
             let durable_now = match log.config().durability {
                 Durability::Replicated => log.written_op().min(target),
                 Durability::Persisted => {
-                    let journaled = done.journaled.iter().any(|(g, _)| *g == group);
-                    if journaled && journal_ok {
-                        target.min(log.head_op())
-                    } else {
-                        self.durable[&group]
-                    }
+                    let by_journal = journaled.get(&group).copied().unwrap_or(0);
+                    let by_segment = synced.get(&group).copied().unwrap_or(0);
+                    by_journal.max(by_segment).min(log.head_op()).max(self.durable[&group])
                 }
             };
             let entry = self.durable.entry(group).or_insert(0);

@@ -28,6 +28,7 @@ use std::rc::Rc;
 use std::task::Poll;
 
 use bytes::Bytes;
+use shoal_engine::direct::PersistedPath;
 use shoal_engine::record::build_prepare;
 use shoal_engine::rng::Rng;
 use shoal_engine::shard::{ShardConfig, ShardFlushDone, ShardStore};
@@ -61,8 +62,19 @@ fn config(durability: Durability) -> GroupConfig {
     GroupConfig { retention_bytes: 2 << 20, ..common::group_config(durability, RECORD_BYTES_MAX) }
 }
 
-fn shard_config() -> ShardConfig {
+/// The seed picks how `persisted` prepares become durable, so power losses cut both forms and
+/// the cost rule's switches between them (DESIGN.md §3).
+fn shard_config(seed: u64) -> ShardConfig {
+    let persisted_path = match seed % 3 {
+        0 => PersistedPath::Auto,
+        1 => PersistedPath::Journal,
+        _ => PersistedPath::Direct,
+    };
     ShardConfig {
+        persisted_path,
+        // Small enough that `Auto` sometimes takes the journal for the one persisted group's
+        // small cycles too.
+        sync_cost_bytes: if seed.is_multiple_of(2) { 0 } else { 16 << 10 },
         journal_size_bytes: 1 << 20,
         checkpoint_interval_bytes: 256 << 10,
         ready_ahead_bytes: 64 << 10,
@@ -269,7 +281,7 @@ fn check(shard: &mut ShardStore<SimStorage>, sim: &Sim, model: &Model, seed: u64
 }
 
 /// Runs one seed; returns what the simulated disk injected and the segments recycled.
-fn run_seed(seed: u64) -> (SimStats, u64) {
+fn run_seed(seed: u64) -> (SimStats, u64, u64) {
     let sim = Sim::new(seed, SimConfig::default());
     let dir = Path::new("/data/shard-0");
     let model: Model = Rc::new(RefCell::new(BTreeMap::new()));
@@ -278,16 +290,17 @@ fn run_seed(seed: u64) -> (SimStats, u64) {
     }
     {
         let (mut shard, _) =
-            sim.block_on(ShardStore::open(sim.storage(), dir, shard_config())).expect("open");
+            sim.block_on(ShardStore::open(sim.storage(), dir, shard_config(seed))).expect("open");
         sim.block_on(shard.create_group(PERSISTED, config(Durability::Persisted))).expect("create");
         sim.block_on(shard.create_group(REPLICATED, config(Durability::Replicated)))
             .expect("create");
     }
     let mut rng = Rng::new(seed ^ 0x5eed);
     let mut recycled = 0;
+    let mut direct_syncs = 0;
     for round in 0..ROUNDS {
         let (shard, report) = sim
-            .block_on(ShardStore::open(sim.storage(), dir, shard_config()))
+            .block_on(ShardStore::open(sim.storage(), dir, shard_config(seed)))
             .unwrap_or_else(|e| panic!("seed {seed} round {round}: open: {e}"));
         for group in &report.groups {
             assert!(
@@ -309,15 +322,17 @@ fn run_seed(seed: u64) -> (SimStats, u64) {
         if finished.is_some() {
             sim.crash();
         }
-        recycled += shard.borrow().as_ref().map_or(0, |shard| shard.counters().segments_recycled);
+        let counters = shard.borrow().as_ref().map(ShardStore::counters).unwrap_or_default();
+        recycled += counters.segments_recycled;
+        direct_syncs += counters.direct_syncs;
     }
     let (mut shard, report) =
-        sim.block_on(ShardStore::open(sim.storage(), dir, shard_config())).expect("open");
+        sim.block_on(ShardStore::open(sim.storage(), dir, shard_config(seed))).expect("open");
     if std::env::var("CRASH_SIM_VERBOSE").is_ok() {
         eprintln!("seed {seed} final: {report:?}");
     }
     check(&mut shard, &sim, &model, seed, ROUNDS);
-    (sim.stats(), recycled)
+    (sim.stats(), recycled, direct_syncs)
 }
 
 #[test]
@@ -336,9 +351,11 @@ fn crash_at_random_points_loses_no_durable_append_and_serves_nothing_torn() {
         _ => 0..SEEDS,
     };
     let mut recycled = 0;
+    let mut direct_syncs = 0;
     for seed in seeds.clone() {
-        let (stats, seed_recycled) = run_seed(seed);
+        let (stats, seed_recycled, seed_direct_syncs) = run_seed(seed);
         recycled += seed_recycled;
+        direct_syncs += seed_direct_syncs;
         total.crashes += stats.crashes;
         total.writes_lost_at_crash += stats.writes_lost_at_crash;
         total.writes_torn_at_crash += stats.writes_torn_at_crash;
@@ -346,18 +363,20 @@ fn crash_at_random_points_loses_no_durable_append_and_serves_nothing_torn() {
         total.syncs += stats.syncs;
     }
     println!(
-        "crash_sim: {} seeds, {} crashes, {} unsynced writes lost, {} torn, {} namespace ops lost, {} syncs, {} segments recycled",
+        "crash_sim: {} seeds, {} crashes, {} unsynced writes lost, {} torn, {} namespace ops lost, {} syncs, {} segments recycled, {} direct-path syncs",
         seeds.end - seeds.start,
         total.crashes,
         total.writes_lost_at_crash,
         total.writes_torn_at_crash,
         total.namespace_ops_lost_at_crash,
         total.syncs,
-        recycled
+        recycled,
+        direct_syncs
     );
     let count = seeds.end - seeds.start;
     assert!(total.crashes >= count * ROUNDS as u64, "every round crashes");
     assert!(total.writes_lost_at_crash >= count, "crashes must drop unsynced writes");
     assert!(total.writes_torn_at_crash >= count / 4, "crashes must tear writes");
     assert!(recycled >= count / 2, "rolls must take recycled segment files");
+    assert!(direct_syncs >= count, "persisted cycles must take the direct path too");
 }

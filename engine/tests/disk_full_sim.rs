@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use shoal_engine::Error;
+use shoal_engine::direct::PersistedPath;
 use shoal_engine::record::build_prepare;
 use shoal_engine::shard::{RecoveryReport, ShardConfig, ShardStore, group_dir};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
@@ -349,7 +350,9 @@ fn enospc_from_a_data_write_is_fail_stop_not_storage_full() {
 #[test]
 fn enospc_from_a_journal_sync_stops_the_shard() {
     let sim = Sim::new(42, SimConfig::default());
-    let (mut shard, _) = open(&sim);
+    let config = ShardConfig { persisted_path: PersistedPath::Journal, ..ShardConfig::small() };
+    let (mut shard, _) =
+        sim.block_on(ShardStore::open(sim.storage(), Path::new(DIR), config)).unwrap();
     sim.block_on(shard.create_group(FILLED, group_config(Durability::Persisted))).unwrap();
     let mut model = Model::default();
     model.try_append(&mut shard, FILLED, 100).unwrap();

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use shoal_engine::Error;
+use shoal_engine::direct::PersistedPath;
 use shoal_engine::record::{ChainNext, build_prepare};
 use shoal_engine::shard::{RecoveryReport, ShardConfig, ShardStore, group_dir};
 use shoal_engine::state::GroupState;
@@ -50,6 +51,17 @@ fn open(sim: &Sim) -> (ShardStore<SimStorage>, RecoveryReport) {
     open_with(sim, ShardConfig::small())
 }
 
+/// Every `persisted` prepare through the shard journal: for the tests about the journal.
+fn open_journal(sim: &Sim) -> (ShardStore<SimStorage>, RecoveryReport) {
+    open_with(sim, ShardConfig { persisted_path: PersistedPath::Journal, ..ShardConfig::small() })
+}
+
+/// Where a segment's data ends at most (its sync-mark trailer follows).
+fn data_limit_bytes() -> u64 {
+    let segment_size = group_config(Durability::Persisted).segment_size_bytes;
+    segment_size.next_multiple_of(4096) + 4096
+}
+
 fn segment_files(sim: &Sim, group: u64) -> Vec<PathBuf> {
     let dir = group_dir(Path::new(DIR), group);
     let mut files: Vec<PathBuf> = sim
@@ -79,7 +91,9 @@ fn corrupt_record_in_checkpoint_segment_is_reported_at_recovery_never_truncated(
         let sim = populated(11, durability);
         let last = segment_files(&sim, 1).pop().unwrap();
         let contents = sim.durable_contents(&last).unwrap();
-        let used = contents.iter().rposition(|&b| b != 0).unwrap() as u64;
+        // The data, not the sync-mark trailer past its limit.
+        let data = &contents[..contents.len().min(data_limit_bytes() as usize)];
+        let used = data.iter().rposition(|&b| b != 0).unwrap() as u64;
         sim.corrupt(&last, used / 2, 3);
         let damaged = sim.durable_contents(&last).unwrap();
         let (mut shard, report) = open(&sim);
@@ -144,7 +158,7 @@ fn a_read_by_op_never_decodes_the_record_after_it() {
 #[test]
 fn corrupt_synced_journal_entry_makes_persisted_suffix_faulty_not_absent() {
     let sim = Sim::new(13, SimConfig::default());
-    let (mut shard, _) = open(&sim);
+    let (mut shard, _) = open_journal(&sim);
     sim.block_on(shard.create_group(1, group_config(Durability::Persisted))).unwrap();
     for _ in 0..4 {
         append(&mut shard, 1, 3, 5000);
@@ -153,7 +167,7 @@ fn corrupt_synced_journal_entry_makes_persisted_suffix_faulty_not_absent() {
     drop(shard);
     // The first cycle's first entry: synced, and later entries say so.
     sim.corrupt(&Path::new(DIR).join("journal"), 300, 1);
-    let (_, report) = open(&sim);
+    let (_, report) = open_journal(&sim);
     let corruption = report.journal_corruption.expect("a synced journal entry is gone");
     assert!(corruption.file.ends_with("journal"));
     assert_eq!(report.groups[0].faulty.suffix_from, Some(report.groups[0].head_op + 1));
@@ -321,7 +335,7 @@ fn crash_during_truncation_below_checkpoint_is_not_corruption() {
 #[test]
 fn corrupt_newest_synced_journal_cycle_is_detected_once_announced() {
     let sim = Sim::new(21, SimConfig::default());
-    let (mut shard, _) = open(&sim);
+    let (mut shard, _) = open_journal(&sim);
     sim.block_on(shard.create_group(1, group_config(Durability::Persisted))).unwrap();
     append(&mut shard, 1, 3, 5000);
     sim.block_on(shard.flush()).unwrap();
@@ -331,8 +345,108 @@ fn corrupt_newest_synced_journal_cycle_is_detected_once_announced() {
     assert!(!shard.has_pending(), "one marker per idle period");
     drop(shard);
     sim.corrupt(&Path::new(DIR).join("journal"), 300, 1);
-    let (_, report) = open(&sim);
+    let (_, report) = open_journal(&sim);
     assert!(report.journal_corruption.is_some(), "{report:?}");
+}
+
+/// Every `persisted` prepare through the direct path: segment writes and syncs, sync marks.
+fn open_direct(sim: &Sim) -> (ShardStore<SimStorage>, RecoveryReport) {
+    open_with(sim, ShardConfig { persisted_path: PersistedPath::Direct, ..ShardConfig::small() })
+}
+
+/// Where the record of `op` starts in a segment file's durable contents (scanning its chain
+/// from byte 0).
+fn record_position(contents: &[u8], op: u64) -> usize {
+    let mut position = 0;
+    loop {
+        let header = shoal_proto::wire::Header::decode_prefix(&contents[position..]).unwrap();
+        if header.as_prepare().unwrap().op == op {
+            return position;
+        }
+        position += header.size as usize;
+    }
+}
+
+/// On the direct path the segment sync is what acknowledges: damage to a synced op past the
+/// checkpoint is corruption, reported and left in place — never a torn tail cut away (which
+/// is what recovery would do without the sync marks: `canary-no-sync-mark`).
+#[test]
+fn corrupt_record_synced_by_the_direct_path_is_reported_never_truncated() {
+    let sim = Sim::new(23, SimConfig::default());
+    let (mut shard, _) = open_direct(&sim);
+    sim.block_on(shard.create_group(1, group_config(Durability::Persisted))).unwrap();
+    for _ in 0..4 {
+        append(&mut shard, 1, 2, 3000);
+        let report = sim.block_on(shard.flush()).unwrap();
+        assert!(report.failed.is_empty(), "{report:?}");
+    }
+    assert_eq!(shard.durable_op(1), Some(8));
+    assert!(shard.counters().direct_syncs >= 4, "{:?}", shard.counters());
+    assert_eq!(shard.counters().journal_syncs, 0, "nothing went through the journal");
+    // The process stops without a checkpoint: the acknowledged ops lie past it.
+    drop(shard);
+    let segment = segment_files(&sim, 1).pop().unwrap();
+    let contents = sim.durable_contents(&segment).unwrap();
+    let position = record_position(&contents, 3);
+    sim.corrupt(&segment, position as u64 + HEADER_SIZE as u64 + 10, 1);
+    let damaged = sim.durable_contents(&segment).unwrap();
+    let (mut shard, report) = open_direct(&sim);
+    let corruption = report.groups[0].corruption.clone().expect("synced damage is corruption");
+    assert_eq!(corruption.op, Some(3), "{corruption}");
+    assert!(corruption.reason.contains("sync mark"), "{corruption}");
+    let log = shard.group_mut(1).unwrap();
+    assert!(matches!(sim.block_on(log.read_offset(0, 1)), Err(Error::Faulty { .. })));
+    drop(shard);
+    assert_eq!(sim.durable_contents(&segment).unwrap(), damaged, "never truncated or rewritten");
+}
+
+/// The newest direct sync is announced by no mark until the group goes idle: the idle request
+/// that writes the journal's marker writes a sync mark, after which damage to it is detected.
+#[test]
+fn corrupt_newest_direct_sync_is_detected_once_announced() {
+    let sim = Sim::new(24, SimConfig::default());
+    let (mut shard, _) = open_direct(&sim);
+    sim.block_on(shard.create_group(1, group_config(Durability::Persisted))).unwrap();
+    append(&mut shard, 1, 3, 5000);
+    sim.block_on(shard.flush()).unwrap();
+    assert_eq!(shard.durable_op(1), Some(3));
+    shard.request_journal_marker();
+    assert!(shard.has_pending(), "a mark is due");
+    sim.block_on(shard.flush()).unwrap();
+    assert!(!shard.has_pending(), "one mark per idle period");
+    drop(shard);
+    let segment = segment_files(&sim, 1).pop().unwrap();
+    let contents = sim.durable_contents(&segment).unwrap();
+    let position = record_position(&contents, 3);
+    sim.corrupt(&segment, position as u64 + HEADER_SIZE as u64 + 10, 1);
+    let (_, report) = open_direct(&sim);
+    assert!(report.groups[0].corruption.is_some(), "{report:?}");
+}
+
+/// Regression (found by `model_prop`): a truncation to an empty log kept the op its last direct
+/// sync covered, so the next direct job's mark named a cut op and the next open took the new,
+/// shorter log for a damaged one.
+#[test]
+fn a_truncation_forgets_the_synced_ops_it_cuts() {
+    let sim = Sim::new(25, SimConfig::default());
+    let (mut shard, _) = open_direct(&sim);
+    sim.block_on(shard.create_group(1, group_config(Durability::Persisted))).unwrap();
+    for keep in [0, 1] {
+        for _ in 0..3 {
+            append(&mut shard, 1, 1, 1000);
+            sim.block_on(shard.flush()).unwrap();
+        }
+        sim.block_on(shard.truncate_after(1, keep, 2 + keep as u32)).unwrap();
+        append(&mut shard, 1, 1, 1000);
+        sim.block_on(shard.flush()).unwrap();
+        append(&mut shard, 1, 1, 1000);
+        sim.block_on(shard.flush()).unwrap();
+        drop(shard);
+        let (reopened, report) = open_direct(&sim);
+        shard = reopened;
+        assert!(report.groups[0].corruption.is_none(), "keep {keep}: {report:?}");
+        assert_eq!(report.groups[0].head_op, keep + 2, "keep {keep}");
+    }
 }
 
 /// Regression: after an unclean stop, a `replicated` group's lost tail may read as plain zeros;

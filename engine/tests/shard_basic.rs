@@ -441,6 +441,7 @@ fn a_journal_replay_longer_than_the_ring_writes_as_it_goes() {
             checkpoint_interval_bytes: 4 << 20,
             // Segments written every few appends at run time, as the ring requires.
             persisted_write_batch_bytes: 4 << 10,
+            persisted_path: shoal_engine::direct::PersistedPath::Journal,
             ..ShardConfig::small()
         };
         let reopen = |sim: &Sim| {

@@ -7,6 +7,7 @@ mod common;
 
 use std::path::Path;
 
+use shoal_engine::direct::PersistedPath;
 use shoal_engine::record::build_prepare;
 use shoal_engine::shard::{RecoveryReport, ShardConfig, ShardStore, group_dir};
 use shoal_engine::storage::uring::{UringStorage, runtime};
@@ -43,6 +44,23 @@ fn append(shard: &mut ShardStore<UringStorage>, group: u64, count: u64, len: usi
 
 async fn open(storage: UringStorage, dir: &Path) -> (ShardStore<UringStorage>, RecoveryReport) {
     ShardStore::open(storage, dir, ShardConfig::small()).await.unwrap()
+}
+
+/// Every `persisted` prepare through the shard journal: for the tests about the journal.
+async fn open_journal(
+    storage: UringStorage,
+    dir: &Path,
+) -> (ShardStore<UringStorage>, RecoveryReport) {
+    let config = ShardConfig { persisted_path: PersistedPath::Journal, ..ShardConfig::small() };
+    ShardStore::open(storage, dir, config).await.unwrap()
+}
+
+/// The last nonzero byte of a segment's data (its sync-mark trailer, past the data's limit,
+/// left out).
+fn data_used(bytes: &[u8]) -> usize {
+    let segment_size = group_config(Durability::Persisted).segment_size_bytes;
+    let limit = (segment_size.next_multiple_of(4096) + 4096) as usize;
+    bytes[..bytes.len().min(limit)].iter().rposition(|&b| b != 0).unwrap()
 }
 
 /// Writes 400 prepares of ~3 KiB into each group (several segments) and closes cleanly.
@@ -115,7 +133,7 @@ fn corrupt_byte_before_checkpoint_is_reported_not_truncated() {
             // The middle of the last segment: before the checkpoint that close() recorded.
             let last = segments(&shard_dir, group).pop().unwrap();
             let mut bytes = std::fs::read(&last).unwrap();
-            let used = bytes.iter().rposition(|&b| b != 0).unwrap();
+            let used = data_used(&bytes);
             let flip = used / 2;
             bytes[flip] ^= 0x40;
             std::fs::write(&last, &bytes).unwrap();
@@ -151,7 +169,7 @@ fn crash_torn_tail_is_cut_and_persisted_prepares_come_back_from_the_journal() {
     let dir = tempfile::tempdir().unwrap();
     let shard_dir = dir.path().join("shard-0");
     runtime().block_on(async {
-        let (mut shard, _) = open(UringStorage::new(), &shard_dir).await;
+        let (mut shard, _) = open_journal(UringStorage::new(), &shard_dir).await;
         shard.create_group(PERSISTED, group_config(Durability::Persisted)).await.unwrap();
         shard.create_group(REPLICATED, group_config(Durability::Replicated)).await.unwrap();
         // Large enough that the persisted group's deferred segment write is due in the flush.
@@ -159,7 +177,7 @@ fn crash_torn_tail_is_cut_and_persisted_prepares_come_back_from_the_journal() {
         append(&mut shard, PERSISTED, 5, LEN);
         append(&mut shard, REPLICATED, 5, LEN);
         shard.close().await.unwrap();
-        let (mut shard, _) = open(UringStorage::new(), &shard_dir).await;
+        let (mut shard, _) = open_journal(UringStorage::new(), &shard_dir).await;
         append(&mut shard, PERSISTED, 20, LEN);
         append(&mut shard, REPLICATED, 20, LEN);
         let report = shard.flush().await.unwrap();
@@ -169,13 +187,13 @@ fn crash_torn_tail_is_cut_and_persisted_prepares_come_back_from_the_journal() {
         for group in [PERSISTED, REPLICATED] {
             let last = segments(&shard_dir, group).pop().unwrap();
             let mut bytes = std::fs::read(&last).unwrap();
-            let used = bytes.iter().rposition(|&b| b != 0).unwrap();
+            let used = data_used(&bytes);
             for byte in &mut bytes[used - 20_000..used - 19_000] {
                 *byte ^= 0xff;
             }
             std::fs::write(&last, &bytes).unwrap();
         }
-        let (mut shard, report) = open(UringStorage::new(), &shard_dir).await;
+        let (mut shard, report) = open_journal(UringStorage::new(), &shard_dir).await;
         for recovery in &report.groups {
             assert!(recovery.corruption.is_none(), "a torn tail is not corruption: {recovery:?}");
             assert!(recovery.torn_tail.is_some(), "{recovery:?}");

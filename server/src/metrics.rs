@@ -614,7 +614,7 @@ fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
 /// One series per answering shard for each of the shard's own figures (a flat table).
 fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 55] = [
+    let per_shard: [(&str, Kind, &str, Figure); 56] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -931,6 +931,12 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
             Kind::Counter,
             "fdatasyncs of segment files (checkpoints and rolls).",
             |s| s.engine.segment_syncs,
+        ),
+        (
+            "shoal_direct_syncs_total",
+            Kind::Counter,
+            "Direct-path persisted jobs: one partition's segment writes and sync, with a sync mark.",
+            |s| s.engine.direct_syncs,
         ),
         (
             "shoal_journal_written_bytes_total",

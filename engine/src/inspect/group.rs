@@ -2,22 +2,24 @@
 //! the chain across them as recovery does, with each segment's index file compared to what the
 //! scan finds.
 //!
-//! Damage before the checkpoint (where data was synced) is a problem; the torn window past it,
-//! zeros and stale bytes past the chain's end, and leftovers of interrupted work are notes. It
-//! reads segments window by window and must never hold one whole.
+//! Damage where data was synced (before the checkpoint, or up to the op the newest sync mark of
+//! a `persisted` group names) is a problem; the torn window past it, zeros and stale bytes past
+//! the chain's end, and leftovers of interrupted work are notes. It reads segments window by
+//! window and must never hold one whole.
 
 use std::path::{Path, PathBuf};
 
 use super::checker::{At, Checker, RECORD_SIZE_FALLBACK_BYTES, WINDOW_BYTES, read_range};
 use super::report::{GroupReport, IndexStatus, SegmentEnd, SegmentReport};
+use crate::direct::{SyncMark, TRAILER_BYTES};
 use crate::record::{ChainNext, RecordFault, check_next, check_standalone, prepare_of};
 use crate::scan::Scanner;
 use crate::segment::{
     INDEX_ENTRY_SIZE_BYTES, INDEX_HEADER_SIZE_BYTES, IndexEntry, IndexSummary, SPARE_NAME,
     SegmentIndex, index_name, parse_index_name, parse_log_name,
 };
-use crate::storage::{OpenMode, Storage, StorageFile};
-use crate::superblock::{Checkpoint, Fence, GroupSlot};
+use crate::storage::{BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
+use crate::superblock::{Checkpoint, Durability, Fence, GroupSlot};
 use crate::wire::{HEADER_SIZE, Header};
 
 /// Where a group's chain stands while its segments are walked.
@@ -116,7 +118,27 @@ impl<S: Storage> Checker<'_, S> {
             self.problem(&checkpoint_file, at_checkpoint, "the checkpoint's segment is missing");
             walk.damaged = true;
         }
+        let mark = self.sync_marks(&walk, &files, slot).await;
+        if let Some((op, _)) = &mark {
+            walk.synced_op = walk.synced_op.max(*op);
+        }
         self.walk_segments(&mut walk, files, &mut report).await;
+        if let Some((op, mark_file)) = mark
+            && !walk.damaged
+            && let Chain::Expect(next) | Chain::Ended(next) = walk.chain
+            && next.op <= op
+        {
+            let (file, at) = walk.end_at.clone().unwrap_or((mark_file.clone(), At::byte(0)));
+            self.problem(
+                &file,
+                at,
+                format!(
+                    "the chain ends before op {}, which the sync mark in {} says was synced",
+                    next.op,
+                    mark_file.display()
+                ),
+            );
+        }
         if checkpoint.op > 0 && !walk.checkpoint_seen && !walk.damaged {
             let (file, at) = walk.end_at.clone().unwrap_or((checkpoint_file, at_checkpoint));
             self.problem(
@@ -134,6 +156,46 @@ impl<S: Storage> Checker<'_, S> {
             _ => None,
         };
         (report, end)
+    }
+
+    /// The newest sync mark (`crate::direct`) in the trailers of a `persisted` group's segments
+    /// from the checkpoint's on, as recovery reads them: the op it names (held to an unfinished
+    /// fence) and its file. None without a slot (the segment size is unknown) or a mark past
+    /// the checkpoint.
+    async fn sync_marks(
+        &mut self,
+        walk: &GroupWalk,
+        files: &[(u64, PathBuf, bool)],
+        slot: Option<GroupSlot>,
+    ) -> Option<(u64, PathBuf)> {
+        let slot = slot.filter(|slot| slot.config.durability == Durability::Persisted)?;
+        let cluster = walk.cluster?;
+        let limit = data_limit_bytes(&slot);
+        let mut newest: Option<(u64, PathBuf)> = None;
+        for (base, path, _) in files {
+            if walk.checkpoint.op > 0 && *base < walk.checkpoint.segment_base_offset {
+                continue;
+            }
+            let Ok(file) = self.storage.open(path, OpenMode::Read, false).await else { continue };
+            let Ok(mut scanner) = Scanner::new(&file, TRAILER_BYTES as usize).await else {
+                continue;
+            };
+            let Ok(trailer) = scanner.bytes_at(limit, TRAILER_BYTES as usize).await else {
+                continue;
+            };
+            for block in trailer.chunks_exact(BLOCK_SIZE_BYTES) {
+                if let Some(mark) = SyncMark::decode(block, cluster, walk.group)
+                    && newest.as_ref().is_none_or(|(op, _)| mark.op > *op)
+                {
+                    newest = Some((mark.op, path.clone()));
+                }
+            }
+        }
+        let (mut op, path) = newest?;
+        if walk.fence.view != 0 && !walk.fence.finished {
+            op = op.min(walk.fence.op);
+        }
+        (op > walk.checkpoint.op).then_some((op, path))
     }
 
     /// Sorts a group directory's entries: returns the base offsets of the segments to walk, and
@@ -540,7 +602,7 @@ impl<S: Storage> Checker<'_, S> {
             // Zeros end the data. Bytes after a zeroed gap are stale records the engine left on
             // purpose (a truncation zeroes only the blocks at the cut; a recycled segment file
             // keeps its retired segment's records past the data), never read again.
-            return match first_nonzero(scanner, position).await {
+            return match first_nonzero(scanner, position, walk.data_limit_bytes).await {
                 Ok(None) => EndOfData::End(SegmentEnd::Clean),
                 Ok(Some(stale)) => {
                     self.note(
@@ -578,7 +640,11 @@ impl<S: Storage> Checker<'_, S> {
             });
         }
         let at = At::expecting(position, walk.expected());
-        self.problem(path, at, format!("damaged record before the checkpoint: {fault}"));
+        self.problem(
+            path,
+            at,
+            format!("damaged record where data was synced (checkpoint or sync mark): {fault}"),
+        );
         walk.damaged = true;
         // A sound header still says where the next record starts: step over the damage so the
         // rest of the log is checked and its ranges reported.
@@ -693,6 +759,10 @@ struct GroupWalk {
     damaged: bool,
     /// Where the data of the last scanned segment ended.
     end_at: Option<(PathBuf, At)>,
+    /// Every op up to this one was synced: the checkpoint's, or a sync mark's beyond it.
+    synced_op: u64,
+    /// Where a segment's data ends at most (its sync-mark trailer follows); None without a slot.
+    data_limit_bytes: Option<u64>,
 }
 
 impl GroupWalk {
@@ -717,6 +787,8 @@ impl GroupWalk {
             checkpoint_seen: false,
             damaged: false,
             end_at: None,
+            synced_op: checkpoint.op,
+            data_limit_bytes: slot.as_ref().map(data_limit_bytes),
         }
     }
 
@@ -736,8 +808,8 @@ impl GroupWalk {
     /// the checkpoint op is not reached yet, or the segment is older than the checkpoint's
     /// (synced whole when it rolled).
     fn before_checkpoint(&self, next: &ChainNext, base: u64) -> bool {
-        self.checkpoint.op > 0
-            && (next.op <= self.checkpoint.op || base < self.checkpoint.segment_base_offset)
+        next.op <= self.synced_op
+            || (self.checkpoint.op > 0 && base < self.checkpoint.segment_base_offset)
     }
 }
 
@@ -820,13 +892,23 @@ impl IndexCheck {
 }
 
 /// The position of the first non-zero byte at or after `from`, read window by window.
+/// Where a group's segment data ends at most: its size, padded, and a guard block; the
+/// sync-mark trailer follows.
+fn data_limit_bytes(slot: &GroupSlot) -> u64 {
+    let block = BLOCK_SIZE_BYTES as u64;
+    slot.config.segment_size_bytes.next_multiple_of(block) + block
+}
+
+/// The first nonzero byte from `from` up to `stop` (the file's end when None).
 async fn first_nonzero<F: StorageFile>(
     scanner: &mut Scanner<'_, F>,
     from: u64,
+    stop: Option<u64>,
 ) -> std::io::Result<Option<u64>> {
     let mut position = from;
     loop {
-        let bytes = scanner.bytes_at(position, WINDOW_BYTES).await?;
+        let len = stop.map_or(WINDOW_BYTES as u64, |stop| stop.saturating_sub(position));
+        let bytes = scanner.bytes_at(position, len.min(WINDOW_BYTES as u64) as usize).await?;
         if bytes.is_empty() {
             return Ok(None);
         }

@@ -6,6 +6,7 @@ use bytes::Bytes;
 
 use super::superblock::SUPERBLOCK_OFF_SLOTS_MAX;
 use super::{IndexStatus, InspectReport, SegmentReport, inspect};
+use crate::direct::PersistedPath;
 use crate::record::build_prepare;
 use crate::shard::{ShardConfig, ShardStore, group_dir, shard_dir};
 use crate::storage::sim::{Sim, SimConfig, SimStorage};
@@ -16,12 +17,18 @@ use shoal_proto::batch::BatchBuilder;
 
 const GROUP: u64 = 3;
 
+/// The small profile with every `persisted` prepare through the journal, whose checks these
+/// tests are about.
+fn journal_config() -> ShardConfig {
+    ShardConfig { persisted_path: PersistedPath::Journal, ..ShardConfig::small() }
+}
+
 /// Builds `/data/shard-0` with one group of `prepares` prepares (5 records each), closed
 /// cleanly (so everything is checkpointed).
 fn build(sim: &Sim, durability: Durability, prepares: u32) {
     let dir = shard_dir(Path::new("/data"), 0);
     let (mut shard, _) =
-        sim.block_on(ShardStore::open(sim.storage(), &dir, ShardConfig::small())).unwrap();
+        sim.block_on(ShardStore::open(sim.storage(), &dir, journal_config())).unwrap();
     let config = GroupConfig {
         durability,
         segment_size_bytes: 1 << 20,
@@ -128,13 +135,48 @@ fn one_torn_superblock_copy_is_a_problem_but_the_state_is_still_read() {
     }
 }
 
+/// On the direct path the segment sync acknowledges: damage to an op a sync mark names is a
+/// problem past the checkpoint too, as recovery sees it.
+#[test]
+fn ops_a_sync_mark_names_past_the_checkpoint_must_be_there() {
+    let sim = Sim::new(17, SimConfig::default());
+    build(&sim, Durability::Persisted, 10);
+    let dir = shard_dir(Path::new("/data"), 0);
+    let config = ShardConfig { persisted_path: PersistedPath::Direct, ..ShardConfig::small() };
+    let (mut shard, _) = sim.block_on(ShardStore::open(sim.storage(), &dir, config)).unwrap();
+    let mut positions = Vec::new();
+    for i in 0..5 {
+        let body = BatchBuilder::new(i).build();
+        let fields = Prepare { record_count: 0, append_time_ms: 5_000, ..Prepare::default() };
+        let header = build_prepare(&shard.next(GROUP).unwrap(), 1, 0, fields, &body);
+        shard.append(GROUP, &header, &body).unwrap();
+        sim.block_on(shard.flush()).unwrap();
+        positions.push(header.size);
+    }
+    assert!(shard.counters().direct_syncs >= 5);
+    drop(shard);
+    let report = run(&sim, "/data");
+    assert!(report.is_clean(), "{:#?}", report.problems);
+    // The segment's last 5 records are ops 11..=15; op 12 lies past the checkpoint (op 10).
+    let segment = group_dir(&dir, GROUP).join(crate::segment::log_name(0));
+    let bytes = sim.file_contents(&segment).unwrap();
+    let limit = (1u64 << 20).next_multiple_of(BLOCK_SIZE_BYTES as u64) + BLOCK_SIZE_BYTES as u64;
+    let data = &bytes[..bytes.len().min(limit as usize)];
+    let end = data.iter().rposition(|&b| b != 0).unwrap() + 1;
+    let tail: u32 = positions[1..].iter().sum();
+    let op_12 = end as u64 - u64::from(tail);
+    sim.corrupt(&segment, op_12 + HEADER_SIZE as u64 + 4, 1);
+    let report = run(&sim, "/data");
+    assert!(!report.is_clean(), "a synced op the mark names is damaged");
+}
+
 #[test]
 fn synced_journal_entries_past_the_checkpoint_must_be_there() {
     let sim = Sim::new(16, SimConfig::default());
     build(&sim, Durability::Persisted, 10);
     let dir = shard_dir(Path::new("/data"), 0);
     let (mut shard, _) =
-        sim.block_on(ShardStore::open(sim.storage(), &dir, ShardConfig::small())).unwrap();
+        sim.block_on(ShardStore::open(sim.storage(), &dir, journal_config())).unwrap();
     for i in 0..5 {
         let body = BatchBuilder::new(i).build();
         let fields = Prepare { record_count: 0, append_time_ms: 5_000, ..Prepare::default() };

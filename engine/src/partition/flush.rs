@@ -2,9 +2,10 @@
 //! each making its space ready before it writes, several in flight at once, finished in the
 //! order they began.
 //!
-//! A job creates files, reserves space and writes; it must never sync data (that is the
-//! checkpoint's job, off the path that acknowledges appends). Running out of space is the clean,
-//! retryable "storage full"; any other failure leaves the log fail-stop.
+//! A job creates files, reserves space and writes. It syncs data only on the direct
+//! `persisted` path (DESIGN.md §3, `crate::direct`), where the sync is what acknowledges the
+//! appends; otherwise syncing is the checkpoint's job, off that path. Running out of space is
+//! the clean, retryable "storage full"; any other failure leaves the log fail-stop.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,7 @@ use bytes::Bytes;
 
 use super::log::{Location, PartitionLog, SegmentMeta, open_segment};
 use crate::chunk::{Chunk, written_extent_end};
+use crate::direct::TRAILER_BYTES;
 use crate::error::{Error, Result};
 use crate::join::{Latch, join_all};
 use crate::ready::READY_STEP_MIN_BYTES;
@@ -47,10 +49,12 @@ pub struct WriteOutcome {
     /// The disk had no room for the step ahead of the tail. What the job wrote went into space
     /// made ready earlier; the group now refuses appends that would need more (storage full).
     pub storage_full: bool,
+    /// A direct-path job: every op up to `written_op` is now synced.
+    pub synced: bool,
 }
 
 /// One write of a flush job: the segment (by base offset), the position in it, the bytes.
-type SegmentWrite = (u64, u64, Bytes);
+pub(super) type SegmentWrite = (u64, u64, Bytes);
 
 /// A chunk's fill when a flush job took its bytes: chunk id, bytes filled.
 type ChunkMark = (u64, usize);
@@ -89,6 +93,14 @@ pub struct FlushJob<S: Storage> {
     /// The tail an earlier job in flight writes: this job's writes touching it wait for that
     /// job's latch.
     after: Option<TailWrite>,
+    /// The direct path's sync mark (when an earlier sync has something to announce), and the
+    /// segments the job syncs once its writes are done: every one it writes, and every one an
+    /// earlier job wrote since the last direct job.
+    mark: Option<SegmentWrite>,
+    sync: Option<Vec<u64>>,
+    /// Where the sync-mark trailer of a segment this job creates begins (`persisted` groups):
+    /// it is written with zeros at creation, so a mark never needs new space.
+    trailer_at_bytes: Option<u64>,
 }
 
 impl<S: Storage> Drop for FlushJob<S> {
@@ -121,6 +133,8 @@ impl TailWrite {
 pub struct FlushDone<S: Storage> {
     job: FlushJob<S>,
     created: Vec<(u64, Rc<S::File>)>,
+    /// Created segments whose trailer was written.
+    trailers: Vec<u64>,
     /// The reservations that succeeded: (segment, or `None` for the spare; ready end).
     reserved: Vec<(Option<u64>, u64)>,
     outcome: WriteOutcome,
@@ -139,16 +153,18 @@ impl<S: Storage> FlushJob<S> {
     /// acknowledges appends.
     pub async fn run(self) -> FlushDone<S> {
         let mut created = Vec::new();
+        let mut trailers = Vec::new();
         let mut reserved = Vec::new();
         let mut outcome = WriteOutcome::default();
-        let result = self.run_inner(&mut created, &mut reserved, &mut outcome).await;
+        let result = self.run_inner(&mut created, &mut trailers, &mut reserved, &mut outcome).await;
         self.done.open();
-        FlushDone { job: self, created, reserved, outcome, result }
+        FlushDone { job: self, created, trailers, reserved, outcome, result }
     }
 
     async fn run_inner(
         &self,
         created: &mut Vec<(u64, Rc<S::File>)>,
+        trailers: &mut Vec<u64>,
         reserved: &mut Vec<(Option<u64>, u64)>,
         outcome: &mut WriteOutcome,
     ) -> Result<()> {
@@ -172,6 +188,19 @@ impl<S: Storage> FlushJob<S> {
                 .await
                 .map_err(|e| Error::preparing(format!("creating {}", path.display()), e))?;
             created.push((base, Rc::new(file)));
+        }
+        if let Some(at) = self.trailer_at_bytes {
+            for (base, file) in created.iter() {
+                // A recycled spare may hold a retired segment's marks there: zeros replace them.
+                // The trailer is beyond the space made ready, and optional: when it cannot be
+                // written (a full disk), the segment takes the journal path until it rolls.
+                let mut zeros =
+                    crate::storage::AlignedBuf::zeroed(TRAILER_BYTES as usize, BLOCK_SIZE_BYTES);
+                zeros.set_len(TRAILER_BYTES as usize);
+                if file.write_at(zeros.freeze(), at).await.is_ok() {
+                    trailers.push(*base);
+                }
+            }
         }
         if !self.create.is_empty() {
             self.storage
@@ -210,9 +239,11 @@ impl<S: Storage> FlushJob<S> {
                 Err(error) => return Err(error),
             }
         }
+        // The mark never shares a block with data: it lies past the segment's limit.
         let results = join_all(
             self.writes
                 .iter()
+                .chain(self.mark.iter())
                 .map(|(base, position, bytes)| {
                     let file = file_of(*base);
                     let bytes = bytes.clone();
@@ -238,6 +269,25 @@ impl<S: Storage> FlushJob<S> {
             result.map_err(|e| Error::io(format!("writing group {} segment", self.group), e))?;
         }
         outcome.bytes_written = self.writes.iter().map(|(_, _, bytes)| bytes.len() as u64).sum();
+        if let Some(bases) = &self.sync {
+            let syncs = join_all(
+                bases
+                    .iter()
+                    .copied()
+                    .filter(|_| !cfg!(feature = "canary-ack-before-sync"))
+                    .map(|base| {
+                        let file = file_of(base);
+                        async move { file.sync_data().await }
+                    })
+                    .collect(),
+            )
+            .await;
+            for result in syncs {
+                result
+                    .map_err(|e| Error::io(format!("syncing group {} segment", self.group), e))?;
+            }
+            outcome.synced = true;
+        }
         Ok(())
     }
 
@@ -314,7 +364,13 @@ impl<S: Storage> PartitionLog<S> {
     ///
     /// With `write_all` (a checkpoint is wanted), everything appended is written whatever the
     /// group's batching, so that a checkpoint job can then sync and record it.
-    pub fn begin_flush(&mut self, write_all: bool) -> Option<FlushJob<S>> {
+    ///
+    /// With `direct` (the direct `persisted` path; only when
+    /// [`PartitionLog::can_flush_direct`] says so, and then it always returns a job), the job
+    /// writes everything appended and a sync mark, then syncs the files it wrote: once it
+    /// finishes, everything appended before it began is durable.
+    pub fn begin_flush(&mut self, write_all: bool, direct: bool) -> Option<FlushJob<S>> {
+        assert!(!direct || self.can_flush_direct(), "a direct job only where it can run");
         if self.faulty.is_some()
             || (self.flushes_in_flight > 0 && (self.flush_failed || self.exclusive_in_flight))
         {
@@ -323,9 +379,9 @@ impl<S: Storage> PartitionLog<S> {
         let retrying = self.storage_full && self.storage_retry;
         // A retry after a full disk writes everything pending, so that its reservation covers
         // whatever waits for space.
-        let write_data =
-            ((write_all || retrying) && self.has_unsubmitted()) || self.segment_write_due();
-        if !(write_data || self.needs_ready()) {
+        let write_data = ((write_all || retrying || direct) && self.has_unsubmitted())
+            || self.segment_write_due();
+        if !(write_data || self.needs_ready() || direct) {
             if retrying {
                 // Nothing waits for space any more (a truncation took it): appends may try.
                 self.storage_full = false;
@@ -393,6 +449,18 @@ impl<S: Storage> PartitionLog<S> {
         self.submitted_appended_bytes = target_appended_bytes;
         self.flushes_in_flight += 1;
         self.exclusive_in_flight = exclusive;
+        let mark = if direct { self.next_mark(&target) } else { None };
+        let sync = direct.then(|| {
+            let mut bases: Vec<u64> = writes.iter().map(|(base, _, _)| *base).collect();
+            bases.push(target.segment_base_offset);
+            let files = &self.files;
+            bases.extend(self.unsynced_segments.iter().filter(|base| files.contains_key(base)));
+            bases.sort_unstable();
+            bases.dedup();
+            bases
+        });
+        let trailer_at_bytes =
+            (self.config.durability == Durability::Persisted).then(|| self.segment_limit_bytes());
         Some(FlushJob {
             storage: self.storage.clone(),
             dir: self.dir.clone(),
@@ -407,6 +475,9 @@ impl<S: Storage> PartitionLog<S> {
             spare_for,
             done,
             after,
+            mark,
+            sync,
+            trailer_at_bytes,
         })
     }
 
@@ -434,9 +505,14 @@ impl<S: Storage> PartitionLog<S> {
             self.exclusive_in_flight = false;
             self.tail_in_flight = None;
         }
-        let FlushDone { job, created, reserved, mut outcome, result } = done;
+        let FlushDone { job, created, trailers, reserved, mut outcome, result } = done;
         for (base, file) in created {
             self.files.insert(base, file);
+        }
+        for base in trailers {
+            if let Some(meta) = self.segment_mut(base) {
+                meta.trailer_ready = true;
+            }
         }
         // Space made ready stays ready whatever became of the writes.
         for (base, end) in reserved.iter().copied() {
@@ -507,6 +583,12 @@ impl<S: Storage> PartitionLog<S> {
         self.written = job.target;
         self.written_appended_bytes = job.target_appended_bytes;
         outcome.written_op = job.target.op;
+        if outcome.synced {
+            self.finish_direct(&job.target, job.mark.is_some());
+            self.unsynced_segments.clear();
+        } else {
+            self.unsynced_segments.extend(job.writes.iter().map(|(base, _, _)| *base));
+        }
         Ok(outcome)
     }
 
@@ -542,7 +624,7 @@ impl<S: Storage> PartitionLog<S> {
     /// Runs a whole flush of this log alone (begin, run, finish): for tests and tools; the shard
     /// runs many logs' jobs at once.
     pub async fn flush(&mut self) -> Result<WriteOutcome> {
-        match self.begin_flush(false) {
+        match self.begin_flush(false, false) {
             None => Ok(WriteOutcome { written_op: self.written.op, ..WriteOutcome::default() }),
             Some(job) => {
                 let done = job.run().await;

@@ -107,6 +107,8 @@ pub(super) struct SegmentMeta {
     /// Not created yet: the job that creates it renames the spare segment file instead, whose
     /// reserved space `ready_end_bytes` stands for.
     pub(super) from_spare: bool,
+    /// Its sync-mark trailer is written (`crate::direct`): direct jobs may mark it.
+    pub(super) trailer_ready: bool,
 }
 
 impl SegmentMeta {
@@ -124,6 +126,7 @@ impl SegmentMeta {
             settled: false,
             ready_end_bytes: 0,
             from_spare: false,
+            trailer_ready: false,
         }
     }
 
@@ -245,6 +248,16 @@ pub struct PartitionLog<S: Storage> {
     pub(super) retention_floor_offset: u64,
     /// See [`PartitionLog::set_committed_end`].
     pub(super) committed_end_offset: u64,
+    /// The direct path (`partition::direct`): the newest op (and its record checksum) a
+    /// completed segment sync made durable, the next mark's sequence number, the op the job in
+    /// flight announces, and the newest op a written mark announces.
+    pub(super) synced: Option<(u64, u32)>,
+    pub(super) mark_seq: u64,
+    pub(super) mark_pending_op: u64,
+    pub(super) mark_announced_op: u64,
+    /// Segments that jobs off the direct path wrote since the last direct job: the next one
+    /// syncs them too, so that its mark never names an op whose bytes no sync covered.
+    pub(super) unsynced_segments: std::collections::BTreeSet<u64>,
 }
 
 impl<S: Storage> Drop for PartitionLog<S> {
@@ -391,6 +404,11 @@ impl<S: Storage> PartitionLog<S> {
         self.faulty.as_deref()
     }
 
+    /// Whether a flush job of this log is in flight.
+    pub fn has_flush_in_flight(&self) -> bool {
+        self.flushes_in_flight > 0
+    }
+
     /// Whether bytes are waiting to be written (or are being written).
     pub fn has_unwritten(&self) -> bool {
         self.written.op < self.head.op
@@ -510,6 +528,11 @@ impl<S: Storage> PartitionLog<S> {
             faulty: None,
             faulty_ops: FaultyOps::default(),
             damaged_from: slot.damaged_from,
+            synced: None,
+            mark_seq: 0,
+            mark_pending_op: 0,
+            mark_announced_op: 0,
+            unsynced_segments: std::collections::BTreeSet::new(),
             retention_floor_offset: u64::MAX,
             committed_end_offset: u64::MAX,
         }

@@ -9,6 +9,7 @@
 //! checks view, op and commit only for continuity and checksums; it knows nothing of quorums.
 
 mod append;
+mod direct;
 mod flush;
 mod log;
 mod read;

@@ -11,6 +11,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 
 use super::log::{FaultyOps, Location, PartitionLog, SegmentMeta, Shared, open_segment};
+use crate::direct::TRAILER_BYTES;
 use crate::error::{Corruption, Error, Result};
 use crate::record::{ChainNext, RecordFault, check_next, check_standalone, prepare_of};
 use crate::scan::Scanner;
@@ -221,7 +222,7 @@ impl<S: Storage> PartitionLog<S> {
     async fn write_replayed(&mut self) -> Result<()> {
         // Each job writes what is pending; one that only makes space ready comes first.
         for _ in 0..8 {
-            let Some(job) = self.begin_flush(true) else { break };
+            let Some(job) = self.begin_flush(true, false) else { break };
             let done = job.run().await;
             self.finish_flush(done)?;
             if !self.has_unwritten() {
@@ -272,15 +273,20 @@ impl<S: Storage> PartitionLog<S> {
             .filter(|&base| checkpoint.op == 0 || base >= checkpoint.segment_base_offset)
             .collect();
         let start = self.window_start(checkpoint, &names, report).await?;
+        let mark_bases = window_bases.clone();
         let (next, leftover) =
             self.scan_window(checkpoint, window_bases, start, report, canary_truncate).await?;
+        if self.config.durability == Durability::Persisted && !canary_truncate {
+            self.check_sync_marks(&mark_bases, checkpoint, next.op, report).await?;
+        }
         // A torn tail in a `replicated` group may have held acknowledged ops (DESIGN.md §3).
         if report.torn_tail.is_some() && self.config.durability == Durability::Replicated {
             self.faulty_ops.suffix_from = Some(next.op);
         }
         self.remove_past_chain_end(&leftover).await?;
         self.adopt_chain_end(next);
-        self.zero_torn_window(checkpoint).await?;
+        // A cut trusts no mark: the forgetful scan zeroes the trailers with the window.
+        self.zero_torn_window(checkpoint, !canary_truncate).await?;
         self.open_active_segment().await?;
         if names.iter().any(|name| name == SPARE_NAME) {
             self.adopt_spare().await?;
@@ -615,7 +621,7 @@ impl<S: Storage> PartitionLog<S> {
 
     /// The torn window is rewritten before anything new is appended: whatever survived past
     /// the chain's end in a segment of the window becomes zeros, durably.
-    async fn zero_torn_window(&self, checkpoint: Checkpoint) -> Result<()> {
+    async fn zero_torn_window(&self, checkpoint: Checkpoint, keep_trailer: bool) -> Result<()> {
         let window: Vec<(u64, u64)> = self
             .segments
             .iter()
@@ -623,7 +629,7 @@ impl<S: Storage> PartitionLog<S> {
             .map(|meta| (meta.base_offset, meta.end_bytes))
             .collect();
         for (base, end) in window {
-            self.rewrite_window(base, end).await?;
+            self.rewrite_window(base, end, keep_trailer).await?;
         }
         Ok(())
     }
@@ -644,7 +650,13 @@ impl<S: Storage> PartitionLog<S> {
                 .map_err(|e| Error::io("reading", e))?
                 .to_vec();
             // Its reservation is unknown (`ready_end_bytes` 0): the first flush reserves again.
-            self.files.insert(active.base_offset, Rc::new(file));
+            let base = active.base_offset;
+            let size = file.size_bytes().await.map_err(|e| Error::io("sizing a segment", e))?;
+            let trailer_ready = size >= self.segment_limit_bytes() + TRAILER_BYTES;
+            if let Some(active) = self.segments.last_mut() {
+                active.trailer_ready = trailer_ready;
+            }
+            self.files.insert(base, Rc::new(file));
         }
         Ok(())
     }
@@ -672,7 +684,12 @@ impl<S: Storage> PartitionLog<S> {
 
     /// Overwrites a segment's bytes past `end` (the chain's end) with zeros and syncs, when
     /// anything lies there.
-    pub(super) async fn rewrite_window(&self, base: u64, end: u64) -> Result<()> {
+    pub(super) async fn rewrite_window(
+        &self,
+        base: u64,
+        end: u64,
+        keep_trailer: bool,
+    ) -> Result<()> {
         let path = self.dir.join(log_name(base));
         let file = open_segment(&self.storage, &path, OpenMode::ReadWrite).await?;
         let size = file.size_bytes().await.map_err(|e| Error::io("sizing a segment", e))?;
@@ -694,7 +711,9 @@ impl<S: Storage> PartitionLog<S> {
             |error| Error::io(format!("rewriting the torn window of {}", path.display()), error);
         file.write_at(first.freeze(), block_start).await.map_err(rewrite)?;
         let mut position = block_start + block;
-        let stop = size.next_multiple_of(block);
+        // The sync-mark trailer past the data limit stays unless the cut makes its marks lie.
+        let stop = if keep_trailer { size.min(self.segment_limit_bytes()) } else { size };
+        let stop = stop.next_multiple_of(block);
         // A recycled segment file holds up to a whole retired segment past the chain's end:
         // zeroing it by metadata where the filesystem can costs no writes.
         if position < stop && file.zero_range(position, stop - position).await.map_err(rewrite)? {

@@ -85,9 +85,15 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     async fn truncate_files(&mut self, op: u64, location: Option<Location>) -> Result<()> {
+        // Marks naming cut ops lie in trailers the cut zeroes or removes: none may be written
+        // again.
+        self.forget_marks_above(op);
         // Whole segments above the cut go.
         let keep = self.segments.partition_point(|segment| segment.first_op <= op);
         let removed: Vec<SegmentMeta> = self.segments.drain(keep..).collect();
+        for segment in &removed {
+            self.unsynced_segments.remove(&segment.base_offset);
+        }
         // A segment that took the spare but was never created leaves the spare file unowned
         // (the next flush reserves in it again).
         self.spare_claimed &= self.segments.iter().rev().any(|segment| segment.from_spare);
@@ -155,7 +161,7 @@ impl<S: Storage> PartitionLog<S> {
         // re-append byte-identical prepares at the same positions, and the scan must then stop
         // where the new log ends instead of chaining on into the old, dead records.
         let base = segment.base_offset;
-        self.rewrite_window(base, block_start + 2 * block).await?;
+        self.rewrite_window(base, block_start + 2 * block, false).await?;
         let segment = self.segments.last_mut().expect("the segment holding op remains");
         if segment.settled {
             let index_path = self.dir.join(index_name(segment.base_offset));

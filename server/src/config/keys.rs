@@ -7,6 +7,7 @@
 
 use std::net::SocketAddr;
 
+use shoal_engine::direct::PersistedPath;
 use shoal_engine::ring::RingLimits;
 use shoal_engine::shard::ShardConfig;
 use shoal_engine::storage::BLOCK_SIZE_BYTES;
@@ -132,7 +133,9 @@ impl Scope {
             Scope::Metadata => find(&METADATA_KEYS, name),
             Scope::Replication => find(&REPLICATION_KEYS, name),
             Scope::TopicDefaults => find(&TOPIC_KEYS, name),
-            Scope::Shard | Scope::ShardN(_) if is_bool_key(name) => None,
+            Scope::Shard | Scope::ShardN(_) if is_bool_key(name) || key_words(name).is_some() => {
+                None
+            }
             Scope::Shard | Scope::ShardN(_) => {
                 find(&STORAGE_KEYS, name).or_else(|| find(&TUNING_KEYS, name))
             }
@@ -529,7 +532,7 @@ pub(super) const TOPIC_KEYS: [IntKey<TopicDefaults>; 5] = [
 ];
 
 /// `[shard]` and `[shard.N]`: the engine's `ShardConfig` fields (`ring_*_max` → `ring`).
-pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 20] = [
+pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 22] = [
     IntKey {
         name: "groups_max",
         min: 1,
@@ -657,6 +660,22 @@ pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 20] = [
         set: |s, v| s.read_ahead_windows = v as usize,
     },
     IntKey {
+        name: "persisted_path",
+        min: 0,
+        max: PERSISTED_PATHS.len() as u64 - 1,
+        get: |s| {
+            PERSISTED_PATHS.iter().position(|path| *path == s.persisted_path).unwrap_or(0) as u64
+        },
+        set: |s, v| s.persisted_path = PERSISTED_PATHS[v as usize],
+    },
+    IntKey {
+        name: "sync_cost_bytes",
+        min: 0,
+        max: 1 << 32,
+        get: |s| s.sync_cost_bytes,
+        set: |s, v| s.sync_cost_bytes = v,
+    },
+    IntKey {
         name: "index_entries_max",
         min: 1,
         max: 1 << 24,
@@ -720,6 +739,19 @@ pub(super) const BOOL_KEYS: [&str; 2] = ["direct_io", "recycle_segments"];
 
 pub(super) fn is_bool_key(name: &str) -> bool {
     BOOL_KEYS.contains(&name)
+}
+
+/// `persisted_path`'s values, in the order its index holds them.
+const PERSISTED_PATHS: [PersistedPath; 3] =
+    [PersistedPath::Auto, PersistedPath::Journal, PersistedPath::Direct];
+
+/// The shard keys whose values are words from a list (held as the word's index).
+pub(super) const WORD_KEYS: [(&str, &[&str]); 1] =
+    [("persisted_path", &["auto", "journal", "direct"])];
+
+/// The words of word key `name`, if it is one.
+pub(super) fn key_words(name: &str) -> Option<&'static [&'static str]> {
+    WORD_KEYS.iter().find(|(key, _)| *key == name).map(|(_, words)| *words)
 }
 
 /// The keys of one `[cluster] nodes` entry, in the order the text form writes them.

@@ -18,8 +18,8 @@ use super::args::FLAGS;
 use super::error::ConfigError;
 use super::keys::{
     BOOL_KEYS, CLUSTER_KEYS, CPU_ID_MAX, METADATA_KEYS, NETWORK_KEYS, Placement, REPLICATION_KEYS,
-    Raw, STORAGE_KEYS, Scope, TOPIC_KEYS, TUNING_KEYS, cluster_nodes, env_key, log_filter,
-    shard_index,
+    Raw, STORAGE_KEYS, Scope, TOPIC_KEYS, TUNING_KEYS, WORD_KEYS, cluster_nodes, env_key,
+    log_filter, shard_index,
 };
 use super::model::{ClusterNode, Config, Profile, SHARDS_MAX};
 
@@ -385,6 +385,16 @@ impl Layers {
             {
                 let value = raw.bool().map_err(error)?;
                 self.ints.insert((scope, name), Given { value: u64::from(value), key: written });
+            }
+            (Scope::Shard | Scope::ShardN(_), name)
+                if let Some((name, words)) = WORD_KEYS.iter().find(|(key, _)| *key == name) =>
+            {
+                let text = raw.text().map_err(error)?;
+                let index = words
+                    .iter()
+                    .position(|word| *word == text)
+                    .ok_or_else(|| error(format!("{text:?}: use one of {}", words.join(", "))))?;
+                self.ints.insert((scope, name), Given { value: index as u64, key: written });
             }
             (Scope::Shard | Scope::ShardN(_), name)
                 if name == "durability" || TOPIC_KEYS.iter().any(|key| key.name == name) =>

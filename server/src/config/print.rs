@@ -12,7 +12,7 @@ use serde::{Serialize, Serializer};
 
 use super::keys::{
     IntKey, METADATA_KEYS, NETWORK_KEYS, REPLICATION_KEYS, STORAGE_KEYS, TOPIC_KEYS, TUNING_KEYS,
-    is_bool_key,
+    is_bool_key, key_words,
 };
 use super::model::{Config, ShardSettings};
 
@@ -253,5 +253,11 @@ fn changed<'a, T>(
 /// A key's value as written in a config file (a boolean key as `true` or `false`).
 fn value<T>(key: &IntKey<T>, settings: &T) -> Value {
     let value = (key.get)(settings);
-    if is_bool_key(key.name) { Value::Bool(value != 0) } else { Value::Int(value) }
+    if is_bool_key(key.name) {
+        Value::Bool(value != 0)
+    } else if let Some(words) = key_words(key.name) {
+        Value::Text(words[value as usize].to_string())
+    } else {
+        Value::Int(value)
+    }
 }

@@ -12,7 +12,7 @@ use shoal_engine::superblock::{SEGMENT_SIZE_BYTES_MAX, SEGMENT_SIZE_BYTES_MIN};
 use super::args::FLAGS;
 use super::keys::{
     CLUSTER_KEYS, METADATA_KEYS, NETWORK_KEYS, REPLICATION_KEYS, SERVER_KEYS, STORAGE_KEYS, Scope,
-    TOPIC_KEYS, TUNING_KEYS, is_bool_key,
+    TOPIC_KEYS, TUNING_KEYS, is_bool_key, key_words,
 };
 use super::*;
 
@@ -661,7 +661,13 @@ fn json_holds_every_key_of_every_shard() {
     assert_eq!(json["shard"][1]["cpu"], 3);
     for key in &STORAGE_KEYS {
         let value = &json["shard"][1][key.name];
-        assert!(value.is_u64() || is_bool_key(key.name) && value.is_boolean(), "{}", key.name);
+        assert!(
+            value.is_u64()
+                || is_bool_key(key.name) && value.is_boolean()
+                || key_words(key.name).is_some() && value.is_string(),
+            "{}",
+            key.name
+        );
     }
     for key in &TUNING_KEYS {
         let value = &json["shard"][1][key.name];
