@@ -5,7 +5,8 @@
 //! - `replicated_1mib_recycled`: the same in the steady state of a log under retention, where
 //!   every roll takes the file of the segment retention retired (recycled segments);
 //! - `persisted_64k_one_in_flight`: one partition, 64 KiB batches, `persisted`, one append in
-//!   flight (vs `write64k_fdatasync_per_s`);
+//!   flight (vs `write64k_fdatasync_per_s`); `persisted_64k_recycled` the same in the steady
+//!   state of a log under retention (recycled segments);
 //! - `persisted_64_partitions_16k`: 64 partitions on one shard, 16 KiB batches, `persisted`,
 //!   all appending at once (vs `write1m_fdatasync_mb_s`), with p99 append→durable latency;
 //! - memory and open files per idle partition (printed, not timed).
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use shoal_engine::direct::PersistedPath;
 use shoal_engine::record::build_prepare;
 use shoal_engine::ring::RingLimits;
 use shoal_engine::shard::{ShardConfig, ShardCounters, ShardFlushDone, ShardStore};
@@ -43,8 +45,9 @@ fn bench_dir() -> tempfile::TempDir {
 
 /// Production sizes: 1 GiB segments, 64 MiB reserved ahead, 4 MiB checkpoints (the defaults).
 /// `SHOAL_BENCH_FLUSH_CYCLES=N` overrides `flush_cycles_in_flight_max` and
-/// `SHOAL_BENCH_CHECKPOINT_BYTES=N` `checkpoint_interval_bytes` and `SHOAL_BENCH_CACHE_BYTES=N`
-/// `batch_cache_bytes`, for A/B runs.
+/// `SHOAL_BENCH_CHECKPOINT_BYTES=N` `checkpoint_interval_bytes`, `SHOAL_BENCH_CACHE_BYTES=N`
+/// `batch_cache_bytes` and `SHOAL_BENCH_PERSISTED_PATH=auto|journal|direct` `persisted_path`,
+/// for A/B runs.
 fn production(record_size_bytes_max: usize) -> ShardConfig {
     let defaults = ShardConfig::default();
     let from_env = |name: &str| std::env::var(name).ok().and_then(|value| value.parse().ok());
@@ -55,6 +58,10 @@ fn production(record_size_bytes_max: usize) -> ShardConfig {
             .unwrap_or(defaults.checkpoint_interval_bytes),
         batch_cache_bytes: from_env("SHOAL_BENCH_CACHE_BYTES")
             .map_or(defaults.batch_cache_bytes, |n: u64| n as usize),
+        persisted_path: std::env::var("SHOAL_BENCH_PERSISTED_PATH")
+            .ok()
+            .and_then(|value| PersistedPath::parse(&value))
+            .unwrap_or(defaults.persisted_path),
         journal_size_bytes: 1 << 30,
         chunk_size_bytes: 8 * MIB,
         chunks_max: 64,
@@ -302,8 +309,9 @@ impl Signal {
     }
 }
 
-/// One partition, 64 KiB batches, `persisted`, one append in flight: append, flush (journal
-/// write and its sync), and only then the next append.
+/// One partition, 64 KiB batches, `persisted`, one append in flight: append, flush (with the
+/// default `auto` path, the segment write, a sync mark and the segment's sync), and only then
+/// the next append.
 fn persisted_64k_one_in_flight(c: &mut Criterion) {
     let batch = Bytes::from(vec![3u8; 64 * 1024]);
     let appends_per_iteration: u64 = 2000;
@@ -337,6 +345,67 @@ fn persisted_64k_one_in_flight(c: &mut Criterion) {
     io.print("persisted_64k_one_in_flight");
 }
 
+/// One partition, 64 KiB batches, `persisted`, one append in flight, as
+/// `persisted_64k_one_in_flight`, in the steady state of a log under retention: 64 MiB segments
+/// and 64 MiB retention, so every segment after the first two is a retired one's file, whose
+/// blocks are written (a sync there costs what it costs into a pre-written file, which the
+/// design replay assumes; a new log's reserved space costs an extent conversion per sync). An
+/// untimed warm-up fills the first two segments; retention runs every 256 appends.
+fn persisted_64k_recycled(c: &mut Criterion) {
+    const SEGMENT_BYTES: u64 = 64 * MIB as u64;
+    let batch = Bytes::from(vec![3u8; 64 * 1024]);
+    let appends_per_iteration: u64 = 2000;
+    let mut io = IoPerAppend::default();
+    let mut group = c.benchmark_group("engine");
+    group.sample_size(10).measurement_time(Duration::from_secs(20));
+    group.throughput(Throughput::Elements(appends_per_iteration));
+    group.bench_function("persisted_64k_recycled", |b| {
+        b.iter_custom(|iterations| {
+            let dir = bench_dir();
+            let mut elapsed = Duration::ZERO;
+            runtime().block_on(async {
+                let (mut shard, _) =
+                    ShardStore::open(UringStorage::new(), dir.path(), production(MIB))
+                        .await
+                        .expect("open");
+                let config = GroupConfig {
+                    segment_size_bytes: SEGMENT_BYTES,
+                    retention_bytes: SEGMENT_BYTES,
+                    ..group_config(Durability::Persisted, MIB)
+                };
+                shard.create_group(1, config).await.expect("group");
+                let mut appended = 0u64;
+                while shard.counters().segments_recycled < 2 {
+                    append_one(&mut shard, 1, &batch);
+                    shard.flush().await.expect("flush");
+                    appended += 1;
+                    if appended.is_multiple_of(256) {
+                        shard.enforce_retention(0).await.expect("retention");
+                    }
+                }
+                let before = shard.counters();
+                io.appends += iterations * appends_per_iteration;
+                for _ in 0..iterations {
+                    let start = Instant::now();
+                    for i in 0..appends_per_iteration {
+                        let op = append_one(&mut shard, 1, &batch);
+                        shard.flush().await.expect("flush");
+                        assert_eq!(shard.durable_op(1), Some(op));
+                        if i % 256 == 255 {
+                            shard.enforce_retention(0).await.expect("retention");
+                        }
+                    }
+                    elapsed += start.elapsed();
+                }
+                io.add(&before, &shard.counters());
+            });
+            elapsed
+        });
+    });
+    group.finish();
+    io.print("persisted_64k_recycled");
+}
+
 /// What a benchmark's appends cost the disk, summed over its runs: the figures that say how
 /// far the engine's I/O is from a single write and sync per append.
 #[derive(Default)]
@@ -344,6 +413,7 @@ struct IoPerAppend {
     appends: u64,
     journal_syncs: u64,
     segment_syncs: u64,
+    direct_syncs: u64,
     superblock_writes: u64,
     journal_bytes: u64,
     segment_bytes: u64,
@@ -354,6 +424,7 @@ impl IoPerAppend {
     fn add(&mut self, before: &ShardCounters, after: &ShardCounters) {
         self.journal_syncs += after.journal_syncs - before.journal_syncs;
         self.segment_syncs += after.segment_syncs - before.segment_syncs;
+        self.direct_syncs += after.direct_syncs - before.direct_syncs;
         self.superblock_writes += after.superblock_writes - before.superblock_writes;
         self.journal_bytes += after.journal_bytes_written - before.journal_bytes_written;
         self.segment_bytes += after.segment_bytes_written - before.segment_bytes_written;
@@ -366,8 +437,9 @@ impl IoPerAppend {
         }
         let per = |value: u64| value as f64 / self.appends as f64;
         println!(
-            "{name} per append: journal syncs {:.3}, segment syncs {:.4}, superblock writes {:.4}, journal bytes {:.0}, segment bytes {:.0}; segments recycled {}",
+            "{name} per append: journal syncs {:.3}, direct syncs {:.3}, segment syncs {:.4}, superblock writes {:.4}, journal bytes {:.0}, segment bytes {:.0}; segments recycled {}",
             per(self.journal_syncs),
+            per(self.direct_syncs),
             per(self.segment_syncs),
             per(self.superblock_writes),
             per(self.journal_bytes),
@@ -478,6 +550,7 @@ criterion_group!(
     replicated_1mib,
     replicated_1mib_recycled,
     persisted_64k_one_in_flight,
+    persisted_64k_recycled,
     persisted_64_partitions_16k,
     idle_partition_footprint
 );
