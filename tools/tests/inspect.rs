@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use shoal_engine::direct::PersistedPath;
 use shoal_engine::record::{ChainNext, build_prepare};
 use shoal_engine::shard::{ShardConfig, ShardStore, group_dir, shard_dir};
 use shoal_engine::state::GroupState;
@@ -20,11 +21,13 @@ const RECORDS_PER_PREPARE: u64 = 4;
 
 /// A data directory with one shard holding a replicated and a persisted group, each with
 /// `PREPARES` prepares over several 1 MiB segments, closed cleanly (so all is checkpointed).
+/// The persisted group goes through the journal (its one group would otherwise take the direct
+/// path), so the report has journal entries to show.
 fn build() -> tempfile::TempDir {
     let data = tempfile::tempdir().unwrap();
     let dir = shard_dir(data.path(), 0);
-    let (mut shard, _) =
-        block_on(ShardStore::open(StdStorage, &dir, ShardConfig::small())).unwrap();
+    let config = ShardConfig { persisted_path: PersistedPath::Journal, ..ShardConfig::small() };
+    let (mut shard, _) = block_on(ShardStore::open(StdStorage, &dir, config)).unwrap();
     for (group, durability) in
         [(REPLICATED, Durability::Replicated), (PERSISTED, Durability::Persisted)]
     {

@@ -147,10 +147,11 @@ impl<S: Storage> FlushJob<S> {
         self.group
     }
 
-    /// Runs the writes: creates new segment files (and syncs the directory), makes space ready
-    /// (everything the writes cover first, then the step ahead of the tail), then writes data
-    /// concurrently. It never syncs data: that is the checkpoint's job, off the path that
-    /// acknowledges appends.
+    /// Runs the writes: creates new segment files (and syncs the directory; a `persisted`
+    /// group's get their sync-mark trailer), makes space ready (everything the writes cover
+    /// first, then the step ahead of the tail), then writes data concurrently. Only a direct job
+    /// then syncs the data (with its mark): elsewhere that is the checkpoint's job, off the path
+    /// that acknowledges appends.
     pub async fn run(self) -> FlushDone<S> {
         let mut created = Vec::new();
         let mut trailers = Vec::new();
