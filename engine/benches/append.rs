@@ -311,55 +311,31 @@ impl Signal {
 
 /// One partition, 64 KiB batches, `persisted`, one append in flight: append, flush (with the
 /// default `auto` path, the segment write, a sync mark and the segment's sync), and only then
-/// the next append.
+/// the next append. Into a new log.
 fn persisted_64k_one_in_flight(c: &mut Criterion) {
-    let batch = Bytes::from(vec![3u8; 64 * 1024]);
-    let appends_per_iteration: u64 = 2000;
-    let mut io = IoPerAppend::default();
-    let mut group = c.benchmark_group("engine");
-    group.sample_size(10).measurement_time(Duration::from_secs(20));
-    group.throughput(Throughput::Elements(appends_per_iteration));
-    group.bench_function("persisted_64k_one_in_flight", |b| {
-        b.iter_custom(|iterations| {
-            let dir = bench_dir();
-            let mut elapsed = Duration::ZERO;
-            runtime().block_on(async {
-                let mut shard = open_persisted(dir.path(), 1).await;
-                let before = shard.counters();
-                io.appends += iterations * appends_per_iteration;
-                for _ in 0..iterations {
-                    let start = Instant::now();
-                    for _ in 0..appends_per_iteration {
-                        let op = append_one(&mut shard, 1, &batch);
-                        shard.flush().await.expect("flush");
-                        assert_eq!(shard.durable_op(1), Some(op));
-                    }
-                    elapsed += start.elapsed();
-                }
-                io.add(&before, &shard.counters());
-            });
-            elapsed
-        });
-    });
-    group.finish();
-    io.print("persisted_64k_one_in_flight");
+    persisted_64k_bench(c, "persisted_64k_one_in_flight", None);
 }
 
-/// One partition, 64 KiB batches, `persisted`, one append in flight, as
-/// `persisted_64k_one_in_flight`, in the steady state of a log under retention: 64 MiB segments
+/// `persisted_64k_one_in_flight` in the steady state of a log under retention: 64 MiB segments
 /// and 64 MiB retention, so every segment after the first two is a retired one's file, whose
 /// blocks are written (a sync there costs what it costs into a pre-written file, which the
-/// design replay assumes; a new log's reserved space costs an extent conversion per sync). An
-/// untimed warm-up fills the first two segments; retention runs every 256 appends.
+/// design replay assumes; a new log's reserved space costs an extent conversion per sync).
 fn persisted_64k_recycled(c: &mut Criterion) {
-    const SEGMENT_BYTES: u64 = 64 * MIB as u64;
+    persisted_64k_bench(c, "persisted_64k_recycled", Some(64 * MIB as u64));
+}
+
+/// The body of both 64 KiB `persisted` benchmarks. With `recycled_segment_bytes`, the group's
+/// segments and retention take that size, an untimed warm-up runs until two segments were
+/// recycled, and retention runs every 256 appends.
+fn persisted_64k_bench(c: &mut Criterion, name: &str, recycled_segment_bytes: Option<u64>) {
+    const RETENTION_EVERY_APPENDS: u64 = 256;
     let batch = Bytes::from(vec![3u8; 64 * 1024]);
     let appends_per_iteration: u64 = 2000;
     let mut io = IoPerAppend::default();
     let mut group = c.benchmark_group("engine");
     group.sample_size(10).measurement_time(Duration::from_secs(20));
     group.throughput(Throughput::Elements(appends_per_iteration));
-    group.bench_function("persisted_64k_recycled", |b| {
+    group.bench_function(name, |b| {
         b.iter_custom(|iterations| {
             let dir = bench_dir();
             let mut elapsed = Duration::ZERO;
@@ -368,32 +344,33 @@ fn persisted_64k_recycled(c: &mut Criterion) {
                     ShardStore::open(UringStorage::new(), dir.path(), production(MIB))
                         .await
                         .expect("open");
-                let config = GroupConfig {
-                    segment_size_bytes: SEGMENT_BYTES,
-                    retention_bytes: SEGMENT_BYTES,
-                    ..group_config(Durability::Persisted, MIB)
-                };
+                let mut config = group_config(Durability::Persisted, MIB);
+                if let Some(segment_bytes) = recycled_segment_bytes {
+                    config.segment_size_bytes = segment_bytes;
+                    config.retention_bytes = segment_bytes;
+                }
                 shard.create_group(1, config).await.expect("group");
                 let mut appended = 0u64;
-                while shard.counters().segments_recycled < 2 {
-                    append_one(&mut shard, 1, &batch);
+                let mut append_and_flush = async |shard: &mut ShardStore<UringStorage>| {
+                    let op = append_one(shard, 1, &batch);
                     shard.flush().await.expect("flush");
+                    assert_eq!(shard.durable_op(1), Some(op));
                     appended += 1;
-                    if appended.is_multiple_of(256) {
+                    if recycled_segment_bytes.is_some()
+                        && appended.is_multiple_of(RETENTION_EVERY_APPENDS)
+                    {
                         shard.enforce_retention(0).await.expect("retention");
                     }
+                };
+                while recycled_segment_bytes.is_some() && shard.counters().segments_recycled < 2 {
+                    append_and_flush(&mut shard).await;
                 }
                 let before = shard.counters();
                 io.appends += iterations * appends_per_iteration;
                 for _ in 0..iterations {
                     let start = Instant::now();
-                    for i in 0..appends_per_iteration {
-                        let op = append_one(&mut shard, 1, &batch);
-                        shard.flush().await.expect("flush");
-                        assert_eq!(shard.durable_op(1), Some(op));
-                        if i % 256 == 255 {
-                            shard.enforce_retention(0).await.expect("retention");
-                        }
+                    for _ in 0..appends_per_iteration {
+                        append_and_flush(&mut shard).await;
                     }
                     elapsed += start.elapsed();
                 }
@@ -403,7 +380,7 @@ fn persisted_64k_recycled(c: &mut Criterion) {
         });
     });
     group.finish();
-    io.print("persisted_64k_recycled");
+    io.print(name);
 }
 
 /// What a benchmark's appends cost the disk, summed over its runs: the figures that say how

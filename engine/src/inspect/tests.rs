@@ -54,6 +54,24 @@ fn build(sim: &Sim, durability: Durability, prepares: u32) {
     sim.block_on(shard.close()).unwrap();
 }
 
+/// Appends `count` empty prepares to `GROUP`, each flushed on its own; returns their sizes.
+fn append_empty_flushing_each(
+    sim: &Sim,
+    shard: &mut ShardStore<SimStorage>,
+    count: i64,
+) -> Vec<u32> {
+    let mut sizes = Vec::new();
+    for i in 0..count {
+        let body = BatchBuilder::new(i).build();
+        let fields = Prepare { record_count: 0, append_time_ms: 5_000, ..Prepare::default() };
+        let header = build_prepare(&shard.next(GROUP).unwrap(), 1, 0, fields, &body);
+        shard.append(GROUP, &header, &body).unwrap();
+        sim.block_on(shard.flush()).unwrap();
+        sizes.push(header.size);
+    }
+    sizes
+}
+
 fn run(sim: &Sim, path: &str) -> InspectReport {
     sim.block_on(inspect(&sim.storage(), Path::new(path)))
 }
@@ -144,15 +162,7 @@ fn ops_a_sync_mark_names_past_the_checkpoint_must_be_there() {
     let dir = shard_dir(Path::new("/data"), 0);
     let config = ShardConfig { persisted_path: PersistedPath::Direct, ..ShardConfig::small() };
     let (mut shard, _) = sim.block_on(ShardStore::open(sim.storage(), &dir, config)).unwrap();
-    let mut positions = Vec::new();
-    for i in 0..5 {
-        let body = BatchBuilder::new(i).build();
-        let fields = Prepare { record_count: 0, append_time_ms: 5_000, ..Prepare::default() };
-        let header = build_prepare(&shard.next(GROUP).unwrap(), 1, 0, fields, &body);
-        shard.append(GROUP, &header, &body).unwrap();
-        sim.block_on(shard.flush()).unwrap();
-        positions.push(header.size);
-    }
+    let positions = append_empty_flushing_each(&sim, &mut shard, 5);
     assert!(shard.counters().direct_syncs >= 5);
     drop(shard);
     let report = run(&sim, "/data");
@@ -177,15 +187,8 @@ fn synced_journal_entries_past_the_checkpoint_must_be_there() {
     let dir = shard_dir(Path::new("/data"), 0);
     let (mut shard, _) =
         sim.block_on(ShardStore::open(sim.storage(), &dir, journal_config())).unwrap();
-    for i in 0..5 {
-        let body = BatchBuilder::new(i).build();
-        let fields = Prepare { record_count: 0, append_time_ms: 5_000, ..Prepare::default() };
-        let header = build_prepare(&shard.next(GROUP).unwrap(), 1, 0, fields, &body);
-        shard.append(GROUP, &header, &body).unwrap();
-        // One journal cycle each; a cycle is known synced once a later entry (or marker)
-        // says so.
-        sim.block_on(shard.flush()).unwrap();
-    }
+    // One journal cycle each; a cycle is known synced once a later entry (or marker) says so.
+    append_empty_flushing_each(&sim, &mut shard, 5);
     drop(shard);
     let report = run(&sim, "/data");
     assert!(report.is_clean(), "{:#?}", report.problems);
