@@ -69,34 +69,53 @@ pub struct Acceptor {
 }
 
 impl Acceptor {
-    /// Accepts on `listener` until it fails; each connection is served by its own tasks. A
-    /// shard runs one of these per listener, sharing `context` (and its connection bound).
+    /// Accepts native clients on `listener` until it fails; each connection is served by its
+    /// own tasks. A shard runs one of these per listener, sharing `context` (and its connection
+    /// bound).
     pub async fn run(context: Rc<Acceptor>, listener: TcpListener) {
+        let cluster = context.config.cluster.id;
+        let limit = context.config.network.connections_max;
+        let served = Rc::clone(&context);
+        context
+            .accept(listener, |stream, guard| match guard {
+                Some(guard) => {
+                    monoio::spawn(serve(stream, Rc::clone(&served), guard));
+                }
+                None => {
+                    monoio::spawn(refuse(stream, cluster, limit));
+                }
+            })
+            .await;
+    }
+
+    /// Accepts on `listener` until it fails or the shard stops, counting each connection
+    /// against the node's bound: `admit` gets each one with its slot, or with `None` when the
+    /// bound is reached (counted as refused; it holds no slot while it is told why).
+    pub(crate) async fn accept(
+        &self,
+        listener: TcpListener,
+        mut admit: impl FnMut(TcpStream, Option<ConnectionGuard>),
+    ) {
         while let Ok((stream, _)) = listener.accept().await {
-            if context.stop.load(Ordering::SeqCst) {
+            if self.stop.load(Ordering::SeqCst) {
                 break;
             }
             let _ = stream.set_nodelay(true);
-            let open = context.connections.fetch_add(1, Ordering::SeqCst);
-            let guard = ConnectionGuard(Arc::clone(&context.connections));
-            if open >= context.config.network.connections_max {
-                // A refused connection does not hold a slot while it is told why.
+            let open = self.connections.fetch_add(1, Ordering::SeqCst);
+            let guard = ConnectionGuard(Arc::clone(&self.connections));
+            if open >= self.config.network.connections_max {
                 drop(guard);
-                context.metrics.connection_refused();
-                monoio::spawn(refuse(
-                    stream,
-                    context.config.cluster.id,
-                    context.config.network.connections_max,
-                ));
-                continue;
+                self.metrics.connection_refused();
+                admit(stream, None);
+            } else {
+                admit(stream, Some(guard));
             }
-            monoio::spawn(serve(stream, Rc::clone(&context), guard));
         }
     }
 }
 
 /// Counts a connection as open until dropped.
-struct ConnectionGuard(Arc<AtomicUsize>);
+pub(crate) struct ConnectionGuard(Arc<AtomicUsize>);
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
@@ -855,35 +874,9 @@ impl Session {
         }
     }
 
-    /// Asks each owning shard for its partitions' figures; returns each partition's primary as
-    /// this node's replica sees it, in the same order (unknown where a shard did not answer).
+    /// Each partition's figures and primary, from the owning shards.
     async fn fill_stats(&self, partitions: &mut [PartitionInfo]) -> Vec<PartitionPrimary> {
-        let unknown = PartitionPrimary { primary: NODE_UNKNOWN, view: 0 };
-        let mut primaries = vec![unknown; partitions.len()];
-        let shards = self.context.config.shards;
-        for shard in 0..shards {
-            let groups: Vec<u64> =
-                partitions.iter().filter(|p| p.shard == shard).map(|p| p.group).collect();
-            if groups.is_empty() {
-                continue;
-            }
-            let (slot, answer) = flume::bounded(1);
-            if self.send_internal(shard, Work::Stats { groups, reply: slot }).await.is_err() {
-                continue;
-            }
-            let Ok(stats) = answer.recv_async().await else { continue };
-            for (group, stats) in stats {
-                if let Some(index) = partitions.iter().position(|p| p.group == group) {
-                    let GroupStats { first_offset, next_offset, size_bytes, view, primary } = stats;
-                    let p = &mut partitions[index];
-                    p.first_offset = first_offset;
-                    p.next_offset = next_offset;
-                    p.size_bytes = size_bytes;
-                    primaries[index] = PartitionPrimary { primary, view };
-                }
-            }
-        }
-        primaries
+        partition_stats(&self.context.mesh, partitions).await
     }
 
     /// The `Status` JSON: config, shards and every partition with its figures.
@@ -937,6 +930,39 @@ fn invalid_request(error: protocol::ProtocolError) -> (ErrorCode, String) {
 fn check_consumer_name(consumer: &ConsumerId) -> Result<(), (ErrorCode, String)> {
     protocol::validate_name(&consumer.name)
         .map_err(|reason| (ErrorCode::InvalidName, format!("{:?}: {reason}", consumer.name)))
+}
+
+/// Asks each owning shard for its partitions' figures; returns each partition's primary as
+/// this node's replica sees it, in the same order (unknown where a shard did not answer).
+pub(crate) async fn partition_stats(
+    mesh: &Mesh,
+    partitions: &mut [PartitionInfo],
+) -> Vec<PartitionPrimary> {
+    let unknown = PartitionPrimary { primary: NODE_UNKNOWN, view: 0 };
+    let mut primaries = vec![unknown; partitions.len()];
+    for (shard, inbox) in (0u32..).zip(mesh.iter()) {
+        let groups: Vec<u64> =
+            partitions.iter().filter(|p| p.shard == shard).map(|p| p.group).collect();
+        if groups.is_empty() {
+            continue;
+        }
+        let (slot, answer) = flume::bounded(1);
+        if inbox.send_async(Work::Stats { groups, reply: slot }).await.is_err() {
+            continue;
+        }
+        let Ok(stats) = answer.recv_async().await else { continue };
+        for (group, stats) in stats {
+            if let Some(index) = partitions.iter().position(|p| p.group == group) {
+                let GroupStats { first_offset, next_offset, size_bytes, view, primary } = stats;
+                let p = &mut partitions[index];
+                p.first_offset = first_offset;
+                p.next_offset = next_offset;
+                p.size_bytes = size_bytes;
+                primaries[index] = PartitionPrimary { primary, view };
+            }
+        }
+    }
+    primaries
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod config;
 pub mod connection;
 pub mod groups;
 pub mod http;
+pub mod kafka;
 pub mod lock;
 pub mod logging;
 pub mod metadata;

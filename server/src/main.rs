@@ -134,7 +134,7 @@ fn serve(Resolved { mut config, warnings }: Resolved) -> Start<ExitCode> {
     let shards =
         start_shards(config, metrics_listener, own_listeners, &shard_addresses, formation)?;
     let shards = await_recovery(shards)?;
-    announce_ready(shards.listen, metrics_address, &shard_addresses);
+    announce_ready(shards.listen, metrics_address, shards.kafka_listen, &shard_addresses);
     signals::wait_then_stop(signals, &shards.stop);
     Ok(join_all(shards.threads, ExitCode::SUCCESS))
 }
@@ -241,6 +241,8 @@ struct Shards {
     ready: mpsc::Receiver<Result<String, String>>,
     /// The native address every shard listens on (a configured port 0 made real by shard 0).
     listen: SocketAddr,
+    /// The Kafka address every shard listens on, likewise; `None`: no Kafka listener.
+    kafka_listen: Option<SocketAddr>,
 }
 
 impl Shards {
@@ -266,7 +268,13 @@ fn start_shards(
     let config = Arc::new(config);
     let (ready_tx, ready) = mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
-    let mut shards = Shards { threads: Vec::new(), stop, ready, listen: config.native_listen };
+    let mut shards = Shards {
+        threads: Vec::new(),
+        stop,
+        ready,
+        listen: config.native_listen,
+        kafka_listen: config.kafka.listen,
+    };
     let (mesh, mut inboxes) = shard::mesh(config.shards, config.network.shard_inbox_max);
     // Random per process start: a peer tells this node's restart from a reconnect by it.
     let incarnation = std::hash::BuildHasher::hash_one(
@@ -283,6 +291,7 @@ fn start_shards(
             index,
             config: Arc::clone(&config),
             listen: shards.listen,
+            kafka_listen: shards.kafka_listen,
             stop: Arc::clone(&shards.stop),
             bound: bound_tx,
             own_listener: own_listeners.next(),
@@ -299,7 +308,7 @@ fn start_shards(
         };
         shards.threads.push(std::thread::spawn(move || shard::run(spec)));
         match bound_rx.recv() {
-            Ok(Ok(address)) => shards.listen = address,
+            Ok(Ok((address, kafka))) => (shards.listen, shards.kafka_listen) = (address, kafka),
             Ok(Err(error)) => return Err(shards.abort(format!("shard {index}: {error}"))),
             Err(_) => return Err(shards.abort(format!("shard {index} stopped while starting"))),
         }
@@ -327,19 +336,27 @@ struct Ready<'a> {
     native: SocketAddr,
     #[serde(skip_serializing_if = "Option::is_none")]
     metrics: Option<SocketAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kafka: Option<SocketAddr>,
     /// Each shard's own listener, only with `[network] shard_listen`.
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     shards: &'a [String],
 }
 
 /// Prints the readiness line and logs the same.
-fn announce_ready(listen: SocketAddr, metrics_address: Option<SocketAddr>, shards: &[String]) {
-    let ready = Ready { ready: true, native: listen, metrics: metrics_address, shards };
+fn announce_ready(
+    listen: SocketAddr,
+    metrics_address: Option<SocketAddr>,
+    kafka: Option<SocketAddr>,
+    shards: &[String],
+) {
+    let ready = Ready { ready: true, native: listen, metrics: metrics_address, kafka, shards };
     let line = serde_json::to_string(&ready).expect("addresses and strings serialize");
     println!("{line}");
     let metrics = metrics_address.map_or_else(|| "off".to_string(), |address| address.to_string());
     let shards = if shards.is_empty() { "off".to_string() } else { shards.join(",") };
-    tracing::info!(native = %listen, %metrics, shards, "ready");
+    let kafka = kafka.map_or_else(|| "off".to_string(), |address| address.to_string());
+    tracing::info!(native = %listen, %metrics, %kafka, shards, "ready");
 }
 
 fn join_all(threads: Vec<JoinHandle<Result<(), String>>>, code: ExitCode) -> ExitCode {

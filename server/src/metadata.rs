@@ -720,25 +720,26 @@ impl Catalog {
         }
     }
 
+    /// `topic`'s partitions in order, with zeroed offsets (the owning shards fill them in).
+    pub fn topic_partition_infos(topic: &Topic) -> impl Iterator<Item = PartitionInfo> + '_ {
+        topic.partitions.iter().enumerate().map(|(index, place)| PartitionInfo {
+            partition: index as u32,
+            shard: place.shard,
+            group: place.group,
+            first_offset: 0,
+            next_offset: 0,
+            size_bytes: 0,
+        })
+    }
+
     /// Every partition of every topic, in name order, with zeroed offsets (the owning shards fill
     /// them in).
     pub fn partition_infos(&self) -> Vec<(String, String, PartitionInfo)> {
         let mut all = Vec::new();
         for (stream_name, stream) in &self.streams {
             for (topic_name, topic) in &stream.topics {
-                for (index, place) in topic.partitions.iter().enumerate() {
-                    all.push((
-                        stream_name.clone(),
-                        topic_name.clone(),
-                        PartitionInfo {
-                            partition: index as u32,
-                            shard: place.shard,
-                            group: place.group,
-                            first_offset: 0,
-                            next_offset: 0,
-                            size_bytes: 0,
-                        },
-                    ));
+                for info in Catalog::topic_partition_infos(topic) {
+                    all.push((stream_name.clone(), topic_name.clone(), info));
                 }
             }
         }

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use shoal_engine::cache::CacheCounters;
 use shoal_engine::shard::ShardCounters;
 use shoal_engine::storage::Storage;
+use shoal_kafka::kafka_protocol::messages::ApiKey;
 use shoal_proto::protocol::{ErrorCode, Operation};
 use shoal_replication::{
     Clock, Node, NodeCounters, ReplicaCounters, ReplicaState, Status, TICK_MS, Transport,
@@ -133,6 +134,12 @@ pub struct ShardMetrics {
     errors: [Cell<u64>; CODE_SLOTS],
     /// Requests handed to another shard's inbox (the owner of what they name).
     requests_forwarded: Cell<u64>,
+    /// Kafka requests decoded, by API key (slot 0 past [`CODE_SLOTS`] is never hit: key 0 is
+    /// Produce, so keys at or past the bound and negative ones count in `kafka_requests_other`).
+    kafka_requests: [Cell<u64>; CODE_SLOTS],
+    kafka_requests_other: Cell<u64>,
+    /// Kafka connections closed for what their client sent.
+    kafka_connections_closed: Cell<u64>,
     received_bytes: Cell<u64>,
     sent_bytes: Cell<u64>,
     produce_latency: Histogram,
@@ -166,6 +173,9 @@ impl Default for ShardMetrics {
             requests: std::array::from_fn(cell),
             errors: std::array::from_fn(cell),
             requests_forwarded: Cell::new(0),
+            kafka_requests: std::array::from_fn(cell),
+            kafka_requests_other: Cell::new(0),
+            kafka_connections_closed: Cell::new(0),
             received_bytes: Cell::new(0),
             sent_bytes: Cell::new(0),
             produce_latency: Histogram::default(),
@@ -208,6 +218,19 @@ impl ShardMetrics {
     /// A request with this operation code was decoded.
     pub fn request(&self, operation: u32) {
         add(&self.requests[slot(operation)], 1);
+    }
+
+    /// A Kafka request with this API key was decoded.
+    pub fn kafka_request(&self, api_key: i16) {
+        match usize::try_from(api_key) {
+            Ok(key) if key < CODE_SLOTS => add(&self.kafka_requests[key], 1),
+            _ => add(&self.kafka_requests_other, 1),
+        }
+    }
+
+    /// A Kafka connection was closed for what its client sent.
+    pub fn kafka_connection_refused(&self) {
+        add(&self.kafka_connections_closed, 1);
     }
 
     /// A request was handed to another shard, which owns what it names.
@@ -339,6 +362,9 @@ pub struct ShardSnapshot {
     pub requests: [u64; CODE_SLOTS],
     pub errors: [u64; CODE_SLOTS],
     pub requests_forwarded: u64,
+    pub kafka_requests: [u64; CODE_SLOTS],
+    pub kafka_requests_other: u64,
+    pub kafka_connections_closed: u64,
     pub received_bytes: u64,
     pub sent_bytes: u64,
     pub produce_latency: HistogramSnapshot,
@@ -468,6 +494,9 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         requests: std::array::from_fn(|index| metrics.requests[index].get()),
         errors: std::array::from_fn(|index| metrics.errors[index].get()),
         requests_forwarded: metrics.requests_forwarded.get(),
+        kafka_requests: std::array::from_fn(|index| metrics.kafka_requests[index].get()),
+        kafka_requests_other: metrics.kafka_requests_other.get(),
+        kafka_connections_closed: metrics.kafka_connections_closed.get(),
         received_bytes: metrics.received_bytes.get(),
         sent_bytes: metrics.sent_bytes.get(),
         produce_latency: metrics.produce_latency.snapshot(),
@@ -614,24 +643,31 @@ fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
 /// One series per answering shard for each of the shard's own figures (a flat table).
 fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 56] = [
+    let per_shard: [(&str, Kind, &str, Figure); 57] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
-            "Native protocol connections the shard serves now.",
+            "Client connections (native and Kafka) the shard serves now.",
             |s| s.connections_open,
         ),
         (
             "shoal_connections_accepted_total",
             Kind::Counter,
-            "Native protocol connections the shard accepted and served.",
+            "Client connections (native and Kafka) the shard accepted and served.",
             |s| s.connections_accepted,
         ),
         (
             "shoal_connections_refused_total",
             Kind::Counter,
-            "Native protocol connections refused at network.connections_max.",
+            "Client connections (native and Kafka) refused at network.connections_max.",
             |s| s.connections_refused,
+        ),
+        (
+            "shoal_kafka_connections_closed_total",
+            Kind::Counter,
+            "Kafka connections the shard closed for what their client sent (a malformed or \
+             oversized frame, an API or version not served).",
+            |s| s.kafka_connections_closed,
         ),
         (
             "shoal_requests_forwarded_total",
@@ -1045,6 +1081,26 @@ fn render_requests(page: &mut Page, answered: &[&ShardSnapshot]) {
         let shard = snapshot.shard.to_string();
         for (label, count) in by_label(&operations, &snapshot.requests) {
             page.sample("shoal_requests_total", &[("shard", &shard), ("operation", label)], count);
+        }
+    }
+    // Only the served APIs get a series of their own: a page of 60 zero series per shard helps
+    // no one, and a key a client sent that is not served is what `other` is for.
+    let apis = code_labels(|code| {
+        let key = ApiKey::try_from(i16::try_from(code).ok()?).ok()?;
+        shoal_kafka::served(key).map(|_| format!("{key:?}"))
+    });
+    page.family(
+        "shoal_kafka_requests_total",
+        Kind::Counter,
+        "Kafka requests decoded on the shard's connections, by API.",
+    );
+    for snapshot in answered {
+        let shard = snapshot.shard.to_string();
+        for (label, count) in by_label(&apis, &snapshot.kafka_requests) {
+            let label = if label == "unknown" { "other" } else { label };
+            let count =
+                if label == "other" { count + snapshot.kafka_requests_other } else { count };
+            page.sample("shoal_kafka_requests_total", &[("shard", &shard), ("api", label)], count);
         }
     }
     let codes = code_labels(|code| ErrorCode::from_u32(code).map(|error| format!("{error:?}")));

@@ -67,7 +67,8 @@ impl fmt::Display for ProcessError {
 impl std::error::Error for ProcessError {}
 
 impl ShoalProcess {
-    /// `BINARY --data-dir DATA_DIR --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0`, stdin
+    /// `BINARY --data-dir DATA_DIR --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0
+    /// --kafka-listen 127.0.0.1:0`, stdin
     /// and stderr on /dev/null: a server on ephemeral ports. Callers add the rest (`--config
     /// FILE`, `--shards N`, `SHOAL_*` variables, a log file for stderr); flags win over the
     /// config file wherever they stand, and a later flag over an earlier one.
@@ -77,6 +78,7 @@ impl ShoalProcess {
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+            .args(["--kafka-listen", "127.0.0.1:0"])
             .stdin(Stdio::null())
             .stderr(Stdio::null());
         command
@@ -107,6 +109,11 @@ impl ShoalProcess {
     /// The metrics endpoint's address of the latest start (`None`: the endpoint is off).
     pub fn metrics(&self) -> Option<&str> {
         self.ready.metrics.as_deref()
+    }
+
+    /// The Kafka listener's address from the readiness line, if the listener is on.
+    pub fn kafka(&self) -> Option<&str> {
+        self.ready.kafka.as_deref()
     }
 
     /// Each shard's own listener of the latest start, by shard (empty: `[network]
@@ -189,7 +196,8 @@ impl ShoalProcess {
         owned_data_dir: Option<PathBuf>,
     ) -> Result<ShoalProcess, ProcessError> {
         command.stdout(Stdio::piped());
-        let unannounced = Ready { native: String::new(), metrics: None, shards: Vec::new() };
+        let unannounced =
+            Ready { native: String::new(), metrics: None, kafka: None, shards: Vec::new() };
         // Exists before the spawn, so a failed start still removes an owned directory.
         let mut process =
             ShoalProcess { command, deadline, child: None, ready: unannounced, owned_data_dir };

@@ -1,5 +1,5 @@
-//! The server's readiness line: `{"ready":true,"native":"ADDR","metrics":"ADDR",
-//! "shards":["ADDR",...]}` (the metrics field absent when the endpoint is off, the shards field
+//! The server's readiness line: `{"ready":true,"native":"ADDR","metrics":"ADDR","kafka":"ADDR",
+//! "shards":["ADDR",...]}` (the metrics and kafka fields absent when that listener is off, the shards field
 //! without per-shard listeners), the one line `shoal` prints on stdout once recovery is done and
 //! its listeners are bound. Reading it is bounded by a deadline.
 //!
@@ -17,6 +17,8 @@ pub struct Ready {
     pub native: String,
     /// The metrics endpoint's address (`None`: the endpoint is off).
     pub metrics: Option<String>,
+    /// The Kafka listener's address (`None`: the listener is off).
+    pub kafka: Option<String>,
     /// Each shard's own listener, by shard (empty: `[network] shard_listen` is off).
     pub shards: Vec<String>,
 }
@@ -40,10 +42,12 @@ pub(crate) fn parse_ready(line: &str) -> Option<Ready> {
         return None;
     }
     let native = value["native"].as_str()?.to_string();
-    let metrics = match &value["metrics"] {
-        serde_json::Value::Null => None,
-        other => Some(other.as_str()?.to_string()),
+    let optional = |field: &serde_json::Value| match field {
+        serde_json::Value::Null => Some(None),
+        other => Some(Some(other.as_str()?.to_string())),
     };
+    let metrics = optional(&value["metrics"])?;
+    let kafka = optional(&value["kafka"])?;
     let shards = match &value["shards"] {
         serde_json::Value::Null => Vec::new(),
         other => other
@@ -52,7 +56,7 @@ pub(crate) fn parse_ready(line: &str) -> Option<Ready> {
             .map(|address| address.as_str().map(str::to_string))
             .collect::<Option<Vec<String>>>()?,
     };
-    Some(Ready { native, metrics, shards })
+    Some(Ready { native, metrics, kafka, shards })
 }
 
 #[cfg(test)]
@@ -68,17 +72,24 @@ mod tests {
         let native = "127.0.0.1:1".to_string();
         assert_eq!(
             both,
-            Some(Ready { native: native.clone(), metrics: metrics.clone(), shards: Vec::new() })
+            Some(Ready {
+                native: native.clone(),
+                metrics: metrics.clone(),
+                kafka: None,
+                shards: Vec::new()
+            })
         );
         let native_only = parse_ready("{\"ready\":true,\"native\":\"127.0.0.1:1\"}");
-        let expected = Ready { native: native.clone(), metrics: None, shards: Vec::new() };
+        let expected =
+            Ready { native: native.clone(), metrics: None, kafka: None, shards: Vec::new() };
         assert_eq!(native_only, Some(expected));
         let with_shards = parse_ready(
             "{\"ready\":true,\"native\":\"127.0.0.1:1\",\"metrics\":\"127.0.0.1:2\",\
-             \"shards\":[\"127.0.0.1:3\",\"127.0.0.1:4\"]}",
+             \"kafka\":\"127.0.0.1:5\",\"shards\":[\"127.0.0.1:3\",\"127.0.0.1:4\"]}",
         );
         let shards = vec!["127.0.0.1:3".to_string(), "127.0.0.1:4".to_string()];
-        assert_eq!(with_shards, Some(Ready { native, metrics, shards }));
+        let kafka = Some("127.0.0.1:5".to_string());
+        assert_eq!(with_shards, Some(Ready { native, metrics, kafka, shards }));
         assert_eq!(parse_ready("{\"ready\":true,\"native\":\"a\",\"shards\":[1]}"), None);
         for bad in ["", "ready", "{\"ready\":false,\"native\":\"a\"}", "{\"ready\":true}"] {
             assert_eq!(parse_ready(bad), None, "{bad:?}");

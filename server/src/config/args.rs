@@ -39,7 +39,7 @@ pub(super) struct Flag {
 }
 
 /// The flags that set a key, in `--help`'s order.
-pub(super) const FLAGS: [Flag; 10] = [
+pub(super) const FLAGS: [Flag; 11] = [
     Flag {
         name: "--data-dir",
         value_name: "DIR",
@@ -110,6 +110,14 @@ pub(super) const FLAGS: [Flag; 10] = [
         key: "listen",
     },
     Flag {
+        name: "--kafka-listen",
+        value_name: "ADDR",
+        help: "Kafka protocol listener, on every shard (default 127.0.0.1:9092; port 0 picks a \
+               free port; off: none)",
+        scope: Scope::Kafka,
+        key: "listen",
+    },
+    Flag {
         name: "--log-level",
         value_name: "LEVEL",
         help: "Stderr log filter: off, error, warn, info (default), debug or trace, or \
@@ -127,8 +135,8 @@ SHOAL_NETWORK_CONNECTIONS_MAX), flags; docs/configuration.md lists every key. An
 prints \"shoal: config: KEY: REASON\" and exits 2.
 
 Prints one JSON line once recovery is done and the listeners are bound:
-  {\"ready\":true,\"native\":\"ADDR\",\"metrics\":\"ADDR\",\"shards\":[\"ADDR\",...]}
-(no metrics field when the endpoint is off; shards, each shard's own listener, only with \
+  {\"ready\":true,\"native\":\"ADDR\",\"metrics\":\"ADDR\",\"kafka\":\"ADDR\",\"shards\":[\"ADDR\",...]}
+(no metrics or kafka field when that listener is off; shards, each shard's own listener, only with \
 [network] shard_listen). SIGINT or SIGTERM shuts down gracefully (in a cluster, first hands \
 the groups this node leads to peers in sync, for at most three view-change timeouts; then \
 flush, checkpoint, clean-shutdown flag, exit 0); a second signal exits at once.";

@@ -94,6 +94,7 @@ pub(super) enum Scope {
     Cluster,
     Network,
     Metrics,
+    Kafka,
     Log,
     Metadata,
     Replication,
@@ -112,6 +113,7 @@ impl Scope {
             Scope::Cluster => format!("cluster.{name}"),
             Scope::Network => format!("network.{name}"),
             Scope::Metrics => format!("metrics.{name}"),
+            Scope::Kafka => format!("kafka.{name}"),
             Scope::Log => format!("log.{name}"),
             Scope::Metadata => format!("metadata.{name}"),
             Scope::Replication => format!("replication.{name}"),
@@ -127,7 +129,7 @@ impl Scope {
             keys.iter().find(|key| key.name == name).map(|key| (key.name, key.min, key.max))
         }
         match self {
-            Scope::Server | Scope::Metrics | Scope::Log => None,
+            Scope::Server | Scope::Metrics | Scope::Kafka | Scope::Log => None,
             Scope::Cluster => find(&CLUSTER_KEYS, name),
             Scope::Network => find(&NETWORK_KEYS, name),
             Scope::Metadata => find(&METADATA_KEYS, name),
@@ -146,6 +148,9 @@ impl Scope {
 /// The top-level (or `[server]`) keys; all are strings but `shards`.
 pub(super) const SERVER_KEYS: [&str; 5] =
     ["data_dir", "native_listen", "shards", "profile", "cpus"];
+
+/// The keys of `[kafka]`.
+pub(super) const KAFKA_KEYS: [&str; 2] = ["listen", "stream"];
 
 /// The section and key a `SHOAL_*` variable names.
 pub(super) fn env_key(var: &str) -> Option<(Scope, &'static str)> {
@@ -170,6 +175,9 @@ pub(super) fn env_key(var: &str) -> Option<(Scope, &'static str)> {
     }
     if matches("METRICS_", "listen") {
         return Some((Scope::Metrics, "listen"));
+    }
+    if let Some(&name) = KAFKA_KEYS.iter().find(|&&name| matches("KAFKA_", name)) {
+        return Some((Scope::Kafka, name));
     }
     // The one variable outside the SHOAL_<SECTION>_<KEY> rule: SHOAL_LOG, like RUST_LOG.
     if suffix == "LOG" {

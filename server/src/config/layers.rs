@@ -54,6 +54,8 @@ pub struct Layers {
     pub(super) data_dir: Option<Given<PathBuf>>,
     pub(super) native_listen: Option<Given<SocketAddr>>,
     pub(super) metrics_listen: Option<Given<Option<SocketAddr>>>,
+    pub(super) kafka_listen: Option<Given<Option<SocketAddr>>>,
+    pub(super) kafka_stream: Option<Given<String>>,
     pub(super) shard_listen: Option<Given<Option<SocketAddr>>>,
     pub(super) log_level: Option<Given<String>>,
     pub(super) shards: Option<Given<u32>>,
@@ -110,6 +112,12 @@ impl Layers {
                     for (key, value) in section(value, "metrics")? {
                         let written = format!("metrics.{key}");
                         self.set(Scope::Metrics, key, Raw::Toml(value), written)?;
+                    }
+                }
+                "kafka" => {
+                    for (key, value) in section(value, "kafka")? {
+                        let written = format!("kafka.{key}");
+                        self.set(Scope::Kafka, key, Raw::Toml(value), written)?;
                     }
                 }
                 "replication" => {
@@ -227,6 +235,17 @@ impl Layers {
         }
         if let Some(listen) = &self.metrics_listen {
             config.metrics.listen = listen.value;
+        }
+        // As for the native listener: in a cluster, unless set, the node's advertised address.
+        let kafka =
+            config.cluster.nodes.get(usize::from(config.cluster.node)).and_then(|n| n.kafka);
+        match (&self.kafka_listen, kafka) {
+            (Some(listen), _) => config.kafka.listen = listen.value,
+            (None, Some(kafka)) => config.kafka.listen = Some(kafka),
+            (None, None) => {}
+        }
+        if let Some(stream) = &self.kafka_stream {
+            config.kafka.stream.clone_from(&stream.value);
         }
         if let Some(listen) = &self.shard_listen {
             config.network.shard_listen = listen.value;
@@ -375,6 +394,16 @@ impl Layers {
             (Scope::Metrics, "listen") => {
                 let listen = raw.listen_or_off("127.0.0.1:9464").map_err(error)?;
                 self.metrics_listen = Some(Given { value: listen, key: written });
+            }
+            (Scope::Kafka, "listen") => {
+                let listen = raw.listen_or_off("127.0.0.1:9092").map_err(error)?;
+                self.kafka_listen = Some(Given { value: listen, key: written });
+            }
+            (Scope::Kafka, "stream") => {
+                let text = raw.text().map_err(error)?;
+                shoal_proto::protocol::validate_name(text)
+                    .map_err(|reason| error(format!("{text:?} is not a stream name: {reason}")))?;
+                self.kafka_stream = Some(Given { value: text.to_string(), key: written });
             }
             (Scope::Network, "shard_listen") => {
                 let listen = raw.listen_or_off("127.0.0.1:7100").map_err(error)?;

@@ -33,6 +33,8 @@ pub struct Config {
     pub network: NetworkConfig,
     /// The Prometheus endpoint.
     pub metrics: MetricsConfig,
+    /// `[kafka]`: the Kafka protocol listener.
+    pub kafka: KafkaConfig,
     /// The log.
     pub log: LogConfig,
     /// The metadata state machine.
@@ -258,6 +260,33 @@ impl MetricsConfig {
     }
 }
 
+/// `[kafka]`
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KafkaConfig {
+    /// Where every shard accepts Kafka clients (port 0 picks a free port); `None`: no Kafka
+    /// listener. In a cluster, unless set, the node's `kafka` address from `[cluster] nodes`.
+    pub listen: Option<SocketAddr>,
+    /// The Shoal stream whose topics are the Kafka topics (Kafka has one flat namespace).
+    pub stream: String,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        // 9092 is where Kafka clients look first; loopback only until the operator opens it.
+        KafkaConfig {
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 9092))),
+            stream: "kafka".to_string(),
+        }
+    }
+}
+
+impl KafkaConfig {
+    /// The listen setting as written: `IP:PORT` or `off`.
+    pub fn listen_text(&self) -> String {
+        self.listen.map_or_else(|| "off".to_string(), |address| address.to_string())
+    }
+}
+
 /// The metadata state machine (shard 0's metadata group).
 #[derive(Clone, Copy, Debug)]
 pub struct MetadataConfig {
@@ -427,6 +456,7 @@ impl Config {
             profile: if small { Profile::Small } else { Profile::Default },
             network: NetworkConfig::default(),
             metrics: MetricsConfig::default(),
+            kafka: KafkaConfig::default(),
             log: LogConfig::default(),
             metadata: MetadataConfig::default(),
             replication: ReplicationConfig::default(),

@@ -59,6 +59,7 @@ struct Node<'a> {
     cluster: Cluster<'a>,
     network: Keys,
     metrics: Metrics,
+    kafka: Kafka<'a>,
     log: Log<'a>,
     replication: Keys,
     metadata: Keys,
@@ -87,6 +88,12 @@ struct ClusterNodeKeys<'a> {
 #[derive(Serialize)]
 struct Metrics {
     listen: String,
+}
+
+#[derive(Serialize)]
+struct Kafka<'a> {
+    listen: String,
+    stream: &'a str,
 }
 
 #[derive(Serialize)]
@@ -181,6 +188,7 @@ impl<'a> Node<'a> {
             },
             network,
             metrics: Metrics { listen: config.metrics.listen_text() },
+            kafka: Kafka { listen: config.kafka.listen_text(), stream: &config.kafka.stream },
             log: Log { level: &config.log.level },
             replication: keys(&REPLICATION_KEYS, &config.replication),
             metadata: keys(&METADATA_KEYS, &config.metadata),

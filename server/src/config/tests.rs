@@ -11,8 +11,8 @@ use shoal_engine::superblock::{SEGMENT_SIZE_BYTES_MAX, SEGMENT_SIZE_BYTES_MIN};
 
 use super::args::FLAGS;
 use super::keys::{
-    CLUSTER_KEYS, METADATA_KEYS, NETWORK_KEYS, REPLICATION_KEYS, SERVER_KEYS, STORAGE_KEYS, Scope,
-    TOPIC_KEYS, TUNING_KEYS, is_bool_key, key_words,
+    CLUSTER_KEYS, KAFKA_KEYS, METADATA_KEYS, NETWORK_KEYS, REPLICATION_KEYS, SERVER_KEYS,
+    STORAGE_KEYS, Scope, TOPIC_KEYS, TUNING_KEYS, is_bool_key, key_words,
 };
 use super::*;
 
@@ -57,6 +57,7 @@ fn all_keys() -> Vec<(Scope, &'static str)> {
     keys.extend(NETWORK_KEYS.iter().map(|key| (Scope::Network, key.name)));
     keys.push((Scope::Network, "shard_listen"));
     keys.push((Scope::Metrics, "listen"));
+    keys.extend(KAFKA_KEYS.iter().map(|&name| (Scope::Kafka, name)));
     keys.push((Scope::Log, "level"));
     keys.extend(METADATA_KEYS.iter().map(|key| (Scope::Metadata, key.name)));
     keys.extend(REPLICATION_KEYS.iter().map(|key| (Scope::Replication, key.name)));
@@ -73,6 +74,7 @@ fn env_name(scope: Scope, name: &str) -> String {
         Scope::Cluster => "CLUSTER_",
         Scope::Network => "NETWORK_",
         Scope::Metrics => "METRICS_",
+        Scope::Kafka => "KAFKA_",
         Scope::Log => return "SHOAL_LOG".to_string(),
         Scope::Metadata => "METADATA_",
         Scope::Replication => "REPLICATION_",
@@ -474,6 +476,38 @@ fn metrics_listen_and_log_level_resolve_through_every_layer() {
     let config = resolve(file, &env, &flags);
     assert_eq!(config.metrics.listen_text(), "127.0.0.1:0");
     assert_eq!(config.log.level, "error,shoal_server=trace");
+}
+
+#[test]
+fn kafka_listen_and_stream_resolve_through_every_layer_and_from_the_cluster_list() {
+    let config = resolve("", &[], &[]);
+    assert_eq!(config.kafka.listen_text(), "127.0.0.1:9092");
+    assert_eq!(config.kafka.stream, "kafka");
+    let file = "[kafka]\nlisten = \"127.0.0.1:1\"\nstream = \"legacy\"\n";
+    let config = resolve(file, &[], &[]);
+    assert_eq!(
+        (config.kafka.listen_text().as_str(), config.kafka.stream.as_str()),
+        ("127.0.0.1:1", "legacy")
+    );
+    let config = resolve(file, &[("SHOAL_KAFKA_LISTEN", "off")], &[]);
+    assert_eq!(config.kafka.listen, None, "off turns the listener off");
+    let config =
+        resolve(file, &[("SHOAL_KAFKA_LISTEN", "off")], &["--kafka-listen", "127.0.0.1:0"]);
+    assert_eq!(config.kafka.listen_text(), "127.0.0.1:0");
+    // In a cluster the node's own kafka address is the default, and [kafka] listen still wins.
+    let nodes = "bus=127.0.0.1:7200,client=127.0.0.1:7070,kafka=127.0.0.1:9093;\
+                 bus=127.0.0.1:7210,client=127.0.0.1:7071,kafka=127.0.0.1:9094";
+    let env = [("SHOAL_CLUSTER_NODES", nodes), ("SHOAL_CLUSTER_NODE", "1")];
+    assert_eq!(resolve("", &env, &[]).kafka.listen_text(), "127.0.0.1:9094");
+    assert_eq!(resolve(file, &env, &[]).kafka.listen_text(), "127.0.0.1:1");
+}
+
+#[test]
+fn a_bad_kafka_listen_or_stream_is_refused_by_name() {
+    check_error("[kafka]\nlisten = \"localhost\"\n", &[], &[], "kafka.listen", "or \"off\"");
+    check_error("[kafka]\nstream = \"a/b\"\n", &[], &[], "kafka.stream", "not a stream name");
+    check_error("", &[("SHOAL_KAFKA_STREAM", "")], &[], "SHOAL_KAFKA_STREAM", "not be empty");
+    check_error("[kafka]\nauto = 1\n", &[], &[], "kafka.auto", "unknown key");
 }
 
 #[test]

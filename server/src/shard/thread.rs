@@ -47,9 +47,11 @@ pub struct ShardSpec {
     /// Where to listen: the configured address for shard 0, the address shard 0 bound for the
     /// others (so a configured port 0 becomes one shared port).
     pub listen: SocketAddr,
+    /// Where to accept Kafka clients, chosen as `listen` is; `None`: no Kafka listener.
+    pub kafka_listen: Option<SocketAddr>,
     pub stop: Arc<AtomicBool>,
-    /// The bound listener address (or why binding failed).
-    pub bound: Sender<Result<SocketAddr, String>>,
+    /// The bound native and Kafka listener addresses (or why binding failed).
+    pub bound: Sender<Result<(SocketAddr, Option<SocketAddr>), String>>,
     /// This shard's own listener (`[network] shard_listen`), bound by `main` before any shard
     /// starts, so that every shard can name every shard's address from its first `Hello`.
     pub own_listener: Option<std::net::TcpListener>,
@@ -155,7 +157,7 @@ fn storage_for(tuning: &ShardTuning) -> UringStorage {
 /// The shard's life on its runtime: its listeners, recovery and start-up, serving until the stop
 /// flag is set, then the replies it owes and a clean shutdown of its storage.
 async fn serve(mut spec: ShardSpec) -> Result<(), String> {
-    let (listener, own_listener) = bind(&mut spec)?;
+    let (listener, own_listener, kafka_listener) = bind(&mut spec)?;
     let started = Instant::now();
     let index = spec.index;
     let dir = shard_dir(&spec.config.data_dir, index);
@@ -177,7 +179,8 @@ async fn serve(mut spec: ShardSpec) -> Result<(), String> {
     let _ = spec.ready.send(Ok(state.recovered(groups_recovered, started, &dir)));
 
     let replies_owed = Rc::new(Cell::new(0));
-    let (accepting, accepting_own) = accept(&spec, &state, &replies_owed, listener, own_listener);
+    let (accepting, accepting_own, accepting_kafka) =
+        accept(&spec, &state, &replies_owed, listener, own_listener, kafka_listener);
     if let Some(listener) = spec.metrics_listener.take() {
         let exporter = metrics::Exporter {
             config: Arc::clone(&spec.config),
@@ -194,12 +197,17 @@ async fn serve(mut spec: ShardSpec) -> Result<(), String> {
     write_replies_owed(&spec.inbox, &replies_owed).await;
     drop(accepting);
     drop(accepting_own);
+    drop(accepting_kafka);
     state.node.close().await.map_err(|e| format!("shard {index}: shutdown: {e}"))
 }
 
-/// Binds the shared listener and takes the shard's own one over, then tells `main` the bound
-/// address (or why binding failed).
-fn bind(spec: &mut ShardSpec) -> Result<(TcpListener, Option<TcpListener>), String> {
+/// The listeners a shard accepts on: the shared native one, its own (if any) and the shared Kafka
+/// one (if any).
+type Listeners = (TcpListener, Option<TcpListener>, Option<TcpListener>);
+
+/// Binds the shared listeners and takes the shard's own one over, then tells `main` the bound
+/// addresses (or why binding failed).
+fn bind(spec: &mut ShardSpec) -> Result<Listeners, String> {
     let opts = ListenerOpts::new().reuse_port(true);
     let listener = match TcpListener::bind_with_config(spec.listen, &opts) {
         Ok(listener) => listener,
@@ -219,9 +227,24 @@ fn bind(spec: &mut ShardSpec) -> Result<(TcpListener, Option<TcpListener>), Stri
             return Err(message);
         }
     };
+    let kafka_listener =
+        match spec.kafka_listen.map(|at| (at, TcpListener::bind_with_config(at, &opts))) {
+            None => None,
+            Some((_, Ok(listener))) => Some(listener),
+            Some((at, Err(error))) => {
+                let message = format!("cannot listen for Kafka clients on {at}: {error}");
+                let _ = spec.bound.send(Err(message.clone()));
+                return Err(message);
+            }
+        };
     let address = listener.local_addr().map_err(|e| e.to_string())?;
-    let _ = spec.bound.send(Ok(address));
-    Ok((listener, own_listener))
+    let kafka_address = kafka_listener
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    let _ = spec.bound.send(Ok((address, kafka_address)));
+    Ok((listener, own_listener, kafka_listener))
 }
 
 /// The bus of shard `spec.index`: this node's identity and every node's bus port for the shard.
@@ -395,7 +418,8 @@ fn accept(
     replies_owed: &Rc<Cell<usize>>,
     listener: TcpListener,
     own_listener: Option<TcpListener>,
-) -> (JoinHandle<()>, Option<JoinHandle<()>>) {
+    kafka_listener: Option<TcpListener>,
+) -> (JoinHandle<()>, Option<JoinHandle<()>>, Option<JoinHandle<()>>) {
     let acceptor = Rc::new(connection::Acceptor {
         shard: spec.index,
         shard_addresses: Arc::clone(&spec.shard_addresses),
@@ -409,8 +433,10 @@ fn accept(
     });
     let accepting = monoio::spawn(connection::Acceptor::run(Rc::clone(&acceptor), listener));
     let accepting_own =
-        own_listener.map(|own| monoio::spawn(connection::Acceptor::run(acceptor, own)));
-    (accepting, accepting_own)
+        own_listener.map(|own| monoio::spawn(connection::Acceptor::run(Rc::clone(&acceptor), own)));
+    let accepting_kafka =
+        kafka_listener.map(|kafka| monoio::spawn(crate::kafka::accept(acceptor, kafka)));
+    (accepting, accepting_own, accepting_kafka)
 }
 
 /// Lets the connections write the replies of what was finished (bounded): new requests are

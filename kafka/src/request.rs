@@ -1,0 +1,52 @@
+//! Request bodies Shoal decodes itself, one module per API: each reads exactly the fields of
+//! the versions `api::SERVED` lists, bounds every array before allocating it (`Reader`), and
+//! hands byte strings (record batches) out as slices of the frame.
+//!
+//! Why not the codec crate's decoders: they size a `Vec` from the count a client sends before
+//! reading an element, so a 20-byte frame announcing two billion elements aborts the process.
+//! Responses, which Shoal builds from its own state, are encoded with the crate.
+
+mod api_versions;
+mod metadata;
+
+pub use api_versions::ApiVersionsRequest;
+pub use metadata::{METADATA_TOPICS_MAX, MetadataRequest, MetadataTopic};
+
+use kafka_protocol::messages::ApiKey;
+
+use crate::api::serves;
+use crate::error::DecodeError;
+use crate::header::RequestHeader;
+use crate::read::Reader;
+
+/// A decoded request body of an API Shoal serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    ApiVersions(ApiVersionsRequest),
+    Metadata(MetadataRequest),
+}
+
+impl Request {
+    /// The body after `header`, when Shoal serves its key at its version (`None` otherwise:
+    /// the caller decides how to refuse it).
+    pub fn decode(
+        header: &RequestHeader,
+        reader: &mut Reader,
+    ) -> Option<Result<Request, DecodeError>> {
+        let key = header.key()?;
+        let version = header.api_version;
+        if !serves(key, version) {
+            return None;
+        }
+        Some(match key {
+            ApiKey::ApiVersions => {
+                ApiVersionsRequest::decode(reader, version).map(Request::ApiVersions)
+            }
+            ApiKey::Metadata => MetadataRequest::decode(reader, version).map(Request::Metadata),
+            _ => unreachable!("{key:?} is served without a decoder"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

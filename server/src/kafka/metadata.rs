@@ -1,0 +1,158 @@
+//! The Metadata answer: the cluster's brokers (one per node, at its Kafka address) and the
+//! Kafka topics — the topics of the `[kafka] stream` — with each partition's leader.
+//!
+//! A partition's leader is the node its group's primary is on, as this node's replica sees it,
+//! and the leader epoch is the group's VSR view: both move exactly when Kafka's would, on a
+//! change of primary. Every node holds a replica of every group, so every node is in each
+//! partition's replica and in-sync lists. A topic's id is derived from the cluster id and the
+//! group of its partition 0, which is never reused, so it is stable across restarts and differs
+//! for a topic deleted and created again.
+
+use shoal_kafka::kafka_protocol::error::ResponseError;
+use shoal_kafka::kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use shoal_kafka::kafka_protocol::messages::{BrokerId, MetadataResponse, TopicName};
+use shoal_kafka::kafka_protocol::protocol::StrBytes;
+use shoal_kafka::request::MetadataRequest;
+use shoal_kafka::topic_id;
+use shoal_proto::protocol::{NODE_UNKNOWN, PartitionInfo};
+
+use super::Connection;
+use crate::connection::partition_stats;
+use crate::metadata::{Catalog, Topic};
+
+/// One topic the answer names: found, or with the error to answer for it.
+struct Asked<'a> {
+    name: Option<String>,
+    /// The id the client asked by (only for an unknown one; a found topic's is derived).
+    id: [u8; 16],
+    topic: Result<&'a Topic, ResponseError>,
+}
+
+/// The Metadata response to `request`.
+pub(super) async fn answer(connection: &Connection, request: &MetadataRequest) -> MetadataResponse {
+    let config = &connection.context.config;
+    let catalog = &connection.catalog;
+    let cluster = config.cluster.id;
+    let topics_of_stream = catalog.streams.get(&config.kafka.stream).map(|s| &s.topics);
+    let mut asked: Vec<Asked> = Vec::new();
+    match &request.topics {
+        None => {
+            for (name, topic) in topics_of_stream.into_iter().flatten() {
+                asked.push(Asked { name: Some(name.clone()), id: [0; 16], topic: Ok(topic) });
+            }
+        }
+        Some(topics) => {
+            for wanted in topics {
+                let found = match &wanted.name {
+                    Some(name) => topics_of_stream
+                        .and_then(|topics| topics.get(name))
+                        .map(|topic| (name.clone(), topic))
+                        .ok_or(ResponseError::UnknownTopicOrPartition),
+                    None => topics_of_stream
+                        .into_iter()
+                        .flatten()
+                        .find(|(_, topic)| id_of(cluster, topic) == wanted.topic_id)
+                        .map(|(name, topic)| (name.clone(), topic))
+                        .ok_or(ResponseError::UnknownTopicId),
+                };
+                match found {
+                    Ok((name, topic)) => {
+                        asked.push(Asked { name: Some(name), id: [0; 16], topic: Ok(topic) })
+                    }
+                    Err(error) => asked.push(Asked {
+                        name: wanted.name.clone(),
+                        id: wanted.topic_id,
+                        topic: Err(error),
+                    }),
+                }
+            }
+        }
+    }
+
+    // Every asked partition's primary and view, one inbox round trip per owning shard.
+    let mut infos: Vec<PartitionInfo> = asked
+        .iter()
+        .filter_map(|asked| asked.topic.ok())
+        .flat_map(Catalog::topic_partition_infos)
+        .collect();
+    let primaries = partition_stats(&connection.context.mesh, &mut infos).await;
+    let mut primaries = primaries.into_iter();
+
+    let nodes = config.cluster.node_count();
+    let all_nodes: Vec<BrokerId> = (0..i32::from(nodes)).map(BrokerId).collect();
+    let mut topics = Vec::with_capacity(asked.len());
+    for Asked { name, id, topic } in asked {
+        let name = name.map(|name| TopicName(StrBytes::from_string(name)));
+        let entry = match topic {
+            Err(error) => MetadataResponseTopic::default()
+                .with_error_code(error.code())
+                .with_name(name)
+                .with_topic_id(uuid(id)),
+            Ok(topic) => {
+                let partitions = (0..topic.partitions.len())
+                    .map(|index| {
+                        let primary = primaries.next().expect("one primary per partition");
+                        let (leader, error) = if primary.primary == NODE_UNKNOWN {
+                            (-1, ResponseError::LeaderNotAvailable.code())
+                        } else {
+                            (i32::from(primary.primary), 0)
+                        };
+                        MetadataResponsePartition::default()
+                            .with_error_code(error)
+                            .with_partition_index(index as i32)
+                            .with_leader_id(BrokerId(leader))
+                            .with_leader_epoch(i32::try_from(primary.view).unwrap_or(i32::MAX))
+                            .with_replica_nodes(all_nodes.clone())
+                            .with_isr_nodes(all_nodes.clone())
+                    })
+                    .collect();
+                MetadataResponseTopic::default()
+                    .with_name(name)
+                    .with_topic_id(uuid(id_of(cluster, topic)))
+                    .with_partitions(partitions)
+            }
+        };
+        topics.push(entry);
+    }
+
+    MetadataResponse::default()
+        .with_brokers(brokers(connection))
+        .with_cluster_id(Some(StrBytes::from_string(format!("shoal-{cluster}"))))
+        .with_controller_id(BrokerId(0))
+        .with_topics(topics)
+}
+
+/// One broker per node: the node's `kafka` address from `[cluster] nodes`, or, for a one-node
+/// cluster (or a node without one), the address this client reached.
+fn brokers(connection: &Connection) -> Vec<MetadataResponseBroker> {
+    let config = &connection.context.config;
+    let reached = connection.reached;
+    (0..usize::from(config.cluster.node_count()))
+        .filter_map(|node| {
+            let advertised = config.cluster.nodes.get(node).and_then(|n| n.kafka);
+            let address = match advertised {
+                Some(address) => Some(address),
+                None if node == usize::from(config.cluster.node) => reached,
+                None => None,
+            }?;
+            let rack = config.cluster.nodes.get(node).and_then(|n| n.rack.clone());
+            Some(
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(node as i32))
+                    .with_host(StrBytes::from_string(address.ip().to_string()))
+                    .with_port(i32::from(address.port()))
+                    .with_rack(rack.map(StrBytes::from_string)),
+            )
+        })
+        .collect()
+}
+
+fn id_of(cluster: u64, topic: &Topic) -> [u8; 16] {
+    topic.partitions.first().map_or([0; 16], |place| topic_id(cluster, place.group))
+}
+
+fn uuid(bytes: [u8; 16]) -> shoal_kafka::Uuid {
+    shoal_kafka::Uuid::from_bytes(bytes)
+}

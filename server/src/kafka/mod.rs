@@ -1,0 +1,159 @@
+//! The Kafka listener: accepting Kafka clients on every shard (beside the native listener, within
+//! the same connection bound), reading their size-prefixed frames, answering each request in
+//! order, and closing a connection that sends what cannot be trusted.
+//!
+//! A frame is bounded by `[network] frame_size_bytes_max` before anything is read into memory;
+//! its header and body are decoded by `shoal_kafka` (every count bounded before allocation). A
+//! malformed frame, an unknown API key or a version Shoal does not serve closes that connection
+//! only, as Kafka does; an ApiVersions request of a version Shoal does not know is answered at
+//! v0 with UNSUPPORTED_VERSION and the served table (KIP-511), so a newer client can downgrade.
+//! This module never touches storage or replicas: what a request needs from a partition it asks
+//! the owning shard through its inbox, as native connections do.
+
+mod metadata;
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt};
+use monoio::net::{TcpListener, TcpStream};
+use shoal_kafka::kafka_protocol::error::ResponseError;
+use shoal_kafka::kafka_protocol::messages::ApiKey;
+use shoal_kafka::request::Request;
+use shoal_kafka::{DecodeError, EncodeError, Reader, RequestHeader, encode_frame, serves};
+
+use crate::connection::{Acceptor, ConnectionGuard};
+use crate::metadata::Catalog;
+
+/// Accepts Kafka clients on `listener` until it fails; each connection is served by its own
+/// task. Kafka connections count against `[network] connections_max` with native ones.
+pub async fn accept(context: Rc<Acceptor>, listener: TcpListener) {
+    let served = Rc::clone(&context);
+    context
+        .accept(listener, |stream, guard| {
+            // Over the bound: Kafka has no "too many connections" answer; the socket closes.
+            if let Some(guard) = guard {
+                monoio::spawn(serve(stream, Rc::clone(&served), guard));
+            }
+        })
+        .await;
+}
+
+/// Why a connection is closed.
+enum Close {
+    /// The client went away, or the socket failed.
+    Gone,
+    /// The client sent something Shoal will not answer; logged with the reason.
+    Refused(String),
+}
+
+impl From<DecodeError> for Close {
+    fn from(error: DecodeError) -> Self {
+        Close::Refused(error.to_string())
+    }
+}
+
+/// One connection's state across its requests.
+struct Connection {
+    context: Rc<Acceptor>,
+    /// The address this client reached: what a one-node cluster advertises as its broker.
+    reached: Option<SocketAddr>,
+    catalog: Arc<Catalog>,
+}
+
+async fn serve(mut stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard) {
+    let _open = context.metrics.connection_opened();
+    let peer = stream.peer_addr().ok();
+    let mut connection = Connection {
+        reached: stream.local_addr().ok(),
+        // Empty until the first request refreshes it (the placeholder the native side uses).
+        catalog: Arc::new(Catalog::new(1, 0)),
+        context,
+    };
+    let mut size_buf = vec![0u8; 4];
+    loop {
+        let (read, buf) = stream.read_exact(size_buf).await;
+        size_buf = buf;
+        if read.is_err() {
+            return;
+        }
+        let size = i32::from_be_bytes([size_buf[0], size_buf[1], size_buf[2], size_buf[3]]);
+        let limit = connection.context.config.network.frame_size_bytes_max;
+        let outcome = match usize::try_from(size) {
+            Ok(size) if size <= limit => match read_frame(&mut stream, size).await {
+                Some(frame) => connection.answer(frame).await,
+                None => Err(Close::Gone),
+            },
+            _ => Err(Close::Refused(format!(
+                "a frame of {size} bytes (the bound is {limit}, [network] frame_size_bytes_max)"
+            ))),
+        };
+        match outcome {
+            Ok(Some(reply)) => {
+                let (written, _) = stream.write_all(reply).await;
+                if written.is_err() {
+                    return;
+                }
+            }
+            Ok(None) => {}
+            Err(Close::Gone) => return,
+            Err(Close::Refused(reason)) => {
+                connection.context.metrics.kafka_connection_refused();
+                tracing::info!(?peer, "closing a Kafka connection: {reason}");
+                return;
+            }
+        }
+    }
+}
+
+/// Reads one frame body of `size` bytes (already bounded); `None` when the socket fails.
+async fn read_frame(stream: &mut TcpStream, size: usize) -> Option<Bytes> {
+    let (read, body) = stream.read_exact(vec![0u8; size]).await;
+    read.ok().map(|_| Bytes::from(body))
+}
+
+impl Connection {
+    /// The response frame to one request (`None`: the request wants none).
+    async fn answer(&mut self, frame: Bytes) -> Result<Option<Bytes>, Close> {
+        let mut reader = Reader::new(frame);
+        let header = RequestHeader::decode(&mut reader)?;
+        let version = header.api_version;
+        let metrics = Rc::clone(&self.context.metrics);
+        metrics.kafka_request(header.api_key);
+        if header.key() == Some(ApiKey::ApiVersions) && !serves(ApiKey::ApiVersions, version) {
+            let body = shoal_kafka::api_versions(Some(ResponseError::UnsupportedVersion));
+            return encoded(encode_frame(&header, &body, 0));
+        }
+        let Some(request) = Request::decode(&header, &mut reader) else {
+            let api = header.key().map_or_else(|| header.api_key.to_string(), |k| format!("{k:?}"));
+            return Err(Close::Refused(format!(
+                "{api} version {version} is not served (ApiVersions lists what is)"
+            )));
+        };
+        match request? {
+            Request::ApiVersions(request) => {
+                tracing::debug!(
+                    client = request.client_software_name.as_deref().unwrap_or("?"),
+                    version = request.client_software_version.as_deref().unwrap_or("?"),
+                    "Kafka client"
+                );
+                encoded(encode_frame(&header, &shoal_kafka::api_versions(None), version))
+            }
+            Request::Metadata(request) => {
+                self.context.published.refresh(&mut self.catalog);
+                let body = metadata::answer(self, &request).await;
+                encoded(encode_frame(&header, &body, version))
+            }
+        }
+    }
+}
+
+/// A response frame to send, or (a bug: Shoal built a body its version cannot carry) a close.
+fn encoded(frame: Result<Bytes, EncodeError>) -> Result<Option<Bytes>, Close> {
+    frame.map(Some).map_err(|error| {
+        tracing::error!("{error}");
+        Close::Refused(error.to_string())
+    })
+}

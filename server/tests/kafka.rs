@@ -1,0 +1,246 @@
+//! The Kafka listener end to end on the real binary: ApiVersions (including a version from the
+//! future, answered as KIP-511 says), Metadata at old and new versions naming the node as the
+//! partitions' leader, and hostile frames — each closes its own connection and nothing else.
+//! Requests are encoded and responses decoded by the `kafka-protocol` crate's client side, as a
+//! Kafka client library would; the hostile frames are written by hand.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
+    RequestHeader, TopicName, metadata_request::MetadataRequestTopic,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use shoal_proto::Durability;
+
+use common::{Raw, ShoalProcess, metrics_page};
+
+/// A blocking Kafka connection; every read is bounded by a 30 s timeout.
+struct Kafka {
+    stream: TcpStream,
+    correlation_id: i32,
+}
+
+impl Kafka {
+    fn connect(server: &ShoalProcess) -> Kafka {
+        let stream = TcpStream::connect(server.kafka().expect("the Kafka listener is on")).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Kafka { stream, correlation_id: 0 }
+    }
+
+    /// Sends a request of `key` at `version` with `body` and returns the response body after
+    /// checking the correlation id (response header v0, or v1 when `flexible_response`).
+    fn call<R: Encodable + HeaderVersion>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        request: &R,
+        flexible_response: bool,
+    ) -> Bytes {
+        self.correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("shoal-test")));
+        let mut body = BytesMut::new();
+        header.encode(&mut body, R::header_version(version)).unwrap();
+        request.encode(&mut body, version).unwrap();
+        self.send_frame(&body);
+        let mut response = self.receive().expect("a response");
+        assert_eq!(response.get_i32(), self.correlation_id);
+        if flexible_response {
+            assert_eq!(response.get_u8(), 0, "no tagged fields in the response header");
+        }
+        response
+    }
+
+    fn send_frame(&mut self, body: &[u8]) {
+        let mut frame = Vec::with_capacity(body.len() + 4);
+        frame.put_i32(body.len() as i32);
+        frame.extend_from_slice(body);
+        self.stream.write_all(&frame).unwrap();
+    }
+
+    /// One response frame; `None` once the server closed the connection.
+    fn receive(&mut self) -> Option<Bytes> {
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size).ok()?;
+        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+        self.stream.read_exact(&mut body).ok()?;
+        Some(Bytes::from(body))
+    }
+
+    /// Whether the server closed the connection (EOF, or a reset, within the read timeout).
+    fn closed(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(self.stream.read(&mut byte), Ok(0) | Err(_))
+    }
+}
+
+fn metadata(kafka: &mut Kafka, version: i16, topics: Option<&[&str]>) -> MetadataResponse {
+    let topics = topics.map(|names| {
+        names
+            .iter()
+            .map(|name| {
+                MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(name.to_string()))))
+            })
+            .collect()
+    });
+    let request = MetadataRequest::default().with_topics(topics);
+    let mut body = kafka.call(ApiKey::Metadata, version, &request, version >= 9);
+    MetadataResponse::decode(&mut body, version).unwrap()
+}
+
+#[test]
+fn api_versions_lists_what_is_served_and_answers_a_future_version_at_v0() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::start(dir.path(), 2);
+    let mut kafka = Kafka::connect(&server);
+    for version in [0, 3, 4] {
+        let request = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("shoal-test"))
+            .with_client_software_version(StrBytes::from_static_str("1"));
+        // ApiVersions responses always have header v0 (KIP-511).
+        let mut body = kafka.call(ApiKey::ApiVersions, version, &request, false);
+        let response = ApiVersionsResponse::decode(&mut body, version).unwrap();
+        assert_eq!(response.error_code, 0);
+        let metadata = response.api_keys.iter().find(|k| k.api_key == ApiKey::Metadata as i16);
+        assert_eq!(metadata.map(|k| (k.min_version, k.max_version)), Some((0, 12)));
+        let advertised: Vec<i16> = response.api_keys.iter().map(|k| k.api_key).collect();
+        let served: Vec<i16> = shoal_kafka::SERVED.iter().map(|s| s.key as i16).collect();
+        assert_eq!(advertised, served, "v{version}: exactly the served table");
+    }
+    // A version from the future: UNSUPPORTED_VERSION in a v0 body, with the table to downgrade
+    // to, and the connection stays open.
+    // (The codec knows no v99, so the frame is written by hand: a v4 body under a v99 header.)
+    let mut body = BytesMut::new();
+    body.put_i16(ApiKey::ApiVersions as i16);
+    body.put_i16(99);
+    body.put_i32(77);
+    body.put_i16(-1);
+    body.put_u8(0);
+    ApiVersionsRequest::default().encode(&mut body, 4).unwrap();
+    kafka.send_frame(&body);
+    let mut body = kafka.receive().expect("a response");
+    assert_eq!(body.get_i32(), 77, "header v0: the correlation id alone");
+    let response = ApiVersionsResponse::decode(&mut body, 0).unwrap();
+    assert_eq!(response.error_code, 35);
+    assert!(response.api_keys.iter().any(|k| k.api_key == ApiKey::ApiVersions as i16));
+    let mut body = kafka.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default(), false);
+    assert_eq!(ApiVersionsResponse::decode(&mut body, 3).unwrap().error_code, 0);
+}
+
+#[test]
+fn metadata_names_the_kafka_stream_topics_with_this_node_leading_every_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::start(dir.path(), 2);
+    let mut raw = Raw::connect(server.native(), 1);
+    raw.create_stream("kafka").ok();
+    raw.create_topic("kafka", "orders", 3, Durability::Replicated).ok();
+    raw.create_stream("other").ok();
+    raw.create_topic("other", "hidden", 1, Durability::Replicated).ok();
+    let mut kafka = Kafka::connect(&server);
+    let reached = server.kafka().unwrap().to_string();
+    let mut ids = Vec::new();
+    for version in 0..=12 {
+        let response = metadata(&mut kafka, version, None);
+        assert_eq!(response.brokers.len(), 1, "v{version}");
+        let broker = &response.brokers[0];
+        assert_eq!(format!("{}:{}", broker.host.as_str(), broker.port), reached);
+        assert_eq!(response.topics.len(), 1, "v{version}: only the kafka stream's topics");
+        let topic = &response.topics[0];
+        assert_eq!(topic.error_code, 0);
+        assert_eq!(topic.name.as_ref().map(|n| n.0.as_str()), Some("orders"));
+        assert_eq!(topic.partitions.len(), 3);
+        for (index, partition) in topic.partitions.iter().enumerate() {
+            assert_eq!(partition.partition_index, index as i32);
+            assert_eq!(partition.leader_id.0, 0);
+            assert_eq!(partition.replica_nodes.iter().map(|n| n.0).collect::<Vec<_>>(), [0]);
+        }
+        if version >= 10 {
+            assert!(!topic.topic_id.is_nil());
+            ids.push(topic.topic_id);
+        }
+    }
+    assert!(ids.windows(2).all(|pair| pair[0] == pair[1]), "one stable topic id");
+    // A topic that does not exist is named with its error; the others are still answered.
+    let response = metadata(&mut kafka, 9, Some(&["orders", "missing"]));
+    let errors: Vec<i16> = response.topics.iter().map(|t| t.error_code).collect();
+    assert_eq!(errors, [0, 3]);
+}
+
+/// Each hostile frame closes its own connection; a client on another connection is served
+/// throughout, and the closes are counted.
+#[test]
+fn hostile_frames_close_their_connection_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::start(dir.path(), 1);
+    let mut bystander = Kafka::connect(&server);
+    assert!(metadata(&mut bystander, 4, None).topics.is_empty());
+
+    let mut frames: Vec<(&str, Vec<u8>)> = Vec::new();
+    // A size far over the frame bound (nothing of it is read or allocated).
+    frames.push(("a huge length", 0x7fff_fff0i32.to_be_bytes().to_vec()));
+    frames.push(("a negative length", (-5i32).to_be_bytes().to_vec()));
+    // A frame too short for a header.
+    frames.push(("a truncated header", [0, 0, 0, 3, 0, 3, 0].to_vec()));
+    // Metadata v1 announcing two billion topics in a few bytes.
+    let mut body = Vec::new();
+    body.put_i16(ApiKey::Metadata as i16);
+    body.put_i16(1);
+    body.put_i32(7);
+    body.put_i16(-1);
+    body.put_i32(i32::MAX);
+    body.extend_from_slice(&[0, 1, b'a']);
+    frames.push(("a count of two billion", framed(&body)));
+    // An API key nobody knows, and a Produce (not served yet).
+    for key in [1000i16, 0] {
+        let mut body = Vec::new();
+        body.put_i16(key);
+        body.put_i16(3);
+        body.put_i32(1);
+        body.put_i16(-1);
+        frames.push(("an API not served", framed(&body)));
+    }
+    // Random bytes after a plausible size.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let random: Vec<u8> = (0..64)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        })
+        .collect();
+    frames.push(("random bytes", framed(&random)));
+
+    for (what, bytes) in &frames {
+        let mut hostile = Kafka::connect(&server);
+        hostile.stream.write_all(bytes).unwrap();
+        assert!(hostile.closed(), "{what}: the connection is closed");
+        assert!(metadata(&mut bystander, 9, None).topics.is_empty(), "after {what}");
+    }
+    let page = metrics_page(server.metrics().unwrap()).unwrap();
+    let closed: u64 = page
+        .lines()
+        .filter(|line| line.starts_with("shoal_kafka_connections_closed_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    // The truncated header and random bytes may also read as a frame cut short; every other
+    // frame is refused for what it is.
+    assert!(closed >= frames.len() as u64 - 2, "{closed} closes counted\n{page}");
+    assert!(page.contains("shoal_kafka_requests_total{shard=\"0\",api=\"metadata\"} "), "{page}");
+}
+
+fn framed(body: &[u8]) -> Vec<u8> {
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(body);
+    frame
+}

@@ -1,0 +1,79 @@
+//! Real Kafka clients against the real binary: kcat (librdkafka 2.0.2) and kafka-python list the
+//! Kafka topics and their partitions' leaders through Metadata. The clients are installed by
+//! `scripts/kafka-clients` (pinned versions; `.ci/run` calls it first). Without them a test
+//! says loudly that it skipped — except under `CI=true`, where a missing client fails the run.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use shoal_proto::Durability;
+
+use common::{DEADLINE, Raw, ShoalProcess};
+
+/// The client program at `path`, or `None` (after saying so) when it is not installed.
+fn client(path: PathBuf, name: &str) -> Option<PathBuf> {
+    if path.exists() {
+        return Some(path);
+    }
+    let message =
+        format!("{name} is not installed at {}: run scripts/kafka-clients", path.display());
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
+    eprintln!("SKIPPED: {message}");
+    None
+}
+
+/// A server with the Kafka stream's topic `orders` of 3 partitions.
+fn server_with_topic(dir: &std::path::Path) -> ShoalProcess {
+    let server = common::start(dir, 2);
+    let mut raw = Raw::connect(server.native(), 1);
+    raw.create_stream("kafka").ok();
+    raw.create_topic("kafka", "orders", 3, Durability::Replicated).ok();
+    server
+}
+
+fn run(command: &mut Command) -> String {
+    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("runs");
+    let output = shoal_testkit::output_within(child, DEADLINE, "a Kafka client");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?} failed: {stderr}", command);
+    String::from_utf8(output.stdout).expect("UTF-8")
+}
+
+#[test]
+fn kcat_lists_the_kafka_topics_and_their_leaders() {
+    let Some(kcat) = client(PathBuf::from("/usr/bin/kcat"), "kcat") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_with_topic(dir.path());
+    let kafka = server.kafka().unwrap();
+    let listing = run(Command::new(kcat).args(["-b", kafka, "-L", "-J", "-m", "30"]));
+    let listing: serde_json::Value = serde_json::from_str(&listing).expect(&listing);
+    assert_eq!(listing["brokers"][0]["name"], kafka, "{listing}");
+    let topics = listing["topics"].as_array().unwrap();
+    assert_eq!(topics.len(), 1, "{listing}");
+    assert_eq!(topics[0]["topic"], "orders");
+    let partitions = topics[0]["partitions"].as_array().unwrap();
+    assert_eq!(partitions.len(), 3);
+    assert!(partitions.iter().all(|p| p["leader"] == 0), "{listing}");
+}
+
+#[test]
+fn kafka_python_sees_the_kafka_topics_and_their_partitions() {
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.kafka-clients/venv");
+    let Some(python) = client(venv.join("bin/python"), "kafka-python") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_with_topic(dir.path());
+    let script = r#"
+import json, sys
+from kafka import KafkaConsumer
+consumer = KafkaConsumer(bootstrap_servers=sys.argv[1], request_timeout_ms=20000)
+topics = sorted(consumer.topics())
+print(json.dumps({"topics": topics, "orders": sorted(consumer.partitions_for_topic("orders"))}))
+consumer.close()
+"#;
+    let out = run(Command::new(python).args(["-c", script, server.kafka().unwrap()]));
+    let seen: serde_json::Value = serde_json::from_str(out.trim()).expect(&out);
+    assert_eq!(seen["topics"], serde_json::json!(["orders"]));
+    assert_eq!(seen["orders"], serde_json::json!([0, 1, 2]));
+}
