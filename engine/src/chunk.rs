@@ -9,7 +9,7 @@
 //! partial tail block is written from a small copy, so no in-flight write ever reads bytes that
 //! are still changing. The pool reuses a chunk once no view of it is left.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -54,16 +54,32 @@ impl Drop for ChunkMemory {
     }
 }
 
+/// Chunks whose size is a multiple of this are aligned to it and advised to the kernel as
+/// transparent huge pages (`MADV_HUGEPAGE`, which the default `madvise` mode honours): the
+/// first touch of a new chunk then faults once per 2 MiB instead of once per 4 KiB page. That
+/// first touch is what a pool still growing to its working set pays (the batch cache keeps
+/// views of written chunks, so the pool grows to the ring budget plus the cache's share);
+/// measured in docs/benchmarks.md, "Write chunks in huge pages".
+pub const HUGE_PAGE_BYTES: usize = 2 << 20;
+
 impl ChunkMemory {
     fn new(size_bytes: usize) -> Self {
-        let layout = Layout::from_size_align(
-            size_bytes.next_multiple_of(BLOCK_SIZE_BYTES),
-            BLOCK_SIZE_BYTES,
-        )
-        .expect("chunk layout");
+        let size = size_bytes.next_multiple_of(BLOCK_SIZE_BYTES);
+        let huge = size.is_multiple_of(HUGE_PAGE_BYTES);
+        let align = if huge { HUGE_PAGE_BYTES } else { BLOCK_SIZE_BYTES };
+        let layout = Layout::from_size_align(size, align).expect("chunk layout");
         // SAFETY: non-zero size.
-        let raw = unsafe { alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(raw) else { std::alloc::handle_alloc_error(layout) };
+        let raw = unsafe { alloc(layout) };
+        let Some(ptr) = NonNull::new(raw) else { handle_alloc_error(layout) };
+        if huge {
+            // SAFETY: the range is exactly this allocation, aligned to the huge page size; the
+            // advice changes no contents. Refused advice (huge pages off) leaves small pages.
+            unsafe { libc::madvise(raw.cast(), size, libc::MADV_HUGEPAGE) };
+        }
+        // SAFETY: `raw` is valid for writes of `size` bytes, just allocated. Zeroed after the
+        // advice, so the first touch already faults in huge pages; zeroed at all because the
+        // padding of a block-aligned tail write is read from here.
+        unsafe { std::ptr::write_bytes(raw, 0, size) };
         Self { ptr, layout }
     }
 
