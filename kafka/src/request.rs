@@ -8,9 +8,13 @@
 
 mod api_versions;
 mod metadata;
+mod produce;
 
 pub use api_versions::ApiVersionsRequest;
 pub use metadata::{METADATA_TOPICS_MAX, MetadataRequest, MetadataTopic};
+pub use produce::{
+    PRODUCE_PARTITIONS_MAX, PRODUCE_TOPICS_MAX, ProducePartition, ProduceRequest, ProduceTopic,
+};
 
 use kafka_protocol::messages::ApiKey;
 
@@ -24,6 +28,7 @@ use crate::read::Reader;
 pub enum Request {
     ApiVersions(ApiVersionsRequest),
     Metadata(MetadataRequest),
+    Produce(ProduceRequest),
 }
 
 impl Request {
@@ -43,6 +48,7 @@ impl Request {
                 ApiVersionsRequest::decode(reader, version).map(Request::ApiVersions)
             }
             ApiKey::Metadata => MetadataRequest::decode(reader, version).map(Request::Metadata),
+            ApiKey::Produce => ProduceRequest::decode(reader, version).map(Request::Produce),
             _ => unreachable!("{key:?} is served without a decoder"),
         })
     }

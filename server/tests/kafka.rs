@@ -11,12 +11,15 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
-    RequestHeader, TopicName, metadata_request::MetadataRequestTopic,
+    ProduceRequest, ProduceResponse, RequestHeader, TopicName,
+    metadata_request::MetadataRequestTopic,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use shoal_proto::Durability;
+use shoal_proto::protocol::FetchFrom;
 
 use common::{Raw, ShoalProcess, metrics_page};
 
@@ -33,8 +36,8 @@ impl Kafka {
         Kafka { stream, correlation_id: 0 }
     }
 
-    /// Sends a request of `key` at `version` with `body` and returns the response body after
-    /// checking the correlation id (response header v0, or v1 when `flexible_response`).
+    /// Sends a request of `key` at `version` and returns the response body after checking the
+    /// correlation id (response header v0, or v1 when `flexible_response`).
     fn call<R: Encodable + HeaderVersion>(
         &mut self,
         key: ApiKey,
@@ -42,6 +45,17 @@ impl Kafka {
         request: &R,
         flexible_response: bool,
     ) -> Bytes {
+        self.send(key, version, request);
+        let mut response = self.receive().expect("a response");
+        assert_eq!(response.get_i32(), self.correlation_id);
+        if flexible_response {
+            assert_eq!(response.get_u8(), 0, "no tagged fields in the response header");
+        }
+        response
+    }
+
+    /// Sends a request of `key` at `version` under the next correlation id.
+    fn send<R: Encodable + HeaderVersion>(&mut self, key: ApiKey, version: i16, request: &R) {
         self.correlation_id += 1;
         let header = RequestHeader::default()
             .with_request_api_key(key as i16)
@@ -52,12 +66,6 @@ impl Kafka {
         header.encode(&mut body, R::header_version(version)).unwrap();
         request.encode(&mut body, version).unwrap();
         self.send_frame(&body);
-        let mut response = self.receive().expect("a response");
-        assert_eq!(response.get_i32(), self.correlation_id);
-        if flexible_response {
-            assert_eq!(response.get_u8(), 0, "no tagged fields in the response header");
-        }
-        response
     }
 
     fn send_frame(&mut self, body: &[u8]) {
@@ -96,6 +104,110 @@ fn metadata(kafka: &mut Kafka, version: i16, topics: Option<&[&str]>) -> Metadat
     let request = MetadataRequest::default().with_topics(topics);
     let mut body = kafka.call(ApiKey::Metadata, version, &request, version >= 9);
     MetadataResponse::decode(&mut body, version).unwrap()
+}
+
+/// A Produce of one batch per (topic, partition), `acks` as given; `None` for acks 0.
+fn produce(
+    kafka: &mut Kafka,
+    version: i16,
+    acks: i16,
+    batches: &[(&str, i32, Bytes)],
+) -> Option<ProduceResponse> {
+    let topics = batches
+        .iter()
+        .map(|(topic, partition, batch)| {
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(*partition)
+                        .with_records(Some(batch.clone())),
+                ])
+        })
+        .collect();
+    let request =
+        ProduceRequest::default().with_acks(acks).with_timeout_ms(30_000).with_topic_data(topics);
+    if acks == 0 {
+        kafka.send(ApiKey::Produce, version, &request);
+        return None;
+    }
+    let mut body = kafka.call(ApiKey::Produce, version, &request, version >= 9);
+    Some(ProduceResponse::decode(&mut body, version).unwrap())
+}
+
+/// (error code, base offset) of each partition answered, in order.
+fn produced(response: &ProduceResponse) -> Vec<(i16, i64)> {
+    response
+        .responses
+        .iter()
+        .flat_map(|topic| topic.partition_responses.iter())
+        .map(|p| (p.error_code, p.base_offset))
+        .collect()
+}
+
+#[test]
+fn produce_stores_each_batch_as_sent_and_answers_in_kafkas_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::start(dir.path(), 2);
+    let mut raw = Raw::connect(server.native(), 1);
+    raw.create_stream("kafka").ok();
+    raw.create_topic("kafka", "orders", 2, Durability::Persisted).ok();
+    let mut kafka = Kafka::connect(&server);
+    let batch = |values: &[&[u8]]| Bytes::from(common::batch(values));
+    // A message set of the old format (magic 1), as a client that believes the broker old
+    // sends: offset, size, CRC, magic 1, attributes, timestamp, key, value.
+    let mut old = Vec::new();
+    old.put_i64(0);
+    old.put_i32(4 + 1 + 1 + 8 + 4 + 4 + 1);
+    old.put_u32(0);
+    old.put_u8(1);
+    old.put_u8(0);
+    old.put_i64(0);
+    old.put_i32(-1);
+    old.put_i32(1);
+    old.put_u8(b'v');
+    let old_format = Bytes::from(old);
+    // Every served version, flexible and not: offsets follow on.
+    let mut next = 0;
+    for version in 3..=10 {
+        let response = produce(&mut kafka, version, -1, &[("orders", 1, batch(&[b"a", b"b"]))]);
+        assert_eq!(produced(&response.unwrap()), [(0, next)], "v{version}");
+        next += 2;
+    }
+    // acks=1 waits for the commit too; acks=0 gets no answer, and the next request's answer
+    // is the next frame on the connection.
+    let response = produce(&mut kafka, 9, 1, &[("orders", 0, batch(&[b"one"]))]);
+    assert_eq!(produced(&response.unwrap()), [(0, 0)]);
+    assert!(produce(&mut kafka, 9, 0, &[("orders", 0, batch(&[b"fire", b"forget"]))]).is_none());
+    assert_eq!(metadata(&mut kafka, 9, Some(&["orders"])).topics.len(), 1);
+    // Refusals, each for its own partition; the connection stays open.
+    let mut corrupt = common::batch(&[b"x"]);
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    // Over the topic's bound (60 KiB in the small profile), under the frame bound.
+    let huge = batch(&[&vec![b'h'; 100 << 10]]);
+    let response = produce(
+        &mut kafka,
+        9,
+        -1,
+        &[
+            ("orders", 0, Bytes::from(corrupt)),
+            ("missing", 0, batch(&[b"x"])),
+            ("orders", 7, batch(&[b"x"])),
+            ("orders", 0, huge),
+            ("orders", 0, Bytes::from_static(b"not a batch")),
+            ("orders", 0, old_format),
+        ],
+    );
+    let errors: Vec<i16> = produced(&response.unwrap()).iter().map(|(e, _)| *e).collect();
+    assert_eq!(errors, [2, 3, 3, 10, 2, 43]);
+    // What was acknowledged is there, as sent, read back over the native protocol.
+    let (_, records) = raw.fetch("kafka", "orders", 1, FetchFrom::Offset(0), 100);
+    assert_eq!(records.len(), 16);
+    assert_eq!(records[15], (15, b"b".to_vec()));
+    let (_, records) = raw.fetch("kafka", "orders", 0, FetchFrom::Offset(0), 100);
+    let values: Vec<&[u8]> = records.iter().map(|(_, v)| v.as_slice()).collect();
+    assert_eq!(values, [&b"one"[..], b"fire", b"forget"]);
 }
 
 #[test]
@@ -200,11 +312,11 @@ fn hostile_frames_close_their_connection_only() {
     body.put_i32(i32::MAX);
     body.extend_from_slice(&[0, 1, b'a']);
     frames.push(("a count of two billion", framed(&body)));
-    // An API key nobody knows, and a Produce (not served yet).
-    for key in [1000i16, 0] {
+    // An API key nobody knows, and a Fetch (not served yet).
+    for key in [1000i16, 1] {
         let mut body = Vec::new();
         body.put_i16(key);
-        body.put_i16(3);
+        body.put_i16(4);
         body.put_i32(1);
         body.put_i16(-1);
         frames.push(("an API not served", framed(&body)));

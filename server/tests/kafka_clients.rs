@@ -1,5 +1,6 @@
 //! Real Kafka clients against the real binary: kcat (librdkafka 2.0.2) and kafka-python list the
-//! Kafka topics and their partitions' leaders through Metadata. The clients are installed by
+//! Kafka topics and their partitions' leaders through Metadata, and produce (acks=all); what
+//! they were acknowledged is read back over the native protocol. The clients are installed by
 //! `scripts/kafka-clients` (pinned versions; `.ci/run` calls it first). Without them a test
 //! says loudly that it skipped — except under `CI=true`, where a missing client fails the run.
 
@@ -9,6 +10,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use shoal_proto::Durability;
+use shoal_proto::protocol::FetchFrom;
 
 use common::{DEADLINE, Raw, ShoalProcess};
 
@@ -22,6 +24,12 @@ fn client(path: PathBuf, name: &str) -> Option<PathBuf> {
     assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
     eprintln!("SKIPPED: {message}");
     None
+}
+
+/// The Python of the virtual environment `scripts/kafka-clients` installed kafka-python in.
+fn kafka_python() -> Option<PathBuf> {
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.kafka-clients/venv");
+    client(venv.join("bin/python"), "kafka-python")
 }
 
 /// A server with the Kafka stream's topic `orders` of 3 partitions.
@@ -58,10 +66,17 @@ fn kcat_lists_the_kafka_topics_and_their_leaders() {
     assert!(partitions.iter().all(|p| p["leader"] == 0), "{listing}");
 }
 
+/// The values of partition `partition` of the Kafka topic `orders`, read over the native
+/// protocol.
+fn values(server: &ShoalProcess, partition: u32) -> Vec<Vec<u8>> {
+    let mut raw = Raw::connect(server.native(), 2);
+    let (_, records) = raw.fetch("kafka", "orders", partition, FetchFrom::Offset(0), 10_000);
+    records.into_iter().map(|(_, value)| value).collect()
+}
+
 #[test]
 fn kafka_python_sees_the_kafka_topics_and_their_partitions() {
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.kafka-clients/venv");
-    let Some(python) = client(venv.join("bin/python"), "kafka-python") else { return };
+    let Some(python) = kafka_python() else { return };
     let dir = tempfile::tempdir().unwrap();
     let server = server_with_topic(dir.path());
     let script = r#"
@@ -76,4 +91,28 @@ consumer.close()
     let seen: serde_json::Value = serde_json::from_str(out.trim()).expect(&out);
     assert_eq!(seen["topics"], serde_json::json!(["orders"]));
     assert_eq!(seen["orders"], serde_json::json!([0, 1, 2]));
+}
+
+#[test]
+fn kafka_python_produces_with_acks_all_and_every_acknowledged_offset_holds_its_message() {
+    let Some(python) = kafka_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_with_topic(dir.path());
+    let script = r#"
+import json, sys
+from kafka import KafkaProducer
+producer = KafkaProducer(bootstrap_servers=sys.argv[1], acks="all", linger_ms=5)
+futures = [producer.send("orders", value=b"value-%d" % i, partition=1) for i in range(1000)]
+producer.flush()
+print(json.dumps([f.get(timeout=30).offset for f in futures]))
+producer.close()
+"#;
+    let out = run(Command::new(python).args(["-c", script, server.kafka().unwrap()]));
+    let offsets: Vec<u64> = serde_json::from_str(out.trim()).expect(&out);
+    assert_eq!(offsets, (0..1000).collect::<Vec<u64>>());
+    let stored = values(&server, 1);
+    assert_eq!(stored.len(), 1000);
+    for (offset, value) in offsets.iter().zip(&stored) {
+        assert_eq!(value, format!("value-{offset}").as_bytes());
+    }
 }

@@ -44,6 +44,37 @@ fn metadata_requests_of_every_version_decode_as_sent() {
 }
 
 #[test]
+fn produce_requests_of_every_version_decode_as_sent_with_the_records_as_slices() {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    for version in 3..=10 {
+        let partition = |index, records: &'static [u8]| {
+            PartitionProduceData::default()
+                .with_index(index)
+                .with_records(Some(Bytes::from_static(records)))
+        };
+        let sent = messages::ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_static_str("orders")))
+                    .with_partition_data(vec![partition(0, b"batch zero"), partition(2, b"two")]),
+            ]);
+        let mut reader = encoded(&sent, version);
+        let got = ProduceRequest::decode(&mut reader, version).unwrap();
+        assert_eq!(reader.remaining(), 0, "v{version}");
+        assert_eq!((got.acks, got.timeout_ms, got.transactional_id), (-1, 30_000, None));
+        assert_eq!(got.topics.len(), 1);
+        assert_eq!(got.topics[0].name, "orders");
+        let partitions: Vec<(i32, Option<Bytes>)> =
+            got.topics[0].partitions.iter().map(|p| (p.index, p.records.clone())).collect();
+        let expected =
+            [(0, Some(Bytes::from_static(b"batch zero"))), (2, Some(Bytes::from_static(b"two")))];
+        assert_eq!(partitions, expected, "v{version}");
+    }
+}
+
+#[test]
 fn api_versions_requests_of_every_version_decode_as_sent() {
     for version in 0..=4 {
         let sent = messages::ApiVersionsRequest::default()
@@ -107,6 +138,7 @@ proptest! {
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256), version in 0i16..=12) {
         let _ = MetadataRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version);
+        let _ = ProduceRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(3, 10));
         let _ = ApiVersionsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(4));
         let mut reader = Reader::new(Bytes::from(bytes));
         if let Ok(header) = crate::RequestHeader::decode(&mut reader) {

@@ -10,11 +10,14 @@
 //! This module never touches storage or replicas: what a request needs from a partition it asks
 //! the owning shard through its inbox, as native connections do.
 
+mod errors;
 mod metadata;
+mod produce;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt};
@@ -55,9 +58,19 @@ impl From<DecodeError> for Close {
     }
 }
 
+/// The client ids of Kafka connections' writes: a tag in the top bits (native clients pick
+/// their own ids, and the owning shard keys a write by client and request number), then a
+/// count of connections since the process started.
+const KAFKA_CLIENT_TAG: u64 = 0x4b46 << 48;
+static NEXT_CLIENT: AtomicU64 = AtomicU64::new(KAFKA_CLIENT_TAG);
+
 /// One connection's state across its requests.
 struct Connection {
     context: Rc<Acceptor>,
+    /// The client id its writes carry, unique among the node's connections.
+    client: u64,
+    /// Writes sent so far: the request number of each.
+    requests: u64,
     /// The address this client reached: what a one-node cluster advertises as its broker.
     reached: Option<SocketAddr>,
     catalog: Arc<Catalog>,
@@ -68,6 +81,8 @@ async fn serve(mut stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionG
     let peer = stream.peer_addr().ok();
     let mut connection = Connection {
         reached: stream.local_addr().ok(),
+        client: NEXT_CLIENT.fetch_add(1, Ordering::Relaxed),
+        requests: 0,
         // Empty until the first request refreshes it (the placeholder the native side uses).
         catalog: Arc::new(Catalog::new(1, 0)),
         context,
@@ -140,6 +155,13 @@ impl Connection {
                     "Kafka client"
                 );
                 encoded(encode_frame(&header, &shoal_kafka::api_versions(None), version))
+            }
+            Request::Produce(request) => {
+                self.context.published.refresh(&mut self.catalog);
+                match produce::answer(self, request).await {
+                    Some(body) => encoded(encode_frame(&header, &body, version)),
+                    None => Ok(None),
+                }
             }
             Request::Metadata(request) => {
                 self.context.published.refresh(&mut self.catalog);
