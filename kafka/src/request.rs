@@ -7,10 +7,15 @@
 //! Responses, which Shoal builds from its own state, are encoded with the crate.
 
 mod api_versions;
+mod list_offsets;
 mod metadata;
 mod produce;
 
 pub use api_versions::ApiVersionsRequest;
+pub use list_offsets::{
+    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, LIST_OFFSETS_PARTITIONS_MAX, LIST_OFFSETS_TOPICS_MAX,
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+};
 pub use metadata::{METADATA_TOPICS_MAX, MetadataRequest, MetadataTopic};
 pub use produce::{
     PRODUCE_PARTITIONS_MAX, PRODUCE_TOPICS_MAX, ProducePartition, ProduceRequest, ProduceTopic,
@@ -29,6 +34,7 @@ pub enum Request {
     ApiVersions(ApiVersionsRequest),
     Metadata(MetadataRequest),
     Produce(ProduceRequest),
+    ListOffsets(ListOffsetsRequest),
 }
 
 impl Request {
@@ -49,6 +55,9 @@ impl Request {
             }
             ApiKey::Metadata => MetadataRequest::decode(reader, version).map(Request::Metadata),
             ApiKey::Produce => ProduceRequest::decode(reader, version).map(Request::Produce),
+            ApiKey::ListOffsets => {
+                ListOffsetsRequest::decode(reader, version).map(Request::ListOffsets)
+            }
             _ => unreachable!("{key:?} is served without a decoder"),
         })
     }

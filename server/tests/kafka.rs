@@ -11,10 +11,11 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
-    ProduceRequest, ProduceResponse, RequestHeader, TopicName,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, ListOffsetsRequest, ListOffsetsResponse,
+    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader, TopicName,
     metadata_request::MetadataRequestTopic,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
@@ -208,6 +209,60 @@ fn produce_stores_each_batch_as_sent_and_answers_in_kafkas_codes() {
     let (_, records) = raw.fetch("kafka", "orders", 0, FetchFrom::Offset(0), 100);
     let values: Vec<&[u8]> = records.iter().map(|(_, v)| v.as_slice()).collect();
     assert_eq!(values, [&b"one"[..], b"fire", b"forget"]);
+}
+
+/// (error code, offset) for each (topic, timestamp) asked, partition 0 each.
+fn list_offsets(kafka: &mut Kafka, version: i16, asked: &[(&str, i64)]) -> Vec<(i16, i64)> {
+    let topics = asked
+        .iter()
+        .map(|(topic, timestamp)| {
+            ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![ListOffsetsPartition::default().with_timestamp(*timestamp)])
+        })
+        .collect();
+    let request = ListOffsetsRequest::default().with_topics(topics);
+    let mut body = kafka.call(ApiKey::ListOffsets, version, &request, version >= 6);
+    let response = ListOffsetsResponse::decode(&mut body, version).unwrap();
+    response
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| (p.error_code, p.offset))
+        .collect()
+}
+
+#[test]
+fn list_offsets_answers_earliest_latest_and_the_first_batch_appended_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::start(dir.path(), 1);
+    let mut raw = Raw::connect(server.native(), 1);
+    raw.create_stream("kafka").ok();
+    raw.create_topic("kafka", "orders", 1, Durability::Replicated).ok();
+    let mut kafka = Kafka::connect(&server);
+    for version in 1..=6 {
+        let empty = list_offsets(&mut kafka, version, &[("orders", -2), ("orders", -1)]);
+        assert_eq!(empty, [(0, 0), (0, 0)], "v{version}");
+    }
+    let batch = |values: &[&[u8]]| Bytes::from(common::batch(values));
+    produce(&mut kafka, 9, -1, &[("orders", 0, batch(&[b"a1", b"a2"]))]);
+    // A time after the first batch's append and at or before the second's.
+    let between = common::now_ms() + 1;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while common::now_ms() <= between {
+        assert!(std::time::Instant::now() < deadline, "the clock stands still");
+        std::hint::spin_loop();
+    }
+    produce(&mut kafka, 9, -1, &[("orders", 0, batch(&[b"b1", b"b2", b"b3"]))]);
+    let later = common::now_ms() + 60_000;
+    for version in 1..=6 {
+        let asked = [("orders", -2), ("orders", -1), ("orders", between), ("orders", later)];
+        let answers = list_offsets(&mut kafka, version, &asked);
+        assert_eq!(answers, [(0, 0), (0, 5), (0, 2), (0, -1)], "v{version}");
+    }
+    // An unknown topic, and the largest-timestamp query (v7, not served), each with its error.
+    let answers = list_offsets(&mut kafka, 6, &[("missing", -1), ("orders", -3)]);
+    assert_eq!(answers, [(3, -1), (42, -1)]);
 }
 
 #[test]

@@ -75,6 +75,28 @@ fn produce_requests_of_every_version_decode_as_sent_with_the_records_as_slices()
 }
 
 #[test]
+fn list_offsets_requests_of_every_version_decode_as_sent() {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    for version in 1..=6 {
+        let partition = |index, timestamp| {
+            ListOffsetsPartition::default().with_partition_index(index).with_timestamp(timestamp)
+        };
+        let sent = messages::ListOffsetsRequest::default().with_topics(vec![
+            ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("orders")))
+                .with_partitions(vec![partition(0, -1), partition(3, 1_700_000_000_000)]),
+        ]);
+        let mut reader = encoded(&sent, version);
+        let got = ListOffsetsRequest::decode(&mut reader, version).unwrap();
+        assert_eq!(reader.remaining(), 0, "v{version}");
+        assert_eq!(got.topics[0].name, "orders");
+        let asked: Vec<(i32, i64)> =
+            got.topics[0].partitions.iter().map(|p| (p.index, p.timestamp)).collect();
+        assert_eq!(asked, [(0, -1), (3, 1_700_000_000_000)], "v{version}");
+    }
+}
+
+#[test]
 fn api_versions_requests_of_every_version_decode_as_sent() {
     for version in 0..=4 {
         let sent = messages::ApiVersionsRequest::default()
@@ -138,6 +160,7 @@ proptest! {
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256), version in 0i16..=12) {
         let _ = MetadataRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version);
+        let _ = ListOffsetsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(1, 6));
         let _ = ProduceRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(3, 10));
         let _ = ApiVersionsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(4));
         let mut reader = Reader::new(Bytes::from(bytes));

@@ -11,6 +11,7 @@
 //! the owning shard through its inbox, as native connections do.
 
 mod errors;
+mod list_offsets;
 mod metadata;
 mod produce;
 
@@ -162,6 +163,11 @@ impl Connection {
                     Some(body) => encoded(encode_frame(&header, &body, version)),
                     None => Ok(None),
                 }
+            }
+            Request::ListOffsets(request) => {
+                self.context.published.refresh(&mut self.catalog);
+                let body = list_offsets::answer(self, request).await;
+                encoded(encode_frame(&header, &body, version))
             }
             Request::Metadata(request) => {
                 self.context.published.refresh(&mut self.catalog);
