@@ -18,6 +18,7 @@ pub struct Served {
 /// Every API Shoal serves.
 pub const SERVED: &[Served] = &[
     Served { key: ApiKey::Produce, min_version: 3, max_version: 10 },
+    Served { key: ApiKey::Fetch, min_version: 4, max_version: 16 },
     Served { key: ApiKey::ListOffsets, min_version: 1, max_version: 6 },
     Served { key: ApiKey::Metadata, min_version: 0, max_version: 12 },
     Served { key: ApiKey::ApiVersions, min_version: 0, max_version: 4 },

@@ -7,11 +7,13 @@
 //! Responses, which Shoal builds from its own state, are encoded with the crate.
 
 mod api_versions;
+mod fetch;
 mod list_offsets;
 mod metadata;
 mod produce;
 
 pub use api_versions::ApiVersionsRequest;
+pub use fetch::{FETCH_PARTITIONS_MAX, FETCH_TOPICS_MAX, FetchPartition, FetchRequest, FetchTopic};
 pub use list_offsets::{
     EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, LIST_OFFSETS_PARTITIONS_MAX, LIST_OFFSETS_TOPICS_MAX,
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
@@ -35,6 +37,7 @@ pub enum Request {
     Metadata(MetadataRequest),
     Produce(ProduceRequest),
     ListOffsets(ListOffsetsRequest),
+    Fetch(FetchRequest),
 }
 
 impl Request {
@@ -55,6 +58,7 @@ impl Request {
             }
             ApiKey::Metadata => MetadataRequest::decode(reader, version).map(Request::Metadata),
             ApiKey::Produce => ProduceRequest::decode(reader, version).map(Request::Produce),
+            ApiKey::Fetch => FetchRequest::decode(reader, version).map(Request::Fetch),
             ApiKey::ListOffsets => {
                 ListOffsetsRequest::decode(reader, version).map(Request::ListOffsets)
             }

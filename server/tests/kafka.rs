@@ -11,12 +11,13 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, ListOffsetsRequest, ListOffsetsResponse,
-    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader, TopicName,
-    metadata_request::MetadataRequestTopic,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse,
+    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest,
+    ProduceResponse, RequestHeader, TopicName, metadata_request::MetadataRequestTopic,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use shoal_proto::Durability;
@@ -107,6 +108,21 @@ fn metadata(kafka: &mut Kafka, version: i16, topics: Option<&[&str]>) -> Metadat
     MetadataResponse::decode(&mut body, version).unwrap()
 }
 
+/// A server of `shards` shards whose Kafka stream holds `orders` of `partitions`
+/// partitions, and a native connection to it.
+fn server_with_orders(
+    dir: &std::path::Path,
+    shards: u32,
+    partitions: u32,
+    durability: Durability,
+) -> (ShoalProcess, Raw) {
+    let server = common::start(dir, shards);
+    let mut raw = Raw::connect(server.native(), 1);
+    raw.create_stream("kafka").ok();
+    raw.create_topic("kafka", "orders", partitions, durability).ok();
+    (server, raw)
+}
+
 /// A Produce of one batch per (topic, partition), `acks` as given; `None` for acks 0.
 fn produce(
     kafka: &mut Kafka,
@@ -149,10 +165,7 @@ fn produced(response: &ProduceResponse) -> Vec<(i16, i64)> {
 #[test]
 fn produce_stores_each_batch_as_sent_and_answers_in_kafkas_codes() {
     let dir = tempfile::tempdir().unwrap();
-    let server = common::start(dir.path(), 2);
-    let mut raw = Raw::connect(server.native(), 1);
-    raw.create_stream("kafka").ok();
-    raw.create_topic("kafka", "orders", 2, Durability::Persisted).ok();
+    let (server, mut raw) = server_with_orders(dir.path(), 2, 2, Durability::Persisted);
     let mut kafka = Kafka::connect(&server);
     let batch = |values: &[&[u8]]| Bytes::from(common::batch(values));
     // A message set of the old format (magic 1), as a client that believes the broker old
@@ -235,10 +248,7 @@ fn list_offsets(kafka: &mut Kafka, version: i16, asked: &[(&str, i64)]) -> Vec<(
 #[test]
 fn list_offsets_answers_earliest_latest_and_the_first_batch_appended_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
-    let server = common::start(dir.path(), 1);
-    let mut raw = Raw::connect(server.native(), 1);
-    raw.create_stream("kafka").ok();
-    raw.create_topic("kafka", "orders", 1, Durability::Replicated).ok();
+    let (server, _) = server_with_orders(dir.path(), 1, 1, Durability::Replicated);
     let mut kafka = Kafka::connect(&server);
     for version in 1..=6 {
         let empty = list_offsets(&mut kafka, version, &[("orders", -2), ("orders", -1)]);
@@ -263,6 +273,88 @@ fn list_offsets_answers_earliest_latest_and_the_first_batch_appended_at_a_time()
     // An unknown topic, and the largest-timestamp query (v7, not served), each with its error.
     let answers = list_offsets(&mut kafka, 6, &[("missing", -1), ("orders", -3)]);
     assert_eq!(answers, [(3, -1), (42, -1)]);
+}
+
+/// A Fetch of partition 0 of `orders` (by name, or by `id` from v13) from `offset`.
+fn fetch(
+    kafka: &mut Kafka,
+    version: i16,
+    id: shoal_kafka::Uuid,
+    offset: i64,
+    max_wait_ms: i32,
+) -> FetchResponse {
+    let partition =
+        FetchPartition::default().with_fetch_offset(offset).with_partition_max_bytes(1 << 20);
+    let topic = FetchTopic::default().with_partitions(vec![partition]);
+    let topic = if version >= 13 {
+        topic.with_topic_id(id)
+    } else {
+        topic.with_topic(TopicName(StrBytes::from_static_str("orders")))
+    };
+    let mut request = FetchRequest::default()
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(50 << 20)
+        .with_topics(vec![topic]);
+    if version <= 14 {
+        request = request.with_replica_id(kafka_protocol::messages::BrokerId(-1));
+    }
+    let mut body = kafka.call(ApiKey::Fetch, version, &request, version >= 12);
+    FetchResponse::decode(&mut body, version).unwrap()
+}
+
+/// (error, high watermark, the values of the records at or past `from`, with offsets).
+fn fetched(response: &FetchResponse, from: u64) -> (i16, i64, Vec<(u64, Vec<u8>)>) {
+    let partition = &response.responses[0].partitions[0];
+    let mut values = Vec::new();
+    let mut rest: &[u8] = partition.records.as_deref().unwrap_or_default();
+    while !rest.is_empty() {
+        let header = shoal_proto::batch::BatchHeader::parse(rest).expect("a batch");
+        let size = header.total_size();
+        for record in shoal_proto::batch::records(&rest[..size]).expect("records") {
+            let record = record.expect("a record");
+            let offset = header.base_offset() as u64 + record.offset_delta as u64;
+            if offset >= from {
+                values.push((offset, record.value.unwrap_or_default().to_vec()));
+            }
+        }
+        rest = &rest[size..];
+    }
+    (partition.error_code, partition.high_watermark, values)
+}
+
+#[test]
+fn fetch_returns_what_was_produced_waits_for_more_and_refuses_offsets_out_of_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _) = server_with_orders(dir.path(), 2, 1, Durability::Replicated);
+    let mut kafka = Kafka::connect(&server);
+    let id = metadata(&mut kafka, 12, None).topics[0].topic_id;
+    let batch = |values: &[&[u8]]| Bytes::from(common::batch(values));
+    produce(&mut kafka, 9, -1, &[("orders", 0, batch(&[b"a", b"b"]))]);
+    produce(&mut kafka, 9, -1, &[("orders", 0, batch(&[b"c"]))]);
+    let all = vec![(0, b"a".to_vec()), (1, b"b".to_vec()), (2, b"c".to_vec())];
+    for version in 4..=16 {
+        let (error, high_watermark, values) = fetched(&fetch(&mut kafka, version, id, 0, 0), 0);
+        assert_eq!((error, high_watermark), (0, 3), "v{version}");
+        assert_eq!(values, all, "v{version}");
+        // From the middle of the first batch: the whole batch comes, the client skips.
+        let (_, _, values) = fetched(&fetch(&mut kafka, version, id, 1, 0), 1);
+        assert_eq!(values, all[1..], "v{version}");
+    }
+    // At the end: nothing, after the wait (or at once without one).
+    let (error, _, values) = fetched(&fetch(&mut kafka, 12, id, 3, 50), 3);
+    assert_eq!((error, values.len()), (0, 0));
+    // Past the end: out of range.
+    assert_eq!(fetched(&fetch(&mut kafka, 12, id, 1000, 0), 0).0, 1);
+    // A fetch waiting at the end is answered when a batch arrives.
+    let waiting = std::thread::spawn({
+        let mut kafka = Kafka::connect(&server);
+        move || fetched(&fetch(&mut kafka, 12, id, 3, 20_000), 3)
+    });
+    // The waiting fetch may not be parked yet; either way it must see the batch.
+    produce(&mut kafka, 9, -1, &[("orders", 0, batch(&[b"d"]))]);
+    let (error, high_watermark, values) = waiting.join().unwrap();
+    assert_eq!((error, high_watermark, values), (0, 4, vec![(3, b"d".to_vec())]));
 }
 
 #[test]
@@ -307,10 +399,7 @@ fn api_versions_lists_what_is_served_and_answers_a_future_version_at_v0() {
 #[test]
 fn metadata_names_the_kafka_stream_topics_with_this_node_leading_every_partition() {
     let dir = tempfile::tempdir().unwrap();
-    let server = common::start(dir.path(), 2);
-    let mut raw = Raw::connect(server.native(), 1);
-    raw.create_stream("kafka").ok();
-    raw.create_topic("kafka", "orders", 3, Durability::Replicated).ok();
+    let (server, mut raw) = server_with_orders(dir.path(), 2, 3, Durability::Replicated);
     raw.create_stream("other").ok();
     raw.create_topic("other", "hidden", 1, Durability::Replicated).ok();
     let mut kafka = Kafka::connect(&server);
@@ -367,11 +456,11 @@ fn hostile_frames_close_their_connection_only() {
     body.put_i32(i32::MAX);
     body.extend_from_slice(&[0, 1, b'a']);
     frames.push(("a count of two billion", framed(&body)));
-    // An API key nobody knows, and a Fetch (not served yet).
+    // An API key nobody knows, and a Fetch at a version not served.
     for key in [1000i16, 1] {
         let mut body = Vec::new();
         body.put_i16(key);
-        body.put_i16(4);
+        body.put_i16(3);
         body.put_i32(1);
         body.put_i16(-1);
         frames.push(("an API not served", framed(&body)));

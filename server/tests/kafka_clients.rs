@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -42,7 +43,18 @@ fn server_with_topic(dir: &std::path::Path) -> ShoalProcess {
 }
 
 fn run(command: &mut Command) -> String {
-    let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("runs");
+    run_with_input(command, b"")
+}
+
+/// Runs `command` with `input` on its stdin, bounded by the tests' deadline; its stdout.
+fn run_with_input(command: &mut Command, input: &[u8]) -> String {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    child.stdin.take().expect("stdin").write_all(input).expect("input written");
     let output = shoal_testkit::output_within(child, DEADLINE, "a Kafka client");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{:?} failed: {stderr}", command);
@@ -72,6 +84,39 @@ fn values(server: &ShoalProcess, partition: u32) -> Vec<Vec<u8>> {
     let mut raw = Raw::connect(server.native(), 2);
     let (_, records) = raw.fetch("kafka", "orders", partition, FetchFrom::Offset(0), 10_000);
     records.into_iter().map(|(_, value)| value).collect()
+}
+
+#[test]
+fn kcat_produces_and_consumes_in_order() {
+    let Some(kcat) = client(PathBuf::from("/usr/bin/kcat"), "kcat") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_with_topic(dir.path());
+    let kafka = server.kafka().unwrap();
+    let lines: String = (0..500).map(|i| format!("message-{i}\n")).collect();
+    // librdkafka's defaults: acks=all, batching; -p 2 names the partition.
+    run_with_input(
+        Command::new(&kcat).args(["-b", kafka, "-P", "-t", "orders", "-p", "2"]),
+        lines.as_bytes(),
+    );
+    let expected: Vec<Vec<u8>> = (0..500).map(|i| format!("message-{i}").into_bytes()).collect();
+    assert_eq!(values(&server, 2), expected, "stored as produced");
+    // From the beginning to the end of the partition (-e exits there).
+    let consumed = run(Command::new(&kcat).args([
+        "-b",
+        kafka,
+        "-C",
+        "-t",
+        "orders",
+        "-p",
+        "2",
+        "-o",
+        "beginning",
+        "-e",
+        "-f",
+        "%o %s\n",
+    ]));
+    let expected: String = (0..500).map(|i| format!("{i} message-{i}\n")).collect();
+    assert_eq!(consumed, expected);
 }
 
 #[test]
@@ -107,7 +152,7 @@ producer.flush()
 print(json.dumps([f.get(timeout=30).offset for f in futures]))
 producer.close()
 "#;
-    let out = run(Command::new(python).args(["-c", script, server.kafka().unwrap()]));
+    let out = run(Command::new(&python).args(["-c", script, server.kafka().unwrap()]));
     let offsets: Vec<u64> = serde_json::from_str(out.trim()).expect(&out);
     assert_eq!(offsets, (0..1000).collect::<Vec<u64>>());
     let stored = values(&server, 1);
@@ -115,4 +160,25 @@ producer.close()
     for (offset, value) in offsets.iter().zip(&stored) {
         assert_eq!(value, format!("value-{offset}").as_bytes());
     }
+    // And a kafka-python consumer reads them back from the beginning, in order.
+    let script = r#"
+import json, sys
+from kafka import KafkaConsumer, TopicPartition
+consumer = KafkaConsumer(bootstrap_servers=sys.argv[1], enable_auto_commit=False)
+partition = TopicPartition("orders", 1)
+consumer.assign([partition])
+consumer.seek_to_beginning(partition)
+seen = []
+for _ in range(200):
+    for records in consumer.poll(timeout_ms=500).values():
+        seen += [[r.offset, r.value.decode()] for r in records]
+    if len(seen) >= 1000:
+        break
+print(json.dumps(seen))
+consumer.close()
+"#;
+    let out = run(Command::new(&python).args(["-c", script, server.kafka().unwrap()]));
+    let seen: Vec<(u64, String)> = serde_json::from_str(out.trim()).expect(&out);
+    let expected: Vec<(u64, String)> = (0..1000).map(|i| (i, format!("value-{i}"))).collect();
+    assert_eq!(seen, expected);
 }

@@ -97,6 +97,58 @@ fn list_offsets_requests_of_every_version_decode_as_sent() {
 }
 
 #[test]
+fn fetch_requests_of_every_version_decode_as_sent() {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
+    for version in 4..=16 {
+        let partition = |index, offset| {
+            FetchPartition::default()
+                .with_partition(index)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1 << 20)
+        };
+        let topic = FetchTopic::default().with_partitions(vec![partition(0, 5), partition(2, 9)]);
+        let topic = if version >= 13 {
+            topic.with_topic_id(crate::Uuid::from_bytes([7; 16]))
+        } else {
+            topic.with_topic(TopicName(StrBytes::from_static_str("orders")))
+        };
+        let mut sent = messages::FetchRequest::default()
+            .with_max_wait_ms(500)
+            .with_min_bytes(1)
+            .with_max_bytes(50 << 20)
+            .with_topics(vec![topic]);
+        if version >= 7 {
+            let forgotten = ForgottenTopic::default().with_partitions(vec![1]);
+            let forgotten = if version >= 13 {
+                forgotten.with_topic_id(crate::Uuid::from_bytes([8; 16]))
+            } else {
+                forgotten.with_topic(TopicName(StrBytes::from_static_str("old")))
+            };
+            sent = sent.with_forgotten_topics_data(vec![forgotten]);
+        }
+        if version <= 14 {
+            sent = sent.with_replica_id(kafka_protocol::messages::BrokerId(-1));
+        }
+        let mut reader = encoded(&sent, version);
+        let got = FetchRequest::decode(&mut reader, version).unwrap();
+        assert_eq!(reader.remaining(), 0, "v{version}");
+        assert_eq!((got.max_wait_ms, got.min_bytes, got.max_bytes), (500, 1, 50 << 20));
+        let topic = &got.topics[0];
+        if version >= 13 {
+            assert_eq!((topic.name.as_deref(), topic.topic_id), (None, [7; 16]));
+        } else {
+            assert_eq!(topic.name.as_deref(), Some("orders"));
+        }
+        let asked: Vec<(i32, i64, i32)> = topic
+            .partitions
+            .iter()
+            .map(|p| (p.index, p.fetch_offset, p.partition_max_bytes))
+            .collect();
+        assert_eq!(asked, [(0, 5, 1 << 20), (2, 9, 1 << 20)], "v{version}");
+    }
+}
+
+#[test]
 fn api_versions_requests_of_every_version_decode_as_sent() {
     for version in 0..=4 {
         let sent = messages::ApiVersionsRequest::default()
@@ -160,6 +212,7 @@ proptest! {
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256), version in 0i16..=12) {
         let _ = MetadataRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version);
+        let _ = FetchRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(4, 16));
         let _ = ListOffsetsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(1, 6));
         let _ = ProduceRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(3, 10));
         let _ = ApiVersionsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(4));

@@ -11,6 +11,7 @@
 //! the owning shard through its inbox, as native connections do.
 
 mod errors;
+mod fetch;
 mod list_offsets;
 mod metadata;
 mod produce;
@@ -163,6 +164,11 @@ impl Connection {
                     Some(body) => encoded(encode_frame(&header, &body, version)),
                     None => Ok(None),
                 }
+            }
+            Request::Fetch(request) => {
+                self.context.published.refresh(&mut self.catalog);
+                let body = fetch::answer(self, request).await;
+                encoded(encode_frame(&header, &body, version))
             }
             Request::ListOffsets(request) => {
                 self.context.published.refresh(&mut self.catalog);

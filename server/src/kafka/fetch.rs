@@ -1,0 +1,217 @@
+//! The Fetch answer: each partition read by the owning shard as a native fetch is — committed
+//! data only, whole batches from the one holding the fetch offset, from the ring, the batch
+//! cache or the disk — and returned as stored (compressed batches as their producer sent them).
+//!
+//! Waiting: a first round reads every partition at once without waiting. If it found nothing
+//! and the client allows a wait, a second round parks every partition's read (each answers when
+//! its partition gets data or its wait ends) and the response goes out as soon as the first of
+//! them answers; the others are taken as they stand. `min_bytes` above 1 is treated as 1.
+//! Fetch sessions (KIP-227) are not kept: the response's session id is 0, which tells clients
+//! to send full requests. An offset before the first held or past the committed end is
+//! `OFFSET_OUT_OF_RANGE`, so the client resets by its `auto.offset.reset`. The batches of all
+//! partitions are copied into the response body (the codec takes one buffer per partition).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
+use bytes::{Bytes, BytesMut};
+use shoal_kafka::kafka_protocol::error::ResponseError;
+use shoal_kafka::kafka_protocol::messages::fetch_response::{
+    FetchableTopicResponse, PartitionData,
+};
+use shoal_kafka::kafka_protocol::messages::{FetchResponse, TopicName};
+use shoal_kafka::kafka_protocol::protocol::StrBytes;
+use shoal_kafka::request::FetchRequest;
+use shoal_kafka::{Uuid, topic_id};
+use shoal_proto::protocol::{FetchFrom, FetchReply};
+
+use super::Connection;
+use super::errors::kafka_error;
+use crate::metadata::{PartitionPlace, Topic};
+use crate::shard::{Body, FetchArgs, Outcome, Work};
+
+/// One asked partition: where it lives (or why it cannot be read) and what was found.
+struct Asked {
+    index: i32,
+    fetch_offset: i64,
+    bytes_max: u32,
+    place: Result<PartitionPlace, ResponseError>,
+    found: Option<Outcome>,
+}
+
+pub(super) async fn answer(connection: &Connection, request: FetchRequest) -> FetchResponse {
+    let config = &connection.context.config;
+    let cluster = config.cluster.id;
+    let topics_of_stream = connection.catalog.streams.get(&config.kafka.stream).map(|s| &s.topics);
+    let find = |name: &Option<String>, id: &[u8; 16]| -> Option<(String, &Topic)> {
+        let topics = topics_of_stream?;
+        match name {
+            Some(name) => topics.get(name).map(|topic| (name.clone(), topic)),
+            None => topics
+                .iter()
+                .find(|(_, topic)| {
+                    topic.partitions.first().is_some_and(|p| topic_id(cluster, p.group) == *id)
+                })
+                .map(|(name, topic)| (name.clone(), topic)),
+        }
+    };
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for wanted in &request.topics {
+        let found = find(&wanted.name, &wanted.topic_id);
+        let unknown = if wanted.name.is_some() {
+            ResponseError::UnknownTopicOrPartition
+        } else {
+            ResponseError::UnknownTopicId
+        };
+        let asked: Vec<Asked> = wanted
+            .partitions
+            .iter()
+            .map(|p| Asked {
+                index: p.index,
+                fetch_offset: p.fetch_offset,
+                bytes_max: p.partition_max_bytes.clamp(1, request.max_bytes.max(1)) as u32,
+                place: found
+                    .as_ref()
+                    .and_then(|(_, topic)| topic.partitions.get(usize::try_from(p.index).ok()?))
+                    .copied()
+                    .ok_or(unknown),
+                found: None,
+            })
+            .collect();
+        let name = found.map_or_else(|| wanted.name.clone().unwrap_or_default(), |(n, _)| n);
+        topics.push((name, wanted.topic_id, asked));
+    }
+
+    connection.read_all(&mut topics, 0).await;
+    let found_bytes: usize = topics.iter().flat_map(|t| &t.2).map(batch_bytes).sum();
+    if found_bytes == 0 && request.max_wait_ms > 0 {
+        let wait_ms = (request.max_wait_ms as u32).min(config.network.fetch_wait_ms_max);
+        connection.read_all(&mut topics, wait_ms).await;
+    }
+
+    let mut left = usize::try_from(request.max_bytes).unwrap_or(0).max(1);
+    let responses = topics
+        .into_iter()
+        .map(|(name, id, asked)| {
+            let partitions = asked.into_iter().map(|a| partition_data(a, &mut left)).collect();
+            FetchableTopicResponse::default()
+                .with_topic(TopicName(StrBytes::from_string(name)))
+                .with_topic_id(Uuid::from_bytes(id))
+                .with_partitions(partitions)
+        })
+        .collect();
+    FetchResponse::default().with_session_id(0).with_responses(responses)
+}
+
+/// Bytes of batches a partition's answer holds (0 without one).
+fn batch_bytes(asked: &Asked) -> usize {
+    match &asked.found {
+        Some(Outcome { error: 0, body: Body::Parts(parts) }) => {
+            parts.iter().skip(1).map(Bytes::len).sum()
+        }
+        _ => 0,
+    }
+}
+
+/// One partition's part of the response; its batches count against `left` (the response's
+/// byte bound), and none are added once it is spent.
+fn partition_data(asked: Asked, left: &mut usize) -> PartitionData {
+    let data = PartitionData::default()
+        .with_partition_index(asked.index)
+        .with_high_watermark(-1)
+        .with_last_stable_offset(-1)
+        .with_log_start_offset(-1);
+    let refused = |error: ResponseError| data.clone().with_error_code(error.code());
+    if let Err(error) = asked.place {
+        return refused(error);
+    }
+    let parts = match asked.found {
+        Some(Outcome { error: 0, body: Body::Parts(parts) }) => parts,
+        Some(Outcome { error, .. }) => {
+            return refused(kafka_error(error).unwrap_or(ResponseError::UnknownServerError));
+        }
+        None => return refused(ResponseError::NotLeaderOrFollower),
+    };
+    let Some((reply, _)) = parts.first().and_then(|prefix| FetchReply::decode(prefix).ok()) else {
+        return refused(ResponseError::UnknownServerError);
+    };
+    let data = data
+        .with_high_watermark(reply.next_offset as i64)
+        .with_last_stable_offset(reply.next_offset as i64)
+        .with_log_start_offset(reply.first_offset as i64);
+    let offset = u64::try_from(asked.fetch_offset).unwrap_or(u64::MAX);
+    if offset < reply.first_offset || offset > reply.next_offset {
+        return data.with_error_code(ResponseError::OffsetOutOfRange.code());
+    }
+    let size: usize = parts.iter().skip(1).map(Bytes::len).sum();
+    if size == 0 || *left == 0 {
+        return data.with_records(Some(Bytes::new()));
+    }
+    *left = left.saturating_sub(size);
+    let mut records = BytesMut::with_capacity(size);
+    for part in &parts[1..] {
+        records.extend_from_slice(part);
+    }
+    data.with_records(Some(records.freeze()))
+}
+
+impl Connection {
+    /// Reads every readable partition that has no batches yet, at once, each from its owning
+    /// shard. Without a wait, every answer is awaited; with one (a long-poll round), the first
+    /// answer ends the round and the others are taken as they stand.
+    async fn read_all(&self, topics: &mut [(String, [u8; 16], Vec<Asked>)], wait_ms_max: u32) {
+        let mut pending = Vec::new();
+        for (topic, (_, _, asked)) in topics.iter().enumerate() {
+            for (at, a) in asked.iter().enumerate() {
+                let Ok(place) = a.place else { continue };
+                if batch_bytes(a) > 0 || matches!(&a.found, Some(o) if o.error != 0) {
+                    continue;
+                }
+                let args = FetchArgs {
+                    partition: a.index as u32,
+                    from: FetchFrom::Offset(u64::try_from(a.fetch_offset).unwrap_or(u64::MAX)),
+                    bytes_max: a.bytes_max,
+                    count_max: u32::MAX,
+                    wait_ms_max,
+                };
+                let (reply, answer) = flume::bounded(1);
+                let work = Work::Fetch { group: place.group, args, reply };
+                if self.context.mesh[place.shard as usize].send_async(work).await.is_ok() {
+                    pending.push((topic, at, answer));
+                }
+            }
+        }
+        let mut found: Vec<Option<Outcome>> = pending.iter().map(|_| None).collect();
+        if wait_ms_max > 0 && !pending.is_empty() {
+            // The first answer (data, or the end of its wait) ends the round; what a receiver
+            // yields is kept, since it is gone from its channel once yielded.
+            let mut receiving: Vec<_> =
+                pending.iter().map(|(_, _, answer)| Some(answer.recv_async())).collect();
+            std::future::poll_fn(|context| {
+                let mut answered = false;
+                for (slot, receiver) in found.iter_mut().zip(receiving.iter_mut()) {
+                    if let Some(future) = receiver
+                        && let Poll::Ready(outcome) = Pin::new(future).poll(context)
+                    {
+                        *slot = outcome.ok();
+                        *receiver = None;
+                        answered = true;
+                    }
+                }
+                if answered { Poll::Ready(()) } else { Poll::Pending }
+            })
+            .await;
+        }
+        for ((topic, at, answer), slot) in pending.into_iter().zip(found) {
+            let outcome = match slot {
+                Some(outcome) => Some(outcome),
+                None if wait_ms_max > 0 => answer.try_recv().ok(),
+                None => answer.recv_async().await.ok(),
+            };
+            if outcome.is_some() {
+                topics[topic].2[at].found = outcome;
+            }
+        }
+    }
+}
