@@ -118,7 +118,9 @@ async fn serve(mut stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionG
             Err(Close::Gone) => return,
             Err(Close::Refused(reason)) => {
                 connection.context.metrics.kafka_connection_refused();
-                tracing::info!(?peer, "closing a Kafka connection: {reason}");
+                // At debug: a client sending garbage in a loop must not flood the log; the
+                // counter shows it.
+                tracing::debug!(?peer, "closing a Kafka connection: {reason}");
                 return;
             }
         }
