@@ -22,6 +22,7 @@ pub const SERVED: &[Served] = &[
     Served { key: ApiKey::ListOffsets, min_version: 1, max_version: 6 },
     Served { key: ApiKey::Metadata, min_version: 0, max_version: 12 },
     Served { key: ApiKey::ApiVersions, min_version: 0, max_version: 4 },
+    Served { key: ApiKey::InitProducerId, min_version: 0, max_version: 4 },
 ];
 
 /// The versions Shoal serves of `key`, if any.

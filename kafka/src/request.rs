@@ -8,12 +8,14 @@
 
 mod api_versions;
 mod fetch;
+mod init_producer_id;
 mod list_offsets;
 mod metadata;
 mod produce;
 
 pub use api_versions::ApiVersionsRequest;
 pub use fetch::{FETCH_PARTITIONS_MAX, FETCH_TOPICS_MAX, FetchPartition, FetchRequest, FetchTopic};
+pub use init_producer_id::InitProducerIdRequest;
 pub use list_offsets::{
     EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, LIST_OFFSETS_PARTITIONS_MAX, LIST_OFFSETS_TOPICS_MAX,
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
@@ -38,6 +40,7 @@ pub enum Request {
     Produce(ProduceRequest),
     ListOffsets(ListOffsetsRequest),
     Fetch(FetchRequest),
+    InitProducerId(InitProducerIdRequest),
 }
 
 impl Request {
@@ -59,6 +62,9 @@ impl Request {
             ApiKey::Metadata => MetadataRequest::decode(reader, version).map(Request::Metadata),
             ApiKey::Produce => ProduceRequest::decode(reader, version).map(Request::Produce),
             ApiKey::Fetch => FetchRequest::decode(reader, version).map(Request::Fetch),
+            ApiKey::InitProducerId => {
+                InitProducerIdRequest::decode(reader, version).map(Request::InitProducerId)
+            }
             ApiKey::ListOffsets => {
                 ListOffsetsRequest::decode(reader, version).map(Request::ListOffsets)
             }

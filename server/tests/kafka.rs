@@ -16,8 +16,9 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse,
-    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest,
-    ProduceResponse, RequestHeader, TopicName, metadata_request::MetadataRequestTopic,
+    InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse,
+    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader, TopicName,
+    TransactionalId, metadata_request::MetadataRequestTopic,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use shoal_proto::Durability;
@@ -355,6 +356,54 @@ fn fetch_returns_what_was_produced_waits_for_more_and_refuses_offsets_out_of_ran
     produce(&mut kafka, 9, -1, &[("orders", 0, batch(&[b"d"]))]);
     let (error, high_watermark, values) = waiting.join().unwrap();
     assert_eq!((error, high_watermark, values), (0, 4, vec![(3, b"d".to_vec())]));
+}
+
+fn init_producer_id(kafka: &mut Kafka, version: i16, transactional: bool) -> (i16, i64, i16) {
+    let id = transactional.then(|| TransactionalId(StrBytes::from_static_str("tx")));
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(id)
+        .with_transaction_timeout_ms(60_000);
+    let mut body = kafka.call(ApiKey::InitProducerId, version, &request, version >= 2);
+    let response = InitProducerIdResponse::decode(&mut body, version).unwrap();
+    (response.error_code, response.producer_id.0, response.producer_epoch)
+}
+
+#[test]
+fn init_producer_id_gives_each_producer_its_own_id_and_its_batches_are_deduplicated() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, mut raw) = server_with_orders(dir.path(), 2, 1, Durability::Replicated);
+    let mut kafka = Kafka::connect(&server);
+    let mut ids = Vec::new();
+    for version in 0..=4 {
+        let (error, id, epoch) = init_producer_id(&mut kafka, version, false);
+        assert_eq!((error, epoch), (0, 0), "v{version}");
+        assert!(id >= 0);
+        ids.push(id);
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 5, "a new id each time: {ids:?}");
+    assert_eq!(init_producer_id(&mut kafka, 4, true), (53, -1, -1), "no transactions yet");
+    // An idempotent batch sent twice (a retry) is stored once and answered alike; a gap in
+    // the sequence is refused.
+    let id = ids[4];
+    let batch = |sequence: i32, values: &[&[u8]]| {
+        let mut builder =
+            shoal_proto::batch::BatchBuilder::new(common::now_ms()).producer(id, 0, sequence);
+        for value in values {
+            builder.push(common::now_ms(), None, Some(value), &[]);
+        }
+        builder.build()
+    };
+    let first = produce(&mut kafka, 9, -1, &[("orders", 0, batch(0, &[b"a", b"b"]))]);
+    let retry = produce(&mut kafka, 9, -1, &[("orders", 0, batch(0, &[b"a", b"b"]))]);
+    assert_eq!(produced(&first.unwrap()), [(0, 0)]);
+    assert_eq!(produced(&retry.unwrap()), [(0, 0)], "the duplicate gets the original offset");
+    let gap = produce(&mut kafka, 9, -1, &[("orders", 0, batch(5, &[b"c"]))]);
+    assert_eq!(produced(&gap.unwrap())[0].0, 45);
+    let next = produce(&mut kafka, 9, -1, &[("orders", 0, batch(2, &[b"c"]))]);
+    assert_eq!(produced(&next.unwrap()), [(0, 2)]);
+    let (_, records) = raw.fetch("kafka", "orders", 0, FetchFrom::Offset(0), 100);
+    assert_eq!(records.len(), 3, "stored once: {records:?}");
 }
 
 #[test]

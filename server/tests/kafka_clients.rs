@@ -139,14 +139,15 @@ consumer.close()
 }
 
 #[test]
-fn kafka_python_produces_with_acks_all_and_every_acknowledged_offset_holds_its_message() {
+fn kafka_python_produces_idempotently_with_acks_all_and_every_acknowledged_offset_holds_its_message()
+ {
     let Some(python) = kafka_python() else { return };
     let dir = tempfile::tempdir().unwrap();
     let server = server_with_topic(dir.path());
     let script = r#"
 import json, sys
 from kafka import KafkaProducer
-producer = KafkaProducer(bootstrap_servers=sys.argv[1], acks="all", linger_ms=5)
+producer = KafkaProducer(bootstrap_servers=sys.argv[1], acks="all", linger_ms=5, enable_idempotence=True)
 futures = [producer.send("orders", value=b"value-%d" % i, partition=1) for i in range(1000)]
 producer.flush()
 print(json.dumps([f.get(timeout=30).offset for f in futures]))
@@ -155,6 +156,14 @@ producer.close()
     let out = run(Command::new(&python).args(["-c", script, server.kafka().unwrap()]));
     let offsets: Vec<u64> = serde_json::from_str(out.trim()).expect(&out);
     assert_eq!(offsets, (0..1000).collect::<Vec<u64>>());
+    // Idempotence on: the producer asked for its id (and every batch carries it).
+    let page = shoal_testkit::metrics_page(server.metrics().unwrap()).unwrap();
+    let asked: u64 = page
+        .lines()
+        .filter(|line| line.contains("api=\"init_producer_id\""))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(asked >= 1, "no InitProducerId request\n{page}");
     let stored = values(&server, 1);
     assert_eq!(stored.len(), 1000);
     for (offset, value) in offsets.iter().zip(&stored) {

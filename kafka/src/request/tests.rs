@@ -149,6 +149,25 @@ fn fetch_requests_of_every_version_decode_as_sent() {
 }
 
 #[test]
+fn init_producer_id_requests_of_every_version_decode_as_sent() {
+    for version in 0..=4 {
+        let sent = messages::InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(kafka_protocol::messages::ProducerId(if version >= 3 {
+                7
+            } else {
+                -1
+            }))
+            .with_producer_epoch(if version >= 3 { 2 } else { -1 });
+        let mut reader = encoded(&sent, version);
+        let got = InitProducerIdRequest::decode(&mut reader, version).unwrap();
+        assert_eq!(reader.remaining(), 0, "v{version}");
+        assert_eq!(got.transactional_id, None);
+    }
+}
+
+#[test]
 fn api_versions_requests_of_every_version_decode_as_sent() {
     for version in 0..=4 {
         let sent = messages::ApiVersionsRequest::default()
@@ -212,6 +231,7 @@ proptest! {
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256), version in 0i16..=12) {
         let _ = MetadataRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version);
+        let _ = InitProducerIdRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(0, 4));
         let _ = FetchRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(4, 16));
         let _ = ListOffsetsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(1, 6));
         let _ = ProduceRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(3, 10));

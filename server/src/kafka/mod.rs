@@ -15,6 +15,7 @@ mod fetch;
 mod list_offsets;
 mod metadata;
 mod produce;
+mod producer_id;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -170,6 +171,10 @@ impl Connection {
             Request::Fetch(request) => {
                 self.context.published.refresh(&mut self.catalog);
                 let body = fetch::answer(self, request).await;
+                encoded(encode_frame(&header, &body, version))
+            }
+            Request::InitProducerId(request) => {
+                let body = producer_id::answer(self, request).await;
                 encoded(encode_frame(&header, &body, version))
             }
             Request::ListOffsets(request) => {
