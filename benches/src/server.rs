@@ -77,6 +77,7 @@ impl SpawnedServer {
             root: root.clone(),
             nodes,
             shards: 1,
+            bus_ports_per_node: 1,
             args,
             node_args: (0..usize::from(nodes))
                 .map(|node| vec!["--cpus".into(), (node % cpus).to_string()])

@@ -362,7 +362,9 @@ fn a_stopped_backup_shows_dead_then_in_sync_again() {
 #[test]
 fn a_node_with_another_shard_count_is_refused_by_its_peers_naming_both() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = cluster(dir.path());
+    // Node 2 comes back with two shards: its shard 1's bus port (base + 1) is checked free too,
+    // so no long-lived socket holds it when that shard binds it.
+    let mut cluster = cluster_with_plan(dir.path(), |plan| plan.bus_ports_per_node = 2);
     cluster.nodes[2].kill_9();
     std::fs::remove_dir_all(cluster.data_dir(2)).unwrap();
     let mut two_shards = cluster.command(2);

@@ -29,6 +29,10 @@ pub struct ClusterPlan {
     pub nodes: u8,
     /// Shards per node.
     pub shards: u32,
+    /// Consecutive bus ports checked free per node, from the node's base (at least `shards`):
+    /// more for a test that restarts a node with more shards, whose extra shards' bus ports must
+    /// not be taken by then.
+    pub bus_ports_per_node: u32,
     /// Arguments every node gets after the harness's own (`--profile small`, ...).
     pub args: Vec<String>,
     /// Arguments node `i` alone gets after those (`node_args[i]`; none past the list's end).
@@ -46,6 +50,7 @@ impl ClusterPlan {
             root: root.to_path_buf(),
             nodes,
             shards: 1,
+            bus_ports_per_node: 1,
             args: vec!["--profile".into(), "small".into()],
             node_args: Vec::new(),
             deadline,
@@ -167,7 +172,8 @@ struct Ports {
     buses: Vec<u16>,
 }
 
-/// Reserves a client port and `shards` consecutive bus ports per node, all released on return.
+/// Reserves a client port and `bus_ports_per_node` (at least `shards`) consecutive bus ports
+/// per node, all released on return.
 fn reserve(plan: &ClusterPlan) -> Result<Ports, ProcessError> {
     let mut held = Vec::new();
     let mut ports = Ports { clients: Vec::new(), buses: Vec::new() };
@@ -175,7 +181,8 @@ fn reserve(plan: &ClusterPlan) -> Result<Ports, ProcessError> {
         let client = bind(0).map_err(ProcessError::Spawn)?;
         ports.clients.push(client.local_addr().map_err(ProcessError::Spawn)?.port());
         held.push(client);
-        ports.buses.push(consecutive(plan.shards, &mut held).map_err(ProcessError::Spawn)?);
+        let bus_ports = plan.bus_ports_per_node.max(plan.shards);
+        ports.buses.push(consecutive(bus_ports, &mut held).map_err(ProcessError::Spawn)?);
     }
     Ok(ports)
 }

@@ -32,9 +32,14 @@ pub fn cluster(dir: &Path) -> ShoalCluster {
 
 /// A cluster of three in a temporary directory, every node given `args` too.
 pub fn cluster_with_args(dir: &Path, args: &[&str]) -> ShoalCluster {
+    cluster_with_plan(dir, |plan| plan.args.extend(args.iter().map(|arg| arg.to_string())))
+}
+
+/// A cluster of three in a temporary directory, its plan changed by `change` first.
+pub fn cluster_with_plan(dir: &Path, change: impl FnOnce(&mut ClusterPlan)) -> ShoalCluster {
     let mut plan = ClusterPlan::small(env!("CARGO_BIN_EXE_shoal").into(), dir, 3, DEADLINE);
     plan.args.extend(["--log-level", "info,shoal_replication=debug"].map(String::from));
-    plan.args.extend(args.iter().map(|arg| arg.to_string()));
+    change(&mut plan);
     ShoalCluster::start(plan).unwrap_or_else(|error| panic!("{error}"))
 }
 
