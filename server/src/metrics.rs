@@ -138,6 +138,13 @@ pub struct ShardMetrics {
     /// Produce, so keys at or past the bound and negative ones count in `kafka_requests_other`).
     kafka_requests: [Cell<u64>; CODE_SLOTS],
     kafka_requests_other: Cell<u64>,
+    /// Kafka requests answered with an error (or closing their connection), by API key as
+    /// `kafka_requests` counts them.
+    kafka_errors: [Cell<u64>; CODE_SLOTS],
+    kafka_errors_other: Cell<u64>,
+    /// Kafka requests answered, from header decoded to response encoded, per served API (in
+    /// `shoal_kafka::SERVED` order).
+    kafka_latency: Vec<Histogram>,
     /// Kafka connections closed for what their client sent.
     kafka_connections_closed: Cell<u64>,
     received_bytes: Cell<u64>,
@@ -175,6 +182,9 @@ impl Default for ShardMetrics {
             requests_forwarded: Cell::new(0),
             kafka_requests: std::array::from_fn(cell),
             kafka_requests_other: Cell::new(0),
+            kafka_errors: std::array::from_fn(cell),
+            kafka_errors_other: Cell::new(0),
+            kafka_latency: shoal_kafka::SERVED.iter().map(|_| Histogram::default()).collect(),
             kafka_connections_closed: Cell::new(0),
             received_bytes: Cell::new(0),
             sent_bytes: Cell::new(0),
@@ -225,6 +235,21 @@ impl ShardMetrics {
         match usize::try_from(api_key) {
             Ok(key) if key < CODE_SLOTS => add(&self.kafka_requests[key], 1),
             _ => add(&self.kafka_requests_other, 1),
+        }
+    }
+
+    /// A Kafka request was answered (`error`: with an error, or by closing its connection),
+    /// `elapsed` after its header was decoded (not timed when it closed the connection).
+    pub fn kafka_answered(&self, api_key: i16, error: bool, elapsed: Option<Duration>) {
+        if error {
+            match usize::try_from(api_key) {
+                Ok(key) if key < CODE_SLOTS => add(&self.kafka_errors[key], 1),
+                _ => add(&self.kafka_errors_other, 1),
+            }
+        }
+        let served = shoal_kafka::SERVED.iter().position(|s| s.key as i16 == api_key);
+        if let (Some(index), Some(elapsed)) = (served, elapsed) {
+            self.kafka_latency[index].record(elapsed);
         }
     }
 
@@ -364,6 +389,10 @@ pub struct ShardSnapshot {
     pub requests_forwarded: u64,
     pub kafka_requests: [u64; CODE_SLOTS],
     pub kafka_requests_other: u64,
+    pub kafka_errors: [u64; CODE_SLOTS],
+    pub kafka_errors_other: u64,
+    /// Per served API, in `shoal_kafka::SERVED` order.
+    pub kafka_latency: Vec<HistogramSnapshot>,
     pub kafka_connections_closed: u64,
     pub received_bytes: u64,
     pub sent_bytes: u64,
@@ -496,6 +525,9 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         requests_forwarded: metrics.requests_forwarded.get(),
         kafka_requests: std::array::from_fn(|index| metrics.kafka_requests[index].get()),
         kafka_requests_other: metrics.kafka_requests_other.get(),
+        kafka_errors: std::array::from_fn(|index| metrics.kafka_errors[index].get()),
+        kafka_errors_other: metrics.kafka_errors_other.get(),
+        kafka_latency: metrics.kafka_latency.iter().map(Histogram::snapshot).collect(),
         kafka_connections_closed: metrics.kafka_connections_closed.get(),
         received_bytes: metrics.received_bytes.get(),
         sent_bytes: metrics.sent_bytes.get(),
@@ -1103,6 +1135,35 @@ fn render_requests(page: &mut Page, answered: &[&ShardSnapshot]) {
             page.sample("shoal_kafka_requests_total", &[("shard", &shard), ("api", label)], count);
         }
     }
+    page.family(
+        "shoal_kafka_request_errors_total",
+        Kind::Counter,
+        "Kafka requests answered with an error (top-level or for any partition or topic) or \
+         refused by closing their connection, by API.",
+    );
+    for snapshot in answered {
+        let shard = snapshot.shard.to_string();
+        for (label, count) in by_label(&apis, &snapshot.kafka_errors) {
+            let label = if label == "unknown" { "other" } else { label };
+            let count = if label == "other" { count + snapshot.kafka_errors_other } else { count };
+            let labels = [("shard", shard.as_str()), ("api", label)];
+            page.sample("shoal_kafka_request_errors_total", &labels, count);
+        }
+    }
+    page.family(
+        "shoal_kafka_request_latency_seconds",
+        Kind::Histogram,
+        "Kafka requests answered on the shard's connections, by API: from the request's header \
+         decoded to its response encoded (a produce's commit and a fetch's wait included).",
+    );
+    for snapshot in answered {
+        let shard = snapshot.shard.to_string();
+        for (served, histogram) in shoal_kafka::SERVED.iter().zip(&snapshot.kafka_latency) {
+            let api = snake_case(&format!("{:?}", served.key));
+            let labels = [("shard", shard.as_str()), ("api", api.as_str())];
+            page.histogram_labelled("shoal_kafka_request_latency_seconds", &labels, histogram);
+        }
+    }
     let codes = code_labels(|code| ErrorCode::from_u32(code).map(|error| format!("{error:?}")));
     page.family(
         "shoal_request_errors_total",
@@ -1428,16 +1489,28 @@ impl Page {
 
     /// A histogram's samples: cumulative buckets ending with `+Inf`, then `_sum` and `_count`.
     fn histogram(&mut self, name: &str, shard: &str, histogram: &HistogramSnapshot) {
+        self.histogram_labelled(name, &[("shard", shard)], histogram);
+    }
+
+    /// [`Page::histogram`] with `labels` (the bucket's `le` after them).
+    fn histogram_labelled(
+        &mut self,
+        name: &str,
+        labels: &[(&str, &str)],
+        histogram: &HistogramSnapshot,
+    ) {
         let bucket = format!("{name}_bucket");
         let mut cumulative = 0;
         for (index, count) in histogram.buckets.iter().enumerate() {
             cumulative += count;
             let le = LATENCY_BOUNDS_NS.get(index).map_or("+Inf".to_string(), |&ns| seconds(ns));
-            self.sample(&bucket, &[("shard", shard), ("le", &le)], cumulative);
+            let mut with_le = labels.to_vec();
+            with_le.push(("le", &le));
+            self.sample(&bucket, &with_le, cumulative);
         }
         let sum = histogram.sum_ns as f64 / 1e9;
-        self.sample(&format!("{name}_sum"), &[("shard", shard)], sum);
-        self.sample(&format!("{name}_count"), &[("shard", shard)], histogram.count());
+        self.sample(&format!("{name}_sum"), labels, sum);
+        self.sample(&format!("{name}_count"), labels, histogram.count());
     }
 }
 

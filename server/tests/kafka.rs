@@ -216,6 +216,11 @@ fn produce_stores_each_batch_as_sent_and_answers_in_kafkas_codes() {
     );
     let errors: Vec<i16> = produced(&response.unwrap()).iter().map(|(e, _)| *e).collect();
     assert_eq!(errors, [2, 3, 3, 10, 2, 43]);
+    // Per API: requests, the one answered with errors, and the time to answer each.
+    let page = metrics_page(server.metrics().unwrap()).unwrap();
+    assert_eq!(summed(&page, "shoal_kafka_requests_total", "produce"), 11);
+    assert_eq!(summed(&page, "shoal_kafka_request_errors_total", "produce"), 1);
+    assert_eq!(summed(&page, "shoal_kafka_request_latency_seconds_count", "produce"), 11);
     // What was acknowledged is there, as sent, read back over the native protocol.
     let (_, records) = raw.fetch("kafka", "orders", 1, FetchFrom::Offset(0), 100);
     assert_eq!(records.len(), 16);
@@ -542,6 +547,20 @@ fn hostile_frames_close_their_connection_only() {
     // frame is refused for what it is.
     assert!(closed >= frames.len() as u64 - 2, "{closed} closes counted\n{page}");
     assert!(page.contains("shoal_kafka_requests_total{shard=\"0\",api=\"metadata\"} "), "{page}");
+    // Requests whose header named an API and that were refused count as errors of it: the
+    // unknown key, the Fetch at a version not served, the Metadata of two billion topics.
+    for api in ["other", "fetch", "metadata"] {
+        assert_eq!(summed(&page, "shoal_kafka_request_errors_total", api), 1, "{api}\n{page}");
+    }
+}
+
+/// The samples of `metric` for `api`, summed over the shards.
+fn summed(page: &str, metric: &str, api: &str) -> u64 {
+    let label = format!("api=\"{api}\"");
+    page.lines()
+        .filter(|line| line.starts_with(&format!("{metric}{{")) && line.contains(&label))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 fn framed(body: &[u8]) -> Vec<u8> {

@@ -21,6 +21,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use bytes::Bytes;
 use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt};
@@ -135,18 +136,35 @@ async fn read_frame(stream: &mut TcpStream, size: usize) -> Option<Bytes> {
 }
 
 impl Connection {
-    /// The response frame to one request (`None`: the request wants none).
+    /// The response frame to one request (`None`: the request wants none), counted by API:
+    /// requests, errors and the time to answer.
     async fn answer(&mut self, frame: Bytes) -> Result<Option<Bytes>, Close> {
         let mut reader = Reader::new(frame);
         let header = RequestHeader::decode(&mut reader)?;
-        let version = header.api_version;
+        let started = Instant::now();
         let metrics = Rc::clone(&self.context.metrics);
         metrics.kafka_request(header.api_key);
+        let answered = self.respond(&header, &mut reader).await;
+        let (error, elapsed) = match &answered {
+            Ok((_, error)) => (*error, Some(started.elapsed())),
+            Err(_) => (true, None),
+        };
+        metrics.kafka_answered(header.api_key, error, elapsed);
+        answered.map(|(frame, _)| frame)
+    }
+
+    /// The response frame to the request after `header`, and whether it carries an error.
+    async fn respond(
+        &mut self,
+        header: &RequestHeader,
+        reader: &mut Reader,
+    ) -> Result<(Option<Bytes>, bool), Close> {
+        let version = header.api_version;
         if header.key() == Some(ApiKey::ApiVersions) && !serves(ApiKey::ApiVersions, version) {
             let body = shoal_kafka::api_versions(Some(ResponseError::UnsupportedVersion));
-            return encoded(encode_frame(&header, &body, 0));
+            return encoded(encode_frame(header, &body, 0), true);
         }
-        let Some(request) = Request::decode(&header, &mut reader) else {
+        let Some(request) = Request::decode(header, reader) else {
             let api = header.key().map_or_else(|| header.api_key.to_string(), |k| format!("{k:?}"));
             return Err(Close::Refused(format!(
                 "{api} version {version} is not served (ApiVersions lists what is)"
@@ -159,41 +177,64 @@ impl Connection {
                     version = request.client_software_version.as_deref().unwrap_or("?"),
                     "Kafka client"
                 );
-                encoded(encode_frame(&header, &shoal_kafka::api_versions(None), version))
+                encoded(encode_frame(header, &shoal_kafka::api_versions(None), version), false)
             }
             Request::Produce(request) => {
                 self.context.published.refresh(&mut self.catalog);
                 match produce::answer(self, request).await {
-                    Some(body) => encoded(encode_frame(&header, &body, version)),
-                    None => Ok(None),
+                    Some(body) => {
+                        let error = body
+                            .responses
+                            .iter()
+                            .flat_map(|topic| &topic.partition_responses)
+                            .any(|partition| partition.error_code != 0);
+                        encoded(encode_frame(header, &body, version), error)
+                    }
+                    None => Ok((None, false)),
                 }
             }
             Request::Fetch(request) => {
                 self.context.published.refresh(&mut self.catalog);
                 let body = fetch::answer(self, request).await;
-                encoded(encode_frame(&header, &body, version))
+                let error = body.error_code != 0
+                    || body
+                        .responses
+                        .iter()
+                        .flat_map(|topic| &topic.partitions)
+                        .any(|partition| partition.error_code != 0);
+                encoded(encode_frame(header, &body, version), error)
             }
             Request::InitProducerId(request) => {
                 let body = producer_id::answer(self, request).await;
-                encoded(encode_frame(&header, &body, version))
+                let error = body.error_code != 0;
+                encoded(encode_frame(header, &body, version), error)
             }
             Request::ListOffsets(request) => {
                 self.context.published.refresh(&mut self.catalog);
                 let body = list_offsets::answer(self, request).await;
-                encoded(encode_frame(&header, &body, version))
+                let error = body
+                    .topics
+                    .iter()
+                    .flat_map(|topic| &topic.partitions)
+                    .any(|partition| partition.error_code != 0);
+                encoded(encode_frame(header, &body, version), error)
             }
             Request::Metadata(request) => {
                 self.context.published.refresh(&mut self.catalog);
                 let body = metadata::answer(self, &request).await;
-                encoded(encode_frame(&header, &body, version))
+                let error = body.topics.iter().any(|topic| {
+                    topic.error_code != 0 || topic.partitions.iter().any(|p| p.error_code != 0)
+                });
+                encoded(encode_frame(header, &body, version), error)
             }
         }
     }
 }
 
-/// A response frame to send, or (a bug: Shoal built a body its version cannot carry) a close.
-fn encoded(frame: Result<Bytes, EncodeError>) -> Result<Option<Bytes>, Close> {
-    frame.map(Some).map_err(|error| {
+/// A response frame to send with whether it carries an error, or (a bug: Shoal built a body
+/// its version cannot carry) a close.
+fn encoded(frame: Result<Bytes, EncodeError>, error: bool) -> Result<(Option<Bytes>, bool), Close> {
+    frame.map(|frame| (Some(frame), error)).map_err(|error| {
         tracing::error!("{error}");
         Close::Refused(error.to_string())
     })
