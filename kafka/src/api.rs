@@ -1,5 +1,7 @@
 //! What Shoal's Kafka listener serves: each API key with the versions it implements. ApiVersions
-//! advertises exactly this table, and a request outside it is answered UNSUPPORTED_VERSION.
+//! advertises exactly this table. An ApiVersions request outside it is answered
+//! UNSUPPORTED_VERSION (KIP-511); any other request outside it closes its connection, as Kafka
+//! does.
 //!
 //! A key joins the table only with its handler: advertising a version a client then uses and
 //! Shoal cannot answer would fail that client in ways harder to diagnose than a missing key.

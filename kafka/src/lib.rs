@@ -15,6 +15,7 @@ pub use error::DecodeError;
 pub use header::RequestHeader;
 pub use kafka_protocol;
 pub use read::Reader;
+pub use response::{EncodeError, api_versions, encode_frame};
 pub use uuid::Uuid;
 
 /// The Kafka topic id of a Shoal topic: the cluster id (masked with a tag, so that no id is
@@ -27,4 +28,3 @@ pub fn topic_id(cluster: u64, first_group: u64) -> [u8; 16] {
     id[8..].copy_from_slice(&first_group.to_be_bytes());
     id
 }
-pub use response::{EncodeError, api_versions, encode_frame};
