@@ -1121,33 +1121,31 @@ fn render_requests(page: &mut Page, answered: &[&ShardSnapshot]) {
         let key = ApiKey::try_from(i16::try_from(code).ok()?).ok()?;
         shoal_kafka::served(key).map(|_| format!("{key:?}"))
     });
-    page.family(
-        "shoal_kafka_requests_total",
-        Kind::Counter,
-        "Kafka requests decoded on the shard's connections, by API.",
-    );
-    for snapshot in answered {
-        let shard = snapshot.shard.to_string();
-        for (label, count) in by_label(&apis, &snapshot.kafka_requests) {
-            let label = if label == "unknown" { "other" } else { label };
-            let count =
-                if label == "other" { count + snapshot.kafka_requests_other } else { count };
-            page.sample("shoal_kafka_requests_total", &[("shard", &shard), ("api", label)], count);
-        }
-    }
-    page.family(
-        "shoal_kafka_request_errors_total",
-        Kind::Counter,
-        "Kafka requests answered with an error (top-level or for any partition or topic) or \
-         refused by closing their connection, by API.",
-    );
-    for snapshot in answered {
-        let shard = snapshot.shard.to_string();
-        for (label, count) in by_label(&apis, &snapshot.kafka_errors) {
-            let label = if label == "unknown" { "other" } else { label };
-            let count = if label == "other" { count + snapshot.kafka_errors_other } else { count };
-            let labels = [("shard", shard.as_str()), ("api", label)];
-            page.sample("shoal_kafka_request_errors_total", &labels, count);
+    // Each counter by served API; keys not served (or past the slots) together as `other`.
+    type ByApi = fn(&ShardSnapshot) -> (&[u64; CODE_SLOTS], u64);
+    let by_api: [(&str, &str, ByApi); 2] = [
+        (
+            "shoal_kafka_requests_total",
+            "Kafka requests decoded on the shard's connections, by API.",
+            |s| (&s.kafka_requests, s.kafka_requests_other),
+        ),
+        (
+            "shoal_kafka_request_errors_total",
+            "Kafka requests answered with an error (top-level or for any partition or topic) or \
+             refused by closing their connection, by API.",
+            |s| (&s.kafka_errors, s.kafka_errors_other),
+        ),
+    ];
+    for (name, help, counts) in by_api {
+        page.family(name, Kind::Counter, help);
+        for snapshot in answered {
+            let shard = snapshot.shard.to_string();
+            let (by_key, other) = counts(snapshot);
+            for (label, count) in by_label(&apis, by_key) {
+                let (label, count) =
+                    if label == "unknown" { ("other", count + other) } else { (label, count) };
+                page.sample(name, &[("shard", &shard), ("api", label)], count);
+            }
         }
     }
     page.family(

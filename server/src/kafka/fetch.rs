@@ -16,6 +16,7 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
+use shoal_kafka::Uuid;
 use shoal_kafka::kafka_protocol::error::ResponseError;
 use shoal_kafka::kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, PartitionData,
@@ -23,12 +24,11 @@ use shoal_kafka::kafka_protocol::messages::fetch_response::{
 use shoal_kafka::kafka_protocol::messages::{FetchResponse, TopicName};
 use shoal_kafka::kafka_protocol::protocol::StrBytes;
 use shoal_kafka::request::FetchRequest;
-use shoal_kafka::{Uuid, topic_id};
 use shoal_proto::protocol::{FetchFrom, FetchReply};
 
 use super::Connection;
 use super::errors::kafka_error;
-use crate::metadata::{PartitionPlace, Topic};
+use crate::metadata::PartitionPlace;
 use crate::shard::{Body, FetchArgs, Outcome, Work};
 
 /// One asked partition: where it lives (or why it cannot be read) and what was found.
@@ -42,28 +42,9 @@ struct Asked {
 
 pub(super) async fn answer(connection: &Connection, request: FetchRequest) -> FetchResponse {
     let config = &connection.context.config;
-    let cluster = config.cluster.id;
-    let topics_of_stream = connection.catalog.streams.get(&config.kafka.stream).map(|s| &s.topics);
-    let find = |name: &Option<String>, id: &[u8; 16]| -> Option<(String, &Topic)> {
-        let topics = topics_of_stream?;
-        match name {
-            Some(name) => topics.get(name).map(|topic| (name.clone(), topic)),
-            None => topics
-                .iter()
-                .find(|(_, topic)| {
-                    topic.partitions.first().is_some_and(|p| topic_id(cluster, p.group) == *id)
-                })
-                .map(|(name, topic)| (name.clone(), topic)),
-        }
-    };
     let mut topics = Vec::with_capacity(request.topics.len());
     for wanted in &request.topics {
-        let found = find(&wanted.name, &wanted.topic_id);
-        let unknown = if wanted.name.is_some() {
-            ResponseError::UnknownTopicOrPartition
-        } else {
-            ResponseError::UnknownTopicId
-        };
+        let found = connection.find_topic(wanted.name.as_deref(), &wanted.topic_id);
         let asked: Vec<Asked> = wanted
             .partitions
             .iter()
@@ -71,15 +52,15 @@ pub(super) async fn answer(connection: &Connection, request: FetchRequest) -> Fe
                 index: p.index,
                 fetch_offset: p.fetch_offset,
                 bytes_max: p.partition_max_bytes.clamp(1, request.max_bytes.max(1)) as u32,
-                place: found
-                    .as_ref()
-                    .and_then(|(_, topic)| topic.partitions.get(usize::try_from(p.index).ok()?))
-                    .copied()
-                    .ok_or(unknown),
+                place: found.as_ref().map_err(|error| *error).and_then(|(_, topic)| {
+                    let index = usize::try_from(p.index).ok();
+                    let place = index.and_then(|index| topic.partitions.get(index)).copied();
+                    place.ok_or(ResponseError::UnknownTopicOrPartition)
+                }),
                 found: None,
             })
             .collect();
-        let name = found.map_or_else(|| wanted.name.clone().unwrap_or_default(), |(n, _)| n);
+        let name = found.map_or_else(|_| wanted.name.clone().unwrap_or_default(), |(n, _)| n);
         topics.push((name, wanted.topic_id, asked));
     }
 
@@ -177,7 +158,7 @@ impl Connection {
                 };
                 let (reply, answer) = flume::bounded(1);
                 let work = Work::Fetch { group: place.group, args, reply };
-                if self.context.mesh[place.shard as usize].send_async(work).await.is_ok() {
+                if self.send(place.shard, work).await.is_ok() {
                     pending.push((topic, at, answer));
                 }
             }

@@ -61,12 +61,7 @@ impl Connection {
         index: i32,
         timestamp: i64,
     ) -> Result<(i64, i64, i32), ResponseError> {
-        let stream = &self.context.config.kafka.stream;
-        let partition = u32::try_from(index).map_err(|_| ResponseError::UnknownTopicOrPartition)?;
-        let (_, place) = self
-            .catalog
-            .partition(stream, topic, partition)
-            .map_err(|_| ResponseError::UnknownTopicOrPartition)?;
+        let (_, place, partition) = self.find_partition(topic, index)?;
         let from = match timestamp {
             LATEST_TIMESTAMP | EARLIEST_TIMESTAMP => FetchFrom::Last,
             at if at >= 0 => FetchFrom::Timestamp(at),
@@ -75,10 +70,7 @@ impl Connection {
         };
         let args = FetchArgs { partition, from, bytes_max: 1, count_max: 1, wait_ms_max: 0 };
         let (reply, answer) = flume::bounded(1);
-        self.context.mesh[place.shard as usize]
-            .send_async(Work::Fetch { group: place.group, args, reply })
-            .await
-            .map_err(|_| ResponseError::NotLeaderOrFollower)?;
+        self.send(place.shard, Work::Fetch { group: place.group, args, reply }).await?;
         let parts = match answer.recv_async().await {
             Ok(Outcome { error: 0, body: Body::Parts(parts) }) => parts,
             Ok(Outcome { error, .. }) => {

@@ -15,7 +15,6 @@ use shoal_kafka::kafka_protocol::messages::metadata_response::{
 use shoal_kafka::kafka_protocol::messages::{BrokerId, MetadataResponse, TopicName};
 use shoal_kafka::kafka_protocol::protocol::StrBytes;
 use shoal_kafka::request::MetadataRequest;
-use shoal_kafka::topic_id;
 use shoal_proto::protocol::{NODE_UNKNOWN, PartitionInfo};
 
 use super::Connection;
@@ -33,31 +32,17 @@ struct Asked<'a> {
 /// The Metadata response to `request`.
 pub(super) async fn answer(connection: &Connection, request: &MetadataRequest) -> MetadataResponse {
     let config = &connection.context.config;
-    let catalog = &connection.catalog;
     let cluster = config.cluster.id;
-    let topics_of_stream = catalog.streams.get(&config.kafka.stream).map(|s| &s.topics);
     let mut asked: Vec<Asked> = Vec::new();
     match &request.topics {
         None => {
-            for (name, topic) in topics_of_stream.into_iter().flatten() {
+            for (name, topic) in connection.kafka_topics() {
                 asked.push(Asked { name: Some(name.clone()), id: [0; 16], topic: Ok(topic) });
             }
         }
         Some(topics) => {
             for wanted in topics {
-                let found = match &wanted.name {
-                    Some(name) => topics_of_stream
-                        .and_then(|topics| topics.get(name))
-                        .map(|topic| (name.clone(), topic))
-                        .ok_or(ResponseError::UnknownTopicOrPartition),
-                    None => topics_of_stream
-                        .into_iter()
-                        .flatten()
-                        .find(|(_, topic)| id_of(cluster, topic) == wanted.topic_id)
-                        .map(|(name, topic)| (name.clone(), topic))
-                        .ok_or(ResponseError::UnknownTopicId),
-                };
-                match found {
+                match connection.find_topic(wanted.name.as_deref(), &wanted.topic_id) {
                     Ok((name, topic)) => {
                         asked.push(Asked { name: Some(name), id: [0; 16], topic: Ok(topic) })
                     }
@@ -110,7 +95,7 @@ pub(super) async fn answer(connection: &Connection, request: &MetadataRequest) -
                     .collect();
                 MetadataResponseTopic::default()
                     .with_name(name)
-                    .with_topic_id(uuid(id_of(cluster, topic)))
+                    .with_topic_id(uuid(connection.topic_id(topic)))
                     .with_partitions(partitions)
             }
         };
@@ -147,10 +132,6 @@ fn brokers(connection: &Connection) -> Vec<MetadataResponseBroker> {
             )
         })
         .collect()
-}
-
-fn id_of(cluster: u64, topic: &Topic) -> [u8; 16] {
-    topic.partitions.first().map_or([0; 16], |place| topic_id(cluster, place.group))
 }
 
 fn uuid(bytes: [u8; 16]) -> shoal_kafka::Uuid {

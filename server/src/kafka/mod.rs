@@ -29,10 +29,13 @@ use monoio::net::{TcpListener, TcpStream};
 use shoal_kafka::kafka_protocol::error::ResponseError;
 use shoal_kafka::kafka_protocol::messages::ApiKey;
 use shoal_kafka::request::Request;
-use shoal_kafka::{DecodeError, EncodeError, Reader, RequestHeader, encode_frame, serves};
+use shoal_kafka::{
+    DecodeError, EncodeError, Reader, RequestHeader, encode_frame, serves, topic_id,
+};
 
 use crate::connection::{Acceptor, ConnectionGuard};
-use crate::metadata::Catalog;
+use crate::metadata::{Catalog, PartitionPlace, Topic};
+use crate::shard::Work;
 
 /// Accepts Kafka clients on `listener` until it fails; each connection is served by its own
 /// task. Kafka connections count against `[network] connections_max` with native ones.
@@ -126,6 +129,65 @@ async fn serve(mut stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionG
                 return;
             }
         }
+    }
+}
+
+impl Connection {
+    /// The Kafka topics: those of the `[kafka] stream` (none while it does not exist).
+    fn kafka_topics(&self) -> impl Iterator<Item = (&String, &Topic)> {
+        let stream = self.catalog.streams.get(&self.context.config.kafka.stream);
+        stream.into_iter().flat_map(|stream| stream.topics.iter())
+    }
+
+    /// A topic's Kafka topic id (see `shoal_kafka::topic_id`).
+    fn topic_id(&self, topic: &Topic) -> [u8; 16] {
+        let cluster = self.context.config.cluster.id;
+        topic.partitions.first().map_or([0; 16], |place| topic_id(cluster, place.group))
+    }
+
+    /// The Kafka topic a request names: by `name`, or (v13+ requests, a null name) by `id`.
+    /// Unknown: UNKNOWN_TOPIC_OR_PARTITION by name, UNKNOWN_TOPIC_ID by id.
+    fn find_topic(
+        &self,
+        name: Option<&str>,
+        id: &[u8; 16],
+    ) -> Result<(String, &Topic), ResponseError> {
+        match name {
+            Some(name) => self
+                .kafka_topics()
+                .find(|(topic_name, _)| topic_name.as_str() == name)
+                .map(|(name, topic)| (name.clone(), topic))
+                .ok_or(ResponseError::UnknownTopicOrPartition),
+            None => self
+                .kafka_topics()
+                .find(|(_, topic)| self.topic_id(topic) == *id)
+                .map(|(name, topic)| (name.clone(), topic))
+                .ok_or(ResponseError::UnknownTopicId),
+        }
+    }
+
+    /// Partition `index` of the Kafka topic `topic`: the topic, where the partition lives and
+    /// its index as Shoal counts it.
+    fn find_partition(
+        &self,
+        topic: &str,
+        index: i32,
+    ) -> Result<(&Topic, PartitionPlace, u32), ResponseError> {
+        let partition = u32::try_from(index).map_err(|_| ResponseError::UnknownTopicOrPartition)?;
+        let (topic, place) = self
+            .catalog
+            .partition(&self.context.config.kafka.stream, topic, partition)
+            .map_err(|_| ResponseError::UnknownTopicOrPartition)?;
+        Ok((topic, place, partition))
+    }
+
+    /// Hands `work` to `shard`'s inbox; a stopped shard is NOT_LEADER_OR_FOLLOWER (the client
+    /// refreshes its metadata and retries).
+    async fn send(&self, shard: u32, work: Work) -> Result<(), ResponseError> {
+        self.context.mesh[shard as usize]
+            .send_async(work)
+            .await
+            .map_err(|_| ResponseError::NotLeaderOrFollower)
     }
 }
 

@@ -115,12 +115,8 @@ impl Connection {
         index: i32,
         records: Option<Bytes>,
     ) -> Result<flume::Receiver<Outcome>, ResponseError> {
-        let stream = &self.context.config.kafka.stream;
-        let partition = u32::try_from(index).map_err(|_| ResponseError::UnknownTopicOrPartition)?;
-        let (size_max, place) = match self.catalog.partition(stream, topic, partition) {
-            Ok((topic, place)) => (topic.settings.message_size_bytes_max, place),
-            Err(_) => return Err(ResponseError::UnknownTopicOrPartition),
-        };
+        let (entry, place, partition) = self.find_partition(topic, index)?;
+        let size_max = entry.settings.message_size_bytes_max;
         let records = records.ok_or(ResponseError::CorruptMessage)?;
         // The magic byte sits at the same place in every message format: a client that chose
         // an old format (magic 0 or 1, before RecordBatch v2) is told so, not that it is corrupt.
@@ -156,10 +152,7 @@ impl Connection {
         };
         let (reply, answer) = flume::bounded(1);
         let work = Work::Produce { group: place.group, partition, request, reply };
-        self.context.mesh[place.shard as usize]
-            .send_async(work)
-            .await
-            .map_err(|_| ResponseError::NotLeaderOrFollower)?;
+        self.send(place.shard, work).await?;
         Ok(answer)
     }
 }

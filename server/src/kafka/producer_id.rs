@@ -41,7 +41,7 @@ pub(super) async fn answer(
     };
     let (reply, answer) = flume::bounded(1);
     let work = Work::Metadata { client, command: MetaCommand::RegisterSession, reply };
-    if connection.context.mesh[0].send_async(work).await.is_err() {
+    if connection.send(0, work).await.is_err() {
         return refused(ResponseError::CoordinatorNotAvailable);
     }
     match answer.recv_async().await {
