@@ -237,9 +237,7 @@ impl Layers {
             config.metrics.listen = listen.value;
         }
         // As for the native listener: in a cluster, unless set, the node's advertised address.
-        let kafka =
-            config.cluster.nodes.get(usize::from(config.cluster.node)).and_then(|n| n.kafka);
-        match (&self.kafka_listen, kafka) {
+        match (&self.kafka_listen, config.cluster.kafka_address(config.cluster.node)) {
             (Some(listen), _) => config.kafka.listen = listen.value,
             (None, Some(kafka)) => config.kafka.listen = Some(kafka),
             (None, None) => {}

@@ -99,6 +99,11 @@ impl ClusterConfig {
     pub fn client_address(&self, node: u8) -> Option<SocketAddr> {
         self.nodes.get(usize::from(node)).map(|node| node.client)
     }
+
+    /// Node `node`'s Kafka address (`None` for a one-node cluster or a node without one).
+    pub fn kafka_address(&self, node: u8) -> Option<SocketAddr> {
+        self.nodes.get(usize::from(node)).and_then(|node| node.kafka)
+    }
 }
 
 /// The text form of one node, as `SHOAL_CLUSTER_NODES` and `--cluster-nodes` take it

@@ -114,18 +114,17 @@ pub(super) async fn answer(connection: &Connection, request: &MetadataRequest) -
 fn brokers(connection: &Connection) -> Vec<MetadataResponseBroker> {
     let config = &connection.context.config;
     let reached = connection.reached;
-    (0..usize::from(config.cluster.node_count()))
+    (0..config.cluster.node_count())
         .filter_map(|node| {
-            let advertised = config.cluster.nodes.get(node).and_then(|n| n.kafka);
-            let address = match advertised {
+            let address = match config.cluster.kafka_address(node) {
                 Some(address) => Some(address),
-                None if node == usize::from(config.cluster.node) => reached,
+                None if node == config.cluster.node => reached,
                 None => None,
             }?;
-            let rack = config.cluster.nodes.get(node).and_then(|n| n.rack.clone());
+            let rack = config.cluster.nodes.get(usize::from(node)).and_then(|n| n.rack.clone());
             Some(
                 MetadataResponseBroker::default()
-                    .with_node_id(BrokerId(node as i32))
+                    .with_node_id(BrokerId(i32::from(node)))
                     .with_host(StrBytes::from_string(address.ip().to_string()))
                     .with_port(i32::from(address.port()))
                     .with_rack(rack.map(StrBytes::from_string)),
