@@ -60,7 +60,7 @@ impl Drop for ChunkMemory {
 /// first touch is what a pool still growing to its working set pays (the batch cache keeps
 /// views of written chunks, so the pool grows to the ring budget plus the cache's share);
 /// measured in docs/benchmarks.md, "Write chunks in huge pages".
-pub const HUGE_PAGE_BYTES: usize = 2 << 20;
+const HUGE_PAGE_BYTES: usize = 2 << 20;
 
 impl ChunkMemory {
     fn new(size_bytes: usize) -> Self {
