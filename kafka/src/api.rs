@@ -23,8 +23,16 @@ pub const SERVED: &[Served] = &[
     Served { key: ApiKey::Fetch, min_version: 4, max_version: 16 },
     Served { key: ApiKey::ListOffsets, min_version: 1, max_version: 6 },
     Served { key: ApiKey::Metadata, min_version: 0, max_version: 12 },
+    Served { key: ApiKey::OffsetCommit, min_version: 2, max_version: 9 },
+    Served { key: ApiKey::OffsetFetch, min_version: 1, max_version: 9 },
+    Served { key: ApiKey::FindCoordinator, min_version: 0, max_version: 6 },
+    Served { key: ApiKey::JoinGroup, min_version: 0, max_version: 7 },
+    Served { key: ApiKey::Heartbeat, min_version: 0, max_version: 4 },
+    Served { key: ApiKey::LeaveGroup, min_version: 0, max_version: 5 },
+    Served { key: ApiKey::SyncGroup, min_version: 0, max_version: 5 },
     Served { key: ApiKey::ApiVersions, min_version: 0, max_version: 4 },
     Served { key: ApiKey::InitProducerId, min_version: 0, max_version: 4 },
+    Served { key: ApiKey::OffsetForLeaderEpoch, min_version: 2, max_version: 4 },
 ];
 
 /// The versions Shoal serves of `key`, if any.

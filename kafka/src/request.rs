@@ -1,6 +1,13 @@
 //! Request bodies Shoal decodes itself, one module per API: each reads exactly the fields of
 //! the versions `api::SERVED` lists, bounds every array before allocating it (`Reader`), and
-//! hands byte strings (record batches) out as slices of the frame.
+//! hands byte strings (record batches, group protocol metadata and assignments) out as slices
+//! of the frame.
+//!
+//! - producing and fetching: `Produce`, `Fetch`, `ListOffsets`, `Metadata`, `InitProducerId`,
+//!   `OffsetForLeaderEpoch`;
+//! - consumer groups (classic protocol): `FindCoordinator`, `JoinGroup`, `SyncGroup`,
+//!   `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`;
+//! - the handshake: `ApiVersions`.
 //!
 //! Why not the codec crate's decoders: they size a `Vec` from the count a client sends before
 //! reading an element, so a 20-byte frame announcing two billion elements aborts the process.
@@ -8,22 +15,50 @@
 
 mod api_versions;
 mod fetch;
+mod find_coordinator;
+mod heartbeat;
 mod init_producer_id;
+mod join_group;
+mod leave_group;
 mod list_offsets;
 mod metadata;
+mod offset_commit;
+mod offset_fetch;
+mod offset_for_leader_epoch;
 mod produce;
+mod sync_group;
 
 pub use api_versions::ApiVersionsRequest;
 pub use fetch::{FETCH_PARTITIONS_MAX, FETCH_TOPICS_MAX, FetchPartition, FetchRequest, FetchTopic};
+pub use find_coordinator::{
+    FIND_COORDINATOR_KEYS_MAX, FindCoordinatorRequest, GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE,
+};
+pub use heartbeat::HeartbeatRequest;
 pub use init_producer_id::InitProducerIdRequest;
+pub use join_group::{JOIN_GROUP_PROTOCOLS_MAX, JoinGroupProtocol, JoinGroupRequest};
+pub use leave_group::{LEAVE_GROUP_MEMBERS_MAX, LeaveGroupRequest, LeavingMember};
 pub use list_offsets::{
     EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, LIST_OFFSETS_PARTITIONS_MAX, LIST_OFFSETS_TOPICS_MAX,
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
 };
 pub use metadata::{METADATA_TOPICS_MAX, MetadataRequest, MetadataTopic};
+pub use offset_commit::{
+    OFFSET_COMMIT_PARTITIONS_MAX, OFFSET_COMMIT_TOPICS_MAX, OffsetCommitPartition,
+    OffsetCommitRequest, OffsetCommitTopic,
+};
+pub use offset_fetch::{
+    OFFSET_FETCH_GROUPS_MAX, OFFSET_FETCH_PARTITIONS_MAX, OFFSET_FETCH_TOPICS_MAX,
+    OffsetFetchGroup, OffsetFetchRequest, OffsetFetchTopic,
+};
+pub use offset_for_leader_epoch::{
+    CONSUMER_REPLICA_ID, DEBUGGING_REPLICA_ID, OFFSET_FOR_LEADER_EPOCH_PARTITIONS_MAX,
+    OFFSET_FOR_LEADER_EPOCH_TOPICS_MAX, OffsetForLeaderEpochPartition, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochTopic,
+};
 pub use produce::{
     PRODUCE_PARTITIONS_MAX, PRODUCE_TOPICS_MAX, ProducePartition, ProduceRequest, ProduceTopic,
 };
+pub use sync_group::{SYNC_GROUP_ASSIGNMENTS_MAX, SyncGroupAssignment, SyncGroupRequest};
 
 use kafka_protocol::messages::ApiKey;
 
@@ -41,6 +76,14 @@ pub enum Request {
     ListOffsets(ListOffsetsRequest),
     Fetch(FetchRequest),
     InitProducerId(InitProducerIdRequest),
+    OffsetForLeaderEpoch(OffsetForLeaderEpochRequest),
+    FindCoordinator(FindCoordinatorRequest),
+    JoinGroup(JoinGroupRequest),
+    SyncGroup(SyncGroupRequest),
+    Heartbeat(HeartbeatRequest),
+    LeaveGroup(LeaveGroupRequest),
+    OffsetCommit(OffsetCommitRequest),
+    OffsetFetch(OffsetFetchRequest),
 }
 
 impl Request {
@@ -67,6 +110,23 @@ impl Request {
             }
             ApiKey::ListOffsets => {
                 ListOffsetsRequest::decode(reader, version).map(Request::ListOffsets)
+            }
+            ApiKey::OffsetForLeaderEpoch => OffsetForLeaderEpochRequest::decode(reader, version)
+                .map(Request::OffsetForLeaderEpoch),
+            ApiKey::FindCoordinator => {
+                FindCoordinatorRequest::decode(reader, version).map(Request::FindCoordinator)
+            }
+            ApiKey::JoinGroup => JoinGroupRequest::decode(reader, version).map(Request::JoinGroup),
+            ApiKey::SyncGroup => SyncGroupRequest::decode(reader, version).map(Request::SyncGroup),
+            ApiKey::Heartbeat => HeartbeatRequest::decode(reader, version).map(Request::Heartbeat),
+            ApiKey::LeaveGroup => {
+                LeaveGroupRequest::decode(reader, version).map(Request::LeaveGroup)
+            }
+            ApiKey::OffsetCommit => {
+                OffsetCommitRequest::decode(reader, version).map(Request::OffsetCommit)
+            }
+            ApiKey::OffsetFetch => {
+                OffsetFetchRequest::decode(reader, version).map(Request::OffsetFetch)
             }
             _ => unreachable!("{key:?} is served without a decoder"),
         })

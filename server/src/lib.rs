@@ -12,6 +12,7 @@ pub mod connection;
 pub mod groups;
 pub mod http;
 pub mod kafka;
+pub mod kafka_groups;
 pub mod lock;
 pub mod logging;
 pub mod metadata;

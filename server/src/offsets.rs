@@ -22,7 +22,7 @@ pub struct TableFull {
 }
 
 /// One partition's stored offsets, as of `end_offset` of its log.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PartitionOffsets {
     table: BTreeMap<ConsumerId, u64>,
     /// Changed since the last snapshot was taken.
@@ -36,6 +36,25 @@ pub struct PartitionOffsets {
     /// The producer table op the newest snapshot save carried (a clean shutdown saves again
     /// when the table moved past it).
     pub producers_saved_op: u64,
+    /// No committed batch other than an offset commit ends past this offset: an upper bound
+    /// (where a replay or a transferred log began; `u64::MAX` when nothing is known). Past it
+    /// the log holds only offset commits, which consumers skip: see
+    /// [`PartitionOffsets::commit_needed`].
+    pub data_end: u64,
+}
+
+impl Default for PartitionOffsets {
+    fn default() -> Self {
+        PartitionOffsets {
+            table: BTreeMap::new(),
+            dirty: false,
+            snapshot_end: 0,
+            snapshot_size_bytes: 0,
+            saving: false,
+            producers_saved_op: 0,
+            data_end: u64::MAX,
+        }
+    }
 }
 
 /// Section tag: the producer table.
@@ -47,6 +66,38 @@ impl PartitionOffsets {
     /// The stored offset of `consumer`.
     pub fn get(&self, consumer: &ConsumerId) -> Option<u64> {
         self.table.get(consumer).copied()
+    }
+
+    /// The table of a log created just now: no consumer, no data.
+    pub fn for_new_log() -> Self {
+        PartitionOffsets { data_end: 0, ..PartitionOffsets::default() }
+    }
+
+    /// The offset to report as `consumer`'s: its stored one, or — when only offset commits lie
+    /// between that and `committed_end` — `committed_end`, so a consumer that read everything
+    /// has no lag although its own commit moved the end.
+    pub fn effective(&self, consumer: &ConsumerId, committed_end: u64) -> Option<u64> {
+        let stored = self.get(consumer)?;
+        Some(if stored >= self.data_end && stored < committed_end { committed_end } else { stored })
+    }
+
+    /// Whether committing `offset` for `consumer` changes anything a consumer would read from:
+    /// not when it is the stored offset, nor when it only moves past offset commits up to
+    /// `committed_end` (each commit would otherwise move the end, and an idle group commit
+    /// forever). Past the end, data may yet arrive: such a commit is stored.
+    pub fn commit_needed(&self, consumer: &ConsumerId, offset: u64, committed_end: u64) -> bool {
+        match self.get(consumer) {
+            Some(stored) if stored == offset => false,
+            Some(stored) => {
+                !(stored < offset && offset <= committed_end && stored >= self.data_end)
+            }
+            None => true,
+        }
+    }
+
+    /// A committed batch that is not an offset commit, ending at `end_offset`.
+    pub fn data_committed(&mut self, end_offset: u64) {
+        self.data_end = self.data_end.max(end_offset);
     }
 
     /// Whether one more consumer could store an offset.
@@ -181,6 +232,28 @@ mod tests {
         let mut garbled = offsets.encode();
         garbled[4] = 7; // the consumer kind
         assert!(PartitionOffsets::decode(&garbled).is_err());
+    }
+
+    /// Offset commits past a stored offset do not count as something to read: committing past
+    /// them stores nothing, and the stored offset reads as the end, so lag can reach 0.
+    #[test]
+    fn commits_over_only_offset_commits_are_not_needed_and_read_as_the_end() {
+        let mut offsets = PartitionOffsets::for_new_log();
+        let g = ConsumerId::group("g");
+        offsets.data_committed(10);
+        assert!(offsets.commit_needed(&g, 10, 10), "nothing stored yet");
+        offsets.apply(OffsetCommitRecord { consumer: g.clone(), offset: Some(10) });
+        // The commit record itself took offset 10: the end is 11.
+        assert_eq!(offsets.effective(&g, 11), Some(11));
+        assert!(!offsets.commit_needed(&g, 10, 11), "the same offset");
+        assert!(!offsets.commit_needed(&g, 11, 11), "past the commit record only");
+        assert!(offsets.commit_needed(&g, 12, 11), "past the end: data may come");
+        assert!(offsets.commit_needed(&g, 4, 11), "backwards");
+        // New data: the stored offset is behind it again.
+        offsets.data_committed(15);
+        assert_eq!(offsets.effective(&g, 15), Some(10));
+        assert!(offsets.commit_needed(&g, 15, 15));
+        assert_eq!(offsets.effective(&ConsumerId::group("other"), 15), None);
     }
 
     #[test]

@@ -16,9 +16,13 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse,
-    InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse,
-    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, RequestHeader, TopicName,
-    TransactionalId, metadata_request::MetadataRequestTopic,
+    FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse,
+    InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, LeaveGroupResponse, ListOffsetsRequest, ListOffsetsResponse,
+    MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse,
+    OffsetFetchRequest, OffsetFetchResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse, RequestHeader, SyncGroupRequest,
+    SyncGroupResponse, TopicName, TransactionalId, metadata_request::MetadataRequestTopic,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use shoal_proto::Durability;
@@ -567,4 +571,224 @@ fn framed(body: &[u8]) -> Vec<u8> {
     let mut frame = (body.len() as i32).to_be_bytes().to_vec();
     frame.extend_from_slice(body);
     frame
+}
+
+/// Sends `request` at `version` and decodes the response (`flexible`: response header v1).
+fn exchange<Q: Encodable + HeaderVersion, A: Decodable>(
+    kafka: &mut Kafka,
+    key: ApiKey,
+    version: i16,
+    request: &Q,
+    flexible: bool,
+) -> A {
+    let mut body = kafka.call(key, version, request, flexible);
+    A::decode(&mut body, version).unwrap()
+}
+
+fn group_id() -> GroupId {
+    GroupId(StrBytes::from_static_str("billing"))
+}
+
+fn commit_offsets(
+    kafka: &mut Kafka,
+    member: &str,
+    generation: i32,
+    offsets: &[(&str, i32, i64)],
+) -> Vec<i16> {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    let topics = offsets
+        .iter()
+        .map(|&(topic, partition, offset)| {
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(partition)
+                        .with_committed_offset(offset),
+                ])
+        })
+        .collect();
+    let request = OffsetCommitRequest::default()
+        .with_group_id(group_id())
+        .with_generation_id_or_member_epoch(generation)
+        .with_member_id(StrBytes::from_string(member.to_string()))
+        .with_topics(topics);
+    let response: OffsetCommitResponse = exchange(kafka, ApiKey::OffsetCommit, 8, &request, true);
+    response.topics.iter().flat_map(|t| &t.partitions).map(|p| p.error_code).collect()
+}
+
+/// (partition, offset, error) of `topic` for the group, at OffsetFetch v5 (one group) and v8
+/// (groups), which must agree; `None` asks for every partition with an offset.
+fn fetch_offsets(kafka: &mut Kafka, partitions: Option<&[i32]>) -> Vec<(i32, i64, i16)> {
+    use kafka_protocol::messages::offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+    };
+    let name = || TopicName(StrBytes::from_static_str("orders"));
+    let v5 =
+        OffsetFetchRequest::default().with_group_id(group_id()).with_topics(partitions.map(|p| {
+            vec![
+                OffsetFetchRequestTopic::default()
+                    .with_name(name())
+                    .with_partition_indexes(p.to_vec()),
+            ]
+        }));
+    let old: OffsetFetchResponse = exchange(kafka, ApiKey::OffsetFetch, 5, &v5, false);
+    let v8 = OffsetFetchRequest::default().with_groups(vec![
+        OffsetFetchRequestGroup::default().with_group_id(group_id()).with_topics(partitions.map(
+            |p| {
+                vec![
+                    OffsetFetchRequestTopics::default()
+                        .with_name(name())
+                        .with_partition_indexes(p.to_vec()),
+                ]
+            },
+        )),
+    ]);
+    let new: OffsetFetchResponse = exchange(kafka, ApiKey::OffsetFetch, 8, &v8, true);
+    let old: Vec<_> = old
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| (p.partition_index, p.committed_offset, p.error_code))
+        .collect();
+    let new: Vec<_> = new.groups[0]
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .map(|p| (p.partition_index, p.committed_offset, p.error_code))
+        .collect();
+    assert_eq!(old, new, "v5 and v8 agree");
+    new
+}
+
+/// One member's whole cycle over the wire, at old and flexible versions: the coordinator is
+/// this node, a new member gets its id and then the first generation, the leader's assignment
+/// comes back from SyncGroup, heartbeats and commits are checked against the generation, and
+/// offsets are stored in the partitions and read back.
+#[test]
+fn a_group_member_joins_syncs_heartbeats_commits_and_leaves() {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::leave_group_request::MemberIdentity;
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _raw) = server_with_orders(dir.path(), 1, 2, Durability::Replicated);
+    let mut kafka = Kafka::connect(&server);
+    let port = server.kafka().unwrap().rsplit(':').next().unwrap().parse::<i32>().unwrap();
+
+    for version in [0, 3] {
+        let request =
+            FindCoordinatorRequest::default().with_key(StrBytes::from_static_str("billing"));
+        let found: FindCoordinatorResponse =
+            exchange(&mut kafka, ApiKey::FindCoordinator, version, &request, version >= 3);
+        assert_eq!((found.error_code, found.node_id.0, found.port), (0, 0, port), "v{version}");
+    }
+    let request = FindCoordinatorRequest::default()
+        .with_coordinator_keys(vec![StrBytes::from_static_str("billing")]);
+    let found: FindCoordinatorResponse =
+        exchange(&mut kafka, ApiKey::FindCoordinator, 4, &request, true);
+    assert_eq!(found.coordinators.len(), 1);
+    assert_eq!((found.coordinators[0].error_code, found.coordinators[0].port), (0, port));
+
+    let join = |member: &str| {
+        JoinGroupRequest::default()
+            .with_group_id(group_id())
+            .with_session_timeout_ms(30_000)
+            .with_rebalance_timeout_ms(30_000)
+            .with_member_id(StrBytes::from_string(member.to_string()))
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![
+                JoinGroupRequestProtocol::default()
+                    .with_name(StrBytes::from_static_str("range"))
+                    .with_metadata(Bytes::from_static(b"subscription")),
+            ])
+    };
+    let first: JoinGroupResponse = exchange(&mut kafka, ApiKey::JoinGroup, 5, &join(""), false);
+    assert_eq!(first.error_code, 79, "MEMBER_ID_REQUIRED");
+    let member = first.member_id.to_string();
+    assert!(member.starts_with("shoal-test-"), "{member}");
+    let joined: JoinGroupResponse =
+        exchange(&mut kafka, ApiKey::JoinGroup, 7, &join(&member), true);
+    assert_eq!(joined.error_code, 0);
+    assert_eq!((joined.generation_id, joined.leader.as_str()), (1, member.as_str()));
+    assert_eq!(joined.protocol_name.as_deref(), Some("range"));
+    assert_eq!(joined.members.len(), 1);
+    assert_eq!(joined.members[0].metadata, Bytes::from_static(b"subscription"));
+
+    let sync = SyncGroupRequest::default()
+        .with_group_id(group_id())
+        .with_generation_id(1)
+        .with_member_id(StrBytes::from_string(member.clone()))
+        .with_assignments(vec![
+            SyncGroupRequestAssignment::default()
+                .with_member_id(StrBytes::from_string(member.clone()))
+                .with_assignment(Bytes::from_static(b"orders 0,1")),
+        ]);
+    let synced: SyncGroupResponse = exchange(&mut kafka, ApiKey::SyncGroup, 3, &sync, false);
+    assert_eq!((synced.error_code, synced.assignment), (0, Bytes::from_static(b"orders 0,1")));
+
+    let heartbeat = |generation| {
+        HeartbeatRequest::default()
+            .with_group_id(group_id())
+            .with_generation_id(generation)
+            .with_member_id(StrBytes::from_string(member.clone()))
+    };
+    let beat: HeartbeatResponse = exchange(&mut kafka, ApiKey::Heartbeat, 4, &heartbeat(1), true);
+    assert_eq!(beat.error_code, 0);
+    let stale: HeartbeatResponse = exchange(&mut kafka, ApiKey::Heartbeat, 0, &heartbeat(7), false);
+    assert_eq!(stale.error_code, 22, "ILLEGAL_GENERATION");
+
+    // Commits: the member's generation only; a commit outside group management (-1) is
+    // refused while the group has members; an unknown partition is UNKNOWN_TOPIC_OR_PARTITION.
+    assert_eq!(
+        commit_offsets(&mut kafka, &member, 1, &[("orders", 0, 5), ("orders", 1, 0)]),
+        [0, 0]
+    );
+    assert_eq!(commit_offsets(&mut kafka, &member, 2, &[("orders", 0, 6)]), [22]);
+    assert_eq!(commit_offsets(&mut kafka, "", -1, &[("orders", 0, 6)]), [25]);
+    assert_eq!(commit_offsets(&mut kafka, &member, 1, &[("nope", 0, 1), ("orders", 9, 1)]), [3, 3]);
+    // Partition 1's 0 reads as 1: only the commit record itself lies past it, so a consumer
+    // there has read everything (lag 0).
+    assert_eq!(fetch_offsets(&mut kafka, Some(&[0, 1])), [(0, 5, 0), (1, 1, 0)]);
+
+    let leave = LeaveGroupRequest::default().with_group_id(group_id()).with_members(vec![
+        MemberIdentity::default().with_member_id(StrBytes::from_string(member.clone())),
+    ]);
+    let left: LeaveGroupResponse = exchange(&mut kafka, ApiKey::LeaveGroup, 4, &leave, true);
+    assert_eq!((left.error_code, left.members.len(), left.members[0].error_code), (0, 1, 0));
+    let gone: HeartbeatResponse = exchange(&mut kafka, ApiKey::Heartbeat, 4, &heartbeat(1), true);
+    assert_eq!(gone.error_code, 25, "UNKNOWN_MEMBER_ID");
+    // An empty group takes commits outside group management; "every partition" lists only
+    // partitions with an offset.
+    assert_eq!(commit_offsets(&mut kafka, "", -1, &[("orders", 1, 3)]), [0]);
+    assert_eq!(fetch_offsets(&mut kafka, None), [(0, 5, 0), (1, 3, 0)]);
+
+    // The committed end for the view the partition is in.
+    let request = OffsetForLeaderEpochRequest::default().with_topics(vec![
+        OffsetForLeaderTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str("orders")))
+            .with_partitions(vec![
+                OffsetForLeaderPartition::default()
+                    .with_partition(0)
+                    .with_current_leader_epoch(0)
+                    .with_leader_epoch(0),
+                OffsetForLeaderPartition::default()
+                    .with_partition(0)
+                    .with_current_leader_epoch(3)
+                    .with_leader_epoch(0),
+            ]),
+    ]);
+    let epochs: OffsetForLeaderEpochResponse =
+        exchange(&mut kafka, ApiKey::OffsetForLeaderEpoch, 3, &request, false);
+    let answers: Vec<_> = epochs.topics[0]
+        .partitions
+        .iter()
+        .map(|p| (p.error_code, p.leader_epoch, p.end_offset))
+        .collect();
+    // Partition 0 holds one record, the group's commit of offset 5: its committed end is 1.
+    assert_eq!(answers, [(0, 0, 1), (75, -1, -1)], "UNKNOWN_LEADER_EPOCH for a future epoch");
 }

@@ -191,3 +191,102 @@ consumer.close()
     let expected: Vec<(u64, String)> = (0..1000).map(|i| (i, format!("value-{i}"))).collect();
     assert_eq!(seen, expected);
 }
+
+/// A kafka-python consumer group of two members shares the partitions, commits, and when one
+/// member leaves the other takes its partitions over from their committed offsets; a consumer
+/// that read everything and committed has no lag (its own commits do not count).
+#[test]
+fn kafka_python_group_rebalances_when_a_member_leaves_and_resumes_from_committed_offsets() {
+    let Some(python) = kafka_python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_with_topic(dir.path());
+    let script = r#"
+import json, sys, time
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+bootstrap = sys.argv[1]
+producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+def produce(first, count):
+    for i in range(first, first + count):
+        producer.send("orders", value=b"v%d" % i, partition=i % 3)
+    producer.flush()
+produce(0, 300)
+
+def member():
+    return KafkaConsumer("orders", bootstrap_servers=bootstrap, group_id="g1",
+                         enable_auto_commit=False, auto_offset_reset="earliest",
+                         session_timeout_ms=6000, heartbeat_interval_ms=500)
+
+def parts(consumer):
+    return sorted(tp.partition for tp in consumer.assignment())
+
+class Reader:
+    """What a member read of each partition since its assignment last changed."""
+    def __init__(self, consumer):
+        self.consumer, self.assigned, self.offsets, self.values = consumer, [], {}, {}
+    def poll(self):
+        records = self.consumer.poll(timeout_ms=200)
+        if parts(self.consumer) != self.assigned:
+            self.assigned, self.offsets, self.values = parts(self.consumer), {}, {}
+        for tp, batch in records.items():
+            for r in batch:
+                self.offsets.setdefault(tp.partition, []).append(r.offset)
+                self.values.setdefault(tp.partition, []).append(r.value.decode())
+    def read_to(self, end):
+        return all(self.offsets.get(p, [-1])[-1] >= end - 1 for p in self.assigned)
+
+def until(what, step, seconds=90):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        step()
+        if what():
+            return
+    raise SystemExit("timed out waiting for " + what.__doc__)
+
+a, b = Reader(member()), Reader(member())
+def shared():
+    """two members sharing all three partitions, each having read its partitions to the end"""
+    return (a.assigned and b.assigned and sorted(a.assigned + b.assigned) == [0, 1, 2]
+            and a.read_to(100) and b.read_to(100))
+until(shared, lambda: (a.poll(), b.poll()))
+shared_a, shared_b = a.assigned, b.assigned
+a.consumer.commit()
+b.consumer.commit()
+
+b.consumer.close()
+def took_over():
+    """the remaining member holding all three partitions"""
+    return a.assigned == [0, 1, 2]
+until(took_over, a.poll)
+produce(300, 30)
+def read_new():
+    """the remaining member having read the new messages"""
+    return sum(len(v) for v in a.values.values()) >= 30
+until(read_new, a.poll)
+read_after = {p: a.values.get(p, []) for p in range(3)}
+a.consumer.commit()
+a.consumer.close()
+
+probe = KafkaConsumer(bootstrap_servers=bootstrap, group_id="g1", enable_auto_commit=False)
+tps = [TopicPartition("orders", p) for p in range(3)]
+ends = probe.end_offsets(tps)
+lag = {tp.partition: ends[tp] - probe.committed(tp) for tp in tps}
+probe.close()
+print(json.dumps({"a": shared_a, "b": shared_b, "read_after": read_after, "lag": lag}))
+"#;
+    let out = run(Command::new(&python).args(["-c", script, server.kafka().unwrap()]));
+    let seen: serde_json::Value = serde_json::from_str(out.trim()).expect(&out);
+    // The two members shared the partitions (checked in the script); the one left took over
+    // the other's partitions where that one had committed, so it read exactly the new messages
+    // there, as on its own partitions.
+    assert!(!seen["b"].as_array().unwrap().is_empty(), "{seen}");
+    for partition in 0..3 {
+        let expected: Vec<String> =
+            (300..330).filter(|i| i % 3 == partition).map(|i| format!("v{i}")).collect();
+        assert_eq!(
+            seen["read_after"][partition.to_string()],
+            serde_json::json!(expected),
+            "{seen}"
+        );
+    }
+    assert_eq!(seen["lag"], serde_json::json!({"0": 0, "1": 0, "2": 0}), "{seen}");
+}

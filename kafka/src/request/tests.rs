@@ -2,7 +2,7 @@
 //! version, and against hostile bytes.
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::{self, TopicName};
+use kafka_protocol::messages::{self, GroupId, TopicName};
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use proptest::prelude::*;
 
@@ -11,9 +11,53 @@ use crate::error::DecodeError;
 use crate::read::Reader;
 
 fn encoded<M: Encodable>(message: &M, version: i16) -> Reader {
+    Reader::new(frame(message, version))
+}
+
+/// The body the codec crate encodes for `message` at `version`.
+fn frame<M: Encodable>(message: &M, version: i16) -> Bytes {
     let mut out = BytesMut::new();
     message.encode(&mut out, version).unwrap();
-    Reader::new(out.freeze())
+    out.freeze()
+}
+
+/// `frame` decoded at `version` with nothing left over; every shorter prefix of it is refused
+/// (an error, not a panic, and never a request read from part of the frame).
+fn decoded_whole<T: std::fmt::Debug>(
+    frame: &Bytes,
+    version: i16,
+    decode: fn(&mut Reader, i16) -> Result<T, DecodeError>,
+) -> T {
+    for len in 0..frame.len() {
+        let got = decode(&mut Reader::new(frame.slice(..len)), version);
+        assert!(got.is_err(), "v{version}: {len} of {} bytes read as {got:?}", frame.len());
+    }
+    let mut reader = Reader::new(frame.clone());
+    let got = decode(&mut reader, version).unwrap();
+    assert_eq!(reader.remaining(), 0, "v{version}");
+    got
+}
+
+/// Whether `bytes` lies inside `frame` (handed out as a slice, not copied).
+fn is_slice_of(bytes: &Bytes, frame: &Bytes) -> bool {
+    frame.as_ptr_range().contains(&bytes.as_ptr())
+}
+
+fn text(text: &str) -> StrBytes {
+    StrBytes::from_string(text.to_string())
+}
+
+fn group(name: &str) -> GroupId {
+    GroupId(text(name))
+}
+
+fn topic_name(name: &str) -> TopicName {
+    TopicName(text(name))
+}
+
+/// An unknown tagged field a newer client might send, for flexible versions to skip.
+fn tag() -> Bytes {
+    Bytes::from_static(b"future field")
 }
 
 #[test]
@@ -181,6 +225,473 @@ fn api_versions_requests_of_every_version_decode_as_sent() {
     }
 }
 
+#[test]
+fn find_coordinator_requests_of_every_version_decode_as_sent() {
+    for version in 0..=6 {
+        let mut sent = messages::FindCoordinatorRequest::default();
+        let mut sent_keys = vec!["orders-app".to_string()];
+        if version <= 3 {
+            sent = sent.with_key(text("orders-app"));
+        } else {
+            sent_keys.push("billing".to_string());
+            sent = sent.with_coordinator_keys(sent_keys.iter().map(|key| text(key)).collect());
+        }
+        if version >= 1 {
+            sent = sent.with_key_type(TRANSACTION_KEY_TYPE);
+        }
+        if version >= 3 {
+            sent = sent.with_unknown_tagged_field(9, tag());
+        }
+        let got = decoded_whole(&frame(&sent, version), version, FindCoordinatorRequest::decode);
+        let key_type = if version >= 1 { TRANSACTION_KEY_TYPE } else { GROUP_KEY_TYPE };
+        assert_eq!(got, FindCoordinatorRequest { key_type, keys: sent_keys }, "v{version}");
+    }
+    // A v4+ batch may be empty.
+    for version in 4..=6 {
+        let sent = messages::FindCoordinatorRequest::default();
+        let got = decoded_whole(&frame(&sent, version), version, FindCoordinatorRequest::decode);
+        assert_eq!(got, FindCoordinatorRequest { key_type: GROUP_KEY_TYPE, keys: Vec::new() });
+    }
+}
+
+#[test]
+fn join_group_requests_of_every_version_decode_as_sent_with_the_metadata_as_slices() {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    for version in 0..=7 {
+        for instance in [None, Some("consumer-host-1")] {
+            if instance.is_some() && version < 5 {
+                continue;
+            }
+            let flexible = version >= 6;
+            let protocol = |name: &str, metadata: &'static [u8]| {
+                let protocol = JoinGroupRequestProtocol::default()
+                    .with_name(text(name))
+                    .with_metadata(Bytes::from_static(metadata));
+                if flexible { protocol.with_unknown_tagged_field(3, tag()) } else { protocol }
+            };
+            let mut sent = messages::JoinGroupRequest::default()
+                .with_group_id(group("orders-app"))
+                .with_session_timeout_ms(45_000)
+                .with_rebalance_timeout_ms(if version >= 1 { 300_000 } else { 0 })
+                .with_member_id(text(if instance.is_some() { "" } else { "member-7" }))
+                .with_group_instance_id(instance.map(text))
+                .with_protocol_type(text("consumer"))
+                .with_protocols(vec![
+                    protocol("cooperative-sticky", b"\x00\x03subscription"),
+                    protocol("range", b""),
+                ]);
+            if flexible {
+                sent = sent.with_unknown_tagged_field(0, tag());
+            }
+            let frame = frame(&sent, version);
+            let got = decoded_whole(&frame, version, JoinGroupRequest::decode);
+            let expected = JoinGroupRequest {
+                group_id: "orders-app".to_string(),
+                session_timeout_ms: 45_000,
+                // v0 has no rebalance timeout: the session timeout stands for it.
+                rebalance_timeout_ms: if version >= 1 { 300_000 } else { 45_000 },
+                member_id: if instance.is_some() { "" } else { "member-7" }.to_string(),
+                group_instance_id: instance.map(str::to_string),
+                protocol_type: "consumer".to_string(),
+                protocols: vec![
+                    JoinGroupProtocol {
+                        name: "cooperative-sticky".to_string(),
+                        metadata: Bytes::from_static(b"\x00\x03subscription"),
+                    },
+                    JoinGroupProtocol { name: "range".to_string(), metadata: Bytes::new() },
+                ],
+            };
+            assert_eq!(got, expected, "v{version}");
+            assert!(is_slice_of(&got.protocols[0].metadata, &frame), "v{version}");
+        }
+    }
+}
+
+#[test]
+fn sync_group_requests_of_every_version_decode_as_sent_with_the_assignments_as_slices() {
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    for version in 0..=5 {
+        for (instance, protocol) in [(None, None), (Some("consumer-host-1"), Some("range"))] {
+            if (instance.is_some() && version < 3) || (protocol.is_some() && version < 5) {
+                continue;
+            }
+            let flexible = version >= 4;
+            let assignment = |member: &str, assignment: &'static [u8]| {
+                let assignment = SyncGroupRequestAssignment::default()
+                    .with_member_id(text(member))
+                    .with_assignment(Bytes::from_static(assignment));
+                if flexible { assignment.with_unknown_tagged_field(1, tag()) } else { assignment }
+            };
+            let mut sent = messages::SyncGroupRequest::default()
+                .with_group_id(group("orders-app"))
+                .with_generation_id(12)
+                .with_member_id(text("member-7"))
+                .with_group_instance_id(instance.map(text))
+                .with_protocol_type(protocol.map(|_| text("consumer")))
+                .with_protocol_name(protocol.map(text))
+                .with_assignments(vec![
+                    assignment("member-7", b"\x00\x01partitions"),
+                    assignment("member-8", b""),
+                ]);
+            if flexible {
+                sent = sent.with_unknown_tagged_field(0, tag());
+            }
+            let frame = frame(&sent, version);
+            let got = decoded_whole(&frame, version, SyncGroupRequest::decode);
+            let expected = SyncGroupRequest {
+                group_id: "orders-app".to_string(),
+                generation_id: 12,
+                member_id: "member-7".to_string(),
+                group_instance_id: instance.map(str::to_string),
+                protocol_type: protocol.map(|_| "consumer".to_string()),
+                protocol_name: protocol.map(str::to_string),
+                assignments: vec![
+                    SyncGroupAssignment {
+                        member_id: "member-7".to_string(),
+                        assignment: Bytes::from_static(b"\x00\x01partitions"),
+                    },
+                    SyncGroupAssignment {
+                        member_id: "member-8".to_string(),
+                        assignment: Bytes::new(),
+                    },
+                ],
+            };
+            assert_eq!(got, expected, "v{version}");
+            assert!(is_slice_of(&got.assignments[0].assignment, &frame), "v{version}");
+        }
+        // A follower sends no assignments.
+        let sent = messages::SyncGroupRequest::default()
+            .with_group_id(group("orders-app"))
+            .with_member_id(text("member-8"));
+        let got = decoded_whole(&frame(&sent, version), version, SyncGroupRequest::decode);
+        assert!(got.assignments.is_empty(), "v{version}");
+    }
+}
+
+#[test]
+fn heartbeat_requests_of_every_version_decode_as_sent() {
+    for version in 0..=4 {
+        for instance in [None, Some("consumer-host-1")] {
+            if instance.is_some() && version < 3 {
+                continue;
+            }
+            let mut sent = messages::HeartbeatRequest::default()
+                .with_group_id(group("orders-app"))
+                .with_generation_id(12)
+                .with_member_id(text("member-7"))
+                .with_group_instance_id(instance.map(text));
+            if version >= 4 {
+                sent = sent.with_unknown_tagged_field(0, tag());
+            }
+            let got = decoded_whole(&frame(&sent, version), version, HeartbeatRequest::decode);
+            let expected = HeartbeatRequest {
+                group_id: "orders-app".to_string(),
+                generation_id: 12,
+                member_id: "member-7".to_string(),
+                group_instance_id: instance.map(str::to_string),
+            };
+            assert_eq!(got, expected, "v{version}");
+        }
+    }
+}
+
+#[test]
+fn leave_group_requests_of_every_version_decode_as_sent() {
+    use kafka_protocol::messages::leave_group_request::MemberIdentity;
+    for version in 0..=5 {
+        let flexible = version >= 4;
+        let mut sent = messages::LeaveGroupRequest::default().with_group_id(group("orders-app"));
+        let expected_members = if version <= 2 {
+            sent = sent.with_member_id(text("member-7"));
+            vec![LeavingMember { member_id: "member-7".to_string(), group_instance_id: None }]
+        } else {
+            let member = |member: &str, instance: Option<&str>| {
+                let member = MemberIdentity::default()
+                    .with_member_id(text(member))
+                    .with_group_instance_id(instance.map(text))
+                    .with_reason((version >= 5).then(|| text("the consumer is closing")));
+                if flexible { member.with_unknown_tagged_field(2, tag()) } else { member }
+            };
+            sent = sent
+                .with_members(vec![member("member-7", None), member("", Some("consumer-host-1"))]);
+            vec![
+                LeavingMember { member_id: "member-7".to_string(), group_instance_id: None },
+                LeavingMember {
+                    member_id: String::new(),
+                    group_instance_id: Some("consumer-host-1".to_string()),
+                },
+            ]
+        };
+        if flexible {
+            sent = sent.with_unknown_tagged_field(0, tag());
+        }
+        let got = decoded_whole(&frame(&sent, version), version, LeaveGroupRequest::decode);
+        let expected =
+            LeaveGroupRequest { group_id: "orders-app".to_string(), members: expected_members };
+        assert_eq!(got, expected, "v{version}");
+    }
+}
+
+#[test]
+fn offset_commit_requests_of_every_version_decode_as_sent() {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    for version in 2..=9 {
+        for instance in [None, Some("consumer-host-1")] {
+            if instance.is_some() && version < 7 {
+                continue;
+            }
+            let flexible = version >= 8;
+            let partition = |index, offset, metadata: Option<&str>| {
+                let partition = OffsetCommitRequestPartition::default()
+                    .with_partition_index(index)
+                    .with_committed_offset(offset)
+                    .with_committed_leader_epoch(if version >= 6 { 4 } else { -1 })
+                    .with_committed_metadata(metadata.map(text));
+                if flexible { partition.with_unknown_tagged_field(1, tag()) } else { partition }
+            };
+            let topic = |name: &str, partitions| {
+                let topic = OffsetCommitRequestTopic::default()
+                    .with_name(topic_name(name))
+                    .with_partitions(partitions);
+                if flexible { topic.with_unknown_tagged_field(1, tag()) } else { topic }
+            };
+            let mut sent = messages::OffsetCommitRequest::default()
+                .with_group_id(group("orders-app"))
+                .with_generation_id_or_member_epoch(12)
+                .with_member_id(text("member-7"))
+                .with_group_instance_id(instance.map(text))
+                .with_retention_time_ms(if version <= 4 { 86_400_000 } else { -1 })
+                .with_topics(vec![
+                    topic(
+                        "orders",
+                        vec![partition(0, 1_000, Some("checkpoint 3")), partition(5, 0, None)],
+                    ),
+                    topic("payments", vec![partition(1, 42, Some(""))]),
+                ]);
+            if flexible {
+                sent = sent.with_unknown_tagged_field(0, tag());
+            }
+            let got = decoded_whole(&frame(&sent, version), version, OffsetCommitRequest::decode);
+            // Before v6 no epoch is sent, and it reads as unknown.
+            let committed_leader_epoch = if version >= 6 { 4 } else { -1 };
+            let partition =
+                |index, committed_offset, metadata: Option<&str>| OffsetCommitPartition {
+                    index,
+                    committed_offset,
+                    committed_leader_epoch,
+                    committed_metadata: metadata.map(str::to_string),
+                };
+            let expected = OffsetCommitRequest {
+                group_id: "orders-app".to_string(),
+                generation_id_or_member_epoch: 12,
+                member_id: "member-7".to_string(),
+                group_instance_id: instance.map(str::to_string),
+                topics: vec![
+                    OffsetCommitTopic {
+                        name: "orders".to_string(),
+                        partitions: vec![
+                            partition(0, 1_000, Some("checkpoint 3")),
+                            partition(5, 0, None),
+                        ],
+                    },
+                    OffsetCommitTopic {
+                        name: "payments".to_string(),
+                        partitions: vec![partition(1, 42, Some(""))],
+                    },
+                ],
+            };
+            assert_eq!(got, expected, "v{version}");
+        }
+    }
+}
+
+#[test]
+fn offset_fetch_requests_of_every_version_decode_as_sent() {
+    use kafka_protocol::messages::offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+    };
+    let expected_topics = || {
+        vec![
+            OffsetFetchTopic { name: "orders".to_string(), partitions: vec![0, 1, 5] },
+            OffsetFetchTopic { name: "payments".to_string(), partitions: Vec::new() },
+        ]
+    };
+    for version in 1..=7 {
+        let flexible = version >= 6;
+        let topic = |name: &str, partitions: Vec<i32>| {
+            let topic = OffsetFetchRequestTopic::default()
+                .with_name(topic_name(name))
+                .with_partition_indexes(partitions);
+            if flexible { topic.with_unknown_tagged_field(1, tag()) } else { topic }
+        };
+        // Named topics, and (v2+) every topic.
+        let named = Some(vec![topic("orders", vec![0, 1, 5]), topic("payments", Vec::new())]);
+        for (topics, expected) in [(named, Some(expected_topics())), (None, None)] {
+            if topics.is_none() && version < 2 {
+                continue;
+            }
+            let mut sent = messages::OffsetFetchRequest::default()
+                .with_group_id(group("orders-app"))
+                .with_topics(topics)
+                .with_require_stable(version >= 7);
+            if flexible {
+                sent = sent.with_unknown_tagged_field(0, tag());
+            }
+            let got = decoded_whole(&frame(&sent, version), version, OffsetFetchRequest::decode);
+            let expected = OffsetFetchRequest {
+                groups: vec![OffsetFetchGroup {
+                    group_id: "orders-app".to_string(),
+                    topics: expected,
+                }],
+                require_stable: version >= 7,
+            };
+            assert_eq!(got, expected, "v{version}");
+        }
+    }
+    for version in 8..=9 {
+        let topic = |name: &str, partitions: Vec<i32>| {
+            OffsetFetchRequestTopics::default()
+                .with_name(topic_name(name))
+                .with_partition_indexes(partitions)
+                .with_unknown_tagged_field(1, tag())
+        };
+        let group = |id: &str, topics| {
+            let group = OffsetFetchRequestGroup::default()
+                .with_group_id(group(id))
+                .with_topics(topics)
+                .with_unknown_tagged_field(1, tag());
+            if version >= 9 {
+                group.with_member_id(Some(text("member-7"))).with_member_epoch(3)
+            } else {
+                group
+            }
+        };
+        let sent = messages::OffsetFetchRequest::default()
+            .with_groups(vec![
+                group(
+                    "orders-app",
+                    Some(vec![topic("orders", vec![0, 1, 5]), topic("payments", Vec::new())]),
+                ),
+                group("billing", None),
+                group("empty", Some(Vec::new())),
+            ])
+            .with_require_stable(true)
+            .with_unknown_tagged_field(0, tag());
+        let got = decoded_whole(&frame(&sent, version), version, OffsetFetchRequest::decode);
+        let expected = OffsetFetchRequest {
+            groups: vec![
+                OffsetFetchGroup {
+                    group_id: "orders-app".to_string(),
+                    topics: Some(expected_topics()),
+                },
+                OffsetFetchGroup { group_id: "billing".to_string(), topics: None },
+                OffsetFetchGroup { group_id: "empty".to_string(), topics: Some(Vec::new()) },
+            ],
+            require_stable: true,
+        };
+        assert_eq!(got, expected, "v{version}");
+    }
+}
+
+/// "Every topic" (a null list) came with v2: in v1 it is refused, not read as every topic.
+#[test]
+fn a_null_offset_fetch_topic_list_is_refused_in_v1() {
+    let sent = messages::OffsetFetchRequest::default()
+        .with_group_id(group("orders-app"))
+        .with_topics(None);
+    let error = OffsetFetchRequest::decode(&mut encoded(&sent, 1), 1).unwrap_err();
+    assert!(matches!(error, DecodeError::Invalid { what: "offset fetch topics", .. }), "{error}");
+}
+
+#[test]
+fn offset_for_leader_epoch_requests_of_every_version_decode_as_sent() {
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    for version in 2..=4 {
+        let flexible = version >= 4;
+        let partition = |index, current, epoch| {
+            let partition = OffsetForLeaderPartition::default()
+                .with_partition(index)
+                .with_current_leader_epoch(current)
+                .with_leader_epoch(epoch);
+            if flexible { partition.with_unknown_tagged_field(1, tag()) } else { partition }
+        };
+        let topic = OffsetForLeaderTopic::default()
+            .with_topic(topic_name("orders"))
+            .with_partitions(vec![partition(0, 7, 6), partition(3, -1, 2)]);
+        let topic = if flexible { topic.with_unknown_tagged_field(1, tag()) } else { topic };
+        let mut sent = messages::OffsetForLeaderEpochRequest::default().with_topics(vec![topic]);
+        if version >= 3 {
+            sent = sent.with_replica_id(kafka_protocol::messages::BrokerId(CONSUMER_REPLICA_ID));
+        }
+        if flexible {
+            sent = sent.with_unknown_tagged_field(0, tag());
+        }
+        let got =
+            decoded_whole(&frame(&sent, version), version, OffsetForLeaderEpochRequest::decode);
+        let partition = |index, current_leader_epoch, leader_epoch| OffsetForLeaderEpochPartition {
+            index,
+            current_leader_epoch,
+            leader_epoch,
+        };
+        let expected = OffsetForLeaderEpochRequest {
+            replica_id: if version >= 3 { CONSUMER_REPLICA_ID } else { DEBUGGING_REPLICA_ID },
+            topics: vec![OffsetForLeaderEpochTopic {
+                name: "orders".to_string(),
+                partitions: vec![partition(0, 7, 6), partition(3, -1, 2)],
+            }],
+        };
+        assert_eq!(got, expected, "v{version}");
+    }
+}
+
+/// `Request::decode` hands each new API's body to its own decoder.
+#[test]
+fn group_and_offset_requests_dispatch_to_their_decoders() {
+    use kafka_protocol::messages::ApiKey;
+    let cases: Vec<(ApiKey, i16, Bytes)> = vec![
+        (ApiKey::FindCoordinator, 6, frame(&messages::FindCoordinatorRequest::default(), 6)),
+        (ApiKey::JoinGroup, 7, frame(&messages::JoinGroupRequest::default(), 7)),
+        (ApiKey::SyncGroup, 5, frame(&messages::SyncGroupRequest::default(), 5)),
+        (ApiKey::Heartbeat, 4, frame(&messages::HeartbeatRequest::default(), 4)),
+        (ApiKey::LeaveGroup, 5, frame(&messages::LeaveGroupRequest::default(), 5)),
+        (ApiKey::OffsetCommit, 9, frame(&messages::OffsetCommitRequest::default(), 9)),
+        (ApiKey::OffsetFetch, 9, frame(&messages::OffsetFetchRequest::default(), 9)),
+        (ApiKey::OffsetFetch, 1, frame(&messages::OffsetFetchRequest::default(), 1)),
+        (
+            ApiKey::OffsetForLeaderEpoch,
+            4,
+            frame(&messages::OffsetForLeaderEpochRequest::default(), 4),
+        ),
+    ];
+    for (key, version, body) in cases {
+        let header = crate::RequestHeader {
+            api_key: key as i16,
+            api_version: version,
+            correlation_id: 1,
+            client_id: None,
+        };
+        let mut reader = Reader::new(body);
+        let request = Request::decode(&header, &mut reader).unwrap().unwrap();
+        assert_eq!(reader.remaining(), 0, "{key:?} v{version}");
+        let matches = match key {
+            ApiKey::FindCoordinator => matches!(request, Request::FindCoordinator(_)),
+            ApiKey::JoinGroup => matches!(request, Request::JoinGroup(_)),
+            ApiKey::SyncGroup => matches!(request, Request::SyncGroup(_)),
+            ApiKey::Heartbeat => matches!(request, Request::Heartbeat(_)),
+            ApiKey::LeaveGroup => matches!(request, Request::LeaveGroup(_)),
+            ApiKey::OffsetCommit => matches!(request, Request::OffsetCommit(_)),
+            ApiKey::OffsetFetch => matches!(request, Request::OffsetFetch(_)),
+            ApiKey::OffsetForLeaderEpoch => matches!(request, Request::OffsetForLeaderEpoch(_)),
+            _ => false,
+        };
+        assert!(matches, "{key:?} v{version}: {request:?}");
+    }
+}
+
 /// Two billion topics announced in a few bytes are refused before anything is sized by them.
 #[test]
 fn a_count_larger_than_the_frame_is_refused_before_allocating() {
@@ -195,6 +706,99 @@ fn a_count_larger_than_the_frame_is_refused_before_allocating() {
     let frame = Bytes::from_static(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
     let error = MetadataRequest::decode(&mut Reader::new(frame), 9).unwrap_err();
     assert!(matches!(error, DecodeError::TooMany { .. }), "{error}");
+}
+
+/// Each group and offset decoder refuses an array count over its bound, or over the bytes
+/// left, before sizing anything by it, in the classic and the compact (flexible) forms.
+#[test]
+fn group_and_offset_decoders_refuse_counts_larger_than_the_frame() {
+    // Classic forms: a string is an i16 length, an array an i32 count.
+    const HUGE: &[u8] = &[0x7f, 0xff, 0xff, 0xff];
+    // The compact form: a 5-byte varint near u32::MAX.
+    const HUGE_COMPACT: &[u8] = &[0xff, 0xff, 0xff, 0xff, 0x0f];
+    const GROUP: &[u8] = &[0, 1, b'g'];
+    const EMPTY: &[u8] = &[0, 0];
+    const I32: &[u8] = &[0, 0, 0, 1];
+    const I64: &[u8] = &[0, 0, 0, 0, 0, 0, 0, 1];
+    fn body(parts: &[&[u8]]) -> Reader {
+        Reader::new(Bytes::from(parts.concat()))
+    }
+    fn too_many<T: std::fmt::Debug>(got: Result<T, DecodeError>) {
+        assert!(matches!(got, Err(DecodeError::TooMany { .. })), "{got:?}");
+    }
+    fn truncated<T: std::fmt::Debug>(got: Result<T, DecodeError>) {
+        assert!(matches!(got, Err(DecodeError::Truncated { .. })), "{got:?}");
+    }
+
+    // FindCoordinator v4+: key type, then the keys.
+    too_many(FindCoordinatorRequest::decode(&mut body(&[&[0], HUGE_COMPACT]), 4));
+    truncated(FindCoordinatorRequest::decode(&mut body(&[&[0], &[101], &[0; 20]]), 6));
+    // A key longer than the frame.
+    truncated(FindCoordinatorRequest::decode(&mut body(&[&[0x7f, 0xff], b"g"]), 0));
+
+    // JoinGroup: group, session timeout, (v1+) rebalance timeout, member, protocol type,
+    // protocols.
+    let join = |count: &[u8], rest: &[u8]| body(&[GROUP, I32, I32, EMPTY, EMPTY, count, rest]);
+    too_many(JoinGroupRequest::decode(&mut join(HUGE, &[]), 1));
+    too_many(JoinGroupRequest::decode(&mut join(&[0, 0, 0, 65], &[0; 400]), 1));
+    truncated(JoinGroupRequest::decode(&mut join(&[0, 0, 0, 64], &[0; 20]), 1));
+    // One protocol whose metadata announces two gigabytes.
+    truncated(JoinGroupRequest::decode(
+        &mut join(&[0, 0, 0, 1], &[&[0, 1, b'r'], HUGE].concat()),
+        1,
+    ));
+    // v6: compact strings, and a (null) instance id before the protocol type.
+    let mut join = body(&[&[2, b'g'], I32, I32, &[1], &[0], &[1], HUGE_COMPACT]);
+    too_many(JoinGroupRequest::decode(&mut join, 6));
+
+    // SyncGroup: group, generation, member, assignments.
+    too_many(SyncGroupRequest::decode(&mut body(&[GROUP, I32, GROUP, HUGE]), 0));
+    let one_huge_assignment = [&[0, 0, 0, 1][..], GROUP, HUGE].concat();
+    truncated(SyncGroupRequest::decode(&mut body(&[GROUP, I32, GROUP, &one_huge_assignment]), 0));
+    // v5: instance id, protocol type and name (null), then the compact assignments.
+    let mut sync = body(&[&[2, b'g'], I32, &[2, b'm'], &[0], &[0], &[0], HUGE_COMPACT]);
+    too_many(SyncGroupRequest::decode(&mut sync, 5));
+
+    // Heartbeat has no array: a member id longer than the frame.
+    truncated(HeartbeatRequest::decode(&mut body(&[GROUP, I32, &[0x7f, 0xff], b"m"]), 0));
+    truncated(HeartbeatRequest::decode(&mut body(&[&[2, b'g'], I32, HUGE_COMPACT]), 4));
+
+    // LeaveGroup v3+: group, members.
+    too_many(LeaveGroupRequest::decode(&mut body(&[GROUP, HUGE]), 3));
+    too_many(LeaveGroupRequest::decode(&mut body(&[&[2, b'g'], HUGE_COMPACT]), 5));
+    truncated(LeaveGroupRequest::decode(&mut body(&[GROUP, &[0, 0, 0, 100], &[0; 30]]), 3));
+
+    // OffsetCommit v2: group, generation, member, retention, topics (of name, partitions).
+    let commit = |topics: &[u8]| body(&[GROUP, I32, EMPTY, I64, topics]);
+    too_many(OffsetCommitRequest::decode(&mut commit(HUGE), 2));
+    let one_topic = [&[0, 0, 0, 1][..], &[0, 1, b't'], HUGE].concat();
+    too_many(OffsetCommitRequest::decode(&mut commit(&one_topic), 2));
+    let many_partitions = [&[0, 0, 0, 1][..], &[0, 1, b't'], &[0, 0, 0x10, 0], &[0; 64]].concat();
+    truncated(OffsetCommitRequest::decode(&mut commit(&many_partitions), 2));
+    let mut commit = body(&[&[2, b'g'], I32, &[1], &[0], HUGE_COMPACT]);
+    too_many(OffsetCommitRequest::decode(&mut commit, 9));
+
+    // OffsetFetch v1–7: group, topics (of name, partition indexes); v8+: groups.
+    too_many(OffsetFetchRequest::decode(&mut body(&[GROUP, HUGE]), 1));
+    let one_topic = [&[0, 0, 0, 1][..], &[0, 1, b't'], HUGE].concat();
+    too_many(OffsetFetchRequest::decode(&mut body(&[GROUP, &one_topic]), 2));
+    let many_partitions = [&[0, 0, 0, 1][..], &[0, 1, b't'], &[0, 0, 0, 100], &[0; 64]].concat();
+    truncated(OffsetFetchRequest::decode(&mut body(&[GROUP, &many_partitions]), 3));
+    too_many(OffsetFetchRequest::decode(&mut body(&[&[2, b'g'], HUGE_COMPACT]), 7));
+    too_many(OffsetFetchRequest::decode(&mut body(&[HUGE_COMPACT]), 8));
+    truncated(OffsetFetchRequest::decode(&mut body(&[&[101], &[0; 20]]), 9));
+    // One v9 group (null member, epoch) whose topics announce too many.
+    too_many(OffsetFetchRequest::decode(
+        &mut body(&[&[2], &[2, b'g'], &[0], I32, HUGE_COMPACT]),
+        9,
+    ));
+
+    // OffsetForLeaderEpoch: (v3+) replica id, topics (of name, partitions).
+    too_many(OffsetForLeaderEpochRequest::decode(&mut body(&[HUGE]), 2));
+    too_many(OffsetForLeaderEpochRequest::decode(&mut body(&[I32, HUGE]), 3));
+    too_many(OffsetForLeaderEpochRequest::decode(&mut body(&[I32, HUGE_COMPACT]), 4));
+    let many_partitions = [&[0, 0, 0, 1][..], &[0, 1, b't'], &[0, 0, 0x10, 0], &[0; 64]].concat();
+    truncated(OffsetForLeaderEpochRequest::decode(&mut body(&[&many_partitions]), 2));
 }
 
 #[test]
@@ -236,6 +840,14 @@ proptest! {
         let _ = ListOffsetsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(1, 6));
         let _ = ProduceRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(3, 10));
         let _ = ApiVersionsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(4));
+        let _ = FindCoordinatorRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(6));
+        let _ = JoinGroupRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(7));
+        let _ = SyncGroupRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(5));
+        let _ = HeartbeatRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(4));
+        let _ = LeaveGroupRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(5));
+        let _ = OffsetCommitRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(2, 9));
+        let _ = OffsetFetchRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(1, 9));
+        let _ = OffsetForLeaderEpochRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(2, 4));
         let mut reader = Reader::new(Bytes::from(bytes));
         if let Ok(header) = crate::RequestHeader::decode(&mut reader) {
             let _ = Request::decode(&header, &mut reader);

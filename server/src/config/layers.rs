@@ -21,7 +21,9 @@ use super::keys::{
     Raw, STORAGE_KEYS, Scope, TOPIC_KEYS, TUNING_KEYS, WORD_KEYS, cluster_nodes, env_key,
     log_filter, shard_index,
 };
-use super::model::{ClusterNode, Config, Profile, SHARDS_MAX};
+use super::model::{
+    ClusterNode, Config, GROUP_INITIAL_REBALANCE_DELAY_MS_MAX, Profile, SHARDS_MAX,
+};
 
 /// What the machine offers, for the defaults that depend on it.
 #[derive(Clone, Debug)]
@@ -56,6 +58,7 @@ pub struct Layers {
     pub(super) metrics_listen: Option<Given<Option<SocketAddr>>>,
     pub(super) kafka_listen: Option<Given<Option<SocketAddr>>>,
     pub(super) kafka_stream: Option<Given<String>>,
+    pub(super) kafka_group_delay: Option<Given<u32>>,
     pub(super) shard_listen: Option<Given<Option<SocketAddr>>>,
     pub(super) log_level: Option<Given<String>>,
     pub(super) shards: Option<Given<u32>>,
@@ -245,6 +248,9 @@ impl Layers {
         if let Some(stream) = &self.kafka_stream {
             config.kafka.stream.clone_from(&stream.value);
         }
+        if let Some(delay) = &self.kafka_group_delay {
+            config.kafka.group_initial_rebalance_delay_ms = delay.value;
+        }
         if let Some(listen) = &self.shard_listen {
             config.network.shard_listen = listen.value;
         }
@@ -402,6 +408,11 @@ impl Layers {
                 shoal_proto::protocol::validate_name(text)
                     .map_err(|reason| error(format!("{text:?} is not a stream name: {reason}")))?;
                 self.kafka_stream = Some(Given { value: text.to_string(), key: written });
+            }
+            (Scope::Kafka, "group_initial_rebalance_delay_ms") => {
+                let delay = raw.int(0, u64::from(GROUP_INITIAL_REBALANCE_DELAY_MS_MAX));
+                let delay = delay.map_err(error)? as u32;
+                self.kafka_group_delay = Some(Given { value: delay, key: written });
             }
             (Scope::Network, "shard_listen") => {
                 let listen = raw.listen_or_off("127.0.0.1:7100").map_err(error)?;

@@ -273,7 +273,13 @@ pub struct KafkaConfig {
     pub listen: Option<SocketAddr>,
     /// The Shoal stream whose topics are the Kafka topics (Kafka has one flat namespace).
     pub stream: String,
+    /// How long a new Kafka consumer group waits for more members before its first generation
+    /// (Kafka's `group.initial.rebalance.delay.ms`): fewer rebalances when a group starts.
+    pub group_initial_rebalance_delay_ms: u32,
 }
+
+/// The longest `[kafka] group_initial_rebalance_delay_ms`.
+pub const GROUP_INITIAL_REBALANCE_DELAY_MS_MAX: u32 = 300_000;
 
 impl Default for KafkaConfig {
     fn default() -> Self {
@@ -281,6 +287,8 @@ impl Default for KafkaConfig {
         KafkaConfig {
             listen: Some(SocketAddr::from(([127, 0, 0, 1], 9092))),
             stream: "kafka".to_string(),
+            // Kafka's default.
+            group_initial_rebalance_delay_ms: 3_000,
         }
     }
 }

@@ -94,6 +94,7 @@ struct Metrics {
 struct Kafka<'a> {
     listen: String,
     stream: &'a str,
+    group_initial_rebalance_delay_ms: u32,
 }
 
 #[derive(Serialize)]
@@ -188,7 +189,11 @@ impl<'a> Node<'a> {
             },
             network,
             metrics: Metrics { listen: config.metrics.listen_text() },
-            kafka: Kafka { listen: config.kafka.listen_text(), stream: &config.kafka.stream },
+            kafka: Kafka {
+                listen: config.kafka.listen_text(),
+                stream: &config.kafka.stream,
+                group_initial_rebalance_delay_ms: config.kafka.group_initial_rebalance_delay_ms,
+            },
             log: Log { level: &config.log.level },
             replication: keys(&REPLICATION_KEYS, &config.replication),
             metadata: keys(&METADATA_KEYS, &config.metadata),

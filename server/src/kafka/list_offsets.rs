@@ -55,7 +55,7 @@ pub(super) async fn answer(
 
 impl Connection {
     /// (offset, timestamp, leader epoch) for `timestamp` in one partition.
-    async fn offset_at(
+    pub(super) async fn offset_at(
         &self,
         topic: &str,
         index: i32,

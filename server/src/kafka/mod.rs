@@ -12,8 +12,10 @@
 
 mod errors;
 mod fetch;
+mod groups;
 mod list_offsets;
 mod metadata;
+mod offsets;
 mod produce;
 mod producer_id;
 
@@ -27,7 +29,12 @@ use bytes::Bytes;
 use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 use shoal_kafka::kafka_protocol::error::ResponseError;
-use shoal_kafka::kafka_protocol::messages::ApiKey;
+use shoal_kafka::kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, FetchResponse, FindCoordinatorResponse, HeartbeatResponse,
+    InitProducerIdResponse, JoinGroupResponse, LeaveGroupResponse, ListOffsetsResponse,
+    MetadataResponse, OffsetCommitResponse, OffsetFetchResponse, OffsetForLeaderEpochResponse,
+    ProduceResponse, SyncGroupResponse,
+};
 use shoal_kafka::request::Request;
 use shoal_kafka::{
     DecodeError, EncodeError, Reader, RequestHeader, encode_frame, serves, topic_id,
@@ -232,6 +239,11 @@ impl Connection {
                 "{api} version {version} is not served (ApiVersions lists what is)"
             )));
         };
+        // Requests that read the catalog see the newest one published.
+        if !matches!(request, Ok(Request::ApiVersions(_) | Request::InitProducerId(_))) {
+            self.context.published.refresh(&mut self.catalog);
+        }
+        let frame = |body: &dyn Answer| body.frame(header, version);
         match request? {
             Request::ApiVersions(request) => {
                 tracing::debug!(
@@ -239,55 +251,30 @@ impl Connection {
                     version = request.client_software_version.as_deref().unwrap_or("?"),
                     "Kafka client"
                 );
-                encoded(encode_frame(header, &shoal_kafka::api_versions(None), version), false)
+                frame(&shoal_kafka::api_versions(None))
             }
-            Request::Produce(request) => {
-                self.context.published.refresh(&mut self.catalog);
-                match produce::answer(self, request).await {
-                    Some(body) => {
-                        let error = body
-                            .responses
-                            .iter()
-                            .flat_map(|topic| &topic.partition_responses)
-                            .any(|partition| partition.error_code != 0);
-                        encoded(encode_frame(header, &body, version), error)
-                    }
-                    None => Ok((None, false)),
-                }
+            Request::Produce(request) => match produce::answer(self, request).await {
+                Some(body) => frame(&body),
+                None => Ok((None, false)),
+            },
+            Request::Fetch(request) => frame(&fetch::answer(self, request).await),
+            Request::InitProducerId(request) => frame(&producer_id::answer(self, request).await),
+            Request::ListOffsets(request) => frame(&list_offsets::answer(self, request).await),
+            Request::Metadata(request) => frame(&metadata::answer(self, &request).await),
+            Request::FindCoordinator(request) => {
+                frame(&groups::find_coordinator(self, request, version).await)
             }
-            Request::Fetch(request) => {
-                self.context.published.refresh(&mut self.catalog);
-                let body = fetch::answer(self, request).await;
-                let error = body.error_code != 0
-                    || body
-                        .responses
-                        .iter()
-                        .flat_map(|topic| &topic.partitions)
-                        .any(|partition| partition.error_code != 0);
-                encoded(encode_frame(header, &body, version), error)
+            Request::JoinGroup(request) => {
+                let client_id = header.client_id.as_deref();
+                frame(&groups::join(self, request, version, client_id).await)
             }
-            Request::InitProducerId(request) => {
-                let body = producer_id::answer(self, request).await;
-                let error = body.error_code != 0;
-                encoded(encode_frame(header, &body, version), error)
-            }
-            Request::ListOffsets(request) => {
-                self.context.published.refresh(&mut self.catalog);
-                let body = list_offsets::answer(self, request).await;
-                let error = body
-                    .topics
-                    .iter()
-                    .flat_map(|topic| &topic.partitions)
-                    .any(|partition| partition.error_code != 0);
-                encoded(encode_frame(header, &body, version), error)
-            }
-            Request::Metadata(request) => {
-                self.context.published.refresh(&mut self.catalog);
-                let body = metadata::answer(self, &request).await;
-                let error = body.topics.iter().any(|topic| {
-                    topic.error_code != 0 || topic.partitions.iter().any(|p| p.error_code != 0)
-                });
-                encoded(encode_frame(header, &body, version), error)
+            Request::SyncGroup(request) => frame(&groups::sync(self, request).await),
+            Request::Heartbeat(request) => frame(&groups::heartbeat(self, request).await),
+            Request::LeaveGroup(request) => frame(&groups::leave(self, request, version).await),
+            Request::OffsetCommit(request) => frame(&offsets::commit(self, request).await),
+            Request::OffsetFetch(request) => frame(&offsets::fetch(self, request, version).await),
+            Request::OffsetForLeaderEpoch(request) => {
+                frame(&offsets::for_leader_epoch(self, request).await)
             }
         }
     }
@@ -301,3 +288,63 @@ fn encoded(frame: Result<Bytes, EncodeError>, error: bool) -> Result<(Option<Byt
         Close::Refused(error.to_string())
     })
 }
+
+/// A response body: its frame, and whether it carries an error anywhere (for the per-API
+/// error counter).
+trait Answer {
+    fn frame(&self, header: &RequestHeader, version: i16) -> Result<(Option<Bytes>, bool), Close>;
+}
+
+/// `Answer` for a body type whose error codes `$errors` lists (any iterable of `i16`).
+macro_rules! answer {
+    ($body:ty, |$b:ident| $errors:expr) => {
+        impl Answer for $body {
+            fn frame(
+                &self,
+                header: &RequestHeader,
+                version: i16,
+            ) -> Result<(Option<Bytes>, bool), Close> {
+                let $b = self;
+                let error = $errors.into_iter().any(|code: i16| code != 0);
+                encoded(encode_frame(header, self, version), error)
+            }
+        }
+    };
+}
+
+answer!(ApiVersionsResponse, |b| [b.error_code]);
+answer!(ProduceResponse, |b| b
+    .responses
+    .iter()
+    .flat_map(|t| &t.partition_responses)
+    .map(|p| p.error_code));
+answer!(FetchResponse, |b| std::iter::once(b.error_code)
+    .chain(b.responses.iter().flat_map(|t| &t.partitions).map(|p| p.error_code)));
+answer!(InitProducerIdResponse, |b| [b.error_code]);
+answer!(ListOffsetsResponse, |b| b.topics.iter().flat_map(|t| &t.partitions).map(|p| p.error_code));
+answer!(MetadataResponse, |b| b.topics.iter().flat_map(|t| {
+    std::iter::once(t.error_code).chain(t.partitions.iter().map(|p| p.error_code))
+}));
+answer!(FindCoordinatorResponse, |b| std::iter::once(b.error_code)
+    .chain(b.coordinators.iter().map(|c| c.error_code)));
+answer!(JoinGroupResponse, |b| [b.error_code]);
+answer!(SyncGroupResponse, |b| [b.error_code]);
+answer!(HeartbeatResponse, |b| [b.error_code]);
+answer!(LeaveGroupResponse, |b| std::iter::once(b.error_code)
+    .chain(b.members.iter().map(|m| m.error_code)));
+answer!(OffsetCommitResponse, |b| b
+    .topics
+    .iter()
+    .flat_map(|t| &t.partitions)
+    .map(|p| p.error_code));
+answer!(OffsetFetchResponse, |b| std::iter::once(b.error_code)
+    .chain(b.topics.iter().flat_map(|t| &t.partitions).map(|p| p.error_code))
+    .chain(b.groups.iter().flat_map(|g| {
+        std::iter::once(g.error_code)
+            .chain(g.topics.iter().flat_map(|t| &t.partitions).map(|p| p.error_code))
+    })));
+answer!(OffsetForLeaderEpochResponse, |b| b
+    .topics
+    .iter()
+    .flat_map(|t| &t.partitions)
+    .map(|p| p.error_code));

@@ -61,7 +61,8 @@ impl ShardState {
                 for (&(group, _), lag_ticks) in created.iter().zip(lag_of) {
                     self.node.set_replica_lag_ticks(group, lag_ticks);
                     self.committed_end.insert(group, 0);
-                    self.offsets.insert(group, PartitionOffsets::default());
+                    // A new log holds no data.
+                    self.offsets.insert(group, PartitionOffsets::for_new_log());
                     // Nothing may be deleted before a snapshot covers it.
                     self.node.set_retention_floor(group, 0);
                 }

@@ -19,6 +19,7 @@
 use shoal_proto::protocol::ErrorCode;
 use shoal_proto::wire::ClientRequest;
 
+use super::kafka_coordinator::restart_kafka_groups;
 use super::metadata::MetaWaiter;
 use super::state::ShardState;
 use super::thread::now_ms;
@@ -36,6 +37,7 @@ impl ShardState {
             None => (false, 0),
         };
         let node = self.node.node_index();
+        let kafka_delay_ms = self.config.kafka.group_initial_rebalance_delay_ms;
         let Some(metadata) = self.metadata.as_mut() else { return };
         // Catching up gates the start only: a running coordinator's own rebalances commit a
         // moment before they are applied, which must not stop it.
@@ -49,11 +51,14 @@ impl ShardState {
             let mut coordinator = Coordinator::new(format!("{:x}.{node}", now_ms()));
             coordinator.seed(&metadata.state.catalog, now_ms());
             metadata.coordinator = coordinator;
+            let prefix = Some(format!("{:x}.{node}", now_ms()));
+            restart_kafka_groups(&mut metadata.kafka_groups, prefix, kafka_delay_ms);
             tracing::info!(node, applied_op = metadata.state.catalog.applied_op, "coordinating");
             return;
         }
         let joins = std::mem::replace(&mut metadata.coordinator, Coordinator::new(String::new()))
             .drain_joins();
+        restart_kafka_groups(&mut metadata.kafka_groups, None, kafka_delay_ms);
         tracing::info!(node, joins = joins.len(), "no longer coordinating");
         for slot in joins {
             let refusal = self.node.replica(METADATA_GROUP).and_then(redirect);

@@ -16,6 +16,7 @@ use shoal_replication::TICK_MS;
 
 use super::fetch::{PollFor, ReadFor};
 use super::formation::Formation;
+use super::kafka_coordinator::restart_kafka_groups;
 use super::metadata::MetaWaiter;
 use super::state::ShardState;
 use super::thread::now_ms;
@@ -72,6 +73,7 @@ impl ShardState {
                 self.expire_parked();
                 self.expire_writes();
                 self.expire_members();
+                self.tick_kafka_groups();
                 ticks += 1;
                 if ticks.is_multiple_of(RETENTION_INTERVAL_TICKS) {
                     self.save_states();
@@ -102,6 +104,7 @@ impl ShardState {
             for slot in metadata.coordinator.drain_joins() {
                 let _ = slot.send(Outcome::error(ErrorCode::ShuttingDown, "shutting down"));
             }
+            restart_kafka_groups(&mut metadata.kafka_groups, None, 0);
             for (_, (_, waiters)) in metadata.pending.drain() {
                 for waiter in waiters {
                     if let MetaWaiter::Client(slot) = waiter {
@@ -213,10 +216,13 @@ impl ShardState {
                     let _ = reply.send(refusal);
                     return;
                 }
-                let stored = self.offsets.get(&group).and_then(|o| o.get(&consumer));
+                let committed_end = self.committed_end.get(&group).copied().unwrap_or(0);
+                let stored =
+                    self.offsets.get(&group).and_then(|o| o.effective(&consumer, committed_end));
                 let _ = reply.send(Outcome::ok(consumer::encode_stored_offset(stored)));
             }
             Work::Group { request, reply } => self.group_request(request, reply),
+            Work::KafkaGroup { request, reply } => self.kafka_group_request(request, reply),
             Work::Poll { group, args, consumer, auto_commit, client, reply } => {
                 self.ensure_group(group).await;
                 self.apply_committed().await;

@@ -28,8 +28,11 @@ use super::formation::Formation;
 use super::state::ShardState;
 use super::thread::now_ms;
 use super::transfer::recovery_states;
-use super::work::{Body, Outcome, ReplySender, redirect, refusal, result_error};
+use super::work::{
+    Body, KafkaGroupReplySender, Outcome, ReplySender, redirect, refusal, result_error,
+};
 use crate::groups::Coordinator;
+use crate::kafka_groups::KafkaGroups;
 use crate::metadata::{METADATA_GROUP, MetaCommand, MetaReply, MetaState};
 
 /// What [`ShardState::replay_metadata`] rebuilt, and from where.
@@ -72,6 +75,9 @@ pub(super) struct MetadataState {
     /// otherwise (`coordinator::sync_coordinator`).
     pub(super) coordinator: Coordinator<ReplySender>,
     pub(super) coordinating: bool,
+    /// The Kafka groups, coordinated alongside (`kafka_coordinator`): soft state, empty while
+    /// not coordinating.
+    pub(super) kafka_groups: KafkaGroups<KafkaGroupReplySender>,
     /// The client id of the coordinator's own proposals (random per start) and its next request.
     pub(super) internal_client: u64,
     pub(super) internal_request: u64,
@@ -158,6 +164,7 @@ impl ShardState {
             snapshot_deferred_end: None,
             coordinator,
             coordinating: false,
+            kafka_groups: KafkaGroups::new(String::new(), 0),
             internal_client: self.node_seed | (1 << 63),
             internal_request: 0,
         });

@@ -21,7 +21,7 @@
 //! produce and offset writes; `fetch` reads and long-polls; `offsets` consumer offsets in the
 //! partition logs; `snapshots` the state snapshots; `transfer` the machines' part of state
 //! transfers; `catalog` the partition groups the catalog
-//! places here; `metadata` shard 0's metadata state machine; `coordinator` its consumer groups;
+//! places here; `metadata` shard 0's metadata state machine; `coordinator` its consumer groups; `kafka_coordinator` the Kafka ones;
 //! `formation` how shard 0 of a node with an empty data directory forms its cluster or rejoins
 //! it.
 
@@ -32,6 +32,7 @@ mod fetch;
 mod flush_gate;
 mod formation;
 mod handoff;
+mod kafka_coordinator;
 mod metadata;
 mod offsets;
 mod snapshots;
@@ -46,5 +47,6 @@ pub use formation::{FORMATION_FILE, read as read_formation};
 pub use offsets::CONSUMERS_PER_PARTITION_MAX;
 pub use thread::{ShardSpec, now_ms, run};
 pub use work::{
-    Body, FetchArgs, GroupRequest, GroupStats, Mesh, Outcome, ReplySender, ShardReport, Work, mesh,
+    Body, FetchArgs, GroupRequest, GroupStats, KafkaGroupReply, KafkaGroupRequest, Mesh, Outcome,
+    ReplySender, ShardReport, Work, mesh,
 };

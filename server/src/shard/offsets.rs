@@ -73,6 +73,8 @@ impl ShardState {
             let Some(log) = self.node.log_stats(group) else { continue };
             offsets.snapshot_size_bytes = log.size_bytes;
             let mut offset = replay_from.max(log.first_offset);
+            // Data may end anywhere before the replay: only what it reads is known.
+            offsets.data_end = offset;
             let mut replayed = 0;
             'scan: while offset < committed_end {
                 let prepares = match self.node.read_offset(group, offset, 1 << 20).await {
@@ -98,14 +100,18 @@ impl ShardState {
                     }
                     offset = prepare.end_offset();
                     match offsets.apply_batch(&prepare.body()) {
-                        Ok(applied) => replayed += u64::from(applied),
-                        Err(error) => tracing::error!(
-                            shard = self.index,
-                            group,
-                            offset = prepare.base_offset(),
-                            %error,
-                            "an offset commit record does not decode; skipped"
-                        ),
+                        Ok(true) => replayed += 1,
+                        Ok(false) => offsets.data_committed(offset),
+                        Err(error) => {
+                            offsets.data_committed(offset);
+                            tracing::error!(
+                                shard = self.index,
+                                group,
+                                offset = prepare.base_offset(),
+                                %error,
+                                "an offset commit record does not decode; skipped"
+                            );
+                        }
                     }
                 }
             }
@@ -121,7 +127,11 @@ impl ShardState {
     /// the prepare ring, mostly). The primary applied its own already when it answered the
     /// write (`writes`); applying the same record again, in the same order, changes nothing.
     pub(super) async fn apply_committed_offset(&mut self, group: u64, fields: &Prepare) {
-        if fields.record_count != 1 || self.node.group_failure(group).is_some() {
+        if self.node.group_failure(group).is_some() {
+            return;
+        }
+        if fields.record_count != 1 {
+            self.offsets.entry(group).or_default().data_committed(fields.end_offset());
             return;
         }
         let prepare = match self.node.read_op(group, fields.op).await {
@@ -135,10 +145,16 @@ impl ShardState {
                     result,
                     "committed op unreadable; its offset commit, if any, not applied"
                 );
+                self.offsets.entry(group).or_default().data_committed(fields.end_offset());
                 return;
             }
         };
-        if let Err(error) = self.offsets.entry(group).or_default().apply_batch(&prepare.body()) {
+        let offsets = self.offsets.entry(group).or_default();
+        let applied = offsets.apply_batch(&prepare.body());
+        if applied != Ok(true) {
+            offsets.data_committed(fields.end_offset());
+        }
+        if let Err(error) = applied {
             tracing::error!(
                 shard = self.index,
                 group,
@@ -163,7 +179,17 @@ impl ShardState {
             let _ = reply.send(busy);
             return false;
         }
+        let committed_end = self.committed_end.get(&group).copied().unwrap_or(0);
         let table = self.offsets.entry(group).or_default();
+        if let Some(offset) = record.offset
+            && !table.commit_needed(&record.consumer, offset, committed_end)
+        {
+            let _ = reply.send(match kind(record) {
+                WriteKind::PollCommit { answer, .. } => answer,
+                _ => Outcome::ok(Vec::new()),
+            });
+            return false;
+        }
         if record.offset.is_some()
             && let Err(full) = table.check_room(&record.consumer, CONSUMERS_PER_PARTITION_MAX)
         {

@@ -66,8 +66,12 @@ impl ShardState {
         let installed = if group == METADATA_GROUP {
             self.install_metadata_state(fields.op, state)
         } else {
-            PartitionOffsets::decode(state)
-                .map(|table| self.offsets.entry(group).or_default().replace_table(table))
+            PartitionOffsets::decode(state).map(|table| {
+                let offsets = self.offsets.entry(group).or_default();
+                offsets.replace_table(table);
+                // The log now begins past `end_offset`: data may end anywhere up to it.
+                offsets.data_end = end_offset;
+            })
         };
         self.metrics.driver_state_installed(installed.is_ok());
         match &installed {

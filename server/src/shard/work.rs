@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use shoal_kafka::kafka_protocol::error::ResponseError;
 use shoal_proto::protocol::consumer::{ConsumerId, GroupMember, JoinGroup, OffsetCommitRecord};
 use shoal_proto::protocol::{ErrorCode, FetchFrom, NODE_UNKNOWN, ProduceReply};
 use shoal_proto::wire::ClientRequest;
@@ -15,6 +16,7 @@ use shoal_replication::{
     LogStats, Replica, ReplicaState, ReplyResult, Request, RequestRefused, Status, TICK_MS,
 };
 
+use crate::kafka_groups::{GroupAnswer, Join, Sync};
 use crate::metadata::{Catalog, MetaCommand};
 use crate::metrics::ShardSnapshot;
 
@@ -291,6 +293,13 @@ pub enum Work {
         /// The answer.
         reply: ReplySender,
     },
+    /// A Kafka consumer group request (shard 0 only: the coordinator of Kafka groups).
+    KafkaGroup {
+        /// What is asked.
+        request: KafkaGroupRequest,
+        /// The answer.
+        reply: KafkaGroupReplySender,
+    },
     /// Fetch from a consumer's stored offset in a partition group owned here.
     Poll {
         /// The group.
@@ -336,6 +345,37 @@ pub enum GroupRequest {
     /// Leave a group.
     Leave(GroupMember),
 }
+
+/// A Kafka consumer group request for the coordinator (`crate::kafka_groups`).
+pub enum KafkaGroupRequest {
+    /// JoinGroup: answered once the rebalance it takes part in completes.
+    Join(Join),
+    /// SyncGroup: answered once the leader's assignment is in.
+    Sync(Sync),
+    /// Heartbeat.
+    Heartbeat { group: String, member: String, generation: i32 },
+    /// LeaveGroup: these members leave.
+    Leave { group: String, members: Vec<String> },
+    /// May this member of this generation commit offsets (OffsetCommit)?
+    CheckCommit { group: String, member: String, generation: i32 },
+}
+
+/// The coordinator's answer to a [`KafkaGroupRequest`].
+#[derive(Debug)]
+pub enum KafkaGroupReply {
+    /// To a JoinGroup or a SyncGroup.
+    Answer(GroupAnswer),
+    /// To a Heartbeat or a commit check (`None`: go ahead).
+    Checked(Option<ResponseError>),
+    /// To a LeaveGroup: each member's result, in the request's order.
+    Left(Vec<Option<ResponseError>>),
+    /// This node does not coordinate Kafka groups (now): the client finds the coordinator
+    /// again.
+    NotCoordinator,
+}
+
+/// Where a Kafka group request is answered.
+pub type KafkaGroupReplySender = flume::Sender<KafkaGroupReply>;
 
 /// A shard's own figures, for status.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -446,6 +486,9 @@ pub(super) fn refuse(work: Work) {
         | Work::Group { reply, .. }
         | Work::Poll { reply, .. } => {
             let _ = reply.send(outcome());
+        }
+        Work::KafkaGroup { reply, .. } => {
+            let _ = reply.send(KafkaGroupReply::NotCoordinator);
         }
         Work::Stats { reply, .. } => {
             let _ = reply.send(Vec::new());

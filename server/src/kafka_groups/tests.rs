@@ -1,0 +1,310 @@
+//! The classic group protocol as two or three members live it: ids, joins, the leader's
+//! assignment, rebalances on arrival, departure and session expiry, and who may commit.
+
+use super::*;
+
+/// Waiters are numbers: the test reads which request each answer is for.
+type Groups = KafkaGroups<u32>;
+
+fn groups() -> Groups {
+    KafkaGroups::new("p".into(), 0)
+}
+
+fn join(member: &str, protocols: &[&str]) -> Join {
+    Join {
+        group: "g".into(),
+        member_id: member.into(),
+        client_id: "client".into(),
+        session_timeout_ms: 10_000,
+        rebalance_timeout_ms: 30_000,
+        protocol_type: "consumer".into(),
+        protocols: protocols
+            .iter()
+            .map(|name| (name.to_string(), Bytes::from(format!("meta-{name}"))))
+            .collect(),
+        require_known_member_id: true,
+    }
+}
+
+fn joined(answers: Vec<(u32, GroupAnswer)>) -> Vec<(u32, JoinAnswer)> {
+    answers
+        .into_iter()
+        .map(|(w, a)| match a {
+            GroupAnswer::Join(join) => (w, join),
+            other => panic!("not a join answer: {other:?}"),
+        })
+        .collect()
+}
+
+fn synced(answers: Vec<(u32, GroupAnswer)>) -> Vec<(u32, SyncAnswer)> {
+    answers
+        .into_iter()
+        .map(|(w, a)| match a {
+            GroupAnswer::Sync(sync) => (w, sync),
+            other => panic!("not a sync answer: {other:?}"),
+        })
+        .collect()
+}
+
+fn sync(
+    member: &str,
+    generation: i32,
+    protocol_type: Option<String>,
+    protocol_name: Option<String>,
+    assignments: Vec<(String, Bytes)>,
+) -> Sync {
+    Sync {
+        group: "g".into(),
+        member_id: member.into(),
+        generation,
+        protocol_type,
+        protocol_name,
+        assignments,
+    }
+}
+
+/// A new member's two-step join (v4+): its id, then the join itself. Returns the id; the
+/// join's answer stays in `groups` when it has to wait.
+fn first_join(groups: &mut Groups, waiter: u32, now_ms: i64) -> String {
+    groups.join(join("", &["range"]), now_ms, waiter);
+    let answers = joined(groups.take_answers());
+    assert_eq!(answers.len(), 1);
+    let (_, answer) = &answers[0];
+    assert_eq!(answer.error, Some(ResponseError::MemberIdRequired));
+    assert!(answer.member_id.starts_with("client-p-"), "{}", answer.member_id);
+    let id = answer.member_id.clone();
+    groups.join(join(&id, &["range"]), now_ms, waiter);
+    id
+}
+
+#[test]
+fn one_member_joins_leads_and_gets_its_own_assignment() {
+    let mut groups = groups();
+    let a = first_join(&mut groups, 1, 0);
+    let answers = joined(groups.take_answers());
+    assert_eq!(answers.len(), 1);
+    let (waiter, answer) = &answers[0];
+    assert_eq!(*waiter, 1);
+    assert_eq!(answer.error, None);
+    assert_eq!(answer.generation, 1);
+    assert_eq!(answer.leader, a);
+    assert_eq!(answer.protocol_name.as_deref(), Some("range"));
+    assert_eq!(answer.members, vec![(a.clone(), Bytes::from("meta-range"))]);
+
+    groups.sync(
+        sync(&a, 1, Some("consumer".into()), Some("range".into()), vec![(a.clone(), "A".into())]),
+        0,
+        2,
+    );
+    let answers = synced(groups.take_answers());
+    assert_eq!(
+        answers,
+        vec![(
+            2,
+            SyncAnswer {
+                error: None,
+                protocol_type: Some("consumer".into()),
+                protocol_name: Some("range".into()),
+                assignment: Bytes::from("A"),
+            }
+        )]
+    );
+    assert_eq!(groups.heartbeat("g", &a, 1, 5_000), None);
+    assert_eq!(groups.check_commit("g", &a, 1), None);
+    assert_eq!(groups.describe("g").unwrap().state, GroupState::Stable);
+}
+
+#[test]
+fn a_second_member_makes_the_first_rejoin_and_both_get_the_leaders_assignment() {
+    let mut groups = groups();
+    let a = first_join(&mut groups, 1, 0);
+    groups.take_answers();
+    groups.sync(sync(&a, 1, None, None, vec![(a.clone(), "all".into())]), 0, 2);
+    groups.take_answers();
+
+    let b = first_join(&mut groups, 3, 100);
+    assert!(groups.take_answers().is_empty(), "b waits for a to rejoin");
+    assert_eq!(groups.heartbeat("g", &a, 1, 200), Some(ResponseError::RebalanceInProgress));
+    // A commit during the rebalance, under the old generation, is still a's (Kafka lets a
+    // member commit as its partitions are revoked).
+    assert_eq!(groups.check_commit("g", &a, 1), None);
+    groups.join(join(&a, &["range"]), 300, 4);
+    let answers = joined(groups.take_answers());
+    assert_eq!(answers.len(), 2);
+    for (_, answer) in &answers {
+        assert_eq!(answer.generation, 2);
+        assert_eq!(answer.leader, a, "the leader stays the leader");
+    }
+    let leader = answers.iter().find(|(w, _)| *w == 4).unwrap();
+    assert_eq!(leader.1.members.len(), 2);
+    let follower = answers.iter().find(|(w, _)| *w == 3).unwrap();
+    assert!(follower.1.members.is_empty());
+    assert_eq!(groups.check_commit("g", &a, 2), Some(ResponseError::RebalanceInProgress));
+
+    // The follower syncs first and waits; the leader's sync answers both.
+    groups.sync(sync(&b, 2, None, None, Vec::new()), 400, 5);
+    assert!(groups.take_answers().is_empty());
+    groups.sync(
+        sync(&a, 2, None, None, vec![(a.clone(), "p0".into()), (b.clone(), "p1".into())]),
+        400,
+        6,
+    );
+    let mut answers = synced(groups.take_answers());
+    answers.sort_by_key(|(w, _)| *w);
+    assert_eq!(answers[0].0, 5);
+    assert_eq!(answers[0].1.assignment, Bytes::from("p1"));
+    assert_eq!(answers[1].0, 6);
+    assert_eq!(answers[1].1.assignment, Bytes::from("p0"));
+    assert_eq!(groups.check_commit("g", &b, 2), None);
+    assert_eq!(groups.check_commit("g", &b, 1), Some(ResponseError::IllegalGeneration));
+}
+
+#[test]
+fn a_member_that_leaves_or_goes_silent_is_rebalanced_away() {
+    let mut groups = groups();
+    let a = first_join(&mut groups, 1, 0);
+    groups.take_answers();
+    let b = first_join(&mut groups, 2, 0);
+    groups.join(join(&a, &["range"]), 0, 3);
+    groups.take_answers();
+    groups.sync(sync(&a, 2, None, None, Vec::new()), 0, 4);
+    groups.sync(sync(&b, 2, None, None, Vec::new()), 0, 5);
+    assert_eq!(groups.take_answers().len(), 2);
+
+    // b leaves: a is told to rejoin, and rejoins alone into generation 3.
+    assert_eq!(groups.leave("g", std::slice::from_ref(&b), 100), vec![None]);
+    assert_eq!(groups.heartbeat("g", &a, 2, 100), Some(ResponseError::RebalanceInProgress));
+    groups.join(join(&a, &["range"]), 100, 6);
+    let answers = joined(groups.take_answers());
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].1.generation, 3);
+    assert_eq!(groups.heartbeat("g", &b, 3, 100), Some(ResponseError::UnknownMemberId));
+    groups.sync(sync(&a, 3, None, None, Vec::new()), 100, 7);
+    groups.take_answers();
+
+    // a falls silent: one session later it is gone and the group is forgotten (empty), so a
+    // commit outside group management is allowed again and a's is not.
+    groups.tick(100 + 10_000);
+    assert!(groups.describe("g").is_some(), "a session is not over at its last millisecond");
+    groups.tick(100 + 10_001);
+    assert_eq!(groups.describe("g"), None);
+    assert_eq!(groups.check_commit("g", "", -1), None);
+    assert_eq!(groups.check_commit("g", &a, 3), Some(ResponseError::IllegalGeneration));
+}
+
+#[test]
+fn a_member_that_does_not_rejoin_in_time_is_dropped_from_the_new_generation() {
+    let mut groups = groups();
+    let a = first_join(&mut groups, 1, 0);
+    groups.take_answers();
+    groups.sync(sync(&a, 1, None, None, Vec::new()), 0, 2);
+    groups.take_answers();
+    let _b = first_join(&mut groups, 3, 1_000);
+    // a keeps heartbeating (each says "rejoin") but never rejoins: the rebalance completes at
+    // its deadline, the longest rebalance timeout, with b alone.
+    for now in (2_000..31_000).step_by(2_000) {
+        assert_eq!(groups.heartbeat("g", &a, 1, now), Some(ResponseError::RebalanceInProgress));
+        groups.tick(now);
+        assert!(groups.take_answers().is_empty(), "at {now}");
+    }
+    groups.tick(31_000);
+    let answers = joined(groups.take_answers());
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].0, 3);
+    assert_eq!(answers[0].1.generation, 2);
+    assert_eq!(groups.heartbeat("g", &a, 1, 31_000), Some(ResponseError::UnknownMemberId));
+}
+
+#[test]
+fn a_new_group_waits_the_initial_delay_for_more_members() {
+    let mut groups: Groups = KafkaGroups::new("p".into(), 3_000);
+    let _a = first_join(&mut groups, 1, 0);
+    let _b = first_join(&mut groups, 2, 1_000);
+    groups.tick(2_999);
+    assert!(groups.take_answers().is_empty());
+    groups.tick(3_000);
+    let answers = joined(groups.take_answers());
+    assert_eq!(answers.len(), 2, "both in the first generation");
+    assert!(answers.iter().all(|(_, a)| a.generation == 1));
+}
+
+#[test]
+fn protocols_are_chosen_by_vote_among_those_every_member_supports() {
+    let mut groups = groups();
+    let mut j = join("", &["cooperative-sticky", "range"]);
+    j.require_known_member_id = false;
+    groups.join(j.clone(), 0, 1);
+    let a = joined(groups.take_answers())[0].1.member_id.clone();
+    groups.sync(sync(&a, 1, None, None, Vec::new()), 0, 2);
+    groups.take_answers();
+    // b supports only range: range is the one both support.
+    let mut jb = join("", &["range"]);
+    jb.require_known_member_id = false;
+    groups.join(jb, 0, 3);
+    groups.join(join(&a, &["cooperative-sticky", "range"]), 0, 4);
+    let answers = joined(groups.take_answers());
+    assert!(answers.iter().all(|(_, a)| a.protocol_name.as_deref() == Some("range")));
+    // c shares nothing with them.
+    let mut jc = join("", &["roundrobin"]);
+    jc.require_known_member_id = false;
+    groups.join(jc, 0, 5);
+    let answers = joined(groups.take_answers());
+    assert_eq!(answers[0].1.error, Some(ResponseError::InconsistentGroupProtocol));
+}
+
+#[test]
+fn bad_joins_are_refused_with_kafkas_errors() {
+    let mut groups = groups();
+    let mut bad = join("", &["range"]);
+    bad.session_timeout_ms = 10;
+    groups.join(bad, 0, 1);
+    let mut unknown = join("nobody", &["range"]);
+    unknown.group = "other".into();
+    groups.join(unknown, 0, 2);
+    let mut empty = join("", &["range"]);
+    empty.group = String::new();
+    groups.join(empty, 0, 3);
+    let mut none = join("", &[]);
+    none.group = "h".into();
+    groups.join(none, 0, 4);
+    let errors: Vec<_> =
+        joined(groups.take_answers()).into_iter().map(|(w, a)| (w, a.error)).collect();
+    assert_eq!(
+        errors,
+        vec![
+            (1, Some(ResponseError::InvalidSessionTimeout)),
+            (2, Some(ResponseError::UnknownMemberId)),
+            (3, Some(ResponseError::InvalidGroupId)),
+            (4, Some(ResponseError::InconsistentGroupProtocol)),
+        ]
+    );
+    assert!(groups.list().is_empty(), "refusals leave no group behind");
+    assert_eq!(groups.check_commit("g", "x", 3), Some(ResponseError::IllegalGeneration));
+}
+
+#[test]
+fn a_group_holds_at_most_its_member_bound() {
+    let mut groups = groups();
+    for waiter in 0..GROUP_MEMBERS_MAX as u32 {
+        groups.join(join("", &["range"]), 0, waiter);
+    }
+    let answers = joined(groups.take_answers());
+    assert!(answers.iter().all(|(_, a)| a.error == Some(ResponseError::MemberIdRequired)));
+    groups.join(join("", &["range"]), 0, 9_999);
+    let answers = joined(groups.take_answers());
+    assert_eq!(answers[0].1.error, Some(ResponseError::GroupMaxSizeReached));
+    // Ids handed out and never used expire after a session.
+    groups.tick(10_001);
+    assert!(groups.list().is_empty());
+}
+
+#[test]
+fn a_stopping_coordinator_hands_back_every_waiter() {
+    let mut groups = groups();
+    let _a = first_join(&mut groups, 1, 0);
+    groups.take_answers();
+    let _b = first_join(&mut groups, 2, 0);
+    let waiters = groups.drain_waiters();
+    assert_eq!(waiters, vec![2]);
+    assert!(groups.list().is_empty());
+}

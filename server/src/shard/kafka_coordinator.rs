@@ -1,0 +1,79 @@
+//! Shard 0's Kafka group coordinator at work: it runs where the native coordinator runs (the
+//! metadata group's serving primary, caught up) and starts and stops with it, so FindCoordinator
+//! names one node for every Kafka group, a cluster-wide namespace. Requests update
+//! `crate::kafka_groups::KafkaGroups`; its answers, due now or once a rebalance completes, go
+//! back through each request's reply slot.
+//!
+//! Nothing here is written to a log: Kafka group membership is soft state (see
+//! `kafka_groups`), and offsets go through the partitions' logs (`offsets`). A coordinator that
+//! stops answers every waiting request NOT_COORDINATOR, so the members find the new one.
+
+use super::state::ShardState;
+use super::thread::now_ms;
+use super::work::{KafkaGroupReply, KafkaGroupReplySender, KafkaGroupRequest};
+use crate::kafka_groups::KafkaGroups;
+
+impl ShardState {
+    /// Serves a Kafka group request, if this node coordinates.
+    pub(super) fn kafka_group_request(
+        &mut self,
+        request: KafkaGroupRequest,
+        reply: KafkaGroupReplySender,
+    ) {
+        self.sync_coordinator();
+        let Some(metadata) = self.metadata.as_mut().filter(|m| m.coordinating) else {
+            let _ = reply.send(KafkaGroupReply::NotCoordinator);
+            return;
+        };
+        let groups = &mut metadata.kafka_groups;
+        let now = now_ms();
+        match request {
+            KafkaGroupRequest::Join(join) => groups.join(join, now, reply),
+            KafkaGroupRequest::Sync(sync) => groups.sync(sync, now, reply),
+            KafkaGroupRequest::Heartbeat { group, member, generation } => {
+                let checked = groups.heartbeat(&group, &member, generation, now);
+                let _ = reply.send(KafkaGroupReply::Checked(checked));
+            }
+            KafkaGroupRequest::Leave { group, members } => {
+                let left = groups.leave(&group, &members, now);
+                let _ = reply.send(KafkaGroupReply::Left(left));
+            }
+            KafkaGroupRequest::CheckCommit { group, member, generation } => {
+                let checked = groups.check_commit(&group, &member, generation);
+                let _ = reply.send(KafkaGroupReply::Checked(checked));
+            }
+        }
+        self.send_kafka_group_answers();
+    }
+
+    /// Time passing for the Kafka groups: expired sessions, rebalance deadlines.
+    pub(super) fn tick_kafka_groups(&mut self) {
+        if let Some(metadata) = self.metadata.as_mut().filter(|m| m.coordinating) {
+            metadata.kafka_groups.tick(now_ms());
+            self.send_kafka_group_answers();
+        }
+    }
+
+    fn send_kafka_group_answers(&mut self) {
+        let Some(metadata) = self.metadata.as_mut() else { return };
+        for (slot, answer) in metadata.kafka_groups.take_answers() {
+            // A requester that gave up (its connection closed) is no error.
+            let _ = slot.send(KafkaGroupReply::Answer(answer));
+        }
+    }
+}
+
+/// Starts (`Some(prefix)`: member ids' unique prefix) or stops the Kafka groups beside the
+/// native coordinator; a stop answers every waiting request NOT_COORDINATOR.
+pub(super) fn restart_kafka_groups(
+    groups: &mut KafkaGroups<KafkaGroupReplySender>,
+    start: Option<String>,
+    initial_rebalance_delay_ms: u32,
+) {
+    for slot in groups.drain_waiters() {
+        let _ = slot.send(KafkaGroupReply::NotCoordinator);
+    }
+    if let Some(prefix) = start {
+        *groups = KafkaGroups::new(prefix, initial_rebalance_delay_ms);
+    }
+}
