@@ -7,6 +7,8 @@
 //!   `OffsetForLeaderEpoch`;
 //! - consumer groups (classic protocol): `FindCoordinator`, `JoinGroup`, `SyncGroup`,
 //!   `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`;
+//! - administration: `CreateTopics`, `DeleteTopics`, `DescribeConfigs`, `DescribeGroups`,
+//!   `ListGroups`, `DescribeCluster`;
 //! - the handshake: `ApiVersions`.
 //!
 //! Why not the codec crate's decoders: they size a `Vec` from the count a client sends before
@@ -14,12 +16,18 @@
 //! Responses, which Shoal builds from its own state, are encoded with the crate.
 
 mod api_versions;
+mod create_topics;
+mod delete_topics;
+mod describe_cluster;
+mod describe_configs;
+mod describe_groups;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
 mod init_producer_id;
 mod join_group;
 mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
 mod offset_commit;
@@ -29,6 +37,19 @@ mod produce;
 mod sync_group;
 
 pub use api_versions::ApiVersionsRequest;
+pub use create_topics::{
+    CREATE_TOPICS_ASSIGNMENTS_MAX, CREATE_TOPICS_BROKER_IDS_MAX, CREATE_TOPICS_CONFIGS_MAX,
+    CREATE_TOPICS_TOPICS_MAX, CreateTopic, CreateTopicConfig, CreateTopicsRequest,
+};
+pub use delete_topics::{DELETE_TOPICS_TOPICS_MAX, DeleteTopic, DeleteTopicsRequest};
+pub use describe_cluster::{
+    BROKERS_ENDPOINT_TYPE, CONTROLLERS_ENDPOINT_TYPE, DescribeClusterRequest,
+};
+pub use describe_configs::{
+    BROKER_RESOURCE_TYPE, DESCRIBE_CONFIGS_KEYS_MAX, DESCRIBE_CONFIGS_RESOURCES_MAX,
+    DescribeConfigsRequest, DescribeConfigsResource, TOPIC_RESOURCE_TYPE,
+};
+pub use describe_groups::{DESCRIBE_GROUPS_GROUPS_MAX, DescribeGroupsRequest};
 pub use fetch::{FETCH_PARTITIONS_MAX, FETCH_TOPICS_MAX, FetchPartition, FetchRequest, FetchTopic};
 pub use find_coordinator::{
     FIND_COORDINATOR_KEYS_MAX, FindCoordinatorRequest, GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE,
@@ -37,6 +58,7 @@ pub use heartbeat::HeartbeatRequest;
 pub use init_producer_id::InitProducerIdRequest;
 pub use join_group::{JOIN_GROUP_PROTOCOLS_MAX, JoinGroupProtocol, JoinGroupRequest};
 pub use leave_group::{LEAVE_GROUP_MEMBERS_MAX, LeaveGroupRequest, LeavingMember};
+pub use list_groups::{LIST_GROUPS_FILTER_MAX, ListGroupsRequest};
 pub use list_offsets::{
     EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, LIST_OFFSETS_PARTITIONS_MAX, LIST_OFFSETS_TOPICS_MAX,
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
@@ -84,6 +106,12 @@ pub enum Request {
     LeaveGroup(LeaveGroupRequest),
     OffsetCommit(OffsetCommitRequest),
     OffsetFetch(OffsetFetchRequest),
+    CreateTopics(CreateTopicsRequest),
+    DeleteTopics(DeleteTopicsRequest),
+    DescribeConfigs(DescribeConfigsRequest),
+    DescribeGroups(DescribeGroupsRequest),
+    ListGroups(ListGroupsRequest),
+    DescribeCluster(DescribeClusterRequest),
 }
 
 impl Request {
@@ -127,6 +155,24 @@ impl Request {
             }
             ApiKey::OffsetFetch => {
                 OffsetFetchRequest::decode(reader, version).map(Request::OffsetFetch)
+            }
+            ApiKey::CreateTopics => {
+                CreateTopicsRequest::decode(reader, version).map(Request::CreateTopics)
+            }
+            ApiKey::DeleteTopics => {
+                DeleteTopicsRequest::decode(reader, version).map(Request::DeleteTopics)
+            }
+            ApiKey::DescribeConfigs => {
+                DescribeConfigsRequest::decode(reader, version).map(Request::DescribeConfigs)
+            }
+            ApiKey::DescribeGroups => {
+                DescribeGroupsRequest::decode(reader, version).map(Request::DescribeGroups)
+            }
+            ApiKey::ListGroups => {
+                ListGroupsRequest::decode(reader, version).map(Request::ListGroups)
+            }
+            ApiKey::DescribeCluster => {
+                DescribeClusterRequest::decode(reader, version).map(Request::DescribeCluster)
             }
             _ => unreachable!("{key:?} is served without a decoder"),
         })

@@ -15,14 +15,17 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse,
-    FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse,
-    InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse,
-    LeaveGroupRequest, LeaveGroupResponse, ListOffsetsRequest, ListOffsetsResponse,
-    MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse,
-    OffsetFetchRequest, OffsetFetchResponse, OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse, RequestHeader, SyncGroupRequest,
-    SyncGroupResponse, TopicName, TransactionalId, metadata_request::MetadataRequestTopic,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse,
+    DescribeConfigsRequest, DescribeConfigsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse,
+    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest,
+    ListGroupsResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
+    RequestHeader, SyncGroupRequest, SyncGroupResponse, TopicName, TransactionalId,
+    metadata_request::MetadataRequestTopic,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use shoal_proto::Durability;
@@ -663,6 +666,25 @@ fn fetch_offsets(kafka: &mut Kafka, partitions: Option<&[i32]>) -> Vec<(i32, i64
     new
 }
 
+/// The group's state and member ids (DescribeGroups v5).
+fn describe_group(kafka: &mut Kafka) -> (String, Vec<String>) {
+    let request = DescribeGroupsRequest::default().with_groups(vec![group_id()]);
+    let described: DescribeGroupsResponse =
+        exchange(kafka, ApiKey::DescribeGroups, 5, &request, true);
+    let group = &described.groups[0];
+    assert_eq!(group.error_code, 0);
+    let members = group.members.iter().map(|m| m.member_id.to_string()).collect();
+    (group.group_state.to_string(), members)
+}
+
+/// (group, state) of every group (ListGroups v4, which has states).
+fn list_groups(kafka: &mut Kafka) -> Vec<(String, String)> {
+    let listed: ListGroupsResponse =
+        exchange(kafka, ApiKey::ListGroups, 4, &ListGroupsRequest::default(), true);
+    assert_eq!(listed.error_code, 0);
+    listed.groups.iter().map(|g| (g.group_id.to_string(), g.group_state.to_string())).collect()
+}
+
 /// One member's whole cycle over the wire, at old and flexible versions: the coordinator is
 /// this node, a new member gets its id and then the first generation, the leader's assignment
 /// comes back from SyncGroup, heartbeats and commits are checked against the generation, and
@@ -730,6 +752,8 @@ fn a_group_member_joins_syncs_heartbeats_commits_and_leaves() {
         ]);
     let synced: SyncGroupResponse = exchange(&mut kafka, ApiKey::SyncGroup, 3, &sync, false);
     assert_eq!((synced.error_code, synced.assignment), (0, Bytes::from_static(b"orders 0,1")));
+    assert_eq!(describe_group(&mut kafka), ("Stable".into(), vec![member.clone()]));
+    assert_eq!(list_groups(&mut kafka), [("billing".to_string(), "Stable".to_string())]);
 
     let heartbeat = |generation| {
         HeartbeatRequest::default()
@@ -762,6 +786,8 @@ fn a_group_member_joins_syncs_heartbeats_commits_and_leaves() {
     assert_eq!((left.error_code, left.members.len(), left.members[0].error_code), (0, 1, 0));
     let gone: HeartbeatResponse = exchange(&mut kafka, ApiKey::Heartbeat, 4, &heartbeat(1), true);
     assert_eq!(gone.error_code, 25, "UNKNOWN_MEMBER_ID");
+    assert_eq!(describe_group(&mut kafka), ("Dead".into(), Vec::new()), "no member: not kept");
+    assert!(list_groups(&mut kafka).is_empty());
     // An empty group takes commits outside group management; "every partition" lists only
     // partitions with an offset.
     assert_eq!(commit_offsets(&mut kafka, "", -1, &[("orders", 1, 3)]), [0]);
@@ -791,4 +817,133 @@ fn a_group_member_joins_syncs_heartbeats_commits_and_leaves() {
         .collect();
     // Partition 0 holds one record, the group's commit of offset 5: its committed end is 1.
     assert_eq!(answers, [(0, 0, 1), (75, -1, -1)], "UNKNOWN_LEADER_EPOCH for a future epoch");
+}
+
+/// A topic to create: name, partitions, replication factor, configs.
+type NewTopic<'a> = (&'a str, i32, i16, &'a [(&'a str, &'a str)]);
+
+fn create_topics(
+    kafka: &mut Kafka,
+    version: i16,
+    topics: &[NewTopic],
+    validate_only: bool,
+) -> Vec<(i16, i32)> {
+    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+    let topics = topics
+        .iter()
+        .map(|&(name, partitions, replication, configs)| {
+            CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_string(name.to_string())))
+                .with_num_partitions(partitions)
+                .with_replication_factor(replication)
+                .with_configs(
+                    configs
+                        .iter()
+                        .map(|&(key, value)| {
+                            CreatableTopicConfig::default()
+                                .with_name(StrBytes::from_string(key.to_string()))
+                                .with_value(Some(StrBytes::from_string(value.to_string())))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    let request = CreateTopicsRequest::default()
+        .with_topics(topics)
+        .with_timeout_ms(30_000)
+        .with_validate_only(validate_only);
+    let response: CreateTopicsResponse =
+        exchange(kafka, ApiKey::CreateTopics, version, &request, version >= 5);
+    response.topics.iter().map(|t| (t.error_code, t.num_partitions)).collect()
+}
+
+/// The admin APIs over the wire: topics created with Kafka configs (and refused for what Shoal
+/// does not have), their configs described, deleted by name and by id; the cluster described;
+/// and, with `[kafka] auto_create_topics`, a Metadata request creating the topic it names.
+#[test]
+fn admin_apis_create_describe_and_delete_topics() {
+    use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    let dir = tempfile::tempdir().unwrap();
+    // No Kafka stream yet: the first CreateTopics makes it.
+    let server = common::start(dir.path(), 1);
+    let mut kafka = Kafka::connect(&server);
+    let created = create_topics(
+        &mut kafka,
+        5,
+        &[
+            ("events", 2, -1, &[("retention.ms", "60000"), ("shoal.durability", "persisted")]),
+            ("compacted", 1, -1, &[("cleanup.policy", "compact")]),
+            ("triple", 1, 3, &[]),
+            ("empty", 0, -1, &[]),
+            ("bad name!", 1, -1, &[]),
+            ("odd", 1, -1, &[("min.insync.replicas", "2")]),
+        ],
+        false,
+    );
+    assert_eq!(created, [(0, 2), (40, -1), (38, -1), (37, -1), (17, -1), (40, -1)]);
+    assert_eq!(create_topics(&mut kafka, 2, &[("events", 1, -1, &[])], false), [(36, -1)]);
+    assert_eq!(create_topics(&mut kafka, 7, &[("dry", 3, 1, &[])], true), [(0, 3)]);
+    let listed = metadata(&mut kafka, 12, None);
+    let names: Vec<_> =
+        listed.topics.iter().map(|t| t.name.as_ref().unwrap().to_string()).collect();
+    assert_eq!(names, ["events"], "validate_only created nothing");
+    assert_eq!(listed.topics[0].partitions.len(), 2);
+    assert_eq!(listed.controller_id.0, 0);
+
+    let request = DescribeConfigsRequest::default().with_resources(vec![
+        DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("events")),
+        DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("nope")),
+    ]);
+    let described: DescribeConfigsResponse =
+        exchange(&mut kafka, ApiKey::DescribeConfigs, 4, &request, true);
+    let configs: std::collections::BTreeMap<String, (String, i8)> = described.results[0]
+        .configs
+        .iter()
+        .map(|c| (c.name.to_string(), (c.value.as_deref().unwrap().to_string(), c.config_source)))
+        .collect();
+    assert_eq!(configs.get("retention.ms"), Some(&("60000".into(), 1)), "{described:?}");
+    assert_eq!(configs["shoal.durability"], ("persisted".into(), 1));
+    assert_eq!(configs["cleanup.policy"], ("delete".into(), 5));
+    assert_eq!(described.results[1].error_code, 3);
+
+    let cluster: DescribeClusterResponse =
+        exchange(&mut kafka, ApiKey::DescribeCluster, 1, &DescribeClusterRequest::default(), true);
+    assert_eq!((cluster.error_code, cluster.controller_id.0, cluster.brokers.len()), (0, 0, 1));
+    assert_eq!(
+        cluster.brokers[0].port.to_string(),
+        server.kafka().unwrap().rsplit(':').next().unwrap()
+    );
+
+    // Deleted by id (v6), then unknown by name (v4).
+    let id = listed.topics[0].topic_id;
+    let request = DeleteTopicsRequest::default()
+        .with_topics(vec![DeleteTopicState::default().with_topic_id(id)])
+        .with_timeout_ms(30_000);
+    let deleted: DeleteTopicsResponse =
+        exchange(&mut kafka, ApiKey::DeleteTopics, 6, &request, true);
+    assert_eq!(deleted.responses[0].error_code, 0);
+    assert_eq!(deleted.responses[0].name.as_ref().map(|n| n.as_str()), Some("events"));
+    let request = DeleteTopicsRequest::default()
+        .with_topic_names(vec![TopicName(StrBytes::from_static_str("events"))])
+        .with_timeout_ms(30_000);
+    let again: DeleteTopicsResponse = exchange(&mut kafka, ApiKey::DeleteTopics, 4, &request, true);
+    assert_eq!(again.responses[0].error_code, 3);
+    assert!(metadata(&mut kafka, 12, None).topics.is_empty());
+    drop(kafka);
+    drop(server);
+
+    // Auto-creation: off by default (above: unknown stays unknown), on by the config key.
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = common::command(dir.path(), 1);
+    command.env("SHOAL_KAFKA_AUTO_CREATE_TOPICS", "true");
+    let server = common::start_command(command);
+    let mut kafka = Kafka::connect(&server);
+    let answered = metadata(&mut kafka, 9, Some(&["fresh"]));
+    assert_eq!(answered.topics[0].error_code, 0, "created on first use");
+    assert_eq!(answered.topics[0].partitions.len(), 1, "the default partition count");
 }

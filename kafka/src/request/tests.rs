@@ -802,6 +802,417 @@ fn group_and_offset_decoders_refuse_counts_larger_than_the_frame() {
 }
 
 #[test]
+fn create_topics_requests_of_every_version_decode_as_sent() {
+    use kafka_protocol::messages::BrokerId;
+    use kafka_protocol::messages::create_topics_request::{
+        CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+    };
+    for version in 2..=7 {
+        for validate_only in [false, true] {
+            let flexible = version >= 5;
+            let config = |name: &str, value: Option<&str>| {
+                let config = CreatableTopicConfig::default()
+                    .with_name(text(name))
+                    .with_value(value.map(text));
+                if flexible { config.with_unknown_tagged_field(1, tag()) } else { config }
+            };
+            let assignment = |partition, brokers: &[i32]| {
+                let assignment = CreatableReplicaAssignment::default()
+                    .with_partition_index(partition)
+                    .with_broker_ids(brokers.iter().copied().map(BrokerId).collect());
+                if flexible { assignment.with_unknown_tagged_field(1, tag()) } else { assignment }
+            };
+            let topic = |name: &str, partitions, replication, assignments, configs| {
+                let topic = CreatableTopic::default()
+                    .with_name(topic_name(name))
+                    .with_num_partitions(partitions)
+                    .with_replication_factor(replication)
+                    .with_assignments(assignments)
+                    .with_configs(configs);
+                if flexible { topic.with_unknown_tagged_field(1, tag()) } else { topic }
+            };
+            let mut sent = messages::CreateTopicsRequest::default()
+                .with_topics(vec![
+                    topic(
+                        "orders",
+                        3,
+                        1,
+                        Vec::new(),
+                        vec![
+                            config("cleanup.policy", Some("compact")),
+                            config("retention.ms", None),
+                            config("segment.bytes", Some("")),
+                        ],
+                    ),
+                    // Manual assignments, with the counts left to them.
+                    topic(
+                        "payments",
+                        -1,
+                        -1,
+                        vec![assignment(0, &[1, 2]), assignment(1, &[2]), assignment(2, &[])],
+                        Vec::new(),
+                    ),
+                ])
+                .with_timeout_ms(30_000)
+                .with_validate_only(validate_only);
+            if flexible {
+                sent = sent.with_unknown_tagged_field(0, tag());
+            }
+            let got = decoded_whole(&frame(&sent, version), version, CreateTopicsRequest::decode);
+            let config = |name: &str, value: Option<&str>| CreateTopicConfig {
+                name: name.to_string(),
+                value: value.map(str::to_string),
+            };
+            let expected = CreateTopicsRequest {
+                topics: vec![
+                    CreateTopic {
+                        name: "orders".to_string(),
+                        num_partitions: 3,
+                        replication_factor: 1,
+                        assignments: Vec::new(),
+                        configs: vec![
+                            config("cleanup.policy", Some("compact")),
+                            config("retention.ms", None),
+                            config("segment.bytes", Some("")),
+                        ],
+                    },
+                    CreateTopic {
+                        name: "payments".to_string(),
+                        num_partitions: -1,
+                        replication_factor: -1,
+                        assignments: vec![(0, vec![1, 2]), (1, vec![2]), (2, Vec::new())],
+                        configs: Vec::new(),
+                    },
+                ],
+                timeout_ms: 30_000,
+                validate_only,
+            };
+            assert_eq!(got, expected, "v{version}");
+        }
+        // No topics at all.
+        let sent = messages::CreateTopicsRequest::default().with_timeout_ms(5);
+        let got = decoded_whole(&frame(&sent, version), version, CreateTopicsRequest::decode);
+        let expected =
+            CreateTopicsRequest { topics: Vec::new(), timeout_ms: 5, validate_only: false };
+        assert_eq!(got, expected, "v{version}");
+    }
+}
+
+#[test]
+fn delete_topics_requests_of_every_version_decode_as_sent() {
+    use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+    for version in 1..=6 {
+        let flexible = version >= 4;
+        let mut sent = messages::DeleteTopicsRequest::default().with_timeout_ms(15_000);
+        let expected_topics = if version <= 5 {
+            sent = sent.with_topic_names(vec![topic_name("orders"), topic_name("payments")]);
+            // By name, with no id.
+            vec![
+                DeleteTopic { name: Some("orders".to_string()), topic_id: [0; 16] },
+                DeleteTopic { name: Some("payments".to_string()), topic_id: [0; 16] },
+            ]
+        } else {
+            let topic = |name: Option<&str>, id: [u8; 16]| {
+                DeleteTopicState::default()
+                    .with_name(name.map(topic_name))
+                    .with_topic_id(crate::Uuid::from_bytes(id))
+                    .with_unknown_tagged_field(1, tag())
+            };
+            sent = sent.with_topics(vec![
+                topic(Some("orders"), [0; 16]),
+                topic(None, [7; 16]),
+                topic(Some("payments"), [8; 16]),
+            ]);
+            vec![
+                DeleteTopic { name: Some("orders".to_string()), topic_id: [0; 16] },
+                DeleteTopic { name: None, topic_id: [7; 16] },
+                DeleteTopic { name: Some("payments".to_string()), topic_id: [8; 16] },
+            ]
+        };
+        if flexible {
+            sent = sent.with_unknown_tagged_field(0, tag());
+        }
+        let got = decoded_whole(&frame(&sent, version), version, DeleteTopicsRequest::decode);
+        let expected = DeleteTopicsRequest { topics: expected_topics, timeout_ms: 15_000 };
+        assert_eq!(got, expected, "v{version}");
+        // An empty list.
+        let sent = messages::DeleteTopicsRequest::default().with_timeout_ms(1);
+        let got = decoded_whole(&frame(&sent, version), version, DeleteTopicsRequest::decode);
+        assert_eq!(got, DeleteTopicsRequest { topics: Vec::new(), timeout_ms: 1 }, "v{version}");
+    }
+}
+
+#[test]
+fn describe_configs_requests_of_every_version_decode_as_sent() {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource as Sent;
+    for version in 1..=4 {
+        for include_synonyms in [false, true] {
+            let flexible = version >= 4;
+            // Documentation only from v3, asked for along with the synonyms.
+            let include_documentation = version >= 3 && include_synonyms;
+            let resource = |resource_type, name: &str, keys: Option<&[&str]>| {
+                let resource = Sent::default()
+                    .with_resource_type(resource_type)
+                    .with_resource_name(text(name))
+                    .with_configuration_keys(
+                        keys.map(|keys| keys.iter().map(|k| text(k)).collect()),
+                    );
+                if flexible { resource.with_unknown_tagged_field(1, tag()) } else { resource }
+            };
+            let mut sent = messages::DescribeConfigsRequest::default()
+                .with_resources(vec![
+                    resource(TOPIC_RESOURCE_TYPE, "orders", None),
+                    resource(
+                        BROKER_RESOURCE_TYPE,
+                        "1",
+                        Some(&["log.retention.ms", "min.insync.replicas"]),
+                    ),
+                    resource(TOPIC_RESOURCE_TYPE, "payments", Some(&[])),
+                ])
+                .with_include_synonyms(include_synonyms)
+                .with_include_documentation(include_documentation);
+            if flexible {
+                sent = sent.with_unknown_tagged_field(0, tag());
+            }
+            let got =
+                decoded_whole(&frame(&sent, version), version, DescribeConfigsRequest::decode);
+            let resource =
+                |resource_type, name: &str, keys: Option<&[&str]>| DescribeConfigsResource {
+                    resource_type,
+                    resource_name: name.to_string(),
+                    configuration_keys: keys
+                        .map(|keys| keys.iter().map(|key| key.to_string()).collect()),
+                };
+            let expected = DescribeConfigsRequest {
+                resources: vec![
+                    resource(TOPIC_RESOURCE_TYPE, "orders", None),
+                    resource(
+                        BROKER_RESOURCE_TYPE,
+                        "1",
+                        Some(&["log.retention.ms", "min.insync.replicas"]),
+                    ),
+                    resource(TOPIC_RESOURCE_TYPE, "payments", Some(&[])),
+                ],
+                include_synonyms,
+                include_documentation,
+            };
+            assert_eq!(got, expected, "v{version}");
+        }
+    }
+}
+
+#[test]
+fn describe_groups_requests_of_every_version_decode_as_sent() {
+    for version in 0..=5 {
+        for groups in [vec!["orders-app", "billing"], Vec::new()] {
+            let flexible = version >= 5;
+            let mut sent = messages::DescribeGroupsRequest::default()
+                .with_groups(groups.iter().map(|id| group(id)).collect())
+                .with_include_authorized_operations(version >= 3);
+            if flexible {
+                sent = sent.with_unknown_tagged_field(0, tag());
+            }
+            let got = decoded_whole(&frame(&sent, version), version, DescribeGroupsRequest::decode);
+            let expected = DescribeGroupsRequest {
+                groups: groups.iter().map(|id| id.to_string()).collect(),
+                // Not sent before v3, and read as not asked for.
+                include_authorized_operations: version >= 3,
+            };
+            assert_eq!(got, expected, "v{version}");
+        }
+    }
+}
+
+#[test]
+fn list_groups_requests_of_every_version_decode_as_sent() {
+    for version in 0..=5 {
+        let states = if version >= 4 { vec!["Stable", "PreparingRebalance"] } else { Vec::new() };
+        let types = if version >= 5 { vec!["classic"] } else { Vec::new() };
+        let filtered = messages::ListGroupsRequest::default()
+            .with_states_filter(states.iter().map(|state| text(state)).collect())
+            .with_types_filter(types.iter().map(|kind| text(kind)).collect());
+        for (sent, states, types) in [
+            (filtered, states, types),
+            (messages::ListGroupsRequest::default(), Vec::new(), Vec::new()),
+        ] {
+            let sent = if version >= 3 { sent.with_unknown_tagged_field(0, tag()) } else { sent };
+            let frame = frame(&sent, version);
+            // v0–2 have an empty body.
+            assert_eq!(frame.is_empty(), version <= 2, "v{version}");
+            let got = decoded_whole(&frame, version, ListGroupsRequest::decode);
+            let expected = ListGroupsRequest {
+                states_filter: states.iter().map(|state| state.to_string()).collect(),
+                types_filter: types.iter().map(|kind| kind.to_string()).collect(),
+            };
+            assert_eq!(got, expected, "v{version}");
+        }
+    }
+}
+
+#[test]
+fn describe_cluster_requests_of_every_version_decode_as_sent() {
+    for version in 0..=1 {
+        for include in [false, true] {
+            let sent = messages::DescribeClusterRequest::default()
+                .with_include_cluster_authorized_operations(include)
+                .with_endpoint_type(if version >= 1 {
+                    CONTROLLERS_ENDPOINT_TYPE
+                } else {
+                    BROKERS_ENDPOINT_TYPE
+                })
+                .with_unknown_tagged_field(0, tag());
+            let got =
+                decoded_whole(&frame(&sent, version), version, DescribeClusterRequest::decode);
+            let expected = DescribeClusterRequest {
+                include_cluster_authorized_operations: include,
+                // v0 has no endpoint type: it asks for the brokers.
+                endpoint_type: if version >= 1 {
+                    CONTROLLERS_ENDPOINT_TYPE
+                } else {
+                    BROKERS_ENDPOINT_TYPE
+                },
+            };
+            assert_eq!(got, expected, "v{version}");
+        }
+    }
+}
+
+/// `Request::decode` hands each administration API's body to its own decoder.
+#[test]
+fn admin_requests_dispatch_to_their_decoders() {
+    use kafka_protocol::messages::ApiKey;
+    let cases: Vec<(ApiKey, i16, Bytes)> = vec![
+        (ApiKey::CreateTopics, 2, frame(&messages::CreateTopicsRequest::default(), 2)),
+        (ApiKey::CreateTopics, 7, frame(&messages::CreateTopicsRequest::default(), 7)),
+        (ApiKey::DeleteTopics, 1, frame(&messages::DeleteTopicsRequest::default(), 1)),
+        (ApiKey::DeleteTopics, 6, frame(&messages::DeleteTopicsRequest::default(), 6)),
+        (ApiKey::DescribeConfigs, 1, frame(&messages::DescribeConfigsRequest::default(), 1)),
+        (ApiKey::DescribeConfigs, 4, frame(&messages::DescribeConfigsRequest::default(), 4)),
+        (ApiKey::DescribeGroups, 0, frame(&messages::DescribeGroupsRequest::default(), 0)),
+        (ApiKey::DescribeGroups, 5, frame(&messages::DescribeGroupsRequest::default(), 5)),
+        (ApiKey::ListGroups, 0, frame(&messages::ListGroupsRequest::default(), 0)),
+        (ApiKey::ListGroups, 5, frame(&messages::ListGroupsRequest::default(), 5)),
+        (ApiKey::DescribeCluster, 0, frame(&messages::DescribeClusterRequest::default(), 0)),
+        (ApiKey::DescribeCluster, 1, frame(&messages::DescribeClusterRequest::default(), 1)),
+    ];
+    for (key, version, body) in cases {
+        let header = crate::RequestHeader {
+            api_key: key as i16,
+            api_version: version,
+            correlation_id: 1,
+            client_id: None,
+        };
+        let mut reader = Reader::new(body);
+        let request = Request::decode(&header, &mut reader).unwrap().unwrap();
+        assert_eq!(reader.remaining(), 0, "{key:?} v{version}");
+        let matches = match key {
+            ApiKey::CreateTopics => matches!(request, Request::CreateTopics(_)),
+            ApiKey::DeleteTopics => matches!(request, Request::DeleteTopics(_)),
+            ApiKey::DescribeConfigs => matches!(request, Request::DescribeConfigs(_)),
+            ApiKey::DescribeGroups => matches!(request, Request::DescribeGroups(_)),
+            ApiKey::ListGroups => matches!(request, Request::ListGroups(_)),
+            ApiKey::DescribeCluster => matches!(request, Request::DescribeCluster(_)),
+            _ => false,
+        };
+        assert!(matches, "{key:?} v{version}: {request:?}");
+    }
+    // DescribeGroups v6 and DescribeCluster v2, which the codec knows, are not served.
+    for (key, version) in [(ApiKey::DescribeGroups, 6), (ApiKey::DescribeCluster, 2)] {
+        let header = crate::RequestHeader {
+            api_key: key as i16,
+            api_version: version,
+            correlation_id: 1,
+            client_id: None,
+        };
+        assert!(Request::decode(&header, &mut Reader::new(Bytes::new())).is_none(), "{key:?}");
+    }
+}
+
+/// Each administration decoder refuses an array count over its bound, or over the bytes left,
+/// before sizing anything by it, in the classic and the compact (flexible) forms.
+#[test]
+fn admin_decoders_refuse_counts_larger_than_the_frame() {
+    // Classic forms: a string is an i16 length, an array an i32 count.
+    const HUGE: &[u8] = &[0x7f, 0xff, 0xff, 0xff];
+    // The compact form: a 5-byte varint near u32::MAX.
+    const HUGE_COMPACT: &[u8] = &[0xff, 0xff, 0xff, 0xff, 0x0f];
+    const ONE: &[u8] = &[0, 0, 0, 1];
+    const NONE: &[u8] = &[0, 0, 0, 0];
+    const NAME: &[u8] = &[0, 1, b't'];
+    const I16: &[u8] = &[0, 1];
+    const I32: &[u8] = &[0, 0, 0, 1];
+    fn body(parts: &[&[u8]]) -> Reader {
+        Reader::new(Bytes::from(parts.concat()))
+    }
+    fn too_many<T: std::fmt::Debug>(got: Result<T, DecodeError>) {
+        assert!(matches!(got, Err(DecodeError::TooMany { .. })), "{got:?}");
+    }
+    fn truncated<T: std::fmt::Debug>(got: Result<T, DecodeError>) {
+        assert!(matches!(got, Err(DecodeError::Truncated { .. })), "{got:?}");
+    }
+
+    // CreateTopics v2: topics (of name, partitions, replication, assignments (of partition,
+    // broker ids), configs).
+    too_many(CreateTopicsRequest::decode(&mut body(&[HUGE]), 2));
+    too_many(CreateTopicsRequest::decode(&mut body(&[&[0, 0, 0x27, 0x11], &[0; 64]]), 2));
+    truncated(CreateTopicsRequest::decode(&mut body(&[&[0, 0, 0x27, 0x10], &[0; 64]]), 2));
+    too_many(CreateTopicsRequest::decode(&mut body(&[ONE, NAME, I32, I16, HUGE]), 2));
+    too_many(CreateTopicsRequest::decode(&mut body(&[ONE, NAME, I32, I16, ONE, I32, HUGE]), 2));
+    // 1,001 broker ids; then 1,000 in too few bytes.
+    let brokers = |count: &[u8]| body(&[ONE, NAME, I32, I16, ONE, I32, count, &[0; 400]]);
+    too_many(CreateTopicsRequest::decode(&mut brokers(&[0, 0, 0x03, 0xe9]), 2));
+    truncated(CreateTopicsRequest::decode(&mut brokers(&[0, 0, 0x03, 0xe8]), 2));
+    too_many(CreateTopicsRequest::decode(&mut body(&[ONE, NAME, I32, I16, NONE, HUGE]), 2));
+    let configs = |count: &[u8]| body(&[ONE, NAME, I32, I16, NONE, count, &[0; 400]]);
+    too_many(CreateTopicsRequest::decode(&mut configs(&[0, 0, 0x03, 0xe9]), 2));
+    truncated(CreateTopicsRequest::decode(&mut configs(&[0, 0, 0x03, 0xe8]), 2));
+    // v5: compact arrays.
+    too_many(CreateTopicsRequest::decode(&mut body(&[HUGE_COMPACT]), 5));
+    too_many(CreateTopicsRequest::decode(
+        &mut body(&[&[2], &[2, b't'], I32, I16, HUGE_COMPACT]),
+        7,
+    ));
+    let mut assignment = body(&[&[2], &[2, b't'], I32, I16, &[2], I32, HUGE_COMPACT]);
+    too_many(CreateTopicsRequest::decode(&mut assignment, 7));
+    // A config value longer than the frame.
+    let mut value = body(&[ONE, NAME, I32, I16, NONE, ONE, NAME, &[0x7f, 0xff], b"v"]);
+    truncated(CreateTopicsRequest::decode(&mut value, 4));
+
+    // DeleteTopics: names (v1–5) or topics of name and id (v6).
+    too_many(DeleteTopicsRequest::decode(&mut body(&[HUGE]), 1));
+    truncated(DeleteTopicsRequest::decode(&mut body(&[&[0, 0, 0, 100], &[0; 30]]), 3));
+    too_many(DeleteTopicsRequest::decode(&mut body(&[HUGE_COMPACT]), 4));
+    too_many(DeleteTopicsRequest::decode(&mut body(&[HUGE_COMPACT]), 6));
+    // Ten topics of at least 18 bytes each in 100 bytes.
+    truncated(DeleteTopicsRequest::decode(&mut body(&[&[11], &[0; 100]]), 6));
+
+    // DescribeConfigs: resources (of type, name, keys), synonyms, (v3+) documentation.
+    too_many(DescribeConfigsRequest::decode(&mut body(&[HUGE]), 1));
+    too_many(DescribeConfigsRequest::decode(&mut body(&[ONE, &[2], NAME, HUGE]), 1));
+    let keys = |count: &[u8]| body(&[ONE, &[2], NAME, count, &[0; 400]]);
+    too_many(DescribeConfigsRequest::decode(&mut keys(&[0, 0, 0x03, 0xe9]), 3));
+    truncated(DescribeConfigsRequest::decode(&mut keys(&[0, 0, 0x03, 0xe8]), 3));
+    too_many(DescribeConfigsRequest::decode(&mut body(&[HUGE_COMPACT]), 4));
+    too_many(DescribeConfigsRequest::decode(&mut body(&[&[2], &[2], &[2, b't'], HUGE_COMPACT]), 4));
+
+    // DescribeGroups: group ids.
+    too_many(DescribeGroupsRequest::decode(&mut body(&[HUGE]), 0));
+    truncated(DescribeGroupsRequest::decode(&mut body(&[&[0, 0, 0, 100], &[0; 30]]), 3));
+    too_many(DescribeGroupsRequest::decode(&mut body(&[HUGE_COMPACT]), 5));
+    // A group id longer than the frame.
+    truncated(DescribeGroupsRequest::decode(&mut body(&[ONE, &[0x7f, 0xff], b"g"]), 0));
+
+    // ListGroups: (v4+) states, (v5+) types.
+    too_many(ListGroupsRequest::decode(&mut body(&[HUGE_COMPACT]), 4));
+    too_many(ListGroupsRequest::decode(&mut body(&[&[102], &[0; 200]]), 4));
+    truncated(ListGroupsRequest::decode(&mut body(&[&[101], &[0; 50]]), 4));
+    too_many(ListGroupsRequest::decode(&mut body(&[&[1], HUGE_COMPACT]), 5));
+
+    // DescribeCluster has no array: a tagged field longer than the frame.
+    truncated(DescribeClusterRequest::decode(&mut body(&[&[0, 1], &[1, 0], HUGE_COMPACT]), 1));
+}
+
+#[test]
 fn varints_over_32_bits_and_bad_utf8_are_refused() {
     let mut reader = Reader::new(Bytes::from_static(&[0xff, 0xff, 0xff, 0xff, 0x1f]));
     assert!(matches!(reader.uvarint("x"), Err(DecodeError::Invalid { .. })));
@@ -848,6 +1259,12 @@ proptest! {
         let _ = OffsetCommitRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(2, 9));
         let _ = OffsetFetchRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(1, 9));
         let _ = OffsetForLeaderEpochRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(2, 4));
+        let _ = CreateTopicsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(2, 7));
+        let _ = DeleteTopicsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(1, 6));
+        let _ = DescribeConfigsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(1, 4));
+        let _ = DescribeGroupsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(5));
+        let _ = ListGroupsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(5));
+        let _ = DescribeClusterRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(1));
         let mut reader = Reader::new(Bytes::from(bytes));
         if let Ok(header) = crate::RequestHeader::decode(&mut reader) {
             let _ = Request::decode(&header, &mut reader);

@@ -150,7 +150,8 @@ pub(super) const SERVER_KEYS: [&str; 5] =
     ["data_dir", "native_listen", "shards", "profile", "cpus"];
 
 /// The keys of `[kafka]`.
-pub(super) const KAFKA_KEYS: [&str; 3] = ["listen", "stream", "group_initial_rebalance_delay_ms"];
+pub(super) const KAFKA_KEYS: [&str; 4] =
+    ["listen", "stream", "group_initial_rebalance_delay_ms", "auto_create_topics"];
 
 /// The section and key a `SHOAL_*` variable names.
 pub(super) fn env_key(var: &str) -> Option<(Scope, &'static str)> {

@@ -59,6 +59,7 @@ pub struct Layers {
     pub(super) kafka_listen: Option<Given<Option<SocketAddr>>>,
     pub(super) kafka_stream: Option<Given<String>>,
     pub(super) kafka_group_delay: Option<Given<u32>>,
+    pub(super) kafka_auto_create: Option<Given<bool>>,
     pub(super) shard_listen: Option<Given<Option<SocketAddr>>>,
     pub(super) log_level: Option<Given<String>>,
     pub(super) shards: Option<Given<u32>>,
@@ -251,6 +252,9 @@ impl Layers {
         if let Some(delay) = &self.kafka_group_delay {
             config.kafka.group_initial_rebalance_delay_ms = delay.value;
         }
+        if let Some(auto_create) = &self.kafka_auto_create {
+            config.kafka.auto_create_topics = auto_create.value;
+        }
         if let Some(listen) = &self.shard_listen {
             config.network.shard_listen = listen.value;
         }
@@ -413,6 +417,10 @@ impl Layers {
                 let delay = raw.int(0, u64::from(GROUP_INITIAL_REBALANCE_DELAY_MS_MAX));
                 let delay = delay.map_err(error)? as u32;
                 self.kafka_group_delay = Some(Given { value: delay, key: written });
+            }
+            (Scope::Kafka, "auto_create_topics") => {
+                let value = raw.bool().map_err(error)?;
+                self.kafka_auto_create = Some(Given { value, key: written });
             }
             (Scope::Network, "shard_listen") => {
                 let listen = raw.listen_or_off("127.0.0.1:7100").map_err(error)?;

@@ -276,6 +276,9 @@ pub struct KafkaConfig {
     /// How long a new Kafka consumer group waits for more members before its first generation
     /// (Kafka's `group.initial.rebalance.delay.ms`): fewer rebalances when a group starts.
     pub group_initial_rebalance_delay_ms: u32,
+    /// Whether Metadata creates a topic a client names that does not exist (with the
+    /// `[topic_defaults]`), as Kafka's `auto.create.topics.enable`.
+    pub auto_create_topics: bool,
 }
 
 /// The longest `[kafka] group_initial_rebalance_delay_ms`.
@@ -289,6 +292,8 @@ impl Default for KafkaConfig {
             stream: "kafka".to_string(),
             // Kafka's default.
             group_initial_rebalance_delay_ms: 3_000,
+            // Kafka 4 recommends it off: a typo should not become a topic.
+            auto_create_topics: false,
         }
     }
 }

@@ -95,6 +95,7 @@ struct Kafka<'a> {
     listen: String,
     stream: &'a str,
     group_initial_rebalance_delay_ms: u32,
+    auto_create_topics: bool,
 }
 
 #[derive(Serialize)]
@@ -193,6 +194,7 @@ impl<'a> Node<'a> {
                 listen: config.kafka.listen_text(),
                 stream: &config.kafka.stream,
                 group_initial_rebalance_delay_ms: config.kafka.group_initial_rebalance_delay_ms,
+                auto_create_topics: config.kafka.auto_create_topics,
             },
             log: Log { level: &config.log.level },
             replication: keys(&REPLICATION_KEYS, &config.replication),

@@ -73,7 +73,7 @@ pub(super) async fn find_coordinator(
 impl Connection {
     /// The coordinating node: its id and Kafka address, from the metadata group's primary as
     /// this node's replica knows it.
-    async fn coordinator(&self) -> Result<(i32, StrBytes, i32), ResponseError> {
+    pub(super) async fn coordinator(&self) -> Result<(i32, StrBytes, i32), ResponseError> {
         let cluster = &self.context.config.cluster;
         let node = if cluster.node_count() == 1 {
             cluster.node

@@ -32,7 +32,6 @@ struct Asked<'a> {
 /// The Metadata response to `request`.
 pub(super) async fn answer(connection: &Connection, request: &MetadataRequest) -> MetadataResponse {
     let config = &connection.context.config;
-    let cluster = config.cluster.id;
     let mut asked: Vec<Asked> = Vec::new();
     match &request.topics {
         None => {
@@ -102,33 +101,26 @@ pub(super) async fn answer(connection: &Connection, request: &MetadataRequest) -
         topics.push(entry);
     }
 
+    // The controller (where CreateTopics and DeleteTopics go) is the metadata primary.
+    let controller = connection.coordinator().await.map_or(-1, |(node, _, _)| node);
     MetadataResponse::default()
         .with_brokers(brokers(connection))
-        .with_cluster_id(Some(StrBytes::from_string(format!("shoal-{cluster}"))))
-        .with_controller_id(BrokerId(0))
+        .with_cluster_id(Some(StrBytes::from_string(connection.cluster_id())))
+        .with_controller_id(BrokerId(controller))
         .with_topics(topics)
 }
 
-/// One broker per node: the node's `kafka` address from `[cluster] nodes`, or, for a one-node
-/// cluster (or a node without one), the address this client reached.
+/// One broker per node with a Kafka address (`Connection::broker_addresses`).
 fn brokers(connection: &Connection) -> Vec<MetadataResponseBroker> {
-    let config = &connection.context.config;
-    let reached = connection.reached;
-    (0..config.cluster.node_count())
-        .filter_map(|node| {
-            let address = match config.cluster.kafka_address(node) {
-                Some(address) => Some(address),
-                None if node == config.cluster.node => reached,
-                None => None,
-            }?;
-            let rack = config.cluster.nodes.get(usize::from(node)).and_then(|n| n.rack.clone());
-            Some(
-                MetadataResponseBroker::default()
-                    .with_node_id(BrokerId(i32::from(node)))
-                    .with_host(StrBytes::from_string(address.ip().to_string()))
-                    .with_port(i32::from(address.port()))
-                    .with_rack(rack.map(StrBytes::from_string)),
-            )
+    connection
+        .broker_addresses()
+        .into_iter()
+        .map(|(node, address, rack)| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(i32::from(node)))
+                .with_host(StrBytes::from_string(address.ip().to_string()))
+                .with_port(i32::from(address.port()))
+                .with_rack(rack.map(StrBytes::from_string))
         })
         .collect()
 }

@@ -10,6 +10,7 @@
 //! This module never touches storage or replicas: what a request needs from a partition it asks
 //! the owning shard through its inbox, as native connections do.
 
+mod admin;
 mod errors;
 mod fetch;
 mod groups;
@@ -30,10 +31,12 @@ use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 use shoal_kafka::kafka_protocol::error::ResponseError;
 use shoal_kafka::kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, FetchResponse, FindCoordinatorResponse, HeartbeatResponse,
-    InitProducerIdResponse, JoinGroupResponse, LeaveGroupResponse, ListOffsetsResponse,
-    MetadataResponse, OffsetCommitResponse, OffsetFetchResponse, OffsetForLeaderEpochResponse,
-    ProduceResponse, SyncGroupResponse,
+    ApiKey, ApiVersionsResponse, CreateTopicsResponse, DeleteTopicsResponse,
+    DescribeClusterResponse, DescribeConfigsResponse, DescribeGroupsResponse, FetchResponse,
+    FindCoordinatorResponse, HeartbeatResponse, InitProducerIdResponse, JoinGroupResponse,
+    LeaveGroupResponse, ListGroupsResponse, ListOffsetsResponse, MetadataResponse,
+    OffsetCommitResponse, OffsetFetchResponse, OffsetForLeaderEpochResponse, ProduceResponse,
+    SyncGroupResponse,
 };
 use shoal_kafka::request::Request;
 use shoal_kafka::{
@@ -188,6 +191,29 @@ impl Connection {
         Ok((topic, place, partition))
     }
 
+    /// The cluster id as Kafka clients see it.
+    fn cluster_id(&self) -> String {
+        format!("shoal-{}", self.context.config.cluster.id)
+    }
+
+    /// Each node's Kafka address and rack: its `kafka` address in `[cluster] nodes`, or, for a
+    /// one-node cluster (or this node without one), the address this client reached. A node
+    /// with neither is left out.
+    fn broker_addresses(&self) -> Vec<(u8, SocketAddr, Option<String>)> {
+        let cluster = &self.context.config.cluster;
+        (0..cluster.node_count())
+            .filter_map(|node| {
+                let address = match cluster.kafka_address(node) {
+                    Some(address) => Some(address),
+                    None if node == cluster.node => self.reached,
+                    None => None,
+                }?;
+                let rack = cluster.nodes.get(usize::from(node)).and_then(|n| n.rack.clone());
+                Some((node, address, rack))
+            })
+            .collect()
+    }
+
     /// Hands `work` to `shard`'s inbox; a stopped shard is NOT_LEADER_OR_FOLLOWER (the client
     /// refreshes its metadata and retries).
     async fn send(&self, shard: u32, work: Work) -> Result<(), ResponseError> {
@@ -260,7 +286,10 @@ impl Connection {
             Request::Fetch(request) => frame(&fetch::answer(self, request).await),
             Request::InitProducerId(request) => frame(&producer_id::answer(self, request).await),
             Request::ListOffsets(request) => frame(&list_offsets::answer(self, request).await),
-            Request::Metadata(request) => frame(&metadata::answer(self, &request).await),
+            Request::Metadata(request) => {
+                admin::auto_create(self, &request).await;
+                frame(&metadata::answer(self, &request).await)
+            }
             Request::FindCoordinator(request) => {
                 frame(&groups::find_coordinator(self, request, version).await)
             }
@@ -276,6 +305,12 @@ impl Connection {
             Request::OffsetForLeaderEpoch(request) => {
                 frame(&offsets::for_leader_epoch(self, request).await)
             }
+            Request::CreateTopics(request) => frame(&admin::create_topics(self, request).await),
+            Request::DeleteTopics(request) => frame(&admin::delete_topics(self, request).await),
+            Request::DescribeConfigs(request) => frame(&admin::describe_configs(self, request)),
+            Request::DescribeGroups(request) => frame(&admin::describe_groups(self, request).await),
+            Request::ListGroups(request) => frame(&admin::list_groups(self, request).await),
+            Request::DescribeCluster(_) => frame(&admin::describe_cluster(self).await),
         }
     }
 }
@@ -343,6 +378,12 @@ answer!(OffsetFetchResponse, |b| std::iter::once(b.error_code)
         std::iter::once(g.error_code)
             .chain(g.topics.iter().flat_map(|t| &t.partitions).map(|p| p.error_code))
     })));
+answer!(CreateTopicsResponse, |b| b.topics.iter().map(|t| t.error_code));
+answer!(DeleteTopicsResponse, |b| b.responses.iter().map(|t| t.error_code));
+answer!(DescribeConfigsResponse, |b| b.results.iter().map(|r| r.error_code));
+answer!(DescribeGroupsResponse, |b| b.groups.iter().map(|g| g.error_code));
+answer!(ListGroupsResponse, |b| [b.error_code]);
+answer!(DescribeClusterResponse, |b| [b.error_code]);
 answer!(OffsetForLeaderEpochResponse, |b| b
     .topics
     .iter()

@@ -42,6 +42,13 @@ impl ShardState {
                 let checked = groups.check_commit(&group, &member, generation);
                 let _ = reply.send(KafkaGroupReply::Checked(checked));
             }
+            KafkaGroupRequest::Describe { groups: names } => {
+                let described = names.iter().map(|name| groups.describe(name)).collect();
+                let _ = reply.send(KafkaGroupReply::Described(described));
+            }
+            KafkaGroupRequest::List => {
+                let _ = reply.send(KafkaGroupReply::Listed(groups.list()));
+            }
         }
         self.send_kafka_group_answers();
     }

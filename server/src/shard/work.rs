@@ -16,7 +16,7 @@ use shoal_replication::{
     LogStats, Replica, ReplicaState, ReplyResult, Request, RequestRefused, Status, TICK_MS,
 };
 
-use crate::kafka_groups::{GroupAnswer, Join, Sync};
+use crate::kafka_groups::{GroupAnswer, GroupDescription, GroupState, Join, Sync};
 use crate::metadata::{Catalog, MetaCommand};
 use crate::metrics::ShardSnapshot;
 
@@ -75,6 +75,15 @@ impl Outcome {
     /// A `NotPrimary` error naming the primary of `view`.
     pub fn not_primary(view: u32, primary: u8) -> Outcome {
         Outcome { error: ErrorCode::NotPrimary as u32, body: Body::NotPrimary { view, primary } }
+    }
+
+    /// An error's text (empty for a success's body).
+    pub fn text(&self) -> String {
+        match &self.body {
+            Body::Encoded(bytes) if self.error != 0 => String::from_utf8_lossy(bytes).into_owned(),
+            Body::NotPrimary { view, primary } => Body::not_primary_text(*view, *primary),
+            _ => String::new(),
+        }
     }
 }
 
@@ -358,6 +367,10 @@ pub enum KafkaGroupRequest {
     Leave { group: String, members: Vec<String> },
     /// May this member of this generation commit offsets (OffsetCommit)?
     CheckCommit { group: String, member: String, generation: i32 },
+    /// DescribeGroups: these groups' states and members.
+    Describe { groups: Vec<String> },
+    /// ListGroups: every group kept.
+    List,
 }
 
 /// The coordinator's answer to a [`KafkaGroupRequest`].
@@ -369,6 +382,10 @@ pub enum KafkaGroupReply {
     Checked(Option<ResponseError>),
     /// To a LeaveGroup: each member's result, in the request's order.
     Left(Vec<Option<ResponseError>>),
+    /// To a Describe: each group's description (`None`: not kept), in the request's order.
+    Described(Vec<Option<GroupDescription>>),
+    /// To a List: (group, protocol type, state) of every group kept.
+    Listed(Vec<(String, String, GroupState)>),
     /// This node does not coordinate Kafka groups (now): the client finds the coordinator
     /// again.
     NotCoordinator,
