@@ -1,6 +1,8 @@
-//! Real Kafka clients against the real binary: kcat (librdkafka 2.0.2) and kafka-python list the
-//! Kafka topics and their partitions' leaders through Metadata, and produce (acks=all); what
-//! they were acknowledged is read back over the native protocol. The clients are installed by
+//! Real Kafka clients against the real binary: kcat (librdkafka 2.0.2), kafka-python,
+//! confluent-kafka (Python, on the librdkafka its wheel bundles) and KafkaJS list the Kafka
+//! topics, produce (acks=all, idempotently where the client can), consume from the beginning and
+//! run consumer groups that rebalance and resume from their committed offsets; what they were
+//! acknowledged is read back over the native protocol. The clients are installed by
 //! `scripts/kafka-clients` (pinned versions; `.ci/run` calls it first). Without them a test
 //! says loudly that it skipped — except under `CI=true`, where a missing client fails the run.
 
@@ -31,6 +33,47 @@ fn client(path: PathBuf, name: &str) -> Option<PathBuf> {
 fn kafka_python() -> Option<PathBuf> {
     let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.kafka-clients/venv");
     client(venv.join("bin/python"), "kafka-python")
+}
+
+/// The virtual environment's Python when confluent-kafka is installed in it.
+fn confluent_kafka() -> Option<PathBuf> {
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.kafka-clients/venv");
+    // Any Python of the venv (`lib/python3.X`): the package is where pip put it.
+    let package = std::fs::read_dir(venv.join("lib"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path().join("site-packages/confluent_kafka"))
+        .find(|package| package.exists())
+        .unwrap_or_else(|| venv.join("lib/python3/site-packages/confluent_kafka"));
+    client(package, "confluent-kafka")?;
+    Some(venv.join("bin/python"))
+}
+
+/// `node` with KafkaJS (from `scripts/kafka-clients`) on its module path, or `None` when node or
+/// KafkaJS is not installed. The tests add `-e SCRIPT` and the script's arguments
+/// (`process.argv[1..]`).
+fn kafkajs() -> Option<Command> {
+    let modules =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.kafka-clients/node/node_modules");
+    let node = client(PathBuf::from("/usr/bin/node"), "node")?;
+    client(modules.join("kafkajs/package.json"), "KafkaJS")?;
+    let mut command = Command::new(node);
+    command
+        .env("NODE_PATH", modules)
+        // KafkaJS warns on stderr that its default partitioner changed in 2.0; every message
+        // here names its partition.
+        .env("KAFKAJS_NO_PARTITIONER_WARNING", "1");
+    Some(command)
+}
+
+/// How many InitProducerId requests the server was asked (idempotent producers ask first).
+fn init_producer_id_requests(server: &ShoalProcess) -> u64 {
+    let page = shoal_testkit::metrics_page(server.metrics().unwrap()).unwrap();
+    page.lines()
+        .filter(|line| line.contains("api=\"init_producer_id\""))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// A server with the Kafka stream's topic `orders` of 3 partitions.
@@ -157,13 +200,7 @@ producer.close()
     let offsets: Vec<u64> = serde_json::from_str(out.trim()).expect(&out);
     assert_eq!(offsets, (0..1000).collect::<Vec<u64>>());
     // Idempotence on: the producer asked for its id (and every batch carries it).
-    let page = shoal_testkit::metrics_page(server.metrics().unwrap()).unwrap();
-    let asked: u64 = page
-        .lines()
-        .filter(|line| line.contains("api=\"init_producer_id\""))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum();
-    assert!(asked >= 1, "no InitProducerId request\n{page}");
+    assert!(init_producer_id_requests(&server) >= 1, "no InitProducerId request");
     let stored = values(&server, 1);
     assert_eq!(stored.len(), 1000);
     for (offset, value) in offsets.iter().zip(&stored) {
@@ -278,6 +315,352 @@ print(json.dumps({"a": shared_a, "b": shared_b, "read_after": read_after, "lag":
     // The two members shared the partitions (checked in the script); the one left took over
     // the other's partitions where that one had committed, so it read exactly the new messages
     // there, as on its own partitions.
+    assert!(!seen["b"].as_array().unwrap().is_empty(), "{seen}");
+    for partition in 0..3 {
+        let expected: Vec<String> =
+            (300..330).filter(|i| i % 3 == partition).map(|i| format!("v{i}")).collect();
+        assert_eq!(
+            seen["read_after"][partition.to_string()],
+            serde_json::json!(expected),
+            "{seen}"
+        );
+    }
+    assert_eq!(seen["lag"], serde_json::json!({"0": 0, "1": 0, "2": 0}), "{seen}");
+}
+
+#[test]
+fn confluent_kafka_produces_idempotently_with_acks_all_and_consumes_from_the_beginning() {
+    let Some(python) = confluent_kafka() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_with_topic(dir.path());
+    // Delivery reports come in order per partition; each names the offset acknowledged.
+    let script = r#"
+import json, sys
+from confluent_kafka import Producer
+acked, errors = [], []
+def report(err, msg):
+    if err is not None:
+        errors.append(str(err))
+    else:
+        acked.append(msg.offset())
+producer = Producer({"bootstrap.servers": sys.argv[1], "enable.idempotence": True, "acks": "all",
+                     "linger.ms": 5, "message.timeout.ms": 30000})
+for i in range(1000):
+    producer.produce("orders", value=b"value-%d" % i, partition=1, on_delivery=report)
+    producer.poll(0)
+left = producer.flush(30)
+if left or errors:
+    raise SystemExit("%d not delivered, errors %s" % (left, errors[:5]))
+print(json.dumps(acked))
+"#;
+    let out = run(Command::new(&python).args(["-c", script, server.kafka().unwrap()]));
+    let offsets: Vec<u64> = serde_json::from_str(out.trim()).expect(&out);
+    assert_eq!(offsets, (0..1000).collect::<Vec<u64>>());
+    assert!(init_producer_id_requests(&server) >= 1, "idempotence on: the producer asks its id");
+    let stored = values(&server, 1);
+    assert_eq!(stored.len(), 1000);
+    for (offset, value) in offsets.iter().zip(&stored) {
+        assert_eq!(value, format!("value-{offset}").as_bytes());
+    }
+    // A consumer assigned the partition from the beginning (no group management) reads them
+    // back in order.
+    let script = r#"
+import json, sys, time
+from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
+consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "reader",
+                     "enable.auto.commit": False})
+consumer.assign([TopicPartition("orders", 1, OFFSET_BEGINNING)])
+seen, deadline = [], time.time() + 30
+while len(seen) < 1000 and time.time() < deadline:
+    for m in consumer.consume(num_messages=500, timeout=0.5):
+        if m.error():
+            raise SystemExit(str(m.error()))
+        seen.append([m.offset(), m.value().decode()])
+consumer.close()
+print(json.dumps(seen))
+"#;
+    let out = run(Command::new(&python).args(["-c", script, server.kafka().unwrap()]));
+    let seen: Vec<(u64, String)> = serde_json::from_str(out.trim()).expect(&out);
+    let expected: Vec<(u64, String)> = (0..1000).map(|i| (i, format!("value-{i}"))).collect();
+    assert_eq!(seen, expected);
+}
+
+/// The confluent-kafka version of the kafka-python group test below, with the partition
+/// assignment strategy `strategy`: two members share the partitions and commit; one leaves
+/// (LeaveGroup on close) and the other takes its partitions over from the committed offsets;
+/// lag 0 at the end.
+fn confluent_kafka_group_rebalances_and_resumes(strategy: &str) {
+    let Some(python) = confluent_kafka() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_with_topic(dir.path());
+    let script = r#"
+import json, sys, time
+from confluent_kafka import Consumer, Producer, TopicPartition
+bootstrap, strategy = sys.argv[1], sys.argv[2]
+producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+def produce(first, count):
+    for i in range(first, first + count):
+        producer.produce("orders", value=b"v%d" % i, partition=i % 3)
+    if producer.flush(30):
+        raise SystemExit("messages not delivered")
+produce(0, 300)
+
+class Reader:
+    """A member of g1, and what it read of each partition since its assignment last changed.
+    The rebalance callbacks run inside poll(), before any message of the new assignment is
+    returned; an eager strategy revokes everything and assigns the whole new share, a
+    cooperative one moves only the partitions that change hands."""
+    def __init__(self):
+        self.assigned, self.offsets, self.values = set(), {}, {}
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g1",
+                                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                  "partition.assignment.strategy": strategy,
+                                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+        self.consumer.subscribe(["orders"], on_assign=self.on_assign, on_revoke=self.on_revoke,
+                                on_lost=self.on_revoke)
+    def changed(self):
+        self.offsets, self.values = {}, {}
+    def on_assign(self, consumer, partitions):
+        self.assigned |= {tp.partition for tp in partitions}
+        self.changed()
+    def on_revoke(self, consumer, partitions):
+        self.assigned -= {tp.partition for tp in partitions}
+        self.changed()
+    def poll(self):
+        """Up to 500 messages: the first waited for up to 0.1 s, then those already fetched."""
+        for timeout in [0.1] + [0] * 499:
+            m = self.consumer.poll(timeout)
+            if m is None:
+                return
+            if m.error():
+                raise SystemExit(str(m.error()))
+            self.offsets.setdefault(m.partition(), []).append(m.offset())
+            self.values.setdefault(m.partition(), []).append(m.value().decode())
+    def read_to(self, end):
+        return all(self.offsets.get(p, [-1])[-1] >= end - 1 for p in self.assigned)
+
+def until(what, step, seconds=30):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        step()
+        if what():
+            return
+    raise SystemExit("timed out waiting for " + what.__doc__)
+
+a, b = Reader(), Reader()
+def shared():
+    """two members sharing all three partitions, each having read its partitions to the end"""
+    return (a.assigned and b.assigned and sorted(a.assigned | b.assigned) == [0, 1, 2]
+            and not a.assigned & b.assigned and a.read_to(100) and b.read_to(100))
+until(shared, lambda: (a.poll(), b.poll()))
+shared_a, shared_b = sorted(a.assigned), sorted(b.assigned)
+# The stored offsets: one past the last message each member's poll returned.
+a.consumer.commit(asynchronous=False)
+b.consumer.commit(asynchronous=False)
+
+b.consumer.close()
+def took_over():
+    """the remaining member holding all three partitions"""
+    return a.assigned == {0, 1, 2}
+until(took_over, a.poll)
+produce(300, 30)
+def read_new():
+    """the remaining member having read the new messages"""
+    return sum(len(v) for v in a.values.values()) >= 30
+until(read_new, a.poll)
+read_after = {p: a.values.get(p, []) for p in range(3)}
+a.consumer.commit(asynchronous=False)
+a.consumer.close()
+
+probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "g1", "enable.auto.commit": False})
+committed = probe.committed([TopicPartition("orders", p) for p in range(3)], timeout=10)
+lag = {tp.partition: probe.get_watermark_offsets(tp, timeout=10)[1] - tp.offset
+       for tp in committed}
+probe.close()
+print(json.dumps({"a": shared_a, "b": shared_b, "read_after": read_after, "lag": lag}))
+"#;
+    let out = run(Command::new(&python).args(["-c", script, server.kafka().unwrap(), strategy]));
+    let seen: serde_json::Value = serde_json::from_str(out.trim()).expect(&out);
+    assert!(!seen["b"].as_array().unwrap().is_empty(), "{seen}");
+    for partition in 0..3 {
+        let expected: Vec<String> =
+            (300..330).filter(|i| i % 3 == partition).map(|i| format!("v{i}")).collect();
+        assert_eq!(
+            seen["read_after"][partition.to_string()],
+            serde_json::json!(expected),
+            "{seen}"
+        );
+    }
+    assert_eq!(seen["lag"], serde_json::json!({"0": 0, "1": 0, "2": 0}), "{seen}");
+}
+
+/// librdkafka's default strategies (`range,roundrobin`): eager rebalancing, every member gives
+/// up all its partitions at each rebalance.
+#[test]
+fn confluent_kafka_group_rebalances_when_a_member_leaves_and_resumes_from_committed_offsets() {
+    confluent_kafka_group_rebalances_and_resumes("range,roundrobin");
+}
+
+/// KIP-429's incremental rebalancing over the classic protocol: the remaining member keeps its
+/// partitions and is given the leaver's.
+#[test]
+fn confluent_kafka_cooperative_group_takes_over_the_leavers_partitions_from_committed_offsets() {
+    confluent_kafka_group_rebalances_and_resumes("cooperative-sticky");
+}
+
+#[test]
+fn kafkajs_produces_idempotently_with_acks_all_and_consumes_from_the_beginning() {
+    let Some(mut produce) = kafkajs() else { return };
+    let mut consume = kafkajs().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_with_topic(dir.path());
+    // 20 sends of 50 messages, one at a time (an idempotent KafkaJS producer allows one request
+    // in flight); each answers the base offset of its batch.
+    let script = r#"
+const { Kafka, logLevel } = require('kafkajs')
+const kafka = new Kafka({ clientId: 'shoal-test', brokers: [process.argv[1]], logLevel: logLevel.WARN })
+async function main() {
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 })
+  await producer.connect()
+  const offsets = []
+  for (let first = 0; first < 1000; first += 50) {
+    const messages = []
+    for (let i = first; i < first + 50; i++) messages.push({ value: `value-${i}`, partition: 1 })
+    const [result] = await producer.send({ topic: 'orders', acks: -1, messages })
+    if (result.errorCode !== 0 || result.partition !== 1) throw new Error(JSON.stringify(result))
+    for (let j = 0; j < 50; j++) offsets.push(Number(result.baseOffset) + j)
+  }
+  await producer.disconnect()
+  console.log(JSON.stringify(offsets))
+}
+main().catch(error => { console.error(error); process.exit(1) })
+"#;
+    let out = run(produce.args(["-e", script, server.kafka().unwrap()]));
+    let offsets: Vec<u64> = serde_json::from_str(out.trim()).expect(&out);
+    assert_eq!(offsets, (0..1000).collect::<Vec<u64>>());
+    assert!(init_producer_id_requests(&server) >= 1, "idempotent: the producer asks its id");
+    let stored = values(&server, 1);
+    assert_eq!(stored.len(), 1000);
+    for (offset, value) in offsets.iter().zip(&stored) {
+        assert_eq!(value, format!("value-{offset}").as_bytes());
+    }
+    // KafkaJS consumes through a group only: a new group reads from the beginning
+    // (`fromBeginning`, auto.offset.reset=earliest). `maxWaitTimeInMs` bounds the fetch
+    // `disconnect` waits for.
+    let script = r#"
+const { Kafka, logLevel } = require('kafkajs')
+const kafka = new Kafka({ clientId: 'shoal-test', brokers: [process.argv[1]], logLevel: logLevel.WARN })
+async function main() {
+  const consumer = kafka.consumer({ groupId: 'reader', sessionTimeout: 6000, heartbeatInterval: 500,
+                                    maxWaitTimeInMs: 500 })
+  await consumer.connect()
+  await consumer.subscribe({ topic: 'orders', fromBeginning: true })
+  const seen = []
+  await consumer.run({ autoCommit: false, eachMessage: async ({ partition, message }) => {
+    seen.push([partition, Number(message.offset), message.value.toString()])
+  } })
+  const deadline = Date.now() + 30000
+  while (seen.length < 1000) {
+    if (Date.now() > deadline) throw new Error(`read ${seen.length} of 1000 messages`)
+    await new Promise(resolve => setTimeout(resolve, 20))
+  }
+  await consumer.disconnect()
+  console.log(JSON.stringify(seen))
+}
+main().catch(error => { console.error(error); process.exit(1) })
+"#;
+    let out = run(consume.args(["-e", script, server.kafka().unwrap()]));
+    let seen: Vec<(u32, u64, String)> = serde_json::from_str(out.trim()).expect(&out);
+    let expected: Vec<(u32, u64, String)> =
+        (0..1000).map(|i| (1, i, format!("value-{i}"))).collect();
+    assert_eq!(seen, expected);
+}
+
+/// The KafkaJS version of the kafka-python group test: KafkaJS's round-robin assignment (eager),
+/// offsets committed explicitly with `commitOffsets`, the leaver's `disconnect` a LeaveGroup,
+/// the lag read through KafkaJS's admin client (OffsetFetch and ListOffsets).
+#[test]
+fn kafkajs_group_rebalances_when_a_member_leaves_and_resumes_from_committed_offsets() {
+    let Some(mut node) = kafkajs() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_with_topic(dir.path());
+    let script = r#"
+const { Kafka, logLevel } = require('kafkajs')
+const topic = 'orders'
+const kafka = new Kafka({ clientId: 'shoal-test', brokers: [process.argv[1]], logLevel: logLevel.WARN })
+async function until(what, description, seconds = 30) {
+  const deadline = Date.now() + seconds * 1000
+  while (!what()) {
+    if (Date.now() > deadline) throw new Error('timed out waiting for ' + description)
+    await new Promise(resolve => setTimeout(resolve, 20))
+  }
+}
+const producer = kafka.producer()
+async function produce(first, count) {
+  const messages = []
+  for (let i = first; i < first + count; i++) messages.push({ value: `v${i}`, partition: i % 3 })
+  await producer.send({ topic, acks: -1, messages })
+}
+
+// A member of g1, and what it read of each partition since its assignment last changed:
+// GROUP_JOIN is emitted after each sync, before the new generation's first fetch.
+async function member() {
+  const m = { assigned: [], offsets: {}, values: {} }
+  m.consumer = kafka.consumer({ groupId: 'g1', sessionTimeout: 6000, heartbeatInterval: 500,
+                                rebalanceTimeout: 10000, maxWaitTimeInMs: 500 })
+  m.consumer.on(m.consumer.events.GROUP_JOIN, ({ payload }) => {
+    m.assigned = (payload.memberAssignment[topic] || []).slice().sort()
+    m.offsets = {}
+    m.values = {}
+  })
+  await m.consumer.connect()
+  await m.consumer.subscribe({ topic, fromBeginning: true })
+  await m.consumer.run({ autoCommit: false, eachMessage: async ({ partition, message }) => {
+    ;(m.offsets[partition] ||= []).push(Number(message.offset))
+    ;(m.values[partition] ||= []).push(message.value.toString())
+  } })
+  return m
+}
+const readTo = (m, end) => m.assigned.every(p => (m.offsets[p] || [-1]).at(-1) >= end - 1)
+// Commits, for each partition read, the offset after the last message read.
+const commit = m => m.consumer.commitOffsets(Object.entries(m.offsets).map(([partition, offsets]) =>
+  ({ topic, partition: Number(partition), offset: String(offsets.at(-1) + 1) })))
+
+async function main() {
+  await producer.connect()
+  await produce(0, 300)
+  const a = await member(), b = await member()
+  await until(() => a.assigned.length && b.assigned.length
+    && [...a.assigned, ...b.assigned].sort().join() === '0,1,2' && readTo(a, 100) && readTo(b, 100),
+    'two members sharing all three partitions, each having read its partitions to the end')
+  const [sharedA, sharedB] = [a.assigned, b.assigned]
+  await commit(a)
+  await commit(b)
+
+  await b.consumer.disconnect()
+  await until(() => a.assigned.join() === '0,1,2', 'the remaining member holding all three partitions')
+  await produce(300, 30)
+  await until(() => Object.values(a.values).flat().length >= 30, 'the remaining member having read the new messages')
+  const readAfter = {}
+  for (let p = 0; p < 3; p++) readAfter[p] = a.values[p] || []
+  await commit(a)
+  await a.consumer.disconnect()
+  await producer.disconnect()
+
+  const admin = kafka.admin()
+  await admin.connect()
+  const [committed] = await admin.fetchOffsets({ groupId: 'g1', topics: [topic] })
+  const ends = await admin.fetchTopicOffsets(topic)
+  await admin.disconnect()
+  const lag = {}
+  for (const { partition, high } of ends)
+    lag[partition] = Number(high) - Number(committed.partitions.find(c => c.partition === partition).offset)
+  console.log(JSON.stringify({ a: sharedA, b: sharedB, read_after: readAfter, lag }))
+}
+main().catch(error => { console.error(error); process.exit(1) })
+"#;
+    let out = run(node.args(["-e", script, server.kafka().unwrap()]));
+    let seen: serde_json::Value = serde_json::from_str(out.trim()).expect(&out);
     assert!(!seen["b"].as_array().unwrap().is_empty(), "{seen}");
     for partition in 0..3 {
         let expected: Vec<String> =

@@ -254,12 +254,7 @@ impl Connection {
                 Err(refused) => return Err(admin_error(refused)),
             }
         }
-        let command = MetaCommand::CreateTopic {
-            stream,
-            topic: topic.name,
-            settings,
-            nodes,
-        };
+        let command = MetaCommand::CreateTopic { stream, topic: topic.name, settings, nodes };
         self.propose(Operation::CreateTopic, command).await.map_err(admin_error)?;
         Ok(settings)
     }
