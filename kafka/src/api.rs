@@ -21,7 +21,7 @@ pub struct Served {
 pub const SERVED: &[Served] = &[
     Served { key: ApiKey::Produce, min_version: 3, max_version: 10 },
     Served { key: ApiKey::Fetch, min_version: 4, max_version: 16 },
-    Served { key: ApiKey::ListOffsets, min_version: 1, max_version: 6 },
+    Served { key: ApiKey::ListOffsets, min_version: 1, max_version: 7 },
     Served { key: ApiKey::Metadata, min_version: 0, max_version: 12 },
     Served { key: ApiKey::OffsetCommit, min_version: 2, max_version: 9 },
     Served { key: ApiKey::OffsetFetch, min_version: 1, max_version: 9 },

@@ -263,10 +263,11 @@ fn list_offsets_answers_earliest_latest_and_the_first_batch_appended_at_a_time()
     let dir = tempfile::tempdir().unwrap();
     let (server, _) = server_with_orders(dir.path(), 1, 1, Durability::Replicated);
     let mut kafka = Kafka::connect(&server);
-    for version in 1..=6 {
+    for version in 1..=7 {
         let empty = list_offsets(&mut kafka, version, &[("orders", -2), ("orders", -1)]);
         assert_eq!(empty, [(0, 0), (0, 0)], "v{version}");
     }
+    assert_eq!(list_offsets(&mut kafka, 7, &[("orders", -3)]), [(0, -1)], "no record yet");
     let batch = |values: &[&[u8]]| Bytes::from(common::batch(values));
     produce(&mut kafka, 9, -1, &[("orders", 0, batch(&[b"a1", b"a2"]))]);
     // A time after the first batch's append and at or before the second's.
@@ -278,13 +279,15 @@ fn list_offsets_answers_earliest_latest_and_the_first_batch_appended_at_a_time()
     }
     produce(&mut kafka, 9, -1, &[("orders", 0, batch(&[b"b1", b"b2", b"b3"]))]);
     let later = common::now_ms() + 60_000;
-    for version in 1..=6 {
+    for version in 1..=7 {
         let asked = [("orders", -2), ("orders", -1), ("orders", between), ("orders", later)];
         let answers = list_offsets(&mut kafka, version, &asked);
         assert_eq!(answers, [(0, 0), (0, 5), (0, 2), (0, -1)], "v{version}");
     }
-    // An unknown topic, and the largest-timestamp query (v7, not served), each with its error.
-    let answers = list_offsets(&mut kafka, 6, &[("missing", -1), ("orders", -3)]);
+    // The largest timestamp (v7): the newest record's (its batch's timestamps rise). An
+    // unknown topic, and a query of a later version (-4, v9), each with its error.
+    assert_eq!(list_offsets(&mut kafka, 7, &[("orders", -3)]), [(0, 4)]);
+    let answers = list_offsets(&mut kafka, 7, &[("missing", -1), ("orders", -4)]);
     assert_eq!(answers, [(3, -1), (42, -1)]);
 }
 

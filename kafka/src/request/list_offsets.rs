@@ -1,5 +1,6 @@
-//! The ListOffsets request (key 2), versions 1–6: for each partition, the offset at a time,
-//! or the earliest or latest offset.
+//! The ListOffsets request (key 2), versions 1–7: for each partition, the offset at a time,
+//! or the earliest, latest or (v7, KIP-734) largest-timestamp offset. v7 reads as v6: it only
+//! allows the new timestamp.
 
 use crate::error::DecodeError;
 use crate::read::Reader;
@@ -12,6 +13,8 @@ pub const LIST_OFFSETS_PARTITIONS_MAX: usize = 10_000;
 pub const LATEST_TIMESTAMP: i64 = -1;
 /// `timestamp` asking for the earliest offset still held.
 pub const EARLIEST_TIMESTAMP: i64 = -2;
+/// `timestamp` asking for the record with the largest timestamp (v7).
+pub const MAX_TIMESTAMP: i64 = -3;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListOffsetsRequest {

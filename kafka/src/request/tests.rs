@@ -121,7 +121,7 @@ fn produce_requests_of_every_version_decode_as_sent_with_the_records_as_slices()
 #[test]
 fn list_offsets_requests_of_every_version_decode_as_sent() {
     use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-    for version in 1..=6 {
+    for version in 1..=7 {
         let partition = |index, timestamp| {
             ListOffsetsPartition::default().with_partition_index(index).with_timestamp(timestamp)
         };

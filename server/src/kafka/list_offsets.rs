@@ -14,7 +14,9 @@ use shoal_kafka::kafka_protocol::messages::list_offsets_response::{
 };
 use shoal_kafka::kafka_protocol::messages::{ListOffsetsResponse, TopicName};
 use shoal_kafka::kafka_protocol::protocol::StrBytes;
-use shoal_kafka::request::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ListOffsetsRequest};
+use shoal_kafka::request::{
+    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ListOffsetsRequest, MAX_TIMESTAMP,
+};
 use shoal_proto::batch::BatchHeader;
 use shoal_proto::protocol::{FetchFrom, FetchReply};
 
@@ -63,9 +65,9 @@ impl Connection {
     ) -> Result<(i64, i64, i32), ResponseError> {
         let (_, place, partition) = self.find_partition(topic, index)?;
         let from = match timestamp {
-            LATEST_TIMESTAMP | EARLIEST_TIMESTAMP => FetchFrom::Last,
+            LATEST_TIMESTAMP | EARLIEST_TIMESTAMP | MAX_TIMESTAMP => FetchFrom::Last,
             at if at >= 0 => FetchFrom::Timestamp(at),
-            // -3 (the largest timestamp, v7) and anything else: not served.
+            // -4, -5 (KIP-1005, v9+) and anything else: not served.
             _ => return Err(ResponseError::InvalidRequest),
         };
         let args = FetchArgs { partition, from, bytes_max: 1, count_max: 1, wait_ms_max: 0 };
@@ -87,6 +89,17 @@ impl Connection {
         Ok(match timestamp {
             LATEST_TIMESTAMP => (reply.next_offset as i64, -1, epoch),
             EARLIEST_TIMESTAMP => (reply.first_offset as i64, -1, epoch),
+            // The newest batch's largest timestamp, with its last offset: Kafka's answer
+            // whenever record timestamps do not go back across batches (always with append
+            // time). An empty partition has none: -1.
+            MAX_TIMESTAMP => match parts.get(1).and_then(|batch| BatchHeader::parse(batch).ok()) {
+                Some(batch) => (
+                    batch.base_offset() + i64::from(batch.last_offset_delta()),
+                    batch.max_timestamp(),
+                    epoch,
+                ),
+                None => (-1, -1, epoch),
+            },
             _ => match parts.get(1).and_then(|batch| BatchHeader::parse(batch).ok()) {
                 Some(batch) => (batch.base_offset(), batch.base_timestamp(), epoch),
                 None => (-1, -1, epoch),
