@@ -60,8 +60,8 @@ pub use join_group::{JOIN_GROUP_PROTOCOLS_MAX, JoinGroupProtocol, JoinGroupReque
 pub use leave_group::{LEAVE_GROUP_MEMBERS_MAX, LeaveGroupRequest, LeavingMember};
 pub use list_groups::{LIST_GROUPS_FILTER_MAX, ListGroupsRequest};
 pub use list_offsets::{
-    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, LIST_OFFSETS_PARTITIONS_MAX, MAX_TIMESTAMP, LIST_OFFSETS_TOPICS_MAX,
-    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic,
+    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, LIST_OFFSETS_PARTITIONS_MAX, LIST_OFFSETS_TOPICS_MAX,
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, MAX_TIMESTAMP,
 };
 pub use metadata::{METADATA_TOPICS_MAX, MetadataRequest, MetadataTopic};
 pub use offset_commit::{
