@@ -673,3 +673,105 @@ main().catch(error => { console.error(error); process.exit(1) })
     }
     assert_eq!(seen["lag"], serde_json::json!({"0": 0, "1": 0, "2": 0}), "{seen}");
 }
+
+/// A confluent-kafka producer with acks=all and idempotence survives `kill -9` of its
+/// partition's primary on a three-node cluster: it follows NOT_LEADER_OR_FOLLOWER through
+/// Metadata to the new leader, every message is acknowledged, and each acknowledged message
+/// reads back at its offset exactly once. The script creates the topic (CreateTopics to the
+/// controller), kills the leader it finds in Metadata (the PIDs are its arguments) with
+/// messages in flight, and reads the partition back through the new leader.
+#[test]
+fn confluent_kafka_producer_with_acks_all_survives_kill_9_of_the_partition_leader() {
+    let Some(python) = confluent_kafka() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let plan = shoal_testkit::ClusterPlan::small(
+        env!("CARGO_BIN_EXE_shoal").into(),
+        root.path(),
+        3,
+        DEADLINE,
+    );
+    let mut cluster = shoal_testkit::ShoalCluster::start(plan).unwrap_or_else(|e| panic!("{e}"));
+    let pids: Vec<String> =
+        cluster.nodes.iter().map(|node| node.pid().expect("running").to_string()).collect();
+    let script = r#"
+import json, os, signal, sys, time
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+bootstrap, pids = sys.argv[1], [int(p) for p in sys.argv[2].split(",")]
+admin = AdminClient({"bootstrap.servers": bootstrap})
+topic = NewTopic("orders", num_partitions=1, replication_factor=-1,
+                 config={"shoal.durability": "persisted"})
+deadline = time.time() + 30
+while True:
+    try:
+        admin.create_topics([topic])["orders"].result(timeout=10)
+        break
+    except Exception as error:  # the cluster may still be electing its metadata primary
+        if time.time() > deadline:
+            raise
+        time.sleep(0.2)
+
+producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                     "linger.ms": 5, "message.timeout.ms": 45000})
+acked, failed = {}, []
+def report(error, message):
+    if error is None:
+        acked[message.value().decode()] = message.offset()
+    else:
+        failed.append(str(error))
+def send(first, count):
+    for i in range(first, first + count):
+        while True:
+            try:
+                producer.produce("orders", value=b"m%d" % i, partition=0, on_delivery=report)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+
+deadline = time.time() + 30
+leader = -1
+while leader < 0:
+    # A node that has not applied the creation yet answers the topic unknown: ask again.
+    partition = producer.list_topics("orders", timeout=10).topics["orders"].partitions.get(0)
+    leader = partition.leader if partition is not None else -1
+    if time.time() > deadline:
+        raise SystemExit("no leader for orders/0")
+send(0, 300)
+producer.flush(30)
+send(300, 40)
+os.kill(pids[leader], signal.SIGKILL)
+send(340, 260)
+left = producer.flush(45)
+
+consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check",
+                     "enable.auto.commit": False})
+consumer.assign([TopicPartition("orders", 0, 0)])
+stored, deadline = [], time.time() + 30
+while len(stored) < len(acked) and time.time() < deadline:
+    message = consumer.poll(0.5)
+    if message is not None and message.error() is None:
+        stored.append([message.offset(), message.value().decode()])
+consumer.close()
+print(json.dumps({"killed": leader, "left": left, "failed": failed, "acked": acked,
+                  "stored": stored}))
+"#;
+    let out =
+        run(Command::new(&python).args(["-c", script, &cluster.kafka_servers(), &pids.join(",")]));
+    let seen: serde_json::Value = serde_json::from_str(out.trim()).expect(&out);
+    let killed = seen["killed"].as_u64().expect("a leader was killed") as usize;
+    assert!(!cluster.nodes[killed].is_running(), "the script killed node {killed}, the leader");
+    let survivors = (0..3).filter(|&node| cluster.nodes[node].is_running()).count();
+    assert_eq!(survivors, 2);
+    assert_eq!((&seen["left"], &seen["failed"]), (&serde_json::json!(0), &serde_json::json!([])));
+    let acked = seen["acked"].as_object().unwrap();
+    assert_eq!(acked.len(), 600, "every message acknowledged");
+    // Stored exactly once each, dense from 0, and every acknowledged message where its
+    // acknowledgement said.
+    let stored: Vec<(u64, String)> = serde_json::from_value(seen["stored"].clone()).unwrap();
+    let offsets: Vec<u64> = stored.iter().map(|(offset, _)| *offset).collect();
+    assert_eq!(offsets, (0..600).collect::<Vec<u64>>(), "{seen}");
+    for (offset, value) in &stored {
+        assert_eq!(acked[value].as_u64(), Some(*offset), "{value}");
+    }
+}

@@ -66,6 +66,8 @@ pub struct ShoalCluster {
     pub nodes_text: String,
     /// Each node's client address, by node.
     pub clients: Vec<String>,
+    /// Each node's Kafka address, by node (in `--cluster-nodes`, so Metadata names them all).
+    pub kafkas: Vec<String>,
     /// Each node's bus base address (shard s listens on its port + s), by node.
     pub buses: Vec<String>,
     plan: ClusterPlan,
@@ -112,12 +114,24 @@ impl ShoalCluster {
     /// The command line node `node` runs with (to start it again differently, e.g. with another
     /// cluster id).
     pub fn command(&self, node: u8) -> Command {
-        node_command(&self.plan, node, &self.nodes_text, &self.clients[node as usize])
+        let node_index = usize::from(node);
+        node_command(
+            &self.plan,
+            node,
+            &self.nodes_text,
+            &self.clients[node_index],
+            &self.kafkas[node_index],
+        )
     }
 
     /// Every node's client address, comma-separated (what `--server` takes).
     pub fn servers(&self) -> String {
         self.clients.join(",")
+    }
+
+    /// Every node's Kafka address, comma-separated (Kafka clients' `bootstrap.servers`).
+    pub fn kafka_servers(&self) -> String {
+        self.kafkas.join(",")
     }
 
     fn launch(plan: &ClusterPlan, ports: &Ports) -> Result<ShoalCluster, ProcessError> {
@@ -126,18 +140,22 @@ impl ShoalCluster {
             ports.clients.iter().map(|port| format!("127.0.0.1:{port}")).collect();
         let buses: Vec<String> =
             ports.buses.iter().map(|port| format!("127.0.0.1:{port}")).collect();
+        let kafkas: Vec<String> =
+            ports.kafkas.iter().map(|port| format!("127.0.0.1:{port}")).collect();
         let nodes_text = clients
             .iter()
             .zip(&buses)
-            .map(|(client, bus)| format!("bus={bus},client={client}"))
+            .zip(&kafkas)
+            .map(|((client, bus), kafka)| format!("bus={bus},client={client},kafka={kafka}"))
             .collect::<Vec<_>>()
             .join(";");
         for node in 0..plan.nodes {
-            let command = node_command(plan, node, &nodes_text, &clients[node as usize]);
+            let (client, kafka) = (&clients[node as usize], &kafkas[node as usize]);
+            let command = node_command(plan, node, &nodes_text, client, kafka);
             // Dropping the started nodes on an error kills them.
             nodes.push(ShoalProcess::start(command, plan.deadline)?);
         }
-        Ok(ShoalCluster { nodes, nodes_text, clients, buses, plan: plan.clone() })
+        Ok(ShoalCluster { nodes, nodes_text, clients, kafkas, buses, plan: plan.clone() })
     }
 }
 
@@ -150,7 +168,13 @@ pub fn node_log(root: &Path, node: u8) -> PathBuf {
     root.join(format!("node-{node}.log"))
 }
 
-fn node_command(plan: &ClusterPlan, node: u8, nodes_text: &str, client: &str) -> Command {
+fn node_command(
+    plan: &ClusterPlan,
+    node: u8,
+    nodes_text: &str,
+    client: &str,
+    kafka: &str,
+) -> Command {
     let mut command = ShoalProcess::command(&plan.binary, &node_dir(&plan.root, node));
     if let Ok(log) =
         std::fs::File::options().create(true).append(true).open(node_log(&plan.root, node))
@@ -159,16 +183,19 @@ fn node_command(plan: &ClusterPlan, node: u8, nodes_text: &str, client: &str) ->
     }
     command
         .args(["--shards", &plan.shards.to_string(), "--cpus", "none"])
-        .args(["--listen", client, "--cluster-node", &node.to_string()])
+        .args(["--listen", client, "--kafka-listen", kafka])
+        .args(["--cluster-node", &node.to_string()])
         .args(["--cluster-nodes", nodes_text])
         .args(&plan.args)
         .args(plan.node_args.get(usize::from(node)).into_iter().flatten());
     command
 }
 
-/// Ports reserved for one start: each node's client port and the base of its bus ports.
+/// Ports reserved for one start: each node's client and Kafka ports and the base of its bus
+/// ports.
 struct Ports {
     clients: Vec<u16>,
+    kafkas: Vec<u16>,
     buses: Vec<u16>,
 }
 
@@ -176,11 +203,14 @@ struct Ports {
 /// per node, all released on return.
 fn reserve(plan: &ClusterPlan) -> Result<Ports, ProcessError> {
     let mut held = Vec::new();
-    let mut ports = Ports { clients: Vec::new(), buses: Vec::new() };
+    let mut ports = Ports { clients: Vec::new(), kafkas: Vec::new(), buses: Vec::new() };
     for _ in 0..plan.nodes {
         let client = bind(0).map_err(ProcessError::Spawn)?;
         ports.clients.push(client.local_addr().map_err(ProcessError::Spawn)?.port());
         held.push(client);
+        let kafka = bind(0).map_err(ProcessError::Spawn)?;
+        ports.kafkas.push(kafka.local_addr().map_err(ProcessError::Spawn)?.port());
+        held.push(kafka);
         let bus_ports = plan.bus_ports_per_node.max(plan.shards);
         ports.buses.push(consecutive(bus_ports, &mut held).map_err(ProcessError::Spawn)?);
     }

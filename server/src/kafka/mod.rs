@@ -13,6 +13,7 @@
 mod admin;
 mod errors;
 mod fetch;
+mod forward;
 mod groups;
 mod list_offsets;
 mod metadata;
@@ -76,10 +77,11 @@ impl From<DecodeError> for Close {
 }
 
 /// The client ids of Kafka connections' writes: a tag in the top bits (native clients pick
-/// their own ids, and the owning shard keys a write by client and request number), then a
-/// count of connections since the process started.
+/// their own ids, and the owning shard keys a write by client and request number), the node
+/// (a forwarded InitProducerId proposes on another node under this id), then a count of
+/// connections since the process started.
 const KAFKA_CLIENT_TAG: u64 = 0x4b46 << 48;
-static NEXT_CLIENT: AtomicU64 = AtomicU64::new(KAFKA_CLIENT_TAG);
+static NEXT_CLIENT: AtomicU64 = AtomicU64::new(0);
 
 /// One connection's state across its requests.
 struct Connection {
@@ -98,7 +100,9 @@ async fn serve(mut stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionG
     let peer = stream.peer_addr().ok();
     let mut connection = Connection {
         reached: stream.local_addr().ok(),
-        client: NEXT_CLIENT.fetch_add(1, Ordering::Relaxed),
+        client: KAFKA_CLIENT_TAG
+            | u64::from(context.config.cluster.node) << 40
+            | (NEXT_CLIENT.fetch_add(1, Ordering::Relaxed) & ((1 << 40) - 1)),
         requests: 0,
         // Empty until the first request refreshes it (the placeholder the native side uses).
         catalog: Arc::new(Catalog::new(1, 0)),

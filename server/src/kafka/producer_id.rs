@@ -4,8 +4,10 @@
 //! they do a native producer's. A producer that asks again (after UNKNOWN_PRODUCER_ID, say)
 //! gets a new id rather than a bumped epoch; Kafka's clients take either.
 //!
-//! Only the metadata group's primary registers: on another node of a cluster the answer is
-//! NOT_COORDINATOR, and the client asks again. Transactional producers are refused
+//! Only the metadata group's primary registers: another node of a cluster registers the session
+//! there over the native protocol (`forward`), since clients send InitProducerId to any broker.
+//! When that fails too (the primary unknown or unreachable) the answer is NOT_COORDINATOR, and
+//! the client asks again. Transactional producers are refused
 //! (TRANSACTIONAL_ID_AUTHORIZATION_FAILED): Shoal has no transactions yet.
 
 use shoal_kafka::kafka_protocol::error::ResponseError;
@@ -16,6 +18,7 @@ use shoal_proto::wire::ClientRequest;
 
 use super::Connection;
 use super::errors::kafka_error;
+use super::forward;
 use crate::metadata::MetaCommand;
 use crate::shard::{Body, Outcome, Work};
 
@@ -32,6 +35,11 @@ pub(super) async fn answer(
     if request.transactional_id.is_some() {
         return refused(ResponseError::TransactionalIdAuthorizationFailed);
     }
+    let granted = |session: u64| {
+        InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(i64::try_from(session).unwrap_or(i64::MAX)))
+            .with_producer_epoch(0)
+    };
     connection.requests += 1;
     let client = ClientRequest {
         client: connection.client,
@@ -46,11 +54,22 @@ pub(super) async fn answer(
     }
     match answer.recv_async().await {
         Ok(Outcome { error: 0, body: Body::Encoded(body) }) => match decode_session(&body) {
-            Ok(session) => InitProducerIdResponse::default()
-                .with_producer_id(ProducerId(i64::try_from(session).unwrap_or(i64::MAX)))
-                .with_producer_epoch(0),
+            Ok(session) => granted(session),
             Err(_) => refused(ResponseError::UnknownServerError),
         },
+        Ok(Outcome { body: Body::NotPrimary { primary, .. }, .. }) => {
+            let config = &connection.context.config;
+            let Some(address) = config.cluster.client_address(primary) else {
+                return refused(ResponseError::NotCoordinator);
+            };
+            match forward::register_on(address, config.cluster.id, connection.client).await {
+                Ok(session) => granted(session),
+                Err(why) => {
+                    tracing::debug!(primary, %address, why, "InitProducerId not forwarded");
+                    refused(ResponseError::NotCoordinator)
+                }
+            }
+        }
         Ok(Outcome { error, .. }) if error == ErrorCode::NotPrimary as u32 => {
             refused(ResponseError::NotCoordinator)
         }
