@@ -36,6 +36,7 @@ pub const SERVED: &[Served] = &[
     Served { key: ApiKey::DescribeGroups, min_version: 0, max_version: 5 },
     Served { key: ApiKey::ListGroups, min_version: 0, max_version: 5 },
     Served { key: ApiKey::CreateTopics, min_version: 2, max_version: 7 },
+    Served { key: ApiKey::CreatePartitions, min_version: 0, max_version: 3 },
     Served { key: ApiKey::DeleteTopics, min_version: 1, max_version: 6 },
     Served { key: ApiKey::DescribeConfigs, min_version: 1, max_version: 4 },
     Served { key: ApiKey::DescribeCluster, min_version: 0, max_version: 1 },

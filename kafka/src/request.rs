@@ -16,6 +16,7 @@
 //! Responses, which Shoal builds from its own state, are encoded with the crate.
 
 mod api_versions;
+mod create_partitions;
 mod create_topics;
 mod delete_topics;
 mod describe_cluster;
@@ -37,6 +38,10 @@ mod produce;
 mod sync_group;
 
 pub use api_versions::ApiVersionsRequest;
+pub use create_partitions::{
+    CREATE_PARTITIONS_ASSIGNMENTS_MAX, CREATE_PARTITIONS_BROKER_IDS_MAX,
+    CREATE_PARTITIONS_TOPICS_MAX, CreatePartitionsRequest, CreatePartitionsTopic,
+};
 pub use create_topics::{
     CREATE_TOPICS_ASSIGNMENTS_MAX, CREATE_TOPICS_BROKER_IDS_MAX, CREATE_TOPICS_CONFIGS_MAX,
     CREATE_TOPICS_TOPICS_MAX, CreateTopic, CreateTopicConfig, CreateTopicsRequest,
@@ -107,6 +112,7 @@ pub enum Request {
     OffsetCommit(OffsetCommitRequest),
     OffsetFetch(OffsetFetchRequest),
     CreateTopics(CreateTopicsRequest),
+    CreatePartitions(CreatePartitionsRequest),
     DeleteTopics(DeleteTopicsRequest),
     DescribeConfigs(DescribeConfigsRequest),
     DescribeGroups(DescribeGroupsRequest),
@@ -158,6 +164,9 @@ impl Request {
             }
             ApiKey::CreateTopics => {
                 CreateTopicsRequest::decode(reader, version).map(Request::CreateTopics)
+            }
+            ApiKey::CreatePartitions => {
+                CreatePartitionsRequest::decode(reader, version).map(Request::CreatePartitions)
             }
             ApiKey::DeleteTopics => {
                 DeleteTopicsRequest::decode(reader, version).map(Request::DeleteTopics)

@@ -188,7 +188,11 @@ impl<W> Coordinator<W> {
             let in_force: Vec<&str> = current
                 .map_or(Vec::new(), |g| g.members.iter().map(|m| m.member.as_str()).collect());
             let live: Vec<&str> = entry.members.keys().map(String::as_str).collect();
-            if live == in_force && (current.is_some() || live.is_empty()) {
+            // Partitions added to the topic since the assignment was made need owners too.
+            let assigned: usize =
+                current.map_or(0, |g| g.members.iter().map(|m| m.partitions.len()).sum());
+            let covered = live.is_empty() || assigned == topic.partitions.len();
+            if live == in_force && (current.is_some() || live.is_empty()) && covered {
                 continue;
             }
             let mut members: Vec<GroupMemberAssignment> = entry

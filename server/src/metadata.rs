@@ -75,6 +75,18 @@ pub enum MetaCommand {
         /// The topic.
         topic: String,
     },
+    /// Grows a topic to `partitions` partitions (Kafka's CreatePartitions); existing partitions
+    /// and their data stay where they are.
+    AddPartitions {
+        /// The stream.
+        stream: String,
+        /// The topic.
+        topic: String,
+        /// The new partition count, above the current one.
+        partitions: u32,
+        /// The node count as the proposing primary knew it (placement, as for `CreateTopic`).
+        nodes: u8,
+    },
     /// Puts a consumer group's next assignment in force (the coordinator on shard 0 proposes
     /// one after every join, leave or session timeout).
     Rebalance {
@@ -218,6 +230,7 @@ const TAG_DELETE_STREAM: u8 = 3;
 const TAG_CREATE_TOPIC: u8 = 4;
 const TAG_DELETE_TOPIC: u8 = 5;
 const TAG_REBALANCE: u8 = 6;
+const TAG_ADD_PARTITIONS: u8 = 7;
 
 impl MetaCommand {
     /// The command's bytes (the record value in the metadata log).
@@ -240,6 +253,9 @@ impl MetaCommand {
             }
             MetaCommand::DeleteTopic { stream, topic } => {
                 w.u8(TAG_DELETE_TOPIC).str(stream).str(topic);
+            }
+            MetaCommand::AddPartitions { stream, topic, partitions, nodes } => {
+                w.u8(TAG_ADD_PARTITIONS).str(stream).str(topic).u32(*partitions).u8(*nodes);
             }
             MetaCommand::Rebalance { stream, topic, group, generation, members } => {
                 w.u8(TAG_REBALANCE).str(stream).str(topic).str(group).u64(*generation);
@@ -282,6 +298,19 @@ impl MetaCommand {
             }
             TAG_DELETE_TOPIC => {
                 MetaCommand::DeleteTopic { stream: r.name("stream")?, topic: r.name("topic")? }
+            }
+            TAG_ADD_PARTITIONS => {
+                let stream = r.name("stream")?;
+                let topic = r.name("topic")?;
+                let partitions = r.u32("partitions")?;
+                let nodes = r.u8("nodes")?;
+                if !(1..=NODES_MAX).contains(&usize::from(nodes)) {
+                    return Err(ProtocolError::Invalid {
+                        field: "nodes",
+                        reason: format!("{nodes}: a cluster has 1 to {NODES_MAX} nodes"),
+                    });
+                }
+                MetaCommand::AddPartitions { stream, topic, partitions, nodes }
             }
             TAG_REBALANCE => {
                 let stream = r.name("stream")?;
@@ -463,6 +492,28 @@ impl Catalog {
                 Ok(())
             }
             MetaCommand::DeleteTopic { stream, topic } => self.topic(stream, topic).map(|_| ()),
+            MetaCommand::AddPartitions { stream, topic, partitions, nodes } => {
+                let current = self.topic(stream, topic)?.partitions.len() as u32;
+                if *partitions <= current {
+                    return Err((
+                        ErrorCode::InvalidArgument,
+                        format!("{stream}/{topic} has {current} partitions: ask for more"),
+                    ));
+                }
+                let mut placement = self.placement(*nodes);
+                for group in self.next_group..self.next_group + u64::from(partitions - current) {
+                    if placement.place(group).is_none() {
+                        return Err((
+                            ErrorCode::LimitReached,
+                            format!(
+                                "every shard holds its {} partitions already",
+                                self.groups_per_shard_max
+                            ),
+                        ));
+                    }
+                }
+                Ok(())
+            }
             MetaCommand::Rebalance { stream, topic, group, generation, members } => {
                 check_name(group)?;
                 let entry = self.topic(stream, topic)?;
@@ -549,6 +600,18 @@ impl Catalog {
             }
             MetaCommand::DeleteTopic { stream, topic } => {
                 self.streams.get_mut(stream).expect("checked").topics.remove(topic);
+            }
+            MetaCommand::AddPartitions { stream, topic, partitions, nodes } => {
+                let mut placement = self.placement(*nodes);
+                let entry = self.streams.get_mut(stream).expect("checked");
+                let entry = entry.topics.get_mut(topic).expect("checked");
+                while (entry.partitions.len() as u32) < *partitions {
+                    let shard = placement.place(self.next_group).expect("checked");
+                    self.groups_per_shard[shard as usize] += 1;
+                    entry.partitions.push(PartitionPlace { group: self.next_group, shard });
+                    self.next_group += 1;
+                }
+                entry.settings.partitions = *partitions;
             }
             MetaCommand::Rebalance { stream, topic, group, generation, members } => {
                 let entry = self.streams.get_mut(stream).expect("checked");
@@ -1242,12 +1305,41 @@ mod tests {
             MetaCommand::DeleteStream { name: "s".into() },
             create_topic("t", 3, 3),
             MetaCommand::DeleteTopic { stream: "s".into(), topic: "t".into() },
+            add_partitions(5),
         ];
         for command in commands {
             assert_eq!(MetaCommand::decode(&command.encode()), Ok(command));
         }
         assert!(MetaCommand::decode(&[9]).is_err());
         assert!(MetaCommand::decode(&[]).is_err());
+    }
+
+    fn add_partitions(partitions: u32) -> MetaCommand {
+        MetaCommand::AddPartitions { stream: "s".into(), topic: "t".into(), partitions, nodes: 1 }
+    }
+
+    /// A topic grows: its partitions keep their groups, new ones get new groups on the shards
+    /// with room; a count that does not grow is refused, and so is one past the shards' room.
+    #[test]
+    fn add_partitions_grows_a_topic_with_new_groups() {
+        let mut catalog = Catalog::new(2, 6);
+        catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
+        catalog.apply(2, 0, &create_topic("t", 2, 1)).unwrap();
+        let before = catalog.topic("s", "t").unwrap().partitions.clone();
+        catalog.apply(3, 0, &add_partitions(5)).unwrap();
+        let topic = catalog.topic("s", "t").unwrap();
+        assert_eq!((topic.partitions.len(), topic.settings.partitions), (5, 5));
+        assert_eq!(topic.partitions[..2], before[..]);
+        let groups: Vec<u64> = topic.partitions.iter().map(|p| p.group).collect();
+        assert_eq!(groups, [1, 2, 3, 4, 5]);
+        // Five partition groups and the metadata group.
+        assert_eq!(catalog.groups_per_shard.iter().sum::<u32>(), 6);
+        assert_eq!(
+            catalog.apply(4, 0, &add_partitions(5)).unwrap_err().0,
+            ErrorCode::InvalidArgument
+        );
+        let full = catalog.apply(5, 0, &add_partitions(50)).unwrap_err();
+        assert_eq!(full.0, ErrorCode::LimitReached, "{full:?}");
     }
 
     /// Placement is in the log: a topic created in a cluster names the node count it was

@@ -15,12 +15,13 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, CreateTopicsResponse,
-    DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse,
-    DescribeConfigsRequest, DescribeConfigsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
-    FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
-    HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse,
-    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreatePartitionsRequest,
+    CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
+    DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
+    DescribeConfigsResponse, DescribeGroupsRequest, DescribeGroupsResponse, FetchRequest,
+    FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest,
+    HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest,
     ListGroupsResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse,
     OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse,
@@ -893,6 +894,33 @@ fn admin_apis_create_describe_and_delete_topics() {
     assert_eq!(names, ["events"], "validate_only created nothing");
     assert_eq!(listed.topics[0].partitions.len(), 2);
     assert_eq!(listed.controller_id.0, 0);
+
+    // Grown from 2 to 4 partitions (v3); not shrunk, not to the same count; validate_only
+    // changes nothing.
+    let grow = |kafka: &mut Kafka, count: i32, validate_only: bool| -> i16 {
+        use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+        let request = CreatePartitionsRequest::default()
+            .with_topics(vec![
+                CreatePartitionsTopic::default()
+                    .with_name(TopicName(StrBytes::from_static_str("events")))
+                    .with_count(count)
+                    .with_assignments(None),
+            ])
+            .with_timeout_ms(30_000)
+            .with_validate_only(validate_only);
+        let response: CreatePartitionsResponse =
+            exchange(kafka, ApiKey::CreatePartitions, 3, &request, true);
+        response.results[0].error_code
+    };
+    assert_eq!(grow(&mut kafka, 9, true), 0);
+    assert_eq!(grow(&mut kafka, 4, false), 0);
+    assert_eq!(grow(&mut kafka, 4, false), 37, "INVALID_PARTITIONS");
+    assert_eq!(grow(&mut kafka, 1, false), 37);
+    let listed = metadata(&mut kafka, 12, None);
+    assert_eq!(listed.topics[0].partitions.len(), 4);
+    let batch = Bytes::from(common::batch(&[b"to the new partition"]));
+    let stored = produce(&mut kafka, 9, -1, &[("events", 3, batch)]).unwrap();
+    assert_eq!(produced(&stored), [(0, 0)], "the new partition takes writes");
 
     let request = DescribeConfigsRequest::default().with_resources(vec![
         DescribeConfigsResource::default()

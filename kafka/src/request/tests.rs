@@ -802,6 +802,65 @@ fn group_and_offset_decoders_refuse_counts_larger_than_the_frame() {
 }
 
 #[test]
+fn create_partitions_requests_of_every_version_decode_as_sent() {
+    use kafka_protocol::messages::BrokerId;
+    use kafka_protocol::messages::create_partitions_request::{
+        CreatePartitionsAssignment, CreatePartitionsTopic as Sent,
+    };
+    for version in 0..=3 {
+        let assignment = |brokers: &[i32]| {
+            CreatePartitionsAssignment::default()
+                .with_broker_ids(brokers.iter().map(|&b| BrokerId(b)).collect())
+        };
+        let sent = messages::CreatePartitionsRequest::default()
+            .with_topics(vec![
+                Sent::default()
+                    .with_name(topic_name("orders"))
+                    .with_count(6)
+                    .with_assignments(None),
+                Sent::default()
+                    .with_name(topic_name("payments"))
+                    .with_count(3)
+                    .with_assignments(Some(vec![assignment(&[0, 1]), assignment(&[2])])),
+            ])
+            .with_timeout_ms(15_000)
+            .with_validate_only(version == 1);
+        let mut reader = encoded(&sent, version);
+        let frame = reader.remaining();
+        let got = CreatePartitionsRequest::decode(&mut reader, version).unwrap();
+        assert_eq!(reader.remaining(), 0, "v{version}");
+        assert_eq!(
+            got,
+            CreatePartitionsRequest {
+                topics: vec![
+                    CreatePartitionsTopic { name: "orders".into(), count: 6, assignments: None },
+                    CreatePartitionsTopic {
+                        name: "payments".into(),
+                        count: 3,
+                        assignments: Some(vec![vec![0, 1], vec![2]]),
+                    },
+                ],
+                timeout_ms: 15_000,
+                validate_only: version == 1,
+            },
+            "v{version}"
+        );
+        let whole = encoded(&sent, version).remaining();
+        assert_eq!(whole, frame);
+        let bytes = {
+            let mut out = BytesMut::new();
+            sent.encode(&mut out, version).unwrap();
+            out.freeze()
+        };
+        for cut in 0..bytes.len() {
+            let got =
+                CreatePartitionsRequest::decode(&mut Reader::new(bytes.slice(..cut)), version);
+            assert!(got.is_err(), "v{version}, {cut} of {} bytes: {got:?}", bytes.len());
+        }
+    }
+}
+
+#[test]
 fn create_topics_requests_of_every_version_decode_as_sent() {
     use kafka_protocol::messages::BrokerId;
     use kafka_protocol::messages::create_topics_request::{
@@ -1260,6 +1319,7 @@ proptest! {
         let _ = OffsetFetchRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(1, 9));
         let _ = OffsetForLeaderEpochRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(2, 4));
         let _ = CreateTopicsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(2, 7));
+        let _ = CreatePartitionsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(3));
         let _ = DeleteTopicsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(1, 6));
         let _ = DescribeConfigsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.clamp(1, 4));
         let _ = DescribeGroupsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(5));

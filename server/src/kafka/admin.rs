@@ -1,5 +1,5 @@
 //! Kafka's admin APIs on Shoal's catalog: CreateTopics and DeleteTopics become the metadata
-//! commands `shoalctl topic create` and `delete` propose, DescribeConfigs reads a topic's
+//! commands `shoalctl topic create` and `delete` propose, CreatePartitions grows a topic, DescribeConfigs reads a topic's
 //! settings under Kafka's config names, DescribeCluster names the nodes, and DescribeGroups and
 //! ListGroups ask the Kafka group coordinator.
 //!
@@ -10,6 +10,7 @@
 //! assignments are INVALID_REPLICA_ASSIGNMENT.
 
 use shoal_kafka::kafka_protocol::error::ResponseError;
+use shoal_kafka::kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use shoal_kafka::kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
@@ -23,13 +24,15 @@ use shoal_kafka::kafka_protocol::messages::describe_groups_response::{
 };
 use shoal_kafka::kafka_protocol::messages::list_groups_response::ListedGroup;
 use shoal_kafka::kafka_protocol::messages::{
-    BrokerId, CreateTopicsResponse, DeleteTopicsResponse, DescribeClusterResponse,
-    DescribeConfigsResponse, DescribeGroupsResponse, GroupId, ListGroupsResponse, TopicName,
+    BrokerId, CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse,
+    DescribeClusterResponse, DescribeConfigsResponse, DescribeGroupsResponse, GroupId,
+    ListGroupsResponse, TopicName,
 };
 use shoal_kafka::kafka_protocol::protocol::StrBytes;
 use shoal_kafka::request::{
-    BROKER_RESOURCE_TYPE, CreateTopicsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
-    DescribeGroupsRequest, ListGroupsRequest, MetadataRequest, TOPIC_RESOURCE_TYPE,
+    BROKER_RESOURCE_TYPE, CreatePartitionsRequest, CreatePartitionsTopic, CreateTopicsRequest,
+    DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest, ListGroupsRequest,
+    MetadataRequest, TOPIC_RESOURCE_TYPE,
 };
 use shoal_proto::Durability;
 use shoal_proto::protocol::{CreateTopic, ErrorCode, Operation};
@@ -302,6 +305,72 @@ fn admin_error((code, message): (ErrorCode, String)) -> (ResponseError, String) 
         other => kafka_error(other as u32).unwrap_or(ResponseError::UnknownServerError),
     };
     (error, message)
+}
+
+/// The CreatePartitions response: each topic grown in turn to its new count (placed as its
+/// first partitions were; a replica assignment is INVALID_REPLICA_ASSIGNMENT, since every node
+/// holds every partition).
+pub(super) async fn create_partitions(
+    connection: &mut Connection,
+    request: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let mut results = Vec::with_capacity(request.topics.len());
+    for topic in request.topics {
+        let outcome = connection.add_partitions(&topic, request.validate_only).await;
+        let result = CreatePartitionsTopicResult::default()
+            .with_name(TopicName(StrBytes::from_string(topic.name)));
+        results.push(match outcome {
+            Ok(()) => result.with_error_message(None),
+            Err((error, message)) => result
+                .with_error_code(error.code())
+                .with_error_message(Some(StrBytes::from_string(message))),
+        });
+    }
+    CreatePartitionsResponse::default().with_results(results)
+}
+
+impl Connection {
+    async fn add_partitions(
+        &mut self,
+        topic: &CreatePartitionsTopic,
+        validate_only: bool,
+    ) -> Result<(), (ResponseError, String)> {
+        let (name, current) = self
+            .find_topic(Some(&topic.name), &[0; 16])
+            .map(|(name, found)| (name, found.partitions.len()))
+            .map_err(|error| (error, format!("no topic {}", topic.name)))?;
+        if topic.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
+            return Err((
+                ResponseError::InvalidReplicaAssignment,
+                "replicas are not assigned by hand: every node holds every partition".into(),
+            ));
+        }
+        let config = &self.context.config;
+        let partitions_max = config.metadata.topic_partitions_max;
+        let count = u32::try_from(topic.count).unwrap_or(0);
+        if count as usize <= current || count > partitions_max {
+            return Err((
+                ResponseError::InvalidPartitions,
+                format!(
+                    "{}: {name} has {current} partitions; ask for more, at most {partitions_max}                      ([metadata] topic_partitions_max)",
+                    topic.count
+                ),
+            ));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let command = MetaCommand::AddPartitions {
+            stream: config.kafka.stream.clone(),
+            topic: name,
+            partitions: count,
+            nodes: config.cluster.node_count(),
+        };
+        self.propose(Operation::CreateTopic, command).await.map_err(|refused| match refused {
+            (ErrorCode::InvalidArgument, message) => (ResponseError::InvalidPartitions, message),
+            refused => admin_error(refused),
+        })
+    }
 }
 
 /// Creates the topics a Metadata request names that do not exist, when `[kafka]

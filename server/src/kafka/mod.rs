@@ -32,12 +32,12 @@ use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 use shoal_kafka::kafka_protocol::error::ResponseError;
 use shoal_kafka::kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, CreateTopicsResponse, DeleteTopicsResponse,
-    DescribeClusterResponse, DescribeConfigsResponse, DescribeGroupsResponse, FetchResponse,
-    FindCoordinatorResponse, HeartbeatResponse, InitProducerIdResponse, JoinGroupResponse,
-    LeaveGroupResponse, ListGroupsResponse, ListOffsetsResponse, MetadataResponse,
-    OffsetCommitResponse, OffsetFetchResponse, OffsetForLeaderEpochResponse, ProduceResponse,
-    SyncGroupResponse,
+    ApiKey, ApiVersionsResponse, CreatePartitionsResponse, CreateTopicsResponse,
+    DeleteTopicsResponse, DescribeClusterResponse, DescribeConfigsResponse, DescribeGroupsResponse,
+    FetchResponse, FindCoordinatorResponse, HeartbeatResponse, InitProducerIdResponse,
+    JoinGroupResponse, LeaveGroupResponse, ListGroupsResponse, ListOffsetsResponse,
+    MetadataResponse, OffsetCommitResponse, OffsetFetchResponse, OffsetForLeaderEpochResponse,
+    ProduceResponse, SyncGroupResponse,
 };
 use shoal_kafka::request::Request;
 use shoal_kafka::{
@@ -310,6 +310,9 @@ impl Connection {
                 frame(&offsets::for_leader_epoch(self, request).await)
             }
             Request::CreateTopics(request) => frame(&admin::create_topics(self, request).await),
+            Request::CreatePartitions(request) => {
+                frame(&admin::create_partitions(self, request).await)
+            }
             Request::DeleteTopics(request) => frame(&admin::delete_topics(self, request).await),
             Request::DescribeConfigs(request) => frame(&admin::describe_configs(self, request)),
             Request::DescribeGroups(request) => frame(&admin::describe_groups(self, request).await),
@@ -383,6 +386,7 @@ answer!(OffsetFetchResponse, |b| std::iter::once(b.error_code)
             .chain(g.topics.iter().flat_map(|t| &t.partitions).map(|p| p.error_code))
     })));
 answer!(CreateTopicsResponse, |b| b.topics.iter().map(|t| t.error_code));
+answer!(CreatePartitionsResponse, |b| b.results.iter().map(|t| t.error_code));
 answer!(DeleteTopicsResponse, |b| b.responses.iter().map(|t| t.error_code));
 answer!(DescribeConfigsResponse, |b| b.results.iter().map(|r| r.error_code));
 answer!(DescribeGroupsResponse, |b| b.groups.iter().map(|g| g.error_code));

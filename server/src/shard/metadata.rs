@@ -380,6 +380,8 @@ impl ShardState {
         }
         if let Some(end_offset) = metadata_end {
             self.save_metadata_snapshot(end_offset);
+            // A topic that grew (AddPartitions) has partitions its groups must assign.
+            self.propose_rebalances();
         }
     }
 
