@@ -360,6 +360,29 @@ mod tests {
         answered
     }
 
+    /// Partitions added to the topic (CreatePartitions) are dealt out in a new generation.
+    #[test]
+    fn a_grown_topic_is_rebalanced_over_its_new_partitions() {
+        let mut catalog = catalog(2);
+        let mut coordinator = Coordinator::new("boot".into());
+        let a = joined(&mut coordinator, "", 1000, 0, 1);
+        assert_eq!(settle(&mut coordinator, &mut catalog)[0].1.partitions, [0, 1]);
+        let grow = MetaCommand::AddPartitions {
+            stream: "s".into(),
+            topic: "t".into(),
+            partitions: 3,
+            nodes: 1,
+        };
+        catalog.apply(catalog.applied_op + 1, 0, &grow).unwrap();
+        let due = coordinator.rebalances_due(&catalog);
+        assert_eq!(due.len(), 1);
+        let MetaCommand::Rebalance { generation, members, .. } = &due[0].1 else {
+            panic!("{due:?}")
+        };
+        assert_eq!((*generation, members[0].member.as_str()), (2, a.as_str()));
+        assert_eq!(members[0].partitions, [0, 1, 2]);
+    }
+
     #[test]
     fn joins_are_answered_with_their_share_and_every_change_raises_the_generation() {
         let mut catalog = catalog(5);
