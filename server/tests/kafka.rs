@@ -229,6 +229,20 @@ fn produce_stores_each_batch_as_sent_and_answers_in_kafkas_codes() {
     assert_eq!(summed(&page, "shoal_kafka_requests_total", "produce"), 11);
     assert_eq!(summed(&page, "shoal_kafka_request_errors_total", "produce"), 1);
     assert_eq!(summed(&page, "shoal_kafka_request_latency_seconds_count", "produce"), 11);
+    // Kafka frames count as network bytes as native ones do: a Metadata request and its
+    // answer, nothing else on the wire meanwhile.
+    let bytes = |page: &str, metric: &str| -> u64 {
+        page.lines()
+            .filter(|line| line.starts_with(metric))
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let received = bytes(&page, "shoal_network_received_bytes_total");
+    let sent = bytes(&page, "shoal_network_sent_bytes_total");
+    metadata(&mut kafka, 12, None);
+    let page = metrics_page(server.metrics().unwrap()).unwrap();
+    assert!(bytes(&page, "shoal_network_received_bytes_total") >= received + 20, "{page}");
+    assert!(bytes(&page, "shoal_network_sent_bytes_total") >= sent + 20, "{page}");
     // What was acknowledged is there, as sent, read back over the native protocol.
     let (_, records) = raw.fetch("kafka", "orders", 1, FetchFrom::Offset(0), 100);
     assert_eq!(records.len(), 16);

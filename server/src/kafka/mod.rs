@@ -119,7 +119,10 @@ async fn serve(mut stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionG
         let limit = connection.context.config.network.frame_size_bytes_max;
         let outcome = match usize::try_from(size) {
             Ok(size) if size <= limit => match read_frame(&mut stream, size).await {
-                Some(frame) => connection.answer(frame).await,
+                Some(frame) => {
+                    connection.context.metrics.received(4 + size);
+                    connection.answer(frame).await
+                }
                 None => Err(Close::Gone),
             },
             _ => Err(Close::Refused(format!(
@@ -129,8 +132,9 @@ async fn serve(mut stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionG
         match outcome {
             Ok(Some(reply)) => {
                 let (written, _) = stream.write_all(reply).await;
-                if written.is_err() {
-                    return;
+                match written {
+                    Ok(bytes) => connection.context.metrics.sent(bytes),
+                    Err(_) => return,
                 }
             }
             Ok(None) => {}
