@@ -32,6 +32,9 @@ pub const GROUPS_MAX: usize = 10_000;
 pub const GROUP_ID_LEN_MAX: usize = 255;
 /// The client id's share of a member id: Kafka's ids are `client.id-UUID`, and tools show them.
 const MEMBER_CLIENT_ID_LEN_MAX: usize = 64;
+/// What every group's members may hold in all (their ids, protocol metadata and assignments):
+/// each JoinGroup and SyncGroup is bounded by the frame bound, and this bounds their sum.
+pub const HELD_BYTES_MAX: usize = 256 << 20;
 
 /// Where a group is in its rebalance cycle (Kafka's names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,6 +165,14 @@ pub struct GroupDescription {
     pub members: Vec<MemberDescription>,
 }
 
+impl<W> Member<W> {
+    /// What the member holds, counted against [`HELD_BYTES_MAX`].
+    fn bytes(&self, id: &str) -> usize {
+        let protocols: usize = self.protocols.iter().map(|(n, m)| n.len() + m.len()).sum();
+        id.len() + self.client_id.len() + protocols + self.assignment.len()
+    }
+}
+
 struct Member<W> {
     client_id: String,
     session_timeout_ms: i32,
@@ -189,6 +200,8 @@ struct Group<W> {
     rebalance_deadline_ms: i64,
     /// ... and not before this one (a new group waits for more members to arrive).
     rebalance_not_before_ms: i64,
+    /// What its members held when last counted (`KafkaGroups::recount`).
+    bytes: usize,
 }
 
 impl<W> Group<W> {
@@ -203,6 +216,7 @@ impl<W> Group<W> {
             pending: BTreeMap::new(),
             rebalance_deadline_ms: 0,
             rebalance_not_before_ms: 0,
+            bytes: 0,
         }
     }
 
@@ -254,6 +268,9 @@ pub struct KafkaGroups<W> {
     /// How long a new group waits for more members before its first generation.
     initial_rebalance_delay_ms: i64,
     answers: Vec<(W, GroupAnswer)>,
+    /// What every group's members hold, and its bound.
+    held_bytes: usize,
+    held_bytes_max: usize,
 }
 
 impl<W> KafkaGroups<W> {
@@ -265,7 +282,23 @@ impl<W> KafkaGroups<W> {
             next_member: 1,
             initial_rebalance_delay_ms: i64::from(initial_rebalance_delay_ms),
             answers: Vec::new(),
+            held_bytes: 0,
+            held_bytes_max: HELD_BYTES_MAX,
         }
+    }
+
+    /// The same with another bound on what the members hold (tests).
+    pub fn with_held_bytes_max(mut self, held_bytes_max: usize) -> Self {
+        self.held_bytes_max = held_bytes_max;
+        self
+    }
+
+    /// Counts what `name`'s members hold now into the total (after any change to them).
+    fn recount(&mut self, name: &str) {
+        let Some(group) = self.groups.get_mut(name) else { return };
+        let bytes: usize = group.members.iter().map(|(id, m)| m.bytes(id)).sum();
+        self.held_bytes = self.held_bytes - group.bytes + bytes;
+        group.bytes = bytes;
     }
 
     /// Answers due since the last call, each with the waiter to send it through.
@@ -283,6 +316,7 @@ impl<W> KafkaGroups<W> {
             }
         }
         self.groups.clear();
+        self.held_bytes = 0;
         waiters
     }
 
@@ -360,6 +394,14 @@ impl<W> KafkaGroups<W> {
         };
         let delay = self.initial_rebalance_delay_ms;
         let group = self.groups.get_mut(&join.group).expect("created above");
+        let protocols: usize = join.protocols.iter().map(|(n, m)| n.len() + m.len()).sum();
+        let adding = member_id.len() + join.client_id.len() + protocols;
+        let held_now = group.members.get(&member_id).map_or(0, |m| m.bytes(&member_id));
+        if self.held_bytes - held_now + adding > self.held_bytes_max {
+            group.pending.remove(&member_id);
+            self.forget_if_empty(&join.group);
+            return self.refuse_join(waiter, ResponseError::GroupMaxSizeReached, member_id);
+        }
         group.pending.remove(&member_id);
         if group.members.is_empty() {
             group.protocol_type = join.protocol_type;
@@ -395,6 +437,7 @@ impl<W> KafkaGroups<W> {
                 members: Vec::new(),
             });
             self.answers.push((waiter, answer));
+            self.recount(&join.group);
             return;
         }
         // A second join from one member replaces the first (whose connection gave up on it).
@@ -403,6 +446,7 @@ impl<W> KafkaGroups<W> {
             prepare_rebalance(group, now_ms, delay, &mut self.answers);
         }
         self.complete_join(&join.group, now_ms);
+        self.recount(&join.group);
     }
 
     /// Completes the rebalance of `group` if it may: every member rejoined (and a new group's
@@ -512,6 +556,7 @@ impl<W> KafkaGroups<W> {
                         self.answers.push((waiter, answer));
                     }
                 }
+                self.recount(name);
             }
         }
     }
@@ -646,6 +691,7 @@ impl<W> KafkaGroups<W> {
     }
 
     fn forget_if_empty(&mut self, name: &str) {
+        self.recount(name);
         if self.groups.get(name).is_some_and(|g| g.members.is_empty() && g.pending.is_empty()) {
             self.groups.remove(name);
         }

@@ -308,3 +308,34 @@ fn a_stopping_coordinator_hands_back_every_waiter() {
     assert_eq!(waiters, vec![2]);
     assert!(groups.list().is_empty());
 }
+
+/// What members hold is bounded as a whole: a join that would pass the bound is refused,
+/// and what leaving members held is free again.
+#[test]
+fn members_hold_at_most_the_byte_bound() {
+    // One member of `join("", ["range"])` holds its id, its client id, "range" and its
+    // metadata: find that size, then allow exactly two such members.
+    let mut probe = groups();
+    let a = first_join(&mut probe, 1, 0);
+    let one = a.len() + "client".len() + "range".len() + "meta-range".len();
+    let mut groups = groups().with_held_bytes_max(2 * one);
+    let a = first_join(&mut groups, 1, 0);
+    groups.take_answers();
+    let b = first_join(&mut groups, 2, 0);
+    groups.join(join(&a, &["range"]), 0, 3);
+    assert_eq!(joined(groups.take_answers()).len(), 2, "two fit");
+    groups.join(join("", &["range"]), 0, 4);
+    let third = joined(groups.take_answers()).remove(0).1;
+    assert_eq!(third.error, Some(ResponseError::MemberIdRequired));
+    groups.join(join(&third.member_id, &["range"]), 0, 5);
+    let refused = joined(groups.take_answers());
+    assert_eq!(refused[0].1.error, Some(ResponseError::GroupMaxSizeReached), "{refused:?}");
+    // b leaves: a third member fits again.
+    assert_eq!(groups.leave("g", std::slice::from_ref(&b), 0), vec![None]);
+    groups.join(join("", &["range"]), 0, 6);
+    let id = joined(groups.take_answers()).remove(0).1.member_id;
+    groups.join(join(&id, &["range"]), 0, 7);
+    groups.join(join(&a, &["range"]), 0, 8);
+    let answers = joined(groups.take_answers());
+    assert!(answers.iter().all(|(_, answer)| answer.error.is_none()), "{answers:?}");
+}
