@@ -477,19 +477,7 @@ impl Catalog {
                         format!("a stream holds at most {TOPICS_PER_STREAM_MAX} topics"),
                     ));
                 }
-                let mut placement = self.placement(*nodes);
-                for group in self.next_group..self.next_group + u64::from(settings.partitions) {
-                    if placement.place(group).is_none() {
-                        return Err((
-                            ErrorCode::LimitReached,
-                            format!(
-                                "every shard holds its {} partitions already",
-                                self.groups_per_shard_max
-                            ),
-                        ));
-                    }
-                }
-                Ok(())
+                self.check_room(*nodes, settings.partitions)
             }
             MetaCommand::DeleteTopic { stream, topic } => self.topic(stream, topic).map(|_| ()),
             MetaCommand::AddPartitions { stream, topic, partitions, nodes } => {
@@ -500,19 +488,7 @@ impl Catalog {
                         format!("{stream}/{topic} has {current} partitions: ask for more"),
                     ));
                 }
-                let mut placement = self.placement(*nodes);
-                for group in self.next_group..self.next_group + u64::from(partitions - current) {
-                    if placement.place(group).is_none() {
-                        return Err((
-                            ErrorCode::LimitReached,
-                            format!(
-                                "every shard holds its {} partitions already",
-                                self.groups_per_shard_max
-                            ),
-                        ));
-                    }
-                }
-                Ok(())
+                self.check_room(*nodes, partitions - current)
             }
             MetaCommand::Rebalance { stream, topic, group, generation, members } => {
                 check_name(group)?;
@@ -552,6 +528,23 @@ impl Catalog {
                 Ok(())
             }
         }
+    }
+
+    /// Whether `partitions` new partition groups, placed for `nodes` nodes, fit on the shards.
+    fn check_room(&self, nodes: u8, partitions: u32) -> Result<(), (ErrorCode, String)> {
+        let mut placement = self.placement(nodes);
+        for group in self.next_group..self.next_group + u64::from(partitions) {
+            if placement.place(group).is_none() {
+                return Err((
+                    ErrorCode::LimitReached,
+                    format!(
+                        "every shard holds its {} partitions already",
+                        self.groups_per_shard_max
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Counts `op` as applied without changing anything (an op whose command is not executed:
