@@ -121,6 +121,39 @@ fn kcat_lists_the_kafka_topics_and_their_leaders() {
     assert!(partitions.iter().all(|p| p["leader"] == 0), "{listing}");
 }
 
+/// A client's script printed the offsets its 1,000 idempotent sends to partition 1 were
+/// acknowledged at: they are 0–999 in order, the producer asked for its id (InitProducerId),
+/// and each offset holds its message `value-OFFSET`, read back over the native protocol.
+fn check_acknowledged_idempotently(server: &ShoalProcess, out: &str) {
+    let offsets: Vec<u64> = serde_json::from_str(out.trim()).expect(out);
+    assert_eq!(offsets, (0..1000).collect::<Vec<u64>>());
+    assert!(init_producer_id_requests(server) >= 1, "idempotence on: the producer asks its id");
+    let stored = values(server, 1);
+    assert_eq!(stored.len(), 1000);
+    for (offset, value) in offsets.iter().zip(&stored) {
+        assert_eq!(value, format!("value-{offset}").as_bytes());
+    }
+}
+
+/// A group script's result (`{"b": [...], "read_after": {P: [...]}, "lag": {P: N}}`): the two
+/// members shared the partitions (checked in the script); the one left took over the other's
+/// partitions where that one had committed, so on every partition it read exactly the 30 new
+/// messages `v300`…`v329` that fall there; and the group's lag is 0 everywhere.
+fn check_group_takeover(out: &str) {
+    let seen: serde_json::Value = serde_json::from_str(out.trim()).expect(out);
+    assert!(!seen["b"].as_array().unwrap().is_empty(), "{seen}");
+    for partition in 0..3 {
+        let expected: Vec<String> =
+            (300..330).filter(|i| i % 3 == partition).map(|i| format!("v{i}")).collect();
+        assert_eq!(
+            seen["read_after"][partition.to_string()],
+            serde_json::json!(expected),
+            "{seen}"
+        );
+    }
+    assert_eq!(seen["lag"], serde_json::json!({"0": 0, "1": 0, "2": 0}), "{seen}");
+}
+
 /// The values of partition `partition` of the Kafka topic `orders`, read over the native
 /// protocol.
 fn values(server: &ShoalProcess, partition: u32) -> Vec<Vec<u8>> {
@@ -197,15 +230,7 @@ print(json.dumps([f.get(timeout=30).offset for f in futures]))
 producer.close()
 "#;
     let out = run(Command::new(&python).args(["-c", script, server.kafka().unwrap()]));
-    let offsets: Vec<u64> = serde_json::from_str(out.trim()).expect(&out);
-    assert_eq!(offsets, (0..1000).collect::<Vec<u64>>());
-    // Idempotence on: the producer asked for its id (and every batch carries it).
-    assert!(init_producer_id_requests(&server) >= 1, "no InitProducerId request");
-    let stored = values(&server, 1);
-    assert_eq!(stored.len(), 1000);
-    for (offset, value) in offsets.iter().zip(&stored) {
-        assert_eq!(value, format!("value-{offset}").as_bytes());
-    }
+    check_acknowledged_idempotently(&server, &out);
     // And a kafka-python consumer reads them back from the beginning, in order.
     let script = r#"
 import json, sys
@@ -311,21 +336,7 @@ probe.close()
 print(json.dumps({"a": shared_a, "b": shared_b, "read_after": read_after, "lag": lag}))
 "#;
     let out = run(Command::new(&python).args(["-c", script, server.kafka().unwrap()]));
-    let seen: serde_json::Value = serde_json::from_str(out.trim()).expect(&out);
-    // The two members shared the partitions (checked in the script); the one left took over
-    // the other's partitions where that one had committed, so it read exactly the new messages
-    // there, as on its own partitions.
-    assert!(!seen["b"].as_array().unwrap().is_empty(), "{seen}");
-    for partition in 0..3 {
-        let expected: Vec<String> =
-            (300..330).filter(|i| i % 3 == partition).map(|i| format!("v{i}")).collect();
-        assert_eq!(
-            seen["read_after"][partition.to_string()],
-            serde_json::json!(expected),
-            "{seen}"
-        );
-    }
-    assert_eq!(seen["lag"], serde_json::json!({"0": 0, "1": 0, "2": 0}), "{seen}");
+    check_group_takeover(&out);
 }
 
 #[test]
@@ -354,14 +365,7 @@ if left or errors:
 print(json.dumps(acked))
 "#;
     let out = run(Command::new(&python).args(["-c", script, server.kafka().unwrap()]));
-    let offsets: Vec<u64> = serde_json::from_str(out.trim()).expect(&out);
-    assert_eq!(offsets, (0..1000).collect::<Vec<u64>>());
-    assert!(init_producer_id_requests(&server) >= 1, "idempotence on: the producer asks its id");
-    let stored = values(&server, 1);
-    assert_eq!(stored.len(), 1000);
-    for (offset, value) in offsets.iter().zip(&stored) {
-        assert_eq!(value, format!("value-{offset}").as_bytes());
-    }
+    check_acknowledged_idempotently(&server, &out);
     // A consumer assigned the partition from the beginning (no group management) reads them
     // back in order.
     let script = r#"
@@ -480,18 +484,7 @@ probe.close()
 print(json.dumps({"a": shared_a, "b": shared_b, "read_after": read_after, "lag": lag}))
 "#;
     let out = run(Command::new(&python).args(["-c", script, server.kafka().unwrap(), strategy]));
-    let seen: serde_json::Value = serde_json::from_str(out.trim()).expect(&out);
-    assert!(!seen["b"].as_array().unwrap().is_empty(), "{seen}");
-    for partition in 0..3 {
-        let expected: Vec<String> =
-            (300..330).filter(|i| i % 3 == partition).map(|i| format!("v{i}")).collect();
-        assert_eq!(
-            seen["read_after"][partition.to_string()],
-            serde_json::json!(expected),
-            "{seen}"
-        );
-    }
-    assert_eq!(seen["lag"], serde_json::json!({"0": 0, "1": 0, "2": 0}), "{seen}");
+    check_group_takeover(&out);
 }
 
 /// librdkafka's default strategies (`range,roundrobin`): eager rebalancing, every member gives
@@ -536,14 +529,7 @@ async function main() {
 main().catch(error => { console.error(error); process.exit(1) })
 "#;
     let out = run(produce.args(["-e", script, server.kafka().unwrap()]));
-    let offsets: Vec<u64> = serde_json::from_str(out.trim()).expect(&out);
-    assert_eq!(offsets, (0..1000).collect::<Vec<u64>>());
-    assert!(init_producer_id_requests(&server) >= 1, "idempotent: the producer asks its id");
-    let stored = values(&server, 1);
-    assert_eq!(stored.len(), 1000);
-    for (offset, value) in offsets.iter().zip(&stored) {
-        assert_eq!(value, format!("value-{offset}").as_bytes());
-    }
+    check_acknowledged_idempotently(&server, &out);
     // KafkaJS consumes through a group only: a new group reads from the beginning
     // (`fromBeginning`, auto.offset.reset=earliest). `maxWaitTimeInMs` bounds the fetch
     // `disconnect` waits for.
@@ -660,18 +646,7 @@ async function main() {
 main().catch(error => { console.error(error); process.exit(1) })
 "#;
     let out = run(node.args(["-e", script, server.kafka().unwrap()]));
-    let seen: serde_json::Value = serde_json::from_str(out.trim()).expect(&out);
-    assert!(!seen["b"].as_array().unwrap().is_empty(), "{seen}");
-    for partition in 0..3 {
-        let expected: Vec<String> =
-            (300..330).filter(|i| i % 3 == partition).map(|i| format!("v{i}")).collect();
-        assert_eq!(
-            seen["read_after"][partition.to_string()],
-            serde_json::json!(expected),
-            "{seen}"
-        );
-    }
-    assert_eq!(seen["lag"], serde_json::json!({"0": 0, "1": 0, "2": 0}), "{seen}");
+    check_group_takeover(&out);
 }
 
 /// A confluent-kafka producer with acks=all and idempotence survives `kill -9` of its
