@@ -167,6 +167,32 @@ impl Connection {
 /// One partition's answer: (index, offset or -1, error).
 type FetchedOffset = (i32, i64, Option<ResponseError>);
 
+/// One group's topics and their offsets in the response types of v1–7 (`$topic`,
+/// `$partition`) or v8+: the same fields under two names, with no trait in common.
+macro_rules! offset_topics {
+    ($topic:ident, $partition:ident, $topics:expr) => {
+        $topics
+            .into_iter()
+            .map(|(name, partitions): (String, Vec<FetchedOffset>)| {
+                let partitions = partitions
+                    .into_iter()
+                    .map(|(index, offset, error)| {
+                        $partition::default()
+                            .with_partition_index(index)
+                            .with_committed_offset(offset)
+                            .with_committed_leader_epoch(-1)
+                            .with_metadata(Some(StrBytes::default()))
+                            .with_error_code(error.map_or(0, |e| e.code()))
+                    })
+                    .collect();
+                $topic::default()
+                    .with_name(TopicName(StrBytes::from_string(name)))
+                    .with_partitions(partitions)
+            })
+            .collect()
+    };
+}
+
 /// The OffsetFetch response: v8+ answer per group; v1–7 carry the one group's at the top.
 pub(super) async fn fetch(
     connection: &Connection,
@@ -179,31 +205,11 @@ pub(super) async fn fetch(
     }
     let response = OffsetFetchResponse::default();
     if version <= 7 {
-        let Some((_, topics, error)) = groups.first() else { return response };
+        let Some((_, topics, error)) = groups.into_iter().next() else { return response };
         // v1 has no group-level error: a partition carries it.
         let code = if version >= 2 { error.map_or(0, |e| e.code()) } else { 0 };
-        return response.with_error_code(code).with_topics(
-            topics
-                .iter()
-                .map(|(name, partitions)| {
-                    OffsetFetchResponseTopic::default()
-                        .with_name(TopicName(StrBytes::from_string(name.clone())))
-                        .with_partitions(
-                            partitions
-                                .iter()
-                                .map(|&(index, offset, error)| {
-                                    OffsetFetchResponsePartition::default()
-                                        .with_partition_index(index)
-                                        .with_committed_offset(offset)
-                                        .with_committed_leader_epoch(-1)
-                                        .with_metadata(Some(StrBytes::default()))
-                                        .with_error_code(error.map_or(0, |e| e.code()))
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        );
+        let topics = offset_topics!(OffsetFetchResponseTopic, OffsetFetchResponsePartition, topics);
+        return response.with_error_code(code).with_topics(topics);
     }
     let groups = groups
         .into_iter()
@@ -211,28 +217,11 @@ pub(super) async fn fetch(
             OffsetFetchResponseGroup::default()
                 .with_group_id(GroupId(StrBytes::from_string(group_id)))
                 .with_error_code(error.map_or(0, |e| e.code()))
-                .with_topics(
+                .with_topics(offset_topics!(
+                    OffsetFetchResponseTopics,
+                    OffsetFetchResponsePartitions,
                     topics
-                        .into_iter()
-                        .map(|(name, partitions)| {
-                            OffsetFetchResponseTopics::default()
-                                .with_name(TopicName(StrBytes::from_string(name)))
-                                .with_partitions(
-                                    partitions
-                                        .into_iter()
-                                        .map(|(index, offset, error)| {
-                                            OffsetFetchResponsePartitions::default()
-                                                .with_partition_index(index)
-                                                .with_committed_offset(offset)
-                                                .with_committed_leader_epoch(-1)
-                                                .with_metadata(Some(StrBytes::default()))
-                                                .with_error_code(error.map_or(0, |e| e.code()))
-                                        })
-                                        .collect(),
-                                )
-                        })
-                        .collect(),
-                )
+                ))
         })
         .collect();
     response.with_groups(groups)
