@@ -155,6 +155,20 @@ pub struct TopicSettings {
 pub const REPLICA_LAG_TIME_MS_RANGE: std::ops::RangeInclusive<u64> = 10..=3_600_000;
 
 impl TopicSettings {
+    /// What a topic created with no setting of its own has: the `[topic_defaults]` (and no lag
+    /// bound of its own: the cluster's).
+    pub fn from_defaults(defaults: &TopicDefaults) -> TopicSettings {
+        TopicSettings {
+            partitions: defaults.partitions,
+            durability: defaults.durability,
+            retention_bytes: defaults.retention_bytes,
+            retention_ms: defaults.retention_ms,
+            segment_size_bytes: defaults.segment_size_bytes,
+            message_size_bytes_max: u64::from(defaults.message_size_bytes_max),
+            replica_lag_time_max_ms: 0,
+        }
+    }
+
     /// Resolves a create request against the defaults and checks every bound; the error names
     /// the argument. `record_size_bytes_max` is the shards' largest record (header + batch);
     /// `partitions_max` is `[metadata] topic_partitions_max`.
@@ -164,6 +178,7 @@ impl TopicSettings {
         record_size_bytes_max: usize,
         partitions_max: u32,
     ) -> Result<TopicSettings, (ErrorCode, String)> {
+        let defaults = TopicSettings::from_defaults(defaults);
         let settings = TopicSettings {
             partitions: if request.partitions == 0 {
                 defaults.partitions
@@ -176,8 +191,10 @@ impl TopicSettings {
             segment_size_bytes: request.segment_size_bytes.unwrap_or(defaults.segment_size_bytes),
             message_size_bytes_max: request
                 .message_size_bytes_max
-                .unwrap_or(u64::from(defaults.message_size_bytes_max)),
-            replica_lag_time_max_ms: request.replica_lag_time_max_ms.unwrap_or(0),
+                .unwrap_or(defaults.message_size_bytes_max),
+            replica_lag_time_max_ms: request
+                .replica_lag_time_max_ms
+                .unwrap_or(defaults.replica_lag_time_max_ms),
         };
         let invalid = |reason: String| Err((ErrorCode::InvalidArgument, reason));
         if !(1..=partitions_max).contains(&settings.partitions) {

@@ -447,7 +447,9 @@ pub(super) fn describe_configs(
     connection: &Connection,
     request: DescribeConfigsRequest,
 ) -> DescribeConfigsResponse {
-    let defaults = &connection.context.config.topic_defaults;
+    // What a topic created with no config has: a config equal to it reads as the default.
+    let defaults =
+        topic_configs(&TopicSettings::from_defaults(&connection.context.config.topic_defaults));
     let results = request
         .resources
         .into_iter()
@@ -470,8 +472,8 @@ pub(super) fn describe_configs(
                                     })
                                 })
                                 .map(|(name, value)| {
-                                    let default = default_config(defaults, name);
-                                    let source = if default.as_deref() == Some(value.as_str()) {
+                                    let default = defaults.iter().find(|(n, _)| *n == name);
+                                    let source = if default.is_some_and(|(_, v)| *v == value) {
                                         SOURCE_DEFAULT
                                     } else {
                                         SOURCE_TOPIC
@@ -493,20 +495,6 @@ pub(super) fn describe_configs(
         })
         .collect();
     DescribeConfigsResponse::default().with_results(results)
-}
-
-/// What a topic created with no config would have for `name`.
-fn default_config(defaults: &crate::config::TopicDefaults, name: &str) -> Option<String> {
-    let settings = TopicSettings {
-        partitions: defaults.partitions,
-        durability: defaults.durability,
-        retention_bytes: defaults.retention_bytes,
-        retention_ms: defaults.retention_ms,
-        segment_size_bytes: defaults.segment_size_bytes,
-        message_size_bytes_max: u64::from(defaults.message_size_bytes_max),
-        replica_lag_time_max_ms: 0,
-    };
-    topic_configs(&settings).into_iter().find(|(n, _)| *n == name).map(|(_, v)| v)
 }
 
 /// The DescribeCluster response: one broker per node with a Kafka address.
