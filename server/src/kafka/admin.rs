@@ -36,7 +36,6 @@ use shoal_kafka::request::{
 };
 use shoal_proto::Durability;
 use shoal_proto::protocol::{CreateTopic, ErrorCode, Operation};
-use shoal_proto::wire::ClientRequest;
 
 use super::Connection;
 use super::errors::kafka_error;
@@ -268,13 +267,7 @@ impl Connection {
         operation: Operation,
         command: MetaCommand,
     ) -> Result<(), (ErrorCode, String)> {
-        self.requests += 1;
-        let client = ClientRequest {
-            client: self.client,
-            session: 0,
-            request: self.requests,
-            operation: operation as u32,
-        };
+        let client = self.next_request(operation);
         let (reply, answer) = flume::bounded(1);
         self.send(0, Work::Metadata { client, command, reply })
             .await

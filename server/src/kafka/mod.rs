@@ -44,6 +44,9 @@ use shoal_kafka::{
     DecodeError, EncodeError, Reader, RequestHeader, encode_frame, serves, topic_id,
 };
 
+use shoal_proto::protocol::Operation;
+use shoal_proto::wire::ClientRequest;
+
 use crate::connection::{Acceptor, ConnectionGuard};
 use crate::metadata::{Catalog, PartitionPlace, Topic};
 use crate::shard::Work;
@@ -220,6 +223,18 @@ impl Connection {
                 Some((node, address, rack))
             })
             .collect()
+    }
+
+    /// The header fields of this connection's next write (produce, offset commit, metadata
+    /// proposal): its client id and the next request number, no session.
+    fn next_request(&mut self, operation: Operation) -> ClientRequest {
+        self.requests += 1;
+        ClientRequest {
+            client: self.client,
+            session: 0,
+            request: self.requests,
+            operation: operation as u32,
+        }
     }
 
     /// Hands `work` to `shard`'s inbox; a stopped shard is NOT_LEADER_OR_FOLLOWER (the client

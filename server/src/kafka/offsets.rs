@@ -36,7 +36,6 @@ use shoal_kafka::request::{
 };
 use shoal_proto::protocol::consumer::{ConsumerId, OffsetCommitRecord, decode_stored_offset};
 use shoal_proto::protocol::{Operation, validate_name};
-use shoal_proto::wire::ClientRequest;
 
 use super::Connection;
 use super::errors::kafka_error;
@@ -127,13 +126,7 @@ impl Connection {
     ) -> Result<flume::Receiver<Outcome>, ResponseError> {
         let (_, place, _) = self.find_partition(topic, index)?;
         let offset = u64::try_from(offset).map_err(|_| ResponseError::InvalidCommitOffsetSize)?;
-        self.requests += 1;
-        let client = ClientRequest {
-            client: self.client,
-            session: 0,
-            request: self.requests,
-            operation: Operation::StoreOffset as u32,
-        };
+        let client = self.next_request(Operation::StoreOffset);
         let record = OffsetCommitRecord { consumer: consumer.clone(), offset: Some(offset) };
         let (reply, answer) = flume::bounded(1);
         self.send(place.shard, Work::StoreOffset { group: place.group, client, record, reply })

@@ -20,6 +20,7 @@ use shoal_kafka::kafka_protocol::protocol::StrBytes;
 use shoal_kafka::request::ProduceRequest;
 use shoal_proto::batch::{self, BatchLimits};
 use shoal_proto::checksum;
+use shoal_proto::protocol::Operation;
 use shoal_replication::Request;
 
 use super::Connection;
@@ -137,11 +138,11 @@ impl Connection {
             tracing::debug!(topic, partition, %error, "Kafka produce: batch refused");
             ResponseError::CorruptMessage
         })?;
-        self.requests += 1;
+        let fields = self.next_request(Operation::Produce);
         let request = Request {
-            client: self.client,
-            session: 0,
-            request: self.requests,
+            client: fields.client,
+            session: fields.session,
+            request: fields.request,
             // The replica stamps the base offset in place, so the batch leaves the frame.
             body: BytesMut::from(&records[..]),
             body_checksum: crc,

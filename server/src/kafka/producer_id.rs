@@ -14,7 +14,6 @@ use shoal_kafka::kafka_protocol::error::ResponseError;
 use shoal_kafka::kafka_protocol::messages::{InitProducerIdResponse, ProducerId};
 use shoal_kafka::request::InitProducerIdRequest;
 use shoal_proto::protocol::{ErrorCode, Operation, decode_session};
-use shoal_proto::wire::ClientRequest;
 
 use super::Connection;
 use super::errors::kafka_error;
@@ -40,13 +39,7 @@ pub(super) async fn answer(
             .with_producer_id(ProducerId(i64::try_from(session).unwrap_or(i64::MAX)))
             .with_producer_epoch(0)
     };
-    connection.requests += 1;
-    let client = ClientRequest {
-        client: connection.client,
-        session: 0,
-        request: connection.requests,
-        operation: Operation::Register as u32,
-    };
+    let client = connection.next_request(Operation::Register);
     let (reply, answer) = flume::bounded(1);
     let work = Work::Metadata { client, command: MetaCommand::RegisterSession, reply };
     if connection.send(0, work).await.is_err() {
