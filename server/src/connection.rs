@@ -841,11 +841,7 @@ impl Session {
         if cluster.node_count() == 1 {
             return None;
         }
-        let (slot, answer) = flume::bounded(1);
-        let work = Work::Stats { groups: vec![METADATA_GROUP], reply: slot };
-        self.send_internal(0, work).await.ok()?;
-        let stats = answer.recv_async().await.ok()?;
-        let &(_, GroupStats { view, primary, .. }) = stats.first()?;
+        let (view, primary) = metadata_primary(&self.context.mesh).await?;
         if primary == cluster.node {
             return None;
         }
@@ -930,6 +926,17 @@ fn invalid_request(error: protocol::ProtocolError) -> (ErrorCode, String) {
 fn check_consumer_name(consumer: &ConsumerId) -> Result<(), (ErrorCode, String)> {
     protocol::validate_name(&consumer.name)
         .map_err(|reason| (ErrorCode::InvalidName, format!("{:?}: {reason}", consumer.name)))
+}
+
+/// The metadata group's view and primary as this node's replica sees them (the primary
+/// [`NODE_UNKNOWN`] during a view change); `None` when shard 0 has stopped.
+pub(crate) async fn metadata_primary(mesh: &Mesh) -> Option<(u32, u8)> {
+    let (slot, answer) = flume::bounded(1);
+    let work = Work::Stats { groups: vec![METADATA_GROUP], reply: slot };
+    mesh[0].send_async(work).await.ok()?;
+    let stats = answer.recv_async().await.ok()?;
+    let &(_, GroupStats { view, primary, .. }) = stats.first()?;
+    Some((view, primary))
 }
 
 /// Asks each owning shard for its partitions' figures; returns each partition's primary as

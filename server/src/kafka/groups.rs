@@ -21,8 +21,8 @@ use shoal_kafka::request::{
 use shoal_proto::protocol::NODE_UNKNOWN;
 
 use super::Connection;
+use crate::connection::metadata_primary;
 use crate::kafka_groups::{GroupAnswer, Join, JoinAnswer, Sync, SyncAnswer};
-use crate::metadata::METADATA_GROUP;
 use crate::shard::{KafkaGroupReply, KafkaGroupRequest, Work};
 
 /// FindCoordinator's key type for a consumer group (1 is a transactional id).
@@ -78,13 +78,8 @@ impl Connection {
         let node = if cluster.node_count() == 1 {
             cluster.node
         } else {
-            let (reply, answer) = flume::bounded(1);
-            let work = Work::Stats { groups: vec![METADATA_GROUP], reply };
-            self.send(0, work).await.map_err(|_| ResponseError::CoordinatorNotAvailable)?;
-            let stats =
-                answer.recv_async().await.map_err(|_| ResponseError::CoordinatorNotAvailable)?;
-            match stats.first() {
-                Some((_, stats)) if stats.primary != NODE_UNKNOWN => stats.primary,
+            match metadata_primary(&self.context.mesh).await {
+                Some((_, primary)) if primary != NODE_UNKNOWN => primary,
                 _ => return Err(ResponseError::CoordinatorNotAvailable),
             }
         };
