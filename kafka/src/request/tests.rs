@@ -38,6 +38,27 @@ fn decoded_whole<T: std::fmt::Debug>(
     got
 }
 
+/// A count in the classic form (an i32 array count; as an i16 string length, `0x7fff`) far
+/// larger than any frame.
+const HUGE: &[u8] = &[0x7f, 0xff, 0xff, 0xff];
+/// The compact form: a 5-byte varint near `u32::MAX`.
+const HUGE_COMPACT: &[u8] = &[0xff, 0xff, 0xff, 0xff, 0x0f];
+
+/// A frame of `parts` one after the other.
+fn body(parts: &[&[u8]]) -> Reader {
+    Reader::new(Bytes::from(parts.concat()))
+}
+
+/// Refused for its count before anything is allocated.
+fn too_many<T: std::fmt::Debug>(got: Result<T, DecodeError>) {
+    assert!(matches!(got, Err(DecodeError::TooMany { .. })), "{got:?}");
+}
+
+/// Refused for a count or length the frame does not hold.
+fn truncated<T: std::fmt::Debug>(got: Result<T, DecodeError>) {
+    assert!(matches!(got, Err(DecodeError::Truncated { .. })), "{got:?}");
+}
+
 /// Whether `bytes` lies inside `frame` (handed out as a slice, not copied).
 fn is_slice_of(bytes: &Bytes, frame: &Bytes) -> bool {
     frame.as_ptr_range().contains(&bytes.as_ptr())
@@ -712,23 +733,10 @@ fn a_count_larger_than_the_frame_is_refused_before_allocating() {
 /// left, before sizing anything by it, in the classic and the compact (flexible) forms.
 #[test]
 fn group_and_offset_decoders_refuse_counts_larger_than_the_frame() {
-    // Classic forms: a string is an i16 length, an array an i32 count.
-    const HUGE: &[u8] = &[0x7f, 0xff, 0xff, 0xff];
-    // The compact form: a 5-byte varint near u32::MAX.
-    const HUGE_COMPACT: &[u8] = &[0xff, 0xff, 0xff, 0xff, 0x0f];
     const GROUP: &[u8] = &[0, 1, b'g'];
     const EMPTY: &[u8] = &[0, 0];
     const I32: &[u8] = &[0, 0, 0, 1];
     const I64: &[u8] = &[0, 0, 0, 0, 0, 0, 0, 1];
-    fn body(parts: &[&[u8]]) -> Reader {
-        Reader::new(Bytes::from(parts.concat()))
-    }
-    fn too_many<T: std::fmt::Debug>(got: Result<T, DecodeError>) {
-        assert!(matches!(got, Err(DecodeError::TooMany { .. })), "{got:?}");
-    }
-    fn truncated<T: std::fmt::Debug>(got: Result<T, DecodeError>) {
-        assert!(matches!(got, Err(DecodeError::Truncated { .. })), "{got:?}");
-    }
 
     // FindCoordinator v4+: key type, then the keys.
     too_many(FindCoordinatorRequest::decode(&mut body(&[&[0], HUGE_COMPACT]), 4));
@@ -825,10 +833,7 @@ fn create_partitions_requests_of_every_version_decode_as_sent() {
             ])
             .with_timeout_ms(15_000)
             .with_validate_only(version == 1);
-        let mut reader = encoded(&sent, version);
-        let frame = reader.remaining();
-        let got = CreatePartitionsRequest::decode(&mut reader, version).unwrap();
-        assert_eq!(reader.remaining(), 0, "v{version}");
+        let got = decoded_whole(&frame(&sent, version), version, CreatePartitionsRequest::decode);
         assert_eq!(
             got,
             CreatePartitionsRequest {
@@ -845,18 +850,6 @@ fn create_partitions_requests_of_every_version_decode_as_sent() {
             },
             "v{version}"
         );
-        let whole = encoded(&sent, version).remaining();
-        assert_eq!(whole, frame);
-        let bytes = {
-            let mut out = BytesMut::new();
-            sent.encode(&mut out, version).unwrap();
-            out.freeze()
-        };
-        for cut in 0..bytes.len() {
-            let got =
-                CreatePartitionsRequest::decode(&mut Reader::new(bytes.slice(..cut)), version);
-            assert!(got.is_err(), "v{version}, {cut} of {} bytes: {got:?}", bytes.len());
-        }
     }
 }
 
@@ -1191,24 +1184,11 @@ fn admin_requests_dispatch_to_their_decoders() {
 /// before sizing anything by it, in the classic and the compact (flexible) forms.
 #[test]
 fn admin_decoders_refuse_counts_larger_than_the_frame() {
-    // Classic forms: a string is an i16 length, an array an i32 count.
-    const HUGE: &[u8] = &[0x7f, 0xff, 0xff, 0xff];
-    // The compact form: a 5-byte varint near u32::MAX.
-    const HUGE_COMPACT: &[u8] = &[0xff, 0xff, 0xff, 0xff, 0x0f];
     const ONE: &[u8] = &[0, 0, 0, 1];
     const NONE: &[u8] = &[0, 0, 0, 0];
     const NAME: &[u8] = &[0, 1, b't'];
     const I16: &[u8] = &[0, 1];
     const I32: &[u8] = &[0, 0, 0, 1];
-    fn body(parts: &[&[u8]]) -> Reader {
-        Reader::new(Bytes::from(parts.concat()))
-    }
-    fn too_many<T: std::fmt::Debug>(got: Result<T, DecodeError>) {
-        assert!(matches!(got, Err(DecodeError::TooMany { .. })), "{got:?}");
-    }
-    fn truncated<T: std::fmt::Debug>(got: Result<T, DecodeError>) {
-        assert!(matches!(got, Err(DecodeError::Truncated { .. })), "{got:?}");
-    }
 
     // CreateTopics v2: topics (of name, partitions, replication, assignments (of partition,
     // broker ids), configs).
