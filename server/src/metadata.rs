@@ -547,6 +547,20 @@ impl Catalog {
         }
     }
 
+    /// Places `count` new partition groups for `nodes` nodes (room checked already) and counts
+    /// them on their shards.
+    fn place_new(&mut self, nodes: u8, count: u32) -> Vec<PartitionPlace> {
+        let mut placement = self.placement(nodes);
+        let mut places = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let shard = placement.place(self.next_group).expect("checked");
+            self.groups_per_shard[shard as usize] += 1;
+            places.push(PartitionPlace { group: self.next_group, shard });
+            self.next_group += 1;
+        }
+        places
+    }
+
     /// Whether `partitions` new partition groups, placed for `nodes` nodes, fit on the shards.
     fn check_room(&self, nodes: u8, partitions: u32) -> Result<(), (ErrorCode, String)> {
         let mut placement = self.placement(nodes);
@@ -591,14 +605,7 @@ impl Catalog {
                 self.streams.remove(name);
             }
             MetaCommand::CreateTopic { stream, topic, settings, nodes } => {
-                let mut partitions = Vec::with_capacity(settings.partitions as usize);
-                let mut placement = self.placement(*nodes);
-                for _ in 0..settings.partitions {
-                    let shard = placement.place(self.next_group).expect("checked");
-                    self.groups_per_shard[shard as usize] += 1;
-                    partitions.push(PartitionPlace { group: self.next_group, shard });
-                    self.next_group += 1;
-                }
+                let partitions = self.place_new(*nodes, settings.partitions);
                 let entry = Topic {
                     settings: *settings,
                     partitions,
@@ -612,15 +619,11 @@ impl Catalog {
                 self.streams.get_mut(stream).expect("checked").topics.remove(topic);
             }
             MetaCommand::AddPartitions { stream, topic, partitions, nodes } => {
-                let mut placement = self.placement(*nodes);
+                let current = self.topic(stream, topic).expect("checked").partitions.len() as u32;
+                let added = self.place_new(*nodes, partitions - current);
                 let entry = self.streams.get_mut(stream).expect("checked");
                 let entry = entry.topics.get_mut(topic).expect("checked");
-                while (entry.partitions.len() as u32) < *partitions {
-                    let shard = placement.place(self.next_group).expect("checked");
-                    self.groups_per_shard[shard as usize] += 1;
-                    entry.partitions.push(PartitionPlace { group: self.next_group, shard });
-                    self.next_group += 1;
-                }
+                entry.partitions.extend(added);
                 entry.settings.partitions = *partitions;
             }
             MetaCommand::Rebalance { stream, topic, group, generation, members } => {
