@@ -559,9 +559,19 @@ impl Session {
             Operation::StoreOffset => {
                 let store = StoreOffset::decode(&body).map_err(invalid_request)?;
                 let target = &store.partition;
-                let (_, place) =
+                let (topic, place) =
                     catalog.partition(&target.stream, &target.topic, target.partition)?;
-                self.check_consumer(&store.partition, &store.consumer, &store.membership)?;
+                // A group with no members takes a commit from outside group management, as
+                // Kafka's does under generation -1: how a Kafka group's coordinator, which
+                // checked the commit itself, stores it on the partition's primary.
+                let outside = store.consumer.kind == ConsumerKind::Group
+                    && store.membership == Membership::default()
+                    && !topic.group_has_members(&store.consumer.name);
+                if outside {
+                    check_consumer_name(&store.consumer)?;
+                } else {
+                    self.check_consumer(&store.partition, &store.consumer, &store.membership)?;
+                }
                 let work = |reply| Work::StoreOffset {
                     group: place.group,
                     client: fields,
@@ -721,9 +731,7 @@ impl Session {
         let key = OffsetKey::decode(body).map_err(invalid_request)?;
         let target = &key.partition;
         let (topic, place) = catalog.partition(&target.stream, &target.topic, target.partition)?;
-        if key.consumer.kind == ConsumerKind::Group
-            && topic.consumer_groups.get(&key.consumer.name).is_some_and(|g| !g.members.is_empty())
-        {
+        if key.consumer.kind == ConsumerKind::Group && topic.group_has_members(&key.consumer.name) {
             return Err((
                 ErrorCode::InvalidRequest,
                 format!("group {} has members: its offsets are theirs", key.consumer.name),

@@ -377,6 +377,13 @@ pub struct Topic {
     pub consumer_groups: BTreeMap<String, ConsumerGroup>,
 }
 
+impl Topic {
+    /// Whether consumer group `group` of this topic has members now.
+    pub fn group_has_members(&self, group: &str) -> bool {
+        self.consumer_groups.get(group).is_some_and(|g| !g.members.is_empty())
+    }
+}
+
 /// A stream in the catalog.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Stream {

@@ -237,6 +237,19 @@ fn a_group_of_three_rebalances_when_one_leaves_and_when_one_dies_and_stale_commi
         .call(Operation::StoreOffset, &store(group.clone(), dead, third.partitions[0], 1));
     assert_eq!(refused.error(), ErrorCode::StaleGeneration);
     assert_eq!(get(&mut admin, &group, own), Some(5));
+
+    // A commit from outside group management (no member, generation 0) is refused while the
+    // group has a member, and taken once it has none (Kafka's generation -1 rule).
+    let outside = || store(group.clone(), Membership::default(), own, 9);
+    assert_eq!(admin.call(Operation::StoreOffset, &outside()).error(), ErrorCode::StaleGeneration);
+    clients[0].call(Operation::LeaveGroup, &member(&names[0])).ok();
+    // The generation without members is proposed after the leave is answered.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while admin.call(Operation::StoreOffset, &outside()).reply.error != 0 {
+        assert!(Instant::now() < deadline, "the empty group never took the commit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(get(&mut admin, &group, own), Some(9));
 }
 
 #[test]

@@ -992,3 +992,90 @@ fn admin_apis_create_describe_and_delete_topics() {
     assert_eq!(answered.topics[0].error_code, 0, "created on first use");
     assert_eq!(answered.topics[0].partitions.len(), 1, "the default partition count");
 }
+
+/// On a cluster, a group's offsets are committed and read on its coordinator (the metadata
+/// primary) but live in each partition's log, which only the partition's primary writes: the
+/// coordinator forwards what its own replicas cannot do, and each offset lands in its
+/// partition (read back natively from the partition's primary).
+#[test]
+fn a_cluster_coordinator_commits_and_reads_offsets_of_partitions_other_nodes_lead() {
+    use common::cluster::{call_anywhere, cluster, create_topic_as};
+    use shoal_proto::protocol::consumer::{
+        ConsumerId, OffsetKey, PartitionRef, decode_stored_offset,
+    };
+    use shoal_proto::protocol::{CreateTopic, Operation, encode_stream_name};
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = cluster(dir.path());
+    let created = call_anywhere(&cluster, 0, Operation::CreateStream, &encode_stream_name("kafka"));
+    assert_eq!(created.map(|(code, _)| code), Some(0));
+    let orders = CreateTopic {
+        stream: "kafka".into(),
+        topic: "orders".into(),
+        partitions: 3,
+        ..CreateTopic::default()
+    };
+    create_topic_as(&cluster, orders);
+
+    // The coordinator, and every partition's leader as the coordinator sees it (once it has
+    // applied the topic and each partition has a primary).
+    let deadline = std::time::Instant::now() + common::DEADLINE;
+    let found = || {
+        let mut kafka = Kafka::connect(&cluster.nodes[0]);
+        let request =
+            FindCoordinatorRequest::default().with_key(StrBytes::from_static_str("billing"));
+        let found: FindCoordinatorResponse =
+            exchange(&mut kafka, ApiKey::FindCoordinator, 3, &request, true);
+        (found.error_code == 0).then_some(found.node_id.0 as usize)
+    };
+    let coordinator = loop {
+        if let Some(node) = found() {
+            break node;
+        }
+        assert!(std::time::Instant::now() < deadline, "no coordinator");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut kafka = Kafka::connect(&cluster.nodes[coordinator]);
+    let leaders = loop {
+        let response = metadata(&mut kafka, 12, Some(&["orders"]));
+        let leaders: Vec<i32> = response.topics[0]
+            .partitions
+            .iter()
+            .filter(|p| p.error_code == 0)
+            .map(|p| p.leader_id.0)
+            .collect();
+        if leaders.len() == 3 && leaders.iter().all(|&leader| leader >= 0) {
+            break leaders;
+        }
+        assert!(std::time::Instant::now() < deadline, "no leaders: {response:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        leaders.iter().any(|&leader| leader as usize != coordinator),
+        "some partition is led elsewhere than the coordinator, node {coordinator}: {leaders:?}"
+    );
+
+    // A commit outside group management (the group is empty), retried while a replica is
+    // still settling, as a Kafka client retries.
+    let offsets = [("orders", 0, 5), ("orders", 1, 6), ("orders", 2, 7)];
+    loop {
+        let errors = commit_offsets(&mut kafka, "", -1, &offsets);
+        if errors == [0, 0, 0] {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "commits refused: {errors:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(fetch_offsets(&mut kafka, Some(&[0, 1, 2])), [(0, 5, 0), (1, 6, 0), (2, 7, 0)]);
+    assert_eq!(fetch_offsets(&mut kafka, None), [(0, 5, 0), (1, 6, 0), (2, 7, 0)]);
+
+    for (partition, stored) in [(0, 5), (1, 6), (2, 7)] {
+        let key = OffsetKey {
+            partition: PartitionRef { stream: "kafka".into(), topic: "orders".into(), partition },
+            consumer: ConsumerId::group("billing"),
+        };
+        let (code, body) = call_anywhere(&cluster, 0, Operation::GetOffset, &key.encode())
+            .expect("a GetOffset is answered");
+        assert_eq!(code, 0, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(decode_stored_offset(&body).unwrap(), Some(stored), "partition {partition}");
+    }
+}

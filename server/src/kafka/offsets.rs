@@ -34,11 +34,15 @@ use shoal_kafka::request::{
     LATEST_TIMESTAMP, OffsetCommitRequest, OffsetFetchGroup, OffsetFetchRequest,
     OffsetForLeaderEpochRequest,
 };
-use shoal_proto::protocol::consumer::{ConsumerId, OffsetCommitRecord, decode_stored_offset};
+use shoal_proto::protocol::consumer::{
+    ConsumerId, Membership, OffsetCommitRecord, OffsetKey, PartitionRef, StoreOffset,
+    decode_stored_offset,
+};
 use shoal_proto::protocol::{Operation, validate_name};
 
 use super::Connection;
 use super::errors::kafka_error;
+use super::forward::Redirected;
 use super::groups::checked;
 use crate::shard::{Body, KafkaGroupRequest, Outcome, Work};
 
@@ -50,7 +54,7 @@ fn consumer(group: &str) -> Result<ConsumerId, ResponseError> {
 }
 
 /// The OffsetCommit response: the coordinator's check first, then each partition's commit,
-/// all sent before any answer is awaited.
+/// all sent before any answer is awaited; those whose primary is another node go there.
 pub(super) async fn commit(
     connection: &mut Connection,
     request: OffsetCommitRequest,
@@ -69,37 +73,55 @@ pub(super) async fn commit(
             }
         }
     };
-    let mut waiting = Vec::new();
-    for topic in &request.topics {
-        for partition in &topic.partitions {
-            let answer = match &allowed {
-                Err(error) => Err(*error),
-                Ok(consumer) => {
-                    connection
-                        .store_offset(
-                            &topic.name,
-                            partition.index,
-                            consumer,
-                            partition.committed_offset,
-                        )
-                        .await
-                }
-            };
-            waiting.push(answer);
-        }
+    let partitions: Vec<(&str, i32, i64)> = request
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.name.as_str(), p.index, p.committed_offset)))
+        .collect();
+    let mut waiting = Vec::with_capacity(partitions.len());
+    for &(topic, index, offset) in &partitions {
+        waiting.push(match &allowed {
+            Err(error) => Err(*error),
+            Ok(consumer) => connection.store_offset(topic, index, consumer, offset).await,
+        });
     }
-    let mut waiting = waiting.into_iter();
+    let mut errors = Vec::with_capacity(partitions.len());
+    let mut redirected = Vec::new();
+    for (&(topic, index, offset), answer) in partitions.iter().zip(waiting) {
+        let answer = match answer {
+            Err(error) => Err(error),
+            Ok(answer) => answer.recv_async().await.map_err(|_| ResponseError::NotLeaderOrFollower),
+        };
+        errors.push(match (answer, &allowed) {
+            (Err(error), _) => Some(error),
+            (Ok(Outcome { body: Body::NotPrimary { primary, .. }, .. }), Ok(consumer)) => {
+                let store = StoreOffset {
+                    partition: connection.partition_ref(topic, index),
+                    consumer: consumer.clone(),
+                    // A Kafka group has no native members: the coordinator checked the commit.
+                    membership: Membership::default(),
+                    offset: u64::try_from(offset).expect("checked before it was sent"),
+                };
+                let body = store.encode();
+                redirected.push((
+                    errors.len(),
+                    Redirected { node: primary, operation: Operation::StoreOffset, body },
+                ));
+                None
+            }
+            (Ok(Outcome { error, .. }), _) => kafka_error(error),
+        });
+    }
+    let (slots, redirected): (Vec<usize>, Vec<Redirected>) = redirected.into_iter().unzip();
+    for (slot, answer) in slots.into_iter().zip(connection.forward(redirected).await) {
+        errors[slot] = answer.err();
+    }
+    let mut errors = errors.into_iter();
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for partition in topic.partitions {
-            let error = match waiting.next().expect("one per partition") {
-                Err(error) => Some(error),
-                Ok(answer) => match answer.recv_async().await {
-                    Ok(Outcome { error, .. }) => kafka_error(error),
-                    Err(_) => Some(ResponseError::NotLeaderOrFollower),
-                },
-            };
+            let error = errors.next().expect("one per partition");
             partitions.push(
                 OffsetCommitResponsePartition::default()
                     .with_partition_index(partition.index)
@@ -134,25 +156,76 @@ impl Connection {
         Ok(answer)
     }
 
-    /// One partition's stored offset for `consumer` (`None`: none stored).
-    async fn stored_offset(
+    /// Asks one partition's shard for `consumer`'s stored offset; the answer comes on the
+    /// receiver.
+    async fn ask_offset(
         &self,
         topic: &str,
         index: i32,
         consumer: &ConsumerId,
-    ) -> Result<Option<u64>, ResponseError> {
+    ) -> Result<flume::Receiver<Outcome>, ResponseError> {
         let (_, place, _) = self.find_partition(topic, index)?;
         let (reply, answer) = flume::bounded(1);
         let work = Work::GetOffset { group: place.group, consumer: consumer.clone(), reply };
         self.send(place.shard, work).await?;
-        match answer.recv_async().await {
-            Ok(Outcome { error: 0, body: Body::Encoded(body) }) => {
-                decode_stored_offset(&body).map_err(|_| ResponseError::UnknownServerError)
-            }
-            Ok(Outcome { error, .. }) => {
-                Err(kafka_error(error).unwrap_or(ResponseError::UnknownServerError))
-            }
-            Err(_) => Err(ResponseError::NotLeaderOrFollower),
+        Ok(answer)
+    }
+
+    /// Each partition's stored offset for `consumer` (`None`: none stored), asked of every
+    /// shard before any answer is awaited; those whose primary is another node go there.
+    async fn stored_offsets(
+        &mut self,
+        partitions: &[(&str, i32)],
+        consumer: &ConsumerId,
+    ) -> Vec<Result<Option<u64>, ResponseError>> {
+        let mut waiting = Vec::with_capacity(partitions.len());
+        for &(topic, index) in partitions {
+            waiting.push(self.ask_offset(topic, index, consumer).await);
+        }
+        let decoded =
+            |body: &[u8]| decode_stored_offset(body).map_err(|_| ResponseError::UnknownServerError);
+        let mut offsets = Vec::with_capacity(partitions.len());
+        let mut redirected = Vec::new();
+        for (&(topic, index), answer) in partitions.iter().zip(waiting) {
+            let answer = match answer {
+                Err(error) => Err(error),
+                Ok(answer) => {
+                    answer.recv_async().await.map_err(|_| ResponseError::NotLeaderOrFollower)
+                }
+            };
+            offsets.push(match answer {
+                Err(error) => Err(error),
+                Ok(Outcome { error: 0, body: Body::Encoded(body) }) => decoded(&body),
+                Ok(Outcome { body: Body::NotPrimary { primary, .. }, .. }) => {
+                    let key = OffsetKey {
+                        partition: self.partition_ref(topic, index),
+                        consumer: consumer.clone(),
+                    };
+                    let body = key.encode();
+                    redirected.push((
+                        offsets.len(),
+                        Redirected { node: primary, operation: Operation::GetOffset, body },
+                    ));
+                    Ok(None)
+                }
+                Ok(Outcome { error, .. }) => {
+                    Err(kafka_error(error).unwrap_or(ResponseError::UnknownServerError))
+                }
+            });
+        }
+        let (slots, redirected): (Vec<usize>, Vec<Redirected>) = redirected.into_iter().unzip();
+        for (slot, answer) in slots.into_iter().zip(self.forward(redirected).await) {
+            offsets[slot] = answer.and_then(|body| decoded(&body));
+        }
+        offsets
+    }
+
+    /// Partition `index` of Kafka topic `topic` as the native protocol names it.
+    fn partition_ref(&self, topic: &str, index: i32) -> PartitionRef {
+        PartitionRef {
+            stream: self.context.config.kafka.stream.clone(),
+            topic: topic.to_owned(),
+            partition: u32::try_from(index).expect("a partition found in the catalog"),
         }
     }
 }
@@ -188,7 +261,7 @@ macro_rules! offset_topics {
 
 /// The OffsetFetch response: v8+ answer per group; v1–7 carry the one group's at the top.
 pub(super) async fn fetch(
-    connection: &Connection,
+    connection: &mut Connection,
     request: OffsetFetchRequest,
     version: i16,
 ) -> OffsetFetchResponse {
@@ -223,7 +296,7 @@ pub(super) async fn fetch(
 /// One group's offsets: of the partitions asked, or (no topics named) of every Kafka
 /// partition where it has one.
 async fn fetch_group(
-    connection: &Connection,
+    connection: &mut Connection,
     group: OffsetFetchGroup,
 ) -> (String, Vec<(String, Vec<FetchedOffset>)>, Option<ResponseError>) {
     let consumer = match consumer(&group.group_id) {
@@ -238,11 +311,16 @@ async fn fetch_group(
             .map(|(name, topic)| (name.clone(), (0..topic.partitions.len() as i32).collect()))
             .collect(),
     };
+    let partitions: Vec<(&str, i32)> = asked
+        .iter()
+        .flat_map(|(name, indexes)| indexes.iter().map(move |&index| (name.as_str(), index)))
+        .collect();
+    let mut offsets = connection.stored_offsets(&partitions, &consumer).await.into_iter();
     let mut topics = Vec::with_capacity(asked.len());
     for (name, indexes) in asked {
         let mut partitions = Vec::with_capacity(indexes.len());
         for index in indexes {
-            match connection.stored_offset(&name, index, &consumer).await {
+            match offsets.next().expect("one per partition") {
                 Ok(Some(offset)) => {
                     partitions.push((index, i64::try_from(offset).unwrap_or(i64::MAX), None))
                 }
