@@ -40,6 +40,7 @@ pub const SERVED: &[Served] = &[
     Served { key: ApiKey::DeleteTopics, min_version: 1, max_version: 6 },
     Served { key: ApiKey::DescribeConfigs, min_version: 1, max_version: 4 },
     Served { key: ApiKey::DescribeCluster, min_version: 0, max_version: 1 },
+    Served { key: ApiKey::DeleteRecords, min_version: 0, max_version: 2 },
 ];
 
 /// The versions Shoal serves of `key`, if any.

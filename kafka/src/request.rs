@@ -8,7 +8,7 @@
 //! - consumer groups (classic protocol): `FindCoordinator`, `JoinGroup`, `SyncGroup`,
 //!   `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`;
 //! - administration: `CreateTopics`, `DeleteTopics`, `DescribeConfigs`, `DescribeGroups`,
-//!   `ListGroups`, `DescribeCluster`;
+//!   `ListGroups`, `DescribeCluster`, `DeleteRecords`;
 //! - the handshake: `ApiVersions`.
 //!
 //! Why not the codec crate's decoders: they size a `Vec` from the count a client sends before
@@ -18,6 +18,7 @@
 mod api_versions;
 mod create_partitions;
 mod create_topics;
+mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
@@ -45,6 +46,10 @@ pub use create_partitions::{
 pub use create_topics::{
     CREATE_TOPICS_ASSIGNMENTS_MAX, CREATE_TOPICS_BROKER_IDS_MAX, CREATE_TOPICS_CONFIGS_MAX,
     CREATE_TOPICS_TOPICS_MAX, CreateTopic, CreateTopicConfig, CreateTopicsRequest,
+};
+pub use delete_records::{
+    DELETE_RECORDS_PARTITIONS_MAX, DELETE_RECORDS_TOPICS_MAX, DeleteRecordsPartition,
+    DeleteRecordsRequest, DeleteRecordsTopic, HIGH_WATERMARK,
 };
 pub use delete_topics::{DELETE_TOPICS_TOPICS_MAX, DeleteTopic, DeleteTopicsRequest};
 pub use describe_cluster::{
@@ -118,6 +123,7 @@ pub enum Request {
     DescribeGroups(DescribeGroupsRequest),
     ListGroups(ListGroupsRequest),
     DescribeCluster(DescribeClusterRequest),
+    DeleteRecords(DeleteRecordsRequest),
 }
 
 impl Request {
@@ -170,6 +176,9 @@ impl Request {
             }
             ApiKey::DeleteTopics => {
                 DeleteTopicsRequest::decode(reader, version).map(Request::DeleteTopics)
+            }
+            ApiKey::DeleteRecords => {
+                DeleteRecordsRequest::decode(reader, version).map(Request::DeleteRecords)
             }
             ApiKey::DescribeConfigs => {
                 DescribeConfigsRequest::decode(reader, version).map(Request::DescribeConfigs)

@@ -1,17 +1,18 @@
-//! Consumer offsets of one partition: the table that the partition's committed offset-commit
-//! control records add up to, and its snapshot.
+//! Consumer offsets of one partition, and its log start: what the partition's committed
+//! offset-commit and log-start control records add up to, and its snapshot.
 //!
 //! It owns the table, its bound and the snapshot's byte layout: the offsets table, then
-//! optional tagged sections — today one, the partition's idempotent producer table (bytes of
-//! `shoal_replication::ProducerTable::encode`, which this module carries but never reads). A
-//! snapshot written before sections existed is the offsets table alone. It never proposes a commit,
+//! optional tagged sections, each at most once — the partition's idempotent producer table
+//! (bytes of `shoal_replication::ProducerTable::encode`, which this module carries but never
+//! reads) and the log start (written only once it is above 0). A snapshot written before
+//! sections existed is the offsets table alone. It never proposes a commit,
 //! never checks who may commit (group generations are the shard's, against the catalog) and
 //! never does I/O: the shard applies committed records in log order, saves snapshots through
 //! `engine::state` and replays the log past the newest one at start-up.
 
 use std::collections::BTreeMap;
 
-use shoal_proto::protocol::consumer::{ConsumerId, OffsetCommitRecord};
+use shoal_proto::protocol::consumer::{ConsumerId, LogStartRecord, OffsetCommitRecord};
 use shoal_proto::protocol::{ProtocolError, Reader, Writer};
 
 /// Why a commit cannot be applied.
@@ -36,6 +37,8 @@ pub struct PartitionOffsets {
     /// The producer table op the newest snapshot save carried (a clean shutdown saves again
     /// when the table moved past it).
     pub producers_saved_op: u64,
+    /// The first offset consumers may read (`DeleteRecords` moved it; 0 until then).
+    pub log_start: u64,
     /// No committed batch other than an offset commit ends past this offset: an upper bound
     /// (where a replay or a transferred log began; `u64::MAX` when nothing is known). Past it
     /// the log holds only offset commits, which consumers skip: see
@@ -52,6 +55,7 @@ impl Default for PartitionOffsets {
             snapshot_size_bytes: 0,
             saving: false,
             producers_saved_op: 0,
+            log_start: 0,
             data_end: u64::MAX,
         }
     }
@@ -59,6 +63,8 @@ impl Default for PartitionOffsets {
 
 /// Section tag: the producer table.
 const SECTION_PRODUCERS: u8 = 1;
+/// Section tag: the log start.
+const SECTION_LOG_START: u8 = 2;
 /// The largest producer section accepted: bounds what a damaged length could make us trust.
 const SECTION_SIZE_BYTES_MAX: usize = shoal_engine::state::STATE_SIZE_BYTES_MAX;
 
@@ -108,10 +114,14 @@ impl PartitionOffsets {
         Ok(())
     }
 
-    /// Applies the offset commit a stored batch holds, if it is one: `Ok(true)` when applied,
-    /// `Ok(false)` for any other batch, `Err` for one that claims to be a commit and does not
-    /// decode (nothing applied).
+    /// Applies the offset commit or log start a stored batch holds, if it is one: `Ok(true)`
+    /// when applied, `Ok(false)` for any other batch, `Err` for one that claims to be either
+    /// and does not decode (nothing applied).
     pub fn apply_batch(&mut self, batch: &[u8]) -> Result<bool, ProtocolError> {
+        if let Some(start) = LogStartRecord::from_batch(batch) {
+            self.apply_log_start(start?.offset);
+            return Ok(true);
+        }
         match OffsetCommitRecord::from_batch(batch) {
             Some(Ok(record)) => {
                 self.apply(record);
@@ -119,6 +129,15 @@ impl PartitionOffsets {
             }
             Some(Err(error)) => Err(error),
             None => Ok(false),
+        }
+    }
+
+    /// Moves the log start up to `offset` (never down: a retried or reordered request that
+    /// names an older start changes nothing).
+    pub fn apply_log_start(&mut self, offset: u64) {
+        if offset > self.log_start {
+            self.log_start = offset;
+            self.dirty = true;
         }
     }
 
@@ -137,6 +156,7 @@ impl PartitionOffsets {
     /// snapshot of the new table is saved.
     pub fn replace_table(&mut self, installed: PartitionOffsets) {
         self.table = installed.table;
+        self.log_start = installed.log_start;
         self.dirty = true;
     }
 
@@ -167,46 +187,61 @@ impl PartitionOffsets {
         Ok(offsets)
     }
 
-    /// The snapshot's bytes with the producer table's section after the offsets table:
-    /// tag u8 (1), length u32, the bytes.
+    /// The snapshot's bytes: the offsets table, the producer table's section (tag u8 1,
+    /// length u32, the bytes), then, once above 0, the log start's (tag u8 2, length u32 8,
+    /// the offset u64).
     pub fn encode_snapshot(&self, producers: &[u8]) -> Vec<u8> {
         let mut w = Writer::new();
         w.raw(&self.encode());
         w.u8(SECTION_PRODUCERS);
         w.bytes(producers);
+        if self.log_start > 0 {
+            w.u8(SECTION_LOG_START);
+            w.bytes(&self.log_start.to_le_bytes());
+        }
         w.finish()
     }
 
-    /// The offsets table and the producer section, if the snapshot has one. Hostile-input
-    /// safe: every length is bounded before it is believed; an unknown tag or trailing bytes
-    /// refuse the snapshot.
+    /// The offsets table (with its log start) and the producer section, if the snapshot has
+    /// one. Hostile-input safe: every length is bounded before it is believed; an unknown or
+    /// repeated tag, or trailing bytes, refuse the snapshot.
     pub fn decode_snapshot(bytes: &[u8]) -> Result<(PartitionOffsets, Option<&[u8]>), String> {
         let mut r = Reader::new(bytes);
         type Table = BTreeMap<ConsumerId, u64>;
         fn decode<'a>(
             r: &mut Reader<'a>,
-        ) -> shoal_proto::protocol::Result<(Table, Option<&'a [u8]>)> {
+        ) -> shoal_proto::protocol::Result<(Table, Option<&'a [u8]>, u64)> {
             let count = r.count("consumers", 1 + 2 + 8)?;
             let mut table = BTreeMap::new();
             for _ in 0..count {
                 let consumer = ConsumerId::read(r)?;
                 table.insert(consumer, r.u64("offset")?);
             }
-            let mut producers = None;
-            if r.remaining() > 0 {
-                if r.u8("section")? != SECTION_PRODUCERS {
-                    return Err(shoal_proto::protocol::ProtocolError::Invalid {
-                        field: "section",
-                        reason: "unknown section tag".into(),
-                    });
+            let (mut producers, mut log_start) = (None, None);
+            while r.remaining() > 0 {
+                let refused = |reason: &str| shoal_proto::protocol::ProtocolError::Invalid {
+                    field: "section",
+                    reason: reason.into(),
+                };
+                match r.u8("section")? {
+                    SECTION_PRODUCERS if producers.is_none() => {
+                        producers = Some(r.bytes("producers", SECTION_SIZE_BYTES_MAX)?)
+                    }
+                    SECTION_LOG_START if log_start.is_none() => {
+                        let bytes = r.bytes("log_start", 8)?;
+                        let bytes: [u8; 8] =
+                            bytes.try_into().map_err(|_| refused("a log start is 8 bytes"))?;
+                        log_start = Some(u64::from_le_bytes(bytes));
+                    }
+                    SECTION_PRODUCERS | SECTION_LOG_START => return Err(refused("repeated")),
+                    _ => return Err(refused("unknown section tag")),
                 }
-                producers = Some(r.bytes("producers", SECTION_SIZE_BYTES_MAX)?);
             }
             r.end()?;
-            Ok((table, producers))
+            Ok((table, producers, log_start.unwrap_or(0)))
         }
-        let (table, producers) = decode(&mut r).map_err(|e| e.to_string())?;
-        Ok((PartitionOffsets { table, ..PartitionOffsets::default() }, producers))
+        let (table, producers, log_start) = decode(&mut r).map_err(|e| e.to_string())?;
+        Ok((PartitionOffsets { table, log_start, ..PartitionOffsets::default() }, producers))
     }
 }
 
@@ -277,6 +312,29 @@ mod tests {
         let mut trailing = snapshot;
         trailing.push(0);
         assert!(PartitionOffsets::decode_snapshot(&trailing).is_err());
+    }
+
+    #[test]
+    fn the_log_start_only_moves_up_and_round_trips_through_the_snapshot() {
+        let mut offsets = PartitionOffsets::default();
+        let start = |offset| LogStartRecord { offset }.to_batch(0);
+        assert_eq!(offsets.apply_batch(&start(40)), Ok(true));
+        assert_eq!(offsets.apply_batch(&start(10)), Ok(true));
+        assert_eq!(offsets.log_start, 40, "never down");
+        offsets.apply(OffsetCommitRecord { consumer: ConsumerId::consumer("c"), offset: Some(3) });
+        let snapshot = offsets.encode_snapshot(b"p");
+        let (decoded, producers) = PartitionOffsets::decode_snapshot(&snapshot).unwrap();
+        assert_eq!((decoded.log_start, producers), (40, Some(&b"p"[..])));
+        assert_eq!(decoded.get(&ConsumerId::consumer("c")), Some(3));
+        // A log start of 0 writes no section: what a binary without it wrote, and reads.
+        let plain = PartitionOffsets::default().encode_snapshot(b"p");
+        assert_eq!(PartitionOffsets::decode_snapshot(&plain).unwrap().0.log_start, 0);
+        let mut repeated = snapshot.clone();
+        repeated.extend_from_slice(&snapshot[snapshot.len() - 13..]);
+        assert!(PartitionOffsets::decode_snapshot(&repeated).is_err(), "a section twice");
+        for len in snapshot.len() - 12..snapshot.len() {
+            assert!(PartitionOffsets::decode_snapshot(&snapshot[..len]).is_err(), "cut at {len}");
+        }
     }
 
     #[test]

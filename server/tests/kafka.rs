@@ -1079,3 +1079,68 @@ fn a_cluster_coordinator_commits_and_reads_offsets_of_partitions_other_nodes_lea
         assert_eq!(decode_stored_offset(&body).unwrap(), Some(stored), "partition {partition}");
     }
 }
+
+/// (error, low watermark) of each partition of `orders` a DeleteRecords at `version` answers.
+fn delete_records(kafka: &mut Kafka, version: i16, asked: &[(i32, i64)]) -> Vec<(i16, i64)> {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+    let partitions = asked
+        .iter()
+        .map(|&(index, offset)| {
+            DeleteRecordsPartition::default().with_partition_index(index).with_offset(offset)
+        })
+        .collect();
+    let request = DeleteRecordsRequest::default().with_timeout_ms(30_000).with_topics(vec![
+        DeleteRecordsTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("orders")))
+            .with_partitions(partitions),
+    ]);
+    let response: DeleteRecordsResponse =
+        exchange(kafka, ApiKey::DeleteRecords, version, &request, version >= 2);
+    response.topics[0].partitions.iter().map(|p| (p.error_code, p.low_watermark)).collect()
+}
+
+/// DeleteRecords moves the log start: records below it are gone to Fetch and ListOffsets at
+/// once, it never moves down, an offset past the end is refused, −1 means the end, and a
+/// restart keeps it (it is a record in the partition's log).
+#[test]
+fn delete_records_moves_the_log_start_for_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, _) = server_with_orders(dir.path(), 1, 2, Durability::Persisted);
+    let mut kafka = Kafka::connect(&server);
+    for value in [b"m0", b"m1", b"m2", b"m3", b"m4", b"m5"] {
+        let batch = Bytes::from(common::batch(&[value]));
+        let answer = produce(&mut kafka, 9, -1, &[("orders", 0, batch)]).unwrap();
+        assert_eq!(produced(&answer)[0].0, 0);
+    }
+    let id = shoal_kafka::Uuid::nil();
+    for version in 0..=2 {
+        assert_eq!(
+            delete_records(&mut kafka, version, &[(0, 2 + i64::from(version))]),
+            [(0, 2 + i64::from(version))]
+        );
+    }
+    assert_eq!(delete_records(&mut kafka, 2, &[(0, 1)]), [(0, 4)], "never down");
+    assert_eq!(delete_records(&mut kafka, 2, &[(0, 99), (7, 1)]), [(1, -1), (3, -1)]);
+    assert_eq!(list_offsets(&mut kafka, 7, &[("orders", -2)]), [(0, 4)]);
+    let (error, _, _) = fetched(&fetch(&mut kafka, 12, id, 3, 0), 0);
+    assert_eq!(error, 1, "OFFSET_OUT_OF_RANGE below the log start");
+    let (error, _, values) = fetched(&fetch(&mut kafka, 12, id, 4, 0), 4);
+    assert_eq!(error, 0);
+    // m4 and m5, then the three log-start control records (which consumers skip).
+    let offsets: Vec<u64> = values.iter().map(|(offset, _)| *offset).collect();
+    assert_eq!(offsets, [4, 5, 6, 7, 8]);
+    assert_eq!((values[0].1.as_slice(), values[1].1.as_slice()), (&b"m4"[..], &b"m5"[..]));
+
+    // The log start record took offset 6 (and 7, 8 the earlier ones): -1 is the end, 9.
+    let end = list_offsets(&mut kafka, 7, &[("orders", -1)])[0].1;
+    assert_eq!(delete_records(&mut kafka, 1, &[(0, -1)]), [(0, end)]);
+    common::restart(&mut server);
+    let mut kafka = Kafka::connect(&server);
+    assert_eq!(
+        list_offsets(&mut kafka, 7, &[("orders", -2), ("orders", -1)]),
+        [(0, end), (0, end + 1)]
+    );
+}

@@ -387,6 +387,33 @@ print(json.dumps(seen))
     let seen: Vec<(u64, String)> = serde_json::from_str(out.trim()).expect(&out);
     let expected: Vec<(u64, String)> = (0..1000).map(|i| (i, format!("value-{i}"))).collect();
     assert_eq!(seen, expected);
+
+    // DeleteRecords through the admin client: the low watermark moves to 600, and a consumer
+    // from the beginning starts there.
+    let script = r#"
+import json, sys, time
+from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
+from confluent_kafka.admin import AdminClient
+admin = AdminClient({"bootstrap.servers": sys.argv[1]})
+deleted = admin.delete_records([TopicPartition("orders", 1, 600)])
+low = list(deleted.values())[0].result(timeout=30).low_watermark
+consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "reader",
+                     "enable.auto.commit": False})
+watermarks = consumer.get_watermark_offsets(TopicPartition("orders", 1), timeout=10)
+consumer.assign([TopicPartition("orders", 1, OFFSET_BEGINNING)])
+first, deadline = None, time.time() + 30
+while first is None and time.time() < deadline:
+    m = consumer.poll(0.5)
+    if m is not None and m.error() is None:
+        first = [m.offset(), m.value().decode()]
+consumer.close()
+print(json.dumps({"low": low, "watermarks": list(watermarks), "first": first}))
+"#;
+    let out = run(Command::new(&python).args(["-c", script, server.kafka().unwrap()]));
+    let seen: serde_json::Value = serde_json::from_str(out.trim()).expect(&out);
+    assert_eq!(seen["low"], 600, "{seen}");
+    assert_eq!(seen["watermarks"][0], 600, "{seen}");
+    assert_eq!(seen["first"], serde_json::json!([600, "value-600"]), "{seen}");
 }
 
 /// The confluent-kafka version of the kafka-python group test below, with the partition

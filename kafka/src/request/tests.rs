@@ -1129,6 +1129,41 @@ fn describe_cluster_requests_of_every_version_decode_as_sent() {
     }
 }
 
+#[test]
+fn delete_records_requests_of_every_version_decode_as_sent() {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition as Partition, DeleteRecordsTopic as Topic,
+    };
+    for version in 0..=2 {
+        let flexible = version >= 2;
+        let partition = |index, offset| {
+            let partition = Partition::default().with_partition_index(index).with_offset(offset);
+            if flexible { partition.with_unknown_tagged_field(1, tag()) } else { partition }
+        };
+        let topic = Topic::default()
+            .with_name(topic_name("orders"))
+            .with_partitions(vec![partition(0, 7), partition(2, HIGH_WATERMARK)]);
+        let topic = if flexible { topic.with_unknown_tagged_field(1, tag()) } else { topic };
+        let mut sent =
+            messages::DeleteRecordsRequest::default().with_topics(vec![topic]).with_timeout_ms(900);
+        if flexible {
+            sent = sent.with_unknown_tagged_field(0, tag());
+        }
+        let got = decoded_whole(&frame(&sent, version), version, DeleteRecordsRequest::decode);
+        let expected = DeleteRecordsRequest {
+            topics: vec![DeleteRecordsTopic {
+                name: "orders".to_string(),
+                partitions: vec![
+                    DeleteRecordsPartition { index: 0, offset: 7 },
+                    DeleteRecordsPartition { index: 2, offset: HIGH_WATERMARK },
+                ],
+            }],
+            timeout_ms: 900,
+        };
+        assert_eq!(got, expected, "v{version}");
+    }
+}
+
 /// `Request::decode` hands each administration API's body to its own decoder.
 #[test]
 fn admin_requests_dispatch_to_their_decoders() {
@@ -1146,6 +1181,8 @@ fn admin_requests_dispatch_to_their_decoders() {
         (ApiKey::ListGroups, 5, frame(&messages::ListGroupsRequest::default(), 5)),
         (ApiKey::DescribeCluster, 0, frame(&messages::DescribeClusterRequest::default(), 0)),
         (ApiKey::DescribeCluster, 1, frame(&messages::DescribeClusterRequest::default(), 1)),
+        (ApiKey::DeleteRecords, 0, frame(&messages::DeleteRecordsRequest::default(), 0)),
+        (ApiKey::DeleteRecords, 2, frame(&messages::DeleteRecordsRequest::default(), 2)),
     ];
     for (key, version, body) in cases {
         let header = crate::RequestHeader {
@@ -1164,6 +1201,7 @@ fn admin_requests_dispatch_to_their_decoders() {
             ApiKey::DescribeGroups => matches!(request, Request::DescribeGroups(_)),
             ApiKey::ListGroups => matches!(request, Request::ListGroups(_)),
             ApiKey::DescribeCluster => matches!(request, Request::DescribeCluster(_)),
+            ApiKey::DeleteRecords => matches!(request, Request::DeleteRecords(_)),
             _ => false,
         };
         assert!(matches, "{key:?} v{version}: {request:?}");
@@ -1249,6 +1287,12 @@ fn admin_decoders_refuse_counts_larger_than_the_frame() {
 
     // DescribeCluster has no array: a tagged field longer than the frame.
     truncated(DescribeClusterRequest::decode(&mut body(&[&[0, 1], &[1, 0], HUGE_COMPACT]), 1));
+
+    // DeleteRecords: topics, then each topic's partitions (12 bytes each).
+    too_many(DeleteRecordsRequest::decode(&mut body(&[HUGE]), 0));
+    too_many(DeleteRecordsRequest::decode(&mut body(&[HUGE_COMPACT]), 2));
+    truncated(DeleteRecordsRequest::decode(&mut body(&[ONE, NAME, &[0, 0, 0, 10], &[0; 100]]), 1));
+    too_many(DeleteRecordsRequest::decode(&mut body(&[ONE, NAME, HUGE]), 1));
 }
 
 #[test]
@@ -1305,6 +1349,7 @@ proptest! {
         let _ = DescribeGroupsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(5));
         let _ = ListGroupsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(5));
         let _ = DescribeClusterRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(1));
+        let _ = DeleteRecordsRequest::decode(&mut Reader::new(Bytes::from(bytes.clone())), version.min(2));
         let mut reader = Reader::new(Bytes::from(bytes));
         if let Ok(header) = crate::RequestHeader::decode(&mut reader) {
             let _ = Request::decode(&header, &mut reader);

@@ -381,15 +381,7 @@ impl OffsetCommitRecord {
     /// or a control batch of another kind); `Some(Err)` for one that claims to be and does not
     /// decode.
     pub fn from_batch(body: &[u8]) -> Option<Result<OffsetCommitRecord>> {
-        let header = batch::BatchHeader::parse(body).ok()?;
-        if !header.is_control() {
-            return None;
-        }
-        let record = batch::records(body).ok()?.next()?.ok()?;
-        if record.key != Some(&OFFSET_COMMIT_CONTROL_KEY[..]) {
-            return None;
-        }
-        let mut r = Reader::new(record.value.unwrap_or_default());
+        let mut r = Reader::new(control_value(body, &OFFSET_COMMIT_CONTROL_KEY)?);
         let decoded = (|| {
             let commit = OffsetCommitRecord {
                 consumer: ConsumerId::read(&mut r)?,
@@ -400,6 +392,56 @@ impl OffsetCommitRecord {
         })();
         Some(decoded)
     }
+}
+
+/// The key of every log-start control record (`DeleteRecords`): Kafka's control key layout with
+/// another type of Shoal's own.
+pub const LOG_START_CONTROL_KEY: [u8; 4] = [0, 0, 0x4c, 0x53];
+
+/// A partition's new log start as it is stored: one control record in the partition's own log,
+/// so every replica moves it at the same point of the log. Records below it are gone to
+/// consumers; their space goes with the topic's retention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogStartRecord {
+    /// The first offset consumers may read.
+    pub offset: u64,
+}
+
+impl LogStartRecord {
+    /// The control batch holding this log start.
+    pub fn to_batch(&self, now_ms: i64) -> Bytes {
+        let value = Writer::new().u64(self.offset).finish();
+        let mut builder = BatchBuilder::new(now_ms).control();
+        builder.push(now_ms, Some(&LOG_START_CONTROL_KEY), Some(&value), &[]);
+        builder.build()
+    }
+
+    /// The log start a stored batch holds: `None` for any batch that is not one; `Some(Err)`
+    /// for one that claims to be and does not decode.
+    pub fn from_batch(body: &[u8]) -> Option<Result<LogStartRecord>> {
+        let value = control_value(body, &LOG_START_CONTROL_KEY)?;
+        let mut r = Reader::new(value);
+        let decoded = (|| {
+            let record = LogStartRecord { offset: r.u64("offset")? };
+            r.end()?;
+            Ok(record)
+        })();
+        Some(decoded)
+    }
+}
+
+/// The value of the one record of a control batch whose key is `key`; `None` for any other
+/// batch.
+fn control_value<'a>(body: &'a [u8], key: &[u8; 4]) -> Option<&'a [u8]> {
+    let header = batch::BatchHeader::parse(body).ok()?;
+    if !header.is_control() {
+        return None;
+    }
+    let record = batch::records(body).ok()?.next()?.ok()?;
+    if record.key != Some(&key[..]) {
+        return None;
+    }
+    Some(record.value.unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -475,5 +517,13 @@ mod tests {
         let mut garbled = BatchBuilder::new(0).control();
         garbled.push(0, Some(&OFFSET_COMMIT_CONTROL_KEY), Some(&[9]), &[]);
         assert!(matches!(OffsetCommitRecord::from_batch(&garbled.build()), Some(Err(_))));
+
+        let start = LogStartRecord { offset: 77 };
+        assert_eq!(LogStartRecord::from_batch(&start.to_batch(5)), Some(Ok(start)));
+        assert_eq!(OffsetCommitRecord::from_batch(&start.to_batch(5)), None, "another kind");
+        assert_eq!(LogStartRecord::from_batch(&batch), None, "an offset commit");
+        let mut short = BatchBuilder::new(0).control();
+        short.push(0, Some(&LOG_START_CONTROL_KEY), Some(&[1, 2, 3]), &[]);
+        assert!(matches!(LogStartRecord::from_batch(&short.build()), Some(Err(_))));
     }
 }

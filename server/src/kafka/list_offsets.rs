@@ -100,8 +100,12 @@ impl Connection {
                 ),
                 None => (-1, -1, epoch),
             },
+            // A batch the log start (DeleteRecords) cut through answers from the log start.
             _ => match parts.get(1).and_then(|batch| BatchHeader::parse(batch).ok()) {
-                Some(batch) => (batch.base_offset(), batch.base_timestamp(), epoch),
+                Some(batch) => {
+                    let offset = batch.base_offset().max(reply.first_offset as i64);
+                    (offset, batch.base_timestamp(), epoch)
+                }
                 None => (-1, -1, epoch),
             },
         })

@@ -11,6 +11,7 @@
 //! the owning shard through its inbox, as native connections do.
 
 mod admin;
+mod delete_records;
 mod errors;
 mod fetch;
 mod forward;
@@ -33,11 +34,11 @@ use monoio::net::{TcpListener, TcpStream};
 use shoal_kafka::kafka_protocol::error::ResponseError;
 use shoal_kafka::kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, CreatePartitionsResponse, CreateTopicsResponse,
-    DeleteTopicsResponse, DescribeClusterResponse, DescribeConfigsResponse, DescribeGroupsResponse,
-    FetchResponse, FindCoordinatorResponse, HeartbeatResponse, InitProducerIdResponse,
-    JoinGroupResponse, LeaveGroupResponse, ListGroupsResponse, ListOffsetsResponse,
-    MetadataResponse, OffsetCommitResponse, OffsetFetchResponse, OffsetForLeaderEpochResponse,
-    ProduceResponse, SyncGroupResponse,
+    DeleteRecordsResponse, DeleteTopicsResponse, DescribeClusterResponse, DescribeConfigsResponse,
+    DescribeGroupsResponse, FetchResponse, FindCoordinatorResponse, HeartbeatResponse,
+    InitProducerIdResponse, JoinGroupResponse, LeaveGroupResponse, ListGroupsResponse,
+    ListOffsetsResponse, MetadataResponse, OffsetCommitResponse, OffsetFetchResponse,
+    OffsetForLeaderEpochResponse, ProduceResponse, SyncGroupResponse,
 };
 use shoal_kafka::request::Request;
 use shoal_kafka::{
@@ -337,6 +338,7 @@ impl Connection {
             Request::DescribeGroups(request) => frame(&admin::describe_groups(self, request).await),
             Request::ListGroups(request) => frame(&admin::list_groups(self, request).await),
             Request::DescribeCluster(_) => frame(&admin::describe_cluster(self).await),
+            Request::DeleteRecords(request) => frame(&delete_records::answer(self, request).await),
         }
     }
 }
@@ -407,6 +409,11 @@ answer!(OffsetFetchResponse, |b| std::iter::once(b.error_code)
 answer!(CreateTopicsResponse, |b| b.topics.iter().map(|t| t.error_code));
 answer!(CreatePartitionsResponse, |b| b.results.iter().map(|t| t.error_code));
 answer!(DeleteTopicsResponse, |b| b.responses.iter().map(|t| t.error_code));
+answer!(DeleteRecordsResponse, |b| b
+    .topics
+    .iter()
+    .flat_map(|t| &t.partitions)
+    .map(|p| p.error_code));
 answer!(DescribeConfigsResponse, |b| b.results.iter().map(|r| r.error_code));
 answer!(DescribeGroupsResponse, |b| b.groups.iter().map(|g| g.error_code));
 answer!(ListGroupsResponse, |b| [b.error_code]);

@@ -208,6 +208,11 @@ impl ShardState {
                 self.ensure_group(group).await;
                 self.store_offset(group, client, record, WriteKind::Offset, reply);
             }
+            Work::DeleteRecords { group, client, offset, reply } => {
+                self.ensure_group(group).await;
+                self.apply_committed().await;
+                self.delete_records(group, client, offset, reply);
+            }
             Work::GetOffset { group, consumer, reply } => {
                 self.ensure_group(group).await;
                 // Committed offset commits are applied before the table answers.
@@ -246,7 +251,12 @@ impl ShardState {
             Work::Stats { groups, reply } => {
                 let stats = groups
                     .into_iter()
-                    .map(|g| (g, GroupStats::of(self.node.log_stats(g), self.node.replica(g))))
+                    .map(|g| {
+                        let mut stats =
+                            GroupStats::of(self.node.log_stats(g), self.node.replica(g));
+                        stats.first_offset = self.log_start(g).unwrap_or(stats.first_offset);
+                        (g, stats)
+                    })
                     .collect();
                 let _ = reply.send(stats);
             }

@@ -81,7 +81,7 @@ impl ShardState {
                 None => FetchFrom::First,
             };
         }
-        let Some(first_offset) = self.node.log_first_offset(group) else {
+        let Some(first_offset) = self.log_start(group) else {
             let text = format!("group {group} is not on shard {}", self.index);
             to.reply().send_outcome(Outcome::error(ErrorCode::PartitionFailed, text));
             return;
@@ -90,7 +90,8 @@ impl ShardState {
         // (long-poll) or gets nothing.
         let start = match args.from {
             FetchFrom::Timestamp(_) => None,
-            FetchFrom::Offset(offset) => Some(offset),
+            // Below the log start is gone (retention, or DeleteRecords): read from the start.
+            FetchFrom::Offset(offset) => Some(offset.max(first_offset)),
             FetchFrom::First => Some(first_offset),
             FetchFrom::Last => {
                 Some(committed_end.saturating_sub(1).max(first_offset).min(committed_end))
@@ -123,6 +124,13 @@ impl ShardState {
                 });
             }
         }
+    }
+
+    /// Where partition group `group`'s log starts for consumers: its first retained offset, or
+    /// the log start DeleteRecords moved it to when that is higher (`None`: not on this shard).
+    pub(super) fn log_start(&self, group: u64) -> Option<u64> {
+        let retained = self.node.log_first_offset(group)?;
+        Some(retained.max(self.offsets.get(&group).map_or(0, |o| o.log_start)))
     }
 
     /// Starts the read-ahead the log wants for a consumer that reads from `offset` next: each
@@ -288,7 +296,7 @@ impl ShardState {
         mut to: ReadFor,
     ) {
         let next_offset = self.committed_end.get(&group).copied().unwrap_or(0);
-        let first_offset = self.node.log_first_offset(group).unwrap_or(0);
+        let first_offset = self.log_start(group).unwrap_or(0);
         let mut records = 0u64;
         let mut end_offset = None;
         let mut batches: Vec<Bytes> = Vec::new();

@@ -1,7 +1,8 @@
-//! Consumer offsets in the partition logs: a commit is proposed as a one-record control batch
-//! in the partition's own log (and so shares its durability and replication), and each
-//! partition's table (`crate::offsets::PartitionOffsets`) is rebuilt at start-up from its state
-//! snapshot and the committed log past it.
+//! Consumer offsets and the log start in the partition logs: a commit or a new log start
+//! (DeleteRecords) is proposed as a one-record control batch in the partition's own log (and so
+//! shares its durability and replication), and each partition's table
+//! (`crate::offsets::PartitionOffsets`) is rebuilt at start-up from its state snapshot and the
+//! committed log past it.
 //!
 //! A stored offset is applied to the table only once its commit is committed — by the primary
 //! when it answers the write (`writes`), and by every replica as the commit reaches it
@@ -13,7 +14,7 @@ use shoal_engine::shard::{group_dir, shard_dir};
 use shoal_engine::state;
 use shoal_proto::checksum;
 use shoal_proto::protocol::ErrorCode;
-use shoal_proto::protocol::consumer::OffsetCommitRecord;
+use shoal_proto::protocol::consumer::{LogStartRecord, OffsetCommitRecord};
 use shoal_proto::wire::{ClientRequest, Prepare};
 use shoal_replication::Request;
 
@@ -165,6 +166,44 @@ impl ShardState {
         }
     }
 
+    /// Moves partition group `group`'s log start up to `offset` (`None`: the committed end):
+    /// a one-record control batch in its log, answered with the new log start once committed.
+    /// Only the primary does it (it reads the committed end); an offset past the committed end
+    /// is refused (`InvalidArgument`), and one at or below the log start is answered at once.
+    pub(super) fn delete_records(
+        &mut self,
+        group: u64,
+        client: ClientRequest,
+        offset: Option<u64>,
+        reply: ReplySender,
+    ) {
+        if let Some(refusal) = self.read_refusal(group) {
+            let _ = reply.send(refusal);
+            return;
+        }
+        if let Some(busy) = self.writes_busy() {
+            let _ = reply.send(busy);
+            return;
+        }
+        let committed_end = self.committed_end.get(&group).copied().unwrap_or(0);
+        let offset = offset.unwrap_or(committed_end);
+        if offset > committed_end {
+            let text = format!("offset {offset} is past the partition's end, {committed_end}");
+            let _ = reply.send(Outcome::error(ErrorCode::InvalidArgument, text));
+            return;
+        }
+        let log_start = self.offsets.get(&group).map_or(0, |o| o.log_start);
+        if offset <= log_start {
+            let _ = reply.send(Outcome::ok(log_start.to_le_bytes().to_vec()));
+            return;
+        }
+        let now = now_ms();
+        let batch = LogStartRecord { offset }.to_batch(now);
+        let request = control_request(client, &batch, now);
+        let kind = WriteKind::LogStart(offset);
+        self.queue_write(group, request, PendingWrite { kind, reply });
+    }
+
     /// Proposes an offset commit: a one-record control batch in the partition's own log, under
     /// the requesting client's header fields, answered as `kind` says once committed.
     pub(super) fn store_offset(
@@ -203,18 +242,7 @@ impl ShardState {
             return false;
         }
         let now = now_ms();
-        let batch = record.to_batch(now);
-        let request = Request {
-            client: client.client,
-            session: client.session,
-            request: client.request,
-            body_checksum: checksum::crc32c(&batch),
-            body: BytesMut::from(&batch[..]),
-            record_count: 1,
-            first_timestamp_ms: now,
-            max_timestamp_ms: now,
-            append_time_ms: now,
-        };
+        let request = control_request(client, &record.to_batch(now), now);
         let kind = kind(record);
         // Canary (DESIGN.md §7): a stored offset is answered and applied without entering the
         // log, so a restart loses it; the offsets restart test must catch it.
@@ -226,5 +254,20 @@ impl ShardState {
         }
         self.queue_write(group, request, PendingWrite { kind, reply });
         true
+    }
+}
+
+/// The write of a one-record control batch under `client`'s header fields.
+fn control_request(client: ClientRequest, batch: &[u8], now: i64) -> Request {
+    Request {
+        client: client.client,
+        session: client.session,
+        request: client.request,
+        body_checksum: checksum::crc32c(batch),
+        body: BytesMut::from(batch),
+        record_count: 1,
+        first_timestamp_ms: now,
+        max_timestamp_ms: now,
+        append_time_ms: now,
     }
 }

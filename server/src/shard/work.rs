@@ -286,6 +286,18 @@ pub enum Work {
         /// The answer.
         reply: ReplySender,
     },
+    /// Move a partition group's log start up (Kafka's DeleteRecords; a control record in the
+    /// group's log): answered with the log start (u64 LE) once committed.
+    DeleteRecords {
+        /// The group.
+        group: u64,
+        /// The request's header fields (a write of this client's).
+        client: ClientRequest,
+        /// The new log start; `None`: the committed end (Kafka's −1).
+        offset: Option<u64>,
+        /// The answer.
+        reply: ReplySender,
+    },
     /// Read a consumer's stored offset in a partition group owned here.
     GetOffset {
         /// The group.
@@ -499,6 +511,7 @@ pub(super) fn refuse(work: Work) {
         | Work::Fetch { reply, .. }
         | Work::Metadata { reply, .. }
         | Work::StoreOffset { reply, .. }
+        | Work::DeleteRecords { reply, .. }
         | Work::GetOffset { reply, .. }
         | Work::Group { reply, .. }
         | Work::Poll { reply, .. } => {

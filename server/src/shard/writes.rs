@@ -50,6 +50,8 @@ pub(super) enum WriteKind {
     },
     /// A stored offset: answered empty once committed.
     Offset(OffsetCommitRecord),
+    /// A new log start: answered with the log start once committed.
+    LogStart(u64),
     /// A poll's auto-commit: the poll's answer goes out once the commit is committed.
     PollCommit {
         record: OffsetCommitRecord,
@@ -211,6 +213,11 @@ impl ShardState {
                 (WriteKind::Offset(record), _) if committed => {
                     self.offsets.entry(group).or_default().apply(record);
                     Outcome::ok(Vec::new())
+                }
+                (WriteKind::LogStart(offset), _) if committed => {
+                    let offsets = self.offsets.entry(group).or_default();
+                    offsets.apply_log_start(offset);
+                    Outcome::ok(offsets.log_start.to_le_bytes().to_vec())
                 }
                 (WriteKind::PollCommit { record, answer }, result) => {
                     self.commits_in_flight.remove(&(group, record.consumer.clone()));
