@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use shoal_kafka::kafka_protocol::error::ResponseError;
+use shoal_proto::protocol::validate_name;
 
 /// Session timeouts a member may ask for, in milliseconds (Kafka's broker defaults allow 6 s to
 /// 30 min; Shoal allows shorter sessions for tests and quick failure detection).
@@ -28,8 +29,6 @@ pub const SESSION_TIMEOUT_MS_MAX: i32 = 1_800_000;
 pub const GROUP_MEMBERS_MAX: usize = 1_000;
 /// Groups the coordinator keeps at once (groups with members; empty ones are forgotten).
 pub const GROUPS_MAX: usize = 10_000;
-/// The longest group id, member id part taken from a client id, or protocol name kept.
-pub const GROUP_ID_LEN_MAX: usize = 255;
 /// The client id's share of a member id: Kafka's ids are `client.id-UUID`, and tools show them.
 const MEMBER_CLIENT_ID_LEN_MAX: usize = 64;
 /// What every group's members may hold in all (their ids, protocol metadata and assignments):
@@ -338,7 +337,9 @@ impl<W> KafkaGroups<W> {
     /// A JoinGroup: answered at once (refusals, MEMBER_ID_REQUIRED, a known member rejoining a
     /// stable group unchanged) or once the rebalance it starts or joins completes.
     pub fn join(&mut self, join: Join, now_ms: i64, waiter: W) {
-        if join.group.is_empty() || join.group.len() > GROUP_ID_LEN_MAX {
+        // A group's offsets are a native group's, stored under its name: a group id that could
+        // never commit is refused before anyone joins it.
+        if validate_name(&join.group).is_err() {
             return self.refuse_join(waiter, ResponseError::InvalidGroupId, join.member_id);
         }
         if !(SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX).contains(&join.session_timeout_ms) {

@@ -267,6 +267,12 @@ fn bad_joins_are_refused_with_kafkas_errors() {
     let mut none = join("", &[]);
     none.group = "h".into();
     groups.join(none, 0, 4);
+    // Outside the name rule: its offsets could never be stored under it.
+    for (waiter, name) in [(5, "billing app"), (6, &"g".repeat(250)[..]), (7, "..")] {
+        let mut unnamed = join("", &["range"]);
+        unnamed.group = name.into();
+        groups.join(unnamed, 0, waiter);
+    }
     let errors: Vec<_> =
         joined(groups.take_answers()).into_iter().map(|(w, a)| (w, a.error)).collect();
     assert_eq!(
@@ -276,6 +282,9 @@ fn bad_joins_are_refused_with_kafkas_errors() {
             (2, Some(ResponseError::UnknownMemberId)),
             (3, Some(ResponseError::InvalidGroupId)),
             (4, Some(ResponseError::InconsistentGroupProtocol)),
+            (5, Some(ResponseError::InvalidGroupId)),
+            (6, Some(ResponseError::InvalidGroupId)),
+            (7, Some(ResponseError::InvalidGroupId)),
         ]
     );
     assert!(groups.list().is_empty(), "refusals leave no group behind");
