@@ -3,10 +3,13 @@
 //! (`tests/rdkafka.rs`) and the load tool `shoal-kafka-bench` share — creating a topic through
 //! Kafka's CreateTopics with rdkafka's admin client, and the few lines of executor that admin
 //! client's futures need (no async runtime is linked: producers and consumers here are
-//! `BaseProducer`s and `BaseConsumer`s, polled by their own threads).
+//! `BaseProducer`s and `BaseConsumer`s, polled by their own threads) — and `wire`, the
+//! library-less Kafka producer of `shoal-kafka-bench --client wire`.
 //!
 //! This crate is built by `cargo test --workspace` (so CI runs its test) and by no canary build:
 //! librdkafka's C build takes about a minute on two cores.
+
+pub mod wire;
 
 use std::future::Future;
 use std::pin::pin;

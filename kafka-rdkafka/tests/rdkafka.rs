@@ -241,3 +241,66 @@ fn rdkafka_produces_100k_idempotent_zstd_messages_and_consumes_them_in_order() {
         started.elapsed()
     );
 }
+
+/// `shoal-kafka-bench --client wire`'s producer: every batch it sends is acknowledged, stored
+/// once at the offsets its sequence gives it, and holds its messages as built.
+#[test]
+fn the_wire_producer_writes_idempotent_batches_that_are_stored_as_sent() {
+    const WIRE_TOPIC: &str = "wire";
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let started = Instant::now();
+    let bootstrap = server.kafka().expect("Kafka listener on").to_string();
+    let created = shoal_kafka_rdkafka::create_topic(
+        &bootstrap,
+        WIRE_TOPIC,
+        2,
+        "replicated",
+        Duration::from_secs(10),
+    );
+    assert_eq!(created, Ok(true));
+    // Small batches for a short while: a bounded footprint.
+    let window = 0..Duration::from_millis(300).as_nanos() as u64;
+    let run = shoal_kafka_rdkafka::wire::run(
+        &bootstrap,
+        WIRE_TOPIC,
+        &[0, 1],
+        100,
+        10_000,
+        Instant::now(),
+        window,
+    )
+    .expect("the wire producer runs");
+    assert_eq!((run.errors, run.first_error.as_deref()), (0, None));
+    assert!(run.batch_messages > 1 && run.batch_bytes <= 10_000, "{run:?}");
+    assert!(run.batches_acked >= 2, "{} batches", run.batches_acked);
+    // Round-robin over two partitions: each holds its share, dense from 0.
+    let consumer: BaseConsumer<Reports> = config(&bootstrap)
+        .set("group.id", "wire-test")
+        .set("enable.auto.commit", "false")
+        .create_with_context(Reports::default())
+        .expect("consumer");
+    let mut held = 0;
+    for partition in [0, 1] {
+        let batches = run.batches_acked / 2 + (run.batches_acked % 2) * (1 - partition as u64);
+        let (low, high) = consumer
+            .fetch_watermarks(WIRE_TOPIC, partition, Duration::from_secs(10))
+            .expect("watermarks");
+        assert_eq!((low, high), (0, (batches * u64::from(run.batch_messages)) as i64));
+        held += high;
+    }
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(WIRE_TOPIC, 1, Offset::Beginning).unwrap();
+    consumer.assign(&assignment).expect("assigned");
+    let mut next = 0;
+    let wanted = u64::from(run.batch_messages).min(held as u64) as i64;
+    while next < wanted {
+        assert!(started.elapsed() < DEADLINE, "consumed {next} of {wanted}");
+        let Some(message) = consumer.poll(Duration::from_millis(100)) else { continue };
+        let message = message.unwrap_or_else(|error| panic!("consume at {next}: {error}"));
+        assert_eq!(message.offset(), next);
+        let payload: Vec<u8> = (0..100).map(|i| b'a' + (i % 26) as u8).collect();
+        assert_eq!(message.payload(), Some(&payload[..]));
+        next += 1;
+    }
+}

@@ -13,6 +13,9 @@
 //! of `shoal-bench --json` that `scripts/bench-kafka` reads: `throughput_mb_s` (payload bytes,
 //! 10⁶ per MB), `throughput_msg_s`, `latency_us` (`p50`, `p99`, `max`, ...), `errors`; and
 //! librdkafka's mean batch (`batch_messages_avg`, `batch_bytes_avg`, from its statistics).
+//!
+//! `--client wire` sends the same requests without librdkafka (`shoal_kafka_rdkafka::wire`),
+//! so the listener's cost shows apart from the library's; its latency is per batch.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -75,6 +78,18 @@ struct Cli {
     /// Where to write the JSON report.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// `librdkafka`, or `wire`: the same requests without a client library (`--linger-ms`,
+    /// `--batch-size` and `--queue-kbytes` do not apply; batches are filled to 10^6 bytes,
+    /// 5 in flight), to measure the listener apart from librdkafka's cost.
+    #[arg(long, value_enum, default_value_t = Client::Librdkafka)]
+    client: Client,
+}
+
+/// Which Kafka producer runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Client {
+    Librdkafka,
+    Wire,
 }
 
 /// How long a producer waits before it sends again into a full queue.
@@ -182,6 +197,38 @@ fn partitions_of(index: u32, producers: u32, partitions: i32) -> Vec<i32> {
     } else {
         vec![(index % partitions as u32) as i32]
     }
+}
+
+/// Runs one library-less producer (`--client wire`) until the window ends; each batch's
+/// latency is from its send to its response.
+fn produce_wire(
+    cli: &Cli,
+    index: u32,
+    start: Instant,
+    window: std::ops::Range<u64>,
+) -> Result<Tally, String> {
+    let partitions = partitions_of(index, cli.producers, cli.partitions);
+    let run = shoal_kafka_rdkafka::wire::run(
+        &cli.bootstrap,
+        &cli.topic,
+        &partitions,
+        cli.message_size,
+        shoal_kafka_rdkafka::wire::BATCH_BYTES_MAX,
+        start,
+        window,
+    )
+    .map_err(|e| format!("producer {index}: {e}"))?;
+    let mut tally = Tally::new();
+    for acked in &run.acked {
+        tally.messages += u64::from(acked.messages);
+        let us = acked.acked_ns.saturating_sub(acked.sent_ns) / 1000;
+        tally.latency.saturating_record(us.clamp(1, LATENCY_US_MAX));
+    }
+    tally.errors = run.errors;
+    tally.first_error = run.first_error;
+    tally.batch_bytes.push(run.batch_bytes as i64);
+    tally.batch_messages.push(i64::from(run.batch_messages));
+    Ok(tally)
 }
 
 /// Runs one producer until the window ends, then flushes it.
@@ -303,7 +350,10 @@ fn main() -> ExitCode {
         let threads: Vec<_> = (0..cli.producers)
             .map(|index| {
                 let (cli, window) = (&cli, window.clone());
-                scope.spawn(move || produce(cli, index, start, window))
+                scope.spawn(move || match cli.client {
+                    Client::Librdkafka => produce(cli, index, start, window),
+                    Client::Wire => produce_wire(cli, index, start, window),
+                })
             })
             .collect();
         threads.into_iter().map(|t| t.join().expect("producer thread")).collect()
@@ -330,9 +380,15 @@ fn main() -> ExitCode {
     let bytes = messages * cli.message_size as u64;
     let rate = |amount: f64| ((amount / seconds) * 100.0).round() / 100.0;
     let (_, version) = rdkafka::util::get_rdkafka_version();
+    let (client, latency_kind) = match cli.client {
+        Client::Librdkafka => {
+            (format!("librdkafka {version}"), "send_to_delivery_report_per_message")
+        }
+        Client::Wire => ("wire (no client library)".to_string(), "send_to_response_per_batch"),
+    };
     let report = json!({
         "mode": "produce",
-        "client": format!("librdkafka {version}"),
+        "client": client,
         "parameters": {
             "producers": cli.producers,
             "partitions": cli.partitions,
@@ -352,7 +408,7 @@ fn main() -> ExitCode {
         "bytes": bytes,
         "throughput_msg_s": rate(messages as f64),
         "throughput_mb_s": rate(bytes as f64 / 1e6),
-        "latency_kind": "send_to_delivery_report_per_message",
+        "latency_kind": latency_kind,
         "latency_us": latency_json(&latency),
         "batch_bytes_avg": mean(&batch_bytes),
         "batch_messages_avg": mean(&batch_messages),
@@ -361,9 +417,9 @@ fn main() -> ExitCode {
     });
     let l = &report["latency_us"];
     println!(
-        "kafka produce (librdkafka {version}): {} producers, {} partitions, {} B messages, \
-         linger {} ms, batch.size {} B: {} MB/s, {} msg/s, latency p50 {} / p99 {} / max {} µs, \
-         batches of {:.0} messages ({:.0} B) on average, {errors} errors",
+        "kafka produce ({client}): {} producers, {} partitions, {} B messages, \
+         linger {} ms, batch.size {} B: {} MB/s, {} msg/s, latency ({latency_kind}) p50 {} / p99 \
+         {} / max {} µs, batches of {:.0} messages ({:.0} B) on average, {errors} errors",
         cli.producers,
         cli.partitions,
         cli.message_size,
