@@ -4,12 +4,15 @@
 //! and a leader, and hands the leader everyone's metadata; the leader computes the assignment
 //! and sends it with its SyncGroup, and every member gets its own share.
 //!
-//! The group state is soft, like Kafka's before it is written to `__consumer_offsets`: it lives
-//! in memory on the coordinating node and is rebuilt by the members themselves (a heartbeat to a
-//! new coordinator gets UNKNOWN_MEMBER_ID and the member rejoins). What must survive is elsewhere:
-//! offsets are stored through the partitions' logs. Member ids carry a prefix unique to each
-//! coordinator start, so a member of a lost generation can never commit under a new one. A group
-//! with no member and no pending id is forgotten (its offsets stay in the partitions).
+//! The group lives in memory on the coordinating node, and each completed rebalance (the
+//! leader's assignment in) is handed out as a [`StoredGroup`] for the metadata log, as Kafka
+//! writes it to `__consumer_offsets`; a coordinator that starts loads the stored groups, so after
+//! a failover their members go on heartbeating and committing under the same generation. The
+//! store is not waited for: a coordinator lost before it commits leaves the previous
+//! generation, whose members are told to rejoin (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID). Member
+//! ids carry a prefix unique to each coordinator start, so an id is never handed out twice.
+//! Offsets are elsewhere: in the partitions' logs. A group with no member and no pending id is
+//! forgotten, and a stored one is stored again with no members (its offsets stay).
 //!
 //! It never reads a clock (times are passed in), never touches storage or sockets, and never
 //! decides what an offset commit stores: it only says whether a member may commit.
@@ -18,7 +21,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use shoal_kafka::kafka_protocol::error::ResponseError;
-use shoal_proto::protocol::validate_name;
+use shoal_proto::protocol::{ProtocolError, Reader, Writer, validate_name};
 
 /// Session timeouts a member may ask for, in milliseconds (Kafka's broker defaults allow 6 s to
 /// 30 min; Shoal allows shorter sessions for tests and quick failure detection).
@@ -57,6 +60,76 @@ impl GroupState {
             GroupState::CompletingRebalance => "CompletingRebalance",
             GroupState::Stable => "Stable",
         }
+    }
+}
+
+/// A group as the metadata log keeps it: its state after a completed rebalance, or (no members)
+/// its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredGroup {
+    pub group: String,
+    pub generation: i32,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub leader: String,
+    pub members: Vec<StoredMember>,
+}
+
+/// One member of a [`StoredGroup`]: its metadata for the group's protocol and its assignment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMember {
+    pub id: String,
+    pub client_id: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+/// The longest string a stored group carries besides its id (a Kafka string's bound).
+const STORED_TEXT_LEN_MAX: usize = i16::MAX as usize;
+/// The smallest stored member: two empty strings, two timeouts, two empty byte strings.
+const STORED_MEMBER_SIZE_MIN: usize = 2 + 2 + 4 + 4 + 4 + 4;
+
+impl StoredGroup {
+    /// Appends its bytes (docs/storage-format.md, "Metadata commands").
+    pub fn write(&self, w: &mut Writer) {
+        w.str(&self.group).u32(self.generation as u32);
+        w.str(&self.protocol_type).str(&self.protocol).str(&self.leader);
+        w.u32(self.members.len() as u32);
+        for member in &self.members {
+            w.str(&member.id).str(&member.client_id);
+            w.u32(member.session_timeout_ms as u32).u32(member.rebalance_timeout_ms as u32);
+            w.bytes(&member.metadata).bytes(&member.assignment);
+        }
+    }
+
+    /// Reads one, every count and length bounded by the bytes present.
+    pub fn read(r: &mut Reader<'_>) -> Result<StoredGroup, ProtocolError> {
+        let group = r.name("kafka group")?;
+        let generation = r.u32("generation")? as i32;
+        let protocol_type = r.str("protocol type", STORED_TEXT_LEN_MAX)?;
+        let protocol = r.str("protocol", STORED_TEXT_LEN_MAX)?;
+        let leader = r.str("leader", STORED_TEXT_LEN_MAX)?;
+        let count = r.count("members", STORED_MEMBER_SIZE_MIN)?;
+        let mut members = Vec::with_capacity(count);
+        for _ in 0..count {
+            let id = r.str("member id", STORED_TEXT_LEN_MAX)?;
+            let client_id = r.str("client id", STORED_TEXT_LEN_MAX)?;
+            let session_timeout_ms = r.u32("session timeout")? as i32;
+            let rebalance_timeout_ms = r.u32("rebalance timeout")? as i32;
+            let metadata = Bytes::copy_from_slice(r.bytes("metadata", r.remaining())?);
+            let assignment = Bytes::copy_from_slice(r.bytes("assignment", r.remaining())?);
+            members.push(StoredMember {
+                id,
+                client_id,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                metadata,
+                assignment,
+            });
+        }
+        Ok(StoredGroup { group, generation, protocol_type, protocol, leader, members })
     }
 }
 
@@ -165,6 +238,15 @@ pub struct GroupDescription {
 }
 
 impl<W> Member<W> {
+    /// Its metadata for `protocol` (empty if it does not support it).
+    fn metadata_for(&self, protocol: &str) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|(n, _)| n == protocol)
+            .map(|(_, b)| b.clone())
+            .unwrap_or_default()
+    }
+
     /// What the member holds, counted against [`HELD_BYTES_MAX`].
     fn bytes(&self, id: &str) -> usize {
         let protocols: usize = self.protocols.iter().map(|(n, m)| n.len() + m.len()).sum();
@@ -201,6 +283,8 @@ struct Group<W> {
     rebalance_not_before_ms: i64,
     /// What its members held when last counted (`KafkaGroups::recount`).
     bytes: usize,
+    /// A generation of it was handed out to be stored (so its end must be stored too).
+    stored: bool,
 }
 
 impl<W> Group<W> {
@@ -216,6 +300,32 @@ impl<W> Group<W> {
             rebalance_deadline_ms: 0,
             rebalance_not_before_ms: 0,
             bytes: 0,
+            stored: false,
+        }
+    }
+
+    /// The group as the metadata log keeps it (a Stable group's, or with no members its end).
+    fn to_stored(&self, name: &str) -> StoredGroup {
+        let protocol = self.protocol.clone().unwrap_or_default();
+        let members = self
+            .members
+            .iter()
+            .map(|(id, m)| StoredMember {
+                id: id.clone(),
+                client_id: m.client_id.clone(),
+                session_timeout_ms: m.session_timeout_ms,
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                metadata: m.metadata_for(&protocol),
+                assignment: m.assignment.clone(),
+            })
+            .collect();
+        StoredGroup {
+            group: name.to_string(),
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol,
+            leader: self.leader.clone().unwrap_or_default(),
+            members,
         }
     }
 
@@ -267,6 +377,8 @@ pub struct KafkaGroups<W> {
     /// How long a new group waits for more members before its first generation.
     initial_rebalance_delay_ms: i64,
     answers: Vec<(W, GroupAnswer)>,
+    /// Groups to store in the metadata log, in order.
+    stores: Vec<StoredGroup>,
     /// What every group's members hold, and its bound.
     held_bytes: usize,
     held_bytes_max: usize,
@@ -281,6 +393,7 @@ impl<W> KafkaGroups<W> {
             next_member: 1,
             initial_rebalance_delay_ms: i64::from(initial_rebalance_delay_ms),
             answers: Vec::new(),
+            stores: Vec::new(),
             held_bytes: 0,
             held_bytes_max: HELD_BYTES_MAX,
         }
@@ -305,6 +418,46 @@ impl<W> KafkaGroups<W> {
         std::mem::take(&mut self.answers)
     }
 
+    /// Groups to store since the last call, in the order they changed.
+    pub fn take_stores(&mut self) -> Vec<StoredGroup> {
+        std::mem::take(&mut self.stores)
+    }
+
+    /// Takes up the stored groups (a coordinator that starts): each Stable in its stored
+    /// generation, its members' sessions starting `now_ms`. Nothing is stored again.
+    pub fn load<'a>(&mut self, stored: impl IntoIterator<Item = &'a StoredGroup>, now_ms: i64) {
+        for record in stored {
+            if record.members.is_empty() || self.groups.len() >= GROUPS_MAX {
+                continue;
+            }
+            let mut group = Group::new(record.protocol_type.clone());
+            group.state = GroupState::Stable;
+            group.generation = record.generation;
+            group.protocol = Some(record.protocol.clone());
+            group.stored = true;
+            for member in &record.members {
+                group.members.insert(
+                    member.id.clone(),
+                    Member {
+                        client_id: member.client_id.clone(),
+                        session_timeout_ms: member.session_timeout_ms,
+                        rebalance_timeout_ms: member.rebalance_timeout_ms,
+                        protocols: vec![(record.protocol.clone(), member.metadata.clone())],
+                        last_heard_ms: now_ms,
+                        join: None,
+                        sync: None,
+                        assignment: member.assignment.clone(),
+                    },
+                );
+            }
+            group.leader = Some(record.leader.clone())
+                .filter(|leader| group.members.contains_key(leader))
+                .or_else(|| group.members.keys().next().cloned());
+            self.groups.insert(record.group.clone(), group);
+            self.recount(&record.group);
+        }
+    }
+
     /// Every waiting request, for a coordinator that stops: the caller answers them.
     pub fn drain_waiters(&mut self) -> Vec<W> {
         let mut waiters: Vec<W> = self.answers.drain(..).map(|(w, _)| w).collect();
@@ -315,6 +468,7 @@ impl<W> KafkaGroups<W> {
             }
         }
         self.groups.clear();
+        self.stores.clear();
         self.held_bytes = 0;
         waiters
     }
@@ -557,6 +711,8 @@ impl<W> KafkaGroups<W> {
                         self.answers.push((waiter, answer));
                     }
                 }
+                group.stored = true;
+                self.stores.push(group.to_stored(name));
                 self.recount(name);
             }
         }
@@ -693,8 +849,11 @@ impl<W> KafkaGroups<W> {
 
     fn forget_if_empty(&mut self, name: &str) {
         self.recount(name);
-        if self.groups.get(name).is_some_and(|g| g.members.is_empty() && g.pending.is_empty()) {
-            self.groups.remove(name);
+        if self.groups.get(name).is_some_and(|g| g.members.is_empty() && g.pending.is_empty())
+            && let Some(group) = self.groups.remove(name)
+            && group.stored
+        {
+            self.stores.push(group.to_stored(name));
         }
     }
 
@@ -708,12 +867,7 @@ impl<W> KafkaGroups<W> {
             .map(|(id, m)| MemberDescription {
                 member_id: id.clone(),
                 client_id: m.client_id.clone(),
-                metadata: m
-                    .protocols
-                    .iter()
-                    .find(|(n, _)| *n == protocol)
-                    .map(|(_, b)| b.clone())
-                    .unwrap_or_default(),
+                metadata: m.metadata_for(&protocol),
                 assignment: m.assignment.clone(),
             })
             .collect();

@@ -28,6 +28,7 @@ use shoal_proto::wire::HEADER_SIZE;
 use shoal_replication::{ClientCheck, ClientLimits, ClientTable};
 
 use crate::config::{NODES_MAX, TopicDefaults};
+use crate::kafka_groups::{GROUPS_MAX as KAFKA_GROUPS_MAX, StoredGroup};
 
 /// The metadata group's id.
 pub const METADATA_GROUP: u64 = 0;
@@ -101,6 +102,10 @@ pub enum MetaCommand {
         /// Every member, ascending by id, and its share.
         members: Vec<GroupMemberAssignment>,
     },
+    /// A Kafka group's state after a completed rebalance, or (no members) its end: what a
+    /// Kafka group coordinator that starts takes up (`crate::kafka_groups`). It changes nothing
+    /// in the catalog.
+    StoreKafkaGroup(StoredGroup),
 }
 
 /// One member's part of an assignment.
@@ -248,6 +253,7 @@ const TAG_CREATE_TOPIC: u8 = 4;
 const TAG_DELETE_TOPIC: u8 = 5;
 const TAG_REBALANCE: u8 = 6;
 const TAG_ADD_PARTITIONS: u8 = 7;
+const TAG_STORE_KAFKA_GROUP: u8 = 8;
 
 impl MetaCommand {
     /// The command's bytes (the record value in the metadata log).
@@ -284,6 +290,10 @@ impl MetaCommand {
                         w.u32(*partition);
                     }
                 }
+            }
+            MetaCommand::StoreKafkaGroup(group) => {
+                w.u8(TAG_STORE_KAFKA_GROUP);
+                group.write(&mut w);
             }
         }
         w.finish()
@@ -346,6 +356,7 @@ impl MetaCommand {
                 }
                 MetaCommand::Rebalance { stream, topic, group, generation, members }
             }
+            TAG_STORE_KAFKA_GROUP => MetaCommand::StoreKafkaGroup(StoredGroup::read(&mut r)?),
             other => {
                 return Err(ProtocolError::Invalid { field: "tag", reason: format!("{other}") });
             }
@@ -474,7 +485,8 @@ impl Catalog {
     /// proposed together may conflict).
     pub fn check(&self, command: &MetaCommand) -> Result<(), (ErrorCode, String)> {
         match command {
-            MetaCommand::RegisterSession => Ok(()),
+            // The metadata state, not the catalog, keeps Kafka groups (`MetaState::apply`).
+            MetaCommand::RegisterSession | MetaCommand::StoreKafkaGroup(_) => Ok(()),
             MetaCommand::CreateStream { name } => {
                 check_name(name)?;
                 if self.streams.contains_key(name) {
@@ -640,6 +652,7 @@ impl Catalog {
                 group.generation = *generation;
                 group.members = members.clone();
             }
+            MetaCommand::StoreKafkaGroup(_) => {}
         }
         Ok(Applied::Done)
     }
@@ -835,8 +848,9 @@ impl Catalog {
 pub const META_REPLY_BYTES_MAX: usize = 1024;
 
 /// Snapshot format version (`docs/storage-format.md`, "Metadata snapshot"): 2 adds each
-/// topic's `replica_lag_time_max_ms` after its settings; version 1 is still read (as 0).
-const SNAPSHOT_VERSION: u16 = 2;
+/// topic's `replica_lag_time_max_ms` after its settings; 3 the stored Kafka groups after the
+/// client table. Versions 1 and 2 are still read (as 0, and as no Kafka group).
+const SNAPSHOT_VERSION: u16 = 3;
 
 /// The answer to one metadata request, as its client gets it and the client table keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -892,6 +906,9 @@ pub struct MetaState {
     pub catalog: Catalog,
     /// Per session, its newest admin request and that request's reply.
     pub clients: ClientTable,
+    /// The Kafka groups stored (`MetaCommand::StoreKafkaGroup`), by id: only the coordinator
+    /// reads them, so they are not in the catalog every shard is handed.
+    pub kafka_groups: BTreeMap<String, StoredGroup>,
 }
 
 impl MetaState {
@@ -900,6 +917,19 @@ impl MetaState {
         MetaState {
             catalog: Catalog::new(shards, groups_per_shard_max),
             clients: ClientTable::new(client_limits(sessions_max)),
+            kafka_groups: BTreeMap::new(),
+        }
+    }
+
+    /// Keeps a Kafka group's stored state: a group with no members is gone; a new one beyond
+    /// the coordinator's bound on groups is not kept (it never hands out more).
+    fn store_kafka_group(&mut self, stored: &StoredGroup) {
+        if stored.members.is_empty() {
+            self.kafka_groups.remove(&stored.group);
+        } else if self.kafka_groups.len() < KAFKA_GROUPS_MAX
+            || self.kafka_groups.contains_key(&stored.group)
+        {
+            self.kafka_groups.insert(stored.group.clone(), stored.clone());
         }
     }
 
@@ -943,6 +973,9 @@ impl MetaState {
         {
             self.catalog.skip(op);
             return answer;
+        }
+        if let MetaCommand::StoreKafkaGroup(stored) = command {
+            self.store_kafka_group(stored);
         }
         let reply = match self.catalog.apply(op, append_time_ms, command) {
             Ok(Applied::Session(id)) => {
@@ -1015,6 +1048,10 @@ impl MetaState {
             }
         }
         w.bytes(&self.clients.encode());
+        w.u32(self.kafka_groups.len() as u32);
+        for group in self.kafka_groups.values() {
+            group.write(&mut w);
+        }
         w.finish()
     }
 
@@ -1032,7 +1069,7 @@ impl MetaState {
         let mut r = Reader::new(bytes);
         let version = r.u16("version")?;
         if !(1..=SNAPSHOT_VERSION).contains(&version) {
-            return Err(invalid("version", format!("{version}, this build reads 1 and 2")));
+            return Err(invalid("version", format!("{version}, this build reads 1 to 3")));
         }
         let applied_op = r.u64("applied_op")?;
         let snapshot_shards = r.u32("shards")?;
@@ -1094,6 +1131,14 @@ impl MetaState {
         let clients = r.bytes("clients", bytes.len())?;
         let clients = ClientTable::decode(clients, client_limits(sessions_max))
             .map_err(|e| invalid("clients", e.0))?;
+        let mut kafka_groups = BTreeMap::new();
+        if version >= 3 {
+            // The smallest stored group: an id, a generation, three strings, a member count.
+            for _ in 0..r.count("kafka groups", 2 + 4 + 2 + 2 + 2 + 4)? {
+                let group = StoredGroup::read(&mut r)?;
+                kafka_groups.insert(group.group.clone(), group);
+            }
+        }
         r.end()?;
         let catalog = Catalog {
             applied_op,
@@ -1104,7 +1149,7 @@ impl MetaState {
             // The node's bound now, as a full replay would use.
             groups_per_shard_max,
         };
-        Ok(MetaState { catalog, clients })
+        Ok(MetaState { catalog, clients, kafka_groups })
     }
 }
 
@@ -1326,6 +1371,8 @@ mod tests {
             create_topic("t", 3, 3),
             MetaCommand::DeleteTopic { stream: "s".into(), topic: "t".into() },
             add_partitions(5),
+            MetaCommand::StoreKafkaGroup(kafka_group("g", 3)),
+            MetaCommand::StoreKafkaGroup(kafka_group("g", 0)),
         ];
         for command in commands {
             assert_eq!(MetaCommand::decode(&command.encode()), Ok(command));
@@ -1442,7 +1489,45 @@ mod tests {
             (5, 1, MetaCommand::CreateStream { name: "other".into() }),
             // A new request number re-executes, and is refused.
             (1, 7, create),
+            (0, 3, MetaCommand::StoreKafkaGroup(kafka_group("billing", 2))),
+            (0, 4, MetaCommand::StoreKafkaGroup(kafka_group("audit", 1))),
+            // The end of a group: it is no longer kept.
+            (0, 5, MetaCommand::StoreKafkaGroup(kafka_group("audit", 0))),
         ]
+    }
+
+    /// A stored Kafka group of `members` members.
+    fn kafka_group(group: &str, members: usize) -> StoredGroup {
+        StoredGroup {
+            group: group.into(),
+            generation: 4,
+            protocol_type: "consumer".into(),
+            protocol: "range".into(),
+            leader: "m-0".into(),
+            members: (0..members)
+                .map(|i| crate::kafka_groups::StoredMember {
+                    id: format!("m-{i}"),
+                    client_id: "app".into(),
+                    session_timeout_ms: 10_000,
+                    rebalance_timeout_ms: 30_000,
+                    metadata: bytes::Bytes::from(vec![i as u8; 3]),
+                    assignment: bytes::Bytes::from(format!("share {i}")),
+                })
+                .collect(),
+        }
+    }
+
+    /// Stored Kafka groups are kept by the metadata state (not the catalog), the end of one
+    /// removes it, and a snapshot carries them.
+    #[test]
+    fn metadata_keeps_the_stored_kafka_groups() {
+        let mut state = MetaState::new(2, 16, 8);
+        apply_all(&mut state, &sample_log(), 0);
+        let kept: Vec<&String> = state.kafka_groups.keys().collect();
+        assert_eq!(kept, ["billing"]);
+        assert_eq!(state.kafka_groups["billing"], kafka_group("billing", 2));
+        let restored = MetaState::decode_snapshot(&state.encode_snapshot(), 2, 16, 8).unwrap();
+        assert_eq!(restored.kafka_groups, state.kafka_groups);
     }
 
     fn apply_all(
@@ -1632,7 +1717,15 @@ mod tests {
             state.catalog.topic("s", "t").unwrap().settings.replica_lag_time_max_ms
         };
         assert_eq!(lag(&restored), 5_000);
-        // Version 1: the same bytes without the bound after the topic's settings.
+        // Version 2: the same bytes without the (empty) Kafka groups at the end.
+        let version_2 = {
+            let mut bytes = snapshot[..snapshot.len() - 4].to_vec();
+            bytes[..2].copy_from_slice(&2u16.to_le_bytes());
+            bytes
+        };
+        let restored = MetaState::decode_snapshot(&version_2, 1, 100, 8).unwrap();
+        assert_eq!((lag(&restored), restored.kafka_groups.len()), (5_000, 0));
+        // Version 1: without the bound after the topic's settings as well.
         let version_1 = {
             let mut topic_lag = Writer::new();
             topic_lag.u64(5_000);
@@ -1641,7 +1734,7 @@ mod tests {
                 .windows(lag_bytes.len())
                 .position(|window| window == lag_bytes.as_slice())
                 .expect("the bound is in the snapshot");
-            let mut bytes = [&snapshot[..at], &snapshot[at + 8..]].concat();
+            let mut bytes = [&snapshot[..at], &snapshot[at + 8..snapshot.len() - 4]].concat();
             bytes[..2].copy_from_slice(&1u16.to_le_bytes());
             bytes
         };

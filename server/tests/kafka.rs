@@ -610,6 +610,22 @@ fn group_id() -> GroupId {
     GroupId(StrBytes::from_static_str("billing"))
 }
 
+/// A JoinGroup of `member` (empty: a new one) into the group, with one protocol, `range`.
+fn join_request(member: &str) -> JoinGroupRequest {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    JoinGroupRequest::default()
+        .with_group_id(group_id())
+        .with_session_timeout_ms(30_000)
+        .with_rebalance_timeout_ms(30_000)
+        .with_member_id(StrBytes::from_string(member.to_string()))
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![
+            JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str("range"))
+                .with_metadata(Bytes::from_static(b"subscription")),
+        ])
+}
+
 fn commit_offsets(
     kafka: &mut Kafka,
     member: &str,
@@ -709,7 +725,6 @@ fn list_groups(kafka: &mut Kafka) -> Vec<(String, String)> {
 /// offsets are stored in the partitions and read back.
 #[test]
 fn a_group_member_joins_syncs_heartbeats_commits_and_leaves() {
-    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
     use kafka_protocol::messages::leave_group_request::MemberIdentity;
     use kafka_protocol::messages::offset_for_leader_epoch_request::{
         OffsetForLeaderPartition, OffsetForLeaderTopic,
@@ -734,25 +749,13 @@ fn a_group_member_joins_syncs_heartbeats_commits_and_leaves() {
     assert_eq!(found.coordinators.len(), 1);
     assert_eq!((found.coordinators[0].error_code, found.coordinators[0].port), (0, port));
 
-    let join = |member: &str| {
-        JoinGroupRequest::default()
-            .with_group_id(group_id())
-            .with_session_timeout_ms(30_000)
-            .with_rebalance_timeout_ms(30_000)
-            .with_member_id(StrBytes::from_string(member.to_string()))
-            .with_protocol_type(StrBytes::from_static_str("consumer"))
-            .with_protocols(vec![
-                JoinGroupRequestProtocol::default()
-                    .with_name(StrBytes::from_static_str("range"))
-                    .with_metadata(Bytes::from_static(b"subscription")),
-            ])
-    };
-    let first: JoinGroupResponse = exchange(&mut kafka, ApiKey::JoinGroup, 5, &join(""), false);
+    let first: JoinGroupResponse =
+        exchange(&mut kafka, ApiKey::JoinGroup, 5, &join_request(""), false);
     assert_eq!(first.error_code, 79, "MEMBER_ID_REQUIRED");
     let member = first.member_id.to_string();
     assert!(member.starts_with("shoal-test-"), "{member}");
     let joined: JoinGroupResponse =
-        exchange(&mut kafka, ApiKey::JoinGroup, 7, &join(&member), true);
+        exchange(&mut kafka, ApiKey::JoinGroup, 7, &join_request(&member), true);
     assert_eq!(joined.error_code, 0);
     assert_eq!((joined.generation_id, joined.leader.as_str()), (1, member.as_str()));
     assert_eq!(joined.protocol_name.as_deref(), Some("range"));
@@ -1143,4 +1146,54 @@ fn delete_records_moves_the_log_start_for_good() {
         list_offsets(&mut kafka, 7, &[("orders", -2), ("orders", -1)]),
         [(0, end), (0, end + 1)]
     );
+}
+
+/// A group's completed rebalance is stored in the metadata log: after `kill -9` and a restart,
+/// the coordinator that starts takes it up, and its member goes on heartbeating, committing
+/// and syncing under the same id and generation, without rejoining.
+#[test]
+fn a_stable_group_survives_a_coordinator_restart_without_a_rebalance() {
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, _raw) = server_with_orders(dir.path(), 1, 2, Durability::Replicated);
+    let mut kafka = Kafka::connect(&server);
+    let first: JoinGroupResponse =
+        exchange(&mut kafka, ApiKey::JoinGroup, 7, &join_request(""), true);
+    let member = first.member_id.to_string();
+    let joined: JoinGroupResponse =
+        exchange(&mut kafka, ApiKey::JoinGroup, 7, &join_request(&member), true);
+    assert_eq!((joined.error_code, joined.generation_id), (0, 1));
+    let sync = |assignments: Vec<SyncGroupRequestAssignment>| {
+        SyncGroupRequest::default()
+            .with_group_id(group_id())
+            .with_generation_id(1)
+            .with_member_id(StrBytes::from_string(member.clone()))
+            .with_assignments(assignments)
+    };
+    let assignment = vec![
+        SyncGroupRequestAssignment::default()
+            .with_member_id(StrBytes::from_string(member.clone()))
+            .with_assignment(Bytes::from_static(b"orders 0,1")),
+    ];
+    let synced: SyncGroupResponse =
+        exchange(&mut kafka, ApiKey::SyncGroup, 5, &sync(assignment), true);
+    assert_eq!(synced.error_code, 0);
+    // The store is not waited for; a later metadata op committing means it did (one log).
+    let created = create_topics(&mut kafka, 7, &[("later", 1, -1, &[])], false);
+    assert_eq!(created, [(0, 1)]);
+
+    server.kill_9();
+    common::restart(&mut server);
+    let mut kafka = Kafka::connect(&server);
+    let heartbeat = HeartbeatRequest::default()
+        .with_group_id(group_id())
+        .with_generation_id(1)
+        .with_member_id(StrBytes::from_string(member.clone()));
+    let beat: HeartbeatResponse = exchange(&mut kafka, ApiKey::Heartbeat, 4, &heartbeat, true);
+    assert_eq!(beat.error_code, 0, "the member is known, in generation 1");
+    assert_eq!(commit_offsets(&mut kafka, &member, 1, &[("orders", 0, 3)]), [0]);
+    let resynced: SyncGroupResponse =
+        exchange(&mut kafka, ApiKey::SyncGroup, 5, &sync(Vec::new()), true);
+    assert_eq!((resynced.error_code, resynced.assignment), (0, Bytes::from_static(b"orders 0,1")));
+    assert_eq!(describe_group(&mut kafka), ("Stable".into(), vec![member.clone()]));
 }

@@ -348,3 +348,79 @@ fn members_hold_at_most_the_byte_bound() {
     let answers = joined(groups.take_answers());
     assert!(answers.iter().all(|(_, answer)| answer.error.is_none()), "{answers:?}");
 }
+
+/// A completed rebalance is handed out to be stored — the members with their metadata for the
+/// chosen protocol and their assignments — and the group's end (the last member leaves) too;
+/// a coordinator that loads it serves the stored generation as if nothing had happened.
+#[test]
+fn completed_rebalances_are_stored_and_a_new_coordinator_takes_them_up() {
+    let mut groups = groups();
+    let a = first_join(&mut groups, 1, 0);
+    groups.take_answers();
+    assert!(groups.take_stores().is_empty(), "nothing before the leader's assignment");
+    groups.sync(sync(&a, 1, None, None, vec![(a.clone(), "A".into())]), 0, 2);
+    groups.take_answers();
+    let stores = groups.take_stores();
+    let expected = StoredGroup {
+        group: "g".into(),
+        generation: 1,
+        protocol_type: "consumer".into(),
+        protocol: "range".into(),
+        leader: a.clone(),
+        members: vec![StoredMember {
+            id: a.clone(),
+            client_id: "client".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            metadata: Bytes::from("meta-range"),
+            assignment: Bytes::from("A"),
+        }],
+    };
+    assert_eq!(stores, vec![expected.clone()]);
+    // Its bytes read back as written, and a cut record is refused.
+    let mut w = Writer::new();
+    expected.write(&mut w);
+    let bytes = w.finish();
+    assert_eq!(StoredGroup::read(&mut Reader::new(&bytes)).unwrap(), expected);
+    for len in 0..bytes.len() {
+        assert!(StoredGroup::read(&mut Reader::new(&bytes[..len])).is_err(), "cut at {len}");
+    }
+
+    // Another coordinator (another prefix) loads it: the member goes on in generation 1.
+    let mut taken_up = KafkaGroups::<u32>::new("q".into(), 0);
+    taken_up.load([&expected], 50_000);
+    assert_eq!(taken_up.heartbeat("g", &a, 1, 55_000), None);
+    assert_eq!(taken_up.check_commit("g", &a, 1), None);
+    assert_eq!(taken_up.check_commit("g", &a, 2), Some(ResponseError::IllegalGeneration));
+    assert_eq!(
+        taken_up.heartbeat("g", "someone-else", 1, 55_000),
+        Some(ResponseError::UnknownMemberId)
+    );
+    taken_up.sync(sync(&a, 1, None, None, Vec::new()), 55_000, 7);
+    assert_eq!(synced(taken_up.take_answers())[0].1.assignment, Bytes::from("A"));
+    let described = taken_up.describe("g").unwrap();
+    assert_eq!((described.state, described.protocol.as_str()), (GroupState::Stable, "range"));
+    assert!(taken_up.take_stores().is_empty(), "loading stores nothing");
+    // Its session runs from the load: silent past it, the member is gone, and so is the group,
+    // whose end is stored.
+    taken_up.tick(55_000 + 10_001);
+    assert!(taken_up.list().is_empty());
+    let ended = taken_up.take_stores();
+    assert_eq!(ended.len(), 1);
+    assert_eq!((ended[0].group.as_str(), ended[0].members.len()), ("g", 0));
+
+    // On the first coordinator, the member leaving ends the group the same way.
+    assert_eq!(groups.leave("g", std::slice::from_ref(&a), 100), vec![None]);
+    let ended = groups.take_stores();
+    assert_eq!((ended.len(), ended[0].members.len()), (1, 0));
+}
+
+/// A group that never completed a rebalance was never stored, so its end is not either.
+#[test]
+fn a_group_never_stored_stores_no_end() {
+    let mut groups = groups();
+    let a = first_join(&mut groups, 1, 0);
+    groups.take_answers();
+    assert_eq!(groups.leave("g", std::slice::from_ref(&a), 10), vec![None]);
+    assert!(groups.take_stores().is_empty());
+}

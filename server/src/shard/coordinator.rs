@@ -17,7 +17,6 @@
 //! old primary is proposed again by the new one.
 
 use shoal_proto::protocol::ErrorCode;
-use shoal_proto::wire::ClientRequest;
 
 use super::kafka_coordinator::restart_kafka_groups;
 use super::metadata::MetaWaiter;
@@ -53,6 +52,7 @@ impl ShardState {
             metadata.coordinator = coordinator;
             let prefix = Some(format!("{:x}.{node}", now_ms()));
             restart_kafka_groups(&mut metadata.kafka_groups, prefix, kafka_delay_ms);
+            metadata.kafka_groups.load(metadata.state.kafka_groups.values(), now_ms());
             tracing::info!(node, applied_op = metadata.state.catalog.applied_op, "coordinating");
             return;
         }
@@ -72,13 +72,7 @@ impl ShardState {
         let due = metadata.coordinator.rebalances_due(&metadata.state.catalog);
         for (group, command) in due {
             let Some(metadata) = self.metadata.as_mut() else { return };
-            metadata.internal_request += 1;
-            let client = ClientRequest {
-                client: metadata.internal_client,
-                session: 0,
-                request: metadata.internal_request,
-                operation: 0,
-            };
+            let client = metadata.next_internal_request();
             self.propose_metadata(client, command, MetaWaiter::Rebalance(group));
         }
     }

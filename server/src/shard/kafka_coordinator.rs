@@ -4,14 +4,23 @@
 //! `crate::kafka_groups::KafkaGroups`; its answers, due now or once a rebalance completes, go
 //! back through each request's reply slot.
 //!
-//! Nothing here is written to a log: Kafka group membership is soft state (see
-//! `kafka_groups`), and offsets go through the partitions' logs (`offsets`). A coordinator that
+//! Each completed rebalance is proposed to the metadata log (`MetaCommand::StoreKafkaGroup`)
+//! without anyone waiting for it, and a coordinator that starts takes the stored groups up (see
+//! `kafka_groups`); offsets go through the partitions' logs (`offsets`). A coordinator that
 //! stops answers every waiting request NOT_COORDINATOR, so the members find the new one.
 
+use shoal_proto::wire::HEADER_SIZE;
+
+use super::metadata::MetaWaiter;
 use super::state::ShardState;
 use super::thread::now_ms;
 use super::work::{KafkaGroupReply, KafkaGroupReplySender, KafkaGroupRequest};
 use crate::kafka_groups::KafkaGroups;
+use crate::metadata::MetaCommand;
+
+/// Room a metadata record needs besides its command: the prepare header, and the batch framing
+/// around its one record.
+const STORE_FRAMING_BYTES: usize = HEADER_SIZE + 1024;
 
 impl ShardState {
     /// Serves a Kafka group request, if this node coordinates.
@@ -62,10 +71,30 @@ impl ShardState {
     }
 
     fn send_kafka_group_answers(&mut self) {
+        let record_bytes_max = self.node.shard_config().record_size_bytes_max;
         let Some(metadata) = self.metadata.as_mut() else { return };
         for (slot, answer) in metadata.kafka_groups.take_answers() {
             // A requester that gave up (its connection closed) is no error.
             let _ = slot.send(KafkaGroupReply::Answer(answer));
+        }
+        for stored in metadata.kafka_groups.take_stores() {
+            let command = MetaCommand::StoreKafkaGroup(stored);
+            let size = command.encode().len();
+            if size + STORE_FRAMING_BYTES > record_bytes_max {
+                // Kept in memory only, as before stores: after a failover its members rejoin.
+                let MetaCommand::StoreKafkaGroup(stored) = &command else { unreachable!() };
+                tracing::warn!(
+                    group = stored.group,
+                    size,
+                    record_bytes_max,
+                    "a Kafka group's state is too large to store; its members rejoin after a \
+                     coordinator change"
+                );
+                continue;
+            }
+            let Some(metadata) = self.metadata.as_mut() else { return };
+            let client = metadata.next_internal_request();
+            self.propose_metadata(client, command, MetaWaiter::KafkaGroup);
         }
     }
 }

@@ -84,6 +84,17 @@ pub(super) struct MetadataState {
 }
 
 impl MetadataState {
+    /// The header fields of the coordinators' next proposal of their own.
+    pub(super) fn next_internal_request(&mut self) -> ClientRequest {
+        self.internal_request += 1;
+        ClientRequest {
+            client: self.internal_client,
+            session: 0,
+            request: self.internal_request,
+            operation: 0,
+        }
+    }
+
     /// Everyone waiting for the proposal (client, request), which is done with.
     fn take_waiters(&mut self, client: u64, request: u64) -> Option<Vec<MetaWaiter>> {
         let (session, waiters) = self.pending.remove(&(client, request))?;
@@ -107,6 +118,7 @@ impl MetadataState {
                     MetaWaiter::Rebalance(group) => {
                         self.coordinator.settled(&group, None);
                     }
+                    MetaWaiter::KafkaGroup => {}
                 }
             }
         }
@@ -121,6 +133,8 @@ const META_WAITERS_MAX: usize = 16;
 pub(super) enum MetaWaiter {
     Client(ReplySender),
     Rebalance(GroupRef),
+    /// A Kafka group's store: nobody waits (see `kafka_coordinator`).
+    KafkaGroup,
 }
 
 impl ShardState {
@@ -411,6 +425,7 @@ impl ShardState {
                 // Members may have changed while this one was in flight.
                 self.propose_rebalances();
             }
+            MetaWaiter::KafkaGroup => {}
         }
     }
 
