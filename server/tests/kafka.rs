@@ -996,19 +996,11 @@ fn admin_apis_create_describe_and_delete_topics() {
     assert_eq!(answered.topics[0].partitions.len(), 1, "the default partition count");
 }
 
-/// On a cluster, a group's offsets are committed and read on its coordinator (the metadata
-/// primary) but live in each partition's log, which only the partition's primary writes: the
-/// coordinator forwards what its own replicas cannot do, and each offset lands in its
-/// partition (read back natively from the partition's primary).
-#[test]
-fn a_cluster_coordinator_commits_and_reads_offsets_of_partitions_other_nodes_lead() {
+/// A three-node cluster whose Kafka stream holds `orders`, of 3 partitions.
+fn cluster_with_orders(dir: &std::path::Path) -> shoal_testkit::ShoalCluster {
     use common::cluster::{call_anywhere, cluster, create_topic_as};
-    use shoal_proto::protocol::consumer::{
-        ConsumerId, OffsetKey, PartitionRef, decode_stored_offset,
-    };
     use shoal_proto::protocol::{CreateTopic, Operation, encode_stream_name};
-    let dir = tempfile::tempdir().unwrap();
-    let cluster = cluster(dir.path());
+    let cluster = cluster(dir);
     let created = call_anywhere(&cluster, 0, Operation::CreateStream, &encode_stream_name("kafka"));
     assert_eq!(created.map(|(code, _)| code), Some(0));
     let orders = CreateTopic {
@@ -1018,25 +1010,49 @@ fn a_cluster_coordinator_commits_and_reads_offsets_of_partitions_other_nodes_lea
         ..CreateTopic::default()
     };
     create_topic_as(&cluster, orders);
+    cluster
+}
 
-    // The coordinator, and every partition's leader as the coordinator sees it (once it has
-    // applied the topic and each partition has a primary).
+/// The node FindCoordinator on node `asked` names for the group, once it names one (other
+/// than `not`).
+fn find_coordinator(
+    cluster: &shoal_testkit::ShoalCluster,
+    asked: usize,
+    not: Option<usize>,
+) -> usize {
     let deadline = std::time::Instant::now() + common::DEADLINE;
-    let found = || {
-        let mut kafka = Kafka::connect(&cluster.nodes[0]);
+    loop {
+        let mut kafka = Kafka::connect(&cluster.nodes[asked]);
         let request =
             FindCoordinatorRequest::default().with_key(StrBytes::from_static_str("billing"));
         let found: FindCoordinatorResponse =
             exchange(&mut kafka, ApiKey::FindCoordinator, 3, &request, true);
-        (found.error_code == 0).then_some(found.node_id.0 as usize)
-    };
-    let coordinator = loop {
-        if let Some(node) = found() {
-            break node;
+        let node = found.node_id.0 as usize;
+        if found.error_code == 0 && Some(node) != not {
+            return node;
         }
-        assert!(std::time::Instant::now() < deadline, "no coordinator");
+        assert!(std::time::Instant::now() < deadline, "no coordinator: {found:?}");
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// On a cluster, a group's offsets are committed and read on its coordinator (the metadata
+/// primary) but live in each partition's log, which only the partition's primary writes: the
+/// coordinator forwards what its own replicas cannot do, and each offset lands in its
+/// partition (read back natively from the partition's primary).
+#[test]
+fn a_cluster_coordinator_commits_and_reads_offsets_of_partitions_other_nodes_lead() {
+    use common::cluster::call_anywhere;
+    use shoal_proto::protocol::Operation;
+    use shoal_proto::protocol::consumer::{
+        ConsumerId, OffsetKey, PartitionRef, decode_stored_offset,
     };
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = cluster_with_orders(dir.path());
+    // The coordinator, and every partition's leader as the coordinator sees it (once it has
+    // applied the topic and each partition has a primary).
+    let deadline = std::time::Instant::now() + common::DEADLINE;
+    let coordinator = find_coordinator(&cluster, 0, None);
     let mut kafka = Kafka::connect(&cluster.nodes[coordinator]);
     let leaders = loop {
         let response = metadata(&mut kafka, 12, Some(&["orders"]));
@@ -1196,4 +1212,64 @@ fn a_stable_group_survives_a_coordinator_restart_without_a_rebalance() {
         exchange(&mut kafka, ApiKey::SyncGroup, 5, &sync(Vec::new()), true);
     assert_eq!((resynced.error_code, resynced.assignment), (0, Bytes::from_static(b"orders 0,1")));
     assert_eq!(describe_group(&mut kafka), ("Stable".into(), vec![member.clone()]));
+}
+
+/// A stable group's rebalance is stored in the metadata log, so when its coordinator's node is
+/// `kill -9`ed the coordinator on the new metadata primary takes the group up: the member goes
+/// on heartbeating and committing under its id and generation, with no rebalance.
+#[test]
+fn a_stable_group_survives_the_loss_of_its_coordinators_node() {
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = cluster_with_orders(dir.path());
+    let deadline = std::time::Instant::now() + common::DEADLINE;
+    let coordinator = find_coordinator(&cluster, 0, None);
+    let mut kafka = Kafka::connect(&cluster.nodes[coordinator]);
+    // The coordinator starts once its node has caught up: NOT_COORDINATOR until then.
+    let member = loop {
+        let first: JoinGroupResponse =
+            exchange(&mut kafka, ApiKey::JoinGroup, 7, &join_request(""), true);
+        if first.error_code == 79 {
+            break first.member_id.to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "no join: {first:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let joined: JoinGroupResponse =
+        exchange(&mut kafka, ApiKey::JoinGroup, 7, &join_request(&member), true);
+    assert_eq!((joined.error_code, joined.generation_id), (0, 1));
+    let sync = SyncGroupRequest::default()
+        .with_group_id(group_id())
+        .with_generation_id(1)
+        .with_member_id(StrBytes::from_string(member.clone()))
+        .with_assignments(vec![
+            SyncGroupRequestAssignment::default()
+                .with_member_id(StrBytes::from_string(member.clone()))
+                .with_assignment(Bytes::from_static(b"orders 0,1,2")),
+        ]);
+    let synced: SyncGroupResponse = exchange(&mut kafka, ApiKey::SyncGroup, 5, &sync, true);
+    assert_eq!(synced.error_code, 0);
+    // A later metadata op committed: so did the store before it (one log, a quorum).
+    assert_eq!(create_topics(&mut kafka, 7, &[("later", 1, -1, &[])], false), [(0, 1)]);
+
+    cluster.nodes[coordinator].kill_9();
+    let survivor = (coordinator + 1) % 3;
+    let next = find_coordinator(&cluster, survivor, Some(coordinator));
+    let mut kafka = Kafka::connect(&cluster.nodes[next]);
+    let heartbeat = HeartbeatRequest::default()
+        .with_group_id(group_id())
+        .with_generation_id(1)
+        .with_member_id(StrBytes::from_string(member.clone()));
+    loop {
+        let beat: HeartbeatResponse = exchange(&mut kafka, ApiKey::Heartbeat, 4, &heartbeat, true);
+        // NOT_COORDINATOR while the new primary catches up; anything else is the answer.
+        if beat.error_code != 16 {
+            assert_eq!(beat.error_code, 0, "the member is known there, in generation 1");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the new coordinator never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(commit_offsets(&mut kafka, &member, 1, &[("orders", 2, 4)]), [0]);
+    assert_eq!(fetch_offsets(&mut kafka, Some(&[2])), [(2, 4, 0)]);
 }
