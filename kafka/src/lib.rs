@@ -5,6 +5,7 @@
 
 mod api;
 mod error;
+mod fetch_response;
 mod header;
 mod read;
 pub mod request;
@@ -12,6 +13,7 @@ mod response;
 
 pub use api::{SERVED, Served, served, serves};
 pub use error::DecodeError;
+pub use fetch_response::{FetchAnswer, FetchPartitionAnswer, FetchTopicAnswer};
 pub use header::RequestHeader;
 pub use kafka_protocol;
 pub use read::Reader;

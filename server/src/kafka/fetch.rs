@@ -8,22 +8,18 @@
 //! them answers; the others are taken as they stand. `min_bytes` above 1 is treated as 1.
 //! Fetch sessions (KIP-227) are not kept: the response's session id is 0, which tells clients
 //! to send full requests. An offset before the first held or past the committed end is
-//! `OFFSET_OUT_OF_RANGE`, so the client resets by its `auto.offset.reset`. The batches of all
-//! partitions are copied into the response body (the codec takes one buffer per partition).
+//! `OFFSET_OUT_OF_RANGE`, so the client resets by its `auto.offset.reset`. The batches go out
+//! as the buffers the shards read them into (ring, batch cache or disk read), never copied
+//! (`shoal_kafka::FetchAnswer`: one vectored write per response).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 
-use bytes::{Bytes, BytesMut};
-use shoal_kafka::Uuid;
+use bytes::Bytes;
 use shoal_kafka::kafka_protocol::error::ResponseError;
-use shoal_kafka::kafka_protocol::messages::fetch_response::{
-    FetchableTopicResponse, PartitionData,
-};
-use shoal_kafka::kafka_protocol::messages::{FetchResponse, TopicName};
-use shoal_kafka::kafka_protocol::protocol::StrBytes;
 use shoal_kafka::request::FetchRequest;
+use shoal_kafka::{FetchAnswer, FetchPartitionAnswer, FetchTopicAnswer, Uuid};
 use shoal_proto::protocol::{FetchFrom, FetchReply};
 
 use super::Connection;
@@ -40,7 +36,7 @@ struct Asked {
     found: Option<Outcome>,
 }
 
-pub(super) async fn answer(connection: &Connection, request: FetchRequest) -> FetchResponse {
+pub(super) async fn answer(connection: &Connection, request: FetchRequest) -> FetchAnswer {
     let config = &connection.context.config;
     let mut topics = Vec::with_capacity(request.topics.len());
     for wanted in &request.topics {
@@ -72,17 +68,15 @@ pub(super) async fn answer(connection: &Connection, request: FetchRequest) -> Fe
     }
 
     let mut left = usize::try_from(request.max_bytes).unwrap_or(0).max(1);
-    let responses = topics
+    let topics = topics
         .into_iter()
-        .map(|(name, id, asked)| {
-            let partitions = asked.into_iter().map(|a| partition_data(a, &mut left)).collect();
-            FetchableTopicResponse::default()
-                .with_topic(TopicName(StrBytes::from_string(name)))
-                .with_topic_id(Uuid::from_bytes(id))
-                .with_partitions(partitions)
+        .map(|(name, id, asked)| FetchTopicAnswer {
+            name,
+            topic_id: Uuid::from_bytes(id),
+            partitions: asked.into_iter().map(|a| partition_data(a, &mut left)).collect(),
         })
         .collect();
-    FetchResponse::default().with_session_id(0).with_responses(responses)
+    FetchAnswer { error_code: 0, topics }
 }
 
 /// Bytes of batches a partition's answer holds (0 without one).
@@ -97,13 +91,17 @@ fn batch_bytes(asked: &Asked) -> usize {
 
 /// One partition's part of the response; its batches count against `left` (the response's
 /// byte bound), and none are added once it is spent.
-fn partition_data(asked: Asked, left: &mut usize) -> PartitionData {
-    let data = PartitionData::default()
-        .with_partition_index(asked.index)
-        .with_high_watermark(-1)
-        .with_last_stable_offset(-1)
-        .with_log_start_offset(-1);
-    let refused = |error: ResponseError| data.clone().with_error_code(error.code());
+fn partition_data(asked: Asked, left: &mut usize) -> FetchPartitionAnswer {
+    let data = FetchPartitionAnswer {
+        index: asked.index,
+        error_code: 0,
+        high_watermark: -1,
+        last_stable_offset: -1,
+        log_start_offset: -1,
+        batches: Vec::new(),
+    };
+    let refused =
+        |error: ResponseError| FetchPartitionAnswer { error_code: error.code(), ..data.clone() };
     if let Err(error) = asked.place {
         return refused(error);
     }
@@ -117,24 +115,24 @@ fn partition_data(asked: Asked, left: &mut usize) -> PartitionData {
     let Some((reply, _)) = parts.first().and_then(|prefix| FetchReply::decode(prefix).ok()) else {
         return refused(ResponseError::UnknownServerError);
     };
-    let data = data
-        .with_high_watermark(reply.next_offset as i64)
-        .with_last_stable_offset(reply.next_offset as i64)
-        .with_log_start_offset(reply.first_offset as i64);
+    let data = FetchPartitionAnswer {
+        high_watermark: reply.next_offset as i64,
+        last_stable_offset: reply.next_offset as i64,
+        log_start_offset: reply.first_offset as i64,
+        ..data
+    };
     let offset = u64::try_from(asked.fetch_offset).unwrap_or(u64::MAX);
     if offset < reply.first_offset || offset > reply.next_offset {
-        return data.with_error_code(ResponseError::OffsetOutOfRange.code());
+        return FetchPartitionAnswer { error_code: ResponseError::OffsetOutOfRange.code(), ..data };
     }
     let size: usize = parts.iter().skip(1).map(Bytes::len).sum();
     if size == 0 || *left == 0 {
-        return data.with_records(Some(Bytes::new()));
+        return data;
     }
     *left = left.saturating_sub(size);
-    let mut records = BytesMut::with_capacity(size);
-    for part in &parts[1..] {
-        records.extend_from_slice(part);
-    }
-    data.with_records(Some(records.freeze()))
+    let mut parts = parts;
+    parts.remove(0);
+    FetchPartitionAnswer { batches: parts, ..data }
 }
 
 impl Connection {

@@ -35,14 +35,14 @@ use shoal_kafka::kafka_protocol::error::ResponseError;
 use shoal_kafka::kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, CreatePartitionsResponse, CreateTopicsResponse,
     DeleteRecordsResponse, DeleteTopicsResponse, DescribeClusterResponse, DescribeConfigsResponse,
-    DescribeGroupsResponse, FetchResponse, FindCoordinatorResponse, HeartbeatResponse,
-    InitProducerIdResponse, JoinGroupResponse, LeaveGroupResponse, ListGroupsResponse,
-    ListOffsetsResponse, MetadataResponse, OffsetCommitResponse, OffsetFetchResponse,
-    OffsetForLeaderEpochResponse, ProduceResponse, SyncGroupResponse,
+    DescribeGroupsResponse, FindCoordinatorResponse, HeartbeatResponse, InitProducerIdResponse,
+    JoinGroupResponse, LeaveGroupResponse, ListGroupsResponse, ListOffsetsResponse,
+    MetadataResponse, OffsetCommitResponse, OffsetFetchResponse, OffsetForLeaderEpochResponse,
+    ProduceResponse, SyncGroupResponse,
 };
 use shoal_kafka::request::Request;
 use shoal_kafka::{
-    DecodeError, EncodeError, Reader, RequestHeader, encode_frame, serves, topic_id,
+    DecodeError, EncodeError, FetchAnswer, Reader, RequestHeader, encode_frame, serves, topic_id,
 };
 
 use shoal_proto::protocol::Operation;
@@ -51,6 +51,10 @@ use shoal_proto::wire::ClientRequest;
 use crate::connection::{Acceptor, ConnectionGuard};
 use crate::metadata::{Catalog, PartitionPlace, Topic};
 use crate::shard::Work;
+use crate::vectored::Parts;
+
+/// A response frame: one buffer, or (Fetch) several written as one.
+type Frame = Vec<Bytes>;
 
 /// Accepts Kafka clients on `listener` until it fails; each connection is served by its own
 /// task. Kafka connections count against `[network] connections_max` with native ones.
@@ -134,8 +138,13 @@ async fn serve(mut stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionG
             ))),
         };
         match outcome {
-            Ok(Some(reply)) => {
-                let (written, _) = stream.write_all(reply).await;
+            Ok(Some(mut reply)) => {
+                // One buffer, or a Fetch response's parts (its batches uncopied).
+                let written = if reply.len() == 1 {
+                    stream.write_all(reply.pop().expect("one part")).await.0
+                } else {
+                    Parts::new(reply).write_all(&mut stream).await.0
+                };
                 match written {
                     Ok(bytes) => connection.context.metrics.sent(bytes),
                     Err(_) => return,
@@ -257,7 +266,7 @@ async fn read_frame(stream: &mut TcpStream, size: usize) -> Option<Bytes> {
 impl Connection {
     /// The response frame to one request (`None`: the request wants none), counted by API:
     /// requests, errors and the time to answer.
-    async fn answer(&mut self, frame: Bytes) -> Result<Option<Bytes>, Close> {
+    async fn answer(&mut self, frame: Bytes) -> Result<Option<Frame>, Close> {
         let mut reader = Reader::new(frame);
         let header = RequestHeader::decode(&mut reader)?;
         let started = Instant::now();
@@ -277,7 +286,7 @@ impl Connection {
         &mut self,
         header: &RequestHeader,
         reader: &mut Reader,
-    ) -> Result<(Option<Bytes>, bool), Close> {
+    ) -> Result<(Option<Frame>, bool), Close> {
         let version = header.api_version;
         if header.key() == Some(ApiKey::ApiVersions) && !serves(ApiKey::ApiVersions, version) {
             let body = shoal_kafka::api_versions(Some(ResponseError::UnsupportedVersion));
@@ -345,8 +354,8 @@ impl Connection {
 
 /// A response frame to send with whether it carries an error, or (a bug: Shoal built a body
 /// its version cannot carry) a close.
-fn encoded(frame: Result<Bytes, EncodeError>, error: bool) -> Result<(Option<Bytes>, bool), Close> {
-    frame.map(|frame| (Some(frame), error)).map_err(|error| {
+fn encoded(frame: Result<Bytes, EncodeError>, error: bool) -> Result<(Option<Frame>, bool), Close> {
+    frame.map(|frame| (Some(vec![frame]), error)).map_err(|error| {
         tracing::error!("{error}");
         Close::Refused(error.to_string())
     })
@@ -355,7 +364,7 @@ fn encoded(frame: Result<Bytes, EncodeError>, error: bool) -> Result<(Option<Byt
 /// A response body: its frame, and whether it carries an error anywhere (for the per-API
 /// error counter).
 trait Answer {
-    fn frame(&self, header: &RequestHeader, version: i16) -> Result<(Option<Bytes>, bool), Close>;
+    fn frame(&self, header: &RequestHeader, version: i16) -> Result<(Option<Frame>, bool), Close>;
 }
 
 /// `Answer` for a body type whose error codes `$errors` lists (any iterable of `i16`).
@@ -366,7 +375,7 @@ macro_rules! answer {
                 &self,
                 header: &RequestHeader,
                 version: i16,
-            ) -> Result<(Option<Bytes>, bool), Close> {
+            ) -> Result<(Option<Frame>, bool), Close> {
                 let $b = self;
                 let error = $errors.into_iter().any(|code: i16| code != 0);
                 encoded(encode_frame(header, self, version), error)
@@ -381,8 +390,12 @@ answer!(ProduceResponse, |b| b
     .iter()
     .flat_map(|t| &t.partition_responses)
     .map(|p| p.error_code));
-answer!(FetchResponse, |b| std::iter::once(b.error_code)
-    .chain(b.responses.iter().flat_map(|t| &t.partitions).map(|p| p.error_code)));
+impl Answer for FetchAnswer {
+    fn frame(&self, header: &RequestHeader, version: i16) -> Result<(Option<Frame>, bool), Close> {
+        let error = self.error_codes().any(|code| code != 0);
+        Ok((Some(self.encode_frame(header, version)), error))
+    }
+}
 answer!(InitProducerIdResponse, |b| [b.error_code]);
 answer!(ListOffsetsResponse, |b| b.topics.iter().flat_map(|t| &t.partitions).map(|p| p.error_code));
 answer!(MetadataResponse, |b| b.topics.iter().flat_map(|t| {
