@@ -99,12 +99,17 @@ impl Connection {
 
     /// The next response's body after its header (v0, or v1 when `flexible`).
     fn receive(&mut self, flexible: bool) -> Result<(i32, Bytes), String> {
+        self.receive_up_to(flexible, RESPONSE_BYTES_MAX)
+    }
+
+    /// [`Connection::receive`] of a frame of at most `bytes_max` bytes.
+    fn receive_up_to(&mut self, flexible: bool, bytes_max: usize) -> Result<(i32, Bytes), String> {
         let mut size = [0u8; 4];
         self.stream.read_exact(&mut size).map_err(|e| format!("reading a response: {e}"))?;
         let size = i32::from_be_bytes(size);
         let size = usize::try_from(size)
             .ok()
-            .filter(|&s| (4 + usize::from(flexible)..=RESPONSE_BYTES_MAX).contains(&s))
+            .filter(|&s| (4 + usize::from(flexible)..=bytes_max).contains(&s))
             .ok_or_else(|| format!("a response of {size} bytes"))?;
         let mut body = vec![0u8; size];
         self.stream.read_exact(&mut body).map_err(|e| format!("reading a response: {e}"))?;
@@ -235,4 +240,107 @@ pub fn run(
         }
     }
     Ok(run)
+}
+
+/// What one library-less consumer read.
+#[derive(Debug, Default)]
+pub struct WireRead {
+    /// Records read (control records included: a consumer client skips them itself).
+    pub records: u64,
+    /// Bytes of the batches read.
+    pub batch_bytes: u64,
+    /// Fetch requests answered.
+    pub fetches: u64,
+    /// From the first Fetch sent to the last answer.
+    pub elapsed: Duration,
+}
+
+/// Bytes one Fetch asks per partition and per response: librdkafka's defaults
+/// (`max.partition.fetch.bytes`, `fetch.max.bytes`).
+const FETCH_PARTITION_BYTES_MAX: i32 = 1 << 20;
+const FETCH_RESPONSE_BYTES_MAX: i32 = 50 << 20;
+/// The Fetch version sent (librdkafka 2.x's with topic names).
+const FETCH_VERSION: i16 = 12;
+/// A Fetch response read at most: the response bound and room for its fields.
+const FETCH_RESPONSE_FRAME_MAX: usize = FETCH_RESPONSE_BYTES_MAX as usize + (1 << 20);
+
+/// Reads `partitions` of `topic` at `address` from offset 0 to the end each had when it began
+/// (ListOffsets), one Fetch at a time as a consumer does — `max.partition.fetch.bytes` 1 MiB,
+/// `fetch.max.bytes` 50 MiB — walking each response's batch headers for the next offsets.
+pub fn consume(address: &str, topic: &str, partitions: &[i32]) -> Result<WireRead, String> {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{
+        BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+    };
+    let mut connection = Connection::connect(address)?;
+    let name = || TopicName(StrBytes::from_string(topic.to_string()));
+    let latest = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+        ListOffsetsTopic::default().with_name(name()).with_partitions(
+            partitions
+                .iter()
+                .map(|&p| {
+                    ListOffsetsPartition::default().with_partition_index(p).with_timestamp(-1)
+                })
+                .collect(),
+        ),
+    ]);
+    let frame = connection.frame(ApiKey::ListOffsets, 7, &latest);
+    connection.stream.write_all(&frame).map_err(|e| format!("ListOffsets: {e}"))?;
+    let (_, mut body) = connection.receive(true)?;
+    let ends = ListOffsetsResponse::decode(&mut body, 7).map_err(|e| e.to_string())?;
+    let mut goal: Vec<(i32, i64, i64)> = Vec::new(); // (partition, next offset, end)
+    for answered in ends.topics.iter().flat_map(|t| &t.partitions) {
+        if answered.error_code != 0 {
+            return Err(format!("ListOffsets: error {}", answered.error_code));
+        }
+        goal.push((answered.partition_index, 0, answered.offset));
+    }
+    let mut read = WireRead::default();
+    let started = Instant::now();
+    while goal.iter().any(|&(_, next, end)| next < end) {
+        let wanted = goal
+            .iter()
+            .filter(|&&(_, next, end)| next < end)
+            .map(|&(partition, next, _)| {
+                FetchPartition::default()
+                    .with_partition(partition)
+                    .with_fetch_offset(next)
+                    .with_partition_max_bytes(FETCH_PARTITION_BYTES_MAX)
+            })
+            .collect();
+        let request = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(500)
+            .with_min_bytes(1)
+            .with_max_bytes(FETCH_RESPONSE_BYTES_MAX)
+            .with_topics(vec![FetchTopic::default().with_topic(name()).with_partitions(wanted)]);
+        let frame = connection.frame(ApiKey::Fetch, FETCH_VERSION, &request);
+        connection.stream.write_all(&frame).map_err(|e| format!("Fetch: {e}"))?;
+        let (_, mut body) = connection.receive_up_to(true, FETCH_RESPONSE_FRAME_MAX)?;
+        let response =
+            FetchResponse::decode(&mut body, FETCH_VERSION).map_err(|e| e.to_string())?;
+        read.fetches += 1;
+        for answered in response.responses.iter().flat_map(|t| &t.partitions) {
+            if answered.error_code != 0 {
+                return Err(format!("Fetch: error {}", answered.error_code));
+            }
+            let Some(slot) = goal.iter_mut().find(|(p, _, _)| *p == answered.partition_index)
+            else {
+                continue;
+            };
+            let mut rest: &[u8] = answered.records.as_deref().unwrap_or_default();
+            while !rest.is_empty() {
+                let header = shoal_proto::batch::BatchHeader::parse(rest)
+                    .map_err(|e| format!("a fetched batch: {e:?}"))?;
+                let size = header.total_size();
+                read.records += u64::from(header.record_count());
+                read.batch_bytes += size as u64;
+                slot.1 = header.base_offset() + i64::from(header.last_offset_delta()) + 1;
+                rest = &rest[size.min(rest.len())..];
+            }
+        }
+    }
+    read.elapsed = started.elapsed();
+    Ok(read)
 }

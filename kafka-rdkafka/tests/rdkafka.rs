@@ -243,7 +243,8 @@ fn rdkafka_produces_100k_idempotent_zstd_messages_and_consumes_them_in_order() {
 }
 
 /// `shoal-kafka-bench --client wire`'s producer: every batch it sends is acknowledged, stored
-/// once at the offsets its sequence gives it, and holds its messages as built.
+/// once at the offsets its sequence gives it, and holds its messages as built; its consumer
+/// reads every one back.
 #[test]
 fn the_wire_producer_writes_idempotent_batches_that_are_stored_as_sent() {
     const WIRE_TOPIC: &str = "wire";
@@ -289,6 +290,11 @@ fn the_wire_producer_writes_idempotent_batches_that_are_stored_as_sent() {
         assert_eq!((low, high), (0, (batches * u64::from(run.batch_messages)) as i64));
         held += high;
     }
+    // The library-less consumer reads both partitions to their ends: every record, once.
+    let read = shoal_kafka_rdkafka::wire::consume(&bootstrap, WIRE_TOPIC, &[0, 1])
+        .expect("the wire consumer runs");
+    assert_eq!(read.records, held as u64);
+    assert_eq!(read.batch_bytes, run.batches_acked * run.batch_bytes as u64);
     let mut assignment = TopicPartitionList::new();
     assignment.add_partition_offset(WIRE_TOPIC, 1, Offset::Beginning).unwrap();
     consumer.assign(&assignment).expect("assigned");

@@ -83,6 +83,11 @@ struct Cli {
     /// 5 in flight), to measure the listener apart from librdkafka's cost.
     #[arg(long, value_enum, default_value_t = Client::Librdkafka)]
     client: Client,
+    /// Read instead of write (`--client wire` only): `--producers` consumers each read their
+    /// partitions from offset 0 to the end they had, Fetch after Fetch; the report's
+    /// `throughput_mb_s` counts `--message-size` bytes per record.
+    #[arg(long)]
+    consume: bool,
 }
 
 /// Which Kafka producer runs.
@@ -319,11 +324,78 @@ fn mean(samples: &[i64]) -> Option<f64> {
     (!samples.is_empty()).then(|| samples.iter().sum::<i64>() as f64 / samples.len() as f64)
 }
 
+/// `--consume`: every consumer's read, then the report.
+fn consume(cli: &Cli) -> ExitCode {
+    if cli.client != Client::Wire {
+        eprintln!("shoal-kafka-bench: --consume needs --client wire");
+        return ExitCode::from(2);
+    }
+    let reads: Vec<Result<shoal_kafka_rdkafka::wire::WireRead, String>> =
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..cli.producers)
+                .map(|index| {
+                    let partitions = partitions_of(index, cli.producers, cli.partitions);
+                    scope.spawn(move || {
+                        shoal_kafka_rdkafka::wire::consume(&cli.bootstrap, &cli.topic, &partitions)
+                    })
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().expect("consumer thread")).collect()
+        });
+    let (mut records, mut batch_bytes, mut fetches, mut seconds) = (0u64, 0u64, 0u64, 0f64);
+    for read in reads {
+        match read {
+            Ok(read) => {
+                records += read.records;
+                batch_bytes += read.batch_bytes;
+                fetches += read.fetches;
+                seconds = seconds.max(read.elapsed.as_secs_f64());
+            }
+            Err(error) => {
+                eprintln!("shoal-kafka-bench: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let seconds = seconds.max(1e-9);
+    let bytes = records * cli.message_size as u64;
+    let rate = |amount: f64| ((amount / seconds) * 100.0).round() / 100.0;
+    let report = json!({
+        "mode": "consume",
+        "client": "wire (no client library)",
+        "parameters": { "consumers": cli.producers, "partitions": cli.partitions,
+                        "topic": cli.topic, "message_bytes": cli.message_size },
+        "measured_s": seconds,
+        "messages": records,
+        "bytes": bytes,
+        "batch_bytes": batch_bytes,
+        "fetches": fetches,
+        "throughput_msg_s": rate(records as f64),
+        "throughput_mb_s": rate(bytes as f64 / 1e6),
+    });
+    println!(
+        "kafka consume (wire): {} consumers, {} partitions: {records} records in {seconds:.2} s, \
+         {} MB/s, {fetches} fetches",
+        cli.producers, cli.partitions, report["throughput_mb_s"]
+    );
+    if let Some(path) = &cli.json {
+        let text = serde_json::to_string_pretty(&report).expect("JSON");
+        if let Err(error) = std::fs::write(path, text + "\n") {
+            eprintln!("shoal-kafka-bench: {}: {error}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if records == 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if !(cli.duration > 0.0 && cli.warmup >= 0.0 && cli.duration + cli.warmup < 1e6) {
         eprintln!("shoal-kafka-bench: --duration must be positive and --warmup not negative");
         return ExitCode::from(2);
+    }
+    if cli.consume {
+        return consume(&cli);
     }
     if cli.create_topic {
         let created = shoal_kafka_rdkafka::create_topic(
