@@ -1273,3 +1273,46 @@ fn a_stable_group_survives_the_loss_of_its_coordinators_node() {
     assert_eq!(commit_offsets(&mut kafka, &member, 1, &[("orders", 2, 4)]), [0]);
     assert_eq!(fetch_offsets(&mut kafka, Some(&[2])), [(2, 4, 0)]);
 }
+
+/// A log start moved into the middle of a batch: a native consumer whose stored offset lies
+/// below it is told its poll starts at the log start, so it skips the deleted records of the
+/// batch it gets.
+#[test]
+fn a_poll_from_below_a_mid_batch_log_start_starts_at_the_log_start() {
+    use shoal_proto::protocol::Operation;
+    use shoal_proto::protocol::consumer::{
+        ConsumerId, Membership, PartitionRef, Poll, StoreOffset,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (server, mut raw) = server_with_orders(dir.path(), 1, 1, Durability::Replicated);
+    let mut kafka = Kafka::connect(&server);
+    let batch = Bytes::from(common::batch(&[b"a", b"b", b"c", b"d"]));
+    assert_eq!(produced(&produce(&mut kafka, 9, -1, &[("orders", 0, batch)]).unwrap()), [(0, 0)]);
+    let partition = PartitionRef { stream: "kafka".into(), topic: "orders".into(), partition: 0 };
+    let consumer = ConsumerId::consumer("c");
+    let store = StoreOffset {
+        partition: partition.clone(),
+        consumer: consumer.clone(),
+        membership: Membership::default(),
+        offset: 1,
+    };
+    raw.call(Operation::StoreOffset, &store.encode()).ok();
+    assert_eq!(delete_records(&mut kafka, 2, &[(0, 2)]), [(0, 2)]);
+    let poll = Poll {
+        partition,
+        consumer,
+        membership: Membership::default(),
+        bytes_max: 1 << 20,
+        count_max: 100,
+        wait_ms_max: 0,
+        auto_commit: false,
+    };
+    let answer = raw.call(Operation::Poll, &poll.encode());
+    let body = answer.ok();
+    let start = u64::from_le_bytes(body[..8].try_into().unwrap());
+    assert_eq!(start, 2, "told to start at the log start, not at its stored offset 1");
+    let (_, records) = common::decode_fetch(&body[8..]);
+    let values: Vec<Vec<u8>> =
+        records.into_iter().filter(|(offset, _)| *offset >= start).map(|(_, v)| v).collect();
+    assert_eq!(values, [b"c".to_vec(), b"d".to_vec()]);
+}

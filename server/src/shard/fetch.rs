@@ -97,6 +97,11 @@ impl ShardState {
                 Some(committed_end.saturating_sub(1).max(first_offset).min(committed_end))
             }
         };
+        // A poll's reply tells the client where it starts, so a start moved up to the log
+        // start is the one it must be told.
+        if let (FetchFrom::Offset(_), Some(start)) = (args.from, start) {
+            args.from = FetchFrom::Offset(start);
+        }
         if let Some(start) = start
             && start >= committed_end
         {
