@@ -21,6 +21,7 @@ use shoal_proto::wire::{ClientReply, ClientRequest, HEADER_SIZE, Header};
 
 use super::Connection;
 use super::errors::kafka_error;
+use crate::shard::{Body, Outcome};
 
 /// The whole exchange (connect, Hello, the requests) takes at most this long.
 const FORWARD_TIME_MAX: Duration = Duration::from_secs(5);
@@ -151,18 +152,49 @@ async fn receive(stream: &mut TcpStream, request: u64) -> Result<NativeAnswer, S
 }
 
 /// A request this node's replica did not take because `node`'s leads the partition.
-pub(super) struct Redirected {
-    pub node: u8,
-    pub operation: Operation,
-    pub body: Vec<u8>,
+struct Redirected {
+    node: u8,
+    operation: Operation,
+    body: Vec<u8>,
 }
 
 impl Connection {
+    /// Each partition's answer, in order: its own shard's, or — where that shard's replica is
+    /// not the partition's primary — the primary node's to the native request `redirect(slot)`
+    /// builds, its reply body as a success. A request that never reached a shard keeps its
+    /// error.
+    pub(super) async fn local_or_forwarded(
+        &mut self,
+        waiting: Vec<Result<flume::Receiver<Outcome>, ResponseError>>,
+        redirect: impl Fn(usize) -> (Operation, Vec<u8>),
+    ) -> Vec<Result<Outcome, ResponseError>> {
+        let mut answers = Vec::with_capacity(waiting.len());
+        let mut redirected = Vec::new();
+        for (slot, answer) in waiting.into_iter().enumerate() {
+            let answer = match answer {
+                Err(error) => Err(error),
+                Ok(answer) => {
+                    answer.recv_async().await.map_err(|_| ResponseError::NotLeaderOrFollower)
+                }
+            };
+            if let Ok(Outcome { body: Body::NotPrimary { primary, .. }, .. }) = answer {
+                let (operation, body) = redirect(slot);
+                redirected.push((slot, Redirected { node: primary, operation, body }));
+            }
+            answers.push(answer);
+        }
+        let (slots, redirected): (Vec<usize>, Vec<Redirected>) = redirected.into_iter().unzip();
+        for (slot, answer) in slots.into_iter().zip(self.forward(redirected).await) {
+            answers[slot] = answer.map(Outcome::ok);
+        }
+        answers
+    }
+
     /// Each redirected request's answer from the node it names, in order; the requests for one
     /// node share one connection. A node without a client address, this node itself (its
     /// replica's view moved on meanwhile) or a failed exchange is an error the Kafka client
     /// retries after refreshing its metadata.
-    pub(super) async fn forward(
+    async fn forward(
         &mut self,
         redirected: Vec<Redirected>,
     ) -> Vec<Result<Vec<u8>, ResponseError>> {

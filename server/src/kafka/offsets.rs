@@ -42,7 +42,6 @@ use shoal_proto::protocol::{Operation, validate_name};
 
 use super::Connection;
 use super::errors::kafka_error;
-use super::forward::Redirected;
 use super::groups::checked;
 use crate::shard::{Body, KafkaGroupRequest, Outcome, Work};
 
@@ -85,38 +84,25 @@ pub(super) async fn commit(
             Ok(consumer) => connection.store_offset(topic, index, consumer, offset).await,
         });
     }
-    let mut errors = Vec::with_capacity(partitions.len());
-    let mut redirected = Vec::new();
-    for (&(topic, index, offset), answer) in partitions.iter().zip(waiting) {
-        let answer = match answer {
-            Err(error) => Err(error),
-            Ok(answer) => answer.recv_async().await.map_err(|_| ResponseError::NotLeaderOrFollower),
+    let stream = connection.context.config.kafka.stream.clone();
+    let redirect = |slot: usize| {
+        let (topic, index, offset) = partitions[slot];
+        let consumer = allowed.as_ref().expect("only an allowed commit reaches a shard");
+        let store = StoreOffset {
+            partition: partition_ref(&stream, topic, index),
+            consumer: consumer.clone(),
+            // A Kafka group has no native members: the coordinator checked the commit.
+            membership: Membership::default(),
+            offset: u64::try_from(offset).expect("checked before it was sent"),
         };
-        errors.push(match (answer, &allowed) {
-            (Err(error), _) => Some(error),
-            (Ok(Outcome { body: Body::NotPrimary { primary, .. }, .. }), Ok(consumer)) => {
-                let store = StoreOffset {
-                    partition: connection.partition_ref(topic, index),
-                    consumer: consumer.clone(),
-                    // A Kafka group has no native members: the coordinator checked the commit.
-                    membership: Membership::default(),
-                    offset: u64::try_from(offset).expect("checked before it was sent"),
-                };
-                let body = store.encode();
-                redirected.push((
-                    errors.len(),
-                    Redirected { node: primary, operation: Operation::StoreOffset, body },
-                ));
-                None
-            }
-            (Ok(Outcome { error, .. }), _) => kafka_error(error),
-        });
-    }
-    let (slots, redirected): (Vec<usize>, Vec<Redirected>) = redirected.into_iter().unzip();
-    for (slot, answer) in slots.into_iter().zip(connection.forward(redirected).await) {
-        errors[slot] = answer.err();
-    }
-    let mut errors = errors.into_iter();
+        (Operation::StoreOffset, store.encode())
+    };
+    let mut errors = connection.local_or_forwarded(waiting, redirect).await.into_iter().map(
+        |answer| match answer {
+            Err(error) => Some(error),
+            Ok(Outcome { error, .. }) => kafka_error(error),
+        },
+    );
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let mut partitions = Vec::with_capacity(topic.partitions.len());
@@ -182,51 +168,38 @@ impl Connection {
         for &(topic, index) in partitions {
             waiting.push(self.ask_offset(topic, index, consumer).await);
         }
+        let stream = self.context.config.kafka.stream.clone();
+        let redirect = |slot: usize| {
+            let (topic, index) = partitions[slot];
+            let key = OffsetKey {
+                partition: partition_ref(&stream, topic, index),
+                consumer: consumer.clone(),
+            };
+            (Operation::GetOffset, key.encode())
+        };
         let decoded =
             |body: &[u8]| decode_stored_offset(body).map_err(|_| ResponseError::UnknownServerError);
-        let mut offsets = Vec::with_capacity(partitions.len());
-        let mut redirected = Vec::new();
-        for (&(topic, index), answer) in partitions.iter().zip(waiting) {
-            let answer = match answer {
-                Err(error) => Err(error),
-                Ok(answer) => {
-                    answer.recv_async().await.map_err(|_| ResponseError::NotLeaderOrFollower)
-                }
-            };
-            offsets.push(match answer {
+        self.local_or_forwarded(waiting, redirect)
+            .await
+            .into_iter()
+            .map(|answer| match answer {
                 Err(error) => Err(error),
                 Ok(Outcome { error: 0, body: Body::Encoded(body) }) => decoded(&body),
-                Ok(Outcome { body: Body::NotPrimary { primary, .. }, .. }) => {
-                    let key = OffsetKey {
-                        partition: self.partition_ref(topic, index),
-                        consumer: consumer.clone(),
-                    };
-                    let body = key.encode();
-                    redirected.push((
-                        offsets.len(),
-                        Redirected { node: primary, operation: Operation::GetOffset, body },
-                    ));
-                    Ok(None)
-                }
                 Ok(Outcome { error, .. }) => {
                     Err(kafka_error(error).unwrap_or(ResponseError::UnknownServerError))
                 }
-            });
-        }
-        let (slots, redirected): (Vec<usize>, Vec<Redirected>) = redirected.into_iter().unzip();
-        for (slot, answer) in slots.into_iter().zip(self.forward(redirected).await) {
-            offsets[slot] = answer.and_then(|body| decoded(&body));
-        }
-        offsets
+            })
+            .collect()
     }
+}
 
-    /// Partition `index` of Kafka topic `topic` as the native protocol names it.
-    fn partition_ref(&self, topic: &str, index: i32) -> PartitionRef {
-        PartitionRef {
-            stream: self.context.config.kafka.stream.clone(),
-            topic: topic.to_owned(),
-            partition: u32::try_from(index).expect("a partition found in the catalog"),
-        }
+/// Partition `index` of Kafka topic `topic` (in the Kafka stream `stream`) as the native
+/// protocol names it.
+fn partition_ref(stream: &str, topic: &str, index: i32) -> PartitionRef {
+    PartitionRef {
+        stream: stream.to_owned(),
+        topic: topic.to_owned(),
+        partition: u32::try_from(index).expect("a partition found in the catalog"),
     }
 }
 
