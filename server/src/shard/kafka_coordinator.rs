@@ -78,13 +78,13 @@ impl ShardState {
             let _ = slot.send(KafkaGroupReply::Answer(answer));
         }
         for stored in metadata.kafka_groups.take_stores() {
+            let group = stored.group.clone();
             let command = MetaCommand::StoreKafkaGroup(stored);
             let size = command.encode().len();
             if size + STORE_FRAMING_BYTES > record_bytes_max {
                 // Kept in memory only, as before stores: after a failover its members rejoin.
-                let MetaCommand::StoreKafkaGroup(stored) = &command else { unreachable!() };
                 tracing::warn!(
-                    group = stored.group,
+                    group,
                     size,
                     record_bytes_max,
                     "a Kafka group's state is too large to store; its members rejoin after a \
