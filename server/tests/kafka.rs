@@ -610,6 +610,30 @@ fn group_id() -> GroupId {
     GroupId(StrBytes::from_static_str("billing"))
 }
 
+/// A SyncGroup of `member` in generation 1, with the leader's `assignment` for itself (`None`:
+/// a member that only asks for its share).
+fn sync_request(member: &str, assignment: Option<&'static [u8]>) -> SyncGroupRequest {
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    let assignments = assignment.map(|assignment| {
+        SyncGroupRequestAssignment::default()
+            .with_member_id(StrBytes::from_string(member.to_string()))
+            .with_assignment(Bytes::from_static(assignment))
+    });
+    SyncGroupRequest::default()
+        .with_group_id(group_id())
+        .with_generation_id(1)
+        .with_member_id(StrBytes::from_string(member.to_string()))
+        .with_assignments(assignments.into_iter().collect())
+}
+
+/// A Heartbeat of `member` in `generation`.
+fn heartbeat_request(member: &str, generation: i32) -> HeartbeatRequest {
+    HeartbeatRequest::default()
+        .with_group_id(group_id())
+        .with_generation_id(generation)
+        .with_member_id(StrBytes::from_string(member.to_string()))
+}
+
 /// A JoinGroup of `member` (empty: a new one) into the group, with one protocol, `range`.
 fn join_request(member: &str) -> JoinGroupRequest {
     use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
@@ -729,7 +753,6 @@ fn a_group_member_joins_syncs_heartbeats_commits_and_leaves() {
     use kafka_protocol::messages::offset_for_leader_epoch_request::{
         OffsetForLeaderPartition, OffsetForLeaderTopic,
     };
-    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
     let dir = tempfile::tempdir().unwrap();
     let (server, _raw) = server_with_orders(dir.path(), 1, 2, Durability::Replicated);
     let mut kafka = Kafka::connect(&server);
@@ -762,26 +785,13 @@ fn a_group_member_joins_syncs_heartbeats_commits_and_leaves() {
     assert_eq!(joined.members.len(), 1);
     assert_eq!(joined.members[0].metadata, Bytes::from_static(b"subscription"));
 
-    let sync = SyncGroupRequest::default()
-        .with_group_id(group_id())
-        .with_generation_id(1)
-        .with_member_id(StrBytes::from_string(member.clone()))
-        .with_assignments(vec![
-            SyncGroupRequestAssignment::default()
-                .with_member_id(StrBytes::from_string(member.clone()))
-                .with_assignment(Bytes::from_static(b"orders 0,1")),
-        ]);
+    let sync = sync_request(&member, Some(b"orders 0,1"));
     let synced: SyncGroupResponse = exchange(&mut kafka, ApiKey::SyncGroup, 3, &sync, false);
     assert_eq!((synced.error_code, synced.assignment), (0, Bytes::from_static(b"orders 0,1")));
     assert_eq!(describe_group(&mut kafka), ("Stable".into(), vec![member.clone()]));
     assert_eq!(list_groups(&mut kafka), [("billing".to_string(), "Stable".to_string())]);
 
-    let heartbeat = |generation| {
-        HeartbeatRequest::default()
-            .with_group_id(group_id())
-            .with_generation_id(generation)
-            .with_member_id(StrBytes::from_string(member.clone()))
-    };
+    let heartbeat = |generation| heartbeat_request(&member, generation);
     let beat: HeartbeatResponse = exchange(&mut kafka, ApiKey::Heartbeat, 4, &heartbeat(1), true);
     assert_eq!(beat.error_code, 0);
     let stale: HeartbeatResponse = exchange(&mut kafka, ApiKey::Heartbeat, 0, &heartbeat(7), false);
@@ -1169,7 +1179,6 @@ fn delete_records_moves_the_log_start_for_good() {
 /// and syncing under the same id and generation, without rejoining.
 #[test]
 fn a_stable_group_survives_a_coordinator_restart_without_a_rebalance() {
-    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
     let dir = tempfile::tempdir().unwrap();
     let (mut server, _raw) = server_with_orders(dir.path(), 1, 2, Durability::Replicated);
     let mut kafka = Kafka::connect(&server);
@@ -1179,20 +1188,8 @@ fn a_stable_group_survives_a_coordinator_restart_without_a_rebalance() {
     let joined: JoinGroupResponse =
         exchange(&mut kafka, ApiKey::JoinGroup, 7, &join_request(&member), true);
     assert_eq!((joined.error_code, joined.generation_id), (0, 1));
-    let sync = |assignments: Vec<SyncGroupRequestAssignment>| {
-        SyncGroupRequest::default()
-            .with_group_id(group_id())
-            .with_generation_id(1)
-            .with_member_id(StrBytes::from_string(member.clone()))
-            .with_assignments(assignments)
-    };
-    let assignment = vec![
-        SyncGroupRequestAssignment::default()
-            .with_member_id(StrBytes::from_string(member.clone()))
-            .with_assignment(Bytes::from_static(b"orders 0,1")),
-    ];
-    let synced: SyncGroupResponse =
-        exchange(&mut kafka, ApiKey::SyncGroup, 5, &sync(assignment), true);
+    let sync = sync_request(&member, Some(b"orders 0,1"));
+    let synced: SyncGroupResponse = exchange(&mut kafka, ApiKey::SyncGroup, 5, &sync, true);
     assert_eq!(synced.error_code, 0);
     // The store is not waited for; a later metadata op committing means it did (one log).
     let created = create_topics(&mut kafka, 7, &[("later", 1, -1, &[])], false);
@@ -1201,15 +1198,12 @@ fn a_stable_group_survives_a_coordinator_restart_without_a_rebalance() {
     server.kill_9();
     common::restart(&mut server);
     let mut kafka = Kafka::connect(&server);
-    let heartbeat = HeartbeatRequest::default()
-        .with_group_id(group_id())
-        .with_generation_id(1)
-        .with_member_id(StrBytes::from_string(member.clone()));
+    let heartbeat = heartbeat_request(&member, 1);
     let beat: HeartbeatResponse = exchange(&mut kafka, ApiKey::Heartbeat, 4, &heartbeat, true);
     assert_eq!(beat.error_code, 0, "the member is known, in generation 1");
     assert_eq!(commit_offsets(&mut kafka, &member, 1, &[("orders", 0, 3)]), [0]);
     let resynced: SyncGroupResponse =
-        exchange(&mut kafka, ApiKey::SyncGroup, 5, &sync(Vec::new()), true);
+        exchange(&mut kafka, ApiKey::SyncGroup, 5, &sync_request(&member, None), true);
     assert_eq!((resynced.error_code, resynced.assignment), (0, Bytes::from_static(b"orders 0,1")));
     assert_eq!(describe_group(&mut kafka), ("Stable".into(), vec![member.clone()]));
 }
@@ -1219,7 +1213,6 @@ fn a_stable_group_survives_a_coordinator_restart_without_a_rebalance() {
 /// on heartbeating and committing under its id and generation, with no rebalance.
 #[test]
 fn a_stable_group_survives_the_loss_of_its_coordinators_node() {
-    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = cluster_with_orders(dir.path());
     let deadline = std::time::Instant::now() + common::DEADLINE;
@@ -1238,15 +1231,7 @@ fn a_stable_group_survives_the_loss_of_its_coordinators_node() {
     let joined: JoinGroupResponse =
         exchange(&mut kafka, ApiKey::JoinGroup, 7, &join_request(&member), true);
     assert_eq!((joined.error_code, joined.generation_id), (0, 1));
-    let sync = SyncGroupRequest::default()
-        .with_group_id(group_id())
-        .with_generation_id(1)
-        .with_member_id(StrBytes::from_string(member.clone()))
-        .with_assignments(vec![
-            SyncGroupRequestAssignment::default()
-                .with_member_id(StrBytes::from_string(member.clone()))
-                .with_assignment(Bytes::from_static(b"orders 0,1,2")),
-        ]);
+    let sync = sync_request(&member, Some(b"orders 0,1,2"));
     let synced: SyncGroupResponse = exchange(&mut kafka, ApiKey::SyncGroup, 5, &sync, true);
     assert_eq!(synced.error_code, 0);
     // A later metadata op committed: so did the store before it (one log, a quorum).
@@ -1256,10 +1241,7 @@ fn a_stable_group_survives_the_loss_of_its_coordinators_node() {
     let survivor = (coordinator + 1) % 3;
     let next = find_coordinator(&cluster, survivor, Some(coordinator));
     let mut kafka = Kafka::connect(&cluster.nodes[next]);
-    let heartbeat = HeartbeatRequest::default()
-        .with_group_id(group_id())
-        .with_generation_id(1)
-        .with_member_id(StrBytes::from_string(member.clone()));
+    let heartbeat = heartbeat_request(&member, 1);
     loop {
         let beat: HeartbeatResponse = exchange(&mut kafka, ApiKey::Heartbeat, 4, &heartbeat, true);
         // NOT_COORDINATOR while the new primary catches up; anything else is the answer.
