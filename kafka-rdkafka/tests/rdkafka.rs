@@ -91,6 +91,22 @@ fn start(dir: &Path) -> ShoalProcess {
     ShoalProcess::start(command, DEADLINE).unwrap_or_else(|error| panic!("{error}"))
 }
 
+/// A server (see [`start`]) with `topic` of `partitions` partitions created through Kafka's
+/// CreateTopics, and its Kafka address.
+fn start_with_topic(dir: &Path, topic: &str, partitions: i32) -> (ShoalProcess, String) {
+    let server = start(dir);
+    let bootstrap = server.kafka().expect("Kafka listener on").to_string();
+    let created = shoal_kafka_rdkafka::create_topic(
+        &bootstrap,
+        topic,
+        partitions,
+        "replicated",
+        Duration::from_secs(10),
+    );
+    assert_eq!(created, Ok(true));
+    (server, bootstrap)
+}
+
 /// What each delivery report said, in the order they came: the message's number and its
 /// offset, or the error. It also prints librdkafka's log lines and errors (shown when the test
 /// fails, or with `--nocapture`).
@@ -216,17 +232,8 @@ fn consume(bootstrap: &str, started: Instant) {
 #[test]
 fn rdkafka_produces_100k_idempotent_zstd_messages_and_consumes_them_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
     let started = Instant::now();
-    let bootstrap = server.kafka().expect("Kafka listener on").to_string();
-    let created = shoal_kafka_rdkafka::create_topic(
-        &bootstrap,
-        TOPIC,
-        1,
-        "replicated",
-        Duration::from_secs(10),
-    );
-    assert_eq!(created, Ok(true));
+    let (server, bootstrap) = start_with_topic(dir.path(), TOPIC, 1);
     produce(&bootstrap, started);
     let init_producer_id =
         metric(&server, "shoal_kafka_requests_total", "api=\"init_producer_id\"");
@@ -249,17 +256,8 @@ fn rdkafka_produces_100k_idempotent_zstd_messages_and_consumes_them_in_order() {
 fn the_wire_producer_writes_idempotent_batches_that_are_stored_as_sent() {
     const WIRE_TOPIC: &str = "wire";
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path());
     let started = Instant::now();
-    let bootstrap = server.kafka().expect("Kafka listener on").to_string();
-    let created = shoal_kafka_rdkafka::create_topic(
-        &bootstrap,
-        WIRE_TOPIC,
-        2,
-        "replicated",
-        Duration::from_secs(10),
-    );
-    assert_eq!(created, Ok(true));
+    let (_server, bootstrap) = start_with_topic(dir.path(), WIRE_TOPIC, 2);
     // Small batches for a short while: a bounded footprint.
     let window = 0..Duration::from_millis(300).as_nanos() as u64;
     let run = shoal_kafka_rdkafka::wire::run(
