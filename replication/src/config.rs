@@ -13,8 +13,12 @@ pub struct ReplicaConfig {
     pub cluster: u64,
     /// The VSR group.
     pub group: u64,
-    /// Replicas in the group (1, 3 or 5 in practice; at most 32).
+    /// Replicas in the group (1, 3 or 5 in practice; at most 32), voters and learners.
     pub replica_count: u8,
+    /// Members `0..voter_count` are voters; the rest are *learners* (DESIGN.md §8): they take
+    /// prepares, commit and repair like backups, but their acknowledgements never count in a
+    /// quorum, they never vote or lead a view, and they cannot make the primary leave its view.
+    pub voter_count: u8,
     /// This replica's index in the group.
     pub replica: u8,
     /// Uncommitted prepares the primary keeps in flight at most.
@@ -83,6 +87,7 @@ impl ReplicaConfig {
             cluster,
             group,
             replica_count,
+            voter_count: replica_count,
             replica,
             pipeline_prepares_max: 32,
             view_headers_max: 128,
@@ -109,19 +114,24 @@ impl ReplicaConfig {
         }
     }
 
-    /// Replicas that make a quorum: a majority.
+    /// Voters that make a quorum: a majority of the voters.
     pub fn quorum(&self) -> usize {
-        usize::from(self.replica_count) / 2 + 1
+        usize::from(self.voter_count) / 2 + 1
     }
 
-    /// Nacks that prove an op was never committed: n − q + 1.
+    /// Nacks that prove an op was never committed: v − q + 1, of v voters.
     pub fn nack_quorum(&self) -> usize {
-        usize::from(self.replica_count) - self.quorum() + 1
+        usize::from(self.voter_count) - self.quorum() + 1
     }
 
-    /// The primary of `view`: member `(view + group) mod n`.
+    /// Whether member `replica` is a voter (not a learner).
+    pub fn is_voter(&self, replica: u8) -> bool {
+        replica < self.voter_count
+    }
+
+    /// The primary of `view`: voter `(view + group) mod v`.
     pub fn primary_of(&self, view: u32) -> u8 {
-        ((u64::from(view) + self.group) % u64::from(self.replica_count)) as u8
+        ((u64::from(view) + self.group) % u64::from(self.voter_count)) as u8
     }
 
     /// The group's home: the primary of view 0, where placement put its leadership and where a
@@ -130,9 +140,10 @@ impl ReplicaConfig {
         self.primary_of(0)
     }
 
-    /// The first view after `view` whose primary is member `replica` (within n views).
+    /// The first view after `view` whose primary is voter `replica` (within v views).
     pub fn next_view_led_by(&self, view: u32, replica: u8) -> u32 {
-        let n = u32::from(self.replica_count);
+        assert!(self.is_voter(replica), "a learner leads no view");
+        let n = u32::from(self.voter_count);
         let behind = (u32::from(replica) + n - u32::from(self.primary_of(view))) % n;
         view + if behind == 0 { n } else { behind }
     }
@@ -152,6 +163,9 @@ impl ReplicaConfig {
         }
         if self.replica >= self.replica_count {
             return Err(format!("replica {} not below replica_count", self.replica));
+        }
+        if self.voter_count == 0 || self.voter_count > self.replica_count {
+            return Err(format!("voter_count {} not in 1..=replica_count", self.voter_count));
         }
         if self.pipeline_prepares_max == 0 {
             return Err("pipeline_prepares_max must be at least 1".into());
@@ -213,6 +227,17 @@ mod tests {
             let config = ReplicaConfig::new(1, 0, n, 0);
             assert_eq!((config.quorum(), config.nack_quorum()), (q, nack), "n = {n}");
         }
+    }
+
+    #[test]
+    fn learners_count_in_no_quorum_and_lead_no_view() {
+        let config = ReplicaConfig { voter_count: 3, ..ReplicaConfig::new(1, 7, 5, 4) };
+        assert_eq!((config.quorum(), config.nack_quorum()), (2, 2));
+        assert!((0..12).all(|view| config.is_voter(config.primary_of(view))));
+        assert!(config.is_voter(2) && !config.is_voter(3) && !config.is_voter(4));
+        assert_eq!(config.validate(), Ok(()));
+        let none = ReplicaConfig { voter_count: 0, ..config };
+        assert!(none.validate().unwrap_err().contains("voter_count"));
     }
 
     #[test]

@@ -164,6 +164,8 @@ pub struct ReplicaCounters {
     /// View changes this replica joined at once because the primary of its view voted for one
     /// (that primary left the view: a hand-over, or a primary that heard from no quorum).
     pub abdications_joined: u64,
+    /// PrepareOks this primary took from learners: their progress, never a quorum's.
+    pub learner_acks: u64,
 }
 
 /// Why [`Replica::hand_over`] (or the node's) did not begin a hand-over.
@@ -176,7 +178,7 @@ pub enum HandOverRefused {
     },
     /// This replica is not the serving primary of its view: only the primary hands over.
     NotPrimary,
-    /// The target is this replica, or not a member of the group.
+    /// The target is this replica, a learner, or not a member of the group.
     NotAPeer {
         /// The target asked for.
         to: u8,
@@ -784,7 +786,7 @@ impl Replica {
         if !self.is_primary() {
             return Err(HandOverRefused::NotPrimary);
         }
-        if to >= self.config.replica_count || to == self.config.replica {
+        if !self.config.is_voter(to) || to == self.config.replica {
             return Err(HandOverRefused::NotAPeer { to });
         }
         if let Some(current) = self.hand_over {
@@ -967,10 +969,15 @@ impl Replica {
                 }
             }
             Status::Normal => {
-                if self.tick >= self.heartbeat_deadline_tick {
-                    self.start_view_change(self.view + 1);
-                } else {
+                if self.tick < self.heartbeat_deadline_tick {
                     self.repair();
+                } else if self.is_learner() {
+                    // A learner never votes: it asks the voters for the view they are in, and
+                    // the primary among them answers with a StartView.
+                    self.arm_heartbeat();
+                    self.probe_voters();
+                } else {
+                    self.start_view_change(self.view + 1);
                 }
             }
             Status::ViewChange => {
@@ -994,7 +1001,8 @@ impl Replica {
                 #[cfg(not(feature = "canary-vote-while-recovering"))]
                 let probes_max = self.config.start_view_probes_max;
                 if self.tick >= self.next_probe_tick {
-                    if self.probes_sent >= probes_max {
+                    // A learner probes until a primary answers: it may not start a view.
+                    if self.probes_sent >= probes_max && !self.is_learner() {
                         self.counters.recovery_view_changes += 1;
                         let next = self.view + 1;
                         self.start_view_change(next);
@@ -1002,10 +1010,7 @@ impl Replica {
                     }
                     self.probes_sent += 1;
                     self.next_probe_tick = self.tick + self.config.start_view_probe_interval_ticks;
-                    let (view, nonce) = (self.view, self.boot_nonce);
-                    for to in self.peers() {
-                        self.send(to, Message::RequestStartView { view, nonce });
-                    }
+                    self.probe_voters();
                 }
             }
         }
@@ -1015,6 +1020,12 @@ impl Replica {
     /// dropped, never asserted.
     pub fn on_message(&mut self, from: u8, message: Message) {
         if from >= self.config.replica_count || from == self.config.replica {
+            return;
+        }
+        // View changes are the voters' alone: a learner neither casts nor takes a vote.
+        if matches!(message, Message::StartViewChange { .. } | Message::DoViewChange { .. })
+            && (self.is_learner() || !self.config.is_voter(from))
+        {
             return;
         }
         match message {
@@ -1177,7 +1188,12 @@ impl Replica {
         }
         // Heard from, and perhaps caught up: a dead or lagging backup may be back in sync.
         self.lag.update(self.tick, &self.last_heard_tick, &mut self.counters);
-        if !matches {
+        // Canary (DESIGN.md §7): count a learner's acknowledgement in the quorum.
+        let counts = self.config.is_voter(from) || cfg!(feature = "canary-learner-acks");
+        if matches && !self.config.is_voter(from) {
+            self.counters.learner_acks += 1;
+        }
+        if !matches || !counts {
             return;
         }
         let bit = 1u32 << from;
@@ -1795,6 +1811,7 @@ impl Replica {
     // --- View change -----------------------------------------------------------------------
 
     fn start_view_change(&mut self, view: u32) {
+        assert!(!self.is_learner(), "a learner never starts a view change");
         // Joining a higher view others voted for is allowed on one's own timeout.
         let fresh_max = self
             .votes
@@ -2114,7 +2131,7 @@ impl Replica {
     fn older_form(&self, log_view: u32, op: u64, parent: Option<&Header>) -> Option<Header> {
         let dvcs = &self.do_view_changes;
         let faulty = dvcs.values().filter(|d| d.faulty(op)).count();
-        let unheard = usize::from(self.config.replica_count) - dvcs.len();
+        let unheard = usize::from(self.config.voter_count) - dvcs.len();
         // Canary (DESIGN.md §7): trust the holder whoever may have committed something else.
         if faulty + unheard >= self.config.quorum() && !cfg!(feature = "canary-find-trusts-faulty")
         {
@@ -2333,7 +2350,7 @@ impl Replica {
         if !self.is_primary() {
             return;
         }
-        if view > self.view {
+        if view > self.view && self.config.is_voter(from) {
             // The asker is bound to a later view (it sent a DoViewChange for it, or restarted
             // there) and so can never serve in this one: move the group to that view, or it
             // stays out of every quorum for good. It heard this primary or probed it, so a
@@ -2489,6 +2506,7 @@ impl Replica {
     fn quorum_in_touch(&self) -> bool {
         let fresh = self
             .peers()
+            .filter(|&r| self.config.is_voter(r))
             .filter(|&r| {
                 self.tick.saturating_sub(self.last_heard_tick[usize::from(r)])
                     <= self.config.heartbeat_timeout_ticks
@@ -2594,6 +2612,20 @@ impl Replica {
 
     fn window_ops(&self) -> u64 {
         2 * self.config.view_headers_max as u64
+    }
+
+    fn is_learner(&self) -> bool {
+        !self.config.is_voter(self.config.replica)
+    }
+
+    /// Asks every voter for the view it is in (a learner's way back into the group's view, and
+    /// a restarted replica's); only a primary answers.
+    fn probe_voters(&mut self) {
+        let (view, nonce) = (self.view, self.boot_nonce);
+        let config = self.config;
+        for to in self.peers().filter(|&r| config.is_voter(r)) {
+            self.send(to, Message::RequestStartView { view, nonce });
+        }
     }
 
     fn peers(&self) -> impl Iterator<Item = u8> + use<> {

@@ -8,8 +8,8 @@
 //! table must execute every request once although retries enter its log twice. Summed coverage
 //! must reach minimums, so a swarm that never exercised a branch fails rather than passing
 //! vacuously. A second, smaller swarm turns retention on, so repair meets removed ranges and
-//! backups take state transfers. Fresh random seeds and long soaks belong to `scripts/sim-soak`,
-//! not here.
+//! backups take state transfers; a third puts learners in every group. Fresh random seeds and
+//! long soaks belong to `scripts/sim-soak`, not here.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -150,6 +150,30 @@ fn retention_swarm_keeps_every_invariant_and_takes_state_transfers() {
         ("shutdowns_settled", coverage.shutdowns_settled, 30),
     ];
     require_minimums("retention swarm", &minimums, &coverage);
+}
+
+/// Seeds of the learner swarm: the CI swarm's faults on groups with learners (DESIGN.md §8):
+/// three voters and a learner, three voters and two learners, and one voter with two learners
+/// (an RF 1 partition being moved), in turn.
+const LEARNER_SEEDS: u64 = 45;
+
+/// Learners take the log under every fault and are outside every quorum: the invariants hold,
+/// primaries count their acknowledgements as progress only, and views still change.
+#[test]
+fn learner_swarm_keeps_every_invariant() {
+    let coverage = run_swarm(LEARNER_SEEDS, |seed| {
+        let (replicas, learners) = [(4, 1), (5, 2), (3, 2)][(seed % 3) as usize];
+        let reproduce =
+            format!("shoal-sim --seed {seed} --replicas {replicas} --learners {learners}");
+        (SimOptions { replicas, learners, ..SimOptions::new(seed) }, reproduce)
+    });
+    let minimums = [
+        ("learner_acks", coverage.learner_acks, 10_000),
+        ("views_started", coverage.views_started, 100),
+        ("crashes", coverage.crashes, 100),
+        ("hand_overs_done", coverage.hand_overs_done, 20),
+    ];
+    require_minimums("learner swarm", &minimums, &coverage);
 }
 
 /// Determinism: the same seed gives the same trace, bit for bit.

@@ -48,7 +48,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// Whether this node's groups have peers (protocol-aware recovery needs someone to repair
     /// from; a group of one refuses service on damage instead, DESIGN.md §6).
     pub(super) fn has_peers(&self) -> bool {
-        self.config.replica.replica_count > 1
+        self.config.replica.voter_count > 1
     }
 
     /// A failure of the shard's storage (or a checkpoint) stops every group.

@@ -185,8 +185,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.groups.insert(group, Group { replica, failed: None });
     }
 
-    /// A group's replica settings. A `replicated` group of one replica recovers uncleanly: with
-    /// no peer to ask, the ops its faulty suffix may have held are lost, which is the documented
+    /// A group's replica settings. A `replicated` group of one voter recovers uncleanly: with
+    /// no other voter to ask, the ops its faulty suffix may have held are lost, which is the documented
     /// single-node power-loss outcome (DESIGN.md §6); otherwise it would never serve again.
     pub(super) fn replica_config(&self, group: u64) -> ReplicaConfig {
         let replicated = self
@@ -194,7 +194,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             .group(group)
             .is_some_and(|log| log.config().durability == Durability::Replicated);
         let mut config = ReplicaConfig { group, replica: self.config.node, ..self.config.replica };
-        if replicated && config.replica_count == 1 {
+        if replicated && config.voter_count == 1 {
             config.unclean_recovery = true;
         }
         if group < self.config.rejoin_floor {

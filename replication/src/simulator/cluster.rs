@@ -236,6 +236,7 @@ impl Cluster {
     /// the seed draws unless the options fix it.
     fn node_config(&self, index: u8) -> NodeConfig {
         let mut replica = ReplicaConfig::new(0x5ea1, 0, self.options.replicas, 0);
+        replica.voter_count = self.options.voters();
         // Faster timers than production keep runs short; the ratios between them are kept.
         replica.heartbeat_timeout_ticks = 100;
         replica.view_change_timeout_ticks = 200;

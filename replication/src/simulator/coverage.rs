@@ -116,6 +116,8 @@ pub struct Coverage {
     pub hand_overs_abandoned: u64,
     /// View changes joined at once on the vote of the primary of the joiner's view.
     pub abdications_joined: u64,
+    /// PrepareOks primaries took from learners (progress only).
+    pub learner_acks: u64,
     /// Hand-overs begun to bring a group back to its home.
     pub primaries_returned: u64,
     /// Hand-overs begun by controlled shutdowns.
@@ -155,6 +157,7 @@ impl Coverage {
         self.hand_overs_done += counters.hand_overs_done;
         self.hand_overs_abandoned += counters.hand_overs_abandoned;
         self.abdications_joined += counters.abdications_joined;
+        self.learner_acks += counters.learner_acks;
     }
 
     /// Adds another run's counters.
@@ -212,6 +215,7 @@ impl Coverage {
             (&mut self.hand_overs_done, other.hand_overs_done),
             (&mut self.hand_overs_abandoned, other.hand_overs_abandoned),
             (&mut self.abdications_joined, other.abdications_joined),
+            (&mut self.learner_acks, other.learner_acks),
             (&mut self.primaries_returned, other.primaries_returned),
             (&mut self.shutdown_hand_overs, other.shutdown_hand_overs),
             (&mut self.controlled_shutdowns, other.controlled_shutdowns),

@@ -258,12 +258,13 @@ impl Cluster {
     /// as down, and so does one in a controlled shutdown (it goes down once settled, and may
     /// come back with damage injected at its restart: seed 597 took a second replica down
     /// that way and left group 2 unable to finish a view change); a lone `replicated` replica
-    /// survives process crashes only.
+    /// survives process crashes only. The budget counts voters: nothing acknowledged depends
+    /// on a learner, so a learner's node may always go down.
     pub(super) fn crash_allowed(&self, index: usize, power: bool) -> bool {
-        if self.mode == Mode::Persisted {
+        let n = usize::from(self.options.voters());
+        if self.mode == Mode::Persisted || index >= n {
             return true;
         }
-        let n = self.nodes.len();
         if n == 1 {
             return !power;
         }
@@ -322,7 +323,9 @@ impl Cluster {
     /// f ≥ 1), never in a group of one (no peer to repair from: out of the model, DESIGN.md §6).
     /// The record is one of the node's newest durable ones, which recovery reads back.
     fn inject_damage(&mut self, index: usize) {
-        if self.nodes.len() < 3 || self.damage.iter().any(|d| d.node != index && self.unhealed(d)) {
+        if self.options.voters() < 3
+            || self.damage.iter().any(|d| d.node != index && self.unhealed(d))
+        {
             return;
         }
         let group = 1 + self.rng.below(self.options.groups);

@@ -127,8 +127,11 @@ pub(super) const SHUTDOWN_SEED_SALT: u64 = 0x5d0f_c0de_0000_0001;
 pub struct SimOptions {
     /// Decides everything.
     pub seed: u64,
-    /// Replicas per group (1, 3 or 5).
+    /// Replicas per group (1, 3 or 5), learners included.
     pub replicas: u8,
+    /// Of those, the last `learners` are learners in every group (DESIGN.md §8): they take the
+    /// log but never count in a quorum or vote. Their nodes may crash outside the fault budget.
+    pub learners: u8,
     /// Groups (partitions), all with a replica on every node.
     pub groups: u64,
     /// Clients per group, each with one request outstanding at a time.
@@ -171,6 +174,11 @@ pub struct SimOptions {
 }
 
 impl SimOptions {
+    /// Voters per group.
+    pub fn voters(&self) -> u8 {
+        self.replicas - self.learners
+    }
+
     /// The fault profile this seed draws when `faults` is `None`.
     pub fn drawn_faults(&self) -> FaultProfile {
         FaultProfile::swarm(&mut Rng::new(self.seed))
@@ -181,6 +189,7 @@ impl SimOptions {
         SimOptions {
             seed,
             replicas: 3,
+            learners: 0,
             groups: 2,
             clients_per_group: 2,
             ticks: 20_000,

@@ -1,5 +1,8 @@
-//! The scripted-cluster harness `scenarios.rs` and `storage_faults.rs` share: three nodes
-//! holding one group, no random faults, and a bounded wait that names what it waited for.
+//! The scripted-cluster harness `scenarios.rs`, `storage_faults.rs` and `learners.rs` share:
+//! three nodes holding one group (`learners.rs` builds its own cluster of four), no random
+//! faults, and a bounded wait that names what it waited for.
+// Each test crate that includes this module uses a part of it.
+#![allow(dead_code)]
 
 use shoal_replication::Replica;
 use shoal_replication::simulator::{Cluster, FaultProfile, Mode, SimOptions, Violation};

@@ -44,6 +44,10 @@ struct Cli {
     /// Replicas per group (1, 3 or 5; default 3)
     #[arg(long, value_name = "N", value_parser = replicas)]
     replicas: Option<u8>,
+    /// Of the replicas, how many are learners in every group: they take the log but never
+    /// count in a quorum or vote (default 0; at most replicas − 1)
+    #[arg(long, value_name = "N", value_parser = learners)]
+    learners: Option<u8>,
     /// Groups, each replicated on every node (default 2; clamped to 1..=64)
     #[arg(long, value_name = "N", value_parser = one_to_64)]
     groups: Option<u64>,
@@ -91,6 +95,13 @@ struct Cli {
     trace: Option<u64>,
 }
 
+fn learners(value: &str) -> Result<u8, String> {
+    match value.parse::<u8>() {
+        Ok(learners @ 0..=4) => Ok(learners),
+        _ => Err(format!("--learners {value}: use 0 to 4")),
+    }
+}
+
 fn replicas(value: &str) -> Result<u8, String> {
     match value.parse::<u8>() {
         Ok(replicas @ 1..=5) => Ok(replicas),
@@ -136,6 +147,7 @@ fn rate(value: &str) -> Result<u32, String> {
 fn options_for(cli: &Cli, seed: u64) -> SimOptions {
     let mut options = SimOptions::new(seed);
     options.replicas = cli.replicas.unwrap_or(options.replicas);
+    options.learners = cli.learners.unwrap_or(0).min(options.replicas - 1);
     options.groups = cli.groups.unwrap_or(options.groups);
     options.clients_per_group = cli.clients.unwrap_or(options.clients_per_group);
     options.ticks = cli.ticks.unwrap_or(options.ticks);
