@@ -8,17 +8,21 @@
 mod common;
 
 use common::{GROUP, replica, wait};
-use shoal_replication::Status;
 use shoal_replication::simulator::{Cluster, FaultProfile, Mode, SimOptions, Violation};
+use shoal_replication::{ReplicaState, Status};
 
 const LEARNER: usize = 3;
 
 /// The primary of view 0.
 const PRIMARY: usize = 1;
 
+/// `replica_lag_ticks_max` of these clusters: short, so a learner cut off shows as behind soon.
+const LAG_TICKS_MAX: u64 = 300;
+
 /// The cluster, once view 0's primary has committed the client's first writes.
 fn cluster_with_a_learner(seed: u64) -> Result<Cluster, Violation> {
     let mut cluster = Cluster::new(&SimOptions {
+        replica_lag_ticks_max: LAG_TICKS_MAX,
         faults: Some(FaultProfile::none()),
         mode: Some(Mode::Persisted),
         replicas: 4,
@@ -89,6 +93,35 @@ fn a_learner_never_makes_a_quorum_for_a_view_change() -> Result<(), Violation> {
     cluster.restart(2)?;
     wait(&mut cluster, 3_000, "voters 0 and 2 start a view", |c| c.primary(GROUP).is_some())?;
     cluster.restart(primary)?;
+    cluster.finish_liveness()?;
+    cluster.check_logs()
+}
+
+/// The primary tracks a learner's progress by the lag definition of DESIGN.md §4 — what a
+/// partition move waits on before it promotes a learner: a learner cut off from the primary
+/// turns dead (nothing heard) while the group commits without it, and once the link is back it
+/// repairs and is reported in sync again.
+#[test]
+fn the_primary_reports_whether_a_learner_has_caught_up() -> Result<(), Violation> {
+    let mut cluster = cluster_with_a_learner(23)?;
+    let learner_state = |c: &Cluster| {
+        let status = replica(c, PRIMARY).group_status();
+        status.replicas.iter().find(|p| usize::from(p.replica) == LEARNER).map(|p| p.state)
+    };
+    assert_eq!(learner_state(&cluster), Some(ReplicaState::InSync));
+    cluster.set_link(PRIMARY, LEARNER, false);
+    cluster.set_link(LEARNER, PRIMARY, false);
+    let committed = replica(&cluster, PRIMARY).commit();
+    wait(&mut cluster, 3 * LAG_TICKS_MAX, "the learner is reported dead", |c| {
+        learner_state(c) == Some(ReplicaState::Dead)
+    })?;
+    assert!(replica(&cluster, PRIMARY).commit() > committed, "the group commits without it");
+    cluster.set_link(PRIMARY, LEARNER, true);
+    cluster.set_link(LEARNER, PRIMARY, true);
+    wait(&mut cluster, 3 * LAG_TICKS_MAX, "the learner catches up and is in sync", |c| {
+        learner_state(c) == Some(ReplicaState::InSync)
+            && replica(c, LEARNER).commit() >= replica(c, PRIMARY).commit().saturating_sub(1)
+    })?;
     cluster.finish_liveness()?;
     cluster.check_logs()
 }
