@@ -1188,14 +1188,13 @@ impl Replica {
         }
         // Heard from, and perhaps caught up: a dead or lagging backup may be back in sync.
         self.lag.update(self.tick, &self.last_heard_tick, &mut self.counters);
-        // Canary (DESIGN.md §7): count a learner's acknowledgement in the quorum.
-        let counts = self.config.is_voter(from) || cfg!(feature = "canary-learner-acks");
-        if matches && !self.config.is_voter(from) {
-            self.counters.learner_acks += 1;
-        }
-        if !matches || !counts {
+        if !matches {
             return;
         }
+        if !self.config.is_voter(from) {
+            self.counters.learner_acks += 1;
+        }
+        // A learner's bit stops the op's retransmissions to it; only voters' bits commit.
         let bit = 1u32 << from;
         for (_, in_flight) in self.pipeline.range_mut(..=op) {
             in_flight.acks |= bit;
@@ -1289,9 +1288,15 @@ impl Replica {
     /// The primary commits every op a quorum holds durably, in order.
     fn primary_commit(&mut self) {
         let quorum = self.config.quorum();
+        // Canary (DESIGN.md §7): count a learner's acknowledgement in the quorum.
+        let voters = if cfg!(feature = "canary-learner-acks") {
+            u32::MAX
+        } else {
+            u32::MAX >> (32 - self.config.voter_count)
+        };
         while let Some((&op, in_flight)) = self.pipeline.first_key_value() {
             let own = usize::from(self.op_durable >= op);
-            if in_flight.acks.count_ones() as usize + own < quorum {
+            if (in_flight.acks & voters).count_ones() as usize + own < quorum {
                 break;
             }
             let in_flight = self.pipeline.remove(&op).expect("first key");
@@ -1835,18 +1840,22 @@ impl Replica {
         self.counters.votes_cast += 1;
         self.votes.insert(self.config.replica, (view, self.tick));
         self.persist_views();
-        for to in self.peers() {
+        self.send_vote(view);
+        self.check_votes();
+    }
+
+    /// A StartViewChange to every other voter (a learner drops it unread).
+    fn send_vote(&mut self, view: u32) {
+        let config = self.config;
+        for to in self.peers().filter(|&r| config.is_voter(r)) {
             self.send(to, Message::StartViewChange { view });
         }
-        self.check_votes();
     }
 
     fn repeat_vote(&mut self) {
         let view = self.view;
         self.votes.insert(self.config.replica, (view, self.tick));
-        for to in self.peers() {
-            self.send(to, Message::StartViewChange { view });
-        }
+        self.send_vote(view);
         let primary = self.config.primary_of(view);
         if self.do_view_change_sent && primary != self.config.replica {
             let message = self.build_do_view_change();

@@ -46,9 +46,11 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     }
 
     /// Whether this node's groups have peers (protocol-aware recovery needs someone to repair
-    /// from; a group of one refuses service on damage instead, DESIGN.md §6).
+    /// from; a group of one refuses service on damage instead, DESIGN.md §6). A lone voter's
+    /// learners count for nothing there, but a learner repairs from its voters.
     pub(super) fn has_peers(&self) -> bool {
-        self.config.replica.voter_count > 1
+        let replica = &self.config.replica;
+        replica.voter_count > 1 || !replica.is_voter(self.config.node)
     }
 
     /// A failure of the shard's storage (or a checkpoint) stops every group.
