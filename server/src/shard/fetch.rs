@@ -157,11 +157,11 @@ impl ShardState {
     /// ([`redirect`]); and a primary that has not heard from a quorum of its group within the
     /// heartbeat timeout may have been deposed without knowing it, so it refuses
     /// (`TransientNotAccepted`) rather than serve what a new primary may already have
-    /// overtaken. A group of one always serves.
+    /// overtaken. A group of one voter always serves (learners cannot depose it).
     pub(super) fn read_refusal(&self, group: u64) -> Option<Outcome> {
         let replica = self.node.replica(group)?;
         let config = replica.config();
-        if config.replica_count == 1 {
+        if config.voter_count == 1 {
             return None;
         }
         if let Some(refusal) = redirect(replica) {
@@ -182,7 +182,11 @@ impl ShardState {
         }
         let timeout_ticks = config.heartbeat_timeout_ticks;
         let status = replica.group_status();
-        let heard = status.replicas.iter().filter(|p| p.silent_ticks <= timeout_ticks).count();
+        let heard = status
+            .replicas
+            .iter()
+            .filter(|p| config.is_voter(p.replica) && p.silent_ticks <= timeout_ticks)
+            .count();
         (heard < config.quorum()).then(|| {
             Outcome::error(
                 ErrorCode::TransientNotAccepted,
