@@ -1846,8 +1846,7 @@ impl Replica {
 
     /// A StartViewChange to every other voter (a learner drops it unread).
     fn send_vote(&mut self, view: u32) {
-        let config = self.config;
-        for to in self.peers().filter(|&r| config.is_voter(r)) {
+        for to in self.voter_peers() {
             self.send(to, Message::StartViewChange { view });
         }
     }
@@ -2514,8 +2513,7 @@ impl Replica {
 
     fn quorum_in_touch(&self) -> bool {
         let fresh = self
-            .peers()
-            .filter(|&r| self.config.is_voter(r))
+            .voter_peers()
             .filter(|&r| {
                 self.tick.saturating_sub(self.last_heard_tick[usize::from(r)])
                     <= self.config.heartbeat_timeout_ticks
@@ -2631,10 +2629,15 @@ impl Replica {
     /// a restarted replica's); only a primary answers.
     fn probe_voters(&mut self) {
         let (view, nonce) = (self.view, self.boot_nonce);
-        let config = self.config;
-        for to in self.peers().filter(|&r| config.is_voter(r)) {
+        for to in self.voter_peers() {
             self.send(to, Message::RequestStartView { view, nonce });
         }
+    }
+
+    /// The other voters.
+    fn voter_peers(&self) -> impl Iterator<Item = u8> + use<> {
+        let own = self.config.replica;
+        (0..self.config.voter_count).filter(move |&r| r != own)
     }
 
     fn peers(&self) -> impl Iterator<Item = u8> + use<> {

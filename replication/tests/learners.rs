@@ -44,23 +44,22 @@ fn cluster_with_a_learner(seed: u64) -> Result<Cluster, Violation> {
 #[test]
 fn a_learners_acknowledgement_never_commits_an_op() -> Result<(), Violation> {
     let mut cluster = cluster_with_a_learner(21)?;
-    let primary = PRIMARY;
     for voter in [0, 2] {
-        cluster.set_link(primary, voter, false);
+        cluster.set_link(PRIMARY, voter, false);
     }
-    let committed = replica(&cluster, primary).commit();
+    let committed = replica(&cluster, PRIMARY).commit();
     wait(&mut cluster, 90, "the learner holds an op past the commit point", |c| {
         replica(c, LEARNER).op() > committed
     })?;
     // Less than the heartbeat timeout: the primary is still in its view, with the learner's
     // acknowledgement of the op and its own.
     cluster.run_ticks(60)?;
-    let cut_off = replica(&cluster, primary);
+    let cut_off = replica(&cluster, PRIMARY);
     assert_eq!(cut_off.status(), Status::Normal);
     assert!(cut_off.counters().learner_acks > 0, "the learner acknowledged prepares");
     assert_eq!(cut_off.commit(), committed, "an op committed on a learner's acknowledgement");
     wait(&mut cluster, 2_000, "the other voters start a view of their own", |c| {
-        c.primary(GROUP).is_some_and(|p| p != primary)
+        c.primary(GROUP).is_some_and(|p| p != PRIMARY)
     })?;
     let new_primary = cluster.primary(GROUP).expect("a primary");
     wait(&mut cluster, 500, "the learner follows the new view", |c| {
@@ -69,7 +68,7 @@ fn a_learners_acknowledgement_never_commits_an_op() -> Result<(), Violation> {
     })?;
     assert_eq!(replica(&cluster, LEARNER).counters().votes_cast, 0, "a learner never votes");
     for voter in [0, 2] {
-        cluster.set_link(primary, voter, true);
+        cluster.set_link(PRIMARY, voter, true);
     }
     cluster.finish_liveness()?;
     cluster.check_logs()
@@ -81,9 +80,8 @@ fn a_learners_acknowledgement_never_commits_an_op() -> Result<(), Violation> {
 #[test]
 fn a_learner_never_makes_a_quorum_for_a_view_change() -> Result<(), Violation> {
     let mut cluster = cluster_with_a_learner(22)?;
-    let primary = PRIMARY;
     let view = replica(&cluster, 0).view();
-    cluster.crash(primary, false);
+    cluster.crash(PRIMARY, false);
     cluster.crash(2, false);
     // Several heartbeat and view-change timeouts: voter 0 votes alone, the learner probes.
     cluster.run_ticks(1_000)?;
@@ -92,7 +90,7 @@ fn a_learner_never_makes_a_quorum_for_a_view_change() -> Result<(), Violation> {
     assert_eq!(replica(&cluster, LEARNER).counters().votes_cast, 0, "a learner never votes");
     cluster.restart(2)?;
     wait(&mut cluster, 3_000, "voters 0 and 2 start a view", |c| c.primary(GROUP).is_some())?;
-    cluster.restart(primary)?;
+    cluster.restart(PRIMARY)?;
     cluster.finish_liveness()?;
     cluster.check_logs()
 }
