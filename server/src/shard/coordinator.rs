@@ -31,16 +31,22 @@ impl ShardState {
     /// its metadata state caught up, and stops it (answering waiting joins, dropping
     /// membership) when it no longer is. Called before every group request and every tick.
     pub(super) fn sync_coordinator(&mut self) {
-        let (leads, commit) = match self.node.replica(METADATA_GROUP) {
-            Some(replica) => (replica.is_primary(), replica.commit()),
-            None => (false, 0),
+        // A new primary holds every op an earlier primary committed (a stored group among
+        // them) but may not know them committed yet: it starts once it has committed the head
+        // op its view began with, and applied everything it committed.
+        let (leads, commit, view_start_op) = match self.node.replica(METADATA_GROUP) {
+            Some(replica) => {
+                (replica.is_primary(), replica.commit(), replica.log_view_head_op().unwrap_or(0))
+            }
+            None => (false, 0, 0),
         };
         let node = self.node.node_index();
         let kafka_delay_ms = self.config.kafka.group_initial_rebalance_delay_ms;
         let Some(metadata) = self.metadata.as_mut() else { return };
         // Catching up gates the start only: a running coordinator's own rebalances commit a
         // moment before they are applied, which must not stop it.
-        let starts = leads && metadata.state.catalog.applied_op >= commit;
+        let starts =
+            leads && commit >= view_start_op && metadata.state.catalog.applied_op >= commit;
         if metadata.coordinating == leads || (!metadata.coordinating && !starts) {
             return;
         }
