@@ -468,7 +468,18 @@ impl<S: Storage> PartitionLog<S> {
                 // A segment after the checkpoint's must begin with the chain's next record, and
                 // a fresh log with op 1; anything else means the chain ended before it.
                 let anchor = checkpoint.op == 0 && first_in_window && canary_truncate;
-                let begins = self.chain_begins(&mut scanner, &mut next, anchor).await?;
+                let begins = match self.chain_begins(&mut scanner, &mut next, anchor).await? {
+                    Ok(()) => true,
+                    Err(RecordFault::Zeroed) => false,
+                    Err(fault) => {
+                        // A record was there and is not the chain's next: the window ends in
+                        // a torn (or damaged) record, exactly as within a segment. A damaged
+                        // first record of a fresh log is such a cut too.
+                        let at = Some((path.to_path_buf(), 0, fault.to_string()));
+                        report.torn_tail = report.torn_tail.take().or(at);
+                        false
+                    }
+                };
                 // The first record of a log whose beginning retention (or a state transfer)
                 // removed ends the chain too: nothing before it is kept, so the log is cut to
                 // empty, at op 1, every op faulty. Its replica gets the ops back from peers
@@ -509,24 +520,22 @@ impl<S: Storage> PartitionLog<S> {
         scanner: &mut Scanner<'_, S::File>,
         next: &mut ChainNext,
         anchor: bool,
-    ) -> Result<bool> {
+    ) -> Result<std::result::Result<(), RecordFault>> {
         let record_max = self.config.record_size_bytes_max as usize;
         let record = scanner.record_at(0, record_max).await.map_err(|e| Error::io("reading", e))?;
         let begins = if anchor {
-            check_standalone(&record, self.shared.cluster, self.group, record_max)
-                .map(|header| {
-                    let prepare = prepare_of(&header);
-                    *next = ChainNext {
-                        cluster: self.shared.cluster,
-                        group: self.group,
-                        op: prepare.op,
-                        parent: prepare.parent,
-                        offset: prepare.base_offset,
-                    };
-                })
-                .is_ok()
+            check_standalone(&record, self.shared.cluster, self.group, record_max).map(|header| {
+                let prepare = prepare_of(&header);
+                *next = ChainNext {
+                    cluster: self.shared.cluster,
+                    group: self.group,
+                    op: prepare.op,
+                    parent: prepare.parent,
+                    offset: prepare.base_offset,
+                };
+            })
         } else {
-            check_next(&record, next, &self.fence, record_max).is_ok()
+            check_next(&record, next, &self.fence, record_max).map(|_| ())
         };
         Ok(begins)
     }
