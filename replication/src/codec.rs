@@ -98,8 +98,8 @@ pub fn encode(cluster: u64, from: u8, group: u64, message: &Message) -> Bytes {
             };
             return encode_commits(cluster, from, &[entry]);
         }
-        Message::StartViewChange { view } => {
-            let fields = wire::StartViewChange { group };
+        Message::StartViewChange { view, membership } => {
+            let fields = wire::StartViewChange { group, membership: *membership };
             (Header::start_view_change(cluster, *view, from, fields), Bytes::new())
         }
         Message::DoViewChange {
@@ -133,7 +133,7 @@ pub fn encode(cluster: u64, from: u8, group: u64, message: &Message) -> Bytes {
             };
             (Header::do_view_change(cluster, *view, from, fields, &body), Bytes::from(body))
         }
-        Message::StartView { view, op, commit, nonce, headers } => {
+        Message::StartView { view, op, commit, nonce, headers, membership } => {
             let body = wire::encode_view_headers(headers, None);
             let fields = wire::StartView {
                 group,
@@ -141,6 +141,7 @@ pub fn encode(cluster: u64, from: u8, group: u64, message: &Message) -> Bytes {
                 commit: *commit,
                 nonce: *nonce,
                 header_count: headers.len() as u32,
+                membership: *membership,
             };
             (Header::start_view(cluster, *view, from, fields, &body), Bytes::from(body))
         }
@@ -259,7 +260,7 @@ pub fn decode(
         }
         Command::StartViewChange => {
             let f = header.as_start_view_change().expect("command checked");
-            (f.group, Message::StartViewChange { view })
+            (f.group, Message::StartViewChange { view, membership: f.membership })
         }
         Command::DoViewChange => {
             let f = *header.as_do_view_change().expect("command checked");
@@ -285,8 +286,14 @@ pub fn decode(
             let (headers, _) =
                 wire::decode_view_headers(&body, f.header_count, false, limits.view_headers_max)
                     .map_err(DecodeError::Body)?;
-            let message =
-                Message::StartView { view, op: f.op, commit: f.commit, nonce: f.nonce, headers };
+            let message = Message::StartView {
+                view,
+                op: f.op,
+                commit: f.commit,
+                nonce: f.nonce,
+                headers,
+                membership: f.membership,
+            };
             (f.group, message)
         }
         Command::RequestStartView => {
@@ -333,7 +340,7 @@ pub fn decode(
 
 #[cfg(test)]
 mod tests {
-    use shoal_proto::wire::Prepare;
+    use shoal_proto::wire::{Membership, Prepare};
 
     use super::*;
 
@@ -360,7 +367,7 @@ mod tests {
             Message::Prepare { header: h1, body: Bytes::from_static(b"x") },
             Message::PrepareOk { view: 2, op: 5, commit: 4, prepare_checksum: 77 },
             Message::Commit { view: 2, commit: 9, commit_checksum: 5 },
-            Message::StartViewChange { view: 3 },
+            Message::StartViewChange { view: 3, membership: Membership::first(3, 3) },
             Message::DoViewChange {
                 view: 3,
                 log_view: 2,
@@ -394,7 +401,14 @@ mod tests {
                 headers: vec![],
                 flags: vec![],
             },
-            Message::StartView { view: 3, op: 2, commit: 1, nonce: 11, headers: vec![h1, h2] },
+            Message::StartView {
+                view: 3,
+                op: 2,
+                commit: 1,
+                nonce: 11,
+                headers: vec![h1, h2],
+                membership: Membership { voters: 0b011, learners: 0b100 },
+            },
             Message::RequestStartView { view: 3, nonce: 12 },
             Message::RequestPrepare { view: 3, op: 2, checksum: Some(h2.checksum_header) },
             Message::RequestPrepare { view: 3, op: 2, checksum: None },
@@ -436,7 +450,8 @@ mod tests {
 
     #[test]
     fn hostile_packets_are_refused_with_a_reason() {
-        let packet = encode(9, 1, 3, &Message::StartViewChange { view: 3 });
+        let vote = Message::StartViewChange { view: 3, membership: Membership::first(3, 3) };
+        let packet = encode(9, 1, 3, &vote);
         assert!(matches!(decode(8, &packet, &LIMITS), Err(DecodeError::Invalid("cluster"))));
         let short = packet.slice(..100);
         assert!(matches!(decode(9, &short, &LIMITS), Err(DecodeError::Header(_))));
@@ -473,6 +488,7 @@ mod tests {
                 commit: 0,
                 nonce: 1,
                 headers: vec![prepare(1, 0)],
+                membership: Membership::first(3, 3),
             },
         );
         for _ in 0..2_000 {

@@ -3,8 +3,28 @@
 //!
 //! This module owns defaults and validation only; it never reads the environment or a file.
 
+pub use shoal_proto::wire::Membership;
+
 /// Milliseconds per tick in production.
 pub const TICK_MS: u64 = 10;
+
+/// A view number's low bits count the views of one configuration epoch and its high bits name
+/// the epoch, so every member entering epoch `e` enters the same first view, and views stay
+/// ordered across epochs (storage judges dead prepares by view).
+pub const EPOCH_VIEW_BITS: u32 = 20;
+
+/// The last epoch a view number can name: a group changes its configuration at most this often.
+pub const EPOCH_MAX: u32 = u32::MAX >> EPOCH_VIEW_BITS;
+
+/// The configuration epoch `view` belongs to.
+pub fn epoch_of(view: u32) -> u32 {
+    view >> EPOCH_VIEW_BITS
+}
+
+/// The first view of `epoch`.
+pub fn first_view_of(epoch: u32) -> u32 {
+    epoch << EPOCH_VIEW_BITS
+}
 
 /// One replica's settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,12 +33,13 @@ pub struct ReplicaConfig {
     pub cluster: u64,
     /// The VSR group.
     pub group: u64,
-    /// Replicas in the group (1, 3 or 5 in practice; at most 32), voters and learners.
+    /// Member slots of the group (at most 32): every member index, in any epoch, is below it.
     pub replica_count: u8,
-    /// Members `0..voter_count` are voters; the rest are *learners* (DESIGN.md §8): they take
-    /// prepares, commit and repair like backups, but their acknowledgements never count in a
-    /// quorum, they never vote or lead a view, and they cannot make the primary leave its view.
-    pub voter_count: u8,
+    /// The members in epoch 0: voters, and *learners* (DESIGN.md §8), which take prepares,
+    /// commit and repair like backups, but whose acknowledgements never count in a quorum, who
+    /// never vote or lead a view, and who cannot make the primary leave its view. A replica
+    /// keeps its current epoch's members here: a configuration change replaces them.
+    pub members: Membership,
     /// This replica's index in the group.
     pub replica: u8,
     /// Uncommitted prepares the primary keeps in flight at most.
@@ -87,7 +108,7 @@ impl ReplicaConfig {
             cluster,
             group,
             replica_count,
-            voter_count: replica_count,
+            members: Membership::first(replica_count, replica_count),
             replica,
             pipeline_prepares_max: 32,
             view_headers_max: 128,
@@ -116,22 +137,28 @@ impl ReplicaConfig {
 
     /// Voters that make a quorum: a majority of the voters.
     pub fn quorum(&self) -> usize {
-        usize::from(self.voter_count) / 2 + 1
+        self.voter_count() / 2 + 1
+    }
+
+    /// How many members vote.
+    pub fn voter_count(&self) -> usize {
+        self.members.voter_count() as usize
     }
 
     /// Nacks that prove an op was never committed: v − q + 1, of v voters.
     pub fn nack_quorum(&self) -> usize {
-        usize::from(self.voter_count) - self.quorum() + 1
+        self.voter_count() - self.quorum() + 1
     }
 
-    /// Whether member `replica` is a voter (not a learner).
+    /// Whether member `replica` is a voter (not a learner, not outside the group).
     pub fn is_voter(&self, replica: u8) -> bool {
-        replica < self.voter_count
+        self.members.is_voter(replica)
     }
 
-    /// The primary of `view`: voter `(view + group) mod v`.
+    /// The primary of `view`: the `(view + group) mod v`-th of the v voters, ascending.
     pub fn primary_of(&self, view: u32) -> u8 {
-        ((u64::from(view) + self.group) % u64::from(self.voter_count)) as u8
+        let index = (u64::from(view) + self.group) % self.voter_count() as u64;
+        self.members.voter_indices().nth(index as usize).expect("index below the voter count")
     }
 
     /// The group's home: the primary of view 0, where placement put its leadership and where a
@@ -143,9 +170,11 @@ impl ReplicaConfig {
     /// The first view after `view` whose primary is voter `replica` (within v views).
     pub fn next_view_led_by(&self, view: u32, replica: u8) -> u32 {
         assert!(self.is_voter(replica), "a learner leads no view");
-        let n = u32::from(self.voter_count);
-        let behind = (u32::from(replica) + n - u32::from(self.primary_of(view))) % n;
-        view + if behind == 0 { n } else { behind }
+        let n = self.voter_count() as u32;
+        (1..=n)
+            .map(|ahead| view + ahead)
+            .find(|&next| self.primary_of(next) == replica)
+            .expect("every voter leads one of n consecutive views")
     }
 
     /// The producer table's bounds.
@@ -164,8 +193,16 @@ impl ReplicaConfig {
         if self.replica >= self.replica_count {
             return Err(format!("replica {} not below replica_count", self.replica));
         }
-        if self.voter_count == 0 || self.voter_count > self.replica_count {
-            return Err(format!("voter_count {} not in 1..=replica_count", self.voter_count));
+        let slots = if self.replica_count == 32 { u32::MAX } else { (1 << self.replica_count) - 1 };
+        let members = self.members;
+        if members.voters == 0
+            || members.voters & members.learners != 0
+            || members.members() & !slots != 0
+        {
+            return Err(format!(
+                "members {members:?}: voters must be non-empty, disjoint from the learners, and \
+                 every member below replica_count"
+            ));
         }
         if self.pipeline_prepares_max == 0 {
             return Err("pipeline_prepares_max must be at least 1".into());
@@ -231,13 +268,38 @@ mod tests {
 
     #[test]
     fn learners_count_in_no_quorum_and_lead_no_view() {
-        let config = ReplicaConfig { voter_count: 3, ..ReplicaConfig::new(1, 7, 5, 4) };
+        let config =
+            ReplicaConfig { members: Membership::first(3, 5), ..ReplicaConfig::new(1, 7, 5, 4) };
         assert_eq!((config.quorum(), config.nack_quorum()), (2, 2));
         assert!((0..12).all(|view| config.is_voter(config.primary_of(view))));
         assert!(config.is_voter(2) && !config.is_voter(3) && !config.is_voter(4));
         assert_eq!(config.validate(), Ok(()));
-        let none = ReplicaConfig { voter_count: 0, ..config };
-        assert!(none.validate().unwrap_err().contains("voter_count"));
+        for members in [
+            Membership { voters: 0, learners: 0b11 },
+            Membership { voters: 0b11, learners: 0b10 },
+            Membership { voters: 0b100011, learners: 0 },
+        ] {
+            let bad = ReplicaConfig { members, ..config };
+            assert!(bad.validate().unwrap_err().contains("members"), "{members:?}");
+        }
+    }
+
+    #[test]
+    fn voters_anywhere_in_the_slots_lead_views_in_turn() {
+        let members = Membership { voters: 0b11010, learners: 0b00001 };
+        let config = ReplicaConfig { members, ..ReplicaConfig::new(1, 0, 5, 0) };
+        assert_eq!(config.validate(), Ok(()));
+        assert_eq!([0, 1, 2, 3].map(|v| config.primary_of(v)), [1, 3, 4, 1]);
+        assert_eq!(config.next_view_led_by(0, 4), 2);
+        assert_eq!(config.next_view_led_by(2, 4), 5);
+    }
+
+    #[test]
+    fn every_epoch_begins_at_its_own_first_view() {
+        assert_eq!(epoch_of(first_view_of(3)), 3);
+        assert_eq!(epoch_of(first_view_of(3) - 1), 2);
+        assert_eq!(first_view_of(EPOCH_MAX) >> EPOCH_VIEW_BITS, EPOCH_MAX);
+        assert_eq!(epoch_of(u32::MAX), EPOCH_MAX);
     }
 
     #[test]

@@ -22,7 +22,9 @@ mod transfer;
 pub use client_table::{
     ClientCheck, ClientLimits, ClientSnapshotError, ClientTable, ClientTableError,
 };
-pub use config::{ReplicaConfig, TICK_MS};
+pub use config::{
+    EPOCH_MAX, EPOCH_VIEW_BITS, Membership, ReplicaConfig, TICK_MS, epoch_of, first_view_of,
+};
 pub use lag::{GroupStatus, ReplicaProgress, ReplicaState};
 pub use message::{
     Committed, Envelope, FLAG_NACK, FLAG_PRESENT, Message, Persisted, Ready, Reply, ReplyResult,

@@ -6,7 +6,7 @@
 
 use bytes::{Bytes, BytesMut};
 use shoal_engine::state::GroupState;
-use shoal_proto::wire::Header;
+use shoal_proto::wire::{Header, Membership};
 
 /// A message between two replicas of one group. `view` is always the sender's view.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,6 +44,8 @@ pub enum Message {
     StartViewChange {
         /// The view voted for.
         view: u32,
+        /// The group's members in the view's epoch, as the voter knows them.
+        membership: Membership,
     },
     /// The sender's log, offered to the new primary of `view`.
     DoViewChange {
@@ -82,6 +84,8 @@ pub enum Message {
         nonce: u64,
         /// Headers from the commit point (or the top `view_headers_max`) up to `op`, ascending.
         headers: Vec<Header>,
+        /// The group's members in the view's epoch.
+        membership: Membership,
     },
     /// A restarted replica asks the primary of `view` (or a later one) for its log.
     RequestStartView {
@@ -154,7 +158,7 @@ impl Message {
             Message::Prepare { header, .. } => header.view,
             Message::PrepareOk { view, .. }
             | Message::Commit { view, .. }
-            | Message::StartViewChange { view }
+            | Message::StartViewChange { view, .. }
             | Message::DoViewChange { view, .. }
             | Message::StartView { view, .. }
             | Message::RequestStartView { view, .. }
@@ -251,6 +255,12 @@ pub enum ReplyResult {
     /// An idempotent batch from an older epoch than its producer's newest: refused, never
     /// entered the log.
     ProducerFenced,
+    /// A configuration change the group cannot make (`Replica::on_reconfigure_request`):
+    /// refused, never entered the log.
+    ReconfigurationRefused {
+        /// Why.
+        reason: &'static str,
+    },
 }
 
 /// The answer to one client request.

@@ -26,9 +26,9 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use shoal_engine::rng::Rng;
 use shoal_engine::state::{GroupState, STATE_SIZE_BYTES_MAX};
-use shoal_proto::wire::{HEADER_SIZE, Header, Prepare};
+use shoal_proto::wire::{HEADER_SIZE, Header, Membership, Prepare};
 
-use crate::config::ReplicaConfig;
+use crate::config::{EPOCH_MAX, ReplicaConfig, epoch_of, first_view_of};
 use crate::lag::{GroupStatus, LagTracker};
 use crate::message::{
     Committed, Envelope, FLAG_NACK, FLAG_PRESENT, Message, Persisted, Ready, Reply, ReplyResult,
@@ -61,6 +61,9 @@ pub enum Status {
     /// Restarted: out of every quorum until a StartView (or, after unanswered probes, its own
     /// view change) brings it back.
     Recovering,
+    /// No longer a member: a configuration change it committed (or a newer epoch's StartView)
+    /// left it out. It takes no part in the group again; its driver removes it.
+    Removed,
 }
 
 /// What a restarted replica found in its storage.
@@ -166,6 +169,18 @@ pub struct ReplicaCounters {
     pub abdications_joined: u64,
     /// PrepareOks this primary took from learners: their progress, never a quorum's.
     pub learner_acks: u64,
+    /// Configuration changes this primary prepared (`Replica::on_reconfigure_request`).
+    pub reconfigurations_prepared: u64,
+    /// Configuration epochs entered by committing the change that opens them.
+    pub epochs_entered: u64,
+    /// Configuration epochs entered by installing a StartView of a newer epoch.
+    pub epochs_installed: u64,
+    /// Messages of an older epoch answered with this epoch's StartView.
+    pub older_epochs_answered: u64,
+    /// Messages of a newer epoch this replica could not take, answered with a probe.
+    pub newer_epochs_probed: u64,
+    /// Requests refused because the log's head is a configuration change not yet committed.
+    pub requests_refused_epoch_closing: u64,
 }
 
 /// Why [`Replica::hand_over`] (or the node's) did not begin a hand-over.
@@ -438,6 +453,19 @@ pub struct Replica {
     /// A state frozen for a peer's transfer whose driver part has not come yet.
     transfer_source_pending: Option<PendingSource>,
     next_request_start_view_tick: u64,
+    // Configuration epochs.
+    /// The op of the configuration change that opened this replica's epoch, while known: the
+    /// head of the log every view of the epoch extends, which any member may hand a replica
+    /// still in an older epoch (`answer_older_epoch`).
+    epoch_start_op: Option<u64>,
+    /// A configuration change committed by this replica, entered once the input that committed
+    /// it has been handled (`finish_epoch_change`).
+    epoch_change: Option<(u64, Membership)>,
+    /// Whether the members of this replica's epoch are known: a restart whose log names no
+    /// membership for its epoch learns it from a StartView, and votes in nothing until then.
+    members_known: bool,
+    /// Per peer, the tick before which an older-epoch message from it goes unanswered.
+    older_epoch_answer_tick: Vec<u64>,
     // View change.
     votes: BTreeMap<u8, (u32, u64)>,
     do_view_change_sent: bool,
@@ -509,7 +537,40 @@ impl Replica {
         replica.needs_start_view = true;
         replica.log_view_head_op = recovered.log_view_head_op;
         replica.boot_nonce = replica.rng.next_u64() | 1;
+        replica.recover_members(&recovered.headers);
+        if replica.members_known && !replica.config.members.is_member(replica.config.replica) {
+            replica.status = Status::Removed;
+        }
         replica
+    }
+
+    /// Finds the members of the restarted replica's epoch in its newest headers: a prepare of
+    /// the epoch names them, and so does the change that opened it. Epoch 0's are the
+    /// configured ones; an epoch found nowhere (a log cut short by damage or a transfer) is
+    /// learned from the next StartView.
+    fn recover_members(&mut self, headers: &[Header]) {
+        let epoch = self.epoch();
+        let mut found = None;
+        for header in headers.iter().rev() {
+            let fields = prepare(header);
+            let prepared_in = epoch_of(header.view);
+            if prepared_in == epoch && !fields.membership.is_empty() {
+                found = found.or(Some(fields.membership));
+            }
+            if prepared_in + 1 == epoch && !fields.reconfigure.is_empty() {
+                found = found.or(Some(fields.reconfigure));
+                self.epoch_start_op = Some(fields.op);
+                break;
+            }
+            if prepared_in < epoch && found.is_some() {
+                break;
+            }
+        }
+        match found {
+            Some(members) => self.config.members = members,
+            None if epoch > 0 => self.members_known = false,
+            None => {}
+        }
     }
 
     fn blank(config: ReplicaConfig, seed: u64) -> Replica {
@@ -557,6 +618,10 @@ impl Replica {
             transfer_source: None,
             transfer_source_pending: None,
             next_request_start_view_tick: 0,
+            epoch_start_op: None,
+            epoch_change: None,
+            members_known: true,
+            older_epoch_answer_tick: vec![0; usize::from(config.replica_count)],
             votes: BTreeMap::new(),
             do_view_change_sent: false,
             view_floor: 0,
@@ -593,6 +658,10 @@ impl Replica {
     /// The current view.
     pub fn view(&self) -> u32 {
         self.view
+    }
+    /// The configuration epoch this replica is in: its view's.
+    pub fn epoch(&self) -> u32 {
+        epoch_of(self.view)
     }
     /// The view of the last normal status.
     pub fn log_view(&self) -> u32 {
@@ -717,6 +786,8 @@ impl Replica {
         } else {
             Vec::new()
         };
+        let members = self.config.members;
+        let replicas = replicas.into_iter().filter(|p| members.is_member(p.replica)).collect();
         GroupStatus {
             group: self.config.group,
             replica: self.config.replica,
@@ -808,7 +879,41 @@ impl Replica {
 
     /// A client's write. Only the primary of a normal view with a quorum in touch and room in
     /// its pipeline accepts it; every other case is answered at once.
-    pub fn on_client_request(&mut self, mut request: Request) {
+    pub fn on_client_request(&mut self, request: Request) {
+        self.prepare_request(request, Membership::default());
+    }
+
+    /// A configuration change (DESIGN.md §8): the group runs with `next` as its members from
+    /// the op after this request's, in the next epoch. It is prepared and committed like a
+    /// client's write, by the current voters; until it commits, the primary takes no other
+    /// request, so the change is its epoch's last op. Refused (`ReconfigurationRefused`) when
+    /// `next` is not a valid membership of the group, names no change, or the epochs ran out.
+    pub fn on_reconfigure_request(&mut self, request: Request, next: Membership) {
+        if next.is_empty() {
+            let result = ReplyResult::ReconfigurationRefused { reason: "no members" };
+            let (client, request) = (request.client, request.request);
+            self.ready.replies.push(Reply { client, request, result });
+            return;
+        }
+        self.prepare_request(request, next);
+    }
+
+    /// Why the group cannot change its members to `next`, if it cannot.
+    fn reconfiguration_refusal(&self, next: Membership) -> Option<&'static str> {
+        if (ReplicaConfig { members: next, ..self.config }).validate().is_err() {
+            Some("the membership is not valid for this group")
+        } else if next == self.config.members {
+            Some("the membership is the group's already")
+        } else if self.epoch() >= EPOCH_MAX {
+            Some("the group has used up its configuration epochs")
+        } else {
+            None
+        }
+    }
+
+    /// The one path into the log for a request: a client's write, or (`reconfigure` not empty)
+    /// a configuration change.
+    fn prepare_request(&mut self, mut request: Request, reconfigure: Membership) {
         let refuse = |result| Reply { client: request.client, request: request.request, result };
         match self.status {
             Status::Normal if !self.is_primary() => {
@@ -824,10 +929,18 @@ impl Replica {
                 return;
             }
             Status::Normal => {}
-            Status::ViewChange | Status::Recovering => {
+            Status::ViewChange | Status::Recovering | Status::Removed => {
                 self.ready.replies.push(refuse(ReplyResult::TransientNotAccepted));
                 return;
             }
+        }
+        // Canary (DESIGN.md §7): take requests past the epoch's last op.
+        if self.epoch_closing() && !cfg!(feature = "canary-epoch-unclosed") {
+            // Nothing may follow a configuration change in its epoch: the next epoch's first
+            // view starts from it.
+            self.counters.requests_refused_epoch_closing += 1;
+            self.ready.replies.push(refuse(ReplyResult::TransientNotAccepted));
+            return;
         }
         let producer = ProducerBatch::from_body(&request.body);
         if let Some(batch) = &producer {
@@ -850,6 +963,13 @@ impl Replica {
                     return;
                 }
             }
+        }
+        // After the duplicate check: a retried change that committed is answered as such.
+        if let Some(reason) =
+            (!reconfigure.is_empty()).then(|| self.reconfiguration_refusal(reconfigure)).flatten()
+        {
+            self.ready.replies.push(refuse(ReplyResult::ReconfigurationRefused { reason }));
+            return;
         }
         if self.op - self.commit >= self.config.pipeline_prepares_max || !self.quorum_in_touch() {
             self.ready.replies.push(refuse(ReplyResult::TransientNotAccepted));
@@ -880,7 +1000,12 @@ impl Replica {
             client: request.client,
             session: request.session,
             request: request.request,
+            membership: self.config.members,
+            reconfigure,
         };
+        if !reconfigure.is_empty() {
+            self.counters.reconfigurations_prepared += 1;
+        }
         let header = Header::prepare_checksummed(
             self.config.cluster,
             self.view,
@@ -912,6 +1037,11 @@ impl Replica {
 
     /// A completed write.
     pub fn on_persisted(&mut self, persisted: Persisted) {
+        self.persisted(persisted);
+        self.finish_epoch_change();
+    }
+
+    fn persisted(&mut self, persisted: Persisted) {
         match persisted {
             Persisted::Appended { op } => {
                 let op = op.min(self.op_appended);
@@ -950,6 +1080,11 @@ impl Replica {
     /// One tick of time.
     pub fn on_tick(&mut self) {
         self.tick += 1;
+        self.tick_status();
+        self.finish_epoch_change();
+    }
+
+    fn tick_status(&mut self) {
         match self.status {
             Status::Normal if self.is_primary() => {
                 // The primary's own failure detector: no quorum heard from for a heartbeat
@@ -1001,8 +1136,9 @@ impl Replica {
                 #[cfg(not(feature = "canary-vote-while-recovering"))]
                 let probes_max = self.config.start_view_probes_max;
                 if self.tick >= self.next_probe_tick {
-                    // A learner probes until a primary answers: it may not start a view.
-                    if self.probes_sent >= probes_max && !self.is_learner() {
+                    // A learner probes until a primary answers: it may not start a view. Nor
+                    // may a replica that does not know its epoch's members.
+                    if self.probes_sent >= probes_max && !self.is_learner() && self.members_known {
                         self.counters.recovery_view_changes += 1;
                         let next = self.view + 1;
                         self.start_view_change(next);
@@ -1013,6 +1149,7 @@ impl Replica {
                     self.probe_voters();
                 }
             }
+            Status::Removed => {}
         }
     }
 
@@ -1022,6 +1159,58 @@ impl Replica {
         if from >= self.config.replica_count || from == self.config.replica {
             return;
         }
+        if self.crosses_epochs(from, &message) {
+            return;
+        }
+        if let Message::StartViewChange { membership, .. } = &message
+            && !self.members_known
+        {
+            // A voter of this epoch knows its members (one that does not, never votes).
+            self.learn_members(*membership);
+        }
+        // A removed replica rejoins only through a newer epoch's StartView naming it again, and
+        // one that does not know its epoch's members learns them from a StartView or a vote.
+        if (self.status == Status::Removed || !self.members_known)
+            && !matches!(message, Message::StartView { .. })
+        {
+            return;
+        }
+        self.dispatch(from, message);
+        self.finish_epoch_change();
+    }
+
+    /// Whether `message` belongs to another configuration epoch than this replica's, having
+    /// answered it: a replica of an older epoch is handed this epoch's StartView, and one of a
+    /// newer epoch is asked for its own (only a newer epoch's StartView is taken as it comes).
+    /// A relayed prepare carries the view it was made in, not its sender's: one of an older
+    /// epoch is a repair answer like any other.
+    fn crosses_epochs(&mut self, from: u8, message: &Message) -> bool {
+        let view = match message {
+            Message::Prepare { header, .. } => header.view,
+            Message::PrepareOk { view, .. }
+            | Message::Commit { view, .. }
+            | Message::StartViewChange { view, .. }
+            | Message::DoViewChange { view, .. }
+            | Message::RequestStartView { view, .. } => *view,
+            Message::StartView { .. }
+            | Message::RequestPrepare { .. }
+            | Message::RangeEvicted { .. }
+            | Message::RequestState { .. }
+            | Message::StateChunk { .. } => return false,
+        };
+        let (theirs, ours) = (epoch_of(view), self.epoch());
+        if theirs > ours {
+            self.probe_newer_epoch(from);
+            return true;
+        }
+        if theirs < ours && !matches!(message, Message::Prepare { .. }) {
+            self.answer_older_epoch(from);
+            return true;
+        }
+        false
+    }
+
+    fn dispatch(&mut self, from: u8, message: Message) {
         // View changes are the voters' alone: a learner neither casts nor takes a vote.
         if matches!(message, Message::StartViewChange { .. } | Message::DoViewChange { .. })
             && (self.is_learner() || !self.config.is_voter(from))
@@ -1036,13 +1225,16 @@ impl Replica {
             Message::Commit { view, commit, commit_checksum } => {
                 self.on_commit(from, view, commit, commit_checksum);
             }
-            Message::StartViewChange { view } => self.on_start_view_change(from, view),
+            Message::StartViewChange { view, .. } => self.on_start_view_change(from, view),
             message @ Message::DoViewChange { .. } => self.accept_do_view_change(from, message),
-            Message::StartView { view, op, commit, nonce, headers } => {
+            Message::StartView { view, op, commit, nonce, headers, membership } => {
                 if headers.len() > self.config.view_headers_max {
                     return;
                 }
                 let Some(headers) = self.checked_headers(&headers, None) else { return };
+                if !self.take_start_view_membership(from, view, op, commit, membership, &headers) {
+                    return;
+                }
                 self.on_start_view(from, view, op, commit, nonce, headers);
             }
             Message::RequestStartView { view, nonce } => {
@@ -1230,7 +1422,8 @@ impl Replica {
             if let Message::DoViewChange { view: offered, .. } = &mut message {
                 *offered = view;
             }
-            self.send(hand_over.to, Message::StartViewChange { view });
+            let membership = self.config.members;
+            self.send(hand_over.to, Message::StartViewChange { view, membership });
             self.send(hand_over.to, message);
         }
         #[cfg(not(feature = "canary-handover-unsafe"))]
@@ -1292,7 +1485,7 @@ impl Replica {
         let voters = if cfg!(feature = "canary-learner-acks") {
             u32::MAX
         } else {
-            u32::MAX >> (32 - self.config.voter_count)
+            self.config.members.voters
         };
         while let Some((&op, in_flight)) = self.pipeline.first_key_value() {
             let own = usize::from(self.op_durable >= op);
@@ -1316,7 +1509,9 @@ impl Replica {
     /// Applies committed ops the log holds, in order, up to `target`.
     fn commit_up_to(&mut self, target: u64) {
         let target = target.min(self.op_appended);
-        while self.commit < target {
+        // A committed configuration change ends its epoch: nothing after it commits before the
+        // replica has entered the next one.
+        while self.commit < target && self.epoch_change.is_none() {
             self.commit += 1;
             let Some(entry) = self.log.get_mut(&self.commit) else {
                 fatal!(self, "committing op {} without its header", self.commit);
@@ -1327,9 +1522,179 @@ impl Replica {
                 self.producers.apply(batch, fields.op, fields.base_offset, fields.append_time_ms);
             }
             self.counters.commits += 1;
-            self.ready.committed.push(Committed::Op { header: entry.header });
+            let header = entry.header;
+            self.ready.committed.push(Committed::Op { header });
+            let next = prepare(&header).reconfigure;
+            if !next.is_empty() && epoch_of(header.view) == self.epoch() {
+                self.epoch_change = Some((self.commit, next));
+            }
         }
         self.prune();
+    }
+
+    // --- Configuration epochs ----------------------------------------------------------------
+
+    /// Whether the log's head is a configuration change of this epoch not yet committed: the
+    /// epoch's last op, which nothing may follow.
+    fn epoch_closing(&self) -> bool {
+        self.op > self.commit
+            && self.log.get(&self.op).is_some_and(|entry| {
+                !prepare(&entry.header).reconfigure.is_empty()
+                    && epoch_of(entry.header.view) == self.epoch()
+            })
+    }
+
+    /// Enters the epoch a committed configuration change opened, once the input that
+    /// committed it has been handled: every member enters the epoch's first view with the log
+    /// ending at the change, normal, and its primary announces the view at once. A replica the
+    /// change leaves out is removed.
+    fn finish_epoch_change(&mut self) {
+        let Some((op, next)) = self.epoch_change.take() else { return };
+        if self.op != op {
+            fatal!(self, "a configuration change at op {op} committed below the log's head");
+        }
+        let epoch = self.epoch() + 1;
+        self.counters.epochs_entered += 1;
+        self.drop_hand_over();
+        self.fail_pipeline();
+        self.config.members = next;
+        self.members_known = true;
+        self.epoch_start_op = Some(op);
+        self.enter_view_log(first_view_of(epoch), op);
+        self.view_floor = self.view;
+        self.faulty_from = None;
+        if !next.is_member(self.config.replica) {
+            self.status = Status::Removed;
+            self.persist_views();
+            return;
+        }
+        self.status = Status::Normal;
+        self.persist_views();
+        self.last_heard_tick.fill(self.tick);
+        self.lag.start_view(self.tick);
+        self.arm_heartbeat();
+        self.repair_target = self.config.primary_of(self.view);
+        if self.is_primary() {
+            self.next_commit_tick = self.tick;
+            let message = self.build_start_view(0);
+            for to in self.peers() {
+                self.send(to, message.clone());
+            }
+        }
+    }
+
+    /// The StartView of this epoch's first view as it began — the log up to the change that
+    /// opened the epoch, all of it committed — which every view of the epoch extends, so any
+    /// member may hand it on; `None` when the change's header has left memory.
+    fn build_epoch_start(&self) -> Option<Message> {
+        let start = self.epoch_start_op?;
+        self.log.get(&start)?;
+        let first = start.saturating_sub(self.config.view_headers_max as u64 - 1).max(1);
+        let headers: Vec<Header> =
+            self.log.range(first..=start).map(|(_, entry)| entry.header).collect();
+        Some(Message::StartView {
+            view: first_view_of(self.epoch()),
+            op: start,
+            commit: start,
+            nonce: 0,
+            headers,
+            membership: self.config.members,
+        })
+    }
+
+    /// A member still in an older epoch, whose peers may all have moved on: the primary sends
+    /// its view, any other member the epoch's opening, rate-limited per asker.
+    fn answer_older_epoch(&mut self, to: u8) {
+        let slot = usize::from(to);
+        if self.tick < self.older_epoch_answer_tick[slot] {
+            return;
+        }
+        let message = if self.is_primary() {
+            Some(self.build_start_view(0))
+        } else {
+            self.build_epoch_start()
+        };
+        let Some(message) = message else { return };
+        self.older_epoch_answer_tick[slot] = self.tick + self.config.repair_interval_ticks;
+        self.counters.older_epochs_answered += 1;
+        self.send(to, message);
+    }
+
+    /// Takes a same-epoch voter's word for the members this restarted replica lost.
+    fn learn_members(&mut self, membership: Membership) {
+        if (ReplicaConfig { members: membership, ..self.config }).validate().is_err() {
+            return;
+        }
+        self.config.members = membership;
+        self.members_known = true;
+        if !membership.is_member(self.config.replica) {
+            self.status = Status::Removed;
+        }
+    }
+
+    /// A message of an epoch this replica has not entered: ask its sender, with this
+    /// replica's own (older) view, for the newer epoch's StartView.
+    fn probe_newer_epoch(&mut self, to: u8) {
+        if self.tick < self.next_request_start_view_tick {
+            return;
+        }
+        self.next_request_start_view_tick = self.tick + self.config.repair_interval_ticks;
+        self.counters.newer_epochs_probed += 1;
+        let (view, nonce) = (self.view, self.boot_nonce);
+        self.send(to, Message::RequestStartView { view, nonce });
+    }
+
+    /// Checks a StartView's membership and takes it when the StartView opens a newer epoch
+    /// (or names the members a restarted replica did not find). A StartView of a newer epoch
+    /// comes from that view's primary, or — the epoch's opening — from any member; a
+    /// replica it leaves out is removed. Returns whether the StartView is to be installed.
+    fn take_start_view_membership(
+        &mut self,
+        from: u8,
+        view: u32,
+        op: u64,
+        commit: u64,
+        membership: Membership,
+        headers: &BTreeMap<u64, (Header, u8)>,
+    ) -> bool {
+        let epoch = epoch_of(view);
+        if epoch < self.epoch() {
+            return false;
+        }
+        if epoch == self.epoch() && self.members_known {
+            return membership == self.config.members;
+        }
+        let candidate = ReplicaConfig { members: membership, ..self.config };
+        if candidate.validate().is_err() {
+            return false;
+        }
+        let opening = epoch > self.epoch() && view == first_view_of(epoch) && op == commit;
+        if from != candidate.primary_of(view) && !opening {
+            return false;
+        }
+        if epoch > self.epoch() {
+            if op < self.commit {
+                return false;
+            }
+            self.counters.epochs_installed += 1;
+            self.epoch_change = None;
+            self.epoch_start_op = headers.iter().find_map(|(&at, (header, _))| {
+                let change = prepare(header).reconfigure;
+                (change == membership && epoch_of(header.view) + 1 == epoch).then_some(at)
+            });
+        }
+        self.config.members = membership;
+        self.members_known = true;
+        if !membership.is_member(self.config.replica) {
+            self.drop_hand_over();
+            self.fail_pipeline();
+            self.view = view;
+            self.log_view = view;
+            self.status = Status::Removed;
+            self.persist_views();
+            return false;
+        }
+        true
     }
 
     fn broadcast_commit(&mut self) {
@@ -1817,6 +2182,11 @@ impl Replica {
 
     fn start_view_change(&mut self, view: u32) {
         assert!(!self.is_learner(), "a learner never starts a view change");
+        if epoch_of(view) != self.epoch() {
+            // The epoch's views are used up: only a configuration change (from a StartView)
+            // moves this replica on.
+            return;
+        }
         // Joining a higher view others voted for is allowed on one's own timeout.
         let fresh_max = self
             .votes
@@ -1847,7 +2217,8 @@ impl Replica {
     /// A StartViewChange to every other voter (a learner drops it unread).
     fn send_vote(&mut self, view: u32) {
         for to in self.voter_peers() {
-            self.send(to, Message::StartViewChange { view });
+            let membership = self.config.members;
+            self.send(to, Message::StartViewChange { view, membership });
         }
     }
 
@@ -1920,11 +2291,14 @@ impl Replica {
     /// This replica's log, as offered to the new primary.
     fn build_do_view_change(&self) -> Message {
         let (headers, flags) = self.headers_for_view();
+        // Everything up to the change that opened this epoch is committed, bodies here or not:
+        // the new voters may never have held it, so a nack quorum of them must not drop it.
+        let epoch_start = self.epoch_start_op.unwrap_or(0).min(self.op);
         Message::DoViewChange {
             view: self.view,
             log_view: self.log_view,
             op: self.op,
-            commit: self.commit_max.min(self.op_appended),
+            commit: self.commit_max.min(self.op_appended).max(epoch_start),
             faulty_from: self.faulty_from,
             log_complete: !self.needs_start_view,
             log_view_head_op: self.log_view_head_op,
@@ -1953,10 +2327,11 @@ impl Replica {
             }
             let present = op <= self.op_appended;
             let faulty = self.faulty_from.is_some_and(|from| op >= from);
+            let committed = self.epoch_start_op.is_some_and(|start| op <= start);
             headers.push(entry.header);
             flags.push(if present {
                 FLAG_PRESENT
-            } else if faulty {
+            } else if faulty || committed {
                 0
             } else {
                 FLAG_NACK
@@ -2139,7 +2514,7 @@ impl Replica {
     fn older_form(&self, log_view: u32, op: u64, parent: Option<&Header>) -> Option<Header> {
         let dvcs = &self.do_view_changes;
         let faulty = dvcs.values().filter(|d| d.faulty(op)).count();
-        let unheard = usize::from(self.config.voter_count) - dvcs.len();
+        let unheard = self.config.voter_count() - dvcs.len();
         // Canary (DESIGN.md §7): trust the holder whoever may have committed something else.
         if faulty + unheard >= self.config.quorum() && !cfg!(feature = "canary-find-trusts-faulty")
         {
@@ -2287,7 +2662,14 @@ impl Replica {
 
     fn build_start_view(&self, nonce: u64) -> Message {
         let (headers, _) = self.headers_for_view();
-        Message::StartView { view: self.view, op: self.op, commit: self.commit, nonce, headers }
+        Message::StartView {
+            view: self.view,
+            op: self.op,
+            commit: self.commit,
+            nonce,
+            headers,
+            membership: self.config.members,
+        }
     }
 
     fn on_start_view(
@@ -2299,7 +2681,9 @@ impl Replica {
         nonce: u64,
         headers: BTreeMap<u64, (Header, u8)>,
     ) {
-        if from != self.config.primary_of(view) {
+        // A newer epoch's opening may come from any of its members (`answer_older_epoch`).
+        let opening = epoch_of(view) > self.epoch() && view == first_view_of(epoch_of(view));
+        if from != self.config.primary_of(view) && !(opening && op == commit) {
             return;
         }
         // A view at or above this replica's; or, out of normal status, one below it that is
@@ -2333,20 +2717,19 @@ impl Replica {
         self.fail_pipeline();
         self.counters.start_views_installed += 1;
         self.status = Status::Normal;
-        self.view = view;
-        self.log_view = view;
-        self.log_view_head_op = Some(op);
-        self.merge = None;
-        self.needs_start_view = false;
-        self.do_view_change_sent = false;
-        self.do_view_changes.clear();
-        self.votes.clear();
+        self.enter_view_log(view, op);
         self.persist_views();
         self.faulty_clear_op = Some(op);
         self.adopt_log(&canonical, op);
         self.commit_max = self.commit_max.max(commit);
         self.arm_heartbeat();
         self.commit_up_to(self.commit_max);
+        if self.is_primary() {
+            // A newer epoch's opening, handed on by another member, names this replica its
+            // first primary, which never started it: a view change moves the epoch on.
+            self.start_view_change(self.view + 1);
+            return;
+        }
         self.acknowledge_head();
         self.repair_target = self.config.primary_of(view);
         self.repair_round = None;
@@ -2420,6 +2803,19 @@ impl Replica {
         } else {
             self.ready.persisted_messages.push(envelope);
         }
+    }
+
+    /// Takes `view` as both view and log view, its log beginning with head `op`, and forgets the
+    /// view change that led here.
+    fn enter_view_log(&mut self, view: u32, op: u64) {
+        self.view = view;
+        self.log_view = view;
+        self.log_view_head_op = Some(op);
+        self.merge = None;
+        self.needs_start_view = false;
+        self.do_view_change_sent = false;
+        self.do_view_changes.clear();
+        self.votes.clear();
     }
 
     fn views_durable(&self) -> bool {
@@ -2626,10 +3022,17 @@ impl Replica {
     }
 
     /// Asks every voter for the view it is in (a learner's way back into the group's view, and
-    /// a restarted replica's); only a primary answers.
+    /// a restarted replica's); only a primary answers. A replica that does not know its
+    /// epoch's members asks every slot.
     fn probe_voters(&mut self) {
         let (view, nonce) = (self.view, self.boot_nonce);
-        for to in self.voter_peers() {
+        let own = self.config.replica;
+        let targets: Vec<u8> = if self.members_known {
+            self.voter_peers().collect()
+        } else {
+            (0..self.config.replica_count).filter(|&r| r != own).collect()
+        };
+        for to in targets {
             self.send(to, Message::RequestStartView { view, nonce });
         }
     }
@@ -2637,12 +3040,13 @@ impl Replica {
     /// The other voters.
     fn voter_peers(&self) -> impl Iterator<Item = u8> + use<> {
         let own = self.config.replica;
-        (0..self.config.voter_count).filter(move |&r| r != own)
+        self.config.members.voter_indices().filter(move |&r| r != own)
     }
 
+    /// The other members, voters and learners.
     fn peers(&self) -> impl Iterator<Item = u8> + use<> {
         let own = self.config.replica;
-        (0..self.config.replica_count).filter(move |&r| r != own)
+        self.config.members.member_indices().filter(move |&r| r != own)
     }
 
     fn peer_bits(&self) -> u32 {

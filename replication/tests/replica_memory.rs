@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
 use shoal_proto::batch::BatchBuilder;
-use shoal_proto::wire::Header;
+use shoal_proto::wire::{Header, Membership};
 use shoal_replication::{
     HandOverRefused, Message, Persisted, RecoveredLog, Replica, ReplicaConfig, ReplyResult,
     Request, Status, Write,
@@ -437,7 +437,7 @@ fn arbitrary_peer_messages_never_panic_a_replica() {
                     prepare_checksum: rng.next_u64() as u32,
                 },
                 1 => Message::Commit { view, commit: op, commit_checksum: rng.next_u64() as u32 },
-                2 => Message::StartViewChange { view },
+                2 => Message::StartViewChange { view, membership: Membership::first(3, 3) },
                 3 => Message::DoViewChange {
                     view,
                     log_view: rng.below(6) as u32,
@@ -455,6 +455,14 @@ fn arbitrary_peer_messages_never_panic_a_replica() {
                     commit: rng.below(40),
                     nonce: rng.below(3),
                     headers: slice,
+                    membership: if rng.chance(1, 2) {
+                        Membership::first(3, 3)
+                    } else {
+                        Membership {
+                            voters: rng.next_u64() as u32,
+                            learners: rng.next_u64() as u32,
+                        }
+                    },
                 },
                 5 => Message::RequestStartView { view, nonce: rng.next_u64() },
                 6 => Message::RequestPrepare {

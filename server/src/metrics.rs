@@ -484,6 +484,7 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
                 Status::Normal => 0,
                 Status::ViewChange => 1,
                 Status::Recovering => 2,
+                Status::Removed => 3,
             };
             figures.primary = status.primary;
         }

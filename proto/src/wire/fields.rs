@@ -34,6 +34,72 @@ pub struct Prepare {
     pub session: u64,
     /// The client's request number within its session.
     pub request: u64,
+    /// The group's membership when the op was prepared: every header says which configuration
+    /// it belongs to, so a restart finds its group's members in its newest header. Empty in
+    /// headers written before the field (version 1): the group's first membership.
+    pub membership: Membership,
+    /// Non-empty only in a configuration change: the membership the group runs from the next
+    /// op on, in the next epoch (`docs/protocol.md`, "Learners and reconfiguration").
+    pub reconfigure: Membership,
+}
+
+/// A group's members by their indices in the group: bit `i` set names member `i`. The two sets
+/// are disjoint in a valid membership, and the replica checks that before using one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub struct Membership {
+    /// Members that vote, lead views and count in quorums.
+    pub voters: u32,
+    /// Members that take the log like backups but never vote or count.
+    pub learners: u32,
+}
+
+impl Membership {
+    /// Members `0..voters` vote and `voters..members` learn.
+    ///
+    /// # Panics
+    /// If `voters > members` or `members > 32`.
+    pub fn first(voters: u8, members: u8) -> Membership {
+        assert!(voters <= members && members <= 32, "{voters} voters of {members} members");
+        let below = |n: u8| if n == 32 { u32::MAX } else { (1u32 << n) - 1 };
+        Membership { voters: below(voters), learners: below(members) & !below(voters) }
+    }
+
+    /// Whether no member is named (a header without a membership, or no change).
+    pub fn is_empty(&self) -> bool {
+        self.voters == 0 && self.learners == 0
+    }
+
+    /// Every member, voters and learners.
+    pub fn members(&self) -> u32 {
+        self.voters | self.learners
+    }
+
+    /// How many members vote.
+    pub fn voter_count(&self) -> u32 {
+        self.voters.count_ones()
+    }
+
+    /// Whether member `index` votes.
+    pub fn is_voter(&self, index: u8) -> bool {
+        index < 32 && self.voters & (1 << index) != 0
+    }
+
+    /// Whether `index` is a member, voter or learner.
+    pub fn is_member(&self, index: u8) -> bool {
+        index < 32 && self.members() & (1 << index) != 0
+    }
+
+    /// The voters' indices, ascending.
+    pub fn voter_indices(&self) -> impl Iterator<Item = u8> + use<> {
+        let voters = self.voters;
+        (0..32u8).filter(move |&i| voters & (1 << i) != 0)
+    }
+
+    /// The members' indices, ascending.
+    pub fn member_indices(&self) -> impl Iterator<Item = u8> + use<> {
+        let members = self.members();
+        (0..32u8).filter(move |&i| members & (1 << i) != 0)
+    }
 }
 
 impl Prepare {
@@ -102,6 +168,9 @@ pub struct CommitEntry {
 pub struct StartViewChange {
     /// VSR group id.
     pub group: u64,
+    /// The group's members in the epoch of the header's view, as the voter knows them: a
+    /// restarted replica that lost them learns them here.
+    pub membership: Membership,
 }
 
 /// The per-command fields of a do-view-change, sent to the primary of the new view (the
@@ -145,6 +214,9 @@ pub struct StartView {
     pub nonce: u64,
     /// Number of prepare headers in the body.
     pub header_count: u32,
+    /// The group's membership in the epoch of the header's view: a replica still in an older
+    /// epoch learns the new members from it.
+    pub membership: Membership,
 }
 
 /// The per-command fields of a request-start-view, sent by a recovering replica to the primary
@@ -315,6 +387,8 @@ pub(super) fn encode_fields(bytes: &mut [u8; HEADER_SIZE], fields: &Fields) {
         Fields::Commit(commit) => put_u32(bytes, OFF_COMMIT_ENTRY_COUNT, commit.entry_count),
         Fields::StartViewChange(start_view_change) => {
             put_u64(bytes, OFF_START_VIEW_CHANGE_GROUP, start_view_change.group);
+            put_u32(bytes, OFF_START_VIEW_CHANGE_VOTERS, start_view_change.membership.voters);
+            put_u32(bytes, OFF_START_VIEW_CHANGE_LEARNERS, start_view_change.membership.learners);
         }
         Fields::DoViewChange(dvc) => {
             put_u64(bytes, OFF_DO_VIEW_CHANGE_GROUP, dvc.group);
@@ -332,6 +406,8 @@ pub(super) fn encode_fields(bytes: &mut [u8; HEADER_SIZE], fields: &Fields) {
             put_u64(bytes, OFF_START_VIEW_COMMIT, start_view.commit);
             put_u64(bytes, OFF_START_VIEW_NONCE, start_view.nonce);
             put_u32(bytes, OFF_START_VIEW_HEADER_COUNT, start_view.header_count);
+            put_u32(bytes, OFF_START_VIEW_VOTERS, start_view.membership.voters);
+            put_u32(bytes, OFF_START_VIEW_LEARNERS, start_view.membership.learners);
         }
         Fields::RequestStartView(request) => {
             put_u64(bytes, OFF_REQUEST_START_VIEW_GROUP, request.group);
@@ -411,6 +487,10 @@ pub(super) fn decode_fields(bytes: &[u8; HEADER_SIZE], command: Command) -> Opti
         }
         Command::StartViewChange => Fields::StartViewChange(StartViewChange {
             group: get_u64(bytes, OFF_START_VIEW_CHANGE_GROUP),
+            membership: Membership {
+                voters: get_u32(bytes, OFF_START_VIEW_CHANGE_VOTERS),
+                learners: get_u32(bytes, OFF_START_VIEW_CHANGE_LEARNERS),
+            },
         }),
         Command::DoViewChange => Fields::DoViewChange(DoViewChange {
             group: get_u64(bytes, OFF_DO_VIEW_CHANGE_GROUP),
@@ -428,6 +508,10 @@ pub(super) fn decode_fields(bytes: &[u8; HEADER_SIZE], command: Command) -> Opti
             commit: get_u64(bytes, OFF_START_VIEW_COMMIT),
             nonce: get_u64(bytes, OFF_START_VIEW_NONCE),
             header_count: get_u32(bytes, OFF_START_VIEW_HEADER_COUNT),
+            membership: Membership {
+                voters: get_u32(bytes, OFF_START_VIEW_VOTERS),
+                learners: get_u32(bytes, OFF_START_VIEW_LEARNERS),
+            },
         }),
         Command::RequestStartView => Fields::RequestStartView(RequestStartView {
             group: get_u64(bytes, OFF_REQUEST_START_VIEW_GROUP),
@@ -500,6 +584,10 @@ pub(super) fn encode_prepare(bytes: &mut [u8; HEADER_SIZE], prepare: &Prepare) {
     put_u64(bytes, OFF_PREPARE_CLIENT, prepare.client);
     put_u64(bytes, OFF_PREPARE_SESSION, prepare.session);
     put_u64(bytes, OFF_PREPARE_REQUEST, prepare.request);
+    put_u32(bytes, OFF_PREPARE_VOTERS, prepare.membership.voters);
+    put_u32(bytes, OFF_PREPARE_LEARNERS, prepare.membership.learners);
+    put_u32(bytes, OFF_PREPARE_NEXT_VOTERS, prepare.reconfigure.voters);
+    put_u32(bytes, OFF_PREPARE_NEXT_LEARNERS, prepare.reconfigure.learners);
 }
 
 pub(super) fn decode_prepare(bytes: &[u8; HEADER_SIZE]) -> Prepare {
@@ -516,5 +604,13 @@ pub(super) fn decode_prepare(bytes: &[u8; HEADER_SIZE]) -> Prepare {
         client: get_u64(bytes, OFF_PREPARE_CLIENT),
         session: get_u64(bytes, OFF_PREPARE_SESSION),
         request: get_u64(bytes, OFF_PREPARE_REQUEST),
+        membership: Membership {
+            voters: get_u32(bytes, OFF_PREPARE_VOTERS),
+            learners: get_u32(bytes, OFF_PREPARE_LEARNERS),
+        },
+        reconfigure: Membership {
+            voters: get_u32(bytes, OFF_PREPARE_NEXT_VOTERS),
+            learners: get_u32(bytes, OFF_PREPARE_NEXT_LEARNERS),
+        },
     }
 }

@@ -56,8 +56,12 @@ pub(super) const OFF_PREPARE_APPEND_TIME_MS: usize =
 pub(super) const OFF_PREPARE_CLIENT: usize = OFF_PREPARE_APPEND_TIME_MS + size_of::<i64>();
 pub(super) const OFF_PREPARE_SESSION: usize = OFF_PREPARE_CLIENT + size_of::<u64>();
 pub(super) const OFF_PREPARE_REQUEST: usize = OFF_PREPARE_SESSION + size_of::<u64>();
-pub(super) const OFF_PREPARE_RESERVED_TAIL: usize = OFF_PREPARE_REQUEST + size_of::<u64>();
-pub(super) const SIZE_PREPARE_RESERVED_TAIL: usize = 128;
+pub(super) const OFF_PREPARE_VOTERS: usize = OFF_PREPARE_REQUEST + size_of::<u64>();
+pub(super) const OFF_PREPARE_LEARNERS: usize = OFF_PREPARE_VOTERS + size_of::<u32>();
+pub(super) const OFF_PREPARE_NEXT_VOTERS: usize = OFF_PREPARE_LEARNERS + size_of::<u32>();
+pub(super) const OFF_PREPARE_NEXT_LEARNERS: usize = OFF_PREPARE_NEXT_VOTERS + size_of::<u32>();
+pub(super) const OFF_PREPARE_RESERVED_TAIL: usize = OFF_PREPARE_NEXT_LEARNERS + size_of::<u32>();
+pub(super) const SIZE_PREPARE_RESERVED_TAIL: usize = 112;
 pub(super) const SIZE_PREPARE: usize = OFF_PREPARE_RESERVED_TAIL + SIZE_PREPARE_RESERVED_TAIL;
 
 // `Command::JournalEntry` region: the shard journal's frame around one prepare.
@@ -92,8 +96,12 @@ pub const COMMIT_ENTRY_SIZE: usize = OFF_ENTRY_VIEW + size_of::<u32>();
 
 // `Command::StartViewChange` region.
 pub(super) const OFF_START_VIEW_CHANGE_GROUP: usize = SIZE_COMMON_PREFIX;
-pub(super) const OFF_START_VIEW_CHANGE_RESERVED_TAIL: usize =
+pub(super) const OFF_START_VIEW_CHANGE_VOTERS: usize =
     OFF_START_VIEW_CHANGE_GROUP + size_of::<u64>();
+pub(super) const OFF_START_VIEW_CHANGE_LEARNERS: usize =
+    OFF_START_VIEW_CHANGE_VOTERS + size_of::<u32>();
+pub(super) const OFF_START_VIEW_CHANGE_RESERVED_TAIL: usize =
+    OFF_START_VIEW_CHANGE_LEARNERS + size_of::<u32>();
 pub(super) const SIZE_START_VIEW_CHANGE_RESERVED_TAIL: usize =
     HEADER_SIZE - OFF_START_VIEW_CHANGE_RESERVED_TAIL;
 
@@ -125,8 +133,9 @@ pub(super) const OFF_START_VIEW_OP: usize = OFF_START_VIEW_GROUP + size_of::<u64
 pub(super) const OFF_START_VIEW_COMMIT: usize = OFF_START_VIEW_OP + size_of::<u64>();
 pub(super) const OFF_START_VIEW_NONCE: usize = OFF_START_VIEW_COMMIT + size_of::<u64>();
 pub(super) const OFF_START_VIEW_HEADER_COUNT: usize = OFF_START_VIEW_NONCE + size_of::<u64>();
-pub(super) const OFF_START_VIEW_RESERVED_TAIL: usize =
-    OFF_START_VIEW_HEADER_COUNT + size_of::<u32>();
+pub(super) const OFF_START_VIEW_VOTERS: usize = OFF_START_VIEW_HEADER_COUNT + size_of::<u32>();
+pub(super) const OFF_START_VIEW_LEARNERS: usize = OFF_START_VIEW_VOTERS + size_of::<u32>();
+pub(super) const OFF_START_VIEW_RESERVED_TAIL: usize = OFF_START_VIEW_LEARNERS + size_of::<u32>();
 pub(super) const SIZE_START_VIEW_RESERVED_TAIL: usize = HEADER_SIZE - OFF_START_VIEW_RESERVED_TAIL;
 
 // `Command::RequestStartView` region.
@@ -267,18 +276,21 @@ const _: () = assert!(OFF_COMMAND == 24);
 const _: () = assert!(OFF_PREPARE_PARENT == 56);
 const _: () = assert!(OFF_PREPARE_BASE_OFFSET == 64);
 const _: () = assert!(OFF_PREPARE_FIRST_TIMESTAMP_MS == 80);
-const _: () = assert!(OFF_PREPARE_RESERVED_TAIL == 128);
+const _: () = assert!(OFF_PREPARE_VOTERS == 128);
+const _: () = assert!(OFF_PREPARE_RESERVED_TAIL == 144);
 const _: () = assert!(OFF_PREPARE_OK_PREPARE_CHECKSUM == 56);
 const _: () = assert!(OFF_PREPARE_OK_RESERVED_TAIL == 60);
 const _: () = assert!(OFF_COMMIT_RESERVED_TAIL == 36);
 const _: () = assert!(COMMIT_ENTRY_SIZE == 24);
-const _: () = assert!(OFF_START_VIEW_CHANGE_RESERVED_TAIL == 40);
+const _: () = assert!(OFF_START_VIEW_CHANGE_VOTERS == 40);
+const _: () = assert!(OFF_START_VIEW_CHANGE_RESERVED_TAIL == 48);
 const _: () = assert!(OFF_DO_VIEW_CHANGE_LOG_VIEW == 64);
 const _: () = assert!(OFF_DO_VIEW_CHANGE_FLAGS == 72 && OFF_DO_VIEW_CHANGE_RESERVED_PAD == 76);
 const _: () =
     assert!(OFF_DO_VIEW_CHANGE_LOG_VIEW_HEAD_OP == 80 && OFF_DO_VIEW_CHANGE_RESERVED_TAIL == 88);
 const _: () = assert!(OFF_START_VIEW_HEADER_COUNT == 64);
-const _: () = assert!(OFF_START_VIEW_RESERVED_TAIL == 68);
+const _: () = assert!(OFF_START_VIEW_VOTERS == 68);
+const _: () = assert!(OFF_START_VIEW_RESERVED_TAIL == 76);
 const _: () = assert!(OFF_REQUEST_START_VIEW_RESERVED_TAIL == 48);
 const _: () = assert!(OFF_REQUEST_PREPARE_FLAGS == 52);
 const _: () = assert!(OFF_REQUEST_PREPARE_RESERVED_TAIL == 56);

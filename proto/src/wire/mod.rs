@@ -39,8 +39,8 @@ pub use command::{Command, Fields};
 pub use error::{BodyError, HeaderError};
 pub use fields::{
     ClientReply, ClientRequest, Commit, CommitEntry, DoViewChange, Handshake, HandshakeRefused,
-    JournalEntry, Prepare, PrepareOk, RangeEvicted, RequestPrepare, RequestStartView, RequestState,
-    StartView, StartViewChange, StateChunk,
+    JournalEntry, Membership, Prepare, PrepareOk, RangeEvicted, RequestPrepare, RequestStartView,
+    RequestState, StartView, StartViewChange, StateChunk,
 };
 pub use header::{Header, checksum_header, is_zeroed};
 pub use layout::{

@@ -13,6 +13,7 @@ fn arb_prepare() -> impl Strategy<Value = Prepare> {
         (any::<u64>(), any::<u32>()),
         (any::<i64>(), any::<i64>(), any::<i64>()),
         (any::<u64>(), any::<u64>(), any::<u64>()),
+        (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()),
     )
         .prop_map(
             |(
@@ -20,6 +21,7 @@ fn arb_prepare() -> impl Strategy<Value = Prepare> {
                 (base_offset, record_count),
                 (first_timestamp_ms, max_timestamp_ms, append_time_ms),
                 (client, session, request),
+                (voters, learners, next_voters, next_learners),
             )| Prepare {
                 group,
                 op,
@@ -33,6 +35,8 @@ fn arb_prepare() -> impl Strategy<Value = Prepare> {
                 client,
                 session,
                 request,
+                membership: Membership { voters, learners },
+                reconfigure: Membership { voters: next_voters, learners: next_learners },
             },
         )
 }
@@ -70,6 +74,8 @@ fn sample_prepare() -> Prepare {
         client: 0x8182_8384_8586_8788,
         session: 0x9192_9394_9596_9798,
         request: 0xa1a2_a3a4_a5a6_a7a8,
+        membership: Membership { voters: 0xb1b2_b3b4, learners: 0xc1c2_c3c4 },
+        reconfigure: Membership { voters: 0xd1d2_d3d4, learners: 0xe1e2_e3e4 },
     }
 }
 
@@ -243,7 +249,7 @@ fn wire_every_reserved_byte_checked() {
     for &(offset, len) in RESERVED_COMMON.iter().chain(&RESERVED_PREPARE) {
         reserved_offsets.extend(offset..offset + len);
     }
-    assert_eq!(reserved_offsets.len(), 5 + 4 + 4 + 128);
+    assert_eq!(reserved_offsets.len(), 5 + 4 + 4 + 112);
     for offset in reserved_offsets {
         let mut bytes = sample_header().encode();
         bytes[offset] = 0x80;
@@ -348,11 +354,11 @@ fn wire_little_endian_at_known_offsets() {
 #[test]
 fn wire_golden_bytes() {
     const GOLDEN: &str = "
-            5779bfb4 c39066f1 08070605 04030201 05010000 0d0c0b0a 01010300 00000000
+            8bb30371 c39066f1 08070605 04030201 05010000 0d0c0b0a 01010300 00000000
             18171615 14131211 28272625 24232221 38373635 34333231 44434241 00000000
             58575655 54535251 64636261 00000000 78777675 74737271 feffffff ffffffff
             0068e5cf 8b010000 88878685 84838281 98979695 94939291 a8a7a6a5 a4a3a2a1
-            00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000
+            b4b3b2b1 c4c3c2c1 d4d3d2d1 e4e3e2e1 00000000 00000000 00000000 00000000
             00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000
             00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000
             00000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000
@@ -470,7 +476,13 @@ fn sample_commit() -> (Header, Vec<u8>) {
 }
 
 fn sample_start_view_change() -> Header {
-    Header::start_view_change(CLUSTER, VIEW, 0, StartViewChange { group: 0x1112_1314_1516_1718 })
+    let membership = Membership { voters: 0b1110, learners: 0b1 };
+    Header::start_view_change(
+        CLUSTER,
+        VIEW,
+        0,
+        StartViewChange { group: 0x1112_1314_1516_1718, membership },
+    )
 }
 
 /// A chain of `count` prepares of group 5 from op 10, each with a small body.
@@ -517,6 +529,7 @@ fn sample_start_view() -> (Header, Vec<u8>) {
         commit: 9,
         nonce: 0x4142_4344_4546_4748,
         header_count: headers.len() as u32,
+        membership: Membership { voters: 0b111, learners: 0b1000 },
     };
     (Header::start_view(CLUSTER, 4, 1, fields, &body), body)
 }
@@ -724,8 +737,9 @@ fn arb_replica_message() -> impl Strategy<Value = (Header, Vec<u8>)> {
                 (Header::commit(cluster, replica, fields, &body), body)
             }
         ),
-        (prefix, any::<u64>()).prop_map(|((cluster, view, replica), group)| {
-            let fields = StartViewChange { group };
+        (prefix, any::<(u64, u32, u32)>()).prop_map(|((cluster, view, replica), (group, v, l))| {
+            let fields =
+                StartViewChange { group, membership: Membership { voters: v, learners: l } };
             (Header::start_view_change(cluster, view, replica, fields), Vec::new())
         }),
         (
@@ -757,11 +771,17 @@ fn arb_replica_message() -> impl Strategy<Value = (Header, Vec<u8>)> {
                     (Header::do_view_change(cluster, view, replica, fields, &body), body)
                 }
             ),
-        (prefix, any::<(u64, u64, u64, u64)>(), arb_view_headers()).prop_map(
-            |((cluster, view, replica), (group, op, commit, nonce), headers)| {
+        (prefix, any::<(u64, u64, u64, u64)>(), arb_view_headers(), any::<(u32, u32)>()).prop_map(
+            |(
+                (cluster, view, replica),
+                (group, op, commit, nonce),
+                headers,
+                (voters, learners),
+            )| {
                 let body = encode_view_headers(&headers, None);
                 let header_count = headers.len() as u32;
-                let fields = StartView { group, op, commit, nonce, header_count };
+                let membership = Membership { voters, learners };
+                let fields = StartView { group, op, commit, nonce, header_count, membership };
                 (Header::start_view(cluster, view, replica, fields, &body), body)
             }
         ),
@@ -935,13 +955,13 @@ fn wire_every_command_single_bit_flip_rejected() {
 #[test]
 fn wire_every_command_reserved_byte_checked() {
     let reserved_field_bytes = [
-        (Command::Prepare, 4 + 4 + 128),
+        (Command::Prepare, 4 + 4 + 112),
         (Command::JournalEntry, 200),
         (Command::PrepareOk, 196),
         (Command::Commit, 220),
-        (Command::StartViewChange, 216),
+        (Command::StartViewChange, 208),
         (Command::DoViewChange, 4 + 168),
-        (Command::StartView, 188),
+        (Command::StartView, 180),
         (Command::RequestStartView, 208),
         (Command::RequestPrepare, 200),
         (Command::Request, 196),
@@ -1099,8 +1119,8 @@ fn wire_replica_golden_bytes() {
     );
     check_golden(
         &sample_start_view_change(),
-        "f2a10dab 00000000 08070605 04030201 00010000 0d0c0b0a 05010000 00000000
-             18171615 14131211 00000000 00000000 00000000 00000000 00000000 00000000",
+        "439d9347 00000000 08070605 04030201 00010000 0d0c0b0a 05010000 00000000
+             18171615 14131211 0e000000 01000000 00000000 00000000 00000000 00000000",
     );
     check_golden(
         &sample_do_view_change().0,
@@ -1110,9 +1130,9 @@ fn wire_replica_golden_bytes() {
     );
     check_golden(
         &sample_start_view().0,
-        "227240b3 8567523b 08070605 04030201 00030000 04000000 07010100 00000000
+        "7ff4b46f 8567523b 08070605 04030201 00030000 04000000 07010100 00000000
              05000000 00000000 0b000000 00000000 09000000 00000000 48474645 44434241
-             02000000 00000000 00000000 00000000 00000000 00000000 00000000 00000000",
+             02000000 07000000 08000000 00000000 00000000 00000000 00000000 00000000",
     );
     check_golden(
         &sample_request_start_view(),

@@ -50,7 +50,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// learners count for nothing there, but a learner repairs from its voters.
     pub(super) fn has_peers(&self) -> bool {
         let replica = &self.config.replica;
-        replica.voter_count > 1 || !replica.is_voter(self.config.node)
+        replica.voter_count() > 1 || !replica.is_voter(self.config.node)
     }
 
     /// A failure of the shard's storage (or a checkpoint) stops every group.

@@ -13,6 +13,7 @@ use shoal_engine::storage::Storage;
 use super::config::{Clock, Transport};
 use super::state::Node;
 use crate::codec::{self, CodecLimits, DecodeError};
+use crate::config::Membership;
 use crate::message::{Message, Request};
 
 /// Why the node refused a client's request before it reached the replica. Nothing of the
@@ -195,7 +196,28 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     pub fn on_client_request(
         &mut self,
         group: u64,
+        request: Request,
+    ) -> Result<(), RequestRefused> {
+        self.admit_request(group, request, None)
+    }
+
+    /// A configuration change of `group` to the members `next` (see
+    /// [`Replica::on_reconfigure_request`](crate::Replica::on_reconfigure_request)), carried by
+    /// `request` like a client's write and answered the same way.
+    pub fn on_reconfigure_request(
+        &mut self,
+        group: u64,
+        request: Request,
+        next: Membership,
+    ) -> Result<(), RequestRefused> {
+        self.admit_request(group, request, Some(next))
+    }
+
+    fn admit_request(
+        &mut self,
+        group: u64,
         mut request: Request,
+        reconfigure: Option<Membership>,
     ) -> Result<(), RequestRefused> {
         let Some(entry) = self.groups.get_mut(&group) else {
             return Err(RequestRefused::UnknownGroup { group });
@@ -208,7 +230,10 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             return Err(RequestRefused::StorageFull { group });
         }
         request.append_time_ms = self.clock.now_ms();
-        entry.replica.on_client_request(request);
+        match reconfigure {
+            None => entry.replica.on_client_request(request),
+            Some(next) => entry.replica.on_reconfigure_request(request, next),
+        }
         self.collect(group);
         self.send_heartbeats();
         Ok(())

@@ -194,7 +194,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             .group(group)
             .is_some_and(|log| log.config().durability == Durability::Replicated);
         let mut config = ReplicaConfig { group, replica: self.config.node, ..self.config.replica };
-        if replicated && config.voter_count == 1 {
+        if replicated && config.voter_count() == 1 {
             config.unclean_recovery = true;
         }
         if group < self.config.rejoin_floor {

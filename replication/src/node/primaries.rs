@@ -110,7 +110,9 @@ fn shutdown_target(replica: &Replica) -> Option<u8> {
     if ready(config.home()).is_some() {
         return Some(config.home());
     }
-    (0..config.voter_count)
+    config
+        .members
+        .voter_indices()
         .filter_map(|peer| ready(peer).map(|ticks| (ticks, peer)))
         .max_by_key(|&(ticks, peer)| (ticks, std::cmp::Reverse(peer)))
         .map(|(_, peer)| peer)

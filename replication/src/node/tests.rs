@@ -13,7 +13,7 @@ use shoal_proto::wire::{CommitEntry, HEADER_SIZE};
 
 use super::{Clock, Node, NodeConfig, RequestRefused, Transport};
 use crate::codec::{self, CodecLimits, DecodeError};
-use crate::config::ReplicaConfig;
+use crate::config::{Membership, ReplicaConfig};
 use crate::message::{Message, ReplyResult, Request};
 
 #[derive(Default)]
@@ -540,11 +540,12 @@ fn writes_waiting_for_space_hold_back_only_their_own_group() {
 fn a_packet_from_another_cluster_or_sender_is_refused_and_counted() {
     let sim = Sim::new(2, SimConfig::default());
     let mut node = node(&sim, 8);
-    let foreign = codec::encode(2, 1, 1, &Message::StartViewChange { view: 1 });
+    let vote = Message::StartViewChange { view: 1, membership: Membership::first(3, 3) };
+    let foreign = codec::encode(2, 1, 1, &vote);
     assert!(matches!(node.on_packet(1, &foreign), Err(DecodeError::Invalid("cluster"))));
-    let spoofed = codec::encode(1, 2, 1, &Message::StartViewChange { view: 1 });
+    let spoofed = codec::encode(1, 2, 1, &vote);
     assert!(matches!(node.on_packet(1, &spoofed), Err(DecodeError::Invalid("sender"))));
-    let unknown = codec::encode(1, 1, 99, &Message::StartViewChange { view: 1 });
+    let unknown = codec::encode(1, 1, 99, &vote);
     assert!(node.on_packet(1, &unknown).is_ok());
     let counters = node.counters();
     assert_eq!((counters.packets_rejected, counters.messages_unknown_group), (2, 1));

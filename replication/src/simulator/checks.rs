@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
+use shoal_proto::wire::Header;
+
 use super::admin::AdminMachine;
 use super::cluster::{Cluster, DATA_DIR, SimNode};
 
@@ -57,6 +59,24 @@ impl Cluster {
             client.epoch += 1;
             client.epoch_first_request = client.next_request;
         }
+    }
+
+    /// A committed configuration change keeps the group's voters at its replication factor
+    /// (`voters()`): a move adds members as learners and swaps voters one for one, never
+    /// passing through fewer (DESIGN.md §8).
+    pub(super) fn check_voters(&self, group: u64, header: &Header) -> Option<Violation> {
+        let fields = header.as_prepare()?;
+        let next = fields.reconfigure;
+        let voters = u32::from(self.options.voters());
+        (!next.is_empty() && next.voter_count() < voters).then(|| Violation {
+            tick: self.tick,
+            what: format!(
+                "group {group} op {} committed a configuration of {} voters, below {voters}: \
+                 {next:?}",
+                fields.op,
+                next.voter_count()
+            ),
+        })
     }
 
     /// The agreement check, as a node reports `op` of `group` committed with `checksum`: every

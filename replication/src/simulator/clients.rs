@@ -11,7 +11,12 @@ use shoal_proto::batch::BatchBuilder;
 
 use super::checks::Violation;
 use super::cluster::{Cluster, Packet};
+use crate::config::Membership;
 use crate::message::ReplyResult;
+use crate::replica::Status;
+
+/// Writes an operator client sends between two configuration changes.
+const WRITES_PER_MOVE: u64 = 4;
 
 impl Cluster {
     /// Whether clients issue new requests (outstanding ones are still retried).
@@ -33,10 +38,13 @@ impl Cluster {
         let liveness = self.tick >= self.liveness_from_tick;
         for index in 0..self.clients.len() {
             let tick = self.tick;
+            let next_move = self.next_move(index);
             let client = &mut self.clients[index];
             if client.pending.is_none() && tick >= client.ready_tick {
                 if !self.clients_active
-                    || (liveness && client.completed_late >= self.options.liveness_requests)
+                    || (liveness
+                        && client.completed_late >= self.options.liveness_requests
+                        && client.moves_left == 0)
                 {
                     continue;
                 }
@@ -62,6 +70,7 @@ impl Cluster {
                     body: batch.build(),
                     resend_tick: tick,
                     unanswered: false,
+                    reconfigure: next_move,
                 });
             }
             let Some(pending) = client.pending.as_mut() else { continue };
@@ -79,6 +88,7 @@ impl Cluster {
                 client: client.id,
                 request: pending.request,
                 body: pending.body.clone(),
+                reconfigure: pending.reconfigure,
             };
             let (endpoint, target) = (replicas + index, usize::from(client.target));
             self.network.send(tick, endpoint, target, packet);
@@ -97,6 +107,10 @@ impl Cluster {
         }
         match reply.result {
             ReplyResult::Committed { op, base_offset } => {
+                if let Some(next) = pending.reconfigure {
+                    client.finish_move(next);
+                    self.coverage.moves_done += 1;
+                }
                 self.acks.push(Ack {
                     group,
                     op,
@@ -125,7 +139,8 @@ impl Cluster {
             // a group that refuses its sequence lost track of it.
             refused @ (ReplyResult::OutOfOrderSequence
             | ReplyResult::UnknownProducer
-            | ReplyResult::ProducerFenced) => {
+            | ReplyResult::ProducerFenced
+            | ReplyResult::ReconfigurationRefused { .. }) => {
                 self.client_violation.get_or_insert(Violation {
                     tick,
                     what: format!(
@@ -137,6 +152,61 @@ impl Cluster {
             }
         }
     }
+}
+
+impl Cluster {
+    /// The configuration change operator client `index` makes with its next request, if one
+    /// is due and ready: a switch waits until the learner it promotes has caught up with the
+    /// group's primary (the lag definition's "caught up", seen from outside).
+    fn next_move(&self, index: usize) -> Option<Membership> {
+        let client = &self.clients[index];
+        if client.moves_left == 0 || client.pending.is_some() {
+            return None;
+        }
+        if !client.next_request.is_multiple_of(WRITES_PER_MOVE)
+            && self.tick < self.liveness_from_tick
+        {
+            return None;
+        }
+        let members = client.members;
+        match client.phase {
+            MovePhase::Drop(member) => Some(Membership {
+                voters: members.voters,
+                learners: members.learners & !(1 << member),
+            }),
+            MovePhase::Add(member) => Some(Membership {
+                voters: members.voters,
+                learners: members.learners | (1 << member),
+            }),
+            MovePhase::Switch => {
+                let primary = self.primary(client.group)?;
+                let commit = self.replica(primary, client.group)?.commit();
+                let promoted = members.member_indices().find(|&m| {
+                    !members.is_voter(m)
+                        && self.replica(usize::from(m), client.group).is_some_and(|r| {
+                            r.status() == Status::Normal && r.op_appended() >= commit
+                        })
+                })?;
+                let voters: Vec<u8> = members.voter_indices().collect();
+                let demoted = voters[client.moves_left as usize % voters.len()];
+                Some(Membership {
+                    voters: members.voters & !(1 << demoted) | (1 << promoted),
+                    learners: members.learners & !(1 << promoted) | (1 << demoted),
+                })
+            }
+        }
+    }
+}
+
+/// Where an operator client's cycle of configuration changes stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum MovePhase {
+    /// Next: promote a caught-up learner and demote a voter in one change.
+    Switch,
+    /// Next: drop the member the switch demoted.
+    Drop(u8),
+    /// Next: add that member back as a learner.
+    Add(u8),
 }
 
 /// Ticks a client waits for a reply before trying the next node.
@@ -155,6 +225,11 @@ pub(super) struct Client {
     /// The idempotent producer's epoch, and the request its sequence 0 went with.
     pub(super) epoch: i16,
     pub(super) epoch_first_request: u64,
+    /// An operator's configuration changes still to make (0 for every other client).
+    pub(super) moves_left: u32,
+    /// The group's members as of the operator's last committed change.
+    pub(super) members: Membership,
+    pub(super) phase: MovePhase,
 }
 
 impl Client {
@@ -170,7 +245,33 @@ impl Client {
             completed_late: 0,
             epoch: 0,
             epoch_first_request: 1,
+            moves_left: 0,
+            members: Membership::default(),
+            phase: MovePhase::Switch,
         }
+    }
+
+    /// Makes this client its group's operator: `moves` changes from `members` on.
+    pub(super) fn operate(&mut self, moves: u32, members: Membership) {
+        self.moves_left = moves;
+        self.members = members;
+    }
+
+    /// Its change to `next` committed: on to the next phase.
+    fn finish_move(&mut self, next: Membership) {
+        if next == self.members {
+            return;
+        }
+        self.phase = match self.phase {
+            MovePhase::Switch => {
+                let demoted = (self.members.voters & !next.voters).trailing_zeros() as u8;
+                MovePhase::Drop(demoted)
+            }
+            MovePhase::Drop(member) => MovePhase::Add(member),
+            MovePhase::Add(_) => MovePhase::Switch,
+        };
+        self.members = next;
+        self.moves_left -= 1;
     }
 }
 
@@ -183,6 +284,8 @@ pub(super) struct Pending {
     /// Sent to `target` with no answer yet: the next send is a retry after a timeout, and goes
     /// to another node.
     unanswered: bool,
+    /// The configuration change the request makes, if it is one.
+    reconfigure: Option<Membership>,
 }
 
 /// One acknowledged write: where the client was told it is.

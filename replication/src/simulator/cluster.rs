@@ -28,7 +28,7 @@ use super::coverage::Coverage;
 use super::faults::Damage;
 use super::network::Network;
 use super::options::{FaultProfile, Mode, SHUTDOWN_SEED_SALT, SimOptions};
-use crate::config::ReplicaConfig;
+use crate::config::{Membership, ReplicaConfig};
 use crate::lag::GroupStatus;
 use crate::message::Reply;
 use crate::node::{Clock, Node, NodeConfig, NodeCounters, Transport};
@@ -138,9 +138,17 @@ impl Cluster {
                 host.sim.set_read_error_one_in(cluster.faults.read_error_one_in);
             }
         }
+        let members = Membership::first(options.voters(), options.replicas);
         for index in 0..client_count as u64 {
             let group = index / options.clients_per_group + 1;
-            cluster.clients.push(Client::new(index + 1, group));
+            let mut client = Client::new(index + 1, group);
+            let operator = index % options.clients_per_group == 0
+                && cluster.admin_group() != Some(group)
+                && options.learners > 0;
+            if operator {
+                client.operate(options.moves, members);
+            }
+            cluster.clients.push(client);
         }
         cluster
     }
@@ -236,7 +244,7 @@ impl Cluster {
     /// the seed draws unless the options fix it.
     fn node_config(&self, index: u8) -> NodeConfig {
         let mut replica = ReplicaConfig::new(0x5ea1, 0, self.options.replicas, 0);
-        replica.voter_count = self.options.voters();
+        replica.members = Membership::first(self.options.voters(), self.options.replicas);
         // Faster timers than production keep runs short; the ratios between them are kept.
         replica.heartbeat_timeout_ticks = 100;
         replica.view_change_timeout_ticks = 200;
@@ -364,7 +372,7 @@ pub(super) struct Stopping {
 #[derive(Clone, Debug)]
 pub(super) enum Packet {
     Replica(Bytes),
-    Request { group: u64, client: u64, request: u64, body: Bytes },
+    Request { group: u64, client: u64, request: u64, body: Bytes, reconfigure: Option<Membership> },
     Reply { group: u64, reply: Reply },
 }
 

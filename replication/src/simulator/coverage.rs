@@ -118,6 +118,20 @@ pub struct Coverage {
     pub abdications_joined: u64,
     /// PrepareOks primaries took from learners (progress only).
     pub learner_acks: u64,
+    /// Configuration changes primaries prepared.
+    pub reconfigurations_prepared: u64,
+    /// Configuration changes operator clients saw committed.
+    pub moves_done: u64,
+    /// Epochs replicas entered by committing the change that opened them.
+    pub epochs_entered: u64,
+    /// Epochs replicas entered by installing a newer epoch's StartView.
+    pub epochs_installed: u64,
+    /// Older-epoch messages answered with the newer epoch's StartView.
+    pub older_epochs_answered: u64,
+    /// Newer-epoch messages answered with a probe.
+    pub newer_epochs_probed: u64,
+    /// Requests refused while a configuration change closed its epoch.
+    pub requests_refused_epoch_closing: u64,
     /// Hand-overs begun to bring a group back to its home.
     pub primaries_returned: u64,
     /// Hand-overs begun by controlled shutdowns.
@@ -158,6 +172,12 @@ impl Coverage {
         self.hand_overs_abandoned += counters.hand_overs_abandoned;
         self.abdications_joined += counters.abdications_joined;
         self.learner_acks += counters.learner_acks;
+        self.reconfigurations_prepared += counters.reconfigurations_prepared;
+        self.epochs_entered += counters.epochs_entered;
+        self.epochs_installed += counters.epochs_installed;
+        self.older_epochs_answered += counters.older_epochs_answered;
+        self.newer_epochs_probed += counters.newer_epochs_probed;
+        self.requests_refused_epoch_closing += counters.requests_refused_epoch_closing;
     }
 
     /// Adds another run's counters.
@@ -216,6 +236,13 @@ impl Coverage {
             (&mut self.hand_overs_abandoned, other.hand_overs_abandoned),
             (&mut self.abdications_joined, other.abdications_joined),
             (&mut self.learner_acks, other.learner_acks),
+            (&mut self.reconfigurations_prepared, other.reconfigurations_prepared),
+            (&mut self.moves_done, other.moves_done),
+            (&mut self.epochs_entered, other.epochs_entered),
+            (&mut self.epochs_installed, other.epochs_installed),
+            (&mut self.older_epochs_answered, other.older_epochs_answered),
+            (&mut self.newer_epochs_probed, other.newer_epochs_probed),
+            (&mut self.requests_refused_epoch_closing, other.requests_refused_epoch_closing),
             (&mut self.primaries_returned, other.primaries_returned),
             (&mut self.shutdown_hand_overs, other.shutdown_hand_overs),
             (&mut self.controlled_shutdowns, other.controlled_shutdowns),

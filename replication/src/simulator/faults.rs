@@ -261,14 +261,17 @@ impl Cluster {
     /// survives process crashes only. The budget counts voters: nothing acknowledged depends
     /// on a learner, so a learner's node may always go down.
     pub(super) fn crash_allowed(&self, index: usize, power: bool) -> bool {
-        let n = usize::from(self.options.voters());
+        let voters = usize::from(self.options.voters());
+        // Changing configurations make any node a voter in turn: a node down counts against
+        // the voters' f wherever it is.
+        let n = if self.options.moves > 0 { usize::from(self.options.replicas) } else { voters };
         if self.mode == Mode::Persisted || index >= n {
             return true;
         }
-        if n == 1 {
+        if voters == 1 {
             return !power;
         }
-        let f = (n - 1) / 2;
+        let f = (voters - 1) / 2;
         let down_others = (0..n)
             .filter(|&i| i != index && (!self.caught_up(i) || self.nodes[i].stopping.is_some()))
             .count();
@@ -285,10 +288,11 @@ impl Cluster {
         (1..=self.options.groups).all(|group| {
             let commit_max = self.commit_max(group);
             node.replica(group).is_some_and(|r| {
-                r.status() == Status::Normal
-                    && !r.needs_start_view()
-                    && r.faulty_from().is_none()
-                    && r.op_appended() >= commit_max
+                r.status() == Status::Removed
+                    || r.status() == Status::Normal
+                        && !r.needs_start_view()
+                        && r.faulty_from().is_none()
+                        && r.op_appended() >= commit_max
             })
         })
     }

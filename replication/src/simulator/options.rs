@@ -171,6 +171,12 @@ pub struct SimOptions {
     /// node applies its committed ops to a client-table state machine that must execute every
     /// request at most once (`simulator::admin`).
     pub admin_group: bool,
+    /// Configuration changes the first client of every partition group makes, beside its
+    /// writes (DESIGN.md §8): in turn, a switch that promotes a caught-up learner and demotes
+    /// a voter, then dropping the demoted member, then adding it back as a learner. Needs a
+    /// learner; the voters stay `voters()` throughout. Every node's crash budget then counts
+    /// every node, as any of them may be a voter.
+    pub moves: u32,
 }
 
 impl SimOptions {
@@ -206,6 +212,7 @@ impl SimOptions {
             primary_return_ticks: NodeConfig::new(0, ReplicaConfig::new(0, 0, 1, 0))
                 .primary_return_ticks,
             admin_group: true,
+            moves: 0,
         }
     }
 }

@@ -163,7 +163,9 @@ impl Cluster {
 
     /// The liveness phase's goal: every client completed its share and every replica rejoined.
     fn liveness_done(&self) -> bool {
-        self.clients.iter().all(|c| c.completed_late >= self.options.liveness_requests)
+        self.clients
+            .iter()
+            .all(|c| c.completed_late >= self.options.liveness_requests && c.moves_left == 0)
             && self.replicas_rejoined()
     }
 
@@ -174,7 +176,9 @@ impl Cluster {
             let Some(primary) = self.primary(group).and_then(|n| self.replica(n, group)) else {
                 return false;
             };
-            (0..self.nodes.len()).all(|node| {
+            // A node the group's configuration left out holds no member to wait for.
+            let members = primary.config().members;
+            (0..self.nodes.len()).filter(|&node| members.is_member(node as u8)).all(|node| {
                 self.replica(node, group).is_some_and(|r| {
                     r.status() == Status::Normal
                         && r.view() == primary.view()
@@ -253,7 +257,7 @@ impl Cluster {
                     // A packet a node cannot decode is its problem to count, never a panic.
                     let _ = node.on_packet(from as u8, &bytes);
                 }
-                Packet::Request { group, client, request, body } => {
+                Packet::Request { group, client, request, body, reconfigure } => {
                     let request = Request {
                         client,
                         session: client,
@@ -265,7 +269,10 @@ impl Cluster {
                         max_timestamp_ms: 0,
                         append_time_ms: 0,
                     };
-                    let _ = node.on_client_request(group, request);
+                    let _ = match reconfigure {
+                        Some(next) => node.on_reconfigure_request(group, request, next),
+                        None => node.on_client_request(group, request),
+                    };
                 }
                 Packet::Reply { .. } => {}
             }
@@ -323,8 +330,9 @@ impl Cluster {
                 let Some(&header) = committed.header() else { continue };
                 let op = header.as_prepare().expect("prepares").op;
                 self.trace_commit(group, op, header.checksum_header);
-                if let Some(violation) =
-                    self.check_agreement(index, group, op, header.checksum_header)
+                if let Some(violation) = self
+                    .check_agreement(index, group, op, header.checksum_header)
+                    .or_else(|| self.check_voters(group, &header))
                 {
                     return Some(violation);
                 }

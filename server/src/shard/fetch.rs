@@ -161,7 +161,7 @@ impl ShardState {
     pub(super) fn read_refusal(&self, group: u64) -> Option<Outcome> {
         let replica = self.node.replica(group)?;
         let config = replica.config();
-        if config.voter_count == 1 {
+        if config.voter_count() == 1 {
             return None;
         }
         if let Some(refusal) = redirect(replica) {

@@ -224,6 +224,7 @@ impl GroupReport {
                 Status::Normal => "normal",
                 Status::ViewChange => "view_change",
                 Status::Recovering => "recovering",
+                Status::Removed => "removed",
             },
             primary: (status.status == Status::Normal)
                 .then(|| replica.config().primary_of(status.view)),
@@ -464,6 +465,9 @@ pub(super) fn result_error(result: &ReplyResult) -> Outcome {
         ReplyResult::ProducerFenced => {
             Outcome::error(ErrorCode::ProducerFenced, "a newer epoch of this producer appended")
         }
+        ReplyResult::ReconfigurationRefused { reason } => {
+            Outcome::error(ErrorCode::InvalidRequest, format!("reconfiguration refused: {reason}"))
+        }
     }
 }
 
@@ -499,6 +503,10 @@ pub(super) fn redirect(replica: &Replica) -> Option<Outcome> {
         Status::Recovering => Some(Outcome::error(
             ErrorCode::TransientNotAccepted,
             "this replica is recovering: retry, or ask another node",
+        )),
+        Status::Removed => Some(Outcome::error(
+            ErrorCode::TransientNotAccepted,
+            "this replica was removed from its group: ask another node",
         )),
     }
 }

@@ -48,6 +48,10 @@ struct Cli {
     /// count in a quorum or vote (default 0; at most replicas − 1)
     #[arg(long, value_name = "N", value_parser = learners)]
     learners: Option<u8>,
+    /// Configuration changes each partition group's first client makes (needs a learner):
+    /// promote a caught-up learner and demote a voter, drop the demoted member, add it back
+    #[arg(long, value_name = "N")]
+    moves: Option<u32>,
     /// Groups, each replicated on every node (default 2; clamped to 1..=64)
     #[arg(long, value_name = "N", value_parser = one_to_64)]
     groups: Option<u64>,
@@ -148,6 +152,7 @@ fn options_for(cli: &Cli, seed: u64) -> SimOptions {
     let mut options = SimOptions::new(seed);
     options.replicas = cli.replicas.unwrap_or(options.replicas);
     options.learners = cli.learners.unwrap_or(0).min(options.replicas - 1);
+    options.moves = cli.moves.unwrap_or(0);
     options.groups = cli.groups.unwrap_or(options.groups);
     options.clients_per_group = cli.clients.unwrap_or(options.clients_per_group);
     options.ticks = cli.ticks.unwrap_or(options.ticks);
