@@ -85,3 +85,69 @@ fn a_dropped_member_added_back_rejoins_as_a_learner() -> Result<(), Violation> {
     assert!(coverage.epochs_entered >= 3, "{coverage:?}");
     cluster.check_logs()
 }
+
+/// Whether the head of `node`'s log is a configuration change not yet committed there.
+fn change_at_head(cluster: &Cluster, node: usize) -> bool {
+    cluster.replica(node, GROUP).is_some_and(|r| {
+        r.op() > r.commit()
+            && r.header(r.op())
+                .and_then(|h| h.as_prepare())
+                .is_some_and(|p| !p.reconfigure.is_empty())
+    })
+}
+
+/// The primary commits the change and enters the new epoch, but nothing it sends from then on
+/// arrives: the other old voters, still in the old epoch with the change prepared, elect a
+/// primary among themselves, which commits the change again and leads them into the new
+/// epoch. Once the links heal, the old primary (answered as a replica of the same epoch now)
+/// rejoins; nothing acknowledged is lost.
+#[test]
+fn the_old_voters_finish_a_change_whose_committer_went_silent() -> Result<(), Violation> {
+    let mut cluster = cluster_with_moves(33, 1, Mode::Persisted);
+    wait(&mut cluster, 3_000, "the primary prepares the change", |c| {
+        c.primary(GROUP).is_some_and(|p| change_at_head(c, p))
+    })?;
+    let committer = cluster.primary(GROUP).expect("a primary");
+    wait(&mut cluster, 300, "the change commits on its primary", |c| {
+        replica(c, committer).epoch() == 1
+    })?;
+    for peer in (0..4).filter(|&n| n != committer) {
+        cluster.set_link(committer, peer, false);
+    }
+    wait(&mut cluster, 3_000, "every other member enters the new epoch", |c| {
+        (0..4).filter(|&n| n != committer).all(|n| replica(c, n).epoch() == 1)
+    })?;
+    let recommitted = (0..4).filter(|&n| n != committer).any(|n| {
+        let counters = replica(&cluster, n).counters();
+        counters.votes_cast > 0 && counters.epochs_entered > 0
+    });
+    assert!(recommitted, "an old voter elected in the old epoch committed the change again");
+    for peer in (0..4).filter(|&n| n != committer) {
+        cluster.set_link(committer, peer, true);
+    }
+    cluster.finish_liveness()?;
+    assert!(agreed_members(&cluster).is_some_and(|m| m.is_voter(3)));
+    cluster.check_logs()
+}
+
+/// The primary crashes right after preparing the change, before it commits: the change is on
+/// the other old voters' logs (or not), and their view change either commits it or drops it;
+/// the operator's retry makes it in the end, and the restarted primary follows.
+#[test]
+fn a_change_survives_its_primary_crashing_before_it_commits() -> Result<(), Violation> {
+    let mut cluster = cluster_with_moves(34, 1, Mode::Persisted);
+    wait(&mut cluster, 3_000, "the primary prepares the change", |c| {
+        c.primary(GROUP).is_some_and(|p| change_at_head(c, p))
+    })?;
+    let primary = cluster.primary(GROUP).expect("a primary");
+    cluster.crash(primary, false);
+    cluster.run_ticks(500)?;
+    cluster.restart(primary)?;
+    cluster.finish_liveness()?;
+    let members = agreed_members(&cluster).expect("the members agree");
+    assert!(members.is_voter(3), "the change was made: {members:?}");
+    for node in 0..4 {
+        assert_eq!(replica(&cluster, node).epoch(), 1, "node {node}");
+    }
+    cluster.check_logs()
+}
