@@ -568,7 +568,14 @@ impl Replica {
         }
         match found {
             Some(members) => self.config.members = members,
-            None if epoch > 0 => self.members_known = false,
+            None if epoch > 0 => {
+                // Neither the change that opened this epoch nor anything after it survived:
+                // the log lacks a committed change the new voters may never have held, so
+                // nothing above its head may be nacked (it is faulty) until repair brings it.
+                self.members_known = false;
+                let from = self.op + 1;
+                self.faulty_from = Some(self.faulty_from.map_or(from, |f| f.min(from)));
+            }
             None => {}
         }
     }
@@ -1170,7 +1177,12 @@ impl Replica {
         }
         // A removed replica rejoins only through a newer epoch's StartView naming it again, and
         // one that does not know its epoch's members learns them from a StartView or a vote.
+        // A removed replica still serves what it holds: the new members may need it.
+        let serves =
+            matches!(message, Message::RequestPrepare { .. } | Message::RequestState { .. });
+        let removed_serving = self.status == Status::Removed && serves;
         if (self.status == Status::Removed || !self.members_known)
+            && !removed_serving
             && !matches!(message, Message::StartView { .. })
         {
             return;
@@ -1192,11 +1204,13 @@ impl Replica {
             | Message::StartViewChange { view, .. }
             | Message::DoViewChange { view, .. }
             | Message::RequestStartView { view, .. } => *view,
+            // A state is of its sender's epoch: one that passed a configuration change would
+            // carry a laggard over it without the change, so transfers stay within an epoch.
+            Message::RequestState { view, .. } | Message::StateChunk { view, .. } => *view,
+            // A committed prepare is the same in every epoch: repair crosses them.
             Message::StartView { .. }
             | Message::RequestPrepare { .. }
-            | Message::RangeEvicted { .. }
-            | Message::RequestState { .. }
-            | Message::StateChunk { .. } => return false,
+            | Message::RangeEvicted { .. } => return false,
         };
         let (theirs, ours) = (epoch_of(view), self.epoch());
         if theirs > ours {
@@ -1232,7 +1246,10 @@ impl Replica {
                     return;
                 }
                 let Some(headers) = self.checked_headers(&headers, None) else { return };
-                if !self.take_start_view_membership(from, view, op, commit, membership, &headers) {
+                let taken = self.take_start_view_membership(
+                    from, view, op, commit, nonce, membership, &headers,
+                );
+                if !taken {
                     return;
                 }
                 self.on_start_view(from, view, op, commit, nonce, headers);
@@ -1648,12 +1665,14 @@ impl Replica {
     /// (or names the members a restarted replica did not find). A StartView of a newer epoch
     /// comes from that view's primary, or — the epoch's opening — from any member; a
     /// replica it leaves out is removed. Returns whether the StartView is to be installed.
+    #[allow(clippy::too_many_arguments)]
     fn take_start_view_membership(
         &mut self,
         from: u8,
         view: u32,
         op: u64,
         commit: u64,
+        nonce: u64,
         membership: Membership,
         headers: &BTreeMap<u64, (Header, u8)>,
     ) -> bool {
@@ -1662,7 +1681,11 @@ impl Replica {
             return false;
         }
         if epoch == self.epoch() && self.members_known {
-            return membership == self.config.members;
+            // A removed replica rejoins only through a newer epoch, and a StartView of this
+            // epoch that leaves this replica out has nothing for it to install.
+            return self.status != Status::Removed
+                && membership == self.config.members
+                && membership.is_member(self.config.replica);
         }
         let candidate = ReplicaConfig { members: membership, ..self.config };
         if candidate.validate().is_err() {
@@ -1673,7 +1696,9 @@ impl Replica {
             return false;
         }
         if epoch > self.epoch() {
-            if op < self.commit {
+            // Everything `on_start_view` would check, before anything changes here (a newer
+            // epoch's view is above this replica's, so its view checks hold).
+            if !self.start_view_sound(op, commit, nonce, headers) {
                 return false;
             }
             self.counters.epochs_installed += 1;
@@ -1688,13 +1713,33 @@ impl Replica {
         if !membership.is_member(self.config.replica) {
             self.drop_hand_over();
             self.fail_pipeline();
-            self.view = view;
-            self.log_view = view;
+            self.enter_view_log(view, op);
             self.status = Status::Removed;
             self.persist_views();
             return false;
         }
         true
+    }
+
+    /// The checks of a StartView's own content: an answer to this boot's probe when
+    /// recovering, headers that end at its op, a commit point within its log, and a log that
+    /// holds everything this replica committed. Under `unclean_recovery` a view may have given
+    /// up ops this replica committed (the documented loss); the replica follows it rather than
+    /// stay out of the group for good.
+    fn start_view_sound(
+        &self,
+        op: u64,
+        commit: u64,
+        nonce: u64,
+        headers: &BTreeMap<u64, (Header, u8)>,
+    ) -> bool {
+        let probe_answered =
+            self.status != Status::Recovering || nonce == 0 || nonce == self.boot_nonce;
+        probe_answered
+            && headers.keys().next_back().is_none_or(|&top| top == op)
+            && !(headers.is_empty() && op > commit)
+            && (op >= self.commit || self.config.unclean_recovery)
+            && commit <= op
     }
 
     fn broadcast_commit(&mut self) {
@@ -1973,9 +2018,15 @@ impl Replica {
         let state = round.incoming.state().expect("checked by the caller");
         let op = state.op;
         let fields = prepare(&header);
+        // A state past a configuration change of this epoch (or of a later epoch) would carry
+        // this replica over the change without entering the next epoch.
+        let epoch = epoch_of(self.view);
+        let crosses_epoch = epoch_of(header.view) > epoch
+            || (!fields.reconfigure.is_empty() && epoch_of(header.view) == epoch);
         if header.checksum_header != state.prepare_checksum
             || fields.end_offset() != state.end_offset
             || op <= self.op_appended
+            || crosses_epoch
         {
             self.reject_transfer();
             return;
@@ -2014,7 +2065,7 @@ impl Replica {
     /// point whose header is still in memory. With `transfers_carry_driver_state`, a fresh
     /// state waits for the driver's part ([`Replica::on_driver_state`]) before anyone is served.
     fn on_request_state(&mut self, from: u8, op: u64, offset_bytes: u64) {
-        if self.status != Status::Normal {
+        if !matches!(self.status, Status::Normal | Status::Removed) {
             return;
         }
         if self.transfer_source.as_ref().is_some_and(|s| op != 0 && s.op == op) {
@@ -2696,19 +2747,9 @@ impl Replica {
         if self.status == Status::Normal && view == self.view {
             return;
         }
-        if self.status == Status::Recovering && nonce != 0 && nonce != self.boot_nonce {
-            return;
-        }
         // A view's log holds every committed op: one that ends below this replica's commit
         // point, or whose headers do not end at its op, is not a StartView to trust.
-        // Under `unclean_recovery` a view may have given up ops this replica committed (the
-        // documented loss); the replica follows it rather than stay out of the group for good.
-        let below_commit_allowed = self.config.unclean_recovery;
-        if headers.keys().next_back().is_some_and(|&top| top != op)
-            || (headers.is_empty() && op > commit)
-            || (op < self.commit && !below_commit_allowed)
-            || commit > op
-        {
+        if !self.start_view_sound(op, commit, nonce, &headers) {
             return;
         }
         let canonical: BTreeMap<u64, Header> =

@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
 use shoal_proto::batch::BatchBuilder;
-use shoal_proto::wire::{Header, Membership};
+use shoal_proto::wire::Header;
 use shoal_replication::{
-    HandOverRefused, Message, Persisted, RecoveredLog, Replica, ReplicaConfig, ReplyResult,
-    Request, Status, Write,
+    HandOverRefused, Membership, Message, Persisted, RecoveredLog, Replica, ReplicaConfig,
+    ReplyResult, Request, Status, Write,
 };
 
 /// A replica's durable state.
@@ -798,4 +798,43 @@ fn a_merge_takes_an_older_views_op_only_where_its_holder_must_have_acknowledged_
             assert_eq!(primary.header(11), Some(&older));
         }
     }
+}
+
+// --- Configuration epochs across a restart ----------------------------------------------------
+
+/// A replica that entered epoch 1 by installing its opening StartView (its view and log view
+/// durable in epoch 1) and crashed before the change's body arrived restarts with a log that
+/// ends below the change and names no member of epoch 1. The change is committed (by the old
+/// voters, who may not be among the new ones), so the restarted replica must not nack it: it
+/// reports everything above its head faulty, votes in nothing, and takes its members from the
+/// first vote of its epoch.
+#[test]
+fn a_restart_that_lost_its_epochs_opening_nacks_nothing_above_its_head() {
+    let mut headers = Vec::new();
+    let mut parent = 0;
+    for op in 1..=19 {
+        let header = logged_prepare(1, op, parent);
+        parent = header.checksum_header;
+        headers.push(header);
+    }
+    let opening = shoal_replication::first_view_of(1);
+    let recovered = RecoveredLog {
+        view: opening,
+        log_view: opening,
+        headers,
+        log_view_head_op: Some(20),
+        ..RecoveredLog::default()
+    };
+    let config = ReplicaConfig::new(7, 3, 4, 3);
+    let mut replica = Replica::recover(config, recovered, 1);
+    assert_eq!(replica.epoch(), 1);
+    assert_eq!(replica.faulty_from(), Some(20), "the lost change above the head is faulty");
+    for _ in 0..2_000 {
+        replica.on_tick();
+    }
+    assert_eq!(replica.counters().votes_cast, 0, "no vote without its epoch's members");
+    assert_eq!(replica.status(), Status::Recovering);
+    let members = Membership { voters: 0b1110, learners: 0b0001 };
+    replica.on_message(1, Message::StartViewChange { view: opening + 1, membership: members });
+    assert_eq!(replica.config().members, members, "a vote of its epoch names the members");
 }
