@@ -1,5 +1,7 @@
 //! The invariant checks and what they report ([`Violation`]): committed prefixes agree on every
-//! replica (as commits arrive), views and log views never regress across a restart, and at the
+//! replica (as commits arrive), one primary per view of a group (a view names its configuration
+//! epoch), no committed configuration change below the replication factor, views and log views
+//! never regress across a restart, and at the
 //! end every node's log holds the committed prepares with dense offsets and every acknowledged
 //! write at its acknowledged op and offset, no retry applied twice, the admin machines agree, and
 //! the offline checker finds no damage but what was injected.
@@ -59,6 +61,32 @@ impl Cluster {
             client.epoch += 1;
             client.epoch_first_request = client.next_request;
         }
+    }
+
+    /// At most one primary per view of each group, over the whole run: a view number names its
+    /// configuration epoch, so two primaries of one view would be two primaries of one view of
+    /// one configuration (two leaders, two diverging logs in the making).
+    pub(super) fn check_primaries(&mut self) -> Option<Violation> {
+        for index in 0..self.nodes.len() {
+            let Some(node) = self.nodes[index].node.as_ref() else { continue };
+            for group in node.group_ids() {
+                let Some(replica) = node.replica(group).filter(|r| r.is_primary()) else {
+                    continue;
+                };
+                let view = replica.view();
+                let first = *self.primaries.entry((group, view)).or_insert(index);
+                if first != index {
+                    return Some(Violation {
+                        tick: self.tick,
+                        what: format!(
+                            "two primaries of group {group} in view {view}: node {first} and \
+                             node {index}"
+                        ),
+                    });
+                }
+            }
+        }
+        None
     }
 
     /// A committed configuration change keeps the group's voters at its replication factor

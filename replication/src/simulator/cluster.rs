@@ -47,6 +47,10 @@ pub struct Cluster {
     pub(super) clients: Vec<Client>,
     /// (group, op) → checksum of the committed prepare, as first seen on any replica.
     pub(super) committed: BTreeMap<(u64, u64), u32>,
+    /// (group, view) → the node first seen serving as that view's primary. A view number
+    /// names its configuration epoch too, so this is "one primary per view of one
+    /// configuration".
+    pub(super) primaries: BTreeMap<(u64, u32), usize>,
     /// Every admin request's execution, as any machine first applied it.
     pub(super) admin_executions: Executions,
     pub(super) acks: Vec<Ack>,
@@ -95,6 +99,7 @@ impl Cluster {
             nodes: Vec::new(),
             clients: Vec::new(),
             committed: BTreeMap::new(),
+            primaries: BTreeMap::new(),
             admin_executions: Executions::new(),
             acks: Vec::new(),
             client_violation: None,

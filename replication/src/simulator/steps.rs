@@ -79,6 +79,7 @@ impl Cluster {
             self.enforce_retention();
         }
         into_result(self.collect())?;
+        into_result(self.check_primaries())?;
         into_result(self.client_violation.take())?;
         self.advance_shutdowns();
         self.supervise();
