@@ -1691,8 +1691,7 @@ impl Replica {
         if candidate.validate().is_err() {
             return false;
         }
-        let opening = epoch > self.epoch() && view == first_view_of(epoch) && op == commit;
-        if from != candidate.primary_of(view) && !opening {
+        if from != candidate.primary_of(view) && !self.is_epoch_opening(view, op, commit) {
             return false;
         }
         if epoch > self.epoch() {
@@ -1719,6 +1718,13 @@ impl Replica {
             return false;
         }
         true
+    }
+
+    /// Whether a StartView is a newer epoch's opening (its first view as it began, the log all
+    /// committed), which any member may hand on (`answer_older_epoch`).
+    fn is_epoch_opening(&self, view: u32, op: u64, commit: u64) -> bool {
+        let epoch = epoch_of(view);
+        epoch > self.epoch() && view == first_view_of(epoch) && op == commit
     }
 
     /// The checks of a StartView's own content: an answer to this boot's probe when
@@ -2733,8 +2739,7 @@ impl Replica {
         headers: BTreeMap<u64, (Header, u8)>,
     ) {
         // A newer epoch's opening may come from any of its members (`answer_older_epoch`).
-        let opening = epoch_of(view) > self.epoch() && view == first_view_of(epoch_of(view));
-        if from != self.config.primary_of(view) && !(opening && op == commit) {
+        if from != self.config.primary_of(view) && !self.is_epoch_opening(view, op, commit) {
             return;
         }
         // A view at or above this replica's; or, out of normal status, one below it that is
