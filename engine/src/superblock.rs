@@ -26,8 +26,11 @@ pub const COPIES: usize = 4;
 pub const FILE_NAME: &str = "superblock";
 /// The name a new superblock is written under before it is renamed into place.
 pub const TEMP_FILE_NAME: &str = "superblock.new";
-/// Format version of the superblock copy layout.
-pub const VERSION: u8 = 1;
+/// Format version of the superblock copy layout: 2 grew the group slot from 128 to 160 bytes
+/// (the group's members). Version 1 copies are read, and open lays the file out again as 2.
+pub const VERSION: u8 = 2;
+/// The first format, with 128-byte slots.
+const VERSION_128_BYTE_SLOTS: u8 = 1;
 
 // Copy header layout (little-endian), chained from sizes.
 const OFF_CHECKSUM: usize = 0;
@@ -82,11 +85,16 @@ const SLOT_LOG_VIEW_HEAD_BYTES: usize = 6;
 /// Zero in superblocks from before it existed (the bytes were reserved, written as zeros), which
 /// reads as "no damage cut": no version change needed.
 const SLOT_DAMAGED_FROM: usize = 120;
-const SLOT_RESERVED: usize = SLOT_DAMAGED_FROM + 8;
+/// Version 2 on: the group's members (`GroupConfig::members`), the end of a version 1 slot.
+const SLOT_MEMBERS: usize = SLOT_DAMAGED_FROM + 8;
+const SLOT_RESERVED: usize = SLOT_MEMBERS + 8;
 const _: () = assert!(SLOT_LOG_VIEW_HEAD + SLOT_LOG_VIEW_HEAD_BYTES == SLOT_DAMAGED_FROM);
 /// Bytes of one group slot.
-pub const SLOT_SIZE_BYTES: usize = 128;
-/// The most slots a superblock may have (a copy region of 128 MiB).
+pub const SLOT_SIZE_BYTES: usize = 160;
+/// Bytes of one group slot in version 1.
+const SLOT_SIZE_BYTES_V1: usize = 128;
+const _: () = assert!(SLOT_MEMBERS == SLOT_SIZE_BYTES_V1);
+/// The most slots a superblock may have (a copy region of 160 MiB).
 pub const SLOTS_MAX_LIMIT: usize = 1 << 20;
 const _: () = assert!(SLOT_RESERVED <= SLOT_SIZE_BYTES);
 const _: () = assert!(SLOT_CHECKPOINT_OP.is_multiple_of(8) && SLOT_FENCE_OP.is_multiple_of(8));
@@ -110,6 +118,9 @@ pub struct GroupConfig {
     pub retention_ms: u64,
     /// Largest record (prepare header + batch) the log accepts.
     pub record_size_bytes_max: u32,
+    /// The group's members as the replication layer records them when it creates the group;
+    /// opaque here (0: none recorded, as in slots of superblock version 1).
+    pub members: u64,
 }
 
 /// Smallest segment size a group may configure.
@@ -126,6 +137,7 @@ impl Default for GroupConfig {
             retention_bytes: 0,
             retention_ms: 0,
             record_size_bytes_max: (crate::wire::HEADER_SIZE + (1 << 20)) as u32,
+            members: 0,
         }
     }
 }
@@ -296,6 +308,8 @@ pub enum CopyStatus {
 /// A decoded superblock version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SuperblockState {
+    /// The format it was read in ([`VERSION`] once written by this build).
+    pub version: u8,
     /// Whose directory this is.
     pub identity: Identity,
     /// Version sequence number (1 for the first).
@@ -343,6 +357,7 @@ impl<F: StorageFile> Superblock<F> {
         let copy_size_bytes = copy_size_bytes(slots_max);
         let exists = storage.exists(&path).await.map_err(|e| Error::io("probing superblock", e))?;
         let fresh = |sequence, parent, groups| SuperblockState {
+            version: VERSION,
             identity,
             sequence,
             checksum: 0,
@@ -387,7 +402,7 @@ impl<F: StorageFile> Superblock<F> {
                 path.display(),
             )));
         }
-        if newest.slots_max != slots_max {
+        if newest.slots_max != slots_max || newest.version != VERSION {
             if newest.groups.len() > slots_max {
                 return Err(Error::Mismatch(format!(
                     "{} holds {} groups, more than groups_max {slots_max}",
@@ -395,7 +410,8 @@ impl<F: StorageFile> Superblock<F> {
                     newest.groups.len()
                 )));
             }
-            // The next version, in the new layout: nothing in it changes but the bound.
+            // The next version, in the new layout: nothing in it changes but the bound and the
+            // format.
             let next = fresh(newest.sequence + 1, newest.checksum, BTreeMap::new());
             let superblock = Self::create(storage, dir, next, newest.groups).await?;
             let status = (0..COPIES)
@@ -536,6 +552,7 @@ impl<F: StorageFile> Superblock<F> {
             )));
         }
         let mut next = SuperblockState {
+            version: VERSION,
             identity: self.state.identity,
             sequence: self.state.sequence + 1,
             checksum: 0,
@@ -619,11 +636,22 @@ async fn write_copies<F: StorageFile>(
 /// The size of one copy's region in the file: header and every slot, block-aligned.
 #[must_use]
 pub fn copy_size_bytes(slots_max: usize) -> usize {
-    (HEADER_SIZE_BYTES + slots_max * SLOT_SIZE_BYTES).next_multiple_of(BLOCK_SIZE_BYTES)
+    copy_size_bytes_in(VERSION, slots_max)
 }
 
-fn used_size_bytes(slot_count: usize) -> usize {
-    HEADER_SIZE_BYTES + slot_count * SLOT_SIZE_BYTES
+/// [`copy_size_bytes`] in format `version`.
+#[must_use]
+pub fn copy_size_bytes_in(version: u8, slots_max: usize) -> usize {
+    (HEADER_SIZE_BYTES + slots_max * slot_size_bytes(version)).next_multiple_of(BLOCK_SIZE_BYTES)
+}
+
+/// A group slot's size in format `version` (an unknown version is refused before slots are read).
+fn slot_size_bytes(version: u8) -> usize {
+    if version == VERSION_128_BYTE_SLOTS { SLOT_SIZE_BYTES_V1 } else { SLOT_SIZE_BYTES }
+}
+
+fn used_size_bytes(version: u8, slot_count: usize) -> usize {
+    HEADER_SIZE_BYTES + slot_count * slot_size_bytes(version)
 }
 
 /// Reads every copy's region (short or missing regions come back zero-filled, hence invalid).
@@ -668,8 +696,10 @@ async fn read_layout<F: StorageFile>(
     };
     let (decoded, newest) = read(configured_bytes).await?;
     let other = match &newest {
-        Some(state) if copy_size_bytes(state.slots_max) == configured_bytes => None,
-        Some(state) => Some(copy_size_bytes(state.slots_max)),
+        Some(state) if copy_size_bytes_in(state.version, state.slots_max) == configured_bytes => {
+            None
+        }
+        Some(state) => Some(copy_size_bytes_in(state.version, state.slots_max)),
         None => {
             let size = file.size_bytes().await.map_err(|e| Error::io("sizing superblock", e))?;
             let region = size / COPIES as u64;
@@ -697,7 +727,7 @@ async fn read_layout<F: StorageFile>(
 }
 
 fn encode_version(state: &SuperblockState, copy_size_bytes: usize) -> Vec<u8> {
-    let used = used_size_bytes(state.groups.len());
+    let used = used_size_bytes(VERSION, state.groups.len());
     let mut bytes = vec![0u8; used.max(HEADER_SIZE_BYTES)];
     bytes[OFF_PARENT..OFF_PARENT + 4].copy_from_slice(&state.parent.to_le_bytes());
     bytes[OFF_SEQUENCE..OFF_SEQUENCE + 8].copy_from_slice(&state.sequence.to_le_bytes());
@@ -746,6 +776,7 @@ fn encode_slot(bytes: &mut [u8], slot: &GroupSlot) {
     put(bytes, SLOT_RETENTION_BYTES, &slot.config.retention_bytes.to_le_bytes());
     put(bytes, SLOT_RETENTION_MS, &slot.config.retention_ms.to_le_bytes());
     put(bytes, SLOT_DAMAGED_FROM, &slot.damaged_from.to_le_bytes());
+    put(bytes, SLOT_MEMBERS, &slot.config.members.to_le_bytes());
     let head_plus_one = slot
         .log_view_head_op
         .and_then(|op| op.checked_add(1))
@@ -771,7 +802,10 @@ pub fn decode_copy(bytes: &[u8]) -> Result<SuperblockState, String> {
     if slot_count > slots_max {
         return Err(format!("slot count {slot_count} exceeds the bound {slots_max}"));
     }
-    let used = used_size_bytes(slot_count);
+    // The version byte picks the slot size before the checksum vouches for it: a damaged byte
+    // at worst makes the checksum cover the wrong length, and fail.
+    let version = bytes[OFF_VERSION];
+    let used = used_size_bytes(version, slot_count);
     if used > bytes.len() {
         return Err(format!("slot count {slot_count} does not fit the copy"));
     }
@@ -782,13 +816,14 @@ pub fn decode_copy(bytes: &[u8]) -> Result<SuperblockState, String> {
             "checksum {stored:#010x} != computed {computed:#010x} (torn or corrupt)"
         ));
     }
-    if bytes[OFF_VERSION] != VERSION {
-        return Err(format!("unsupported superblock version {}", bytes[OFF_VERSION]));
+    if version != VERSION && version != VERSION_128_BYTE_SLOTS {
+        return Err(format!("unsupported superblock version {version}"));
     }
+    let slot_size = slot_size_bytes(version);
     let mut groups = BTreeMap::new();
     for index in 0..slot_count {
-        let start = HEADER_SIZE_BYTES + index * SLOT_SIZE_BYTES;
-        let slot = &bytes[start..start + SLOT_SIZE_BYTES];
+        let start = HEADER_SIZE_BYTES + index * slot_size;
+        let slot = &bytes[start..start + slot_size];
         let s32 = |at: usize| u32::from_le_bytes(slot[at..at + 4].try_into().expect("4 bytes"));
         let s64 = |at: usize| u64::from_le_bytes(slot[at..at + 8].try_into().expect("8 bytes"));
         let durability = Durability::from_byte(slot[SLOT_DURABILITY])
@@ -800,6 +835,7 @@ pub fn decode_copy(bytes: &[u8]) -> Result<SuperblockState, String> {
             retention_bytes: s64(SLOT_RETENTION_BYTES),
             retention_ms: s64(SLOT_RETENTION_MS),
             record_size_bytes_max: s32(SLOT_RECORD_SIZE_MAX),
+            members: if version == VERSION { s64(SLOT_MEMBERS) } else { 0 },
         };
         if let Err(error) = config.validate() {
             return Err(format!("slot {index}: {error}"));
@@ -840,6 +876,7 @@ pub fn decode_copy(bytes: &[u8]) -> Result<SuperblockState, String> {
         }
     }
     Ok(SuperblockState {
+        version,
         identity: Identity {
             cluster: u64_at(OFF_CLUSTER),
             node: u64_at(OFF_NODE),
@@ -878,6 +915,7 @@ mod tests {
     /// A version holding `groups`, to encode directly.
     fn version_of(groups: BTreeMap<u64, GroupSlot>) -> SuperblockState {
         SuperblockState {
+            version: VERSION,
             identity: identity(),
             sequence: 3,
             checksum: 0,
@@ -1036,7 +1074,7 @@ mod tests {
         let flags_at = HEADER_SIZE_BYTES + SLOT_SIZE_BYTES + 113;
         assert_eq!(bytes[flags_at], SLOT_FLAG_TRANSFER_PENDING);
         let reseal = |bytes: &mut Vec<u8>| {
-            let used = used_size_bytes(2);
+            let used = used_size_bytes(VERSION, 2);
             let checksum = crc32c::crc32c(&bytes[OFF_PARENT..used]);
             bytes[OFF_CHECKSUM..OFF_CHECKSUM + 4].copy_from_slice(&checksum.to_le_bytes());
         };
@@ -1081,6 +1119,69 @@ mod tests {
             assert_eq!(decoded.groups[&1].damaged_from, u64::MAX);
             assert!(decoded.groups[&1].transfer_pending);
         }
+    }
+
+    /// `state` as version 1 wrote it: 128-byte slots (no members), sealed.
+    fn encode_version_1(state: &SuperblockState) -> Vec<u8> {
+        let current = encode_version(state, copy_size_bytes(state.slots_max));
+        let mut bytes = current[..HEADER_SIZE_BYTES].to_vec();
+        bytes[OFF_VERSION] = VERSION_128_BYTE_SLOTS;
+        for index in 0..state.groups.len() {
+            let start = HEADER_SIZE_BYTES + index * SLOT_SIZE_BYTES;
+            bytes.extend_from_slice(&current[start..start + SLOT_SIZE_BYTES_V1]);
+        }
+        let checksum = crc32c::crc32c(&bytes[OFF_PARENT..]);
+        bytes[OFF_CHECKSUM..OFF_CHECKSUM + 4].copy_from_slice(&checksum.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn members_round_trip_and_a_version_1_file_opens_and_is_laid_out_again() {
+        // A bound at which the two layouts differ in size.
+        let slots = 200;
+        let mut state = SuperblockState { slots_max: slots, ..version_of(groups(3, 2)) };
+        for (index, slot) in state.groups.values_mut().enumerate() {
+            slot.config.members = 0x0000_0002_0000_0005 << index;
+        }
+        let copy_size = copy_size_bytes(slots);
+        let mut bytes = encode_version(&state, copy_size);
+        bytes.resize(copy_size, 0);
+        assert_eq!(decode_copy(&bytes).expect("decodes").groups, state.groups);
+
+        // A data directory written by version 1: four copies of 128-byte slots.
+        let old = encode_version_1(&state);
+        let old_copy = copy_size_bytes_in(VERSION_128_BYTE_SLOTS, slots);
+        assert!(old_copy < copy_size);
+        let decoded = decode_copy(&old).expect("a version 1 copy decodes");
+        assert_eq!(decoded.version, VERSION_128_BYTE_SLOTS);
+        assert!(decoded.groups.values().all(|slot| slot.config.members == 0));
+        let sim = Sim::new(9, SimConfig::default());
+        let storage = sim.storage();
+        sim.block_on(async {
+            storage.create_dir_all(Path::new("/s")).await.expect("mkdir");
+            let file = storage
+                .open(Path::new("/s/superblock"), OpenMode::CreateReadWrite, true)
+                .await
+                .expect("create");
+            let mut image = old.clone();
+            image.resize(old_copy, 0);
+            for copy in 0..COPIES {
+                let mut buffer = AlignedBuf::zeroed(old_copy, BLOCK_SIZE_BYTES);
+                buffer.extend_from_slice(&image);
+                file.write_at(buffer.freeze(), (copy * old_copy) as u64).await.expect("write");
+            }
+            file.sync_data().await.expect("sync");
+            storage.sync_dir(Path::new("/s")).await.expect("sync dir");
+        });
+        let superblock = open_with(&sim, slots).expect("a version 1 file opens");
+        assert_eq!(superblock.state().version, VERSION);
+        assert_eq!(superblock.state().sequence, state.sequence + 1, "laid out again as the next");
+        assert_eq!(superblock.state().groups, decoded.groups, "every slot kept, no members");
+        drop(superblock);
+        let size = sim.file_contents(Path::new("/s/superblock")).expect("file").len();
+        assert_eq!(size, COPIES * copy_size, "in the current layout");
+        let reopened = open_with(&sim, slots).expect("reopen");
+        assert_eq!(reopened.state().groups, decoded.groups);
     }
 
     #[test]

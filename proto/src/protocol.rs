@@ -834,6 +834,9 @@ pub struct CreateTopic {
     /// otherwise), as Kafka's per-topic override of `replica.lag.time.max.ms`. Sent only when
     /// set (a trailing field: a server that predates it reads the rest as before).
     pub replica_lag_time_max_ms: Option<u64>,
+    /// How many nodes hold each partition (Kafka's replication factor; the server's default
+    /// otherwise). Sent only when set, after the lag bound (written, absent or not, before it).
+    pub replication_factor: Option<u8>,
 }
 
 impl CreateTopic {
@@ -848,8 +851,11 @@ impl CreateTopic {
             .opt_u64(self.retention_ms)
             .opt_u64(self.segment_size_bytes)
             .opt_u64(self.message_size_bytes_max);
-        if self.replica_lag_time_max_ms.is_some() {
+        if self.replica_lag_time_max_ms.is_some() || self.replication_factor.is_some() {
             w.opt_u64(self.replica_lag_time_max_ms);
+        }
+        if let Some(factor) = self.replication_factor {
+            w.u8(factor);
         }
         w.finish()
     }
@@ -867,11 +873,14 @@ impl CreateTopic {
             segment_size_bytes: r.opt_u64("segment_size_bytes")?,
             message_size_bytes_max: r.opt_u64("message_size_bytes_max")?,
             replica_lag_time_max_ms: None,
+            replication_factor: None,
         };
         let replica_lag_time_max_ms =
             if r.remaining() > 0 { r.opt_u64("replica_lag_time_max_ms")? } else { None };
+        let replication_factor =
+            if r.remaining() > 0 { Some(r.u8("replication_factor")?) } else { None };
         r.end()?;
-        Ok(CreateTopic { replica_lag_time_max_ms, ..create })
+        Ok(CreateTopic { replica_lag_time_max_ms, replication_factor, ..create })
     }
 }
 
@@ -1403,6 +1412,7 @@ mod tests {
             segment_size_bytes: Some(1 << 20),
             message_size_bytes_max: None,
             replica_lag_time_max_ms: None,
+            replication_factor: None,
         };
         assert_eq!(CreateTopic::decode(&create.encode()), Ok(create.clone()));
         // The lag override is a trailing field, sent only when set: without it the body is
@@ -1410,7 +1420,13 @@ mod tests {
         let with_lag = CreateTopic { replica_lag_time_max_ms: Some(5_000), ..create.clone() };
         assert_eq!(CreateTopic::decode(&with_lag.encode()), Ok(with_lag.clone()));
         assert_eq!(with_lag.encode().len(), create.encode().len() + 1 + 8);
-        let mut trailing = with_lag.encode();
+        // The factor follows the lag bound, written (absent or not) before it.
+        let with_factor = CreateTopic { replication_factor: Some(3), ..create.clone() };
+        assert_eq!(CreateTopic::decode(&with_factor.encode()), Ok(with_factor.clone()));
+        assert_eq!(with_factor.encode().len(), create.encode().len() + 1 + 8 + 1);
+        let both = CreateTopic { replication_factor: Some(5), ..with_lag.clone() };
+        assert_eq!(CreateTopic::decode(&both.encode()), Ok(both.clone()));
+        let mut trailing = both.encode();
         trailing.push(0);
         assert!(CreateTopic::decode(&trailing).is_err(), "bytes past the last field");
 

@@ -66,6 +66,7 @@ fn routing(c: &mut Criterion) {
         segment_size_bytes: 1 << 30,
         message_size_bytes_max: 1 << 20,
         replica_lag_time_max_ms: 0,
+        replication_factor: 1,
     };
     let mut op = 0;
     for stream in 0..100 {

@@ -199,6 +199,10 @@ struct StatusPartition<'a> {
     primary: Option<u8>,
     /// The view this node's replica of the partition is in.
     view: u32,
+    /// The nodes holding the partition (its replicas' members when it was created).
+    replicas: Vec<u8>,
+    /// Whether this node holds it (if not, `primary` is the partition's home, a guess).
+    held: bool,
 }
 
 enum Waiting {
@@ -630,6 +634,7 @@ impl Session {
             &config.topic_defaults,
             record_max.unwrap_or(0),
             config.metadata.topic_partitions_max,
+            config.cluster.node_count(),
         )?;
         let command = MetaCommand::CreateTopic {
             stream: request.stream,
@@ -888,19 +893,31 @@ impl Session {
         let all = self.catalog.partition_infos();
         let mut infos: Vec<PartitionInfo> = all.iter().map(|(_, _, p)| *p).collect();
         let primaries = self.fill_stats(&mut infos).await;
+        let config = &self.context.config;
+        let (node, nodes) = (config.cluster.node, config.cluster.node_count());
         let partitions: Vec<StatusPartition> = all
             .iter()
             .zip(&infos)
             .zip(&primaries)
-            .map(|(((stream, topic, _), info), primary)| StatusPartition {
-                stream,
-                topic,
-                info,
-                primary: (primary.primary != NODE_UNKNOWN).then_some(primary.primary),
-                view: primary.view,
+            .map(|(((stream, topic, _), info), primary)| {
+                let place = self.catalog.partition(stream, topic, info.partition).map(|(_, p)| p);
+                let replicas: Vec<u8> = match place {
+                    Ok(place) if !place.members.is_empty() => {
+                        place.members.member_indices().collect()
+                    }
+                    _ => (0..nodes).collect(),
+                };
+                StatusPartition {
+                    stream,
+                    topic,
+                    info,
+                    primary: (primary.primary != NODE_UNKNOWN).then_some(primary.primary),
+                    view: primary.view,
+                    held: replicas.contains(&node),
+                    replicas,
+                }
             })
             .collect();
-        let config = &self.context.config;
         let mut reports = Vec::new();
         for shard in 0..config.shards {
             let (slot, answer) = flume::bounded(1);

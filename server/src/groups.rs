@@ -324,6 +324,7 @@ mod tests {
             segment_size_bytes: 1 << 20,
             message_size_bytes_max: 1000,
             replica_lag_time_max_ms: 0,
+            replication_factor: 0,
         };
         let create =
             MetaCommand::CreateTopic { stream: "s".into(), topic: "t".into(), settings, nodes: 1 };

@@ -24,7 +24,7 @@ use shoal_proto::protocol::{
     CreateTopic, ErrorCode, PartitionInfo, ProtocolError, Reader, StreamInfo, TopicInfo, Writer,
     validate_name,
 };
-use shoal_proto::wire::HEADER_SIZE;
+use shoal_proto::wire::{HEADER_SIZE, Membership as GroupMembers};
 use shoal_replication::{ClientCheck, ClientLimits, ClientTable};
 
 use crate::config::{NODES_MAX, TopicDefaults};
@@ -154,7 +154,14 @@ pub struct TopicSettings {
     /// cluster's `[replication]` value). Not in `encode_settings`: the create command and the
     /// snapshot carry it after the other settings, so records written before it read as 0.
     pub replica_lag_time_max_ms: u64,
+    /// Nodes holding each partition (0: every node, as for topics created before the
+    /// setting). Carried after the lag bound, like it.
+    pub replication_factor: u8,
 }
+
+/// A topic's replication factor when its creator names none (capped by the node count), as
+/// Redpanda's and most Kafka deployments' `default.replication.factor`.
+pub const REPLICATION_FACTOR_DEFAULT: u8 = 3;
 
 /// The bounds of a topic's `replica_lag_time_max_ms` (0 aside), as of the `[replication]` key.
 pub const REPLICA_LAG_TIME_MS_RANGE: std::ops::RangeInclusive<u64> = 10..=3_600_000;
@@ -171,17 +178,21 @@ impl TopicSettings {
             segment_size_bytes: defaults.segment_size_bytes,
             message_size_bytes_max: u64::from(defaults.message_size_bytes_max),
             replica_lag_time_max_ms: 0,
+            replication_factor: 0,
         }
     }
 
     /// Resolves a create request against the defaults and checks every bound; the error names
     /// the argument. `record_size_bytes_max` is the shards' largest record (header + batch);
-    /// `partitions_max` is `[metadata] topic_partitions_max`.
+    /// `partitions_max` is `[metadata] topic_partitions_max`; `nodes` the cluster's node count,
+    /// which bounds the replication factor (by default three, or every node of a smaller
+    /// cluster).
     pub fn resolve(
         request: &CreateTopic,
         defaults: &TopicDefaults,
         record_size_bytes_max: usize,
         partitions_max: u32,
+        nodes: u8,
     ) -> Result<TopicSettings, (ErrorCode, String)> {
         let defaults = TopicSettings::from_defaults(defaults);
         let settings = TopicSettings {
@@ -200,6 +211,9 @@ impl TopicSettings {
             replica_lag_time_max_ms: request
                 .replica_lag_time_max_ms
                 .unwrap_or(defaults.replica_lag_time_max_ms),
+            replication_factor: request
+                .replication_factor
+                .unwrap_or(REPLICATION_FACTOR_DEFAULT.min(nodes)),
         };
         let invalid = |reason: String| Err((ErrorCode::InvalidArgument, reason));
         if !(1..=partitions_max).contains(&settings.partitions) {
@@ -221,6 +235,15 @@ impl TopicSettings {
                 "replica_lag_time_max_ms {lag_ms}: use {} to {} (or none: the cluster's)",
                 REPLICA_LAG_TIME_MS_RANGE.start(),
                 REPLICA_LAG_TIME_MS_RANGE.end()
+            ));
+        }
+        if !(1..=nodes).contains(&settings.replication_factor) {
+            return Err((
+                ErrorCode::InvalidArgument,
+                format!(
+                    "replication_factor {}: use 1 to {nodes}, the cluster's node count",
+                    settings.replication_factor
+                ),
             ));
         }
         let message_max = (record_size_bytes_max.saturating_sub(HEADER_SIZE)) as u64;
@@ -272,7 +295,7 @@ impl MetaCommand {
             MetaCommand::CreateTopic { stream, topic, settings, nodes } => {
                 w.u8(TAG_CREATE_TOPIC).str(stream).str(topic);
                 encode_settings(&mut w, settings);
-                w.u8(*nodes).u64(settings.replica_lag_time_max_ms);
+                w.u8(*nodes).u64(settings.replica_lag_time_max_ms).u8(settings.replication_factor);
             }
             MetaCommand::DeleteTopic { stream, topic } => {
                 w.u8(TAG_DELETE_TOPIC).str(stream).str(topic);
@@ -315,10 +338,19 @@ impl MetaCommand {
                 let nodes = if r.remaining() > 0 { r.u8("nodes")? } else { 1 };
                 settings.replica_lag_time_max_ms =
                     if r.remaining() > 0 { r.u64("replica_lag_time_max_ms")? } else { 0 };
+                // Records written before replication factors: every node holds the topic.
+                settings.replication_factor =
+                    if r.remaining() > 0 { r.u8("replication_factor")? } else { 0 };
                 if !(1..=NODES_MAX).contains(&usize::from(nodes)) {
                     return Err(ProtocolError::Invalid {
                         field: "nodes",
                         reason: format!("{nodes}: a cluster has 1 to {NODES_MAX} nodes"),
+                    });
+                }
+                if settings.replication_factor > nodes {
+                    return Err(ProtocolError::Invalid {
+                        field: "replication_factor",
+                        reason: format!("{} on {nodes} nodes", settings.replication_factor),
                     });
                 }
                 MetaCommand::CreateTopic { stream, topic, settings, nodes }
@@ -366,13 +398,46 @@ impl MetaCommand {
     }
 }
 
-/// One partition's place: its group and owning shard.
+/// One partition's place: its group, owning shard and the nodes holding it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PartitionPlace {
     /// The VSR group.
     pub group: u64,
-    /// The shard that owns it.
+    /// The shard that owns it (the same index on every node holding it).
     pub shard: u32,
+    /// The nodes holding the group when it was created, as its replicas' members (voters
+    /// only); empty: every node of the cluster (partitions placed before replication factors).
+    pub members: GroupMembers,
+}
+
+impl PartitionPlace {
+    /// Whether node `node` holds the partition.
+    pub fn is_held_by(&self, node: u8) -> bool {
+        self.members.is_empty() || self.members.is_member(node)
+    }
+
+    /// The partition's home on a cluster of `nodes` nodes: its view-0 primary (DESIGN.md §8),
+    /// the `group mod v`-th of its v voters, ascending, as the replicas choose it.
+    pub fn home(&self, nodes: u8) -> u8 {
+        if self.members.is_empty() {
+            return (self.group % u64::from(nodes.max(1))) as u8;
+        }
+        let voters = u64::from(self.members.voter_count());
+        let index = (self.group % voters) as usize;
+        self.members.voter_indices().nth(index).expect("the index is below the voter count")
+    }
+
+    /// The members of `group` for a replication factor of `factor` on `nodes` nodes: `factor`
+    /// consecutive nodes from `group mod nodes`, so consecutive groups spread their replicas,
+    /// and (by [`PartitionPlace::home`]) their primaries, evenly over the nodes. Empty (every
+    /// node) for a factor of 0.
+    pub fn members_for(group: u64, factor: u8, nodes: u8) -> GroupMembers {
+        assert!(factor <= nodes, "replication factor {factor} on {nodes} nodes");
+        let voters = (0..u64::from(factor))
+            .map(|i| 1u32 << ((group + i) % u64::from(nodes)))
+            .fold(0, |voters, bit| voters | bit);
+        GroupMembers { voters, learners: 0 }
+    }
 }
 
 /// A topic in the catalog.
@@ -435,16 +500,16 @@ struct Placement {
 }
 
 impl Placement {
-    /// The shard for `group`, counted as placed there: among the shards with room, the one
-    /// where the group's home node leads the fewest groups, then the one holding the fewest
+    /// The shard for a group whose home is node `home`, counted as placed there: among the
+    /// shards with room, the one where the home leads the fewest groups, then the one holding the fewest
     /// groups, then the lowest index. So each node's view-0 primaries spread evenly over its
     /// shards, and as the nodes lead groups in turn (`g mod nodes`), every (node, shard) pair
     /// leads within one of every other. With one node there is nothing to spread: the fewest
     /// groups held decides alone, as it did before clusters, so a single node's log replays to
     /// the same places. `None`: every shard is full.
-    fn place(&mut self, group: u64) -> Option<u32> {
+    fn place(&mut self, home: u8) -> Option<u32> {
         let nodes = usize::from(self.nodes);
-        let home = (group % nodes as u64) as usize;
+        let home = usize::from(home) % nodes;
         let led = |shard: usize| if nodes > 1 { self.homes[shard * nodes + home] } else { 0 };
         let shard = (0..self.groups_per_shard.len())
             .filter(|&shard| self.groups_per_shard[shard] < self.groups_per_shard_max)
@@ -503,6 +568,15 @@ impl Catalog {
             MetaCommand::DeleteStream { name } => self.stream(name).map(|_| ()),
             MetaCommand::CreateTopic { stream, topic, settings, nodes } => {
                 check_name(topic)?;
+                if settings.replication_factor > *nodes {
+                    return Err((
+                        ErrorCode::InvalidArgument,
+                        format!(
+                            "replication_factor {}: more than {nodes} nodes",
+                            settings.replication_factor
+                        ),
+                    ));
+                }
                 let entry = self.stream(stream)?;
                 if entry.topics.contains_key(topic) {
                     return Err((ErrorCode::TopicExists, format!("topic {stream}/{topic} exists")));
@@ -517,7 +591,15 @@ impl Catalog {
             }
             MetaCommand::DeleteTopic { stream, topic } => self.topic(stream, topic).map(|_| ()),
             MetaCommand::AddPartitions { stream, topic, partitions, nodes } => {
-                let current = self.topic(stream, topic)?.partitions.len() as u32;
+                let entry = self.topic(stream, topic)?;
+                let current = entry.partitions.len() as u32;
+                let factor = entry.settings.replication_factor;
+                if factor > *nodes {
+                    return Err((
+                        ErrorCode::InvalidArgument,
+                        format!("{stream}/{topic} has {factor} replicas: more than {nodes} nodes"),
+                    ));
+                }
                 if *partitions <= current {
                     return Err((
                         ErrorCode::InvalidArgument,
@@ -568,13 +650,16 @@ impl Catalog {
 
     /// Places `count` new partition groups for `nodes` nodes (room checked already) and counts
     /// them on their shards.
-    fn place_new(&mut self, nodes: u8, count: u32) -> Vec<PartitionPlace> {
+    fn place_new(&mut self, nodes: u8, factor: u8, count: u32) -> Vec<PartitionPlace> {
         let mut placement = self.placement(nodes);
         let mut places = Vec::with_capacity(count as usize);
         for _ in 0..count {
-            let shard = placement.place(self.next_group).expect("checked");
+            let group = self.next_group;
+            let members = PartitionPlace::members_for(group, factor, nodes);
+            let home = PartitionPlace { group, shard: 0, members }.home(nodes);
+            let shard = placement.place(home).expect("checked");
             self.groups_per_shard[shard as usize] += 1;
-            places.push(PartitionPlace { group: self.next_group, shard });
+            places.push(PartitionPlace { group, shard, members });
             self.next_group += 1;
         }
         places
@@ -584,7 +669,8 @@ impl Catalog {
     fn check_room(&self, nodes: u8, partitions: u32) -> Result<(), (ErrorCode, String)> {
         let mut placement = self.placement(nodes);
         for group in self.next_group..self.next_group + u64::from(partitions) {
-            if placement.place(group).is_none() {
+            // The home only orders shards with room; whether one has room is all asked here.
+            if placement.place((group % u64::from(nodes)) as u8).is_none() {
                 return Err((
                     ErrorCode::LimitReached,
                     format!(
@@ -624,7 +710,8 @@ impl Catalog {
                 self.streams.remove(name);
             }
             MetaCommand::CreateTopic { stream, topic, settings, nodes } => {
-                let partitions = self.place_new(*nodes, settings.partitions);
+                let factor = settings.replication_factor;
+                let partitions = self.place_new(*nodes, factor, settings.partitions);
                 let entry = Topic {
                     settings: *settings,
                     partitions,
@@ -638,8 +725,10 @@ impl Catalog {
                 self.streams.get_mut(stream).expect("checked").topics.remove(topic);
             }
             MetaCommand::AddPartitions { stream, topic, partitions, nodes } => {
-                let current = self.topic(stream, topic).expect("checked").partitions.len() as u32;
-                let added = self.place_new(*nodes, partitions - current);
+                let entry = self.topic(stream, topic).expect("checked");
+                let current = entry.partitions.len() as u32;
+                let factor = entry.settings.replication_factor;
+                let added = self.place_new(*nodes, factor, partitions - current);
                 let entry = self.streams.get_mut(stream).expect("checked");
                 let entry = entry.topics.get_mut(topic).expect("checked");
                 entry.partitions.extend(added);
@@ -664,16 +753,19 @@ impl Catalog {
         let count = nodes;
         let nodes = usize::from(nodes);
         let mut homes = vec![0; nodes * self.shards as usize];
-        let mut count_home = |group: u64, shard: u32| {
-            let node = (group % nodes as u64) as usize;
-            homes[shard as usize * nodes + node] += 1;
+        let mut count_home = |place: &PartitionPlace| {
+            let node = usize::from(place.home(count));
+            // A home past the node count (a cluster that shrank) leads nothing here.
+            if node < nodes {
+                homes[place.shard as usize * nodes + node] += 1;
+            }
         };
-        count_home(METADATA_GROUP, 0);
+        let metadata =
+            PartitionPlace { group: METADATA_GROUP, shard: 0, members: GroupMembers::default() };
+        count_home(&metadata);
         for stream in self.streams.values() {
             for topic in stream.topics.values() {
-                for place in &topic.partitions {
-                    count_home(place.group, place.shard);
-                }
+                topic.partitions.iter().for_each(&mut count_home);
             }
         }
         Placement {
@@ -776,17 +868,32 @@ impl Catalog {
         Ok(())
     }
 
-    /// Every partition placed on `shard`, with its topic's settings.
-    pub fn groups_on(&self, shard: u32) -> Vec<(u64, &TopicSettings)> {
+    /// Every partition placed on `shard` that node `node` holds, with its topic's settings.
+    pub fn groups_on(&self, shard: u32, node: u8) -> Vec<(PartitionPlace, &TopicSettings)> {
         let mut groups = Vec::new();
         for stream in self.streams.values() {
             for topic in stream.topics.values() {
-                for place in topic.partitions.iter().filter(|p| p.shard == shard) {
-                    groups.push((place.group, &topic.settings));
+                let here = topic.partitions.iter().filter(|p| p.shard == shard);
+                for place in here.filter(|p| p.is_held_by(node)) {
+                    groups.push((*place, &topic.settings));
                 }
             }
         }
         groups
+    }
+
+    /// Every partition's place, of every topic.
+    pub fn places(&self) -> impl Iterator<Item = &PartitionPlace> {
+        self.streams
+            .values()
+            .flat_map(|stream| stream.topics.values())
+            .flat_map(|topic| topic.partitions.iter())
+    }
+
+    /// The place of partition group `group` (a linear search: for the rare request that
+    /// reaches a node not holding its group).
+    pub fn place_of(&self, group: u64) -> Option<PartitionPlace> {
+        self.places().find(|place| place.group == group).copied()
     }
 
     /// Streams for `ListStreams`.
@@ -849,8 +956,10 @@ pub const META_REPLY_BYTES_MAX: usize = 1024;
 
 /// Snapshot format version (`docs/storage-format.md`, "Metadata snapshot"): 2 adds each
 /// topic's `replica_lag_time_max_ms` after its settings; 3 the stored Kafka groups after the
-/// client table. Versions 1 and 2 are still read (as 0, and as no Kafka group).
-const SNAPSHOT_VERSION: u16 = 3;
+/// client table; 4 each topic's replication factor after its lag bound and each partition's
+/// members after its shard. Versions 1 to 3 are still read (as 0, as no Kafka group, and as
+/// every node).
+const SNAPSHOT_VERSION: u16 = 4;
 
 /// The answer to one metadata request, as its client gets it and the client table keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1029,10 +1138,10 @@ impl MetaState {
             for (name, topic) in &stream.topics {
                 w.str(name).i64(topic.created_ms);
                 encode_settings(&mut w, &topic.settings);
-                w.u64(topic.settings.replica_lag_time_max_ms);
+                w.u64(topic.settings.replica_lag_time_max_ms).u8(topic.settings.replication_factor);
                 w.u32(topic.partitions.len() as u32);
                 for place in &topic.partitions {
-                    w.u64(place.group).u32(place.shard);
+                    w.u64(place.group).u32(place.shard).u64(place.members.to_word());
                 }
                 w.u32(topic.consumer_groups.len() as u32);
                 for (name, group) in &topic.consumer_groups {
@@ -1069,7 +1178,7 @@ impl MetaState {
         let mut r = Reader::new(bytes);
         let version = r.u16("version")?;
         if !(1..=SNAPSHOT_VERSION).contains(&version) {
-            return Err(invalid("version", format!("{version}, this build reads 1 to 3")));
+            return Err(invalid("version", format!("{version}, this build reads 1 to 4")));
         }
         let applied_op = r.u64("applied_op")?;
         let snapshot_shards = r.u32("shards")?;
@@ -1096,14 +1205,27 @@ impl MetaState {
                 if version >= 2 {
                     settings.replica_lag_time_max_ms = r.u64("replica_lag_time_max_ms")?;
                 }
-                let partitions = (0..r.count("partitions", 8 + 4)?)
+                let with_members = version >= 4;
+                if with_members {
+                    settings.replication_factor = r.u8("replication_factor")?;
+                }
+                let place_size = if with_members { 8 + 4 + 8 } else { 8 + 4 };
+                let partitions = (0..r.count("partitions", place_size)?)
                     .map(|_| {
                         let group = r.u64("group")?;
                         let shard = r.u32("shard")?;
                         if shard >= shards {
                             return Err(invalid("shard", format!("{shard} of {shards}")));
                         }
-                        Ok(PartitionPlace { group, shard })
+                        let members = if with_members {
+                            GroupMembers::from_word(r.u64("members")?)
+                        } else {
+                            GroupMembers::default()
+                        };
+                        if members.voters & members.learners != 0 {
+                            return Err(invalid("members", format!("{members:?} overlap")));
+                        }
+                        Ok(PartitionPlace { group, shard, members })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let mut consumer_groups = BTreeMap::new();
@@ -1189,6 +1311,7 @@ fn decode_settings(r: &mut Reader<'_>) -> Result<TopicSettings, ProtocolError> {
         segment_size_bytes: r.u64("segment_size_bytes")?,
         message_size_bytes_max: r.u64("message_size_bytes_max")?,
         replica_lag_time_max_ms: 0,
+        replication_factor: 0,
     })
 }
 
@@ -1244,6 +1367,7 @@ mod tests {
             segment_size_bytes: 8 << 20,
             message_size_bytes_max: 1 << 16,
             replica_lag_time_max_ms: 0,
+            replication_factor: 0,
         }
     }
 
@@ -1416,8 +1540,8 @@ mod tests {
     fn create_topic_records_carry_the_node_count_their_placement_used() {
         let create = |nodes| create_topic("t", 2, nodes);
         let bytes = create(3).encode();
-        // The node count, then the topic's lag bound (u64).
-        let nodes_at = bytes.len() - 9;
+        // The node count, then the topic's lag bound (u64) and replication factor (u8).
+        let nodes_at = bytes.len() - 10;
         let before_clusters = &bytes[..nodes_at];
         assert_eq!(MetaCommand::decode(before_clusters), Ok(create(1)));
         for refused in [0, NODES_MAX as u8 + 1] {
@@ -1460,7 +1584,7 @@ mod tests {
         assert_eq!(shards, [1, 0, 1]);
         let groups: Vec<u64> = topic.partitions.iter().map(|p| p.group).collect();
         assert_eq!(groups, [1, 2, 3]);
-        assert_eq!(a.groups_on(1).len(), 2);
+        assert_eq!(a.groups_on(1, 0).len(), 2);
 
         // Replaying the same log gives the same catalog.
         let mut b = Catalog::new(2, 4);
@@ -1663,26 +1787,27 @@ mod tests {
             segment_size_bytes: Some(1),
             ..Default::default()
         };
-        let error = TopicSettings::resolve(&request, &defaults, 1 << 21, 10_000).unwrap_err();
+        let error = TopicSettings::resolve(&request, &defaults, 1 << 21, 10_000, 1).unwrap_err();
         assert_eq!(error.0, ErrorCode::InvalidArgument);
         assert!(error.1.contains("segment_size_bytes"), "{}", error.1);
         let request = CreateTopic { segment_size_bytes: None, ..request };
-        let resolved = TopicSettings::resolve(&request, &defaults, 2 << 20, 10_000).unwrap();
+        let resolved = TopicSettings::resolve(&request, &defaults, 2 << 20, 10_000, 1).unwrap();
         assert_eq!(resolved.partitions, defaults.partitions);
         let too_big = CreateTopic { message_size_bytes_max: Some(4 << 20), ..request.clone() };
-        assert!(TopicSettings::resolve(&too_big, &defaults, 2 << 20, 10_000).is_err());
+        assert!(TopicSettings::resolve(&too_big, &defaults, 2 << 20, 10_000, 1).is_err());
         // The partition bound, at it and past it.
         let at_bound = CreateTopic { partitions: 10_000, ..request.clone() };
-        assert!(TopicSettings::resolve(&at_bound, &defaults, 2 << 20, 10_000).is_ok());
+        assert!(TopicSettings::resolve(&at_bound, &defaults, 2 << 20, 10_000, 1).is_ok());
         let past = CreateTopic { partitions: 10_001, ..request.clone() };
-        let (code, reason) = TopicSettings::resolve(&past, &defaults, 2 << 20, 10_000).unwrap_err();
+        let (code, reason) =
+            TopicSettings::resolve(&past, &defaults, 2 << 20, 10_000, 1).unwrap_err();
         assert_eq!(code, ErrorCode::InvalidArgument);
         assert!(reason.contains("topic_partitions_max"), "{reason}");
         // A topic's own lag bound: none means the cluster's; at its bounds; past them refused.
         assert_eq!(resolved.replica_lag_time_max_ms, 0);
         for (lag_ms, accepted) in [(10, true), (3_600_000, true), (9, false), (3_600_001, false)] {
             let request = CreateTopic { replica_lag_time_max_ms: Some(lag_ms), ..request.clone() };
-            let resolved = TopicSettings::resolve(&request, &defaults, 2 << 20, 10_000);
+            let resolved = TopicSettings::resolve(&request, &defaults, 2 << 20, 10_000, 1);
             assert_eq!(resolved.is_ok(), accepted, "{lag_ms}");
             if let Err((_, reason)) = resolved {
                 assert!(reason.contains("replica_lag_time_max_ms"), "{reason}");
@@ -1701,7 +1826,7 @@ mod tests {
         assert_eq!(MetaCommand::decode(&bytes).unwrap(), create);
         // The record as written before the bound existed: it ends at the node count.
         let MetaCommand::CreateTopic { settings: old, .. } =
-            MetaCommand::decode(&bytes[..bytes.len() - 8]).unwrap()
+            MetaCommand::decode(&bytes[..bytes.len() - 9]).unwrap()
         else {
             panic!("a topic creation")
         };
@@ -1717,6 +1842,33 @@ mod tests {
             state.catalog.topic("s", "t").unwrap().settings.replica_lag_time_max_ms
         };
         assert_eq!(lag(&restored), 5_000);
+        let mut topic_lag = Writer::new();
+        topic_lag.u64(5_000);
+        let lag_bytes = topic_lag.finish();
+        let lag_at = snapshot
+            .windows(lag_bytes.len())
+            .position(|window| window == lag_bytes.as_slice())
+            .expect("the bound is in the snapshot");
+        // Version 3: without the replication factor after the bound and each partition's
+        // members (u64) after its group and shard.
+        let snapshot = {
+            let after_factor = lag_at + 8 + 1;
+            let mut bytes = snapshot[..lag_at + 8].to_vec();
+            bytes.extend_from_slice(&snapshot[after_factor..after_factor + 4]);
+            let mut at = after_factor + 4;
+            for _ in 0..2 {
+                bytes.extend_from_slice(&snapshot[at..at + 12]);
+                at += 12 + 8;
+            }
+            bytes.extend_from_slice(&snapshot[at..]);
+            bytes[..2].copy_from_slice(&3u16.to_le_bytes());
+            bytes
+        };
+        let restored = MetaState::decode_snapshot(&snapshot, 1, 100, 8).unwrap();
+        assert_eq!(lag(&restored), 5_000);
+        let topic = restored.catalog.topic("s", "t").unwrap();
+        assert_eq!(topic.settings.replication_factor, 0, "every node, as before the factor");
+        assert!(topic.partitions.iter().all(|place| place.members.is_empty()));
         // Version 2: the same bytes without the (empty) Kafka groups at the end.
         let version_2 = {
             let mut bytes = snapshot[..snapshot.len() - 4].to_vec();
@@ -1727,17 +1879,92 @@ mod tests {
         assert_eq!((lag(&restored), restored.kafka_groups.len()), (5_000, 0));
         // Version 1: without the bound after the topic's settings as well.
         let version_1 = {
-            let mut topic_lag = Writer::new();
-            topic_lag.u64(5_000);
-            let lag_bytes = topic_lag.finish();
-            let at = snapshot
-                .windows(lag_bytes.len())
-                .position(|window| window == lag_bytes.as_slice())
-                .expect("the bound is in the snapshot");
+            let at = lag_at;
             let mut bytes = [&snapshot[..at], &snapshot[at + 8..snapshot.len() - 4]].concat();
             bytes[..2].copy_from_slice(&1u16.to_le_bytes());
             bytes
         };
         assert_eq!(lag(&MetaState::decode_snapshot(&version_1, 1, 100, 8).unwrap()), 0);
+    }
+
+    /// A topic's replication factor places each partition on that many nodes, spreading
+    /// replicas and homes (view-0 primaries) evenly; each node creates only what it holds; the
+    /// factor and the members survive the log and the snapshot; a factor beyond the node count
+    /// is refused wherever it comes from.
+    #[test]
+    fn a_replication_factor_places_each_partition_on_that_many_nodes() {
+        let defaults = TopicDefaults::default();
+        let request = |factor| CreateTopic {
+            stream: "s".into(),
+            topic: "t".into(),
+            partitions: 1,
+            replication_factor: factor,
+            ..CreateTopic::default()
+        };
+        let resolve = |factor, nodes| {
+            TopicSettings::resolve(&request(factor), &defaults, 2 << 20, 10_000, nodes)
+                .map(|settings| settings.replication_factor)
+        };
+        assert_eq!(resolve(None, 1), Ok(1), "the default, capped by a smaller cluster");
+        assert_eq!(resolve(None, 5), Ok(REPLICATION_FACTOR_DEFAULT));
+        assert_eq!(resolve(Some(5), 5), Ok(5));
+        for (factor, nodes) in [(0, 3), (4, 3)] {
+            let (code, reason) = resolve(Some(factor), nodes).unwrap_err();
+            assert_eq!(code, ErrorCode::InvalidArgument);
+            assert!(reason.contains("replication_factor"), "{reason}");
+        }
+
+        let nodes = 5;
+        let settings = TopicSettings { replication_factor: 3, ..settings(20) };
+        let create =
+            MetaCommand::CreateTopic { stream: "s".into(), topic: "t".into(), settings, nodes };
+        assert_eq!(MetaCommand::decode(&create.encode()), Ok(create.clone()));
+        let mut state = MetaState::new(2, 100, 8);
+        state.catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
+        state.catalog.apply(2, 0, &create).unwrap();
+        let places = state.catalog.topic("s", "t").unwrap().partitions.clone();
+        let mut held = [0; 5];
+        let mut homes = [0; 5];
+        for place in &places {
+            assert_eq!(place.members.voter_count(), 3, "{place:?}");
+            assert_eq!(place.members.learners, 0);
+            let home = place.home(nodes);
+            assert!(place.is_held_by(home), "the home holds the partition: {place:?}");
+            homes[usize::from(home)] += 1;
+            for node in place.members.member_indices() {
+                held[usize::from(node)] += 1;
+            }
+        }
+        assert_eq!(held, [12; 5], "20 partitions × 3 replicas over 5 nodes");
+        assert!(homes.iter().all(|&led| (3..=5).contains(&led)), "homes spread: {homes:?}");
+        for node in 0..nodes {
+            let on_node: usize =
+                (0..2).map(|shard| state.catalog.groups_on(shard, node).len()).sum();
+            assert_eq!(on_node, 12, "node {node} creates only the groups it holds");
+        }
+        let group = places[7].group;
+        assert_eq!(state.catalog.place_of(group), Some(places[7]));
+
+        let restored = MetaState::decode_snapshot(&state.encode_snapshot(), 2, 100, 8).unwrap();
+        assert_eq!(restored.catalog, state.catalog);
+
+        // More replicas than the nodes the record names: refused when decoded and when applied.
+        let over = TopicSettings { replication_factor: 4, ..settings };
+        let refused = MetaCommand::CreateTopic {
+            stream: "s".into(),
+            topic: "u".into(),
+            settings: over,
+            nodes: 3,
+        };
+        assert!(MetaCommand::decode(&refused.encode()).is_err());
+        let (code, _) = state.catalog.apply(3, 0, &refused).unwrap_err();
+        assert_eq!(code, ErrorCode::InvalidArgument);
+        let add = MetaCommand::AddPartitions {
+            stream: "s".into(),
+            topic: "t".into(),
+            partitions: 21,
+            nodes: 2,
+        };
+        assert_eq!(state.catalog.apply(4, 0, &add).unwrap_err().0, ErrorCode::InvalidArgument);
     }
 }

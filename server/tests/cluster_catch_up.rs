@@ -310,6 +310,7 @@ fn a_topic_lag_bound_overrides_the_cluster_bound() {
         CreateTopic {
             durability: Some(Durability::Persisted),
             replica_lag_time_max_ms: Some(1_000),
+            replication_factor: None,
             ..topic_of("q")
         },
     );

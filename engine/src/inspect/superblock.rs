@@ -19,6 +19,8 @@ const COPY_SIZE_MAX_BYTES: usize = 64 << 20;
 /// used to find the copy size when copy 0 is unreadable; `superblock_header_layout_is_pinned`
 /// checks it against a superblock the engine wrote.
 pub(super) const SUPERBLOCK_OFF_SLOTS_MAX: usize = 48;
+/// Where a copy header keeps its format version (it fixes the slot size).
+const SUPERBLOCK_OFF_VERSION: usize = 44;
 
 /// Cap on the candidate copy sizes probed when copy 0 is damaged.
 const COPY_SIZE_PROBES_MAX: usize = 4096;
@@ -108,14 +110,14 @@ impl<S: Storage> Checker<'_, S> {
         }
         match newest {
             Some((index, state)) => {
-                if copy_size != superblock::copy_size_bytes(state.slots_max) {
+                let named = superblock::copy_size_bytes_in(state.version, state.slots_max);
+                if copy_size != named {
                     self.problem(
                         &path,
                         At::byte(0),
                         format!(
                             "copies are {copy_size} bytes apart, the newest names slots_max {} ({} bytes)",
-                            state.slots_max,
-                            superblock::copy_size_bytes(state.slots_max)
+                            state.slots_max, named
                         ),
                     );
                 }
@@ -203,7 +205,8 @@ async fn copy_size_at<F: StorageFile>(
     let head = read_range(file, position, superblock::HEADER_SIZE_BYTES).await.ok()?;
     let slots_max = head.get(SUPERBLOCK_OFF_SLOTS_MAX..SUPERBLOCK_OFF_SLOTS_MAX + 4)?;
     let slots_max = u32::from_le_bytes(slots_max.try_into().ok()?) as usize;
-    let size = superblock::copy_size_bytes(slots_max);
+    let version = *head.get(SUPERBLOCK_OFF_VERSION)?;
+    let size = superblock::copy_size_bytes_in(version, slots_max);
     if size > COPY_SIZE_MAX_BYTES || expected.is_some_and(|expected| expected != size) {
         return None;
     }

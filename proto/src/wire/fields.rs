@@ -100,6 +100,16 @@ impl Membership {
         let members = self.members();
         (0..32u8).filter(move |&i| members & (1 << i) != 0)
     }
+
+    /// Both sets in one word, voters in the low half: how storage keeps a group's members.
+    pub fn to_word(&self) -> u64 {
+        u64::from(self.voters) | u64::from(self.learners) << 32
+    }
+
+    /// The sets [`Membership::to_word`] packed.
+    pub fn from_word(word: u64) -> Membership {
+        Membership { voters: word as u32, learners: (word >> 32) as u32 }
+    }
 }
 
 impl Prepare {

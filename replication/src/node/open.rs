@@ -16,7 +16,7 @@ use shoal_proto::wire::{HEADER_SIZE, Header};
 use super::config::{Clock, NodeConfig, Transport};
 use super::restart::min_faulty;
 use super::state::{Group, Node};
-use crate::config::ReplicaConfig;
+use crate::config::{Membership, ReplicaConfig};
 use crate::replica::{RecoveredLog, Replica};
 
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
@@ -168,6 +168,10 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         if let Some(log) = self.store.group_mut(group) {
             log.set_committed_end(0);
         }
+        if let Err(reason) = self.stored_members(group) {
+            self.insert_failed(group, reason);
+            return;
+        }
         let config = self.replica_config(group);
         let mut replica = if group < self.config.rejoin_floor {
             // This node may have acknowledged ops of the group before it lost its disk: it
@@ -185,7 +189,25 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.groups.insert(group, Group { replica, failed: None });
     }
 
-    /// A group's replica settings. A `replicated` group of one voter recovers uncleanly: with
+    /// The members `group` was created with, as its superblock slot keeps them (None: none
+    /// recorded, so the template's, as for every group before per-group members); an error
+    /// names why they cannot be this node's members of the group.
+    pub(super) fn stored_members(&self, group: u64) -> Result<Option<Membership>, String> {
+        let word = self.store.group(group).map_or(0, |log| log.config().members);
+        if word == 0 {
+            return Ok(None);
+        }
+        let members = Membership::from_word(word);
+        let config =
+            ReplicaConfig { group, replica: self.config.node, members, ..self.config.replica };
+        match config.validate() {
+            Ok(()) => Ok(Some(members)),
+            Err(reason) => Err(format!("its stored members do not fit this cluster: {reason}")),
+        }
+    }
+
+    /// A group's replica settings: the template, with the group's own members when it was
+    /// created with some. A `replicated` group of one voter recovers uncleanly: with
     /// no other voter to ask, the ops its faulty suffix may have held are lost, which is the documented
     /// single-node power-loss outcome (DESIGN.md §6); otherwise it would never serve again.
     pub(super) fn replica_config(&self, group: u64) -> ReplicaConfig {
@@ -194,6 +216,9 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             .group(group)
             .is_some_and(|log| log.config().durability == Durability::Replicated);
         let mut config = ReplicaConfig { group, replica: self.config.node, ..self.config.replica };
+        if let Ok(Some(members)) = self.stored_members(group) {
+            config.members = members;
+        }
         if replicated && config.voter_count() == 1 {
             config.unclean_recovery = true;
         }

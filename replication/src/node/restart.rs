@@ -58,6 +58,10 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         faulty_from: Option<u64>,
         producer_snapshot: Option<Vec<u8>>,
     ) -> EngineResult<()> {
+        if let Err(reason) = self.stored_members(group) {
+            self.insert_failed(group, reason);
+            return Ok(());
+        }
         let replica_config = self.replica_config(group);
         // A log a state transfer installed begins at the state's op: the state is where its
         // producer table and commit point start (unless a newer snapshot was saved since).

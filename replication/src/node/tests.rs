@@ -583,3 +583,34 @@ fn groups_below_the_rejoin_floor_start_recovering_and_wait_for_the_cluster() {
         .count();
     assert!(probes > 10, "it kept probing for a StartView ({probes} probes)");
 }
+
+/// A group created with members of its own (a topic's replication factor) runs its replica with
+/// them, also after a restart from its superblock slot; a stored set this cluster cannot have
+/// (a member beyond its nodes) stops the group with a reason instead of starting a replica on it.
+#[test]
+fn a_group_created_with_its_own_members_keeps_them_across_restarts() {
+    let sim = Sim::new(6, SimConfig::default());
+    let mut node = node(&sim, 64);
+    // Node 0 and node 2 of three: the group's only voters; node 0 leads view 0 of group 4.
+    let members = Membership { voters: 0b101, learners: 0 };
+    let own = GroupConfig { members: members.to_word(), ..small_group() };
+    sim.block_on(node.create_group(4, own)).unwrap();
+    let beyond = Membership { voters: 0b1001, learners: 0 };
+    let foreign = GroupConfig { members: beyond.to_word(), ..small_group() };
+    sim.block_on(node.create_group(5, foreign)).unwrap();
+    let check = |node: &Node<SimStorage, Sent, Zero>| {
+        let replica = node.replica(4).unwrap();
+        assert_eq!(replica.config().members, members);
+        assert_eq!(replica.config().home(), 0);
+        assert_eq!(node.replica(1).unwrap().config().members, Membership::first(3, 3));
+        let failure = node.group_failure(5).expect("group 5 is stopped");
+        assert!(failure.contains("members"), "{failure}");
+    };
+    check(&node);
+    sim.block_on(node.close()).unwrap();
+    let config = NodeConfig::new(0, ReplicaConfig::new(1, 0, 3, 0));
+    let shard = ShardConfig { cluster: 1, ..ShardConfig::small() };
+    let open = Node::open(sim.storage(), Path::new("/d"), shard, config, Sent::default(), Zero, 3);
+    let (node, _) = sim.block_on(open).unwrap();
+    check(&node);
+}

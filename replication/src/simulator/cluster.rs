@@ -242,6 +242,7 @@ impl Cluster {
             retention_bytes: self.options.retention_bytes,
             retention_ms: 0,
             record_size_bytes_max: (HEADER_SIZE + 4096) as u32,
+            members: 0,
         }
     }
 

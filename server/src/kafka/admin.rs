@@ -178,20 +178,20 @@ impl Connection {
     ) -> Result<TopicSettings, (ResponseError, String)> {
         let config = &self.context.config;
         let nodes = config.cluster.node_count();
-        if topic.replication_factor != -1 && topic.replication_factor != i16::from(nodes) {
-            return Err((
-                ResponseError::InvalidReplicationFactor,
-                format!(
-                    "replication factor {}: every node holds every partition, so it is the node \
-                     count, {nodes} (or -1)",
-                    topic.replication_factor
-                ),
-            ));
-        }
+        let replication_factor = match topic.replication_factor {
+            -1 => None,
+            factor if (1..=i16::from(nodes)).contains(&factor) => Some(factor as u8),
+            factor => {
+                return Err((
+                    ResponseError::InvalidReplicationFactor,
+                    format!("replication factor {factor}: use 1 to {nodes}, or -1 for the default"),
+                ));
+            }
+        };
         if !topic.assignments.is_empty() {
             return Err((
                 ResponseError::InvalidReplicaAssignment,
-                "replicas are not assigned by hand: every node holds every partition".into(),
+                "replicas are not assigned by hand: placement spreads them over the nodes".into(),
             ));
         }
         let partitions = match topic.num_partitions {
@@ -214,6 +214,7 @@ impl Connection {
             segment_size_bytes: None,
             message_size_bytes_max: None,
             replica_lag_time_max_ms: None,
+            replication_factor,
         };
         for config in &topic.configs {
             apply_config(&mut create, &config.name, config.value.as_deref())
@@ -227,6 +228,7 @@ impl Connection {
             &config.topic_defaults,
             record_max.unwrap_or(0),
             config.metadata.topic_partitions_max,
+            config.cluster.node_count(),
         )
         .map_err(|(_, message)| {
             let error = if message.starts_with("partitions") {

@@ -83,13 +83,19 @@ pub(super) async fn answer(connection: &Connection, request: &MetadataRequest) -
                         } else {
                             (i32::from(primary.primary), 0)
                         };
+                        let place = &topic.partitions[index];
+                        let replicas: Vec<BrokerId> = if place.members.is_empty() {
+                            all_nodes.clone()
+                        } else {
+                            place.members.member_indices().map(|n| BrokerId(n.into())).collect()
+                        };
                         MetadataResponsePartition::default()
                             .with_error_code(error)
                             .with_partition_index(index as i32)
                             .with_leader_id(BrokerId(leader))
                             .with_leader_epoch(i32::try_from(primary.view).unwrap_or(i32::MAX))
-                            .with_replica_nodes(all_nodes.clone())
-                            .with_isr_nodes(all_nodes.clone())
+                            .with_replica_nodes(replicas.clone())
+                            .with_isr_nodes(replicas)
                     })
                     .collect();
                 MetadataResponseTopic::default()

@@ -12,7 +12,7 @@ use shoal_engine::superblock::GroupConfig;
 use shoal_replication::TICK_MS;
 
 use super::state::ShardState;
-use super::work::Work;
+use super::work::{Outcome, Work};
 use crate::metadata::Catalog;
 use crate::offsets::PartitionOffsets;
 
@@ -38,7 +38,9 @@ impl ShardState {
         self.node.set_rejoin_floor(self.rejoin_floor.load(Ordering::SeqCst));
         let mut created = Vec::new();
         let mut lag_of = Vec::new();
-        for (group, settings) in catalog.groups_on(self.index) {
+        let node = self.config.cluster.node;
+        for (place, settings) in catalog.groups_on(self.index, node) {
+            let group = place.group;
             // The topic's own lag bound, if it has one (its replicas, new or recovered, take it).
             let lag_ms = settings.replica_lag_time_max_ms;
             let lag_ticks = (lag_ms > 0).then(|| (lag_ms / TICK_MS).max(1));
@@ -48,8 +50,11 @@ impl ShardState {
             }
             // The roll age is this shard's choice, not the topic's (docs/configuration.md, "Per-
             // shard topic defaults"); the superblock slot keeps it for the partition's life.
+            // Its replicas take their members from here for the group's life (a change of
+            // members later is an op in the group's own log).
             let config = GroupConfig {
                 segment_age_ms_max: self.tuning.segment_age_ms_max,
+                members: place.members.to_word(),
                 ..settings.group_config()
             };
             created.push((group, config));
@@ -77,11 +82,23 @@ impl ShardState {
     /// A request may reach this shard before the catalog that placed its group here does (when
     /// shard 0 found this inbox full), or after creating the group failed (a full disk had no
     /// room for its directory): install the published catalog, which creates what is missing.
-    pub(super) async fn ensure_group(&mut self, group: u64) {
-        if !self.node.has_log(group) {
-            let mut latest = Arc::clone(&self.catalog);
-            self.published.refresh(&mut latest);
-            self.install(latest).await;
+    ///
+    /// A partition this node does not hold is answered `NotPrimary` naming its home (its view-0
+    /// primary, a node that holds it), which knows its primary: the refusal is returned.
+    #[must_use = "a refusal is the request's answer"]
+    pub(super) async fn ensure_group(&mut self, group: u64) -> Option<Outcome> {
+        if self.node.has_log(group) {
+            return None;
         }
+        let mut latest = Arc::clone(&self.catalog);
+        self.published.refresh(&mut latest);
+        self.install(latest).await;
+        let node = self.config.cluster.node;
+        let place = self.catalog.place_of(group)?;
+        if place.is_held_by(node) {
+            return None;
+        }
+        let home = place.home(self.config.cluster.node_count());
+        Some(Outcome::not_primary(0, home))
     }
 }

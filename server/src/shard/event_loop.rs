@@ -6,6 +6,7 @@
 //! It is the only code that drives the shard's node once start-up is over, and it never waits on
 //! another shard's inbox: what it sends there (catalogs, its own wake-ups) goes with `try_send`.
 
+use std::collections::HashMap;
 use std::future::pending;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -193,7 +194,10 @@ impl ShardState {
     pub(super) async fn handle(&mut self, work: Work) {
         match work {
             Work::Produce { group, partition, request, reply } => {
-                self.ensure_group(group).await;
+                if let Some(refusal) = self.ensure_group(group).await {
+                    let _ = reply.send(refusal);
+                    return;
+                }
                 if let Some(busy) = self.writes_busy() {
                     let _ = reply.send(busy);
                     return;
@@ -205,16 +209,25 @@ impl ShardState {
                 self.queue_write(group, request, PendingWrite { kind, reply });
             }
             Work::StoreOffset { group, client, record, reply } => {
-                self.ensure_group(group).await;
+                if let Some(refusal) = self.ensure_group(group).await {
+                    let _ = reply.send(refusal);
+                    return;
+                }
                 self.store_offset(group, client, record, WriteKind::Offset, reply);
             }
             Work::DeleteRecords { group, client, offset, reply } => {
-                self.ensure_group(group).await;
+                if let Some(refusal) = self.ensure_group(group).await {
+                    let _ = reply.send(refusal);
+                    return;
+                }
                 self.apply_committed().await;
                 self.delete_records(group, client, offset, reply);
             }
             Work::GetOffset { group, consumer, reply } => {
-                self.ensure_group(group).await;
+                if let Some(refusal) = self.ensure_group(group).await {
+                    let _ = reply.send(refusal);
+                    return;
+                }
                 // Committed offset commits are applied before the table answers.
                 self.apply_committed().await;
                 if let Some(refusal) = self.read_refusal(group) {
@@ -229,14 +242,20 @@ impl ShardState {
             Work::Group { request, reply } => self.group_request(request, reply),
             Work::KafkaGroup { request, reply } => self.kafka_group_request(request, reply),
             Work::Poll { group, args, consumer, auto_commit, client, reply } => {
-                self.ensure_group(group).await;
+                if let Some(refusal) = self.ensure_group(group).await {
+                    let _ = reply.send(refusal);
+                    return;
+                }
                 self.apply_committed().await;
                 let to =
                     ReadFor::Poll(PollFor { consumer, skipped_to: 0, auto_commit, client, reply });
                 self.fetch(group, args, to);
             }
             Work::Fetch { group, args, reply } => {
-                self.ensure_group(group).await;
+                if let Some(refusal) = self.ensure_group(group).await {
+                    let _ = reply.send(refusal);
+                    return;
+                }
                 self.fetch(group, args, ReadFor::Fetch(reply));
             }
             Work::Metadata { reply, .. } if self.formation == Formation::Deciding => {
@@ -249,12 +268,28 @@ impl ShardState {
             }
             Work::Catalog(catalog) => self.install(catalog).await,
             Work::Stats { groups, reply } => {
+                // A partition this node does not hold names its home as its primary: a guess
+                // that the home corrects with a `NotPrimary` of its own if it is wrong.
+                let homes: HashMap<u64, u8> = if groups.iter().all(|&g| self.node.has_log(g)) {
+                    HashMap::new()
+                } else {
+                    let nodes = self.config.cluster.node_count();
+                    let node = self.config.cluster.node;
+                    self.catalog
+                        .places()
+                        .filter(|place| !place.is_held_by(node))
+                        .map(|place| (place.group, place.home(nodes)))
+                        .collect()
+                };
                 let stats = groups
                     .into_iter()
                     .map(|g| {
                         let mut stats =
                             GroupStats::of(self.node.log_stats(g), self.node.replica(g));
                         stats.first_offset = self.log_start(g).unwrap_or(stats.first_offset);
+                        if let Some(&home) = homes.get(&g) {
+                            stats.primary = home;
+                        }
                         (g, stats)
                     })
                     .collect();

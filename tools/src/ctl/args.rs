@@ -152,6 +152,9 @@ pub enum Topic {
         /// [replication] replica_lag_time_max_ms)
         #[arg(long, value_name = "MS")]
         replica_lag_time_max_ms: Option<u64>,
+        /// Nodes that hold each partition (default: three, or every node of a smaller cluster)
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=32))]
+        replication_factor: Option<u8>,
     },
     /// Lists a stream's topics
     List {
@@ -290,7 +293,7 @@ mod tests {
         assert_eq!(
             command(
                 "topic create s t --partitions 2 --durability persisted --retention-ms=5 \
-                 --replica-lag-time-max-ms 5000"
+                 --replica-lag-time-max-ms 5000 --replication-factor 3"
             ),
             Command::Topic(Topic::Create {
                 stream: "s".into(),
@@ -302,6 +305,7 @@ mod tests {
                 segment_size_bytes: None,
                 message_size_bytes_max: None,
                 replica_lag_time_max_ms: Some(5000),
+                replication_factor: Some(3),
             })
         );
         assert_eq!(

@@ -124,6 +124,7 @@ async fn topic(client: &mut Client, command: Topic, json: bool) -> Outcome {
             segment_size_bytes,
             message_size_bytes_max,
             replica_lag_time_max_ms,
+            replication_factor,
         } => {
             let create = CreateTopic {
                 stream: stream.clone(),
@@ -135,6 +136,7 @@ async fn topic(client: &mut Client, command: Topic, json: bool) -> Outcome {
                 segment_size_bytes,
                 message_size_bytes_max,
                 replica_lag_time_max_ms,
+                replication_factor,
             };
             client.create_topic(&create).await?;
             print(
@@ -752,6 +754,11 @@ pub fn status_text(status: &Value) -> String {
         text.push('\n');
         let string =
             |p: &Value, key: &str| p.get(key).and_then(Value::as_str).unwrap_or("?").to_string();
+        // The nodes holding the partition (servers before replication factors name none).
+        let replicas = |p: &Value| match p.get("replicas").and_then(Value::as_array) {
+            Some(nodes) => nodes.iter().map(|n| shown(n.as_u64())).collect::<Vec<_>>().join(","),
+            None => "?".to_string(),
+        };
         let rows = partitions
             .iter()
             .map(|p| {
@@ -761,6 +768,7 @@ pub fn status_text(status: &Value) -> String {
                     shown(number(p, "partition")),
                     shown(number(p, "shard")),
                     shown(number(p, "group")),
+                    replicas(p),
                     shown(number(p, "first_offset")),
                     shown(number(p, "next_offset")),
                     shown(number(p, "size_bytes")),
@@ -774,6 +782,7 @@ pub fn status_text(status: &Value) -> String {
                 "PARTITION",
                 "SHARD",
                 "GROUP",
+                "REPLICAS",
                 "FIRST_OFFSET",
                 "NEXT_OFFSET",
                 "SIZE_BYTES",
