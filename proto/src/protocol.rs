@@ -76,6 +76,9 @@ pub enum Operation {
     LeaveGroup = 18,
     /// Fetches from the consumer's stored offset (consume next).
     Poll = 19,
+    /// Starts, cancels or records the end of a partition's move to other nodes
+    /// ([`MovePartition`]).
+    MovePartition = 20,
 }
 
 impl Operation {
@@ -101,6 +104,7 @@ impl Operation {
             17 => Operation::Heartbeat,
             18 => Operation::LeaveGroup,
             19 => Operation::Poll,
+            20 => Operation::MovePartition,
             _ => return None,
         })
     }
@@ -114,6 +118,7 @@ impl Operation {
                 | Operation::DeleteStream
                 | Operation::CreateTopic
                 | Operation::DeleteTopic
+                | Operation::MovePartition
         )
     }
 }
@@ -811,6 +816,72 @@ pub fn decode_streams(body: &[u8]) -> Result<Vec<StreamInfo>> {
     Ok(streams)
 }
 
+/// What a [`MovePartition`] asks of a partition's move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoveAction {
+    /// Move the partition's replicas to these nodes (a bit per node index), as many as it
+    /// has now.
+    Start {
+        /// The nodes to hold the partition when the move is done.
+        voters: u32,
+    },
+    /// Undo the move in progress: back to the nodes that held the partition before it.
+    Cancel,
+    /// The group's configuration reached `voters` (sent by the partition's primary node).
+    Done {
+        /// The voters the group runs with now.
+        voters: u32,
+    },
+}
+
+/// `MovePartition` arguments: a partition and what to do with its move.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MovePartition {
+    /// The stream.
+    pub stream: String,
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+    /// Start, cancel or done.
+    pub action: MoveAction,
+}
+
+impl MovePartition {
+    /// Encodes the arguments: names, partition, then `action u8` (1 start, 2 cancel, 3 done)
+    /// and `voters u32` (0 for a cancel).
+    pub fn encode(&self) -> Vec<u8> {
+        let (action, voters) = match self.action {
+            MoveAction::Start { voters } => (1, voters),
+            MoveAction::Cancel => (2, 0),
+            MoveAction::Done { voters } => (3, voters),
+        };
+        let mut w = Writer::new();
+        w.str(&self.stream).str(&self.topic).u32(self.partition).u8(action).u32(voters);
+        w.finish()
+    }
+
+    /// Decodes the arguments; a start or done naming no node is refused.
+    pub fn decode(body: &[u8]) -> Result<MovePartition> {
+        let mut r = Reader::new(body);
+        let stream = r.name("stream")?;
+        let topic = r.name("topic")?;
+        let partition = r.u32("partition")?;
+        let action = r.u8("action")?;
+        let voters = r.u32("voters")?;
+        r.end()?;
+        let action = match (action, voters) {
+            (1, voters) if voters != 0 => MoveAction::Start { voters },
+            (2, 0) => MoveAction::Cancel,
+            (3, voters) if voters != 0 => MoveAction::Done { voters },
+            (action, voters) => {
+                return Err(invalid("action", format!("action {action} with voters {voters:#x}")));
+            }
+        };
+        Ok(MovePartition { stream, topic, partition, action })
+    }
+}
+
 /// `CreateTopic` arguments. `None` (or a zero partition count) takes the server's default.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct CreateTopic {
@@ -1429,6 +1500,23 @@ mod tests {
         let mut trailing = both.encode();
         trailing.push(0);
         assert!(CreateTopic::decode(&trailing).is_err(), "bytes past the last field");
+
+        for action in [
+            MoveAction::Start { voters: 0b110 },
+            MoveAction::Cancel,
+            MoveAction::Done { voters: 0b011 },
+        ] {
+            let moved =
+                MovePartition { stream: "s".into(), topic: "t".into(), partition: 2, action };
+            assert_eq!(MovePartition::decode(&moved.encode()), Ok(moved.clone()));
+        }
+        let nobody = MovePartition {
+            stream: "s".into(),
+            topic: "t".into(),
+            partition: 0,
+            action: MoveAction::Start { voters: 0 },
+        };
+        assert!(MovePartition::decode(&nobody.encode()).is_err(), "a move to no node");
 
         let produce = Produce {
             stream: "s".into(),

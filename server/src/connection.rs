@@ -36,8 +36,8 @@ use shoal_proto::protocol::consumer::{
     PartitionRef, Poll, StoreOffset,
 };
 use shoal_proto::protocol::{
-    self, CreateTopic, ErrorCode, Fetch, FetchFrom, Hello, HelloReply, NODE_UNKNOWN, NodeAddress,
-    NotPrimary, Operation, PartitionInfo, PartitionPrimary, Partitioning, Produce,
+    self, CreateTopic, ErrorCode, Fetch, FetchFrom, Hello, HelloReply, MovePartition, NODE_UNKNOWN,
+    NodeAddress, NotPrimary, Operation, PartitionInfo, PartitionPrimary, Partitioning, Produce,
     TopicDescription,
 };
 use shoal_proto::wire::{ClientReply, ClientRequest, HEADER_SIZE, Header};
@@ -203,6 +203,8 @@ struct StatusPartition<'a> {
     replicas: Vec<u8>,
     /// Whether this node holds it (if not, `primary` is the partition's home, a guess).
     held: bool,
+    /// The nodes a move in progress takes it to (empty: no move).
+    moving_to: Vec<u8>,
 }
 
 enum Waiting {
@@ -513,6 +515,13 @@ impl Session {
                 self.metadata(fields, MetaCommand::DeleteStream { name }).await
             }
             Operation::CreateTopic => self.create_topic(fields, &body).await,
+            Operation::MovePartition => {
+                let asked = MovePartition::decode(&body).map_err(invalid_request)?;
+                let MovePartition { stream, topic, partition, action } = asked;
+                let nodes = self.context.config.cluster.node_count();
+                let command = MetaCommand::Move { stream, topic, partition, action, nodes };
+                self.metadata(fields, command).await
+            }
             Operation::DeleteTopic => {
                 let (stream, topic) =
                     protocol::decode_topic_name(&body).map_err(invalid_request)?;
@@ -907,14 +916,16 @@ impl Session {
                     }
                     _ => (0..nodes).collect(),
                 };
+                let moving_to = place.map_or(Vec::new(), |p| p.target.member_indices().collect());
                 StatusPartition {
                     stream,
                     topic,
                     info,
                     primary: (primary.primary != NODE_UNKNOWN).then_some(primary.primary),
                     view: primary.view,
-                    held: replicas.contains(&node),
+                    held: replicas.contains(&node) || moving_to.contains(&node),
                     replicas,
+                    moving_to,
                 }
             })
             .collect();

@@ -21,8 +21,8 @@ use shoal_engine::superblock::{
 };
 use shoal_proto::protocol::consumer::Membership;
 use shoal_proto::protocol::{
-    CreateTopic, ErrorCode, PartitionInfo, ProtocolError, Reader, StreamInfo, TopicInfo, Writer,
-    validate_name,
+    CreateTopic, ErrorCode, MoveAction, MovePartition, PartitionInfo, ProtocolError, Reader,
+    StreamInfo, TopicInfo, Writer, validate_name,
 };
 use shoal_proto::wire::{HEADER_SIZE, Membership as GroupMembers};
 use shoal_replication::{ClientCheck, ClientLimits, ClientTable};
@@ -106,6 +106,19 @@ pub enum MetaCommand {
     /// Kafka group coordinator that starts takes up (`crate::kafka_groups`). It changes nothing
     /// in the catalog.
     StoreKafkaGroup(StoredGroup),
+    /// Starts, cancels or ends a partition's move (`docs/cluster.md`, "Moving partitions").
+    Move {
+        /// The stream.
+        stream: String,
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// What to do.
+        action: MoveAction,
+        /// The node count as the proposing primary knew it: a move's nodes lie below it.
+        nodes: u8,
+    },
 }
 
 /// One member's part of an assignment.
@@ -277,6 +290,7 @@ const TAG_DELETE_TOPIC: u8 = 5;
 const TAG_REBALANCE: u8 = 6;
 const TAG_ADD_PARTITIONS: u8 = 7;
 const TAG_STORE_KAFKA_GROUP: u8 = 8;
+const TAG_MOVE: u8 = 9;
 
 impl MetaCommand {
     /// The command's bytes (the record value in the metadata log).
@@ -317,6 +331,15 @@ impl MetaCommand {
             MetaCommand::StoreKafkaGroup(group) => {
                 w.u8(TAG_STORE_KAFKA_GROUP);
                 group.write(&mut w);
+            }
+            MetaCommand::Move { stream, topic, partition, action, nodes } => {
+                let body = MovePartition {
+                    stream: stream.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                    action: *action,
+                };
+                w.u8(TAG_MOVE).u8(*nodes).bytes(&body.encode());
             }
         }
         w.finish()
@@ -389,6 +412,19 @@ impl MetaCommand {
                 MetaCommand::Rebalance { stream, topic, group, generation, members }
             }
             TAG_STORE_KAFKA_GROUP => MetaCommand::StoreKafkaGroup(StoredGroup::read(&mut r)?),
+            TAG_MOVE => {
+                let nodes = r.u8("nodes")?;
+                if !(1..=NODES_MAX).contains(&usize::from(nodes)) {
+                    return Err(ProtocolError::Invalid {
+                        field: "nodes",
+                        reason: format!("{nodes}: a cluster has 1 to {NODES_MAX} nodes"),
+                    });
+                }
+                // Two names and three fixed fields.
+                let body = MovePartition::decode(r.bytes("move", 1024)?)?;
+                let MovePartition { stream, topic, partition, action } = body;
+                MetaCommand::Move { stream, topic, partition, action, nodes }
+            }
             other => {
                 return Err(ProtocolError::Invalid { field: "tag", reason: format!("{other}") });
             }
@@ -407,13 +443,33 @@ pub struct PartitionPlace {
     pub shard: u32,
     /// The nodes holding the group when it was created, as its replicas' members (voters
     /// only); empty: every node of the cluster (partitions placed before replication factors).
+    /// A finished move replaces them with its target.
     pub members: GroupMembers,
+    /// A move in progress: the voters the partition's group is being taken to (its primary
+    /// does it, one configuration change at a time); empty: no move.
+    pub target: GroupMembers,
 }
 
 impl PartitionPlace {
-    /// Whether node `node` holds the partition.
+    /// Whether node `node` holds the partition: a member, or a target of its move.
     pub fn is_held_by(&self, node: u8) -> bool {
-        self.members.is_empty() || self.members.is_member(node)
+        self.members.is_empty() || self.members.is_member(node) || self.target.is_member(node)
+    }
+
+    /// Whether node `node` holds the partition only as a target of its move: it joins the
+    /// group as a learner.
+    pub fn is_joined_by(&self, node: u8) -> bool {
+        !self.members.is_empty() && !self.members.is_member(node) && self.target.is_member(node)
+    }
+
+    /// The members a node creating the group records for it: its members, and the move's
+    /// new nodes as learners. A joining node starts with these, learns the group's current
+    /// configuration from its primary, and never votes before a change makes it a voter.
+    pub fn created_members(&self) -> GroupMembers {
+        GroupMembers {
+            voters: self.members.voters,
+            learners: self.members.learners | (self.target.voters & !self.members.voters),
+        }
     }
 
     /// The partition's home on a cluster of `nodes` nodes: its view-0 primary (DESIGN.md §8),
@@ -552,6 +608,11 @@ impl Catalog {
         match command {
             // The metadata state, not the catalog, keeps Kafka groups (`MetaState::apply`).
             MetaCommand::RegisterSession | MetaCommand::StoreKafkaGroup(_) => Ok(()),
+            MetaCommand::Move { stream, topic, partition, action, nodes } => {
+                let (_, place) = self.partition(stream, topic, *partition)?;
+                check_move(&place, *action, *nodes)
+                    .map_err(|reason| (ErrorCode::InvalidArgument, reason))
+            }
             MetaCommand::CreateStream { name } => {
                 check_name(name)?;
                 if self.streams.contains_key(name) {
@@ -656,10 +717,11 @@ impl Catalog {
         for _ in 0..count {
             let group = self.next_group;
             let members = PartitionPlace::members_for(group, factor, nodes);
-            let home = PartitionPlace { group, shard: 0, members }.home(nodes);
+            let target = GroupMembers::default();
+            let home = PartitionPlace { group, shard: 0, members, target }.home(nodes);
             let shard = placement.place(home).expect("checked");
             self.groups_per_shard[shard as usize] += 1;
-            places.push(PartitionPlace { group, shard, members });
+            places.push(PartitionPlace { group, shard, members, target });
             self.next_group += 1;
         }
         places
@@ -742,6 +804,21 @@ impl Catalog {
                 group.members = members.clone();
             }
             MetaCommand::StoreKafkaGroup(_) => {}
+            MetaCommand::Move { stream, topic, partition, action, .. } => {
+                let entry = self.streams.get_mut(stream).expect("checked");
+                let entry = entry.topics.get_mut(topic).expect("checked");
+                let place = &mut entry.partitions[*partition as usize];
+                match *action {
+                    MoveAction::Start { voters } => {
+                        place.target = GroupMembers { voters, learners: 0 };
+                    }
+                    MoveAction::Cancel => place.target = place.members,
+                    MoveAction::Done { voters } => {
+                        place.members = GroupMembers { voters, learners: 0 };
+                        place.target = GroupMembers::default();
+                    }
+                }
+            }
         }
         Ok(Applied::Done)
     }
@@ -760,8 +837,12 @@ impl Catalog {
                 homes[place.shard as usize * nodes + node] += 1;
             }
         };
-        let metadata =
-            PartitionPlace { group: METADATA_GROUP, shard: 0, members: GroupMembers::default() };
+        let metadata = PartitionPlace {
+            group: METADATA_GROUP,
+            shard: 0,
+            members: GroupMembers::default(),
+            target: GroupMembers::default(),
+        };
         count_home(&metadata);
         for stream in self.streams.values() {
             for topic in stream.topics.values() {
@@ -1142,6 +1223,7 @@ impl MetaState {
                 w.u32(topic.partitions.len() as u32);
                 for place in &topic.partitions {
                     w.u64(place.group).u32(place.shard).u64(place.members.to_word());
+                    w.u64(place.target.to_word());
                 }
                 w.u32(topic.consumer_groups.len() as u32);
                 for (name, group) in &topic.consumer_groups {
@@ -1209,7 +1291,7 @@ impl MetaState {
                 if with_members {
                     settings.replication_factor = r.u8("replication_factor")?;
                 }
-                let place_size = if with_members { 8 + 4 + 8 } else { 8 + 4 };
+                let place_size = if with_members { 8 + 4 + 8 + 8 } else { 8 + 4 };
                 let partitions = (0..r.count("partitions", place_size)?)
                     .map(|_| {
                         let group = r.u64("group")?;
@@ -1217,15 +1299,18 @@ impl MetaState {
                         if shard >= shards {
                             return Err(invalid("shard", format!("{shard} of {shards}")));
                         }
-                        let members = if with_members {
-                            GroupMembers::from_word(r.u64("members")?)
+                        let (members, target) = if with_members {
+                            let members = GroupMembers::from_word(r.u64("members")?);
+                            (members, GroupMembers::from_word(r.u64("target")?))
                         } else {
-                            GroupMembers::default()
+                            (GroupMembers::default(), GroupMembers::default())
                         };
-                        if members.voters & members.learners != 0 {
-                            return Err(invalid("members", format!("{members:?} overlap")));
+                        for set in [members, target] {
+                            if set.voters & set.learners != 0 {
+                                return Err(invalid("members", format!("{set:?} overlap")));
+                            }
                         }
-                        Ok(PartitionPlace { group, shard, members })
+                        Ok(PartitionPlace { group, shard, members, target })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let mut consumer_groups = BTreeMap::new();
@@ -1313,6 +1398,42 @@ fn decode_settings(r: &mut Reader<'_>) -> Result<TopicSettings, ProtocolError> {
         replica_lag_time_max_ms: 0,
         replication_factor: 0,
     })
+}
+
+/// Whether `action` applies to a partition placed as `place` on a cluster of `nodes` nodes.
+fn check_move(place: &PartitionPlace, action: MoveAction, nodes: u8) -> Result<(), String> {
+    if place.members.is_empty() {
+        return Err("the partition was placed on every node before replication factors: it \
+                    has nowhere to move"
+            .into());
+    }
+    let moving = !place.target.is_empty();
+    match action {
+        MoveAction::Start { voters } => {
+            let all_nodes = if nodes >= 32 { u32::MAX } else { (1u32 << nodes) - 1 };
+            if moving {
+                return Err("a move of the partition is in progress: cancel it first".into());
+            }
+            if voters & !all_nodes != 0 {
+                return Err(format!("nodes {voters:#x}: the cluster has nodes 0 to {}", nodes - 1));
+            }
+            let count = place.members.voter_count();
+            if voters.count_ones() != count {
+                return Err(format!(
+                    "the partition has {count} replicas: name {count} nodes, not {}",
+                    voters.count_ones()
+                ));
+            }
+            if voters == place.members.voters {
+                return Err("the partition is on those nodes already".into());
+            }
+            Ok(())
+        }
+        MoveAction::Cancel if moving => Ok(()),
+        MoveAction::Cancel => Err("no move of the partition is in progress".into()),
+        MoveAction::Done { voters } if moving && voters == place.target.voters => Ok(()),
+        MoveAction::Done { .. } => Err("not the move in progress (it ended or changed)".into()),
+    }
 }
 
 fn check_name(name: &str) -> Result<(), (ErrorCode, String)> {
@@ -1850,7 +1971,7 @@ mod tests {
             .position(|window| window == lag_bytes.as_slice())
             .expect("the bound is in the snapshot");
         // Version 3: without the replication factor after the bound and each partition's
-        // members (u64) after its group and shard.
+        // members and move target (u64 each) after its group and shard.
         let snapshot = {
             let after_factor = lag_at + 8 + 1;
             let mut bytes = snapshot[..lag_at + 8].to_vec();
@@ -1858,7 +1979,7 @@ mod tests {
             let mut at = after_factor + 4;
             for _ in 0..2 {
                 bytes.extend_from_slice(&snapshot[at..at + 12]);
-                at += 12 + 8;
+                at += 12 + 16;
             }
             bytes.extend_from_slice(&snapshot[at..]);
             bytes[..2].copy_from_slice(&3u16.to_le_bytes());
@@ -1966,5 +2087,80 @@ mod tests {
             nodes: 2,
         };
         assert_eq!(state.catalog.apply(4, 0, &add).unwrap_err().0, ErrorCode::InvalidArgument);
+    }
+
+    /// A move is recorded in the catalog: started (its target: the nodes then hold the
+    /// partition, the new ones joining as learners), cancelled (back to its members), done
+    /// (the target becomes the members); each refusal names why; the snapshot keeps it.
+    #[test]
+    fn a_move_starts_cancels_and_ends_in_the_catalog() {
+        let nodes = 4;
+        let settings = TopicSettings { replication_factor: 2, ..settings(1) };
+        let create =
+            MetaCommand::CreateTopic { stream: "s".into(), topic: "t".into(), settings, nodes };
+        let mut state = MetaState::new(1, 100, 8);
+        state.catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
+        state.catalog.apply(2, 0, &create).unwrap();
+        let place = |state: &MetaState| state.catalog.topic("s", "t").unwrap().partitions[0];
+        let members = place(&state).members;
+        assert_eq!(members.voter_count(), 2);
+        let elsewhere = !members.voters & 0b1111;
+        let command = |action| MetaCommand::Move {
+            stream: "s".into(),
+            topic: "t".into(),
+            partition: 0,
+            action,
+            nodes,
+        };
+        let mut op = 2;
+        let mut apply = |state: &mut MetaState, action| {
+            op += 1;
+            let command = command(action);
+            assert_eq!(MetaCommand::decode(&command.encode()), Ok(command.clone()));
+            state.catalog.apply(op, 0, &command).map(drop).map_err(|(_, reason)| reason)
+        };
+        for (voters, why) in [
+            (members.voters, "already"),
+            (0b1_0000, "nodes"),
+            (elsewhere & elsewhere.wrapping_neg(), "replicas"),
+        ] {
+            let refused = apply(&mut state, MoveAction::Start { voters }).unwrap_err();
+            assert!(refused.contains(why), "{refused}");
+        }
+        assert!(apply(&mut state, MoveAction::Cancel).unwrap_err().contains("no move"));
+        apply(&mut state, MoveAction::Start { voters: elsewhere }).unwrap();
+        let moving = place(&state);
+        assert_eq!(moving.target.voters, elsewhere);
+        for node in 0..nodes {
+            assert!(moving.is_held_by(node), "node {node} holds or joins it");
+            assert_eq!(moving.is_joined_by(node), elsewhere & (1 << node) != 0);
+        }
+        assert_eq!(
+            moving.created_members(),
+            GroupMembers { voters: members.voters, learners: elsewhere }
+        );
+        let restored = MetaState::decode_snapshot(&state.encode_snapshot(), 1, 100, 8).unwrap();
+        assert_eq!(restored.catalog, state.catalog);
+        assert!(
+            apply(&mut state, MoveAction::Start { voters: elsewhere })
+                .unwrap_err()
+                .contains("progress")
+        );
+        assert!(apply(&mut state, MoveAction::Done { voters: members.voters }).is_err());
+
+        apply(&mut state, MoveAction::Cancel).unwrap();
+        assert_eq!(place(&state).target, members, "a cancel moves it back");
+        apply(&mut state, MoveAction::Done { voters: members.voters }).unwrap();
+        assert_eq!(
+            (place(&state).members, place(&state).target),
+            (members, GroupMembers::default())
+        );
+
+        apply(&mut state, MoveAction::Start { voters: elsewhere }).unwrap();
+        apply(&mut state, MoveAction::Done { voters: elsewhere }).unwrap();
+        let moved = place(&state);
+        assert_eq!(moved.members, GroupMembers { voters: elsewhere, learners: 0 });
+        assert!(moved.target.is_empty());
+        assert!(!moved.is_held_by(members.voter_indices().next().unwrap()));
     }
 }

@@ -152,19 +152,36 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// Creates groups as [`Node::create_group`] does, all at once: the engine makes them durable
     /// with one superblock write for the lot (a topic's partitions arrive together).
     pub async fn create_groups(&mut self, groups: &[(u64, GroupConfig)]) -> EngineResult<()> {
+        self.create_or_join(groups, false).await
+    }
+
+    /// Creates groups this node joins as a learner of a move (DESIGN.md §8), as
+    /// [`Node::create_groups`] does, except that each replica starts `Recovering` knowing
+    /// nothing: the group may be many epochs past its first, and its primary's `StartView`
+    /// brings this replica in once a change made it a member. Each group's config names this
+    /// node a learner, so a restart before then never makes it vote or lead.
+    pub async fn join_groups(&mut self, groups: &[(u64, GroupConfig)]) -> EngineResult<()> {
+        self.create_or_join(groups, true).await
+    }
+
+    async fn create_or_join(
+        &mut self,
+        groups: &[(u64, GroupConfig)],
+        joining: bool,
+    ) -> EngineResult<()> {
         if groups.is_empty() {
             return Ok(());
         }
         self.settle().await;
         self.store.create_groups(groups).await?;
         for &(group, _) in groups {
-            self.add_replica(group);
+            self.add_replica(group, joining);
         }
         Ok(())
     }
 
     /// The replica of a group the engine just created.
-    fn add_replica(&mut self, group: u64) {
+    fn add_replica(&mut self, group: u64, joining: bool) {
         if let Some(log) = self.store.group_mut(group) {
             log.set_committed_end(0);
         }
@@ -173,9 +190,10 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             return;
         }
         let config = self.replica_config(group);
-        let mut replica = if group < self.config.rejoin_floor {
-            // This node may have acknowledged ops of the group before it lost its disk: it
-            // vouches for none of them and waits for the cluster's view.
+        let mut replica = if group < self.config.rejoin_floor || joining {
+            // This node may have acknowledged ops of the group before it lost its disk (or, as
+            // a joiner, knows nothing of it yet): it vouches for none of them and waits for the
+            // cluster's view.
             let forgotten = RecoveredLog {
                 faulty_from: Some(1),
                 log_view_head_op: None,

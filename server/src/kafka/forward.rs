@@ -34,7 +34,7 @@ const REPLY_BODY_BYTES_MAX: usize = 64 << 10;
 const PIPELINE_REQUESTS_MAX: usize = 16;
 
 /// One forwarded request's answer: its reply body, or its error code and error body.
-pub(super) type NativeAnswer = Result<Vec<u8>, (u32, Vec<u8>)>;
+pub(crate) type NativeAnswer = Result<Vec<u8>, (u32, Vec<u8>)>;
 
 /// Registers a session on the node at `address` (the metadata primary's client address) under
 /// `client`: the session id, or why not.
@@ -58,7 +58,7 @@ async fn exchange(address: SocketAddr, cluster: u64, client: u64) -> Result<u64,
 /// Sends `requests` (operation, body) to the node at `address` under `client`, numbered from
 /// `first_request` on (the first one is the `Hello`), and returns each one's answer in order;
 /// `Err` when the exchange failed (each request may or may not have been carried out).
-pub(super) async fn call_each(
+pub(crate) async fn call_each(
     address: SocketAddr,
     cluster: u64,
     client: u64,

@@ -15,6 +15,8 @@ mod delete_records;
 mod errors;
 mod fetch;
 mod forward;
+
+pub(crate) use forward::call_each;
 mod groups;
 mod list_offsets;
 mod metadata;

@@ -5,14 +5,15 @@
 //! A shard creates partition groups only from a catalog, never deletes one, and never installs
 //! a catalog older than the one it has.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use shoal_engine::superblock::GroupConfig;
-use shoal_replication::TICK_MS;
+use shoal_replication::{Status, TICK_MS};
 
 use super::state::ShardState;
-use super::work::{Outcome, Work};
+use super::work::{Outcome, Work, redirect};
 use crate::metadata::Catalog;
 use crate::offsets::PartitionOffsets;
 
@@ -37,7 +38,8 @@ impl ShardState {
         // Shard 0 may have learned the node's rejoin floor since this shard last created a group.
         self.node.set_rejoin_floor(self.rejoin_floor.load(Ordering::SeqCst));
         let mut created = Vec::new();
-        let mut lag_of = Vec::new();
+        let mut joined = Vec::new();
+        let mut lag_of = BTreeMap::new();
         let node = self.config.cluster.node;
         for (place, settings) in catalog.groups_on(self.index, node) {
             let group = place.group;
@@ -51,29 +53,38 @@ impl ShardState {
             // The roll age is this shard's choice, not the topic's (docs/configuration.md, "Per-
             // shard topic defaults"); the superblock slot keeps it for the partition's life.
             // Its replicas take their members from here for the group's life (a change of
-            // members later is an op in the group's own log).
+            // members later is an op in the group's own log); a node a move brings in joins
+            // as a learner.
             let config = GroupConfig {
                 segment_age_ms_max: self.tuning.segment_age_ms_max,
-                members: place.members.to_word(),
+                members: place.created_members().to_word(),
                 ..settings.group_config()
             };
-            created.push((group, config));
-            lag_of.push(lag_ticks);
+            if place.is_joined_by(node) {
+                joined.push((group, config));
+            } else {
+                created.push((group, config));
+            }
+            lag_of.insert(group, lag_ticks);
         }
         // A topic's partitions come together: one superblock write makes them all durable.
-        match self.node.create_groups(&created).await {
-            Ok(()) => {
-                for (&(group, _), lag_ticks) in created.iter().zip(lag_of) {
-                    self.node.set_replica_lag_ticks(group, lag_ticks);
-                    self.committed_end.insert(group, 0);
-                    // A new log holds no data.
-                    self.offsets.insert(group, PartitionOffsets::for_new_log());
-                    // Nothing may be deleted before a snapshot covers it.
-                    self.node.set_retention_floor(group, 0);
-                }
+        for (batch, joining) in [(created, false), (joined, true)] {
+            let made = if joining {
+                self.node.join_groups(&batch).await
+            } else {
+                self.node.create_groups(&batch).await
+            };
+            if let Err(error) = made {
+                tracing::error!(shard = self.index, groups = batch.len(), %error, "cannot create groups");
+                continue;
             }
-            Err(error) => {
-                tracing::error!(shard = self.index, groups = created.len(), %error, "cannot create groups");
+            for (group, _) in batch {
+                self.node.set_replica_lag_ticks(group, lag_of.get(&group).copied().flatten());
+                self.committed_end.insert(group, 0);
+                // A new log holds no data.
+                self.offsets.insert(group, PartitionOffsets::for_new_log());
+                // Nothing may be deleted before a snapshot covers it.
+                self.node.set_retention_floor(group, 0);
             }
         }
         self.catalog = catalog;
@@ -84,11 +95,14 @@ impl ShardState {
     /// room for its directory): install the published catalog, which creates what is missing.
     ///
     /// A partition this node does not hold is answered `NotPrimary` naming its home (its view-0
-    /// primary, a node that holds it), which knows its primary: the refusal is returned.
+    /// primary, a node that holds it), which knows its primary; one a move removed this node
+    /// from, naming the primary its last configuration names: the refusal is returned (a
+    /// removed replica never takes a write, which would wait for a pipeline that never opens).
     #[must_use = "a refusal is the request's answer"]
     pub(super) async fn ensure_group(&mut self, group: u64) -> Option<Outcome> {
         if self.node.has_log(group) {
-            return None;
+            let replica = self.node.replica(group)?;
+            return (replica.status() == Status::Removed).then(|| redirect(replica)).flatten();
         }
         let mut latest = Arc::clone(&self.catalog);
         self.published.refresh(&mut latest);

@@ -73,6 +73,7 @@ impl ShardState {
                 }
                 self.expire_parked();
                 self.expire_writes();
+                self.drive_moves();
                 self.expire_members();
                 self.tick_kafka_groups();
                 ticks += 1;
@@ -304,6 +305,8 @@ impl ShardState {
                     groups: groups.len(),
                     allocations: crate::alloc::allocations_on_this_thread(),
                     io_rounds: self.node.counters().io_rounds,
+                    move_changes_proposed: self.mover.changes_proposed,
+                    move_steps_waited: self.mover.steps_waited,
                     replication: replication.collect(),
                 });
             }

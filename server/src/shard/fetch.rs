@@ -161,7 +161,9 @@ impl ShardState {
     pub(super) fn read_refusal(&self, group: u64) -> Option<Outcome> {
         let replica = self.node.replica(group)?;
         let config = replica.config();
-        if config.voter_count() == 1 {
+        // The one voter of its group serves alone; a replica a move removed (no longer a
+        // voter) is redirected below, never serving its log's stale end.
+        if config.voter_count() == 1 && config.is_voter(config.replica) {
             return None;
         }
         if let Some(refusal) = redirect(replica) {

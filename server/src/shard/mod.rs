@@ -34,6 +34,7 @@ mod formation;
 mod handoff;
 mod kafka_coordinator;
 mod metadata;
+mod moves;
 mod offsets;
 mod snapshots;
 mod state;

@@ -47,6 +47,8 @@ pub(super) struct ShardState {
     /// Writes waiting for room in their group's pipeline, oldest first.
     pub(super) waiting: BTreeMap<u64, VecDeque<(Request, PendingWrite)>>,
     pub(super) waiting_count: usize,
+    /// The moves this shard's primaries carry out.
+    pub(super) mover: super::moves::Mover,
     /// Disk reads completed by their tasks.
     pub(super) reads_done: Rc<RefCell<Vec<ReadDone>>>,
     /// Read-ahead reads finished by their tasks: (group, what was read), for the batch cache.
@@ -110,6 +112,7 @@ impl ShardState {
             metadata: None,
             pending: HashMap::new(),
             waiting: BTreeMap::new(),
+            mover: super::moves::Mover::default(),
             waiting_count: 0,
             reads_done: Rc::new(RefCell::new(Vec::new())),
             reads_ahead_done: Rc::new(RefCell::new(Vec::new())),

@@ -418,6 +418,11 @@ pub struct ShardReport {
     pub allocations: u64,
     /// I/O rounds its node layer has run.
     pub io_rounds: u64,
+    /// Move steps its primaries proposed (configuration changes) and held back because a
+    /// learner to be promoted was not in sync yet.
+    pub move_changes_proposed: u64,
+    /// See `move_changes_proposed`.
+    pub move_steps_waited: u64,
     /// Each group's view, primary and (where this node leads it) replica states.
     pub replication: Vec<GroupReport>,
 }
@@ -504,10 +509,8 @@ pub(super) fn redirect(replica: &Replica) -> Option<Outcome> {
             ErrorCode::TransientNotAccepted,
             "this replica is recovering: retry, or ask another node",
         )),
-        Status::Removed => Some(Outcome::error(
-            ErrorCode::TransientNotAccepted,
-            "this replica was removed from its group: ask another node",
-        )),
+        // Its configuration names the members it was removed by, and their primary.
+        Status::Removed => Some(Outcome::not_primary(view, primary)),
     }
 }
 

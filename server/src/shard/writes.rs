@@ -15,6 +15,7 @@
 
 use shoal_proto::protocol::consumer::OffsetCommitRecord;
 use shoal_proto::protocol::{ErrorCode, ProduceReply};
+use shoal_proto::wire::Membership;
 use shoal_replication::{ReplicaConfig, ReplyResult, Request, Status, TICK_MS};
 
 use super::state::ShardState;
@@ -57,6 +58,9 @@ pub(super) enum WriteKind {
         record: OffsetCommitRecord,
         answer: Outcome,
     },
+    /// A move's configuration change (`moves`): nobody waits for it, but its answer lets the
+    /// move's next step follow.
+    Reconfigure(Membership),
 }
 
 impl ShardState {
@@ -136,7 +140,13 @@ impl ShardState {
                     refused.push((group, pending, Outcome::error(ErrorCode::InvalidRequest, text)));
                     continue;
                 }
-                match self.node.on_client_request(group, request) {
+                let submitted = match pending.kind {
+                    WriteKind::Reconfigure(next) => {
+                        self.node.on_reconfigure_request(group, request, next)
+                    }
+                    _ => self.node.on_client_request(group, request),
+                };
+                match submitted {
                     Ok(()) => {
                         self.pending.insert(key, pending);
                     }
@@ -205,6 +215,11 @@ impl ShardState {
                 continue;
             };
             let committed = matches!(reply.result, ReplyResult::Committed { .. });
+            if let WriteKind::Reconfigure(next) = pending.kind {
+                tracing::info!(group, ?next, result = ?reply.result, "a move's change answered");
+                self.change_answered(group);
+                continue;
+            }
             let outcome = match (pending.kind, reply.result) {
                 (
                     WriteKind::Produce { partition, record_count },

@@ -32,9 +32,9 @@ use shoal_proto::protocol::consumer::{
     self, Assignment, GroupMember, JoinGroup, OffsetKey, PartitionRef, Poll, StoreOffset,
 };
 use shoal_proto::protocol::{
-    CreateTopic, Fetch, FetchFrom, FetchReply, HelloReply, Operation, PartitionInfo, Partitioning,
-    Produce, ProduceReply, StreamInfo, TopicDescription, TopicInfo, Writer, decode_session,
-    decode_streams, decode_topics, encode_stream_name, encode_topic_name,
+    CreateTopic, Fetch, FetchFrom, FetchReply, HelloReply, MovePartition, Operation, PartitionInfo,
+    Partitioning, Produce, ProduceReply, StreamInfo, TopicDescription, TopicInfo, Writer,
+    decode_session, decode_streams, decode_topics, encode_stream_name, encode_topic_name,
 };
 
 use crate::connection::ConnectionConfig;
@@ -277,6 +277,11 @@ impl Client {
     /// Creates a topic.
     pub async fn create_topic(&mut self, topic: &CreateTopic) -> Result<()> {
         self.call(Operation::CreateTopic, &[&topic.encode()]).await.map(drop)
+    }
+
+    /// Starts, cancels or reports the end of a partition's move (`MovePartition`).
+    pub async fn move_partition(&mut self, request: &MovePartition) -> Result<()> {
+        self.call(Operation::MovePartition, &[&request.encode()]).await.map(drop)
     }
 
     /// Deletes a topic.

@@ -93,6 +93,9 @@ pub enum Command {
     Consume(Consume),
     /// Prints the server's shards, partitions per shard, disk usage and per-partition offsets
     Status,
+    /// Moves partitions between a cluster's nodes, and shows the moves in progress
+    #[command(subcommand)]
+    Cluster(Cluster),
     /// Prints a shell completion script for shoalctl
     ///
     /// Prints a shell completion script for shoalctl, e.g. `shoalctl completions bash >
@@ -119,6 +122,39 @@ pub enum Stream {
         /// The stream's name
         name: String,
     },
+}
+
+/// `shoalctl cluster ...`
+#[derive(Clone, Debug, PartialEq, Subcommand)]
+pub enum Cluster {
+    /// Moves a partition's replicas to other nodes (as many as it has now)
+    ///
+    /// Moves a partition's replicas to the nodes --to names, as many as it has now: the new
+    /// nodes join as learners, the voters switch once they are in sync, the leaving nodes are
+    /// dropped. Returns once the move is recorded; `shoalctl cluster status` shows its progress.
+    MovePartition {
+        /// The stream
+        stream: String,
+        /// The topic
+        topic: String,
+        /// The partition
+        partition: u32,
+        /// The nodes to hold the partition, by index (e.g. 1,2,3)
+        #[arg(long, value_name = "NODES", value_delimiter = ',', required = true,
+              value_parser = clap::value_parser!(u8).range(0..32))]
+        to: Vec<u8>,
+    },
+    /// Cancels a partition's move in progress: back to the nodes it came from
+    CancelMove {
+        /// The stream
+        stream: String,
+        /// The topic
+        topic: String,
+        /// The partition
+        partition: u32,
+    },
+    /// Shows every node and the moves in progress, with the bytes each new node holds
+    Status,
 }
 
 /// `shoalctl topic ...`
@@ -290,6 +326,24 @@ mod tests {
             Command::Stream(Stream::Create { name: "s".into() })
         );
         assert_eq!(command("stream list"), Command::Stream(Stream::List));
+        assert_eq!(
+            command("cluster move-partition s t 2 --to 1,3"),
+            Command::Cluster(Cluster::MovePartition {
+                stream: "s".into(),
+                topic: "t".into(),
+                partition: 2,
+                to: vec![1, 3],
+            })
+        );
+        assert_eq!(
+            command("cluster cancel-move s t 0"),
+            Command::Cluster(Cluster::CancelMove {
+                stream: "s".into(),
+                topic: "t".into(),
+                partition: 0
+            })
+        );
+        assert_eq!(command("cluster status"), Command::Cluster(Cluster::Status));
         assert_eq!(
             command(
                 "topic create s t --partitions 2 --durability persisted --retention-ms=5 \

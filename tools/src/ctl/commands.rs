@@ -15,11 +15,12 @@ use clap_complete::Shell;
 use serde_json::{Value, json};
 use shoal_client::{
     Assignment, Client, ClientConfig, ClientError, ConsumerId, CreateTopic, ErrorCode, Fetch,
-    FetchFrom, FetchedRecord, GroupMember, GroupRef, JoinGroup, Membership, PartitionInfo,
-    PartitionRef, Poll, Producer, ProducerConfig, StoreOffset, TopicInfo,
+    FetchFrom, FetchedRecord, GroupMember, GroupRef, JoinGroup, Membership, MoveAction,
+    MovePartition, PartitionInfo, PartitionRef, Poll, Producer, ProducerConfig, StoreOffset,
+    TopicInfo,
 };
 
-use super::args::{Cli, Command, Consume, Format, Stream, Topic};
+use super::args::{Cli, Cluster, Command, Consume, Format, Stream, Topic};
 
 /// Why a command failed.
 #[derive(Debug)]
@@ -79,6 +80,7 @@ pub async fn run(cli: Cli) -> Outcome {
         }
         Command::Consume(consume) => consume.run(&mut connect().await?).await,
         Command::Status => status(&mut connect().await?, json).await,
+        Command::Cluster(command) => cluster(&mut connect().await?, command, json).await,
         Command::Completions { .. } => unreachable!("main prints completions without a runtime"),
     }
 }
@@ -193,6 +195,65 @@ async fn topic(client: &mut Client, command: Topic, json: bool) -> Outcome {
     }
 }
 
+async fn cluster(client: &mut Client, command: Cluster, json: bool) -> Outcome {
+    let (stream, topic, partition, action) = match command {
+        Cluster::Status => return cluster_status(client, json).await,
+        Cluster::MovePartition { stream, topic, partition, to } => {
+            let voters = to.iter().fold(0u32, |voters, &node| voters | 1 << node);
+            (stream, topic, partition, MoveAction::Start { voters })
+        }
+        Cluster::CancelMove { stream, topic, partition } => {
+            (stream, topic, partition, MoveAction::Cancel)
+        }
+    };
+    let request = MovePartition { stream: stream.clone(), topic: topic.clone(), partition, action };
+    client.move_partition(&request).await?;
+    let (verb, to) = match action {
+        MoveAction::Start { voters } => ("moving", voters),
+        _ => ("cancelled the move of", 0),
+    };
+    let nodes: Vec<u32> = (0..32).filter(|node| to & (1 << node) != 0).collect();
+    print(
+        json,
+        json!({ "stream": stream, "topic": topic, "partition": partition, "moving_to": nodes }),
+        format!(
+            "{verb} {stream}/{topic}/{partition}{}",
+            if nodes.is_empty() { String::new() } else { format!(" to nodes {nodes:?}") }
+        ),
+    )
+}
+
+/// Every node's status document (`Err`: why it could not be had).
+async fn node_statuses(client: &mut Client) -> Vec<NodeStatus> {
+    let mut nodes = Vec::new();
+    for (node, address) in client.nodes().into_iter().enumerate() {
+        let document = match client.status_of(node as u8).await {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}")),
+            Err(error) => Err(error.to_string()),
+        };
+        nodes.push(NodeStatus { node: node as u8, address, document });
+    }
+    nodes
+}
+
+async fn cluster_status(client: &mut Client, json: bool) -> Outcome {
+    let mut nodes = node_statuses(client).await;
+    if nodes.is_empty() {
+        let text = client.status().await?;
+        let document = serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"));
+        let address = client.address().unwrap_or("?").to_string();
+        nodes.push(NodeStatus { node: 0, address, document });
+    }
+    let moves = moves_of(&nodes);
+    if json {
+        return print(true, json!({ "moves": moves }), String::new());
+    }
+    let mut text = groups_text(&nodes);
+    text.push('\n');
+    text.push_str(&moves_text(&moves));
+    write_stdout(text.as_bytes())
+}
+
 async fn status(client: &mut Client, json: bool) -> Outcome {
     let text = client.status().await?;
     let status: Value = serde_json::from_str(&text)
@@ -202,16 +263,9 @@ async fn status(client: &mut Client, json: bool) -> Outcome {
     }
     // In a cluster every node reports its own replicas (the replica states of a group only on
     // its primary): the groups table is put together from every node's document.
-    let addresses = client.nodes();
     let mut nodes = Vec::new();
-    if addresses.len() > 1 {
-        for (node, address) in addresses.into_iter().enumerate() {
-            let document = match client.status_of(node as u8).await {
-                Ok(text) => serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}")),
-                Err(error) => Err(error.to_string()),
-            };
-            nodes.push(NodeStatus { node: node as u8, address, document });
-        }
+    if client.nodes().len() > 1 {
+        nodes = node_statuses(client).await;
     } else {
         let node = status.get("node").and_then(Value::as_u64).unwrap_or(0) as u8;
         let address = client.address().unwrap_or("?").to_string();
@@ -868,6 +922,101 @@ pub fn groups_text(nodes: &[NodeStatus]) -> String {
     text
 }
 
+/// The moves in progress as the nodes report them: per moving partition its replicas, the
+/// nodes it moves to, the bytes it holds where it is largest (its primary's copy, or a current
+/// replica's), and the bytes each node it moves to holds so far.
+pub fn moves_of(nodes: &[NodeStatus]) -> Vec<Value> {
+    // (stream, topic, partition) → (replicas, moving_to, per node its size where it holds it).
+    type Seen = (Value, Value, BTreeMap<u8, u64>);
+    let mut seen: BTreeMap<(String, String, u64), Seen> = BTreeMap::new();
+    for n in nodes {
+        let Ok(document) = &n.document else { continue };
+        let partitions = document.get("partitions").and_then(Value::as_array);
+        for p in partitions.map_or(&[][..], Vec::as_slice) {
+            let moving =
+                p.get("moving_to").and_then(Value::as_array).is_some_and(|m| !m.is_empty());
+            if !moving {
+                continue;
+            }
+            let key = (
+                p.get("stream").and_then(Value::as_str).unwrap_or("?").to_string(),
+                p.get("topic").and_then(Value::as_str).unwrap_or("?").to_string(),
+                p.get("partition").and_then(Value::as_u64).unwrap_or(0),
+            );
+            let entry = seen.entry(key).or_insert_with(|| {
+                (p["replicas"].clone(), p["moving_to"].clone(), BTreeMap::new())
+            });
+            if p.get("held").and_then(Value::as_bool) == Some(true) {
+                entry.2.insert(n.node, p.get("size_bytes").and_then(Value::as_u64).unwrap_or(0));
+            }
+        }
+    }
+    seen.into_iter()
+        .map(|((stream, topic, partition), (replicas, moving_to, sizes))| {
+            let members = |list: &Value| -> Vec<u8> {
+                list.as_array()
+                    .map_or(&[][..], Vec::as_slice)
+                    .iter()
+                    .filter_map(|n| n.as_u64().map(|n| n as u8))
+                    .collect()
+            };
+            let (from, to) = (members(&replicas), members(&moving_to));
+            let size = from.iter().filter_map(|n| sizes.get(n)).max().copied().unwrap_or(0);
+            let copied: BTreeMap<String, u64> = to
+                .iter()
+                .filter(|n| !from.contains(n))
+                .map(|n| (n.to_string(), sizes.get(n).copied().unwrap_or(0)))
+                .collect();
+            json!({
+                "stream": stream,
+                "topic": topic,
+                "partition": partition,
+                "replicas": from,
+                "moving_to": to,
+                "size_bytes": size,
+                "copied_bytes": copied,
+            })
+        })
+        .collect()
+}
+
+/// The moves table: each partition moving, from where to where, and each new node's bytes.
+fn moves_text(moves: &[Value]) -> String {
+    if moves.is_empty() {
+        return "no move in progress\n".to_string();
+    }
+    let list = |value: &Value| {
+        value.as_array().map_or(String::new(), |nodes| {
+            nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")
+        })
+    };
+    let rows = moves
+        .iter()
+        .map(|m| {
+            let size = m["size_bytes"].as_u64().unwrap_or(0);
+            let copied = m["copied_bytes"].as_object().map_or(String::new(), |copied| {
+                copied
+                    .iter()
+                    .map(|(node, bytes)| format!("{node}:{}/{size}", bytes.as_u64().unwrap_or(0)))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            });
+            vec![
+                format!(
+                    "{}/{}/{}",
+                    m["stream"].as_str().unwrap_or("?"),
+                    m["topic"].as_str().unwrap_or("?"),
+                    m["partition"]
+                ),
+                list(&m["replicas"]),
+                list(&m["moving_to"]),
+                copied,
+            ]
+        })
+        .collect();
+    table(&["PARTITION", "REPLICAS", "MOVING_TO", "NEW_NODES_BYTES"], rows)
+}
+
 /// A group's shard and each node's report of it.
 type GroupReports<'a> = (u64, Vec<(u8, &'a Value)>);
 
@@ -1046,6 +1195,38 @@ mod tests {
         assert_eq!(cells[..5], ["0", "metadata", "0", "1", "1"], "{text}");
         assert!(row.contains("1:normal 2:normal"), "{text}");
         assert!(row.contains("0:dead 1:primary 2:lagging(12000ms,340ops)"), "{text}");
+    }
+
+    /// `cluster status` puts each moving partition together from every node's document: its
+    /// replicas, where it moves, its size on a current replica and what each new node holds.
+    #[test]
+    fn cluster_status_shows_each_move_with_the_bytes_its_new_nodes_hold() {
+        let partition = |held: bool, size: u64, moving: bool| {
+            json!({
+                "stream": "s", "topic": "t", "partition": 2, "group": 7, "size_bytes": size,
+                "replicas": [0], "held": held, "moving_to": if moving { json!([1]) } else { json!([]) },
+            })
+        };
+        let node = |node: u8, p: Value| NodeStatus {
+            node,
+            address: format!("n{node}:1"),
+            document: Ok(json!({ "partitions": [p, partition(true, 5, false)] })),
+        };
+        let nodes = [
+            node(0, partition(true, 4_000, true)),
+            node(1, partition(true, 1_500, true)),
+            node(2, partition(false, 0, true)),
+            NodeStatus { node: 3, address: "n3:1".into(), document: Err("refused".into()) },
+        ];
+        let moves = moves_of(&nodes);
+        assert_eq!(moves.len(), 1, "{moves:?}");
+        let only = &moves[0];
+        assert_eq!((only["replicas"].clone(), only["moving_to"].clone()), (json!([0]), json!([1])));
+        assert_eq!(only["size_bytes"], 4_000);
+        assert_eq!(only["copied_bytes"], json!({ "1": 1_500 }));
+        let text = moves_text(&moves);
+        assert!(text.contains("s/t/2") && text.contains("1:1500/4000"), "{text}");
+        assert_eq!(moves_text(&[]), "no move in progress\n");
     }
 
     #[test]

@@ -1,0 +1,273 @@
+//! Partition moves, carried out by the node that leads the partition (DESIGN.md §8): the
+//! metadata group decides a move (the catalog names its target voters); the group's primary
+//! takes the group's configuration there one change at a time — the new nodes join as
+//! learners, the voters switch to the target once every learner to be promoted is caught up
+//! (the lag definition of DESIGN.md §4: it acknowledged the head of a moment ago, one step
+//! back, and is in sync), then the leaving members are dropped — and asks the
+//! metadata group to record the move done. A cancel is a move back to the nodes the partition
+//! came from, by the same steps.
+//!
+//! It never promotes a learner that is not in sync, never changes the voters but all at once
+//! (so the group never has fewer voters than its replication factor), and never has two changes
+//! of one group in flight. Each change is a control record in the partition's own log, which
+//! consumers skip.
+
+use std::collections::HashMap;
+
+use bytes::BytesMut;
+use shoal_proto::batch::BatchBuilder;
+use shoal_proto::checksum;
+use shoal_proto::protocol::{MoveAction, MovePartition, Operation};
+use shoal_proto::wire::{ClientRequest, Membership};
+use shoal_replication::{ReplicaState, Request, Status};
+
+use super::state::ShardState;
+use super::thread::now_ms;
+use super::work::Work;
+use super::writes::{PendingWrite, WriteKind};
+use crate::connection::metadata_primary;
+use crate::metadata::MetaCommand;
+
+/// The key of a configuration change's control record: Kafka's control key layout with a type
+/// of Shoal's own ("MC", members change).
+pub const MEMBERS_CONTROL_KEY: [u8; 4] = [0, 0, 0x4d, 0x43];
+
+/// Moves advance at most this often, in ticks: a step waits for a commit or a catch-up anyway.
+const MOVE_STEP_TICKS: u64 = 5;
+/// A change with no answer for this long may be proposed again (its request was refused, or
+/// the view changed under it).
+const CHANGE_ANSWER_TICKS: u64 = 300;
+/// A finished move is reported to the metadata group at most this often until it is recorded.
+const DONE_REPORT_TICKS: u64 = 50;
+/// The client id a node's configuration changes go under in partition logs (clients pick odd
+/// random ids; a collision only mismatches a reply the mover ignores anyway).
+const MOVER_CLIENT: u64 = u64::MAX - 1;
+
+/// What the group's primary does next for a move to `target` voters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum MoveStep {
+    /// Propose this configuration.
+    Change(Membership),
+    /// Wait: a learner to be promoted is not in sync yet.
+    Wait,
+    /// The group runs with the target voters alone.
+    Done,
+}
+
+/// The next step from `current` towards `target` voters; `in_sync(member)` says whether a
+/// member is in sync by the primary's lag tracker.
+pub(super) fn next_step(
+    current: Membership,
+    target: u32,
+    in_sync: impl Fn(u8) -> bool,
+) -> MoveStep {
+    let joining = target & !current.members();
+    if joining != 0 {
+        let learners = current.learners | joining;
+        return MoveStep::Change(Membership { voters: current.voters, learners });
+    }
+    if current.voters != target {
+        let promoted = Membership { voters: target & !current.voters, learners: 0 };
+        // Canary (DESIGN.md §7): promote without waiting for the learners to catch up.
+        let ready =
+            cfg!(feature = "canary-promote-unsynced") || promoted.voter_indices().all(&in_sync);
+        if !ready {
+            return MoveStep::Wait;
+        }
+        let learners = current.members() & !target;
+        return MoveStep::Change(Membership { voters: target, learners });
+    }
+    if current.learners != 0 {
+        return MoveStep::Change(Membership { voters: target, learners: 0 });
+    }
+    MoveStep::Done
+}
+
+/// The mover's own state on one shard.
+#[derive(Default)]
+pub(super) struct Mover {
+    ticks: u64,
+    next_request: u64,
+    /// Per group: the tick until which its proposed change is awaited.
+    awaited: HashMap<u64, u64>,
+    /// Per group: the tick before which its finished move is not reported again.
+    reported: HashMap<u64, u64>,
+    /// Per group: the primary's head at the previous step. A learner that has acknowledged it
+    /// was caught up a step ago; one that has acknowledged nothing in this view never is
+    /// (the lag tracker counts a member in sync until its bound passes).
+    heads: HashMap<u64, u64>,
+    /// Changes proposed (the status document shows them per shard).
+    pub(super) changes_proposed: u64,
+    /// Steps held back for a learner not in sync yet.
+    pub(super) steps_waited: u64,
+}
+
+impl ShardState {
+    /// Advances every move of a partition this shard's replica leads, one step at a time.
+    pub(super) fn drive_moves(&mut self) {
+        self.mover.ticks += 1;
+        let tick = self.mover.ticks;
+        if !tick.is_multiple_of(MOVE_STEP_TICKS) {
+            return;
+        }
+        let mut moving = Vec::new();
+        for (stream, topic, info) in self.catalog.partition_infos() {
+            if info.shard != self.index {
+                continue;
+            }
+            let Ok((_, place)) = self.catalog.partition(&stream, &topic, info.partition) else {
+                continue;
+            };
+            if !place.target.is_empty() {
+                moving.push((stream, topic, info.partition, place));
+            }
+        }
+        for (stream, topic, partition, place) in moving {
+            let group = place.group;
+            let Some(replica) = self.node.replica(group) else { continue };
+            if !replica.is_primary() || replica.status() != Status::Normal {
+                continue;
+            }
+            if self.mover.awaited.get(&group).is_some_and(|&until| tick < until) {
+                continue;
+            }
+            let status = replica.group_status();
+            let head_before = self.mover.heads.insert(group, status.head);
+            let in_sync = |member: u8| {
+                status.replicas.iter().any(|p| {
+                    p.replica == member
+                        && p.state == ReplicaState::InSync
+                        && head_before.is_some_and(|head| p.acknowledged_op >= head)
+                })
+            };
+            match next_step(replica.config().members, place.target.voters, in_sync) {
+                MoveStep::Change(next) => self.propose_change(group, next, tick),
+                MoveStep::Wait => self.mover.steps_waited += 1,
+                MoveStep::Done => {
+                    self.mover.heads.remove(&group);
+                    if self.mover.reported.get(&group).is_some_and(|&until| tick < until) {
+                        continue;
+                    }
+                    self.mover.reported.insert(group, tick + DONE_REPORT_TICKS);
+                    let done = MoveAction::Done { voters: place.target.voters };
+                    self.report_move(MovePartition { stream, topic, partition, action: done });
+                }
+            }
+        }
+    }
+
+    /// Proposes `group`'s change to `next` as a control record in its log.
+    fn propose_change(&mut self, group: u64, next: Membership, tick: u64) {
+        self.mover.next_request += 1;
+        self.mover.changes_proposed += 1;
+        let now = now_ms();
+        let mut batch = BatchBuilder::new(now).control();
+        batch.push(now, Some(&MEMBERS_CONTROL_KEY), Some(&next.to_word().to_le_bytes()), &[]);
+        let batch = batch.build();
+        let request = Request {
+            client: MOVER_CLIENT,
+            session: 0,
+            request: self.mover.next_request,
+            body_checksum: checksum::crc32c(&batch),
+            body: BytesMut::from(&batch[..]),
+            record_count: 1,
+            first_timestamp_ms: now,
+            max_timestamp_ms: now,
+            append_time_ms: now,
+        };
+        tracing::info!(group, ?next, "proposing a configuration change for a move");
+        self.mover.awaited.insert(group, tick + CHANGE_ANSWER_TICKS);
+        // Nobody waits on the answer: the group's configuration is what the next step reads.
+        let (reply, _) = flume::bounded(1);
+        self.queue_write(
+            group,
+            request,
+            PendingWrite { kind: WriteKind::Reconfigure(next), reply },
+        );
+    }
+
+    /// A change's answer came (committed or not): the next step may follow at once.
+    pub(super) fn change_answered(&mut self, group: u64) {
+        self.mover.awaited.remove(&group);
+    }
+
+    /// Asks the metadata group's primary, wherever it is, to record `done`. A lost report is
+    /// sent again after [`DONE_REPORT_TICKS`] while the catalog still shows the move.
+    fn report_move(&mut self, done: MovePartition) {
+        let mesh = self.mesh.clone();
+        let config = std::sync::Arc::clone(&self.config);
+        monoio::spawn(async move {
+            let Some((_, primary)) = metadata_primary(&mesh).await else { return };
+            let client =
+                ClientRequest { client: MOVER_CLIENT, session: 0, request: 0, operation: 0 };
+            let cluster = &config.cluster;
+            if primary == cluster.node {
+                let MovePartition { stream, topic, partition, action } = done;
+                let nodes = cluster.node_count();
+                let command = MetaCommand::Move { stream, topic, partition, action, nodes };
+                let (reply, _) = flume::bounded(1);
+                let _ = mesh[0].send_async(Work::Metadata { client, command, reply }).await;
+                return;
+            }
+            let Some(address) = cluster.client_address(primary) else { return };
+            let requests = [(Operation::MovePartition, done.encode())];
+            if let Err(error) =
+                crate::kafka::call_each(address, cluster.id, MOVER_CLIENT, 1, &requests).await
+            {
+                tracing::warn!(%error, "reporting a finished move to the metadata primary");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn members(voters: u32, learners: u32) -> Membership {
+        Membership { voters, learners }
+    }
+
+    /// A move of one replica from node 0 to node 2, and of three replicas from {0,1,2} to
+    /// {1,2,3}: add the new nodes as learners, switch once they are in sync (never before),
+    /// drop the leaving ones; a cancel after the switch is a move back by the same steps.
+    #[test]
+    fn a_move_adds_learners_switches_once_they_are_in_sync_then_drops_the_leavers() {
+        let never = |_| false;
+        let always = |_| true;
+        assert_eq!(next_step(members(0b1, 0), 0b100, never), MoveStep::Change(members(0b1, 0b100)));
+        if !cfg!(feature = "canary-promote-unsynced") {
+            assert_eq!(next_step(members(0b1, 0b100), 0b100, never), MoveStep::Wait);
+        }
+        assert_eq!(
+            next_step(members(0b1, 0b100), 0b100, always),
+            MoveStep::Change(members(0b100, 0b1))
+        );
+        assert_eq!(
+            next_step(members(0b100, 0b1), 0b100, never),
+            MoveStep::Change(members(0b100, 0))
+        );
+        assert_eq!(next_step(members(0b100, 0), 0b100, never), MoveStep::Done);
+
+        let only_3 = |member| member == 3;
+        assert_eq!(
+            next_step(members(0b0111, 0), 0b1110, never),
+            MoveStep::Change(members(0b0111, 0b1000))
+        );
+        assert_eq!(
+            next_step(members(0b0111, 0b1000), 0b1110, only_3),
+            MoveStep::Change(members(0b1110, 0b0001))
+        );
+        // Cancelled after the switch: back to {0,1,2}, node 0 still a learner and in sync.
+        let only_0 = |member| member == 0;
+        assert_eq!(
+            next_step(members(0b1110, 0b0001), 0b0111, only_0),
+            MoveStep::Change(members(0b0111, 0b1000))
+        );
+        // Cancelled before the switch: the learner is dropped, nothing else changes.
+        assert_eq!(
+            next_step(members(0b0111, 0b1000), 0b0111, never),
+            MoveStep::Change(members(0b0111, 0))
+        );
+    }
+}
