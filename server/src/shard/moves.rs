@@ -110,6 +110,11 @@ impl ShardState {
         if !tick.is_multiple_of(MOVE_STEP_TICKS) {
             return;
         }
+        // Without a move anywhere (the common case) this is one pass over the places, with no
+        // allocation.
+        if self.catalog.places().all(|place| place.target.is_empty()) {
+            return;
+        }
         let mut moving = Vec::new();
         for (stream, topic, info) in self.catalog.partition_infos() {
             if info.shard != self.index {
