@@ -14,13 +14,12 @@
 
 use std::collections::HashMap;
 
-use bytes::BytesMut;
 use shoal_proto::batch::BatchBuilder;
-use shoal_proto::checksum;
 use shoal_proto::protocol::{MoveAction, MovePartition, Operation};
 use shoal_proto::wire::{ClientRequest, Membership};
-use shoal_replication::{ReplicaState, Request, Status};
+use shoal_replication::{ReplicaState, Status};
 
+use super::offsets::control_request;
 use super::state::ShardState;
 use super::thread::now_ms;
 use super::work::Work;
@@ -168,18 +167,9 @@ impl ShardState {
         let now = now_ms();
         let mut batch = BatchBuilder::new(now).control();
         batch.push(now, Some(&MEMBERS_CONTROL_KEY), Some(&next.to_word().to_le_bytes()), &[]);
-        let batch = batch.build();
-        let request = Request {
-            client: MOVER_CLIENT,
-            session: 0,
-            request: self.mover.next_request,
-            body_checksum: checksum::crc32c(&batch),
-            body: BytesMut::from(&batch[..]),
-            record_count: 1,
-            first_timestamp_ms: now,
-            max_timestamp_ms: now,
-            append_time_ms: now,
-        };
+        let request = self.mover.next_request;
+        let client = ClientRequest { client: MOVER_CLIENT, session: 0, request, operation: 0 };
+        let request = control_request(client, &batch.build(), now);
         tracing::info!(group, ?next, "proposing a configuration change for a move");
         self.mover.awaited.insert(group, tick + CHANGE_ANSWER_TICKS);
         // Nobody waits on the answer: the group's configuration is what the next step reads.

@@ -258,7 +258,7 @@ impl ShardState {
 }
 
 /// The write of a one-record control batch under `client`'s header fields.
-fn control_request(client: ClientRequest, batch: &[u8], now: i64) -> Request {
+pub(super) fn control_request(client: ClientRequest, batch: &[u8], now: i64) -> Request {
     Request {
         client: client.client,
         session: client.session,
