@@ -909,13 +909,9 @@ impl Session {
             .zip(&infos)
             .zip(&primaries)
             .map(|(((stream, topic, _), info), primary)| {
-                let place = self.catalog.partition(stream, topic, info.partition).map(|(_, p)| p);
-                let replicas: Vec<u8> = match place {
-                    Ok(place) if !place.members.is_empty() => {
-                        place.members.member_indices().collect()
-                    }
-                    _ => (0..nodes).collect(),
-                };
+                let place =
+                    self.catalog.partition(stream, topic, info.partition).ok().map(|(_, p)| p);
+                let replicas = place.map_or_else(|| (0..nodes).collect(), |p| p.replicas(nodes));
                 let moving_to = place.map_or(Vec::new(), |p| p.target.member_indices().collect());
                 StatusPartition {
                     stream,

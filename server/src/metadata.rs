@@ -451,6 +451,15 @@ pub struct PartitionPlace {
 }
 
 impl PartitionPlace {
+    /// The nodes holding the partition as its members, ascending, on a cluster of `nodes` nodes
+    /// (every node for a partition placed before replication factors).
+    pub fn replicas(&self, nodes: u8) -> Vec<u8> {
+        if self.members.is_empty() {
+            return (0..nodes).collect();
+        }
+        self.members.member_indices().collect()
+    }
+
     /// Whether node `node` holds the partition: a member, or a target of its move.
     pub fn is_held_by(&self, node: u8) -> bool {
         self.members.is_empty() || self.members.is_member(node) || self.target.is_member(node)

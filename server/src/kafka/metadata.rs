@@ -65,7 +65,6 @@ pub(super) async fn answer(connection: &Connection, request: &MetadataRequest) -
     let mut primaries = primaries.into_iter();
 
     let nodes = config.cluster.node_count();
-    let all_nodes: Vec<BrokerId> = (0..i32::from(nodes)).map(BrokerId).collect();
     let mut topics = Vec::with_capacity(asked.len());
     for Asked { name, id, topic } in asked {
         let name = name.map(|name| TopicName(StrBytes::from_string(name)));
@@ -84,11 +83,8 @@ pub(super) async fn answer(connection: &Connection, request: &MetadataRequest) -
                             (i32::from(primary.primary), 0)
                         };
                         let place = &topic.partitions[index];
-                        let replicas: Vec<BrokerId> = if place.members.is_empty() {
-                            all_nodes.clone()
-                        } else {
-                            place.members.member_indices().map(|n| BrokerId(n.into())).collect()
-                        };
+                        let replicas: Vec<BrokerId> =
+                            place.replicas(nodes).into_iter().map(|n| BrokerId(n.into())).collect();
                         MetadataResponsePartition::default()
                             .with_error_code(error)
                             .with_partition_index(index as i32)
