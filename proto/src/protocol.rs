@@ -79,6 +79,10 @@ pub enum Operation {
     /// Starts, cancels or records the end of a partition's move to other nodes
     /// ([`MovePartition`]).
     MovePartition = 20,
+    /// Adds a node to the cluster's address book ([`AddNode`]); answered with its index (`u8`).
+    AddNode = 21,
+    /// Removes a node: its partitions move to the other nodes ([`RemoveNode`]).
+    RemoveNode = 22,
 }
 
 impl Operation {
@@ -105,6 +109,8 @@ impl Operation {
             18 => Operation::LeaveGroup,
             19 => Operation::Poll,
             20 => Operation::MovePartition,
+            21 => Operation::AddNode,
+            22 => Operation::RemoveNode,
             _ => return None,
         })
     }
@@ -119,6 +125,8 @@ impl Operation {
                 | Operation::CreateTopic
                 | Operation::DeleteTopic
                 | Operation::MovePartition
+                | Operation::AddNode
+                | Operation::RemoveNode
         )
     }
 }
@@ -882,6 +890,77 @@ impl MovePartition {
     }
 }
 
+/// Longest address text an [`AddNode`] carries (an IPv6 address with its port fits).
+pub const NODE_ADDRESS_BYTES_MAX: usize = 64;
+
+/// `AddNode` arguments: a node for the cluster's address book, where its peers (`bus`, the base
+/// port of its shards' bus ports) and its clients (`client`, `kafka`) reach it.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct AddNode {
+    /// Its index; `None`: the lowest free one.
+    pub node: Option<u8>,
+    /// `IP:PORT` of its bus base port.
+    pub bus: String,
+    /// `IP:PORT` of its native listener.
+    pub client: String,
+    /// `IP:PORT` it advertises to Kafka clients; empty: none.
+    pub kafka: String,
+    /// Its rack; empty: none.
+    pub rack: String,
+}
+
+impl AddNode {
+    /// Encodes the arguments: `node u8` (255: the lowest free), then the four texts.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.u8(self.node.unwrap_or(u8::MAX));
+        w.str(&self.bus).str(&self.client).str(&self.kafka).str(&self.rack);
+        w.finish()
+    }
+
+    /// Decodes the arguments; texts longer than [`NODE_ADDRESS_BYTES_MAX`] are refused (what
+    /// they say is checked by the server).
+    pub fn decode(body: &[u8]) -> Result<AddNode> {
+        let mut r = Reader::new(body);
+        let node = r.u8("node")?;
+        let bus = r.str("bus", NODE_ADDRESS_BYTES_MAX)?;
+        let client = r.str("client", NODE_ADDRESS_BYTES_MAX)?;
+        let kafka = r.str("kafka", NODE_ADDRESS_BYTES_MAX)?;
+        let rack = r.str("rack", NODE_ADDRESS_BYTES_MAX)?;
+        r.end()?;
+        let node = (node != u8::MAX).then_some(node);
+        Ok(AddNode { node, bus, client, kafka, rack })
+    }
+}
+
+/// `RemoveNode` arguments: the node to drain and remove, and optionally the node its partitions
+/// go to (`replace-node`; otherwise each goes to the node holding the fewest replicas).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoveNode {
+    /// The node leaving.
+    pub node: u8,
+    /// The node taking its place; `None`: spread over the others.
+    pub replacement: Option<u8>,
+}
+
+impl RemoveNode {
+    /// Encodes the arguments: `node u8`, `replacement u8` (255: none).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.u8(self.node).u8(self.replacement.unwrap_or(u8::MAX));
+        w.finish()
+    }
+
+    /// Decodes the arguments.
+    pub fn decode(body: &[u8]) -> Result<RemoveNode> {
+        let mut r = Reader::new(body);
+        let node = r.u8("node")?;
+        let replacement = r.u8("replacement")?;
+        r.end()?;
+        Ok(RemoveNode { node, replacement: (replacement != u8::MAX).then_some(replacement) })
+    }
+}
+
 /// `CreateTopic` arguments. `None` (or a zero partition count) takes the server's default.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct CreateTopic {
@@ -1517,6 +1596,23 @@ mod tests {
             action: MoveAction::Start { voters: 0 },
         };
         assert!(MovePartition::decode(&nobody.encode()).is_err(), "a move to no node");
+
+        let add = AddNode {
+            node: Some(3),
+            bus: "10.0.0.4:7000".into(),
+            client: "10.0.0.4:8000".into(),
+            kafka: String::new(),
+            rack: "r1".into(),
+        };
+        assert_eq!(AddNode::decode(&add.encode()), Ok(add.clone()));
+        let lowest_free = AddNode { node: None, ..add.clone() };
+        assert_eq!(AddNode::decode(&lowest_free.encode()), Ok(lowest_free));
+        let long = AddNode { bus: "9".repeat(NODE_ADDRESS_BYTES_MAX + 1), ..add };
+        assert!(AddNode::decode(&long.encode()).is_err(), "an address past the bound");
+        for replacement in [None, Some(4)] {
+            let remove = RemoveNode { node: 0, replacement };
+            assert_eq!(RemoveNode::decode(&remove.encode()), Ok(remove));
+        }
 
         let produce = Produce {
             stream: "s".into(),

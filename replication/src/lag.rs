@@ -180,13 +180,16 @@ impl LagTracker {
     pub(crate) fn update(
         &mut self,
         tick: u64,
+        members: u32,
         last_heard_tick: &[u64],
         counters: &mut ReplicaCounters,
     ) {
         let own = usize::from(self.own);
-        let members = self.states.iter_mut().zip(&self.caught_up_tick).zip(last_heard_tick);
-        for (replica, ((state, &caught_up_tick), &heard_tick)) in members.enumerate() {
-            if replica == own {
+        let slots = self.states.iter_mut().zip(&self.caught_up_tick).zip(last_heard_tick);
+        for (replica, ((state, &caught_up_tick), &heard_tick)) in slots.enumerate() {
+            // A slot of no member (a node that holds none of this group) is neither lagging
+            // nor dead: it is not there to count.
+            if replica == own || members & (1 << replica) == 0 {
                 continue;
             }
             let silent_ticks = tick.saturating_sub(heard_tick);
@@ -287,7 +290,7 @@ mod tests {
                 heard[1] = tick;
                 lag.acknowledged(1, tick - 2, tick, tick);
             }
-            lag.update(tick, &heard, &mut counters);
+            lag.update(tick, u32::MAX, &heard, &mut counters);
         }
         let progress = lag.progress(1_000, &heard, 1_000);
         assert_eq!(progress[1].state, ReplicaState::InSync);
@@ -307,12 +310,12 @@ mod tests {
             heard[1] = tick;
             // Stuck at op 5, which became the head at tick 5: caught up until tick 6.
             lag.acknowledged(1, 5, tick, tick);
-            lag.update(tick, &heard, &mut counters);
+            lag.update(tick, u32::MAX, &heard, &mut counters);
             let expected = if tick > 106 { ReplicaState::Lagging } else { ReplicaState::InSync };
             assert_eq!(states(&lag, tick, &heard)[1], expected, "tick {tick}");
         }
         lag.acknowledged(1, 300, 300, 300);
-        lag.update(300, &heard, &mut counters);
+        lag.update(300, u32::MAX, &heard, &mut counters);
         assert_eq!(states(&lag, 300, &heard)[1], ReplicaState::InSync);
         assert_eq!((counters.backups_lagging, counters.backups_back_in_sync), (1, 1));
     }
@@ -326,17 +329,17 @@ mod tests {
                 heard[1] = tick;
                 lag.acknowledged(1, tick, tick, tick);
             }
-            lag.update(tick, &heard, &mut counters);
+            lag.update(tick, u32::MAX, &heard, &mut counters);
         }
         assert_eq!(states(&lag, 300, &heard)[1], ReplicaState::Dead);
         // It answers again, far behind: heard, not caught up.
         heard[1] = 301;
         lag.acknowledged(1, 50, 300, 301);
-        lag.update(301, &heard, &mut counters);
+        lag.update(301, u32::MAX, &heard, &mut counters);
         assert_eq!(states(&lag, 301, &heard)[1], ReplicaState::Lagging);
         lag.acknowledged(1, 300, 300, 302);
         heard[1] = 302;
-        lag.update(302, &heard, &mut counters);
+        lag.update(302, u32::MAX, &heard, &mut counters);
         assert_eq!(states(&lag, 302, &heard)[1], ReplicaState::InSync);
         // Backup 2, never heard from, was flagged dead too.
         let flagged = (counters.backups_dead, counters.backups_lagging);
@@ -364,14 +367,14 @@ mod tests {
         lag.prepared(1, 20);
         heard[1] = 30;
         lag.acknowledged(1, 1, 1, 30);
-        lag.update(30, &heard, &mut counters);
+        lag.update(30, u32::MAX, &heard, &mut counters);
         assert_eq!(lag.in_sync_ticks(1, 80), Some(50));
         // Silent for longer than the bound: dead, and the run is over.
-        lag.update(200, &heard, &mut counters);
+        lag.update(200, u32::MAX, &heard, &mut counters);
         assert_eq!(lag.in_sync_ticks(1, 200), None);
         heard[1] = 210;
         lag.acknowledged(1, 1, 1, 210);
-        lag.update(210, &heard, &mut counters);
+        lag.update(210, u32::MAX, &heard, &mut counters);
         // Back in sync from this update; the run starts at the next acknowledgement.
         assert_eq!(lag.in_sync_ticks(1, 210), None);
         lag.acknowledged(1, 1, 1, 220);

@@ -1106,7 +1106,12 @@ impl Replica {
                 }
                 if self.config.replica_count > 1 {
                     self.retransmit();
-                    self.lag.update(self.tick, &self.last_heard_tick, &mut self.counters);
+                    self.lag.update(
+                        self.tick,
+                        self.config.members.members(),
+                        &self.last_heard_tick,
+                        &mut self.counters,
+                    );
                     self.advance_hand_over();
                 }
             }
@@ -1396,7 +1401,12 @@ impl Replica {
             }
         }
         // Heard from, and perhaps caught up: a dead or lagging backup may be back in sync.
-        self.lag.update(self.tick, &self.last_heard_tick, &mut self.counters);
+        self.lag.update(
+            self.tick,
+            self.config.members.members(),
+            &self.last_heard_tick,
+            &mut self.counters,
+        );
         if !matches {
             return;
         }
@@ -2163,14 +2173,17 @@ impl Replica {
         self.send(to, message);
     }
 
-    /// The peer after `replica` in index order (never this replica).
+    /// The member after `replica` in index order, wrapping (never this replica; any slot while
+    /// this replica does not know its epoch's members). Slots past the members are skipped, so
+    /// a group of three in a cluster of many never asks a node that holds none of it.
     fn next_peer(&self, replica: u8) -> u8 {
         let count = self.config.replica_count;
-        let mut next = (replica + 1) % count;
-        if next == self.config.replica {
-            next = (next + 1) % count;
-        }
-        next
+        let members = if self.members_known { self.config.members.members() } else { u32::MAX };
+        let own = self.config.replica;
+        (1..=count)
+            .map(|step| ((u16::from(replica) + u16::from(step)) % u16::from(count)) as u8)
+            .find(|&slot| slot != own && members & (1 << slot) != 0)
+            .unwrap_or(own)
     }
 
     /// Requests for the lowest bodies the log lacks (at most `repair_prepares_max`, and at most

@@ -36,16 +36,17 @@ use shoal_proto::protocol::consumer::{
     PartitionRef, Poll, StoreOffset,
 };
 use shoal_proto::protocol::{
-    self, CreateTopic, ErrorCode, Fetch, FetchFrom, Hello, HelloReply, MovePartition, NODE_UNKNOWN,
-    NodeAddress, NotPrimary, Operation, PartitionInfo, PartitionPrimary, Partitioning, Produce,
-    TopicDescription,
+    self, AddNode, CreateTopic, ErrorCode, Fetch, FetchFrom, Hello, HelloReply, MovePartition,
+    NODE_UNKNOWN, NodeAddress, NotPrimary, Operation, PartitionInfo, PartitionPrimary,
+    Partitioning, Produce, RemoveNode, TopicDescription,
 };
 use shoal_proto::wire::{ClientReply, ClientRequest, HEADER_SIZE, Header};
 use shoal_replication::Request;
 
-use crate::config::Config;
+use crate::config::{ClusterNode, Config, NODES_MAX};
 use crate::metadata::{Catalog, METADATA_GROUP, MetaCommand, Published, TopicSettings};
 use crate::metrics::ShardMetrics;
+use crate::node_book;
 use crate::shard::{
     Body, FetchArgs, GroupRequest, GroupStats, Mesh, Outcome, ShardReport, Work, now_ms,
 };
@@ -179,12 +180,27 @@ impl Drop for Owed {
 struct Status<'a> {
     cluster: u64,
     node: u8,
+    /// Every node's client address, by index (an unknown index: empty).
     nodes: Vec<String>,
+    /// Every node of the cluster's address book: the founding ones, then those added.
+    cluster_nodes: Vec<StatusNode>,
     shards: u32,
     shard_reports: Vec<ShardReport>,
     connections: usize,
     config: serde_json::Value,
     partitions: Vec<StatusPartition<'a>>,
+}
+
+/// One node of the cluster's address book in the `Status` JSON.
+#[derive(serde::Serialize)]
+struct StatusNode {
+    node: u8,
+    client: String,
+    bus: String,
+    /// One of the founding nodes (`[cluster] nodes`), not added later.
+    founding: bool,
+    /// Being removed: its partitions move away, and nothing new is placed there.
+    leaving: bool,
 }
 
 /// One partition in the `Status` JSON: its names, then the figures `DescribeTopic` gives.
@@ -224,6 +240,7 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
     let version = Rc::new(Cell::new(0u16));
     let writer_version = Rc::clone(&version);
     let config = Arc::clone(&context.config);
+    let published = Arc::clone(&context.published);
     let writing = monoio::spawn(async move {
         // One frame buffer for the connection's life: replies are written one at a time.
         let mut out = Vec::with_capacity(HEADER_SIZE + 64);
@@ -251,7 +268,8 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
                         write_frame(&mut out, cluster, reply, &produced.encode_array())
                     }
                     &Body::NotPrimary { view, primary } => {
-                        let body = not_primary_body(&config, writer_version.get(), view, primary);
+                        let version = writer_version.get();
+                        let body = not_primary_body(&config, &published, version, view, primary);
                         write_frame(&mut out, cluster, reply, &body)
                     }
                     Body::Parts(_) => unreachable!("written above"),
@@ -327,12 +345,19 @@ async fn drain(reader: &mut Reader, mut buffer: Vec<u8>) {
 
 /// The body of a `NotPrimary` error for a connection speaking `version`: the structured body
 /// with the primary's client address from version 3 on, the text alone before.
-fn not_primary_body(config: &Config, version: u16, view: u32, primary: u8) -> Vec<u8> {
+fn not_primary_body(
+    config: &Config,
+    published: &Published,
+    version: u16,
+    view: u32,
+    primary: u8,
+) -> Vec<u8> {
     let text = Body::not_primary_text(view, primary);
     if version < 3 {
         return text.into_bytes();
     }
-    let address = config.cluster.client_address(primary).map(|a| a.to_string());
+    let catalog = published.latest();
+    let address = catalog.nodes.client_address(&config.cluster, primary).map(|a| a.to_string());
     NotPrimary { view, primary, address: address.unwrap_or_default(), text }.encode()
 }
 
@@ -472,9 +497,11 @@ impl Session {
         let nodes = if cluster.nodes.is_empty() {
             vec![NodeAddress { node: cluster.node, address: self.reached.clone() }]
         } else {
-            (0..cluster.node_count())
+            let book = &self.catalog.nodes;
+            (0..NODES_MAX as u8)
+                .filter(|&node| book.known(cluster.founders()) & (1 << node) != 0)
                 .filter_map(|node| {
-                    let address = cluster.client_address(node)?.to_string();
+                    let address = book.client_address(cluster, node)?.to_string();
                     Some(NodeAddress { node, address })
                 })
                 .collect()
@@ -518,9 +545,20 @@ impl Session {
             Operation::MovePartition => {
                 let asked = MovePartition::decode(&body).map_err(invalid_request)?;
                 let MovePartition { stream, topic, partition, action } = asked;
-                let nodes = self.context.config.cluster.node_count();
+                let nodes = self.context.config.cluster.founders();
                 let command = MetaCommand::Move { stream, topic, partition, action, nodes };
                 self.metadata(fields, command).await
+            }
+            Operation::AddNode => {
+                let asked = AddNode::decode(&body).map_err(invalid_request)?;
+                let command = self.add_node_command(asked)?;
+                self.metadata(fields, command).await
+            }
+            Operation::RemoveNode => {
+                let RemoveNode { node, replacement } =
+                    RemoveNode::decode(&body).map_err(invalid_request)?;
+                let founders = self.context.config.cluster.founders();
+                self.metadata(fields, MetaCommand::RemoveNode { node, replacement, founders }).await
             }
             Operation::DeleteTopic => {
                 let (stream, topic) =
@@ -643,13 +681,13 @@ impl Session {
             &config.topic_defaults,
             record_max.unwrap_or(0),
             config.metadata.topic_partitions_max,
-            config.cluster.node_count(),
+            self.catalog.active_node_count(&config.cluster),
         )?;
         let command = MetaCommand::CreateTopic {
             stream: request.stream,
             topic: request.topic,
             settings,
-            nodes: config.cluster.node_count(),
+            nodes: config.cluster.founders(),
         };
         self.metadata(fields, command).await
     }
@@ -844,6 +882,38 @@ impl Session {
         frame_max.saturating_sub(HEADER_SIZE + protocol::FETCH_REPLY_PREFIX_SIZE) as u32
     }
 
+    /// The command adding the node `asked` names, at the lowest free index when it names none;
+    /// a one-node cluster (no `[cluster] nodes`) cannot grow.
+    fn add_node_command(&self, asked: AddNode) -> Result<MetaCommand, (ErrorCode, String)> {
+        let cluster = &self.context.config.cluster;
+        if cluster.nodes.is_empty() {
+            return Err((
+                ErrorCode::InvalidArgument,
+                "a one-node cluster without [cluster] nodes cannot add nodes".into(),
+            ));
+        }
+        let founders = cluster.founders();
+        let known = self.catalog.nodes.known(founders);
+        let node = match asked.node {
+            Some(node) => node,
+            None => (founders..NODES_MAX as u8).find(|&n| known & (1 << n) == 0).ok_or((
+                ErrorCode::LimitReached,
+                format!("the cluster has {NODES_MAX} nodes already"),
+            ))?,
+        };
+        let address =
+            |field, text: &str| node_book::parse_address(field, text).map_err(invalid_request);
+        let kafka =
+            (!asked.kafka.is_empty()).then(|| address("kafka", &asked.kafka)).transpose()?;
+        let entry = ClusterNode {
+            bus: address("bus", &asked.bus)?,
+            client: address("client", &asked.client)?,
+            kafka,
+            rack: (!asked.rack.is_empty()).then_some(asked.rack),
+        };
+        Ok(MetaCommand::AddNode { node, address: entry, founders })
+    }
+
     async fn metadata(
         &self,
         fields: ClientRequest,
@@ -860,7 +930,7 @@ impl Session {
     /// where they were made. A one-node cluster answers everything here.
     async fn metadata_redirect(&self) -> Option<Outcome> {
         let cluster = &self.context.config.cluster;
-        if cluster.node_count() == 1 {
+        if cluster.nodes.is_empty() {
             return None;
         }
         let (view, primary) = metadata_primary(&self.context.mesh).await?;
@@ -903,7 +973,7 @@ impl Session {
         let mut infos: Vec<PartitionInfo> = all.iter().map(|(_, _, p)| *p).collect();
         let primaries = self.fill_stats(&mut infos).await;
         let config = &self.context.config;
-        let (node, nodes) = (config.cluster.node, config.cluster.node_count());
+        let (node, nodes) = (config.cluster.node, config.cluster.founders());
         let partitions: Vec<StatusPartition> = all
             .iter()
             .zip(&infos)
@@ -935,10 +1005,28 @@ impl Session {
             }
         }
         let cluster = &config.cluster;
+        let book = &self.catalog.nodes;
+        let known = if cluster.nodes.is_empty() { 0 } else { book.known(cluster.founders()) };
         let status = Status {
             cluster: cluster.id,
             node: cluster.node,
-            nodes: cluster.nodes.iter().map(|node| node.client.to_string()).collect(),
+            nodes: (0..32 - known.leading_zeros() as u8)
+                .map(|node| book.client_address(cluster, node).map(|a| a.to_string()))
+                .map(Option::unwrap_or_default)
+                .collect(),
+            cluster_nodes: (0..32u8)
+                .filter(|&node| known & (1 << node) != 0)
+                .filter_map(|node| {
+                    let entry = book.entry(cluster, node)?;
+                    Some(StatusNode {
+                        node,
+                        client: entry.client.to_string(),
+                        bus: entry.bus.to_string(),
+                        founding: node < cluster.founders(),
+                        leaving: book.leaving & (1 << node) != 0,
+                    })
+                })
+                .collect(),
             shards: config.shards,
             shard_reports: reports,
             connections: self.context.connections.load(Ordering::SeqCst),

@@ -17,6 +17,7 @@ pub mod lock;
 pub mod logging;
 pub mod metadata;
 pub mod metrics;
+pub mod node_book;
 pub mod offsets;
 pub mod shard;
 pub mod signals;

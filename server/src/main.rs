@@ -175,7 +175,7 @@ fn formation_of(config: &Config) -> Start<(bool, u64)> {
     })?;
     let shard_0 = shoal_engine::shard::shard_dir(&config.data_dir, 0);
     let metadata = shoal_engine::shard::group_dir(&shard_0, metadata::METADATA_GROUP);
-    let formed = config.cluster.node_count() == 1 || floor.is_some() || metadata.exists();
+    let formed = config.cluster.nodes.is_empty() || floor.is_some() || metadata.exists();
     Ok((formed, floor.unwrap_or(0)))
 }
 

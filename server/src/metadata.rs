@@ -27,8 +27,9 @@ use shoal_proto::protocol::{
 use shoal_proto::wire::{HEADER_SIZE, Membership as GroupMembers};
 use shoal_replication::{ClientCheck, ClientLimits, ClientTable};
 
-use crate::config::{NODES_MAX, TopicDefaults};
+use crate::config::{ClusterConfig, ClusterNode, NODES_MAX, TopicDefaults};
 use crate::kafka_groups::{GROUPS_MAX as KAFKA_GROUPS_MAX, StoredGroup};
+use crate::node_book::{NodeBook, read_node, replacement_for, voters_for, write_node};
 
 /// The metadata group's id.
 pub const METADATA_GROUP: u64 = 0;
@@ -116,8 +117,29 @@ pub enum MetaCommand {
         partition: u32,
         /// What to do.
         action: MoveAction,
-        /// The node count as the proposing primary knew it: a move's nodes lie below it.
+        /// The founding node count as the proposing primary knew it (with the catalog's book,
+        /// it says which nodes are active: a move's nodes must be).
         nodes: u8,
+    },
+    /// Adds node `node` to the cluster's address book (`docs/cluster.md`, "Adding and removing
+    /// nodes"): its peers dial it, and it joins the metadata group as a learner.
+    AddNode {
+        /// Its index (past the founding nodes, not in use).
+        node: u8,
+        /// Where its peers and clients reach it.
+        address: ClusterNode,
+        /// The founding node count as the proposing primary knew it.
+        founders: u8,
+    },
+    /// Starts removing node `node`: nothing new is placed there, and every partition it holds
+    /// starts a move to `replacement` (or to the active node holding the fewest replicas).
+    RemoveNode {
+        /// The node leaving.
+        node: u8,
+        /// The node taking its replicas, if one was named (`replace-node`).
+        replacement: Option<u8>,
+        /// The founding node count as the proposing primary knew it.
+        founders: u8,
     },
 }
 
@@ -291,6 +313,8 @@ const TAG_REBALANCE: u8 = 6;
 const TAG_ADD_PARTITIONS: u8 = 7;
 const TAG_STORE_KAFKA_GROUP: u8 = 8;
 const TAG_MOVE: u8 = 9;
+const TAG_ADD_NODE: u8 = 10;
+const TAG_REMOVE_NODE: u8 = 11;
 
 impl MetaCommand {
     /// The command's bytes (the record value in the metadata log).
@@ -341,6 +365,13 @@ impl MetaCommand {
                 };
                 w.u8(TAG_MOVE).u8(*nodes).bytes(&body.encode());
             }
+            MetaCommand::AddNode { node, address, founders } => {
+                w.u8(TAG_ADD_NODE).u8(*node).u8(*founders);
+                write_node(&mut w, address);
+            }
+            MetaCommand::RemoveNode { node, replacement, founders } => {
+                w.u8(TAG_REMOVE_NODE).u8(*node).u8(replacement.unwrap_or(u8::MAX)).u8(*founders);
+            }
         }
         w.finish()
     }
@@ -370,10 +401,12 @@ impl MetaCommand {
                         reason: format!("{nodes}: a cluster has 1 to {NODES_MAX} nodes"),
                     });
                 }
-                if settings.replication_factor > nodes {
+                // Nodes added since the cluster formed count too: the catalog checks the
+                // factor against the active nodes when the record applies.
+                if usize::from(settings.replication_factor) > NODES_MAX {
                     return Err(ProtocolError::Invalid {
                         field: "replication_factor",
-                        reason: format!("{} on {nodes} nodes", settings.replication_factor),
+                        reason: format!("{}: at most {NODES_MAX}", settings.replication_factor),
                     });
                 }
                 MetaCommand::CreateTopic { stream, topic, settings, nodes }
@@ -425,6 +458,17 @@ impl MetaCommand {
                 let MovePartition { stream, topic, partition, action } = body;
                 MetaCommand::Move { stream, topic, partition, action, nodes }
             }
+            TAG_ADD_NODE => {
+                let node = r.u8("node")?;
+                let founders = founders(&mut r)?;
+                MetaCommand::AddNode { node, founders, address: read_node(&mut r)? }
+            }
+            TAG_REMOVE_NODE => {
+                let node = r.u8("node")?;
+                let replacement = r.u8("replacement")?;
+                let replacement = (replacement != u8::MAX).then_some(replacement);
+                MetaCommand::RemoveNode { node, replacement, founders: founders(&mut r)? }
+            }
             other => {
                 return Err(ProtocolError::Invalid { field: "tag", reason: format!("{other}") });
             }
@@ -432,6 +476,18 @@ impl MetaCommand {
         r.end()?;
         Ok(command)
     }
+}
+
+/// A command's founding node count, within 1 to [`NODES_MAX`].
+fn founders(r: &mut Reader<'_>) -> Result<u8, ProtocolError> {
+    let founders = r.u8("founders")?;
+    if !(1..=NODES_MAX).contains(&usize::from(founders)) {
+        return Err(ProtocolError::Invalid {
+            field: "founders",
+            reason: format!("{founders}: a cluster has 1 to {NODES_MAX} nodes"),
+        });
+    }
+    Ok(founders)
 }
 
 /// One partition's place: its group, owning shard and the nodes holding it.
@@ -492,16 +548,11 @@ impl PartitionPlace {
         self.members.voter_indices().nth(index).expect("the index is below the voter count")
     }
 
-    /// The members of `group` for a replication factor of `factor` on `nodes` nodes: `factor`
-    /// consecutive nodes from `group mod nodes`, so consecutive groups spread their replicas,
-    /// and (by [`PartitionPlace::home`]) their primaries, evenly over the nodes. Empty (every
-    /// node) for a factor of 0.
-    pub fn members_for(group: u64, factor: u8, nodes: u8) -> GroupMembers {
-        assert!(factor <= nodes, "replication factor {factor} on {nodes} nodes");
-        let voters = (0..u64::from(factor))
-            .map(|i| 1u32 << ((group + i) % u64::from(nodes)))
-            .fold(0, |voters, bit| voters | bit);
-        GroupMembers { voters, learners: 0 }
+    /// The members of `group` for a replication factor of `factor` over the `active` nodes
+    /// ([`voters_for`]: consecutive groups spread their replicas, and by
+    /// [`PartitionPlace::home`] their primaries, evenly). Empty (every node) for a factor of 0.
+    pub fn members_for(group: u64, factor: u8, active: u32) -> GroupMembers {
+        GroupMembers { voters: voters_for(group, factor, active), learners: 0 }
     }
 }
 
@@ -551,12 +602,17 @@ pub struct Catalog {
     pub groups_per_shard: Vec<u32>,
     /// Groups each shard may hold (its superblock's bound; shard 0 also holds the metadata).
     pub groups_per_shard_max: u32,
+    /// The nodes added since the cluster formed, and those leaving.
+    pub nodes: NodeBook,
 }
 
 /// The placement of new partitions over shards (DESIGN.md §8), from the catalog alone.
 #[derive(Clone, Debug)]
 struct Placement {
+    /// Node slots up to the highest known node.
     nodes: u8,
+    /// More than one node is active: homes are spread.
+    spread: bool,
     groups_per_shard: Vec<u32>,
     groups_per_shard_max: u32,
     /// Per (shard, node), at `shard * nodes + node`: live groups on the shard whose home (view-0
@@ -575,7 +631,7 @@ impl Placement {
     fn place(&mut self, home: u8) -> Option<u32> {
         let nodes = usize::from(self.nodes);
         let home = usize::from(home) % nodes;
-        let led = |shard: usize| if nodes > 1 { self.homes[shard * nodes + home] } else { 0 };
+        let led = |shard: usize| if self.spread { self.homes[shard * nodes + home] } else { 0 };
         let shard = (0..self.groups_per_shard.len())
             .filter(|&shard| self.groups_per_shard[shard] < self.groups_per_shard_max)
             .min_by_key(|&shard| (led(shard), self.groups_per_shard[shard], shard))?;
@@ -590,6 +646,8 @@ impl Placement {
 pub enum Applied {
     /// A session was registered.
     Session(u64),
+    /// A node was added: its index.
+    Node(u8),
     /// The change is made.
     Done,
 }
@@ -607,6 +665,7 @@ impl Catalog {
             next_group: METADATA_GROUP + 1,
             groups_per_shard,
             groups_per_shard_max,
+            nodes: NodeBook::default(),
         }
     }
 
@@ -619,8 +678,17 @@ impl Catalog {
             MetaCommand::RegisterSession | MetaCommand::StoreKafkaGroup(_) => Ok(()),
             MetaCommand::Move { stream, topic, partition, action, nodes } => {
                 let (_, place) = self.partition(stream, topic, *partition)?;
-                check_move(&place, *action, *nodes)
+                check_move(&place, *action, self.nodes.active(*nodes))
                     .map_err(|reason| (ErrorCode::InvalidArgument, reason))
+            }
+            MetaCommand::AddNode { node, address, founders } => self
+                .nodes
+                .check_add(*node, address, *founders)
+                .map_err(|reason| (ErrorCode::InvalidArgument, reason)),
+            MetaCommand::RemoveNode { node, replacement, founders } => {
+                let refused = |reason| (ErrorCode::InvalidArgument, reason);
+                self.nodes.check_remove(*node, *replacement, *founders).map_err(refused)?;
+                self.replacements(*node, *replacement, *founders).map(|_| ()).map_err(refused)
             }
             MetaCommand::CreateStream { name } => {
                 check_name(name)?;
@@ -638,11 +706,12 @@ impl Catalog {
             MetaCommand::DeleteStream { name } => self.stream(name).map(|_| ()),
             MetaCommand::CreateTopic { stream, topic, settings, nodes } => {
                 check_name(topic)?;
-                if settings.replication_factor > *nodes {
+                let active = self.nodes.active(*nodes).count_ones();
+                if u32::from(settings.replication_factor) > active {
                     return Err((
                         ErrorCode::InvalidArgument,
                         format!(
-                            "replication_factor {}: more than {nodes} nodes",
+                            "replication_factor {}: more than the {active} active nodes",
                             settings.replication_factor
                         ),
                     ));
@@ -664,10 +733,14 @@ impl Catalog {
                 let entry = self.topic(stream, topic)?;
                 let current = entry.partitions.len() as u32;
                 let factor = entry.settings.replication_factor;
-                if factor > *nodes {
+                let active = self.nodes.active(*nodes).count_ones();
+                if u32::from(factor) > active {
                     return Err((
                         ErrorCode::InvalidArgument,
-                        format!("{stream}/{topic} has {factor} replicas: more than {nodes} nodes"),
+                        format!(
+                            "{stream}/{topic} has {factor} replicas: more than the {active} \
+                             active nodes"
+                        ),
                     ));
                 }
                 if *partitions <= current {
@@ -718,14 +791,19 @@ impl Catalog {
         }
     }
 
-    /// Places `count` new partition groups for `nodes` nodes (room checked already) and counts
-    /// them on their shards.
+    /// Places `count` new partition groups on a cluster founded by `nodes` nodes (room checked
+    /// already) and counts them on their shards.
     fn place_new(&mut self, nodes: u8, factor: u8, count: u32) -> Vec<PartitionPlace> {
         let mut placement = self.placement(nodes);
+        let active = self.nodes.active(nodes);
         let mut places = Vec::with_capacity(count as usize);
         for _ in 0..count {
             let group = self.next_group;
-            let members = PartitionPlace::members_for(group, factor, nodes);
+            let members = if factor == 0 {
+                GroupMembers::default()
+            } else {
+                PartitionPlace::members_for(group, factor, active)
+            };
             let target = GroupMembers::default();
             let home = PartitionPlace { group, shard: 0, members, target }.home(nodes);
             let shard = placement.place(home).expect("checked");
@@ -739,9 +817,9 @@ impl Catalog {
     /// Whether `partitions` new partition groups, placed for `nodes` nodes, fit on the shards.
     fn check_room(&self, nodes: u8, partitions: u32) -> Result<(), (ErrorCode, String)> {
         let mut placement = self.placement(nodes);
-        for group in self.next_group..self.next_group + u64::from(partitions) {
+        for _ in 0..partitions {
             // The home only orders shards with room; whether one has room is all asked here.
-            if placement.place((group % u64::from(nodes)) as u8).is_none() {
+            if placement.place(0).is_none() {
                 return Err((
                     ErrorCode::LimitReached,
                     format!(
@@ -828,19 +906,88 @@ impl Catalog {
                     }
                 }
             }
+            MetaCommand::AddNode { node, address, .. } => {
+                self.nodes.added.insert(*node, address.clone());
+                return Ok(Applied::Node(*node));
+            }
+            MetaCommand::RemoveNode { node, replacement, founders } => {
+                let moves = self.replacements(*node, *replacement, *founders).expect("checked");
+                self.nodes.leaving |= 1 << node;
+                let mut moves = moves.into_iter();
+                for stream in self.streams.values_mut() {
+                    for topic in stream.topics.values_mut() {
+                        for place in &mut topic.partitions {
+                            if let Some(&(group, voters)) = moves.as_slice().first()
+                                && group == place.group
+                            {
+                                place.target = GroupMembers { voters, learners: 0 };
+                                moves.next();
+                            }
+                        }
+                    }
+                }
+            }
         }
         Ok(Applied::Done)
+    }
+
+    /// The moves removing node `node` starts, in catalog order: each partition whose voters
+    /// (its move's target, if it is moving) include the node gets a target with the node
+    /// replaced by `replacement` or the active node holding the fewest replicas. Refused when
+    /// a partition has no node to go to (too few other active nodes for its replicas) or was
+    /// placed on every node before replication factors (it has no voters of its own to move).
+    fn replacements(
+        &self,
+        node: u8,
+        replacement: Option<u8>,
+        founders: u8,
+    ) -> Result<Vec<(u64, u32)>, String> {
+        let active = self.nodes.active(founders) & !(1 << node);
+        let mut load = [0u32; 32];
+        for place in self.places() {
+            let voters = if place.target.is_empty() { place.members } else { place.target };
+            for member in voters.member_indices() {
+                load[usize::from(member)] += 1;
+            }
+        }
+        let mut moves = Vec::new();
+        for place in self.places() {
+            if place.members.is_empty() {
+                return Err(format!(
+                    "partition group {} was placed on every node before replication factors: \
+                     it cannot move off node {node}",
+                    place.group
+                ));
+            }
+            let voters = if place.target.is_empty() { place.members } else { place.target }.voters;
+            if voters & (1 << node) == 0 {
+                continue;
+            }
+            let staying = voters & !(1 << node);
+            let Some(to) = replacement_for(staying, active, &load, replacement) else {
+                return Err(format!(
+                    "partition group {} has {} replicas and no other active node can take \
+                     node {node}'s",
+                    place.group,
+                    voters.count_ones()
+                ));
+            };
+            load[usize::from(to)] += 1;
+            moves.push((place.group, staying | (1 << to)));
+        }
+        Ok(moves)
     }
 
     /// Where the next partitions of a cluster of `nodes` nodes go (see [`Placement::place`]):
     /// the groups each shard holds, and per (node, shard) pair the live groups whose home the
     /// node is (the metadata group's among them).
-    fn placement(&self, nodes: u8) -> Placement {
-        let count = nodes;
-        let nodes = usize::from(nodes);
+    fn placement(&self, founders: u8) -> Placement {
+        let known = self.nodes.known(founders);
+        let count = (32 - known.leading_zeros()) as u8;
+        let nodes = usize::from(count);
         let mut homes = vec![0; nodes * self.shards as usize];
         let mut count_home = |place: &PartitionPlace| {
-            let node = usize::from(place.home(count));
+            let node = usize::from(place.home(founders));
             // A home past the node count (a cluster that shrank) leads nothing here.
             if node < nodes {
                 homes[place.shard as usize * nodes + node] += 1;
@@ -860,6 +1007,7 @@ impl Catalog {
         }
         Placement {
             nodes: count,
+            spread: self.nodes.active(founders).count_ones() > 1,
             groups_per_shard: self.groups_per_shard.clone(),
             groups_per_shard_max: self.groups_per_shard_max,
             homes,
@@ -980,6 +1128,12 @@ impl Catalog {
             .flat_map(|topic| topic.partitions.iter())
     }
 
+    /// The active nodes' count on `cluster` (its founding nodes, the added ones, less the
+    /// leaving ones): what bounds a new topic's replication factor.
+    pub fn active_node_count(&self, cluster: &ClusterConfig) -> u8 {
+        self.nodes.active(cluster.founders()).count_ones() as u8
+    }
+
     /// The place of partition group `group` (a linear search: for the rare request that
     /// reaches a node not holding its group).
     pub fn place_of(&self, group: u64) -> Option<PartitionPlace> {
@@ -1047,9 +1201,9 @@ pub const META_REPLY_BYTES_MAX: usize = 1024;
 /// Snapshot format version (`docs/storage-format.md`, "Metadata snapshot"): 2 adds each
 /// topic's `replica_lag_time_max_ms` after its settings; 3 the stored Kafka groups after the
 /// client table; 4 each topic's replication factor after its lag bound and each partition's
-/// members after its shard. Versions 1 to 3 are still read (as 0, as no Kafka group, and as
-/// every node).
-const SNAPSHOT_VERSION: u16 = 4;
+/// members after its shard; 5 the node book (added and leaving nodes) at the end. Versions 1
+/// to 4 are still read (as 0, as no Kafka group, as every node, and as no node added).
+const SNAPSHOT_VERSION: u16 = 5;
 
 /// The answer to one metadata request, as its client gets it and the client table keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1182,6 +1336,7 @@ impl MetaState {
                 MetaReply::ok(shoal_proto::protocol::encode_session(id))
             }
             Ok(Applied::Done) => MetaReply::ok(Vec::new()),
+            Ok(Applied::Node(node)) => MetaReply::ok(vec![node]),
             Err((code, text)) => MetaReply::error(code, &text),
         };
         if session != 0 {
@@ -1252,6 +1407,7 @@ impl MetaState {
         for group in self.kafka_groups.values() {
             group.write(&mut w);
         }
+        c.nodes.write(&mut w);
         w.finish()
     }
 
@@ -1269,7 +1425,7 @@ impl MetaState {
         let mut r = Reader::new(bytes);
         let version = r.u16("version")?;
         if !(1..=SNAPSHOT_VERSION).contains(&version) {
-            return Err(invalid("version", format!("{version}, this build reads 1 to 4")));
+            return Err(invalid("version", format!("{version}, this build reads 1 to 5")));
         }
         let applied_op = r.u64("applied_op")?;
         let snapshot_shards = r.u32("shards")?;
@@ -1355,6 +1511,7 @@ impl MetaState {
                 kafka_groups.insert(group.group.clone(), group);
             }
         }
+        let nodes = if version >= 5 { NodeBook::read(&mut r)? } else { NodeBook::default() };
         r.end()?;
         let catalog = Catalog {
             applied_op,
@@ -1364,6 +1521,7 @@ impl MetaState {
             groups_per_shard,
             // The node's bound now, as a full replay would use.
             groups_per_shard_max,
+            nodes,
         };
         Ok(MetaState { catalog, clients, kafka_groups })
     }
@@ -1409,8 +1567,9 @@ fn decode_settings(r: &mut Reader<'_>) -> Result<TopicSettings, ProtocolError> {
     })
 }
 
-/// Whether `action` applies to a partition placed as `place` on a cluster of `nodes` nodes.
-fn check_move(place: &PartitionPlace, action: MoveAction, nodes: u8) -> Result<(), String> {
+/// Whether `action` applies to a partition placed as `place` on a cluster whose `active` nodes
+/// (a bit per index) may receive replicas.
+fn check_move(place: &PartitionPlace, action: MoveAction, active: u32) -> Result<(), String> {
     if place.members.is_empty() {
         return Err("the partition was placed on every node before replication factors: it \
                     has nowhere to move"
@@ -1419,12 +1578,14 @@ fn check_move(place: &PartitionPlace, action: MoveAction, nodes: u8) -> Result<(
     let moving = !place.target.is_empty();
     match action {
         MoveAction::Start { voters } => {
-            let all_nodes = if nodes >= 32 { u32::MAX } else { (1u32 << nodes) - 1 };
             if moving {
                 return Err("a move of the partition is in progress: cancel it first".into());
             }
-            if voters & !all_nodes != 0 {
-                return Err(format!("nodes {voters:#x}: the cluster has nodes 0 to {}", nodes - 1));
+            // A node the partition holds already may stay although it is leaving.
+            let outside = voters & !(active | place.members.voters);
+            if outside != 0 {
+                let nodes: Vec<u32> = (0..32).filter(|n| outside & (1 << n) != 0).collect();
+                return Err(format!("nodes {nodes:?} are not active nodes of the cluster"));
             }
             let count = place.members.voter_count();
             if voters.count_ones() != count {
@@ -1474,6 +1635,12 @@ impl Published {
         let version = catalog.applied_op;
         *self.catalog.lock().unwrap_or_else(|e| e.into_inner()) = catalog;
         self.version.store(version, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The newest catalog (for the rare answer that needs it outside a shard's loop, such as a
+    /// node's address).
+    pub fn latest(&self) -> Arc<Catalog> {
+        Arc::clone(&self.catalog.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Refreshes `cached` if a newer catalog was published.
@@ -1968,6 +2135,15 @@ mod tests {
         state.catalog.applied_op = 2;
         let snapshot = state.encode_snapshot();
         let restored = MetaState::decode_snapshot(&snapshot, 1, 100, 8).unwrap();
+        assert_eq!(restored.catalog, state.catalog);
+        // Version 4: without the node book at the end (no node added, none leaving).
+        let snapshot = {
+            let mut bytes = snapshot[..snapshot.len() - 8].to_vec();
+            bytes[..2].copy_from_slice(&4u16.to_le_bytes());
+            bytes
+        };
+        let restored = MetaState::decode_snapshot(&snapshot, 1, 100, 8).unwrap();
+        assert_eq!(restored.catalog, state.catalog);
         let lag = |state: &MetaState| {
             state.catalog.topic("s", "t").unwrap().settings.replica_lag_time_max_ms
         };
@@ -2078,7 +2254,8 @@ mod tests {
         let restored = MetaState::decode_snapshot(&state.encode_snapshot(), 2, 100, 8).unwrap();
         assert_eq!(restored.catalog, state.catalog);
 
-        // More replicas than the nodes the record names: refused when decoded and when applied.
+        // More replicas than the active nodes: refused when applied (a record may name more than
+        // the founding nodes once nodes were added; one past 32 is refused when decoded).
         let over = TopicSettings { replication_factor: 4, ..settings };
         let refused = MetaCommand::CreateTopic {
             stream: "s".into(),
@@ -2086,7 +2263,7 @@ mod tests {
             settings: over,
             nodes: 3,
         };
-        assert!(MetaCommand::decode(&refused.encode()).is_err());
+        assert_eq!(MetaCommand::decode(&refused.encode()), Ok(refused.clone()));
         let (code, _) = state.catalog.apply(3, 0, &refused).unwrap_err();
         assert_eq!(code, ErrorCode::InvalidArgument);
         let add = MetaCommand::AddPartitions {
@@ -2171,5 +2348,69 @@ mod tests {
         assert_eq!(moved.members, GroupMembers { voters: elsewhere, learners: 0 });
         assert!(moved.target.is_empty());
         assert!(!moved.is_held_by(members.voter_indices().next().unwrap()));
+    }
+
+    /// Adding a node puts it in the book (kept by the log and the snapshot) and in the
+    /// placement of new partitions; removing one starts a move of every partition it holds to
+    /// the named replacement or the least loaded active node, and nothing new lands on it.
+    #[test]
+    fn nodes_are_added_and_removed_through_the_log() {
+        let address = |port: u16| ClusterNode {
+            bus: format!("10.0.0.9:{port}").parse().unwrap(),
+            client: format!("10.0.0.9:{}", port + 1).parse().unwrap(),
+            kafka: None,
+            rack: None,
+        };
+        let founders = 3;
+        let mut state = MetaState::new(1, 100, 8);
+        state.catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
+        let settings = TopicSettings { replication_factor: 3, ..settings(3) };
+        let create = |topic: &str| MetaCommand::CreateTopic {
+            stream: "s".into(),
+            topic: topic.into(),
+            settings,
+            nodes: founders,
+        };
+        state.catalog.apply(2, 0, &create("t")).unwrap();
+
+        let add = MetaCommand::AddNode { node: 3, address: address(7000), founders };
+        assert_eq!(MetaCommand::decode(&add.encode()), Ok(add.clone()));
+        assert_eq!(state.catalog.apply(3, 0, &add), Ok(Applied::Node(3)));
+        assert!(state.catalog.apply(4, 0, &add).is_err(), "node 3 is there already");
+        assert_eq!(state.catalog.nodes.known(founders), 0b1111);
+
+        // Four active nodes: a new topic's partitions use node 3 too.
+        state.catalog.apply(5, 0, &create("u")).unwrap();
+        let on_3 = state.catalog.topic("s", "u").unwrap().partitions.iter();
+        assert!(on_3.filter(|p| p.members.is_member(3)).count() > 0);
+
+        // Node 0 leaves, replaced by node 3: each partition of "t" (on 0, 1 and 2) moves to
+        // 1, 2 and 3; "u"'s partitions without node 0 stay.
+        let remove = MetaCommand::RemoveNode { node: 0, replacement: Some(3), founders };
+        assert_eq!(MetaCommand::decode(&remove.encode()), Ok(remove.clone()));
+        state.catalog.apply(6, 0, &remove).unwrap();
+        assert_eq!(state.catalog.nodes.leaving, 0b0001);
+        for place in &state.catalog.topic("s", "t").unwrap().partitions {
+            assert_eq!(place.target.voters, 0b1110, "{place:?}");
+        }
+        for place in &state.catalog.topic("s", "u").unwrap().partitions {
+            let moving = place.members.is_member(0);
+            assert_eq!(!place.target.is_empty(), moving, "{place:?}");
+            assert!(!place.target.is_member(0), "{place:?}");
+        }
+        assert!(state.catalog.apply(7, 0, &remove).is_err(), "node 0 is leaving already");
+        // Nothing new lands on a leaving node, and three replicas still fit on nodes 1 to 3.
+        state.catalog.apply(8, 0, &create("v")).unwrap();
+        let new = &state.catalog.topic("s", "v").unwrap().partitions;
+        assert!(new.iter().all(|p| !p.members.is_member(0)), "{new:?}");
+        // Removing a second node would leave two nodes for three replicas.
+        let too_many = MetaCommand::RemoveNode { node: 1, replacement: None, founders };
+        let (code, reason) = state.catalog.check(&too_many).unwrap_err();
+        assert_eq!(code, ErrorCode::InvalidArgument);
+        assert!(reason.contains("no other active node"), "{reason}");
+
+        state.catalog.applied_op = 8;
+        let restored = MetaState::decode_snapshot(&state.encode_snapshot(), 1, 100, 8).unwrap();
+        assert_eq!(restored.catalog, state.catalog);
     }
 }

@@ -568,7 +568,7 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
 /// Every peer's link figures (this node has no link to itself).
 fn bus_figures(bus: &BusCounters, own: u8) -> Vec<BusPeerFigures> {
     (0..bus.peers.len() as u8)
-        .filter(|&peer| peer != own)
+        .filter(|&peer| peer != own && bus.peers[usize::from(peer)].known.get())
         .map(|peer| {
             let p = &bus.peers[peer as usize];
             BusPeerFigures {

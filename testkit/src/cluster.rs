@@ -70,6 +70,8 @@ pub struct ShoalCluster {
     pub kafkas: Vec<String>,
     /// Each node's bus base address (shard s listens on its port + s), by node.
     pub buses: Vec<String>,
+    /// The founding nodes (`plan.nodes` at the start); the ones after were added.
+    pub founders: u8,
     plan: ClusterPlan,
 }
 
@@ -115,13 +117,49 @@ impl ShoalCluster {
     /// cluster id).
     pub fn command(&self, node: u8) -> Command {
         let node_index = usize::from(node);
-        node_command(
+        let mut command = node_command(
             &self.plan,
             node,
             &self.nodes_text,
             &self.clients[node_index],
             &self.kafkas[node_index],
+        );
+        if node >= self.founders {
+            command.args(["--cluster-added-node", &self.node_text(node)]);
+        }
+        command
+    }
+
+    /// Node `node`'s addresses in the text form (`bus=...,client=...,kafka=...`).
+    pub fn node_text(&self, node: u8) -> String {
+        let node = usize::from(node);
+        format!(
+            "bus={},client={},kafka={}",
+            self.buses[node], self.clients[node], self.kafkas[node]
         )
+    }
+
+    /// Reserves the ports of one more node, the next index, without starting it: the caller
+    /// adds it to the cluster (`AddNode`) and then starts it with [`ShoalCluster::start_added`].
+    /// Returns its index.
+    pub fn reserve_node(&mut self) -> Result<u8, ProcessError> {
+        let plan = ClusterPlan { nodes: 1, ..self.plan.clone() };
+        let ports = reserve(&plan)?;
+        let node = u8::try_from(self.clients.len()).expect("at most 32 nodes");
+        self.clients.push(format!("127.0.0.1:{}", ports.clients[0]));
+        self.kafkas.push(format!("127.0.0.1:{}", ports.kafkas[0]));
+        self.buses.push(format!("127.0.0.1:{}", ports.buses[0]));
+        self.plan.nodes += 1;
+        Ok(node)
+    }
+
+    /// Starts node `node`, reserved by [`ShoalCluster::reserve_node`], as a node added to the
+    /// cluster; it becomes `nodes[node]`.
+    pub fn start_added(&mut self, node: u8) -> Result<(), ProcessError> {
+        assert_eq!(usize::from(node), self.nodes.len(), "added nodes start in index order");
+        let process = ShoalProcess::start(self.command(node), self.plan.deadline)?;
+        self.nodes.push(process);
+        Ok(())
     }
 
     /// Every node's client address, comma-separated (what `--server` takes).
@@ -155,7 +193,8 @@ impl ShoalCluster {
             // Dropping the started nodes on an error kills them.
             nodes.push(ShoalProcess::start(command, plan.deadline)?);
         }
-        Ok(ShoalCluster { nodes, nodes_text, clients, kafkas, buses, plan: plan.clone() })
+        let founders = plan.nodes;
+        Ok(ShoalCluster { nodes, nodes_text, clients, kafkas, buses, founders, plan: plan.clone() })
     }
 }
 

@@ -95,6 +95,12 @@ impl Membership {
         (0..32u8).filter(move |&i| voters & (1 << i) != 0)
     }
 
+    /// The learners' indices, ascending.
+    pub fn learner_indices(&self) -> impl Iterator<Item = u8> + use<> {
+        let learners = self.learners;
+        (0..32u8).filter(move |&i| learners & (1 << i) != 0)
+    }
+
     /// The members' indices, ascending.
     pub fn member_indices(&self) -> impl Iterator<Item = u8> + use<> {
         let members = self.members();

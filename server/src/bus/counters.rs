@@ -6,6 +6,9 @@ use std::cell::Cell;
 /// One peer's link as the metrics see it.
 #[derive(Debug, Default)]
 pub struct PeerCounters {
+    /// The peer is a node of the cluster: its address is known, or it connected. The metrics
+    /// show known peers only (a cluster has 32 slots, most of them unused).
+    pub known: Cell<bool>,
     /// A handshaken connection is up.
     pub connected: Cell<bool>,
     /// Connections established after the first (the link went down and came back).
@@ -40,9 +43,9 @@ pub struct BusCounters {
 }
 
 impl BusCounters {
-    pub fn new(node_count: u8) -> BusCounters {
+    pub fn new(slots: u8) -> BusCounters {
         BusCounters {
-            peers: (0..node_count).map(|_| PeerCounters::default()).collect(),
+            peers: (0..slots).map(|_| PeerCounters::default()).collect(),
             connections_refused: Cell::new(0),
             frames_rejected: Cell::new(0),
         }

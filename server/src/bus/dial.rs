@@ -1,5 +1,6 @@
 //! The links this node opens: to every peer with a higher index, on the same shard's bus port.
-//! Each dials, handshakes, serves the connection until it ends, and dials again after a backoff
+//! A peer whose address is not known yet (a slot no node was added to) is looked up again every
+//! [`BACKOFF_MAX`]. Each dials, handshakes, serves the connection until it ends, and dials again after a backoff
 //! that doubles up to a ceiling (and starts over once a connection was made), until the node
 //! stops.
 
@@ -39,7 +40,9 @@ pub(super) async fn run(link: Rc<Link>) {
             }
             Err(_) => {}
         }
-        monoio::time::sleep(backoff).await;
+        let known = link.spec.addresses.get(link.peer).is_some();
+        link.counters.peers[usize::from(link.peer)].known.set(known);
+        monoio::time::sleep(if known { backoff } else { BACKOFF_MAX }).await;
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }
 }
@@ -47,7 +50,7 @@ pub(super) async fn run(link: Rc<Link>) {
 /// One attempt: connect and handshake. `Err(None)`: the peer is not there (down or starting);
 /// `Err(Some(why))`: it answered and the two do not match.
 async fn connect(link: &Link) -> Result<(TcpStream, Peer), Option<String>> {
-    let address = link.spec.addresses[link.peer as usize];
+    let Some(address) = link.spec.addresses.get(link.peer) else { return Err(None) };
     let mut stream =
         match monoio::time::timeout(CONNECT_TIME_MAX, TcpStream::connect(address)).await {
             Ok(Ok(stream)) => stream,

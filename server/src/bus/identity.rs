@@ -12,8 +12,11 @@ pub struct BusIdentity {
     pub cluster: u64,
     /// This node's index.
     pub node: u8,
-    /// Nodes in the cluster.
-    pub node_count: u8,
+    /// The cluster's founding nodes (`[cluster] nodes`, identical on every node): a peer that
+    /// states another count was started with another node list.
+    pub founders: u8,
+    /// Member slots: every node index, founding or added later, is below it.
+    pub slots: u8,
     /// This shard's index (a connection joins the same shard on both nodes).
     pub shard: u32,
     /// Shards per node (the same on every node).
@@ -29,7 +32,7 @@ impl BusIdentity {
         let fields = Handshake {
             shard: self.shard,
             shard_count: self.shard_count,
-            node_count: self.node_count,
+            node_count: self.founders,
             flags: if formed { HANDSHAKE_FLAG_FORMED } else { 0 },
             incarnation: self.incarnation,
         };
@@ -41,7 +44,7 @@ impl BusIdentity {
         let fields = HandshakeRefused {
             shard: self.shard,
             shard_count: self.shard_count,
-            node_count: self.node_count,
+            node_count: self.founders,
         };
         let reason = reason.as_bytes()
             [..reason.len().min(shoal_proto::wire::HANDSHAKE_REASON_BYTES_MAX)]
@@ -62,10 +65,10 @@ impl BusIdentity {
                 header.cluster, self.cluster
             ));
         }
-        if theirs.node_count != self.node_count {
+        if theirs.node_count != self.founders {
             return Err(format!(
-                "a cluster of {} nodes is not this node's {}",
-                theirs.node_count, self.node_count
+                "a cluster founded by {} nodes is not this node's {}",
+                theirs.node_count, self.founders
             ));
         }
         if theirs.shard_count != self.shard_count {
@@ -82,7 +85,7 @@ impl BusIdentity {
             Some(expected) if node != expected => {
                 return Err(format!("node {node} answered where node {expected} was expected"));
             }
-            None if node >= self.node || node >= self.node_count => {
+            None if node >= self.node || node >= self.slots => {
                 return Err(format!(
                     "node {node} may not dial node {} (the lower index dials the higher)",
                     self.node
@@ -112,7 +115,15 @@ mod tests {
     use super::*;
 
     fn identity(node: u8) -> BusIdentity {
-        BusIdentity { cluster: 7, node, node_count: 3, shard: 1, shard_count: 2, incarnation: 9 }
+        BusIdentity {
+            cluster: 7,
+            node,
+            founders: 3,
+            slots: 32,
+            shard: 1,
+            shard_count: 2,
+            incarnation: 9,
+        }
     }
 
     #[test]
@@ -129,7 +140,7 @@ mod tests {
         let ours = identity(2);
         let cases = [
             (BusIdentity { cluster: 8, ..identity(0) }, "cluster id 8 is not this node's 7"),
-            (BusIdentity { node_count: 5, ..identity(0) }, "a cluster of 5 nodes is not"),
+            (BusIdentity { founders: 5, ..identity(0) }, "a cluster founded by 5 nodes is not"),
             (BusIdentity { shard_count: 4, ..identity(0) }, "shard count 4 is not this node's 2"),
             (BusIdentity { shard: 0, ..identity(0) }, "shard 0 is not this port's shard 1"),
         ];

@@ -78,6 +78,7 @@ impl Link {
             add(&peer.reconnects, 1);
         }
         peer.connected.set(true);
+        peer.known.set(true);
         let (mut reader, writer) = stream.into_split();
         let (reader_alive, reader_gone) = flume::bounded::<()>(1);
         let (writer_alive, writer_gone) = flume::bounded::<()>(1);

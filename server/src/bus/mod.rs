@@ -1,6 +1,8 @@
 //! The replica bus (DESIGN.md §8): one TCP connection per (peer node, shard) carrying the replica
 //! messages of every group on this shard, opened by the lower node index to the higher one's bus
-//! port (the configured base port plus the shard index).
+//! port (the configured base port plus the shard index). Peers are member slots: the founding
+//! nodes' addresses come from `[cluster] nodes`, those of nodes added later from the catalog
+//! ([`BusAddresses::learn`]); a dialer waits until its peer's address is known.
 //!
 //! A shard starts its bus before it opens its node, so a restarting node hears StartView while it
 //! recovers. Sends never block the shard: [`BusTransport`] puts each packet in a bounded queue per
@@ -22,6 +24,7 @@ mod identity;
 mod link;
 mod transport;
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -39,8 +42,9 @@ use crate::shard::Work;
 pub struct BusSpec {
     /// This shard's identity on the bus.
     pub identity: BusIdentity,
-    /// Every node's bus address for this shard, by node index (this node's included).
-    pub addresses: Vec<SocketAddr>,
+    /// Every node's bus address for this shard, by node index (this node's included), as far as
+    /// they are known; the shard adds the nodes the catalog adds.
+    pub addresses: BusAddresses,
     /// Packets queued per peer at most; beyond, new ones are dropped and counted.
     pub queue_packets_max: usize,
     /// Bytes queued per peer at most; beyond, new packets are dropped and counted.
@@ -55,24 +59,57 @@ pub struct BusSpec {
     pub formed: Arc<AtomicBool>,
 }
 
+/// The bus addresses of one shard's peers by node index (`None`: not known yet), shared by its
+/// dialers and the shard, which adds the nodes its catalog adds.
+#[derive(Clone, Debug, Default)]
+pub struct BusAddresses(Rc<RefCell<Vec<Option<SocketAddr>>>>);
+
+impl BusAddresses {
+    /// `slots` unknown addresses.
+    pub fn new(slots: u8) -> BusAddresses {
+        BusAddresses(Rc::new(RefCell::new(vec![None; usize::from(slots)])))
+    }
+
+    /// Node `node`'s address, if known.
+    pub fn get(&self, node: u8) -> Option<SocketAddr> {
+        self.0.borrow().get(usize::from(node)).copied().flatten()
+    }
+
+    /// Records node `node`'s address (a slot past the bus's is ignored: validation keeps node
+    /// indices below the slot count).
+    pub fn learn(&self, node: u8, address: SocketAddr) {
+        if let Some(slot) = self.0.borrow_mut().get_mut(usize::from(node)) {
+            *slot = Some(address);
+        }
+    }
+}
+
 /// Binds this shard's bus port (when the cluster has peers) and starts its dialers and
 /// acceptor; returns the transport the node sends through and the counters the metrics read.
 /// A one-node cluster gets a transport without peers and starts nothing.
 pub fn start(spec: BusSpec) -> Result<(BusTransport, Rc<BusCounters>), String> {
-    let node_count = spec.identity.node_count;
-    let counters = Rc::new(BusCounters::new(node_count));
+    let slots = spec.identity.slots;
+    let counters = Rc::new(BusCounters::new(slots));
     let bound = QueueBound { packets_max: spec.queue_packets_max, bytes_max: spec.queue_bytes_max };
-    let (transport, queues) = BusTransport::new(spec.identity.node, node_count, bound, &counters);
-    if node_count <= 1 {
+    let (transport, queues) = BusTransport::new(spec.identity.node, slots, bound, &counters);
+    if slots <= 1 {
         return Ok((transport, counters));
     }
-    let own = spec.addresses[spec.identity.node as usize];
+    let node = spec.identity.node;
+    for peer in 0..slots {
+        counters.peers[usize::from(peer)]
+            .known
+            .set(peer != node && spec.addresses.get(peer).is_some());
+    }
+    let Some(own) = spec.addresses.get(node) else {
+        return Err(format!("shard {}: node {node} has no bus address", spec.identity.shard));
+    };
     let listener = monoio::net::TcpListener::bind(own).map_err(|error| {
         format!("shard {}: cannot listen for peers on {own}: {error}", spec.identity.shard)
     })?;
     let spec = Rc::new(spec);
     // The links of the lower nodes, which dial this one; the higher ones this node dials.
-    let mut dialed_by: Vec<Option<Rc<link::Link>>> = vec![None; node_count as usize];
+    let mut dialed_by: Vec<Option<Rc<link::Link>>> = vec![None; usize::from(slots)];
     for (peer, queue) in queues.into_iter().enumerate() {
         let Some(queue) = queue else { continue };
         let link = link::Link::new(Rc::clone(&spec), peer as u8, queue, Rc::clone(&counters));

@@ -31,15 +31,15 @@ pub struct QueueBound {
 }
 
 impl BusTransport {
-    /// The transport of node `node` in a cluster of `node_count`, and the receiving end of each
-    /// peer's queue (by node index; `None` for this node).
+    /// The transport of node `node` in a cluster of `slots` member slots, and the receiving end
+    /// of each peer's queue (by node index; `None` for this node).
     pub(super) fn new(
         node: u8,
-        node_count: u8,
+        slots: u8,
         bound: QueueBound,
         counters: &Rc<BusCounters>,
     ) -> (BusTransport, Vec<Option<flume::Receiver<Bytes>>>) {
-        let (queues, receivers) = (0..node_count)
+        let (queues, receivers) = (0..slots)
             .map(|peer| {
                 if peer == node {
                     return (None, None);

@@ -39,7 +39,7 @@ pub(super) struct Flag {
 }
 
 /// The flags that set a key, in `--help`'s order.
-pub(super) const FLAGS: [Flag; 11] = [
+pub(super) const FLAGS: [Flag; 12] = [
     Flag {
         name: "--data-dir",
         value_name: "DIR",
@@ -88,18 +88,29 @@ pub(super) const FLAGS: [Flag; 11] = [
     Flag {
         name: "--cluster-node",
         value_name: "N",
-        help: "This node's index in --cluster-nodes (default 0)",
+        help: "This node's index: in --cluster-nodes, or past them for a node added later with \
+               --cluster-added-node (default 0)",
         scope: Scope::Cluster,
         key: "node",
     },
     Flag {
         name: "--cluster-nodes",
         value_name: "NODES",
-        help: "Every node of the cluster in index order, the same on every node: nodes separated \
-               by ';', each bus=ADDR,client=ADDR[,kafka=ADDR][,rack=NAME] (shard s's replica \
-               bus on the bus port + s); default: none, a one-node cluster",
+        help: "The cluster's founding nodes in index order, the same on every node and never \
+               changed: nodes separated by ';', each bus=ADDR,client=ADDR[,kafka=ADDR][,rack=NAME] \
+               (shard s's replica bus on the bus port + s); default: none, a one-node cluster",
         scope: Scope::Cluster,
         key: "nodes",
+    },
+    Flag {
+        name: "--cluster-added-node",
+        value_name: "NODE",
+        help: "This node's own addresses when it was added to a running cluster (shoalctl \
+               cluster add-node; --cluster-node past --cluster-nodes): one node as in \
+               --cluster-nodes, bus=ADDR,client=ADDR[,kafka=ADDR][,rack=NAME]; default: none, a \
+               founding node",
+        scope: Scope::Cluster,
+        key: "added_node",
     },
     Flag {
         name: "--metrics-listen",

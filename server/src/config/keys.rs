@@ -168,6 +168,9 @@ pub(super) fn env_key(var: &str) -> Option<(Scope, &'static str)> {
     if matches("CLUSTER_", "nodes") {
         return Some((Scope::Cluster, "nodes"));
     }
+    if matches("CLUSTER_", "added_node") {
+        return Some((Scope::Cluster, "added_node"));
+    }
     if let Some(key) = NETWORK_KEYS.iter().find(|key| matches("NETWORK_", key.name)) {
         return Some((Scope::Network, key.name));
     }
@@ -308,7 +311,7 @@ pub(super) struct IntKey<T> {
     pub(super) set: fn(&mut T, u64),
 }
 
-/// `[cluster]` but `nodes` (a list).
+/// `[cluster]` but `nodes` (a list) and `added_node` (one node).
 pub(super) const CLUSTER_KEYS: [IntKey<ClusterConfig>; 2] = [
     IntKey { name: "id", min: 1, max: TOML_INT_MAX, get: |c| c.id, set: |c, v| c.id = v },
     IntKey {
@@ -763,7 +766,8 @@ pub(super) fn key_words(name: &str) -> Option<&'static [&'static str]> {
     WORD_KEYS.iter().find(|(key, _)| *key == name).map(|(_, words)| *words)
 }
 
-/// The keys of one `[cluster] nodes` entry, in the order the text form writes them.
+/// The keys of one `[cluster] nodes` entry (and of `added_node`), in the order the text form
+/// writes them.
 const NODE_KEYS: [&str; 4] = ["bus", "client", "kafka", "rack"];
 
 /// A `[cluster] nodes` value: an array of tables in the file (`{ bus = "IP:PORT", ... }`), the
@@ -772,66 +776,95 @@ const NODE_KEYS: [&str; 4] = ["bus", "client", "kafka", "rack"];
 /// names it `written[i]` (`cluster.nodes[1]`), one about a node's key `written[i].key`.
 pub(super) fn cluster_nodes(raw: Raw<'_>, written: &str) -> Result<Vec<ClusterNode>, ConfigError> {
     let node_key = |index: usize| format!("{written}[{index}]");
-    let entries: Vec<Vec<(&str, Raw<'_>)>> = match raw {
+    match raw {
         Raw::Toml(toml::Value::Array(items)) => items
             .iter()
             .enumerate()
             .map(|(index, item)| {
-                let table = item.as_table().ok_or_else(|| {
-                    ConfigError::new(
-                        node_key(index),
-                        format!(
-                            "expected a table ({{ bus = \"IP:PORT\", client = \"IP:PORT\" }}), \
-                             found a {}",
-                            item.type_str()
-                        ),
-                    )
-                })?;
-                Ok(table.iter().map(|(name, value)| (name.as_str(), Raw::Toml(value))).collect())
+                let key = node_key(index);
+                cluster_node(&key, node_table(item, &key)?)
             })
-            .collect::<Result<_, ConfigError>>()?,
-        Raw::Toml(other) => {
-            return Err(ConfigError::new(
-                written,
-                format!("expected an array of tables, found a {}", other.type_str()),
-            ));
-        }
-        Raw::Text(text) if text.trim().is_empty() => Vec::new(),
+            .collect(),
+        Raw::Toml(other) => Err(ConfigError::new(
+            written,
+            format!("expected an array of tables, found a {}", other.type_str()),
+        )),
+        Raw::Text(text) if text.trim().is_empty() => Ok(Vec::new()),
         Raw::Text(text) => text
             .split(';')
             .enumerate()
             .map(|(index, node)| {
+                let key = node_key(index);
                 if node.trim().is_empty() {
                     return Err(ConfigError::new(
-                        node_key(index),
+                        key,
                         "empty: nodes are separated by ';', a node's key=value pairs by ','",
                     ));
                 }
-                node.split(',')
-                    .map(|pair| {
-                        let (name, value) = pair.split_once('=').ok_or_else(|| {
-                            ConfigError::new(
-                                node_key(index),
-                                format!(
-                                    "{:?} is not key=value (keys: bus, client, kafka, rack)",
-                                    pair.trim()
-                                ),
-                            )
-                        })?;
-                        Ok((name.trim(), Raw::Text(value.trim())))
-                    })
-                    .collect()
+                cluster_node(&key, node_pairs(node, &key)?)
             })
-            .collect::<Result<_, ConfigError>>()?,
+            .collect(),
+    }
+}
+
+/// A `[cluster] added_node` value: one node in the form of one entry of `nodes` — a table in
+/// the file, the text form of one node elsewhere (an empty text is none, so a later layer can
+/// take back an earlier one's). An error names `written` (`cluster.added_node`) or, about one of
+/// the node's keys, `written.key`.
+pub(super) fn cluster_added_node(
+    raw: Raw<'_>,
+    written: &str,
+) -> Result<Option<ClusterNode>, ConfigError> {
+    let entries = match raw {
+        Raw::Text(text) if text.trim().is_empty() => return Ok(None),
+        Raw::Text(text) if text.contains(';') => {
+            return Err(ConfigError::new(
+                written,
+                "one node only (';' separates the nodes of nodes; a node's key=value pairs \
+                 are separated by ',')",
+            ));
+        }
+        Raw::Text(text) => node_pairs(text, written)?,
+        Raw::Toml(item) => node_table(item, written)?,
     };
-    entries
-        .into_iter()
-        .enumerate()
-        .map(|(index, entry)| cluster_node(&node_key(index), entry))
+    cluster_node(written, entries).map(Some)
+}
+
+/// A node's entries from its TOML table; `key` names the node in errors.
+fn node_table<'a>(
+    item: &'a toml::Value,
+    key: &str,
+) -> Result<Vec<(&'a str, Raw<'a>)>, ConfigError> {
+    let table = item.as_table().ok_or_else(|| {
+        ConfigError::new(
+            key,
+            format!(
+                "expected a table ({{ bus = \"IP:PORT\", client = \"IP:PORT\" }}), found a {}",
+                item.type_str()
+            ),
+        )
+    })?;
+    Ok(table.iter().map(|(name, value)| (name.as_str(), Raw::Toml(value))).collect())
+}
+
+/// A node's entries from its text form (`bus=IP:PORT,client=IP:PORT,...`); `key` names the node
+/// in errors.
+fn node_pairs<'a>(text: &'a str, key: &str) -> Result<Vec<(&'a str, Raw<'a>)>, ConfigError> {
+    text.split(',')
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').ok_or_else(|| {
+                ConfigError::new(
+                    key,
+                    format!("{:?} is not key=value (keys: {})", pair.trim(), NODE_KEYS.join(", ")),
+                )
+            })?;
+            Ok((name.trim(), Raw::Text(value.trim())))
+        })
         .collect()
 }
 
-/// One node from its `key = value` entries; `key` names it in errors (`cluster.nodes[1]`).
+/// One node from its `key = value` entries; `key` names it in errors (`cluster.nodes[1]`,
+/// `cluster.added_node`).
 fn cluster_node(key: &str, entries: Vec<(&str, Raw<'_>)>) -> Result<ClusterNode, ConfigError> {
     let (mut bus, mut client, mut kafka, mut rack) = (None, None, None, None);
     for (name, raw) in entries {

@@ -18,8 +18,8 @@ use super::args::FLAGS;
 use super::error::ConfigError;
 use super::keys::{
     BOOL_KEYS, CLUSTER_KEYS, CPU_ID_MAX, METADATA_KEYS, NETWORK_KEYS, Placement, REPLICATION_KEYS,
-    Raw, STORAGE_KEYS, Scope, TOPIC_KEYS, TUNING_KEYS, WORD_KEYS, cluster_nodes, env_key,
-    log_filter, shard_index,
+    Raw, STORAGE_KEYS, Scope, TOPIC_KEYS, TUNING_KEYS, WORD_KEYS, cluster_added_node,
+    cluster_nodes, env_key, log_filter, shard_index,
 };
 use super::model::{
     ClusterNode, Config, GROUP_INITIAL_REBALANCE_DELAY_MS_MAX, Profile, SHARDS_MAX,
@@ -67,6 +67,8 @@ pub struct Layers {
     pub(super) cpus: Option<Given<Placement>>,
     pub(super) durability: Option<Given<Durability>>,
     pub(super) cluster_nodes: Option<Given<Vec<ClusterNode>>>,
+    /// `[cluster] added_node`; `None` inside: an empty text took back an earlier layer's.
+    pub(super) cluster_added_node: Option<Given<Option<ClusterNode>>>,
     /// Every integer key (network, topic defaults, shard storage and tuning, per-shard `cpu`),
     /// and the boolean shard keys as 0 or 1.
     pub(super) ints: BTreeMap<(Scope, &'static str), Given<u64>>,
@@ -229,9 +231,13 @@ impl Layers {
         if let Some(nodes) = &self.cluster_nodes {
             config.cluster.nodes.clone_from(&nodes.value);
         }
+        if let Some(added_node) = &self.cluster_added_node {
+            config.cluster.added_node.clone_from(&added_node.value);
+        }
         // In a cluster the native listener is, unless set, where the node's peers tell clients
-        // to connect (an unknown `node` is left for validation to name).
-        let client = config.cluster.client_address(config.cluster.node);
+        // to connect (from `nodes`, or `added_node` for a node added later; an unknown `node` is
+        // left for validation to name).
+        let client = config.cluster.own_node().map(|own| own.client);
         match (&self.native_listen, client) {
             (Some(native_listen), _) => config.native_listen = native_listen.value,
             (None, Some(client)) => config.native_listen = client,
@@ -241,7 +247,7 @@ impl Layers {
             config.metrics.listen = listen.value;
         }
         // As for the native listener: in a cluster, unless set, the node's advertised address.
-        match (&self.kafka_listen, config.cluster.kafka_address(config.cluster.node)) {
+        match (&self.kafka_listen, config.cluster.own_node().and_then(|own| own.kafka)) {
             (Some(listen), _) => config.kafka.listen = listen.value,
             (None, Some(kafka)) => config.kafka.listen = Some(kafka),
             (None, None) => {}
@@ -398,6 +404,10 @@ impl Layers {
             (Scope::Cluster, "nodes") => {
                 let nodes = cluster_nodes(raw, &written)?;
                 self.cluster_nodes = Some(Given { value: nodes, key: written });
+            }
+            (Scope::Cluster, "added_node") => {
+                let node = cluster_added_node(raw, &written)?;
+                self.cluster_added_node = Some(Given { value: node, key: written });
             }
             (Scope::Metrics, "listen") => {
                 let listen = raw.listen_or_off("127.0.0.1:9464").map_err(error)?;

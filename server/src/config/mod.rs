@@ -6,12 +6,13 @@
 //! through, so a key has one name, one bound and one env variable), the defaults, the resolution
 //! order — built-in defaults, then the file, then `SHOAL_*` variables, then flags, later winning
 //! key by key; a `[shard.N]` key beats the same `[shard]` key (and `cpus`) from any layer — and
-//! every validation rule. `[cluster]` names the cluster, this node and every node's addresses
-//! (its `nodes` key is a list: an array of tables in the file, a text form elsewhere). `[shard]`
-//! holds two tables of keys: the engine's `ShardConfig` fields and the server's own per-shard
-//! `ShardTuning` (ring, SQPOLL, direct I/O, group-commit delay, new partitions' segment age). An
-//! error names the key as the user wrote it (`topic_defaults.segment_size_bytes`,
-//! `SHOAL_NETWORK_CONNECTIONS_MAX`, `--shards`, `cluster.nodes[1]`) and the reason.
+//! every validation rule. `[cluster]` names the cluster, this node and the founding nodes'
+//! addresses (its `nodes` key is a list: an array of tables in the file, a text form elsewhere)
+//! and, on a node added later, that node's own (`added_node`). `[shard]` holds two tables of
+//! keys: the engine's `ShardConfig` fields and the server's own per-shard `ShardTuning` (ring,
+//! SQPOLL, direct I/O, group-commit delay, new partitions' segment age). An error names the key as the user wrote it (`topic_defaults.segment_size_bytes`,
+//! `SHOAL_NETWORK_CONNECTIONS_MAX`, `--shards`, `cluster.nodes[1]`, `cluster.added_node.bus`) and
+//! the reason.
 //!
 //! It never reads a file, the environment or the machine's CPU list itself (`main` passes their
 //! contents in, so tests drive it with plain strings) and never touches the data directory. A shard

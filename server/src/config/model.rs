@@ -52,14 +52,20 @@ pub struct Config {
 pub struct ClusterConfig {
     /// Cluster id stamped in every header and superblock (default 1).
     pub id: u64,
-    /// This node's index in `nodes` (default 0).
+    /// This node's index: in `nodes` for a founding node, past them for a node added later
+    /// (default 0).
     pub node: u8,
-    /// Every node of the cluster, in index order; identical on every node. Empty: a one-node
-    /// cluster (today's behaviour).
+    /// The cluster's founding nodes, in index order; identical on every node and never changed
+    /// (nodes added later are in the cluster's metadata). Empty: a one-node cluster (today's
+    /// behaviour).
     pub nodes: Vec<ClusterNode>,
+    /// This node's own addresses when it was added to a running cluster (`node` past `nodes`):
+    /// `nodes` stays the founders' list, so the added node's entry has to come from somewhere
+    /// else. None on a founding node (default).
+    pub added_node: Option<ClusterNode>,
 }
 
-/// One node of `[cluster] nodes`: where its peers and its clients reach it.
+/// One node of `[cluster] nodes` (or `added_node`): where its peers and its clients reach it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClusterNode {
     /// Replica-bus base address: shard s of this node listens on the base port + s.
@@ -72,42 +78,59 @@ pub struct ClusterNode {
     pub rack: Option<String>,
 }
 
+impl ClusterNode {
+    /// Its bus address for shard `shard` (the base port plus the shard); None past the port
+    /// range (validation keeps every shard of a configured node within it).
+    pub fn bus_address(&self, shard: u32) -> Option<SocketAddr> {
+        let mut address = self.bus;
+        address.set_port(u16::try_from(u32::from(address.port()) + shard).ok()?);
+        Some(address)
+    }
+}
+
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { id: 1, node: 0, nodes: Vec::new() }
+        ClusterConfig { id: 1, node: 0, nodes: Vec::new(), added_node: None }
     }
 }
 
 impl ClusterConfig {
-    /// Nodes in the cluster: `nodes.len()`, or 1 when `nodes` is empty.
-    pub fn node_count(&self) -> u8 {
+    /// The founding nodes: `nodes.len()`, or 1 (this node) when `nodes` is empty.
+    pub fn founders(&self) -> u8 {
         // Validation keeps the list within NODES_MAX (32).
         u8::try_from(self.nodes.len().max(1)).expect("at most 32 nodes")
     }
 
+    /// This node's entry: from `nodes` for a founding node, `added_node` for one added later;
+    /// None for a one-node cluster.
+    pub fn own_node(&self) -> Option<&ClusterNode> {
+        self.entry(self.node)
+    }
+
     /// Node `node`'s bus address for shard `shard` (base port + shard); None for a one-node
-    /// cluster or an unknown node (or a shard past the port range: validation keeps every shard
-    /// of the node's within it).
+    /// cluster, a node this configuration does not know (a node added later, other than this
+    /// one) or a shard past the port range (validation keeps every shard of this node's and the
+    /// founders' within it).
     pub fn bus_address(&self, node: u8, shard: u32) -> Option<SocketAddr> {
-        let mut address = self.nodes.get(usize::from(node))?.bus;
-        let port = u32::from(address.port()) + shard;
-        address.set_port(u16::try_from(port).ok()?);
-        Some(address)
+        self.entry(node)?.bus_address(shard)
     }
 
-    /// Node `node`'s client address; None for a one-node cluster or an unknown node.
-    pub fn client_address(&self, node: u8) -> Option<SocketAddr> {
-        self.nodes.get(usize::from(node)).map(|node| node.client)
-    }
-
-    /// Node `node`'s Kafka address (`None` for a one-node cluster or a node without one).
-    pub fn kafka_address(&self, node: u8) -> Option<SocketAddr> {
-        self.nodes.get(usize::from(node)).and_then(|node| node.kafka)
+    /// Node `node`'s entry: a founding node's from `nodes`, this node's from `added_node` when
+    /// it was added later. Other added nodes' addresses are in the cluster's metadata, not here.
+    pub fn entry(&self, node: u8) -> Option<&ClusterNode> {
+        match self.nodes.get(usize::from(node)) {
+            Some(founder) => Some(founder),
+            // A one-node cluster has no entries at all, even with an `added_node` that
+            // validation is about to refuse.
+            None if node == self.node && !self.nodes.is_empty() => self.added_node.as_ref(),
+            None => None,
+        }
     }
 }
 
 /// The text form of one node, as `SHOAL_CLUSTER_NODES` and `--cluster-nodes` take it
-/// (`bus=IP:PORT,client=IP:PORT[,kafka=IP:PORT][,rack=NAME]`; nodes are joined by `;`).
+/// (`bus=IP:PORT,client=IP:PORT[,kafka=IP:PORT][,rack=NAME]`; nodes are joined by `;`) and
+/// `SHOAL_CLUSTER_ADDED_NODE` and `--cluster-added-node` take one.
 impl fmt::Display for ClusterNode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "bus={},client={}", self.bus, self.client)?;

@@ -14,7 +14,7 @@ use super::keys::{
     IntKey, METADATA_KEYS, NETWORK_KEYS, REPLICATION_KEYS, STORAGE_KEYS, TOPIC_KEYS, TUNING_KEYS,
     is_bool_key, key_words,
 };
-use super::model::{Config, ShardSettings};
+use super::model::{ClusterNode, Config, ShardSettings};
 
 /// The first line of `--print-config`: a TOML comment, which serde cannot write.
 const FILE_HEADER: &str = "# The effective shoal configuration (shoal --print-config).\n";
@@ -67,12 +67,15 @@ struct Node<'a> {
 }
 
 /// `[cluster]`; `nodes` is always there (`[]` for a one-node cluster), each node as an array
-/// element, its optional keys only when set.
+/// element, its optional keys only when set; `added_node`, a table of the same keys, only on a
+/// node added later.
 #[derive(Serialize)]
 struct Cluster<'a> {
     id: u64,
     node: u8,
     nodes: Vec<ClusterNodeKeys<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    added_node: Option<ClusterNodeKeys<'a>>,
 }
 
 #[derive(Serialize)]
@@ -176,17 +179,8 @@ impl<'a> Node<'a> {
             cluster: Cluster {
                 id: config.cluster.id,
                 node: config.cluster.node,
-                nodes: config
-                    .cluster
-                    .nodes
-                    .iter()
-                    .map(|node| ClusterNodeKeys {
-                        bus: node.bus.to_string(),
-                        client: node.client.to_string(),
-                        kafka: node.kafka.map(|kafka| kafka.to_string()),
-                        rack: node.rack.as_deref(),
-                    })
-                    .collect(),
+                nodes: config.cluster.nodes.iter().map(ClusterNodeKeys::of).collect(),
+                added_node: config.cluster.added_node.as_ref().map(ClusterNodeKeys::of),
             },
             network,
             metrics: Metrics { listen: config.metrics.listen_text() },
@@ -200,6 +194,17 @@ impl<'a> Node<'a> {
             replication: keys(&REPLICATION_KEYS, &config.replication),
             metadata: keys(&METADATA_KEYS, &config.metadata),
             topic_defaults,
+        }
+    }
+}
+
+impl<'a> ClusterNodeKeys<'a> {
+    fn of(node: &'a ClusterNode) -> ClusterNodeKeys<'a> {
+        ClusterNodeKeys {
+            bus: node.bus.to_string(),
+            client: node.client.to_string(),
+            kafka: node.kafka.map(|kafka| kafka.to_string()),
+            rack: node.rack.as_deref(),
         }
     }
 }

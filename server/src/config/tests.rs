@@ -54,6 +54,7 @@ fn all_keys() -> Vec<(Scope, &'static str)> {
         SERVER_KEYS.iter().map(|&name| (Scope::Server, name)).collect();
     keys.extend(CLUSTER_KEYS.iter().map(|key| (Scope::Cluster, key.name)));
     keys.push((Scope::Cluster, "nodes"));
+    keys.push((Scope::Cluster, "added_node"));
     keys.extend(NETWORK_KEYS.iter().map(|key| (Scope::Network, key.name)));
     keys.push((Scope::Network, "shard_listen"));
     keys.push((Scope::Metrics, "listen"));
@@ -125,6 +126,7 @@ fn single_node_toml_and_the_docs_cover_every_key() {
         assert!(docs.contains(&format!("`{name}`")), "docs/configuration.md lacks {dotted}");
     }
     assert!(docs.contains("`cpu`"), "docs/configuration.md lacks [shard.N] cpu");
+    assert!(docs.contains("`added_node`"), "docs/configuration.md lacks [cluster] added_node");
     assert!(docs.contains("`sqpoll_cpu`"), "docs/configuration.md lacks [shard.N] sqpoll_cpu");
     assert!(file.contains("# sqpoll_cpu = "), "configs/single-node.toml lacks sqpoll_cpu");
 }
@@ -736,10 +738,10 @@ fn address(text: &str) -> std::net::SocketAddr {
 fn without_cluster_the_node_is_a_one_node_cluster_as_before() {
     let config = resolve("", &[], &[]);
     let cluster = &config.cluster;
-    assert_eq!(*cluster, ClusterConfig { id: 1, node: 0, nodes: Vec::new() });
-    assert_eq!(cluster.node_count(), 1);
+    assert_eq!(*cluster, ClusterConfig { id: 1, node: 0, nodes: Vec::new(), added_node: None });
+    assert_eq!(cluster.founders(), 1);
     assert_eq!(cluster.bus_address(0, 0), None);
-    assert_eq!(cluster.client_address(0), None);
+    assert_eq!(cluster.entry(0).map(|n| n.client), None);
     assert_eq!(config.native_listen.to_string(), "127.0.0.1:7070", "native_listen unchanged");
     let json = config.to_json();
     assert_eq!(json["cluster"], serde_json::json!({ "id": 1, "node": 0, "nodes": [] }));
@@ -753,7 +755,7 @@ fn without_cluster_the_node_is_a_one_node_cluster_as_before() {
 fn cluster_nodes_resolve_and_give_each_shard_its_bus_port() {
     let config = resolve(THREE_NODES, &[], &[]);
     let cluster = &config.cluster;
-    assert_eq!((cluster.id, cluster.node, cluster.node_count()), (5, 0, 3));
+    assert_eq!((cluster.id, cluster.node, cluster.founders()), (5, 0, 3));
     assert_eq!(
         cluster.nodes[0],
         ClusterNode {
@@ -768,8 +770,8 @@ fn cluster_nodes_resolve_and_give_each_shard_its_bus_port() {
     assert_eq!(cluster.bus_address(1, 0), Some(address("127.0.0.1:7210")));
     assert_eq!(cluster.bus_address(2, 3), Some(address("127.0.0.1:7223")));
     assert_eq!(cluster.bus_address(3, 0), None, "no node 3");
-    assert_eq!(cluster.client_address(2), Some(address("127.0.0.1:7072")));
-    assert_eq!(cluster.client_address(3), None);
+    assert_eq!(cluster.entry(2).map(|n| n.client), Some(address("127.0.0.1:7072")));
+    assert_eq!(cluster.entry(3).map(|n| n.client), None);
     // `[[cluster.nodes]]` is the same TOML value.
     let tables = "[cluster]\nid = 5\n\
         [[cluster.nodes]]\nbus = \"127.0.0.1:7200\"\nclient = \"127.0.0.1:7070\"\n\
@@ -781,7 +783,7 @@ fn cluster_nodes_resolve_and_give_each_shard_its_bus_port() {
     // One node is a cluster too: its client address becomes the listener.
     let one = cluster_file(&["bus = \"127.0.0.1:7200\", client = \"127.0.0.1:7300\""]);
     let config = resolve(&one, &[], &[]);
-    assert_eq!(config.cluster.node_count(), 1);
+    assert_eq!(config.cluster.founders(), 1);
     assert_eq!(config.native_listen, address("127.0.0.1:7300"));
 }
 
@@ -798,7 +800,10 @@ fn cluster_keys_resolve_through_every_layer_flags_beating_env_beating_the_file()
         ("SHOAL_CLUSTER_NODES", env_text.as_str()),
     ];
     let config = resolve(THREE_NODES, &env, &[]);
-    assert_eq!(config.cluster, ClusterConfig { id: 6, node: 1, nodes: env_nodes.clone() });
+    assert_eq!(
+        config.cluster,
+        ClusterConfig { id: 6, node: 1, nodes: env_nodes.clone(), added_node: None }
+    );
     let only_node = resolve(THREE_NODES, &[("SHOAL_CLUSTER_NODE", "2")], &[]).cluster;
     assert_eq!((only_node.id, only_node.node), (5, 2), "keys the env leaves keep the file's");
     assert_eq!(only_node.nodes, file.nodes);
@@ -812,11 +817,17 @@ fn cluster_keys_resolve_through_every_layer_flags_beating_env_beating_the_file()
     let flag_text = nodes_text(&flag_nodes);
     let flags = ["--cluster-id", "7", "--cluster-node=3", "--cluster-nodes", flag_text.as_str()];
     let config = resolve(THREE_NODES, &env, &flags);
-    assert_eq!(config.cluster, ClusterConfig { id: 7, node: 3, nodes: flag_nodes });
+    assert_eq!(
+        config.cluster,
+        ClusterConfig { id: 7, node: 3, nodes: flag_nodes, added_node: None }
+    );
     assert_eq!(config.native_listen, address("127.0.0.1:7073"), "node 3's client address");
     // An empty text is no nodes: a one-node cluster again.
     let config = resolve(THREE_NODES, &[], &["--cluster-nodes", ""]);
-    assert_eq!(config.cluster, ClusterConfig { id: 5, node: 0, nodes: Vec::new() });
+    assert_eq!(
+        config.cluster,
+        ClusterConfig { id: 5, node: 0, nodes: Vec::new(), added_node: None }
+    );
     assert_eq!(config.native_listen, address("127.0.0.1:7070"));
 }
 
@@ -989,9 +1000,10 @@ fn cluster_rules_name_the_key_the_user_set() {
         "nodes is empty, so node must be 0",
     );
     check_error("", &[("SHOAL_CLUSTER_NODE", "2")], &[], "SHOAL_CLUSTER_NODE", "must be 0");
-    check_error(THREE_NODES, &[], &["--cluster-node", "3"], "--cluster-node", "nodes lists 3");
+    let past = "node 3 is past the 3 founding nodes: give its addresses in added_node";
+    check_error(THREE_NODES, &[], &["--cluster-node", "3"], "--cluster-node", past);
     let env = [("SHOAL_CLUSTER_NODE", "5")];
-    check_error(THREE_NODES, &env, &[], "SHOAL_CLUSTER_NODE", "there is no node 5");
+    check_error(THREE_NODES, &env, &[], "SHOAL_CLUSTER_NODE", "node 5 is past the 3 founding");
     // Up to 32 nodes, one more is refused.
     let many = |count: u16| {
         (0..count)
@@ -1000,7 +1012,7 @@ fn cluster_rules_name_the_key_the_user_set() {
             .join(";")
     };
     let config = resolve("", &[("SHOAL_CLUSTER_NODES", &many(32))], &["--cluster-node", "31"]);
-    assert_eq!(config.cluster.node_count(), 32);
+    assert_eq!(config.cluster.founders(), 32);
     check_error(
         "",
         &[("SHOAL_CLUSTER_NODES", &many(33))],
@@ -1080,6 +1092,280 @@ fn cluster_addresses_must_be_dialable_and_never_collide() {
     check_error(&file, &[], &["--shards", "3"], "cluster.nodes[1].bus", "overlap");
 }
 
+/// Node 3's addresses, as an inline table's insides: a node added later to [`THREE_NODES`].
+const ADDED_NODE: &str = "bus = \"127.0.0.1:7230\", client = \"127.0.0.1:7073\", \
+                          kafka = \"127.0.0.1:9095\", rack = \"d\"";
+
+/// [`ADDED_NODE`] as the resolved node.
+fn added_node() -> ClusterNode {
+    ClusterNode {
+        bus: address("127.0.0.1:7230"),
+        client: address("127.0.0.1:7073"),
+        kafka: Some(address("127.0.0.1:9095")),
+        rack: Some("d".to_string()),
+    }
+}
+
+/// [`THREE_NODES`] on node `node`, with an `added_node` of these inline table's insides.
+fn added_file(node: u8, added: &str) -> String {
+    format!("{THREE_NODES}node = {node}\nadded_node = {{ {added} }}\n")
+}
+
+#[test]
+fn added_node_resolves_through_every_layer_in_the_form_of_one_node() {
+    let config = resolve(&added_file(3, ADDED_NODE), &[], &[]);
+    let cluster = &config.cluster;
+    assert_eq!(cluster.added_node, Some(added_node()));
+    assert_eq!(cluster.nodes, resolve(THREE_NODES, &[], &[]).cluster.nodes, "the founders");
+    assert_eq!((cluster.node, cluster.founders(), cluster.founders()), (3, 3, 3));
+    assert_eq!(cluster.own_node(), Some(&added_node()));
+    // `[cluster.added_node]` is the same TOML value.
+    let table = format!(
+        "{THREE_NODES}node = 3\n[cluster.added_node]\nbus = \"127.0.0.1:7230\"\n\
+         client = \"127.0.0.1:7073\"\nkafka = \"127.0.0.1:9095\"\nrack = \"d\"\n"
+    );
+    assert_eq!(resolve(&table, &[], &[]).cluster, *cluster);
+    // The text form of one node, in the environment and on the command line.
+    let text = added_node().to_string();
+    let env = [("SHOAL_CLUSTER_NODE", "3"), ("SHOAL_CLUSTER_ADDED_NODE", text.as_str())];
+    assert_eq!(resolve(THREE_NODES, &env, &[]).cluster, *cluster);
+    let flags = ["--cluster-node", "3", "--cluster-added-node", text.as_str()];
+    assert_eq!(resolve(THREE_NODES, &[], &flags).cluster, *cluster);
+    let loose = " rack=d , client = 127.0.0.1:7073,kafka=127.0.0.1:9095, bus=127.0.0.1:7230 ";
+    let flags = ["--cluster-node", "3", "--cluster-added-node", loose];
+    assert_eq!(resolve(THREE_NODES, &[], &flags).cluster, *cluster);
+    // Later layers win: the flag over the environment over the file.
+    let flag_node = ClusterNode {
+        bus: address("127.0.0.1:7240"),
+        client: address("127.0.0.1:7074"),
+        kafka: None,
+        rack: None,
+    };
+    let flag_text = flag_node.to_string();
+    let env_text = ClusterNode { rack: None, ..added_node() }.to_string();
+    let env = [("SHOAL_CLUSTER_ADDED_NODE", env_text.as_str())];
+    let file = added_file(3, ADDED_NODE);
+    assert_eq!(resolve(&file, &env, &[]).cluster.added_node.and_then(|node| node.rack), None);
+    let flags = ["--cluster-added-node", flag_text.as_str()];
+    assert_eq!(resolve(&file, &env, &flags).cluster.added_node, Some(flag_node));
+    // An empty text takes back an earlier layer's: node 1 is a founding node again.
+    let env = [("SHOAL_CLUSTER_ADDED_NODE", "")];
+    let founding = resolve(&file, &env, &["--cluster-node", "1"]).cluster;
+    assert_eq!(founding.added_node, None);
+    assert_eq!(founding.own_node(), Some(&founding.nodes[1]));
+}
+
+#[test]
+fn an_added_node_answers_for_its_own_addresses_and_the_founders() {
+    let config = resolve(&added_file(3, ADDED_NODE), &[], &[]);
+    let cluster = &config.cluster;
+    assert_eq!(cluster.bus_address(3, 0), Some(address("127.0.0.1:7230")));
+    assert_eq!(cluster.bus_address(3, 3), Some(address("127.0.0.1:7233")));
+    assert_eq!(cluster.entry(3).map(|n| n.client), Some(address("127.0.0.1:7073")));
+    assert_eq!(cluster.entry(3).and_then(|n| n.kafka), Some(address("127.0.0.1:9095")));
+    assert_eq!(cluster.bus_address(1, 2), Some(address("127.0.0.1:7212")));
+    assert_eq!(cluster.entry(0).map(|n| n.client), Some(address("127.0.0.1:7070")));
+    assert_eq!(cluster.entry(0).and_then(|n| n.kafka), Some(address("127.0.0.1:9092")));
+    // Other nodes added later are in the cluster's metadata, not in this configuration.
+    assert_eq!(cluster.bus_address(4, 0), None);
+    assert_eq!(cluster.entry(4).map(|n| n.client), None);
+    assert_eq!(cluster.entry(4).and_then(|n| n.kafka), None);
+    // Its listeners default to its own addresses, as a founding node's do.
+    assert_eq!(config.native_listen, address("127.0.0.1:7073"));
+    assert_eq!(config.kafka.listen, Some(address("127.0.0.1:9095")));
+    // The last index a node may have.
+    let last = resolve(&added_file(31, ADDED_NODE), &[], &[]).cluster;
+    assert_eq!(last.bus_address(31, 1), Some(address("127.0.0.1:7231")));
+    assert_eq!(last.own_node(), Some(&added_node()));
+    // A founding node's own entry is in nodes; a one-node cluster has none.
+    let founding = resolve(THREE_NODES, &[("SHOAL_CLUSTER_NODE", "2")], &[]).cluster;
+    assert_eq!(founding.own_node(), Some(&founding.nodes[2]));
+    assert_eq!(founding.bus_address(3, 0), None, "no added node here");
+    assert_eq!(resolve("", &[], &[]).cluster.own_node(), None);
+}
+
+#[test]
+fn a_bad_added_node_is_refused_naming_its_key() {
+    let file = |added: &str| format!("{THREE_NODES}node = 3\nadded_node = {added}\n");
+    let (bus, client) = ("bus = \"127.0.0.1:7230\"", "client = \"127.0.0.1:7073\"");
+    // (file, key named, part of the reason)
+    let in_the_file: Vec<(String, &str, &str)> = vec![
+        (
+            file("\"bus=127.0.0.1:7230,client=127.0.0.1:7073\""),
+            "cluster.added_node",
+            "expected a table ({ bus = \"IP:PORT\", client = \"IP:PORT\" }), found a string",
+        ),
+        (file(&format!("[{{ {bus}, {client} }}]")), "cluster.added_node", "found a array"),
+        (file(&format!("{{ {bus} }}")), "cluster.added_node", "missing client"),
+        (file(&format!("{{ {client} }}")), "cluster.added_node", "missing bus"),
+        (
+            file(&format!("{{ bus = \"127.0.0.1\", {client} }}")),
+            "cluster.added_node.bus",
+            "\"127.0.0.1\" is not an IP address and port",
+        ),
+        (
+            file(&format!("{{ {bus}, {client}, zone = \"a\" }}")),
+            "cluster.added_node.zone",
+            "unknown key (a node has bus, client, kafka, rack)",
+        ),
+        (
+            file(&format!("{{ {bus}, {client}, rack = \"rack 1\" }}")),
+            "cluster.added_node.rack",
+            "a rack name is 1 to 64",
+        ),
+    ];
+    for (file, key, reason) in &in_the_file {
+        check_error(file, &[], &[], key, reason);
+    }
+    // The text form names the variable or the flag, then the node's key.
+    let ok = "bus=127.0.0.1:7230,client=127.0.0.1:7073";
+    let in_the_text: &[(&str, &str, &str)] = &[
+        ("bus=127.0.0.1:7230", "", "missing client"),
+        ("bus,client=127.0.0.1:7073", "", "\"bus\" is not key=value (keys: bus, client"),
+        (&format!("{ok},"), "", "\"\" is not key=value"),
+        (&format!("{ok},bus=127.0.0.1:7240"), ".bus", "given twice"),
+        (&format!("{ok},kafka=x"), ".kafka", "\"x\" is not an IP address and port"),
+        (&format!("{ok},rack=a/b"), ".rack", "a rack name"),
+        (
+            &format!("{ok};bus=127.0.0.1:7240,client=127.0.0.1:7074"),
+            "",
+            "one node only (';' separates the nodes of nodes",
+        ),
+    ];
+    for &(text, at, reason) in in_the_text {
+        let var = "SHOAL_CLUSTER_ADDED_NODE";
+        check_error(THREE_NODES, &[(var, text)], &[], &format!("{var}{at}"), reason);
+        let flag = "--cluster-added-node";
+        check_error(THREE_NODES, &[], &[flag, text], &format!("{flag}{at}"), reason);
+    }
+}
+
+#[test]
+fn added_node_is_required_exactly_for_a_node_past_the_founders() {
+    let text = added_node().to_string();
+    // A one-node cluster has no founders' list to add to, whatever node says.
+    let one_node = format!("[cluster]\nadded_node = {{ {ADDED_NODE} }}\n");
+    let reason = "nodes is empty: a one-node cluster cannot grow by added_node";
+    check_error(&one_node, &[], &[], "cluster.added_node", reason);
+    check_error(&one_node, &[], &["--cluster-node", "3"], "cluster.added_node", reason);
+    let env = [("SHOAL_CLUSTER_ADDED_NODE", text.as_str())];
+    check_error("", &env, &[], "SHOAL_CLUSTER_ADDED_NODE", reason);
+    // A founding node has its entry in nodes.
+    check_error(
+        &added_file(1, ADDED_NODE),
+        &[],
+        &[],
+        "cluster.added_node",
+        "node 1 is one of the founding nodes: added_node is for a node added later",
+    );
+    let flags = ["--cluster-added-node", text.as_str()];
+    check_error(THREE_NODES, &[], &flags, "--cluster-added-node", "node 0 is one of the founding");
+    // A node past the founders needs its addresses.
+    check_error(
+        &format!("{THREE_NODES}node = 3\n"),
+        &[],
+        &[],
+        "cluster.node",
+        "node 3 is past the 3 founding nodes: give its addresses in added_node",
+    );
+    let env = [("SHOAL_CLUSTER_ADDED_NODE", "")];
+    check_error(&added_file(4, ADDED_NODE), &env, &[], "cluster.node", "node 4 is past the 3");
+    // Below NODES_MAX, as any node.
+    check_error(&added_file(32, ADDED_NODE), &[], &[], "cluster.node", "outside 0..=31");
+    let flags = ["--cluster-node", "32"];
+    check_error(&added_file(31, ADDED_NODE), &[], &flags, "--cluster-node", "outside 0..=31");
+}
+
+#[test]
+fn an_added_nodes_addresses_are_checked_as_a_founding_nodes() {
+    let node = |bus: &str, client: &str| format!("bus = \"{bus}\", client = \"{client}\"");
+    // THREE_NODES' bus ranges are 7200..=7203, 7210..=7213 and 7220..=7223 (4 shards), its
+    // clients 7070 to 7072. (added node, key named after cluster.added_node, part of the reason)
+    let checks: Vec<(String, &str, &str)> = vec![
+        (node("127.0.0.1:0", "127.0.0.1:7073"), ".bus", "port 0 picks a free port"),
+        (node("127.0.0.1:7230", "127.0.0.1:0"), ".client", "port 0"),
+        (
+            format!("{}, kafka = \"127.0.0.1:0\"", node("127.0.0.1:7230", "127.0.0.1:7073")),
+            ".kafka",
+            "port 0",
+        ),
+        (
+            node("127.0.0.1:65533", "127.0.0.1:7073"),
+            ".bus",
+            "shard 3 would listen on bus port 65536: with 4 shards the bus base port may be at \
+             most 65532",
+        ),
+        (
+            node("127.0.0.1:7213", "127.0.0.1:7073"),
+            ".bus",
+            "bus ports 7213..=7216 overlap node 1's (7210..=7213)",
+        ),
+        (node("0.0.0.0:7222", "127.0.0.1:7073"), ".bus", "overlap node 2's"),
+        (
+            node("127.0.0.1:7230", "127.0.0.1:7071"),
+            ".client",
+            "127.0.0.1:7071 is node 1's client address too",
+        ),
+        (
+            node("127.0.0.1:7069", "127.0.0.1:7073"),
+            ".bus",
+            "bus ports 7069..=7072 include node 0's client port 7070",
+        ),
+        (
+            node("127.0.0.1:7230", "127.0.0.1:7232"),
+            ".bus",
+            "bus ports 7230..=7233 include its own client port 7232",
+        ),
+        // The founders' bus ranges are fixed: the added node's client is at fault.
+        (
+            node("127.0.0.1:7230", "127.0.0.1:7201"),
+            ".client",
+            "client port 7201 is within node 0's bus ports 7200..=7203",
+        ),
+    ];
+    for (added, at, reason) in &checks {
+        let key = format!("cluster.added_node{at}");
+        check_error(&added_file(3, added), &[], &[], &key, reason);
+    }
+    let env = [
+        ("SHOAL_CLUSTER_NODE", "3"),
+        ("SHOAL_CLUSTER_ADDED_NODE", "bus=127.0.0.1:7230,client=127.0.0.1:7070"),
+    ];
+    check_error(THREE_NODES, &env, &[], "SHOAL_CLUSTER_ADDED_NODE.client", "node 0's client");
+    // The same ports on another IP, and a range just past a founder's, are fine.
+    for (bus, client) in
+        [("127.0.0.2:7200", "127.0.0.2:7070"), ("127.0.0.1:7224", "127.0.0.1:7073")]
+    {
+        let config = resolve(&added_file(3, &node(bus, client)), &[], &[]);
+        assert_eq!(config.cluster.bus_address(3, 0), Some(address(bus)));
+    }
+}
+
+#[test]
+fn printed_added_node_loads_back_to_the_same_config() {
+    let config = resolve(&added_file(3, ADDED_NODE), &[], &[]);
+    let printed = config.to_toml();
+    let table = "[cluster.added_node]\nbus = \"127.0.0.1:7230\"\nclient = \"127.0.0.1:7073\"\n\
+                 kafka = \"127.0.0.1:9095\"\nrack = \"d\"\n";
+    assert!(printed.contains(table), "{printed}");
+    let again = resolve(&printed, &[], &[]);
+    assert_eq!(again.cluster, config.cluster, "{printed}");
+    assert_eq!(again.to_json(), config.to_json(), "{printed}");
+    assert_eq!(
+        config.to_json()["cluster"]["added_node"],
+        serde_json::json!({
+            "bus": "127.0.0.1:7230",
+            "client": "127.0.0.1:7073",
+            "kafka": "127.0.0.1:9095",
+            "rack": "d",
+        })
+    );
+    // A founding node prints no added_node.
+    let founding = resolve(THREE_NODES, &[], &[]);
+    assert!(!founding.to_toml().contains("added_node"), "{}", founding.to_toml());
+    assert_eq!(founding.to_json()["cluster"].get("added_node"), None);
+}
+
 #[test]
 fn cluster_3_configs_resolve_agree_and_never_share_a_port() {
     let files = [
@@ -1097,7 +1383,7 @@ fn cluster_3_configs_resolve_agree_and_never_share_a_port() {
             ClusterConfig { node: 0, ..configs[0].cluster.clone() },
             "node {index} agrees with node 0 on [cluster] but for node"
         );
-        assert_eq!((cluster.id, cluster.node_count(), config.shards), (1, 3, 2));
+        assert_eq!((cluster.id, cluster.founders(), config.shards), (1, 3, 2));
         assert_eq!(config.data_dir, PathBuf::from(format!("data/cluster-3/node-{index}")));
         assert_eq!(config.native_listen, cluster.nodes[index].client, "from [cluster]");
         let node = cluster.node;

@@ -17,7 +17,7 @@ use shoal_replication::TICK_MS;
 use super::error::ConfigError;
 use super::keys::{HEADER_SIZE_BYTES, NODES_MAX, Scope};
 use super::layers::Layers;
-use super::model::{Config, ShardSettings};
+use super::model::{ClusterNode, Config, ShardSettings};
 
 impl Layers {
     /// The rules that tie keys together (each key's own bounds were checked when it was set).
@@ -211,14 +211,27 @@ impl Layers {
         })
     }
 
-    /// `[cluster]`'s rules: at most [`NODES_MAX`] nodes, `node` one of them (0 without
-    /// `nodes`), and addresses every node can bind and every peer and client can dial.
+    /// `[cluster]`'s rules: at most [`NODES_MAX`] founding nodes; `node` one of them (0 without
+    /// `nodes`) or, for a node added later, past them with its addresses in `added_node` (which
+    /// needs founders to add to); and addresses every node can bind and every peer and client
+    /// can dial. `node` below [`NODES_MAX`] is its key's own bound.
     fn validate_cluster(&self, config: &Config) -> Result<(), ConfigError> {
         let cluster = &config.cluster;
         let count = cluster.nodes.len();
         let node = cluster.node;
         let node_key = || self.key_of(Scope::Cluster, "node");
+        let added_key = || {
+            let given = self.cluster_added_node.as_ref().expect("added_node comes from a layer");
+            given.key.clone()
+        };
         if count == 0 {
+            if cluster.added_node.is_some() {
+                return Err(ConfigError::new(
+                    added_key(),
+                    "nodes is empty: a one-node cluster cannot grow by added_node (list the \
+                     founding nodes in nodes, the same on every node)",
+                ));
+            }
             if node != 0 {
                 return Err(node_key().error(format!(
                     "node {node} of a one-node cluster: nodes is empty, so node must be 0"
@@ -233,41 +246,64 @@ impl Layers {
                 format!("{count} nodes: a cluster has at most {NODES_MAX}"),
             ));
         }
-        if usize::from(node) >= count {
+        let founding = usize::from(node) < count;
+        if founding && cluster.added_node.is_some() {
+            return Err(ConfigError::new(
+                added_key(),
+                format!(
+                    "node {node} is one of the founding nodes: added_node is for a node added \
+                     later"
+                ),
+            ));
+        }
+        if !founding && cluster.added_node.is_none() {
             return Err(node_key().error(format!(
-                "there is no node {node}: nodes lists {count}, so node runs from 0 to {}",
-                count - 1
+                "node {node} is past the {count} founding nodes: give its addresses in added_node"
             )));
         }
         self.validate_cluster_addresses(config, nodes_key)
     }
 
-    /// The nodes' addresses: no port 0 (a peer or client must know the port), every shard's bus
-    /// port within the port range, and no two listeners of the cluster on one IP and port —
-    /// every node runs `shards` shards (the bus handshake refuses any other count), so each
-    /// takes `shards` bus ports from its base. An error names the node and key at fault: the
-    /// later of two nodes whose bus ranges or client addresses clash, the bus whose range takes
-    /// a client port.
+    /// The nodes' addresses — the founders', and this node's when it was added later (it must
+    /// not clash with them either): no port 0 (a peer or client must know the port), every
+    /// shard's bus port within the port range, and no two listeners of the cluster on one IP and
+    /// port — every node runs `shards` shards (the bus handshake refuses any other count), so
+    /// each takes `shards` bus ports from its base. An error names the node and key at fault:
+    /// the later of two nodes whose bus ranges or client addresses clash, the bus whose range
+    /// takes a client port — but the added node's client when a founder's bus range takes it,
+    /// since the founders' list is the same on every node and never changes.
     fn validate_cluster_addresses(
         &self,
         config: &Config,
         nodes_key: &str,
     ) -> Result<(), ConfigError> {
         let shards = config.shards;
-        let nodes = &config.cluster.nodes;
-        let error = |index: usize, name: &str, reason: String| {
-            ConfigError::new(format!("{nodes_key}[{index}].{name}"), reason)
+        let cluster = &config.cluster;
+        let founders = cluster.nodes.len();
+        // (index, node, the key naming it): the founders in order, then the added node.
+        let mut known: Vec<(usize, &ClusterNode, String)> = cluster
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(index, node)| (index, node, format!("{nodes_key}[{index}]")))
+            .collect();
+        if let Some(added) = &cluster.added_node {
+            let given = self.cluster_added_node.as_ref().expect("added_node comes from a layer");
+            known.push((usize::from(cluster.node), added, given.key.clone()));
+        }
+        let error = |key: &str, name: &str, reason: String| {
+            ConfigError::new(format!("{key}.{name}"), reason)
         };
         let bus_ports = |address: SocketAddr| -> RangeInclusive<u32> {
             u32::from(address.port())..=u32::from(address.port()) + shards - 1
         };
-        for (index, node) in nodes.iter().enumerate() {
+        for (position, (index, node, key)) in known.iter().enumerate() {
             let addresses =
                 [("bus", Some(node.bus)), ("client", Some(node.client)), ("kafka", node.kafka)];
             for (name, address) in addresses {
                 if address.is_some_and(|address| address.port() == 0) {
                     return Err(error(
-                        index,
+                        key,
                         name,
                         "port 0 picks a free port, which no peer or client could know: give the port".into(),
                     ));
@@ -276,7 +312,7 @@ impl Layers {
             let ports = bus_ports(node.bus);
             if *ports.end() > u32::from(u16::MAX) {
                 return Err(error(
-                    index,
+                    key,
                     "bus",
                     format!(
                         "shard {} would listen on bus port {}: with {shards} shards the bus base \
@@ -287,14 +323,14 @@ impl Layers {
                     ),
                 ));
             }
-            for (other, earlier) in nodes.iter().enumerate().take(index) {
+            for (other, earlier, _) in known.iter().take(position) {
                 let theirs = bus_ports(earlier.bus);
                 if same_host(node.bus, earlier.bus)
                     && ports.start() <= theirs.end()
                     && theirs.start() <= ports.end()
                 {
                     return Err(error(
-                        index,
+                        key,
                         "bus",
                         format!(
                             "bus ports {}..={} overlap node {other}'s ({}..={}) on the same IP: \
@@ -308,31 +344,42 @@ impl Layers {
                 }
                 if node.client == earlier.client {
                     return Err(error(
-                        index,
+                        key,
                         "client",
                         format!("{} is node {other}'s client address too", node.client),
                     ));
                 }
             }
-            for (other, any) in nodes.iter().enumerate() {
-                if same_host(node.bus, any.client) && ports.contains(&u32::from(any.client.port()))
+            for (other, any, any_key) in &known {
+                if !same_host(node.bus, any.client)
+                    || !ports.contains(&u32::from(any.client.port()))
                 {
-                    let whose = if other == index {
-                        "its own".to_string()
-                    } else {
-                        format!("node {other}'s")
-                    };
+                    continue;
+                }
+                if *index < founders && *other >= founders {
                     return Err(error(
-                        index,
-                        "bus",
+                        any_key,
+                        "client",
                         format!(
-                            "bus ports {}..={} include {whose} client port {}",
+                            "client port {} is within node {index}'s bus ports {}..={}",
+                            any.client.port(),
                             ports.start(),
-                            ports.end(),
-                            any.client.port()
+                            ports.end()
                         ),
                     ));
                 }
+                let whose =
+                    if other == index { "its own".to_string() } else { format!("node {other}'s") };
+                return Err(error(
+                    key,
+                    "bus",
+                    format!(
+                        "bus ports {}..={} include {whose} client port {}",
+                        ports.start(),
+                        ports.end(),
+                        any.client.port()
+                    ),
+                ));
             }
         }
         Ok(())

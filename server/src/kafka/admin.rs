@@ -153,9 +153,7 @@ pub(super) async fn create_topics(
                 CreatableTopicResult::default()
                     .with_topic_id(shoal_kafka::Uuid::from_bytes(id))
                     .with_num_partitions(settings.partitions as i32)
-                    .with_replication_factor(i16::from(
-                        connection.context.config.cluster.node_count(),
-                    ))
+                    .with_replication_factor(i16::from(settings.replication_factor))
                     .with_configs(Some(configs))
             }
             Err((error, message)) => CreatableTopicResult::default()
@@ -177,7 +175,7 @@ impl Connection {
         validate_only: bool,
     ) -> Result<TopicSettings, (ResponseError, String)> {
         let config = &self.context.config;
-        let nodes = config.cluster.node_count();
+        let nodes = self.catalog.active_node_count(&config.cluster);
         let replication_factor = match topic.replication_factor {
             -1 => None,
             factor if (1..=i16::from(nodes)).contains(&factor) => Some(factor as u8),
@@ -228,7 +226,7 @@ impl Connection {
             &config.topic_defaults,
             record_max.unwrap_or(0),
             config.metadata.topic_partitions_max,
-            config.cluster.node_count(),
+            nodes,
         )
         .map_err(|(_, message)| {
             let error = if message.starts_with("partitions") {
@@ -359,7 +357,7 @@ impl Connection {
             stream: config.kafka.stream.clone(),
             topic: name,
             partitions: count,
-            nodes: config.cluster.node_count(),
+            nodes: config.cluster.founders(),
         };
         self.propose(Operation::CreateTopic, command).await.map_err(|refused| match refused {
             (ErrorCode::InvalidArgument, message) => (ResponseError::InvalidPartitions, message),

@@ -207,7 +207,8 @@ impl Connection {
         let cluster = &self.context.config.cluster;
         let (cluster_id, this_node) = (cluster.id, cluster.node);
         for (node, slots) in by_node {
-            let Some(address) = cluster.client_address(node).filter(|_| node != this_node) else {
+            let address = self.catalog.nodes.client_address(cluster, node);
+            let Some(address) = address.filter(|_| node != this_node) else {
                 continue;
             };
             let requests: Vec<(Operation, Vec<u8>)> = slots

@@ -75,7 +75,7 @@ impl Connection {
     /// this node's replica knows it.
     pub(super) async fn coordinator(&self) -> Result<(i32, StrBytes, i32), ResponseError> {
         let cluster = &self.context.config.cluster;
-        let node = if cluster.node_count() == 1 {
+        let node = if cluster.nodes.is_empty() {
             cluster.node
         } else {
             match metadata_primary(&self.context.mesh).await {
@@ -83,7 +83,8 @@ impl Connection {
                 _ => return Err(ResponseError::CoordinatorNotAvailable),
             }
         };
-        let address = match cluster.kafka_address(node) {
+        let catalog = self.context.published.latest();
+        let address = match catalog.nodes.kafka_address(cluster, node) {
             Some(address) => address,
             None if node == cluster.node => {
                 self.reached.ok_or(ResponseError::CoordinatorNotAvailable)?

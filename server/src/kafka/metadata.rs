@@ -64,7 +64,7 @@ pub(super) async fn answer(connection: &Connection, request: &MetadataRequest) -
     let primaries = partition_stats(&connection.context.mesh, &mut infos).await;
     let mut primaries = primaries.into_iter();
 
-    let nodes = config.cluster.node_count();
+    let nodes = config.cluster.founders();
     let mut topics = Vec::with_capacity(asked.len());
     for Asked { name, id, topic } in asked {
         let name = name.map(|name| TopicName(StrBytes::from_string(name)));

@@ -224,14 +224,17 @@ impl Connection {
     /// with neither is left out.
     fn broker_addresses(&self) -> Vec<(u8, SocketAddr, Option<String>)> {
         let cluster = &self.context.config.cluster;
-        (0..cluster.node_count())
+        let book = &self.catalog.nodes;
+        let known = book.known(cluster.founders()) | (1 << cluster.node);
+        (0..32u8)
+            .filter(|&node| known & (1 << node) != 0)
             .filter_map(|node| {
-                let address = match cluster.kafka_address(node) {
+                let address = match book.kafka_address(cluster, node) {
                     Some(address) => Some(address),
                     None if node == cluster.node => self.reached,
                     None => None,
                 }?;
-                let rack = cluster.nodes.get(usize::from(node)).and_then(|n| n.rack.clone());
+                let rack = book.entry(cluster, node).and_then(|n| n.rack.clone());
                 Some((node, address, rack))
             })
             .collect()

@@ -52,7 +52,8 @@ pub(super) async fn answer(
         },
         Ok(Outcome { body: Body::NotPrimary { primary, .. }, .. }) => {
             let config = &connection.context.config;
-            let Some(address) = config.cluster.client_address(primary) else {
+            let catalog = connection.context.published.latest();
+            let Some(address) = catalog.nodes.client_address(&config.cluster, primary) else {
                 return refused(ResponseError::NotCoordinator);
             };
             match forward::register_on(address, config.cluster.id, connection.client).await {

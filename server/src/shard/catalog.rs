@@ -87,6 +87,17 @@ impl ShardState {
                 self.node.set_retention_floor(group, 0);
             }
         }
+        // Nodes added since the cluster formed: this shard's bus dials them (or takes their
+        // calls) from now on.
+        for (&added, entry) in &catalog.nodes.added {
+            if self.bus_addresses.get(added).is_none()
+                && let Some(address) =
+                    catalog.nodes.bus_address(&self.config.cluster, added, self.index)
+            {
+                tracing::info!(node = added, bus = %entry.bus, "a node was added to the cluster");
+                self.bus_addresses.learn(added, address);
+            }
+        }
         self.catalog = catalog;
     }
 
@@ -112,7 +123,7 @@ impl ShardState {
         if place.is_held_by(node) {
             return None;
         }
-        let home = place.home(self.config.cluster.node_count());
+        let home = place.home(self.config.cluster.founders());
         Some(Outcome::not_primary(0, home))
     }
 }

@@ -274,7 +274,7 @@ impl ShardState {
                 let homes: HashMap<u64, u8> = if groups.iter().all(|&g| self.node.has_log(g)) {
                     HashMap::new()
                 } else {
-                    let nodes = self.config.cluster.node_count();
+                    let nodes = self.config.cluster.founders();
                     let node = self.config.cluster.node;
                     self.catalog
                         .places()

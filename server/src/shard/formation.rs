@@ -94,15 +94,19 @@ impl ShardState {
 
     async fn decide_formation(&mut self) {
         let own = self.node.node_index();
+        let founders = self.config.cluster.founders();
+        // A new cluster is its founding nodes; a node added later only ever joins one.
         let peers: Vec<Option<bool>> = (0..self.bus.peers.len() as u8)
-            .filter(|&peer| peer != own)
+            .filter(|&peer| {
+                peer != own && (peer < founders || self.bus.peers[usize::from(peer)].known.get())
+            })
             .map(|peer| self.bus.peers[peer as usize].formed.get())
             .collect();
         // Canary: the fresh-disk rule broken, a node with an empty directory forms a new cluster
         // at once, whatever its peers hold.
         let canary = cfg!(feature = "canary-fresh-disk-normal");
         let rejoin = peers.contains(&Some(true)) && !canary;
-        let all_new = peers.iter().all(|formed| *formed == Some(false));
+        let all_new = own < founders && peers.iter().all(|formed| *formed == Some(false));
         if !rejoin && !all_new && !canary {
             return;
         }

@@ -36,7 +36,7 @@ impl ShardState {
         if !stop.load(Ordering::SeqCst) {
             return true;
         }
-        if self.config.cluster.node_count() <= 1 {
+        if self.config.cluster.nodes.is_empty() {
             return false;
         }
         let now = Instant::now();

@@ -21,7 +21,7 @@ use shoal_proto::batch::BatchBuilder;
 use shoal_proto::checksum;
 use shoal_proto::protocol::ErrorCode;
 use shoal_proto::protocol::consumer::GroupRef;
-use shoal_proto::wire::ClientRequest;
+use shoal_proto::wire::{ClientRequest, Membership as GroupMembers};
 use shoal_replication::{Committed, Reply, ReplyResult, Request};
 
 use super::formation::Formation;
@@ -34,6 +34,7 @@ use super::work::{
 use crate::groups::Coordinator;
 use crate::kafka_groups::KafkaGroups;
 use crate::metadata::{METADATA_GROUP, MetaCommand, MetaReply, MetaState};
+use crate::node_book::first_nodes;
 
 /// What [`ShardState::replay_metadata`] rebuilt, and from where.
 struct RecoveredMetadata {
@@ -186,7 +187,9 @@ impl ShardState {
     }
 
     /// Creates the metadata group (a first start, or once the cluster is formed or rejoined):
-    /// `persisted`, with small segments and no retention.
+    /// `persisted`, with small segments and no retention. Its first members are the founding
+    /// nodes; a node added later joins it as a learner, knowing nothing until the metadata
+    /// primary's change makes it a member and its StartView brings it in.
     pub(super) async fn create_metadata_group(&mut self) -> Result<(), String> {
         let config = GroupConfig {
             durability: Durability::Persisted,
@@ -194,16 +197,29 @@ impl ShardState {
             segment_age_ms_max: 0,
             ..GroupConfig::default()
         };
+        let cluster = &self.config.cluster;
+        let founders = cluster.founders();
+        let added = cluster.node >= founders;
+        let members = if cluster.nodes.is_empty() {
+            GroupMembers::default()
+        } else if added {
+            GroupMembers { voters: first_nodes(founders), learners: 1 << cluster.node }
+        } else {
+            GroupMembers::first(founders, founders)
+        };
         let config = GroupConfig {
             record_size_bytes_max: config
                 .record_size_bytes_max
                 .min(self.node.shard_config().record_size_bytes_max as u32),
+            members: members.to_word(),
             ..config
         };
-        self.node
-            .create_group(METADATA_GROUP, config)
-            .await
-            .map_err(|e| format!("creating the metadata group: {e}"))
+        let created = if added {
+            self.node.join_groups(&[(METADATA_GROUP, config)]).await
+        } else {
+            self.node.create_group(METADATA_GROUP, config).await
+        };
+        created.map_err(|e| format!("creating the metadata group: {e}"))
     }
 
     /// Rebuilds the metadata state: the newest of its snapshot and the state a transfer installed
@@ -520,8 +536,11 @@ impl ShardState {
 fn apply_metadata(state: &mut MetaState, prepare: &StoredPrepare) -> MetaReply {
     let fields = *shoal_engine::record::prepare_of(&prepare.header);
     let body = prepare.body();
-    let command = shoal_proto::batch::records(&body)
-        .ok()
+    // A control batch is the group's own configuration change (the mover's): no command.
+    let control = shoal_proto::batch::BatchHeader::parse(&body).is_ok_and(|h| h.is_control());
+    let command = (!control)
+        .then(|| shoal_proto::batch::records(&body))
+        .and_then(Result::ok)
         .and_then(|mut records| records.next())
         .and_then(|record| record.ok())
         .and_then(|record| record.value.map(MetaCommand::decode))

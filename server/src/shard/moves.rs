@@ -25,7 +25,7 @@ use super::thread::now_ms;
 use super::work::Work;
 use super::writes::{PendingWrite, WriteKind};
 use crate::connection::metadata_primary;
-use crate::metadata::MetaCommand;
+use crate::metadata::{METADATA_GROUP, MetaCommand};
 
 /// The key of a configuration change's control record: Kafka's control key layout with a type
 /// of Shoal's own ("MC", members change).
@@ -42,7 +42,7 @@ const DONE_REPORT_TICKS: u64 = 50;
 /// random ids; a collision only mismatches a reply the mover ignores anyway).
 const MOVER_CLIENT: u64 = u64::MAX - 1;
 
-/// What the group's primary does next for a move to `target` voters.
+/// What the group's primary does next for a move to a `target` configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum MoveStep {
     /// Propose this configuration.
@@ -53,33 +53,60 @@ pub(super) enum MoveStep {
     Done,
 }
 
-/// The next step from `current` towards `target` voters; `in_sync(member)` says whether a
-/// member is in sync by the primary's lag tracker.
+/// The next step from `current` towards `target` (its voters, and the learners it keeps: a
+/// partition keeps none, the metadata group has every other active node as one);
+/// `in_sync(member)` says whether a member is in sync by the primary's lag tracker.
 pub(super) fn next_step(
     current: Membership,
-    target: u32,
+    target: Membership,
     in_sync: impl Fn(u8) -> bool,
 ) -> MoveStep {
-    let joining = target & !current.members();
+    let joining = target.members() & !current.members();
     if joining != 0 {
         let learners = current.learners | joining;
         return MoveStep::Change(Membership { voters: current.voters, learners });
     }
-    if current.voters != target {
-        let promoted = Membership { voters: target & !current.voters, learners: 0 };
+    if current.voters != target.voters {
+        let promoted = Membership { voters: target.voters & !current.voters, learners: 0 };
         // Canary (DESIGN.md §7): promote without waiting for the learners to catch up.
         let ready =
             cfg!(feature = "canary-promote-unsynced") || promoted.voter_indices().all(&in_sync);
         if !ready {
             return MoveStep::Wait;
         }
-        let learners = current.members() & !target;
-        return MoveStep::Change(Membership { voters: target, learners });
+        let learners = current.members() & !target.voters;
+        return MoveStep::Change(Membership { voters: target.voters, learners });
     }
-    if current.learners != 0 {
-        return MoveStep::Change(Membership { voters: target, learners: 0 });
+    if current.learners != target.learners {
+        return MoveStep::Change(target);
     }
     MoveStep::Done
+}
+
+/// The metadata group's configuration on a cluster whose `known` nodes (a bit per index) are
+/// all its members and whose `leaving` ones must go, from `current`: as many voters as it has
+/// (the founding nodes' count, unless too few nodes are left), a leaving voter's seat taken by
+/// the lowest active non-voter, and every other active node a learner, so every node holds
+/// the catalog.
+pub(super) fn metadata_target(current: Membership, known: u32, leaving: u32) -> Membership {
+    let active = known & !leaving;
+    let mut voters = current.voters & active;
+    let mut seats = current.voter_count().saturating_sub(voters.count_ones());
+    for node in 0..32u8 {
+        if seats == 0 {
+            break;
+        }
+        let bit = 1u32 << node;
+        if active & bit != 0 && voters & bit == 0 {
+            voters |= bit;
+            seats -= 1;
+        }
+    }
+    if voters == 0 {
+        // Nothing active is left to vote: the group stays as it is.
+        return current;
+    }
+    Membership { voters, learners: active & !voters }
 }
 
 /// The mover's own state on one shard.
@@ -109,6 +136,9 @@ impl ShardState {
         if !tick.is_multiple_of(MOVE_STEP_TICKS) {
             return;
         }
+        if self.index == 0 {
+            self.drive_metadata_members(tick);
+        }
         // Without a move anywhere (the common case) this is one pass over the places, with no
         // allocation.
         if self.catalog.places().all(|place| place.target.is_empty()) {
@@ -128,26 +158,12 @@ impl ShardState {
         }
         for (stream, topic, partition, place) in moving {
             let group = place.group;
-            let Some(replica) = self.node.replica(group) else { continue };
-            if !replica.is_primary() || replica.status() != Status::Normal {
-                continue;
-            }
-            if self.mover.awaited.get(&group).is_some_and(|&until| tick < until) {
-                continue;
-            }
-            let status = replica.group_status();
-            let head_before = self.mover.heads.insert(group, status.head);
-            let in_sync = |member: u8| {
-                status.replicas.iter().any(|p| {
-                    p.replica == member
-                        && p.state == ReplicaState::InSync
-                        && head_before.is_some_and(|head| p.acknowledged_op >= head)
-                })
-            };
-            match next_step(replica.config().members, place.target.voters, in_sync) {
-                MoveStep::Change(next) => self.propose_change(group, next, tick),
-                MoveStep::Wait => self.mover.steps_waited += 1,
-                MoveStep::Done => {
+            let target = Membership { voters: place.target.voters, learners: 0 };
+            match self.step_towards(group, |_| target, tick) {
+                None => {}
+                Some(MoveStep::Change(next)) => self.propose_change(group, next, tick),
+                Some(MoveStep::Wait) => self.mover.steps_waited += 1,
+                Some(MoveStep::Done) => {
                     self.mover.heads.remove(&group);
                     if self.mover.reported.get(&group).is_some_and(|&until| tick < until) {
                         continue;
@@ -157,6 +173,55 @@ impl ShardState {
                     self.report_move(MovePartition { stream, topic, partition, action: done });
                 }
             }
+        }
+    }
+
+    /// The next step of `group` towards `target(current members)`, where this replica leads
+    /// the group and no change of it is awaited; `None` otherwise.
+    fn step_towards(
+        &mut self,
+        group: u64,
+        target: impl Fn(Membership) -> Membership,
+        tick: u64,
+    ) -> Option<MoveStep> {
+        let replica = self.node.replica(group)?;
+        if !replica.is_primary() || replica.status() != Status::Normal {
+            return None;
+        }
+        if self.mover.awaited.get(&group).is_some_and(|&until| tick < until) {
+            return None;
+        }
+        let status = replica.group_status();
+        let head_before = self.mover.heads.insert(group, status.head);
+        let in_sync = |member: u8| {
+            status.replicas.iter().any(|p| {
+                p.replica == member
+                    && p.state == ReplicaState::InSync
+                    && head_before.is_some_and(|head| p.acknowledged_op >= head)
+            })
+        };
+        let current = replica.config().members;
+        Some(next_step(current, target(current), in_sync))
+    }
+
+    /// Shard 0 of the metadata group's primary: keeps the metadata group's members in step
+    /// with the node book ([`metadata_target`]): an added node joins as a learner, a leaving
+    /// one hands its seat over and goes.
+    fn drive_metadata_members(&mut self, tick: u64) {
+        let cluster = &self.config.cluster;
+        if cluster.nodes.is_empty() {
+            return;
+        }
+        let known = self.catalog.nodes.known(cluster.founders());
+        let leaving = self.catalog.nodes.leaving;
+        let target = |current| metadata_target(current, known, leaving);
+        match self.step_towards(METADATA_GROUP, target, tick) {
+            Some(MoveStep::Change(next)) => self.propose_change(METADATA_GROUP, next, tick),
+            Some(MoveStep::Wait) => self.mover.steps_waited += 1,
+            Some(MoveStep::Done) => {
+                self.mover.heads.remove(&METADATA_GROUP);
+            }
+            None => {}
         }
     }
 
@@ -191,6 +256,7 @@ impl ShardState {
     fn report_move(&mut self, done: MovePartition) {
         let mesh = self.mesh.clone();
         let config = std::sync::Arc::clone(&self.config);
+        let published = std::sync::Arc::clone(&self.published);
         monoio::spawn(async move {
             let Some((_, primary)) = metadata_primary(&mesh).await else { return };
             let client =
@@ -198,13 +264,15 @@ impl ShardState {
             let cluster = &config.cluster;
             if primary == cluster.node {
                 let MovePartition { stream, topic, partition, action } = done;
-                let nodes = cluster.node_count();
+                let nodes = cluster.founders();
                 let command = MetaCommand::Move { stream, topic, partition, action, nodes };
                 let (reply, _) = flume::bounded(1);
                 let _ = mesh[0].send_async(Work::Metadata { client, command, reply }).await;
                 return;
             }
-            let Some(address) = cluster.client_address(primary) else { return };
+            let Some(address) = published.latest().nodes.client_address(cluster, primary) else {
+                return;
+            };
             let requests = [(Operation::MovePartition, done.encode())];
             if let Err(error) =
                 crate::kafka::call_each(address, cluster.id, MOVER_CLIENT, 1, &requests).await
@@ -230,39 +298,67 @@ mod tests {
     fn a_move_adds_learners_switches_once_they_are_in_sync_then_drops_the_leavers() {
         let never = |_| false;
         let always = |_| true;
-        assert_eq!(next_step(members(0b1, 0), 0b100, never), MoveStep::Change(members(0b1, 0b100)));
+        assert_eq!(
+            next_step(members(0b1, 0), members(0b100, 0), never),
+            MoveStep::Change(members(0b1, 0b100))
+        );
         if !cfg!(feature = "canary-promote-unsynced") {
-            assert_eq!(next_step(members(0b1, 0b100), 0b100, never), MoveStep::Wait);
+            assert_eq!(next_step(members(0b1, 0b100), members(0b100, 0), never), MoveStep::Wait);
         }
         assert_eq!(
-            next_step(members(0b1, 0b100), 0b100, always),
+            next_step(members(0b1, 0b100), members(0b100, 0), always),
             MoveStep::Change(members(0b100, 0b1))
         );
         assert_eq!(
-            next_step(members(0b100, 0b1), 0b100, never),
+            next_step(members(0b100, 0b1), members(0b100, 0), never),
             MoveStep::Change(members(0b100, 0))
         );
-        assert_eq!(next_step(members(0b100, 0), 0b100, never), MoveStep::Done);
+        assert_eq!(next_step(members(0b100, 0), members(0b100, 0), never), MoveStep::Done);
 
         let only_3 = |member| member == 3;
         assert_eq!(
-            next_step(members(0b0111, 0), 0b1110, never),
+            next_step(members(0b0111, 0), members(0b1110, 0), never),
             MoveStep::Change(members(0b0111, 0b1000))
         );
         assert_eq!(
-            next_step(members(0b0111, 0b1000), 0b1110, only_3),
+            next_step(members(0b0111, 0b1000), members(0b1110, 0), only_3),
             MoveStep::Change(members(0b1110, 0b0001))
         );
         // Cancelled after the switch: back to {0,1,2}, node 0 still a learner and in sync.
         let only_0 = |member| member == 0;
         assert_eq!(
-            next_step(members(0b1110, 0b0001), 0b0111, only_0),
+            next_step(members(0b1110, 0b0001), members(0b0111, 0), only_0),
             MoveStep::Change(members(0b0111, 0b1000))
         );
         // Cancelled before the switch: the learner is dropped, nothing else changes.
         assert_eq!(
-            next_step(members(0b0111, 0b1000), 0b0111, never),
+            next_step(members(0b0111, 0b1000), members(0b0111, 0), never),
             MoveStep::Change(members(0b0111, 0))
         );
+    }
+
+    /// The metadata group: an added node joins as a learner; removing a voter moves its seat
+    /// to the lowest active non-voter (promoted only once in sync), and the leaver goes last.
+    #[test]
+    fn the_metadata_group_follows_the_node_book() {
+        let founding = members(0b0111, 0);
+        // Node 3 added: it becomes a learner, nothing else changes.
+        let added = metadata_target(founding, 0b1111, 0);
+        assert_eq!(added, members(0b0111, 0b1000));
+        assert_eq!(next_step(founding, added, |_| false), MoveStep::Change(added));
+        // Node 0 leaving: node 3 takes its seat.
+        let removing = metadata_target(added, 0b1111, 0b0001);
+        assert_eq!(removing, members(0b1110, 0));
+        if !cfg!(feature = "canary-promote-unsynced") {
+            assert_eq!(next_step(added, removing, |_| false), MoveStep::Wait);
+        }
+        let switched = members(0b1110, 0b0001);
+        assert_eq!(next_step(added, removing, |n| n == 3), MoveStep::Change(switched));
+        assert_eq!(next_step(switched, removing, |_| false), MoveStep::Change(removing));
+        assert_eq!(next_step(removing, removing, |_| false), MoveStep::Done);
+        // Too few nodes left to fill every seat: the active ones vote.
+        assert_eq!(metadata_target(founding, 0b0111, 0b0011), members(0b0100, 0));
+        // Nothing active: unchanged.
+        assert_eq!(metadata_target(founding, 0b0111, 0b0111), founding);
     }
 }

@@ -17,7 +17,7 @@ use shoal_proto::protocol::consumer::ConsumerId;
 use shoal_replication::Request;
 use slab::Slab;
 
-use crate::bus::BusCounters;
+use crate::bus::{BusAddresses, BusCounters};
 
 use super::fetch::{ParkedFetch, ReadDone};
 use super::flush_gate::FlushGate;
@@ -78,6 +78,8 @@ pub(super) struct ShardState {
     pub(super) metrics: Rc<ShardMetrics>,
     /// What the shard's replica bus counts, per peer.
     pub(super) bus: Rc<BusCounters>,
+    /// Its peers' addresses: the shard adds the nodes its catalog adds.
+    pub(super) bus_addresses: BusAddresses,
     /// Shard 0: where the node stands in forming or rejoining its cluster.
     pub(super) formation: Formation,
     /// The node's rejoin floor, shared by its shards (see `formation`).
@@ -100,7 +102,7 @@ impl ShardState {
         seed: u64,
         storage: UringStorage,
         tuning: ShardTuning,
-        bus: Rc<BusCounters>,
+        (bus, bus_addresses): (Rc<BusCounters>, BusAddresses),
     ) -> ShardState {
         ShardState {
             index: spec.index,
@@ -128,6 +130,7 @@ impl ShardState {
             states_saved: Rc::new(RefCell::new(Vec::new())),
             metrics: Rc::new(ShardMetrics::default()),
             bus,
+            bus_addresses,
             formation: if !spec.formed.load(Ordering::SeqCst) {
                 Formation::Deciding
             } else if spec.rejoin_floor.load(Ordering::SeqCst) == u64::MAX {

@@ -22,12 +22,13 @@ use shoal_engine::shard::{ShardConfig, group_dir, shard_dir};
 use shoal_engine::state;
 use shoal_engine::storage::BLOCK_SIZE_BYTES;
 use shoal_engine::storage::uring::UringStorage;
+use shoal_proto::wire::Membership;
 use shoal_replication::{Clock, Node, NodeConfig, ReplicaConfig, Status, TICK_MS};
 
 use super::state::ShardState;
 use super::work::{Mesh, Work, refuse};
-use crate::bus::{self, BusCounters, BusIdentity, BusSpec, BusTransport};
-use crate::config::{Config, ShardTuning};
+use crate::bus::{self, BusAddresses, BusCounters, BusIdentity, BusSpec, BusTransport};
+use crate::config::{ClusterConfig, Config, NODES_MAX, ShardTuning};
 use crate::connection;
 use crate::metadata::{METADATA_GROUP, Published};
 use crate::metrics;
@@ -162,14 +163,17 @@ async fn serve(mut spec: ShardSpec) -> Result<(), String> {
     let index = spec.index;
     let dir = shard_dir(&spec.config.data_dir, index);
     // The bus runs before recovery, so a restarting node hears its peers' StartView.
-    let (transport, bus_counters) = match bus::start(bus_spec(&spec)) {
+    let bus_spec = bus_spec(&spec);
+    let bus_addresses = bus_spec.addresses.clone();
+    let (transport, bus_counters) = match bus::start(bus_spec) {
         Ok(started) => started,
         Err(message) => {
             let _ = spec.ready.send(Err(message.clone()));
             return Err(message);
         }
     };
-    let (mut state, groups_recovered) = open(&spec, &dir, transport, bus_counters).await?;
+    let bus = (bus_counters, bus_addresses);
+    let (mut state, groups_recovered) = open(&spec, &dir, transport, bus).await?;
     let mut early = Vec::new();
     if let Err(error) = state.start(&spec.inbox, &spec.stop, &mut early).await {
         let message = format!("shard {index}: start-up of {} failed: {error}", dir.display());
@@ -250,17 +254,25 @@ fn bind(spec: &mut ShardSpec) -> Result<Listeners, String> {
 /// The bus of shard `spec.index`: this node's identity and every node's bus port for the shard.
 fn bus_spec(spec: &ShardSpec) -> BusSpec {
     let cluster = &spec.config.cluster;
-    let node_count = cluster.node_count();
+    let slots = member_slots(cluster);
+    let addresses = BusAddresses::new(slots);
+    // The founding nodes and this one; the shard adds the others as its catalog names them.
+    for node in (0..cluster.founders()).chain([cluster.node]) {
+        if let Some(address) = cluster.bus_address(node, spec.index) {
+            addresses.learn(node, address);
+        }
+    }
     BusSpec {
         identity: BusIdentity {
             cluster: cluster.id,
             node: cluster.node,
-            node_count,
+            founders: cluster.founders(),
+            slots,
             shard: spec.index,
             shard_count: spec.config.shards,
             incarnation: spec.incarnation,
         },
-        addresses: (0..node_count).filter_map(|n| cluster.bus_address(n, spec.index)).collect(),
+        addresses,
         queue_packets_max: spec.config.network.bus_queue_packets_max,
         queue_bytes_max: spec.config.network.bus_queue_bytes_max,
         frame_size_bytes_max: message_size_bytes_max(spec),
@@ -268,6 +280,12 @@ fn bus_spec(spec: &ShardSpec) -> BusSpec {
         stop: Arc::clone(&spec.stop),
         formed: Arc::clone(&spec.formed),
     }
+}
+
+/// Member slots of every group: the most nodes a cluster can ever hold (32, the members word's
+/// width), or 1 for a one-node cluster without `[cluster] nodes`, which cannot grow.
+pub(crate) fn member_slots(cluster: &ClusterConfig) -> u8 {
+    if cluster.nodes.is_empty() { 1 } else { NODES_MAX as u8 }
 }
 
 /// The largest replica message: a prepare of the largest record, or a view change's headers.
@@ -321,7 +339,7 @@ async fn open(
     spec: &ShardSpec,
     dir: &Path,
     transport: BusTransport,
-    bus_counters: Rc<BusCounters>,
+    bus: (Rc<BusCounters>, BusAddresses),
 ) -> Result<(ShardState, usize), String> {
     let index = spec.index;
     let cluster = &spec.config.cluster;
@@ -336,7 +354,12 @@ async fn open(
     if shard_config.batch_cache_bytes == 0 {
         shard_config.batch_cache_bytes = auto_batch_cache_bytes(spec.config.shards);
     }
-    let mut replica = ReplicaConfig::new(cluster.id, 0, cluster.node_count(), cluster.node);
+    // Every node index the cluster may ever have is a member slot; the groups created without
+    // members of their own (the metadata group, partitions placed before replication factors)
+    // have the founding nodes as voters.
+    let mut replica = ReplicaConfig::new(cluster.id, 0, member_slots(cluster), cluster.node);
+    let founders = cluster.founders();
+    replica.members = Membership::first(founders, founders);
     let timers = &spec.config.replication;
     let ticks = |ms: u64| (ms / TICK_MS).max(1);
     replica.commit_interval_ticks = ticks(timers.commit_interval_ms);
@@ -351,7 +374,7 @@ async fn open(
     // A transfer carries the shard's machine state (consumer offsets, the metadata snapshot)
     // beside the producer table: `transfer` serves and installs it.
     replica.transfers_carry_driver_state = true;
-    if cluster.node_count() == 1 {
+    if member_slots(cluster) == 1 {
         // A group of one has nobody to ask for a StartView: probing would only delay its return.
         replica.start_view_probes_max = 0;
     }
@@ -408,7 +431,7 @@ async fn open(
             return Err(message);
         }
     };
-    Ok((ShardState::new(spec, node, seed, storage, tuning, bus_counters), report.groups.len()))
+    Ok((ShardState::new(spec, node, seed, storage, tuning, bus), report.groups.len()))
 }
 
 /// Starts accepting connections on the shard's listeners, a task each.
@@ -467,7 +490,7 @@ impl ShardState {
         // A group of one comes back by itself within a few ticks; a replicated one needs its
         // peers, which may not be up yet, so a cluster's node serves (and answers NotPrimary or
         // TransientNotAccepted) while its groups catch up.
-        let clustered = self.config.cluster.node_count() > 1;
+        let clustered = !self.config.cluster.nodes.is_empty();
         while !clustered && !self.all_normal() {
             ticks += 1;
             if ticks > RECOVERY_TICKS_MAX || stop.load(Ordering::SeqCst) {

@@ -177,6 +177,10 @@ pub struct GroupReport {
     pub head_op: u64,
     /// Every replica's state, when this one is the group's serving primary; empty otherwise.
     pub replicas: Vec<ReplicaReport>,
+    /// The voters of the replica's configuration, as it knows them.
+    pub voters: Vec<u8>,
+    /// Its learners.
+    pub learners: Vec<u8>,
 }
 
 /// One replica of a group as its primary sees it.
@@ -231,6 +235,8 @@ impl GroupReport {
             commit_op: status.commit,
             head_op: status.head,
             replicas,
+            voters: replica.config().members.voter_indices().collect(),
+            learners: replica.config().members.learner_indices().collect(),
         }
     }
 }

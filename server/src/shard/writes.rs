@@ -205,7 +205,11 @@ impl ShardState {
     pub(super) fn answer_replies(&mut self) {
         let mut woken = Vec::new();
         for (group, reply) in self.node.take_replies() {
+            // The metadata group's own configuration changes (the mover's) are pending writes;
+            // its commands are the metadata state's.
+            let key = (group, reply.client, reply.request);
             if group == METADATA_GROUP
+                && !self.pending.contains_key(&key)
                 && let Some(metadata) = &mut self.metadata
             {
                 metadata.answer_uncommitted(&reply);

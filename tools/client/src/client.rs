@@ -32,9 +32,10 @@ use shoal_proto::protocol::consumer::{
     self, Assignment, GroupMember, JoinGroup, OffsetKey, PartitionRef, Poll, StoreOffset,
 };
 use shoal_proto::protocol::{
-    CreateTopic, Fetch, FetchFrom, FetchReply, HelloReply, MovePartition, Operation, PartitionInfo,
-    Partitioning, Produce, ProduceReply, StreamInfo, TopicDescription, TopicInfo, Writer,
-    decode_session, decode_streams, decode_topics, encode_stream_name, encode_topic_name,
+    AddNode, CreateTopic, Fetch, FetchFrom, FetchReply, HelloReply, MovePartition, Operation,
+    PartitionInfo, Partitioning, Produce, ProduceReply, RemoveNode, StreamInfo, TopicDescription,
+    TopicInfo, Writer, decode_session, decode_streams, decode_topics, encode_stream_name,
+    encode_topic_name,
 };
 
 use crate::connection::ConnectionConfig;
@@ -203,6 +204,11 @@ impl Client {
         self.routes.addresses().map(str::to_string).collect()
     }
 
+    /// Every node's index and client address, as a version 3 `Hello` named them.
+    pub fn node_addresses(&self) -> Vec<(u8, String)> {
+        self.routes.indexed_addresses().map(|(node, address)| (node, address.to_string())).collect()
+    }
+
     /// The node the client believes leads what `route` is about (`None`: no belief, or a
     /// one-node cluster, whose requests all go over the current connection).
     pub fn believed_primary(&self, route: &Route<'_>) -> Option<u8> {
@@ -282,6 +288,21 @@ impl Client {
     /// Starts, cancels or reports the end of a partition's move (`MovePartition`).
     pub async fn move_partition(&mut self, request: &MovePartition) -> Result<()> {
         self.call(Operation::MovePartition, &[&request.encode()]).await.map(drop)
+    }
+
+    /// Adds a node to the cluster (`AddNode`); returns the index it was given.
+    pub async fn add_node(&mut self, request: &AddNode) -> Result<u8> {
+        let body = self.call(Operation::AddNode, &[&request.encode()]).await?;
+        match body.as_ref() {
+            [node] => Ok(*node),
+            other => Err(ClientError::Protocol(format!("AddNode reply of {} bytes", other.len()))),
+        }
+    }
+
+    /// Starts removing a node, its partitions going to `replacement` or spread over the others
+    /// (`RemoveNode`).
+    pub async fn remove_node(&mut self, request: &RemoveNode) -> Result<()> {
+        self.call(Operation::RemoveNode, &[&request.encode()]).await.map(drop)
     }
 
     /// Deletes a topic.

@@ -64,8 +64,8 @@ pub use shoal_proto::protocol::consumer::{
 };
 /// The protocol's argument and result types, re-exported so callers need no `shoal-proto` dependency.
 pub use shoal_proto::protocol::{
-    CreateTopic, ErrorCode, Fetch, FetchFrom, FetchReply, HelloReply, MoveAction, MovePartition,
-    NODE_UNKNOWN, NodeAddress, NotPrimary, PartitionInfo, PartitionPrimary, Partitioning,
-    ProduceReply, StreamInfo, TopicDescription, TopicInfo,
+    AddNode, CreateTopic, ErrorCode, Fetch, FetchFrom, FetchReply, HelloReply, MoveAction,
+    MovePartition, NODE_UNKNOWN, NodeAddress, NotPrimary, PartitionInfo, PartitionPrimary,
+    Partitioning, ProduceReply, RemoveNode, StreamInfo, TopicDescription, TopicInfo,
 };
 pub use split::{ReplyReceiver, RequestSender};

@@ -143,6 +143,12 @@ impl Routes {
     pub(crate) fn addresses(&self) -> impl Iterator<Item = &str> {
         self.nodes.iter().flatten().map(String::as_str)
     }
+
+    /// Every known node with its index (a cluster may skip indices).
+    pub(crate) fn indexed_addresses(&self) -> impl Iterator<Item = (u8, &str)> {
+        let known = self.nodes.iter().enumerate();
+        known.filter_map(|(node, address)| Some((node as u8, address.as_deref()?)))
+    }
 }
 
 /// `advertised` with an unspecified IP (`0.0.0.0`, `::`) replaced by the host of `reached`.

@@ -155,6 +155,53 @@ pub enum Cluster {
     },
     /// Shows every node and the moves in progress, with the bytes each new node holds
     Status,
+    /// Adds a node to the cluster's address book
+    ///
+    /// Records where the new node's peers (--bus, the base port of its shards' bus ports) and
+    /// clients (--client, --kafka) reach it, and prints its index. Start it with the founding
+    /// nodes' --cluster-nodes, --cluster-node set to that index and --cluster-added-node naming
+    /// the same addresses. It joins the metadata group as a learner and holds no partition until
+    /// moves bring some (move-partition, replace-node).
+    AddNode {
+        /// The node's bus base address (IP:PORT)
+        #[arg(long, value_name = "IP:PORT")]
+        bus: String,
+        /// The node's native client address (IP:PORT)
+        #[arg(long, value_name = "IP:PORT")]
+        client: String,
+        /// The Kafka address it advertises (IP:PORT)
+        #[arg(long, value_name = "IP:PORT")]
+        kafka: Option<String>,
+        /// Its rack
+        #[arg(long)]
+        rack: Option<String>,
+        /// Its index (default: the lowest free one)
+        #[arg(long, value_parser = clap::value_parser!(u8).range(0..32))]
+        node: Option<u8>,
+    },
+    /// Removes a node: every partition it holds moves to the other nodes
+    ///
+    /// Each partition on the node moves to the active node holding the fewest replicas (as
+    /// move-partition does it); its seat in the metadata group goes to another node. Nothing
+    /// new is placed on it from now on. `cluster status` shows the moves; once none is left,
+    /// the node holds nothing and can be stopped.
+    RemoveNode {
+        /// The node's index
+        #[arg(value_parser = clap::value_parser!(u8).range(0..32))]
+        node: u8,
+    },
+    /// Replaces a node with another: every partition it holds moves to the new one
+    ///
+    /// As remove-node, with every replica going to NEW (a node added with add-node, e.g. the
+    /// machine that replaces a failed one, started with an empty disk and a new index).
+    ReplaceNode {
+        /// The node leaving
+        #[arg(value_parser = clap::value_parser!(u8).range(0..32))]
+        old: u8,
+        /// The node taking its place
+        #[arg(value_parser = clap::value_parser!(u8).range(0..32))]
+        new: u8,
+    },
 }
 
 /// `shoalctl topic ...`
@@ -344,6 +391,24 @@ mod tests {
             })
         );
         assert_eq!(command("cluster status"), Command::Cluster(Cluster::Status));
+        assert_eq!(
+            command("cluster add-node --bus 10.0.0.4:7000 --client 10.0.0.4:8000"),
+            Command::Cluster(Cluster::AddNode {
+                bus: "10.0.0.4:7000".into(),
+                client: "10.0.0.4:8000".into(),
+                kafka: None,
+                rack: None,
+                node: None,
+            })
+        );
+        assert_eq!(
+            command("cluster remove-node 0"),
+            Command::Cluster(Cluster::RemoveNode { node: 0 })
+        );
+        assert_eq!(
+            command("cluster replace-node 1 4"),
+            Command::Cluster(Cluster::ReplaceNode { old: 1, new: 4 })
+        );
         assert_eq!(
             command(
                 "topic create s t --partitions 2 --durability persisted --retention-ms=5 \

@@ -14,10 +14,10 @@ use clap::CommandFactory;
 use clap_complete::Shell;
 use serde_json::{Value, json};
 use shoal_client::{
-    Assignment, Client, ClientConfig, ClientError, ConsumerId, CreateTopic, ErrorCode, Fetch,
-    FetchFrom, FetchedRecord, GroupMember, GroupRef, JoinGroup, Membership, MoveAction,
-    MovePartition, PartitionInfo, PartitionRef, Poll, Producer, ProducerConfig, StoreOffset,
-    TopicInfo,
+    AddNode, Assignment, Client, ClientConfig, ClientError, ConsumerId, CreateTopic, ErrorCode,
+    Fetch, FetchFrom, FetchedRecord, GroupMember, GroupRef, JoinGroup, Membership, MoveAction,
+    MovePartition, PartitionInfo, PartitionRef, Poll, Producer, ProducerConfig, RemoveNode,
+    StoreOffset, TopicInfo,
 };
 
 use super::args::{Cli, Cluster, Command, Consume, Format, Stream, Topic};
@@ -198,6 +198,41 @@ async fn topic(client: &mut Client, command: Topic, json: bool) -> Outcome {
 async fn cluster(client: &mut Client, command: Cluster, json: bool) -> Outcome {
     let (stream, topic, partition, action) = match command {
         Cluster::Status => return cluster_status(client, json).await,
+        Cluster::AddNode { bus, client: address, kafka, rack, node } => {
+            let request = AddNode {
+                node,
+                bus,
+                client: address,
+                kafka: kafka.unwrap_or_default(),
+                rack: rack.unwrap_or_default(),
+            };
+            let node = client.add_node(&request).await?;
+            return print(
+                json,
+                json!({ "node": node, "bus": request.bus, "client": request.client }),
+                format!(
+                    "added node {node}: start it with --cluster-node {node} \
+                     --cluster-added-node bus={},client={}",
+                    request.bus, request.client
+                ),
+            );
+        }
+        Cluster::RemoveNode { node } => {
+            client.remove_node(&RemoveNode { node, replacement: None }).await?;
+            return print(
+                json,
+                json!({ "removing": node }),
+                format!("removing node {node}: its partitions are moving (cluster status)"),
+            );
+        }
+        Cluster::ReplaceNode { old, new } => {
+            client.remove_node(&RemoveNode { node: old, replacement: Some(new) }).await?;
+            return print(
+                json,
+                json!({ "removing": old, "replacement": new }),
+                format!("replacing node {old} with node {new}: its partitions are moving"),
+            );
+        }
         Cluster::MovePartition { stream, topic, partition, to } => {
             let voters = to.iter().fold(0u32, |voters, &node| voters | 1 << node);
             (stream, topic, partition, MoveAction::Start { voters })
@@ -226,12 +261,12 @@ async fn cluster(client: &mut Client, command: Cluster, json: bool) -> Outcome {
 /// Every node's status document (`Err`: why it could not be had).
 async fn node_statuses(client: &mut Client) -> Vec<NodeStatus> {
     let mut nodes = Vec::new();
-    for (node, address) in client.nodes().into_iter().enumerate() {
-        let document = match client.status_of(node as u8).await {
+    for (node, address) in client.node_addresses() {
+        let document = match client.status_of(node).await {
             Ok(text) => serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}")),
             Err(error) => Err(error.to_string()),
         };
-        nodes.push(NodeStatus { node: node as u8, address, document });
+        nodes.push(NodeStatus { node, address, document });
     }
     nodes
 }
@@ -245,10 +280,13 @@ async fn cluster_status(client: &mut Client, json: bool) -> Outcome {
         nodes.push(NodeStatus { node: 0, address, document });
     }
     let moves = moves_of(&nodes);
+    let book = book_of(&nodes);
     if json {
-        return print(true, json!({ "moves": moves }), String::new());
+        return print(true, json!({ "nodes": book, "moves": moves }), String::new());
     }
-    let mut text = groups_text(&nodes);
+    let mut text = book_text(&book);
+    text.push('\n');
+    text.push_str(&groups_text(&nodes));
     text.push('\n');
     text.push_str(&moves_text(&moves));
     write_stdout(text.as_bytes())
@@ -980,6 +1018,85 @@ pub fn moves_of(nodes: &[NodeStatus]) -> Vec<Value> {
         .collect()
 }
 
+/// The cluster's address book (the first answering node's), each node with its state —
+/// founding or added, leaving — whether it answered, its place in the metadata group as its
+/// own replica knows it, and how many partitions it holds.
+pub fn book_of(nodes: &[NodeStatus]) -> Vec<Value> {
+    let Some(book) = nodes.iter().find_map(|n| {
+        n.document
+            .as_ref()
+            .ok()?
+            .get("cluster_nodes")?
+            .as_array()
+            .filter(|b| !b.is_empty())
+            .cloned()
+    }) else {
+        return Vec::new();
+    };
+    book.iter()
+        .map(|entry| {
+            let index = entry["node"].as_u64().unwrap_or(u64::MAX);
+            let document = nodes
+                .iter()
+                .find(|n| u64::from(n.node) == index)
+                .and_then(|n| n.document.as_ref().ok());
+            let metadata = document.and_then(|d| {
+                let reports = d.get("shard_reports")?.as_array()?;
+                let report = reports
+                    .iter()
+                    .flat_map(|shard| shard["replication"].as_array().into_iter().flatten())
+                    .find(|report| report["group"] == 0)?;
+                let is_in = |key: &str| {
+                    report[key].as_array().is_some_and(|list| list.iter().any(|n| n == index))
+                };
+                Some(if is_in("voters") {
+                    "voter"
+                } else if is_in("learners") {
+                    "learner"
+                } else {
+                    "none"
+                })
+            });
+            let held = document
+                .and_then(|d| d.get("partitions")?.as_array().cloned())
+                .map(|all| all.iter().filter(|p| p["held"] == true).count());
+            json!({
+                "node": index,
+                "client": entry["client"],
+                "bus": entry["bus"],
+                "founding": entry["founding"],
+                "leaving": entry["leaving"],
+                "answered": document.is_some(),
+                "metadata": metadata,
+                "partitions_held": held,
+            })
+        })
+        .collect()
+}
+
+/// The nodes table of `cluster status`.
+fn book_text(book: &[Value]) -> String {
+    let rows = book
+        .iter()
+        .map(|n| {
+            let state = match (n["founding"] == true, n["leaving"] == true) {
+                (_, true) => "leaving",
+                (true, false) => "founding",
+                (false, false) => "added",
+            };
+            vec![
+                n["node"].to_string(),
+                n["client"].as_str().unwrap_or("?").to_string(),
+                state.to_string(),
+                if n["answered"] == true { "up" } else { "no answer" }.to_string(),
+                n["metadata"].as_str().unwrap_or("?").to_string(),
+                n["partitions_held"].as_u64().map_or("?".to_string(), |held| held.to_string()),
+            ]
+        })
+        .collect();
+    table(&["NODE", "CLIENT", "STATE", "ANSWERS", "METADATA", "PARTITIONS"], rows)
+}
+
 /// The moves table: each partition moving, from where to where, and each new node's bytes.
 fn moves_text(moves: &[Value]) -> String {
     if moves.is_empty() {
@@ -1227,6 +1344,36 @@ mod tests {
         let text = moves_text(&moves);
         assert!(text.contains("s/t/2") && text.contains("1:1500/4000"), "{text}");
         assert_eq!(moves_text(&[]), "no move in progress\n");
+    }
+
+    #[test]
+    fn cluster_status_lists_every_node_of_the_book_with_its_state() {
+        let report = json!({ "group": 0, "voters": [1, 2, 3], "learners": [0] });
+        let document = |held: bool| {
+            json!({
+                "cluster_nodes": [
+                    { "node": 0, "client": "n0:1", "bus": "n0:2", "founding": true, "leaving": true },
+                    { "node": 3, "client": "n3:1", "bus": "n3:2", "founding": false, "leaving": false },
+                ],
+                "shard_reports": [{ "replication": [report] }],
+                "partitions": [{ "held": held }, { "held": true }],
+            })
+        };
+        let nodes = [
+            NodeStatus { node: 0, address: "n0:1".into(), document: Ok(document(false)) },
+            NodeStatus { node: 3, address: "n3:1".into(), document: Ok(document(true)) },
+        ];
+        let book = book_of(&nodes);
+        assert_eq!(book.len(), 2);
+        assert_eq!(
+            (book[0]["metadata"].clone(), book[0]["partitions_held"].clone()),
+            (json!("learner"), json!(1))
+        );
+        assert_eq!(book[1]["metadata"], "voter");
+        let text = book_text(&book);
+        assert!(text.contains("leaving") && text.contains("added"), "{text}");
+        let gone = [NodeStatus { node: 3, address: "n3:1".into(), document: Err("down".into()) }];
+        assert!(book_of(&gone).is_empty());
     }
 
     #[test]

@@ -1,0 +1,225 @@
+//! Issue 26, adding, removing and replacing nodes on real processes (`docs/cluster.md`, "Adding
+//! and removing nodes"): a three-node cluster grows to four under load — the new node joins the
+//! metadata group as a learner and a third of the partitions move onto it — then node 0 is
+//! removed: every partition it held moves away, its metadata seat goes to node 3, and once it is
+//! killed the cluster goes on (writes, a new topic). A node whose disk is gone is replaced by a
+//! new node with a new index. No acknowledged write is lost, and each partition's longest
+//! write stall is reported.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::DEADLINE;
+use common::cluster::*;
+use serde_json::Value;
+use shoal_proto::Durability;
+use shoal_proto::protocol::{
+    AddNode, CreateTopic, MoveAction, MovePartition, Operation, RemoveNode,
+};
+use shoal_testkit::ShoalCluster;
+
+const TOPIC: &str = "grow";
+
+/// The status document of node `node`, `None` while it does not answer.
+fn status(cluster: &ShoalCluster, node: usize) -> Option<Value> {
+    let mut raw = connect(cluster.clients.get(node)?)?;
+    raw.send(Operation::Status, &[]);
+    let answer = raw.try_receive()?;
+    serde_json::from_slice(&answer.body).ok()
+}
+
+/// Each partition of the topic as node `node` reports it: (replicas, moving to), by partition.
+fn placements(cluster: &ShoalCluster, node: usize) -> Option<BTreeMap<u64, (u32, u32)>> {
+    let status = status(cluster, node)?;
+    let bits = |entry: &Value, key: &str| -> u32 {
+        entry[key]
+            .as_array()
+            .map_or(0, |a| a.iter().filter_map(Value::as_u64).map(|n| 1 << n).sum())
+    };
+    let all = status["partitions"].as_array()?.iter().filter(|p| p["topic"] == TOPIC);
+    let found: BTreeMap<u64, (u32, u32)> = all
+        .filter_map(|p| {
+            Some((p["partition"].as_u64()?, (bits(p, "replicas"), bits(p, "moving_to"))))
+        })
+        .collect();
+    (found.len() == PARTITIONS as usize).then_some(found)
+}
+
+/// The metadata group's voters and learners as node `node`'s replica knows them.
+fn metadata_members(cluster: &ShoalCluster, node: usize) -> Option<(u32, u32, String)> {
+    let status = status(cluster, node)?;
+    let report = status["shard_reports"]
+        .as_array()?
+        .iter()
+        .flat_map(|shard| shard["replication"].as_array().cloned().unwrap_or_default())
+        .find(|report| report["group"] == 0)?;
+    let bits = |key: &str| -> u32 {
+        report[key]
+            .as_array()
+            .map_or(0, |a| a.iter().filter_map(Value::as_u64).map(|n| 1 << n).sum())
+    };
+    Some((bits("voters"), bits("learners"), report["status"].as_str()?.to_string()))
+}
+
+/// Whether every node of `nodes` reports every partition settled (no move) and none on a node
+/// of `absent`.
+fn settled_without(cluster: &ShoalCluster, nodes: &[usize], absent: u32) -> bool {
+    nodes.iter().all(|&node| {
+        placements(cluster, node).is_some_and(|all| {
+            all.values().all(|&(replicas, to)| to == 0 && replicas & absent == 0)
+        })
+    })
+}
+
+/// Writes in turn to every partition, one write at a time, until `done`; returns each
+/// partition's longest write (its worst stall) seen meanwhile.
+fn produce_until(
+    cluster: &ShoalCluster,
+    ledger: &mut Ledger,
+    what: &str,
+    stalls: &mut [Duration],
+    done: impl Fn() -> bool,
+) {
+    let deadline = Instant::now() + DEADLINE;
+    let mut partition = 0;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} never happened\n{}", cluster.log_tails(40));
+        let started = Instant::now();
+        ledger.produce_to(cluster, TOPIC, partition, 1);
+        let stall = &mut stalls[partition as usize];
+        *stall = (*stall).max(started.elapsed());
+        partition = (partition + 1) % PARTITIONS;
+    }
+}
+
+fn create_grow_topic(cluster: &ShoalCluster) {
+    let stream = shoal_proto::protocol::encode_stream_name(STREAM);
+    assert_eq!(call_anywhere(cluster, 0, Operation::CreateStream, &stream).unwrap().0, 0);
+    let create = CreateTopic { durability: Some(Durability::Persisted), ..topic_of(TOPIC) };
+    create_topic_as(cluster, create);
+}
+
+/// Adds the node `cluster.reserve_node` reserved, through the metadata group; checks the index
+/// it was given, then starts it.
+fn add_node(cluster: &mut ShoalCluster) -> usize {
+    let node = cluster.reserve_node().unwrap_or_else(|error| panic!("{error}"));
+    let index = usize::from(node);
+    let request = AddNode {
+        node: None,
+        bus: cluster.buses[index].clone(),
+        client: cluster.clients[index].clone(),
+        kafka: cluster.kafkas[index].clone(),
+        rack: String::new(),
+    };
+    let (code, body) = call_anywhere(cluster, 0, Operation::AddNode, &request.encode())
+        .expect("AddNode is answered");
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(body, [node], "the lowest free index");
+    cluster.start_added(node).unwrap_or_else(|error| panic!("{error}"));
+    index
+}
+
+fn remove_node(cluster: &ShoalCluster, node: u8, replacement: Option<u8>) {
+    let request = RemoveNode { node, replacement };
+    let (code, body) = call_anywhere(cluster, 1, Operation::RemoveNode, &request.encode())
+        .expect("RemoveNode is answered");
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&body));
+}
+
+#[test]
+fn a_cluster_grows_to_four_nodes_and_loses_node_0_without_losing_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = cluster(dir.path());
+    create_grow_topic(&cluster);
+    let mut ledger = Ledger::default();
+    ledger.produce(&cluster, TOPIC, 30);
+    let mut stalls = vec![Duration::ZERO; PARTITIONS as usize];
+
+    let new = add_node(&mut cluster);
+    assert_eq!(new, 3);
+    // The new node joins the metadata group as a learner and learns the catalog from it.
+    wait_until(&cluster, "node 3 learns the catalog", || {
+        metadata_members(&cluster, 3).is_some_and(|(voters, learners, status)| {
+            (voters, learners) == (0b0111, 0b1000) && status == "normal"
+        }) && placements(&cluster, 3).is_some()
+    });
+    // A third of the partitions moves onto it, under load: partition 0 from node 0 to node 3.
+    let all = placements(&cluster, 1).expect("node 1 knows the topic");
+    assert!(all.values().all(|&(replicas, _)| replicas == 0b0111), "{all:?}");
+    let request = MovePartition {
+        stream: STREAM.into(),
+        topic: TOPIC.into(),
+        partition: 0,
+        action: MoveAction::Start { voters: 0b1110 },
+    };
+    let (code, body) = call_anywhere(&cluster, 0, Operation::MovePartition, &request.encode())
+        .expect("a move is answered");
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&body));
+    produce_until(&cluster, &mut ledger, "partition 0's move", &mut stalls, || {
+        (0..4).all(|node| {
+            placements(&cluster, node).is_some_and(|all| all[&0] == (0b1110, 0) && all[&1].1 == 0)
+        })
+    });
+
+    // Node 0 leaves: its partitions move to the least loaded node (3), its metadata seat too.
+    remove_node(&cluster, 0, None);
+    produce_until(&cluster, &mut ledger, "node 0's partitions move away", &mut stalls, || {
+        settled_without(&cluster, &[1, 2, 3], 0b0001)
+    });
+    wait_until(&cluster, "node 0 leaves the metadata group", || {
+        (1..4).all(|node| {
+            metadata_members(&cluster, node)
+                .is_some_and(|(voters, learners, _)| voters == 0b1110 && learners == 0)
+        })
+    });
+    let nodes = status(&cluster, 3).expect("node 3 answers")["cluster_nodes"].clone();
+    let leaving: Vec<u64> = nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["leaving"] == true)
+        .filter_map(|n| n["node"].as_u64())
+        .collect();
+    assert_eq!(leaving, [0], "{nodes}");
+
+    // Node 0 holds nothing now: the cluster goes on without it.
+    cluster.nodes[0].kill_9();
+    ledger.produce(&cluster, TOPIC, 30);
+    create_topic_as(&cluster, topic_of("after"));
+    ledger.check_with_control_records(&cluster);
+    eprintln!("longest write stall per partition while nodes came and went: {stalls:?}");
+}
+
+#[test]
+fn a_node_whose_disk_is_gone_is_replaced_by_a_new_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = cluster(dir.path());
+    create_grow_topic(&cluster);
+    let mut ledger = Ledger::default();
+    ledger.produce(&cluster, TOPIC, 30);
+    let mut stalls = vec![Duration::ZERO; PARTITIONS as usize];
+
+    // Node 1's machine is lost with its disk.
+    cluster.nodes[1].kill_9();
+    std::fs::remove_dir_all(cluster.data_dir(1)).unwrap();
+    ledger.produce(&cluster, TOPIC, 15);
+
+    let new = add_node(&mut cluster);
+    remove_node(&cluster, 1, Some(new as u8));
+    produce_until(&cluster, &mut ledger, "node 3 takes node 1's place", &mut stalls, || {
+        settled_without(&cluster, &[0, 2, 3], 0b0010)
+            && placements(&cluster, 3)
+                .is_some_and(|all| all.values().all(|&(replicas, _)| replicas == 0b1101))
+    });
+    wait_until(&cluster, "node 3 takes node 1's metadata seat", || {
+        [0, 2, 3].iter().all(|&node| {
+            metadata_members(&cluster, node)
+                .is_some_and(|(voters, learners, _)| voters == 0b1101 && learners == 0)
+        })
+    });
+    ledger.produce(&cluster, TOPIC, 15);
+    ledger.check_with_control_records(&cluster);
+    eprintln!("longest write stall per partition during the replacement: {stalls:?}");
+}
