@@ -6,6 +6,7 @@
 //! counting allocator the binary installs. ARCHITECTURE.md maps how they fit.
 
 pub mod alloc;
+pub mod balancer;
 pub mod bus;
 pub mod config;
 pub mod connection;

@@ -3,8 +3,9 @@
 //! metadata group as a learner and a third of the partitions move onto it — then node 0 is
 //! removed: every partition it held moves away, its metadata seat goes to node 3, and once it is
 //! killed the cluster goes on (writes, a new topic). A node whose disk is gone is replaced by a
-//! new node with a new index. No acknowledged write is lost, and each partition's longest
-//! write stall is reported.
+//! new node with a new index. With the balancer on, a node added to a cluster gets its share of
+//! the replicas by itself. No acknowledged write is lost, and each partition's longest write
+//! stall is reported.
 
 mod common;
 
@@ -222,4 +223,49 @@ fn a_node_whose_disk_is_gone_is_replaced_by_a_new_node() {
     ledger.produce(&cluster, TOPIC, 15);
     ledger.check_with_control_records(&cluster);
     eprintln!("longest write stall per partition during the replacement: {stalls:?}");
+}
+
+/// The balancer (`[cluster] balancer_interval_ms`) on every node: a fourth node added to three
+/// holding three partitions of three replicas (3, 3, 3, 0 replicas) gets its share, one move
+/// at a time, until every node holds within one replica of every other (2, 2, 3, 2), while
+/// writes go on.
+#[test]
+fn the_balancer_gives_an_added_node_its_share_of_the_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("balancer.toml");
+    std::fs::write(&config, "[cluster]\nbalancer_interval_ms = 100\n").unwrap();
+    let config = config.to_str().unwrap().to_string();
+    let mut cluster = cluster_with_args(dir.path(), &["--config", &config]);
+    create_grow_topic(&cluster);
+    let mut ledger = Ledger::default();
+    ledger.produce(&cluster, TOPIC, 30);
+    let all = placements(&cluster, 0).expect("node 0 knows the topic");
+    assert!(all.values().all(|&(replicas, to)| (replicas, to) == (0b0111, 0)), "{all:?}");
+
+    add_node(&mut cluster);
+    let mut stalls = vec![Duration::ZERO; PARTITIONS as usize];
+    let balanced = || {
+        (0..4).all(|node| {
+            placements(&cluster, node).is_some_and(|all| {
+                let mut load = [0u32; 4];
+                for &(replicas, to) in all.values() {
+                    if to != 0 {
+                        return false;
+                    }
+                    (0..4).filter(|n| replicas & (1 << n) != 0).for_each(|n| load[n] += 1);
+                }
+                load[3] == 2 && load.iter().max().unwrap() - load.iter().min().unwrap() <= 1
+            })
+        })
+    };
+    produce_until(&cluster, &mut ledger, "the balancer evens the replicas", &mut stalls, balanced);
+    let started: u64 = (0..4)
+        .filter_map(|node| status(&cluster, node))
+        .flat_map(|status| status["shard_reports"].as_array().cloned().unwrap_or_default())
+        .filter_map(|shard| shard["balancer_moves"].as_u64())
+        .sum();
+    assert!(started >= 2, "the balancer started the moves: {started}");
+    ledger.produce(&cluster, TOPIC, 15);
+    ledger.check_with_control_records(&cluster);
+    eprintln!("longest write stall per partition while the balancer moved replicas: {stalls:?}");
 }

@@ -312,7 +312,7 @@ pub(super) struct IntKey<T> {
 }
 
 /// `[cluster]` but `nodes` (a list) and `added_node` (one node).
-pub(super) const CLUSTER_KEYS: [IntKey<ClusterConfig>; 2] = [
+pub(super) const CLUSTER_KEYS: [IntKey<ClusterConfig>; 3] = [
     IntKey { name: "id", min: 1, max: TOML_INT_MAX, get: |c| c.id, set: |c, v| c.id = v },
     IntKey {
         name: "node",
@@ -320,6 +320,13 @@ pub(super) const CLUSTER_KEYS: [IntKey<ClusterConfig>; 2] = [
         max: NODES_MAX as u64 - 1,
         get: |c| u64::from(c.node),
         set: |c, v| c.node = v as u8,
+    },
+    IntKey {
+        name: "balancer_interval_ms",
+        min: 0,
+        max: 86_400_000,
+        get: |c| c.balancer_interval_ms,
+        set: |c, v| c.balancer_interval_ms = v,
     },
 ];
 

@@ -63,6 +63,9 @@ pub struct ClusterConfig {
     /// `nodes` stays the founders' list, so the added node's entry has to come from somewhere
     /// else. None on a founding node (default).
     pub added_node: Option<ClusterNode>,
+    /// How often the partition balancer may start a move (`docs/cluster.md`, "The balancer");
+    /// 0: off (default). Only the metadata group's primary runs it.
+    pub balancer_interval_ms: u64,
 }
 
 /// One node of `[cluster] nodes` (or `added_node`): where its peers and its clients reach it.
@@ -90,7 +93,13 @@ impl ClusterNode {
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { id: 1, node: 0, nodes: Vec::new(), added_node: None }
+        ClusterConfig {
+            id: 1,
+            node: 0,
+            nodes: Vec::new(),
+            added_node: None,
+            balancer_interval_ms: 0,
+        }
     }
 }
 

@@ -73,6 +73,7 @@ struct Node<'a> {
 struct Cluster<'a> {
     id: u64,
     node: u8,
+    balancer_interval_ms: u64,
     nodes: Vec<ClusterNodeKeys<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     added_node: Option<ClusterNodeKeys<'a>>,
@@ -179,6 +180,7 @@ impl<'a> Node<'a> {
             cluster: Cluster {
                 id: config.cluster.id,
                 node: config.cluster.node,
+                balancer_interval_ms: config.cluster.balancer_interval_ms,
                 nodes: config.cluster.nodes.iter().map(ClusterNodeKeys::of).collect(),
                 added_node: config.cluster.added_node.as_ref().map(ClusterNodeKeys::of),
             },

@@ -738,15 +738,26 @@ fn address(text: &str) -> std::net::SocketAddr {
 fn without_cluster_the_node_is_a_one_node_cluster_as_before() {
     let config = resolve("", &[], &[]);
     let cluster = &config.cluster;
-    assert_eq!(*cluster, ClusterConfig { id: 1, node: 0, nodes: Vec::new(), added_node: None });
+    assert_eq!(
+        *cluster,
+        ClusterConfig {
+            id: 1,
+            node: 0,
+            nodes: Vec::new(),
+            added_node: None,
+            balancer_interval_ms: 0
+        }
+    );
     assert_eq!(cluster.founders(), 1);
     assert_eq!(cluster.bus_address(0, 0), None);
     assert_eq!(cluster.entry(0).map(|n| n.client), None);
     assert_eq!(config.native_listen.to_string(), "127.0.0.1:7070", "native_listen unchanged");
     let json = config.to_json();
-    assert_eq!(json["cluster"], serde_json::json!({ "id": 1, "node": 0, "nodes": [] }));
+    let cluster_json =
+        serde_json::json!({ "id": 1, "node": 0, "balancer_interval_ms": 0, "nodes": [] });
+    assert_eq!(json["cluster"], cluster_json);
     // The same with the keys given at their defaults.
-    let explicit = "[cluster]\nid = 1\nnode = 0\nnodes = []\n";
+    let explicit = "[cluster]\nid = 1\nnode = 0\nbalancer_interval_ms = 0\nnodes = []\n";
     assert_eq!(resolve(explicit, &[], &[]).to_json(), json);
     assert_eq!(resolve("", &[("SHOAL_CLUSTER_NODES", "")], &[]).to_json(), json);
 }
@@ -802,7 +813,13 @@ fn cluster_keys_resolve_through_every_layer_flags_beating_env_beating_the_file()
     let config = resolve(THREE_NODES, &env, &[]);
     assert_eq!(
         config.cluster,
-        ClusterConfig { id: 6, node: 1, nodes: env_nodes.clone(), added_node: None }
+        ClusterConfig {
+            id: 6,
+            node: 1,
+            nodes: env_nodes.clone(),
+            added_node: None,
+            balancer_interval_ms: 0
+        }
     );
     let only_node = resolve(THREE_NODES, &[("SHOAL_CLUSTER_NODE", "2")], &[]).cluster;
     assert_eq!((only_node.id, only_node.node), (5, 2), "keys the env leaves keep the file's");
@@ -819,14 +836,26 @@ fn cluster_keys_resolve_through_every_layer_flags_beating_env_beating_the_file()
     let config = resolve(THREE_NODES, &env, &flags);
     assert_eq!(
         config.cluster,
-        ClusterConfig { id: 7, node: 3, nodes: flag_nodes, added_node: None }
+        ClusterConfig {
+            id: 7,
+            node: 3,
+            nodes: flag_nodes,
+            added_node: None,
+            balancer_interval_ms: 0
+        }
     );
     assert_eq!(config.native_listen, address("127.0.0.1:7073"), "node 3's client address");
     // An empty text is no nodes: a one-node cluster again.
     let config = resolve(THREE_NODES, &[], &["--cluster-nodes", ""]);
     assert_eq!(
         config.cluster,
-        ClusterConfig { id: 5, node: 0, nodes: Vec::new(), added_node: None }
+        ClusterConfig {
+            id: 5,
+            node: 0,
+            nodes: Vec::new(),
+            added_node: None,
+            balancer_interval_ms: 0
+        }
     );
     assert_eq!(config.native_listen, address("127.0.0.1:7070"));
 }
@@ -899,7 +928,8 @@ fn printed_cluster_config_loads_back_to_the_same_config() {
         assert_eq!(again.to_json(), config.to_json(), "{file}\n---\n{printed}");
     }
     let printed = resolve("", &[], &[]).to_toml();
-    assert!(printed.contains("[cluster]\nid = 1\nnode = 0\nnodes = []\n"), "{printed}");
+    let cluster = "[cluster]\nid = 1\nnode = 0\nbalancer_interval_ms = 0\nnodes = []\n";
+    assert!(printed.contains(cluster), "{printed}");
 }
 
 #[test]

@@ -307,6 +307,7 @@ impl ShardState {
                     io_rounds: self.node.counters().io_rounds,
                     move_changes_proposed: self.mover.changes_proposed,
                     move_steps_waited: self.mover.steps_waited,
+                    balancer_moves: self.mover.balancer_moves,
                     replication: replication.collect(),
                 });
             }

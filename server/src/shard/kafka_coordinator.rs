@@ -94,7 +94,7 @@ impl ShardState {
             }
             let Some(metadata) = self.metadata.as_mut() else { return };
             let client = metadata.next_internal_request();
-            self.propose_metadata(client, command, MetaWaiter::KafkaGroup);
+            self.propose_metadata(client, command, MetaWaiter::Nobody);
         }
     }
 }

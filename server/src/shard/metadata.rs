@@ -119,7 +119,7 @@ impl MetadataState {
                     MetaWaiter::Rebalance(group) => {
                         self.coordinator.settled(&group, None);
                     }
-                    MetaWaiter::KafkaGroup => {}
+                    MetaWaiter::Nobody => {}
                 }
             }
         }
@@ -134,8 +134,9 @@ const META_WAITERS_MAX: usize = 16;
 pub(super) enum MetaWaiter {
     Client(ReplySender),
     Rebalance(GroupRef),
-    /// A Kafka group's store: nobody waits (see `kafka_coordinator`).
-    KafkaGroup,
+    /// A proposal of the node's own that nobody waits for: a Kafka group's store (see
+    /// `kafka_coordinator`), a balancing move (`balancer`).
+    Nobody,
 }
 
 impl ShardState {
@@ -441,7 +442,7 @@ impl ShardState {
                 // Members may have changed while this one was in flight.
                 self.propose_rebalances();
             }
-            MetaWaiter::KafkaGroup => {}
+            MetaWaiter::Nobody => {}
         }
     }
 

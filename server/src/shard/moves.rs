@@ -17,13 +17,15 @@ use std::collections::HashMap;
 use shoal_proto::batch::BatchBuilder;
 use shoal_proto::protocol::{MoveAction, MovePartition, Operation};
 use shoal_proto::wire::{ClientRequest, Membership};
-use shoal_replication::{ReplicaState, Status};
+use shoal_replication::{ReplicaState, Status, TICK_MS};
 
+use super::metadata::MetaWaiter;
 use super::offsets::control_request;
 use super::state::ShardState;
 use super::thread::now_ms;
 use super::work::Work;
 use super::writes::{PendingWrite, WriteKind};
+use crate::balancer::{self, BalancingMove};
 use crate::connection::metadata_primary;
 use crate::metadata::{METADATA_GROUP, MetaCommand};
 
@@ -126,6 +128,10 @@ pub(super) struct Mover {
     pub(super) changes_proposed: u64,
     /// Steps held back for a learner not in sync yet.
     pub(super) steps_waited: u64,
+    /// The tick of the balancer's last look at the catalog.
+    balanced_tick: u64,
+    /// Moves the balancer started (proposed; one that does not apply is not retried at once).
+    pub(super) balancer_moves: u64,
 }
 
 impl ShardState {
@@ -138,6 +144,7 @@ impl ShardState {
         }
         if self.index == 0 {
             self.drive_metadata_members(tick);
+            self.balance(tick);
         }
         // Without a move anywhere (the common case) this is one pass over the places, with no
         // allocation.
@@ -223,6 +230,35 @@ impl ShardState {
             }
             None => {}
         }
+    }
+
+    /// Shard 0 of the metadata group's serving primary, with the balancer on: every
+    /// `balancer_interval_ms`, proposes the balancer's next move, if any.
+    fn balance(&mut self, tick: u64) {
+        let cluster = &self.config.cluster;
+        let interval_ticks = cluster.balancer_interval_ms / TICK_MS;
+        if cluster.balancer_interval_ms == 0
+            || tick < self.mover.balanced_tick + interval_ticks.max(MOVE_STEP_TICKS)
+        {
+            return;
+        }
+        self.mover.balanced_tick = tick;
+        let serving = self
+            .node
+            .replica(METADATA_GROUP)
+            .is_some_and(|replica| replica.is_primary() && replica.status() == Status::Normal);
+        if !serving {
+            return;
+        }
+        let founders = cluster.founders();
+        let Some(next) = balancer::next_move(&self.catalog, founders) else { return };
+        let Some(metadata) = self.metadata.as_mut() else { return };
+        let client = metadata.next_internal_request();
+        let BalancingMove { stream, topic, partition, action } = next;
+        tracing::info!(stream, topic, partition, ?action, "the balancer moves a partition");
+        self.mover.balancer_moves += 1;
+        let command = MetaCommand::Move { stream, topic, partition, action, nodes: founders };
+        self.propose_metadata(client, command, MetaWaiter::Nobody);
     }
 
     /// Proposes `group`'s change to `next` as a control record in its log.

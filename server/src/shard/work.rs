@@ -429,6 +429,8 @@ pub struct ShardReport {
     pub move_changes_proposed: u64,
     /// See `move_changes_proposed`.
     pub move_steps_waited: u64,
+    /// Moves the partition balancer started here (shard 0 of the metadata primary).
+    pub balancer_moves: u64,
     /// Each group's view, primary and (where this node leads it) replica states.
     pub replication: Vec<GroupReport>,
 }
