@@ -911,6 +911,16 @@ impl Session {
             kafka,
             rack: (!asked.rack.is_empty()).then_some(asked.rack),
         };
+        let clash = cluster
+            .nodes
+            .iter()
+            .position(|founder| founder.bus == entry.bus || founder.client == entry.client);
+        if let Some(founder) = clash {
+            return Err((
+                ErrorCode::InvalidArgument,
+                format!("founding node {founder} has that bus or client address"),
+            ));
+        }
         Ok(MetaCommand::AddNode { node, address: entry, founders })
     }
 

@@ -17,7 +17,7 @@ use common::cluster::*;
 use serde_json::Value;
 use shoal_proto::Durability;
 use shoal_proto::protocol::{
-    AddNode, CreateTopic, MoveAction, MovePartition, Operation, RemoveNode,
+    AddNode, CreateTopic, ErrorCode, MoveAction, MovePartition, Operation, RemoveNode,
 };
 use shoal_testkit::ShoalCluster;
 
@@ -137,6 +137,43 @@ fn a_cluster_grows_to_four_nodes_and_loses_node_0_without_losing_a_write() {
     let mut ledger = Ledger::default();
     ledger.produce(&cluster, TOPIC, 30);
     let mut stalls = vec![Duration::ZERO; PARTITIONS as usize];
+
+    // Bad requests get a clear refusal and change nothing.
+    let refused = |operation, body: Vec<u8>, code: ErrorCode, says: &str| {
+        let (got, text) = call_anywhere(&cluster, 0, operation, &body).expect("answered");
+        let text = String::from_utf8_lossy(&text).to_string();
+        assert_eq!(got, code as u32, "{text}");
+        assert!(text.contains(says), "{text}");
+    };
+    let bad = |bus: &str, client: &str, node| {
+        let request =
+            AddNode { node, bus: bus.into(), client: client.into(), ..AddNode::default() };
+        request.encode()
+    };
+    let founder_bus = cluster.buses[1].clone();
+    refused(
+        Operation::AddNode,
+        bad("nowhere", "127.0.0.1:1", None),
+        ErrorCode::InvalidRequest,
+        "IP:PORT",
+    );
+    refused(
+        Operation::AddNode,
+        bad(&founder_bus, "127.0.0.1:1", None),
+        ErrorCode::InvalidArgument,
+        "founding node 1",
+    );
+    refused(
+        Operation::AddNode,
+        bad("127.0.0.1:2", "127.0.0.1:1", Some(1)),
+        ErrorCode::InvalidArgument,
+        "founding",
+    );
+    let unknown = RemoveNode { node: 7, replacement: None }.encode();
+    refused(Operation::RemoveNode, unknown, ErrorCode::InvalidArgument, "not an active node");
+    // Three replicas on three nodes: removing one leaves them nowhere to go.
+    let too_few = RemoveNode { node: 2, replacement: None }.encode();
+    refused(Operation::RemoveNode, too_few, ErrorCode::InvalidArgument, "no other active node");
 
     let new = add_node(&mut cluster);
     assert_eq!(new, 3);

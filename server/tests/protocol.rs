@@ -154,6 +154,19 @@ fn bad_input_gets_its_error_and_other_clients_are_still_served() {
         ErrorCode::PartitionNotFound
     );
     assert_eq!(client.call(Operation::CreateTopic, &[1, 2, 3]).error(), ErrorCode::InvalidRequest);
+    // A one-node cluster without [cluster] nodes cannot grow; it has no node to remove either.
+    let add = shoal_proto::protocol::AddNode {
+        bus: "127.0.0.1:7200".into(),
+        client: "127.0.0.1:7070".into(),
+        ..Default::default()
+    };
+    assert_eq!(client.call(Operation::AddNode, &add.encode()).error(), ErrorCode::InvalidArgument);
+    assert_eq!(client.call(Operation::AddNode, &[255, 0]).error(), ErrorCode::InvalidRequest);
+    let remove = shoal_proto::protocol::RemoveNode { node: 0, replacement: None };
+    assert_eq!(
+        client.call(Operation::RemoveNode, &remove.encode()).error(),
+        ErrorCode::InvalidArgument
+    );
     assert_eq!(client.produce("s", "t", 0, &[b"still served"]).base_offset, 0);
 
     // The well-behaved client never noticed.
