@@ -498,8 +498,10 @@ impl Session {
             vec![NodeAddress { node: cluster.node, address: self.reached.clone() }]
         } else {
             let book = &self.catalog.nodes;
+            // An added node names itself before its catalog does.
+            let known = book.known(cluster.founders()) | (1 << cluster.node);
             (0..NODES_MAX as u8)
-                .filter(|&node| book.known(cluster.founders()) & (1 << node) != 0)
+                .filter(|&node| known & (1 << node) != 0)
                 .filter_map(|node| {
                     let address = book.client_address(cluster, node)?.to_string();
                     Some(NodeAddress { node, address })
@@ -1016,7 +1018,10 @@ impl Session {
         }
         let cluster = &config.cluster;
         let book = &self.catalog.nodes;
-        let known = if cluster.nodes.is_empty() { 0 } else { book.known(cluster.founders()) };
+        let known = match cluster.nodes.is_empty() {
+            true => 0,
+            false => book.known(cluster.founders()) | (1 << cluster.node),
+        };
         let status = Status {
             cluster: cluster.id,
             node: cluster.node,
