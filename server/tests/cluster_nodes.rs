@@ -1,8 +1,9 @@
 //! Issue 26, adding, removing and replacing nodes on real processes (`docs/cluster.md`, "Adding
 //! and removing nodes"): a three-node cluster grows to four under load — the new node joins the
 //! metadata group as a learner and a third of the partitions move onto it — then node 0 is
-//! removed: every partition it held moves away, its metadata seat goes to node 3, and once it is
-//! killed the cluster goes on (writes, a new topic). A node whose disk is gone is replaced by a
+//! removed: every partition it held moves away (through `kill -9` of the node receiving them
+//! and of the metadata primary), its metadata seat goes to node 3, and once it is killed the
+//! cluster goes on (writes, a new topic). A node whose disk is gone is replaced by a
 //! new node with a new index. With the balancer on, a node added to a cluster gets its share of
 //! the replicas by itself. No acknowledged write is lost, and each partition's longest write
 //! stall is reported.
@@ -202,7 +203,26 @@ fn a_cluster_grows_to_four_nodes_and_loses_node_0_without_losing_a_write() {
     });
 
     // Node 0 leaves: its partitions move to the least loaded node (3), its metadata seat too.
+    // Mid-removal, `kill -9` of the node receiving the replicas (an added node: it restarts
+    // from its own directory) and then of the metadata group's primary: the moves resume.
     remove_node(&cluster, 0, None);
+    cluster.nodes[3].kill_9();
+    ledger.produce(&cluster, TOPIC, 6);
+    restart(&mut cluster, 3);
+    let metadata_primary = (0..4)
+        .find_map(|node| {
+            let status = status(&cluster, node)?;
+            let reports = status["shard_reports"].as_array()?.clone();
+            let metadata = reports
+                .iter()
+                .flat_map(|shard| shard["replication"].as_array().cloned().unwrap_or_default())
+                .find(|report| report["group"] == 0 && report["status"] == "normal")?;
+            metadata["primary"].as_u64()
+        })
+        .expect("some node names the metadata primary") as usize;
+    cluster.nodes[metadata_primary].kill_9();
+    ledger.produce(&cluster, TOPIC, 6);
+    restart(&mut cluster, metadata_primary);
     produce_until(&cluster, &mut ledger, "node 0's partitions move away", &mut stalls, || {
         settled_without(&cluster, &[1, 2, 3], 0b0001)
     });

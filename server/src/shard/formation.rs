@@ -11,7 +11,9 @@
 //!   and waits for a peer's StartView (`replication`'s `NodeConfig::rejoin_floor`). The floor is
 //!   unknown (everything) until the metadata group is normal again and the catalog has applied
 //!   every op its StartView held; it is then the catalog's next group id: groups created after
-//!   that are new to every node and start as usual.
+//!   that are new to every node and start as usual. A node that votes in no group then (a node
+//!   added to the cluster, holding nothing yet) needs no floor at all: it never acknowledged
+//!   anything a quorum counted.
 //! - Until every peer has answered, it waits (a new cluster forms only with every node up).
 //!
 //! What was decided is kept in the data directory's `formation` file (written whole and synced
@@ -146,17 +148,33 @@ impl ShardState {
             return;
         };
         let Some(metadata) = &self.metadata else { return };
-        if metadata.state.catalog.applied_op < head_op {
+        let catalog = &metadata.state.catalog;
+        if catalog.applied_op < head_op {
             return;
         }
-        let floor = metadata.state.catalog.next_group;
-        if let Err(error) = write(&self.config.data_dir, &format!("rejoined {floor}")) {
+        // A node that votes nowhere — a node added to the cluster, holding nothing yet but as a
+        // learner — never acknowledged anything a quorum counted: it needs no floor, and its
+        // groups restart as anyone's do (a floor would keep its restarted replicas out of view
+        // changes, which a group missing another node needs them for).
+        let (own, founders) = (self.config.cluster.node, self.config.cluster.founders());
+        let votes = replica.config().members.voters & (1 << own) != 0
+            || catalog.places().any(|place| {
+                let voters = place.members.voters | place.target.voters;
+                voters & (1 << own) != 0 || (place.members.is_empty() && own < founders)
+            });
+        let floor = if votes { catalog.next_group } else { 0 };
+        let text = if votes { format!("rejoined {floor}") } else { "formed".to_string() };
+        if let Err(error) = write(&self.config.data_dir, &text) {
             tracing::error!(%error, "cannot record the rejoin floor: retrying");
             return;
         }
         self.rejoin_floor.store(floor, Ordering::SeqCst);
         self.node.set_rejoin_floor(floor);
-        tracing::info!(floor, "rejoined the cluster: groups from {floor} on start as new");
+        if votes {
+            tracing::info!(floor, "rejoined the cluster: groups from {floor} on start as new");
+        } else {
+            tracing::info!("joined the cluster voting nowhere: no group needs a rejoin floor");
+        }
         self.formation = Formation::Formed;
     }
 }
