@@ -265,6 +265,7 @@ fn start_shards(
 ) -> Start<Shards> {
     let formed = Arc::new(AtomicBool::new(formed));
     let rejoin_floor = Arc::new(std::sync::atomic::AtomicU64::new(rejoin_floor));
+    let rejoin_settled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let config = Arc::new(config);
     let (ready_tx, ready) = mpsc::channel();
     let stop = Arc::new(AtomicBool::new(false));
@@ -305,6 +306,7 @@ fn start_shards(
             incarnation,
             formed: Arc::clone(&formed),
             rejoin_floor: Arc::clone(&rejoin_floor),
+            rejoin_settled: Arc::clone(&rejoin_settled),
         };
         shards.threads.push(std::thread::spawn(move || shard::run(spec)));
         match bound_rx.recv() {

@@ -145,10 +145,12 @@ fn a_partition_moves_to_another_node_under_load_and_loses_no_acknowledged_write(
     assert!(during > 0);
     ledger.produce_to(&cluster, TOPIC, 0, 10);
     ledger.check_with_control_records(&cluster);
-    // The node the partition left keeps no say in it: its replica is removed; the new one
-    // leads it.
-    let (_, left) = replica_of(&cluster, from, group).expect("the old node still reports it");
-    assert_eq!(left, "removed");
+    // The node the partition left keeps no say in it: its replica is removed (it learns so
+    // from the new epoch's StartView, which answers its probe once the primary stops sending it
+    // anything); the new one leads it.
+    wait_until(&cluster, "the old node's replica is removed", || {
+        replica_of(&cluster, from, group).is_some_and(|(_, status)| status == "removed")
+    });
     let led = replica_of(&cluster, to, group).expect("the new node holds it");
     assert_eq!(led.1, "normal");
     assert!(shard_sum(&cluster, from, "move_changes_proposed") >= 2, "add and switch");

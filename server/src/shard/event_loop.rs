@@ -71,6 +71,7 @@ impl ShardState {
                 if self.index == 0 {
                     self.advance_formation().await;
                 }
+                self.settle_rejoin(ticks);
                 self.expire_parked();
                 self.expire_writes();
                 self.drive_moves();

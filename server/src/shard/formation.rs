@@ -16,6 +16,13 @@
 //!   anything a quorum counted.
 //! - Until every peer has answered, it waits (a new cluster forms only with every node up).
 //!
+//! - The floor is needed only until each group below it has been brought back: once the replica
+//!   has been normal in a view after the rejoin, the ops it may have forgotten are settled by
+//!   that view, and everything it acknowledged since is on its disk. A floor kept longer would
+//!   keep its replicas out of every later view change after a restart (they wait for a
+//!   StartView), which a group missing another node needs them for. So once every shard has
+//!   seen every group below the floor normal (or removed), shard 0 records `formed` again.
+//!
 //! What was decided is kept in the data directory's `formation` file (written whole and synced
 //! before anything it allows happens): `formed`, `rejoining`, or `rejoined FLOOR`. `main` reads it
 //! before any shard opens, so a node restarted in the middle of a rejoin keeps waiting for its
@@ -30,6 +37,10 @@ use shoal_replication::Status;
 
 use super::state::ShardState;
 use crate::metadata::METADATA_GROUP;
+
+/// How often a shard checks whether its groups below the rejoin floor are back (a scan of its
+/// groups): once a second.
+const SETTLE_CHECK_TICKS: u64 = 100;
 
 /// The file in the data directory that records how the node joined its cluster.
 pub const FORMATION_FILE: &str = "formation";
@@ -88,7 +99,7 @@ impl ShardState {
     /// peers' handshakes allow, and follows a rejoin until its floor is known.
     pub(super) async fn advance_formation(&mut self) {
         match self.formation {
-            Formation::Formed => {}
+            Formation::Formed => self.lift_rejoin_floor(),
             Formation::Deciding => self.decide_formation().await,
             Formation::Rejoining { head_op } => self.follow_rejoin(head_op),
         }
@@ -176,5 +187,56 @@ impl ShardState {
             tracing::info!("joined the cluster voting nowhere: no group needs a rejoin floor");
         }
         self.formation = Formation::Formed;
+    }
+
+    /// Every shard, every [`SETTLE_CHECK_TICKS`] while the node has a rejoin floor: counts the
+    /// shard settled once every group below the floor that it holds, or the newest catalog
+    /// places on it, is normal (brought back by a StartView) or removed.
+    pub(super) fn settle_rejoin(&mut self, tick: u64) {
+        let floor = self.rejoin_floor.load(Ordering::SeqCst);
+        if self.rejoin_settled_here || floor == 0 || floor == u64::MAX {
+            return;
+        }
+        if !tick.is_multiple_of(SETTLE_CHECK_TICKS) {
+            return;
+        }
+        // Only with the newest catalog installed: every group placed here exists by then (the
+        // floor was set once shard 0 had applied the catalog it came back with).
+        let mut latest = std::sync::Arc::clone(&self.catalog);
+        self.published.refresh(&mut latest);
+        if latest.applied_op != self.catalog.applied_op {
+            return;
+        }
+        let node = self.config.cluster.node;
+        let placed = self.catalog.groups_on(self.index, node);
+        let held = self.node.group_ids();
+        let groups = held.iter().copied().chain(placed.iter().map(|(place, _)| place.group));
+        let settled = groups.filter(|&group| group < floor).all(|group| {
+            self.node
+                .replica(group)
+                .is_some_and(|replica| matches!(replica.status(), Status::Normal | Status::Removed))
+        });
+        if settled {
+            self.rejoin_settled_here = true;
+            self.rejoin_settled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Shard 0, once every shard has settled: records `formed`, lifting the floor.
+    fn lift_rejoin_floor(&mut self) {
+        let floor = self.rejoin_floor.load(Ordering::SeqCst);
+        if floor == 0 || floor == u64::MAX {
+            return;
+        }
+        if self.rejoin_settled.load(Ordering::SeqCst) < self.config.shards as usize {
+            return;
+        }
+        if let Err(error) = write(&self.config.data_dir, "formed") {
+            tracing::error!(%error, "cannot lift the rejoin floor: retrying");
+            return;
+        }
+        self.rejoin_floor.store(0, Ordering::SeqCst);
+        self.node.set_rejoin_floor(0);
+        tracing::info!(floor, "every group this node held before it rejoined is back: no floor");
     }
 }

@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use shoal_engine::partition::DiskReadDone;
 use shoal_engine::storage::uring::UringStorage;
@@ -84,6 +84,9 @@ pub(super) struct ShardState {
     pub(super) formation: Formation,
     /// The node's rejoin floor, shared by its shards (see `formation`).
     pub(super) rejoin_floor: Arc<AtomicU64>,
+    /// Shards that have brought back every group below the floor, and whether this one has.
+    pub(super) rejoin_settled: Arc<AtomicUsize>,
+    pub(super) rejoin_settled_here: bool,
     /// Whether the node holds its cluster's state, as its bus handshakes say.
     pub(super) formed: Arc<AtomicBool>,
     /// Groups refusing writes for lack of disk space at the last tick (logged when it changes).
@@ -139,6 +142,8 @@ impl ShardState {
                 Formation::Formed
             },
             rejoin_floor: Arc::clone(&spec.rejoin_floor),
+            rejoin_settled: Arc::clone(&spec.rejoin_settled),
+            rejoin_settled_here: false,
             formed: Arc::clone(&spec.formed),
             storage_full_groups: 0,
             #[cfg(feature = "canary-ack-on-receipt")]

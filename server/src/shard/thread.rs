@@ -77,6 +77,9 @@ pub struct ShardSpec {
     pub formed: Arc<AtomicBool>,
     /// The node's rejoin floor, shared by its shards (`formation`).
     pub rejoin_floor: Arc<AtomicU64>,
+    /// Shards whose every group below the rejoin floor has been brought back since the rejoin
+    /// (`formation`): once all have, the floor is lifted.
+    pub rejoin_settled: Arc<AtomicUsize>,
 }
 
 /// The wall clock, read only here, outside the node layer.
