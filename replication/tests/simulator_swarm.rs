@@ -196,6 +196,9 @@ fn reconfiguration_swarm_keeps_every_invariant() {
     });
     let minimums = [
         ("moves_done", coverage.moves_done, 45 * 9),
+        ("move_learners_added", coverage.move_learners_added, 45 * 3),
+        ("move_voters_switched", coverage.move_voters_switched, 45 * 3),
+        ("move_members_dropped", coverage.move_members_dropped, 45 * 3),
         ("epochs_installed", coverage.epochs_installed, 500),
         ("older_epochs_answered", coverage.older_epochs_answered, 100),
         ("newer_epochs_probed", coverage.newer_epochs_probed, 50),

@@ -71,21 +71,8 @@ pub fn next_move(catalog: &Catalog, founders: u8) -> Option<BalancingMove> {
 mod tests {
     use super::*;
     use crate::config::ClusterNode;
+    use crate::metadata::tests::settings;
     use crate::metadata::{MetaCommand, MetaState, TopicSettings};
-    use shoal_engine::superblock::Durability;
-
-    fn settings(partitions: u32, replication_factor: u8) -> TopicSettings {
-        TopicSettings {
-            partitions,
-            durability: Durability::Persisted,
-            retention_bytes: 0,
-            retention_ms: 0,
-            segment_size_bytes: 8 << 20,
-            message_size_bytes_max: 1 << 16,
-            replica_lag_time_max_ms: 0,
-            replication_factor,
-        }
-    }
 
     /// Three nodes holding six one-replica partitions, two each; node 3 is added: the balancer
     /// moves one partition at a time onto it (waiting while one is moving) until every node
@@ -98,7 +85,7 @@ mod tests {
         let create = MetaCommand::CreateTopic {
             stream: "s".into(),
             topic: "t".into(),
-            settings: settings(6, 1),
+            settings: TopicSettings { replication_factor: 1, ..settings(6) },
             nodes: 3,
         };
         catalog.apply(2, 0, &create).unwrap();

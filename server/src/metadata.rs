@@ -799,11 +799,7 @@ impl Catalog {
         let mut places = Vec::with_capacity(count as usize);
         for _ in 0..count {
             let group = self.next_group;
-            let members = if factor == 0 {
-                GroupMembers::default()
-            } else {
-                PartitionPlace::members_for(group, factor, active)
-            };
+            let members = PartitionPlace::members_for(group, factor, active);
             let target = GroupMembers::default();
             let home = PartitionPlace { group, shard: 0, members, target }.home(nodes);
             let shard = placement.place(home).expect("checked");
@@ -1652,10 +1648,11 @@ impl Published {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn settings(partitions: u32) -> TopicSettings {
+    /// Test settings: `persisted`, 8 MiB segments, every node holding each partition.
+    pub(crate) fn settings(partitions: u32) -> TopicSettings {
         TopicSettings {
             partitions,
             durability: Durability::Persisted,

@@ -18,14 +18,6 @@ use shoal_testkit::ShoalCluster;
 
 const TOPIC: &str = "moving";
 
-/// The status document of node `node`, `None` while it does not answer.
-fn status(cluster: &ShoalCluster, node: usize) -> Option<Value> {
-    let mut raw = connect(&cluster.clients[node])?;
-    raw.send(Operation::Status, &[]);
-    let answer = raw.try_receive()?;
-    serde_json::from_slice(&answer.body).ok()
-}
-
 /// Partition `partition` of the moving topic as node `node` reports it: (replicas, moving to).
 fn placement(cluster: &ShoalCluster, node: usize, partition: u32) -> Option<(Vec<u64>, Vec<u64>)> {
     let status = status(cluster, node)?;
@@ -217,17 +209,7 @@ fn a_move_resumes_after_kill_9_of_its_new_node_and_of_the_metadata_primary() {
     restart(&mut cluster, to);
 
     // The metadata primary, wherever it is, killed while the move may still be going on.
-    let metadata_primary = (0..3)
-        .find_map(|node| {
-            let status = status(&cluster, node)?;
-            let reports = status["shard_reports"].as_array()?.clone();
-            let metadata = reports
-                .iter()
-                .flat_map(|shard| shard["replication"].as_array().cloned().unwrap_or_default())
-                .find(|report| report["group"] == 0)?;
-            metadata["primary"].as_u64()
-        })
-        .expect("some node names the metadata primary") as usize;
+    let metadata_primary = metadata_primary(&cluster);
     cluster.nodes[metadata_primary].kill_9();
     if metadata_primary != from {
         ledger.produce_to(&cluster, TOPIC, 0, 20);

@@ -24,14 +24,6 @@ use shoal_testkit::ShoalCluster;
 
 const TOPIC: &str = "grow";
 
-/// The status document of node `node`, `None` while it does not answer.
-fn status(cluster: &ShoalCluster, node: usize) -> Option<Value> {
-    let mut raw = connect(cluster.clients.get(node)?)?;
-    raw.send(Operation::Status, &[]);
-    let answer = raw.try_receive()?;
-    serde_json::from_slice(&answer.body).ok()
-}
-
 /// Each partition of the topic as node `node` reports it: (replicas, moving to), by partition.
 fn placements(cluster: &ShoalCluster, node: usize) -> Option<BTreeMap<u64, (u32, u32)>> {
     let status = status(cluster, node)?;
@@ -96,6 +88,15 @@ fn produce_until(
     }
 }
 
+/// Three nodes with the topic (three replicas per partition) and 30 writes in it.
+fn cluster_with_grow_topic(dir: &std::path::Path) -> (ShoalCluster, Ledger) {
+    let cluster = cluster(dir);
+    create_grow_topic(&cluster);
+    let mut ledger = Ledger::default();
+    ledger.produce(&cluster, TOPIC, 30);
+    (cluster, ledger)
+}
+
 fn create_grow_topic(cluster: &ShoalCluster) {
     let stream = shoal_proto::protocol::encode_stream_name(STREAM);
     assert_eq!(call_anywhere(cluster, 0, Operation::CreateStream, &stream).unwrap().0, 0);
@@ -133,10 +134,7 @@ fn remove_node(cluster: &ShoalCluster, node: u8, replacement: Option<u8>) {
 #[test]
 fn a_cluster_grows_to_four_nodes_and_loses_node_0_without_losing_a_write() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = cluster(dir.path());
-    create_grow_topic(&cluster);
-    let mut ledger = Ledger::default();
-    ledger.produce(&cluster, TOPIC, 30);
+    let (mut cluster, mut ledger) = cluster_with_grow_topic(dir.path());
     let mut stalls = vec![Duration::ZERO; PARTITIONS as usize];
 
     // Bad requests get a clear refusal and change nothing.
@@ -209,17 +207,7 @@ fn a_cluster_grows_to_four_nodes_and_loses_node_0_without_losing_a_write() {
     cluster.nodes[3].kill_9();
     ledger.produce(&cluster, TOPIC, 6);
     restart(&mut cluster, 3);
-    let metadata_primary = (0..4)
-        .find_map(|node| {
-            let status = status(&cluster, node)?;
-            let reports = status["shard_reports"].as_array()?.clone();
-            let metadata = reports
-                .iter()
-                .flat_map(|shard| shard["replication"].as_array().cloned().unwrap_or_default())
-                .find(|report| report["group"] == 0 && report["status"] == "normal")?;
-            metadata["primary"].as_u64()
-        })
-        .expect("some node names the metadata primary") as usize;
+    let metadata_primary = metadata_primary(&cluster);
     cluster.nodes[metadata_primary].kill_9();
     ledger.produce(&cluster, TOPIC, 6);
     restart(&mut cluster, metadata_primary);
@@ -253,10 +241,7 @@ fn a_cluster_grows_to_four_nodes_and_loses_node_0_without_losing_a_write() {
 #[test]
 fn a_node_whose_disk_is_gone_is_replaced_by_a_new_node() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = cluster(dir.path());
-    create_grow_topic(&cluster);
-    let mut ledger = Ledger::default();
-    ledger.produce(&cluster, TOPIC, 30);
+    let (mut cluster, mut ledger) = cluster_with_grow_topic(dir.path());
     let mut stalls = vec![Duration::ZERO; PARTITIONS as usize];
 
     // Node 1's machine is lost with its disk.

@@ -107,6 +107,16 @@ impl Cluster {
         }
         match reply.result {
             ReplyResult::Committed { op, base_offset } => {
+                if let Some(next) = pending.reconfigure
+                    && next != client.members
+                {
+                    let step = match client.phase {
+                        MovePhase::Add(_) => &mut self.coverage.move_learners_added,
+                        MovePhase::Switch => &mut self.coverage.move_voters_switched,
+                        MovePhase::Drop(_) => &mut self.coverage.move_members_dropped,
+                    };
+                    *step += 1;
+                }
                 if let Some(next) = pending.reconfigure {
                     client.finish_move(next);
                     self.coverage.moves_done += 1;

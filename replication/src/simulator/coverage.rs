@@ -122,6 +122,11 @@ pub struct Coverage {
     pub reconfigurations_prepared: u64,
     /// Configuration changes operator clients saw committed.
     pub moves_done: u64,
+    /// Of those, each step of a move: a learner added, the voters switched (a caught-up
+    /// learner promoted, a voter demoted), a demoted member dropped.
+    pub move_learners_added: u64,
+    pub move_voters_switched: u64,
+    pub move_members_dropped: u64,
     /// Epochs replicas entered by committing the change that opened them.
     pub epochs_entered: u64,
     /// Epochs replicas entered by installing a newer epoch's StartView.
@@ -238,6 +243,9 @@ impl Coverage {
             (&mut self.learner_acks, other.learner_acks),
             (&mut self.reconfigurations_prepared, other.reconfigurations_prepared),
             (&mut self.moves_done, other.moves_done),
+            (&mut self.move_learners_added, other.move_learners_added),
+            (&mut self.move_voters_switched, other.move_voters_switched),
+            (&mut self.move_members_dropped, other.move_members_dropped),
             (&mut self.epochs_entered, other.epochs_entered),
             (&mut self.epochs_installed, other.epochs_installed),
             (&mut self.older_epochs_answered, other.older_epochs_answered),

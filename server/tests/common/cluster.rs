@@ -492,3 +492,26 @@ pub fn wait_until(cluster: &ShoalCluster, what: &str, done: impl Fn() -> bool) -
     }
     started.elapsed()
 }
+
+/// The status document of node `node`, `None` while it does not answer.
+pub fn status(cluster: &ShoalCluster, node: usize) -> Option<serde_json::Value> {
+    let mut raw = connect(cluster.clients.get(node)?)?;
+    raw.send(Operation::Status, &[]);
+    let answer = raw.try_receive()?;
+    serde_json::from_slice(&answer.body).ok()
+}
+
+/// The metadata group's primary, as the first node whose replica of it is normal names it.
+pub fn metadata_primary(cluster: &ShoalCluster) -> usize {
+    (0..cluster.clients.len())
+        .find_map(|node| {
+            let status = status(cluster, node)?;
+            let reports = status["shard_reports"].as_array()?.clone();
+            let metadata = reports
+                .iter()
+                .flat_map(|shard| shard["replication"].as_array().cloned().unwrap_or_default())
+                .find(|report| report["group"] == 0 && report["status"] == "normal")?;
+            metadata["primary"].as_u64()
+        })
+        .expect("some node names the metadata primary") as usize
+}
