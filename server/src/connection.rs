@@ -461,6 +461,8 @@ impl Session {
                 Ok(hello) => match hello.negotiate() {
                     Some(version) => {
                         self.version.set(version);
+                        // The nodes it names include those the newest catalog added.
+                        self.context.published.refresh(&mut self.catalog);
                         Ok(ready(Outcome::ok(self.hello_reply(version).encode())))
                     }
                     None => {

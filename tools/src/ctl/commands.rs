@@ -1018,57 +1018,62 @@ pub fn moves_of(nodes: &[NodeStatus]) -> Vec<Value> {
         .collect()
 }
 
-/// The cluster's address book (the first answering node's), each node with its state —
-/// founding or added, leaving — whether it answered, its place in the metadata group as its
-/// own replica knows it, and how many partitions it holds.
+/// The cluster's address book as the first answering node knows it: each node with its state
+/// (founding or added; leaving, or removed once it holds no replica and no metadata seat),
+/// whether it answered, its place in the metadata group and how many partitions the catalog
+/// places on it (replicas and move targets).
 pub fn book_of(nodes: &[NodeStatus]) -> Vec<Value> {
-    let Some(book) = nodes.iter().find_map(|n| {
-        n.document
-            .as_ref()
-            .ok()?
-            .get("cluster_nodes")?
-            .as_array()
-            .filter(|b| !b.is_empty())
-            .cloned()
+    let Some(seen) = nodes.iter().find_map(|n| {
+        let document = n.document.as_ref().ok()?;
+        document.get("cluster_nodes")?.as_array().filter(|b| !b.is_empty())?;
+        Some(document)
     }) else {
         return Vec::new();
     };
-    book.iter()
+    let metadata = seen["shard_reports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|shard| shard["replication"].as_array().into_iter().flatten())
+        .find(|report| report["group"] == 0);
+    let partitions = seen["partitions"].as_array().map_or(&[][..], Vec::as_slice);
+    let names = |list: &Value, index: u64| {
+        list.as_array().is_some_and(|list| list.iter().any(|n| n.as_u64() == Some(index)))
+    };
+    seen["cluster_nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
         .map(|entry| {
             let index = entry["node"].as_u64().unwrap_or(u64::MAX);
-            let document = nodes
-                .iter()
-                .find(|n| u64::from(n.node) == index)
-                .and_then(|n| n.document.as_ref().ok());
-            let metadata = document.and_then(|d| {
-                let reports = d.get("shard_reports")?.as_array()?;
-                let report = reports
-                    .iter()
-                    .flat_map(|shard| shard["replication"].as_array().into_iter().flatten())
-                    .find(|report| report["group"] == 0)?;
-                let is_in = |key: &str| {
-                    report[key].as_array().is_some_and(|list| list.iter().any(|n| n == index))
-                };
-                Some(if is_in("voters") {
+            let answered = nodes.iter().any(|n| u64::from(n.node) == index && n.document.is_ok());
+            let role = metadata.map(|report| {
+                if names(&report["voters"], index) {
                     "voter"
-                } else if is_in("learners") {
+                } else if names(&report["learners"], index) {
                     "learner"
                 } else {
                     "none"
-                })
+                }
             });
-            let held = document
-                .and_then(|d| d.get("partitions")?.as_array().cloned())
-                .map(|all| all.iter().filter(|p| p["held"] == true).count());
+            let placed = partitions
+                .iter()
+                .filter(|p| names(&p["replicas"], index) || names(&p["moving_to"], index))
+                .count();
+            let state = match (entry["founding"] == true, entry["leaving"] == true) {
+                (_, true) if placed == 0 && role == Some("none") => "removed",
+                (_, true) => "leaving",
+                (true, false) => "founding",
+                (false, false) => "added",
+            };
             json!({
                 "node": index,
                 "client": entry["client"],
                 "bus": entry["bus"],
-                "founding": entry["founding"],
-                "leaving": entry["leaving"],
-                "answered": document.is_some(),
-                "metadata": metadata,
-                "partitions_held": held,
+                "state": state,
+                "answered": answered,
+                "metadata": role,
+                "partitions": placed,
             })
         })
         .collect()
@@ -1079,18 +1084,13 @@ fn book_text(book: &[Value]) -> String {
     let rows = book
         .iter()
         .map(|n| {
-            let state = match (n["founding"] == true, n["leaving"] == true) {
-                (_, true) => "leaving",
-                (true, false) => "founding",
-                (false, false) => "added",
-            };
             vec![
                 n["node"].to_string(),
                 n["client"].as_str().unwrap_or("?").to_string(),
-                state.to_string(),
+                n["state"].as_str().unwrap_or("?").to_string(),
                 if n["answered"] == true { "up" } else { "no answer" }.to_string(),
                 n["metadata"].as_str().unwrap_or("?").to_string(),
-                n["partitions_held"].as_u64().map_or("?".to_string(), |held| held.to_string()),
+                n["partitions"].to_string(),
             ]
         })
         .collect();
@@ -1348,30 +1348,37 @@ mod tests {
 
     #[test]
     fn cluster_status_lists_every_node_of_the_book_with_its_state() {
-        let report = json!({ "group": 0, "voters": [1, 2, 3], "learners": [0] });
-        let document = |held: bool| {
-            json!({
-                "cluster_nodes": [
-                    { "node": 0, "client": "n0:1", "bus": "n0:2", "founding": true, "leaving": true },
-                    { "node": 3, "client": "n3:1", "bus": "n3:2", "founding": false, "leaving": false },
-                ],
-                "shard_reports": [{ "replication": [report] }],
-                "partitions": [{ "held": held }, { "held": true }],
-            })
-        };
+        let document = json!({
+            "cluster_nodes": [
+                { "node": 0, "client": "n0:1", "bus": "n0:2", "founding": true, "leaving": true },
+                { "node": 1, "client": "n1:1", "bus": "n1:2", "founding": true, "leaving": true },
+                { "node": 3, "client": "n3:1", "bus": "n3:2", "founding": false, "leaving": false },
+            ],
+            "shard_reports": [{ "replication": [{ "group": 0, "voters": [3], "learners": [1] }] }],
+            "partitions": [
+                { "replicas": [3], "moving_to": [] },
+                { "replicas": [1], "moving_to": [3] },
+            ],
+        });
         let nodes = [
-            NodeStatus { node: 0, address: "n0:1".into(), document: Ok(document(false)) },
-            NodeStatus { node: 3, address: "n3:1".into(), document: Ok(document(true)) },
+            NodeStatus { node: 0, address: "n0:1".into(), document: Err("down".into()) },
+            NodeStatus { node: 3, address: "n3:1".into(), document: Ok(document) },
         ];
         let book = book_of(&nodes);
-        assert_eq!(book.len(), 2);
-        assert_eq!(
-            (book[0]["metadata"].clone(), book[0]["partitions_held"].clone()),
-            (json!("learner"), json!(1))
-        );
-        assert_eq!(book[1]["metadata"], "voter");
+        let row = |i: usize| {
+            let n = &book[i];
+            (
+                n["state"].clone(),
+                n["answered"].clone(),
+                n["metadata"].clone(),
+                n["partitions"].clone(),
+            )
+        };
+        assert_eq!(row(0), (json!("removed"), json!(false), json!("none"), json!(0)));
+        assert_eq!(row(1), (json!("leaving"), json!(false), json!("learner"), json!(1)));
+        assert_eq!(row(2), (json!("added"), json!(true), json!("voter"), json!(2)));
         let text = book_text(&book);
-        assert!(text.contains("leaving") && text.contains("added"), "{text}");
+        assert!(text.contains("removed") && text.contains("no answer"), "{text}");
         let gone = [NodeStatus { node: 3, address: "n3:1".into(), document: Err("down".into()) }];
         assert!(book_of(&gone).is_empty());
     }
