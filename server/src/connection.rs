@@ -500,8 +500,7 @@ impl Session {
             vec![NodeAddress { node: cluster.node, address: self.reached.clone() }]
         } else {
             let book = &self.catalog.nodes;
-            // An added node names itself before its catalog does.
-            let known = book.known(cluster.founders()) | (1 << cluster.node);
+            let known = book.known_by(cluster);
             (0..NODES_MAX as u8)
                 .filter(|&node| known & (1 << node) != 0)
                 .filter_map(|node| {
@@ -1022,7 +1021,7 @@ impl Session {
         let book = &self.catalog.nodes;
         let known = match cluster.nodes.is_empty() {
             true => 0,
-            false => book.known(cluster.founders()) | (1 << cluster.node),
+            false => book.known_by(cluster),
         };
         let status = Status {
             cluster: cluster.id,

@@ -516,6 +516,11 @@ impl PartitionPlace {
         self.members.member_indices().collect()
     }
 
+    /// The members the partition has, or the ones its move in progress takes it to.
+    pub fn destined(&self) -> GroupMembers {
+        if self.target.is_empty() { self.members } else { self.target }
+    }
+
     /// Whether node `node` holds the partition: a member, or a target of its move.
     pub fn is_held_by(&self, node: u8) -> bool {
         self.members.is_empty() || self.members.is_member(node) || self.target.is_member(node)
@@ -939,13 +944,7 @@ impl Catalog {
         founders: u8,
     ) -> Result<Vec<(u64, u32)>, String> {
         let active = self.nodes.active(founders) & !(1 << node);
-        let mut load = [0u32; 32];
-        for place in self.places() {
-            let voters = if place.target.is_empty() { place.members } else { place.target };
-            for member in voters.member_indices() {
-                load[usize::from(member)] += 1;
-            }
-        }
+        let mut load = self.replica_load();
         let mut moves = Vec::new();
         for place in self.places() {
             if place.members.is_empty() {
@@ -955,7 +954,7 @@ impl Catalog {
                     place.group
                 ));
             }
-            let voters = if place.target.is_empty() { place.members } else { place.target }.voters;
+            let voters = place.destined().voters;
             if voters & (1 << node) == 0 {
                 continue;
             }
@@ -1122,6 +1121,18 @@ impl Catalog {
             .values()
             .flat_map(|stream| stream.topics.values())
             .flat_map(|topic| topic.partitions.iter())
+    }
+
+    /// Replicas per node, counting each partition where it is going (see
+    /// [`PartitionPlace::destined`]).
+    pub fn replica_load(&self) -> [u32; 32] {
+        let mut load = [0u32; 32];
+        for place in self.places() {
+            for node in place.destined().member_indices() {
+                load[usize::from(node)] += 1;
+            }
+        }
+        load
     }
 
     /// The active nodes' count on `cluster` (its founding nodes, the added ones, less the

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use shoal_proto::protocol::{NODE_ADDRESS_BYTES_MAX, ProtocolError, Reader, Writer};
+use shoal_proto::wire::Membership;
 
 use crate::config::{ClusterConfig, ClusterNode, NODES_MAX};
 
@@ -28,15 +29,17 @@ pub struct NodeBook {
     pub leaving: u32,
 }
 
-/// The bits below `n`.
-pub fn first_nodes(n: u8) -> u32 {
-    if n >= 32 { u32::MAX } else { (1u32 << n) - 1 }
-}
-
 impl NodeBook {
     /// Every node of the cluster, a bit per index: the `founders` and the added ones.
     pub fn known(&self, founders: u8) -> u32 {
-        self.added.keys().fold(first_nodes(founders), |bits, &node| bits | (1 << node))
+        let founding = Membership::first(founders, founders).voters;
+        self.added.keys().fold(founding, |bits, &node| bits | (1 << node))
+    }
+
+    /// Every node this node can name: the cluster's, and itself (an added node knows itself
+    /// before its catalog does).
+    pub fn known_by(&self, cluster: &ClusterConfig) -> u32 {
+        self.known(cluster.founders()) | (1 << cluster.node)
     }
 
     /// The nodes new replicas may go to: every known node but the leaving ones.
@@ -222,9 +225,9 @@ mod tests {
 
     #[test]
     fn placement_on_an_unchanged_cluster_is_consecutive_nodes_from_the_group() {
-        assert_eq!(voters_for(4, 3, first_nodes(3)), 0b111);
-        assert_eq!(voters_for(4, 1, first_nodes(3)), 0b010);
-        assert_eq!(voters_for(5, 2, first_nodes(3)), 0b101);
+        assert_eq!(voters_for(4, 3, Membership::first(3, 3).voters), 0b111);
+        assert_eq!(voters_for(4, 1, Membership::first(3, 3).voters), 0b010);
+        assert_eq!(voters_for(5, 2, Membership::first(3, 3).voters), 0b101);
         // Node 0 leaving, node 3 added: the active ones are 1, 2 and 3.
         let active = 0b1110;
         assert_eq!(voters_for(3, 1, active), 0b0010);

@@ -225,7 +225,7 @@ impl Connection {
     fn broker_addresses(&self) -> Vec<(u8, SocketAddr, Option<String>)> {
         let cluster = &self.context.config.cluster;
         let book = &self.catalog.nodes;
-        let known = book.known(cluster.founders()) | (1 << cluster.node);
+        let known = book.known_by(cluster);
         (0..32u8)
             .filter(|&node| known & (1 << node) != 0)
             .filter_map(|node| {

@@ -34,7 +34,6 @@ use super::work::{
 use crate::groups::Coordinator;
 use crate::kafka_groups::KafkaGroups;
 use crate::metadata::{METADATA_GROUP, MetaCommand, MetaReply, MetaState};
-use crate::node_book::first_nodes;
 
 /// What [`ShardState::replay_metadata`] rebuilt, and from where.
 struct RecoveredMetadata {
@@ -204,7 +203,8 @@ impl ShardState {
         let members = if cluster.nodes.is_empty() {
             GroupMembers::default()
         } else if added {
-            GroupMembers { voters: first_nodes(founders), learners: 1 << cluster.node }
+            let voters = GroupMembers::first(founders, founders).voters;
+            GroupMembers { voters, learners: 1 << cluster.node }
         } else {
             GroupMembers::first(founders, founders)
         };
