@@ -457,11 +457,39 @@ impl<F: StorageFile> Journal<F> {
         self.release_where(group, |entry_op| entry_op > op);
     }
 
+    /// Releases every entry of `group` numbered at or below `seq`: an earlier group of the same
+    /// id wrote them, and it was deleted.
+    pub fn release_through_seq(&mut self, group: u64, seq: u64) {
+        self.release_matching(|entry| entry.group == group && entry.seq <= seq);
+    }
+
+    /// Drops a deleted group from the journal: its prepares waiting for a cycle, and its
+    /// entries (released, so their space is reused).
+    pub fn forget_group(&mut self, group: u64) {
+        let before = self.pending.len();
+        self.pending.retain(|entry| entry.prepare.as_ref().is_none_or(|p| p.group != group));
+        if self.pending.len() != before {
+            self.pending_bytes = self.pending.iter().map(PendingEntry::size_bytes).sum();
+        }
+        self.release_matching(|entry| entry.group == group);
+    }
+
+    /// Releases the entries of every group `keep` says no to (deleted groups', at open).
+    pub fn forget_groups_except(&mut self, keep: impl Fn(u64) -> bool) {
+        self.release_matching(|entry| !keep(entry.group));
+    }
+
     /// Releases the entries of `group` whose op `released` picks, then frees the space of the
     /// released entries at the tail.
     fn release_where(&mut self, group: u64, released: impl Fn(u64) -> bool) {
+        self.release_matching(|entry| entry.group == group && released(entry.op));
+    }
+
+    /// Releases the entries `released` picks, then frees the space of the released entries at
+    /// the tail.
+    fn release_matching(&mut self, released: impl Fn(&LiveEntry) -> bool) {
         for entry in &mut self.live {
-            if entry.group == group && released(entry.op) {
+            if released(entry) {
                 entry.released = true;
             }
         }

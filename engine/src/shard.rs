@@ -400,6 +400,7 @@ impl<S: Storage> ShardStore<S> {
                 .await?;
         let RecoveredGroups { mut groups, durable, checkpoint_wanted } = recovered;
         let superblock = finish_interrupted(superblock, &mut groups).await?;
+        remove_unnamed_group_dirs(&storage, dir, &groups).await?;
         let mut journal = journal;
         release_stale_journal(&mut journal, &groups);
         let shard = ShardStore {
@@ -532,9 +533,13 @@ impl<S: Storage> ShardStore<S> {
                 self.config.groups_max
             )));
         }
+        // A group of the same id may have been deleted with entries still in the journal: the
+        // new log must never replay them.
+        let journal_floor_seq =
+            if cfg!(feature = "canary-journal-floor") { 0 } else { self.journal.last_seq() };
         let mut logs = Vec::with_capacity(groups.len());
         for &(group, config) in groups {
-            let slot = GroupSlot { group, config, ..GroupSlot::default() };
+            let slot = GroupSlot { group, config, journal_floor_seq, ..GroupSlot::default() };
             let dir = group_dir(&self.dir, group);
             logs.push(
                 PartitionLog::create(
@@ -563,6 +568,62 @@ impl<S: Storage> ShardStore<S> {
             self.groups.insert(log.group(), log);
         }
         Ok(())
+    }
+
+    /// Deletes groups, durably and all at once: one superblock write without their slots (the
+    /// commit point: from then on no open recovers them), then their directories' files and
+    /// the directories. Their appends not yet written, their journal entries and the memory
+    /// they held go with them. A stop after the commit point leaves directories the
+    /// superblock does not name, which the next open removes; a group of the same id created
+    /// later never replays the journal entries of this one ([`GroupSlot::journal_floor_seq`]).
+    /// Unknown ids are refused before anything changes. After the commit point, a file that
+    /// cannot be removed is reported as an error, the groups being gone all the same.
+    pub async fn delete_groups(&mut self, groups: &[u64]) -> Result<()> {
+        self.check_serving()?;
+        if groups.is_empty() {
+            return Ok(());
+        }
+        assert!(
+            self.flushes_in_flight == 0 && !self.checkpoint_in_flight,
+            "delete_groups between jobs"
+        );
+        for &group in groups {
+            self.log(group)?;
+        }
+        let mut slots = self.slots();
+        let mut logs = Vec::with_capacity(groups.len());
+        for &group in groups {
+            let Some(log) = self.groups.remove(&group) else { continue };
+            logs.push(log);
+            slots.remove(&group);
+            self.durable.remove(&group);
+            self.active.remove(&group);
+            self.slots_dirty.remove(&group);
+            self.checkpoint_wanted.remove(&group);
+            self.settle_blocked.remove(&group);
+            self.journal.forget_group(group);
+        }
+        if let Err(error) = self.superblock.write(slots).await {
+            return Err(self.fail(error));
+        }
+        // Their chunks, ready space and cached batches go back to the shard.
+        drop(logs);
+        let mut first_error = None;
+        for &group in groups {
+            if let Err(error) = remove_group_dir(&self.storage, &group_dir(&self.dir, group)).await
+            {
+                first_error.get_or_insert(error);
+            }
+        }
+        let synced = self
+            .storage
+            .sync_dir(&self.dir)
+            .await
+            .map_err(|e| Error::io(format!("syncing {}", self.dir.display()), e));
+        match first_error {
+            Some(error) => Err(error),
+            None => synced,
+        }
     }
 
     /// What the next prepare of `group` must be.
@@ -1593,7 +1654,11 @@ fn release_stale_journal<S: Storage>(
     journal: &mut Journal<S::File>,
     groups: &BTreeMap<u64, PartitionLog<S>>,
 ) {
+    // A deleted group's entries: no group will ever replay them.
+    journal.forget_groups_except(|group| groups.contains_key(&group));
     for (&id, log) in groups {
+        // An earlier group of the same id, deleted, left these.
+        journal.release_through_seq(id, log.slot().journal_floor_seq);
         journal.release(id, log.checkpoint().op);
         if log.damaged_from() != 0 {
             // A damage cut, in this open or an earlier run, whose ops the group has not all
@@ -1610,6 +1675,63 @@ fn release_stale_journal<S: Storage>(
 #[must_use]
 pub fn group_dir(shard_dir: &Path, group: u64) -> PathBuf {
     shard_dir.join(format!("group-{group:020}"))
+}
+
+/// The group a shard directory entry named as [`group_dir`] names it belongs to.
+#[must_use]
+pub fn group_of_dir_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("group-")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Removes a group's directory: every file in it, then the directory. Group directories hold
+/// files only.
+async fn remove_group_dir<S: Storage>(storage: &S, dir: &Path) -> Result<()> {
+    let names = storage
+        .list_dir(dir)
+        .await
+        .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    for name in names {
+        let path = dir.join(name);
+        storage
+            .remove_file(&path)
+            .await
+            .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+    }
+    storage.remove_dir(dir).await.map_err(|e| Error::io(format!("removing {}", dir.display()), e))
+}
+
+/// Removes the group directories the superblock does not name: a deletion's files the stop
+/// came before, or a creation's directories the stop came before its superblock write (they
+/// hold nothing). Left, they would hold disk space no group accounts for.
+async fn remove_unnamed_group_dirs<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    groups: &BTreeMap<u64, PartitionLog<S>>,
+) -> Result<()> {
+    let names = storage
+        .list_dir(dir)
+        .await
+        .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    let mut removed = false;
+    for name in names {
+        if let Some(group) = group_of_dir_name(&name)
+            && !groups.contains_key(&group)
+        {
+            remove_group_dir(storage, &dir.join(name)).await?;
+            removed = true;
+        }
+    }
+    if removed {
+        storage
+            .sync_dir(dir)
+            .await
+            .map_err(|e| Error::io(format!("syncing {}", dir.display()), e))?;
+    }
+    Ok(())
 }
 
 fn unknown(group: u64) -> Error {

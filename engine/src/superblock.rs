@@ -87,7 +87,10 @@ const SLOT_LOG_VIEW_HEAD_BYTES: usize = 6;
 const SLOT_DAMAGED_FROM: usize = 120;
 /// Version 2 on: the group's members (`GroupConfig::members`), the end of a version 1 slot.
 const SLOT_MEMBERS: usize = SLOT_DAMAGED_FROM + 8;
-const SLOT_RESERVED: usize = SLOT_MEMBERS + 8;
+/// [`GroupSlot::journal_floor_seq`]; zero in slots from before it existed (the bytes were
+/// reserved, written as zeros), which reads as "no floor": no version change needed.
+const SLOT_JOURNAL_FLOOR: usize = SLOT_MEMBERS + 8;
+const SLOT_RESERVED: usize = SLOT_JOURNAL_FLOOR + 8;
 const _: () = assert!(SLOT_LOG_VIEW_HEAD + SLOT_LOG_VIEW_HEAD_BYTES == SLOT_DAMAGED_FROM);
 /// Bytes of one group slot.
 pub const SLOT_SIZE_BYTES: usize = 160;
@@ -249,6 +252,11 @@ pub struct GroupSlot {
     /// (see `ShardStore::install_transfer`). Cleared by the install's second superblock write, or by
     /// the write open makes after recovery.
     pub transfer_pending: bool,
+    /// Shard journal entries numbered at or below this belong to an earlier group of the same
+    /// id, deleted before this one was created: recovery never replays them into this log
+    /// (0: none can exist). A group id comes back to a node when a partition moves away and
+    /// later back.
+    pub journal_floor_seq: u64,
 }
 
 /// Who owns the data directory: checked on open so a directory is never served by a different
@@ -777,6 +785,7 @@ fn encode_slot(bytes: &mut [u8], slot: &GroupSlot) {
     put(bytes, SLOT_RETENTION_MS, &slot.config.retention_ms.to_le_bytes());
     put(bytes, SLOT_DAMAGED_FROM, &slot.damaged_from.to_le_bytes());
     put(bytes, SLOT_MEMBERS, &slot.config.members.to_le_bytes());
+    put(bytes, SLOT_JOURNAL_FLOOR, &slot.journal_floor_seq.to_le_bytes());
     let head_plus_one = slot
         .log_view_head_op
         .and_then(|op| op.checked_add(1))
@@ -870,6 +879,7 @@ pub fn decode_copy(bytes: &[u8]) -> Result<SuperblockState, String> {
             },
             damaged_from: s64(SLOT_DAMAGED_FROM),
             transfer_pending: flags & SLOT_FLAG_TRANSFER_PENDING != 0,
+            journal_floor_seq: if version == VERSION { s64(SLOT_JOURNAL_FLOOR) } else { 0 },
         };
         if groups.insert(group.group, group).is_some() {
             return Err(format!("slot {index}: group {} appears twice", group.group));

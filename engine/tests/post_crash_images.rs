@@ -107,6 +107,7 @@ fn image(events: &[Event], cut: usize, rng: &mut Rng) -> BTreeMap<PathBuf, Vec<u
                 durable.remove(path);
                 pending.remove(path);
             }
+            Event::RemoveDir { .. } => {}
             Event::Rename { from, to } => {
                 renamed.insert(from.clone(), to.clone());
                 if let Some(file) = durable.remove(from) {

@@ -139,10 +139,12 @@ fn a_partition_moves_to_another_node_under_load_and_loses_no_acknowledged_write(
     ledger.check_with_control_records(&cluster);
     // The node the partition left keeps no say in it: its replica is removed (it learns so
     // from the new epoch's StartView, which answers its probe once the primary stops sending it
-    // anything); the new one leads it.
-    wait_until(&cluster, "the old node's replica is removed", || {
-        replica_of(&cluster, from, group).is_some_and(|(_, status)| status == "removed")
+    // anything), and then deleted, files and all; the new one leads it.
+    assert!(group_dir_exists(&cluster, from, group));
+    wait_until(&cluster, "the old node deletes its replica", || {
+        replica_of(&cluster, from, group).is_none() && !group_dir_exists(&cluster, from, group)
     });
+    assert_eq!(shard_sum(&cluster, from, "groups_deleted"), 1);
     let led = replica_of(&cluster, to, group).expect("the new node holds it");
     assert_eq!(led.1, "normal");
     assert!(shard_sum(&cluster, from, "move_changes_proposed") >= 2, "add and switch");
@@ -152,6 +154,27 @@ fn a_partition_moves_to_another_node_under_load_and_loses_no_acknowledged_write(
     restart(&mut cluster, to);
     ledger.produce_to(&cluster, TOPIC, 0, 5);
     ledger.check_with_control_records(&cluster);
+
+    // Back to the node that deleted it: the group id returns there, joined afresh from the
+    // other replica (never from what that node's journal may still hold of the deleted one),
+    // and after `kill -9` the node serves it from its own disk.
+    move_partition(&cluster, MoveAction::Start { voters: 1 << from });
+    let back = produce_until_moved(&cluster, &mut ledger, from);
+    assert!(back > 0);
+    wait_until(&cluster, "the other node deletes its replica", || {
+        !group_dir_exists(&cluster, to, group)
+    });
+    cluster.nodes[from].kill_9();
+    restart(&mut cluster, from);
+    ledger.produce_to(&cluster, TOPIC, 0, 5);
+    ledger.check_with_control_records(&cluster);
+}
+
+/// Whether node `node` has a directory for `group` on any of its shards.
+fn group_dir_exists(cluster: &ShoalCluster, node: usize, group: u64) -> bool {
+    let data = cluster.data_dir(node as u8);
+    let shards = std::fs::read_dir(&data).map_or(Vec::new(), |dir| dir.flatten().collect());
+    shards.iter().any(|shard| shard.path().join(format!("group-{group:020}")).exists())
 }
 
 #[test]

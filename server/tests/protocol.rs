@@ -79,15 +79,40 @@ fn metadata_produce_and_fetch_round_trip_and_survive_restart() {
     assert_eq!(by_time.len(), 4, "found by time after restart");
     assert_eq!(client.produce("orders", "eu", 0, &[b"e"]).base_offset, 4);
 
-    // Deletion is durable too.
+    // Deletion is durable too, and takes the partitions' files with it.
+    assert_eq!(partition_dirs(dir.path()), 2);
     let delete = client.call(Operation::DeleteTopic, &protocol::encode_topic_name("orders", "eu"));
     delete.ok();
+    let deadline = std::time::Instant::now() + common::DEADLINE;
+    while partition_dirs(dir.path()) > 0 {
+        assert!(std::time::Instant::now() < deadline, "the deleted topic's files stay");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let produce = Raw::produce_body("orders", "eu", 0, &[b"late"]);
+    assert_eq!(client.call(Operation::Produce, &produce).error(), ErrorCode::TopicNotFound);
     assert_eq!(terminate(&mut server), 0);
     restart(&mut server);
     let mut client = Raw::connect(server.native(), 3);
     let topics = client.call(Operation::ListTopics, &protocol::encode_stream_name("orders"));
     assert!(decode_topics(topics.ok()).unwrap().is_empty());
+    assert_eq!(partition_dirs(dir.path()), 0);
+    // The name again is a new topic: new groups, empty.
+    client.create_topic("orders", "eu", 1, Durability::Persisted).ok();
+    assert_eq!(client.produce("orders", "eu", 0, &[b"f"]).base_offset, 0);
     assert_eq!(terminate(&mut server), 0);
+}
+
+/// Partition group directories in the data directory `dir` (the metadata's, group 0, aside).
+fn partition_dirs(dir: &std::path::Path) -> usize {
+    let shards = std::fs::read_dir(dir).map_or(Vec::new(), |entries| entries.flatten().collect());
+    shards
+        .iter()
+        .flat_map(|shard| std::fs::read_dir(shard.path()).into_iter().flatten().flatten())
+        .filter(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name.starts_with("group-") && name != format!("group-{:020}", 0)
+        })
+        .count()
 }
 
 #[test]

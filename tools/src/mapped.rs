@@ -62,6 +62,10 @@ impl Storage for MappedStorage {
         Err(refused("removing a file"))
     }
 
+    async fn remove_dir(&self, _path: &Path) -> io::Result<()> {
+        Err(refused("removing a directory"))
+    }
+
     async fn rename(&self, _from: &Path, _to: &Path) -> io::Result<()> {
         Err(refused("renaming a file"))
     }

@@ -282,5 +282,5 @@ fn parse_shard_dir(name: &str) -> Option<u32> {
 
 /// The group id of a `group-<20 digits>` directory name.
 fn parse_group_dir(name: &str) -> Option<u64> {
-    parse_digits(name.strip_prefix("group-")?, Some(20))
+    crate::shard::group_of_dir_name(name)
 }

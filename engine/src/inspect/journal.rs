@@ -193,6 +193,14 @@ impl<S: Storage> Checker<'_, S> {
             by_group.entry(prepare.group).or_default().push(entry);
         }
         for (group, mut entries) in by_group {
+            let slot = state.and_then(|s| s.groups.get(&group));
+            if let Some(slot) = slot {
+                // An earlier group of the same id wrote these; recovery ignores them.
+                entries.retain(|entry| entry.fields.seq > slot.journal_floor_seq);
+                if entries.is_empty() {
+                    continue;
+                }
+            }
             sort_for_replay(&mut entries);
             let mut summary = JournalGroup {
                 group,
@@ -201,7 +209,6 @@ impl<S: Storage> Checker<'_, S> {
                 last_op: entries.last().map_or(0, |e| e.op()),
                 replayable: 0,
             };
-            let slot = state.and_then(|s| s.groups.get(&group));
             let cluster = state.map(|s| s.identity.cluster);
             if slot.is_none() {
                 self.note(

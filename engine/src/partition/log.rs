@@ -186,6 +186,9 @@ pub struct PartitionLog<S: Storage> {
     pub(super) ring: PrepareRing,
     pub(super) held: BTreeMap<u64, (Header, Bytes)>,
     pub(super) fence: Fence,
+    /// Journal entries numbered at or below this are an earlier group's of the same id
+    /// ([`GroupSlot::journal_floor_seq`]).
+    pub(super) journal_floor_seq: u64,
     view: u32,
     log_view: u32,
     log_view_head_op: Option<u64>,
@@ -437,6 +440,7 @@ impl<S: Storage> PartitionLog<S> {
             damaged_from: self.damaged_from,
             // Only a state transfer's commit write sets it; a live log is never mid-install.
             transfer_pending: false,
+            journal_floor_seq: self.journal_floor_seq,
         }
     }
 
@@ -499,6 +503,7 @@ impl<S: Storage> PartitionLog<S> {
             ring,
             held: BTreeMap::new(),
             fence: slot.fence,
+            journal_floor_seq: slot.journal_floor_seq,
             view: slot.view,
             log_view: slot.log_view,
             log_view_head_op: slot.log_view_head_op,

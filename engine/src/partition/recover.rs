@@ -112,7 +112,10 @@ impl<S: Storage> PartitionLog<S> {
         // one, and one the fence killed is dead.
         for entry in journal {
             let op = prepare_of(&entry.header).op;
-            if op < log.next.op || log.fence.kills_journal_entry(op, entry.header.view, entry.seq) {
+            if op < log.next.op
+                || entry.seq <= log.journal_floor_seq
+                || log.fence.kills_journal_entry(op, entry.header.view, entry.seq)
+            {
                 continue;
             }
             let record_max = log.config.record_size_bytes_max as usize;

@@ -68,6 +68,9 @@ pub trait Storage: Clone + 'static {
     /// Removes a file. Durable only after [`Storage::sync_dir`] of its directory.
     fn remove_file(&self, path: &Path) -> impl Future<Output = io::Result<()>>;
 
+    /// Removes an empty directory. Durable only after [`Storage::sync_dir`] of its parent.
+    fn remove_dir(&self, path: &Path) -> impl Future<Output = io::Result<()>>;
+
     /// Renames a file, replacing `to` if it exists. Durable only after [`Storage::sync_dir`].
     fn rename(&self, from: &Path, to: &Path) -> impl Future<Output = io::Result<()>>;
 

@@ -59,6 +59,10 @@ impl Storage for StdStorage {
         std::fs::remove_file(path)
     }
 
+    async fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_dir(path)
+    }
+
     async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         std::fs::rename(from, to)
     }

@@ -142,6 +142,16 @@ impl Storage for UringStorage {
         monoio::fs::remove_file(path).await
     }
 
+    async fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        #[cfg(feature = "write-recorder")]
+        if let Some(recorder) = &self.recorder {
+            recorder.record(recorder::Event::RemoveDir { path: path.to_path_buf() });
+        }
+        // An empty directory's removal is a metadata operation as short as its creation,
+        // which goes the same blocking way.
+        std::fs::remove_dir(path)
+    }
+
     async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         #[cfg(feature = "write-recorder")]
         if let Some(recorder) = &self.recorder {
@@ -394,6 +404,8 @@ pub mod recorder {
         Rename { from: PathBuf, to: PathBuf },
         /// A removal (volatile until a directory sync).
         Remove { path: PathBuf },
+        /// An empty directory's removal (volatile until its parent's sync).
+        RemoveDir { path: PathBuf },
         /// A completed directory sync.
         SyncDir { path: PathBuf },
     }

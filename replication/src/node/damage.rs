@@ -111,10 +111,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.settle().await;
         // What the replica asked for, and what it wanted sent, belongs to a replica that is
         // about to be replaced; a restarted replica asks again for what it still needs.
-        self.writes.retain(|(_, g, _)| *g != group);
-        self.held.retain(|(_, g, _)| *g != group);
-        self.reads.retain(|(g, _)| *g != group);
-        self.drop_peer_reads(group);
+        self.forget_queued(group);
         self.counters.groups_reopened += 1;
         // Ops the replica already held faulty stay faulty: the replica is replaced, not its
         // history.

@@ -180,6 +180,35 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         Ok(())
     }
 
+    /// Deletes groups from this node: a replica a configuration change removed, once the
+    /// group's move is done, or a deleted topic's (DESIGN.md §8). Each replica stops, what it
+    /// queued is dropped, and the engine deletes its storage durably. The driver decides that
+    /// a group may go; the node refuses only a group it does not hold, before anything changes.
+    pub async fn delete_groups(&mut self, groups: &[u64]) -> EngineResult<()> {
+        if let Some(&unknown) = groups.iter().find(|&&group| !self.groups.contains_key(&group)) {
+            return Err(EngineError::Invalid(format!("unknown group {unknown}")));
+        }
+        if groups.is_empty() {
+            return Ok(());
+        }
+        // The engine deletes between jobs; the other groups' pending writes go out first.
+        self.settle().await;
+        for &group in groups {
+            self.forget_queued(group);
+            self.groups.remove(&group);
+            self.committed.retain(|(g, _)| *g != group);
+            self.damaged.retain(|(g, _)| *g != group);
+            self.damage_clear_at.remove(&group);
+            self.lag_ticks_by_group.remove(&group);
+            for entries in self.heartbeats.values_mut() {
+                entries.retain(|entry| entry.group != group);
+            }
+        }
+        let deleted = self.store.delete_groups(groups).await;
+        self.counters.groups_deleted += groups.len() as u64;
+        deleted
+    }
+
     /// The replica of a group the engine just created.
     fn add_replica(&mut self, group: u64, joining: bool) {
         if let Some(log) = self.store.group_mut(group) {

@@ -117,6 +117,15 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.peer_reads.retain(|read| read.asked.group != group);
     }
 
+    /// Drops what `group`'s replica queued (writes, messages held for them, peers' reads and
+    /// the disk reads serving them): the replica is about to be replaced or deleted.
+    pub(super) fn forget_queued(&mut self, group: u64) {
+        self.writes.retain(|(_, g, _)| *g != group);
+        self.held.retain(|(_, g, _)| *g != group);
+        self.reads.retain(|(g, _)| *g != group);
+        self.drop_peer_reads(group);
+    }
+
     /// Sends the prepares a read found, each whose checksum is the one asked for; ops of the
     /// run it did not reach (its bytes bound) go back to the front of the queue, in order.
     fn send_served(&mut self, read: Asked, found: Vec<StoredPrepare>, from_ring: bool) {

@@ -9,7 +9,7 @@ use shoal_engine::shard::ShardStore;
 use shoal_engine::storage::Storage;
 
 use super::config::{Clock, Transport};
-use super::state::Node;
+use super::state::{Group, Node};
 use crate::lag::GroupStatus;
 use crate::replica::Replica;
 
@@ -32,6 +32,8 @@ pub struct NodeCounters {
     pub append_backpressure: u64,
     /// Groups stopped by an engine failure.
     pub groups_failed: u64,
+    /// Groups deleted from this node (removed replicas, deleted topics).
+    pub groups_deleted: u64,
     /// I/O rounds in which a full disk deferred some group's writes (retried in a later round).
     pub storage_full_rounds: u64,
     /// Repair rounds granted to the groups' replicas.
@@ -106,6 +108,13 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// The groups held.
     pub fn group_ids(&self) -> Vec<u64> {
         self.groups.keys().copied().collect()
+    }
+
+    /// The groups whose replica a configuration change removed (empty, allocating nothing, when
+    /// there are none).
+    pub fn removed_group_ids(&self) -> Vec<u64> {
+        let removed = |(_, g): &(&u64, &Group)| g.replica.status() == crate::Status::Removed;
+        self.groups.iter().filter(removed).map(|(&id, _)| id).collect()
     }
 
     /// The engine, read-only (for inspection).

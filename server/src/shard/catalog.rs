@@ -2,14 +2,15 @@
 //! installs it by creating the partition groups it places here (with this shard's segment age)
 //! and giving their replicas the topic's own lag bound, if it has one.
 //!
-//! A shard creates partition groups only from a catalog, never deletes one, and never installs
-//! a catalog older than the one it has.
+//! A shard creates partition groups only from a catalog (`deletion` deletes the ones it lets
+//! go), and never installs a catalog older than the one it has.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use shoal_engine::superblock::GroupConfig;
+use shoal_proto::protocol::ErrorCode;
 use shoal_replication::{Status, TICK_MS};
 
 use super::state::ShardState;
@@ -119,7 +120,12 @@ impl ShardState {
         self.published.refresh(&mut latest);
         self.install(latest).await;
         let node = self.config.cluster.node;
-        let place = self.catalog.place_of(group)?;
+        let Some(place) = self.catalog.place_of(group) else {
+            // The newest catalog: no topic places the group any more.
+            let gone = "the partition's topic was deleted";
+            return (group < self.catalog.next_group)
+                .then(|| Outcome::error(ErrorCode::TopicNotFound, gone));
+        };
         if place.is_held_by(node) {
             return None;
         }

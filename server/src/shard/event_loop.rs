@@ -81,6 +81,7 @@ impl ShardState {
                 if ticks.is_multiple_of(RETENTION_INTERVAL_TICKS) {
                     self.save_states();
                     self.enforce_retention().await;
+                    self.delete_unneeded_groups().await;
                 }
                 self.log_storage_full();
                 if !SUBMIT_AT_ONCE {
@@ -309,6 +310,7 @@ impl ShardState {
                     move_changes_proposed: self.mover.changes_proposed,
                     move_steps_waited: self.mover.steps_waited,
                     balancer_moves: self.mover.balancer_moves,
+                    groups_deleted: self.groups_deleted,
                     replication: replication.collect(),
                 });
             }

@@ -21,12 +21,13 @@
 //! produce and offset writes; `fetch` reads and long-polls; `offsets` consumer offsets in the
 //! partition logs; `snapshots` the state snapshots; `transfer` the machines' part of state
 //! transfers; `catalog` the partition groups the catalog
-//! places here; `metadata` shard 0's metadata state machine; `coordinator` its consumer groups; `kafka_coordinator` the Kafka ones;
+//! places here; `deletion` the ones it lets go; `metadata` shard 0's metadata state machine; `coordinator` its consumer groups; `kafka_coordinator` the Kafka ones;
 //! `formation` how shard 0 of a node with an empty data directory forms its cluster or rejoins
 //! it.
 
 mod catalog;
 mod coordinator;
+mod deletion;
 mod event_loop;
 mod fetch;
 mod flush_gate;

@@ -134,6 +134,15 @@ pub(super) struct Mover {
     pub(super) balancer_moves: u64,
 }
 
+impl Mover {
+    /// Forgets a group this shard deleted.
+    pub(super) fn forget(&mut self, group: u64) {
+        self.awaited.remove(&group);
+        self.reported.remove(&group);
+        self.heads.remove(&group);
+    }
+}
+
 impl ShardState {
     /// Advances every move of a partition this shard's replica leads, one step at a time.
     pub(super) fn drive_moves(&mut self) {

@@ -91,6 +91,10 @@ pub(super) struct ShardState {
     pub(super) formed: Arc<AtomicBool>,
     /// Groups refusing writes for lack of disk space at the last tick (logged when it changes).
     pub(super) storage_full_groups: usize,
+    /// The catalog op up to which every group it lets go was deleted (see `deletion`).
+    pub(super) groups_swept_op: u64,
+    /// Partition groups this shard deleted since it started.
+    pub(super) groups_deleted: u64,
     /// Canary: the offset each group's next acknowledged-on-receipt write is promised.
     #[cfg(feature = "canary-ack-on-receipt")]
     pub(super) predicted_offsets: HashMap<u64, u64>,
@@ -146,6 +150,8 @@ impl ShardState {
             rejoin_settled_here: false,
             formed: Arc::clone(&spec.formed),
             storage_full_groups: 0,
+            groups_swept_op: 0,
+            groups_deleted: 0,
             #[cfg(feature = "canary-ack-on-receipt")]
             predicted_offsets: HashMap::new(),
         }

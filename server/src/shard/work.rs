@@ -431,6 +431,9 @@ pub struct ShardReport {
     pub move_steps_waited: u64,
     /// Moves the partition balancer started here (shard 0 of the metadata primary).
     pub balancer_moves: u64,
+    /// Partition groups deleted here since the shard started: removed replicas of finished
+    /// moves, and deleted topics'.
+    pub groups_deleted: u64,
     /// Each group's view, primary and (where this node leads it) replica states.
     pub replication: Vec<GroupReport>,
 }

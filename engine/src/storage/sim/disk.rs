@@ -23,6 +23,7 @@ const EBADF: i32 = 9;
 const EEXIST: i32 = 17;
 const ENOTDIR: i32 = 20;
 const EISDIR: i32 = 21;
+const ENOTEMPTY: i32 = 39;
 pub(super) const ENOSPC: i32 = 28;
 
 /// Fault rates and limits of a simulated disk.
@@ -284,6 +285,12 @@ impl Storage for SimStorage {
         Submit::new(&self.shared, Op::Remove { path: path.to_path_buf() }, None).await.into_unit()
     }
 
+    async fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        Submit::new(&self.shared, Op::RemoveDir { path: path.to_path_buf() }, None)
+            .await
+            .into_unit()
+    }
+
     async fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let op = Op::Rename { from: from.to_path_buf(), to: to.to_path_buf() };
         Submit::new(&self.shared, op, None).await.into_unit()
@@ -398,6 +405,7 @@ pub(super) enum Op {
     Open { path: PathBuf, mode: OpenMode },
     CreateDirAll { path: PathBuf },
     Remove { path: PathBuf },
+    RemoveDir { path: PathBuf },
     Rename { from: PathBuf, to: PathBuf },
     SyncDir { path: PathBuf, ns_seq: u64 },
     Write { inode: u64, offset: u64, data: Bytes },
@@ -432,10 +440,28 @@ enum Node {
 /// A namespace change that is visible but not yet durable.
 #[derive(Clone, Debug)]
 enum NsOp {
-    Mkdir { path: PathBuf },
-    Create { path: PathBuf, inode: u64 },
-    Remove { path: PathBuf, inode: u64 },
-    Rename { from: PathBuf, to: PathBuf, inode: u64 },
+    Mkdir {
+        path: PathBuf,
+    },
+    Create {
+        path: PathBuf,
+        inode: u64,
+    },
+    Remove {
+        path: PathBuf,
+        inode: u64,
+    },
+    /// An empty directory removed. A crash may keep it while losing the removals of the files
+    /// it held; the directory goes with them then, as a journaling file system commits an
+    /// `rmdir` only after the unlinks that emptied it.
+    Rmdir {
+        path: PathBuf,
+    },
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
+        inode: u64,
+    },
 }
 
 impl NsOp {
@@ -443,16 +469,17 @@ impl NsOp {
     fn touches(&self, dir: &Path) -> bool {
         let parent_is = |path: &Path| path.parent() == Some(dir);
         match self {
-            NsOp::Mkdir { path } | NsOp::Create { path, .. } | NsOp::Remove { path, .. } => {
-                parent_is(path)
-            }
+            NsOp::Mkdir { path }
+            | NsOp::Rmdir { path }
+            | NsOp::Create { path, .. }
+            | NsOp::Remove { path, .. } => parent_is(path),
             NsOp::Rename { from, to, .. } => parent_is(from) || parent_is(to),
         }
     }
 
     fn inode(&self) -> Option<u64> {
         match self {
-            NsOp::Mkdir { .. } => None,
+            NsOp::Mkdir { .. } | NsOp::Rmdir { .. } => None,
             NsOp::Create { inode, .. }
             | NsOp::Remove { inode, .. }
             | NsOp::Rename { inode, .. } => Some(*inode),
@@ -472,6 +499,11 @@ impl NsOp {
             NsOp::Remove { path, inode } => {
                 if ns.get(path) == Some(&Node::File(*inode)) {
                     ns.remove(path);
+                }
+            }
+            NsOp::Rmdir { path } => {
+                if ns.get(path) == Some(&Node::Dir) {
+                    ns.retain(|entry, _| !entry.starts_with(path));
                 }
             }
             NsOp::Rename { from, to, inode } => {
@@ -612,6 +644,7 @@ impl Disk {
             Op::SyncDir { path, ns_seq } => self.complete_sync_dir(&path, ns_seq),
             Op::CreateDirAll { path } => self.complete_create_dir_all(&path),
             Op::Remove { path } => self.complete_remove(&path),
+            Op::RemoveDir { path } => self.complete_remove_dir(&path),
             Op::Rename { from, to } => self.complete_rename(&from, &to),
         };
         match result {
@@ -739,6 +772,20 @@ impl Disk {
                 Ok(())
             }
             Some(Node::Dir) => Err(io::Error::from_raw_os_error(EISDIR)),
+            None => Err(io::Error::from_raw_os_error(ENOENT)),
+        }
+    }
+
+    fn complete_remove_dir(&mut self, path: &Path) -> io::Result<()> {
+        match self.visible_ns.get(path) {
+            Some(Node::Dir) => {
+                if self.visible_ns.keys().any(|entry| entry.parent() == Some(path)) {
+                    return Err(io::Error::from_raw_os_error(ENOTEMPTY));
+                }
+                self.record_ns(NsOp::Rmdir { path: path.to_path_buf() });
+                Ok(())
+            }
+            Some(Node::File(_)) => Err(io::Error::from_raw_os_error(ENOTDIR)),
             None => Err(io::Error::from_raw_os_error(ENOENT)),
         }
     }
