@@ -542,7 +542,7 @@ impl Session {
             }
             Operation::DeleteStream => {
                 let name = protocol::decode_stream_name(&body).map_err(invalid_request)?;
-                self.metadata(fields, MetaCommand::DeleteStream { name }).await
+                self.metadata(fields, MetaCommand::DeleteStream { name, frees_groups: true }).await
             }
             Operation::CreateTopic => self.create_topic(fields, &body).await,
             Operation::MovePartition => {
@@ -566,7 +566,8 @@ impl Session {
             Operation::DeleteTopic => {
                 let (stream, topic) =
                     protocol::decode_topic_name(&body).map_err(invalid_request)?;
-                self.metadata(fields, MetaCommand::DeleteTopic { stream, topic }).await
+                let command = MetaCommand::DeleteTopic { stream, topic, frees_groups: true };
+                self.metadata(fields, command).await
             }
             Operation::ListStreams | Operation::ListTopics | Operation::DescribeTopic
                 if let Some(redirect) = self.metadata_redirect().await =>

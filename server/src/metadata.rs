@@ -56,6 +56,10 @@ pub enum MetaCommand {
     DeleteStream {
         /// Its name.
         name: String,
+        /// The topics' partition groups leave the per-shard placement count (nodes delete
+        /// them). False in records written before nodes could delete groups, whose replay must
+        /// keep counting them as it did.
+        frees_groups: bool,
     },
     /// Creates a topic with settings already resolved against the defaults.
     CreateTopic {
@@ -76,6 +80,8 @@ pub enum MetaCommand {
         stream: String,
         /// The topic.
         topic: String,
+        /// As for [`MetaCommand::DeleteStream`].
+        frees_groups: bool,
     },
     /// Grows a topic to `partitions` partitions (Kafka's CreatePartitions); existing partitions
     /// and their data stay where they are.
@@ -315,6 +321,9 @@ const TAG_STORE_KAFKA_GROUP: u8 = 8;
 const TAG_MOVE: u8 = 9;
 const TAG_ADD_NODE: u8 = 10;
 const TAG_REMOVE_NODE: u8 = 11;
+/// `DeleteStream` and `DeleteTopic` that free their groups' places (tags 3 and 5 do not).
+const TAG_DELETE_STREAM_FREEING: u8 = 12;
+const TAG_DELETE_TOPIC_FREEING: u8 = 13;
 
 impl MetaCommand {
     /// The command's bytes (the record value in the metadata log).
@@ -327,16 +336,18 @@ impl MetaCommand {
             MetaCommand::CreateStream { name } => {
                 w.u8(TAG_CREATE_STREAM).str(name);
             }
-            MetaCommand::DeleteStream { name } => {
-                w.u8(TAG_DELETE_STREAM).str(name);
+            MetaCommand::DeleteStream { name, frees_groups } => {
+                w.u8(if *frees_groups { TAG_DELETE_STREAM_FREEING } else { TAG_DELETE_STREAM });
+                w.str(name);
             }
             MetaCommand::CreateTopic { stream, topic, settings, nodes } => {
                 w.u8(TAG_CREATE_TOPIC).str(stream).str(topic);
                 encode_settings(&mut w, settings);
                 w.u8(*nodes).u64(settings.replica_lag_time_max_ms).u8(settings.replication_factor);
             }
-            MetaCommand::DeleteTopic { stream, topic } => {
-                w.u8(TAG_DELETE_TOPIC).str(stream).str(topic);
+            MetaCommand::DeleteTopic { stream, topic, frees_groups } => {
+                w.u8(if *frees_groups { TAG_DELETE_TOPIC_FREEING } else { TAG_DELETE_TOPIC });
+                w.str(stream).str(topic);
             }
             MetaCommand::AddPartitions { stream, topic, partitions, nodes } => {
                 w.u8(TAG_ADD_PARTITIONS).str(stream).str(topic).u32(*partitions).u8(*nodes);
@@ -379,10 +390,14 @@ impl MetaCommand {
     /// Decodes a command from the metadata log.
     pub fn decode(bytes: &[u8]) -> Result<MetaCommand, ProtocolError> {
         let mut r = Reader::new(bytes);
-        let command = match r.u8("tag")? {
+        let tag = r.u8("tag")?;
+        let command = match tag {
             TAG_REGISTER_SESSION => MetaCommand::RegisterSession,
             TAG_CREATE_STREAM => MetaCommand::CreateStream { name: r.name("stream")? },
-            TAG_DELETE_STREAM => MetaCommand::DeleteStream { name: r.name("stream")? },
+            TAG_DELETE_STREAM | TAG_DELETE_STREAM_FREEING => MetaCommand::DeleteStream {
+                name: r.name("stream")?,
+                frees_groups: tag == TAG_DELETE_STREAM_FREEING,
+            },
             TAG_CREATE_TOPIC => {
                 let stream = r.name("stream")?;
                 let topic = r.name("topic")?;
@@ -411,9 +426,11 @@ impl MetaCommand {
                 }
                 MetaCommand::CreateTopic { stream, topic, settings, nodes }
             }
-            TAG_DELETE_TOPIC => {
-                MetaCommand::DeleteTopic { stream: r.name("stream")?, topic: r.name("topic")? }
-            }
+            TAG_DELETE_TOPIC | TAG_DELETE_TOPIC_FREEING => MetaCommand::DeleteTopic {
+                stream: r.name("stream")?,
+                topic: r.name("topic")?,
+                frees_groups: tag == TAG_DELETE_TOPIC_FREEING,
+            },
             TAG_ADD_PARTITIONS => {
                 let stream = r.name("stream")?;
                 let topic = r.name("topic")?;
@@ -602,8 +619,9 @@ pub struct Catalog {
     pub streams: BTreeMap<String, Stream>,
     /// The next partition group id (group 0 is the metadata).
     pub next_group: u64,
-    /// Groups placed on each shard, deleted topics' groups included: the engine keeps a deleted
-    /// partition's group until group deletion arrives, so it still counts against the bound.
+    /// Groups placed on each shard. A deleted topic's groups leave the count (the nodes delete
+    /// them), except where a deletion recorded before nodes could delete groups is replayed:
+    /// those stay counted, so an old log replays to the same places.
     pub groups_per_shard: Vec<u32>,
     /// Groups each shard may hold (its superblock's bound; shard 0 also holds the metadata).
     pub groups_per_shard_max: u32,
@@ -708,7 +726,7 @@ impl Catalog {
                 }
                 Ok(())
             }
-            MetaCommand::DeleteStream { name } => self.stream(name).map(|_| ()),
+            MetaCommand::DeleteStream { name, .. } => self.stream(name).map(|_| ()),
             MetaCommand::CreateTopic { stream, topic, settings, nodes } => {
                 check_name(topic)?;
                 let active = self.nodes.active(*nodes).count_ones();
@@ -733,7 +751,7 @@ impl Catalog {
                 }
                 self.check_room(*nodes, settings.partitions)
             }
-            MetaCommand::DeleteTopic { stream, topic } => self.topic(stream, topic).map(|_| ()),
+            MetaCommand::DeleteTopic { stream, topic, .. } => self.topic(stream, topic).map(|_| ()),
             MetaCommand::AddPartitions { stream, topic, partitions, nodes } => {
                 let entry = self.topic(stream, topic)?;
                 let current = entry.partitions.len() as u32;
@@ -856,8 +874,13 @@ impl Catalog {
                 let stream = Stream { topics: BTreeMap::new(), created_ms: append_time_ms };
                 self.streams.insert(name.clone(), stream);
             }
-            MetaCommand::DeleteStream { name } => {
-                self.streams.remove(name);
+            MetaCommand::DeleteStream { name, frees_groups } => {
+                let stream = self.streams.remove(name).expect("checked");
+                if *frees_groups {
+                    for topic in stream.topics.values() {
+                        self.free_groups(topic);
+                    }
+                }
             }
             MetaCommand::CreateTopic { stream, topic, settings, nodes } => {
                 let factor = settings.replication_factor;
@@ -871,8 +894,12 @@ impl Catalog {
                 let stream = self.streams.get_mut(stream).expect("checked");
                 stream.topics.insert(topic.clone(), entry);
             }
-            MetaCommand::DeleteTopic { stream, topic } => {
-                self.streams.get_mut(stream).expect("checked").topics.remove(topic);
+            MetaCommand::DeleteTopic { stream, topic, frees_groups } => {
+                let entry = self.streams.get_mut(stream).expect("checked");
+                let topic = entry.topics.remove(topic).expect("checked");
+                if *frees_groups {
+                    self.free_groups(&topic);
+                }
             }
             MetaCommand::AddPartitions { stream, topic, partitions, nodes } => {
                 let entry = self.topic(stream, topic).expect("checked");
@@ -1139,6 +1166,14 @@ impl Catalog {
     /// leaving ones): what bounds a new topic's replication factor.
     pub fn active_node_count(&self, cluster: &ClusterConfig) -> u8 {
         self.nodes.active(cluster.founders()).count_ones() as u8
+    }
+    /// Takes a deleted topic's partition groups out of the per-shard placement count: every
+    /// node holding them deletes them (`shard/deletion.rs`).
+    fn free_groups(&mut self, topic: &Topic) {
+        for place in &topic.partitions {
+            let count = &mut self.groups_per_shard[place.shard as usize];
+            *count = count.saturating_sub(1);
+        }
     }
 
     /// The place of partition group `group` (a linear search: for the rare request that
@@ -1756,9 +1791,10 @@ pub(crate) mod tests {
         catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
         let create = |topic: &str, partitions| create_topic(topic, partitions, 1);
         catalog.apply(2, 0, &create("a", 4)).unwrap();
-        catalog
-            .apply(3, 0, &MetaCommand::DeleteTopic { stream: "s".into(), topic: "a".into() })
-            .unwrap();
+        // A deletion recorded before nodes deleted groups: topic a's groups stay counted.
+        let old_delete =
+            MetaCommand::DeleteTopic { stream: "s".into(), topic: "a".into(), frees_groups: false };
+        catalog.apply(3, 0, &old_delete).unwrap();
         catalog.apply(4, 0, &create("b", 4)).unwrap();
         let shards: Vec<u32> =
             catalog.topic("s", "b").unwrap().partitions.iter().map(|p| p.shard).collect();
@@ -1796,9 +1832,11 @@ pub(crate) mod tests {
         let commands = [
             MetaCommand::RegisterSession,
             MetaCommand::CreateStream { name: "s".into() },
-            MetaCommand::DeleteStream { name: "s".into() },
+            MetaCommand::DeleteStream { name: "s".into(), frees_groups: false },
+            MetaCommand::DeleteStream { name: "s".into(), frees_groups: true },
             create_topic("t", 3, 3),
-            MetaCommand::DeleteTopic { stream: "s".into(), topic: "t".into() },
+            MetaCommand::DeleteTopic { stream: "s".into(), topic: "t".into(), frees_groups: false },
+            delete_topic("t"),
             add_partitions(5),
             MetaCommand::StoreKafkaGroup(kafka_group("g", 3)),
             MetaCommand::StoreKafkaGroup(kafka_group("g", 0)),
@@ -1899,7 +1937,8 @@ pub(crate) mod tests {
 
         assert_eq!(a.apply(3, 12, &create).unwrap_err().0, ErrorCode::TopicExists);
         assert_eq!(a.apply(4, 13, &MetaCommand::RegisterSession), Ok(Applied::Session(4)));
-        let unknown = MetaCommand::DeleteTopic { stream: "x".into(), topic: "t".into() };
+        let unknown =
+            MetaCommand::DeleteTopic { stream: "x".into(), topic: "t".into(), frees_groups: true };
         assert_eq!(a.apply(5, 14, &unknown).unwrap_err().0, ErrorCode::StreamNotFound);
         assert_eq!(a.applied_op, 5);
     }
@@ -2072,11 +2111,27 @@ pub(crate) mod tests {
         assert_eq!(catalog.check(&create("big", 6)).unwrap_err().0, ErrorCode::LimitReached);
         assert_eq!(catalog.apply(2, 0, &create("fits", 5)), Ok(Applied::Done));
         assert_eq!(catalog.apply(3, 0, &create("more", 1)).unwrap_err().0, ErrorCode::LimitReached);
-        // Deleting a topic does not free its groups until the engine can delete them.
-        catalog
-            .apply(4, 0, &MetaCommand::DeleteTopic { stream: "s".into(), topic: "fits".into() })
-            .unwrap();
-        assert_eq!(catalog.check(&create("again", 1)).unwrap_err().0, ErrorCode::LimitReached);
+        // A record from before nodes deleted groups keeps counting them, as its replay did.
+        let old_record = MetaCommand::DeleteTopic {
+            stream: "s".into(),
+            topic: "fits".into(),
+            frees_groups: false,
+        };
+        let mut replayed = catalog.clone();
+        replayed.apply(4, 0, &old_record).unwrap();
+        assert_eq!(replayed.check(&create("again", 1)).unwrap_err().0, ErrorCode::LimitReached);
+        // Deleting a topic frees its places: the nodes delete its groups.
+        catalog.apply(4, 0, &delete_topic("fits")).unwrap();
+        assert_eq!(catalog.groups_per_shard, vec![1, 0]);
+        assert_eq!(catalog.apply(5, 0, &create("again", 5)), Ok(Applied::Done));
+        // And so does deleting its stream.
+        let delete_stream = MetaCommand::DeleteStream { name: "s".into(), frees_groups: true };
+        catalog.apply(6, 0, &delete_stream).unwrap();
+        assert_eq!(catalog.groups_per_shard, vec![1, 0]);
+    }
+
+    fn delete_topic(topic: &str) -> MetaCommand {
+        MetaCommand::DeleteTopic { stream: "s".into(), topic: topic.into(), frees_groups: true }
     }
 
     #[test]

@@ -184,6 +184,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// group's move is done, or a deleted topic's (DESIGN.md §8). Each replica stops, what it
     /// queued is dropped, and the engine deletes its storage durably. The driver decides that
     /// a group may go; the node refuses only a group it does not hold, before anything changes.
+    /// A group the engine still holds afterwards (its storage failed before the deletion's
+    /// commit point) keeps its replica.
     pub async fn delete_groups(&mut self, groups: &[u64]) -> EngineResult<()> {
         if let Some(&unknown) = groups.iter().find(|&&group| !self.groups.contains_key(&group)) {
             return Err(EngineError::Invalid(format!("unknown group {unknown}")));
@@ -191,10 +193,14 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         if groups.is_empty() {
             return Ok(());
         }
+        for &group in groups {
+            // Its writes never reach the engine, and no read of its files is left running.
+            self.forget_queued(group);
+        }
         // The engine deletes between jobs; the other groups' pending writes go out first.
         self.settle().await;
-        for &group in groups {
-            self.forget_queued(group);
+        let deleted = self.store.delete_groups(groups).await;
+        for &group in groups.iter().filter(|&&group| self.store.group(group).is_none()) {
             self.groups.remove(&group);
             self.committed.retain(|(g, _)| *g != group);
             self.damaged.retain(|(g, _)| *g != group);
@@ -203,9 +209,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             for entries in self.heartbeats.values_mut() {
                 entries.retain(|entry| entry.group != group);
             }
+            self.counters.groups_deleted += 1;
         }
-        let deleted = self.store.delete_groups(groups).await;
-        self.counters.groups_deleted += groups.len() as u64;
         deleted
     }
 

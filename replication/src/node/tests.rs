@@ -614,3 +614,35 @@ fn a_group_created_with_its_own_members_keeps_them_across_restarts() {
     let (node, _) = sim.block_on(open).unwrap();
     check(&node);
 }
+
+/// Deleting a group mid-write (a request applied in this round, not yet flushed): its replica
+/// and log go, the other group's write is still acknowledged, and the id can be created again,
+/// empty. An unknown group is refused and changes nothing.
+#[test]
+fn a_deleted_group_goes_with_its_queued_writes_and_its_id_comes_back_empty() {
+    let sim = Sim::new(9, SimConfig::default());
+    let mut node = single_node(&sim);
+    add_group(&sim, &mut node, 2);
+    node.on_client_request(1, request(1, 1000)).unwrap();
+    sim.block_on(node.run_io());
+    assert_eq!(replied(&mut node), vec![(1, 1)]);
+    node.on_client_request(1, request(2, 1000)).unwrap();
+    node.on_client_request(2, request(1, 1000)).unwrap();
+
+    assert!(sim.block_on(node.delete_groups(&[1, 3])).is_err(), "group 3 is unknown");
+    assert!(node.has_log(1) && node.replica(1).is_some(), "a refusal changes nothing");
+    sim.block_on(node.delete_groups(&[1])).unwrap();
+    assert!(!node.has_log(1) && node.replica(1).is_none());
+    assert_eq!(node.counters().groups_deleted, 1);
+    let dir = Path::new("/d/group-00000000000000000001");
+    assert!(!sim.block_on(shoal_engine::storage::Storage::exists(&sim.storage(), dir)).unwrap());
+    sim.block_on(node.run_io());
+    assert_eq!(replied(&mut node), vec![(2, 1)], "only the other group's write is answered");
+
+    add_group(&sim, &mut node, 1);
+    assert_eq!(node.log_stats(1).unwrap().next_offset, 0, "the id comes back empty");
+    node.on_client_request(1, request(3, 1000)).unwrap();
+    sim.block_on(node.run_io());
+    assert_eq!(replied(&mut node), vec![(1, 3)]);
+    sim.block_on(node.close()).unwrap();
+}

@@ -411,6 +411,7 @@ pub(super) async fn delete_topics(
                 let command = MetaCommand::DeleteTopic {
                     stream: connection.context.config.kafka.stream.clone(),
                     topic: name.clone(),
+                    frees_groups: true,
                 };
                 connection
                     .propose(Operation::DeleteTopic, command)

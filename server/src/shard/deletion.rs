@@ -81,7 +81,8 @@ impl ShardState {
                     tracing::error!(shard = self.index, groups = ?doomed, %error, "deleting groups");
                 }
             }
-            self.groups_deleted += doomed.len() as u64;
+            self.groups_deleted +=
+                doomed.iter().filter(|&&group| !self.node.has_log(group)).count() as u64;
         }
         if !deferred {
             self.groups_swept_op = self.catalog.applied_op;
