@@ -264,3 +264,45 @@ fn the_last_node_of_a_cluster_stopping_stops_without_waiting_out_its_bound() -> 
     }
     finish(&mut cluster)
 }
+
+/// The leader balancer's lever (DESIGN.md §8 "Placement and primaries"): every node is told that
+/// group 1's primary belongs on the voter that leads view 2, not on its home. The home, leading
+/// view 0, hands the group over once that voter has been in sync for `primary_return_ticks`;
+/// after the preferred voter crashes and comes back, the group returns to it, not home; and once
+/// the preference is withdrawn the group goes home again. No acknowledged write is lost.
+#[test]
+fn a_group_moves_to_its_preferred_primary_and_back_there_after_a_failover() -> Result<(), Violation>
+{
+    let mut cluster = cluster(34, Mode::Persisted, 2);
+    let (home, preferred) = (primary_of(0), primary_of(2));
+    let prefer = |cluster: &mut Cluster, to: Option<u8>| {
+        for node in 0..3 {
+            cluster.set_preferred_primary(node, GROUP, to);
+        }
+    };
+    cluster.run_ticks(100)?;
+    assert_eq!(cluster.primary(GROUP), Some(home));
+    prefer(&mut cluster, Some(preferred as u8));
+    wait(&mut cluster, 3_000, "the group moves to its preferred primary", |c| {
+        c.primary(GROUP) == Some(preferred)
+    })?;
+    assert_eq!(cluster.node_counters(home).map(|c| c.primaries_returned), Some(1));
+
+    cluster.crash(preferred, false);
+    wait(&mut cluster, 2_000, "a failover away from it", |c| {
+        c.primary(GROUP).is_some_and(|p| p != preferred)
+    })?;
+    cluster.run_ticks(200)?;
+    cluster.restart(preferred)?;
+    // A restarted node forgets what it was told (the server's catalog tells it again).
+    cluster.set_preferred_primary(preferred, GROUP, Some(preferred as u8));
+    wait(&mut cluster, 3_000, "back on the preferred primary, not home", |c| {
+        c.primary(GROUP) == Some(preferred)
+    })?;
+
+    prefer(&mut cluster, None);
+    wait(&mut cluster, 3_000, "home again once the preference is gone", |c| {
+        c.primary(GROUP) == Some(home)
+    })?;
+    finish(&mut cluster)
+}

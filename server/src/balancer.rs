@@ -5,15 +5,20 @@
 //! to end before it picks the next, so it never has more than one in flight and never competes
 //! with an operator's or a node removal's.
 //!
-//! Primaries follow: a group's home is one of its voters chosen by its id (placement spreads
-//! them), and a primary that led away from home hands back once the home is in sync.
+//! Primaries follow, like Redpanda's leader balancer: a group's home is one of its voters chosen
+//! by its id (placement spreads them), and a primary that led away hands back once the home is
+//! in sync. Moves can leave the homes uneven, so once the replica counts are even the balancer
+//! evens out the *preferred primaries* (the home, or the voter it preferred instead): while the
+//! active nodes' counts differ by more than one, it prefers a partition's voter on the node with
+//! the fewest over one on the node with the most. The group's primary hands it over there once
+//! that voter is in sync, as it hands back home.
 //!
 //! A pure function of the catalog: it never proposes anything itself (shard 0 of the metadata
 //! primary does, `shard::moves`), and two nodes asking of the same catalog get the same move.
 
 use shoal_proto::protocol::MoveAction;
 
-use crate::metadata::Catalog;
+use crate::metadata::{Catalog, PartitionPlace};
 
 /// One balancing move: a partition and the voters it moves to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,12 +68,47 @@ pub fn next_move(catalog: &Catalog, founders: u8) -> Option<BalancingMove> {
     None
 }
 
+/// The next preferred-primary change on a cluster founded by `founders` nodes, if any: `None`
+/// while a move is in progress or replica counts are uneven ([`next_move`] goes first), with
+/// fewer than two active nodes, or once every active node is the preferred primary of within one
+/// partition of every other (partitions with one voter are where they are and count for
+/// nobody). Otherwise the first partition (catalog order) whose preferred primary is on the
+/// node with the most and that has a voter on the node with the fewest: (its group, that node).
+pub fn next_primary(catalog: &Catalog, founders: u8) -> Option<(u64, u8)> {
+    if catalog.places().any(|place| !place.target.is_empty())
+        || next_move(catalog, founders).is_some()
+    {
+        return None;
+    }
+    let active = catalog.nodes.active(founders);
+    if active.count_ones() < 2 {
+        return None;
+    }
+    let shared = |place: &&PartitionPlace| place.members.voter_count() > 1;
+    let mut led = [0u32; 32];
+    for place in catalog.places().filter(shared) {
+        led[usize::from(place.preferred_primary(founders))] += 1;
+    }
+    let nodes = || (0..32u8).filter(|&n| active & (1 << n) != 0);
+    let most = nodes().max_by_key(|&n| (led[usize::from(n)], u8::MAX - n))?;
+    let least = nodes().min_by_key(|&n| (led[usize::from(n)], n))?;
+    if led[usize::from(most)] <= led[usize::from(least)] + 1 {
+        return None;
+    }
+    catalog
+        .places()
+        .filter(shared)
+        .find(|place| place.preferred_primary(founders) == most && place.members.is_voter(least))
+        .map(|place| (place.group, least))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::ClusterNode;
     use crate::metadata::tests::settings;
     use crate::metadata::{MetaCommand, MetaState, TopicSettings};
+    use shoal_proto::protocol::ErrorCode;
 
     /// Three nodes holding six one-replica partitions, two each; node 3 is added: the balancer
     /// moves one partition at a time onto it (waiting while one is moving) until every node
@@ -123,5 +163,96 @@ mod tests {
         assert_eq!(moves, 1, "2, 2, 2, 0 becomes 1, 2, 2, 1");
         let load = &catalog.replica_load()[..4];
         assert!(load.iter().max().unwrap() - load.iter().min().unwrap() <= 1, "{load:?}");
+        assert_eq!(next_primary(catalog, 3), None, "one voter each: nothing to hand over");
+    }
+
+    /// Twelve three-replica partitions placed over three nodes; node 3 is added and given
+    /// replicas by the balancer's moves, which leave it the home of too few. Once the replica
+    /// counts are even, the preferred primaries are evened out one change at a time, each to a
+    /// voter, and then nothing more is proposed. A preference for a non-voter is refused, and a
+    /// move that takes the preferred node off the voters clears it.
+    #[test]
+    fn the_balancer_evens_preferred_primaries_once_replicas_are_even() {
+        let mut state = MetaState::new(1, 100, 8);
+        let catalog = &mut state.catalog;
+        catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
+        let create = MetaCommand::CreateTopic {
+            stream: "s".into(),
+            topic: "t".into(),
+            settings: TopicSettings { replication_factor: 3, ..settings(12) },
+            nodes: 3,
+        };
+        catalog.apply(2, 0, &create).unwrap();
+        assert_eq!(next_primary(catalog, 3), None, "homes spread over three nodes");
+        let address = ClusterNode {
+            bus: "10.0.0.4:7200".parse().unwrap(),
+            client: "10.0.0.4:7070".parse().unwrap(),
+            kafka: None,
+            rack: None,
+        };
+        catalog.apply(3, 0, &MetaCommand::AddNode { node: 3, address, founders: 3 }).unwrap();
+        let mut op = 3;
+        while let Some(BalancingMove { stream, topic, partition, action }) = next_move(catalog, 3) {
+            let MoveAction::Start { voters } = action else { panic!("{action:?}") };
+            for action in [action, MoveAction::Done { voters }] {
+                op += 1;
+                let command = MetaCommand::Move {
+                    stream: stream.clone(),
+                    topic: topic.clone(),
+                    partition,
+                    action,
+                    nodes: 3,
+                };
+                catalog.apply(op, 0, &command).unwrap();
+            }
+        }
+        let mut changes = 0;
+        while let Some((group, node)) = next_primary(catalog, 3) {
+            let place = catalog.place_of(group).unwrap();
+            assert!(place.members.is_voter(node), "only a voter is preferred");
+            op += 1;
+            let prefer = MetaCommand::PreferPrimary { group, node: Some(node) };
+            assert_eq!(MetaCommand::decode(&prefer.encode()), Ok(prefer.clone()));
+            catalog.apply(op, 0, &prefer).unwrap();
+            changes += 1;
+            assert!(changes <= 12, "the changes converge");
+        }
+        assert!(changes > 0, "node 3 led nothing after the moves");
+        let mut snapshot = MetaState::new(1, 100, 8);
+        snapshot.catalog = catalog.clone();
+        let restored = MetaState::decode_snapshot(&snapshot.encode_snapshot(), 1, 100, 8).unwrap();
+        assert_eq!(&restored.catalog, &*catalog, "a snapshot keeps the preferences");
+        let mut led = [0u32; 4];
+        for place in catalog.places() {
+            led[usize::from(place.preferred_primary(3))] += 1;
+        }
+        assert!(led.iter().max().unwrap() - led.iter().min().unwrap() <= 1, "{led:?}");
+        let (group, node) = catalog
+            .places()
+            .find_map(|p| p.preferred.map(|node| (p.group, node)))
+            .expect("a preference");
+        let outsider = (0..4).find(|&n| !catalog.place_of(group).unwrap().members.is_voter(n));
+        let refused = MetaCommand::PreferPrimary { group, node: outsider };
+        assert_eq!(catalog.check(&refused).unwrap_err().0, ErrorCode::InvalidArgument);
+        let outsider = outsider.unwrap();
+        let (stream, topic, partition) = catalog
+            .partition_infos()
+            .into_iter()
+            .find(|(_, _, info)| info.group == group)
+            .map(|(s, t, info)| (s, t, info.partition))
+            .unwrap();
+        let voters = catalog.place_of(group).unwrap().members.voters & !(1 << node) | 1 << outsider;
+        for action in [MoveAction::Start { voters }, MoveAction::Done { voters }] {
+            op += 1;
+            let command = MetaCommand::Move {
+                stream: stream.clone(),
+                topic: topic.clone(),
+                partition,
+                action,
+                nodes: 3,
+            };
+            catalog.apply(op, 0, &command).unwrap();
+        }
+        assert_eq!(catalog.place_of(group).unwrap().preferred, None);
     }
 }

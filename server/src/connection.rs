@@ -217,10 +217,12 @@ struct StatusPartition<'a> {
     view: u32,
     /// The nodes holding the partition (its replicas' members when it was created).
     replicas: Vec<u8>,
-    /// Whether this node holds it (if not, `primary` is the partition's home, a guess).
+    /// Whether this node holds it (if not, `primary` is its preferred primary, a guess).
     held: bool,
     /// The nodes a move in progress takes it to (empty: no move).
     moving_to: Vec<u8>,
+    /// Where its primary belongs: its home, or the voter the leader balancer preferred.
+    preferred_primary: Option<u8>,
 }
 
 enum Waiting {
@@ -1006,6 +1008,7 @@ impl Session {
                     held: replicas.contains(&node) || moving_to.contains(&node),
                     replicas,
                     moving_to,
+                    preferred_primary: place.map(|p| p.preferred_primary(nodes)),
                 }
             })
             .collect();

@@ -147,6 +147,15 @@ pub enum MetaCommand {
         /// The founding node count as the proposing primary knew it.
         founders: u8,
     },
+    /// Makes voter `node` the partition's preferred primary (the leader balancer's change):
+    /// its primary hands the group over once that node is in sync, and hands it back there
+    /// after a failover. `None`: its home again.
+    PreferPrimary {
+        /// The partition's group.
+        group: u64,
+        /// One of its voters, or none.
+        node: Option<u8>,
+    },
 }
 
 /// One member's part of an assignment.
@@ -324,6 +333,7 @@ const TAG_REMOVE_NODE: u8 = 11;
 /// `DeleteStream` and `DeleteTopic` that free their groups' places (tags 3 and 5 do not).
 const TAG_DELETE_STREAM_FREEING: u8 = 12;
 const TAG_DELETE_TOPIC_FREEING: u8 = 13;
+const TAG_PREFER_PRIMARY: u8 = 14;
 
 impl MetaCommand {
     /// The command's bytes (the record value in the metadata log).
@@ -382,6 +392,9 @@ impl MetaCommand {
             }
             MetaCommand::RemoveNode { node, replacement, founders } => {
                 w.u8(TAG_REMOVE_NODE).u8(*node).u8(replacement.unwrap_or(u8::MAX)).u8(*founders);
+            }
+            MetaCommand::PreferPrimary { group, node } => {
+                w.u8(TAG_PREFER_PRIMARY).u64(*group).u8(node.unwrap_or(u8::MAX));
             }
         }
         w.finish()
@@ -486,6 +499,11 @@ impl MetaCommand {
                 let replacement = (replacement != u8::MAX).then_some(replacement);
                 MetaCommand::RemoveNode { node, replacement, founders: founders(&mut r)? }
             }
+            TAG_PREFER_PRIMARY => {
+                let group = r.u64("group")?;
+                let node = r.u8("node")?;
+                MetaCommand::PreferPrimary { group, node: (node != u8::MAX).then_some(node) }
+            }
             other => {
                 return Err(ProtocolError::Invalid { field: "tag", reason: format!("{other}") });
             }
@@ -521,6 +539,9 @@ pub struct PartitionPlace {
     /// A move in progress: the voters the partition's group is being taken to (its primary
     /// does it, one configuration change at a time); empty: no move.
     pub target: GroupMembers,
+    /// The voter the leader balancer prefers as the partition's primary over its home (see
+    /// [`PartitionPlace::preferred_primary`]); cleared by a move that takes it off the voters.
+    pub preferred: Option<u8>,
 }
 
 impl PartitionPlace {
@@ -556,6 +577,16 @@ impl PartitionPlace {
         GroupMembers {
             voters: self.members.voters,
             learners: self.members.learners | (self.target.voters & !self.members.voters),
+        }
+    }
+
+    /// Where the partition's primary belongs on a cluster of `nodes` founding nodes: the voter
+    /// the leader balancer preferred, while it is one, else the home. A primary elsewhere hands
+    /// the group over to it once it is in sync.
+    pub fn preferred_primary(&self, nodes: u8) -> u8 {
+        match self.preferred {
+            Some(node) if self.members.is_voter(node) => node,
+            _ => self.home(nodes),
         }
     }
 
@@ -713,6 +744,21 @@ impl Catalog {
                 self.nodes.check_remove(*node, *replacement, *founders).map_err(refused)?;
                 self.replacements(*node, *replacement, *founders).map(|_| ()).map_err(refused)
             }
+            MetaCommand::PreferPrimary { group, node } => {
+                let Some(place) = self.place_of(*group) else {
+                    return Err((
+                        ErrorCode::PartitionNotFound,
+                        format!("no partition is group {group}"),
+                    ));
+                };
+                match node {
+                    Some(node) if !place.members.is_voter(*node) => Err((
+                        ErrorCode::InvalidArgument,
+                        format!("node {node} is not a voter of group {group}"),
+                    )),
+                    _ => Ok(()),
+                }
+            }
             MetaCommand::CreateStream { name } => {
                 check_name(name)?;
                 if self.streams.contains_key(name) {
@@ -824,10 +870,11 @@ impl Catalog {
             let group = self.next_group;
             let members = PartitionPlace::members_for(group, factor, active);
             let target = GroupMembers::default();
-            let home = PartitionPlace { group, shard: 0, members, target }.home(nodes);
+            let home =
+                PartitionPlace { group, shard: 0, members, target, preferred: None }.home(nodes);
             let shard = placement.place(home).expect("checked");
             self.groups_per_shard[shard as usize] += 1;
-            places.push(PartitionPlace { group, shard, members, target });
+            places.push(PartitionPlace { group, shard, members, target, preferred: None });
             self.next_group += 1;
         }
         places
@@ -931,6 +978,9 @@ impl Catalog {
                     MoveAction::Done { voters } => {
                         place.members = GroupMembers { voters, learners: 0 };
                         place.target = GroupMembers::default();
+                        if place.preferred.is_some_and(|node| !place.members.is_voter(node)) {
+                            place.preferred = None;
+                        }
                     }
                 }
             }
@@ -954,6 +1004,10 @@ impl Catalog {
                         }
                     }
                 }
+            }
+            MetaCommand::PreferPrimary { group, node } => {
+                let place = self.place_of_mut(*group).expect("checked");
+                place.preferred = *node;
             }
         }
         Ok(Applied::Done)
@@ -1020,6 +1074,7 @@ impl Catalog {
             shard: 0,
             members: GroupMembers::default(),
             target: GroupMembers::default(),
+            preferred: None,
         };
         count_home(&metadata);
         for stream in self.streams.values() {
@@ -1182,6 +1237,14 @@ impl Catalog {
         self.places().find(|place| place.group == group).copied()
     }
 
+    fn place_of_mut(&mut self, group: u64) -> Option<&mut PartitionPlace> {
+        self.streams
+            .values_mut()
+            .flat_map(|stream| stream.topics.values_mut())
+            .flat_map(|topic| topic.partitions.iter_mut())
+            .find(|place| place.group == group)
+    }
+
     /// Streams for `ListStreams`.
     pub fn stream_infos(&self) -> Vec<StreamInfo> {
         self.streams
@@ -1245,7 +1308,7 @@ pub const META_REPLY_BYTES_MAX: usize = 1024;
 /// client table; 4 each topic's replication factor after its lag bound and each partition's
 /// members after its shard; 5 the node book (added and leaving nodes) at the end. Versions 1
 /// to 4 are still read (as 0, as no Kafka group, as every node, and as no node added).
-const SNAPSHOT_VERSION: u16 = 5;
+const SNAPSHOT_VERSION: u16 = 6;
 
 /// The answer to one metadata request, as its client gets it and the client table keeps it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1412,9 +1475,17 @@ impl MetaState {
 
     /// The snapshot bytes (`docs/storage-format.md`, "Metadata snapshot").
     pub fn encode_snapshot(&self) -> Vec<u8> {
+        self.encode_snapshot_as(SNAPSHOT_VERSION)
+    }
+
+    /// The snapshot bytes in the layout of `version` (4 to the current one; tests write the
+    /// older layouts to check they are still read). What an older layout cannot hold is left
+    /// out: the node book before 5, the preferred primaries before 6.
+    fn encode_snapshot_as(&self, version: u16) -> Vec<u8> {
+        assert!((4..=SNAPSHOT_VERSION).contains(&version), "snapshot version {version}");
         let c = &self.catalog;
         let mut w = Writer::new();
-        w.u16(SNAPSHOT_VERSION).u64(c.applied_op).u32(c.shards).u64(c.next_group);
+        w.u16(version).u64(c.applied_op).u32(c.shards).u64(c.next_group);
         w.u32(c.groups_per_shard.len() as u32);
         for count in &c.groups_per_shard {
             w.u32(*count);
@@ -1430,6 +1501,9 @@ impl MetaState {
                 for place in &topic.partitions {
                     w.u64(place.group).u32(place.shard).u64(place.members.to_word());
                     w.u64(place.target.to_word());
+                    if version >= 6 {
+                        w.u8(place.preferred.unwrap_or(u8::MAX));
+                    }
                 }
                 w.u32(topic.consumer_groups.len() as u32);
                 for (name, group) in &topic.consumer_groups {
@@ -1449,7 +1523,9 @@ impl MetaState {
         for group in self.kafka_groups.values() {
             group.write(&mut w);
         }
-        c.nodes.write(&mut w);
+        if version >= 5 {
+            c.nodes.write(&mut w);
+        }
         w.finish()
     }
 
@@ -1498,7 +1574,12 @@ impl MetaState {
                 if with_members {
                     settings.replication_factor = r.u8("replication_factor")?;
                 }
-                let place_size = if with_members { 8 + 4 + 8 + 8 } else { 8 + 4 };
+                let with_preferred = version >= 6;
+                let place_size = match (with_members, with_preferred) {
+                    (true, true) => 8 + 4 + 8 + 8 + 1,
+                    (true, false) => 8 + 4 + 8 + 8,
+                    _ => 8 + 4,
+                };
                 let partitions = (0..r.count("partitions", place_size)?)
                     .map(|_| {
                         let group = r.u64("group")?;
@@ -1517,7 +1598,9 @@ impl MetaState {
                                 return Err(invalid("members", format!("{set:?} overlap")));
                             }
                         }
-                        Ok(PartitionPlace { group, shard, members, target })
+                        let preferred = if with_preferred { r.u8("preferred")? } else { u8::MAX };
+                        let preferred = (preferred != u8::MAX).then_some(preferred);
+                        Ok(PartitionPlace { group, shard, members, target, preferred })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let mut consumer_groups = BTreeMap::new();
@@ -2199,14 +2282,15 @@ pub(crate) mod tests {
         let snapshot = state.encode_snapshot();
         let restored = MetaState::decode_snapshot(&snapshot, 1, 100, 8).unwrap();
         assert_eq!(restored.catalog, state.catalog);
-        // Version 4: without the node book at the end (no node added, none leaving).
-        let snapshot = {
-            let mut bytes = snapshot[..snapshot.len() - 8].to_vec();
-            bytes[..2].copy_from_slice(&4u16.to_le_bytes());
-            bytes
-        };
+        // Versions 4 and 5: without the node book at the end (no node added, none leaving),
+        // without preferred primaries (every partition prefers its home).
+        for version in [4, 5] {
+            let snapshot = state.encode_snapshot_as(version);
+            let restored = MetaState::decode_snapshot(&snapshot, 1, 100, 8).unwrap();
+            assert_eq!(restored.catalog, state.catalog);
+        }
+        let snapshot = state.encode_snapshot_as(4);
         let restored = MetaState::decode_snapshot(&snapshot, 1, 100, 8).unwrap();
-        assert_eq!(restored.catalog, state.catalog);
         let lag = |state: &MetaState| {
             state.catalog.topic("s", "t").unwrap().settings.replica_lag_time_max_ms
         };

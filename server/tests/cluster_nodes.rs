@@ -307,7 +307,101 @@ fn the_balancer_gives_an_added_node_its_share_of_the_replicas() {
         .filter_map(|shard| shard["balancer_moves"].as_u64())
         .sum();
     assert!(started >= 2, "the balancer started the moves: {started}");
+    // Then the primaries: each partition led where the catalog prefers, every node agreeing,
+    // and no node leading two while another leads none.
+    let even = || primaries_even(&cluster, 4);
+    produce_until(&cluster, &mut ledger, "the primaries are even", &mut stalls, even);
+    let changes = shard_sum(&cluster, 4, "balancer_primaries");
+    eprintln!("preferred-primary changes: {changes}; led {:?}", led_as_preferred(&cluster, 4));
     ledger.produce(&cluster, TOPIC, 15);
     ledger.check_with_control_records(&cluster);
     eprintln!("longest write stall per partition while the balancer moved replicas: {stalls:?}");
+}
+
+/// Three nodes, a topic of two replicas per partition (homes one per node), the balancer on.
+/// The operator moves partition 1 so that one node is the home of two partitions and another
+/// of none (the replica balancer, evening the counts that move upset, leaves it so). The leader
+/// balancer prefers another voter for one of them, and its primary hands the group over: each
+/// node leads one partition, every node agreeing, and no acknowledged write is lost.
+#[test]
+fn the_leader_balancer_evens_the_primaries_a_move_left_uneven() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("balancer.toml");
+    std::fs::write(&config, "[cluster]\nbalancer_interval_ms = 100\n").unwrap();
+    let config = config.to_str().unwrap().to_string();
+    let cluster = cluster_with_args(dir.path(), &["--config", &config]);
+    let stream = shoal_proto::protocol::encode_stream_name(STREAM);
+    assert_eq!(call_anywhere(&cluster, 0, Operation::CreateStream, &stream).unwrap().0, 0);
+    let create = CreateTopic {
+        durability: Some(Durability::Persisted),
+        replication_factor: Some(2),
+        ..topic_of(TOPIC)
+    };
+    create_topic_as(&cluster, create);
+    let mut ledger = Ledger::default();
+    ledger.produce(&cluster, TOPIC, 30);
+    let mut stalls = vec![Duration::ZERO; PARTITIONS as usize];
+    let even = || primaries_even(&cluster, 3);
+    produce_until(&cluster, &mut ledger, "the first primaries are even", &mut stalls, even);
+
+    let request = MovePartition {
+        stream: STREAM.into(),
+        topic: TOPIC.into(),
+        partition: 1,
+        action: MoveAction::Start { voters: 0b110 },
+    };
+    let (code, body) = call_anywhere(&cluster, 0, Operation::MovePartition, &request.encode())
+        .expect("the move is answered");
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&body));
+    let settled = || {
+        shard_sum(&cluster, 3, "balancer_primaries") > 0
+            && placements(&cluster, 0).is_some_and(|all| all.values().all(|&(_, to)| to == 0))
+            && primaries_even(&cluster, 3)
+    };
+    produce_until(
+        &cluster,
+        &mut ledger,
+        "the leader balancer evens the primaries",
+        &mut stalls,
+        settled,
+    );
+    eprintln!("led {:?}; stalls {stalls:?}", led_as_preferred(&cluster, 3));
+    ledger.produce(&cluster, TOPIC, 15);
+    ledger.check_with_control_records(&cluster);
+}
+
+/// A per-shard figure summed over the shards of the first `nodes` nodes.
+fn shard_sum(cluster: &ShoalCluster, nodes: usize, key: &str) -> u64 {
+    (0..nodes)
+        .filter_map(|node| status(cluster, node))
+        .flat_map(|status| status["shard_reports"].as_array().cloned().unwrap_or_default())
+        .filter_map(|shard| shard[key].as_u64())
+        .sum()
+}
+
+/// Whether each partition of the topic is led by its preferred primary, as every node holding it
+/// reports, and the `nodes` nodes lead within one partition of each other.
+fn primaries_even(cluster: &ShoalCluster, nodes: usize) -> bool {
+    led_as_preferred(cluster, nodes).is_some_and(|led| {
+        led.iter().sum::<u32>() == PARTITIONS
+            && led.iter().max().unwrap() - led.iter().min().unwrap() <= 1
+    })
+}
+
+/// Per node, the partitions of the topic it leads, when every node holding a partition reports
+/// it led by its preferred primary (its home, or the voter the leader balancer chose).
+fn led_as_preferred(cluster: &ShoalCluster, nodes: usize) -> Option<Vec<u32>> {
+    let mut led = vec![0u32; nodes];
+    for (node, count) in led.iter_mut().enumerate() {
+        let status = status(cluster, node)?;
+        let held = status["partitions"].as_array()?.iter().filter(|p| p["topic"] == TOPIC);
+        for partition in held.filter(|p| p["held"] == true) {
+            let primary = partition["primary"].as_u64()?;
+            if primary != partition["preferred_primary"].as_u64()? {
+                return None;
+            }
+            *count += u32::from(primary == node as u64);
+        }
+    }
+    Some(led)
 }

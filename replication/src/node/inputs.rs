@@ -11,6 +11,7 @@ use bytes::Bytes;
 use shoal_engine::storage::Storage;
 
 use super::config::{Clock, Transport};
+use super::primaries::primary_belongs;
 use super::state::Node;
 use crate::codec::{self, CodecLimits, DecodeError};
 use crate::config::Membership;
@@ -113,7 +114,9 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             let replica = &mut entry.replica;
             if entry.failed.is_none() {
                 replica.on_tick();
-                let away = returning && replica.is_primary() && replica.config().home() != node;
+                let away = returning
+                    && replica.is_primary()
+                    && primary_belongs(&self.preferred_primaries, group, replica) != node;
                 if away || replica.has_ready() {
                     groups.push(group);
                 }

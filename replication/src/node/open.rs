@@ -206,6 +206,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             self.damaged.retain(|(g, _)| *g != group);
             self.damage_clear_at.remove(&group);
             self.lag_ticks_by_group.remove(&group);
+            self.preferred_primaries.remove(&group);
             for entries in self.heartbeats.values_mut() {
                 entries.retain(|entry| entry.group != group);
             }

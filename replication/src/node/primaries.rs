@@ -8,6 +8,8 @@
 //! ([`Replica::hand_over`](crate::Replica::hand_over)). It never hands a group to a peer that
 //! has not proven, by its acknowledgements in the current view, that it is in sync.
 
+use std::collections::BTreeMap;
+
 use shoal_engine::storage::Storage;
 
 use super::config::{Clock, Transport};
@@ -76,12 +78,24 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         })
     }
 
-    /// On a tick: `group`, led by this node away from its home, goes back once the home has
-    /// been in sync for `primary_return_ticks` (0: never).
+    /// Makes voter `node` the place `group`'s primary belongs instead of its home (a leader
+    /// balancer's choice, which the driver gets agreed elsewhere, e.g. in a metadata group);
+    /// `None`: the home again. Only the group's primary acts on it, handing over as it hands
+    /// back home. A node that is not (or no longer) a voter is ignored: the home stands.
+    pub fn set_preferred_primary(&mut self, group: u64, node: Option<u8>) {
+        match node {
+            Some(node) => self.preferred_primaries.insert(group, node),
+            None => self.preferred_primaries.remove(&group),
+        };
+    }
+
+    /// On a tick: `group`, led by this node away from where its primary belongs (its home, or
+    /// the voter preferred instead), goes there once that node has been in sync for
+    /// `primary_return_ticks` (0: never).
     pub(super) fn return_home(&mut self, group: u64) {
         let return_ticks = self.config.primary_return_ticks;
         let replica = &self.groups[&group].replica;
-        let home = replica.config().home();
+        let home = primary_belongs(&self.preferred_primaries, group, replica);
         if return_ticks == 0
             || home == self.config.node
             || !replica.is_primary()
@@ -93,6 +107,15 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         if self.hand_over(group, home).is_ok() {
             self.counters.primaries_returned += 1;
         }
+    }
+}
+
+/// Where `group`'s primary belongs: the voter preferred for it, while it is one, else its home.
+pub(super) fn primary_belongs(preferred: &BTreeMap<u64, u8>, group: u64, replica: &Replica) -> u8 {
+    let config = replica.config();
+    match preferred.get(&group) {
+        Some(&node) if config.is_voter(node) => node,
+        _ => config.home(),
     }
 }
 

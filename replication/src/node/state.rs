@@ -77,6 +77,9 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     /// Groups whose replicas take their own lag bound, in ticks (a topic's
     /// `replica_lag_time_max_ms`), instead of the template's.
     pub(super) lag_ticks_by_group: BTreeMap<u64, u64>,
+    /// Groups whose primary belongs on a voter other than their home (the leader balancer's
+    /// choice, `Node::set_preferred_primary`).
+    pub(super) preferred_primaries: BTreeMap<u64, u8>,
 }
 
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
@@ -120,6 +123,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             repaired_groups: Vec::new(),
             damage_clear_at: BTreeMap::new(),
             lag_ticks_by_group: BTreeMap::new(),
+            preferred_primaries: BTreeMap::new(),
         }
     }
 }

@@ -208,6 +208,15 @@ impl Cluster {
         }
     }
 
+    /// Tells node `node`, if up, where `group`'s primary belongs instead of its home
+    /// (`Node::set_preferred_primary`); the server keeps this in its catalog, the simulator
+    /// only on live nodes.
+    pub fn set_preferred_primary(&mut self, node: usize, group: u64, to: Option<u8>) {
+        if let Some(live) = self.nodes[node].node.as_mut() {
+            live.set_preferred_primary(group, to);
+        }
+    }
+
     /// Whether node `node` is up.
     pub fn is_up(&self, node: usize) -> bool {
         self.nodes[node].node.is_some()

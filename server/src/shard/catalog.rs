@@ -1,6 +1,7 @@
 //! The catalog on every shard: shard 0 publishes each new catalog to all shards, and each shard
 //! installs it by creating the partition groups it places here (with this shard's segment age)
-//! and giving their replicas the topic's own lag bound, if it has one.
+//! and giving their replicas the topic's own lag bound, if it has one, and the primary the
+//! leader balancer preferred, if it chose one.
 //!
 //! A shard creates partition groups only from a catalog (`deletion` deletes the ones it lets
 //! go), and never installs a catalog older than the one it has.
@@ -40,7 +41,7 @@ impl ShardState {
         self.node.set_rejoin_floor(self.rejoin_floor.load(Ordering::SeqCst));
         let mut created = Vec::new();
         let mut joined = Vec::new();
-        let mut lag_of = BTreeMap::new();
+        let mut replica_settings = BTreeMap::new();
         let node = self.config.cluster.node;
         for (place, settings) in catalog.groups_on(self.index, node) {
             let group = place.group;
@@ -49,6 +50,7 @@ impl ShardState {
             let lag_ticks = (lag_ms > 0).then(|| (lag_ms / TICK_MS).max(1));
             if existing.contains(&group) {
                 self.node.set_replica_lag_ticks(group, lag_ticks);
+                self.node.set_preferred_primary(group, place.preferred);
                 continue;
             }
             // The roll age is this shard's choice, not the topic's (docs/configuration.md, "Per-
@@ -66,7 +68,7 @@ impl ShardState {
             } else {
                 created.push((group, config));
             }
-            lag_of.insert(group, lag_ticks);
+            replica_settings.insert(group, (lag_ticks, place.preferred));
         }
         // A topic's partitions come together: one superblock write makes them all durable.
         for (batch, joining) in [(created, false), (joined, true)] {
@@ -80,7 +82,10 @@ impl ShardState {
                 continue;
             }
             for (group, _) in batch {
-                self.node.set_replica_lag_ticks(group, lag_of.get(&group).copied().flatten());
+                let (lag_ticks, preferred) =
+                    replica_settings.get(&group).copied().unwrap_or_default();
+                self.node.set_replica_lag_ticks(group, lag_ticks);
+                self.node.set_preferred_primary(group, preferred);
                 self.committed_end.insert(group, 0);
                 // A new log holds no data.
                 self.offsets.insert(group, PartitionOffsets::for_new_log());
@@ -129,7 +134,7 @@ impl ShardState {
         if place.is_held_by(node) {
             return None;
         }
-        let home = place.home(self.config.cluster.founders());
-        Some(Outcome::not_primary(0, home))
+        let primary = place.preferred_primary(self.config.cluster.founders());
+        Some(Outcome::not_primary(0, primary))
     }
 }

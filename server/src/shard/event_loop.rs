@@ -271,8 +271,9 @@ impl ShardState {
             }
             Work::Catalog(catalog) => self.install(catalog).await,
             Work::Stats { groups, reply } => {
-                // A partition this node does not hold names its home as its primary: a guess
-                // that the home corrects with a `NotPrimary` of its own if it is wrong.
+                // A partition this node does not hold names its preferred primary (its home, or
+                // the voter the leader balancer chose): a guess that node corrects with a
+                // `NotPrimary` of its own if it is wrong.
                 let homes: HashMap<u64, u8> = if groups.iter().all(|&g| self.node.has_log(g)) {
                     HashMap::new()
                 } else {
@@ -281,7 +282,7 @@ impl ShardState {
                     self.catalog
                         .places()
                         .filter(|place| !place.is_held_by(node))
-                        .map(|place| (place.group, place.home(nodes)))
+                        .map(|place| (place.group, place.preferred_primary(nodes)))
                         .collect()
                 };
                 let stats = groups
@@ -310,6 +311,7 @@ impl ShardState {
                     move_changes_proposed: self.mover.changes_proposed,
                     move_steps_waited: self.mover.steps_waited,
                     balancer_moves: self.mover.balancer_moves,
+                    balancer_primaries: self.mover.balancer_primaries,
                     groups_deleted: self.groups_deleted,
                     replication: replication.collect(),
                 });

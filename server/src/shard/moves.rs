@@ -132,6 +132,8 @@ pub(super) struct Mover {
     balanced_tick: u64,
     /// Moves the balancer started (proposed; one that does not apply is not retried at once).
     pub(super) balancer_moves: u64,
+    /// Preferred-primary changes the balancer proposed.
+    pub(super) balancer_primaries: u64,
 }
 
 impl Mover {
@@ -242,7 +244,8 @@ impl ShardState {
     }
 
     /// Shard 0 of the metadata group's serving primary, with the balancer on: every
-    /// `balancer_interval_ms`, proposes the balancer's next move, if any.
+    /// `balancer_interval_ms`, proposes the balancer's next move, if any, else its next
+    /// preferred-primary change, if any.
     fn balance(&mut self, tick: u64) {
         let cluster = &self.config.cluster;
         let interval_ticks = cluster.balancer_interval_ms / TICK_MS;
@@ -260,13 +263,20 @@ impl ShardState {
             return;
         }
         let founders = cluster.founders();
-        let Some(next) = balancer::next_move(&self.catalog, founders) else { return };
+        let command = if let Some(next) = balancer::next_move(&self.catalog, founders) {
+            let BalancingMove { stream, topic, partition, action } = next;
+            tracing::info!(stream, topic, partition, ?action, "the balancer moves a partition");
+            self.mover.balancer_moves += 1;
+            MetaCommand::Move { stream, topic, partition, action, nodes: founders }
+        } else if let Some((group, node)) = balancer::next_primary(&self.catalog, founders) {
+            tracing::info!(group, node, "the balancer prefers another primary for a partition");
+            self.mover.balancer_primaries += 1;
+            MetaCommand::PreferPrimary { group, node: Some(node) }
+        } else {
+            return;
+        };
         let Some(metadata) = self.metadata.as_mut() else { return };
         let client = metadata.next_internal_request();
-        let BalancingMove { stream, topic, partition, action } = next;
-        tracing::info!(stream, topic, partition, ?action, "the balancer moves a partition");
-        self.mover.balancer_moves += 1;
-        let command = MetaCommand::Move { stream, topic, partition, action, nodes: founders };
         self.propose_metadata(client, command, MetaWaiter::Nobody);
     }
 

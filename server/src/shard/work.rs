@@ -431,6 +431,8 @@ pub struct ShardReport {
     pub move_steps_waited: u64,
     /// Moves the partition balancer started here (shard 0 of the metadata primary).
     pub balancer_moves: u64,
+    /// Preferred-primary changes the leader balancer proposed here (as `balancer_moves`).
+    pub balancer_primaries: u64,
     /// Partition groups deleted here since the shard started: removed replicas of finished
     /// moves, and deleted topics'.
     pub groups_deleted: u64,
