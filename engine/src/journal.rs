@@ -457,12 +457,6 @@ impl<F: StorageFile> Journal<F> {
         self.release_where(group, |entry_op| entry_op > op);
     }
 
-    /// Releases every entry of `group` numbered at or below `seq`: an earlier group of the same
-    /// id wrote them, and it was deleted.
-    pub fn release_through_seq(&mut self, group: u64, seq: u64) {
-        self.release_matching(|entry| entry.group == group && entry.seq <= seq);
-    }
-
     /// Drops a deleted group from the journal: its prepares waiting for a cycle, and its
     /// entries (released, so their space is reused).
     pub fn forget_group(&mut self, group: u64) {
@@ -474,9 +468,10 @@ impl<F: StorageFile> Journal<F> {
         self.release_matching(|entry| entry.group == group);
     }
 
-    /// Releases the entries of every group `keep` says no to (deleted groups', at open).
-    pub fn forget_groups_except(&mut self, keep: impl Fn(u64) -> bool) {
-        self.release_matching(|entry| !keep(entry.group));
+    /// Releases, in one pass, every entry `dead(group, seq, op)` says no group needs (at open:
+    /// a deleted group's, one an earlier group of the same id wrote, one a checkpoint covers).
+    pub fn release_dead(&mut self, dead: impl Fn(u64, u64, u64) -> bool) {
+        self.release_matching(|entry| dead(entry.group, entry.seq, entry.op));
     }
 
     /// Releases the entries of `group` whose op `released` picks, then frees the space of the

@@ -590,9 +590,12 @@ impl<S: Storage> ShardStore<S> {
         for &group in groups {
             self.log(group)?;
         }
+        let mut groups = groups.to_vec();
+        groups.sort_unstable();
+        groups.dedup();
         let mut slots = self.slots();
         let mut logs = Vec::with_capacity(groups.len());
-        for &group in groups {
+        for &group in &groups {
             let Some(log) = self.groups.remove(&group) else { continue };
             logs.push(log);
             slots.remove(&group);
@@ -609,7 +612,7 @@ impl<S: Storage> ShardStore<S> {
         // Their chunks, ready space and cached batches go back to the shard.
         drop(logs);
         let mut first_error = None;
-        for &group in groups {
+        for &group in &groups {
             if let Err(error) = remove_group_dir(&self.storage, &group_dir(&self.dir, group)).await
             {
                 first_error.get_or_insert(error);
@@ -1654,21 +1657,22 @@ fn release_stale_journal<S: Storage>(
     journal: &mut Journal<S::File>,
     groups: &BTreeMap<u64, PartitionLog<S>>,
 ) {
-    // A deleted group's entries: no group will ever replay them.
-    journal.forget_groups_except(|group| groups.contains_key(&group));
-    for (&id, log) in groups {
-        // An earlier group of the same id, deleted, left these.
-        journal.release_through_seq(id, log.slot().journal_floor_seq);
-        journal.release(id, log.checkpoint().op);
-        if log.damaged_from() != 0 {
-            // A damage cut, in this open or an earlier run, whose ops the group has not all
-            // had back: every op past its head is faulty by the durable marker, so its
-            // journal entries there are dead. Left live they would pin the journal until
-            // the group got those ops back, which may need a state transfer whose appends
-            // the full journal refuses (retention seed 21,000,173).
-            journal.release_above(id, log.head_op());
-        }
-    }
+    // One pass over the live entries, whatever the number of groups.
+    journal.release_dead(|group, seq, op| {
+        let Some(log) = groups.get(&group) else {
+            // A deleted group's: no group will ever replay it.
+            return true;
+        };
+        // An earlier group of the same id wrote it (deleted since); or its checkpoint covers
+        // it; or a damage cut, in this open or an earlier run, whose ops the group has not all
+        // had back, made it dead: every op past the head is faulty by the durable marker. Left
+        // live, such entries would pin the journal until the group got those ops back, which
+        // may need a state transfer whose appends the full journal refuses (retention seed
+        // 21,000,173).
+        seq <= log.journal_floor_seq()
+            || op <= log.checkpoint().op
+            || (log.damaged_from() != 0 && op > log.head_op())
+    });
 }
 
 /// The directory of a group inside a shard directory.

@@ -427,6 +427,11 @@ impl<S: Storage> PartitionLog<S> {
         self.appended_bytes - self.checkpoint_appended_bytes
     }
 
+    /// Journal entries numbered at or below this are an earlier group's of the same id.
+    pub fn journal_floor_seq(&self) -> u64 {
+        self.journal_floor_seq
+    }
+
     /// The durable control state of this group, as the superblock should hold it.
     pub fn slot(&self) -> GroupSlot {
         GroupSlot {

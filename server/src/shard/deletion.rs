@@ -23,10 +23,10 @@ use super::work::{Outcome, SendOutcome};
 use crate::metadata::{METADATA_GROUP, PartitionPlace};
 
 impl ShardState {
-    /// Deletes every group of this shard the catalog lets go (see the module documentation):
-    /// after each catalog install and every retention interval. Cheap when there is nothing to
-    /// do: no allocation unless the catalog changed or some replica was removed. A group with
-    /// a state save in flight is left for the next sweep.
+    /// Deletes every group of this shard the catalog lets go (see the module documentation),
+    /// every retention interval. Cheap when there is nothing to do: no allocation unless the
+    /// catalog changed or some replica was removed. A group with a state save in flight is left
+    /// for the next sweep.
     pub(super) async fn delete_unneeded_groups(&mut self) {
         let removed = self.node.removed_group_ids();
         if self.catalog.applied_op == self.groups_swept_op && removed.is_empty() {
@@ -61,14 +61,21 @@ impl ShardState {
         for &group in &deleted_topics {
             let gone =
                 || Outcome::error(ErrorCode::TopicNotFound, "the partition's topic was deleted");
-            self.answer_waiting_on(group, gone);
+            self.answer_waiting_on(group, gone, gone);
         }
         for &group in &removed_replicas {
             // Its last configuration names the members it was removed by, and their primary.
             let Some(replica) = self.node.replica(group) else { continue };
             let view = replica.view();
             let primary = replica.config().primary_of(view);
-            self.answer_waiting_on(group, || Outcome::not_primary(view, primary));
+            // A write its pipeline took may have committed in the configuration that removed
+            // it: its outcome is unknown (an idempotent retry finds it there).
+            let unknown = || {
+                let text = "this replica was removed from the partition: the write's outcome is \
+                            unknown, retry at its primary";
+                Outcome::error(ErrorCode::TransientNotCommitted, text)
+            };
+            self.answer_waiting_on(group, unknown, || Outcome::not_primary(view, primary));
         }
         let doomed: Vec<u64> = deleted_topics.into_iter().chain(removed_replicas).collect();
         if !doomed.is_empty() {
@@ -89,23 +96,29 @@ impl ShardState {
         }
     }
 
-    /// Answers every write and parked fetch waiting on `group` with `outcome()`.
-    fn answer_waiting_on(&mut self, group: u64, outcome: impl Fn() -> Outcome) {
+    /// Answers whatever waits on `group`: the writes in its pipeline with `in_pipeline()`, the
+    /// writes queued for it and its parked fetches with `refused()`.
+    fn answer_waiting_on(
+        &mut self,
+        group: u64,
+        in_pipeline: impl Fn() -> Outcome,
+        refused: impl Fn() -> Outcome,
+    ) {
         let keys: Vec<(u64, u64, u64)> =
             self.pending.keys().filter(|key| key.0 == group).copied().collect();
         for key in keys {
             if let Some(pending) = self.pending.remove(&key) {
-                let _ = pending.reply.send(outcome());
+                let _ = pending.reply.send(in_pipeline());
             }
         }
         if let Some(queue) = self.waiting.remove(&group) {
             self.waiting_count -= queue.len();
             for (_, pending) in queue {
-                let _ = pending.reply.send(outcome());
+                let _ = pending.reply.send(refused());
             }
         }
         for key in self.parked_by_group.remove(&group).unwrap_or_default() {
-            self.parked.remove(key).to.reply().send_outcome(outcome());
+            self.parked.remove(key).to.reply().send_outcome(refused());
         }
     }
 
