@@ -629,6 +629,26 @@ impl<S: Storage> ShardStore<S> {
         }
     }
 
+    /// Changes `group`'s retention bounds (total size, age; 0: none): the next retention pass
+    /// applies them, and the superblock keeps them from its next write on.
+    pub fn set_retention(
+        &mut self,
+        group: u64,
+        retention_bytes: u64,
+        retention_ms: u64,
+    ) -> Result<()> {
+        let log = self.groups.get_mut(&group).ok_or_else(|| unknown(group))?;
+        if log.config().retention_bytes == retention_bytes
+            && log.config().retention_ms == retention_ms
+        {
+            return Ok(());
+        }
+        log.set_retention(retention_bytes, retention_ms);
+        self.slots_dirty.insert(group);
+        self.active.insert(group);
+        Ok(())
+    }
+
     /// What the next prepare of `group` must be.
     pub fn next(&self, group: u64) -> Result<ChainNext> {
         Ok(self.log(group)?.next())

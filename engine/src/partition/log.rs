@@ -427,6 +427,12 @@ impl<S: Storage> PartitionLog<S> {
         self.appended_bytes - self.checkpoint_appended_bytes
     }
 
+    /// Changes the retention bounds (the shard records them in the superblock).
+    pub(crate) fn set_retention(&mut self, retention_bytes: u64, retention_ms: u64) {
+        self.config.retention_bytes = retention_bytes;
+        self.config.retention_ms = retention_ms;
+    }
+
     /// Journal entries numbered at or below this are an earlier group's of the same id.
     pub fn journal_floor_seq(&self) -> u64 {
         self.journal_floor_seq

@@ -97,6 +97,16 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.store.group(group).and_then(|log| log.faulty_reason())
     }
 
+    /// Changes `group`'s retention bounds (see `ShardStore::set_retention`).
+    pub fn set_retention(
+        &mut self,
+        group: u64,
+        retention_bytes: u64,
+        retention_ms: u64,
+    ) -> EngineResult<()> {
+        self.store.set_retention(group, retention_bytes, retention_ms)
+    }
+
     /// Keeps retention from deleting any segment of `group` that holds an offset at or above
     /// `offset`: the driver's state derived from the log (consumer offsets) can be rebuilt only
     /// from its last snapshot on. Nothing happens when the engine holds no log for `group`.

@@ -427,7 +427,7 @@ pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 13] = [
 ];
 
 /// `[metadata]`.
-pub(super) const METADATA_KEYS: [IntKey<MetadataConfig>; 3] = [
+pub(super) const METADATA_KEYS: [IntKey<MetadataConfig>; 5] = [
     IntKey {
         name: "snapshot_interval_ops",
         min: 1,
@@ -448,6 +448,20 @@ pub(super) const METADATA_KEYS: [IntKey<MetadataConfig>; 3] = [
         max: 1 << 20,
         get: |c| u64::from(c.topic_partitions_max),
         set: |c, v| c.topic_partitions_max = v as u32,
+    },
+    IntKey {
+        name: "retention_bytes",
+        min: 0,
+        max: 1 << 50,
+        get: |c| c.retention_bytes,
+        set: |c, v| c.retention_bytes = v,
+    },
+    IntKey {
+        name: "segment_size_bytes",
+        min: shoal_engine::superblock::SEGMENT_SIZE_BYTES_MIN,
+        max: 1 << 30,
+        get: |c| c.segment_size_bytes,
+        set: |c, v| c.segment_size_bytes = v,
     },
 ];
 

@@ -347,6 +347,11 @@ pub struct MetadataConfig {
     pub sessions_max: usize,
     /// Partitions one topic may have (each is a group on some shard, within `groups_max`).
     pub topic_partitions_max: u32,
+    /// The metadata log is kept at most about this big (0: all of it): retention deletes its
+    /// oldest sealed segments once a metadata snapshot covers them.
+    pub retention_bytes: u64,
+    /// Segment size of the metadata log, fixed when the metadata group is created.
+    pub segment_size_bytes: u64,
 }
 
 impl Default for MetadataConfig {
@@ -355,6 +360,8 @@ impl Default for MetadataConfig {
             snapshot_interval_ops: 1024,
             sessions_max: 4096,
             topic_partitions_max: 10_000,
+            retention_bytes: 256 << 20,
+            segment_size_bytes: 8 << 20,
         }
     }
 }

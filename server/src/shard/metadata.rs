@@ -46,6 +46,9 @@ struct RecoveredMetadata {
     snapshot_unusable: bool,
     /// The offset after the last op in `state` (where a snapshot of it would resume).
     end_offset: u64,
+    /// The offset after the last op the restored snapshot covers (0: none restored): the
+    /// metadata log's retention may delete below it.
+    snapshot_end_offset: u64,
 }
 
 /// Shard 0's metadata state machine and the requests it waits on.
@@ -152,6 +155,7 @@ impl ShardState {
         let mut snapshot_due = false;
         if self.node.group_ids().contains(&METADATA_GROUP) {
             let recovered = self.replay_metadata().await?;
+            self.keep_metadata_log(recovered.snapshot_end_offset)?;
             snapshot_due = recovered.snapshot_unusable;
             snapshot_op = recovered.snapshot_op;
             recovered_end = (recovered.state.catalog.applied_op, recovered.end_offset);
@@ -186,15 +190,31 @@ impl ShardState {
         Ok(recovered_end)
     }
 
+    /// Sets the metadata log's retention from `[metadata] retention_bytes` (the group keeps
+    /// it in its superblock slot; a changed setting applies at the next start) and lets it
+    /// delete below `snapshot_end_offset`, which the newest metadata snapshot covers: a restart
+    /// restores that snapshot and replays the log past it; a replica behind the log's start
+    /// gets the metadata state by a state transfer.
+    fn keep_metadata_log(&mut self, snapshot_end_offset: u64) -> Result<(), String> {
+        let retention_bytes = self.config.metadata.retention_bytes;
+        self.node
+            .set_retention(METADATA_GROUP, retention_bytes, 0)
+            .map_err(|e| format!("setting the metadata log's retention: {e}"))?;
+        self.node.set_retention_floor(METADATA_GROUP, snapshot_end_offset);
+        Ok(())
+    }
+
     /// Creates the metadata group (a first start, or once the cluster is formed or rejoined):
-    /// `persisted`, with small segments and no retention. Its first members are the founding
-    /// nodes; a node added later joins it as a learner, knowing nothing until the metadata
-    /// primary's change makes it a member and its StartView brings it in.
+    /// `persisted`, with `[metadata] segment_size_bytes` segments and `retention_bytes`
+    /// retention (nothing deleted before a snapshot covers it). Its first members are the
+    /// founding nodes; a node added later joins it as a learner, knowing nothing until the
+    /// metadata primary's change makes it a member and its StartView brings it in.
     pub(super) async fn create_metadata_group(&mut self) -> Result<(), String> {
         let config = GroupConfig {
             durability: Durability::Persisted,
-            segment_size_bytes: shoal_engine::superblock::SEGMENT_SIZE_BYTES_MIN * 8,
+            segment_size_bytes: self.config.metadata.segment_size_bytes,
             segment_age_ms_max: 0,
+            retention_bytes: self.config.metadata.retention_bytes,
             ..GroupConfig::default()
         };
         let cluster = &self.config.cluster;
@@ -220,7 +240,10 @@ impl ShardState {
         } else {
             self.node.create_group(METADATA_GROUP, config).await
         };
-        created.map_err(|e| format!("creating the metadata group: {e}"))
+        created.map_err(|e| format!("creating the metadata group: {e}"))?;
+        // Nothing may be deleted before a snapshot covers it.
+        self.node.set_retention_floor(METADATA_GROUP, 0);
+        Ok(())
     }
 
     /// Rebuilds the metadata state: the newest of its snapshot and the state a transfer installed
@@ -248,6 +271,7 @@ impl ShardState {
             replayed_ops: 0,
             snapshot_unusable: false,
             end_offset: 0,
+            snapshot_end_offset: 0,
         };
         let mut offset = log.first_offset;
         let (saved, mut unusable) = match loaded {
@@ -290,6 +314,7 @@ impl ShardState {
                 recovered.snapshot_op = state.catalog.applied_op;
                 recovered.state = state;
                 recovered.end_offset = end_offset;
+                recovered.snapshot_end_offset = end_offset;
                 offset = end_offset.max(offset);
             }
             (None, None) => {}

@@ -76,7 +76,7 @@ impl ShardState {
         let saved: Vec<StateSaved> = std::mem::take(&mut *self.states_saved.borrow_mut());
         for StateSaved { group, op, end_offset, size_bytes, result } in saved {
             if group == METADATA_GROUP {
-                self.finish_metadata_snapshot(op, result);
+                self.finish_metadata_snapshot(op, end_offset, result);
                 continue;
             }
             let Some(offsets) = self.offsets.get_mut(&group) else { continue };
@@ -150,14 +150,20 @@ impl ShardState {
         });
     }
 
-    /// Takes in a finished metadata snapshot save. The metadata log has no retention, so
-    /// nothing is deleted: the snapshot only shortens the replay at start-up.
-    fn finish_metadata_snapshot(&mut self, op: u64, result: shoal_engine::Result<()>) {
+    /// Takes in a finished metadata snapshot save: the metadata log's retention may delete what
+    /// it covers (`[metadata] retention_bytes`), and the replay at start-up begins after it.
+    fn finish_metadata_snapshot(
+        &mut self,
+        op: u64,
+        end_offset: u64,
+        result: shoal_engine::Result<()>,
+    ) {
         let Some(metadata) = self.metadata.as_mut() else { return };
         metadata.snapshot_saving = false;
         match result {
             Ok(()) => {
                 metadata.snapshot_op = op;
+                self.node.set_retention_floor(METADATA_GROUP, end_offset);
                 self.metrics.metadata_snapshot_saved(op);
                 tracing::debug!(op, "metadata snapshot saved");
             }
