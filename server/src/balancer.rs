@@ -110,22 +110,21 @@ mod tests {
     use crate::metadata::{MetaCommand, MetaState, TopicSettings};
     use shoal_proto::protocol::ErrorCode;
 
-    /// Three nodes holding six one-replica partitions, two each; node 3 is added: the balancer
-    /// moves one partition at a time onto it (waiting while one is moving) until every node
-    /// holds within one of every other, and then proposes nothing.
-    #[test]
-    fn the_balancer_evens_replica_counts_one_move_at_a_time() {
+    /// A catalog of three founding nodes holding topic `s/t` (`partitions` partitions of
+    /// `factor` replicas each), to which node 3 is then added; returns it and its last op.
+    fn three_nodes_then_a_fourth(factor: u8, partitions: u32) -> (MetaState, u64) {
         let mut state = MetaState::new(1, 100, 8);
         let catalog = &mut state.catalog;
         catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
         let create = MetaCommand::CreateTopic {
             stream: "s".into(),
             topic: "t".into(),
-            settings: TopicSettings { replication_factor: 1, ..settings(6) },
+            settings: TopicSettings { replication_factor: factor, ..settings(partitions) },
             nodes: 3,
         };
         catalog.apply(2, 0, &create).unwrap();
-        assert_eq!(next_move(catalog, 3), None, "two partitions each");
+        assert_eq!(next_move(catalog, 3), None, "even over three nodes");
+        assert_eq!(next_primary(catalog, 3), None, "homes spread over three nodes");
         let address = ClusterNode {
             bus: "10.0.0.4:7200".parse().unwrap(),
             client: "10.0.0.4:7070".parse().unwrap(),
@@ -133,31 +132,31 @@ mod tests {
             rack: None,
         };
         catalog.apply(3, 0, &MetaCommand::AddNode { node: 3, address, founders: 3 }).unwrap();
-        let mut op = 3;
+        (state, 3)
+    }
+
+    /// Applies a move's `action` to partition `partition` of `s/t` as op `op + 1`.
+    fn apply_move(catalog: &mut Catalog, op: &mut u64, partition: u32, action: MoveAction) {
+        *op += 1;
+        let (stream, topic) = ("s".to_string(), "t".to_string());
+        let command = MetaCommand::Move { stream, topic, partition, action, nodes: 3 };
+        catalog.apply(*op, 0, &command).unwrap();
+    }
+
+    /// Three nodes holding six one-replica partitions, two each; node 3 is added: the balancer
+    /// moves one partition at a time onto it (waiting while one is moving) until every node
+    /// holds within one of every other, and then proposes nothing.
+    #[test]
+    fn the_balancer_evens_replica_counts_one_move_at_a_time() {
+        let (mut state, mut op) = three_nodes_then_a_fourth(1, 6);
+        let catalog = &mut state.catalog;
         let mut moves = 0;
-        while let Some(next) = next_move(catalog, 3) {
-            let BalancingMove { stream, topic, partition, action } = next;
+        while let Some(BalancingMove { partition, action, .. }) = next_move(catalog, 3) {
             let MoveAction::Start { voters } = action else { panic!("{action:?}") };
             assert_eq!(voters, 1 << 3, "onto the new node");
-            let start = MetaCommand::Move {
-                stream: stream.clone(),
-                topic: topic.clone(),
-                partition,
-                action,
-                nodes: 3,
-            };
-            op += 1;
-            catalog.apply(op, 0, &start).unwrap();
+            apply_move(catalog, &mut op, partition, action);
             assert_eq!(next_move(catalog, 3), None, "one move at a time");
-            let done = MoveAction::Done { voters };
-            op += 1;
-            catalog
-                .apply(
-                    op,
-                    0,
-                    &MetaCommand::Move { stream, topic, partition, action: done, nodes: 3 },
-                )
-                .unwrap();
+            apply_move(catalog, &mut op, partition, MoveAction::Done { voters });
             moves += 1;
         }
         assert_eq!(moves, 1, "2, 2, 2, 0 becomes 1, 2, 2, 1");
@@ -169,42 +168,17 @@ mod tests {
     /// Twelve three-replica partitions placed over three nodes; node 3 is added and given
     /// replicas by the balancer's moves, which leave it the home of too few. Once the replica
     /// counts are even, the preferred primaries are evened out one change at a time, each to a
-    /// voter, and then nothing more is proposed. A preference for a non-voter is refused, and a
-    /// move that takes the preferred node off the voters clears it.
+    /// voter, and then nothing more is proposed. A snapshot keeps the preferences; a preference
+    /// for a non-voter is refused, and a move that takes the preferred node off the voters
+    /// clears it.
     #[test]
     fn the_balancer_evens_preferred_primaries_once_replicas_are_even() {
-        let mut state = MetaState::new(1, 100, 8);
+        let (mut state, mut op) = three_nodes_then_a_fourth(3, 12);
         let catalog = &mut state.catalog;
-        catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
-        let create = MetaCommand::CreateTopic {
-            stream: "s".into(),
-            topic: "t".into(),
-            settings: TopicSettings { replication_factor: 3, ..settings(12) },
-            nodes: 3,
-        };
-        catalog.apply(2, 0, &create).unwrap();
-        assert_eq!(next_primary(catalog, 3), None, "homes spread over three nodes");
-        let address = ClusterNode {
-            bus: "10.0.0.4:7200".parse().unwrap(),
-            client: "10.0.0.4:7070".parse().unwrap(),
-            kafka: None,
-            rack: None,
-        };
-        catalog.apply(3, 0, &MetaCommand::AddNode { node: 3, address, founders: 3 }).unwrap();
-        let mut op = 3;
-        while let Some(BalancingMove { stream, topic, partition, action }) = next_move(catalog, 3) {
+        while let Some(BalancingMove { partition, action, .. }) = next_move(catalog, 3) {
             let MoveAction::Start { voters } = action else { panic!("{action:?}") };
-            for action in [action, MoveAction::Done { voters }] {
-                op += 1;
-                let command = MetaCommand::Move {
-                    stream: stream.clone(),
-                    topic: topic.clone(),
-                    partition,
-                    action,
-                    nodes: 3,
-                };
-                catalog.apply(op, 0, &command).unwrap();
-            }
+            apply_move(catalog, &mut op, partition, action);
+            apply_move(catalog, &mut op, partition, MoveAction::Done { voters });
         }
         let mut changes = 0;
         while let Some((group, node)) = next_primary(catalog, 3) {
@@ -218,15 +192,15 @@ mod tests {
             assert!(changes <= 12, "the changes converge");
         }
         assert!(changes > 0, "node 3 led nothing after the moves");
-        let mut snapshot = MetaState::new(1, 100, 8);
-        snapshot.catalog = catalog.clone();
-        let restored = MetaState::decode_snapshot(&snapshot.encode_snapshot(), 1, 100, 8).unwrap();
-        assert_eq!(&restored.catalog, &*catalog, "a snapshot keeps the preferences");
         let mut led = [0u32; 4];
         for place in catalog.places() {
             led[usize::from(place.preferred_primary(3))] += 1;
         }
         assert!(led.iter().max().unwrap() - led.iter().min().unwrap() <= 1, "{led:?}");
+        let restored = MetaState::decode_snapshot(&state.encode_snapshot(), 1, 100, 8).unwrap();
+        assert_eq!(restored.catalog, state.catalog, "a snapshot keeps the preferences");
+
+        let catalog = &mut state.catalog;
         let (group, node) = catalog
             .places()
             .find_map(|p| p.preferred.map(|node| (p.group, node)))
@@ -234,25 +208,15 @@ mod tests {
         let outsider = (0..4).find(|&n| !catalog.place_of(group).unwrap().members.is_voter(n));
         let refused = MetaCommand::PreferPrimary { group, node: outsider };
         assert_eq!(catalog.check(&refused).unwrap_err().0, ErrorCode::InvalidArgument);
-        let outsider = outsider.unwrap();
-        let (stream, topic, partition) = catalog
+        let partition = catalog
             .partition_infos()
             .into_iter()
-            .find(|(_, _, info)| info.group == group)
-            .map(|(s, t, info)| (s, t, info.partition))
+            .find_map(|(_, _, info)| (info.group == group).then_some(info.partition))
             .unwrap();
-        let voters = catalog.place_of(group).unwrap().members.voters & !(1 << node) | 1 << outsider;
-        for action in [MoveAction::Start { voters }, MoveAction::Done { voters }] {
-            op += 1;
-            let command = MetaCommand::Move {
-                stream: stream.clone(),
-                topic: topic.clone(),
-                partition,
-                action,
-                nodes: 3,
-            };
-            catalog.apply(op, 0, &command).unwrap();
-        }
+        let members = catalog.place_of(group).unwrap().members.voters;
+        let voters = members & !(1 << node) | 1 << outsider.unwrap();
+        apply_move(catalog, &mut op, partition, MoveAction::Start { voters });
+        apply_move(catalog, &mut op, partition, MoveAction::Done { voters });
         assert_eq!(catalog.place_of(group).unwrap().preferred, None);
     }
 }
