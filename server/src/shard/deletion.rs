@@ -82,10 +82,13 @@ impl ShardState {
             for &group in &doomed {
                 self.forget_group(group);
             }
+            // A deleted topic may have had 10,000 partitions: the count and the id range, not
+            // every id.
+            let (count, first, last) = (doomed.len(), doomed.iter().min(), doomed.iter().max());
             match self.node.delete_groups(&doomed).await {
-                Ok(()) => tracing::info!(shard = self.index, groups = ?doomed, "deleted groups"),
+                Ok(()) => tracing::info!(shard = self.index, count, first, last, "deleted groups"),
                 Err(error) => {
-                    tracing::error!(shard = self.index, groups = ?doomed, %error, "deleting groups");
+                    tracing::error!(shard = self.index, count, first, last, %error, "deleting groups");
                 }
             }
             self.groups_deleted +=
