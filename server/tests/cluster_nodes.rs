@@ -185,15 +185,7 @@ fn a_cluster_grows_to_four_nodes_and_loses_node_0_without_losing_a_write() {
     // A third of the partitions moves onto it, under load: partition 0 from node 0 to node 3.
     let all = placements(&cluster, 1).expect("node 1 knows the topic");
     assert!(all.values().all(|&(replicas, _)| replicas == 0b0111), "{all:?}");
-    let request = MovePartition {
-        stream: STREAM.into(),
-        topic: TOPIC.into(),
-        partition: 0,
-        action: MoveAction::Start { voters: 0b1110 },
-    };
-    let (code, body) = call_anywhere(&cluster, 0, Operation::MovePartition, &request.encode())
-        .expect("a move is answered");
-    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&body));
+    start_move(&cluster, 0, 0b1110);
     produce_until(&cluster, &mut ledger, "partition 0's move", &mut stalls, || {
         (0..4).all(|node| {
             placements(&cluster, node).is_some_and(|all| all[&0] == (0b1110, 0) && all[&1].1 == 0)
@@ -301,11 +293,7 @@ fn the_balancer_gives_an_added_node_its_share_of_the_replicas() {
         })
     };
     produce_until(&cluster, &mut ledger, "the balancer evens the replicas", &mut stalls, balanced);
-    let started: u64 = (0..4)
-        .filter_map(|node| status(&cluster, node))
-        .flat_map(|status| status["shard_reports"].as_array().cloned().unwrap_or_default())
-        .filter_map(|shard| shard["balancer_moves"].as_u64())
-        .sum();
+    let started = shard_sum(&cluster, 4, "balancer_moves");
     assert!(started >= 2, "the balancer started the moves: {started}");
     // Then the primaries: each partition led where the catalog prefers, every node agreeing,
     // and no node leading two while another leads none.
@@ -344,15 +332,7 @@ fn the_leader_balancer_evens_the_primaries_a_move_left_uneven() {
     let even = || primaries_even(&cluster, 3);
     produce_until(&cluster, &mut ledger, "the first primaries are even", &mut stalls, even);
 
-    let request = MovePartition {
-        stream: STREAM.into(),
-        topic: TOPIC.into(),
-        partition: 1,
-        action: MoveAction::Start { voters: 0b110 },
-    };
-    let (code, body) = call_anywhere(&cluster, 0, Operation::MovePartition, &request.encode())
-        .expect("the move is answered");
-    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&body));
+    start_move(&cluster, 1, 0b110);
     let settled = || {
         shard_sum(&cluster, 3, "balancer_primaries") > 0
             && placements(&cluster, 0).is_some_and(|all| all.values().all(|&(_, to)| to == 0))
@@ -368,6 +348,16 @@ fn the_leader_balancer_evens_the_primaries_a_move_left_uneven() {
     eprintln!("led {:?}; stalls {stalls:?}", led_as_preferred(&cluster, 3));
     ledger.produce(&cluster, TOPIC, 15);
     ledger.check_with_control_records(&cluster);
+}
+
+/// Starts a move of the topic's partition `partition` to `voters` (a bit per node); checks it
+/// was taken.
+fn start_move(cluster: &ShoalCluster, partition: u32, voters: u32) {
+    let action = MoveAction::Start { voters };
+    let request = MovePartition { stream: STREAM.into(), topic: TOPIC.into(), partition, action };
+    let (code, body) = call_anywhere(cluster, 0, Operation::MovePartition, &request.encode())
+        .expect("a move is answered");
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&body));
 }
 
 /// A per-shard figure summed over the shards of the first `nodes` nodes.
