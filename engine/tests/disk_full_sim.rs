@@ -387,6 +387,25 @@ fn spare_segment_takes_the_roll_on_a_full_disk_after_a_restart() {
     let report = sim.block_on(shoal_engine::inspect::inspect(&sim.storage(), Path::new("/data")));
     assert!(report.is_clean(), "{report:?}");
     assert!(report.notes.iter().all(|note| note.file != spare_path()), "{:?}", report.notes);
+    // Reserving grew the spare's size (its space reads as zeros), yet it holds no records: it
+    // is not a recycled segment, so a restart with recycling off keeps it too.
+    let spare_size = || {
+        let storage = sim.storage();
+        let file = sim
+            .block_on(shoal_engine::storage::Storage::open(
+                &storage,
+                &spare_path(),
+                shoal_engine::storage::OpenMode::Read,
+                false,
+            ))
+            .unwrap();
+        sim.block_on(shoal_engine::storage::StorageFile::size_bytes(&file)).unwrap()
+    };
+    assert!(spare_size() > 0, "the reservation grew the spare's size");
+    let config = ShardConfig { recycle_segments: false, ..ShardConfig::small() };
+    let (shard, _) = sim.block_on(ShardStore::open(sim.storage(), Path::new(DIR), config)).unwrap();
+    assert!(spare_size() > 0, "a reserved spare is kept with recycling off");
+    sim.block_on(shard.close()).unwrap();
 
     // Restart on a disk that is now full: what was reserved before is still there.
     sim.set_capacity_bytes(sim.used_bytes());

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use super::checker::{At, Checker, RECORD_SIZE_FALLBACK_BYTES, WINDOW_BYTES, read_range};
 use super::report::{GroupReport, IndexStatus, SegmentEnd, SegmentReport};
 use crate::direct::{SyncMark, TRAILER_BYTES};
+use crate::partition::spare_holds_records;
 use crate::record::{ChainNext, RecordFault, check_next, check_standalone, prepare_of};
 use crate::scan::Scanner;
 use crate::segment::{
@@ -253,11 +254,11 @@ impl<S: Storage> Checker<'_, S> {
                 // Space made ready for the next segment: it holds no data to check (a recycled
                 // one holds a retired segment's records, which the next segment overwrites).
                 let path = dir.join(name);
-                let size = match self.storage.open(&path, OpenMode::Read, false).await {
-                    Ok(file) => file.size_bytes().await.unwrap_or(0),
-                    Err(_) => 0,
+                let recycled = match self.storage.open(&path, OpenMode::Read, false).await {
+                    Ok(file) => spare_holds_records(&file).await.unwrap_or(false),
+                    Err(_) => false,
                 };
-                if size > 0 {
+                if recycled {
                     self.note(
                         path,
                         None,

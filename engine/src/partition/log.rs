@@ -20,7 +20,7 @@ use crate::ready::{READY_STEP_MIN_BYTES, ReadyBudget};
 use crate::record::{ChainNext, prepare_of};
 use crate::ring::{PrepareRing, RingBudget, RingLimits};
 use crate::segment::{IndexSummary, SegmentIndex};
-use crate::storage::{OpenMode, Storage};
+use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
 use crate::superblock::{Checkpoint, Fence, GroupConfig, GroupSlot};
 use crate::wire::Header;
 
@@ -609,6 +609,16 @@ impl<S: Storage> PartitionLog<S> {
             _ => 0,
         }
     }
+}
+
+/// Whether a spare segment file holds a retired segment's records (it was recycled) rather
+/// than space made ready alone, which reads as zeros whatever its size ([`StorageFile::allocate`]
+/// may grow the size): a retired segment starts with a record header, never with zeros.
+pub(crate) async fn spare_holds_records<F: StorageFile>(file: &F) -> std::io::Result<bool> {
+    let (result, first) =
+        file.read_at(AlignedBuf::zeroed(BLOCK_SIZE_BYTES, BLOCK_SIZE_BYTES), 0).await;
+    result?;
+    Ok(first.as_slice().iter().any(|&byte| byte != 0))
 }
 
 /// Opens a segment file for direct I/O, naming it in the error.

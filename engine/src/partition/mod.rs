@@ -20,6 +20,8 @@ mod truncate;
 
 pub use append::WRITE_BUFFER_FULL;
 pub use flush::{FlushDone, FlushJob, WRITE_PIECE_BYTES, WriteOutcome};
+#[cfg(feature = "inspect")]
+pub(crate) use log::spare_holds_records;
 pub use log::{FaultyOps, PartitionLog, Shared};
 pub use read::{DiskRead, DiskReadDone, ReadPlan};
 pub use recover::{GroupRecovery, JournalPrepare};

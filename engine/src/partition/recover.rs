@@ -10,7 +10,9 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 
-use super::log::{FaultyOps, Location, PartitionLog, SegmentMeta, Shared, open_segment};
+use super::log::{
+    FaultyOps, Location, PartitionLog, SegmentMeta, Shared, open_segment, spare_holds_records,
+};
 use crate::direct::TRAILER_BYTES;
 use crate::error::{Corruption, Error, Result};
 use crate::record::{ChainNext, RecordFault, check_next, check_standalone, prepare_of};
@@ -674,8 +676,8 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// A spare segment file left by the previous run is reused (reserving again over what it
-    /// holds costs no new space, which matters on a full disk). One that is not empty is a
-    /// recycled segment: its whole blocks count as ready, or, with recycling off, it goes.
+    /// holds costs no new space, which matters on a full disk): its whole blocks count as ready.
+    /// One that holds records is a recycled segment, which goes with recycling off.
     async fn adopt_spare(&mut self) -> Result<()> {
         let path = self.dir.join(SPARE_NAME);
         let file = self
@@ -684,7 +686,9 @@ impl<S: Storage> PartitionLog<S> {
             .await
             .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
         let size = file.size_bytes().await.map_err(|e| Error::io("sizing the spare", e))?;
-        if size == 0 || self.shared.recycle_segments {
+        let recycled = size > 0
+            && spare_holds_records(&file).await.map_err(|e| Error::io("reading the spare", e))?;
+        if !recycled || self.shared.recycle_segments {
             self.spare_ready_end_bytes = Some(self.ready_in_file_bytes(size));
             return Ok(());
         }

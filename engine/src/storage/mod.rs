@@ -100,9 +100,12 @@ pub trait StorageFile {
     ) -> impl Future<Output = (io::Result<()>, AlignedBuf)>;
 
     /// Reserves disk space for `[offset_bytes, offset_bytes + len_bytes)` without changing the
-    /// file's size or contents, so that later writes there cannot fail for lack of space. Fails
-    /// with ENOSPC (the clean, retryable "storage full") when the space is not there. Where the
-    /// filesystem cannot reserve, it succeeds without reserving.
+    /// file's contents, so that later writes there cannot fail for lack of space. Fails with
+    /// ENOSPC (the clean, retryable "storage full") when the space is not there. Where the
+    /// filesystem cannot reserve, it succeeds without reserving. The file's size grows to the
+    /// range's end if it was shorter (the bytes past the old end read as zeros); a crash before
+    /// the next [`StorageFile::sync_data`] may leave the old size. Callers find the end of data
+    /// by reading, never from the size.
     fn allocate(&self, offset_bytes: u64, len_bytes: u64) -> impl Future<Output = io::Result<()>>;
 
     /// Makes `[offset_bytes, offset_bytes + len_bytes)` read as zeros without writing them,

@@ -239,14 +239,17 @@ impl StorageFile for UringFile {
 
     async fn allocate(&self, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
         // monoio has no fallocate op; this is a rare, metadata-only call (once per reserved step
-        // of a segment), so a blocking syscall on the shard thread is the cheap choice.
+        // of a segment), so a blocking syscall on the shard thread is the cheap choice. Mode 0
+        // (not `FALLOC_FL_KEEP_SIZE`) extends the file size over the reservation: ext4 takes an
+        // O_DIRECT write past the size (an extending write) only under the inode's exclusive
+        // lock, so io_uring punts it to an io-wq worker, where one file's writes run one at a
+        // time; a write inside the size is issued inline (docs/benchmarks.md, "Writes inside the
+        // file size").
         let (Ok(offset), Ok(len)) = (i64::try_from(offset_bytes), i64::try_from(len_bytes)) else {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         };
         // SAFETY: plain syscall on a file descriptor we own for the call's duration.
-        let rc = unsafe {
-            libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, offset, len)
-        };
+        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, offset, len) };
         if rc == 0 {
             return Ok(());
         }

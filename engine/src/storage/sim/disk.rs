@@ -308,8 +308,9 @@ impl Storage for SimStorage {
 }
 
 impl SimFile {
-    /// Reserves space (metadata only, completes at once, survives crashes: losing a reservation
-    /// would only matter for the capacity check, never for data).
+    /// Reserves space and grows the file's size over it, as `fallocate` mode 0 does (metadata
+    /// only, completes at once, survives crashes: of the two outcomes a crash may leave, the
+    /// grown size is the one that puts zeros where readers look for data).
     fn reserve(&self, end_bytes: u64) -> io::Result<()> {
         let mut disk = self.shared.disk.borrow_mut();
         if disk.epoch != self.epoch {
@@ -338,7 +339,7 @@ impl StorageFile for SimFile {
         if disk.epoch != self.epoch {
             return Err(stale_handle());
         }
-        Ok(disk.files.get(&self.inode).map_or(0, |file| file.visible.len() as u64))
+        Ok(disk.files.get(&self.inode).map_or(0, FileState::size_bytes))
     }
 
     async fn write_at(&self, data: Bytes, offset_bytes: u64) -> io::Result<()> {
@@ -556,6 +557,11 @@ impl FileState {
         }
     }
 
+    /// The size readers see: the written bytes, or the reservation if it reaches further.
+    fn size_bytes(&self) -> u64 {
+        (self.visible.len() as u64).max(self.reserved_bytes)
+    }
+
     fn rebuild_visible(&mut self) {
         self.visible.clone_from(&self.durable);
         for write in &self.pending {
@@ -619,12 +625,12 @@ impl Disk {
     }
 
     fn used_bytes(&self) -> u64 {
-        self.files.values().map(|file| (file.visible.len() as u64).max(file.reserved_bytes)).sum()
+        self.files.values().map(FileState::size_bytes).sum()
     }
 
     fn fits(&self, inode: u64, offset: u64, len: usize) -> bool {
         let file = &self.files[&inode];
-        let size = (file.visible.len() as u64).max(file.reserved_bytes);
+        let size = file.size_bytes();
         let growth = (offset + len as u64).saturating_sub(size);
         self.used_bytes().saturating_add(growth) <= self.config.capacity_bytes
     }
@@ -684,9 +690,13 @@ impl Disk {
         let Some(file) = self.files.get(&inode) else {
             return Done::Read(Err(io::Error::from_raw_os_error(EBADF)), buf);
         };
-        let start = to_usize(offset).min(file.visible.len());
-        let end = start.saturating_add(buf.capacity()).min(file.visible.len());
-        buf.extend_from_slice(&file.visible[start..end]);
+        let size = to_usize(file.size_bytes());
+        let start = to_usize(offset).min(size);
+        let end = start.saturating_add(buf.capacity()).min(size);
+        let data_end = end.min(file.visible.len()).max(start);
+        buf.extend_from_slice(&file.visible[start..data_end]);
+        // Reserved space past the written bytes reads as zeros.
+        buf.extend_from_slice(&vec![0; end - data_end]);
         Done::Read(Ok(()), buf)
     }
 
