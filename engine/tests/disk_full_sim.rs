@@ -25,6 +25,7 @@ use shoal_engine::direct::PersistedPath;
 use shoal_engine::record::build_prepare;
 use shoal_engine::shard::{RecoveryReport, ShardConfig, ShardStore, group_dir};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
+use shoal_engine::storage::{OpenMode, Storage, StorageFile};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::wire::Prepare;
 
@@ -368,6 +369,10 @@ fn spare_path() -> PathBuf {
     group_dir(Path::new(DIR), FILLED).join(shoal_engine::segment::SPARE_NAME)
 }
 
+fn open_spare(sim: &Sim, mode: OpenMode) -> <SimStorage as Storage>::File {
+    sim.block_on(sim.storage().open(&spare_path(), mode, false)).unwrap()
+}
+
 /// The spare segment file makes the next segment's space ready before the roll: it is there
 /// once the active segment nears its end, survives a restart (reused, so a full disk after a
 /// restart still has it), takes the roll without new space, and `shoal-inspect` knows it.
@@ -389,18 +394,7 @@ fn spare_segment_takes_the_roll_on_a_full_disk_after_a_restart() {
     assert!(report.notes.iter().all(|note| note.file != spare_path()), "{:?}", report.notes);
     // Reserving grew the spare's size (its space reads as zeros), yet it holds no records: it
     // is not a recycled segment, so a restart with recycling off keeps it too.
-    let spare_size = || {
-        let storage = sim.storage();
-        let file = sim
-            .block_on(shoal_engine::storage::Storage::open(
-                &storage,
-                &spare_path(),
-                shoal_engine::storage::OpenMode::Read,
-                false,
-            ))
-            .unwrap();
-        sim.block_on(shoal_engine::storage::StorageFile::size_bytes(&file)).unwrap()
-    };
+    let spare_size = || sim.block_on(open_spare(&sim, OpenMode::Read).size_bytes()).unwrap();
     assert!(spare_size() > 0, "the reservation grew the spare's size");
     let config = ShardConfig { recycle_segments: false, ..ShardConfig::small() };
     let (shard, _) = sim.block_on(ShardStore::open(sim.storage(), Path::new(DIR), config)).unwrap();
@@ -428,17 +422,8 @@ fn spare_segment_takes_the_roll_on_a_full_disk_after_a_restart() {
     // recycling off.
     sim.set_capacity_bytes(u64::MAX);
     drop(shard);
-    let storage = sim.storage();
-    let file = sim
-        .block_on(shoal_engine::storage::Storage::open(
-            &storage,
-            &spare_path(),
-            shoal_engine::storage::OpenMode::CreateReadWrite,
-            false,
-        ))
-        .unwrap();
-    sim.block_on(shoal_engine::storage::StorageFile::write_at(&file, Bytes::from_static(b"x"), 0))
-        .unwrap();
+    let file = open_spare(&sim, OpenMode::CreateReadWrite);
+    sim.block_on(file.write_at(Bytes::from_static(b"x"), 0)).unwrap();
     drop(file);
     let report = sim.block_on(shoal_engine::inspect::inspect(&sim.storage(), Path::new("/data")));
     assert!(report.notes.iter().any(|note| note.file == spare_path()), "{:?}", report.notes);
