@@ -4,7 +4,9 @@
 //!
 //! A cycle that dirties few `persisted` groups writes their prepares to their segments only and
 //! syncs those files: every byte is written once, and one sync per group replaces the journal's
-//! one sync for the shard. What the journal's `durable_seq` does for its entries, a sync mark
+//! one sync for the shard. A cycle that dirties many writes them the same way and then syncs
+//! the whole file system once (`syncfs(2)`, where the file system is known to flush the device
+//! for it): every byte once, one sync for the shard. What the journal's `durable_seq` does for its entries, a sync mark
 //! does for a segment: each direct job writes, beside its data and under the same sync, a mark
 //! naming the newest op an *earlier* completed sync made durable. A mark written with the data
 //! it covers could land without that data; one naming an earlier sync cannot. So after a power
@@ -39,8 +41,12 @@ pub enum PersistedPath {
     Auto,
     /// Always the shard journal.
     Journal,
-    /// The direct path for every group that can take it (tests and benchmarks).
+    /// The direct path, one sync per group, for every group that can take it (tests and
+    /// benchmarks).
     Direct,
+    /// The direct path, one file-system sync per cycle, for every group that can take it (tests
+    /// and benchmarks; refused at open where the file system does not support it).
+    Filesystem,
 }
 
 impl PersistedPath {
@@ -50,6 +56,7 @@ impl PersistedPath {
             "auto" => Some(Self::Auto),
             "journal" => Some(Self::Journal),
             "direct" => Some(Self::Direct),
+            "filesystem" => Some(Self::Filesystem),
             _ => None,
         }
     }
@@ -60,17 +67,54 @@ impl PersistedPath {
             Self::Auto => "auto",
             Self::Journal => "journal",
             Self::Direct => "direct",
+            Self::Filesystem => "filesystem",
         }
     }
 }
 
-/// Whether `Auto` takes the direct path for a cycle in which `groups` groups wait with
-/// `bytes` in all. The journal costs one sync plus every byte written twice; the direct path
-/// one sync per group plus every byte once. Syncs of different files do not merge on the
-/// disks measured (docs/benchmarks.md), so the direct path wins when the fixed cost of the
-/// syncs it adds, `(groups - 1) × sync_cost_bytes`, is below the bytes it saves writing.
-pub fn prefers_direct(groups: usize, bytes: u64, sync_cost_bytes: u64) -> bool {
-    groups > 0 && (groups as u64 - 1).saturating_mul(sync_cost_bytes) < bytes
+/// The form a cycle's waiting `persisted` groups take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PersistedForm {
+    /// Through the shard journal and its one sync.
+    Journal,
+    /// Straight to their segments, each group syncing its own files.
+    Direct,
+    /// Straight to their segments, then one sync of the whole file system.
+    Filesystem,
+}
+
+/// What syncs cost, in bytes written (the unit the forms are compared in).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncCosts {
+    /// One file's sync.
+    pub sync_cost_bytes: u64,
+    /// One file-system sync, or `None` where the file system does not support it.
+    pub filesystem_sync_cost_bytes: Option<u64>,
+}
+
+/// The form `Auto` takes for a cycle in which `groups` groups wait with `bytes` in all. Every
+/// form writes the bytes to their segments in the cycle; what each adds:
+/// - the journal, one sync and the bytes a second time (whole blocks);
+/// - the direct form, one sync and one mark block per group (syncs of different files do not
+///   merge on the disks measured, docs/benchmarks.md);
+/// - the file-system form, one file-system sync and one mark block per group.
+///
+/// The cheapest wins; a tie goes to the direct forms, which write less.
+pub fn cheapest_form(groups: usize, bytes: u64, costs: SyncCosts) -> PersistedForm {
+    let groups = groups as u64;
+    let block = BLOCK_SIZE_BYTES as u64;
+    let marks = groups.saturating_mul(block);
+    let journal = costs.sync_cost_bytes.saturating_add(bytes.div_ceil(block) * block);
+    let direct = groups.saturating_mul(costs.sync_cost_bytes).saturating_add(marks);
+    let filesystem =
+        costs.filesystem_sync_cost_bytes.map(|cost| cost.saturating_add(marks)).unwrap_or(u64::MAX);
+    if groups == 0 || journal < direct.min(filesystem) {
+        PersistedForm::Journal
+    } else if direct <= filesystem {
+        PersistedForm::Direct
+    } else {
+        PersistedForm::Filesystem
+    }
 }
 
 /// A sync mark: every op of `group` up to `op` was synced in its segment files.
@@ -158,12 +202,31 @@ mod tests {
         assert_eq!(SyncMark::position_bytes(1 << 20, 2), 1 << 20);
     }
 
+    const KIB: u64 = 1 << 10;
+
+    fn costs(sync: u64, filesystem: Option<u64>) -> SyncCosts {
+        SyncCosts { sync_cost_bytes: sync, filesystem_sync_cost_bytes: filesystem }
+    }
+
     #[test]
     fn one_group_always_goes_direct_and_many_small_ones_never() {
-        assert!(prefers_direct(1, 1, 64 << 10));
-        assert!(!prefers_direct(0, 1 << 20, 64 << 10));
-        assert!(prefers_direct(2, 128 << 10, 64 << 10));
-        assert!(!prefers_direct(64, 1 << 20, 64 << 10));
-        assert!(prefers_direct(64, 1 << 20, 0), "a free sync always goes direct");
+        use PersistedForm::{Direct, Journal};
+        let no_filesystem = costs(64 * KIB, None);
+        assert_eq!(cheapest_form(1, 1, no_filesystem), Direct);
+        assert_eq!(cheapest_form(0, 1 << 20, no_filesystem), Journal);
+        assert_eq!(cheapest_form(2, 128 * KIB, no_filesystem), Direct);
+        assert_eq!(cheapest_form(64, 1 << 20, no_filesystem), Journal);
+        assert_eq!(cheapest_form(64, 1 << 20, costs(0, None)), Direct, "a free sync");
+    }
+
+    #[test]
+    fn many_groups_take_one_filesystem_sync_unless_their_bytes_are_few() {
+        use PersistedForm::{Direct, Filesystem, Journal};
+        let both = costs(64 * KIB, Some(128 * KIB));
+        assert_eq!(cheapest_form(64, 1 << 20, both), Filesystem, "64 x 16 KiB");
+        assert_eq!(cheapest_form(64, 64 * KIB, both), Journal, "64 x 1 KiB: marks cost more");
+        assert_eq!(cheapest_form(1, 64 * KIB, both), Direct, "one file's sync is cheaper");
+        assert_eq!(cheapest_form(8, 8 * 16 * KIB, both), Filesystem);
+        assert_eq!(cheapest_form(2, 32 * KIB, both), Journal);
     }
 }

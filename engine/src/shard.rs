@@ -18,7 +18,7 @@ use std::rc::Rc;
 use crate::cache::{BatchCache, CacheCounters};
 use crate::checksum;
 use crate::chunk::ChunkPool;
-use crate::direct::{PersistedPath, prefers_direct};
+use crate::direct::{PersistedForm, PersistedPath, SyncCosts, cheapest_form};
 use crate::error::{Error, Result};
 use crate::join::join_all;
 use crate::journal::{Journal, JournalCycle, JournalRecovery, Take};
@@ -100,11 +100,15 @@ pub struct ShardConfig {
     /// Largest record any group may configure (bounds journal entries).
     pub record_size_bytes_max: usize,
     /// How flush cycles make `persisted` prepares durable: the shard journal, the direct path
-    /// (segment writes and syncs with sync marks), or per cycle by cost (DESIGN.md §3).
+    /// (segment writes with sync marks, then a sync per group or one of the file system), or
+    /// per cycle by cost (DESIGN.md §3, `crate::direct::cheapest_form`).
     pub persisted_path: PersistedPath,
-    /// What one more sync costs, in bytes written: `PersistedPath::Auto` takes the direct path
-    /// when `(groups - 1) × sync_cost_bytes` is below the bytes the groups wait with.
+    /// What one file's sync costs, in bytes written (`PersistedPath::Auto` compares the forms
+    /// in bytes).
     pub sync_cost_bytes: u64,
+    /// What one sync of the whole file system costs, in bytes written. Where the file system
+    /// does not support it (`Storage::filesystem_sync_supported`), `Auto` never takes it.
+    pub filesystem_sync_cost_bytes: u64,
 }
 
 impl Default for ShardConfig {
@@ -138,6 +142,9 @@ impl Default for ShardConfig {
             // A sync's fixed cost on the disks measured is worth about 40-80 KiB of writes
             // (docs/benchmarks.md, "the adaptive persisted path").
             sync_cost_bytes: 64 << 10,
+            // One `syncfs` of 64 files cost 1.2-1.9 times one 1 MiB `fdatasync` here
+            // (docs/benchmarks.md, "One sync for many partitions").
+            filesystem_sync_cost_bytes: 128 << 10,
         }
     }
 }
@@ -177,8 +184,11 @@ pub struct ShardCounters {
     pub journal_syncs: u64,
     /// Segment fdatasyncs (checkpoints and rolls).
     pub segment_syncs: u64,
-    /// Direct-path jobs completed (each synced its group's segment files).
+    /// Direct-path jobs completed (each synced its group's segment files, or was covered by a
+    /// file-system sync).
     pub direct_syncs: u64,
+    /// File-system syncs completed (each covering a cycle's direct-path jobs).
+    pub filesystem_syncs: u64,
     /// Superblock versions written.
     pub superblock_writes: u64,
     /// Bytes written to segments (data and zeros).
@@ -230,6 +240,8 @@ pub struct ShardStore<S: Storage> {
     journal: Journal<S::File>,
     groups: BTreeMap<u64, PartitionLog<S>>,
     durable: BTreeMap<u64, u64>,
+    /// Whether the file system holding `dir` supports the file-system form.
+    filesystem_sync: bool,
     /// Groups whose slot changed (views, fence) and must reach the superblock.
     slots_dirty: BTreeSet<u64>,
     /// Groups to checkpoint in the next flush whatever their byte count.
@@ -264,6 +276,9 @@ pub struct ShardFlush<S: Storage> {
     /// Persisted groups whose prepares up to this op ride in the journal cycle.
     journaled: Vec<(u64, u64)>,
     group_targets: Vec<(u64, u64)>,
+    /// The file-system form: the storage and the directory whose file system one sync makes
+    /// the direct jobs durable once they all wrote.
+    filesystem_sync: Option<(S, PathBuf)>,
 }
 
 /// A finished [`ShardFlush`], to hand back to [`ShardStore::finish_flush`].
@@ -273,6 +288,8 @@ pub struct ShardFlushDone<S: Storage> {
     journal: Option<(JournalCycle<S::File>, Result<()>)>,
     journaled: Vec<(u64, u64)>,
     group_targets: Vec<(u64, u64)>,
+    /// A file-system sync completed for the cycle.
+    filesystem_synced: bool,
 }
 
 impl<S: Storage> ShardFlush<S> {
@@ -282,23 +299,52 @@ impl<S: Storage> ShardFlush<S> {
         self.complete
     }
 
-    /// Runs the cycle: group writes and the journal write and its sync, concurrently.
+    /// Runs the cycle: group writes and the journal write and its sync, concurrently; in the
+    /// file-system form, the one file-system sync once every group's writes are done.
     pub async fn run(self) -> ShardFlushDone<S> {
-        let ShardFlush { seq, complete: _, jobs, journal, journaled, group_targets } = self;
-        let jobs_future = join_all(jobs.into_iter().map(FlushJob::run).collect());
+        let ShardFlush {
+            seq,
+            complete: _,
+            jobs,
+            journal,
+            journaled,
+            group_targets,
+            filesystem_sync,
+        } = self;
+        let jobs_future = async {
+            let mut done = join_all(jobs.into_iter().map(FlushJob::run).collect()).await;
+            let mut synced = false;
+            if let Some((storage, dir)) = &filesystem_sync
+                && done.iter().any(FlushDone::waits_for_filesystem_sync)
+            {
+                let result = if cfg!(feature = "canary-no-filesystem-sync") {
+                    // Canary (DESIGN.md §7): the jobs count as synced without the sync.
+                    Ok(())
+                } else {
+                    storage.sync_filesystem(dir).await
+                };
+                synced = result.is_ok();
+                for job in &mut done {
+                    job.finish_filesystem_sync(&result);
+                }
+            }
+            (done, synced)
+        };
         let journal_future = async {
             match &journal {
                 Some(cycle) => Some(cycle.run().await),
                 None => None,
             }
         };
-        let (jobs_done, journal_result) = join2(jobs_future, journal_future).await;
+        let ((jobs_done, filesystem_synced), journal_result) =
+            join2(jobs_future, journal_future).await;
         ShardFlushDone {
             seq,
             jobs: jobs_done,
             journal: journal.map(|cycle| (cycle, journal_result.expect("ran with the cycle"))),
             journaled,
             group_targets,
+            filesystem_synced,
         }
     }
 }
@@ -371,6 +417,14 @@ impl<S: Storage> ShardStore<S> {
         config: ShardConfig,
     ) -> Result<(Self, RecoveryReport)> {
         create_shard_dir(&storage, dir).await?;
+        let filesystem_sync = storage.filesystem_sync_supported(dir);
+        if config.persisted_path == PersistedPath::Filesystem && !filesystem_sync {
+            return Err(Error::Invalid(format!(
+                "persisted_path \"filesystem\": the file system of {} is not known to make \
+                 writes durable with one sync (syncfs); use \"auto\", \"direct\" or \"journal\"",
+                dir.display()
+            )));
+        }
         let identity = Identity {
             cluster: config.cluster,
             node: config.node,
@@ -413,6 +467,7 @@ impl<S: Storage> ShardStore<S> {
             active: groups.keys().copied().collect(),
             groups,
             durable,
+            filesystem_sync,
             slots_dirty: BTreeSet::new(),
             checkpoint_wanted,
             settle_blocked: BTreeSet::new(),
@@ -828,7 +883,7 @@ impl<S: Storage> ShardStore<S> {
         {
             return None;
         }
-        let (direct, deferred) = self.persisted_paths();
+        let (direct, deferred, form) = self.persisted_paths();
         // The idle request that asks the journal for a marker asks direct groups for a mark.
         let marks = self.marker_wanted;
         let mut jobs = Vec::new();
@@ -844,7 +899,10 @@ impl<S: Storage> ShardStore<S> {
                 if deferred.contains(&id) { None } else { log.begin_flush(write_all, direct_now) };
             // Its prepares leave the journal: the job is what makes them durable.
             assert!(job.is_some() || !direct_now, "a direct group always gets its job");
-            if let Some(job) = job {
+            if let Some(mut job) = job {
+                if direct_now && form == PersistedForm::Filesystem {
+                    job.leave_sync_to_filesystem();
+                }
                 jobs.push(job);
             }
             group_targets.push((id, log.head_op()));
@@ -874,28 +932,38 @@ impl<S: Storage> ShardStore<S> {
         let seq = self.next_flush_seq;
         self.next_flush_seq += 1;
         self.flushes_in_flight += 1;
-        Some(ShardFlush { seq, complete, jobs, journal, journaled, group_targets })
+        let filesystem_sync =
+            (form == PersistedForm::Filesystem).then(|| (self.storage.clone(), self.dir.clone()));
+        Some(ShardFlush { seq, complete, jobs, journal, journaled, group_targets, filesystem_sync })
     }
 
     /// Which of the `persisted` groups waiting in the journal take the direct path this cycle,
-    /// and which wait: with the direct path chosen, a group that can take it does, one with a
-    /// job in flight waits for it (its mark slots are written one job at a time), and any other
-    /// (a faulty one, one out of space, one whose segment has no sync-mark trailer) takes the
-    /// journal.
-    fn persisted_paths(&self) -> (BTreeSet<u64>, BTreeSet<u64>) {
+    /// which wait, and the form the cycle takes: with a direct form chosen, a group that can
+    /// take it does, one with a job in flight waits for it (its mark slots are written one job
+    /// at a time), and any other (a faulty one, one out of space, one whose segment has no
+    /// sync-mark trailer) takes the journal. Idle mark jobs join the cycle's form (in a journal
+    /// cycle, they sync their own files).
+    fn persisted_paths(&self) -> (BTreeSet<u64>, BTreeSet<u64>, PersistedForm) {
         let mut direct = BTreeSet::new();
         let mut deferred = BTreeSet::new();
         let waiting = self.journal.waiting_groups();
-        let chosen = match self.config.persisted_path {
-            PersistedPath::Journal => false,
-            PersistedPath::Direct => true,
+        let form = match self.config.persisted_path {
+            PersistedPath::Journal => PersistedForm::Journal,
+            PersistedPath::Direct => PersistedForm::Direct,
+            PersistedPath::Filesystem => PersistedForm::Filesystem,
             PersistedPath::Auto => {
                 let bytes = waiting.values().map(|&bytes| bytes as u64).sum();
-                prefers_direct(waiting.len(), bytes, self.config.sync_cost_bytes)
+                let costs = SyncCosts {
+                    sync_cost_bytes: self.config.sync_cost_bytes,
+                    filesystem_sync_cost_bytes: self
+                        .filesystem_sync
+                        .then_some(self.config.filesystem_sync_cost_bytes),
+                };
+                cheapest_form(waiting.len(), bytes, costs)
             }
         };
-        if !chosen {
-            return (direct, deferred);
+        if form == PersistedForm::Journal {
+            return (direct, deferred, form);
         }
         for &group in waiting.keys() {
             let Some(log) = self.groups.get(&group) else { continue };
@@ -905,7 +973,7 @@ impl<S: Storage> ShardStore<S> {
                 deferred.insert(group);
             }
         }
-        (direct, deferred)
+        (direct, deferred, form)
     }
 
     /// Whether a checkpoint job has anything to do: a group past its checkpoint interval or
@@ -1053,6 +1121,9 @@ impl<S: Storage> ShardStore<S> {
         self.flushes_in_flight -= 1;
         let mut report = FlushReport::default();
         let mut synced = BTreeMap::new();
+        if done.filesystem_synced {
+            self.counters.filesystem_syncs += 1;
+        }
         for job in done.jobs {
             let group = job.group();
             // What the job found (a full disk, a roll to checkpoint) is for the next cycles.

@@ -38,6 +38,14 @@ use shoal_proto::wire::Prepare;
 
 const PERSISTED: u64 = 1;
 const REPLICATED: u64 = 2;
+/// A second `persisted` group, so that one cycle's forms cover several groups (one journal
+/// sync, a sync per group, or one file-system sync for all).
+const PERSISTED_TOO: u64 = 3;
+const GROUPS: [u64; 3] = [PERSISTED, REPLICATED, PERSISTED_TOO];
+
+fn durability(group: u64) -> Durability {
+    if group == REPLICATED { Durability::Replicated } else { Durability::Persisted }
+}
 const SEEDS: u64 = 64;
 const ROUNDS: usize = 4;
 
@@ -62,19 +70,22 @@ fn config(durability: Durability) -> GroupConfig {
     GroupConfig { retention_bytes: 2 << 20, ..common::group_config(durability, RECORD_BYTES_MAX) }
 }
 
-/// The seed picks how `persisted` prepares become durable, so power losses cut both forms and
+/// The seed picks how `persisted` prepares become durable, so power losses cut every form and
 /// the cost rule's switches between them (DESIGN.md §3).
 fn shard_config(seed: u64) -> ShardConfig {
-    let persisted_path = match seed % 3 {
+    let persisted_path = match seed / 2 % 4 {
         0 => PersistedPath::Auto,
         1 => PersistedPath::Journal,
-        _ => PersistedPath::Direct,
+        2 => PersistedPath::Direct,
+        _ => PersistedPath::Filesystem,
     };
     ShardConfig {
         persisted_path,
-        // Small enough that `Auto` sometimes takes the journal for the one persisted group's
-        // small cycles too.
+        // Small enough that `Auto` sometimes takes the journal for the persisted groups' small
+        // cycles too.
         sync_cost_bytes: if seed.is_multiple_of(2) { 0 } else { 16 << 10 },
+        // Free or dear: `Auto` then takes the file-system form, or the other two.
+        filesystem_sync_cost_bytes: if (seed / 8).is_multiple_of(2) { 0 } else { 128 << 10 },
         journal_size_bytes: 1 << 20,
         checkpoint_interval_bytes: 256 << 10,
         ready_ahead_bytes: 64 << 10,
@@ -92,7 +103,7 @@ fn append_some(
 ) -> Option<shoal_engine::shard::ShardFlush<SimStorage>> {
     let mut guard = shard.borrow_mut();
     let shard_ref = guard.as_mut().expect("open");
-    for group in [PERSISTED, REPLICATED] {
+    for group in GROUPS {
         for _ in 0..rng.below(4) {
             let next = shard_ref.next(group).expect("group");
             let len = 1 + rng.below(12_000) as usize;
@@ -229,11 +240,11 @@ async fn workload(shard: Rc<RefCell<Option<ShardStore<SimStorage>>>>, model: Mod
 
 fn check(shard: &mut ShardStore<SimStorage>, sim: &Sim, model: &Model, seed: u64, round: usize) {
     let mut model = model.borrow_mut();
-    for group in [PERSISTED, REPLICATED] {
+    for group in GROUPS {
         let group_model = model.get_mut(&group).expect("model");
         let log = shard.group_mut(group).expect("group");
         let head = log.head_op();
-        if group == PERSISTED {
+        if durability(group) == Durability::Persisted {
             assert!(
                 head >= group_model.durable,
                 "seed {seed} round {round}: persisted group lost acknowledged ops: head {head} < durable {}",
@@ -280,24 +291,26 @@ fn check(shard: &mut ShardStore<SimStorage>, sim: &Sim, model: &Model, seed: u64
     }
 }
 
-/// Runs one seed; returns what the simulated disk injected and the segments recycled.
-fn run_seed(seed: u64) -> (SimStats, u64, u64) {
+/// Runs one seed; returns what the simulated disk injected, the segments recycled, and the
+/// direct-path jobs and file-system syncs completed.
+fn run_seed(seed: u64) -> (SimStats, u64, u64, u64) {
     let sim = Sim::new(seed, SimConfig::default());
     let dir = Path::new("/data/shard-0");
     let model: Model = Rc::new(RefCell::new(BTreeMap::new()));
-    for group in [PERSISTED, REPLICATED] {
+    for group in GROUPS {
         model.borrow_mut().insert(group, GroupModel { view: 1, ..GroupModel::default() });
     }
     {
         let (mut shard, _) =
             sim.block_on(ShardStore::open(sim.storage(), dir, shard_config(seed))).expect("open");
-        sim.block_on(shard.create_group(PERSISTED, config(Durability::Persisted))).expect("create");
-        sim.block_on(shard.create_group(REPLICATED, config(Durability::Replicated)))
-            .expect("create");
+        for group in GROUPS {
+            sim.block_on(shard.create_group(group, config(durability(group)))).expect("create");
+        }
     }
     let mut rng = Rng::new(seed ^ 0x5eed);
     let mut recycled = 0;
     let mut direct_syncs = 0;
+    let mut filesystem_syncs = 0;
     for round in 0..ROUNDS {
         let (shard, report) = sim
             .block_on(ShardStore::open(sim.storage(), dir, shard_config(seed)))
@@ -325,6 +338,7 @@ fn run_seed(seed: u64) -> (SimStats, u64, u64) {
         let counters = shard.borrow().as_ref().map(ShardStore::counters).unwrap_or_default();
         recycled += counters.segments_recycled;
         direct_syncs += counters.direct_syncs;
+        filesystem_syncs += counters.filesystem_syncs;
     }
     let (mut shard, report) =
         sim.block_on(ShardStore::open(sim.storage(), dir, shard_config(seed))).expect("open");
@@ -332,7 +346,7 @@ fn run_seed(seed: u64) -> (SimStats, u64, u64) {
         eprintln!("seed {seed} final: {report:?}");
     }
     check(&mut shard, &sim, &model, seed, ROUNDS);
-    (sim.stats(), recycled, direct_syncs)
+    (sim.stats(), recycled, direct_syncs, filesystem_syncs)
 }
 
 #[test]
@@ -352,10 +366,12 @@ fn crash_at_random_points_loses_no_durable_append_and_serves_nothing_torn() {
     };
     let mut recycled = 0;
     let mut direct_syncs = 0;
+    let mut filesystem_syncs = 0;
     for seed in seeds.clone() {
-        let (stats, seed_recycled, seed_direct_syncs) = run_seed(seed);
+        let (stats, seed_recycled, seed_direct_syncs, seed_filesystem_syncs) = run_seed(seed);
         recycled += seed_recycled;
         direct_syncs += seed_direct_syncs;
+        filesystem_syncs += seed_filesystem_syncs;
         total.crashes += stats.crashes;
         total.writes_lost_at_crash += stats.writes_lost_at_crash;
         total.writes_torn_at_crash += stats.writes_torn_at_crash;
@@ -363,7 +379,7 @@ fn crash_at_random_points_loses_no_durable_append_and_serves_nothing_torn() {
         total.syncs += stats.syncs;
     }
     println!(
-        "crash_sim: {} seeds, {} crashes, {} unsynced writes lost, {} torn, {} namespace ops lost, {} syncs, {} segments recycled, {} direct-path syncs",
+        "crash_sim: {} seeds, {} crashes, {} unsynced writes lost, {} torn, {} namespace ops lost, {} syncs, {} segments recycled, {} direct-path syncs, {} file-system syncs",
         seeds.end - seeds.start,
         total.crashes,
         total.writes_lost_at_crash,
@@ -371,7 +387,8 @@ fn crash_at_random_points_loses_no_durable_append_and_serves_nothing_torn() {
         total.namespace_ops_lost_at_crash,
         total.syncs,
         recycled,
-        direct_syncs
+        direct_syncs,
+        filesystem_syncs
     );
     let count = seeds.end - seeds.start;
     assert!(total.crashes >= count * ROUNDS as u64, "every round crashes");
@@ -379,4 +396,5 @@ fn crash_at_random_points_loses_no_durable_append_and_serves_nothing_torn() {
     assert!(total.writes_torn_at_crash >= count / 4, "crashes must tear writes");
     assert!(recycled >= count / 2, "rolls must take recycled segment files");
     assert!(direct_syncs >= count, "persisted cycles must take the direct path too");
+    assert!(filesystem_syncs >= count / 4, "and its file-system form");
 }

@@ -56,6 +56,57 @@ fn open_journal(sim: &Sim) -> (ShardStore<SimStorage>, RecoveryReport) {
     open_with(sim, ShardConfig { persisted_path: PersistedPath::Journal, ..ShardConfig::small() })
 }
 
+/// Every `persisted` prepare through the direct path's file-system form.
+fn open_filesystem(sim: &Sim) -> (ShardStore<SimStorage>, RecoveryReport) {
+    let config = ShardConfig { persisted_path: PersistedPath::Filesystem, ..ShardConfig::small() };
+    open_with(sim, config)
+}
+
+/// The file-system form: one sync makes several groups' cycle durable, and when it fails,
+/// nothing it covered is acknowledged and every group it covered stops (fail-stop, as a failed
+/// segment sync does), until reopened.
+#[test]
+fn one_filesystem_sync_acknowledges_every_group_or_none() {
+    let sim = Sim::new(31, SimConfig::default());
+    let (mut shard, _) = open_filesystem(&sim);
+    for group in 1..=3 {
+        sim.block_on(shard.create_group(group, group_config(Durability::Persisted))).unwrap();
+        append(&mut shard, group, 2, 3000);
+    }
+    let report = sim.block_on(shard.flush()).unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+    let counters = shard.counters();
+    assert_eq!(counters.filesystem_syncs, 1, "{counters:?}");
+    assert_eq!(counters.direct_syncs, 3, "{counters:?}");
+    assert_eq!(counters.journal_syncs, 0, "{counters:?}");
+    for group in 1..=3 {
+        assert_eq!(shard.durable_op(group), Some(2));
+    }
+    // The first cycle wrote no marks (nothing synced before); the second writes them, and its
+    // sync fails where group 2's segment reports the write-back error.
+    sim.fail_next_sync(&segment_files(&sim, 2)[0]);
+    for group in 1..=3 {
+        append(&mut shard, group, 1, 3000);
+    }
+    let report = sim.block_on(shard.flush()).unwrap();
+    assert_eq!(report.failed.len(), 3, "one sync failed for all: {report:?}");
+    assert!(report.failed[0].1.contains("syncing the file system"), "{report:?}");
+    for group in 1..=3 {
+        assert_eq!(shard.durable_op(group), Some(2), "nothing of the failed cycle is durable");
+        assert!(matches!(try_append(&mut shard, group, 10), Err(Error::Faulty { .. })));
+    }
+    assert_eq!(shard.counters().filesystem_syncs, 1);
+    drop(shard);
+    let (mut shard, report) = open_filesystem(&sim);
+    for group in &report.groups {
+        assert!(group.corruption.is_none(), "{group:?}");
+        assert!(group.head_op >= 2, "{group:?}");
+    }
+    for group in 1..=3 {
+        try_append(&mut shard, group, 10).unwrap();
+    }
+}
+
 /// Where a segment's data ends at most (its sync-mark trailer follows).
 fn data_limit_bytes() -> u64 {
     let segment_size = group_config(Durability::Persisted).segment_size_bytes;

@@ -14,9 +14,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
+use shoal_engine::direct::PersistedPath;
 use shoal_engine::record::build_prepare;
 use shoal_engine::rng::Rng;
 use shoal_engine::shard::{ShardConfig, ShardStore};
+use shoal_engine::storage::Storage;
 use shoal_engine::storage::uring::recorder::{Event, Recorder};
 use shoal_engine::storage::uring::{UringStorage, runtime};
 use shoal_engine::superblock::{Durability, GroupConfig};
@@ -26,8 +28,9 @@ const PERSISTED: u64 = 1;
 const REPLICATED: u64 = 2;
 const SECTOR_BYTES: usize = 512;
 
-fn config() -> ShardConfig {
+fn config(persisted_path: PersistedPath) -> ShardConfig {
     ShardConfig {
+        persisted_path,
         journal_size_bytes: 1 << 20,
         checkpoint_interval_bytes: 128 << 10,
         ready_ahead_bytes: 64 << 10,
@@ -48,12 +51,12 @@ fn body(group: u64, op: u64) -> Bytes {
 
 /// Runs the workload in `dir`; returns the recorded events and, per ack, (events recorded so
 /// far, durable op of the persisted group).
-fn record_workload(dir: &Path) -> (Vec<Event>, Vec<(usize, u64)>) {
+fn record_workload(dir: &Path, path: PersistedPath) -> (Vec<Event>, Vec<(usize, u64)>) {
     let recorder = Recorder::default();
     let storage = UringStorage::new().with_recorder(recorder.clone());
     let mut acks = Vec::new();
     runtime().block_on(async {
-        let (mut shard, _) = ShardStore::open(storage, dir, config()).await.unwrap();
+        let (mut shard, _) = ShardStore::open(storage, dir, config(path)).await.unwrap();
         shard.create_group(PERSISTED, group_config(Durability::Persisted)).await.unwrap();
         shard.create_group(REPLICATED, group_config(Durability::Replicated)).await.unwrap();
         for round in 0..60u64 {
@@ -118,6 +121,14 @@ fn image(events: &[Event], cut: usize, rng: &mut Rng) -> BTreeMap<PathBuf, Vec<u
                 }
             }
             Event::SyncDir { .. } => {}
+            Event::SyncFilesystem => {
+                for (path, writes) in std::mem::take(&mut pending) {
+                    let file = durable.entry(path).or_default();
+                    for (offset, data) in writes {
+                        apply(file, offset, &data);
+                    }
+                }
+            }
         }
     }
     for (path, writes) in pending {
@@ -150,9 +161,28 @@ fn apply(file: &mut Vec<u8>, offset: u64, data: &[u8]) {
 
 #[test]
 fn crash_images_rebuilt_from_recorded_writes_keep_every_acknowledged_append() {
+    check_crash_images(PersistedPath::Auto);
+}
+
+/// The direct path's file-system form: the cycle's one `syncfs` is what acknowledges.
+#[test]
+fn crash_images_of_the_filesystem_form_keep_every_acknowledged_append() {
+    check_crash_images(PersistedPath::Filesystem);
+}
+
+fn check_crash_images(path: PersistedPath) {
     let source = tempfile::tempdir().unwrap();
     let source_shard = source.path().join("shard-0");
-    let (events, acks) = record_workload(&source_shard);
+    if path == PersistedPath::Filesystem
+        && !UringStorage::new().filesystem_sync_supported(source.path())
+    {
+        eprintln!("post_crash_images: the temporary directory's file system has no syncfs form");
+        return;
+    }
+    let (events, acks) = record_workload(&source_shard, path);
+    if path == PersistedPath::Filesystem {
+        assert!(events.iter().any(|event| matches!(event, Event::SyncFilesystem)));
+    }
     let writes = events.iter().filter(|event| matches!(event, Event::Write { .. })).count();
     assert!(writes > 200, "the workload must write: {writes}");
     let mut rng = Rng::new(7);
@@ -174,7 +204,7 @@ fn crash_images_rebuilt_from_recorded_writes_keep_every_acknowledged_append() {
         }
         images += 1;
         runtime().block_on(async {
-            let opened = ShardStore::open(UringStorage::new(), &shard_dir, config()).await;
+            let opened = ShardStore::open(UringStorage::new(), &shard_dir, config(path)).await;
             let (mut shard, report) =
                 opened.unwrap_or_else(|e| panic!("trial {trial} cut {cut}: {e}"));
             for group in &report.groups {

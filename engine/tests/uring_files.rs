@@ -10,6 +10,7 @@ use std::path::Path;
 use shoal_engine::direct::PersistedPath;
 use shoal_engine::record::build_prepare;
 use shoal_engine::shard::{RecoveryReport, ShardConfig, ShardStore, group_dir};
+use shoal_engine::storage::Storage;
 use shoal_engine::storage::uring::{UringStorage, runtime};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::batch::BatchBuilder;
@@ -110,6 +111,48 @@ fn round_trip_across_restart_direct_and_buffered() {
             assert!(shard.group(PERSISTED).unwrap().segment_count() > 1, "rolled");
         });
     }
+}
+
+/// The file-system form on real files: the sync runs on the backend's sync thread, several
+/// groups' cycles are acknowledged by it, and everything reads back after a restart. A file
+/// system without the form refuses it at open, with a message naming the choices.
+#[test]
+fn filesystem_form_acknowledges_several_groups_with_one_sync_per_cycle() {
+    let dir = tempfile::tempdir().unwrap();
+    let shard_dir = dir.path().join("shard-0");
+    let config = ShardConfig { persisted_path: PersistedPath::Filesystem, ..ShardConfig::small() };
+    runtime().block_on(async {
+        let opened = ShardStore::open(UringStorage::new(), &shard_dir, config.clone()).await;
+        if !UringStorage::new().filesystem_sync_supported(&shard_dir) {
+            let error = opened.err().expect("refused").to_string();
+            assert!(error.contains("syncfs") && error.contains("\"auto\""), "{error}");
+            return;
+        }
+        let (mut shard, _) = opened.unwrap();
+        for group in 1..=4 {
+            shard.create_group(group, group_config(Durability::Persisted)).await.unwrap();
+        }
+        for round in 1..=10 {
+            for group in 1..=4 {
+                append(&mut shard, group, 3, 3000);
+            }
+            let report = shard.flush().await.unwrap();
+            assert!(report.failed.is_empty(), "{report:?}");
+            for group in 1..=4 {
+                assert_eq!(shard.durable_op(group), Some(round * 3), "acknowledged by the sync");
+            }
+        }
+        let counters = shard.counters();
+        assert_eq!(counters.filesystem_syncs, 10, "{counters:?}");
+        assert_eq!(counters.journal_syncs, 0, "{counters:?}");
+        drop(shard);
+        let (mut shard, report) =
+            ShardStore::open(UringStorage::new(), &shard_dir, config).await.unwrap();
+        assert!(report.groups.iter().all(|g| g.corruption.is_none()), "{report:?}");
+        for group in 1..=4 {
+            assert_reads_back(&mut shard, group, 30).await;
+        }
+    });
 }
 
 /// The segment files of a group, oldest first.

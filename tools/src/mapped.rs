@@ -77,6 +77,14 @@ impl Storage for MappedStorage {
     async fn exists(&self, path: &Path) -> io::Result<bool> {
         StdStorage.exists(path).await
     }
+
+    fn filesystem_sync_supported(&self, _path: &Path) -> bool {
+        false
+    }
+
+    async fn sync_filesystem(&self, _path: &Path) -> io::Result<()> {
+        Err(refused("syncing the file system"))
+    }
 }
 
 impl MappedFile {

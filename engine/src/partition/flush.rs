@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::join::{Latch, join_all};
 use crate::ready::READY_STEP_MIN_BYTES;
 use crate::segment::{SPARE_NAME, log_name};
-use crate::storage::{BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
+use crate::storage::{BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile, copy_io_error};
 use crate::superblock::Durability;
 
 /// The largest single write a flush issues: longer runs are split so that several writes are
@@ -98,6 +98,9 @@ pub struct FlushJob<S: Storage> {
     /// earlier job wrote since the last direct job.
     mark: Option<SegmentWrite>,
     sync: Option<Vec<u64>>,
+    /// The file-system form: the job leaves its sync to the cycle's one file-system sync
+    /// (`ShardFlush::run`), which marks it synced.
+    sync_by_filesystem: bool,
     /// Where the sync-mark trailer of a segment this job creates begins (`persisted` groups):
     /// it is written with zeros at creation, so a mark never needs new space.
     trailer_at_bytes: Option<u64>,
@@ -145,6 +148,13 @@ impl<S: Storage> FlushJob<S> {
     /// The group this job writes for.
     pub fn group(&self) -> u64 {
         self.group
+    }
+
+    /// Makes a direct job leave its sync to the cycle's one file-system sync, which must then
+    /// run once the job (and every other of the cycle) finished writing.
+    pub fn leave_sync_to_filesystem(&mut self) {
+        assert!(self.sync.is_some(), "only a direct job syncs");
+        self.sync_by_filesystem = true;
     }
 
     /// Runs the writes: creates new segment files (and syncs the directory; a `persisted`
@@ -270,7 +280,9 @@ impl<S: Storage> FlushJob<S> {
             result.map_err(|e| Error::io(format!("writing group {} segment", self.group), e))?;
         }
         outcome.bytes_written = self.writes.iter().map(|(_, _, bytes)| bytes.len() as u64).sum();
-        if let Some(bases) = &self.sync {
+        if let Some(bases) = &self.sync
+            && !self.sync_by_filesystem
+        {
             let syncs = join_all(
                 bases
                     .iter()
@@ -315,6 +327,27 @@ impl<S: Storage> FlushDone<S> {
     /// Whether every step of the job succeeded.
     pub fn is_ok(&self) -> bool {
         self.result.is_ok()
+    }
+
+    /// Whether the job wrote everything and waits for the cycle's file-system sync to count
+    /// as synced.
+    pub fn waits_for_filesystem_sync(&self) -> bool {
+        self.job.sync_by_filesystem && self.result.is_ok()
+    }
+
+    /// Applies the cycle's file-system sync, run after every job of the cycle finished: a job
+    /// waiting for it is synced, or failed with it (fail-stop, like its own sync failing).
+    pub fn finish_filesystem_sync(&mut self, result: &std::io::Result<()>) {
+        if !self.waits_for_filesystem_sync() {
+            return;
+        }
+        match result {
+            Ok(()) => self.outcome.synced = true,
+            Err(error) => {
+                let context = format!("syncing the file system for group {}", self.job.group);
+                self.result = Err(Error::io(context, copy_io_error(error)));
+            }
+        }
     }
 }
 
@@ -478,6 +511,7 @@ impl<S: Storage> PartitionLog<S> {
             after,
             mark,
             sync,
+            sync_by_filesystem: false,
             trailer_at_bytes,
         })
     }

@@ -8,13 +8,15 @@
 //! and disk-full. Engine code is generic over [`Storage`] (never `dyn`), so the
 //! production path pays nothing for the other two.
 //!
-//! The contract is deliberately small: positional reads and writes, a data sync, and the few
-//! directory operations the engine needs. Durability is explicit: a write is volatile until a
-//! [`StorageFile::sync_data`] on its file completes, and a create, rename or remove is volatile
+//! The contract is deliberately small: positional reads and writes, a data sync (of one file,
+//! or of every file of the file system at once), and the few directory operations the engine
+//! needs. Durability is explicit: a write is volatile until a
+//! [`StorageFile::sync_data`] on its file or a [`Storage::sync_filesystem`] completes, and a create, rename or remove is volatile
 //! until [`Storage::sync_dir`] on its directory completes. A backend must never report a sync
 //! before the bytes it covers are durable.
 
 mod buf;
+mod filesystem;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod std_fs;
@@ -27,6 +29,7 @@ use std::path::Path;
 
 pub use buf::AlignedBuf;
 use bytes::Bytes;
+pub use filesystem::{copy_io_error, filesystem_sync_supported, sync_filesystem_blocking};
 
 /// The block size the engine aligns direct I/O to when the backend cannot tell (and the size it
 /// asserts in debug builds, see DESIGN.md §3).
@@ -79,6 +82,16 @@ pub trait Storage: Clone + 'static {
 
     /// Whether a file or directory exists.
     fn exists(&self, path: &Path) -> impl Future<Output = io::Result<bool>>;
+
+    /// Whether [`Storage::sync_filesystem`] is known to make completed writes durable on the
+    /// file system holding `path`. Where it is not, the engine never calls it.
+    fn filesystem_sync_supported(&self, path: &Path) -> bool;
+
+    /// Makes every completed write to every file of the file system holding `path` durable, as
+    /// a [`StorageFile::sync_data`] of each would: one sync for many files (the direct
+    /// `persisted` path's shared form, `crate::direct`). It also writes back whatever else is
+    /// dirty on that file system. Directory entries still need [`Storage::sync_dir`].
+    fn sync_filesystem(&self, path: &Path) -> impl Future<Output = io::Result<()>>;
 }
 
 /// An open file: positional I/O and a data sync.

@@ -74,6 +74,14 @@ impl Storage for StdStorage {
     async fn exists(&self, path: &Path) -> io::Result<bool> {
         path.try_exists()
     }
+
+    fn filesystem_sync_supported(&self, path: &Path) -> bool {
+        super::filesystem_sync_supported(path)
+    }
+
+    async fn sync_filesystem(&self, path: &Path) -> io::Result<()> {
+        super::sync_filesystem_blocking(path)
+    }
 }
 
 impl StorageFile for StdFile {

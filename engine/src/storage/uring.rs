@@ -6,12 +6,12 @@
 //! logged warning, as DESIGN.md §3 asks. Behind the `write-recorder` feature every write, sync
 //! and directory change is recorded so tests can rebuild post-crash images of real files.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
-#[cfg(feature = "write-recorder")]
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
@@ -22,6 +22,8 @@ use super::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
 pub struct UringStorage {
     /// Open direct files buffered even where O_DIRECT works (tests of the fallback path).
     force_buffered: bool,
+    /// Where file-system syncs go: started by the first one.
+    syncer: Arc<Mutex<Option<FilesystemSyncer>>>,
     #[cfg(feature = "write-recorder")]
     recorder: Option<recorder::Recorder>,
 }
@@ -38,6 +40,7 @@ impl UringStorage {
     pub fn buffered() -> Self {
         Self {
             force_buffered: true,
+            syncer: Arc::default(),
             #[cfg(feature = "write-recorder")]
             recorder: None,
         }
@@ -49,6 +52,48 @@ impl UringStorage {
     pub fn with_recorder(mut self, recorder: recorder::Recorder) -> Self {
         self.recorder = Some(recorder);
         self
+    }
+}
+
+/// A request to the file-system sync thread: the directory whose file system to sync, and where
+/// to answer.
+type SyncRequest = (PathBuf, flume::Sender<io::Result<()>>);
+
+/// File-system syncs waiting for the sync thread, at most: more wait in `send_async` (a shard
+/// has at most its flush cycles in flight, each asking for one).
+const SYNCS_QUEUED_MAX: usize = 64;
+
+/// The thread that runs `syncfs(2)` for [`UringStorage`]: io_uring has no such operation, and a
+/// blocking call on the shard thread would stall every partition of the shard for the sync's
+/// duration. It ends when the last clone of its storage is dropped.
+#[derive(Debug)]
+struct FilesystemSyncer {
+    requests: flume::Sender<SyncRequest>,
+}
+
+impl FilesystemSyncer {
+    fn start() -> io::Result<Self> {
+        let (requests, inbox) = flume::bounded::<SyncRequest>(SYNCS_QUEUED_MAX);
+        std::thread::Builder::new().name("shoal-syncfs".into()).spawn(move || {
+            while let Ok(first) = inbox.recv() {
+                // Every request already queued was made after its writes completed, so one
+                // sync (per file system asked for) started now answers them all.
+                let mut waiting: BTreeMap<PathBuf, Vec<flume::Sender<io::Result<()>>>> =
+                    BTreeMap::new();
+                for (path, reply) in std::iter::once(first).chain(inbox.try_iter()) {
+                    waiting.entry(path).or_default().push(reply);
+                }
+                for (path, replies) in waiting {
+                    let result = super::sync_filesystem_blocking(&path);
+                    for reply in replies {
+                        let answer = result.as_ref().map_err(super::copy_io_error).copied();
+                        // The asker may have gone (its shard closing): nobody needs the answer.
+                        let _ = reply.send(answer);
+                    }
+                }
+            }
+        })?;
+        Ok(Self { requests })
     }
 }
 
@@ -161,6 +206,30 @@ impl Storage for UringStorage {
         // monoio 0.2.4's rename op does not build without its legacy driver; a rename is rare
         // metadata work (retention, index rewrite), so a blocking call on the shard is fine.
         std::fs::rename(from, to)
+    }
+
+    fn filesystem_sync_supported(&self, path: &Path) -> bool {
+        super::filesystem_sync_supported(path)
+    }
+
+    async fn sync_filesystem(&self, path: &Path) -> io::Result<()> {
+        let requests = {
+            let mut syncer = self.syncer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if syncer.is_none() {
+                *syncer = Some(FilesystemSyncer::start()?);
+            }
+            syncer.as_ref().expect("started above").requests.clone()
+        };
+        // Recorded as it starts: it covers the writes completed before, not those completing
+        // while it runs (a failed one fails the recorded run).
+        #[cfg(feature = "write-recorder")]
+        if let Some(recorder) = &self.recorder {
+            recorder.record(recorder::Event::SyncFilesystem);
+        }
+        let (reply, answer) = flume::bounded(1);
+        let gone = || io::Error::other("the file-system sync thread is gone");
+        requests.send_async((path.to_path_buf(), reply)).await.map_err(|_| gone())?;
+        answer.recv_async().await.map_err(|_| gone())?
     }
 
     async fn sync_dir(&self, path: &Path) -> io::Result<()> {
@@ -411,6 +480,8 @@ pub mod recorder {
         RemoveDir { path: PathBuf },
         /// A completed directory sync.
         SyncDir { path: PathBuf },
+        /// A file-system sync, recorded as it started: every write completed before is durable.
+        SyncFilesystem,
     }
 
     /// A shared, single-threaded event log.

@@ -565,7 +565,7 @@ pub(super) const TOPIC_KEYS: [IntKey<TopicDefaults>; 5] = [
 ];
 
 /// `[shard]` and `[shard.N]`: the engine's `ShardConfig` fields (`ring_*_max` → `ring`).
-pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 22] = [
+pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 23] = [
     IntKey {
         name: "groups_max",
         min: 1,
@@ -709,6 +709,13 @@ pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 22] = [
         set: |s, v| s.sync_cost_bytes = v,
     },
     IntKey {
+        name: "filesystem_sync_cost_bytes",
+        min: 0,
+        max: 1 << 32,
+        get: |s| s.filesystem_sync_cost_bytes,
+        set: |s, v| s.filesystem_sync_cost_bytes = v,
+    },
+    IntKey {
         name: "index_entries_max",
         min: 1,
         max: 1 << 24,
@@ -775,12 +782,12 @@ pub(super) fn is_bool_key(name: &str) -> bool {
 }
 
 /// `persisted_path`'s values, in the order its index holds them.
-const PERSISTED_PATHS: [PersistedPath; 3] =
-    [PersistedPath::Auto, PersistedPath::Journal, PersistedPath::Direct];
+const PERSISTED_PATHS: [PersistedPath; 4] =
+    [PersistedPath::Auto, PersistedPath::Journal, PersistedPath::Direct, PersistedPath::Filesystem];
 
 /// The shard keys whose values are words from a list (held as the word's index).
 pub(super) const WORD_KEYS: [(&str, &[&str]); 1] =
-    [("persisted_path", &["auto", "journal", "direct"])];
+    [("persisted_path", &["auto", "journal", "direct", "filesystem"])];
 
 /// The words of word key `name`, if it is one.
 pub(super) fn key_words(name: &str) -> Option<&'static [&'static str]> {

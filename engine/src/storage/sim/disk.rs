@@ -305,6 +305,16 @@ impl Storage for SimStorage {
         let disk = self.shared.disk.borrow();
         Ok(is_root(path) || disk.visible_ns.contains_key(path))
     }
+
+    fn filesystem_sync_supported(&self, _path: &Path) -> bool {
+        true
+    }
+
+    async fn sync_filesystem(&self, _path: &Path) -> io::Result<()> {
+        // One disk is one file system: every file's completed writes.
+        let op = Op::SyncFilesystem { write_seq: 0 };
+        Submit::new(&self.shared, op, None).await.into_unit()
+    }
 }
 
 impl SimFile {
@@ -412,6 +422,7 @@ pub(super) enum Op {
     Write { inode: u64, offset: u64, data: Bytes },
     Read { inode: u64, offset: u64, buf: AlignedBuf },
     SyncData { inode: u64, write_seq: u64 },
+    SyncFilesystem { write_seq: u64 },
 }
 
 /// How an operation ended.
@@ -647,6 +658,7 @@ impl Disk {
             Op::Open { path, mode } => return self.complete_open(&path, mode),
             Op::Write { inode, offset, data } => self.complete_write(inode, offset, data),
             Op::SyncData { inode, write_seq } => self.complete_sync_data(inode, write_seq),
+            Op::SyncFilesystem { write_seq } => self.complete_sync_filesystem(write_seq),
             Op::SyncDir { path, ns_seq } => self.complete_sync_dir(&path, ns_seq),
             Op::CreateDirAll { path } => self.complete_create_dir_all(&path),
             Op::Remove { path } => self.complete_remove(&path),
@@ -736,6 +748,28 @@ impl Disk {
         let covered = file.pending.iter().take_while(|write| write.seq <= write_seq).count();
         for write in file.pending.drain(..covered) {
             apply_write(&mut file.durable, write.offset, &write.data);
+        }
+        self.stats.syncs += 1;
+        Ok(())
+    }
+
+    /// A file-system sync fails, making nothing durable, when a file with writes it covers was
+    /// set to fail its next sync ([`Sim::fail_next_sync`]): the write-back error is reported
+    /// there as it would be by that file's own sync.
+    fn complete_sync_filesystem(&mut self, write_seq: u64) -> io::Result<()> {
+        let covers = |file: &FileState| file.pending.first().is_some_and(|w| w.seq <= write_seq);
+        if let Some(file) =
+            self.files.values_mut().find(|file| covers(file) && file.fail_next_sync.is_some())
+        {
+            let errno = file.fail_next_sync.take().expect("found with one");
+            self.stats.injected_errors += 1;
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        for file in self.files.values_mut() {
+            let covered = file.pending.iter().take_while(|write| write.seq <= write_seq).count();
+            for write in file.pending.drain(..covered) {
+                apply_write(&mut file.durable, write.offset, &write.data);
+            }
         }
         self.stats.syncs += 1;
         Ok(())

@@ -246,8 +246,9 @@ impl Shared {
         let (completion, done) = {
             let mut disk = self.disk.borrow_mut();
             let syncs_held = disk.syncs_held;
-            let eligible =
-                |entry: &InFlight| !(syncs_held && matches!(entry.op, Op::SyncData { .. }));
+            let eligible = |entry: &InFlight| {
+                !(syncs_held && matches!(entry.op, Op::SyncData { .. } | Op::SyncFilesystem { .. }))
+            };
             let count = disk.in_flight.values().filter(|entry| eligible(entry)).count() as u64;
             if count == 0 {
                 return false;
@@ -363,7 +364,9 @@ impl Future for Submit {
                 });
             }
             match &mut op {
-                Op::SyncData { write_seq, .. } => *write_seq = disk.write_seq,
+                Op::SyncData { write_seq, .. } | Op::SyncFilesystem { write_seq } => {
+                    *write_seq = disk.write_seq;
+                }
                 Op::SyncDir { ns_seq, .. } => *ns_seq = disk.ns_seq,
                 _ => {}
             }

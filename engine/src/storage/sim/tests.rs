@@ -71,6 +71,38 @@ fn a_synced_write_survives_every_crash() {
 }
 
 #[test]
+fn a_filesystem_sync_makes_every_files_completed_writes_durable_and_only_those() {
+    for seed in 0..SEEDS {
+        let sim = sim(seed);
+        let storage = sim.storage();
+        let a = sim.block_on(create_durable(&storage, "a", block(0, 4096)));
+        let b = sim.block_on(create_durable(&storage, "b", block(0, 4096)));
+        sim.block_on(a.write_at(block(1, 4096), 0)).expect("write");
+        sim.block_on(b.write_at(block(2, 4096), 4096)).expect("write");
+        sim.block_on(storage.sync_filesystem(Path::new("/d"))).expect("sync");
+        sim.block_on(b.write_at(block(3, 4096), 0)).expect("write after the sync");
+        sim.crash();
+        let a_after = sim.durable_contents(Path::new("/d/a")).expect("a");
+        let b_after = sim.durable_contents(Path::new("/d/b")).expect("b");
+        assert_eq!(a_after, vec![1; 4096], "seed {seed}");
+        assert_eq!(&b_after[4096..], &[2; 4096][..], "seed {seed}");
+    }
+    // A write-back error on any file it covers fails it, making nothing durable.
+    let sim = sim(1);
+    let storage = sim.storage();
+    let a = sim.block_on(create_durable(&storage, "a", block(0, 4096)));
+    let b = sim.block_on(create_durable(&storage, "b", block(0, 4096)));
+    sim.block_on(a.write_at(block(1, 4096), 0)).expect("write");
+    sim.block_on(b.write_at(block(2, 4096), 0)).expect("write");
+    sim.fail_next_sync(Path::new("/d/b"));
+    let error = sim.block_on(storage.sync_filesystem(Path::new("/d"))).expect_err("injected");
+    assert_eq!(error.raw_os_error(), Some(EIO));
+    assert_eq!(sim.durable_contents(Path::new("/d/a")), Some(vec![0; 4096]));
+    sim.block_on(storage.sync_filesystem(Path::new("/d"))).expect("the next one");
+    assert_eq!(sim.durable_contents(Path::new("/d/b")), Some(vec![2; 4096]));
+}
+
+#[test]
 fn an_unsynced_write_is_kept_lost_or_torn_across_seeds() {
     let (mut kept, mut lost, mut torn) = (0, 0, 0);
     let mut stats = SimStats::default();
