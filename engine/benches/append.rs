@@ -46,8 +46,8 @@ fn bench_dir() -> tempfile::TempDir {
 /// Production sizes: 1 GiB segments, 64 MiB reserved ahead, 4 MiB checkpoints (the defaults).
 /// `SHOAL_BENCH_FLUSH_CYCLES=N` overrides `flush_cycles_in_flight_max` and
 /// `SHOAL_BENCH_CHECKPOINT_BYTES=N` `checkpoint_interval_bytes`, `SHOAL_BENCH_CACHE_BYTES=N`
-/// `batch_cache_bytes` and `SHOAL_BENCH_PERSISTED_PATH=auto|journal|direct` `persisted_path`,
-/// for A/B runs.
+/// `batch_cache_bytes` and `SHOAL_BENCH_PERSISTED_PATH=auto|journal|direct|filesystem`
+/// `persisted_path`, for A/B runs.
 fn production(record_size_bytes_max: usize) -> ShardConfig {
     let defaults = ShardConfig::default();
     let from_env = |name: &str| std::env::var(name).ok().and_then(|value| value.parse().ok());
@@ -430,13 +430,20 @@ impl IoPerAppend {
 /// carries one batch of each (1 MiB) and one journal sync covers them all.
 fn persisted_64_partitions_16k(c: &mut Criterion) {
     const PARTITIONS: u64 = 64;
-    let batch = Bytes::from(vec![5u8; 16 * 1024 - HEADER_SIZE]);
-    let cycles_per_iteration: u64 = 200;
+    // `SHOAL_BENCH_BATCH_KIB=N` (4..=1024) writes N KiB per partition and cycle instead, with
+    // as many bytes per iteration: where the file-system form overtakes the journal.
+    let kib: usize = std::env::var("SHOAL_BENCH_BATCH_KIB")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .filter(|kib| (4..=1024).contains(kib))
+        .unwrap_or(16);
+    let batch = Bytes::from(vec![5u8; kib * 1024 - HEADER_SIZE]);
+    let cycles_per_iteration = (200 * 16 / kib as u64).max(1);
     let mut latencies_us: Vec<u64> = Vec::new();
     let mut io = IoPerAppend::default();
     let mut group = c.benchmark_group("engine");
     group.sample_size(10).measurement_time(Duration::from_secs(20));
-    group.throughput(Throughput::Bytes(cycles_per_iteration * PARTITIONS * 16 * 1024));
+    group.throughput(Throughput::Bytes(cycles_per_iteration * PARTITIONS * kib as u64 * 1024));
     group.bench_function("persisted_64_partitions_16k", |b| {
         b.iter_custom(|iterations| {
             let dir = bench_dir();
