@@ -678,6 +678,7 @@ impl<S: Storage> PartitionLog<S> {
     ) -> (Vec<SegmentWrite>, Vec<ChunkMark>) {
         let mut writes = Vec::new();
         let mut chunk_marks = Vec::with_capacity(chunks);
+        let mut written_blocks_end = self.written_blocks_end;
         for index in 0..chunks {
             // A successor chunk in the same segment starts with this chunk's partial block.
             let successor_same_segment = self.chunks.get(index + 1).is_some_and(|next| {
@@ -691,11 +692,25 @@ impl<S: Storage> PartitionLog<S> {
             }
             let with_tail = !successor_same_segment;
             let tail_bytes = if with_tail { chunk.tail_bytes() as u64 } else { 0 };
+            // A write over blocks an earlier job wrote (its tail block, its guard block) and on
+            // into blocks only reserved goes out as two, split where the written blocks end:
+            // ext4 issues a direct write inline only when its whole range is one extent kind
+            // (written, or reserved and unwritten); one across both is refused to io_uring's
+            // non-blocking attempt and punted to an io-wq worker (docs/benchmarks.md, "Writes
+            // across written and reserved blocks").
+            let written_end = match written_blocks_end {
+                Some((segment, end)) if segment == chunk.segment_base_offset => end,
+                _ => 0,
+            };
             for (position, bytes) in chunk.unsubmitted(with_tail) {
                 // Large runs go out as several block-aligned pieces in flight at once.
                 let mut start = 0;
                 while start < bytes.len() {
-                    let end = (start + WRITE_PIECE_BYTES).min(bytes.len());
+                    let mut end = (start + WRITE_PIECE_BYTES).min(bytes.len());
+                    let split = written_end.saturating_sub(position);
+                    if (start as u64) < split && split < end as u64 {
+                        end = split as usize;
+                    }
                     writes.push((
                         chunk.segment_base_offset,
                         position + start as u64,
@@ -703,6 +718,13 @@ impl<S: Storage> PartitionLog<S> {
                     ));
                     start = end;
                 }
+                let write_end = position + bytes.len() as u64;
+                written_blocks_end = Some(match written_blocks_end {
+                    Some((segment, end)) if segment == chunk.segment_base_offset => {
+                        (segment, end.max(write_end))
+                    }
+                    _ => (chunk.segment_base_offset, write_end),
+                });
             }
             if tail_bytes > 0 {
                 let filled = chunk.filled() as u64;
@@ -716,6 +738,7 @@ impl<S: Storage> PartitionLog<S> {
             }
             chunk.mark_submitted(chunk.filled());
         }
+        self.written_blocks_end = written_blocks_end;
         (writes, chunk_marks)
     }
 
@@ -880,5 +903,68 @@ impl<S: Storage> PartitionLog<S> {
     pub(super) fn segment_limit_bytes(&self) -> u64 {
         let block = BLOCK_SIZE_BYTES as u64;
         self.config.segment_size_bytes.next_multiple_of(block) + block
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use shoal_proto::batch::BatchBuilder;
+
+    use crate::chunk::written_extent_end;
+    use crate::record::build_prepare;
+    use crate::shard::{ShardConfig, ShardStore};
+    use crate::storage::sim::{Sim, SimConfig, SimStorage};
+    use crate::superblock::{Durability, GroupConfig};
+    use crate::wire::Prepare;
+
+    const GROUP: u64 = 1;
+
+    fn append(shard: &mut ShardStore<SimStorage>, records: u32) -> u64 {
+        let mut builder = BatchBuilder::new(1);
+        for _ in 0..records {
+            builder.push(1, None, Some(&[b'x'; 2000]), &[]);
+        }
+        let body = builder.build();
+        let fields = Prepare { record_count: records, append_time_ms: 1, ..Prepare::default() };
+        let header = build_prepare(&shard.next(GROUP).unwrap(), 1, 0, fields, &body);
+        shard.append(GROUP, &header, &body).unwrap();
+        shard.group(GROUP).unwrap().segments.last().expect("active segment").end_bytes
+    }
+
+    /// A job's first write starts in the block an earlier job's tail (and guard) wrote and
+    /// runs on into space only reserved: it goes out split where the earlier writes ended, so
+    /// that each piece is one kind of extent and ext4 issues it inline.
+    #[test]
+    fn a_write_over_written_and_reserved_blocks_is_split_where_the_written_ones_end() {
+        let sim = Sim::new(1, SimConfig::default());
+        let (mut shard, _) = sim
+            .block_on(ShardStore::open(sim.storage(), Path::new("/d"), ShardConfig::small()))
+            .unwrap();
+        let config = GroupConfig {
+            durability: Durability::Replicated,
+            record_size_bytes_max: 64 << 10,
+            ..GroupConfig::default()
+        };
+        sim.block_on(shard.create_group(GROUP, config)).unwrap();
+        let first_end = append(&mut shard, 3);
+        sim.block_on(shard.flush()).unwrap();
+        let written_end = written_extent_end(first_end);
+        let second_end = append(&mut shard, 5);
+        assert!(second_end > written_end, "the second job runs past the first one's blocks");
+        let job = shard.group_mut(GROUP).unwrap().begin_flush(true, false).expect("a job");
+        let ranges: Vec<(u64, u64)> = job
+            .writes
+            .iter()
+            .map(|(_, position, bytes)| (*position, position + bytes.len() as u64))
+            .collect();
+        assert!(ranges.iter().all(|&(from, to)| to <= written_end || from >= written_end));
+        assert!(ranges.iter().any(|&(_, to)| to == written_end), "{ranges:?}");
+        assert!(ranges.iter().any(|&(from, _)| from == written_end), "{ranges:?}");
+        let done = sim.block_on(job.run());
+        shard.group_mut(GROUP).unwrap().finish_flush(done).unwrap();
+        let log = shard.group_mut(GROUP).unwrap();
+        assert_eq!(sim.block_on(log.read_offset(0, usize::MAX)).unwrap().len(), 2);
     }
 }

@@ -209,6 +209,9 @@ pub struct PartitionLog<S: Storage> {
     /// job's latch: a later job rewriting those blocks waits until the job finished, so the
     /// older, shorter copy can never land last.
     pub(super) tail_in_flight: Option<TailWrite>,
+    /// The segment the last flush job wrote to, and where the blocks its writes covered end:
+    /// blocks below were written before, blocks above only reserved (see `submit_chunks`).
+    pub(super) written_blocks_end: Option<(u64, u64)>,
     /// A truncation whose fence is being made durable: the cut op and where it lies.
     pub(super) truncation: Option<(u64, Option<Location>)>,
     /// The disk had no room for space ahead of the tail: appends that would need more than is
@@ -527,6 +530,7 @@ impl<S: Storage> PartitionLog<S> {
             exclusive_in_flight: false,
             flush_failed: false,
             tail_in_flight: None,
+            written_blocks_end: None,
             truncation: None,
             storage_full: false,
             storage_retry: false,
