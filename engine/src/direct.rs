@@ -6,7 +6,9 @@
 //! syncs those files: every byte is written once, and one sync per group replaces the journal's
 //! one sync for the shard. A cycle that dirties many writes them the same way and then syncs
 //! the whole file system once (`syncfs(2)`, where the file system is known to flush the device
-//! for it): every byte once, one sync for the shard. What the journal's `durable_seq` does for its entries, a sync mark
+//! for it): every byte once, one sync for the shard.
+//!
+//! What the journal's `durable_seq` does for its entries, a sync mark
 //! does for a segment: each direct job writes, beside its data and under the same sync, a mark
 //! naming the newest op an *earlier* completed sync made durable. A mark written with the data
 //! it covers could land without that data; one naming an earlier sync cannot. So after a power

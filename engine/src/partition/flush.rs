@@ -702,6 +702,7 @@ impl<S: Storage> PartitionLog<S> {
                 Some((segment, end)) if segment == chunk.segment_base_offset => end,
                 _ => 0,
             };
+            let mut covered_end = written_end;
             for (position, bytes) in chunk.unsubmitted(with_tail) {
                 // Large runs go out as several block-aligned pieces in flight at once.
                 let mut start = 0;
@@ -718,14 +719,9 @@ impl<S: Storage> PartitionLog<S> {
                     ));
                     start = end;
                 }
-                let write_end = position + bytes.len() as u64;
-                written_blocks_end = Some(match written_blocks_end {
-                    Some((segment, end)) if segment == chunk.segment_base_offset => {
-                        (segment, end.max(write_end))
-                    }
-                    _ => (chunk.segment_base_offset, write_end),
-                });
+                covered_end = covered_end.max(position + bytes.len() as u64);
             }
+            written_blocks_end = Some((chunk.segment_base_offset, covered_end));
             if tail_bytes > 0 {
                 let filled = chunk.filled() as u64;
                 self.tail_in_flight = Some(TailWrite {
