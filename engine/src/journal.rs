@@ -23,7 +23,7 @@ use bytes::Bytes;
 use crate::error::{Corruption, Error, Result};
 use crate::partition::JournalPrepare;
 use crate::record::prepare_of;
-use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
+use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, BufferShelf, OpenMode, Storage, StorageFile};
 use crate::wire::{HEADER_SIZE, Header, JournalEntry};
 
 /// The journal's file name inside a shard directory.
@@ -58,6 +58,8 @@ pub struct Journal<F> {
     /// The bytes `pending` would take as entries.
     pending_bytes: usize,
     in_flight: bool,
+    /// The cycle buffer, kept between cycles (one cycle writes at a time).
+    buffers: BufferShelf,
 }
 
 /// A prepare waiting for a journal cycle: a view of its record, not a copy.
@@ -166,6 +168,7 @@ impl<F: StorageFile> Journal<F> {
             pending: Vec::new(),
             pending_bytes: 0,
             in_flight: false,
+            buffers: BufferShelf::new(1),
         };
         if !exists {
             journal.prewrite().await?;
@@ -373,7 +376,7 @@ impl<F: StorageFile> Journal<F> {
         let (position_bytes, end) = self.placement(len_bytes);
         assert!(self.fits(position_bytes, end), "waiting prepares were admitted with room");
         let len = (end - position_bytes) as usize;
-        let mut buffer = AlignedBuf::zeroed(len, BLOCK_SIZE_BYTES);
+        let mut buffer = self.buffers.take(len, BLOCK_SIZE_BYTES);
         let tail_seq = self.live.front().map_or(self.next_seq, |entry| entry.seq);
         for entry in taken {
             let fields =
@@ -404,6 +407,9 @@ impl<F: StorageFile> Journal<F> {
             }
             self.next_seq += 1;
         }
+        // A reused buffer holds an earlier cycle's bytes: the padding must read as zeros.
+        let padding = len - buffer.len();
+        buffer.spare_mut()[..padding].fill(0);
         buffer.set_len(len);
         self.in_flight = true;
         // The cycle's space is claimed from now on: the next cycle starts after it.
@@ -411,7 +417,7 @@ impl<F: StorageFile> Journal<F> {
         let cycle = JournalCycle {
             file: Rc::clone(&self.file),
             position_bytes,
-            bytes: buffer.freeze(),
+            bytes: self.buffers.freeze(buffer),
             last_seq: self.next_seq - 1,
             announces: self.durable_seq,
         };
@@ -550,4 +556,43 @@ pub fn decode_entry(
         return None;
     }
     Some((outer, fields, Some(inner)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use bytes::Bytes;
+
+    use super::{Journal, Take};
+    use crate::storage::sim::{Sim, SimConfig};
+    use crate::storage::{BLOCK_SIZE_BYTES, Storage};
+    use crate::wire::HEADER_SIZE;
+
+    /// A cycle writes from the buffer the previous cycle used: the bytes past its entries must
+    /// still be zeros (DESIGN.md §3: zeros end the data), not what the longer cycle left there.
+    #[test]
+    fn a_cycle_in_a_reused_buffer_pads_with_zeros() {
+        let sim = Sim::new(1, SimConfig::default());
+        let storage = sim.storage();
+        sim.block_on(storage.create_dir_all(Path::new("/j"))).unwrap();
+        let (mut journal, _) =
+            sim.block_on(Journal::open(&storage, Path::new("/j"), 1, 1 << 20, 64 << 10)).unwrap();
+        let cycle = |journal: &mut Journal<_>, record: Bytes, op: u64| {
+            journal.add(record.clone(), crc32c::crc32c(&record), 1, op);
+            let (cycle, _) = journal.begin_cycle(|_| Take::Journal);
+            let cycle = cycle.expect("one entry");
+            let written = cycle.bytes.clone();
+            sim.block_on(cycle.run()).unwrap();
+            journal.finish_cycle(&cycle);
+            written
+        };
+        let long = cycle(&mut journal, Bytes::from(vec![0xAB; 40 << 10]), 1);
+        let long_start = long.as_ptr();
+        drop(long);
+        let short = cycle(&mut journal, Bytes::from(vec![0xCD; 100]), 2);
+        assert_eq!(short.as_ptr(), long_start, "the second cycle reuses the first one's buffer");
+        assert_eq!(short.len(), BLOCK_SIZE_BYTES);
+        assert!(short[HEADER_SIZE + 100..].iter().all(|&byte| byte == 0), "padding is zeros");
+    }
 }

@@ -6,6 +6,7 @@
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
@@ -160,6 +161,78 @@ impl AsRef<[u8]> for Frozen {
     }
 }
 
+/// A few large buffers kept for reuse: a buffer frozen through the shelf comes back to it when
+/// the last view of it drops. Fresh memory costs its first touch (page faults and zeroing,
+/// slow on these machines), which a buffer written once per cycle would otherwise pay every
+/// cycle. At most `kept_max` buffers wait on the shelf; more are freed.
+#[derive(Clone, Debug)]
+pub struct BufferShelf {
+    kept: Arc<Mutex<Vec<AlignedBuf>>>,
+    kept_max: usize,
+}
+
+impl BufferShelf {
+    /// An empty shelf that keeps at most `kept_max` buffers.
+    #[must_use]
+    pub fn new(kept_max: usize) -> Self {
+        Self { kept: Arc::default(), kept_max }
+    }
+
+    /// An empty buffer of at least `capacity_bytes`, aligned to `alignment_bytes`: a kept one
+    /// (its bytes are old contents, which the caller overwrites or zeroes), else a new zeroed
+    /// one rounded up to a power of two, so that the sizes kept settle.
+    #[must_use]
+    pub fn take(&self, capacity_bytes: usize, alignment_bytes: usize) -> AlignedBuf {
+        let mut kept = self.kept.lock().expect("shelf lock");
+        let fits = kept
+            .iter()
+            .position(|buf| buf.capacity() >= capacity_bytes && buf.alignment() == alignment_bytes);
+        match fits {
+            Some(index) => {
+                let mut buf = kept.swap_remove(index);
+                buf.len = 0;
+                buf
+            }
+            None => AlignedBuf::zeroed(capacity_bytes.next_power_of_two(), alignment_bytes),
+        }
+    }
+
+    /// Turns `buf` into [`Bytes`] without copying, as [`AlignedBuf::freeze`] does; the buffer
+    /// returns to the shelf once the last view of it drops.
+    #[must_use]
+    pub fn freeze(&self, buf: AlignedBuf) -> Bytes {
+        Bytes::from_owner(Shelved { buf: Some(buf), shelf: self.clone() })
+    }
+
+    /// Buffers waiting on the shelf.
+    #[must_use]
+    pub fn kept(&self) -> usize {
+        self.kept.lock().expect("shelf lock").len()
+    }
+}
+
+/// The owner behind a buffer frozen through a [`BufferShelf`].
+struct Shelved {
+    buf: Option<AlignedBuf>,
+    shelf: BufferShelf,
+}
+
+impl AsRef<[u8]> for Shelved {
+    fn as_ref(&self) -> &[u8] {
+        self.buf.as_ref().map_or(&[], AlignedBuf::as_slice)
+    }
+}
+
+impl Drop for Shelved {
+    fn drop(&mut self) {
+        let Some(buf) = self.buf.take() else { return };
+        let mut kept = self.shelf.kept.lock().expect("shelf lock");
+        if kept.len() < self.shelf.kept_max {
+            kept.push(buf);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +256,31 @@ mod tests {
         let tail = frozen.slice(1..3);
         drop(frozen);
         assert_eq!(&tail[..], b"el");
+    }
+
+    #[test]
+    fn a_shelved_buffer_comes_back_once_its_last_view_drops() {
+        let shelf = BufferShelf::new(1);
+        let mut buf = shelf.take(5000, 4096);
+        assert_eq!(buf.capacity(), 8192, "rounded up to a power of two");
+        buf.extend_from_slice(b"cycle one");
+        let start = buf.as_ptr();
+        let frozen = shelf.freeze(buf);
+        let view = frozen.slice(0..5);
+        drop(frozen);
+        assert_eq!(shelf.kept(), 0, "a view still reads it");
+        assert_eq!(&view[..], b"cycle");
+        drop(view);
+        assert_eq!(shelf.kept(), 1);
+        let again = shelf.take(8192, 4096);
+        assert_eq!(again.as_ptr(), start, "the same memory, not a new allocation");
+        assert!(again.is_empty());
+        assert_eq!(shelf.take(8192, 4096).as_ptr() as usize % 4096, 0, "a new one when none waits");
+        // Past `kept_max`, buffers handed back are freed.
+        let (one, two) = (shelf.take(4096, 4096), shelf.take(4096, 4096));
+        drop((shelf.freeze(one), shelf.freeze(two)));
+        assert_eq!(shelf.kept(), 1);
+        assert!(shelf.take(1 << 20, 4096).capacity() >= 1 << 20, "too small ones are not used");
     }
 
     #[test]
