@@ -350,6 +350,7 @@ fn persisted_64k_bench(c: &mut Criterion, name: &str, recycled_segment_bytes: Op
     let mut rt = runtime();
     let mut store: Option<(tempfile::TempDir, ShardStore<UringStorage>)> = None;
     let mut appended = 0u64;
+    let mut latencies_us: Vec<u64> = Vec::new();
     group.bench_function(name, |b| {
         b.iter_custom(|iterations| {
             let mut elapsed = Duration::ZERO;
@@ -393,7 +394,9 @@ fn persisted_64k_bench(c: &mut Criterion, name: &str, recycled_segment_bytes: Op
                 for _ in 0..iterations {
                     let start = Instant::now();
                     for _ in 0..appends_per_iteration {
+                        let append_start = Instant::now();
                         append_and_flush(shard).await;
+                        latencies_us.push(append_start.elapsed().as_micros() as u64);
                     }
                     elapsed += start.elapsed();
                 }
@@ -404,7 +407,22 @@ fn persisted_64k_bench(c: &mut Criterion, name: &str, recycled_segment_bytes: Op
     });
     group.finish();
     drop(store);
+    print_latencies(name, &mut latencies_us);
     io.print(name);
+}
+
+/// Prints the percentiles of append→durable latencies, in microseconds.
+fn print_latencies(name: &str, latencies_us: &mut [u64]) {
+    latencies_us.sort_unstable();
+    if let Some(&max) = latencies_us.last() {
+        let p = |q: f64| latencies_us[((latencies_us.len() - 1) as f64 * q) as usize];
+        println!(
+            "{name} append->durable latency: p50 {} us, p99 {} us, p99.9 {} us, max {max} us",
+            p(0.5),
+            p(0.99),
+            p(0.999),
+        );
+    }
 }
 
 /// What a benchmark's appends cost the disk, summed over its runs: the figures that say how
@@ -510,16 +528,7 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
     });
     group.finish();
     drop(store);
-    latencies_us.sort_unstable();
-    if !latencies_us.is_empty() {
-        let p = |q: f64| latencies_us[((latencies_us.len() - 1) as f64 * q) as usize];
-        println!(
-            "persisted_64_partitions_16k append->durable latency: p50 {} us, p99 {} us, max {} us",
-            p(0.5),
-            p(0.99),
-            latencies_us[latencies_us.len() - 1],
-        );
-    }
+    print_latencies("persisted_64_partitions_16k", &mut latencies_us);
     io.print("persisted_64_partitions_16k");
 }
 

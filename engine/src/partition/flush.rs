@@ -8,6 +8,7 @@
 //! the clean, retryable "storage full"; any other failure leaves the log fail-stop.
 
 use std::collections::BTreeMap;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -20,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::join::{Latch, join_all};
 use crate::ready::READY_STEP_MIN_BYTES;
 use crate::segment::{SPARE_NAME, log_name};
-use crate::storage::{BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile, copy_io_error};
+use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile, copy_io_error};
 use crate::superblock::Durability;
 
 /// The largest single write a flush issues: longer runs are split so that several writes are
@@ -35,6 +36,21 @@ pub(super) const STEP_GROW_JOBS_MAX: u32 = 4;
 /// A new step ahead asked for only after this many jobs: the step was larger than the rate
 /// needs, and halves.
 const STEP_SHRINK_JOBS_MIN: u32 = 256;
+/// [`STEP_GROW_JOBS_MAX`] for a step a direct job writes with zeros. Such a step costs its
+/// first sync the allocation of its blocks, once, so it grows until half of it lasts more than
+/// this many jobs (16 MiB for 64 KiB appends): the append that pays for a step then falls
+/// beyond the 99th percentile (measured: 64 here keeps p99 below the reserving path's, 16
+/// quadruples it; docs/benchmarks.md, "Zeros ahead for the direct path").
+const ZEROED_STEP_GROW_JOBS_MAX: u32 = 64;
+/// The largest step a direct job writes with zeros: the job waits for them, so this bounds the
+/// wait of the append that pays for a step (16 MiB: ~8 ms at this disk's bandwidth).
+const ZEROED_STEP_BYTES_MAX: u64 = 16 << 20;
+/// A direct job that writes at most this much writes its step ahead with zeros. Zeros spare
+/// every later sync the allocation of the blocks it covers (a fixed cost per sync, ~0.2 ms
+/// here) but write every byte of the log twice: worth it while a job's own bytes take less
+/// time to write than that allocation costs, never for a log that streams large batches at
+/// the disk's bandwidth (docs/benchmarks.md, "Zeros ahead for the direct path").
+const ZERO_FILL_JOB_BYTES_MAX: u64 = 256 << 10;
 
 /// The outcome of one partition's writes in a flush cycle.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -69,6 +85,11 @@ struct Reserve {
     /// The job's own writes land here: without it nothing of the job may be written. Otherwise
     /// it is the step ahead of the tail, whose failure is the clean "storage full".
     needed: bool,
+    /// Written with zeros rather than reserved: a direct job's step ahead. Its blocks are then
+    /// written on file, so the syncs of the appends that later land there commit no block
+    /// allocation (a segment sync is on the acknowledgement path of the direct form; docs/
+    /// storage-format.md, "Space ahead of the tail").
+    zero_fill: bool,
 }
 
 /// The I/O of one group's part of a flush cycle, owning everything it touches so appends can
@@ -227,8 +248,18 @@ impl<S: Storage> FlushJob<S> {
                 .expect("every written segment has a file")
         };
         for reserve in &self.reserves {
-            let Reserve { base_offset, from_bytes, to_bytes, needed } = *reserve;
+            let Reserve { base_offset, from_bytes, to_bytes, needed, zero_fill } = *reserve;
             let result = match base_offset {
+                Some(base) if zero_fill => {
+                    let written = write_zeros(file_of(base).as_ref(), from_bytes, to_bytes).await;
+                    outcome.bytes_written += to_bytes - from_bytes;
+                    written.map_err(|e| {
+                        Error::preparing(
+                            format!("writing zeros ahead in group {} segment", self.group),
+                            e,
+                        )
+                    })
+                }
                 Some(base) => {
                     file_of(base).allocate(from_bytes, to_bytes - from_bytes).await.map_err(|e| {
                         Error::preparing(
@@ -279,7 +310,8 @@ impl<S: Storage> FlushJob<S> {
         for result in results {
             result.map_err(|e| Error::io(format!("writing group {} segment", self.group), e))?;
         }
-        outcome.bytes_written = self.writes.iter().map(|(_, _, bytes)| bytes.len() as u64).sum();
+        outcome.bytes_written +=
+            self.writes.iter().map(|(_, _, bytes)| bytes.len() as u64).sum::<u64>();
         if let Some(bases) = &self.sync
             && !self.sync_by_filesystem
         {
@@ -429,6 +461,16 @@ impl<S: Storage> PartitionLog<S> {
         // of space; and space is made ready ahead of the tail in steps, so that running out of
         // it surfaces cleanly while the space already ready still takes the writes.
         let mut reserves = self.reservations(chunks, &create);
+        let job_bytes = self.appended_bytes - self.submitted_appended_bytes;
+        if direct && job_bytes <= ZERO_FILL_JOB_BYTES_MAX {
+            for reserve in reserves.iter_mut().filter(|r| {
+                r.base_offset.is_some()
+                    && !r.needed
+                    && r.to_bytes - r.from_bytes <= ZEROED_STEP_BYTES_MAX
+            }) {
+                reserve.zero_fill = true;
+            }
+        }
         if self.storage_full && !retrying {
             // Until the next retry, only writes that need no new space go out.
             if !write_data || reserves.iter().any(|reserve| reserve.needed) {
@@ -469,7 +511,7 @@ impl<S: Storage> PartitionLog<S> {
             self.ready_held_bytes += claimed;
         }
         if reserves.iter().any(|reserve| reserve.base_offset.is_some() && !reserve.needed) {
-            self.adapt_ready_step();
+            self.adapt_ready_step(reserves.iter().any(|reserve| reserve.zero_fill));
         }
         let done = Rc::new(Latch::default());
         let after = self.tail_in_flight.clone().filter(|tail| !tail.latch.is_open());
@@ -774,6 +816,7 @@ impl<S: Storage> PartitionLog<S> {
                     from_bytes: from,
                     to_bytes: to,
                     needed: true,
+                    zero_fill: false,
                 });
             }
         }
@@ -785,6 +828,7 @@ impl<S: Storage> PartitionLog<S> {
                 from_bytes: from,
                 to_bytes: to,
                 needed: false,
+                zero_fill: false,
             });
         }
         if let Some((from, to)) = self.spare_step(available) {
@@ -793,6 +837,7 @@ impl<S: Storage> PartitionLog<S> {
                 from_bytes: from,
                 to_bytes: to,
                 needed: false,
+                zero_fill: false,
             });
         }
         reserves
@@ -840,14 +885,21 @@ impl<S: Storage> PartitionLog<S> {
     /// `ready_ahead_bytes`) when half the last one lasted only a few jobs, halved (down to
     /// [`READY_STEP_MIN_BYTES`]) when it lasted many, so a partition that writes a trickle holds
     /// little space ahead and a busy one reserves rarely.
-    fn adapt_ready_step(&mut self) {
+    fn adapt_ready_step(&mut self, zeroed: bool) {
         let max = self.shared.ready_ahead_bytes;
         let min = READY_STEP_MIN_BYTES.min(max);
-        if self.jobs_since_step <= STEP_GROW_JOBS_MAX {
+        let (grow_jobs_max, max) = if zeroed {
+            (ZEROED_STEP_GROW_JOBS_MAX, max.min(ZEROED_STEP_BYTES_MAX.max(min)))
+        } else {
+            (STEP_GROW_JOBS_MAX, max)
+        };
+        if self.jobs_since_step <= grow_jobs_max {
             self.ready_step_bytes = (self.ready_step_bytes * 2).min(max);
         } else if self.jobs_since_step >= STEP_SHRINK_JOBS_MIN {
             self.ready_step_bytes = (self.ready_step_bytes / 2).max(min);
         }
+        // A step grown while the log streamed large batches comes down at once.
+        self.ready_step_bytes = self.ready_step_bytes.min(max);
         self.ready_step_bytes -= self.ready_step_bytes % BLOCK_SIZE_BYTES as u64;
         self.jobs_since_step = 0;
     }
@@ -900,6 +952,25 @@ impl<S: Storage> PartitionLog<S> {
         let block = BLOCK_SIZE_BYTES as u64;
         self.config.segment_size_bytes.next_multiple_of(block) + block
     }
+}
+
+/// Writes zeros over `[from_bytes, to_bytes)` (block-aligned) of `file`, in pieces of at most
+/// [`WRITE_PIECE_BYTES`], all in flight at once.
+async fn write_zeros<F: StorageFile>(file: &F, from_bytes: u64, to_bytes: u64) -> io::Result<()> {
+    let block = BLOCK_SIZE_BYTES as u64;
+    assert!(from_bytes.is_multiple_of(block) && to_bytes.is_multiple_of(block));
+    let piece = (to_bytes - from_bytes).min(WRITE_PIECE_BYTES as u64) as usize;
+    let mut zeros = AlignedBuf::zeroed(piece, BLOCK_SIZE_BYTES);
+    zeros.set_len(piece);
+    let zeros = zeros.freeze();
+    let pieces = (from_bytes..to_bytes).step_by(piece).map(|position| {
+        let len = (to_bytes - position).min(piece as u64) as usize;
+        file.write_at(zeros.slice(..len), position)
+    });
+    for result in join_all(pieces.collect()).await {
+        result?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -962,5 +1033,50 @@ mod tests {
         shard.group_mut(GROUP).unwrap().finish_flush(done).unwrap();
         let log = shard.group_mut(GROUP).unwrap();
         assert_eq!(sim.block_on(log.read_offset(0, usize::MAX)).unwrap().len(), 2);
+    }
+
+    /// A direct job that carries little writes its step ahead with zeros (so the syncs of the
+    /// appends that land there later allocate no blocks); one that carries much, as a log
+    /// streaming large batches does, only reserves it.
+    #[test]
+    fn a_small_direct_job_writes_its_step_ahead_with_zeros_and_a_large_one_reserves_it() {
+        let sim = Sim::new(1, SimConfig::default());
+        let (mut shard, _) = sim
+            .block_on(ShardStore::open(sim.storage(), Path::new("/d"), ShardConfig::small()))
+            .unwrap();
+        let config = GroupConfig {
+            durability: Durability::Persisted,
+            record_size_bytes_max: 64 << 10,
+            ..GroupConfig::default()
+        };
+        sim.block_on(shard.create_group(GROUP, config)).unwrap();
+        let direct_job = |shard: &mut ShardStore<SimStorage>, appends: usize| {
+            for _ in 0..appends {
+                append(shard, 30);
+            }
+            let log = shard.group_mut(GROUP).unwrap();
+            let data_end = written_extent_end(log.segments.last().unwrap().end_bytes);
+            let job = log.begin_flush(false, true).expect("a direct job");
+            let step = job.reserves.iter().find(|reserve| !reserve.needed).copied();
+            let done = sim.block_on(job.run());
+            let bytes_written = done.outcome.bytes_written;
+            shard.group_mut(GROUP).unwrap().finish_flush(done).unwrap();
+            (step, data_end, bytes_written)
+        };
+        // About 60 KB: the first job of the log also reserves the step ahead, with zeros.
+        let (step, data_end, bytes_written) = direct_job(&mut shard, 1);
+        let step = step.expect("the first job makes a step ahead ready");
+        assert!(step.zero_fill && step.from_bytes >= data_end);
+        assert!(bytes_written >= data_end + (step.to_bytes - step.from_bytes));
+        // About 300 KB in one job, until a step is due again: reserved, not written.
+        let large = loop {
+            let (step, _, _) = direct_job(&mut shard, 5);
+            if let Some(step) = step {
+                break step;
+            }
+        };
+        assert!(!large.zero_fill);
+        let log = shard.group_mut(GROUP).unwrap();
+        assert!(!sim.block_on(log.read_offset(0, usize::MAX)).unwrap().is_empty());
     }
 }
