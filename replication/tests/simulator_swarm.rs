@@ -313,12 +313,13 @@ const RETENTION_REGRESSIONS: &[(u64, u8)] = &[
     (5_000_200, 3),
     // Passes; with `canary-refute-any-head` (a kept log-view head taken as proof whether or
     // not it lies below the op) a view change drops an op that had committed, and the
-    // idempotent producer's next request is refused as out of sequence (group 1, tick 10,110).
-    // (Seeds 97, 249, 628, 680, 696 and then 240 caught it until the hand-over work, repair's
-    // round deadlines, the write buffer's size classes, the batch cache, the direct persisted
-    // path and the split of writes across written and reserved blocks changed every trace;
-    // `scripts/sim-soak` with the canary's shoal-sim finds the next one.)
-    (222, 3),
+    // idempotent producer's next request is refused as out of sequence (group 1, tick 18,278).
+    // (Seeds 97, 249, 628, 680, 696, 240 and then 222 caught it until the hand-over work,
+    // repair's round deadlines, the write buffer's size classes, the batch cache, the direct
+    // persisted path, the split of writes across written and reserved blocks and the zeros
+    // ahead of direct jobs changed every trace; `scripts/sim-soak` with the canary's shoal-sim
+    // finds the next one.)
+    (1_450, 3),
     // A new primary of log view 16 that had restarted, beside a replica of log view 15 that
     // held ops 363 and 364 and one whose log was cut to empty, could neither refute nor find
     // them and waited for good; the merge now finds them on the lower log view's replica.
