@@ -39,8 +39,8 @@ const STEP_SHRINK_JOBS_MIN: u32 = 256;
 /// [`STEP_GROW_JOBS_MAX`] for a step a direct job writes with zeros. Such a step costs its
 /// first sync the allocation of its blocks, once, so it grows until half of it lasts more than
 /// this many jobs (16 MiB for 64 KiB appends): the append that pays for a step then falls
-/// beyond the 99th percentile (measured: 64 here keeps p99 below the reserving path's, 16
-/// quadruples it; docs/benchmarks.md, "Zeros ahead for the direct path").
+/// beyond the 99th percentile (measured: 64 keeps p99 near the reserving path's, 16 triples it;
+/// docs/benchmarks.md, "Zeros ahead for the direct path").
 const ZEROED_STEP_GROW_JOBS_MAX: u32 = 64;
 /// The largest step a direct job writes with zeros: the job waits for them, so this bounds the
 /// wait of the append that pays for a step (16 MiB: ~8 ms at this disk's bandwidth).
@@ -252,7 +252,9 @@ impl<S: Storage> FlushJob<S> {
             let result = match base_offset {
                 Some(base) if zero_fill => {
                     let written = write_zeros(file_of(base).as_ref(), from_bytes, to_bytes).await;
-                    outcome.bytes_written += to_bytes - from_bytes;
+                    if written.is_ok() {
+                        outcome.bytes_written += to_bytes - from_bytes;
+                    }
                     written.map_err(|e| {
                         Error::preparing(
                             format!("writing zeros ahead in group {} segment", self.group),
