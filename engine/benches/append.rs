@@ -492,6 +492,12 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
         b.iter_custom(|iterations| {
             let mut elapsed = Duration::ZERO;
             rt.block_on(async {
+                let run_cycle = async |shard: &mut ShardStore<UringStorage>| {
+                    for group in 1..=PARTITIONS {
+                        append_one(shard, group, &batch);
+                    }
+                    shard.flush().await.expect("flush");
+                };
                 if store.is_none() {
                     // Untimed: as much as the 64 KiB benchmarks' warm-up (`WARM_UP_APPENDS_64K`).
                     let dir = bench_dir();
@@ -499,10 +505,7 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
                     let warm_up_cycles =
                         (WARM_UP_APPENDS_64K * 64 / PARTITIONS / kib as u64).max(1);
                     for _ in 0..warm_up_cycles {
-                        for group in 1..=PARTITIONS {
-                            append_one(&mut shard, group, &batch);
-                        }
-                        shard.flush().await.expect("flush");
+                        run_cycle(&mut shard).await;
                     }
                     store = Some((dir, shard));
                 }
@@ -513,10 +516,7 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
                     let start = Instant::now();
                     for _ in 0..cycles_per_iteration {
                         let cycle_start = Instant::now();
-                        for group in 1..=PARTITIONS {
-                            append_one(shard, group, &batch);
-                        }
-                        shard.flush().await.expect("flush");
+                        run_cycle(shard).await;
                         latencies_us.push(cycle_start.elapsed().as_micros() as u64);
                     }
                     elapsed += start.elapsed();

@@ -226,10 +226,7 @@ impl<S: Storage> FlushJob<S> {
                 // A recycled spare may hold a retired segment's marks there: zeros replace them.
                 // The trailer is beyond the space made ready, and optional: when it cannot be
                 // written (a full disk), the segment takes the journal path until it rolls.
-                let mut zeros =
-                    crate::storage::AlignedBuf::zeroed(TRAILER_BYTES as usize, BLOCK_SIZE_BYTES);
-                zeros.set_len(TRAILER_BYTES as usize);
-                if file.write_at(zeros.freeze(), at).await.is_ok() {
+                if write_zeros(file.as_ref(), at, at + TRAILER_BYTES).await.is_ok() {
                     trailers.push(*base);
                 }
             }
@@ -990,6 +987,18 @@ mod tests {
 
     const GROUP: u64 = 1;
 
+    /// A simulated shard (small profile) with group `GROUP` of `durability`.
+    fn open_with_group(durability: Durability) -> (Sim, ShardStore<SimStorage>) {
+        let sim = Sim::new(1, SimConfig::default());
+        let (mut shard, _) = sim
+            .block_on(ShardStore::open(sim.storage(), Path::new("/d"), ShardConfig::small()))
+            .unwrap();
+        let config =
+            GroupConfig { durability, record_size_bytes_max: 64 << 10, ..GroupConfig::default() };
+        sim.block_on(shard.create_group(GROUP, config)).unwrap();
+        (sim, shard)
+    }
+
     fn append(shard: &mut ShardStore<SimStorage>, records: u32) -> u64 {
         let mut builder = BatchBuilder::new(1);
         for _ in 0..records {
@@ -1007,16 +1016,7 @@ mod tests {
     /// that each piece is one kind of extent and ext4 issues it inline.
     #[test]
     fn a_write_over_written_and_reserved_blocks_is_split_where_the_written_ones_end() {
-        let sim = Sim::new(1, SimConfig::default());
-        let (mut shard, _) = sim
-            .block_on(ShardStore::open(sim.storage(), Path::new("/d"), ShardConfig::small()))
-            .unwrap();
-        let config = GroupConfig {
-            durability: Durability::Replicated,
-            record_size_bytes_max: 64 << 10,
-            ..GroupConfig::default()
-        };
-        sim.block_on(shard.create_group(GROUP, config)).unwrap();
+        let (sim, mut shard) = open_with_group(Durability::Replicated);
         let first_end = append(&mut shard, 3);
         sim.block_on(shard.flush()).unwrap();
         let written_end = written_extent_end(first_end);
@@ -1042,16 +1042,7 @@ mod tests {
     /// streaming large batches does, only reserves it.
     #[test]
     fn a_small_direct_job_writes_its_step_ahead_with_zeros_and_a_large_one_reserves_it() {
-        let sim = Sim::new(1, SimConfig::default());
-        let (mut shard, _) = sim
-            .block_on(ShardStore::open(sim.storage(), Path::new("/d"), ShardConfig::small()))
-            .unwrap();
-        let config = GroupConfig {
-            durability: Durability::Persisted,
-            record_size_bytes_max: 64 << 10,
-            ..GroupConfig::default()
-        };
-        sim.block_on(shard.create_group(GROUP, config)).unwrap();
+        let (sim, mut shard) = open_with_group(Durability::Persisted);
         let direct_job = |shard: &mut ShardStore<SimStorage>, appends: usize| {
             for _ in 0..appends {
                 append(shard, 30);
