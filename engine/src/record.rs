@@ -64,6 +64,20 @@ pub enum RecordFault {
     },
 }
 
+impl RecordFault {
+    /// Whether the bytes were a record that is now damaged (torn, or hit by latent damage),
+    /// rather than the end of data: zeros, or a valid record that belongs elsewhere.
+    pub fn is_damage(&self) -> bool {
+        match self {
+            RecordFault::Short
+            | RecordFault::BadHeader(_)
+            | RecordFault::TooLarge { .. }
+            | RecordFault::BadBody => true,
+            RecordFault::Zeroed | RecordFault::Foreign | RecordFault::ChainBreak { .. } => false,
+        }
+    }
+}
+
 impl std::fmt::Display for RecordFault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

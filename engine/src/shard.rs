@@ -1287,6 +1287,25 @@ impl<S: Storage> ShardStore<S> {
         Ok(recovery)
     }
 
+    /// Holds every op past `group`'s head faulty, durably (the damage marker, as a cut leaves
+    /// it) before it returns where the faulty suffix begins, when recovery found the group's
+    /// torn window ending in a damaged record past its head ([`GroupRecovery::torn_record_op`]).
+    /// That record may be the newest synced one, hit by latent damage before a later sync mark
+    /// announced it: its replica may have acknowledged it, so it must never nack it, nor, after
+    /// another restart finds only zeros there, forget that it may have. Like
+    /// [`ShardStore::cut_damaged`], only for a group with peers, and before its replica starts.
+    pub async fn hold_torn_tail_faulty(&mut self, group: u64) -> Result<u64> {
+        self.check_serving()?;
+        let log = self.groups.get_mut(&group).ok_or_else(|| unknown(group))?;
+        let from = log.mark_damaged_past_head();
+        let slots = self.slots();
+        if let Err(error) = self.superblock.write(slots).await {
+            return Err(self.fail(error));
+        }
+        self.slots_dirty.remove(&group);
+        Ok(from)
+    }
+
     /// `group`'s damage marker ([`GroupSlot::damaged_from`]) as a crash would find it: the
     /// group's own, or, while its clear is not yet in a durable superblock, the one the
     /// superblock still holds (a restart brings that one back). None when neither is set.

@@ -243,9 +243,16 @@ fn crash_torn_tail_is_cut_and_persisted_prepares_come_back_from_the_journal() {
         }
         let persisted = report.groups.iter().find(|g| g.group == PERSISTED).unwrap();
         assert!(persisted.journal_replayed > 0);
+        // The damaged record's op is reported, and the replay reached past it: nothing there
+        // can be owed (a node with peers holds faulty only what the replay did not bring back).
+        assert!(
+            persisted.torn_record_op.is_some_and(|op| op <= persisted.head_op),
+            "{persisted:?}"
+        );
         assert_reads_back_len(&mut shard, PERSISTED, 25, LEN).await;
         let replicated = report.groups.iter().find(|g| g.group == REPLICATED).unwrap();
         assert!(replicated.head_op < 25 && replicated.head_op >= 5);
+        assert_eq!(replicated.torn_record_op, Some(replicated.head_op + 1), "{replicated:?}");
         assert_eq!(replicated.faulty.suffix_from, Some(replicated.head_op + 1));
         assert_reads_back_len(&mut shard, REPLICATED, replicated.head_op, LEN).await;
     });

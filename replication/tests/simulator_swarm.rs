@@ -320,6 +320,14 @@ const RETENTION_REGRESSIONS: &[(u64, u8)] = &[
     // ahead of direct jobs changed every trace; `scripts/sim-soak` with the canary's shoal-sim
     // finds the next one.)
     (1_450, 3),
+    // A backup acknowledged op 546 in view 6 (synced, its sync mark not yet written) and had
+    // a process crash; latent damage then hit that record, which its restart took for a torn
+    // write: it nacked the op with the backup that lacked it, and view 10 prepared another op
+    // 546 (committed prefixes diverged). A damaged record past the head of a `persisted` torn
+    // window is now held faulty, durably (`ShardStore::hold_torn_tail_faulty`).
+    (1_545, 3),
+    // The same knobs; the same cause, seen as a group that never recovered its liveness.
+    (1_326, 3),
     // A new primary of log view 16 that had restarted, beside a replica of log view 15 that
     // held ops 363 and 364 and one whose log was cut to empty, could neither refute nor find
     // them and waited for good; the merge now finds them on the lower log view's replica.

@@ -11,7 +11,8 @@
 //! Canary: `cargo test -p shoal-replication --features canary-truncate-faulty --test
 //! storage_faults` must fail `a_damaged_op_is_faulty_so_a_view_change_keeps_it` (the cut forgets
 //! the ops were there, the damaged backup nacks the op it acknowledged, and view 1 drops a
-//! committed write).
+//! committed write) and `a_damaged_newest_synced_op_is_faulty_before_a_mark_announces_it` (the
+//! same, for damage that reads as a torn tail).
 
 mod common;
 
@@ -120,6 +121,69 @@ fn a_damaged_op_is_faulty_so_a_view_change_keeps_it() -> Result<(), Violation> {
             r.op()
         );
     }
+    cluster.restart(old)?;
+    wait(&mut cluster, 3_000, "a new view starts", |c| {
+        c.primary(GROUP).is_some_and(|p| replica(c, p).view() > 0)
+    })?;
+    let primary = cluster.primary(GROUP).expect("checked");
+    let kept = replica(&cluster, primary).header(acked).map(|h| h.checksum_header);
+    assert_eq!(kept, Some(checksum), "the new view dropped acknowledged op {acked}");
+    finish(&mut cluster)
+}
+
+/// DESIGN.md §3 with §4: a `persisted` backup acknowledges an op once it is synced, and the
+/// sync mark that announces that sync only comes with a later write. Latent damage to that
+/// newest synced record, found at the restart after a process crash, reads like a torn write:
+/// the backup must hold the op faulty rather than absent (and durably so, since the torn
+/// window it cuts reads as zeros at the next restart), or with the backup that missed the op it
+/// makes a nack quorum and a new view drops a committed write (simulator seed 1,545 with
+/// retention did exactly that). `canary-truncate-faulty` takes the damaged tail for an
+/// unsynced write, and this test fails.
+#[test]
+fn a_damaged_newest_synced_op_is_faulty_before_a_mark_announces_it() -> Result<(), Violation> {
+    let mut cluster = cluster(43, Mode::Persisted, 1);
+    let (old, missed_it, damaged) = (primary_of(0), primary_of(1), primary_of(2));
+    cluster.run_ticks(100)?;
+    cluster.set_link(old, missed_it, false);
+    // The crash comes the tick the backup's engine makes an op durable that the cut-off backup
+    // lacks: before any later write could carry its mark.
+    wait(&mut cluster, 300, "the backup synced an op the cut-off backup lacks", |c| {
+        c.durable_op(damaged, GROUP).is_some_and(|op| op > replica(c, missed_it).op())
+    })?;
+    let acked = cluster.durable_op(damaged, GROUP).expect("checked");
+    cluster.crash(damaged, false);
+    wait(&mut cluster, 300, "the op commits on the backup's acknowledgement", |c| {
+        c.acknowledged_ops(GROUP).contains(&acked)
+    })?;
+    let checksum = replica(&cluster, old).header(acked).expect("committed").checksum_header;
+    cluster.crash(old, false);
+    assert!(cluster.corrupt_op(damaged, GROUP, acked), "op {acked} is durable on the backup");
+    cluster.restart(damaged)?;
+    // Before the restarted backup can take part in a view, a crash brings it back once more:
+    // the cut tail is zeros now, and only the durable marker remembers the op may be owed.
+    cluster.crash(damaged, false);
+    cluster.restart(damaged)?;
+    let r = replica(&cluster, damaged);
+    assert!(r.op() < acked, "the damaged op is cut");
+    wait(&mut cluster, 3_000, "the survivors' merge stalls (or a view starts)", |c| {
+        (0..3).any(|n| {
+            c.replica(n, GROUP).is_some_and(|r| {
+                r.counters().merges_stalled > 0 || (r.status() == Status::Normal && r.view() > 0)
+            })
+        })
+    })?;
+    cluster.run_ticks(500)?;
+    for node in [missed_it, damaged] {
+        let r = replica(&cluster, node);
+        assert!(
+            r.status() != Status::Normal || r.op() >= acked,
+            "node {node} is normal in view {} without acknowledged op {acked} (op {}): the \
+             damaged backup nacked an op it had acknowledged",
+            r.view(),
+            r.op()
+        );
+    }
+    assert_eq!(replica(&cluster, damaged).faulty_from(), Some(acked), "held faulty from the op");
     cluster.restart(old)?;
     wait(&mut cluster, 3_000, "a new view starts", |c| {
         c.primary(GROUP).is_some_and(|p| replica(c, p).view() > 0)

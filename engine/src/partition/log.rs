@@ -463,6 +463,18 @@ impl<S: Storage> PartitionLog<S> {
         self.damaged_from
     }
 
+    /// Marks every op past the head faulty, and sets the damage marker there unless an older
+    /// one lies lower: the marker without a cut, for a chain recovery already ended at a damaged
+    /// record. Durable once the shard writes the slot. Returns where the faulty suffix begins.
+    pub fn mark_damaged_past_head(&mut self) -> u64 {
+        if self.damaged_from == 0 {
+            self.damaged_from = self.next.op;
+        }
+        let from = self.faulty_ops.suffix_from.map_or(self.next.op, |f| f.min(self.next.op));
+        self.faulty_ops.suffix_from = Some(from);
+        from
+    }
+
     /// Forgets the damage cut once the owner holds its ops again; true when there was one (the
     /// shard then writes the slot). The owner calls it only once everything it appended is
     /// durable, so a crash can never leave the ops missing with the marker gone.

@@ -37,6 +37,11 @@ pub struct GroupRecovery {
     pub journal_replayed: u64,
     /// Where the torn tail was cut, and why (a torn tail is ordinary).
     pub torn_tail: Option<(PathBuf, u64, String)>,
+    /// The op the torn window's first invalid record would have held, when that record is
+    /// damaged bytes rather than zeros or stale data. The newest synced record, before a later
+    /// sync mark announces it, reads the same when latent damage hits it: a replica with peers
+    /// holds the ops from here faulty (see `ShardStore::hold_torn_tail_faulty`).
+    pub torn_record_op: Option<u64>,
     /// Damage before the torn window: the group refuses service.
     pub corruption: Option<Corruption>,
     /// Where a damage cut ([`PartitionLog::recover_cut`]) ended the chain, and why.
@@ -482,6 +487,9 @@ impl<S: Storage> PartitionLog<S> {
                         // first record of a fresh log is such a cut too.
                         let at = Some((path.to_path_buf(), 0, fault.to_string()));
                         report.torn_tail = report.torn_tail.take().or(at);
+                        if fault.is_damage() {
+                            report.torn_record_op = report.torn_record_op.or(Some(next.op));
+                        }
                         false
                     }
                 };
@@ -581,6 +589,9 @@ impl<S: Storage> PartitionLog<S> {
                     report.records_scanned += 1;
                 }
                 Err(fault) => {
+                    if fault.is_damage() {
+                        report.torn_record_op = Some(next.op);
+                    }
                     if !matches!(fault, RecordFault::Zeroed) {
                         report.torn_tail = Some((path.to_path_buf(), position, fault.to_string()));
                     }

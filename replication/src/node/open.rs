@@ -92,6 +92,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         let group = recovery.group;
         let mut faulty_from = recovery.faulty.suffix_from;
         let Some(log) = self.store.group_mut(group) else { return Ok(None) };
+        let persisted = log.config().durability == Durability::Persisted;
         if let Some(reason) = log.faulty_reason() {
             let reason = reason.to_string();
             // Damage before the torn window: a group with peers cuts it and repairs from
@@ -110,6 +111,19 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                     return Ok(None);
                 }
             }
+        } else if persisted
+            && self.has_peers()
+            && recovery.torn_record_op.is_some_and(|op| op > recovery.head_op)
+            // Canary (DESIGN.md §7): the damaged tail is taken for an unsynced write, so the
+            // replica may nack an op it acknowledged.
+            && !cfg!(feature = "canary-truncate-faulty")
+        {
+            // A `persisted` replica acknowledges an op once it is synced, and the mark that
+            // announces that sync comes with a later write: a damaged record past the head may
+            // be a synced op that latent damage hit before its mark, as well as a torn write.
+            let from = self.store.hold_torn_tail_faulty(group).await?;
+            self.counters.torn_tails_held_faulty += 1;
+            faulty_from = min_faulty(faulty_from, Some(from));
         }
         let headers = match self.newest_headers(group).await {
             Ok(headers) => headers,

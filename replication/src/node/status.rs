@@ -61,6 +61,9 @@ pub struct NodeCounters {
     pub producer_ops_replayed: u64,
     /// Damage cuts made (protocol-aware recovery, at open or after a read found damage).
     pub damage_cuts: u64,
+    /// Groups whose `persisted` log's torn window ended in a damaged record past its head,
+    /// held faulty from there at open (it may have been a synced, acknowledged op).
+    pub torn_tails_held_faulty: u64,
     /// Groups reopened because a read while serving a peer found damage.
     pub groups_reopened: u64,
     /// Damage cuts whose ops the replica got back from peers (the marker cleared).

@@ -174,6 +174,12 @@ impl Cluster {
         Some(self.nodes[node].node.as_ref()?.store().group(group)?.first_op())
     }
 
+    /// The newest op of `group` node `node`'s engine knows durable (synced), when the node is up
+    /// and holds the group.
+    pub fn durable_op(&self, node: usize, group: u64) -> Option<u64> {
+        self.nodes[node].node.as_ref()?.store().durable_op(group)
+    }
+
     /// The node layer's counters of node `node`, when it is up (they restart with the node).
     pub fn node_counters(&self, node: usize) -> Option<NodeCounters> {
         Some(self.nodes[node].node.as_ref()?.counters())
