@@ -282,8 +282,15 @@ struct DoViewChange {
 }
 
 impl DoViewChange {
+    /// Whether the sender may have acknowledged an op at `op` that it no longer holds. Above
+    /// the head of a complete log there is none: its sender has been normal in its log view
+    /// since its last restart, and acknowledges only what it appended there, which its headers
+    /// show; an op of an older view above that head is one its log view's start already
+    /// judged uncommitted. So a faulty suffix that a damage cut (or a torn tail) began, then
+    /// a StartView covered, makes its sender faulty only up to its head: it can nack what lies
+    /// beyond, and a second replica's faulty suffix does not stall the merge (seed 505).
     fn faulty(&self, op: u64) -> bool {
-        self.faulty_from.is_some_and(|from| op >= from)
+        self.faulty_from.is_some_and(|from| op >= from) && !(self.log_complete && op > self.op)
     }
 
     /// Whether the sender provably never acknowledged `header` at `op` (DESIGN.md §4): it was
@@ -760,7 +767,9 @@ impl Replica {
     }
 
     /// Hands a restarted replica its producer table, which its driver rebuilt from storage: the
-    /// table as of some op at or below [`Replica::commit`] (applied up to it), and the
+    /// table as of some op at or below [`Replica::commit`] (applied up to it), or past it when
+    /// the log lost committed ops that the table holds (applying them again when they return
+    /// changes nothing: [`ProducerTable::apply`] skips ops at or below its op), and the
     /// idempotence fields of the recovered ops above the commit point, which the replica holds
     /// as headers only. Call right after [`Replica::recover`], before any input.
     pub fn recover_producers(

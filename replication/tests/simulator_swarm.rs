@@ -256,6 +256,12 @@ const REGRESSIONS: &[(u64, u8)] = &[
     // as down). (Found as seed 71,000,857; since the node layer's shutdown targets changed,
     // this seed is one that fails without the rule.)
     (74_000_248, 3),
+    // Node 0's damage cut at op 112, then a StartView of view 15 up to op 204 while it repaired;
+    // node 1's power loss tore op 204, a damaged torn tail held faulty (it may have been a
+    // synced op). Two faulty suffixes, so nobody could nack op 205 and the view change waited
+    // for good. A complete log's sender (normal in its log view since its restart) is faulty
+    // only up to its head: node 0 nacks op 205 now.
+    (505, 3),
 ];
 
 /// Seeds whose runs move primaries every way a hand-over can (DESIGN.md §8): back to their
@@ -328,6 +334,12 @@ const RETENTION_REGRESSIONS: &[(u64, u8)] = &[
     (1_545, 3),
     // The same knobs; the same cause, seen as a group that never recovered its liveness.
     (1_326, 3),
+    // A damage cut took a `replicated` backup's log to op 334, below its producer snapshot, and
+    // retention had removed ops 1–315: the snapshot was refused as describing lost ops, the
+    // table was rebuilt from ops 316–334 alone, and as primary of view 21 the replica refused
+    // client 3 as `UnknownProducer`. A snapshot past the head is now trusted unless recovery
+    // is unclean: the committed ops it covers come back from peers (seed 837 did the same).
+    (227, 3),
     // A new primary of log view 16 that had restarted, beside a replica of log view 15 that
     // held ops 363 and 364 and one whose log was cut to empty, could neither refute nor find
     // them and waited for good; the merge now finds them on the lower log view's replica.

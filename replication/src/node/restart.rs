@@ -134,7 +134,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     }
 }
 
-/// A restarted group's producer table: the snapshot (when it decodes and lies within the log),
+/// A restarted group's producer table: the snapshot (when it decodes, and lies within the log
+/// or the group's committed ops will come back from peers),
 /// then every idempotent batch of the log past it up to the replica's commit point applied;
 /// and the idempotence fields of the ops above the commit point, for the replica's pipeline
 /// overlay.
@@ -146,10 +147,15 @@ async fn rebuild_producers<S: Storage>(
 ) -> EngineResult<(ProducerTable, Vec<(u64, ProducerBatch)>)> {
     let limits = replica.config().producer_limits();
     let head = log.head_op();
+    // A snapshot past the head describes committed ops this log lost (a damage cut, a power
+    // loss of a `replicated` group). Where peers hold every committed op (the recovery is not
+    // unclean), they come back unchanged, and applying them again leaves the table as it is:
+    // the snapshot is the group's state, and the only one left that knows producers whose
+    // ops retention removed (seed 227 with retention). Where recovery is unclean, those ops
+    // may be gone for good and their offsets reissued: not this log's state.
+    let trust_past_head = !replica.config().unclean_recovery;
     let mut table = match snapshot.map(|bytes| ProducerTable::decode(&bytes, limits)) {
-        // A snapshot past the head describes ops this log lost (a power loss of a `replicated`
-        // group): not this log's state.
-        Some(Ok(table)) if table.op() <= head => table,
+        Some(Ok(table)) if table.op() <= head || trust_past_head => table,
         Some(_) => {
             counters.producer_snapshots_rejected += 1;
             ProducerTable::new(limits)

@@ -54,8 +54,8 @@ pub struct NodeCounters {
     pub transfers_installed: u64,
     /// Client requests refused because their group's storage was full.
     pub storage_full_refusals: u64,
-    /// Producer table snapshots the driver handed over that did not decode or lay past the
-    /// log's head (the table was rebuilt from the log instead).
+    /// Producer table snapshots the driver handed over that did not decode, or lay past the
+    /// log's head of a group recovering uncleanly (the table was rebuilt from the log instead).
     pub producer_snapshots_rejected: u64,
     /// Prepares read back at open to rebuild producer tables.
     pub producer_ops_replayed: u64,
