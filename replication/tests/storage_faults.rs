@@ -101,34 +101,7 @@ fn a_damaged_op_is_faulty_so_a_view_change_keeps_it() -> Result<(), Violation> {
     cluster.restart(damaged)?;
     assert_eq!(cluster.node_counters(damaged).expect("up").damage_cuts, 1);
     assert!(replica(&cluster, damaged).op() < acked, "the damaged op is cut");
-    // Without the old primary nobody holds the op: the merge must wait for it, never start a
-    // view without it.
-    wait(&mut cluster, 3_000, "the survivors' merge stalls (or a view starts)", |c| {
-        (0..3).any(|n| {
-            c.replica(n, GROUP).is_some_and(|r| {
-                r.counters().merges_stalled > 0 || (r.status() == Status::Normal && r.view() > 0)
-            })
-        })
-    })?;
-    cluster.run_ticks(500)?;
-    for node in [missed_it, damaged] {
-        let r = replica(&cluster, node);
-        assert!(
-            r.status() != Status::Normal || r.op() >= acked,
-            "node {node} is normal in view {} without acknowledged op {acked} (op {}): the \
-             damaged backup nacked an op it had acknowledged",
-            r.view(),
-            r.op()
-        );
-    }
-    cluster.restart(old)?;
-    wait(&mut cluster, 3_000, "a new view starts", |c| {
-        c.primary(GROUP).is_some_and(|p| replica(c, p).view() > 0)
-    })?;
-    let primary = cluster.primary(GROUP).expect("checked");
-    let kept = replica(&cluster, primary).header(acked).map(|h| h.checksum_header);
-    assert_eq!(kept, Some(checksum), "the new view dropped acknowledged op {acked}");
-    finish(&mut cluster)
+    the_view_change_keeps(&mut cluster, (old, missed_it, damaged), acked, checksum)
 }
 
 /// DESIGN.md §3 with §4: a `persisted` backup acknowledges an op once it is synced, and the
@@ -163,9 +136,22 @@ fn a_damaged_newest_synced_op_is_faulty_before_a_mark_announces_it() -> Result<(
     // the cut tail is zeros now, and only the durable marker remembers the op may be owed.
     cluster.crash(damaged, false);
     cluster.restart(damaged)?;
-    let r = replica(&cluster, damaged);
-    assert!(r.op() < acked, "the damaged op is cut");
-    wait(&mut cluster, 3_000, "the survivors' merge stalls (or a view starts)", |c| {
+    assert_eq!(replica(&cluster, damaged).faulty_from(), Some(acked), "held faulty from the op");
+    assert!(replica(&cluster, damaged).op() < acked, "the damaged op is cut");
+    the_view_change_keeps(&mut cluster, (old, missed_it, damaged), acked, checksum)
+}
+
+/// The end both view-change scenarios share, once the old primary is down and the damaged
+/// backup has restarted without op `acked`: nobody up holds the op, so the survivors' merge
+/// must wait for it and never start a view without it; when the old primary returns, the new
+/// view keeps it, checksum for checksum.
+fn the_view_change_keeps(
+    cluster: &mut Cluster,
+    (old, missed_it, damaged): (usize, usize, usize),
+    acked: u64,
+    checksum: u32,
+) -> Result<(), Violation> {
+    wait(cluster, 3_000, "the survivors' merge stalls (or a view starts)", |c| {
         (0..3).any(|n| {
             c.replica(n, GROUP).is_some_and(|r| {
                 r.counters().merges_stalled > 0 || (r.status() == Status::Normal && r.view() > 0)
@@ -174,7 +160,7 @@ fn a_damaged_newest_synced_op_is_faulty_before_a_mark_announces_it() -> Result<(
     })?;
     cluster.run_ticks(500)?;
     for node in [missed_it, damaged] {
-        let r = replica(&cluster, node);
+        let r = replica(cluster, node);
         assert!(
             r.status() != Status::Normal || r.op() >= acked,
             "node {node} is normal in view {} without acknowledged op {acked} (op {}): the \
@@ -183,13 +169,12 @@ fn a_damaged_newest_synced_op_is_faulty_before_a_mark_announces_it() -> Result<(
             r.op()
         );
     }
-    assert_eq!(replica(&cluster, damaged).faulty_from(), Some(acked), "held faulty from the op");
     cluster.restart(old)?;
-    wait(&mut cluster, 3_000, "a new view starts", |c| {
+    wait(cluster, 3_000, "a new view starts", |c| {
         c.primary(GROUP).is_some_and(|p| replica(c, p).view() > 0)
     })?;
     let primary = cluster.primary(GROUP).expect("checked");
-    let kept = replica(&cluster, primary).header(acked).map(|h| h.checksum_header);
+    let kept = replica(cluster, primary).header(acked).map(|h| h.checksum_header);
     assert_eq!(kept, Some(checksum), "the new view dropped acknowledged op {acked}");
-    finish(&mut cluster)
+    finish(cluster)
 }
