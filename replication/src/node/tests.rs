@@ -1,6 +1,6 @@
 //! The node layer's own tests, on one node over the simulated disk: repair rationing, the
 //! bounds on peers' reads and held messages, flush cycles overlapping rounds and checkpoints,
-//! a full disk, and packets refused.
+//! a full disk, packets refused, and producer snapshots at restart.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -645,4 +645,44 @@ fn a_deleted_group_goes_with_its_queued_writes_and_its_id_comes_back_empty() {
     sim.block_on(node.run_io());
     assert_eq!(replied(&mut node), vec![(1, 3)]);
     sim.block_on(node.close()).unwrap();
+}
+
+/// A producer snapshot past the recovered log's head (a damage cut, or a power loss of a
+/// `replicated` group, took committed ops it covers): a replica with peers keeps it, since
+/// those ops come back from peers unchanged and re-applying them changes nothing; rebuilt from
+/// the log instead, the table would forget producers whose ops retention removed. A group of one
+/// recovers uncleanly (the ops may be gone for good) and refuses it.
+#[test]
+fn a_producer_snapshot_past_the_head_is_kept_unless_recovery_is_unclean() {
+    use crate::producers::{ProducerBatch, ProducerTable};
+    const PRODUCER: i64 = 7;
+    let snapshot = |limits| {
+        let mut table = ProducerTable::new(limits);
+        let batch = ProducerBatch { producer_id: PRODUCER, epoch: 0, first_seq: 0, last_seq: 0 };
+        table.apply(&batch, 50, 0, 0);
+        table.encode()
+    };
+    for peers in [true, false] {
+        let sim = Sim::new(11, SimConfig::default());
+        let node = if peers { node(&sim, 64) } else { single_node(&sim) };
+        let config = node.config;
+        let limits = node.replica(1).unwrap().config().producer_limits();
+        sim.block_on(node.close()).unwrap();
+        let shard = ShardConfig { cluster: 1, ..ShardConfig::small() };
+        let load = async |_group: u64| Some(snapshot(limits));
+        let open = Node::open_with_producer_snapshots(
+            sim.storage(),
+            Path::new("/d"),
+            shard,
+            config,
+            Sent::default(),
+            Zero,
+            3,
+            load,
+        );
+        let (node, _) = sim.block_on(open).unwrap();
+        let table = node.replica(1).unwrap().producers();
+        assert_eq!(table.state(PRODUCER, 0).is_some(), peers, "peers: {peers}");
+        assert_eq!(node.counters().producer_snapshots_rejected, u64::from(!peers));
+    }
 }
