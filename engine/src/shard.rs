@@ -1237,19 +1237,13 @@ impl<S: Storage> ShardStore<S> {
         let durable = self.durable.entry(group).or_insert(0);
         *durable = (*durable).min(op);
         // The fence reaches the superblock before any byte of the log is cut.
-        let slots = self.slots();
-        if let Err(error) = self.superblock.write(slots).await {
-            return Err(self.fail(error));
-        }
+        self.write_slots().await?;
         self.active.insert(group);
         self.groups.get_mut(&group).expect("checked").finish_truncate().await?;
         // The cut is durable: from now on segment records above the fence are the new suffix,
         // whatever view they were prepared in (a view change may re-adopt an older op).
         self.groups.get_mut(&group).expect("checked").finish_fence();
-        let slots = self.slots();
-        if let Err(error) = self.superblock.write(slots).await {
-            return Err(self.fail(error));
-        }
+        self.write_slots().await?;
         self.journal.release_above(group, op);
         Ok(())
     }
@@ -1278,10 +1272,7 @@ impl<S: Storage> ShardStore<S> {
         self.active.insert(group);
         let head_op = log.head_op();
         self.groups.insert(group, log);
-        let slots = self.slots();
-        if let Err(error) = self.superblock.write(slots).await {
-            return Err(self.fail(error));
-        }
+        self.write_slots().await?;
         self.slots_dirty.remove(&group);
         self.journal.release_above(group, head_op);
         Ok(recovery)
@@ -1298,12 +1289,18 @@ impl<S: Storage> ShardStore<S> {
         self.check_serving()?;
         let log = self.groups.get_mut(&group).ok_or_else(|| unknown(group))?;
         let from = log.mark_damaged_past_head();
+        self.write_slots().await?;
+        self.slots_dirty.remove(&group);
+        Ok(from)
+    }
+
+    /// Writes every group's slot to the superblock, durably; a failure fails the shard.
+    async fn write_slots(&mut self) -> Result<()> {
         let slots = self.slots();
         if let Err(error) = self.superblock.write(slots).await {
             return Err(self.fail(error));
         }
-        self.slots_dirty.remove(&group);
-        Ok(from)
+        Ok(())
     }
 
     /// `group`'s damage marker ([`GroupSlot::damaged_from`]) as a crash would find it: the
@@ -1417,10 +1414,7 @@ impl<S: Storage> ShardStore<S> {
         self.active.insert(group);
         // Entries up to S are covered by the new checkpoint, those above it fenced off.
         self.journal.release(group, u64::MAX);
-        let slots = self.slots();
-        if let Err(error) = self.superblock.write(slots).await {
-            return Err(self.fail(error));
-        }
+        self.write_slots().await?;
         self.slots_dirty.remove(&group);
         self.counters.transfers_installed += 1;
         match recovery.corruption {

@@ -470,6 +470,12 @@ impl<S: Storage> PartitionLog<S> {
         if self.damaged_from == 0 {
             self.damaged_from = self.next.op;
         }
+        self.fault_past_head()
+    }
+
+    /// Lowers the faulty suffix to begin right past the head (where it does not already begin
+    /// lower); returns where it begins.
+    pub(super) fn fault_past_head(&mut self) -> u64 {
         let from = self.faulty_ops.suffix_from.map_or(self.next.op, |f| f.min(self.next.op));
         self.faulty_ops.suffix_from = Some(from);
         from

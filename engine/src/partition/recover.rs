@@ -154,8 +154,7 @@ impl<S: Storage> PartitionLog<S> {
         if log.damaged_from != 0 {
             // A damage cut whose ops the replica has not all had back yet: whatever the log
             // lacks past its head may have been acknowledged (DESIGN.md §3).
-            let from = log.faulty_ops.suffix_from.map_or(log.next.op, |f| f.min(log.next.op));
-            log.faulty_ops.suffix_from = Some(from);
+            log.fault_past_head();
         }
         report.head_op = log.head.op;
         report.faulty = log.faulty_ops.clone();
