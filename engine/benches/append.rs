@@ -13,7 +13,8 @@
 //!
 //! The `persisted` benchmarks open one store per benchmark, warm it up untimed with 1 GiB of
 //! appends, and measure every sample on it: a store opened per sample would measure the first
-//! touch of a write-buffer pool still growing, which a running server pays once.
+//! touch of a write-buffer pool still growing, which a running server pays once. The 64 KiB
+//! ones run checkpoints and zero fills beside the flush cycles, as the node layer does.
 //!
 //! The data directory is a temporary directory under `SHOAL_BENCH_DIR` (default: the system
 //! temporary directory), which should be on the disk under test.
@@ -31,7 +32,9 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use shoal_engine::direct::PersistedPath;
 use shoal_engine::record::build_prepare;
 use shoal_engine::ring::RingLimits;
-use shoal_engine::shard::{ShardConfig, ShardCounters, ShardFlushDone, ShardStore};
+use shoal_engine::shard::{
+    CheckpointDone, ShardConfig, ShardCounters, ShardFlushDone, ShardStore, ZeroFillDone,
+};
 use shoal_engine::storage::uring::{UringStorage, runtime};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::wire::{HEADER_SIZE, Prepare};
@@ -349,6 +352,7 @@ fn persisted_64k_bench(c: &mut Criterion, name: &str, recycled_segment_bytes: Op
     group.throughput(Throughput::Elements(appends_per_iteration));
     let mut rt = runtime();
     let mut store: Option<(tempfile::TempDir, ShardStore<UringStorage>)> = None;
+    let mut beside = Beside::default();
     let mut appended = 0u64;
     let mut latencies_us: Vec<u64> = Vec::new();
     group.bench_function(name, |b| {
@@ -357,12 +361,13 @@ fn persisted_64k_bench(c: &mut Criterion, name: &str, recycled_segment_bytes: Op
             rt.block_on(async {
                 let mut append_and_flush = async |shard: &mut ShardStore<UringStorage>| {
                     let op = append_one(shard, 1, &batch);
-                    shard.flush().await.expect("flush");
+                    beside.flush(shard).await;
                     assert_eq!(shard.durable_op(1), Some(op));
                     appended += 1;
                     if recycled_segment_bytes.is_some()
                         && appended.is_multiple_of(RETENTION_EVERY_APPENDS)
                     {
+                        beside.settle(shard).await;
                         shard.enforce_retention(0).await.expect("retention");
                     }
                 };
@@ -409,6 +414,89 @@ fn persisted_64k_bench(c: &mut Criterion, name: &str, recycled_segment_bytes: Op
     drop(store);
     print_latencies(name, &mut latencies_us);
     io.print(name);
+}
+
+/// A job running beside the flush cycles, and its output once it finished.
+struct BesideJob<T> {
+    run: Option<Pin<Box<dyn Future<Output = T>>>>,
+    done: Option<T>,
+}
+
+impl<T> Default for BesideJob<T> {
+    fn default() -> Self {
+        Self { run: None, done: None }
+    }
+}
+
+impl<T> BesideJob<T> {
+    fn poll(&mut self, context: &mut std::task::Context<'_>) {
+        if let Some(run) = self.run.as_mut()
+            && let Poll::Ready(done) = run.as_mut().poll(context)
+        {
+            self.run = None;
+            self.done = Some(done);
+        }
+    }
+
+    async fn finish(&mut self) -> Option<T> {
+        if let Some(run) = self.run.take() {
+            self.done = Some(run.await);
+        }
+        self.done.take()
+    }
+}
+
+/// The checkpoint and the zero fill, run beside one-at-a-time flush cycles as the node layer
+/// runs them: polled while a cycle runs, applied once finished, the next started when due.
+#[derive(Default)]
+struct Beside {
+    checkpoint: BesideJob<CheckpointDone<UringStorage>>,
+    zero_fill: BesideJob<ZeroFillDone<UringStorage>>,
+}
+
+impl Beside {
+    /// Runs one flush cycle to its end while the jobs beside it progress.
+    async fn flush(&mut self, shard: &mut ShardStore<UringStorage>) {
+        if let Some(flush) = shard.begin_flush() {
+            let mut run = std::pin::pin!(flush.run());
+            let done = poll_fn(|context| {
+                self.checkpoint.poll(context);
+                self.zero_fill.poll(context);
+                run.as_mut().poll(context)
+            })
+            .await;
+            let report = shard.finish_flush(done);
+            assert!(report.failed.is_empty() && !report.storage_full, "{report:?}");
+        }
+        self.apply(shard);
+        if self.checkpoint.run.is_none()
+            && let Some(job) = shard.begin_checkpoint()
+        {
+            self.checkpoint.run = Some(Box::pin(job.run()));
+        }
+        if self.zero_fill.run.is_none()
+            && let Some(job) = shard.begin_zero_fill()
+        {
+            self.zero_fill.run = Some(Box::pin(job.run()));
+        }
+    }
+
+    fn apply(&mut self, shard: &mut ShardStore<UringStorage>) {
+        if let Some(done) = self.checkpoint.done.take() {
+            shard.finish_checkpoint(done).expect("checkpoint");
+        }
+        if let Some(done) = self.zero_fill.done.take() {
+            let report = shard.finish_zero_fill(done);
+            assert!(report.failed.is_empty() && !report.storage_full, "{report:?}");
+        }
+    }
+
+    /// Runs both to their end (before retention, which needs the log at rest).
+    async fn settle(&mut self, shard: &mut ShardStore<UringStorage>) {
+        self.checkpoint.done = self.checkpoint.finish().await;
+        self.zero_fill.done = self.zero_fill.finish().await;
+        self.apply(shard);
+    }
 }
 
 /// Prints the percentiles of append→durable latencies, in microseconds.

@@ -24,6 +24,7 @@ use crate::join::join_all;
 use crate::journal::{Journal, JournalCycle, JournalRecovery, Take};
 use crate::partition::{
     FlushDone, FlushJob, GroupRecovery, PartitionLog, SettleJob, Shared, WRITE_BUFFER_FULL,
+    ZeroStep, ZeroStepDone,
 };
 use crate::record::{ChainNext, check_standalone, prepare_of};
 use crate::ring::{RingBudget, RingLimits};
@@ -202,6 +203,9 @@ pub struct ShardCounters {
     pub transfers_installed: u64,
     /// Segments retention recycled into a spare segment file rather than deleted.
     pub segments_recycled: u64,
+    /// Zero steps completed: space ahead of a direct log's tail written with zeros and synced
+    /// beside the flush cycles (their bytes count in `segment_bytes_written`).
+    pub zero_steps: u64,
 }
 
 /// What opening the shard found.
@@ -258,6 +262,8 @@ pub struct ShardStore<S: Storage> {
     counters: ShardCounters,
     marker_wanted: bool,
     checkpoint_in_flight: bool,
+    /// A [`ZeroFillJob`] is in flight.
+    zero_fill_in_flight: bool,
     /// Flush cycles begun and not yet finished, and the sequence number of the next to begin;
     /// cycles finish in the order they began.
     flushes_in_flight: usize,
@@ -359,6 +365,24 @@ pub struct CheckpointJob<S: Storage> {
     settles: Vec<SettleJob<S>>,
     checkpoints: Vec<(u64, Checkpoint, u64)>,
     superblock: SuperblockWrite<S::File>,
+}
+
+/// Zero steps in flight ([`ZeroStep`]): the space ahead of small direct logs' tails, written with
+/// zeros and synced beside the flush cycles and checkpoints, so that no append waits for it.
+pub struct ZeroFillJob<S: Storage> {
+    steps: Vec<ZeroStep<S>>,
+}
+
+/// A finished [`ZeroFillJob`], to hand back to [`ShardStore::finish_zero_fill`].
+pub struct ZeroFillDone<S: Storage> {
+    steps: Vec<ZeroStepDone<S>>,
+}
+
+impl<S: Storage> ZeroFillJob<S> {
+    /// Runs every step concurrently.
+    pub async fn run(self) -> ZeroFillDone<S> {
+        ZeroFillDone { steps: join_all(self.steps.into_iter().map(ZeroStep::run).collect()).await }
+    }
 }
 
 /// A finished [`CheckpointJob`], to hand back to [`ShardStore::finish_checkpoint`].
@@ -475,6 +499,7 @@ impl<S: Storage> ShardStore<S> {
             counters: ShardCounters::default(),
             marker_wanted: false,
             checkpoint_in_flight: false,
+            zero_fill_in_flight: false,
             flushes_in_flight: 0,
             next_flush_seq: 0,
             failed: None,
@@ -558,10 +583,7 @@ impl<S: Storage> ShardStore<S> {
         if groups.is_empty() {
             return Ok(());
         }
-        assert!(
-            self.flushes_in_flight == 0 && !self.checkpoint_in_flight,
-            "create_groups between jobs"
-        );
+        assert!(self.is_between_jobs(), "create_groups between jobs");
         for (index, &(group, config)) in groups.iter().enumerate() {
             config.validate()?;
             if config.record_size_bytes_max as usize > self.config.record_size_bytes_max {
@@ -639,10 +661,7 @@ impl<S: Storage> ShardStore<S> {
         if groups.is_empty() {
             return Ok(());
         }
-        assert!(
-            self.flushes_in_flight == 0 && !self.checkpoint_in_flight,
-            "delete_groups between jobs"
-        );
+        assert!(self.is_between_jobs(), "delete_groups between jobs");
         for &group in groups {
             self.log(group)?;
         }
@@ -848,8 +867,8 @@ impl<S: Storage> ShardStore<S> {
         self.active.iter().chain(wanted).filter_map(|&id| self.groups.get(&id).map(|log| (id, log)))
     }
 
-    /// Whether a group has nothing for a flush, a checkpoint or a retry to do, and everything
-    /// it appended is durable: it may leave the active set until it is touched again.
+    /// Whether a group has nothing for a flush, a checkpoint, a zero step or a retry to do, and
+    /// everything it appended is durable: it may leave the active set until it is touched again.
     fn is_idle(&self, id: u64, log: &PartitionLog<S>) -> bool {
         let write_all = self.writes_all(id, log);
         self.durable.get(&id).is_some_and(|&durable| durable >= log.head_op())
@@ -860,6 +879,7 @@ impl<S: Storage> ShardStore<S> {
             && !log.wants_flush(write_all)
             && !self.checkpoint_due(id, log)
             && !log.mark_due()
+            && !log.zero_step_due()
     }
 
     /// Whether a group's next job writes everything it holds, whatever its batching: it is due
@@ -1111,6 +1131,57 @@ impl<S: Storage> ShardStore<S> {
         Ok(())
     }
 
+    /// Starts the zero steps that are due (None when none is, or a zero fill is in flight). It
+    /// may run beside flush cycles and a checkpoint.
+    pub fn begin_zero_fill(&mut self) -> Option<ZeroFillJob<S>> {
+        if self.zero_fill_in_flight || self.failed.is_some() {
+            return None;
+        }
+        let due: Vec<u64> =
+            self.touched().filter(|(_, log)| log.zero_step_due()).map(|(id, _)| id).collect();
+        let steps: Vec<ZeroStep<S>> = due
+            .into_iter()
+            .filter_map(|id| self.groups.get_mut(&id).and_then(PartitionLog::begin_zero_step))
+            .collect();
+        if steps.is_empty() {
+            return None;
+        }
+        self.zero_fill_in_flight = true;
+        Some(ZeroFillJob { steps })
+    }
+
+    /// Applies a finished zero fill. A step that failed is its group's failure (in the report's
+    /// `failed`; the group is fail-stop) or found the disk full (`storage_full`: the group
+    /// refuses appends that need more space than is ready until a retry); no durable position
+    /// changes.
+    pub fn finish_zero_fill(&mut self, done: ZeroFillDone<S>) -> FlushReport {
+        assert!(self.zero_fill_in_flight, "finish without a zero fill in flight");
+        self.zero_fill_in_flight = false;
+        let mut report = FlushReport::default();
+        for step in done.steps {
+            let group = step.group();
+            let bytes = step.bytes_written();
+            // A group deleted meanwhile has nothing to apply it to.
+            let Some(log) = self.groups.get_mut(&group) else { continue };
+            match log.finish_zero_step(step) {
+                Ok(()) => {
+                    self.counters.zero_steps += 1;
+                    self.counters.segment_bytes_written += bytes;
+                }
+                Err(Error::StorageFull) => report.storage_full = true,
+                Err(error) => report.failed.push((group, error.to_string())),
+            }
+        }
+        report
+    }
+
+    /// Whether no flush cycle, checkpoint or zero fill is in flight: what changes a log's files
+    /// or its set of groups (creating, deleting, truncating, cutting, installing, closing) may
+    /// run only then.
+    fn is_between_jobs(&self) -> bool {
+        self.flushes_in_flight == 0 && !self.checkpoint_in_flight && !self.zero_fill_in_flight
+    }
+
     /// Applies a finished flush cycle and reports which groups' appends became durable.
     pub fn finish_flush(&mut self, done: ShardFlushDone<S>) -> FlushReport {
         assert!(self.flushes_in_flight > 0, "finish without a flush in flight");
@@ -1190,8 +1261,8 @@ impl<S: Storage> ShardStore<S> {
     /// Runs one whole flush cycle (begin, run, finish); returns an empty report when nothing
     /// was pending.
     ///
-    /// A checkpoint job that is due runs after the cycle (the node layer runs them side by side
-    /// instead). What a full disk refused is tried again only after
+    /// A checkpoint job and a zero fill that are due run after the cycle (the node layer runs
+    /// them side by side instead). What a full disk refused is tried again only after
     /// [`ShardStore::retry_storage_full`]; a full disk is in the report (`storage_full`, or
     /// [`ShardStore::is_storage_full`]), never an error.
     pub async fn flush(&mut self) -> Result<FlushReport> {
@@ -1209,6 +1280,12 @@ impl<S: Storage> ShardStore<S> {
                 Err(error) => return Err(error),
             }
         }
+        if let Some(zero_fill) = self.begin_zero_fill() {
+            let done = zero_fill.run().await;
+            let zero_report = self.finish_zero_fill(done);
+            report.failed.extend(zero_report.failed);
+            report.storage_full |= zero_report.storage_full;
+        }
         Ok(report)
     }
 
@@ -1216,7 +1293,7 @@ impl<S: Storage> ShardStore<S> {
     /// before this returns). Flushes first. Call with no flush in flight.
     pub async fn truncate_after(&mut self, group: u64, op: u64, view: u32) -> Result<()> {
         self.check_serving()?;
-        assert!(self.flushes_in_flight == 0 && !self.checkpoint_in_flight, "truncate between jobs");
+        assert!(self.is_between_jobs(), "truncate between jobs");
         // Everything appended must be on the segment first (a checkpoint writes it all). On a
         // full disk that may not be possible yet: the caller retries later.
         while self.groups.get(&group).ok_or_else(|| unknown(group))?.has_unwritten() {
@@ -1258,7 +1335,7 @@ impl<S: Storage> ShardStore<S> {
     /// is dropped (it lies past the cut, in the faulty suffix).
     pub async fn cut_damaged(&mut self, group: u64) -> Result<GroupRecovery> {
         self.check_serving()?;
-        assert!(self.flushes_in_flight == 0 && !self.checkpoint_in_flight, "cut between jobs");
+        assert!(self.is_between_jobs(), "cut between jobs");
         let old = self.groups.remove(&group).ok_or_else(|| unknown(group))?;
         let (slot, head_op) = (old.slot(), old.head_op());
         let (storage, dir) = (self.storage.clone(), group_dir(&self.dir, group));
@@ -1360,10 +1437,7 @@ impl<S: Storage> ShardStore<S> {
         state: &GroupState,
     ) -> Result<()> {
         self.check_serving()?;
-        assert!(
-            self.flushes_in_flight == 0 && !self.checkpoint_in_flight,
-            "install a transfer between jobs"
-        );
+        assert!(self.is_between_jobs(), "install a transfer between jobs");
         let config = *self.log(group)?.config();
         let (record, header) = self.check_transfer(group, first, body, state)?;
         let prepare = *prepare_of(&header);
@@ -1499,10 +1573,7 @@ impl<S: Storage> ShardStore<S> {
     /// Flushes everything, checkpoints every group and records a clean shutdown (graceful
     /// shutdown). Call with no flush in flight.
     pub async fn close(mut self) -> Result<()> {
-        assert!(
-            self.flushes_in_flight == 0 && !self.checkpoint_in_flight,
-            "close with nothing in flight"
-        );
+        assert!(self.is_between_jobs(), "close with nothing in flight");
         // One more try at what a full disk refused, so that whatever fits now is written.
         self.retry_storage_full();
         for _ in 0..4 {

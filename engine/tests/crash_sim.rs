@@ -12,7 +12,8 @@
 //! segment's records lie past the data until overwritten) as well as fresh ones.
 //!
 //! Flush cycles overlap (up to the profile's `flush_cycles_in_flight_max`), finished in the order
-//! they began, so the simulated disk completes the writes of several cycles in any order.
+//! they began, and zero fills (the direct path's space ahead, written with zeros) run beside
+//! them, so the simulated disk completes the writes of several jobs in any order.
 //!
 //! Each seed runs several crash/recover rounds; the test prints what it injected and requires
 //! minimums, so a change that stops injecting faults fails loudly.
@@ -31,7 +32,7 @@ use bytes::Bytes;
 use shoal_engine::direct::PersistedPath;
 use shoal_engine::record::build_prepare;
 use shoal_engine::rng::Rng;
-use shoal_engine::shard::{ShardConfig, ShardFlushDone, ShardStore};
+use shoal_engine::shard::{ShardConfig, ShardFlushDone, ShardStore, ZeroFillDone};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStats, SimStorage};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::wire::Prepare;
@@ -136,9 +137,58 @@ struct InFlight {
     done: Option<ShardFlushDone<SimStorage>>,
 }
 
-/// Polls every cycle in flight until the oldest has finished, and returns it.
-async fn oldest_done(flushes: &mut VecDeque<InFlight>) -> ShardFlushDone<SimStorage> {
+/// A zero fill in flight and its result once it finished.
+#[derive(Default)]
+struct ZeroFill {
+    run: Option<Pin<Box<dyn Future<Output = ZeroFillDone<SimStorage>>>>>,
+    done: Option<ZeroFillDone<SimStorage>>,
+}
+
+impl ZeroFill {
+    fn poll(&mut self, context: &mut std::task::Context<'_>) {
+        if let Some(run) = self.run.as_mut()
+            && let Poll::Ready(done) = run.as_mut().poll(context)
+        {
+            self.run = None;
+            self.done = Some(done);
+        }
+    }
+
+    /// Applies a finished zero fill, and starts the next one due when none is in flight.
+    fn finish_and_begin(&mut self, shard: &Rc<RefCell<Option<ShardStore<SimStorage>>>>, seed: u64) {
+        let mut guard = shard.borrow_mut();
+        let shard = guard.as_mut().expect("open");
+        if let Some(done) = self.done.take() {
+            let report = shard.finish_zero_fill(done);
+            assert!(report.failed.is_empty(), "seed {seed}: {report:?}");
+        }
+        if self.run.is_none()
+            && let Some(job) = shard.begin_zero_fill()
+        {
+            self.run = Some(Box::pin(job.run()));
+        }
+    }
+
+    /// Runs the one in flight to its end and applies it (before a truncation or retention).
+    async fn settle(&mut self, shard: &Rc<RefCell<Option<ShardStore<SimStorage>>>>, seed: u64) {
+        if let Some(run) = self.run.take() {
+            self.done = Some(run.await);
+        }
+        if let Some(done) = self.done.take() {
+            let report = shard.borrow_mut().as_mut().expect("open").finish_zero_fill(done);
+            assert!(report.failed.is_empty(), "seed {seed}: {report:?}");
+        }
+    }
+}
+
+/// Polls every cycle in flight (and the zero fill) until the oldest cycle has finished, and
+/// returns it.
+async fn oldest_done(
+    flushes: &mut VecDeque<InFlight>,
+    zero_fill: &mut ZeroFill,
+) -> ShardFlushDone<SimStorage> {
     poll_fn(|context| {
+        zero_fill.poll(context);
         for flush in flushes.iter_mut().filter(|flush| flush.done.is_none()) {
             if let Poll::Ready(done) = flush.run.as_mut().poll(context) {
                 flush.done = Some(done);
@@ -155,11 +205,12 @@ async fn oldest_done(flushes: &mut VecDeque<InFlight>) -> ShardFlushDone<SimStor
 /// Finishes the oldest cycle in flight and records the durable positions it reports.
 async fn finish_oldest(
     flushes: &mut VecDeque<InFlight>,
+    zero_fill: &mut ZeroFill,
     shard: &Rc<RefCell<Option<ShardStore<SimStorage>>>>,
     model: &Model,
     seed: u64,
 ) {
-    let done = oldest_done(flushes).await;
+    let done = oldest_done(flushes, zero_fill).await;
     let report = shard.borrow_mut().as_mut().expect("open").finish_flush(done);
     assert!(report.failed.is_empty(), "seed {seed}: {report:?}");
     let mut model = model.borrow_mut();
@@ -174,13 +225,14 @@ async fn finish_oldest(
 async fn workload(shard: Rc<RefCell<Option<ShardStore<SimStorage>>>>, model: Model, seed: u64) {
     let mut rng = Rng::new(seed);
     let mut flushes: VecDeque<InFlight> = VecDeque::new();
+    let mut zero_fill = ZeroFill::default();
     for step in 0..400u64 {
         if let Some(flush) = append_some(&mut rng, &shard, &model, seed, step) {
             flushes.push_back(InFlight { run: Box::pin(flush.run()), done: None });
         }
         // Sometimes the next cycle starts before the oldest has finished.
         if !flushes.is_empty() && (rng.chance(1, 2) || flushes.len() >= 2) {
-            finish_oldest(&mut flushes, &shard, &model, seed).await;
+            finish_oldest(&mut flushes, &mut zero_fill, &shard, &model, seed).await;
         }
         // Checkpoints run as jobs of their own (segment syncs, then the superblock).
         let checkpoint = shard.borrow_mut().as_mut().expect("open").begin_checkpoint();
@@ -188,11 +240,13 @@ async fn workload(shard: Rc<RefCell<Option<ShardStore<SimStorage>>>>, model: Mod
             let done = checkpoint.run().await;
             shard.borrow_mut().as_mut().expect("open").finish_checkpoint(done).expect("checkpoint");
         }
+        zero_fill.finish_and_begin(&shard, seed);
         if rng.chance(1, 20) {
             // Retention needs the log at rest too.
             while !flushes.is_empty() {
-                finish_oldest(&mut flushes, &shard, &model, seed).await;
+                finish_oldest(&mut flushes, &mut zero_fill, &shard, &model, seed).await;
             }
+            zero_fill.settle(&shard, seed).await;
             let mut taken = shard.borrow_mut().take().expect("open");
             let result = taken.enforce_retention(step as i64).await;
             *shard.borrow_mut() = Some(taken);
@@ -207,8 +261,9 @@ async fn workload(shard: Rc<RefCell<Option<ShardStore<SimStorage>>>>, model: Mod
             };
             // A truncation needs the log at rest.
             while !flushes.is_empty() {
-                finish_oldest(&mut flushes, &shard, &model, seed).await;
+                finish_oldest(&mut flushes, &mut zero_fill, &shard, &model, seed).await;
             }
+            zero_fill.settle(&shard, seed).await;
             if head > 2 {
                 let cut = head - 1 - rng.below(head.min(6) - 1);
                 {
@@ -293,7 +348,7 @@ fn check(shard: &mut ShardStore<SimStorage>, sim: &Sim, model: &Model, seed: u64
 
 /// Runs one seed; returns what the simulated disk injected, the segments recycled, and the
 /// direct-path jobs and file-system syncs completed.
-fn run_seed(seed: u64) -> (SimStats, u64, u64, u64) {
+fn run_seed(seed: u64) -> (SimStats, u64, u64, u64, u64) {
     let sim = Sim::new(seed, SimConfig::default());
     let dir = Path::new("/data/shard-0");
     let model: Model = Rc::new(RefCell::new(BTreeMap::new()));
@@ -311,6 +366,7 @@ fn run_seed(seed: u64) -> (SimStats, u64, u64, u64) {
     let mut recycled = 0;
     let mut direct_syncs = 0;
     let mut filesystem_syncs = 0;
+    let mut zero_steps = 0;
     for round in 0..ROUNDS {
         let (shard, report) = sim
             .block_on(ShardStore::open(sim.storage(), dir, shard_config(seed)))
@@ -339,6 +395,7 @@ fn run_seed(seed: u64) -> (SimStats, u64, u64, u64) {
         recycled += counters.segments_recycled;
         direct_syncs += counters.direct_syncs;
         filesystem_syncs += counters.filesystem_syncs;
+        zero_steps += counters.zero_steps;
     }
     let (mut shard, report) =
         sim.block_on(ShardStore::open(sim.storage(), dir, shard_config(seed))).expect("open");
@@ -346,7 +403,7 @@ fn run_seed(seed: u64) -> (SimStats, u64, u64, u64) {
         eprintln!("seed {seed} final: {report:?}");
     }
     check(&mut shard, &sim, &model, seed, ROUNDS);
-    (sim.stats(), recycled, direct_syncs, filesystem_syncs)
+    (sim.stats(), recycled, direct_syncs, filesystem_syncs, zero_steps)
 }
 
 #[test]
@@ -367,11 +424,14 @@ fn crash_at_random_points_loses_no_durable_append_and_serves_nothing_torn() {
     let mut recycled = 0;
     let mut direct_syncs = 0;
     let mut filesystem_syncs = 0;
+    let mut zero_steps = 0;
     for seed in seeds.clone() {
-        let (stats, seed_recycled, seed_direct_syncs, seed_filesystem_syncs) = run_seed(seed);
+        let (stats, seed_recycled, seed_direct_syncs, seed_filesystem_syncs, seed_zero_steps) =
+            run_seed(seed);
         recycled += seed_recycled;
         direct_syncs += seed_direct_syncs;
         filesystem_syncs += seed_filesystem_syncs;
+        zero_steps += seed_zero_steps;
         total.crashes += stats.crashes;
         total.writes_lost_at_crash += stats.writes_lost_at_crash;
         total.writes_torn_at_crash += stats.writes_torn_at_crash;
@@ -379,7 +439,7 @@ fn crash_at_random_points_loses_no_durable_append_and_serves_nothing_torn() {
         total.syncs += stats.syncs;
     }
     println!(
-        "crash_sim: {} seeds, {} crashes, {} unsynced writes lost, {} torn, {} namespace ops lost, {} syncs, {} segments recycled, {} direct-path syncs, {} file-system syncs",
+        "crash_sim: {} seeds, {} crashes, {} unsynced writes lost, {} torn, {} namespace ops lost, {} syncs, {} segments recycled, {} direct-path syncs, {} file-system syncs, {} zero steps",
         seeds.end - seeds.start,
         total.crashes,
         total.writes_lost_at_crash,
@@ -388,7 +448,8 @@ fn crash_at_random_points_loses_no_durable_append_and_serves_nothing_torn() {
         total.syncs,
         recycled,
         direct_syncs,
-        filesystem_syncs
+        filesystem_syncs,
+        zero_steps
     );
     let count = seeds.end - seeds.start;
     assert!(total.crashes >= count * ROUNDS as u64, "every round crashes");
@@ -397,4 +458,5 @@ fn crash_at_random_points_loses_no_durable_append_and_serves_nothing_torn() {
     assert!(recycled >= count / 2, "rolls must take recycled segment files");
     assert!(direct_syncs >= count, "persisted cycles must take the direct path too");
     assert!(filesystem_syncs >= count / 4, "and its file-system form");
+    assert!(zero_steps >= count, "direct logs must get their space ahead from zero steps");
 }

@@ -64,6 +64,7 @@ fn swarm_of_fixed_seeds_keeps_every_invariant_and_reaches_every_branch() {
         ("acknowledged", coverage.acknowledged, 20_000),
         ("corruptions_injected", coverage.corruptions_injected, 150),
         ("damage_cuts", coverage.damage_cuts, 100),
+        ("zero_steps", coverage.zero_steps, 100),
         ("damage_repaired", coverage.damage_repaired, 100),
         ("damaged_ops_repaired", coverage.damaged_ops_repaired, 5_000),
         ("read_errors", coverage.read_errors, 25),
@@ -262,13 +263,22 @@ const REGRESSIONS: &[(u64, u8)] = &[
     // for good. A complete log's sender (normal in its log view since its restart) is faulty
     // only up to its head: node 0 nacks op 205 now.
     (505, 3),
+    // Passes; with `canary-refute-any-head` (a kept log-view head taken as proof whether or
+    // not it lies below the op) a view change drops an op that had committed: committed
+    // prefixes diverge (group 2 op 26, tick 4,210). (Seeds 97, 249, 628, 680, 696, 240, 222
+    // and then 1,450 with retention caught it until the hand-over work, repair's round
+    // deadlines, the write buffer's size classes, the batch cache, the direct persisted path,
+    // the split of writes across written and reserved blocks, the zeros ahead of direct jobs
+    // and the zero steps beside them changed every trace; `scripts/sim-soak` with the canary's
+    // shoal-sim finds the next one.)
+    (345, 3),
 ];
 
 /// Seeds whose runs move primaries every way a hand-over can (DESIGN.md §8): back to their
 /// homes, off nodes that shut down (each shutdown settling before the node stops), and given up
 /// when the target does not catch up; each must keep every invariant and take each branch.
 /// (seed, replicas, retention).
-const HAND_OVER_SEEDS: &[(u64, u8, bool)] = &[(77, 3, false), (0, 5, false), (2, 3, true)];
+const HAND_OVER_SEEDS: &[(u64, u8, bool)] = &[(77, 3, false), (14, 5, false), (2, 3, true)];
 
 #[test]
 fn hand_over_seeds_move_primaries_home_and_off_stopping_nodes() {
@@ -317,15 +327,6 @@ const RETENTION_REGRESSIONS: &[(u64, u8)] = &[
     // replica that had not restarted, and both had. The log view's starting head, now kept
     // durably with the log view, refutes it.
     (5_000_200, 3),
-    // Passes; with `canary-refute-any-head` (a kept log-view head taken as proof whether or
-    // not it lies below the op) a view change drops an op that had committed, and the
-    // idempotent producer's next request is refused as out of sequence (group 1, tick 18,278).
-    // (Seeds 97, 249, 628, 680, 696, 240 and then 222 caught it until the hand-over work,
-    // repair's round deadlines, the write buffer's size classes, the batch cache, the direct
-    // persisted path, the split of writes across written and reserved blocks and the zeros
-    // ahead of direct jobs changed every trace; `scripts/sim-soak` with the canary's shoal-sim
-    // finds the next one.)
-    (1_450, 3),
     // A backup acknowledged op 546 in view 6 (synced, its sync mark not yet written) and had
     // a process crash; latent damage then hit that record, which its restart took for a torn
     // write: it nacked the op with the backup that lacked it, and view 10 prepared another op

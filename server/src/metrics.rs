@@ -676,7 +676,7 @@ fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
 /// One series per answering shard for each of the shard's own figures (a flat table).
 fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 58] = [
+    let per_shard: [(&str, Kind, &str, Figure); 59] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -1006,6 +1006,12 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
             Kind::Counter,
             "Direct-path persisted jobs: one partition's segment writes and sync, with a sync mark.",
             |s| s.engine.direct_syncs,
+        ),
+        (
+            "shoal_zero_steps_total",
+            Kind::Counter,
+            "Steps of space ahead of a direct-path partition's tail written with zeros and synced beside its appends.",
+            |s| s.engine.zero_steps,
         ),
         (
             "shoal_filesystem_syncs_total",

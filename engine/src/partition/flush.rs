@@ -36,20 +36,19 @@ pub(super) const STEP_GROW_JOBS_MAX: u32 = 4;
 /// A new step ahead asked for only after this many jobs: the step was larger than the rate
 /// needs, and halves.
 const STEP_SHRINK_JOBS_MIN: u32 = 256;
-/// [`STEP_GROW_JOBS_MAX`] for a step a direct job writes with zeros. Such a step costs its
-/// first sync the allocation of its blocks, once, so it grows until half of it lasts more than
-/// this many jobs (16 MiB for 64 KiB appends): the append that pays for a step then falls
-/// beyond the 99th percentile (measured: 64 keeps p99 near the reserving path's, 16 triples it;
-/// docs/benchmarks.md, "Zeros ahead for the direct path").
+/// [`STEP_GROW_JOBS_MAX`] for a step written with zeros (`super::zero_fill`). While its zeros
+/// are written and not yet synced, the syncs of the log's appends commit their allocation, so
+/// the step grows until half of it lasts more than this many jobs (16 MiB for 64 KiB appends),
+/// and that window comes rarely.
 const ZEROED_STEP_GROW_JOBS_MAX: u32 = 64;
-/// The largest step a direct job writes with zeros: the job waits for them, so this bounds the
-/// wait of the append that pays for a step (16 MiB: ~8 ms at this disk's bandwidth).
-const ZEROED_STEP_BYTES_MAX: u64 = 16 << 20;
-/// A direct job that writes at most this much writes its step ahead with zeros. Zeros spare
-/// every later sync the allocation of the blocks it covers (a fixed cost per sync, ~0.2 ms
-/// here) but write every byte of the log twice: worth it while a job's own bytes take less
-/// time to write than that allocation costs, never for a log that streams large batches at
-/// the disk's bandwidth (docs/benchmarks.md, "Zeros ahead for the direct path").
+/// The largest step written with zeros (16 MiB, ~8 ms at this disk's bandwidth): the appends
+/// that land in the step's range while its zeros are being written wait for them.
+pub(super) const ZEROED_STEP_BYTES_MAX: u64 = 16 << 20;
+/// A log whose direct jobs write at most this much gets its steps ahead written with zeros.
+/// Zeros spare every later sync the allocation of the blocks it covers (a fixed cost per
+/// sync, ~0.2 ms here) but write every byte of the log twice: worth it while a job's own bytes
+/// take less time to write than that allocation costs, never for a log that streams large
+/// batches at the disk's bandwidth (docs/benchmarks.md, "Zeros ahead for the direct path").
 const ZERO_FILL_JOB_BYTES_MAX: u64 = 256 << 10;
 
 /// The outcome of one partition's writes in a flush cycle.
@@ -85,11 +84,6 @@ struct Reserve {
     /// The job's own writes land here: without it nothing of the job may be written. Otherwise
     /// it is the step ahead of the tail, whose failure is the clean "storage full".
     needed: bool,
-    /// Written with zeros rather than reserved: a direct job's step ahead. Its blocks are then
-    /// written on file, so the syncs of the appends that later land there commit no block
-    /// allocation (a segment sync is on the acknowledgement path of the direct form; docs/
-    /// storage-format.md, "Space ahead of the tail").
-    zero_fill: bool,
 }
 
 /// The I/O of one group's part of a flush cycle, owning everything it touches so appends can
@@ -111,9 +105,9 @@ pub struct FlushJob<S: Storage> {
     spare_for: Option<u64>,
     /// Opened when the job's I/O ended (or the job was dropped).
     done: Rc<Latch>,
-    /// The tail an earlier job in flight writes: this job's writes touching it wait for that
-    /// job's latch.
-    after: Option<TailWrite>,
+    /// Writes in flight this job's writes must land after: the tail an earlier job writes, and
+    /// the log's zero step. A write touching one waits for its latch.
+    fences: Vec<TailWrite>,
     /// The direct path's sync mark (when an earlier sync has something to announce), and the
     /// segments the job syncs once its writes are done: every one it writes, and every one an
     /// earlier job wrote since the last direct job.
@@ -135,7 +129,8 @@ impl<S: Storage> Drop for FlushJob<S> {
     }
 }
 
-/// A tail write in flight: its blocks, and the latch of the job writing them.
+/// A write in flight that later writes over its blocks must wait for (a padded tail, or a zero
+/// step): its blocks, and the latch opened once it is written.
 #[derive(Clone)]
 pub(super) struct TailWrite {
     segment_base_offset: u64,
@@ -145,6 +140,26 @@ pub(super) struct TailWrite {
 }
 
 impl TailWrite {
+    pub(super) fn new(
+        segment_base_offset: u64,
+        position_bytes: u64,
+        len_bytes: u64,
+        latch: Rc<Latch>,
+    ) -> Self {
+        Self { segment_base_offset, position_bytes, len_bytes, latch }
+    }
+
+    /// Whether `latch` is this write's.
+    pub(super) fn has_latch(&self, latch: &Rc<Latch>) -> bool {
+        Rc::ptr_eq(&self.latch, latch)
+    }
+
+    /// Where its blocks end, if they are in this segment.
+    pub(super) fn end_in(&self, segment_base_offset: u64) -> Option<u64> {
+        (segment_base_offset == self.segment_base_offset)
+            .then_some(self.position_bytes + self.len_bytes)
+    }
+
     /// Whether a write of `len_bytes` at `position_bytes` of this segment touches its blocks.
     fn overlaps(&self, segment_base_offset: u64, position_bytes: u64, len_bytes: u64) -> bool {
         segment_base_offset == self.segment_base_offset
@@ -245,20 +260,8 @@ impl<S: Storage> FlushJob<S> {
                 .expect("every written segment has a file")
         };
         for reserve in &self.reserves {
-            let Reserve { base_offset, from_bytes, to_bytes, needed, zero_fill } = *reserve;
+            let Reserve { base_offset, from_bytes, to_bytes, needed } = *reserve;
             let result = match base_offset {
-                Some(base) if zero_fill => {
-                    let written = write_zeros(file_of(base).as_ref(), from_bytes, to_bytes).await;
-                    if written.is_ok() {
-                        outcome.bytes_written += to_bytes - from_bytes;
-                    }
-                    written.map_err(|e| {
-                        Error::preparing(
-                            format!("writing zeros ahead in group {} segment", self.group),
-                            e,
-                        )
-                    })
-                }
                 Some(base) => {
                     file_of(base).allocate(from_bytes, to_bytes - from_bytes).await.map_err(|e| {
                         Error::preparing(
@@ -289,16 +292,17 @@ impl<S: Storage> FlushJob<S> {
                     let file = file_of(*base);
                     let bytes = bytes.clone();
                     let position = *position;
-                    let after = self
-                        .after
-                        .as_ref()
-                        .filter(|tail| tail.overlaps(*base, position, bytes.len() as u64))
-                        .map(|tail| Rc::clone(&tail.latch));
+                    let after: Vec<Rc<Latch>> = self
+                        .fences
+                        .iter()
+                        .filter(|fence| fence.overlaps(*base, position, bytes.len() as u64))
+                        .map(|fence| Rc::clone(&fence.latch))
+                        .collect();
                     async move {
-                        if let Some(latch) = after
-                            && !cfg!(feature = "canary-tail-unordered")
-                        {
-                            latch.wait().await;
+                        if !cfg!(feature = "canary-tail-unordered") {
+                            for latch in after {
+                                latch.wait().await;
+                            }
                         }
                         file.write_at(bytes, position).await
                     }
@@ -459,17 +463,11 @@ impl<S: Storage> PartitionLog<S> {
         // Every byte a job writes lies in space made ready first, so a data write cannot run out
         // of space; and space is made ready ahead of the tail in steps, so that running out of
         // it surfaces cleanly while the space already ready still takes the writes.
-        let mut reserves = self.reservations(chunks, &create);
-        let job_bytes = self.appended_bytes - self.submitted_appended_bytes;
-        if direct && job_bytes <= ZERO_FILL_JOB_BYTES_MAX {
-            for reserve in reserves.iter_mut().filter(|r| {
-                r.base_offset.is_some()
-                    && !r.needed
-                    && r.to_bytes - r.from_bytes <= ZEROED_STEP_BYTES_MAX
-            }) {
-                reserve.zero_fill = true;
-            }
+        if write_data {
+            let job_bytes = self.appended_bytes - self.submitted_appended_bytes;
+            self.zeros_ahead = direct && job_bytes <= ZERO_FILL_JOB_BYTES_MAX;
         }
+        let mut reserves = self.reservations(chunks, &create);
         if self.storage_full && !retrying {
             // Until the next retry, only writes that need no new space go out.
             if !write_data || reserves.iter().any(|reserve| reserve.needed) {
@@ -510,10 +508,16 @@ impl<S: Storage> PartitionLog<S> {
             self.ready_held_bytes += claimed;
         }
         if reserves.iter().any(|reserve| reserve.base_offset.is_some() && !reserve.needed) {
-            self.adapt_ready_step(reserves.iter().any(|reserve| reserve.zero_fill));
+            self.adapt_ready_step(false);
         }
         let done = Rc::new(Latch::default());
-        let after = self.tail_in_flight.clone().filter(|tail| !tail.latch.is_open());
+        let fences: Vec<TailWrite> = self
+            .tail_in_flight
+            .iter()
+            .chain(self.zeroing.iter())
+            .filter(|fence| !fence.latch.is_open())
+            .cloned()
+            .collect();
         let (writes, chunk_marks) = self.submit_chunks(chunks, &done);
         let (target, target_appended_bytes) = if write_data {
             (self.head, self.appended_bytes)
@@ -549,7 +553,7 @@ impl<S: Storage> PartitionLog<S> {
             reserves,
             spare_for,
             done,
-            after,
+            fences,
             mark,
             sync,
             sync_by_filesystem: false,
@@ -815,19 +819,19 @@ impl<S: Storage> PartitionLog<S> {
                     from_bytes: from,
                     to_bytes: to,
                     needed: true,
-                    zero_fill: false,
                 });
             }
         }
         let mut available = self.shared.ready_budget.available_bytes();
-        if let Some((from, to)) = self.active_step(create, available) {
+        // A log whose steps are written with zeros gets them from its zero step instead.
+        if let Some((from, to)) = self.active_step(create, available).filter(|_| !self.zeros_ahead)
+        {
             available -= to - from;
             reserves.push(Reserve {
                 base_offset: self.segments.last().map(|active| active.base_offset),
                 from_bytes: from,
                 to_bytes: to,
                 needed: false,
-                zero_fill: false,
             });
         }
         if let Some((from, to)) = self.spare_step(available) {
@@ -836,7 +840,6 @@ impl<S: Storage> PartitionLog<S> {
                 from_bytes: from,
                 to_bytes: to,
                 needed: false,
-                zero_fill: false,
             });
         }
         reserves
@@ -845,7 +848,7 @@ impl<S: Storage> PartitionLog<S> {
     /// The step ahead of the active segment's tail due now, within `available` bytes of the
     /// shard's budget: `[from, to)`, or None when the space ahead is still at least half a step
     /// (or the budget has nothing left).
-    fn active_step(&self, create: &[u64], available: u64) -> Option<(u64, u64)> {
+    pub(super) fn active_step(&self, create: &[u64], available: u64) -> Option<(u64, u64)> {
         let active = self.segments.last()?;
         if !(self.files.contains_key(&active.base_offset) || create.contains(&active.base_offset)) {
             return None;
@@ -884,7 +887,7 @@ impl<S: Storage> PartitionLog<S> {
     /// `ready_ahead_bytes`) when half the last one lasted only a few jobs, halved (down to
     /// [`READY_STEP_MIN_BYTES`]) when it lasted many, so a partition that writes a trickle holds
     /// little space ahead and a busy one reserves rarely.
-    fn adapt_ready_step(&mut self, zeroed: bool) {
+    pub(super) fn adapt_ready_step(&mut self, zeroed: bool) {
         let max = self.shared.ready_ahead_bytes;
         let min = READY_STEP_MIN_BYTES.min(max);
         let (grow_jobs_max, max) = if zeroed {
@@ -904,10 +907,12 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// How far a segment's space is ready: reserved, or occupied by what is on file or being
-    /// written by a job in flight (the padded tail block is always written whole).
+    /// written by a job in flight (the padded tail block is always written whole), or being
+    /// written with zeros by the log's zero step.
     pub(super) fn ready_end_of(&self, meta: &SegmentMeta) -> u64 {
         let on_file = self.end_on_file(meta, &self.submitted);
-        meta.ready_end_bytes.max(written_extent_end(on_file))
+        let zeroing = self.zeroing.as_ref().and_then(|z| z.end_in(meta.base_offset));
+        meta.ready_end_bytes.max(written_extent_end(on_file)).max(zeroing.unwrap_or(0))
     }
 
     /// Whether this cycle should write the segment data. A `replicated` group writes whatever is
@@ -932,11 +937,12 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Whether the space made ready ahead of the active segment's tail has fallen below half a
-    /// step (or is unknown, after recovery), or the spare is due, and the shard's budget has
-    /// room for it.
+    /// step (or is unknown, after recovery) and a flush job makes it ready (not the log's zero
+    /// step), or the spare is due, and the shard's budget has room for it.
     fn needs_ready(&self) -> bool {
         let available = self.shared.ready_budget.available_bytes();
-        self.active_step(&[], available).is_some() || self.spare_step(available).is_some()
+        (!self.zeros_ahead && self.active_step(&[], available).is_some())
+            || self.spare_step(available).is_some()
     }
 
     /// How far the active segment must be ready once its data reaches `data_end_bytes`: half
@@ -955,7 +961,11 @@ impl<S: Storage> PartitionLog<S> {
 
 /// Writes zeros over `[from_bytes, to_bytes)` (block-aligned) of `file`, in pieces of at most
 /// [`WRITE_PIECE_BYTES`], all in flight at once.
-async fn write_zeros<F: StorageFile>(file: &F, from_bytes: u64, to_bytes: u64) -> io::Result<()> {
+pub(super) async fn write_zeros<F: StorageFile>(
+    file: &F,
+    from_bytes: u64,
+    to_bytes: u64,
+) -> io::Result<()> {
     let block = BLOCK_SIZE_BYTES as u64;
     assert!(from_bytes.is_multiple_of(block) && to_bytes.is_multiple_of(block));
     let piece = (to_bytes - from_bytes).min(WRITE_PIECE_BYTES as u64) as usize;
@@ -974,13 +984,19 @@ async fn write_zeros<F: StorageFile>(file: &F, from_bytes: u64, to_bytes: u64) -
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
     use std::path::Path;
+    use std::pin::Pin;
 
     use shoal_proto::batch::BatchBuilder;
 
+    use super::{FlushDone, Reserve};
     use crate::chunk::written_extent_end;
+    use crate::join::join_all;
+    use crate::partition::ZeroStepDone;
     use crate::record::build_prepare;
     use crate::shard::{ShardConfig, ShardStore};
+    use crate::storage::BLOCK_SIZE_BYTES;
     use crate::storage::sim::{Sim, SimConfig, SimStorage};
     use crate::superblock::{Durability, GroupConfig};
     use crate::wire::Prepare;
@@ -989,12 +1005,25 @@ mod tests {
 
     /// A simulated shard (small profile) with group `GROUP` of `durability`.
     fn open_with_group(durability: Durability) -> (Sim, ShardStore<SimStorage>) {
-        let sim = Sim::new(1, SimConfig::default());
-        let (mut shard, _) = sim
-            .block_on(ShardStore::open(sim.storage(), Path::new("/d"), ShardConfig::small()))
-            .unwrap();
-        let config =
-            GroupConfig { durability, record_size_bytes_max: 64 << 10, ..GroupConfig::default() };
+        open_with_group_seeded(durability, 1)
+    }
+
+    /// The small profile with a small journal, so that a test can open many shards.
+    fn config() -> ShardConfig {
+        ShardConfig { journal_size_bytes: 1 << 20, ..ShardConfig::small() }
+    }
+
+    fn open_with_group_seeded(durability: Durability, seed: u64) -> (Sim, ShardStore<SimStorage>) {
+        let sim = Sim::new(seed, SimConfig::default());
+        let (mut shard, _) =
+            sim.block_on(ShardStore::open(sim.storage(), Path::new("/d"), config())).unwrap();
+        // Small segments: the simulated disk holds a persisted segment's whole size in memory.
+        let config = GroupConfig {
+            durability,
+            segment_size_bytes: 4 << 20,
+            record_size_bytes_max: 64 << 10,
+            ..GroupConfig::default()
+        };
         sim.block_on(shard.create_group(GROUP, config)).unwrap();
         (sim, shard)
     }
@@ -1037,39 +1066,100 @@ mod tests {
         assert_eq!(sim.block_on(log.read_offset(0, usize::MAX)).unwrap().len(), 2);
     }
 
-    /// A direct job that carries little writes its step ahead with zeros (so the syncs of the
-    /// appends that land there later allocate no blocks); one that carries much, as a log
-    /// streaming large batches does, only reserves it.
+    /// Runs one direct job of `log` to its end.
+    fn run_direct_job(sim: &Sim, shard: &mut ShardStore<SimStorage>) -> Option<Reserve> {
+        let log = shard.group_mut(GROUP).unwrap();
+        let job = log.begin_flush(false, true).expect("a direct job");
+        let step = job.reserves.iter().find(|reserve| !reserve.needed).copied();
+        let done = sim.block_on(job.run());
+        shard.group_mut(GROUP).unwrap().finish_flush(done).unwrap();
+        step
+    }
+
+    /// A log whose direct jobs carry little gets its step ahead from a zero step beside its
+    /// jobs (so the syncs of the appends that land there later allocate no blocks, and none
+    /// waits for the zeros); one whose jobs carry much, as a log streaming large batches does,
+    /// has its flush jobs reserve it.
     #[test]
-    fn a_small_direct_job_writes_its_step_ahead_with_zeros_and_a_large_one_reserves_it() {
+    fn small_direct_jobs_get_their_step_ahead_from_a_zero_step_and_large_ones_reserve_it() {
         let (sim, mut shard) = open_with_group(Durability::Persisted);
-        let direct_job = |shard: &mut ShardStore<SimStorage>, appends: usize| {
-            for _ in 0..appends {
-                append(shard, 30);
-            }
-            let log = shard.group_mut(GROUP).unwrap();
-            let data_end = written_extent_end(log.segments.last().unwrap().end_bytes);
-            let job = log.begin_flush(false, true).expect("a direct job");
-            let step = job.reserves.iter().find(|reserve| !reserve.needed).copied();
-            let done = sim.block_on(job.run());
-            let bytes_written = done.outcome.bytes_written;
-            shard.group_mut(GROUP).unwrap().finish_flush(done).unwrap();
-            (step, data_end, bytes_written)
-        };
-        // About 60 KB: the first job of the log also reserves the step ahead, with zeros.
-        let (step, data_end, bytes_written) = direct_job(&mut shard, 1);
-        let step = step.expect("the first job makes a step ahead ready");
-        assert!(step.zero_fill && step.from_bytes >= data_end);
-        assert!(bytes_written >= data_end + (step.to_bytes - step.from_bytes));
-        // About 300 KB in one job, until a step is due again: reserved, not written.
+        // About 60 KB: the job makes only its own space ready; the step is the zero step's.
+        append(&mut shard, 30);
+        assert_eq!(run_direct_job(&sim, &mut shard), None);
+        let log = shard.group_mut(GROUP).unwrap();
+        let data_end = written_extent_end(log.segments.last().unwrap().end_bytes);
+        assert!(log.zero_step_due());
+        let step = log.begin_zero_step().expect("due");
+        let zeroing = log.zeroing.clone().expect("in flight");
+        assert_eq!(zeroing.position_bytes, data_end);
+        assert!(!log.zero_step_due(), "one step at a time");
+        let done = sim.block_on(step.run());
+        assert_eq!(done.bytes_written(), zeroing.len_bytes);
+        log.finish_zero_step(done).unwrap();
+        assert!(log.zeroing.is_none());
+        let ready_end = log.segments.last().unwrap().ready_end_bytes;
+        assert_eq!(ready_end, zeroing.position_bytes + zeroing.len_bytes);
+        // About 300 KB per job, until a step is due again: the flush job reserves it.
         let large = loop {
-            let (step, _, _) = direct_job(&mut shard, 5);
-            if let Some(step) = step {
+            for _ in 0..5 {
+                append(&mut shard, 30);
+            }
+            if let Some(step) = run_direct_job(&sim, &mut shard) {
                 break step;
             }
         };
-        assert!(!large.zero_fill);
+        assert!(large.from_bytes >= ready_end || large.to_bytes > ready_end);
+        assert!(!shard.group(GROUP).unwrap().zero_step_due());
         let log = shard.group_mut(GROUP).unwrap();
         assert!(!sim.block_on(log.read_offset(0, usize::MAX)).unwrap().is_empty());
+    }
+
+    /// The outputs of a zero step and a flush job run together.
+    enum Finished {
+        Zeros(ZeroStepDone<SimStorage>),
+        Data(Box<FlushDone<SimStorage>>),
+    }
+
+    /// A direct job whose data reaches into a zero step still in flight waits for the zeros
+    /// before it writes there: whatever order the disk completes them in, the data is what
+    /// stays. (The `canary-tail-unordered` feature drops the wait, and this test fails.)
+    #[test]
+    fn data_written_into_a_zero_step_in_flight_waits_for_its_zeros() {
+        for seed in 0..16 {
+            let (sim, mut shard) = open_with_group_seeded(Durability::Persisted, seed);
+            append(&mut shard, 30);
+            run_direct_job(&sim, &mut shard);
+            let step = shard.group_mut(GROUP).unwrap().begin_zero_step().expect("due");
+            let zeroing = shard.group(GROUP).unwrap().zeroing.clone().expect("in flight");
+            while shard.group(GROUP).unwrap().segments.last().unwrap().end_bytes
+                < zeroing.position_bytes + BLOCK_SIZE_BYTES as u64
+            {
+                append(&mut shard, 30);
+            }
+            let log = shard.group_mut(GROUP).unwrap();
+            let job = log.begin_flush(false, true).expect("a direct job");
+            assert!(job.fences.iter().any(|fence| fence.has_latch(&zeroing.latch)));
+            let runs: Vec<Pin<Box<dyn Future<Output = Finished>>>> = vec![
+                Box::pin(async move { Finished::Zeros(step.run().await) }),
+                Box::pin(async move { Finished::Data(Box::new(job.run().await)) }),
+            ];
+            for finished in sim.block_on(join_all(runs)) {
+                let log = shard.group_mut(GROUP).unwrap();
+                match finished {
+                    Finished::Zeros(done) => log.finish_zero_step(done).unwrap(),
+                    Finished::Data(done) => assert!(log.finish_flush(*done).unwrap().synced),
+                }
+            }
+            let head_op = shard.group(GROUP).unwrap().head_op();
+            // Read back from the files, not from memory: zeros over synced data would read as
+            // a lost synced op (corruption) or a shorter log.
+            let (mut shard, report) =
+                sim.block_on(ShardStore::open(sim.storage(), Path::new("/d"), config())).unwrap();
+            assert!(report.groups.iter().all(|group| group.corruption.is_none()), "seed {seed}");
+            let log = shard.group_mut(GROUP).unwrap();
+            assert_eq!(log.head_op(), head_op, "seed {seed}");
+            let served = sim.block_on(log.read_offset(0, usize::MAX)).unwrap();
+            assert_eq!(served.len() as u64, head_op, "seed {seed}: every op is on file");
+        }
     }
 }

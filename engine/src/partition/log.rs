@@ -209,6 +209,11 @@ pub struct PartitionLog<S: Storage> {
     /// job's latch: a later job rewriting those blocks waits until the job finished, so the
     /// older, shorter copy can never land last.
     pub(super) tail_in_flight: Option<TailWrite>,
+    /// The log's direct jobs are small: its steps ahead are written with zeros by zero steps
+    /// (`super::zero_fill`), not reserved by its flush jobs.
+    pub(super) zeros_ahead: bool,
+    /// The zero step in flight: its range counts as ready, and data writes into it wait for it.
+    pub(super) zeroing: Option<TailWrite>,
     /// The segment the last flush job wrote to, and where the blocks its writes covered end:
     /// blocks below were written before, blocks above only reserved (see `submit_chunks`).
     pub(super) written_blocks_end: Option<(u64, u64)>,
@@ -548,6 +553,8 @@ impl<S: Storage> PartitionLog<S> {
             exclusive_in_flight: false,
             flush_failed: false,
             tail_in_flight: None,
+            zeros_ahead: false,
+            zeroing: None,
             written_blocks_end: None,
             truncation: None,
             storage_full: false,

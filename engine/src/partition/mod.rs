@@ -17,6 +17,7 @@ mod recover;
 mod retention;
 mod settle;
 mod truncate;
+mod zero_fill;
 
 pub use append::WRITE_BUFFER_FULL;
 pub use flush::{FlushDone, FlushJob, WRITE_PIECE_BYTES, WriteOutcome};
@@ -26,3 +27,4 @@ pub use log::{FaultyOps, PartitionLog, Shared};
 pub use read::{DiskRead, DiskReadDone, ReadPlan};
 pub use recover::{GroupRecovery, JournalPrepare};
 pub use settle::{CheckpointCandidate, SettleJob};
+pub use zero_fill::{ZeroStep, ZeroStepDone};

@@ -32,7 +32,7 @@ impl<S: Storage> PartitionLog<S> {
     ) -> Result<Option<GroupSlot>> {
         self.check_serving()?;
         assert!(
-            self.flushes_in_flight == 0 && !self.has_unwritten(),
+            self.flushes_in_flight == 0 && self.zeroing.is_none() && !self.has_unwritten(),
             "truncate only after a flush"
         );
         assert!(self.truncation.is_none(), "one truncation at a time");

@@ -1,7 +1,7 @@
 //! The jobs in flight across I/O rounds: the flush cycles (the node's in-flight flush table,
-//! oldest first) and the one checkpoint job; polling them, applying them once finished, and
-//! settling the log (every job run to its end) when a view change, truncation, new group,
-//! backpressure or close needs it at rest.
+//! oldest first), the one checkpoint job and the one zero fill; polling them, applying them
+//! once finished, and settling the log (every job run to its end) when a view change,
+//! truncation, new group, backpressure or close needs it at rest.
 //!
 //! Flush cycles are applied strictly in the order they began, so the durability ticket only
 //! moves forward and never past a write that a cycle left to a later one; a cycle that hit a
@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use shoal_engine::Error as EngineError;
-use shoal_engine::shard::{CheckpointDone, FlushReport, ShardFlushDone};
+use shoal_engine::shard::{CheckpointDone, FlushReport, ShardFlushDone, ZeroFillDone};
 use shoal_engine::storage::Storage;
 
 use super::config::{Clock, Transport};
@@ -20,6 +20,9 @@ use super::state::Node;
 
 /// A checkpoint job running across I/O rounds.
 pub(super) type CheckpointRun<S> = Pin<Box<dyn Future<Output = CheckpointDone<S>>>>;
+
+/// A zero fill running across I/O rounds.
+pub(super) type ZeroFillRun<S> = Pin<Box<dyn Future<Output = ZeroFillDone<S>>>>;
 
 /// A flush cycle running across I/O rounds.
 type FlushRun<S> = Pin<Box<dyn Future<Output = ShardFlushDone<S>>>>;
@@ -52,6 +55,13 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 self.apply_checkpoint(done);
                 finished = true;
             }
+            if let Some(run) = self.zero_fill.as_mut()
+                && let Poll::Ready(done) = run.as_mut().poll(cx)
+            {
+                self.zero_fill = None;
+                self.apply_zero_fill(done);
+                finished = true;
+            }
             for cycle in self.flushes.iter_mut().filter(|cycle| cycle.done.is_none()) {
                 if let Poll::Ready(done) = cycle.run.as_mut().poll(cx) {
                     cycle.done = Some(done);
@@ -78,6 +88,12 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 && let Some(job) = self.store.begin_checkpoint()
             {
                 self.checkpoint = Some(Box::pin(job.run()));
+                again = true;
+            }
+            if self.zero_fill.is_none()
+                && let Some(job) = self.store.begin_zero_fill()
+            {
+                self.zero_fill = Some(Box::pin(job.run()));
                 again = true;
             }
             if self.poll_peer_reads(cx) {
@@ -132,13 +148,17 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         ok
     }
 
-    /// Waits for the flush cycle and the checkpoint in flight, if any, and applies them; false
-    /// when one failed.
+    /// Waits for the flush cycles, the checkpoint and the zero fill in flight, if any, and
+    /// applies them; false when one failed.
     pub(super) async fn finish_jobs(&mut self) -> bool {
         let mut ok = self.finish_flushes_in_flight().await;
         if let Some(run) = self.checkpoint.take() {
             let done = run.await;
             ok &= self.apply_checkpoint(done);
+        }
+        if let Some(run) = self.zero_fill.take() {
+            let done = run.await;
+            ok &= self.apply_zero_fill(done);
         }
         ok
     }
@@ -180,6 +200,13 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             return false;
         }
         !report.storage_full
+    }
+
+    /// Applies a finished zero fill: a group whose step failed is fail-stop; a full disk is
+    /// retried at the retry pace. False when a step failed or found no room.
+    pub(super) fn apply_zero_fill(&mut self, done: ZeroFillDone<S>) -> bool {
+        let report = self.store.finish_zero_fill(done);
+        self.apply_flush_report(report)
     }
 
     /// Applies a finished checkpoint job; false when it failed or waits for space.

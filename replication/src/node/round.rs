@@ -88,17 +88,20 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.send_heartbeats();
     }
 
-    /// Whether a flush cycle, a checkpoint job or a disk read for a peer is in flight (see
-    /// [`Node::wait_io`]).
+    /// Whether a flush cycle, a checkpoint job, a zero fill or a disk read for a peer is in
+    /// flight (see [`Node::wait_io`]).
     pub fn io_in_flight(&self) -> bool {
-        !self.flushes.is_empty() || self.checkpoint.is_some() || !self.peer_reads.is_empty()
+        !self.flushes.is_empty()
+            || self.checkpoint.is_some()
+            || self.zero_fill.is_some()
+            || !self.peer_reads.is_empty()
     }
 
-    /// Waits until a flush cycle, checkpoint job or disk read for a peer in flight finishes,
-    /// and applies it: the writes its cycle carried are durable (replies and held messages
-    /// follow), and the next cycle starts at once with whatever was appended meanwhile; a
-    /// finished read is sent, and the next queued ones start. Never finishes when nothing
-    /// is in flight. Cancel-safe: the jobs live in the node, not in this future.
+    /// Waits until a flush cycle, checkpoint job, zero fill or disk read for a peer in flight
+    /// finishes, and applies it: the writes its cycle carried are durable (replies and held
+    /// messages follow), and the next cycle starts at once with whatever was appended
+    /// meanwhile; a finished read is sent, and the next queued ones start. Never finishes when
+    /// nothing is in flight. Cancel-safe: the jobs live in the node, not in this future.
     pub async fn wait_io(&mut self) {
         poll_fn(|cx| if self.poll_jobs(cx) { Poll::Ready(()) } else { Poll::Pending }).await;
         self.release_held();

@@ -12,7 +12,7 @@ use shoal_proto::wire::CommitEntry;
 
 use super::config::{Clock, NodeConfig, Transport};
 use super::damage::DamageCut;
-use super::flush::{CheckpointRun, InFlightFlush};
+use super::flush::{CheckpointRun, InFlightFlush, ZeroFillRun};
 use super::serve::PeerRead;
 use super::status::NodeCounters;
 use crate::message::{Committed, Envelope, Reply, ServePrepare, Write};
@@ -51,6 +51,9 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     /// The checkpoint job in flight: it outlives the round that started it, so its segment
     /// syncs never hold up a round's flush (and the replies waiting on it).
     pub(super) checkpoint: Option<CheckpointRun<S>>,
+    /// The zero fill in flight (space ahead of small direct logs' tails): like the checkpoint,
+    /// it runs beside the flush cycles, so no reply waits for it.
+    pub(super) zero_fill: Option<ZeroFillRun<S>>,
     /// The flush cycles in flight, oldest first (the shard bounds how many).
     pub(super) flushes: VecDeque<InFlightFlush<S>>,
     /// Set when a cycle hit a full disk or failed: the next round retries, not the poll.
@@ -111,6 +114,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             replies: Vec::new(),
             committed: Vec::new(),
             checkpoint: None,
+            zero_fill: None,
             flushes: VecDeque::new(),
             flush_blocked: false,
             counters: NodeCounters::default(),

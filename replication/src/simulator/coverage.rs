@@ -88,6 +88,9 @@ pub struct Coverage {
     pub damage_cuts: u64,
     /// Damaged torn tails of `persisted` logs held faulty at open.
     pub torn_tails_held_faulty: u64,
+    /// Zero steps the engines completed (space ahead of a small direct log's tail, written with
+    /// zeros beside its flush jobs).
+    pub zero_steps: u64,
     /// Repair answers that a peer's retention removed the op asked for.
     pub ranges_evicted: u64,
     /// State transfers installed (a backup's log replaced by one beginning at a peer's state).
@@ -231,6 +234,7 @@ impl Coverage {
             (&mut self.corruptions_injected, other.corruptions_injected),
             (&mut self.damage_cuts, other.damage_cuts),
             (&mut self.torn_tails_held_faulty, other.torn_tails_held_faulty),
+            (&mut self.zero_steps, other.zero_steps),
             (&mut self.damage_repaired, other.damage_repaired),
             (&mut self.damaged_ops_repaired, other.damaged_ops_repaired),
             (&mut self.groups_reopened, other.groups_reopened),
@@ -289,6 +293,7 @@ pub(super) fn add_counters(coverage: &mut Coverage, node: &SimNode) {
     let counters = node.counters();
     coverage.damage_cuts += counters.damage_cuts;
     coverage.torn_tails_held_faulty += counters.torn_tails_held_faulty;
+    coverage.zero_steps += node.store().counters().zero_steps;
     coverage.damage_repaired += counters.damage_repaired;
     coverage.damaged_ops_repaired += counters.damaged_ops_repaired;
     coverage.groups_reopened += counters.groups_reopened;
