@@ -275,10 +275,25 @@ impl Ledger {
                 }
             }
             for (value, written) in writes {
-                if let Written::At { offset: at, .. } = written {
-                    assert!(
-                        copies.contains_key(value.as_slice()),
-                        "{topic}/{partition}: acknowledged offset {at} is missing"
+                if let Written::At { offset: at, .. } = written
+                    && !copies.contains_key(value.as_slice())
+                {
+                    // What each node reports of its groups now, to tell a lost write from a read
+                    // that was answered short.
+                    let pages: Vec<Option<BTreeMap<String, [u64; 4]>>> = cluster
+                        .nodes
+                        .iter()
+                        .map(|node| {
+                            node.metrics().and_then(metrics_page).map(|p| group_figures(&p))
+                        })
+                        .collect();
+                    panic!(
+                        "{topic}/{partition}: acknowledged offset {at} is missing ({} records \
+                         read; read again: {}); groups (commit op, status, committed offset, \
+                         next offset) by node: {pages:?}\n{}",
+                        records.len(),
+                        read_all(cluster, topic, *partition).len(),
+                        cluster.log_tails(20)
                     );
                 }
             }
@@ -414,7 +429,10 @@ pub fn check_logs_agree(cluster: &mut ShoalCluster) {
 }
 
 pub fn restart(cluster: &mut ShoalCluster, node: usize) {
-    cluster.nodes[node].restart().unwrap_or_else(|error| panic!("node {node}: {error}"));
+    if let Err(error) = cluster.nodes[node].restart() {
+        // A node that exits before its readiness line says why on stderr, in its log.
+        panic!("node {node}: {error}\n{}", cluster.log_tails(20));
+    }
 }
 
 /// One group a node's replica leads: its id and, for a partition's, the topic and partition.
