@@ -10,6 +10,7 @@
 //! are still changing. The pool reuses a chunk once no view of it is left.
 
 use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
+use std::collections::VecDeque;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -247,6 +248,11 @@ impl Chunk {
 /// a whole large chunk (capped by the configured chunk size, if that is smaller).
 pub const CHUNK_SIZE_MIN_BYTES: usize = 64 << 10;
 
+/// Retired chunks a take checks before it allocates: views are mostly dropped in the order
+/// their chunks retired (rings and the batch cache evict oldest first), so the oldest are
+/// checked first and one still held goes to the back; a pool at its bound checks them all.
+const RETIRED_CHECKS_PER_TAKE: usize = 8;
+
 /// A shard's pool of chunk memory, in size classes from [`CHUNK_SIZE_MIN_BYTES`] doubling up to
 /// the configured chunk size, bounded in bytes: chunks are allocated once and reused once no
 /// view of them is left, so first-touch costs are paid once, not per append. A chunk handed
@@ -257,7 +263,8 @@ pub struct ChunkPool {
     class_sizes_bytes: Vec<usize>,
     /// Free memory per class.
     free: Vec<Vec<Arc<ChunkMemory>>>,
-    retired: Vec<Arc<ChunkMemory>>,
+    /// Memory handed back, oldest first, until no view holds it.
+    retired: VecDeque<Arc<ChunkMemory>>,
     allocated: usize,
     allocated_bytes: usize,
     bytes_max: usize,
@@ -280,7 +287,7 @@ impl ChunkPool {
         Self {
             free: vec![Vec::new(); class_sizes_bytes.len()],
             class_sizes_bytes,
-            retired: Vec::new(),
+            retired: VecDeque::new(),
             allocated: 0,
             allocated_bytes: 0,
             bytes_max: largest.saturating_mul(allocated_max),
@@ -334,7 +341,11 @@ impl ChunkPool {
         assert!(file_base_bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64));
         assert!(prefix.len() < BLOCK_SIZE_BYTES);
         let class = self.class_sizes_bytes.iter().position(|&size| size >= size_bytes)?;
-        let memory = self.reusable(class).or_else(|| self.allocate(class))?;
+        let memory = self.reusable(class).or_else(|| self.allocate(class)).or_else(|| {
+            // At the bound: any retired memory no view holds, wherever it is in the list.
+            self.collect_retired();
+            self.free[class].pop().or_else(|| self.allocate(class))
+        })?;
         self.taken += 1;
         let mut chunk = Chunk {
             memory,
@@ -353,26 +364,42 @@ impl ChunkPool {
 
     /// Hands a chunk back; its memory is reused once every view of it is dropped.
     pub fn give_back(&mut self, chunk: Chunk) {
-        self.retired.push(chunk.memory);
+        self.retired.push_back(chunk.memory);
     }
 
-    /// Free memory of `class`, after moving every retired chunk no view holds any more to its
-    /// class's free list.
+    /// Free memory of `class`, after checking the oldest few retired chunks
+    /// ([`RETIRED_CHECKS_PER_TAKE`]): each no view holds any more goes to its class's free list,
+    /// each still held to the back of the list. Bounded work per take, however long the list.
     fn reusable(&mut self, class: usize) -> Option<Arc<ChunkMemory>> {
         if let Some(memory) = self.free[class].pop() {
             return Some(memory);
         }
-        let mut index = 0;
-        while index < self.retired.len() {
-            if Arc::strong_count(&self.retired[index]) == 1 {
-                let memory = self.retired.swap_remove(index);
+        for _ in 0..RETIRED_CHECKS_PER_TAKE.min(self.retired.len()) {
+            let memory = self.retired.pop_front().expect("checked against the length");
+            if Arc::strong_count(&memory) == 1 {
                 let of = self.class_of(memory.capacity());
                 self.free[of].push(memory);
+                if of == class {
+                    break;
+                }
             } else {
-                index += 1;
+                self.retired.push_back(memory);
             }
         }
         self.free[class].pop()
+    }
+
+    /// Moves every retired chunk no view holds any more to its class's free list.
+    fn collect_retired(&mut self) {
+        let retired = std::mem::take(&mut self.retired);
+        for memory in retired {
+            if Arc::strong_count(&memory) == 1 {
+                let of = self.class_of(memory.capacity());
+                self.free[of].push(memory);
+            } else {
+                self.retired.push_back(memory);
+            }
+        }
     }
 
     /// New memory of `class` within the bound, freeing memory of other classes no one uses
@@ -448,6 +475,32 @@ mod tests {
         assert_eq!(chunk.filled(), 2);
         assert!(!chunk.has_unwritten());
         assert_eq!(pool.allocated(), 1);
+    }
+
+    /// A take checks only the oldest few retired chunks (a held one goes to the back), so its
+    /// cost does not grow with the pool; at the bound it finds free memory anywhere.
+    #[test]
+    fn a_take_checks_the_oldest_retired_chunks_and_at_the_bound_all_of_them() {
+        let count = 3 * RETIRED_CHECKS_PER_TAKE;
+        let mut pool = ChunkPool::new(4096, count);
+        let mut views = Vec::new();
+        for _ in 0..count {
+            let mut chunk = pool.take(4096, 0, 0, &[]).unwrap();
+            views.push(chunk.append(&[b"abc"]));
+            pool.give_back(chunk);
+        }
+        // Everything is held except the newest chunk, at the back of the list.
+        views.pop();
+        assert!(pool.reusable(0).is_none(), "only the oldest few are checked");
+        assert_eq!(pool.retired.len(), count, "held ones go to the back");
+        assert!(pool.take(4096, 0, 0, &[]).is_some(), "at the bound, the free one is found");
+        assert_eq!(pool.allocated(), count);
+        // Views dropped oldest first: the next take reuses the oldest chunk.
+        views.remove(0);
+        let chunk = pool.take(4096, 0, 0, &[]).unwrap();
+        assert_eq!(pool.allocated(), count);
+        drop(chunk);
+        drop(views);
     }
 
     #[test]
