@@ -5,7 +5,8 @@
 //! when to checkpoint and when the superblock is written, and supplies journal entries at
 //! recovery. Appends are synchronous memory operations (one copy into the write buffer); the
 //! I/O happens in the [`FlushJob`] that [`PartitionLog::begin_flush`] hands the shard's flush
-//! cycle, which gives it back to [`PartitionLog::finish_flush`]. The log
+//! cycle, which gives it back to [`PartitionLog::finish_flush`] (and, for a small direct log's
+//! space ahead, in the [`ZeroStep`] the shard's zero fill runs beside it). The log
 //! checks view, op and commit only for continuity and checksums; it knows nothing of quorums.
 
 mod append;

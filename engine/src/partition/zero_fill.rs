@@ -72,9 +72,7 @@ impl<S: Storage> ZeroStep<S> {
         };
         ZeroStepDone { step: self, result }
     }
-}
 
-impl<S: Storage> ZeroStep<S> {
     /// Writes the zeros one piece at a time: the device serves writes in the order they queue,
     /// so a step written all at once would hold an append's write behind all of it.
     async fn write(&self) -> std::io::Result<()> {
