@@ -23,7 +23,9 @@ use bytes::Bytes;
 use crate::error::{Corruption, Error, Result};
 use crate::partition::JournalPrepare;
 use crate::record::prepare_of;
-use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, BufferShelf, OpenMode, Storage, StorageFile};
+use crate::storage::{
+    AlignedBuf, BLOCK_SIZE_BYTES, BufferShelf, OpenMode, Storage, StorageFile, zero_pieces,
+};
 use crate::wire::{HEADER_SIZE, Header, JournalEntry};
 
 /// The journal's file name inside a shard directory.
@@ -180,18 +182,12 @@ impl<F: StorageFile> Journal<F> {
     }
 
     async fn prewrite(&self) -> Result<()> {
-        let step = (1 << 20).min(self.size_bytes as usize);
-        let mut zeros = AlignedBuf::zeroed(step, BLOCK_SIZE_BYTES);
-        zeros.set_len(step);
-        let zeros = zeros.freeze();
-        let mut position = 0;
-        while position < self.size_bytes {
-            let len = (self.size_bytes - position).min(step as u64) as usize;
+        // One piece at a time: the file may be 1 GiB, written at start-up.
+        for (position, zeros) in zero_pieces(0, self.size_bytes, 1 << 20) {
             self.file
-                .write_at(zeros.slice(..len), position)
+                .write_at(zeros, position)
                 .await
                 .map_err(|e| Error::io("pre-writing the journal", e))?;
-            position += len as u64;
         }
         self.file.sync_data().await.map_err(|e| Error::io("syncing the journal", e))
     }

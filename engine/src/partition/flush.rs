@@ -21,7 +21,9 @@ use crate::error::{Error, Result};
 use crate::join::{Latch, join_all};
 use crate::ready::READY_STEP_MIN_BYTES;
 use crate::segment::{SPARE_NAME, log_name};
-use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile, copy_io_error};
+use crate::storage::{
+    BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile, copy_io_error, zero_pieces,
+};
 use crate::superblock::Durability;
 
 /// The largest single write a flush issues: longer runs are split so that several writes are
@@ -961,21 +963,9 @@ impl<S: Storage> PartitionLog<S> {
 
 /// Writes zeros over `[from_bytes, to_bytes)` (block-aligned) of `file`, in pieces of at most
 /// [`WRITE_PIECE_BYTES`], all in flight at once.
-pub(super) async fn write_zeros<F: StorageFile>(
-    file: &F,
-    from_bytes: u64,
-    to_bytes: u64,
-) -> io::Result<()> {
-    let block = BLOCK_SIZE_BYTES as u64;
-    assert!(from_bytes.is_multiple_of(block) && to_bytes.is_multiple_of(block));
-    let piece = (to_bytes - from_bytes).min(WRITE_PIECE_BYTES as u64) as usize;
-    let mut zeros = AlignedBuf::zeroed(piece, BLOCK_SIZE_BYTES);
-    zeros.set_len(piece);
-    let zeros = zeros.freeze();
-    let pieces = (from_bytes..to_bytes).step_by(piece).map(|position| {
-        let len = (to_bytes - position).min(piece as u64) as usize;
-        file.write_at(zeros.slice(..len), position)
-    });
+async fn write_zeros<F: StorageFile>(file: &F, from_bytes: u64, to_bytes: u64) -> io::Result<()> {
+    let pieces = zero_pieces(from_bytes, to_bytes, WRITE_PIECE_BYTES)
+        .map(|(position, zeros)| file.write_at(zeros, position));
     for result in join_all(pieces.collect()).await {
         result?;
     }

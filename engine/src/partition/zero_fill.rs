@@ -18,7 +18,7 @@ use super::flush::{TailWrite, ZEROED_STEP_BYTES_MAX};
 use super::log::PartitionLog;
 use crate::error::{Error, Result};
 use crate::join::Latch;
-use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, Storage, StorageFile};
+use crate::storage::{Storage, StorageFile, zero_pieces};
 
 /// The zero step's writes, issued one after the other: an append's write that queues behind
 /// one waits for this much at most (~0.1 ms at this disk's bandwidth).
@@ -76,13 +76,8 @@ impl<S: Storage> ZeroStep<S> {
     /// Writes the zeros one piece at a time: the device serves writes in the order they queue,
     /// so a step written all at once would hold an append's write behind all of it.
     async fn write(&self) -> std::io::Result<()> {
-        let piece = (self.to_bytes - self.from_bytes).min(ZERO_PIECE_BYTES as u64) as usize;
-        let mut zeros = AlignedBuf::zeroed(piece, BLOCK_SIZE_BYTES);
-        zeros.set_len(piece);
-        let zeros = zeros.freeze();
-        for position in (self.from_bytes..self.to_bytes).step_by(piece) {
-            let len = (self.to_bytes - position).min(piece as u64) as usize;
-            self.file.write_at(zeros.slice(..len), position).await?;
+        for (position, zeros) in zero_pieces(self.from_bytes, self.to_bytes, ZERO_PIECE_BYTES) {
+            self.file.write_at(zeros, position).await?;
         }
         Ok(())
     }

@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
+use super::BLOCK_SIZE_BYTES;
+
 /// An owned, aligned, fixed-capacity byte buffer. `len <= capacity`; bytes past `len` are
 /// initialised (zero or old contents) but not part of the value.
 pub struct AlignedBuf {
@@ -135,6 +137,28 @@ impl AlignedBuf {
     }
 }
 
+/// Zeros for `[from_bytes, to_bytes)` (block-aligned) in direct-I/O pieces of at most
+/// `piece_bytes`: each piece's position and bytes, all views of one zeroed buffer, so a file
+/// region of any size is zeroed from `piece_bytes` of memory. The caller decides how many pieces
+/// are in flight at once.
+pub fn zero_pieces(
+    from_bytes: u64,
+    to_bytes: u64,
+    piece_bytes: usize,
+) -> impl Iterator<Item = (u64, Bytes)> {
+    let block = BLOCK_SIZE_BYTES as u64;
+    assert!(from_bytes.is_multiple_of(block) && to_bytes.is_multiple_of(block));
+    assert!(piece_bytes.is_multiple_of(BLOCK_SIZE_BYTES) && piece_bytes > 0);
+    let piece = (to_bytes - from_bytes).min(piece_bytes as u64) as usize;
+    let mut zeros = AlignedBuf::zeroed(piece, BLOCK_SIZE_BYTES);
+    zeros.set_len(piece);
+    let zeros = zeros.freeze();
+    (from_bytes..to_bytes).step_by(piece.max(1)).map(move |position| {
+        let len = (to_bytes - position).min(piece as u64) as usize;
+        (position, zeros.slice(..len))
+    })
+}
+
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         // SAFETY: `ptr` came from `alloc_zeroed` with exactly this layout and is freed once.
@@ -236,6 +260,19 @@ impl Drop for Shelved {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zero_pieces_cover_the_range_with_views_of_one_buffer() {
+        let block = BLOCK_SIZE_BYTES as u64;
+        let pieces: Vec<(u64, Bytes)> =
+            zero_pieces(block, 6 * block, 2 * BLOCK_SIZE_BYTES).collect();
+        let spans: Vec<(u64, usize)> = pieces.iter().map(|(at, b)| (*at, b.len())).collect();
+        let piece = 2 * BLOCK_SIZE_BYTES;
+        assert_eq!(spans, [(block, piece), (3 * block, piece), (5 * block, BLOCK_SIZE_BYTES)]);
+        assert!(pieces.iter().all(|(_, bytes)| bytes.iter().all(|&byte| byte == 0)));
+        assert_eq!(pieces[0].1.as_ptr(), pieces[2].1.as_ptr(), "one buffer");
+        assert_eq!(zero_pieces(block, block, piece).count(), 0);
+    }
 
     #[test]
     fn capacity_is_rounded_to_alignment_and_start_is_aligned() {

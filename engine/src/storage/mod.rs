@@ -27,7 +27,7 @@ use std::future::Future;
 use std::io;
 use std::path::Path;
 
-pub use buf::{AlignedBuf, BufferShelf};
+pub use buf::{AlignedBuf, BufferShelf, zero_pieces};
 use bytes::Bytes;
 pub use filesystem::{copy_io_error, filesystem_sync_supported, sync_filesystem_blocking};
 
