@@ -438,11 +438,10 @@ impl<T> BesideJob<T> {
         }
     }
 
-    async fn finish(&mut self) -> Option<T> {
+    async fn run_to_end(&mut self) {
         if let Some(run) = self.run.take() {
             self.done = Some(run.await);
         }
-        self.done.take()
     }
 }
 
@@ -493,8 +492,8 @@ impl Beside {
 
     /// Runs both to their end (before retention, which needs the log at rest).
     async fn settle(&mut self, shard: &mut ShardStore<UringStorage>) {
-        self.checkpoint.done = self.checkpoint.finish().await;
-        self.zero_fill.done = self.zero_fill.finish().await;
+        self.checkpoint.run_to_end().await;
+        self.zero_fill.run_to_end().await;
         self.apply(shard);
     }
 }

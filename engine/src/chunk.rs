@@ -497,10 +497,8 @@ mod tests {
         assert_eq!(pool.allocated(), count);
         // Views dropped oldest first: the next take reuses the oldest chunk.
         views.remove(0);
-        let chunk = pool.take(4096, 0, 0, &[]).unwrap();
+        assert!(pool.take(4096, 0, 0, &[]).is_some());
         assert_eq!(pool.allocated(), count);
-        drop(chunk);
-        drop(views);
     }
 
     #[test]

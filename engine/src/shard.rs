@@ -1137,9 +1137,8 @@ impl<S: Storage> ShardStore<S> {
         if self.zero_fill_in_flight || self.failed.is_some() {
             return None;
         }
-        let due: Vec<u64> =
-            self.touched().filter(|(_, log)| log.zero_step_due()).map(|(id, _)| id).collect();
-        let steps: Vec<ZeroStep<S>> = due
+        let touched: Vec<u64> = self.touched().map(|(id, _)| id).collect();
+        let steps: Vec<ZeroStep<S>> = touched
             .into_iter()
             .filter_map(|id| self.groups.get_mut(&id).and_then(PartitionLog::begin_zero_step))
             .collect();
@@ -1161,8 +1160,7 @@ impl<S: Storage> ShardStore<S> {
         for step in done.steps {
             let group = step.group();
             let bytes = step.bytes_written();
-            // A group deleted meanwhile has nothing to apply it to.
-            let Some(log) = self.groups.get_mut(&group) else { continue };
+            let log = self.groups.get_mut(&group).expect("groups change only between jobs");
             match log.finish_zero_step(step) {
                 Ok(()) => {
                     self.counters.zero_steps += 1;

@@ -158,10 +158,7 @@ impl ZeroFill {
     fn finish_and_begin(&mut self, shard: &Rc<RefCell<Option<ShardStore<SimStorage>>>>, seed: u64) {
         let mut guard = shard.borrow_mut();
         let shard = guard.as_mut().expect("open");
-        if let Some(done) = self.done.take() {
-            let report = shard.finish_zero_fill(done);
-            assert!(report.failed.is_empty(), "seed {seed}: {report:?}");
-        }
+        self.apply(shard, seed);
         if self.run.is_none()
             && let Some(job) = shard.begin_zero_fill()
         {
@@ -174,8 +171,12 @@ impl ZeroFill {
         if let Some(run) = self.run.take() {
             self.done = Some(run.await);
         }
+        self.apply(shard.borrow_mut().as_mut().expect("open"), seed);
+    }
+
+    fn apply(&mut self, shard: &mut ShardStore<SimStorage>, seed: u64) {
         if let Some(done) = self.done.take() {
-            let report = shard.borrow_mut().as_mut().expect("open").finish_zero_fill(done);
+            let report = shard.finish_zero_fill(done);
             assert!(report.failed.is_empty(), "seed {seed}: {report:?}");
         }
     }

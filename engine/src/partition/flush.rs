@@ -506,8 +506,7 @@ impl<S: Storage> PartitionLog<S> {
             .map(|reserve| reserve.to_bytes - reserve.from_bytes)
             .sum();
         if claimed > 0 {
-            self.shared.ready_budget.update(self.ready_held_bytes, self.ready_held_bytes + claimed);
-            self.ready_held_bytes += claimed;
+            self.claim_ready(claimed);
         }
         if reserves.iter().any(|reserve| reserve.base_offset.is_some() && !reserve.needed) {
             self.adapt_ready_step(false);

@@ -616,6 +616,14 @@ impl<S: Storage> PartitionLog<S> {
         ahead + self.spare_ready_end_bytes.unwrap_or(0)
     }
 
+    /// Counts `bytes` more of ready space against the shard's budget from now, for a job that
+    /// asks for them (so other logs' jobs beginning meanwhile see them gone); the finish of the
+    /// job reports what is held ([`PartitionLog::account_ready`]).
+    pub(super) fn claim_ready(&mut self, bytes: u64) {
+        self.shared.ready_budget.update(self.ready_held_bytes, self.ready_held_bytes + bytes);
+        self.ready_held_bytes += bytes;
+    }
+
     /// Reports this log's ready space to the shard's budget. Called where it may have changed
     /// with no job in flight that claimed more (a claim in flight is reported when it is made).
     pub(super) fn account_ready(&mut self) {

@@ -99,17 +99,20 @@ impl<S: Storage> PartitionLog<S> {
     /// Whether this log's step ahead is due and is written with zeros by a [`ZeroStep`] (its
     /// direct jobs are small, no step is in flight, and its active segment's file exists).
     pub fn zero_step_due(&self) -> bool {
-        self.zeros_ahead
+        self.zero_step_range().is_some()
+    }
+
+    /// The step ahead a [`ZeroStep`] would write now, if one is due: `[from, to)` of the active
+    /// segment, within the shard's budget.
+    fn zero_step_range(&self) -> Option<(u64, u64)> {
+        let may_start = self.zeros_ahead
             && self.zeroing.is_none()
             && self.faulty.is_none()
             && self.truncation.is_none()
-            && (!self.storage_full || self.storage_retry)
-            && self.zero_step_range().is_some()
-    }
-
-    /// The step ahead a [`ZeroStep`] would write now: `[from, to)` of the active segment, within
-    /// the shard's budget.
-    fn zero_step_range(&self) -> Option<(u64, u64)> {
+            && (!self.storage_full || self.storage_retry);
+        if !may_start {
+            return None;
+        }
         let active = self.segments.last()?;
         if !self.files.contains_key(&active.base_offset) {
             return None;
@@ -121,9 +124,6 @@ impl<S: Storage> PartitionLog<S> {
     /// Starts the zero step that is due (None when none is): its space counts against the
     /// shard's budget and as ready from now, and data writes into it wait for its zeros.
     pub fn begin_zero_step(&mut self) -> Option<ZeroStep<S>> {
-        if !self.zero_step_due() {
-            return None;
-        }
         let (from_bytes, to_bytes) = self.zero_step_range()?;
         let active = self.segments.last().expect("a step lies in the active segment");
         let segment_base_offset = active.base_offset;
@@ -132,10 +132,7 @@ impl<S: Storage> PartitionLog<S> {
             // This step is the retry.
             self.storage_retry = false;
         }
-        self.shared
-            .ready_budget
-            .update(self.ready_held_bytes, self.ready_held_bytes + (to_bytes - from_bytes));
-        self.ready_held_bytes += to_bytes - from_bytes;
+        self.claim_ready(to_bytes - from_bytes);
         self.adapt_ready_step(true);
         let written = Rc::new(Latch::default());
         self.zeroing = Some(TailWrite::new(
@@ -156,15 +153,15 @@ impl<S: Storage> PartitionLog<S> {
 
     /// Applies a finished zero step: its space is ready; no room for it is the clean "storage
     /// full" (the log refuses appends that need more space than is ready until a retry); any
-    /// other failure is fail-stop. A step this log did not begin (the log was replaced by a
-    /// state transfer meanwhile) is ignored.
+    /// other failure is fail-stop.
     pub fn finish_zero_step(&mut self, done: ZeroStepDone<S>) -> Result<()> {
         let ZeroStepDone { step, result } = done;
-        let ours = self.zeroing.as_ref().is_some_and(|zeroing| zeroing.has_latch(&step.written));
-        if !ours {
-            return Ok(());
-        }
-        self.zeroing = None;
+        // A log is replaced (cut, transfer) only with no zero fill in flight.
+        let zeroing = self.zeroing.take();
+        assert!(
+            zeroing.is_some_and(|zeroing| zeroing.has_latch(&step.written)),
+            "a zero step finishes on the log that began it"
+        );
         let outcome = match result {
             Ok(()) => {
                 if let Some(meta) = self.segment_mut(step.segment_base_offset) {

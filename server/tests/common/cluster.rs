@@ -280,13 +280,7 @@ impl Ledger {
                 {
                     // What each node reports of its groups now, to tell a lost write from a read
                     // that was answered short.
-                    let pages: Vec<Option<BTreeMap<String, [u64; 4]>>> = cluster
-                        .nodes
-                        .iter()
-                        .map(|node| {
-                            node.metrics().and_then(metrics_page).map(|p| group_figures(&p))
-                        })
-                        .collect();
+                    let pages = figures_by_node(cluster);
                     panic!(
                         "{topic}/{partition}: acknowledged offset {at} is missing ({} records \
                          read; read again: {}); groups (commit op, status, committed offset, \
@@ -379,16 +373,21 @@ pub fn samples_sum(page: &str, name: &str, with: &str) -> u64 {
         .sum()
 }
 
+/// Each node's [`group_figures`], or None for a node whose metrics page did not answer.
+fn figures_by_node(cluster: &ShoalCluster) -> Vec<Option<BTreeMap<String, [u64; 4]>>> {
+    cluster
+        .nodes
+        .iter()
+        .map(|node| node.metrics().and_then(metrics_page).map(|page| group_figures(&page)))
+        .collect()
+}
+
 /// Waits (bounded) until the cluster is quiet: on every node every group is normal with all it
 /// holds committed, and every node reports the same commit op for every group.
 pub fn converge(cluster: &ShoalCluster) {
     let deadline = Instant::now() + DEADLINE;
     loop {
-        let pages: Vec<Option<BTreeMap<String, [u64; 4]>>> = cluster
-            .nodes
-            .iter()
-            .map(|node| node.metrics().and_then(metrics_page).map(|page| group_figures(&page)))
-            .collect();
+        let pages = figures_by_node(cluster);
         let quiet = pages.iter().all(|page| {
             page.as_ref().is_some_and(|groups| {
                 groups
