@@ -324,6 +324,11 @@ impl<F: StorageFile> Journal<F> {
         }
     }
 
+    /// The bytes of the entries waiting for a cycle.
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
     /// Whether a cycle is being written.
     pub fn cycle_in_flight(&self) -> bool {
         self.in_flight

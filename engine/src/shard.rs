@@ -256,6 +256,8 @@ pub struct ShardStore<S: Storage> {
     /// these and `checkpoint_wanted` only, so 10,000 idle groups cost a shard nothing per cycle.
     /// A group leaves only when [`ShardStore::is_idle`] says so, checked once per tick.
     active: BTreeSet<u64>,
+    /// Where the next cycle's turn at writing put-off segment writes starts (a group id).
+    segment_write_turn: u64,
     /// Groups whose rolled segments' index files found no room: no checkpoint of theirs starts
     /// until the next [`ShardStore::retry_storage_full`].
     settle_blocked: BTreeSet<u64>,
@@ -490,6 +492,7 @@ impl<S: Storage> ShardStore<S> {
             superblock,
             journal,
             active: groups.keys().copied().collect(),
+            segment_write_turn: 0,
             groups,
             durable,
             filesystem_sync,
@@ -907,6 +910,7 @@ impl<S: Storage> ShardStore<S> {
         let (direct, deferred, form) = self.persisted_paths();
         // The idle request that asks the journal for a marker asks direct groups for a mark.
         let marks = self.marker_wanted;
+        let put_off = self.segment_writes_put_off(&direct, &deferred, marks);
         let mut jobs = Vec::new();
         let mut group_targets = Vec::new();
         // Groups not touched since they were last idle have nothing new to write or report.
@@ -916,8 +920,12 @@ impl<S: Storage> ShardStore<S> {
             let log = self.groups.get_mut(&id).expect("touched groups exist");
             // An idle group whose newest direct sync no mark announces yet gets a mark job.
             let direct_now = direct.contains(&id) || (marks && log.mark_due());
-            let job =
-                if deferred.contains(&id) { None } else { log.begin_flush(write_all, direct_now) };
+            log.note_flush_cycle();
+            let job = if deferred.contains(&id) {
+                None
+            } else {
+                log.begin_flush_deferring(write_all, direct_now, put_off.contains(&id))
+            };
             // Its prepares leave the journal: the job is what makes them durable.
             assert!(job.is_some() || !direct_now, "a direct group always gets its job");
             if let Some(mut job) = job {
@@ -956,6 +964,45 @@ impl<S: Storage> ShardStore<S> {
         let filesystem_sync =
             (form == PersistedForm::Filesystem).then(|| (self.storage.clone(), self.dir.clone()));
         Some(ShardFlush { seq, complete, jobs, journal, journaled, group_targets, filesystem_sync })
+    }
+
+    /// The `persisted` groups whose segment write, due by batch alone
+    /// ([`PartitionLog::deferrable_segment_write_bytes`]), waits for a later cycle. Taking turns
+    /// from where the last cycle stopped, a cycle takes such writes up to the bytes waiting for
+    /// the journal (and at least one) and puts off the rest. Groups that gather their batches in
+    /// step (producers at equal rates) then write over the following cycles instead of all in
+    /// one, which would hold that cycle's acknowledgements until all of them had written
+    /// (docs/benchmarks.md, "Segment writes in batches, spread over the cycles").
+    fn segment_writes_put_off(
+        &mut self,
+        direct: &BTreeSet<u64>,
+        deferred: &BTreeSet<u64>,
+        marks: bool,
+    ) -> BTreeSet<u64> {
+        let mut due: Vec<(u64, u64)> = self
+            .touched()
+            // Groups that write everything this cycle anyway are not candidates.
+            .filter(|&(id, log)| {
+                !(direct.contains(&id)
+                    || deferred.contains(&id)
+                    || marks && log.mark_due()
+                    || self.writes_all(id, log))
+            })
+            .filter_map(|(id, log)| log.deferrable_segment_write_bytes().map(|bytes| (id, bytes)))
+            .collect();
+        // The groups from the turn on first, then those before it.
+        due.sort_unstable_by_key(|&(id, _)| (id < self.segment_write_turn, id));
+        let mut budget_bytes = self.journal.pending_bytes() as u64;
+        let mut put_off = BTreeSet::new();
+        for (index, (id, bytes)) in due.into_iter().enumerate() {
+            if index == 0 || budget_bytes > 0 {
+                budget_bytes = budget_bytes.saturating_sub(bytes);
+                self.segment_write_turn = id + 1;
+            } else {
+                put_off.insert(id);
+            }
+        }
+        put_off
     }
 
     /// Which of the `persisted` groups waiting in the journal take the direct path this cycle,
@@ -1035,6 +1082,7 @@ impl<S: Storage> ShardStore<S> {
             let log = &self.groups[&id];
             if self.is_idle(id, log) {
                 self.active.remove(&id);
+                self.groups.get_mut(&id).expect("touched groups exist").reset_pace();
             } else {
                 self.groups.get_mut(&id).expect("touched groups exist").retry_storage_full();
             }

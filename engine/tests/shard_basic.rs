@@ -603,3 +603,103 @@ fn an_idle_group_holds_no_chunk_and_a_dry_pool_takes_back_what_idle_rings_hold()
         assert_eq!(records.len(), 1, "group {group}");
     }
 }
+
+/// The small profile's `persisted` segment write batch: a quarter of its 1 MiB ring.
+const SMALL_WRITE_BATCH_BYTES: usize = 256 << 10;
+
+/// A shard of the small profile whose `persisted` groups take the journal and never checkpoint
+/// within a test (its journal holds everything they append), so that only their batches make
+/// their segment writes due.
+fn open_for_batches(sim: &Sim, groups: &[u64]) -> ShardStore<SimStorage> {
+    let config = ShardConfig {
+        journal_size_bytes: 32 << 20,
+        checkpoint_interval_bytes: 1 << 40,
+        persisted_path: shoal_engine::direct::PersistedPath::Journal,
+        ..ShardConfig::small()
+    };
+    let (mut shard, _) =
+        sim.block_on(ShardStore::open(sim.storage(), Path::new("/data/shard-0"), config)).unwrap();
+    for &group in groups {
+        sim.block_on(shard.create_group(group, group_config(Durability::Persisted))).unwrap();
+    }
+    shard
+}
+
+/// A busy `persisted` group's write buffer grows to hold its write batch, so its segment writes
+/// carry whole batches; a group appending a trickle keeps the smallest chunk. Without the pace
+/// rule (`partition::append::CHUNK_CYCLES`), the busy group's 64 KiB chunk filled every few
+/// cycles and each fill made a write due.
+#[test]
+fn a_busy_persisted_group_writes_whole_batches_and_a_trickle_keeps_the_smallest_chunk() {
+    const BUSY: u64 = 1;
+    const TRICKLE: u64 = 2;
+    let sim = Sim::new(5, SimConfig::default());
+    let mut shard = open_for_batches(&sim, &[BUSY, TRICKLE]);
+    let mut busy_written = 0;
+    let mut ops_per_write = Vec::new();
+    let mut trickle_buffer_max = 0;
+    for _ in 0..400 {
+        append_to(&mut shard, BUSY, 4000);
+        append_to(&mut shard, TRICKLE, 100);
+        let report = sim.block_on(shard.flush()).unwrap();
+        assert!(report.failed.is_empty(), "{report:?}");
+        let written = shard.group(BUSY).unwrap().written_op();
+        if written > busy_written {
+            ops_per_write.push(written - busy_written);
+            busy_written = written;
+        }
+        let trickle = shard.group(TRICKLE).unwrap().write_buffer_bytes();
+        trickle_buffer_max = trickle_buffer_max.max(trickle);
+    }
+    // The first writes come while the pace is still being learnt.
+    let steady = &ops_per_write[2..];
+    assert!(steady.len() >= 4, "{ops_per_write:?}");
+    // A 4 KiB append is about 4.3 KiB with its headers: a batch of 256 KiB is ~59 of them, a
+    // 64 KiB chunk ~15. A write may start part-way into a chunk, so it carries less than a
+    // whole chunk then.
+    assert!(steady.iter().all(|&ops| ops >= 40), "writes smaller than a batch: {ops_per_write:?}");
+    assert_eq!(trickle_buffer_max, 64 << 10, "the trickle's write buffer grew");
+    let busy_buffer = shard.group(BUSY).unwrap().write_buffer_bytes();
+    assert!(busy_buffer >= SMALL_WRITE_BATCH_BYTES, "busy group's buffer: {busy_buffer}");
+}
+
+/// `persisted` groups that gather their batches in step (equal producers) do not all write in
+/// the same cycle: a cycle takes put-off writes up to what it journals (at least one), the rest
+/// wait their turn, and none waits past twice its batch. Without the spreading every group's
+/// write lands on the same cycle.
+#[test]
+fn segment_writes_due_in_step_are_spread_over_the_cycles() {
+    const GROUPS: u64 = 8;
+    let groups: Vec<u64> = (1..=GROUPS).collect();
+    let sim = Sim::new(6, SimConfig::default());
+    let mut shard = open_for_batches(&sim, &groups);
+    let mut written = vec![0u64; GROUPS as usize];
+    let mut writes = vec![0u32; GROUPS as usize];
+    let mut longest_wait_ops = 0;
+    let mut most_in_one_cycle = 0;
+    for _ in 0..360 {
+        for &group in &groups {
+            append_to(&mut shard, group, 4000);
+        }
+        let report = sim.block_on(shard.flush()).unwrap();
+        assert!(report.failed.is_empty(), "{report:?}");
+        let mut writing = 0;
+        for (index, &group) in groups.iter().enumerate() {
+            let log = shard.group(group).unwrap();
+            longest_wait_ops = longest_wait_ops.max(log.head_op() - log.written_op());
+            if log.written_op() > written[index] {
+                written[index] = log.written_op();
+                writes[index] += 1;
+                writing += 1;
+            }
+        }
+        most_in_one_cycle = most_in_one_cycle.max(writing);
+    }
+    assert!(most_in_one_cycle <= 2, "{most_in_one_cycle} groups wrote in one cycle");
+    assert!(writes.iter().all(|&count| count >= 4), "a group waited too long: {writes:?}");
+    // Twice the batch is ~118 appends of ~4.3 KiB.
+    assert!(longest_wait_ops <= 120, "a write waited {longest_wait_ops} appends");
+    for &group in &groups {
+        assert_eq!(shard.durable_op(group), Some(360), "group {group}");
+    }
+}

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::record::prepare_of;
 use crate::ring::{RingFull, StoredPrepare};
 use crate::storage::{BLOCK_SIZE_BYTES, Storage};
+use crate::superblock::Durability;
 use crate::wire::{HEADER_SIZE, Header};
 
 impl<S: Storage> PartitionLog<S> {
@@ -206,12 +207,21 @@ impl<S: Storage> PartitionLog<S> {
     /// block: twice the current chunk while that one still has bytes to write (the group fills
     /// chunks faster than a flush cycle empties them), else the smallest class, so a group that
     /// writes a trickle holds a small chunk and a busy one large ones (pool classes round up).
+    /// A `persisted` group's chunk also holds [`CHUNK_CYCLES`] cycles of its pace, up to its
+    /// segment write batch: its writes wait for a batch, and they would otherwise come due
+    /// whenever a small chunk filled, a chunk at a time.
     fn next_chunk_bytes(&self, size: usize) -> usize {
         let busy = self.chunks.back().filter(|chunk| chunk.has_unwritten());
         let grown = busy.map_or(0, |chunk| 2 * (chunk.filled() + chunk.spare()));
+        let paced = if self.config.durability == Durability::Persisted {
+            let bytes = self.appended_bytes_per_cycle.saturating_mul(CHUNK_CYCLES);
+            usize::try_from(bytes.min(self.segment_write_batch_bytes())).unwrap_or(usize::MAX)
+        } else {
+            0
+        };
         let pool = self.shared.pool.borrow();
         let (smallest, largest) = (pool.chunk_size_min_bytes(), pool.chunk_size_bytes());
-        (size + BLOCK_SIZE_BYTES).max(grown.min(largest)).max(smallest)
+        (size + BLOCK_SIZE_BYTES).max(grown.max(paced).min(largest)).max(smallest)
     }
 
     /// Makes sure the chunk receiving appends has room for `size` more bytes.
@@ -249,6 +259,12 @@ impl<S: Storage> PartitionLog<S> {
         Ok(())
     }
 }
+
+/// How many flush cycles of a `persisted` group's appends its write-buffer chunk holds (up to
+/// its segment write batch): a group appending 16 KiB per cycle gets 1 MiB chunks, one
+/// appending a few hundred bytes keeps the smallest (docs/benchmarks.md, "Segment writes in
+/// batches, spread over the cycles").
+pub(super) const CHUNK_CYCLES: u64 = 64;
 
 fn write_buffer_full() -> Error {
     Error::LimitReached(WRITE_BUFFER_FULL.into())

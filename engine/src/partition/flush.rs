@@ -441,7 +441,24 @@ impl<S: Storage> PartitionLog<S> {
     /// writes everything appended and a sync mark, then syncs the files it wrote: once it
     /// finishes, everything appended before it began is durable.
     pub fn begin_flush(&mut self, write_all: bool, direct: bool) -> Option<FlushJob<S>> {
+        self.begin_flush_deferring(write_all, direct, false)
+    }
+
+    /// [`PartitionLog::begin_flush`], except that with `defer_segment_write` a segment write
+    /// due only by batch ([`PartitionLog::deferrable_segment_write_bytes`]) waits for a later
+    /// cycle: the job, if any, then only makes space ready.
+    pub fn begin_flush_deferring(
+        &mut self,
+        write_all: bool,
+        direct: bool,
+        defer_segment_write: bool,
+    ) -> Option<FlushJob<S>> {
         assert!(!direct || self.can_flush_direct(), "a direct job only where it can run");
+        assert!(
+            !defer_segment_write
+                || (!write_all && !direct && self.deferrable_segment_write_bytes().is_some()),
+            "only a write due by batch alone waits"
+        );
         if self.faulty.is_some()
             || (self.flushes_in_flight > 0 && (self.flush_failed || self.exclusive_in_flight))
         {
@@ -451,7 +468,7 @@ impl<S: Storage> PartitionLog<S> {
         // A retry after a full disk writes everything pending, so that its reservation covers
         // whatever waits for space.
         let write_data = ((write_all || retrying || direct) && self.has_unsubmitted())
-            || self.segment_write_due();
+            || (self.segment_write_due() && !defer_segment_write);
         if !(write_data || self.needs_ready() || direct) {
             if retrying {
                 // Nothing waits for space any more (a truncation took it): appends may try.
@@ -929,12 +946,38 @@ impl<S: Storage> PartitionLog<S> {
             Durability::Replicated => true,
             Durability::Persisted => {
                 let unsubmitted = self.appended_bytes - self.submitted_appended_bytes;
-                let batch = (self.shared.persisted_write_batch_bytes as u64)
-                    .min(self.shared.ring_limits.bytes_max as u64 / 4);
                 // A chunk other than the last one receiving appends is full.
-                unsubmitted >= batch || self.chunks.iter().rev().skip(1).any(Chunk::has_unsubmitted)
+                unsubmitted >= self.segment_write_batch_bytes()
+                    || self.chunks.iter().rev().skip(1).any(Chunk::has_unsubmitted)
             }
         }
+    }
+
+    /// The bytes a `persisted` group gathers before its segment write is due (a quarter of the
+    /// ring at most, so that the ring never fills with unwritten prepares).
+    pub(super) fn segment_write_batch_bytes(&self) -> u64 {
+        (self.shared.persisted_write_batch_bytes as u64)
+            .min(self.shared.ring_limits.bytes_max as u64 / 4)
+    }
+
+    /// The bytes of a `persisted` group's segment write that is due by batch alone (a batch
+    /// gathered, or one chunk filled): a write the shard may put off for a few cycles, to
+    /// spread the segment writes of groups that fill their batches in step over its cycles.
+    /// None when no write is due, or when it cannot wait any longer: twice the batch gathered
+    /// (the ring's bound comes closer) or a second chunk filled (the pool's).
+    pub fn deferrable_segment_write_bytes(&self) -> Option<u64> {
+        if self.config.durability != Durability::Persisted
+            || self.faulty.is_some()
+            || self.storage_full
+            || !self.segment_write_due()
+        {
+            return None;
+        }
+        let unsubmitted = self.appended_bytes - self.submitted_appended_bytes;
+        let full_chunks =
+            self.chunks.iter().rev().skip(1).filter(|chunk| chunk.has_unsubmitted()).count();
+        (unsubmitted < 2 * self.segment_write_batch_bytes() && full_chunks <= 1)
+            .then_some(unsubmitted)
     }
 
     /// Whether the space made ready ahead of the active segment's tail has fallen below half a

@@ -198,6 +198,10 @@ pub struct PartitionLog<S: Storage> {
     pub(super) written_appended_bytes: u64,
     pub(super) submitted_appended_bytes: u64,
     pub(super) checkpoint_appended_bytes: u64,
+    /// Bytes appended at the shard's last flush cycle, and per cycle (smoothed): the group's
+    /// pace, which sizes a `persisted` group's write-buffer chunks.
+    cycle_appended_bytes: u64,
+    pub(super) appended_bytes_per_cycle: u64,
     /// Flush jobs in flight; they finish in the order they began.
     pub(super) flushes_in_flight: usize,
     /// The job in flight creates files or reserves space: no other job runs beside it.
@@ -385,6 +389,11 @@ impl<S: Storage> PartitionLog<S> {
         self.chunks.len()
     }
 
+    /// The bytes of the write-buffer chunks this log holds.
+    pub fn write_buffer_bytes(&self) -> usize {
+        self.chunks.iter().map(|chunk| chunk.filled() + chunk.spare()).sum()
+    }
+
     /// Files this log holds open.
     pub fn open_file_count(&self) -> usize {
         self.files.len()
@@ -433,6 +442,20 @@ impl<S: Storage> PartitionLog<S> {
     /// Bytes appended since the last checkpoint.
     pub fn bytes_since_checkpoint(&self) -> u64 {
         self.appended_bytes - self.checkpoint_appended_bytes
+    }
+
+    /// Counts one of the shard's flush cycles towards the group's pace: the bytes it appended
+    /// per cycle, smoothed over the last few.
+    pub fn note_flush_cycle(&mut self) {
+        let appended = self.appended_bytes.saturating_sub(self.cycle_appended_bytes);
+        self.cycle_appended_bytes = self.appended_bytes;
+        self.appended_bytes_per_cycle = (3 * self.appended_bytes_per_cycle + appended) / 4;
+    }
+
+    /// Forgets the group's pace (it went idle): its next append starts from the smallest chunk.
+    pub fn reset_pace(&mut self) {
+        self.cycle_appended_bytes = self.appended_bytes;
+        self.appended_bytes_per_cycle = 0;
     }
 
     /// Changes the retention bounds (the shard records them in the superblock).
@@ -549,6 +572,8 @@ impl<S: Storage> PartitionLog<S> {
             written_appended_bytes: 0,
             submitted_appended_bytes: 0,
             checkpoint_appended_bytes: 0,
+            cycle_appended_bytes: 0,
+            appended_bytes_per_cycle: 0,
             flushes_in_flight: 0,
             exclusive_in_flight: false,
             flush_failed: false,
