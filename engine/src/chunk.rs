@@ -129,6 +129,12 @@ impl Chunk {
         self.filled
     }
 
+    /// The chunk's size: its filled and free bytes.
+    #[must_use]
+    pub fn size_bytes(&self) -> usize {
+        self.memory.capacity()
+    }
+
     /// Bytes still free.
     #[must_use]
     pub fn spare(&self) -> usize {

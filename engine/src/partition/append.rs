@@ -212,7 +212,7 @@ impl<S: Storage> PartitionLog<S> {
     /// whenever a small chunk filled, a chunk at a time.
     fn next_chunk_bytes(&self, size: usize) -> usize {
         let busy = self.chunks.back().filter(|chunk| chunk.has_unwritten());
-        let grown = busy.map_or(0, |chunk| 2 * (chunk.filled() + chunk.spare()));
+        let grown = busy.map_or(0, |chunk| 2 * chunk.size_bytes());
         let paced = if self.config.durability == Durability::Persisted {
             let bytes = self.appended_bytes_per_cycle.saturating_mul(CHUNK_CYCLES);
             usize::try_from(bytes.min(self.segment_write_batch_bytes())).unwrap_or(usize::MAX)

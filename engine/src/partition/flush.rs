@@ -15,7 +15,7 @@ use std::rc::Rc;
 use bytes::Bytes;
 
 use super::log::{Location, PartitionLog, SegmentMeta, open_segment};
-use crate::chunk::{Chunk, written_extent_end};
+use crate::chunk::written_extent_end;
 use crate::direct::TRAILER_BYTES;
 use crate::error::{Error, Result};
 use crate::join::{Latch, join_all};
@@ -483,7 +483,7 @@ impl<S: Storage> PartitionLog<S> {
         // of space; and space is made ready ahead of the tail in steps, so that running out of
         // it surfaces cleanly while the space already ready still takes the writes.
         if write_data {
-            let job_bytes = self.appended_bytes - self.submitted_appended_bytes;
+            let job_bytes = self.unsubmitted_bytes();
             self.zeros_ahead = direct && job_bytes <= ZERO_FILL_JOB_BYTES_MAX;
         }
         let mut reserves = self.reservations(chunks, &create);
@@ -945,10 +945,8 @@ impl<S: Storage> PartitionLog<S> {
         match self.config.durability {
             Durability::Replicated => true,
             Durability::Persisted => {
-                let unsubmitted = self.appended_bytes - self.submitted_appended_bytes;
-                // A chunk other than the last one receiving appends is full.
-                unsubmitted >= self.segment_write_batch_bytes()
-                    || self.chunks.iter().rev().skip(1).any(Chunk::has_unsubmitted)
+                self.unsubmitted_bytes() >= self.segment_write_batch_bytes()
+                    || self.full_chunks_unsubmitted() > 0
             }
         }
     }
@@ -973,11 +971,20 @@ impl<S: Storage> PartitionLog<S> {
         {
             return None;
         }
-        let unsubmitted = self.appended_bytes - self.submitted_appended_bytes;
-        let full_chunks =
-            self.chunks.iter().rev().skip(1).filter(|chunk| chunk.has_unsubmitted()).count();
-        (unsubmitted < 2 * self.segment_write_batch_bytes() && full_chunks <= 1)
+        let unsubmitted = self.unsubmitted_bytes();
+        (unsubmitted < 2 * self.segment_write_batch_bytes() && self.full_chunks_unsubmitted() <= 1)
             .then_some(unsubmitted)
+    }
+
+    /// Bytes appended that no flush job has taken yet.
+    fn unsubmitted_bytes(&self) -> u64 {
+        self.appended_bytes - self.submitted_appended_bytes
+    }
+
+    /// Full chunks (every one but the last, which receives appends) with bytes no flush job has
+    /// taken yet.
+    fn full_chunks_unsubmitted(&self) -> usize {
+        self.chunks.iter().rev().skip(1).filter(|chunk| chunk.has_unsubmitted()).count()
     }
 
     /// Whether the space made ready ahead of the active segment's tail has fallen below half a

@@ -391,7 +391,7 @@ impl<S: Storage> PartitionLog<S> {
 
     /// The bytes of the write-buffer chunks this log holds.
     pub fn write_buffer_bytes(&self) -> usize {
-        self.chunks.iter().map(|chunk| chunk.filled() + chunk.spare()).sum()
+        self.chunks.iter().map(Chunk::size_bytes).sum()
     }
 
     /// Files this log holds open.
