@@ -885,11 +885,14 @@ impl<S: Storage> ShardStore<S> {
             && !log.zero_step_due()
     }
 
-    /// Whether a group's next job writes everything it holds, whatever its batching: it is due
-    /// a checkpoint, which can record only what is written.
+    /// Whether a group's next job writes everything it holds, whatever its batching: it was
+    /// asked to checkpoint, or it appended twice its checkpoint interval since its last (a
+    /// checkpoint records only what is written; a group past its interval alone checkpoints
+    /// what its batches wrote, so groups whose producers run in step do not all write
+    /// everything in one cycle).
     fn writes_all(&self, id: u64, log: &PartitionLog<S>) -> bool {
         self.checkpoint_wanted.contains(&id)
-            || log.bytes_since_checkpoint() >= self.config.checkpoint_interval_bytes
+            || log.bytes_since_checkpoint() >= 2 * self.config.checkpoint_interval_bytes
     }
 
     /// Starts a flush cycle, possibly beside cycles still in flight (None when nothing is
@@ -1050,9 +1053,21 @@ impl<S: Storage> ShardStore<S> {
         !self.slots_dirty.is_empty() || self.touched().any(|(id, log)| self.checkpoint_due(id, log))
     }
 
+    /// Whether a group's checkpoint starts a checkpoint job.
     fn checkpoint_due(&self, id: u64, log: &PartitionLog<S>) -> bool {
-        (self.checkpoint_wanted.contains(&id)
-            || log.bytes_since_checkpoint() >= self.config.checkpoint_interval_bytes)
+        self.checkpoint_records(id, log, self.config.checkpoint_interval_bytes)
+    }
+
+    /// Whether a checkpoint job records a group's checkpoint: it is due, or past half of its
+    /// interval. Groups that append at similar rates checkpoint at different points (their
+    /// batches reach the segment in different cycles); gathered into one job they share its
+    /// superblock write, which a checkpoint of each alone would repeat for every group.
+    fn checkpoint_joins(&self, id: u64, log: &PartitionLog<S>) -> bool {
+        self.checkpoint_records(id, log, self.config.checkpoint_interval_bytes.div_ceil(2))
+    }
+
+    fn checkpoint_records(&self, id: u64, log: &PartitionLog<S>, interval_bytes: u64) -> bool {
+        (self.checkpoint_wanted.contains(&id) || log.bytes_since_checkpoint() >= interval_bytes)
             && log.has_checkpoint_candidate()
             && !self.settle_blocked.contains(&id)
     }
@@ -1101,7 +1116,7 @@ impl<S: Storage> ShardStore<S> {
         let mut checkpoints = Vec::new();
         let mut slots = self.slots();
         for (id, log) in self.touched() {
-            if !self.checkpoint_due(id, log) {
+            if !self.checkpoint_joins(id, log) {
                 continue;
             }
             let candidate = log.checkpoint_candidate().expect("due");

@@ -607,22 +607,68 @@ fn an_idle_group_holds_no_chunk_and_a_dry_pool_takes_back_what_idle_rings_hold()
 /// The small profile's `persisted` segment write batch: a quarter of its 1 MiB ring.
 const SMALL_WRITE_BATCH_BYTES: usize = 256 << 10;
 
-/// A shard of the small profile whose `persisted` groups take the journal and never checkpoint
-/// within a test (its journal holds everything they append), so that only their batches make
-/// their segment writes due.
-fn open_for_batches(sim: &Sim, groups: &[u64]) -> ShardStore<SimStorage> {
+/// A shard of the small profile whose `persisted` groups take the journal and, with an interval
+/// of `1 << 40`, never checkpoint within a test (its journal holds everything they append), so
+/// that only their batches make their segment writes due. Their segments are 1 MiB (rolls ask
+/// for checkpoints of their own) unless `segment_size_bytes` says otherwise.
+fn open_for_batches(
+    sim: &Sim,
+    groups: &[u64],
+    checkpoint_interval_bytes: u64,
+    segment_size_bytes: Option<u64>,
+) -> ShardStore<SimStorage> {
     let config = ShardConfig {
         journal_size_bytes: 32 << 20,
-        checkpoint_interval_bytes: 1 << 40,
+        checkpoint_interval_bytes,
         persisted_path: shoal_engine::direct::PersistedPath::Journal,
         ..ShardConfig::small()
     };
     let (mut shard, _) =
         sim.block_on(ShardStore::open(sim.storage(), Path::new("/data/shard-0"), config)).unwrap();
+    let mut config = group_config(Durability::Persisted);
+    config.segment_size_bytes = segment_size_bytes.unwrap_or(config.segment_size_bytes);
     for &group in groups {
-        sim.block_on(shard.create_group(group, group_config(Durability::Persisted))).unwrap();
+        sim.block_on(shard.create_group(group, config)).unwrap();
     }
     shard
+}
+
+/// Groups appending in step, one 4,000-byte batch each per cycle, and who wrote to a segment in
+/// which cycle (a group's written op moved).
+struct SegmentWriteTally {
+    groups: Vec<u64>,
+    written_ops: Vec<u64>,
+    writes: Vec<u32>,
+    most_in_one_cycle: usize,
+}
+
+impl SegmentWriteTally {
+    fn new(groups: &[u64]) -> Self {
+        Self {
+            groups: groups.to_vec(),
+            written_ops: vec![0; groups.len()],
+            writes: vec![0; groups.len()],
+            most_in_one_cycle: 0,
+        }
+    }
+
+    fn cycle(&mut self, sim: &Sim, shard: &mut ShardStore<SimStorage>) {
+        for &group in &self.groups {
+            append_to(shard, group, 4000);
+        }
+        let report = sim.block_on(shard.flush()).unwrap();
+        assert!(report.failed.is_empty(), "{report:?}");
+        let mut writing = 0;
+        for (index, &group) in self.groups.iter().enumerate() {
+            let written_op = shard.group(group).unwrap().written_op();
+            if written_op > self.written_ops[index] {
+                self.written_ops[index] = written_op;
+                self.writes[index] += 1;
+                writing += 1;
+            }
+        }
+        self.most_in_one_cycle = self.most_in_one_cycle.max(writing);
+    }
 }
 
 /// A busy `persisted` group's write buffer grows to hold its write batch, so its segment writes
@@ -634,7 +680,7 @@ fn a_busy_persisted_group_writes_whole_batches_and_a_trickle_keeps_the_smallest_
     const BUSY: u64 = 1;
     const TRICKLE: u64 = 2;
     let sim = Sim::new(5, SimConfig::default());
-    let mut shard = open_for_batches(&sim, &[BUSY, TRICKLE]);
+    let mut shard = open_for_batches(&sim, &[BUSY, TRICKLE], 1 << 40, None);
     let mut busy_written = 0;
     let mut ops_per_write = Vec::new();
     let mut trickle_buffer_max = 0;
@@ -672,34 +718,58 @@ fn segment_writes_due_in_step_are_spread_over_the_cycles() {
     const GROUPS: u64 = 8;
     let groups: Vec<u64> = (1..=GROUPS).collect();
     let sim = Sim::new(6, SimConfig::default());
-    let mut shard = open_for_batches(&sim, &groups);
-    let mut written = vec![0u64; GROUPS as usize];
-    let mut writes = vec![0u32; GROUPS as usize];
+    let mut shard = open_for_batches(&sim, &groups, 1 << 40, None);
+    let mut tally = SegmentWriteTally::new(&groups);
     let mut longest_wait_ops = 0;
-    let mut most_in_one_cycle = 0;
     for _ in 0..360 {
+        tally.cycle(&sim, &mut shard);
         for &group in &groups {
-            append_to(&mut shard, group, 4000);
-        }
-        let report = sim.block_on(shard.flush()).unwrap();
-        assert!(report.failed.is_empty(), "{report:?}");
-        let mut writing = 0;
-        for (index, &group) in groups.iter().enumerate() {
             let log = shard.group(group).unwrap();
             longest_wait_ops = longest_wait_ops.max(log.head_op() - log.written_op());
-            if log.written_op() > written[index] {
-                written[index] = log.written_op();
-                writes[index] += 1;
-                writing += 1;
-            }
         }
-        most_in_one_cycle = most_in_one_cycle.max(writing);
     }
-    assert!(most_in_one_cycle <= 2, "{most_in_one_cycle} groups wrote in one cycle");
+    let (most, writes) = (tally.most_in_one_cycle, &tally.writes);
+    assert!(most <= 2, "{most} groups wrote in one cycle");
     assert!(writes.iter().all(|&count| count >= 4), "a group waited too long: {writes:?}");
     // Twice the batch is ~118 appends of ~4.3 KiB.
     assert!(longest_wait_ops <= 120, "a write waited {longest_wait_ops} appends");
     for &group in &groups {
         assert_eq!(shard.durable_op(group), Some(360), "group {group}");
+    }
+}
+
+/// Groups in step that pass their checkpoint interval together neither write everything in the
+/// same cycle (a checkpoint records what their spread batches wrote) nor pay a superblock write
+/// each (a checkpoint job gathers every group past half of its interval). Without the first
+/// rule all groups wrote their batches in the cycle before each checkpoint; without the second,
+/// their checkpoints fell apart and each took a superblock write of its own.
+#[test]
+fn groups_in_step_checkpoint_together_without_writing_everything_at_once() {
+    const GROUPS: u64 = 8;
+    const CYCLES: u64 = 1200;
+    let groups: Vec<u64> = (1..=GROUPS).collect();
+    let sim = Sim::new(7, SimConfig::default());
+    // Segments larger than what a group appends: no roll asks for a checkpoint of its own.
+    let mut shard = open_for_batches(&sim, &groups, 1 << 20, Some(16 << 20));
+    let mut tally = SegmentWriteTally::new(&groups);
+    let before = shard.counters();
+    for _ in 0..CYCLES {
+        tally.cycle(&sim, &mut shard);
+    }
+    let after = shard.counters();
+    let checkpoints = after.checkpoints - before.checkpoints;
+    let superblock_writes = after.superblock_writes - before.superblock_writes;
+    let most = tally.most_in_one_cycle;
+    assert!(most <= 2, "{most} groups wrote in one cycle");
+    // ~5 MiB appended per group, a checkpoint every 1 MiB: about five rounds.
+    assert!(checkpoints >= 3 * GROUPS, "{checkpoints} checkpoints");
+    assert!(
+        checkpoints >= superblock_writes * GROUPS / 2,
+        "{checkpoints} checkpoints took {superblock_writes} superblock writes"
+    );
+    for &group in &groups {
+        assert_eq!(shard.durable_op(group), Some(CYCLES), "group {group}");
+        let log = shard.group(group).unwrap();
+        assert!(log.bytes_since_checkpoint() < 2 << 20, "group {group} lags its checkpoint");
     }
 }
