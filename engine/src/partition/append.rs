@@ -195,6 +195,7 @@ impl<S: Storage> PartitionLog<S> {
             // The new segment takes the spare's space (the job creating it renames the spare).
             meta.from_spare = true;
             meta.ready_end_bytes = ready_end_bytes;
+            meta.written_through_bytes = std::mem::take(&mut self.spare_written_end_bytes);
             self.spare_claimed = true;
         }
         self.segments.push(meta);

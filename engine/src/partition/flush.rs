@@ -638,6 +638,7 @@ impl<S: Storage> PartitionLog<S> {
                     // The rename did not happen: whatever became of the spare, this segment is
                     // created like any other, with no space of its own yet.
                     meta.ready_end_bytes = 0;
+                    meta.written_through_bytes = 0;
                 }
             }
         }
@@ -747,6 +748,11 @@ impl<S: Storage> PartitionLog<S> {
             let successor_same_segment = self.chunks.get(index + 1).is_some_and(|next| {
                 next.segment_base_offset == self.chunks[index].segment_base_offset
             });
+            // Blocks the file already held written (a recycled segment's, a zero step's) count
+            // too: a write over them and the earlier jobs' blocks is one kind of extent.
+            let written_through = self
+                .segment(self.chunks[index].segment_base_offset)
+                .map_or(0, |meta| meta.written_through_bytes);
             let chunk = &mut self.chunks[index];
             chunk_marks.push((chunk.id, chunk.filled()));
             // Every byte of it went to an earlier job (its tail block included): nothing to do.
@@ -764,7 +770,8 @@ impl<S: Storage> PartitionLog<S> {
             let written_end = match written_blocks_end {
                 Some((segment, end)) if segment == chunk.segment_base_offset => end,
                 _ => 0,
-            };
+            }
+            .max(written_through);
             let mut covered_end = written_end;
             for (position, bytes) in chunk.unsubmitted(with_tail) {
                 // Large runs go out as several block-aligned pieces in flight at once.
@@ -1103,6 +1110,77 @@ mod tests {
         shard.group_mut(GROUP).unwrap().finish_flush(done).unwrap();
         let log = shard.group_mut(GROUP).unwrap();
         assert_eq!(sim.block_on(log.read_offset(0, usize::MAX)).unwrap().len(), 2);
+    }
+
+    /// Blocks a finished zero step wrote count as written: a job's write from the earlier tail
+    /// block on into them crosses no reserved blocks and goes out whole, not split.
+    #[test]
+    fn a_write_over_written_and_zeroed_blocks_goes_out_whole() {
+        let (sim, mut shard) = open_with_group(Durability::Persisted);
+        append(&mut shard, 3);
+        assert_eq!(run_direct_job(&sim, &mut shard), None);
+        let log = shard.group_mut(GROUP).unwrap();
+        let data_end = written_extent_end(log.segments.last().unwrap().end_bytes);
+        let step = log.begin_zero_step().expect("a small direct log's step ahead is due");
+        let done = sim.block_on(step.run());
+        log.finish_zero_step(done).unwrap();
+        assert!(log.segments.last().unwrap().written_through_bytes > data_end);
+        let second_end = append(&mut shard, 5);
+        assert!(second_end > data_end, "the second job runs past the first one's blocks");
+        let job = shard.group_mut(GROUP).unwrap().begin_flush(false, true).expect("a direct job");
+        assert!(
+            job.writes.iter().any(|(_, position, bytes)| {
+                *position < data_end && position + bytes.len() as u64 > data_end
+            }),
+            "split where the first job's blocks end"
+        );
+        let done = sim.block_on(job.run());
+        shard.group_mut(GROUP).unwrap().finish_flush(done).unwrap();
+        let log = shard.group_mut(GROUP).unwrap();
+        assert_eq!(sim.block_on(log.read_offset(0, usize::MAX)).unwrap().len(), 2);
+    }
+
+    /// A segment that takes a recycled segment's file counts that file's blocks as written, so
+    /// a later job's write from the tail block on into them goes out whole.
+    #[test]
+    fn a_segment_in_a_recycled_file_counts_its_blocks_as_written() {
+        let sim = Sim::new(3, SimConfig::default());
+        let (mut shard, _) =
+            sim.block_on(ShardStore::open(sim.storage(), Path::new("/d"), config())).unwrap();
+        let group_config = GroupConfig {
+            durability: Durability::Replicated,
+            segment_size_bytes: 1 << 20,
+            retention_bytes: 1 << 20,
+            record_size_bytes_max: 64 << 10,
+            ..GroupConfig::default()
+        };
+        sim.block_on(shard.create_group(GROUP, group_config)).unwrap();
+        let mut in_recycled = false;
+        for _ in 0..200 {
+            let end = append(&mut shard, 30);
+            sim.block_on(shard.flush()).unwrap();
+            sim.block_on(shard.enforce_retention(1)).unwrap();
+            let log = shard.group(GROUP).unwrap();
+            let active = log.segments.last().unwrap();
+            // Past the segment's first job: the next write starts in a block a job wrote.
+            if log.recycled_segments() > 0 && active.written_through_bytes > end {
+                in_recycled = true;
+                break;
+            }
+        }
+        assert!(in_recycled, "no segment took a recycled file");
+        let data_end =
+            written_extent_end(shard.group(GROUP).unwrap().segments.last().unwrap().end_bytes);
+        append(&mut shard, 5);
+        let job = shard.group_mut(GROUP).unwrap().begin_flush(true, false).expect("a job");
+        assert!(
+            job.writes.iter().any(|(_, position, bytes)| {
+                *position < data_end && position + bytes.len() as u64 > data_end
+            }),
+            "split where the earlier job's blocks end"
+        );
+        let done = sim.block_on(job.run());
+        shard.group_mut(GROUP).unwrap().finish_flush(done).unwrap();
     }
 
     /// Runs one direct job of `log` to its end.

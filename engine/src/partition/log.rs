@@ -109,6 +109,10 @@ pub(super) struct SegmentMeta {
     pub(super) from_spare: bool,
     /// Its sync-mark trailer is written (`crate::direct`): direct jobs may mark it.
     pub(super) trailer_ready: bool,
+    /// Every block below is written on file (a recycled segment's bytes, a finished zero
+    /// step's zeros), as far as this log knows; 0 when unknown. A write below it crosses no
+    /// reserved blocks, so it needs no split (see `submit_chunks`).
+    pub(super) written_through_bytes: u64,
 }
 
 impl SegmentMeta {
@@ -127,6 +131,7 @@ impl SegmentMeta {
             ready_end_bytes: 0,
             from_spare: false,
             trailer_ready: false,
+            written_through_bytes: 0,
         }
     }
 
@@ -234,6 +239,10 @@ pub struct PartitionLog<S: Storage> {
     /// makes a roll's new segment ready before the roll, so that a full disk is found while the
     /// active segment still has room, not by the append that starts a new one.
     pub(super) spare_ready_end_bytes: Option<u64>,
+    /// Of the spare's ready space, the whole blocks a recycled segment's bytes fill (0 for a
+    /// spare whose space was only reserved, or after recovery): the segment that takes the
+    /// spare starts with them written (`SegmentMeta::written_through_bytes`).
+    pub(super) spare_written_end_bytes: u64,
     /// A job reserving space in the spare is in flight: no roll takes the spare meanwhile.
     pub(super) spare_in_flight: bool,
     /// A segment took the spare and the job renaming it has not finished: the file
@@ -585,6 +594,7 @@ impl<S: Storage> PartitionLog<S> {
             storage_full: false,
             storage_retry: false,
             spare_ready_end_bytes: None,
+            spare_written_end_bytes: 0,
             spare_in_flight: false,
             spare_claimed: false,
             disk_reads: Rc::new(()),

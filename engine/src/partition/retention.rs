@@ -101,6 +101,7 @@ impl<S: Storage> PartitionLog<S> {
         self.remove_if_present(&self.dir.join(index_name(segment.base_offset))).await?;
         // Only whole blocks of what the segment held count: its file may be longer.
         self.spare_ready_end_bytes = Some(self.ready_in_file_bytes(segment.end_bytes));
+        self.spare_written_end_bytes = self.ready_in_file_bytes(segment.end_bytes);
         self.recycled_segments += 1;
         Ok(())
     }
