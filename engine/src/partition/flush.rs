@@ -1098,16 +1098,11 @@ mod tests {
         let second_end = append(&mut shard, 5);
         assert!(second_end > written_end, "the second job runs past the first one's blocks");
         let job = shard.group_mut(GROUP).unwrap().begin_flush(true, false).expect("a job");
-        let ranges: Vec<(u64, u64)> = job
-            .writes
-            .iter()
-            .map(|(_, position, bytes)| (*position, position + bytes.len() as u64))
-            .collect();
+        let ranges = write_ranges(&job);
         assert!(ranges.iter().all(|&(from, to)| to <= written_end || from >= written_end));
         assert!(ranges.iter().any(|&(_, to)| to == written_end), "{ranges:?}");
         assert!(ranges.iter().any(|&(from, _)| from == written_end), "{ranges:?}");
-        let done = sim.block_on(job.run());
-        shard.group_mut(GROUP).unwrap().finish_flush(done).unwrap();
+        run_job(&sim, &mut shard, job);
         let log = shard.group_mut(GROUP).unwrap();
         assert_eq!(sim.block_on(log.read_offset(0, usize::MAX)).unwrap().len(), 2);
     }
@@ -1128,14 +1123,9 @@ mod tests {
         let second_end = append(&mut shard, 5);
         assert!(second_end > data_end, "the second job runs past the first one's blocks");
         let job = shard.group_mut(GROUP).unwrap().begin_flush(false, true).expect("a direct job");
-        assert!(
-            job.writes.iter().any(|(_, position, bytes)| {
-                *position < data_end && position + bytes.len() as u64 > data_end
-            }),
-            "split where the first job's blocks end"
-        );
-        let done = sim.block_on(job.run());
-        shard.group_mut(GROUP).unwrap().finish_flush(done).unwrap();
+        let ranges = write_ranges(&job);
+        assert!(ranges.iter().any(|&(from, to)| from < data_end && to > data_end), "{ranges:?}");
+        run_job(&sim, &mut shard, job);
         let log = shard.group_mut(GROUP).unwrap();
         assert_eq!(sim.block_on(log.read_offset(0, usize::MAX)).unwrap().len(), 2);
     }
@@ -1173,12 +1163,20 @@ mod tests {
             written_extent_end(shard.group(GROUP).unwrap().segments.last().unwrap().end_bytes);
         append(&mut shard, 5);
         let job = shard.group_mut(GROUP).unwrap().begin_flush(true, false).expect("a job");
-        assert!(
-            job.writes.iter().any(|(_, position, bytes)| {
-                *position < data_end && position + bytes.len() as u64 > data_end
-            }),
-            "split where the earlier job's blocks end"
-        );
+        let ranges = write_ranges(&job);
+        assert!(ranges.iter().any(|&(from, to)| from < data_end && to > data_end), "{ranges:?}");
+        run_job(&sim, &mut shard, job);
+    }
+
+    /// The file ranges a job's writes cover.
+    fn write_ranges(job: &super::FlushJob<SimStorage>) -> Vec<(u64, u64)> {
+        job.writes
+            .iter()
+            .map(|(_, position, bytes)| (*position, position + bytes.len() as u64))
+            .collect()
+    }
+
+    fn run_job(sim: &Sim, shard: &mut ShardStore<SimStorage>, job: super::FlushJob<SimStorage>) {
         let done = sim.block_on(job.run());
         shard.group_mut(GROUP).unwrap().finish_flush(done).unwrap();
     }
