@@ -748,11 +748,8 @@ impl<S: Storage> PartitionLog<S> {
             let successor_same_segment = self.chunks.get(index + 1).is_some_and(|next| {
                 next.segment_base_offset == self.chunks[index].segment_base_offset
             });
-            // Blocks the file already held written (a recycled segment's, a zero step's) count
-            // too: a write over them and the earlier jobs' blocks is one kind of extent.
-            let written_through = self
-                .segment(self.chunks[index].segment_base_offset)
-                .map_or(0, |meta| meta.written_through_bytes);
+            let written_end =
+                self.written_end_in(written_blocks_end, self.chunks[index].segment_base_offset);
             let chunk = &mut self.chunks[index];
             chunk_marks.push((chunk.id, chunk.filled()));
             // Every byte of it went to an earlier job (its tail block included): nothing to do.
@@ -762,16 +759,11 @@ impl<S: Storage> PartitionLog<S> {
             let with_tail = !successor_same_segment;
             let tail_bytes = if with_tail { chunk.tail_bytes() as u64 } else { 0 };
             // A write over blocks an earlier job wrote (its tail block, its guard block) and on
-            // into blocks only reserved goes out as two, split where the written blocks end:
-            // ext4 issues a direct write inline only when its whole range is one extent kind
-            // (written, or reserved and unwritten); one across both is refused to io_uring's
-            // non-blocking attempt and punted to an io-wq worker (docs/benchmarks.md, "Writes
-            // across written and reserved blocks").
-            let written_end = match written_blocks_end {
-                Some((segment, end)) if segment == chunk.segment_base_offset => end,
-                _ => 0,
-            }
-            .max(written_through);
+            // into blocks only reserved goes out as two, split where the written blocks end
+            // (`written_end`, above): ext4 issues a direct write inline only when its whole
+            // range is one extent kind (written, or reserved and unwritten); one across both is
+            // refused to io_uring's non-blocking attempt and punted to an io-wq worker
+            // (docs/benchmarks.md, "Writes across written and reserved blocks").
             let mut covered_end = written_end;
             for (position, bytes) in chunk.unsubmitted(with_tail) {
                 // Large runs go out as several block-aligned pieces in flight at once.
@@ -806,6 +798,23 @@ impl<S: Storage> PartitionLog<S> {
         }
         self.written_blocks_end = written_blocks_end;
         (writes, chunk_marks)
+    }
+
+    /// Where the blocks known written end in the segment at `segment_base_offset`: those the
+    /// jobs up to `written_blocks_end` wrote, and those the file already held written (a
+    /// recycled segment's, a zero step's), whichever reach further.
+    pub(super) fn written_end_in(
+        &self,
+        written_blocks_end: Option<(u64, u64)>,
+        segment_base_offset: u64,
+    ) -> u64 {
+        let by_jobs = match written_blocks_end {
+            Some((segment, end)) if segment == segment_base_offset => end,
+            _ => 0,
+        };
+        let on_file =
+            self.segment(segment_base_offset).map_or(0, |meta| meta.written_through_bytes);
+        by_jobs.max(on_file)
     }
 
     /// The segments the first `chunks` write-buffer chunks write to that have no file yet.
@@ -1186,8 +1195,7 @@ mod tests {
         let log = shard.group_mut(GROUP).unwrap();
         let job = log.begin_flush(false, true).expect("a direct job");
         let step = job.reserves.iter().find(|reserve| !reserve.needed).copied();
-        let done = sim.block_on(job.run());
-        shard.group_mut(GROUP).unwrap().finish_flush(done).unwrap();
+        run_job(sim, shard, job);
         step
     }
 

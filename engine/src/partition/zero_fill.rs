@@ -164,15 +164,13 @@ impl<S: Storage> PartitionLog<S> {
         );
         let outcome = match result {
             Ok(()) => {
-                let data_written_end = match self.written_blocks_end {
-                    Some((segment, end)) if segment == step.segment_base_offset => end,
-                    _ => 0,
-                };
+                let written_end =
+                    self.written_end_in(self.written_blocks_end, step.segment_base_offset);
                 if let Some(meta) = self.segment_mut(step.segment_base_offset) {
                     meta.ready_end_bytes = meta.ready_end_bytes.max(step.to_bytes);
                     // Zeros that continue the written blocks extend them; a step past a gap
                     // (blocks only reserved between) does not.
-                    if step.from_bytes <= meta.written_through_bytes.max(data_written_end) {
+                    if step.from_bytes <= written_end {
                         meta.written_through_bytes = meta.written_through_bytes.max(step.to_bytes);
                     }
                 }
