@@ -972,10 +972,14 @@ impl<S: Storage> ShardStore<S> {
     /// The `persisted` groups whose segment write, due by batch alone
     /// ([`PartitionLog::deferrable_segment_write_bytes`]), waits for a later cycle. Taking turns
     /// from where the last cycle stopped, a cycle takes such writes up to the bytes waiting for
-    /// the journal (and at least one) and puts off the rest. Groups that gather their batches in
-    /// step (producers at equal rates) then write over the following cycles instead of all in
-    /// one, which would hold that cycle's acknowledgements until all of them had written
-    /// (docs/benchmarks.md, "Segment writes in batches, spread over the cycles").
+    /// the journal and puts off the rest; a cycle that begins with none in flight takes at
+    /// least one, so that put-off writes go out once the shard is otherwise idle. (Not every
+    /// cycle takes one: the node layer asks for cycles until none begins, and each ask would
+    /// then take one more of the writes put off, all in the same round.) Groups that gather
+    /// their batches in step (producers at equal rates) then write over the following cycles
+    /// instead of all in one, which would hold that cycle's acknowledgements until all of them
+    /// had written (docs/benchmarks.md, "Segment writes in batches, spread over the cycles",
+    /// and "The 64-partition benchmark driven as the node layer drives it").
     fn segment_writes_put_off(
         &mut self,
         direct: &BTreeSet<u64>,
@@ -998,7 +1002,7 @@ impl<S: Storage> ShardStore<S> {
         let mut budget_bytes = self.journal.pending_bytes() as u64;
         let mut put_off = BTreeSet::new();
         for (index, (id, bytes)) in due.into_iter().enumerate() {
-            if index == 0 || budget_bytes > 0 {
+            if (index == 0 && self.flushes_in_flight == 0) || budget_bytes > 0 {
                 budget_bytes = budget_bytes.saturating_sub(bytes);
                 self.segment_write_turn = id + 1;
             } else {

@@ -610,7 +610,8 @@ const SMALL_WRITE_BATCH_BYTES: usize = 256 << 10;
 /// A shard of the small profile whose `persisted` groups take the journal and, with an interval
 /// of `1 << 40`, never checkpoint within a test (its journal holds everything they append), so
 /// that only their batches make their segment writes due. Their segments are 1 MiB (rolls ask
-/// for checkpoints of their own) unless `segment_size_bytes` says otherwise.
+/// for checkpoints of their own) unless `segment_size_bytes` says otherwise. Up to four cycles
+/// may be in flight, as in production.
 fn open_for_batches(
     sim: &Sim,
     groups: &[u64],
@@ -621,6 +622,7 @@ fn open_for_batches(
         journal_size_bytes: 32 << 20,
         checkpoint_interval_bytes,
         persisted_path: shoal_engine::direct::PersistedPath::Journal,
+        flush_cycles_in_flight_max: 4,
         ..ShardConfig::small()
     };
     let (mut shard, _) =
@@ -633,8 +635,31 @@ fn open_for_batches(
     shard
 }
 
-/// Groups appending in step, one 4,000-byte batch each per cycle, and who wrote to a segment in
-/// which cycle (a group's written op moved).
+/// Runs flush cycles as the node layer does: it asks for cycles until none begins (each may take
+/// what the ones before it left), runs them, applies them in order, then runs the checkpoint
+/// and the zero fill that are due.
+fn flush_as_node_layer(sim: &Sim, shard: &mut ShardStore<SimStorage>) {
+    let mut cycles = Vec::new();
+    while let Some(cycle) = shard.begin_flush() {
+        cycles.push(cycle);
+        assert!(cycles.len() <= 4, "more cycles in flight than the bound");
+    }
+    for cycle in cycles {
+        let report = shard.finish_flush(sim.block_on(cycle.run()));
+        assert!(report.failed.is_empty(), "{report:?}");
+    }
+    if let Some(job) = shard.begin_checkpoint() {
+        shard.finish_checkpoint(sim.block_on(job.run())).unwrap();
+    }
+    if let Some(job) = shard.begin_zero_fill() {
+        let report = shard.finish_zero_fill(sim.block_on(job.run()));
+        assert!(report.failed.is_empty(), "{report:?}");
+    }
+}
+
+/// Groups appending in step, one 4,000-byte batch each per cycle (driven as the node layer
+/// drives them, [`flush_as_node_layer`]), and who wrote to a segment in which cycle (a group's
+/// written op moved).
 struct SegmentWriteTally {
     groups: Vec<u64>,
     written_ops: Vec<u64>,
@@ -656,8 +681,7 @@ impl SegmentWriteTally {
         for &group in &self.groups {
             append_to(shard, group, 4000);
         }
-        let report = sim.block_on(shard.flush()).unwrap();
-        assert!(report.failed.is_empty(), "{report:?}");
+        flush_as_node_layer(sim, shard);
         let mut writing = 0;
         for (index, &group) in self.groups.iter().enumerate() {
             let written_op = shard.group(group).unwrap().written_op();
@@ -687,8 +711,7 @@ fn a_busy_persisted_group_writes_whole_batches_and_a_trickle_keeps_the_smallest_
     for _ in 0..400 {
         append_to(&mut shard, BUSY, 4000);
         append_to(&mut shard, TRICKLE, 100);
-        let report = sim.block_on(shard.flush()).unwrap();
-        assert!(report.failed.is_empty(), "{report:?}");
+        flush_as_node_layer(&sim, &mut shard);
         let written = shard.group(BUSY).unwrap().written_op();
         if written > busy_written {
             ops_per_write.push(written - busy_written);
@@ -710,9 +733,10 @@ fn a_busy_persisted_group_writes_whole_batches_and_a_trickle_keeps_the_smallest_
 }
 
 /// `persisted` groups that gather their batches in step (equal producers) do not all write in
-/// the same cycle: a cycle takes put-off writes up to what it journals (at least one), the rest
-/// wait their turn, and none waits past twice its batch. Without the spreading every group's
-/// write lands on the same cycle.
+/// the same cycle: a cycle takes put-off writes up to what it journals, the rest wait their
+/// turn, and none waits past twice its batch. Without the spreading every group's write lands
+/// on the same cycle; when every cycle took at least one, the node layer's extra asks for a
+/// cycle (while one is in flight) took the put-off writes one by one in the same round.
 #[test]
 fn segment_writes_due_in_step_are_spread_over_the_cycles() {
     const GROUPS: u64 = 8;
