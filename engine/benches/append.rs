@@ -8,7 +8,8 @@
 //!   flight (vs `write64k_fdatasync_per_s`); `persisted_64k_recycled` the same in the steady
 //!   state of a log under retention (recycled segments);
 //! - `persisted_64_partitions_16k`: 64 partitions on one shard, 16 KiB batches, `persisted`,
-//!   all appending at once (vs `write1m_fdatasync_mb_s`), with p99 append→durable latency;
+//!   all appending at once, a round at a time, with the shard's jobs run as the node layer runs
+//!   them (vs `write1m_fdatasync_mb_s`), with p99 append→durable latency;
 //! - memory and open files per idle partition (printed, not timed).
 //!
 //! The `persisted` benchmarks open one store per benchmark, warm it up untimed with 1 GiB of
@@ -176,94 +177,150 @@ async fn enforce_retention(shard: &Rc<RefCell<ShardStore<UringStorage>>>, retent
     }
 }
 
-/// Appends `count` batches, keeping at most `window_bytes` not yet durable, with flush cycles
-/// in a second task — as many in flight as the shard allows, a new one started whenever
-/// anything was appended, finished in the order they began (as the node layer runs them); each
-/// side wakes the other through a [`Signal`].
+/// Appends `count` batches to group 1, keeping at most `window_bytes` not yet durable, with
+/// flush cycles in a second task (see [`pipelined_groups`]).
 async fn pipelined(
     shard: &Rc<RefCell<ShardStore<UringStorage>>>,
     batch: &Bytes,
     count: u64,
     window_bytes: u64,
 ) {
-    let start_op = shard.borrow().group(1).expect("group").head_op();
-    let target = start_op + count;
+    let shape = Shape { slice_batches: APPEND_SLICE_BATCHES, window_bytes };
+    pipelined_groups(shard, 1, batch, count, shape, &mut Vec::new()).await;
+}
+
+/// How a pipelined appender delivers its batches: `slice_batches` at a time (then it lets the
+/// flusher run), keeping at most `window_bytes` not yet durable.
+struct Shape {
+    slice_batches: u64,
+    window_bytes: u64,
+}
+
+/// Appends `count` batches to each of groups `1..=groups`, one group after the other, in the
+/// `shape` given, while a second task runs the shard's jobs as the node layer does
+/// ([`run_jobs`]). Pushes each slice's latency to `latencies_us`: from its first append until
+/// as many batches are durable as had been appended by its end.
+async fn pipelined_groups(
+    shard: &Rc<RefCell<ShardStore<UringStorage>>>,
+    groups: u64,
+    batch: &Bytes,
+    count: u64,
+    shape: Shape,
+    latencies_us: &mut Vec<u64>,
+) {
+    let start_ops: Vec<u64> =
+        (1..=groups).map(|group| shard.borrow().group(group).expect("group").head_op()).collect();
+    let targets: Vec<u64> = start_ops.iter().map(|op| op + count).collect();
     let batch_bytes = (batch.len() + HEADER_SIZE) as u64;
     let appended_signal = Rc::new(Signal::default());
     let durable_signal = Rc::new(Signal::default());
-    let flusher = {
-        let shard = Rc::clone(shard);
-        let appended_signal = Rc::clone(&appended_signal);
-        let durable_signal = Rc::clone(&durable_signal);
-        monoio::spawn(async move {
-            let mut checkpoints = Vec::new();
-            let mut flushes: VecDeque<(FlushRun, Option<ShardFlushDone<UringStorage>>)> =
-                VecDeque::new();
-            while shard.borrow().durable_op(1) != Some(target) {
-                loop {
-                    let flush = shard.borrow_mut().begin_flush();
-                    let Some(flush) = flush else { break };
-                    flushes.push_back((Box::pin(flush.run()), None));
-                }
-                // Until the oldest cycle finished, or something new was appended.
-                let oldest = poll_fn(|context| {
-                    for (run, done) in flushes.iter_mut().filter(|(_, done)| done.is_none()) {
-                        if let Poll::Ready(output) = run.as_mut().poll(context) {
-                            *done = Some(output);
-                        }
-                    }
-                    if flushes.front().is_some_and(|(_, done)| done.is_some()) {
-                        Poll::Ready(flushes.pop_front().and_then(|(_, done)| done))
-                    } else if appended_signal.poll_raised(context) {
-                        Poll::Ready(None)
-                    } else {
-                        Poll::Pending
-                    }
-                })
-                .await;
-                if let Some(done) = oldest {
-                    shard.borrow_mut().finish_flush(done);
-                    durable_signal.raise();
-                }
-                // A due checkpoint runs beside the next cycles, as the node layer will run it.
-                let checkpoint = shard.borrow_mut().begin_checkpoint();
-                if let Some(checkpoint) = checkpoint {
-                    let shard = Rc::clone(&shard);
-                    checkpoints.push(monoio::spawn(async move {
-                        let done = checkpoint.run().await;
-                        shard.borrow_mut().finish_checkpoint(done).expect("checkpoint");
-                    }));
-                }
-            }
-            for checkpoint in checkpoints {
-                checkpoint.await;
-            }
-        })
+    let flusher = monoio::spawn(run_jobs(
+        Rc::clone(shard),
+        targets,
+        Rc::clone(&appended_signal),
+        Rc::clone(&durable_signal),
+    ));
+    let mut appended = 0u64;
+    let total = count * groups;
+    // Slices not yet durable: the count appended by their end, and their start.
+    let mut slices: VecDeque<(u64, Instant)> = VecDeque::new();
+    let mut durable_slices = |durable: u64, slices: &mut VecDeque<(u64, Instant)>| {
+        while slices.front().is_some_and(|&(end, _)| end <= durable) {
+            let (_, start) = slices.pop_front().expect("checked");
+            latencies_us.push(start.elapsed().as_micros() as u64);
+        }
     };
-    let mut appended = start_op;
-    while appended < target {
+    while appended < total {
         let progressed = {
             let mut shard = shard.borrow_mut();
-            let durable = shard.durable_op(1).unwrap_or(0);
+            let durable: u64 = (1..=groups)
+                .map(|group| {
+                    let start = start_ops[group as usize - 1];
+                    shard.durable_op(group).unwrap_or(0).saturating_sub(start)
+                })
+                .sum();
+            durable_slices(durable, &mut slices);
             let before = appended;
+            let start = Instant::now();
             // A slice at a time, as a server's connections deliver them, so the flusher can
             // start a cycle for each while earlier ones are still writing.
-            while appended < target
-                && appended - before < APPEND_SLICE_BATCHES
-                && (appended - durable) * batch_bytes < window_bytes
+            while appended < total
+                && appended - before < shape.slice_batches
+                && (appended - durable) * batch_bytes < shape.window_bytes
             {
-                appended = append_one(&mut shard, 1, batch);
+                append_one(&mut shard, appended % groups + 1, batch);
+                appended += 1;
+            }
+            if appended > before {
+                slices.push_back((appended, start));
             }
             appended > before
         };
         if progressed {
             appended_signal.raise();
             yield_now().await;
-        } else if appended < target {
+        } else if appended < total {
             durable_signal.wait().await;
         }
     }
     flusher.await;
+    durable_slices(total, &mut slices);
+}
+
+/// Runs the shard's jobs as the node layer's `poll_jobs` does, until every group `g` is durable
+/// up to `targets[g - 1]`: on every wake it polls the flush cycles in flight and applies those
+/// finished (oldest first), then starts as many cycles as the shard allows, and a checkpoint
+/// and a zero fill when due and none is in flight. Raises `durable` whenever a cycle finished.
+async fn run_jobs(
+    shard: Rc<RefCell<ShardStore<UringStorage>>>,
+    targets: Vec<u64>,
+    appended: Rc<Signal>,
+    durable: Rc<Signal>,
+) {
+    let mut flushes: VecDeque<(FlushRun, Option<ShardFlushDone<UringStorage>>)> = VecDeque::new();
+    let mut beside = Beside::default();
+    let all_durable = |shard: &ShardStore<UringStorage>| {
+        targets
+            .iter()
+            .enumerate()
+            .all(|(index, &op)| shard.durable_op(index as u64 + 1) == Some(op))
+    };
+    poll_fn(|context| {
+        // Bounded, as the node layer bounds a round.
+        for _ in 0..64 {
+            let mut again = appended.poll_raised(context);
+            beside.checkpoint.poll(context);
+            beside.zero_fill.poll(context);
+            for (run, done) in flushes.iter_mut().filter(|(_, done)| done.is_none()) {
+                if let Poll::Ready(output) = run.as_mut().poll(context) {
+                    *done = Some(output);
+                }
+            }
+            let mut shard = shard.borrow_mut();
+            while flushes.front().is_some_and(|(_, done)| done.is_some()) {
+                let (_, done) = flushes.pop_front().expect("checked");
+                let report = shard.finish_flush(done.expect("checked"));
+                assert!(report.failed.is_empty() && !report.storage_full, "{report:?}");
+                durable.raise();
+            }
+            beside.apply(&mut shard);
+            while let Some(flush) = shard.begin_flush() {
+                flushes.push_back((Box::pin(flush.run()), None));
+                again = true;
+            }
+            again |= beside.begin(&mut shard);
+            if flushes.is_empty() && beside.is_idle() && all_durable(&shard) {
+                return Poll::Ready(());
+            }
+            if !again {
+                return Poll::Pending;
+            }
+        }
+        // What began last has not been polled yet: come back at once.
+        context.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await;
 }
 
 /// Batches the pipelined appender adds before it lets the flusher run.
@@ -468,16 +525,34 @@ impl Beside {
             assert!(report.failed.is_empty() && !report.storage_full, "{report:?}");
         }
         self.apply(shard);
+        self.begin(shard);
+    }
+
+    /// Starts a checkpoint and a zero fill when due and none is in flight; true when it
+    /// started one.
+    fn begin(&mut self, shard: &mut ShardStore<UringStorage>) -> bool {
+        let mut started = false;
         if self.checkpoint.run.is_none()
             && let Some(job) = shard.begin_checkpoint()
         {
             self.checkpoint.run = Some(Box::pin(job.run()));
+            started = true;
         }
         if self.zero_fill.run.is_none()
             && let Some(job) = shard.begin_zero_fill()
         {
             self.zero_fill.run = Some(Box::pin(job.run()));
+            started = true;
         }
+        started
+    }
+
+    /// Whether neither job is in flight or waiting to be applied.
+    fn is_idle(&self) -> bool {
+        self.checkpoint.run.is_none()
+            && self.checkpoint.done.is_none()
+            && self.zero_fill.run.is_none()
+            && self.zero_fill.done.is_none()
     }
 
     fn apply(&mut self, shard: &mut ShardStore<UringStorage>) {
@@ -555,11 +630,13 @@ impl IoPerAppend {
     }
 }
 
-/// 64 partitions on one shard, 16 KiB batches, `persisted`, all appending at once: each cycle
-/// carries one batch of each (1 MiB) and one journal sync covers them all.
+/// 64 partitions on one shard, 16 KiB batches, `persisted`, all appending at once: a round
+/// appends one batch to each (1 MiB), the next round starts once all are durable, and the
+/// shard's jobs run as the node layer runs them ([`run_jobs`]), so one journal cycle covers a
+/// round and the segment writes, checkpoints and zero fills run beside the cycles.
 fn persisted_64_partitions_16k(c: &mut Criterion) {
     const PARTITIONS: u64 = 64;
-    // `SHOAL_BENCH_BATCH_KIB=N` (4..=1024) writes N KiB per partition and cycle instead, with
+    // `SHOAL_BENCH_BATCH_KIB=N` (4..=1024) writes N KiB per partition and round instead, with
     // as many bytes per iteration: where the file-system form overtakes the journal.
     let kib: usize = std::env::var("SHOAL_BENCH_BATCH_KIB")
         .ok()
@@ -567,48 +644,61 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
         .filter(|kib| (4..=1024).contains(kib))
         .unwrap_or(16);
     let batch = Bytes::from(vec![5u8; kib * 1024 - HEADER_SIZE]);
-    let cycles_per_iteration = (200 * 16 / kib as u64).max(1);
+    let rounds_per_iteration = (200 * 16 / kib as u64).max(1);
     let mut latencies_us: Vec<u64> = Vec::new();
     let mut io = IoPerAppend::default();
     let mut group = c.benchmark_group("engine");
     group.sample_size(10).measurement_time(Duration::from_secs(20));
-    group.throughput(Throughput::Bytes(cycles_per_iteration * PARTITIONS * kib as u64 * 1024));
+    group.throughput(Throughput::Bytes(rounds_per_iteration * PARTITIONS * kib as u64 * 1024));
+    // `SHOAL_BENCH_DRIVER=flush` runs each round as one `ShardStore::flush` instead (the
+    // driver of the runs before 2026-12-05), for A/B runs.
+    let one_flush_per_round = std::env::var("SHOAL_BENCH_DRIVER").is_ok_and(|v| v == "flush");
     let mut rt = runtime();
-    let mut store: Option<(tempfile::TempDir, ShardStore<UringStorage>)> = None;
+    let mut store: Option<(tempfile::TempDir, Rc<RefCell<ShardStore<UringStorage>>>)> = None;
     group.bench_function("persisted_64_partitions_16k", |b| {
         b.iter_custom(|iterations| {
             let mut elapsed = Duration::ZERO;
             rt.block_on(async {
-                let run_cycle = async |shard: &mut ShardStore<UringStorage>| {
-                    for group in 1..=PARTITIONS {
-                        append_one(shard, group, &batch);
-                    }
-                    shard.flush().await.expect("flush");
-                };
+                let run_rounds =
+                    async |shard: &Rc<RefCell<ShardStore<UringStorage>>>,
+                           rounds: u64,
+                           latencies_us: &mut Vec<u64>| {
+                        if one_flush_per_round {
+                            rounds_by_flush(shard, PARTITIONS, &batch, rounds, latencies_us).await;
+                        } else {
+                            // A round's appends at once, the next round once all are durable.
+                            let round_bytes = PARTITIONS * kib as u64 * 1024;
+                            let rounds_shape =
+                                Shape { slice_batches: PARTITIONS, window_bytes: round_bytes };
+                            pipelined_groups(
+                                shard,
+                                PARTITIONS,
+                                &batch,
+                                rounds,
+                                rounds_shape,
+                                latencies_us,
+                            )
+                            .await;
+                        }
+                    };
                 if store.is_none() {
                     // Untimed: as much as the 64 KiB benchmarks' warm-up (`WARM_UP_APPENDS_64K`).
                     let dir = bench_dir();
-                    let mut shard = open_persisted(dir.path(), PARTITIONS).await;
-                    let warm_up_cycles =
+                    let shard = Rc::new(RefCell::new(open_persisted(dir.path(), PARTITIONS).await));
+                    let warm_up_rounds =
                         (WARM_UP_APPENDS_64K * 64 / PARTITIONS / kib as u64).max(1);
-                    for _ in 0..warm_up_cycles {
-                        run_cycle(&mut shard).await;
-                    }
+                    run_rounds(&shard, warm_up_rounds, &mut Vec::new()).await;
                     store = Some((dir, shard));
                 }
-                let (_, shard) = store.as_mut().expect("opened above");
-                let before = shard.counters();
-                io.appends += iterations * cycles_per_iteration * PARTITIONS;
+                let (_, shard) = store.as_ref().expect("opened above");
+                let before = shard.borrow().counters();
+                io.appends += iterations * rounds_per_iteration * PARTITIONS;
                 for _ in 0..iterations {
                     let start = Instant::now();
-                    for _ in 0..cycles_per_iteration {
-                        let cycle_start = Instant::now();
-                        run_cycle(shard).await;
-                        latencies_us.push(cycle_start.elapsed().as_micros() as u64);
-                    }
+                    run_rounds(shard, rounds_per_iteration, &mut latencies_us).await;
                     elapsed += start.elapsed();
                 }
-                io.add(&before, &shard.counters());
+                io.add(&before, &shard.borrow().counters());
             });
             elapsed
         });
@@ -617,6 +707,31 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
     drop(store);
     print_latencies("persisted_64_partitions_16k", &mut latencies_us);
     io.print("persisted_64_partitions_16k");
+}
+
+/// Runs `rounds` rounds of one batch per group `1..=groups`, each round as one
+/// `ShardStore::flush` (the 64-partition benchmark's driver before 2026-12-05), and pushes each
+/// round's latency.
+#[expect(
+    clippy::await_holding_refcell_ref,
+    reason = "no other task of the thread touches the shard while it runs"
+)]
+async fn rounds_by_flush(
+    shard: &Rc<RefCell<ShardStore<UringStorage>>>,
+    groups: u64,
+    batch: &Bytes,
+    rounds: u64,
+    latencies_us: &mut Vec<u64>,
+) {
+    let mut shard = shard.borrow_mut();
+    for _ in 0..rounds {
+        let start = Instant::now();
+        for group in 1..=groups {
+            append_one(&mut shard, group, batch);
+        }
+        shard.flush().await.expect("flush");
+        latencies_us.push(start.elapsed().as_micros() as u64);
+    }
 }
 
 /// Memory and open files per idle partition: 1,000 groups created and never written, then the
