@@ -80,7 +80,7 @@ pub fn connect(address: &str) -> Option<Raw> {
         version_max: PROTOCOL_VERSION,
         client_name: "cluster-test".into(),
     };
-    raw.send(Operation::Hello, &hello.encode());
+    raw.try_send(Operation::Hello, &hello.encode()).ok()?;
     let answer = raw.try_receive()?;
     raw.stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     (answer.reply.error == 0).then_some(raw)
@@ -135,8 +135,9 @@ pub fn call_anywhere_saying_retried(
         let node = attempt % cluster.clients.len();
         attempt += 1;
         let Some(mut raw) = connect(&cluster.clients[node]) else { continue };
-        raw.send(operation, body);
-        let Some(answer) = raw.try_receive() else {
+        // A send cut short may still have reached the node: as unknown as a lost answer.
+        let sent = raw.try_send(operation, body);
+        let Some(answer) = sent.ok().and_then(|()| raw.try_receive()) else {
             maybe_sent = true;
             continue;
         };
@@ -513,7 +514,7 @@ pub fn wait_until(cluster: &ShoalCluster, what: &str, done: impl Fn() -> bool) -
 /// The status document of node `node`, `None` while it does not answer.
 pub fn status(cluster: &ShoalCluster, node: usize) -> Option<serde_json::Value> {
     let mut raw = connect(cluster.clients.get(node)?)?;
-    raw.send(Operation::Status, &[]);
+    raw.try_send(Operation::Status, &[]).ok()?;
     let answer = raw.try_receive()?;
     serde_json::from_slice(&answer.body).ok()
 }

@@ -137,8 +137,14 @@ impl Raw {
     }
 
     pub fn send(&mut self, operation: Operation, body: &[u8]) {
+        self.try_send(operation, body).expect("sends");
+    }
+
+    /// Sends one request; an error once the peer reset or closed the connection (a node that
+    /// is exiting can accept a connection and then drop it).
+    pub fn try_send(&mut self, operation: Operation, body: &[u8]) -> std::io::Result<()> {
         let bytes = self.frame(operation as u32, body);
-        self.stream.write_all(&bytes).expect("sends");
+        self.stream.write_all(&bytes)
     }
 
     /// Reads one reply; `None` once the server closed the connection.
