@@ -99,9 +99,11 @@ impl<S: Storage> PartitionLog<S> {
             .await
             .map_err(|e| Error::io(format!("recycling {}", from.display()), e))?;
         self.remove_if_present(&self.dir.join(index_name(segment.base_offset))).await?;
-        // Only whole blocks of what the segment held count: its file may be longer.
-        self.spare_ready_end_bytes = Some(self.ready_in_file_bytes(segment.end_bytes));
-        self.spare_written_end_bytes = self.ready_in_file_bytes(segment.end_bytes);
+        // Only whole blocks of what the segment held count: its file may be longer. Those
+        // blocks are written, not only reserved.
+        let held_bytes = self.ready_in_file_bytes(segment.end_bytes);
+        self.spare_ready_end_bytes = Some(held_bytes);
+        self.spare_written_end_bytes = held_bytes;
         self.recycled_segments += 1;
         Ok(())
     }
