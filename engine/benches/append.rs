@@ -653,6 +653,14 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
     // `SHOAL_BENCH_DRIVER=flush` runs each round as one `ShardStore::flush` instead (the
     // driver of the runs before 2026-12-05), for A/B runs.
     let one_flush_per_round = std::env::var("SHOAL_BENCH_DRIVER").is_ok_and(|v| v == "flush");
+    // `SHOAL_BENCH_WINDOW_ROUNDS=N` (1..=8) lets the appender run up to N rounds ahead of what
+    // is durable, as producers with several requests in flight do: cycles then gather what
+    // was appended while the one before was in flight.
+    let window_rounds: u64 = std::env::var("SHOAL_BENCH_WINDOW_ROUNDS")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .filter(|rounds| (1..=8).contains(rounds))
+        .unwrap_or(1);
     let mut rt = runtime();
     let mut store: Option<(tempfile::TempDir, Rc<RefCell<ShardStore<UringStorage>>>)> = None;
     group.bench_function("persisted_64_partitions_16k", |b| {
@@ -666,10 +674,13 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
                         if one_flush_per_round {
                             rounds_by_flush(shard, PARTITIONS, &batch, rounds, latencies_us).await;
                         } else {
-                            // A round's appends at once, the next round once all are durable.
+                            // A round's appends at once, the next once the round `window_rounds`
+                            // back is durable.
                             let round_bytes = PARTITIONS * kib as u64 * 1024;
-                            let rounds_shape =
-                                Shape { slice_batches: PARTITIONS, window_bytes: round_bytes };
+                            let rounds_shape = Shape {
+                                slice_batches: PARTITIONS,
+                                window_bytes: round_bytes * window_rounds,
+                            };
                             pipelined_groups(
                                 shard,
                                 PARTITIONS,

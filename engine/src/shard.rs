@@ -24,7 +24,7 @@ use crate::join::join_all;
 use crate::journal::{Journal, JournalCycle, JournalRecovery, Take};
 use crate::partition::{
     FlushDone, FlushJob, GroupRecovery, PartitionLog, SettleJob, Shared, WRITE_BUFFER_FULL,
-    ZeroStep, ZeroStepDone,
+    ZERO_STEPS_PER_FILL_MAX, ZeroStep, ZeroStepDone,
 };
 use crate::record::{ChainNext, check_standalone, prepare_of};
 use crate::ring::{RingBudget, RingLimits};
@@ -258,6 +258,8 @@ pub struct ShardStore<S: Storage> {
     active: BTreeSet<u64>,
     /// Where the next cycle's turn at writing put-off segment writes starts (a group id).
     segment_write_turn: u64,
+    /// Where the next zero fill's turn starts (a group id): each takes a few of the steps due.
+    zero_fill_turn: u64,
     /// Groups whose rolled segments' index files found no room: no checkpoint of theirs starts
     /// until the next [`ShardStore::retry_storage_full`].
     settle_blocked: BTreeSet<u64>,
@@ -381,6 +383,11 @@ pub struct ZeroFillDone<S: Storage> {
 }
 
 impl<S: Storage> ZeroFillJob<S> {
+    /// The groups whose steps the job writes.
+    pub fn groups(&self) -> impl Iterator<Item = u64> + '_ {
+        self.steps.iter().map(ZeroStep::group)
+    }
+
     /// Runs every step concurrently.
     pub async fn run(self) -> ZeroFillDone<S> {
         ZeroFillDone { steps: join_all(self.steps.into_iter().map(ZeroStep::run).collect()).await }
@@ -493,6 +500,7 @@ impl<S: Storage> ShardStore<S> {
             journal,
             active: groups.keys().copied().collect(),
             segment_write_turn: 0,
+            zero_fill_turn: 0,
             groups,
             durable,
             filesystem_sync,
@@ -1198,20 +1206,24 @@ impl<S: Storage> ShardStore<S> {
         Ok(())
     }
 
-    /// Starts the zero steps that are due (None when none is, or a zero fill is in flight). It
-    /// may run beside flush cycles and a checkpoint.
+    /// Starts up to [`ZERO_STEPS_PER_FILL_MAX`] of the zero steps that are due, taking turns
+    /// from where the last zero fill stopped (None when none is due, or a zero fill is in
+    /// flight). It may run beside flush cycles and a checkpoint.
     pub fn begin_zero_fill(&mut self) -> Option<ZeroFillJob<S>> {
         if self.zero_fill_in_flight || self.failed.is_some() {
             return None;
         }
-        let touched: Vec<u64> = self.touched().map(|(id, _)| id).collect();
-        let steps: Vec<ZeroStep<S>> = touched
+        let mut due: Vec<u64> =
+            self.touched().filter(|(_, log)| log.zero_step_due()).map(|(id, _)| id).collect();
+        // The groups from the turn on first, then those before it.
+        due.sort_unstable_by_key(|&id| (id < self.zero_fill_turn, id));
+        let steps: Vec<ZeroStep<S>> = due
             .into_iter()
             .filter_map(|id| self.groups.get_mut(&id).and_then(PartitionLog::begin_zero_step))
+            .take(ZERO_STEPS_PER_FILL_MAX)
             .collect();
-        if steps.is_empty() {
-            return None;
-        }
+        let last = steps.last()?;
+        self.zero_fill_turn = last.group() + 1;
         self.zero_fill_in_flight = true;
         Some(ZeroFillJob { steps })
     }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use shoal_engine::partition::ReadPlan;
+use shoal_engine::partition::{ReadPlan, ZERO_STEPS_PER_FILL_MAX};
 use shoal_engine::record::build_prepare;
 use shoal_engine::ring::StoredPrepare;
 use shoal_engine::shard::{ShardConfig, ShardFlush, ShardFlushDone, ShardStore};
@@ -795,5 +795,59 @@ fn groups_in_step_checkpoint_together_without_writing_everything_at_once() {
         assert_eq!(shard.durable_op(group), Some(CYCLES), "group {group}");
         let log = shard.group(group).unwrap();
         assert!(log.bytes_since_checkpoint() < 2 << 20, "group {group} lags its checkpoint");
+    }
+}
+
+/// Groups on the direct path appending in step reach their steps ahead together, and each
+/// step is written with zeros beside the cycles. A zero fill takes a few of them
+/// (`ZERO_STEPS_PER_FILL_MAX`), so that an append's write never queues behind every group's
+/// zeros at once, and the next zero fill starts where the last one stopped. Here the groups
+/// want more steps than the zero fills take, so the turns show: taken in group order instead,
+/// groups 1–4 got 114 steps each and groups 5–9 96. Before the bound, one zero fill took all
+/// nine steps.
+#[test]
+fn zero_steps_due_together_are_written_a_few_at_a_time_in_turn() {
+    const GROUPS: u64 = 9;
+    const CYCLES: u64 = 400;
+    let sim = Sim::new(8, SimConfig::default());
+    let config = ShardConfig {
+        persisted_path: shoal_engine::direct::PersistedPath::Direct,
+        ..ShardConfig::small()
+    };
+    let (mut shard, _) =
+        sim.block_on(ShardStore::open(sim.storage(), Path::new("/data/shard-0"), config)).unwrap();
+    for group in 1..=GROUPS {
+        sim.block_on(shard.create_group(group, group_config(Durability::Persisted))).unwrap();
+    }
+    let mut steps = vec![0u32; GROUPS as usize];
+    let mut fills = 0;
+    for _ in 0..CYCLES {
+        for group in 1..=GROUPS {
+            append_to(&mut shard, group, 48 << 10);
+        }
+        while let Some(cycle) = shard.begin_flush() {
+            let report = shard.finish_flush(sim.block_on(cycle.run()));
+            assert!(report.failed.is_empty(), "{report:?}");
+        }
+        if let Some(job) = shard.begin_zero_fill() {
+            let groups: Vec<u64> = job.groups().collect();
+            assert!(
+                groups.len() <= ZERO_STEPS_PER_FILL_MAX,
+                "one zero fill took {} steps",
+                groups.len()
+            );
+            for group in groups {
+                steps[group as usize - 1] += 1;
+            }
+            let report = shard.finish_zero_fill(sim.block_on(job.run()));
+            assert!(report.failed.is_empty() && !report.storage_full, "{report:?}");
+            fills += 1;
+        }
+    }
+    assert!(fills >= CYCLES / 2, "{fills} zero fills");
+    let (fewest, most) = (steps.iter().min().unwrap(), steps.iter().max().unwrap());
+    assert!(most - fewest <= 2, "the groups did not take turns: {steps:?}");
+    for group in 1..=GROUPS {
+        assert_eq!(shard.durable_op(group), Some(CYCLES), "group {group}");
     }
 }

@@ -28,4 +28,4 @@ pub use log::{FaultyOps, PartitionLog, Shared};
 pub use read::{DiskRead, DiskReadDone, ReadPlan};
 pub use recover::{GroupRecovery, JournalPrepare};
 pub use settle::{CheckpointCandidate, SettleJob};
-pub use zero_fill::{ZeroStep, ZeroStepDone};
+pub use zero_fill::{ZERO_STEPS_PER_FILL_MAX, ZeroStep, ZeroStepDone};

@@ -24,6 +24,13 @@ use crate::storage::{Storage, StorageFile, zero_pieces};
 /// one waits for this much at most (~0.1 ms at this disk's bandwidth).
 const ZERO_PIECE_BYTES: usize = 256 << 10;
 
+/// The zero steps a shard writes at once: an append's write then queues behind at most this
+/// many pieces of zeros (1 MiB, ~0.6 ms here), and the steps of groups appending in step, which
+/// come due together, take turns instead. All at once, 64 groups' steps held the file-system
+/// form's p99 at 35–40 ms; one at a time, the zeros fell behind the appends
+/// (docs/benchmarks.md, "Zero steps a few at a time").
+pub const ZERO_STEPS_PER_FILL_MAX: usize = 4;
+
 /// One log's step ahead, written with zeros and synced, beside its flush jobs.
 pub struct ZeroStep<S: Storage> {
     group: u64,
