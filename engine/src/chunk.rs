@@ -77,10 +77,8 @@ impl ChunkMemory {
             // advice changes no contents. Refused advice (huge pages off) leaves small pages.
             unsafe { libc::madvise(raw.cast(), size, libc::MADV_HUGEPAGE) };
         }
-        // SAFETY: `raw` is valid for writes of `size` bytes, just allocated. Zeroed after the
-        // advice, so the first touch already faults in huge pages; zeroed at all because the
-        // padding of a block-aligned tail write is read from here.
-        unsafe { std::ptr::write_bytes(raw, 0, size) };
+        // Left uninitialised: only appends write it and views read only what they wrote (the
+        // frozen prefix); a tail write's padding comes from a zeroed copy (`Chunk::unsubmitted`).
         Self { ptr, layout }
     }
 
@@ -332,26 +330,34 @@ impl ChunkPool {
         self.retired.iter().any(|memory| Arc::strong_count(memory) > 1)
     }
 
-    /// A chunk of at least `size_bytes` (the smallest class that holds it; `None` past the
-    /// largest) for `segment_base_offset` starting at block-aligned `file_base_bytes`, with
-    /// `prefix` (the partial block before the append point, already on file) copied to its
-    /// start. `None` when the pool is at its bound and has no such memory free: the caller
-    /// applies backpressure.
+    /// A chunk of `wanted_bytes` (the smallest class that holds it; `None` past the largest),
+    /// or at least `needed_bytes` when the pool is at its bound and holds free memory of a
+    /// smaller class that fits them, for `segment_base_offset` starting at block-aligned
+    /// `file_base_bytes`, with `prefix` (the partial block before the append point, already on
+    /// file) copied to its start. `None` when the pool is at its bound and has no such memory
+    /// free: the caller applies backpressure.
     pub fn take(
         &mut self,
-        size_bytes: usize,
+        wanted_bytes: usize,
+        needed_bytes: usize,
         segment_base_offset: u64,
         file_base_bytes: u64,
         prefix: &[u8],
     ) -> Option<Chunk> {
         assert!(file_base_bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64));
         assert!(prefix.len() < BLOCK_SIZE_BYTES);
-        let class = self.class_sizes_bytes.iter().position(|&size| size >= size_bytes)?;
-        let memory = self.reusable(class).or_else(|| self.allocate(class)).or_else(|| {
-            // At the bound: any retired memory no view holds, wherever it is in the list.
-            self.collect_retired();
-            self.free[class].pop().or_else(|| self.allocate(class))
-        })?;
+        assert!(needed_bytes <= wanted_bytes, "a chunk that holds less than it needs");
+        let class = self.class_sizes_bytes.iter().position(|&size| size >= wanted_bytes)?;
+        let memory = self
+            .reusable(class)
+            .or_else(|| self.allocate_within_bound(class))
+            .or_else(|| self.free_smaller(class, needed_bytes))
+            .or_else(|| self.allocate(class))
+            .or_else(|| {
+                // At the bound: any retired memory no view holds, wherever it is in the list.
+                self.collect_retired();
+                self.free[class].pop().or_else(|| self.allocate(class))
+            })?;
         self.taken += 1;
         let mut chunk = Chunk {
             memory,
@@ -408,6 +414,26 @@ impl ChunkPool {
         }
     }
 
+    /// New memory of `class`, if the bound has room for it as it is.
+    fn allocate_within_bound(&mut self, class: usize) -> Option<Arc<ChunkMemory>> {
+        let fits = self.allocated_bytes + self.class_sizes_bytes[class] <= self.bytes_max;
+        if fits { self.allocate(class) } else { None }
+    }
+
+    /// At the bound, free memory of the largest class below `class` that still holds
+    /// `needed_bytes`: the caller gets a smaller chunk than it wanted (it takes the next one
+    /// sooner) instead of the pool freeing memory of another class and touching new memory for
+    /// this one. Groups want chunks of sizes that follow their pace, so at the bound the free
+    /// lists often lack the class wanted; trading classes there touched 200–400 MiB/s of new
+    /// memory in the 64-partition benchmark (docs/benchmarks.md, "Chunk memory at the pool's
+    /// bound").
+    fn free_smaller(&mut self, class: usize, needed_bytes: usize) -> Option<Arc<ChunkMemory>> {
+        (0..class)
+            .rev()
+            .take_while(|&smaller| self.class_sizes_bytes[smaller] >= needed_bytes)
+            .find_map(|smaller| self.free[smaller].pop())
+    }
+
     /// New memory of `class` within the bound, freeing memory of other classes no one uses
     /// when that makes room.
     fn allocate(&mut self, class: usize) -> Option<Arc<ChunkMemory>> {
@@ -441,7 +467,7 @@ mod tests {
     #[test]
     fn appended_bytes_are_views_without_copy_and_tail_is_padded() {
         let mut pool = ChunkPool::new(16 * 1024, 2);
-        let mut chunk = pool.take(16 * 1024, 0, 0, &[]).unwrap();
+        let mut chunk = pool.take(16 * 1024, 16 * 1024, 0, 0, &[]).unwrap();
         let view = chunk.append(&[&[1; 5000], &[2; 100]]);
         assert_eq!(view.len(), 5100);
         assert_eq!(chunk.filled(), 5100);
@@ -470,14 +496,14 @@ mod tests {
     #[test]
     fn pool_reuses_memory_only_after_every_view_is_dropped() {
         let mut pool = ChunkPool::new(4096, 1);
-        let mut chunk = pool.take(4096, 0, 0, &[]).unwrap();
+        let mut chunk = pool.take(4096, 4096, 0, 0, &[]).unwrap();
         let view = chunk.append(&[b"abc"]);
         pool.give_back(chunk);
         assert!(pool.has_pinned());
-        assert!(pool.take(4096, 0, 0, &[]).is_none(), "a view still holds the only chunk");
+        assert!(pool.take(4096, 4096, 0, 0, &[]).is_none(), "a view still holds the only chunk");
         drop(view);
         assert!(!pool.has_pinned());
-        let chunk = pool.take(4096, 7, 8192, b"xy").unwrap();
+        let chunk = pool.take(4096, 4096, 7, 8192, b"xy").unwrap();
         assert_eq!(chunk.filled(), 2);
         assert!(!chunk.has_unwritten());
         assert_eq!(pool.allocated(), 1);
@@ -491,7 +517,7 @@ mod tests {
         let mut pool = ChunkPool::new(4096, count);
         let mut views = Vec::new();
         for _ in 0..count {
-            let mut chunk = pool.take(4096, 0, 0, &[]).unwrap();
+            let mut chunk = pool.take(4096, 4096, 0, 0, &[]).unwrap();
             views.push(chunk.append(&[b"abc"]));
             pool.give_back(chunk);
         }
@@ -499,11 +525,11 @@ mod tests {
         views.pop();
         assert!(pool.reusable(0).is_none(), "only the oldest few are checked");
         assert_eq!(pool.retired.len(), count, "held ones go to the back");
-        assert!(pool.take(4096, 0, 0, &[]).is_some(), "at the bound, the free one is found");
+        assert!(pool.take(4096, 4096, 0, 0, &[]).is_some(), "at the bound, the free one is found");
         assert_eq!(pool.allocated(), count);
         // Views dropped oldest first: the next take reuses the oldest chunk.
         views.remove(0);
-        assert!(pool.take(4096, 0, 0, &[]).is_some());
+        assert!(pool.take(4096, 4096, 0, 0, &[]).is_some());
         assert_eq!(pool.allocated(), count);
     }
 
@@ -512,20 +538,54 @@ mod tests {
         // Classes of 64, 128 and 256 KiB; room for two of the largest, 512 KiB in all.
         let mut pool = ChunkPool::new(256 << 10, 2);
         assert_eq!(pool.chunk_size_min_bytes(), 64 << 10);
-        let small = pool.take(1000, 0, 0, &[]).unwrap();
+        let small = pool.take(1000, 1000, 0, 0, &[]).unwrap();
         assert_eq!(small.spare(), 64 << 10, "the smallest class that holds it");
-        let middle = pool.take((64 << 10) + 1, 0, 0, &[]).unwrap();
+        let middle = pool.take((64 << 10) + 1, (64 << 10) + 1, 0, 0, &[]).unwrap();
         assert_eq!(middle.spare(), 128 << 10);
-        assert!(pool.take((256 << 10) + 1, 0, 0, &[]).is_none(), "past the largest class");
-        let large = pool.take(256 << 10, 0, 0, &[]).unwrap();
+        assert!(
+            pool.take((256 << 10) + 1, (256 << 10) + 1, 0, 0, &[]).is_none(),
+            "past the largest class"
+        );
+        let large = pool.take(256 << 10, 256 << 10, 0, 0, &[]).unwrap();
         assert_eq!(pool.allocated_bytes(), 448 << 10);
-        assert!(pool.take(256 << 10, 0, 0, &[]).is_none(), "at the bound: 448 + 256 > 512 KiB");
+        assert!(
+            pool.take(256 << 10, 256 << 10, 0, 0, &[]).is_none(),
+            "at the bound: 448 + 256 > 512 KiB"
+        );
         // Free small memory makes room for a large chunk.
         pool.give_back(small);
         pool.give_back(middle);
-        let second_large = pool.take(256 << 10, 0, 0, &[]);
+        let second_large = pool.take(256 << 10, 256 << 10, 0, 0, &[]);
         assert!(second_large.is_some(), "the free 64 and 128 KiB chunks were released for it");
         assert_eq!(pool.allocated_bytes(), 512 << 10);
         drop((large, second_large));
+    }
+
+    /// At the bound, a take whose class has no free memory gets free memory of a smaller class
+    /// that holds what it needs, rather than the pool freeing other memory and allocating new;
+    /// when nothing smaller holds it, other classes' free memory is freed to make room.
+    #[test]
+    fn at_the_bound_a_smaller_free_chunk_that_holds_the_need_is_taken_before_new_memory() {
+        // Classes of 64, 128 and 256 KiB; room for two of the largest, 512 KiB in all.
+        let mut pool = ChunkPool::new(256 << 10, 2);
+        let held = pool.take(256 << 10, 256 << 10, 0, 0, &[]).unwrap();
+        let middle = pool.take(128 << 10, 128 << 10, 0, 0, &[]).unwrap();
+        let small = pool.take(64 << 10, 64 << 10, 0, 0, &[]).unwrap();
+        let spare = pool.take(64 << 10, 64 << 10, 0, 0, &[]).unwrap();
+        assert_eq!(pool.allocated_bytes(), 512 << 10, "at the bound");
+        pool.give_back(middle);
+        pool.give_back(small);
+        // Wants 256 KiB, needs 100 KiB: the free 128 KiB chunk holds it.
+        let taken = pool.take(256 << 10, 100 << 10, 0, 0, &[]).unwrap();
+        assert_eq!(taken.spare(), 128 << 10, "the largest smaller class that holds the need");
+        assert_eq!((pool.allocated(), pool.allocated_bytes()), (4, 512 << 10), "nothing new");
+        // Needs 200 KiB: no smaller chunk holds it, so the free 64 KiB and the spare make room.
+        pool.give_back(spare);
+        assert!(pool.take(256 << 10, 200 << 10, 0, 0, &[]).is_none(), "64 + 64 KiB free < 256");
+        pool.give_back(taken);
+        let large = pool.take(256 << 10, 200 << 10, 0, 0, &[]).unwrap();
+        assert_eq!(large.spare(), 256 << 10);
+        assert_eq!((pool.allocated(), pool.allocated_bytes()), (2, 512 << 10));
+        drop((held, large));
     }
 }

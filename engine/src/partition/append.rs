@@ -183,7 +183,7 @@ impl<S: Storage> PartitionLog<S> {
             .shared
             .pool
             .borrow_mut()
-            .take(wanted, base_offset, 0, &[])
+            .take(wanted, size, base_offset, 0, &[])
             .ok_or_else(write_buffer_full)?;
         if let Some(active) = self.segments.last_mut() {
             active.sealed = true;
@@ -250,7 +250,7 @@ impl<S: Storage> PartitionLog<S> {
             )));
         }
         let chunk = pool
-            .take(wanted, active.base_offset, block_start, &prefix)
+            .take(wanted, prefix.len() + size, active.base_offset, block_start, &prefix)
             .ok_or_else(write_buffer_full)?;
         if self.chunks.back().is_some_and(|previous| !previous.has_unwritten()) {
             let previous = self.chunks.pop_back().expect("checked");
