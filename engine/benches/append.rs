@@ -631,9 +631,10 @@ impl IoPerAppend {
 }
 
 /// 64 partitions on one shard, 16 KiB batches, `persisted`, all appending at once: a round
-/// appends one batch to each (1 MiB), the next round starts once all are durable, and the
-/// shard's jobs run as the node layer runs them ([`run_jobs`]), so one journal cycle covers a
-/// round and the segment writes, checkpoints and zero fills run beside the cycles.
+/// appends one batch to each (1 MiB), the next round starts once all are durable (or, with
+/// `SHOAL_BENCH_WINDOW_ROUNDS`, once the round that many back is), and the shard's jobs run as
+/// the node layer runs them ([`run_jobs`]), so one journal cycle covers a round and the
+/// segment writes, checkpoints and zero fills run beside the cycles.
 fn persisted_64_partitions_16k(c: &mut Criterion) {
     const PARTITIONS: u64 = 64;
     // `SHOAL_BENCH_BATCH_KIB=N` (4..=1024) writes N KiB per partition and round instead, with
