@@ -1213,11 +1213,11 @@ impl<S: Storage> ShardStore<S> {
         if self.zero_fill_in_flight || self.failed.is_some() {
             return None;
         }
-        let mut due: Vec<u64> =
-            self.touched().filter(|(_, log)| log.zero_step_due()).map(|(id, _)| id).collect();
-        // The groups from the turn on first, then those before it.
-        due.sort_unstable_by_key(|&id| (id < self.zero_fill_turn, id));
-        let steps: Vec<ZeroStep<S>> = due
+        let mut touched: Vec<u64> = self.touched().map(|(id, _)| id).collect();
+        // The groups from the turn on first, then those before it; a group whose step is not
+        // due begins none, and no group past the bound is asked.
+        touched.sort_unstable_by_key(|&id| (id < self.zero_fill_turn, id));
+        let steps: Vec<ZeroStep<S>> = touched
             .into_iter()
             .filter_map(|id| self.groups.get_mut(&id).and_then(PartitionLog::begin_zero_step))
             .take(ZERO_STEPS_PER_FILL_MAX)
