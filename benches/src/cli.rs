@@ -13,6 +13,7 @@ use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use shoal_client::{Durability, FetchFrom};
 
+use crate::replay::Form;
 use crate::run::{Connect, Mode, Options, Placement};
 use crate::schedule::Rate;
 
@@ -25,6 +26,8 @@ pub enum Parsed {
     Compare(PathBuf, PathBuf),
     /// `loopback`: the TCP round trip a run's latency is judged against.
     Loopback(Loopback),
+    /// `replay`: a `persisted` form's disk I/O alone, the engine's yardstick.
+    Replay(Replay),
 }
 
 /// A run and where its reports go.
@@ -54,6 +57,7 @@ pub fn parse(
         Command::Mixed(run) => (Mode::Mixed, run),
         Command::Compare { a, b } => return Ok(Parsed::Compare(a, b)),
         Command::Loopback(loopback) => return Ok(Parsed::Loopback(loopback)),
+        Command::Replay(replay) => return Ok(Parsed::Replay(replay)),
     };
     let run = run.into_run(mode);
     if mode == Mode::EndToEnd && run.options.message_bytes.0 < 8 {
@@ -107,6 +111,27 @@ enum Command {
     /// TCP round trips of a BYTES request and a small reply between two threads (the same-size
     /// round trip a benchmark's latency is judged against); one JSON line
     Loopback(Loopback),
+    /// The writes and the sync one `persisted` form of the engine issues per acknowledged round
+    /// (direct: one partition's 64 KiB append; journal: a 64 x 16 KiB cycle), replayed alone
+    /// into pre-written files under --dir; one JSON line
+    Replay(Replay),
+}
+
+/// `replay`'s options.
+#[derive(Args, Clone, Debug, PartialEq)]
+pub struct Replay {
+    /// direct or journal
+    #[arg(long, value_name = "FORM", value_parser = replay_form)]
+    pub form: Form,
+    /// Where the replay's files go (removed after)
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Seconds replayed
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = seconds)]
+    pub seconds: Duration,
+    /// Data bytes per file, written over and over
+    #[arg(long, value_name = "BYTES", default_value = "67108864", value_parser = at_least_one)]
+    pub wrap_bytes: usize,
 }
 
 /// `loopback`'s options.
@@ -315,6 +340,10 @@ fn cpus(list: &str) -> Result<Vec<usize>, String> {
     list.split(',').map(|cpu| whole(cpu.trim())).collect()
 }
 
+fn replay_form(value: &str) -> Result<Form, String> {
+    Form::parse(value).ok_or_else(|| "direct or journal".into())
+}
+
 fn cpu_pair(value: &str) -> Result<(usize, usize), String> {
     match value.split_once(',').map(|(a, b)| (a.parse(), b.parse())) {
         Some((Ok(server), Ok(client))) => Ok((server, client)),
@@ -381,6 +410,19 @@ mod tests {
         assert!(run("compare a.json").is_err());
         assert!(run("loopback --size 0").is_err());
         assert!(run("loopback --cpus 1").is_err());
+        match run("replay --form journal --dir /tmp/x --seconds 2") {
+            Ok(Parsed::Replay(replay)) => assert_eq!(
+                replay,
+                Replay {
+                    form: Form::Journal,
+                    dir: "/tmp/x".into(),
+                    seconds: Duration::from_secs(2),
+                    wrap_bytes: 64 << 20
+                }
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(run("replay --form filesystem --dir /tmp/x").is_err());
     }
 
     #[test]

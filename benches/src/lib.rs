@@ -10,7 +10,8 @@
 //!
 //! Modules: `actor` (pinning, runtime and tally every actor thread shares), `compare` (two
 //! reports side by side), `html` (the report page), `loopback` (the
-//! same-size TCP round trip latency is judged against), `schedule` (the open-loop schedule and rate limits, on times passed in), `stats`
+//! same-size TCP round trip latency is judged against), `replay` (a `persisted` form's disk I/O
+//! alone, the engine's yardstick), `schedule` (the open-loop schedule and rate limits, on times passed in), `stats`
 //! (histograms and per-second series), `producer` and `consumer` (one actor each), `run` (a
 //! whole run and its report), `server` (`--spawn-server`), `environment` (machine facts), `cli` (arguments).
 
@@ -22,6 +23,7 @@ pub mod environment;
 pub mod html;
 pub mod loopback;
 pub mod producer;
+pub mod replay;
 pub mod run;
 pub mod schedule;
 pub mod server;

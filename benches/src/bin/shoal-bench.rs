@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use shoal_bench::cli::{self, Loopback, Parsed, Run};
+use shoal_bench::cli::{self, Loopback, Parsed, Replay, Run};
 use shoal_bench::run;
 
 /// `shoal-bench loopback --size BYTES [--samples N] [--cpus SERVER,CLIENT]`: one JSON line.
@@ -17,6 +17,20 @@ fn loopback(Loopback { size, samples, cpus }: Loopback) -> ExitCode {
         }
         Err(error) => {
             eprintln!("shoal-bench: loopback: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `shoal-bench replay --form FORM --dir DIR [--seconds S] [--wrap-bytes N]`: one JSON line.
+fn replay(Replay { form, dir, seconds, wrap_bytes }: &Replay) -> ExitCode {
+    match shoal_bench::replay::measure(*form, dir, *seconds, *wrap_bytes as u64) {
+        Ok(report) => {
+            println!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("shoal-bench: replay: {error}");
             ExitCode::FAILURE
         }
     }
@@ -72,6 +86,7 @@ fn main() -> ExitCode {
         Ok(Parsed::Run(command)) => bench(&command),
         Ok(Parsed::Compare(a, b)) => compare(&a, &b),
         Ok(Parsed::Loopback(options)) => loopback(options),
+        Ok(Parsed::Replay(options)) => replay(&options),
         Err(error) => error.exit(),
     }
 }

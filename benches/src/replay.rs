@@ -1,0 +1,385 @@
+//! `shoal-bench replay`: the disk I/O one `persisted` form of the engine issues per acknowledged
+//! append, replayed alone — no engine code, no copies, no checksums, no runtime — as the
+//! yardstick `scripts/design-ceilings` reports beside fio's. fio replays a form's bytes and
+//! syncs, but one write per sync; this replays the writes where the form puts them, in flight
+//! together, then the one sync:
+//!
+//! - `direct` (one partition, 64 KiB batches): the batch's blocks from the one holding the
+//!   previous tail, the padded tail block (a second buffer, as the engine's tail copy), and the
+//!   sync mark in one of the two trailer slots past the segment's data; then `fdatasync` of the
+//!   segment. Into a pre-written file: a recycled segment.
+//! - `journal` (64 partitions × 16 KiB per cycle): the cycle's journal entry, and beside it the
+//!   same bytes written to a segment file (the segment writes the form also owes, which the
+//!   engine batches over cycles); then `fdatasync` of the journal. Both files pre-written.
+//!
+//! It owns its files under the directory it is given and removes them; it never touches
+//! anything else, and never runs beside another measurement (the disk must be its own).
+
+use std::alloc::Layout;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use io_uring::{IoUring, opcode, types};
+use serde_json::{Value, json};
+
+/// The block every direct write is aligned to.
+const BLOCK_BYTES: u64 = 4096;
+/// A record's header ahead of its body (the prepare header).
+const RECORD_HEADER_BYTES: u64 = 256;
+/// A journal entry's header ahead of its records.
+const ENTRY_HEADER_BYTES: u64 = 256;
+/// The direct form's batch.
+const DIRECT_BODY_BYTES: u64 = 64 << 10;
+/// The journal form's cycle: this many partitions, one batch each.
+const JOURNAL_PARTITIONS: u64 = 64;
+const JOURNAL_BODY_BYTES: u64 = 16 << 10;
+/// Sync mark slots in a segment's trailer, used in turn.
+const MARK_SLOTS: u64 = 2;
+
+/// Which form's I/O to replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// One partition's direct job per 64 KiB append.
+    Direct,
+    /// One journal cycle per 64 × 16 KiB appends.
+    Journal,
+}
+
+impl Form {
+    /// `direct` or `journal`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "direct" => Some(Self::Direct),
+            "journal" => Some(Self::Journal),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Direct => "direct",
+            Self::Journal => "journal",
+        }
+    }
+
+    /// Bytes of payload (batch bodies) one acknowledged round carries.
+    fn payload_bytes(self) -> u64 {
+        match self {
+            Self::Direct => DIRECT_BODY_BYTES,
+            Self::Journal => JOURNAL_PARTITIONS * JOURNAL_BODY_BYTES,
+        }
+    }
+}
+
+/// Replays `form` for `duration` in files of `wrap_bytes` of data each (written over and over,
+/// pre-written first) under `dir`; returns the report object.
+pub fn measure(
+    form: Form,
+    dir: &Path,
+    duration: Duration,
+    wrap_bytes: u64,
+) -> Result<Value, String> {
+    let wrap_bytes = wrap_bytes - wrap_bytes % BLOCK_BYTES;
+    let round_bytes = match form {
+        Form::Direct => DIRECT_BODY_BYTES + RECORD_HEADER_BYTES + 2 * BLOCK_BYTES,
+        Form::Journal => journal_entry_bytes(),
+    };
+    if wrap_bytes < 2 * round_bytes {
+        return Err(format!("--wrap-bytes must hold two rounds ({} bytes)", 2 * round_bytes));
+    }
+    let files = Files::create(form, dir, wrap_bytes)?;
+    let result = match form {
+        Form::Direct => replay_direct(&files, duration, wrap_bytes),
+        Form::Journal => replay_journal(&files, duration, wrap_bytes),
+    };
+    drop(files);
+    let (rounds, elapsed) = result?;
+    let per_s = rounds as f64 / elapsed.as_secs_f64();
+    Ok(json!({
+        "form": form.name(),
+        "rounds": rounds,
+        "rounds_per_s": per_s.round(),
+        // MiB/s, as the engine benchmarks report (and fio's bandwidth / 1024).
+        "payload_mib_s": (per_s * form.payload_bytes() as f64 / f64::from(1u32 << 20)).round(),
+    }))
+}
+
+/// One journal entry of the cycle, padded to whole blocks.
+fn journal_entry_bytes() -> u64 {
+    let bytes =
+        ENTRY_HEADER_BYTES + JOURNAL_PARTITIONS * (JOURNAL_BODY_BYTES + RECORD_HEADER_BYTES);
+    bytes.div_ceil(BLOCK_BYTES) * BLOCK_BYTES
+}
+
+/// The direct form: per round the blocks of one record from the block the previous one ended
+/// in, its padded tail block, a mark; then the segment's sync.
+fn replay_direct(
+    files: &Files,
+    duration: Duration,
+    wrap_bytes: u64,
+) -> Result<(u64, Duration), String> {
+    let record_bytes = DIRECT_BODY_BYTES + RECORD_HEADER_BYTES;
+    let data = AlignedBuf::new((record_bytes + BLOCK_BYTES) as usize)?;
+    let tail = AlignedBuf::new(BLOCK_BYTES as usize)?;
+    let mark = AlignedBuf::new(BLOCK_BYTES as usize)?;
+    let segment = &files.first;
+    let trailer_at = wrap_bytes;
+    let mut ring = IoUring::new(8).map_err(|e| format!("io_uring: {e}"))?;
+    let mut end = 0u64;
+    let mut rounds = 0u64;
+    let start = Instant::now();
+    while start.elapsed() < duration {
+        if end + record_bytes + BLOCK_BYTES > wrap_bytes {
+            end = 0;
+        }
+        let from = end - end % BLOCK_BYTES;
+        end += record_bytes;
+        let whole_end = end - end % BLOCK_BYTES;
+        let slot = trailer_at + (rounds % MARK_SLOTS) * BLOCK_BYTES;
+        let mut writes = vec![(data.slice((whole_end - from) as usize), from)];
+        if end > whole_end {
+            writes.push((tail.slice(BLOCK_BYTES as usize), whole_end));
+        }
+        writes.push((mark.slice(BLOCK_BYTES as usize), slot));
+        write_all(&mut ring, segment, &writes)?;
+        sync_data(&mut ring, segment)?;
+        rounds += 1;
+    }
+    Ok((rounds, start.elapsed()))
+}
+
+/// The journal form: per round the cycle's entry and the same bytes into a segment file; then
+/// the journal's sync.
+fn replay_journal(
+    files: &Files,
+    duration: Duration,
+    wrap_bytes: u64,
+) -> Result<(u64, Duration), String> {
+    let entry_bytes = journal_entry_bytes();
+    let entry = AlignedBuf::new(entry_bytes as usize)?;
+    let segment_bytes = entry.slice(entry_bytes as usize);
+    let journal = &files.first;
+    let segment = files.second.as_ref().expect("the journal form has a segment file");
+    let mut ring = IoUring::new(8).map_err(|e| format!("io_uring: {e}"))?;
+    let mut at = 0u64;
+    let mut rounds = 0u64;
+    let start = Instant::now();
+    while start.elapsed() < duration {
+        if at + entry_bytes > wrap_bytes {
+            at = 0;
+        }
+        let writes = [(entry.slice(entry_bytes as usize), at)];
+        let segment_writes = [(segment_bytes, at)];
+        write_all_two(&mut ring, (journal, &writes), (segment, &segment_writes))?;
+        sync_data(&mut ring, journal)?;
+        at += entry_bytes;
+        rounds += 1;
+    }
+    Ok((rounds, start.elapsed()))
+}
+
+/// A run of `len` bytes of an [`AlignedBuf`], by address: the buffer outlives every write
+/// that uses it (each write completes before its call returns).
+#[derive(Clone, Copy)]
+struct Slice {
+    ptr: *const u8,
+    len: usize,
+}
+
+type Write = (Slice, u64);
+
+fn write_all(ring: &mut IoUring, file: &File, writes: &[Write]) -> Result<(), String> {
+    submit_and_reap(ring, writes.iter().map(|write| (file, *write)).collect())
+}
+
+fn write_all_two(
+    ring: &mut IoUring,
+    (a, a_writes): (&File, &[Write]),
+    (b, b_writes): (&File, &[Write]),
+) -> Result<(), String> {
+    let ops = a_writes.iter().map(|w| (a, *w)).chain(b_writes.iter().map(|w| (b, *w))).collect();
+    submit_and_reap(ring, ops)
+}
+
+/// Submits every write at once and waits for all of them, whatever happens to one: no buffer
+/// is reused while the kernel may still read it.
+fn submit_and_reap(ring: &mut IoUring, ops: Vec<(&File, Write)>) -> Result<(), String> {
+    for (index, (file, (slice, offset))) in ops.iter().enumerate() {
+        let len = u32::try_from(slice.len).map_err(|_| "a write over 4 GiB".to_string())?;
+        let entry = opcode::Write::new(types::Fd(file.as_raw_fd()), slice.ptr, len)
+            .offset(*offset)
+            .build()
+            .user_data(index as u64);
+        // SAFETY: the buffer behind `slice` lives until after this function has reaped every
+        // completion (the caller's `AlignedBuf`), and the fd stays open as long.
+        unsafe { ring.submission().push(&entry) }.map_err(|_| "the ring is full".to_string())?;
+    }
+    reap(ring, ops.len(), |index, result| {
+        let expected = ops[index as usize].1.0.len;
+        if usize::try_from(result).ok() == Some(expected) {
+            Ok(())
+        } else {
+            Err(format!("a write of {expected} bytes returned {result}"))
+        }
+    })
+}
+
+fn sync_data(ring: &mut IoUring, file: &File) -> Result<(), String> {
+    let entry = opcode::Fsync::new(types::Fd(file.as_raw_fd()))
+        .flags(types::FsyncFlags::DATASYNC)
+        .build()
+        .user_data(0);
+    // SAFETY: no buffer; the fd stays open until the completion is reaped below.
+    unsafe { ring.submission().push(&entry) }.map_err(|_| "the ring is full".to_string())?;
+    reap(
+        ring,
+        1,
+        |_, result| {
+            if result == 0 { Ok(()) } else { Err(format!("fdatasync returned {result}")) }
+        },
+    )
+}
+
+/// Waits for `count` completions, checking each; the first failure is returned once all are in.
+fn reap(
+    ring: &mut IoUring,
+    count: usize,
+    mut check: impl FnMut(u64, i32) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut reaped = 0;
+    let mut first_error = None;
+    while reaped < count {
+        ring.submit_and_wait(1).map_err(|e| format!("io_uring_enter: {e}"))?;
+        for completion in ring.completion() {
+            reaped += 1;
+            if let Err(error) = check(completion.user_data(), completion.result()) {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// The replay's files: the segment (direct) or the journal and a segment (journal), opened
+/// with O_DIRECT, pre-written and synced; removed when dropped.
+struct Files {
+    first: File,
+    second: Option<File>,
+    paths: Vec<PathBuf>,
+}
+
+impl Files {
+    fn create(form: Form, dir: &Path, wrap_bytes: u64) -> Result<Self, String> {
+        let mut files = Self {
+            first: prewritten(&dir.join("replay-0.dat"), wrap_bytes + MARK_SLOTS * BLOCK_BYTES)?,
+            second: None,
+            paths: vec![dir.join("replay-0.dat")],
+        };
+        if form == Form::Journal {
+            let path = dir.join("replay-1.dat");
+            files.paths.push(path.clone());
+            files.second = Some(prewritten(&path, wrap_bytes)?);
+        }
+        Ok(files)
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        for path in &self.paths {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A file of `len_bytes` written whole (blocks written, not only reserved) and synced.
+fn prewritten(path: &Path, len_bytes: u64) -> Result<File, String> {
+    let shown = path.display();
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    const PIECE_BYTES: u64 = 1 << 20;
+    let piece = AlignedBuf::new(PIECE_BYTES as usize)?;
+    let mut at = 0;
+    while at < len_bytes {
+        let len = PIECE_BYTES.min(len_bytes - at) as usize;
+        file.write_all_at(piece.as_slice(len), at).map_err(|e| format!("{shown}: {e}"))?;
+        at += len as u64;
+    }
+    file.sync_all().map_err(|e| format!("{shown}: {e}"))?;
+    Ok(file)
+}
+
+/// Block-aligned memory, touched once when made (first touch of fresh memory is slow here:
+/// no round pays it).
+struct AlignedBuf {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> Result<Self, String> {
+        let layout = Layout::from_size_align(len.max(1), BLOCK_BYTES as usize)
+            .map_err(|e| format!("buffer layout: {e}"))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        if ptr.is_null() {
+            return Err(format!("allocating {len} bytes"));
+        }
+        // SAFETY: `ptr` is valid for `layout.size()` bytes, just allocated.
+        unsafe { std::ptr::write_bytes(ptr, 0xa5, layout.size()) };
+        Ok(Self { ptr, layout })
+    }
+
+    fn slice(&self, len: usize) -> Slice {
+        assert!(len <= self.layout.size() && (len as u64).is_multiple_of(BLOCK_BYTES));
+        Slice { ptr: self.ptr, len }
+    }
+
+    fn as_slice(&self, len: usize) -> &[u8] {
+        assert!(len <= self.layout.size());
+        // SAFETY: initialized above, `len` within the allocation, borrowed for `&self`.
+        unsafe { std::slice::from_raw_parts(self.ptr, len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; no write still reads it (every write is
+        // reaped before its call returns).
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_forms_replay_rounds_and_leave_no_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for form in [Form::Direct, Form::Journal] {
+            let report = measure(form, dir.path(), Duration::from_millis(100), 4 << 20)
+                .unwrap_or_else(|e| panic!("{}: {e}", form.name()));
+            assert!(report["rounds"].as_u64().is_some_and(|n| n > 0), "{report}");
+            assert_eq!(report["form"], form.name());
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+    }
+
+    #[test]
+    fn a_wrap_smaller_than_two_rounds_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let error = measure(Form::Journal, dir.path(), Duration::from_millis(1), 1 << 20)
+            .expect_err("refused");
+        assert!(error.contains("--wrap-bytes"), "{error}");
+    }
+}
