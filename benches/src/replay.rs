@@ -126,29 +126,55 @@ fn replay_direct(
     let tail = AlignedBuf::new(BLOCK_BYTES as usize)?;
     let mark = AlignedBuf::new(BLOCK_BYTES as usize)?;
     let segment = &files.first;
-    let trailer_at = wrap_bytes;
     let mut ring = IoUring::new(8).map_err(|e| format!("io_uring: {e}"))?;
     let mut end = 0u64;
     let mut rounds = 0u64;
     let start = Instant::now();
     while start.elapsed() < duration {
-        if end + record_bytes + BLOCK_BYTES > wrap_bytes {
-            end = 0;
+        let round = DirectRound::after(end, rounds, wrap_bytes);
+        end = round.end_bytes;
+        let mut writes = vec![(data.slice(round.data.1 as usize), round.data.0)];
+        if let Some(at) = round.tail_at {
+            writes.push((tail.slice(BLOCK_BYTES as usize), at));
         }
-        let from = end - end % BLOCK_BYTES;
-        end += record_bytes;
-        let whole_end = end - end % BLOCK_BYTES;
-        let slot = trailer_at + (rounds % MARK_SLOTS) * BLOCK_BYTES;
-        let mut writes = vec![(data.slice((whole_end - from) as usize), from)];
-        if end > whole_end {
-            writes.push((tail.slice(BLOCK_BYTES as usize), whole_end));
-        }
-        writes.push((mark.slice(BLOCK_BYTES as usize), slot));
+        writes.push((mark.slice(BLOCK_BYTES as usize), round.mark_at));
         write_all(&mut ring, segment, &writes)?;
         sync_data(&mut ring, segment)?;
         rounds += 1;
     }
     Ok((rounds, start.elapsed()))
+}
+
+/// Where one direct round writes in a segment of `wrap_bytes` of data followed by its trailer.
+#[derive(Debug, PartialEq, Eq)]
+struct DirectRound {
+    /// `(offset, len)`: from the block holding the previous record's end (written again, as a
+    /// job rewrites the partial block it shares) through the new record's last whole block.
+    data: (u64, u64),
+    /// The new record's partial last block, from the tail copy; None when it ends on a block.
+    tail_at: Option<u64>,
+    /// The sync mark's trailer slot (the two used in turn).
+    mark_at: u64,
+    /// Where the new record ends.
+    end_bytes: u64,
+}
+
+impl DirectRound {
+    /// The round after a record ending at `end_bytes`, the `round`-th (from 0); the log starts
+    /// over at 0 when the next record and its tail block would pass `wrap_bytes`.
+    fn after(end_bytes: u64, round: u64, wrap_bytes: u64) -> Self {
+        let record_bytes = DIRECT_BODY_BYTES + RECORD_HEADER_BYTES;
+        let end = if end_bytes + record_bytes + BLOCK_BYTES > wrap_bytes { 0 } else { end_bytes };
+        let from = end - end % BLOCK_BYTES;
+        let new_end = end + record_bytes;
+        let whole_end = new_end - new_end % BLOCK_BYTES;
+        Self {
+            data: (from, whole_end - from),
+            tail_at: (new_end > whole_end).then_some(whole_end),
+            mark_at: wrap_bytes + (round % MARK_SLOTS) * BLOCK_BYTES,
+            end_bytes: new_end,
+        }
+    }
 }
 
 /// The journal form: per round the cycle's entry and the same bytes into a segment file; then
@@ -373,6 +399,29 @@ mod tests {
             assert_eq!(report["form"], form.name());
         }
         assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+    }
+
+    #[test]
+    fn a_direct_round_rewrites_the_shared_block_pads_its_tail_and_marks_in_turn() {
+        let wrap = 1 << 20;
+        let record = DIRECT_BODY_BYTES + RECORD_HEADER_BYTES;
+        let first = DirectRound::after(0, 0, wrap);
+        assert_eq!(first.data, (0, 16 * BLOCK_BYTES), "16 whole blocks of the 65,792 bytes");
+        assert_eq!(first.tail_at, Some(16 * BLOCK_BYTES), "256 bytes left in a padded block");
+        assert_eq!(first.mark_at, wrap);
+        assert_eq!(first.end_bytes, record);
+        let second = DirectRound::after(first.end_bytes, 1, wrap);
+        assert_eq!(second.data, (16 * BLOCK_BYTES, 16 * BLOCK_BYTES), "from the shared block");
+        assert_eq!(second.tail_at, Some(32 * BLOCK_BYTES));
+        assert_eq!(second.mark_at, wrap + BLOCK_BYTES, "the other slot");
+        assert_eq!(DirectRound::after(second.end_bytes, 2, wrap).mark_at, wrap, "in turn");
+        // A record ending on a block boundary has no tail block.
+        let aligned = DirectRound::after(BLOCK_BYTES * 16 - RECORD_HEADER_BYTES, 0, wrap);
+        assert_eq!(aligned.tail_at, None);
+        // Past the wrap, the log starts over, its writes never reaching the trailer.
+        let wrapped = DirectRound::after(wrap - record, 5, wrap);
+        assert_eq!(wrapped.data.0, 0);
+        assert_eq!(wrapped.end_bytes, record);
     }
 
     #[test]
