@@ -217,14 +217,23 @@ impl<F: StorageFile> Journal<F> {
         }
         let mut recovery =
             JournalRecovery { entries_valid: found.len() as u64, ..JournalRecovery::default() };
-        let Some((&newest_seq, &(newest_position, newest, _, ref newest_record))) =
-            found.last_key_value()
-        else {
+        let Some((_, &(_, newest, _, _))) = found.last_key_value() else {
             return Ok(recovery);
         };
         let durable_seq =
             found.values().map(|(_, fields, _, _)| fields.durable_seq).max().unwrap_or(0);
         let tail_seq = newest.tail_seq.max(1);
+        let torn_at_seq =
+            self.drop_past_torn_entry(&mut found, &bytes, durable_seq.max(tail_seq - 1)).await?;
+        let Some((&newest_seq, &(newest_position, _, _, ref newest_record))) =
+            found.last_key_value()
+        else {
+            // Only a torn cycle's later entries were found, and they are erased now. Their seqs
+            // are not reused: the next cycle starts where the torn one broke.
+            self.next_seq = torn_at_seq.unwrap_or(1);
+            self.file.sync_data().await.map_err(|e| Error::io("syncing the journal", e))?;
+            return Ok(recovery);
+        };
         // Every entry the newest one says was synced and still needed must be here.
         if let Some(missing) =
             (tail_seq..=durable_seq.min(newest_seq)).find(|seq| !found.contains_key(seq))
@@ -269,6 +278,58 @@ impl<F: StorageFile> Journal<F> {
         self.durable_seq = newest_seq;
         self.announced_seq = durable_seq;
         Ok(recovery)
+    }
+
+    /// A power loss can tear the last cycle so that entries past a damaged one survive whole
+    /// (the disk keeps any subset of an unsynced write's sectors). Nothing in that cycle was
+    /// acknowledged: it was never synced (a synced cycle is whole), or it is the newest synced
+    /// one, which no entry announces yet and whose damage cannot be told from a tear. Recovery
+    /// treats it as torn where it first breaks: the entries from the first seq missing above
+    /// `announced_seq` on are dropped, and their
+    /// headers are zeroed on disk so that no later scan finds them again under seqs the next
+    /// cycles reuse. Kept, they would be replayed past a gap, and the next cycle would announce
+    /// the missing seq as synced, which the next recovery reports as corruption. Returns the
+    /// missing seq, if entries were dropped.
+    async fn drop_past_torn_entry(
+        &mut self,
+        found: &mut BTreeMap<u64, (u64, JournalEntry, Option<Header>, Bytes)>,
+        bytes: &Bytes,
+        announced_seq: u64,
+    ) -> Result<Option<u64>> {
+        let Some((&newest_seq, _)) = found.last_key_value() else { return Ok(None) };
+        let Some(missing) = (announced_seq + 1..newest_seq).find(|seq| !found.contains_key(seq))
+        else {
+            return Ok(None);
+        };
+        let dropped = found.split_off(&missing);
+        let block = BLOCK_SIZE_BYTES as u64;
+        let mut blocks: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        for &(position, ..) in dropped.values() {
+            for block_at in (position - position % block..position + HEADER_SIZE as u64)
+                .step_by(BLOCK_SIZE_BYTES)
+            {
+                let contents = blocks.entry(block_at).or_insert_with(|| {
+                    // A short (damaged) file reads as zeros past its end.
+                    let mut contents = vec![0; BLOCK_SIZE_BYTES];
+                    let on_file = &bytes[(block_at as usize).min(bytes.len())
+                        ..((block_at + block) as usize).min(bytes.len())];
+                    contents[..on_file.len()].copy_from_slice(on_file);
+                    contents
+                });
+                let from = position.max(block_at);
+                let to = (position + HEADER_SIZE as u64).min(block_at + block);
+                contents[(from - block_at) as usize..(to - block_at) as usize].fill(0);
+            }
+        }
+        for (block_at, contents) in blocks {
+            let mut buffer = AlignedBuf::zeroed(BLOCK_SIZE_BYTES, BLOCK_SIZE_BYTES);
+            buffer.extend_from_slice(&contents);
+            self.file
+                .write_at(buffer.freeze(), block_at)
+                .await
+                .map_err(|e| Error::io("erasing journal entries past a torn one", e))?;
+        }
+        Ok(Some(missing))
     }
 
     /// Where a cycle of `len_bytes` of entries starting at the head would lie: its start and

@@ -8,6 +8,7 @@ use shoal_engine::record::build_prepare;
 use shoal_engine::ring::StoredPrepare;
 use shoal_engine::shard::{ShardConfig, ShardFlush, ShardFlushDone, ShardStore};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
+use shoal_engine::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
 use shoal_engine::superblock::{Durability, GroupConfig};
 use shoal_proto::batch::BatchBuilder;
 use shoal_proto::wire::Prepare;
@@ -850,4 +851,93 @@ fn zero_steps_due_together_are_written_a_few_at_a_time_in_turn() {
     for group in 1..=GROUPS {
         assert_eq!(shard.durable_op(group), Some(CYCLES), "group {group}");
     }
+}
+
+/// A power loss can tear one journal cycle so that a later entry of it survives whole past a
+/// damaged one (the disk keeps any subset of an unsynced write's sectors; an entry that starts
+/// on a block is found past the damage). Recovery must treat the cycle as torn where it first
+/// breaks. It used to replay the later entry past the gap, and the next cycle then announced
+/// the lost entry as synced: the next recovery reported the journal corrupt and every
+/// `persisted` group's suffix faulty.
+///
+/// The damage is written over a synced cycle that no later entry announces yet, which recovery
+/// cannot tell from an unsynced one (docs/storage-format.md: the newest synced cycle is
+/// announced only by the next one).
+#[test]
+fn a_journal_cycle_torn_in_its_middle_is_not_taken_for_corruption_after_the_next_power_loss() {
+    let sim = Sim::new(11, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    let config = ShardConfig {
+        journal_size_bytes: 32 << 20,
+        checkpoint_interval_bytes: 1 << 40,
+        persisted_path: shoal_engine::direct::PersistedPath::Journal,
+        ..ShardConfig::small()
+    };
+    let reopen = |sim: &Sim| {
+        let (shard, report) =
+            sim.block_on(ShardStore::open(sim.storage(), dir, config.clone())).expect("opens");
+        (shard, report)
+    };
+    let (mut shard, _) = reopen(&sim);
+    // Entries of exactly 8 KiB (a 7,610-byte value in a batch, its prepare header, the entry
+    // header): each starts on a block, so the scan finds the third past a damaged second.
+    for group in 1..=3 {
+        sim.block_on(shard.create_group(group, group_config(Durability::Persisted))).unwrap();
+        append_to(&mut shard, group, 7_610);
+    }
+    let report = sim.block_on(shard.flush()).unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+    drop(shard);
+    sim.crash();
+
+    // The cycle's middle entry damaged, as a tear that kept the entries on either side whole.
+    let journal = dir.join(shoal_engine::journal::FILE_NAME);
+    let file = sim.block_on(sim.storage().open(&journal, OpenMode::ReadWrite, true)).unwrap();
+    let size = sim.block_on(file.size_bytes()).unwrap() as usize;
+    let (result, bytes) = sim.block_on(file.read_at(AlignedBuf::zeroed(size, BLOCK_SIZE_BYTES), 0));
+    result.unwrap();
+    let bytes = bytes.freeze();
+    // The cycle's prepare entries, in order: (seq, position).
+    let mut prepares = Vec::new();
+    let mut position = 0;
+    while let Some((outer, fields, inner)) =
+        shoal_engine::journal::decode_entry(&bytes[position..], 1 << 20)
+    {
+        if inner.is_some() {
+            prepares.push((fields.seq, position));
+        }
+        position += outer.size as usize;
+    }
+    assert_eq!(prepares.len(), 3, "one cycle of three prepares: {prepares:?}");
+    assert!(prepares.iter().all(|(_, at)| at % BLOCK_SIZE_BYTES == 0), "{prepares:?}");
+    // One sector inside the middle entry's body, written over as a tear leaves it.
+    let sector = (prepares[1].1 + 1024).next_multiple_of(512);
+    assert!(sector + 512 < prepares[2].1, "inside the middle entry");
+    let block_at = sector - sector % BLOCK_SIZE_BYTES;
+    let mut damaged = bytes[block_at..block_at + BLOCK_SIZE_BYTES].to_vec();
+    damaged[sector - block_at..][..512].fill(0xEE);
+    sim.block_on(file.write_at(bytes::Bytes::from(damaged), block_at as u64)).unwrap();
+    sim.block_on(file.sync_data()).unwrap();
+    drop(file);
+
+    let (mut shard, report) = reopen(&sim);
+    assert!(report.journal_corruption.is_none(), "a torn cycle is not corruption: {report:?}");
+    let heads = |shard: &ShardStore<SimStorage>| -> Vec<u64> {
+        (1..=3).map(|group| shard.group(group).unwrap().head_op()).collect()
+    };
+    assert_eq!(heads(&shard), [1, 0, 0], "the cycle is cut where it breaks");
+    append_to(&mut shard, 1, 100);
+    let flushed = sim.block_on(shard.flush()).unwrap();
+    assert!(flushed.failed.is_empty(), "{flushed:?}");
+    drop(shard);
+    sim.crash();
+
+    let (shard, report) = reopen(&sim);
+    assert_eq!(heads(&shard), [2, 0, 0]);
+    assert!(report.groups.iter().all(|g| g.faulty.suffix_from.is_none()), "{report:?}");
+    assert!(
+        report.journal_corruption.is_none(),
+        "the torn entry was announced as synced: {:?}",
+        report.journal_corruption
+    );
 }
