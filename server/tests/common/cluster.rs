@@ -132,6 +132,13 @@ pub fn call_anywhere_saying_retried(
     let mut attempt = first;
     let mut maybe_sent = false;
     while Instant::now() < deadline {
+        if attempt > first && (attempt - first).is_multiple_of(cluster.clients.len()) {
+            // A whole round without an answer: nodes down, or every one saying "elsewhere" (a
+            // view change is under way). Without the wait, a round whose last node is down
+            // never paused, and the retries opened thousands of connections a second, enough
+            // to run the machine out of ephemeral ports for the tests beside it.
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let node = attempt % cluster.clients.len();
         attempt += 1;
         let Some(mut raw) = connect(&cluster.clients[node]) else { continue };
@@ -147,10 +154,6 @@ pub fn call_anywhere_saying_retried(
         }
         if !try_elsewhere(code) {
             return ((!maybe_sent || code == 0).then_some((code, answer.body)), maybe_sent);
-        }
-        if attempt.is_multiple_of(cluster.clients.len()) {
-            // Every node said "elsewhere": a view change is under way.
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
     panic!("no node took {operation:?} within {DEADLINE:?}\n{}", cluster.log_tails(40));
