@@ -248,7 +248,7 @@ impl Ledger {
 
     fn check_offsets(&self, cluster: &ShoalCluster, dense: bool) {
         for ((topic, partition), writes) in &self.writes {
-            let records = read_all(cluster, topic, *partition);
+            let (records, first_reply) = read_all_noting_first(cluster, topic, *partition);
             for (expected, (offset, _)) in records.iter().enumerate() {
                 if dense {
                     assert_eq!(*offset, expected as u64, "{topic}/{partition}: offsets are dense");
@@ -287,16 +287,56 @@ impl Ledger {
                     let pages = figures_by_node(cluster);
                     panic!(
                         "{topic}/{partition}: acknowledged offset {at} is missing ({} records \
-                         read; read again: {}); groups (commit op, status, committed offset, \
-                         next offset) by node: {pages:?}\n{}",
+                         read, the first reply's (first offset, committed end, batches): \
+                         {first_reply:?}; read again: {}); each node's answer to a fetch from \
+                         offset 0: {:?}; groups (commit op, status, committed offset, next \
+                         offset) by node: {pages:?}\n{}",
                         records.len(),
                         read_all(cluster, topic, *partition).len(),
+                        first_fetch_by_node(cluster, topic, *partition),
                         cluster.log_tails(20)
                     );
                 }
             }
         }
     }
+}
+
+/// Each node's own answer to a fetch of `topic`/`partition` from offset 0 (no redirect
+/// followed): error code, committed end and batch count, or why there was none. Tells which
+/// node answers a read short, and with what end, when a check finds data missing.
+fn first_fetch_by_node(cluster: &ShoalCluster, topic: &str, partition: u32) -> Vec<String> {
+    let fetch = Fetch {
+        stream: STREAM.into(),
+        topic: topic.into(),
+        partition,
+        from: FetchFrom::Offset(0),
+        bytes_max: 1 << 20,
+        count_max: 1_000,
+        wait_ms_max: 0,
+    };
+    cluster
+        .clients
+        .iter()
+        .enumerate()
+        .map(|(node, address)| {
+            let Some(mut raw) = connect(address) else { return format!("node {node}: down") };
+            if raw.try_send(Operation::Fetch, &fetch.encode()).is_err() {
+                return format!("node {node}: send failed");
+            }
+            match raw.try_receive() {
+                Some(answer) if answer.reply.error == 0 => {
+                    let (reply, _) = decode_fetch(&answer.body);
+                    format!(
+                        "node {node}: next offset {}, {} batches",
+                        reply.next_offset, reply.batch_count
+                    )
+                }
+                Some(answer) => format!("node {node}: error {}", answer.reply.error),
+                None => format!("node {node}: no answer"),
+            }
+        })
+        .collect()
 }
 
 /// The offset after the last batch of a fetch reply's body.
@@ -314,6 +354,19 @@ fn batches_end(body: &[u8]) -> u64 {
 
 /// Every record of a partition, read from whichever node serves it.
 pub fn read_all(cluster: &ShoalCluster, topic: &str, partition: u32) -> Vec<(u64, Vec<u8>)> {
+    read_all_noting_first(cluster, topic, partition).0
+}
+
+/// A fetch reply's first offset, committed end and batch count.
+type ReplyFigures = (u64, u64, u32);
+
+/// [`read_all`], and the first reply's figures.
+fn read_all_noting_first(
+    cluster: &ShoalCluster,
+    topic: &str,
+    partition: u32,
+) -> (Vec<(u64, Vec<u8>)>, Option<ReplyFigures>) {
+    let mut first_reply = None;
     let mut records = Vec::new();
     // The offset after the last batch read, control batches (skipped) included.
     let mut next = 0;
@@ -331,8 +384,9 @@ pub fn read_all(cluster: &ShoalCluster, topic: &str, partition: u32) -> Vec<(u64
             .expect("a fetch is answered");
         assert_eq!(code, 0, "fetch: {}", String::from_utf8_lossy(&body));
         let (reply, batch) = decode_fetch(&body);
+        first_reply.get_or_insert((reply.first_offset, reply.next_offset, reply.batch_count));
         if reply.batch_count == 0 {
-            return records;
+            return (records, first_reply);
         }
         next = batches_end(&body);
         records.extend(batch);
