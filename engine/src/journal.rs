@@ -285,11 +285,10 @@ impl<F: StorageFile> Journal<F> {
     /// acknowledged: it was never synced (a synced cycle is whole), or it is the newest synced
     /// one, which no entry announces yet and whose damage cannot be told from a tear. Recovery
     /// treats it as torn where it first breaks: the entries from the first seq missing above
-    /// `announced_seq` on are dropped, and their
-    /// headers are zeroed on disk so that no later scan finds them again under seqs the next
-    /// cycles reuse. Kept, they would be replayed past a gap, and the next cycle would announce
-    /// the missing seq as synced, which the next recovery reports as corruption. Returns the
-    /// missing seq, if entries were dropped.
+    /// `announced_seq` on are dropped, and their headers are zeroed on disk so that no later
+    /// scan finds them again under seqs the next cycles reuse. Kept, they would be replayed
+    /// past a gap, and the next cycle would announce the missing seq as synced, which the next
+    /// recovery reports as corruption. Returns the missing seq, if entries were dropped.
     async fn drop_past_torn_entry(
         &mut self,
         found: &mut BTreeMap<u64, (u64, JournalEntry, Option<Header>, Bytes)>,
