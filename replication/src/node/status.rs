@@ -108,7 +108,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.groups.get(&group).and_then(|g| g.failed.as_deref())
     }
 
-    /// The groups held, in ascending order.
+    /// The groups held.
     pub fn group_ids(&self) -> Vec<u64> {
         self.groups.keys().copied().collect()
     }

@@ -36,10 +36,6 @@ impl ShardState {
         if catalog.applied_op < self.catalog.applied_op {
             return;
         }
-        // In id order (the node keeps its groups in a sorted map): looked up by bisection, so
-        // installing a catalog of 10,000 partitions costs no 10,000² comparisons.
-        let existing = self.node.group_ids();
-        debug_assert!(existing.is_sorted());
         // Shard 0 may have learned the node's rejoin floor since this shard last created a group.
         self.node.set_rejoin_floor(self.rejoin_floor.load(Ordering::SeqCst));
         let mut created = Vec::new();
@@ -51,7 +47,10 @@ impl ShardState {
             // The topic's own lag bound, if it has one (its replicas, new or recovered, take it).
             let lag_ms = settings.replica_lag_time_max_ms;
             let lag_ticks = (lag_ms > 0).then(|| (lag_ms / TICK_MS).max(1));
-            if existing.binary_search(&group).is_ok() {
+            // The node's map of groups, asked per group: a list of them searched per group made
+            // installing 10,000 partitions cost 10,000² comparisons. Nothing is created before
+            // the loop ends, so the answer is the one from before it.
+            if self.node.replica(group).is_some() {
                 self.node.set_replica_lag_ticks(group, lag_ticks);
                 self.node.set_preferred_primary(group, place.preferred);
                 continue;
