@@ -138,7 +138,7 @@ fn replay_direct(
             writes.push((tail.slice(BLOCK_BYTES as usize), at));
         }
         writes.push((mark.slice(BLOCK_BYTES as usize), round.mark_at));
-        write_all(&mut ring, segment, &writes)?;
+        submit_and_reap(&mut ring, writes.into_iter().map(|write| (segment, write)).collect())?;
         sync_data(&mut ring, segment)?;
         rounds += 1;
     }
@@ -197,9 +197,11 @@ fn replay_journal(
         if at + entry_bytes > wrap_bytes {
             at = 0;
         }
-        let writes = [(entry.slice(entry_bytes as usize), at)];
-        let segment_writes = [(segment_bytes, at)];
-        write_all_two(&mut ring, (journal, &writes), (segment, &segment_writes))?;
+        let writes = vec![
+            (journal, (entry.slice(entry_bytes as usize), at)),
+            (segment, (segment_bytes, at)),
+        ];
+        submit_and_reap(&mut ring, writes)?;
         sync_data(&mut ring, journal)?;
         at += entry_bytes;
         rounds += 1;
@@ -216,19 +218,6 @@ struct Slice {
 }
 
 type Write = (Slice, u64);
-
-fn write_all(ring: &mut IoUring, file: &File, writes: &[Write]) -> Result<(), String> {
-    submit_and_reap(ring, writes.iter().map(|write| (file, *write)).collect())
-}
-
-fn write_all_two(
-    ring: &mut IoUring,
-    (a, a_writes): (&File, &[Write]),
-    (b, b_writes): (&File, &[Write]),
-) -> Result<(), String> {
-    let ops = a_writes.iter().map(|w| (a, *w)).chain(b_writes.iter().map(|w| (b, *w))).collect();
-    submit_and_reap(ring, ops)
-}
 
 /// Submits every write at once and waits for all of them, whatever happens to one: no buffer
 /// is reused while the kernel may still read it.
