@@ -9,6 +9,11 @@
 //! reused; when the next cycle would overwrite a needed entry the journal refuses more until
 //! checkpoints release space.
 //!
+//! Up to `cycles_in_flight_max` cycles write at once, each into blocks of its own, and they
+//! finish in the order they began: a cycle's sync covers its own write, never one still in
+//! flight before it, so a cycle counts as durable only once every cycle before it is too.
+//! Entries announce as `durable_seq` only what finished cycles made durable.
+//!
 //! Prepares wait as views of their ring records until a cycle begins, and only then get their
 //! sequence numbers and bytes: the shard decides per cycle which groups' prepares the journal
 //! takes and which go the direct path (DESIGN.md §3) instead. This module never decides that,
@@ -59,8 +64,10 @@ pub struct Journal<F> {
     pending: Vec<PendingEntry>,
     /// The bytes `pending` would take as entries.
     pending_bytes: usize,
-    in_flight: bool,
-    /// The cycle buffer, kept between cycles (one cycle writes at a time).
+    /// The last seq of each cycle in flight, oldest first.
+    in_flight: VecDeque<u64>,
+    cycles_in_flight_max: usize,
+    /// The cycle buffers, kept between cycles (one per cycle in flight).
     buffers: BufferShelf,
 }
 
@@ -135,14 +142,17 @@ pub struct JournalRecovery {
 
 impl<F: StorageFile> Journal<F> {
     /// Opens the shard journal, creating and pre-writing it with zeros when missing, and scans
-    /// it for the entries recovery needs.
+    /// it for the entries recovery needs. At most `cycles_in_flight_max` (at least 1) cycles
+    /// write at once.
     pub async fn open<S: Storage<File = F>>(
         storage: &S,
         dir: &Path,
         cluster: u64,
         size_bytes: u64,
         record_size_bytes_max: usize,
+        cycles_in_flight_max: usize,
     ) -> Result<(Self, JournalRecovery)> {
+        let cycles_in_flight_max = cycles_in_flight_max.max(1);
         let path = dir.join(FILE_NAME);
         if size_bytes < 2 * (record_size_bytes_max + HEADER_SIZE + BLOCK_SIZE_BYTES) as u64
             || !size_bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64)
@@ -169,8 +179,9 @@ impl<F: StorageFile> Journal<F> {
             live: VecDeque::new(),
             pending: Vec::new(),
             pending_bytes: 0,
-            in_flight: false,
-            buffers: BufferShelf::new(1),
+            in_flight: VecDeque::new(),
+            cycles_in_flight_max,
+            buffers: BufferShelf::new(cycles_in_flight_max),
         };
         if !exists {
             journal.prewrite().await?;
@@ -391,7 +402,12 @@ impl<F: StorageFile> Journal<F> {
 
     /// Whether a cycle is being written.
     pub fn cycle_in_flight(&self) -> bool {
-        self.in_flight
+        !self.in_flight.is_empty()
+    }
+
+    /// Whether another cycle may begin now (fewer than `cycles_in_flight_max` are in flight).
+    pub fn can_begin_cycle(&self) -> bool {
+        self.in_flight.len() < self.cycles_in_flight_max
     }
 
     /// The groups with prepares waiting, each with how many bytes they wait with.
@@ -405,8 +421,8 @@ impl<F: StorageFile> Journal<F> {
 
     /// Takes the waiting prepares as `take` says per group, and returns the cycle writing
     /// those it takes into the journal (None when it takes none and no marker waits) with the
-    /// highest op of each group in it. Markers always join the cycle. With a cycle in flight,
-    /// `take` must not say [`Take::Journal`] (the journal writes one cycle at a time).
+    /// highest op of each group in it. Markers always join the cycle. Unless
+    /// [`Journal::can_begin_cycle`], `take` must not say [`Take::Journal`].
     pub fn begin_cycle(
         &mut self,
         mut take: impl FnMut(u64) -> Take,
@@ -432,16 +448,20 @@ impl<F: StorageFile> Journal<F> {
         if taken.is_empty() {
             return (None, Vec::new());
         }
-        assert!(!self.in_flight, "one journal cycle at a time");
+        assert!(self.can_begin_cycle(), "journal cycles in flight past their bound");
         let len_bytes: usize = taken.iter().map(PendingEntry::size_bytes).sum();
         let (position_bytes, end) = self.placement(len_bytes);
         assert!(self.fits(position_bytes, end), "waiting prepares were admitted with room");
         let len = (end - position_bytes) as usize;
         let mut buffer = self.buffers.take(len, BLOCK_SIZE_BYTES);
         let tail_seq = self.live.front().map_or(self.next_seq, |entry| entry.seq);
+        // What finished cycles made durable; the canary also claims the cycles in flight.
+        let announces = match self.in_flight.back() {
+            Some(&newest) if cfg!(feature = "canary-journal-announces-in-flight") => newest,
+            _ => self.durable_seq,
+        };
         for entry in taken {
-            let fields =
-                JournalEntry { seq: self.next_seq, durable_seq: self.durable_seq, tail_seq };
+            let fields = JournalEntry { seq: self.next_seq, durable_seq: announces, tail_seq };
             let position = position_bytes + buffer.len() as u64;
             match entry.prepare {
                 Some(prepare) => {
@@ -472,7 +492,7 @@ impl<F: StorageFile> Journal<F> {
         let padding = len - buffer.len();
         buffer.spare_mut()[..padding].fill(0);
         buffer.set_len(len);
-        self.in_flight = true;
+        self.in_flight.push_back(self.next_seq - 1);
         // The cycle's space is claimed from now on: the next cycle starts after it.
         self.head_bytes = end % self.size_bytes;
         let cycle = JournalCycle {
@@ -480,7 +500,7 @@ impl<F: StorageFile> Journal<F> {
             position_bytes,
             bytes: self.buffers.freeze(buffer),
             last_seq: self.next_seq - 1,
-            announces: self.durable_seq,
+            announces,
         };
         (Some(cycle), journaled.into_iter().collect())
     }
@@ -488,7 +508,9 @@ impl<F: StorageFile> Journal<F> {
     /// Whether the newest synced cycle is not yet announced by a later synced entry (so a
     /// latent fault in it would look like a torn write). A marker cycle fixes that.
     pub fn needs_marker(&self) -> bool {
-        self.durable_seq > self.announced_seq && self.pending.is_empty() && !self.in_flight
+        self.durable_seq > self.announced_seq
+            && self.pending.is_empty()
+            && self.in_flight.is_empty()
     }
 
     /// Adds a marker entry: no prepare, only the announcement of what is durable. The shard
@@ -503,10 +525,14 @@ impl<F: StorageFile> Journal<F> {
         self.pending.push(entry);
     }
 
-    /// Applies a completed cycle: its entries are durable.
+    /// Applies a completed cycle: its entries are durable. Call in the order the cycles
+    /// began, each once the cycles before it finished: its sync did not cover their writes.
     pub fn finish_cycle(&mut self, cycle: &JournalCycle<F>) {
-        assert!(self.in_flight);
-        self.in_flight = false;
+        assert_eq!(
+            self.in_flight.pop_front(),
+            Some(cycle.last_seq),
+            "journal cycles finish in the order they began"
+        );
         self.durable_seq = cycle.last_seq;
         self.announced_seq = self.announced_seq.max(cycle.announces);
     }
@@ -626,7 +652,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::{Journal, Take};
-    use crate::storage::sim::{Sim, SimConfig};
+    use crate::storage::sim::{Sim, SimConfig, SimFile};
     use crate::storage::{BLOCK_SIZE_BYTES, Storage};
     use crate::wire::HEADER_SIZE;
 
@@ -637,8 +663,9 @@ mod tests {
         let sim = Sim::new(1, SimConfig::default());
         let storage = sim.storage();
         sim.block_on(storage.create_dir_all(Path::new("/j"))).unwrap();
-        let (mut journal, _) =
-            sim.block_on(Journal::open(&storage, Path::new("/j"), 1, 1 << 20, 64 << 10)).unwrap();
+        let (mut journal, _) = sim
+            .block_on(Journal::open(&storage, Path::new("/j"), 1, 1 << 20, 64 << 10, 1))
+            .unwrap();
         let cycle = |journal: &mut Journal<_>, record: Bytes, op: u64| {
             journal.add(record.clone(), crc32c::crc32c(&record), 1, op);
             let (cycle, _) = journal.begin_cycle(|_| Take::Journal);
@@ -655,5 +682,56 @@ mod tests {
         assert_eq!(short.as_ptr(), long_start, "the second cycle reuses the first one's buffer");
         assert_eq!(short.len(), BLOCK_SIZE_BYTES);
         assert!(short[HEADER_SIZE + 100..].iter().all(|&byte| byte == 0), "padding is zeros");
+    }
+
+    /// Opens a 1 MiB journal with two cycles in flight at most, and begins three one-entry
+    /// cycles if it can: (cycles begun, journal).
+    fn three_cycles(sim: &Sim) -> (Vec<super::JournalCycle<SimFile>>, Journal<SimFile>) {
+        let storage = sim.storage();
+        sim.block_on(storage.create_dir_all(Path::new("/j"))).unwrap();
+        let (mut journal, _) = sim
+            .block_on(Journal::open(&storage, Path::new("/j"), 1, 1 << 20, 64 << 10, 2))
+            .unwrap();
+        let mut cycles = Vec::new();
+        for op in 1..=3 {
+            if !journal.can_begin_cycle() {
+                break;
+            }
+            let record = Bytes::from(vec![op as u8; 100]);
+            journal.add(record.clone(), crc32c::crc32c(&record), 1, op);
+            cycles.push(journal.begin_cycle(|_| Take::Journal).0.expect("one entry"));
+        }
+        (cycles, journal)
+    }
+
+    /// A cycle begun beside one in flight announces only what finished cycles made durable, and
+    /// no more cycles begin than the bound.
+    #[test]
+    fn cycles_in_flight_are_bounded_and_announce_only_finished_ones() {
+        let sim = Sim::new(2, SimConfig::default());
+        let (cycles, mut journal) = three_cycles(&sim);
+        assert_eq!(cycles.len(), 2, "two in flight at most");
+        assert_eq!(cycles.iter().map(|c| c.announces).collect::<Vec<_>>(), [0, 0]);
+        assert_ne!(cycles[0].position_bytes, cycles[1].position_bytes, "blocks of their own");
+        for cycle in &cycles {
+            sim.block_on(cycle.run()).unwrap();
+        }
+        journal.finish_cycle(&cycles[0]);
+        assert!(journal.can_begin_cycle());
+        let record = Bytes::from(vec![3; 100]);
+        journal.add(record.clone(), crc32c::crc32c(&record), 1, 3);
+        let third = journal.begin_cycle(|_| Take::Journal).0.expect("one entry");
+        assert_eq!(third.announces, 1, "the first cycle finished, the second did not");
+        journal.finish_cycle(&cycles[1]);
+        journal.finish_cycle(&third);
+        assert!(!journal.cycle_in_flight());
+    }
+
+    #[test]
+    #[should_panic(expected = "journal cycles finish in the order they began")]
+    fn cycles_finished_out_of_order_are_refused() {
+        let sim = Sim::new(3, SimConfig::default());
+        let (cycles, mut journal) = three_cycles(&sim);
+        journal.finish_cycle(&cycles[1]);
     }
 }

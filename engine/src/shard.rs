@@ -72,9 +72,12 @@ pub struct ShardConfig {
     /// Distance between sparse index entries.
     pub index_interval_bytes: u64,
     /// Flush cycles in flight at once (at least 1). A cycle may start while earlier ones are
-    /// still writing, so the device always has writes queued; the shard journal still has one
-    /// cycle in flight at a time.
+    /// still writing, so the device always has writes queued.
     pub flush_cycles_in_flight_max: usize,
+    /// Of those, cycles that write the shard journal at once (at least 1): a cycle's journal
+    /// write goes out while the one before it syncs, and each counts as durable once every
+    /// cycle before it is.
+    pub journal_cycles_in_flight_max: usize,
     /// Bounds of each group's prepare ring.
     pub ring: RingLimits,
     /// Memory all rings of the shard may hold together.
@@ -128,6 +131,7 @@ impl Default for ShardConfig {
             recycle_segments: true,
             index_interval_bytes: 64 << 10,
             flush_cycles_in_flight_max: 4,
+            journal_cycles_in_flight_max: 2,
             ring: RingLimits::default(),
             ring_budget_bytes: 1 << 30,
             chunk_size_bytes: 4 << 20,
@@ -473,6 +477,7 @@ impl<S: Storage> ShardStore<S> {
             config.cluster,
             config.journal_size_bytes,
             config.record_size_bytes_max,
+            config.journal_cycles_in_flight_max,
         )
         .await?;
         let shared = Rc::new(shared_for(&config));
@@ -947,10 +952,14 @@ impl<S: Storage> ShardStore<S> {
             }
             group_targets.push((id, log.head_op()));
         }
-        let journal_busy = self.journal.cycle_in_flight();
-        if !journal_busy && std::mem::take(&mut self.marker_wanted) && self.journal.needs_marker() {
+        // A marker waits for every cycle in flight: it announces what they made durable.
+        if !self.journal.cycle_in_flight()
+            && std::mem::take(&mut self.marker_wanted)
+            && self.journal.needs_marker()
+        {
             self.journal.add_marker();
         }
+        let journal_busy = !self.journal.can_begin_cycle();
         let (journal, journaled) = self.journal.begin_cycle(|group| {
             if direct.contains(&group) {
                 Take::Drop
@@ -1297,11 +1306,14 @@ impl<S: Storage> ShardStore<S> {
             Some((cycle, result)) => {
                 self.counters.journal_bytes_written += cycle.len_bytes() as u64;
                 match result {
-                    Ok(()) => {
+                    // A cycle after a failed one is not durable: the failed one's entries are
+                    // missing below it.
+                    Ok(()) if self.failed.is_none() => {
                         self.counters.journal_syncs += 1;
                         self.journal.finish_cycle(&cycle);
                         true
                     }
+                    Ok(()) => false,
                     Err(error) => {
                         // The journal is shared: its failure stops the whole shard.
                         self.failed = Some(error.to_string());

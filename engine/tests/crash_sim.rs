@@ -384,7 +384,7 @@ fn run_seed(seed: u64) -> (SimStats, u64, u64, u64, u64) {
         }
         check(&mut shard, &sim, &model, seed, round);
         let shard = Rc::new(RefCell::new(Some(shard)));
-        let crash_after = 50 + rng.below(600);
+        let crash_after = 50 + rng.below(700);
         let finished = sim.run_until_crash(
             workload(Rc::clone(&shard), Rc::clone(&model), seed * 31 + round as u64),
             crash_after,

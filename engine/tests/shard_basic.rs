@@ -941,3 +941,71 @@ fn a_journal_cycle_torn_in_its_middle_is_not_taken_for_corruption_after_the_next
         report.journal_corruption
     );
 }
+
+/// Two journal cycles in flight: the later one writes and syncs while the earlier one's write
+/// has not reached the disk, then power is lost. The later cycle was never acknowledged (cycles
+/// finish in order), its entries announce nothing the earlier one holds, and recovery drops it
+/// as past a gap: neither replayed nor taken for corruption, now or after the next power loss.
+#[test]
+fn a_journal_cycle_synced_before_an_earlier_one_wrote_is_dropped_not_taken_for_corruption() {
+    let sim = Sim::new(12, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    let config = ShardConfig {
+        checkpoint_interval_bytes: 1 << 40,
+        persisted_path: shoal_engine::direct::PersistedPath::Journal,
+        ..ShardConfig::small()
+    };
+    assert_eq!(config.journal_cycles_in_flight_max, 2);
+    let reopen = |sim: &Sim| {
+        sim.block_on(ShardStore::open(sim.storage(), dir, config.clone())).expect("opens")
+    };
+    let (mut shard, _) = reopen(&sim);
+    for group in 1..=2 {
+        sim.block_on(shard.create_group(group, group_config(Durability::Persisted))).unwrap();
+    }
+    append_to(&mut shard, 1, 3_000);
+    let earlier = shard.begin_flush().expect("a cycle for group 1");
+    append_to(&mut shard, 2, 3_000);
+    let later = shard.begin_flush().expect("a second journal cycle beside the first");
+    // Only the later cycle runs: the earlier one's write never reaches the disk.
+    let later_done = sim.block_on(later.run());
+    drop((earlier, later_done, shard));
+    sim.crash();
+
+    // The later cycle's entry is on disk, synced, one block past where the earlier one's was due.
+    let journal = dir.join(shoal_engine::journal::FILE_NAME);
+    let file = sim.block_on(sim.storage().open(&journal, OpenMode::ReadWrite, true)).unwrap();
+    let (result, bytes) =
+        sim.block_on(file.read_at(AlignedBuf::zeroed(2 * BLOCK_SIZE_BYTES, BLOCK_SIZE_BYTES), 0));
+    result.unwrap();
+    drop(file);
+    let bytes = bytes.freeze();
+    assert!(shoal_engine::journal::decode_entry(&bytes, 1 << 20).is_none(), "nothing at 0");
+    let (_, fields, inner) =
+        shoal_engine::journal::decode_entry(&bytes[BLOCK_SIZE_BYTES..], 1 << 20)
+            .expect("the later cycle's entry survives");
+    assert_eq!((fields.seq, inner.map(|header| header.size > 0)), (2, Some(true)));
+
+    let (mut shard, report) = reopen(&sim);
+    assert!(
+        report.journal_corruption.is_none(),
+        "an unacknowledged cycle past a lost one is not corruption: {report:?}"
+    );
+    assert!(report.groups.iter().all(|g| g.faulty.suffix_from.is_none()), "{report:?}");
+    let heads = |shard: &ShardStore<SimStorage>| -> Vec<u64> {
+        (1..=2).map(|group| shard.group(group).unwrap().head_op()).collect()
+    };
+    assert_eq!(heads(&shard), [0, 0], "the later cycle is dropped, not replayed past the gap");
+    for group in 1..=2 {
+        append_to(&mut shard, group, 100);
+    }
+    let flushed = sim.block_on(shard.flush()).unwrap();
+    assert!(flushed.failed.is_empty(), "{flushed:?}");
+    drop(shard);
+    sim.crash();
+
+    let (shard, report) = reopen(&sim);
+    assert!(report.journal_corruption.is_none(), "{:?}", report.journal_corruption);
+    assert!(report.groups.iter().all(|g| g.faulty.suffix_from.is_none()), "{report:?}");
+    assert_eq!(heads(&shard), [1, 1]);
+}

@@ -565,7 +565,7 @@ pub(super) const TOPIC_KEYS: [IntKey<TopicDefaults>; 5] = [
 ];
 
 /// `[shard]` and `[shard.N]`: the engine's `ShardConfig` fields (`ring_*_max` → `ring`).
-pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 23] = [
+pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 24] = [
     IntKey {
         name: "groups_max",
         min: 1,
@@ -621,6 +621,13 @@ pub(super) const STORAGE_KEYS: [IntKey<ShardConfig>; 23] = [
         max: 64,
         get: |s| s.flush_cycles_in_flight_max as u64,
         set: |s, v| s.flush_cycles_in_flight_max = v as usize,
+    },
+    IntKey {
+        name: "journal_cycles_in_flight_max",
+        min: 1,
+        max: 8,
+        get: |s| s.journal_cycles_in_flight_max as u64,
+        set: |s, v| s.journal_cycles_in_flight_max = v as usize,
     },
     IntKey {
         name: "ring_entries_max",
