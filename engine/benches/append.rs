@@ -8,8 +8,9 @@
 //!   flight (vs `write64k_fdatasync_per_s`); `persisted_64k_recycled` the same in the steady
 //!   state of a log under retention (recycled segments);
 //! - `persisted_64_partitions_16k`: 64 partitions on one shard, 16 KiB batches, `persisted`,
-//!   all appending at once, a round at a time, with the shard's jobs run as the node layer runs
-//!   them (vs `write1m_fdatasync_mb_s`), with p99 append→durable latency;
+//!   all appending at once, up to three rounds ahead of what is durable, with the shard's jobs
+//!   run as the node layer runs them (vs `write1m_fdatasync_mb_s`), with p99 append→durable
+//!   latency;
 //! - memory and open files per idle partition (printed, not timed).
 //!
 //! The `persisted` benchmarks open one store per benchmark, warm it up untimed with 1 GiB of
@@ -628,10 +629,10 @@ impl IoPerAppend {
 }
 
 /// 64 partitions on one shard, 16 KiB batches, `persisted`, all appending at once: a round
-/// appends one batch to each (1 MiB), the next round starts once all are durable (or, with
-/// `SHOAL_BENCH_WINDOW_ROUNDS`, once the round that many back is), and the shard's jobs run as
-/// the node layer runs them ([`run_jobs`]), so one journal cycle covers a round and the
-/// segment writes, checkpoints and zero fills run beside the cycles.
+/// appends one batch to each (1 MiB), the next round starts once the round three back is
+/// durable (`SHOAL_BENCH_WINDOW_ROUNDS`), and the shard's jobs run as the node layer runs them
+/// ([`run_jobs`]), so one journal cycle covers a round, up to three cycles are in flight, and
+/// the segment writes, checkpoints and zero fills run beside the cycles.
 fn persisted_64_partitions_16k(c: &mut Criterion) {
     const PARTITIONS: u64 = 64;
     // `SHOAL_BENCH_BATCH_KIB=N` (4..=1024) writes N KiB per partition and round instead, with
@@ -651,14 +652,15 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
     // `SHOAL_BENCH_DRIVER=flush` runs each round as one `ShardStore::flush` instead (the
     // driver of the runs before 2026-12-05), for A/B runs.
     let one_flush_per_round = std::env::var("SHOAL_BENCH_DRIVER").is_ok_and(|v| v == "flush");
-    // `SHOAL_BENCH_WINDOW_ROUNDS=N` (1..=8) lets the appender run up to N rounds ahead of what
-    // is durable, as producers with several requests in flight do: cycles then gather what
-    // was appended while the one before was in flight.
+    // `SHOAL_BENCH_WINDOW_ROUNDS=N` (1..=8, default 3) lets the appender run up to N rounds
+    // ahead of what is durable, as producers with several requests in flight do (Kafka's
+    // producers keep up to 5 per connection); 1 is a round at a time, the runs before
+    // 2026-12-05's "Journal cycles in flight".
     let window_rounds: u64 = std::env::var("SHOAL_BENCH_WINDOW_ROUNDS")
         .ok()
         .and_then(|value| value.parse().ok())
         .filter(|rounds| (1..=8).contains(rounds))
-        .unwrap_or(1);
+        .unwrap_or(3);
     let mut rt = runtime();
     let mut store: Option<(tempfile::TempDir, Rc<RefCell<ShardStore<UringStorage>>>)> = None;
     group.bench_function("persisted_64_partitions_16k", |b| {

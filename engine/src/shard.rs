@@ -131,7 +131,9 @@ impl Default for ShardConfig {
             recycle_segments: true,
             index_interval_bytes: 64 << 10,
             flush_cycles_in_flight_max: 4,
-            journal_cycles_in_flight_max: 2,
+            // Measured best with producers rounds ahead (docs/benchmarks.md, "Journal cycles in
+            // flight"): 3 against 2 and 4.
+            journal_cycles_in_flight_max: 3,
             ring: RingLimits::default(),
             ring_budget_bytes: 1 << 30,
             chunk_size_bytes: 4 << 20,
@@ -167,6 +169,7 @@ impl ShardConfig {
             ready_budget_bytes: 8 << 20,
             index_interval_bytes: 4 << 10,
             flush_cycles_in_flight_max: 2,
+            journal_cycles_in_flight_max: 2,
             ring: RingLimits { entries_max: 1024, bytes_max: 1 << 20 },
             ring_budget_bytes: 8 << 20,
             chunk_size_bytes: 256 << 10,
