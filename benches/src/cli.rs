@@ -132,6 +132,9 @@ pub struct Replay {
     /// Data bytes per file, written over and over
     #[arg(long, value_name = "BYTES", default_value = "67108864", value_parser = at_least_one)]
     pub wrap_bytes: usize,
+    /// Rounds in flight at once, each with its own sync (journal form; 1 for direct)
+    #[arg(long, value_name = "N", default_value = "1", value_parser = clap::value_parser!(u64).range(1..=8))]
+    pub in_flight: u64,
 }
 
 /// `loopback`'s options.
@@ -410,19 +413,21 @@ mod tests {
         assert!(run("compare a.json").is_err());
         assert!(run("loopback --size 0").is_err());
         assert!(run("loopback --cpus 1").is_err());
-        match run("replay --form journal --dir /tmp/x --seconds 2") {
+        match run("replay --form journal --dir /tmp/x --seconds 2 --in-flight 3") {
             Ok(Parsed::Replay(replay)) => assert_eq!(
                 replay,
                 Replay {
                     form: Form::Journal,
                     dir: "/tmp/x".into(),
                     seconds: Duration::from_secs(2),
-                    wrap_bytes: 64 << 20
+                    wrap_bytes: 64 << 20,
+                    in_flight: 3,
                 }
             ),
             other => panic!("{other:?}"),
         }
         assert!(run("replay --form filesystem --dir /tmp/x").is_err());
+        assert!(run("replay --form journal --dir /tmp/x --in-flight 9").is_err());
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //! - `journal` (64 partitions × 16 KiB per cycle): the cycle's journal entry, and beside it the
 //!   same bytes written to a segment file (the segment writes the form also owes, which the
 //!   engine batches over cycles); then `fdatasync` of the journal. Both files pre-written.
+//!   `--in-flight N` keeps N such rounds going at once, each syncing once its own two writes
+//!   completed, as the engine's journal cycles in flight do.
 //!
 //! It owns its files under the directory it is given and removes them; it never touches
 //! anything else, and never runs beside another measurement (the disk must be its own).
@@ -81,25 +83,36 @@ pub fn measure(
     dir: &Path,
     duration: Duration,
     wrap_bytes: u64,
+    in_flight: u64,
 ) -> Result<Value, String> {
     let wrap_bytes = wrap_bytes - wrap_bytes % BLOCK_BYTES;
     let round_bytes = match form {
         Form::Direct => DIRECT_BODY_BYTES + RECORD_HEADER_BYTES + 2 * BLOCK_BYTES,
         Form::Journal => journal_entry_bytes(),
     };
-    if wrap_bytes < 2 * round_bytes {
-        return Err(format!("--wrap-bytes must hold two rounds ({} bytes)", 2 * round_bytes));
+    // One append in flight is what the direct form's row measures.
+    if in_flight == 0 || (form == Form::Direct && in_flight > 1) {
+        return Err("--in-flight is 1 for the direct form, 1 or more for the journal".into());
+    }
+    // Rounds in flight write apart, with one more round of room behind them.
+    let rounds_held = in_flight + 1;
+    if wrap_bytes < rounds_held * round_bytes {
+        return Err(format!(
+            "--wrap-bytes must hold {rounds_held} rounds ({} bytes)",
+            rounds_held * round_bytes
+        ));
     }
     let files = Files::create(form, dir, wrap_bytes)?;
     let result = match form {
         Form::Direct => replay_direct(&files, duration, wrap_bytes),
-        Form::Journal => replay_journal(&files, duration, wrap_bytes),
+        Form::Journal => replay_journal(&files, duration, wrap_bytes, in_flight),
     };
     drop(files);
     let (rounds, elapsed) = result?;
     let per_s = rounds as f64 / elapsed.as_secs_f64();
     Ok(json!({
         "form": form.name(),
+        "in_flight": in_flight,
         "rounds": rounds,
         "rounds_per_s": per_s.round(),
         // MiB/s, as the engine benchmarks report (and fio's bandwidth / 1024).
@@ -177,36 +190,125 @@ impl DirectRound {
     }
 }
 
-/// The journal form: per round the cycle's entry and the same bytes into a segment file; then
-/// the journal's sync.
+/// The journal form: per round the cycle's entry and the same bytes into a segment file, then
+/// the journal's sync once both wrote. `in_flight` rounds run at once, as the engine's journal
+/// cycles in flight do, each with its own sync; a round ends when its sync completes, and the
+/// next one starts in its place.
 fn replay_journal(
     files: &Files,
     duration: Duration,
     wrap_bytes: u64,
+    in_flight: u64,
 ) -> Result<(u64, Duration), String> {
     let entry_bytes = journal_entry_bytes();
     let entry = AlignedBuf::new(entry_bytes as usize)?;
-    let segment_bytes = entry.slice(entry_bytes as usize);
     let journal = &files.first;
     let segment = files.second.as_ref().expect("the journal form has a segment file");
-    let mut ring = IoUring::new(8).map_err(|e| format!("io_uring: {e}"))?;
+    let entries = u32::try_from(4 * in_flight).map_err(|_| "--in-flight too large".to_string())?;
+    let mut ring = IoUring::new(entries).map_err(|e| format!("io_uring: {e}"))?;
+    // Per round in flight (its slot): the writes it still waits for.
+    let mut writing = vec![0u8; in_flight as usize];
     let mut at = 0u64;
-    let mut rounds = 0u64;
-    let start = Instant::now();
-    while start.elapsed() < duration {
+    let mut begin = |ring: &mut IoUring, slot: u64| -> Result<(), String> {
         if at + entry_bytes > wrap_bytes {
             at = 0;
         }
-        let writes = vec![
-            (journal, (entry.slice(entry_bytes as usize), at)),
-            (segment, (segment_bytes, at)),
-        ];
-        submit_and_reap(&mut ring, writes)?;
-        sync_data(&mut ring, journal)?;
+        let round = entry.slice(entry_bytes as usize);
+        push_write(ring, journal, (round, at), JournalOp::write(slot, 0))?;
+        push_write(ring, segment, (round, at), JournalOp::write(slot, 1))?;
         at += entry_bytes;
-        rounds += 1;
+        Ok(())
+    };
+    let (mut rounds, mut active) = (0u64, 0u64);
+    let mut first_error = None;
+    let start = Instant::now();
+    for slot in 0..in_flight {
+        begin(&mut ring, slot)?;
+        writing[slot as usize] = 2;
+        active += 1;
     }
-    Ok((rounds, start.elapsed()))
+    // Every round in flight is reaped before returning, whatever failed: no buffer is freed
+    // while the kernel may still read it.
+    while active > 0 {
+        ring.submit_and_wait(1).map_err(|e| format!("io_uring_enter: {e}"))?;
+        let done: Vec<(u64, i32)> =
+            ring.completion().map(|entry| (entry.user_data(), entry.result())).collect();
+        for (user_data, result) in done {
+            let (slot, op) = JournalOp::of(user_data);
+            if op == JournalOp::Sync {
+                if result != 0 {
+                    first_error.get_or_insert(format!("fdatasync returned {result}"));
+                }
+                rounds += 1;
+                if first_error.is_none() && start.elapsed() < duration {
+                    begin(&mut ring, slot)?;
+                    writing[slot as usize] = 2;
+                } else {
+                    active -= 1;
+                }
+                continue;
+            }
+            if usize::try_from(result).ok() != Some(entry_bytes as usize) {
+                first_error
+                    .get_or_insert(format!("a write of {entry_bytes} bytes returned {result}"));
+            }
+            writing[slot as usize] -= 1;
+            if writing[slot as usize] == 0 {
+                push_sync(&mut ring, journal, JournalOp::sync(slot))?;
+            }
+        }
+    }
+    first_error.map_or(Ok((rounds, start.elapsed())), Err)
+}
+
+/// What a journal replay's completion is for, in its user data: the slot of its round times 4,
+/// plus 0 or 1 for the round's two writes, 2 for its sync.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum JournalOp {
+    Write,
+    Sync,
+}
+
+impl JournalOp {
+    fn write(slot: u64, which: u64) -> u64 {
+        slot * 4 + which
+    }
+
+    fn sync(slot: u64) -> u64 {
+        slot * 4 + 2
+    }
+
+    fn of(user_data: u64) -> (u64, Self) {
+        let op = if user_data % 4 == 2 { Self::Sync } else { Self::Write };
+        (user_data / 4, op)
+    }
+}
+
+/// Queues one write (submitted by the next `submit_and_wait`).
+fn push_write(
+    ring: &mut IoUring,
+    file: &File,
+    (slice, offset): Write,
+    user_data: u64,
+) -> Result<(), String> {
+    let len = u32::try_from(slice.len).map_err(|_| "a write over 4 GiB".to_string())?;
+    let entry = opcode::Write::new(types::Fd(file.as_raw_fd()), slice.ptr, len)
+        .offset(offset)
+        .build()
+        .user_data(user_data);
+    // SAFETY: the buffer behind `slice` lives until the caller has reaped every completion (its
+    // `AlignedBuf` outlives the loop that reaps them), and the fd stays open as long.
+    unsafe { ring.submission().push(&entry) }.map_err(|_| "the ring is full".to_string())
+}
+
+/// Queues one `fdatasync` (submitted by the next `submit_and_wait`).
+fn push_sync(ring: &mut IoUring, file: &File, user_data: u64) -> Result<(), String> {
+    let entry = opcode::Fsync::new(types::Fd(file.as_raw_fd()))
+        .flags(types::FsyncFlags::DATASYNC)
+        .build()
+        .user_data(user_data);
+    // SAFETY: no buffer; the fd stays open until the completion is reaped.
+    unsafe { ring.submission().push(&entry) }.map_err(|_| "the ring is full".to_string())
 }
 
 /// A run of `len` bytes of an [`AlignedBuf`], by address: the buffer outlives every write
@@ -222,15 +324,8 @@ type Write = (Slice, u64);
 /// Submits every write at once and waits for all of them, whatever happens to one: no buffer
 /// is reused while the kernel may still read it.
 fn submit_and_reap(ring: &mut IoUring, ops: Vec<(&File, Write)>) -> Result<(), String> {
-    for (index, (file, (slice, offset))) in ops.iter().enumerate() {
-        let len = u32::try_from(slice.len).map_err(|_| "a write over 4 GiB".to_string())?;
-        let entry = opcode::Write::new(types::Fd(file.as_raw_fd()), slice.ptr, len)
-            .offset(*offset)
-            .build()
-            .user_data(index as u64);
-        // SAFETY: the buffer behind `slice` lives until after this function has reaped every
-        // completion (the caller's `AlignedBuf`), and the fd stays open as long.
-        unsafe { ring.submission().push(&entry) }.map_err(|_| "the ring is full".to_string())?;
+    for (index, (file, write)) in ops.iter().enumerate() {
+        push_write(ring, file, *write, index as u64)?;
     }
     reap(ring, ops.len(), |index, result| {
         let expected = ops[index as usize].1.0.len;
@@ -243,12 +338,7 @@ fn submit_and_reap(ring: &mut IoUring, ops: Vec<(&File, Write)>) -> Result<(), S
 }
 
 fn sync_data(ring: &mut IoUring, file: &File) -> Result<(), String> {
-    let entry = opcode::Fsync::new(types::Fd(file.as_raw_fd()))
-        .flags(types::FsyncFlags::DATASYNC)
-        .build()
-        .user_data(0);
-    // SAFETY: no buffer; the fd stays open until the completion is reaped below.
-    unsafe { ring.submission().push(&entry) }.map_err(|_| "the ring is full".to_string())?;
+    push_sync(ring, file, 0)?;
     reap(
         ring,
         1,
@@ -381,11 +471,12 @@ mod tests {
     #[test]
     fn both_forms_replay_rounds_and_leave_no_file() {
         let dir = tempfile::tempdir().expect("tempdir");
-        for form in [Form::Direct, Form::Journal] {
-            let report = measure(form, dir.path(), Duration::from_millis(100), 4 << 20)
+        for (form, in_flight) in [(Form::Direct, 1), (Form::Journal, 1), (Form::Journal, 3)] {
+            let report = measure(form, dir.path(), Duration::from_millis(100), 8 << 20, in_flight)
                 .unwrap_or_else(|e| panic!("{}: {e}", form.name()));
-            assert!(report["rounds"].as_u64().is_some_and(|n| n > 0), "{report}");
+            assert!(report["rounds"].as_u64().is_some_and(|n| n >= in_flight), "{report}");
             assert_eq!(report["form"], form.name());
+            assert_eq!(report["in_flight"], in_flight);
         }
         assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
     }
@@ -414,10 +505,18 @@ mod tests {
     }
 
     #[test]
-    fn a_wrap_smaller_than_two_rounds_is_refused() {
+    fn a_wrap_too_small_for_the_rounds_in_flight_and_a_bad_in_flight_are_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let error = measure(Form::Journal, dir.path(), Duration::from_millis(1), 1 << 20)
+        let error = measure(Form::Journal, dir.path(), Duration::from_millis(1), 1 << 20, 1)
             .expect_err("refused");
-        assert!(error.contains("--wrap-bytes"), "{error}");
+        assert!(error.contains("--wrap-bytes must hold 2 rounds"), "{error}");
+        let error = measure(Form::Journal, dir.path(), Duration::from_millis(1), 3 << 20, 3)
+            .expect_err("refused");
+        assert!(error.contains("--wrap-bytes must hold 4 rounds"), "{error}");
+        for (form, in_flight) in [(Form::Direct, 2), (Form::Journal, 0)] {
+            let error = measure(form, dir.path(), Duration::from_millis(1), 4 << 20, in_flight)
+                .expect_err("refused");
+            assert!(error.contains("--in-flight"), "{error}");
+        }
     }
 }

@@ -23,8 +23,8 @@ fn loopback(Loopback { size, samples, cpus }: Loopback) -> ExitCode {
 }
 
 /// `shoal-bench replay --form FORM --dir DIR [--seconds S] [--wrap-bytes N]`: one JSON line.
-fn replay(Replay { form, dir, seconds, wrap_bytes }: &Replay) -> ExitCode {
-    match shoal_bench::replay::measure(*form, dir, *seconds, *wrap_bytes as u64) {
+fn replay(Replay { form, dir, seconds, wrap_bytes, in_flight }: &Replay) -> ExitCode {
+    match shoal_bench::replay::measure(*form, dir, *seconds, *wrap_bytes as u64, *in_flight) {
         Ok(report) => {
             println!("{report}");
             ExitCode::SUCCESS
