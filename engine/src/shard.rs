@@ -913,8 +913,9 @@ impl<S: Storage> ShardStore<S> {
 
     /// Starts a flush cycle, possibly beside cycles still in flight (None when nothing is
     /// pending that can start now, or `flush_cycles_in_flight_max` cycles are in flight). A
-    /// group whose job cannot run beside its jobs in flight, and a journal whose cycle is still
-    /// in flight, wait for a later cycle. Cycles must be finished in the order they began.
+    /// group whose job cannot run beside its jobs in flight, and the journal's waiting prepares
+    /// while `journal_cycles_in_flight_max` journal cycles are in flight, wait for a later
+    /// cycle. Cycles must be finished in the order they began.
     ///
     /// The `persisted` groups waiting in the journal take the journal or the direct path
     /// ([`ShardConfig::persisted_path`]); a group that would go direct but has a job in flight
