@@ -261,6 +261,15 @@ fn reserve(plan: &ClusterPlan) -> Result<Ports, ProcessError> {
 /// The lowest port reservations take: above the well-known and most registered services'.
 const RESERVED_PORT_MIN: u16 = 10_000;
 
+/// The first port of the kernel's ephemeral range (`ip_local_port_range`; Linux's default when
+/// unreadable).
+fn ephemeral_port_min() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
 /// Picks ports in `[RESERVED_PORT_MIN, first ephemeral port)`, from a start that differs per
 /// call, so that tests reserving at once rarely try the same ports.
 struct PortPicker {
@@ -270,11 +279,7 @@ struct PortPicker {
 
 impl PortPicker {
     fn new() -> Self {
-        let ephemeral_min = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .ok()
-            .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok())
-            .unwrap_or(32_768);
-        let span = u32::from(ephemeral_min.saturating_sub(RESERVED_PORT_MIN));
+        let span = u32::from(ephemeral_port_min().saturating_sub(RESERVED_PORT_MIN));
         // Keyed per process at random by the standard library.
         let start = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
         PortPicker { next: (start % u64::from(span.max(1))) as u32, span }
@@ -332,10 +337,7 @@ mod tests {
     /// node's bus ports are consecutive.
     #[test]
     fn reserved_ports_lie_below_the_ephemeral_range_and_bus_ports_run_consecutively() {
-        let ephemeral_min: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .ok()
-            .and_then(|text| text.split_whitespace().next()?.parse().ok())
-            .unwrap_or(32_768);
+        let ephemeral_min = ephemeral_port_min();
         let plan = ClusterPlan {
             bus_ports_per_node: 4,
             ..ClusterPlan::small(PathBuf::from("shoal"), Path::new("/tmp"), 3, Duration::ZERO)
