@@ -1317,7 +1317,7 @@ impl<S: Storage> ShardStore<S> {
                         self.journal.finish_cycle(&cycle);
                         true
                     }
-                    Ok(()) => false,
+                    Ok(()) => cfg!(feature = "canary-journal-counts-after-failure"),
                     Err(error) => {
                         // The journal is shared: its failure stops the whole shard.
                         self.failed = Some(error.to_string());

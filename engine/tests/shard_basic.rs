@@ -1009,3 +1009,42 @@ fn a_journal_cycle_synced_before_an_earlier_one_wrote_is_dropped_not_taken_for_c
     assert!(report.groups.iter().all(|g| g.faulty.suffix_from.is_none()), "{report:?}");
     assert_eq!(heads(&shard), [1, 1]);
 }
+
+#[test]
+fn a_journal_cycle_that_finishes_after_a_failed_one_makes_nothing_durable() {
+    let sim = Sim::new(13, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    let config = ShardConfig {
+        checkpoint_interval_bytes: 1 << 40,
+        persisted_path: shoal_engine::direct::PersistedPath::Journal,
+        ..ShardConfig::small()
+    };
+    assert_eq!(config.journal_cycles_in_flight_max, 2);
+    let (mut shard, _) =
+        sim.block_on(ShardStore::open(sim.storage(), dir, config.clone())).expect("opens");
+    for group in 1..=2 {
+        sim.block_on(shard.create_group(group, group_config(Durability::Persisted))).unwrap();
+    }
+    append_to(&mut shard, 1, 3_000);
+    let earlier = shard.begin_flush().expect("a cycle for group 1");
+    append_to(&mut shard, 2, 3_000);
+    let later = shard.begin_flush().expect("a second journal cycle beside the first");
+    sim.fail_next_write(&dir.join(shoal_engine::journal::FILE_NAME));
+    let earlier_done = sim.block_on(earlier.run());
+    let later_done = sim.block_on(later.run());
+
+    let report = shard.finish_flush(earlier_done);
+    assert!(report.durable.is_empty(), "the failed cycle made group 1 durable: {report:?}");
+    // The later cycle's write and sync succeeded, but the earlier cycle's entries are missing
+    // below it, so recovery would drop it: nothing it holds may be acknowledged.
+    let report = shard.finish_flush(later_done);
+    assert!(
+        report.durable.is_empty(),
+        "a cycle past a failed one made a group durable: {report:?}"
+    );
+    assert_eq!((shard.durable_op(1), shard.durable_op(2)), (Some(0), Some(0)));
+    assert!(
+        matches!(sim.block_on(shard.flush()), Err(shoal_engine::Error::Faulty { .. })),
+        "a failed journal stops the shard"
+    );
+}
