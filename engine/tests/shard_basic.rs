@@ -946,20 +946,21 @@ fn a_journal_cycle_torn_in_its_middle_is_not_taken_for_corruption_after_the_next
 /// has not reached the disk, then power is lost. The later cycle was never acknowledged (cycles
 /// finish in order), its entries announce nothing the earlier one holds, and recovery drops it
 /// as past a gap: neither replayed nor taken for corruption, now or after the next power loss.
-#[test]
-fn a_journal_cycle_synced_before_an_earlier_one_wrote_is_dropped_not_taken_for_corruption() {
-    let sim = Sim::new(12, SimConfig::default());
-    let dir = Path::new("/data/shard-0");
+/// A shard under `dir` whose `persisted` groups 1 and 2 always take the journal (at most two
+/// cycles in flight, no checkpoints), with one journal cycle begun for each: (config, shard,
+/// group 1's cycle, group 2's cycle begun beside it).
+fn two_journal_cycles_in_flight(
+    sim: &Sim,
+    dir: &Path,
+) -> (ShardConfig, ShardStore<SimStorage>, ShardFlush<SimStorage>, ShardFlush<SimStorage>) {
     let config = ShardConfig {
         checkpoint_interval_bytes: 1 << 40,
         persisted_path: shoal_engine::direct::PersistedPath::Journal,
         ..ShardConfig::small()
     };
     assert_eq!(config.journal_cycles_in_flight_max, 2);
-    let reopen = |sim: &Sim| {
-        sim.block_on(ShardStore::open(sim.storage(), dir, config.clone())).expect("opens")
-    };
-    let (mut shard, _) = reopen(&sim);
+    let (mut shard, _) =
+        sim.block_on(ShardStore::open(sim.storage(), dir, config.clone())).expect("opens");
     for group in 1..=2 {
         sim.block_on(shard.create_group(group, group_config(Durability::Persisted))).unwrap();
     }
@@ -967,6 +968,17 @@ fn a_journal_cycle_synced_before_an_earlier_one_wrote_is_dropped_not_taken_for_c
     let earlier = shard.begin_flush().expect("a cycle for group 1");
     append_to(&mut shard, 2, 3_000);
     let later = shard.begin_flush().expect("a second journal cycle beside the first");
+    (config, shard, earlier, later)
+}
+
+#[test]
+fn a_journal_cycle_synced_before_an_earlier_one_wrote_is_dropped_not_taken_for_corruption() {
+    let sim = Sim::new(12, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    let (config, shard, earlier, later) = two_journal_cycles_in_flight(&sim, dir);
+    let reopen = |sim: &Sim| {
+        sim.block_on(ShardStore::open(sim.storage(), dir, config.clone())).expect("opens")
+    };
     // Only the later cycle runs: the earlier one's write never reaches the disk.
     let later_done = sim.block_on(later.run());
     drop((earlier, later_done, shard));
@@ -1010,25 +1022,14 @@ fn a_journal_cycle_synced_before_an_earlier_one_wrote_is_dropped_not_taken_for_c
     assert_eq!(heads(&shard), [1, 1]);
 }
 
+/// Two journal cycles in flight: the earlier one's write fails, the later one's write and sync
+/// succeed. The later cycle's entries lie past the failed one's missing entries (recovery would
+/// drop them), so finishing it makes nothing durable, and the shard stops.
 #[test]
 fn a_journal_cycle_that_finishes_after_a_failed_one_makes_nothing_durable() {
     let sim = Sim::new(13, SimConfig::default());
     let dir = Path::new("/data/shard-0");
-    let config = ShardConfig {
-        checkpoint_interval_bytes: 1 << 40,
-        persisted_path: shoal_engine::direct::PersistedPath::Journal,
-        ..ShardConfig::small()
-    };
-    assert_eq!(config.journal_cycles_in_flight_max, 2);
-    let (mut shard, _) =
-        sim.block_on(ShardStore::open(sim.storage(), dir, config.clone())).expect("opens");
-    for group in 1..=2 {
-        sim.block_on(shard.create_group(group, group_config(Durability::Persisted))).unwrap();
-    }
-    append_to(&mut shard, 1, 3_000);
-    let earlier = shard.begin_flush().expect("a cycle for group 1");
-    append_to(&mut shard, 2, 3_000);
-    let later = shard.begin_flush().expect("a second journal cycle beside the first");
+    let (_, mut shard, earlier, later) = two_journal_cycles_in_flight(&sim, dir);
     sim.fail_next_write(&dir.join(shoal_engine::journal::FILE_NAME));
     let earlier_done = sim.block_on(earlier.run());
     let later_done = sim.block_on(later.run());
