@@ -261,6 +261,10 @@ fn reserve(plan: &ClusterPlan) -> Result<Ports, ProcessError> {
 /// The lowest port reservations take: above the well-known and most registered services'.
 const RESERVED_PORT_MIN: u16 = 10_000;
 
+/// The fewest ports below the ephemeral range worth picking from; with fewer (a host whose
+/// ephemeral range starts low), reservations let the kernel pick instead.
+const PICK_SPAN_MIN: u32 = 1_000;
+
 /// The first port of the kernel's ephemeral range (`ip_local_port_range`; Linux's default when
 /// unreadable).
 fn ephemeral_port_min() -> u16 {
@@ -288,7 +292,7 @@ impl PortPicker {
     /// Binds `count` consecutive free ports (kept in `held`) and returns the first; with no
     /// room below the ephemeral range (a narrow-range host), lets the kernel pick.
     fn run(&mut self, count: u32, held: &mut Vec<TcpListener>) -> std::io::Result<u16> {
-        if self.span < 1_000 {
+        if self.span < PICK_SPAN_MIN {
             return consecutive_ephemeral(count, held);
         }
         // Bounded: a few hundred tries cover any plausible crowding of the range.
@@ -348,7 +352,7 @@ mod tests {
             all.extend(base..base + 4);
         }
         assert_eq!(all.len(), 3 * 6);
-        if ephemeral_min >= RESERVED_PORT_MIN + 1_000 {
+        if u32::from(ephemeral_min.saturating_sub(RESERVED_PORT_MIN)) >= PICK_SPAN_MIN {
             assert!(all.iter().all(|&port| (RESERVED_PORT_MIN..ephemeral_min).contains(&port)));
         }
         let count = all.len();
