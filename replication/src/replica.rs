@@ -693,6 +693,11 @@ impl Replica {
     pub fn op_appended(&self) -> u64 {
         self.op_appended
     }
+    /// Whether storage reporting the log durable through `op` would change anything: it holds
+    /// appended ops above what is known durable, up to `op`.
+    pub fn durable_news(&self, op: u64) -> bool {
+        op.min(self.op_appended) > self.op_durable
+    }
     /// The view and log view storage reported durable.
     pub fn durable_views(&self) -> (u32, u32) {
         (self.view_durable, self.log_view_durable)
@@ -1098,6 +1103,33 @@ impl Replica {
         self.tick += 1;
         self.tick_status();
         self.finish_epoch_change();
+    }
+
+    /// Whether a tick would do nothing but count: the primary of a one-replica group, normal,
+    /// with no configuration change to finish. Its commit broadcast reaches no one and no timer
+    /// of its status can fire, until an input changes that. The driver may then stop ticking
+    /// it and call [`Replica::skip_ticks`] before its next input (a shard of 10,000 such groups
+    /// would otherwise walk them all every tick).
+    pub fn tick_only_counts(&self) -> bool {
+        self.config.replica_count == 1 && self.is_primary() && self.epoch_change.is_none()
+    }
+
+    /// `ticks` ticks at once, for a replica whose ticks only count ([`Replica::tick_only_counts`]):
+    /// it ends in the state `ticks` calls of [`Replica::on_tick`] would leave it in.
+    pub fn skip_ticks(&mut self, ticks: u64) {
+        assert!(self.tick_only_counts(), "ticks skipped on a replica whose tick does work");
+        if ticks == 0 {
+            return;
+        }
+        let last = self.tick + ticks;
+        // The commit timer fired at the first skipped tick at or past it, then every interval.
+        let first = self.next_commit_tick.max(self.tick + 1);
+        if first <= last {
+            // At least 1, as the config's check requires.
+            let interval = self.config.commit_interval_ticks;
+            self.next_commit_tick = first + ((last - first) / interval + 1) * interval;
+        }
+        self.tick = last;
     }
 
     fn tick_status(&mut self) {
@@ -3153,4 +3185,47 @@ impl Replica {
 
 fn prepare(header: &Header) -> &Prepare {
     header.as_prepare().expect("log entries are prepares")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Skipping ticks leaves a one-replica primary as ticking it each time would: its tick and
+    /// its commit timer, from any phase of that timer, for any stretch, one tick included.
+    #[test]
+    fn skipped_ticks_leave_the_replica_as_ticking_would() {
+        for interval in [1, 3, 10] {
+            let config =
+                ReplicaConfig { commit_interval_ticks: interval, ..ReplicaConfig::new(1, 0, 1, 0) };
+            for before in 0..12 {
+                for skipped in 0..25 {
+                    let mut ticking = Replica::new(config, 7);
+                    for _ in 0..before {
+                        ticking.on_tick();
+                    }
+                    let mut skipping = Replica::new(config, 7);
+                    for _ in 0..before {
+                        skipping.on_tick();
+                    }
+                    assert!(ticking.tick_only_counts());
+                    for _ in 0..skipped {
+                        ticking.on_tick();
+                    }
+                    skipping.skip_ticks(skipped);
+                    let case = format!("interval {interval}, {before} then {skipped}");
+                    assert_eq!(skipping.tick, ticking.tick, "{case}");
+                    assert_eq!(skipping.next_commit_tick, ticking.next_commit_tick, "{case}");
+                }
+            }
+        }
+    }
+
+    /// A replica with peers, or one that is not the primary, does work on its tick.
+    #[test]
+    fn only_a_one_replica_primary_may_skip_ticks() {
+        assert!(Replica::new(ReplicaConfig::new(1, 0, 1, 0), 7).tick_only_counts());
+        assert!(!Replica::new(ReplicaConfig::new(1, 0, 3, 0), 7).tick_only_counts());
+        assert!(!Replica::new(ReplicaConfig::new(1, 1, 3, 0), 7).tick_only_counts());
+    }
 }

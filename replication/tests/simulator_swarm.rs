@@ -223,6 +223,27 @@ fn a_seed_reproduces_its_trace() {
     assert_ne!(run(&options).trace_hash, first.trace_hash, "the seed decides the run");
 }
 
+/// Groups that sleep through ticks that would only count (one-replica primaries) end every
+/// run as ticking them all would: the swarm's one-replica seeds, faults and all, give the same
+/// trace and coverage both ways, and the groups did sleep.
+#[test]
+fn sleeping_groups_change_no_run() {
+    for seed in [0, 10, 20, 30] {
+        let options = SimOptions { replicas: 1, ..SimOptions::new(seed) };
+        let sleeping = run(&options);
+        let ticking = run(&SimOptions { groups_sleep: false, ..options });
+        assert!(sleeping.violation.is_none(), "seed {seed}: {:?}", sleeping.violation);
+        assert!(sleeping.coverage.ticks_slept > 0, "seed {seed}: no group slept");
+        assert_eq!(ticking.coverage.ticks_slept, 0, "seed {seed}");
+        assert_eq!(sleeping.trace_hash, ticking.trace_hash, "seed {seed}");
+        assert_eq!(
+            Coverage { ticks_slept: 0, ..sleeping.coverage },
+            ticking.coverage,
+            "seed {seed}"
+        );
+    }
+}
+
 /// Seeds that once failed a soak (`scripts/sim-soak`): (seed, replicas).
 const REGRESSIONS: &[(u64, u8)] = &[
     // A replica whose head was op 0 built its DoViewChange headers from the op range 1..=0,

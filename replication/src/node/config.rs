@@ -67,6 +67,10 @@ pub struct NodeConfig {
     /// A group this node leads away from its home (its view-0 primary) is handed back once the
     /// home has been in sync this long, by its acknowledgements (DESIGN.md §8); 0: never.
     pub primary_return_ticks: u64,
+    /// Groups whose tick would only count stop ticking until their next input (see the node's
+    /// `sleep` module); off, every group ticks every tick. The simulator runs seeds both ways
+    /// and requires the same outcome.
+    pub groups_sleep: bool,
 }
 
 impl NodeConfig {
@@ -85,6 +89,7 @@ impl NodeConfig {
             serve_read_bytes_max: 2 << 20,
             rejoin_floor: 0,
             primary_return_ticks: 10_000 / crate::config::TICK_MS,
+            groups_sleep: true,
         }
     }
 }

@@ -64,7 +64,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
 
     /// Stops `group` (fail-stop); one already stopped keeps its first reason.
     pub(super) fn fail_group(&mut self, group: u64, error: EngineError) {
-        if let Some(entry) = self.groups.get_mut(&group)
+        if let Some(entry) = self.wake(group)
             && entry.failed.is_none()
         {
             entry.failed = Some(error.to_string());

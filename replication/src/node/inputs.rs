@@ -83,7 +83,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             return Err(DecodeError::Invalid("sender"));
         }
         for (group, message) in messages {
-            match self.groups.get_mut(&group) {
+            match self.wake(group) {
                 Some(entry) if entry.failed.is_none() => {
                     entry.replica.on_message(from, message);
                     self.collect(group);
@@ -95,22 +95,26 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         Ok(())
     }
 
-    /// One tick for every replica. It also lets the engine try again, once, whatever a full
-    /// disk refused, so writes resume by themselves once space is freed (and a full disk is
-    /// probed once per tick, not by every flush cycle).
+    /// One tick for every replica awake (see the `sleep` module). It also lets the engine try
+    /// again, once, whatever a full disk refused, so writes resume by themselves once space is
+    /// freed (and a full disk is probed once per tick, not by every flush cycle).
     pub fn on_tick(&mut self) {
         self.store.retry_storage_full();
+        self.ticks += 1;
         // Every replica ticks first, then the ones with output are collected in group order:
         // one group's tick never depends on another's output, so this is the order of ticking
-        // and collecting each in turn, without looking every group up again (a shard may hold
-        // 10,000 groups, most of them idle).
+        // and collecting each in turn, without looking every group up again.
         let node = self.config.node;
         let returning = self.config.primary_return_ticks > 0;
+        let mut awake = std::mem::take(&mut self.tick_awake);
         let mut groups = std::mem::take(&mut self.tick_groups);
         let mut repairing = std::mem::take(&mut self.tick_repairing);
+        awake.clear();
+        awake.extend(self.awake.iter().copied());
         groups.clear();
         repairing.clear();
-        for (&group, entry) in &mut self.groups {
+        for &group in &awake {
+            let entry = self.groups.get_mut(&group).expect("an awake group is held");
             let replica = &mut entry.replica;
             if entry.failed.is_none() {
                 replica.on_tick();
@@ -136,6 +140,13 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         repairing.sort_unstable();
         repairing.dedup();
         self.grant_repairs(&repairing);
+        // A group with output or away from home ticks again; the rest may sleep.
+        for &group in &awake {
+            if groups.binary_search(&group).is_err() {
+                self.sleep_if_idle(group);
+            }
+        }
+        self.tick_awake = awake;
         self.tick_groups = groups;
         self.tick_repairing = repairing;
         self.send_heartbeats();
@@ -222,7 +233,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         mut request: Request,
         reconfigure: Option<Membership>,
     ) -> Result<(), RequestRefused> {
-        let Some(entry) = self.groups.get_mut(&group) else {
+        let Some(entry) = self.wake(group) else {
             return Err(RequestRefused::UnknownGroup { group });
         };
         if let Some(reason) = &entry.failed {
@@ -233,6 +244,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             return Err(RequestRefused::StorageFull { group });
         }
         request.append_time_ms = self.clock.now_ms();
+        let entry = self.groups.get_mut(&group).expect("woken above");
         match reconfigure {
             None => entry.replica.on_client_request(request),
             Some(next) => entry.replica.on_reconfigure_request(request, next),
@@ -246,7 +258,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// [`Replica::on_driver_state`](crate::Replica::on_driver_state)): its machine's state as
     /// of `op`, or `None` to refuse.
     pub fn on_driver_state(&mut self, group: u64, op: u64, state: Option<Bytes>) {
-        let Some(entry) = self.groups.get_mut(&group) else { return };
+        let Some(entry) = self.wake(group) else { return };
         if entry.failed.is_some() {
             return;
         }

@@ -16,11 +16,12 @@
 //! By job: `config` is what a driver hands the node (settings, transport, clock); `state` what
 //! the node owns; `open` its life (open, create a group, close); `restart` a group's replica
 //! restarted on its recovered log; `inputs` packets, ticks and client requests into the
-//! replicas; `outputs` the replicas' outputs, with the send-after-persist chokepoint; `round`
-//! the I/O round that applies their writes; `flush` the flush cycles and checkpoint jobs in
-//! flight; `serve` peers' prepare reads; `damage` fail-stop and protocol-aware recovery; `logs`
-//! the groups' logs as a driver reads them; `primaries` the deliberate moves of the groups it
-//! leads (back home, off a node that shuts down); `status` what the node reports of itself.
+//! replicas; `sleep` which groups tick; `outputs` the replicas' outputs, with the
+//! send-after-persist chokepoint; `round` the I/O round that applies their writes; `flush` the
+//! flush cycles and checkpoint jobs in flight; `serve` peers' prepare reads; `damage` fail-stop
+//! and protocol-aware recovery; `logs` the groups' logs as a driver reads them; `primaries` the
+//! deliberate moves of the groups it leads (back home, off a node that shuts down); `status`
+//! what the node reports of itself.
 
 mod config;
 mod damage;
@@ -33,6 +34,7 @@ mod primaries;
 mod restart;
 mod round;
 mod serve;
+mod sleep;
 mod state;
 mod status;
 #[cfg(test)]

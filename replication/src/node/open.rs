@@ -15,7 +15,7 @@ use shoal_proto::wire::{HEADER_SIZE, Header};
 
 use super::config::{Clock, NodeConfig, Transport};
 use super::restart::min_faulty;
-use super::state::{Group, Node};
+use super::state::Node;
 use crate::config::{Membership, ReplicaConfig};
 use crate::replica::{RecoveredLog, Replica};
 
@@ -214,8 +214,10 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         // The engine deletes between jobs; the other groups' pending writes go out first.
         self.settle().await;
         let deleted = self.store.delete_groups(groups).await;
-        for &group in groups.iter().filter(|&&group| self.store.group(group).is_none()) {
-            self.groups.remove(&group);
+        let gone: Vec<u64> =
+            groups.iter().copied().filter(|&group| self.store.group(group).is_none()).collect();
+        for group in gone {
+            self.remove_group(group);
             self.committed.retain(|(g, _)| *g != group);
             self.damaged.retain(|(g, _)| *g != group);
             self.damage_clear_at.remove(&group);
@@ -253,7 +255,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             Replica::new(config, self.seed)
         };
         replica.ration_repair();
-        self.groups.insert(group, Group { replica, failed: None });
+        self.insert_group(group, replica, None);
     }
 
     /// The members `group` was created with, as its superblock slot keeps them (None: none
@@ -318,7 +320,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 self.config.replica.replica_lag_ticks_max
             }
         };
-        if let Some(entry) = self.groups.get_mut(&group) {
+        if let Some(entry) = self.wake(group) {
             entry.replica.set_replica_lag_ticks_max(ticks);
         }
     }

@@ -21,8 +21,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// lead.
     pub fn hand_over(&mut self, group: u64, to: u8) -> Result<u32, HandOverRefused> {
         let entry = self
-            .groups
-            .get_mut(&group)
+            .wake(group)
             .filter(|g| g.failed.is_none())
             .ok_or(HandOverRefused::GroupUnavailable { group })?;
         let view = entry.replica.hand_over(to)?;

@@ -15,7 +15,7 @@ use shoal_proto::Durability;
 use shoal_proto::wire::Header;
 
 use super::config::{Clock, Transport};
-use super::state::{Group, Node};
+use super::state::Node;
 use super::status::NodeCounters;
 use crate::producers::{ProducerBatch, ProducerTable};
 use crate::replica::{RecoveredLog, Replica};
@@ -121,7 +121,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             rebuild_producers(log, &replica, producer_snapshot, &mut self.counters).await?;
         replica.recover_producers(table, &uncommitted);
         replica.ration_repair();
-        self.groups.insert(group, Group { replica, failed: None });
+        self.insert_group(group, replica, None);
         Ok(())
     }
 
@@ -129,7 +129,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     pub(super) fn insert_failed(&mut self, group: u64, reason: String) {
         let replica =
             Replica::recover(self.replica_config(group), RecoveredLog::default(), self.seed);
-        self.groups.insert(group, Group { replica, failed: Some(reason) });
+        self.insert_group(group, replica, Some(reason));
         self.counters.groups_failed += 1;
     }
 }

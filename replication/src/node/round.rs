@@ -207,7 +207,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
 
     /// Hands `group`'s replica a durable write (none to a stopped group).
     pub(super) fn persisted(&mut self, group: u64, persisted: Persisted) {
-        let Some(entry) = self.groups.get_mut(&group) else { return };
+        let Some(entry) = self.wake(group) else { return };
         if entry.failed.is_some() {
             return;
         }
@@ -247,11 +247,16 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         }
     }
 
-    /// Tells every replica how far its log is durable.
+    /// Tells every replica how far its log is durable; a sleeping group only when that is news
+    /// to it (old news changes nothing, so it sleeps on).
     pub(super) fn report_durable(&mut self) {
         let groups: Vec<u64> = self.groups.keys().copied().collect();
         for group in groups {
             if let Some(op) = self.store.durable_op(group) {
+                let entry = &self.groups[&group];
+                if entry.asleep_since_tick.is_some() && !entry.replica.durable_news(op) {
+                    continue;
+                }
                 self.persisted(group, Persisted::Appended { op });
             }
         }

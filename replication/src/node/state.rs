@@ -4,7 +4,7 @@
 //! Only state lives here: no I/O, no replica input, no decision; the jobs that change a field
 //! say why in their own files.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use shoal_engine::shard::ShardStore;
 use shoal_engine::storage::Storage;
@@ -23,6 +23,9 @@ pub(super) struct Group {
     pub(super) replica: Replica,
     /// Set when the engine failed the group: it takes no more input.
     pub(super) failed: Option<String>,
+    /// The node's tick count when the group stopped ticking, its ticks only counting
+    /// (`Replica::tick_only_counts`); `None` while it ticks. See the `sleep` module.
+    pub(super) asleep_since_tick: Option<u64>,
 }
 
 /// One shard's replicas and engine. See the documentation of the `node` module.
@@ -36,6 +39,10 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     pub(super) clock: C,
     pub(super) seed: u64,
     pub(super) groups: BTreeMap<u64, Group>,
+    /// Ticks the node has had.
+    pub(super) ticks: u64,
+    /// The groups that tick (every group not asleep), in group order.
+    pub(super) awake: BTreeSet<u64>,
     /// The writes the replicas asked for, not yet applied to the engine: (ticket, group, write),
     /// in ticket order.
     pub(super) writes: VecDeque<(u64, u64, Write)>,
@@ -64,8 +71,9 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     /// The bytes repair rounds may still ask for under `repair_bytes_per_tick_max`: topped up
     /// every tick, charged per round granted (so it may go below zero, delaying the next).
     pub(super) repair_bytes_credit: i64,
-    /// The groups a tick collects and the ones it may grant repair, kept between ticks so a
-    /// tick allocates nothing.
+    /// The groups a tick visits, the ones it collects and the ones it may grant repair, kept
+    /// between ticks so a tick allocates nothing.
+    pub(super) tick_awake: Vec<u64>,
     pub(super) tick_groups: Vec<u64>,
     pub(super) tick_repairing: Vec<u64>,
     /// The newest damage cuts, for status (at most `DAMAGE_CUTS_KEPT`).
@@ -104,6 +112,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             clock,
             seed,
             groups: BTreeMap::new(),
+            ticks: 0,
+            awake: BTreeSet::new(),
             writes: VecDeque::new(),
             tickets_issued: 0,
             tickets_durable: 0,
@@ -120,6 +130,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             counters: NodeCounters::default(),
             repair_cursor: 0,
             repair_bytes_credit: 0,
+            tick_awake: Vec::new(),
             tick_groups: Vec::new(),
             tick_repairing: Vec::new(),
             damage_cuts: VecDeque::new(),

@@ -76,6 +76,9 @@ pub struct NodeCounters {
     pub shutdown_hand_overs: u64,
     /// Groups a controlled shutdown found no peer in sync to hand to (per attempt).
     pub shutdown_groups_without_peer: u64,
+    /// Ticks groups slept through, their ticks only counting, counted when an input woke them
+    /// (see the node's `sleep` module).
+    pub ticks_slept: u64,
 }
 
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {

@@ -686,3 +686,52 @@ fn a_producer_snapshot_past_the_head_is_kept_unless_recovery_is_unclean() {
         assert_eq!(node.counters().producer_snapshots_rejected, u64::from(!peers));
     }
 }
+
+/// A node of one lets its idle groups sleep (see the `sleep` module): a tick walks only the
+/// groups awake, an input wakes its group with the ticks it slept through, and the replicas
+/// end where a node that ticks every group leaves them.
+#[test]
+fn idle_groups_sleep_and_wake_caught_up() {
+    let sleeping_sim = Sim::new(4, SimConfig::default());
+    let ticking_sim = Sim::new(4, SimConfig::default());
+    let mut sleeping = single_node(&sleeping_sim);
+    let mut ticking = single_node(&ticking_sim);
+    ticking.config.groups_sleep = false;
+    for (sim, node) in [(&sleeping_sim, &mut sleeping), (&ticking_sim, &mut ticking)] {
+        add_group(sim, node, 2);
+        add_group(sim, node, 3);
+    }
+    let mut number = 0;
+    for idle_ticks in [1, 7, 250] {
+        number += 1;
+        for (sim, node) in [(&sleeping_sim, &mut sleeping), (&ticking_sim, &mut ticking)] {
+            node.on_client_request(2, request(number, 100)).unwrap();
+            sim.block_on(node.run_io());
+            assert_eq!(replied(node), [(2, number)]);
+            for _ in 0..idle_ticks {
+                node.on_tick();
+            }
+        }
+        assert!(sleeping.awake.is_empty(), "every group idle sleeps after its tick");
+        assert_eq!(ticking.awake.len(), 3);
+    }
+    // Group 3 slept from its first tick; a request wakes it with all of them.
+    for (sim, node) in [(&sleeping_sim, &mut sleeping), (&ticking_sim, &mut ticking)] {
+        node.on_client_request(3, request(1, 100)).unwrap();
+        sim.block_on(node.run_io());
+        assert_eq!(replied(node), [(3, 1)]);
+    }
+    // Group 2 slept through ticks 3..=8 before its third request, group 3 through 2..=258;
+    // group 1 sleeps on, uncounted until it wakes.
+    assert_eq!(sleeping.counters.ticks_slept, 6 + 257);
+    for group in 1..=3 {
+        let (asleep, awake) =
+            (sleeping.groups[&group].replica.tick(), ticking.groups[&group].replica.tick());
+        let behind =
+            sleeping.groups[&group].asleep_since_tick.map_or(0, |since| sleeping.ticks - since);
+        assert_eq!(asleep + behind, awake, "group {group}");
+    }
+    assert_eq!(sleeping.groups[&3].replica.tick(), 258);
+    sleeping_sim.block_on(sleeping.close()).unwrap();
+    ticking_sim.block_on(ticking.close()).unwrap();
+}

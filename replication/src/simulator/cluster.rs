@@ -283,6 +283,7 @@ impl Cluster {
         replica.transfers_carry_driver_state = true;
         NodeConfig {
             primary_return_ticks: self.options.primary_return_ticks,
+            groups_sleep: self.options.groups_sleep,
             ..NodeConfig::new(index, replica)
         }
     }

@@ -150,6 +150,10 @@ pub struct Coverage {
     pub controlled_shutdowns: u64,
     /// Controlled shutdowns that stopped settled (`Node::shutdown_settled`), not at their bound.
     pub shutdowns_settled: u64,
+    /// Ticks groups slept through (one-replica primaries with nothing to do), counted when an
+    /// input woke them: the one figure a run with sleeping groups may differ in from one
+    /// without.
+    pub ticks_slept: u64,
 }
 
 impl Coverage {
@@ -262,6 +266,7 @@ impl Coverage {
             (&mut self.shutdown_hand_overs, other.shutdown_hand_overs),
             (&mut self.controlled_shutdowns, other.controlled_shutdowns),
             (&mut self.shutdowns_settled, other.shutdowns_settled),
+            (&mut self.ticks_slept, other.ticks_slept),
         ];
         for (mine, theirs) in pairs {
             *mine += theirs;
@@ -300,4 +305,5 @@ pub(super) fn add_counters(coverage: &mut Coverage, node: &SimNode) {
     coverage.storage_full_rounds += counters.storage_full_rounds;
     coverage.primaries_returned += counters.primaries_returned;
     coverage.shutdown_hand_overs += counters.shutdown_hand_overs;
+    coverage.ticks_slept += counters.ticks_slept;
 }

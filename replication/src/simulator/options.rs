@@ -177,6 +177,9 @@ pub struct SimOptions {
     /// learner; the voters stay `voters()` throughout. Every node's crash budget then counts
     /// every node, as any of them may be a voter.
     pub moves: u32,
+    /// Every node's `groups_sleep` (on, as in production): the swarm runs seeds with it off too
+    /// and requires the same trace.
+    pub groups_sleep: bool,
 }
 
 impl SimOptions {
@@ -213,6 +216,7 @@ impl SimOptions {
                 .primary_return_ticks,
             admin_group: true,
             moves: 0,
+            groups_sleep: true,
         }
     }
 }
