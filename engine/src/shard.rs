@@ -254,6 +254,13 @@ pub struct ShardStore<S: Storage> {
     journal: Journal<S::File>,
     groups: BTreeMap<u64, PartitionLog<S>>,
     durable: BTreeMap<u64, u64>,
+    /// Groups whose durable op changed since the owner last asked
+    /// ([`ShardStore::take_durable_changed`]): a shard of 10,000 groups tells only these.
+    durable_changed: BTreeSet<u64>,
+    /// Groups whose log holds a damage marker (`PartitionLog::damaged_from`), kept beside the
+    /// logs so the owner finds them without walking every group
+    /// ([`ShardStore::damaged_groups`]).
+    damaged: BTreeSet<u64>,
     /// Whether the file system holding `dir` supports the file-system form.
     filesystem_sync: bool,
     /// Groups whose slot changed (views, fence) and must reach the superblock.
@@ -501,6 +508,9 @@ impl<S: Storage> ShardStore<S> {
         remove_unnamed_group_dirs(&storage, dir, &groups).await?;
         let mut journal = journal;
         release_stale_journal(&mut journal, &groups);
+        let durable_changed = durable.keys().copied().collect();
+        let damaged =
+            groups.iter().filter(|(_, log)| log.damaged_from() != 0).map(|(&id, _)| id).collect();
         let shard = ShardStore {
             storage,
             dir: dir.to_path_buf(),
@@ -513,6 +523,8 @@ impl<S: Storage> ShardStore<S> {
             zero_fill_turn: 0,
             groups,
             durable,
+            durable_changed,
+            damaged,
             filesystem_sync,
             slots_dirty: BTreeSet::new(),
             checkpoint_wanted,
@@ -663,7 +675,7 @@ impl<S: Storage> ShardStore<S> {
             return Err(self.fail(error));
         }
         for log in logs {
-            self.durable.insert(log.group(), 0);
+            self.set_durable(log.group(), 0);
             self.groups.insert(log.group(), log);
         }
         Ok(())
@@ -696,6 +708,8 @@ impl<S: Storage> ShardStore<S> {
             logs.push(log);
             slots.remove(&group);
             self.durable.remove(&group);
+            self.durable_changed.remove(&group);
+            self.damaged.remove(&group);
             self.active.remove(&group);
             self.slots_dirty.remove(&group);
             self.checkpoint_wanted.remove(&group);
@@ -1347,6 +1361,7 @@ impl<S: Storage> ShardStore<S> {
             let entry = self.durable.entry(group).or_insert(0);
             if durable_now > *entry && log.faulty_reason().is_none() {
                 *entry = durable_now;
+                self.durable_changed.insert(group);
                 report.durable.push((group, durable_now));
             }
         }
@@ -1407,8 +1422,8 @@ impl<S: Storage> ShardStore<S> {
         if log.begin_truncate(op, view, journal_seq).await?.is_none() {
             return Ok(());
         }
-        let durable = self.durable.entry(group).or_insert(0);
-        *durable = (*durable).min(op);
+        let durable = self.durable.get(&group).copied().unwrap_or(0).min(op);
+        self.set_durable(group, durable);
         // The fence reaches the superblock before any byte of the log is cut.
         self.write_slots().await?;
         self.active.insert(group);
@@ -1440,7 +1455,8 @@ impl<S: Storage> ShardStore<S> {
         let shared = Rc::clone(&self.shared);
         let (log, recovery) =
             PartitionLog::recover_cut(storage, shared, dir, slot, slot.config, head_op).await?;
-        self.durable.insert(group, log.head_op());
+        self.set_durable(group, log.head_op());
+        self.note_damage(group, &log);
         self.checkpoint_wanted.insert(group);
         self.active.insert(group);
         let head_op = log.head_op();
@@ -1462,6 +1478,7 @@ impl<S: Storage> ShardStore<S> {
         self.check_serving()?;
         let log = self.groups.get_mut(&group).ok_or_else(|| unknown(group))?;
         let from = log.mark_damaged_past_head();
+        self.damaged.insert(group);
         self.write_slots().await?;
         self.slots_dirty.remove(&group);
         Ok(from)
@@ -1494,6 +1511,38 @@ impl<S: Storage> ShardStore<S> {
             && log.clear_damaged_from()
         {
             self.slots_dirty.insert(group);
+        }
+        self.damaged.remove(&group);
+    }
+
+    /// The groups whose log holds a damage marker, in id order.
+    pub fn damaged_groups(&self) -> impl Iterator<Item = u64> + '_ {
+        debug_assert!(
+            self.groups
+                .iter()
+                .all(|(id, log)| (log.damaged_from() != 0) == self.damaged.contains(id)),
+            "the damaged set went out of step with the logs"
+        );
+        self.damaged.iter().copied()
+    }
+
+    /// Takes the groups whose durable op ([`ShardStore::durable_op`]) changed since the last
+    /// call, in id order.
+    pub fn take_durable_changed(&mut self) -> BTreeSet<u64> {
+        std::mem::take(&mut self.durable_changed)
+    }
+
+    fn set_durable(&mut self, group: u64, op: u64) {
+        self.durable.insert(group, op);
+        self.durable_changed.insert(group);
+    }
+
+    /// Records whether `log` (about to become `group`'s) holds a damage marker.
+    fn note_damage(&mut self, group: u64, log: &PartitionLog<S>) {
+        if log.damaged_from() != 0 {
+            self.damaged.insert(group);
+        } else {
+            self.damaged.remove(&group);
         }
     }
 
@@ -1579,7 +1628,8 @@ impl<S: Storage> ShardStore<S> {
             Ok(recovered) => recovered,
             Err(error) => return Err(self.fail(error)),
         };
-        self.durable.insert(group, log.head_op());
+        self.set_durable(group, log.head_op());
+        self.note_damage(group, &log);
         self.groups.insert(group, log);
         self.active.insert(group);
         // Entries up to S are covered by the new checkpoint, those above it fenced off.

@@ -1049,3 +1049,38 @@ fn a_journal_cycle_that_finishes_after_a_failed_one_makes_nothing_durable() {
         "a failed journal stops the shard"
     );
 }
+
+/// The shard names the groups whose durable op changed since its owner last asked, and only
+/// those (the node layer tells just them, however many groups the shard holds): every group
+/// after an open, a group made durable by a cycle, one lowered by a truncation; none twice.
+#[test]
+fn the_groups_whose_durable_op_changed_are_named_once() {
+    for durability in [Durability::Replicated, Durability::Persisted] {
+        let sim = Sim::new(5, SimConfig::default());
+        let dir = Path::new("/data/shard-0");
+        let mut shard = open(&sim, dir);
+        for group in 1..=3 {
+            sim.block_on(shard.create_group(group, group_config(durability))).unwrap();
+        }
+        let created: Vec<u64> = shard.take_durable_changed().into_iter().collect();
+        assert_eq!(created, [1, 2, 3]);
+        append_to(&mut shard, 2, 100);
+        assert!(shard.take_durable_changed().is_empty(), "nothing durable before the cycle");
+        sim.block_on(shard.flush()).unwrap();
+        assert_eq!(shard.take_durable_changed().into_iter().collect::<Vec<_>>(), [2]);
+        assert_eq!(shard.durable_op(2), Some(1));
+        sim.block_on(shard.flush()).unwrap();
+        assert!(shard.take_durable_changed().is_empty(), "a cycle with nothing new");
+        append_to(&mut shard, 3, 100);
+        append_to(&mut shard, 3, 100);
+        sim.block_on(shard.flush()).unwrap();
+        sim.block_on(shard.truncate_after(3, 1, 2)).unwrap();
+        assert_eq!(shard.take_durable_changed().into_iter().collect::<Vec<_>>(), [3]);
+        assert_eq!(shard.durable_op(3), Some(1));
+        drop(shard);
+        let mut shard = open(&sim, dir);
+        let opened: Vec<u64> = shard.take_durable_changed().into_iter().collect();
+        assert_eq!(opened, [1, 2, 3], "{durability:?}");
+        assert_eq!(shard.damaged_groups().count(), 0);
+    }
+}

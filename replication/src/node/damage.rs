@@ -145,7 +145,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// suffix is cleared (a StartView brought it up to date) and everything it appended is
     /// durable, so a crash cannot take the repaired ops away with the marker gone.
     pub(super) fn clear_repaired_damage(&mut self) {
-        for (&group, entry) in &self.groups {
+        for group in self.store.damaged_groups() {
+            let Some(entry) = self.groups.get(&group) else { continue };
             let Some(log) = self.store.group(group) else { continue };
             let damaged_from = log.damaged_from();
             if damaged_from == 0
