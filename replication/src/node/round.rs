@@ -253,6 +253,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// changed.
     pub(super) fn report_durable(&mut self) {
         for group in self.store.take_durable_changed() {
+            self.counters.durable_groups_visited += 1;
             if let Some(op) = self.store.durable_op(group)
                 && let Some(entry) = self.groups.get(&group)
             {

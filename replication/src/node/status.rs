@@ -79,6 +79,9 @@ pub struct NodeCounters {
     /// Ticks groups slept through, their ticks only counting, counted when an input woke them
     /// (see the node's `sleep` module).
     pub ticks_slept: u64,
+    /// Groups the I/O rounds looked at to report durable ops: those whose durable op changed,
+    /// however many groups the shard holds.
+    pub durable_groups_visited: u64,
 }
 
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {

@@ -735,3 +735,25 @@ fn idle_groups_sleep_and_wake_caught_up() {
     sleeping_sim.block_on(sleeping.close()).unwrap();
     ticking_sim.block_on(ticking.close()).unwrap();
 }
+
+/// An I/O round reports durable ops to the groups whose logs it made durable, not to every group
+/// the shard holds: one write among 200 groups visits one.
+#[test]
+fn a_round_visits_only_the_groups_it_made_durable() {
+    let sim = Sim::new(4, SimConfig::default());
+    let mut node = single_node(&sim);
+    for group in 2..=200 {
+        add_group(&sim, &mut node, group);
+    }
+    node.on_client_request(1, request(1, 100)).unwrap();
+    sim.block_on(node.run_io());
+    assert_eq!(replied(&mut node), [(1, 1)]);
+    for number in 2..=4 {
+        let before = node.counters.durable_groups_visited;
+        node.on_client_request(7, request(number, 100)).unwrap();
+        sim.block_on(node.run_io());
+        assert_eq!(replied(&mut node), [(7, number)]);
+        assert_eq!(node.counters.durable_groups_visited - before, 1, "request {number}");
+    }
+    sim.block_on(node.close()).unwrap();
+}
