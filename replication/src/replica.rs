@@ -1065,11 +1065,10 @@ impl Replica {
     fn persisted(&mut self, persisted: Persisted) {
         match persisted {
             Persisted::Appended { op } => {
-                let op = op.min(self.op_appended);
-                if op <= self.op_durable {
+                if !self.durable_news(op) {
                     return;
                 }
-                self.op_durable = op;
+                self.op_durable = op.min(self.op_appended);
                 if self.is_primary() {
                     self.primary_commit();
                     self.advance_hand_over();
