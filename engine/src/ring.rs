@@ -70,7 +70,8 @@ impl RingBudget {
         self.used_bytes.get()
     }
 
-    fn over(&self, extra: usize) -> bool {
+    /// Whether `extra` more bytes would exceed the budget.
+    pub(crate) fn over(&self, extra: usize) -> bool {
         self.used_bytes.get() + extra > self.max_bytes
     }
 }
@@ -210,6 +211,20 @@ impl PrepareRing {
         while self.entries.front().is_some_and(|entry| entry.op() <= written_op) {
             drop(self.evict_oldest());
         }
+    }
+
+    /// Hands every prepare up to `written_op` to `evicted` (they are on their segment), oldest
+    /// first; returns the bytes given back to the budget.
+    pub fn evict_written_into(
+        &mut self,
+        written_op: u64,
+        mut evicted: impl FnMut(StoredPrepare),
+    ) -> usize {
+        let before = self.bytes;
+        while self.entries.front().is_some_and(|entry| entry.op() <= written_op) {
+            evicted(self.evict_oldest());
+        }
+        before - self.bytes
     }
 
     /// Drops everything.

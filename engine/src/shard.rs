@@ -12,6 +12,7 @@
 //! while they run. This module never reads a clock: times arrive as arguments.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -212,6 +213,9 @@ pub struct ShardCounters {
     pub transfers_installed: u64,
     /// Segments retention recycled into a spare segment file rather than deleted.
     pub segments_recycled: u64,
+    /// Bytes of written prepares other groups' rings gave back to the shard's ring budget for
+    /// an append whose own ring had none left to evict.
+    pub ring_bytes_taken_back: u64,
     /// Zero steps completed: space ahead of a direct log's tail written with zeros and synced
     /// beside the flush cycles (their bytes count in `segment_bytes_written`).
     pub zero_steps: u64,
@@ -274,6 +278,8 @@ pub struct ShardStore<S: Storage> {
     active: BTreeSet<u64>,
     /// Where the next cycle's turn at writing put-off segment writes starts (a group id).
     segment_write_turn: u64,
+    /// The group [`ShardStore::take_back_ring_budget`] asks first next time.
+    ring_take_back_turn: u64,
     /// Where the next zero fill's turn starts (a group id): each takes a few of the steps due.
     zero_fill_turn: u64,
     /// Groups whose rolled segments' index files found no room: no checkpoint of theirs starts
@@ -520,6 +526,7 @@ impl<S: Storage> ShardStore<S> {
             journal,
             active: groups.keys().copied().collect(),
             segment_write_turn: 0,
+            ring_take_back_turn: 0,
             zero_fill_turn: 0,
             groups,
             durable,
@@ -783,6 +790,12 @@ impl<S: Storage> ShardStore<S> {
                 let log = self.groups.get_mut(&group).expect("checked by log()");
                 log.append(header, body)?;
             }
+            Err(Error::LimitReached(_))
+                if self.take_back_ring_budget(group, header.size as usize) =>
+            {
+                let log = self.groups.get_mut(&group).expect("checked by log()");
+                log.append(header, body)?;
+            }
             result => result?,
         }
         self.active.insert(group);
@@ -886,6 +899,37 @@ impl<S: Storage> ShardStore<S> {
             }
         }
         true
+    }
+
+    /// The shard's ring budget is too full for `group`'s append of `size_bytes`, and its own
+    /// ring has no written prepares left to evict: the other rings give back theirs, whole,
+    /// taking turns from where the last call stopped, until the append fits. Without this the
+    /// rings of the groups that wrote first kept the budget, since only a ring's own appends
+    /// evict from it, and a group whose ring was empty got `LimitReached` for good. Only
+    /// written prepares are taken (readers find them on their segments and in the batch
+    /// cache); unwritten ones stay backpressure. True when any room was given back.
+    fn take_back_ring_budget(&mut self, group: u64, size_bytes: usize) -> bool {
+        if !self.shared.ring_budget.over(size_bytes) {
+            return false;
+        }
+        let turn = self.ring_take_back_turn;
+        let mut given_back_bytes = 0;
+        let from_turn = (Bound::Included(turn), Bound::Unbounded);
+        let before_turn = (Bound::Unbounded, Bound::Excluded(turn));
+        'turns: for range in [from_turn, before_turn] {
+            for (&id, log) in self.groups.range_mut(range) {
+                if id == group {
+                    continue;
+                }
+                given_back_bytes += log.give_back_written_ring();
+                if !self.shared.ring_budget.over(size_bytes) {
+                    self.ring_take_back_turn = id + 1;
+                    break 'turns;
+                }
+            }
+        }
+        self.counters.ring_bytes_taken_back += given_back_bytes as u64;
+        given_back_bytes > 0
     }
 
     /// Whether a flush has anything to do.

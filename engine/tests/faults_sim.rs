@@ -311,6 +311,53 @@ fn ring_at_its_entry_and_byte_limits_applies_backpressure_then_evicts_written() 
     }
 }
 
+/// Regression (found by the 64-partition benchmark under retention): the shard's ring budget
+/// went to the rings of the groups that wrote first, whose written prepares only their own
+/// appends ever evicted, so a group with an empty ring got `LimitReached` for good once the
+/// others' written prepares filled the budget. An append takes the room from other rings'
+/// written prepares now; only unwritten ones are backpressure.
+#[test]
+fn the_ring_budget_held_by_written_prepares_of_other_groups_is_taken_back() {
+    let sim = Sim::new(24, SimConfig::default());
+    let mut config = ShardConfig::small();
+    config.ring_budget_bytes = 256 << 10;
+    let (mut shard, _) = open_with(&sim, config);
+    for group in 1..=3 {
+        sim.block_on(shard.create_group(group, group_config(Durability::Replicated))).unwrap();
+    }
+    // Groups 1 and 2 fill the budget with written prepares.
+    for group in 1..=2 {
+        append(&mut shard, group, 6, 20_000);
+        sim.block_on(shard.flush()).unwrap();
+    }
+    assert!(shard.ring_bytes() > (256 << 10) - 20_000);
+    // Group 3's ring is empty: the room comes from theirs.
+    append(&mut shard, 3, 6, 20_000);
+    assert!(shard.ring_bytes() <= 256 << 10);
+    assert!(shard.counters().ring_bytes_taken_back >= 5 * 20_000);
+    sim.block_on(shard.flush()).unwrap();
+    // What was taken back is read from the segments, identical.
+    for group in 1..=3 {
+        let log = shard.group_mut(group).unwrap();
+        let all = sim.block_on(log.read_offset(0, usize::MAX)).unwrap();
+        assert_eq!(all.len(), 6, "group {group}");
+        for prepare in all {
+            assert_eq!(prepare.body(), body(prepare.op(), prepare.body().len()));
+        }
+    }
+    // Unwritten prepares are never taken: with the budget full of them, appends wait.
+    let mut refused = false;
+    for _ in 0..20 {
+        if let Err(Error::LimitReached(_)) = try_append(&mut shard, 1, 20_000) {
+            refused = true;
+            break;
+        }
+    }
+    assert!(refused, "unwritten prepares are backpressure");
+    sim.block_on(shard.flush()).unwrap();
+    try_append(&mut shard, 2, 20_000).unwrap();
+}
+
 #[test]
 fn groups_held_prepares_and_journal_have_bounds() {
     let sim = Sim::new(19, SimConfig::default());

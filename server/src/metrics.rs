@@ -676,7 +676,7 @@ fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
 /// One series per answering shard for each of the shard's own figures (a flat table).
 fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 59] = [
+    let per_shard: [(&str, Kind, &str, Figure); 60] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -991,6 +991,13 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
             Kind::Counter,
             "Of the segments retention deleted, those whose file became the next segment's.",
             |s| s.engine.segments_recycled,
+        ),
+        (
+            "shoal_ring_bytes_taken_back_total",
+            Kind::Counter,
+            "Bytes of written prepares other partitions' rings gave back to the shard's ring \
+             budget for an append whose own ring had none left to evict.",
+            |s| s.engine.ring_bytes_taken_back,
         ),
         ("shoal_journal_syncs_total", Kind::Counter, "fdatasyncs of the shard journal.", |s| {
             s.engine.journal_syncs

@@ -720,6 +720,16 @@ impl<S: Storage> PartitionLog<S> {
         self.ring.evict_written(self.written.op);
     }
 
+    /// Gives the shard's ring budget back what this ring holds of prepares on their segment,
+    /// into the batch cache, as an eviction by its own appends would: another group's append
+    /// needs the room. Returns the bytes given back.
+    pub fn give_back_written_ring(&mut self) -> usize {
+        let (group, cache) = (self.group, &self.shared.cache);
+        self.ring.evict_written_into(self.written.op, |prepare| {
+            cache.borrow_mut().insert(group, prepare, true);
+        })
+    }
+
     /// Runs a whole flush of this log alone (begin, run, finish): for tests and tools; the shard
     /// runs many logs' jobs at once.
     pub async fn flush(&mut self) -> Result<WriteOutcome> {
