@@ -200,6 +200,53 @@ fn retired_segments_are_recycled_and_the_log_reopens_clean() {
     }
 }
 
+/// Regression (found by the engine's 64-partition benchmark under retention): a log whose step
+/// ahead is as large as its segments reserves its next spare right after each roll, before
+/// retention retires the segment that could take its place, and a spare with as much space
+/// reserved was never replaced, so such a log recycled almost nothing: every segment went into
+/// reserved blocks. A spare whose space is only reserved gives way to a retired segment now.
+#[test]
+fn a_spare_only_reserved_gives_way_to_a_retired_segment() {
+    let sim = Sim::new(11, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    let config = ShardConfig { ready_ahead_bytes: 4 * SEGMENT_BYTES, ..ShardConfig::small() };
+    let (mut shard, _) = sim.block_on(ShardStore::open(sim.storage(), dir, config)).unwrap();
+    let group = GroupConfig {
+        retention_bytes: SEGMENT_BYTES,
+        ..common::group_config(Durability::Replicated, RECORD_BYTES_MAX)
+    };
+    sim.block_on(shard.create_group(GROUP, group)).unwrap();
+    let (mut bodies, mut end_bytes) = (Vec::new(), 0);
+    let (mut reserved_spares_seen, mut spares_due) = (0, 0);
+    // 300 KB per flush: a 1 MiB step lasts two jobs, so the step grows to 4 MiB and the spare
+    // is due as soon as a segment begins. Retention runs every fourth flush, as a server's
+    // runs every few hundred milliseconds: the flushes after a roll reserve the next spare
+    // before it.
+    for i in 0..600 {
+        bodies.push(append(&mut shard, &mut end_bytes, End::Free(30_000), i));
+        if i % 10 == 9 {
+            sim.block_on(shard.flush()).unwrap();
+        }
+        if i % 40 == 39 {
+            // A fresh spare: its space reserved, nothing written.
+            reserved_spares_seen += usize::from(spare_written_bytes(&sim, dir) == Some(0));
+            let removed = sim.block_on(shard.enforce_retention(0)).unwrap();
+            // One spare per call: a second segment retired at once is deleted.
+            spares_due += removed.min(1);
+        }
+    }
+    assert!(reserved_spares_seen >= 3, "fresh spares reserved after rolls: {reserved_spares_seen}");
+    let recycled = shard.group(GROUP).unwrap().recycled_segments() as usize;
+    assert!(spares_due >= 10, "{spares_due} retention passes retired a segment");
+    assert_eq!(recycled, spares_due, "each pass's first retired segment replaced the spare");
+    sim.block_on(shard.flush()).unwrap();
+    check_log(&sim, &mut shard, &bodies);
+    drop(shard);
+    remove_indexes(&sim, dir);
+    let mut shard = open(&sim, dir, false);
+    check_log(&sim, &mut shard, &bodies);
+}
+
 #[test]
 fn with_recycling_off_retention_deletes_the_files() {
     let sim = Sim::new(9, SimConfig::default());

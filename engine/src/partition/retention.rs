@@ -65,15 +65,20 @@ impl<S: Storage> PartitionLog<S> {
 
     /// Whether `segment`, which retention retires, may become the spare segment file:
     /// recycling is on, the shard's ready-space budget has room for it, no job is making or
-    /// taking a spare, no disk read is in flight, and any spare there is has less space ready
-    /// (a fresh one only reserved space; the rename replaces it).
+    /// taking a spare, no disk read is in flight, and any spare there is has fewer blocks
+    /// written. The rename replaces such a spare, even one with as much space reserved: a
+    /// fresh spare's space is only reserved, and a sync into written blocks costs far less
+    /// than one that converts reserved ones. (A log whose segments are no larger than its step
+    /// ahead reserves its spare right after each roll, before retention retires the segment
+    /// that could take its place: comparing reserved space, it never recycled.)
     fn may_recycle(&self, segment: &SegmentMeta) -> bool {
         let recycled = self.ready_in_file_bytes(segment.end_bytes);
-        let spare = self.spare_ready_end_bytes.unwrap_or(0);
+        let spare_ready = self.spare_ready_end_bytes.unwrap_or(0);
         self.shared.recycle_segments
-            && spare < recycled
-            // A recycled segment is ready space like any other: within the shard's budget.
-            && recycled - spare <= self.shared.ready_budget.available_bytes()
+            && self.spare_written_end_bytes < recycled
+            // A recycled segment is ready space like any other: within the shard's budget,
+            // which the spare it replaces gives its space back to.
+            && recycled.saturating_sub(spare_ready) <= self.shared.ready_budget.available_bytes()
             && !self.spare_in_flight
             && !self.spare_claimed
             && Rc::strong_count(&self.disk_reads) == 1
