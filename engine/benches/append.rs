@@ -10,7 +10,8 @@
 //! - `persisted_64_partitions_16k`: 64 partitions on one shard, 16 KiB batches, `persisted`,
 //!   all appending at once, up to three rounds ahead of what is durable, with the shard's jobs
 //!   run as the node layer runs them (vs `write1m_fdatasync_mb_s`), with p99 append→durable
-//!   latency;
+//!   latency, into new logs; `persisted_64_partitions_16k_recycled` the same in the steady
+//!   state of logs under retention (64 MiB segments, recycled; about 10 GiB of disk);
 //! - memory and open files per idle partition (printed, not timed).
 //!
 //! The `persisted` benchmarks open one store per benchmark, warm it up untimed with 1 GiB of
@@ -31,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use shoal_engine::Error;
 use shoal_engine::direct::PersistedPath;
 use shoal_engine::record::build_prepare;
 use shoal_engine::ring::RingLimits;
@@ -103,11 +105,19 @@ async fn open_persisted(dir: &std::path::Path, groups: u64) -> ShardStore<UringS
 }
 
 fn append_one(shard: &mut ShardStore<UringStorage>, group: u64, body: &Bytes) -> u64 {
+    try_append_one(shard, group, body).expect("append")
+}
+
+fn try_append_one(
+    shard: &mut ShardStore<UringStorage>,
+    group: u64,
+    body: &Bytes,
+) -> shoal_engine::Result<u64> {
     let next = shard.next(group).expect("group");
     let header =
         build_prepare(&next, 1, 0, Prepare { record_count: 1, ..Prepare::default() }, body);
-    shard.append(group, &header, body).expect("append");
-    next.op
+    shard.append(group, &header, body)?;
+    Ok(next.op)
 }
 
 /// One partition, 1 MiB batches, `replicated`, into a new log.
@@ -634,6 +644,30 @@ impl IoPerAppend {
 /// ([`run_jobs`]), so one journal cycle covers a round, up to three cycles are in flight, and
 /// the segment writes, checkpoints and zero fills run beside the cycles.
 fn persisted_64_partitions_16k(c: &mut Criterion) {
+    persisted_64_partitions_bench(c, "persisted_64_partitions_16k", None);
+}
+
+/// `persisted_64_partitions_16k` in the steady state of logs under retention: 64 MiB segments
+/// and 64 MiB retention per partition, so every segment a group writes into is a retired one's
+/// file, whose blocks are written, as the journal form's replay assumes (a new log's segment
+/// writes land in reserved blocks, and converting their extents slows the journal's syncs
+/// beside them). The groups' logs are staggered, group `g` starting `64 - g` 64ths of a segment
+/// in, so their rolls spread over the rounds as a long-running shard's do.
+fn persisted_64_partitions_16k_recycled(c: &mut Criterion) {
+    persisted_64_partitions_bench(c, "persisted_64_partitions_16k_recycled", Some(64 * MIB as u64));
+}
+
+/// The body of both 64-partition benchmarks. One store serves every sample, opened and warmed
+/// up before the first (as much as the 64 KiB benchmarks' warm-up, `WARM_UP_APPENDS_64K`).
+/// With `recycled_segment_bytes`, every group's segments and retention take that size, the
+/// warm-up goes on until the groups recycled two segments each, and retention runs after every
+/// iteration, once its rounds are durable and nothing is in flight, as the server runs it
+/// between cycles.
+fn persisted_64_partitions_bench(
+    c: &mut Criterion,
+    name: &str,
+    recycled_segment_bytes: Option<u64>,
+) {
     const PARTITIONS: u64 = 64;
     // `SHOAL_BENCH_BATCH_KIB=N` (4..=1024) writes N KiB per partition and round instead, with
     // as many bytes per iteration: where the file-system form overtakes the journal.
@@ -663,7 +697,7 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
         .unwrap_or(3);
     let mut rt = runtime();
     let mut store: Option<(tempfile::TempDir, Rc<RefCell<ShardStore<UringStorage>>>)> = None;
-    group.bench_function("persisted_64_partitions_16k", |b| {
+    group.bench_function(name, |b| {
         b.iter_custom(|iterations| {
             let mut elapsed = Duration::ZERO;
             rt.block_on(async {
@@ -692,13 +726,29 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
                             .await;
                         }
                     };
+                let retention_bytes = recycled_segment_bytes.unwrap_or(0);
                 if store.is_none() {
-                    // Untimed: as much as the 64 KiB benchmarks' warm-up (`WARM_UP_APPENDS_64K`).
                     let dir = bench_dir();
-                    let shard = Rc::new(RefCell::new(open_persisted(dir.path(), PARTITIONS).await));
-                    let warm_up_rounds =
+                    let shard = match recycled_segment_bytes {
+                        None => Rc::new(RefCell::new(open_persisted(dir.path(), PARTITIONS).await)),
+                        Some(segment_bytes) => {
+                            open_staggered(dir.path(), PARTITIONS, segment_bytes, &batch).await
+                        }
+                    };
+                    let mut warm_up_rounds =
                         (WARM_UP_APPENDS_64K * 64 / PARTITIONS / kib as u64).max(1);
-                    run_rounds(&shard, warm_up_rounds, &mut Vec::new()).await;
+                    while warm_up_rounds > 0
+                        || (retention_bytes > 0
+                            && shard.borrow().counters().segments_recycled < 2 * PARTITIONS)
+                    {
+                        let rounds = match warm_up_rounds {
+                            0 => rounds_per_iteration,
+                            left => left.min(rounds_per_iteration),
+                        };
+                        run_rounds(&shard, rounds, &mut Vec::new()).await;
+                        enforce_retention(&shard, retention_bytes).await;
+                        warm_up_rounds -= rounds.min(warm_up_rounds);
+                    }
                     store = Some((dir, shard));
                 }
                 let (_, shard) = store.as_ref().expect("opened above");
@@ -707,6 +757,7 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
                 for _ in 0..iterations {
                     let start = Instant::now();
                     run_rounds(shard, rounds_per_iteration, &mut latencies_us).await;
+                    enforce_retention(shard, retention_bytes).await;
                     elapsed += start.elapsed();
                 }
                 io.add(&before, &shard.borrow().counters());
@@ -716,8 +767,45 @@ fn persisted_64_partitions_16k(c: &mut Criterion) {
     });
     group.finish();
     drop(store);
-    print_latencies("persisted_64_partitions_16k", &mut latencies_us);
-    io.print("persisted_64_partitions_16k");
+    print_latencies(name, &mut latencies_us);
+    io.print(name);
+}
+
+/// A shard in `dir` with `groups` `persisted` groups of `segment_bytes` segments and as much
+/// retention, group `g` holding `groups - g` 64ths of a segment of `batch`es already, so that
+/// appending to all of them at once rolls one group at a time.
+async fn open_staggered(
+    dir: &std::path::Path,
+    groups: u64,
+    segment_bytes: u64,
+    batch: &Bytes,
+) -> Rc<RefCell<ShardStore<UringStorage>>> {
+    // Recycling keeps a retired segment as a spare only within the ready-space budget, and each
+    // group holds up to a segment reserved ahead of its tail besides its spare: 8 GiB for 64
+    // groups of 64 MiB segments. Below that, retention deletes retired segments instead.
+    let config = ShardConfig { ready_budget_bytes: 16 << 30, ..production(MIB) };
+    let (mut shard, _) = ShardStore::open(UringStorage::new(), dir, config).await.expect("open");
+    let batches_per_step = segment_bytes / groups / (batch.len() + HEADER_SIZE) as u64;
+    for group in 1..=groups {
+        let config = GroupConfig {
+            segment_size_bytes: segment_bytes,
+            retention_bytes: segment_bytes,
+            ..group_config(Durability::Persisted, MIB)
+        };
+        shard.create_group(group, config).await.expect("group");
+        for appended in 1..=(groups - group) * batches_per_step {
+            // A full journal waits for the flush, which checkpoints, as a server's appends do.
+            while let Err(error) = try_append_one(&mut shard, group, batch) {
+                assert!(matches!(error, Error::LimitReached(_)), "{error}");
+                shard.flush().await.expect("flush");
+            }
+            if appended % 64 == 0 {
+                shard.flush().await.expect("flush");
+            }
+        }
+        shard.flush().await.expect("flush");
+    }
+    Rc::new(RefCell::new(shard))
 }
 
 /// Runs `rounds` rounds of one batch per group `1..=groups`, each round as one
@@ -798,6 +886,7 @@ criterion_group!(
     persisted_64k_one_in_flight,
     persisted_64k_recycled,
     persisted_64_partitions_16k,
+    persisted_64_partitions_16k_recycled,
     idle_partition_footprint
 );
 criterion_main!(benches);
