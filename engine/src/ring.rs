@@ -208,9 +208,7 @@ impl PrepareRing {
     /// Drops every prepare up to `written_op` (they are on their segment: reads find them
     /// there), so the write-buffer memory their views hold goes back to the pool.
     pub fn evict_written(&mut self, written_op: u64) {
-        while self.entries.front().is_some_and(|entry| entry.op() <= written_op) {
-            drop(self.evict_oldest());
-        }
+        self.evict_written_into(written_op, drop);
     }
 
     /// Hands every prepare up to `written_op` to `evicted` (they are on their segment), oldest
