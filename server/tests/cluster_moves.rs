@@ -193,7 +193,11 @@ fn a_move_waits_for_its_learner_and_a_cancel_takes_the_partition_back() {
     wait_until(&cluster, "the learner is added", || {
         replica_of(&cluster, from, group).is_some_and(|(view, _)| view >= epoch_1)
     });
+    // A switch to the next epoch would make the node that is down the only voter: it must not
+    // happen (checked while waiting, so a mover that does not wait fails at once).
     wait_until(&cluster, "the mover waits for the learner", || {
+        let view = replica_of(&cluster, from, group).map_or(0, |(view, _)| view);
+        assert!(view < 2 * epoch_1, "switched to a learner that is down (view {view})");
         shard_sum(&cluster, from, "move_steps_waited") >= 3
     });
     // The old node still leads: writes go on there.
