@@ -135,6 +135,14 @@ pub struct Replay {
     /// Rounds in flight at once, each with its own sync (journal form; 1 for direct)
     #[arg(long, value_name = "N", default_value = "1", value_parser = clap::value_parser!(u64).range(1..=8))]
     pub in_flight: u64,
+    /// Files the journal form's segment writes go to, one per round in turn (64: the layout of
+    /// 64 groups under retention)
+    #[arg(long, value_name = "N", default_value = "1", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub segment_files: u64,
+    /// Rounds between the journal form's checkpoints (sync every segment file, then the
+    /// superblock's copies one by one); 0 for none
+    #[arg(long, value_name = "N", default_value = "0")]
+    pub checkpoint_rounds: u64,
 }
 
 /// `loopback`'s options.
@@ -422,10 +430,19 @@ mod tests {
                     seconds: Duration::from_secs(2),
                     wrap_bytes: 64 << 20,
                     in_flight: 3,
+                    segment_files: 1,
+                    checkpoint_rounds: 0,
                 }
             ),
             other => panic!("{other:?}"),
         }
+        match run("replay --form journal --dir /tmp/x --segment-files 64 --checkpoint-rounds 128") {
+            Ok(Parsed::Replay(replay)) => {
+                assert_eq!((replay.segment_files, replay.checkpoint_rounds), (64, 128))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(run("replay --form journal --dir /tmp/x --segment-files 0").is_err());
         assert!(run("replay --form filesystem --dir /tmp/x").is_err());
         assert!(run("replay --form journal --dir /tmp/x --in-flight 9").is_err());
     }

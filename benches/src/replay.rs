@@ -12,7 +12,12 @@
 //!   same bytes written to a segment file (the segment writes the form also owes, which the
 //!   engine batches over cycles); then `fdatasync` of the journal. Both files pre-written.
 //!   `--in-flight N` keeps N such rounds going at once, each syncing once its own two writes
-//!   completed, as the engine's journal cycles in flight do.
+//!   completed, as the engine's journal cycles in flight do. `--segment-files N` lays the
+//!   segment writes out as the engine's 64 groups do in the steady state under retention: each
+//!   round's segment bytes go to the next of N pre-written files in turn (a group writes its
+//!   gathered batch to its own segment, one group per cycle), and `--checkpoint-rounds K` adds
+//!   the checkpoints beside the rounds: every K rounds, `fdatasync` of all N files, then the
+//!   superblock's copies written and synced one after the other.
 //!
 //! It owns its files under the directory it is given and removes them; it never touches
 //! anything else, and never runs beside another measurement (the disk must be its own).
@@ -40,6 +45,13 @@ const JOURNAL_PARTITIONS: u64 = 64;
 const JOURNAL_BODY_BYTES: u64 = 16 << 10;
 /// Sync mark slots in a segment's trailer, used in turn.
 const MARK_SLOTS: u64 = 2;
+/// The superblock's copies, written and synced one after the other (engine `COPIES`).
+const SUPERBLOCK_COPIES: u64 = 4;
+/// One superblock copy of 64 groups: a 64-byte header and 160-byte slots, in whole blocks.
+const SUPERBLOCK_COPY_BYTES: u64 =
+    (64 + JOURNAL_PARTITIONS * 160).div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+/// Bounds of `--segment-files`.
+pub const SEGMENT_FILES_MAX: u64 = 1024;
 
 /// Which form's I/O to replay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +88,21 @@ impl Form {
     }
 }
 
+/// Where the journal form's segment writes go and how often they are checkpointed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentLayout {
+    /// Files the rounds' segment writes go to, one per round in turn.
+    pub files: u64,
+    /// Rounds between checkpoints (0: none).
+    pub checkpoint_rounds: u64,
+}
+
+impl Default for SegmentLayout {
+    fn default() -> Self {
+        Self { files: 1, checkpoint_rounds: 0 }
+    }
+}
+
 /// Replays `form` for `duration` in files of `wrap_bytes` of data each (written over and over,
 /// pre-written first) under `dir`; returns the report object.
 pub fn measure(
@@ -84,8 +111,15 @@ pub fn measure(
     duration: Duration,
     wrap_bytes: u64,
     in_flight: u64,
+    layout: SegmentLayout,
 ) -> Result<Value, String> {
     let wrap_bytes = wrap_bytes - wrap_bytes % BLOCK_BYTES;
+    if form == Form::Direct && layout != SegmentLayout::default() {
+        return Err("--segment-files and --checkpoint-rounds are for the journal form".into());
+    }
+    if layout.files == 0 || layout.files > SEGMENT_FILES_MAX {
+        return Err(format!("--segment-files is 1..={SEGMENT_FILES_MAX}"));
+    }
     let round_bytes = match form {
         Form::Direct => DIRECT_BODY_BYTES + RECORD_HEADER_BYTES + 2 * BLOCK_BYTES,
         Form::Journal => journal_entry_bytes(),
@@ -102,17 +136,22 @@ pub fn measure(
             rounds_held * round_bytes
         ));
     }
-    let files = Files::create(form, dir, wrap_bytes)?;
+    let files = Files::create(form, dir, wrap_bytes, layout.files)?;
     let result = match form {
-        Form::Direct => replay_direct(&files, duration, wrap_bytes),
-        Form::Journal => replay_journal(&files, duration, wrap_bytes, in_flight),
+        Form::Direct => replay_direct(&files, duration, wrap_bytes).map(|done| (done, 0)),
+        Form::Journal => {
+            replay_journal(&files, duration, wrap_bytes, in_flight, layout.checkpoint_rounds)
+        }
     };
     drop(files);
-    let (rounds, elapsed) = result?;
+    let ((rounds, elapsed), checkpoints) = result?;
     let per_s = rounds as f64 / elapsed.as_secs_f64();
     Ok(json!({
         "form": form.name(),
         "in_flight": in_flight,
+        "segment_files": layout.files,
+        "checkpoint_rounds": layout.checkpoint_rounds,
+        "checkpoints": checkpoints,
         "rounds": rounds,
         "rounds_per_s": per_s.round(),
         // MiB/s, as the engine benchmarks report (and fio's bandwidth / 1024).
@@ -190,36 +229,59 @@ impl DirectRound {
     }
 }
 
-/// The journal form: per round the cycle's entry and the same bytes into a segment file, then
-/// the journal's sync once both wrote. `in_flight` rounds run at once, as the engine's journal
-/// cycles in flight do, each with its own sync; a round ends when its sync completes, and the
-/// next one starts in its place.
+/// The journal form: per round the cycle's entry and the same bytes into a segment file (the
+/// next in turn), then the journal's sync once both wrote. `in_flight` rounds run at once, as
+/// the engine's journal cycles in flight do, each with its own sync; a round ends when its sync
+/// completes, and the next one starts in its place. With `checkpoint_rounds`, a checkpoint
+/// starts beside the rounds every that many rounds (once the previous one finished). Returns
+/// the rounds, their time and the checkpoints finished.
 fn replay_journal(
     files: &Files,
     duration: Duration,
     wrap_bytes: u64,
     in_flight: u64,
-) -> Result<(u64, Duration), String> {
+    checkpoint_rounds: u64,
+) -> Result<((u64, Duration), u64), String> {
     let entry_bytes = journal_entry_bytes();
     let entry = AlignedBuf::new(entry_bytes as usize)?;
+    let copy = AlignedBuf::new(SUPERBLOCK_COPY_BYTES as usize)?;
     let journal = &files.first;
-    let segment = files.second.as_ref().expect("the journal form has a segment file");
-    let entries = u32::try_from(4 * in_flight).map_err(|_| "--in-flight too large".to_string())?;
+    let segments = &files.segments;
+    let superblock = files.superblock.as_ref().expect("the journal form has a superblock");
+    let entries = u32::try_from(4 * in_flight + segments.len() as u64 + 4)
+        .map_err(|_| "--in-flight too large".to_string())?
+        .next_power_of_two();
     let mut ring = IoUring::new(entries).map_err(|e| format!("io_uring: {e}"))?;
     // Per round in flight (its slot): the writes it still waits for.
     let mut writing = vec![0u8; in_flight as usize];
     let mut at = 0u64;
+    let mut segment_at = vec![0u64; segments.len()];
+    let mut begun = 0u64;
     let mut begin = |ring: &mut IoUring, slot: u64| -> Result<(), String> {
         if at + entry_bytes > wrap_bytes {
             at = 0;
         }
+        let file = (begun % segments.len() as u64) as usize;
+        if segment_at[file] + entry_bytes > wrap_bytes {
+            segment_at[file] = 0;
+        }
         let round = entry.slice(entry_bytes as usize);
-        push_write(ring, journal, (round, at), JournalOp::write(slot, 0))?;
-        push_write(ring, segment, (round, at), JournalOp::write(slot, 1))?;
+        push_write(ring, journal, (round, at), JournalOp::Write { slot, which: 0 }.user_data())?;
+        let segment_write = (round, segment_at[file]);
+        push_write(
+            ring,
+            &segments[file],
+            segment_write,
+            JournalOp::Write { slot, which: 1 }.user_data(),
+        )?;
         at += entry_bytes;
+        segment_at[file] += entry_bytes;
+        begun += 1;
         Ok(())
     };
     let (mut rounds, mut active) = (0u64, 0u64);
+    let mut checkpoint = Checkpoint::Idle { since_round: 0 };
+    let mut checkpoints = 0u64;
     let mut first_error = None;
     let start = Instant::now();
     for slot in 0..in_flight {
@@ -227,60 +289,181 @@ fn replay_journal(
         writing[slot as usize] = 2;
         active += 1;
     }
-    // Every round in flight is reaped before returning, whatever failed: no buffer is freed
-    // while the kernel may still read it.
-    while active > 0 {
+    // Every round in flight and the checkpoint are reaped before returning, whatever failed:
+    // no buffer is freed while the kernel may still read it.
+    while active > 0 || !matches!(checkpoint, Checkpoint::Idle { .. }) {
         ring.submit_and_wait(1).map_err(|e| format!("io_uring_enter: {e}"))?;
         let done: Vec<(u64, i32)> =
             ring.completion().map(|entry| (entry.user_data(), entry.result())).collect();
         for (user_data, result) in done {
-            let (slot, op) = JournalOp::of(user_data);
-            if op == JournalOp::Sync {
-                if result != 0 {
-                    first_error.get_or_insert(format!("fdatasync returned {result}"));
+            match JournalOp::of(user_data) {
+                JournalOp::Sync { slot } => {
+                    if result != 0 {
+                        first_error.get_or_insert(format!("fdatasync returned {result}"));
+                    }
+                    rounds += 1;
+                    if first_error.is_none() && start.elapsed() < duration {
+                        begin(&mut ring, slot)?;
+                        writing[slot as usize] = 2;
+                    } else {
+                        active -= 1;
+                    }
                 }
-                rounds += 1;
-                if first_error.is_none() && start.elapsed() < duration {
-                    begin(&mut ring, slot)?;
-                    writing[slot as usize] = 2;
-                } else {
-                    active -= 1;
+                JournalOp::Write { slot, .. } => {
+                    if usize::try_from(result).ok() != Some(entry_bytes as usize) {
+                        first_error.get_or_insert(format!(
+                            "a write of {entry_bytes} bytes returned {result}"
+                        ));
+                    }
+                    writing[slot as usize] -= 1;
+                    if writing[slot as usize] == 0 {
+                        push_sync(&mut ring, journal, JournalOp::Sync { slot }.user_data())?;
+                    }
                 }
-                continue;
-            }
-            if usize::try_from(result).ok() != Some(entry_bytes as usize) {
-                first_error
-                    .get_or_insert(format!("a write of {entry_bytes} bytes returned {result}"));
-            }
-            writing[slot as usize] -= 1;
-            if writing[slot as usize] == 0 {
-                push_sync(&mut ring, journal, JournalOp::sync(slot))?;
+                JournalOp::Checkpoint(step) => {
+                    let expected = match step {
+                        CheckpointStep::CopyWrite => SUPERBLOCK_COPY_BYTES as i32,
+                        CheckpointStep::SegmentSync | CheckpointStep::CopySync => 0,
+                    };
+                    if result != expected {
+                        first_error
+                            .get_or_insert(format!("a checkpoint's {step:?} returned {result}"));
+                    }
+                    checkpoint = checkpoint.advance(&mut ring, superblock, &copy, rounds)?;
+                    if matches!(checkpoint, Checkpoint::Idle { .. }) {
+                        checkpoints += 1;
+                    }
+                }
             }
         }
+        if let Checkpoint::Idle { since_round } = checkpoint
+            && checkpoint_rounds > 0
+            && rounds >= since_round + checkpoint_rounds
+            && active > 0
+        {
+            for segment in segments {
+                push_sync(
+                    &mut ring,
+                    segment,
+                    JournalOp::Checkpoint(CheckpointStep::SegmentSync).user_data(),
+                )?;
+            }
+            checkpoint = Checkpoint::SegmentSyncs { left: segments.len() };
+        }
     }
-    first_error.map_or(Ok((rounds, start.elapsed())), Err)
+    first_error.map_or(Ok(((rounds, start.elapsed()), checkpoints)), Err)
 }
 
-/// What a journal replay's completion is for, in its user data: the slot of its round times 4,
-/// plus 0 or 1 for the round's two writes, 2 for its sync.
+/// Where a journal replay's checkpoint is: the segment files' syncs, then each superblock copy
+/// written and synced before the next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Checkpoint {
+    /// None in flight; the last one started at round `since_round`.
+    Idle {
+        since_round: u64,
+    },
+    SegmentSyncs {
+        left: usize,
+    },
+    CopyWrite {
+        copy: u64,
+    },
+    CopySync {
+        copy: u64,
+    },
+}
+
+impl Checkpoint {
+    /// The state after one of its operations completed (queueing the next, if any); `rounds`
+    /// is the replay's count when the checkpoint ends.
+    fn advance(
+        self,
+        ring: &mut IoUring,
+        superblock: &File,
+        copy: &AlignedBuf,
+        rounds: u64,
+    ) -> Result<Self, String> {
+        let write_copy = |ring: &mut IoUring, copy_index: u64| {
+            let write =
+                (copy.slice(SUPERBLOCK_COPY_BYTES as usize), copy_index * SUPERBLOCK_COPY_BYTES);
+            push_write(
+                ring,
+                superblock,
+                write,
+                JournalOp::Checkpoint(CheckpointStep::CopyWrite).user_data(),
+            )
+        };
+        Ok(match self {
+            Self::Idle { .. } => unreachable!("no checkpoint operation is in flight"),
+            Self::SegmentSyncs { left } if left > 1 => Self::SegmentSyncs { left: left - 1 },
+            Self::SegmentSyncs { .. } => {
+                write_copy(ring, 0)?;
+                Self::CopyWrite { copy: 0 }
+            }
+            Self::CopyWrite { copy } => {
+                push_sync(
+                    ring,
+                    superblock,
+                    JournalOp::Checkpoint(CheckpointStep::CopySync).user_data(),
+                )?;
+                Self::CopySync { copy }
+            }
+            Self::CopySync { copy } if copy + 1 < SUPERBLOCK_COPIES => {
+                write_copy(ring, copy + 1)?;
+                Self::CopyWrite { copy: copy + 1 }
+            }
+            Self::CopySync { .. } => Self::Idle { since_round: rounds },
+        })
+    }
+}
+
+/// What a journal replay's completion is for, kept in its user data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum JournalOp {
-    Write,
-    Sync,
+    /// One of a round's two writes (0: the journal entry, 1: the segment write).
+    Write {
+        slot: u64,
+        which: u64,
+    },
+    /// A round's journal sync.
+    Sync {
+        slot: u64,
+    },
+    Checkpoint(CheckpointStep),
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CheckpointStep {
+    SegmentSync,
+    CopyWrite,
+    CopySync,
+}
+
+/// User data of the checkpoint's operations: above every round slot's.
+const CHECKPOINT_USER_DATA: u64 = 1 << 32;
+
 impl JournalOp {
-    fn write(slot: u64, which: u64) -> u64 {
-        slot * 4 + which
+    fn user_data(self) -> u64 {
+        match self {
+            Self::Write { slot, which } => slot * 4 + which,
+            Self::Sync { slot } => slot * 4 + 2,
+            Self::Checkpoint(step) => CHECKPOINT_USER_DATA + step as u64,
+        }
     }
 
-    fn sync(slot: u64) -> u64 {
-        slot * 4 + 2
-    }
-
-    fn of(user_data: u64) -> (u64, Self) {
-        let op = if user_data % 4 == 2 { Self::Sync } else { Self::Write };
-        (user_data / 4, op)
+    fn of(user_data: u64) -> Self {
+        if user_data >= CHECKPOINT_USER_DATA {
+            return Self::Checkpoint(match user_data - CHECKPOINT_USER_DATA {
+                0 => CheckpointStep::SegmentSync,
+                1 => CheckpointStep::CopyWrite,
+                _ => CheckpointStep::CopySync,
+            });
+        }
+        let slot = user_data / 4;
+        match user_data % 4 {
+            2 => Self::Sync { slot },
+            which => Self::Write { slot, which },
+        }
     }
 }
 
@@ -368,25 +551,32 @@ fn reap(
     first_error.map_or(Ok(()), Err)
 }
 
-/// The replay's files: the segment (direct) or the journal and a segment (journal), opened
-/// with O_DIRECT, pre-written and synced; removed when dropped.
+/// The replay's files: the segment (direct), or the journal, its segment files and a
+/// superblock (journal), opened with O_DIRECT, pre-written and synced; removed when dropped.
 struct Files {
     first: File,
-    second: Option<File>,
+    segments: Vec<File>,
+    superblock: Option<File>,
     paths: Vec<PathBuf>,
 }
 
 impl Files {
-    fn create(form: Form, dir: &Path, wrap_bytes: u64) -> Result<Self, String> {
+    fn create(form: Form, dir: &Path, wrap_bytes: u64, segment_files: u64) -> Result<Self, String> {
         let mut files = Self {
             first: prewritten(&dir.join("replay-0.dat"), wrap_bytes + MARK_SLOTS * BLOCK_BYTES)?,
-            second: None,
+            segments: Vec::new(),
+            superblock: None,
             paths: vec![dir.join("replay-0.dat")],
         };
         if form == Form::Journal {
-            let path = dir.join("replay-1.dat");
+            for index in 0..segment_files {
+                let path = dir.join(format!("replay-segment-{index}.dat"));
+                files.paths.push(path.clone());
+                files.segments.push(prewritten(&path, wrap_bytes)?);
+            }
+            let path = dir.join("replay-superblock.dat");
             files.paths.push(path.clone());
-            files.second = Some(prewritten(&path, wrap_bytes)?);
+            files.superblock = Some(prewritten(&path, SUPERBLOCK_COPIES * SUPERBLOCK_COPY_BYTES)?);
         }
         Ok(files)
     }
@@ -471,12 +661,27 @@ mod tests {
     #[test]
     fn both_forms_replay_rounds_and_leave_no_file() {
         let dir = tempfile::tempdir().expect("tempdir");
-        for (form, in_flight) in [(Form::Direct, 1), (Form::Journal, 1), (Form::Journal, 3)] {
-            let report = measure(form, dir.path(), Duration::from_millis(100), 8 << 20, in_flight)
-                .unwrap_or_else(|e| panic!("{}: {e}", form.name()));
+        let one_file = SegmentLayout::default();
+        let files_4 = SegmentLayout { files: 4, checkpoint_rounds: 2 };
+        for (form, in_flight, layout) in [
+            (Form::Direct, 1, one_file),
+            (Form::Journal, 1, one_file),
+            (Form::Journal, 3, one_file),
+            (Form::Journal, 3, files_4),
+        ] {
+            let report =
+                measure(form, dir.path(), Duration::from_millis(100), 8 << 20, in_flight, layout)
+                    .unwrap_or_else(|e| panic!("{}: {e}", form.name()));
             assert!(report["rounds"].as_u64().is_some_and(|n| n >= in_flight), "{report}");
             assert_eq!(report["form"], form.name());
             assert_eq!(report["in_flight"], in_flight);
+            assert_eq!(report["segment_files"], layout.files);
+            if layout.checkpoint_rounds > 0 {
+                // Every checkpoint started is finished before the replay returns.
+                let rounds = report["rounds"].as_u64().unwrap();
+                let checkpoints = report["checkpoints"].as_u64().unwrap();
+                assert!(checkpoints >= 1 && checkpoints <= rounds / 2, "{report}");
+            }
         }
         assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
     }
@@ -507,16 +712,36 @@ mod tests {
     #[test]
     fn a_wrap_too_small_for_the_rounds_in_flight_and_a_bad_in_flight_are_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let error = measure(Form::Journal, dir.path(), Duration::from_millis(1), 1 << 20, 1)
-            .expect_err("refused");
+        let layout = SegmentLayout::default();
+        let error =
+            measure(Form::Journal, dir.path(), Duration::from_millis(1), 1 << 20, 1, layout)
+                .expect_err("refused");
         assert!(error.contains("--wrap-bytes must hold 2 rounds"), "{error}");
-        let error = measure(Form::Journal, dir.path(), Duration::from_millis(1), 3 << 20, 3)
-            .expect_err("refused");
+        let error =
+            measure(Form::Journal, dir.path(), Duration::from_millis(1), 3 << 20, 3, layout)
+                .expect_err("refused");
         assert!(error.contains("--wrap-bytes must hold 4 rounds"), "{error}");
         for (form, in_flight) in [(Form::Direct, 2), (Form::Journal, 0)] {
-            let error = measure(form, dir.path(), Duration::from_millis(1), 4 << 20, in_flight)
-                .expect_err("refused");
+            let error =
+                measure(form, dir.path(), Duration::from_millis(1), 4 << 20, in_flight, layout)
+                    .expect_err("refused");
             assert!(error.contains("--in-flight"), "{error}");
         }
+        let direct_in_files = SegmentLayout { files: 4, checkpoint_rounds: 0 };
+        let error = measure(
+            Form::Direct,
+            dir.path(),
+            Duration::from_millis(1),
+            4 << 20,
+            1,
+            direct_in_files,
+        )
+        .expect_err("refused");
+        assert!(error.contains("--segment-files"), "{error}");
+        let no_files = SegmentLayout { files: 0, checkpoint_rounds: 0 };
+        let error =
+            measure(Form::Journal, dir.path(), Duration::from_millis(1), 4 << 20, 1, no_files)
+                .expect_err("refused");
+        assert!(error.contains("--segment-files"), "{error}");
     }
 }

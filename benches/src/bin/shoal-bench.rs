@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use shoal_bench::cli::{self, Loopback, Parsed, Replay, Run};
+use shoal_bench::replay::{SegmentLayout, measure};
 use shoal_bench::run;
 
 /// `shoal-bench loopback --size BYTES [--samples N] [--cpus SERVER,CLIENT]`: one JSON line.
@@ -22,9 +23,13 @@ fn loopback(Loopback { size, samples, cpus }: Loopback) -> ExitCode {
     }
 }
 
-/// `shoal-bench replay --form FORM --dir DIR [--seconds S] [--wrap-bytes N]`: one JSON line.
-fn replay(Replay { form, dir, seconds, wrap_bytes, in_flight }: &Replay) -> ExitCode {
-    match shoal_bench::replay::measure(*form, dir, *seconds, *wrap_bytes as u64, *in_flight) {
+/// `shoal-bench replay --form FORM --dir DIR [--seconds S] [--wrap-bytes N] [--in-flight N]
+/// [--segment-files N] [--checkpoint-rounds N]`: one JSON line.
+fn replay(replay: &Replay) -> ExitCode {
+    let layout =
+        SegmentLayout { files: replay.segment_files, checkpoint_rounds: replay.checkpoint_rounds };
+    let wrap_bytes = replay.wrap_bytes as u64;
+    match measure(replay.form, &replay.dir, replay.seconds, wrap_bytes, replay.in_flight, layout) {
         Ok(report) => {
             println!("{report}");
             ExitCode::SUCCESS
