@@ -27,6 +27,41 @@ pub fn concat(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
     shift(crc_a, len_b) ^ crc_b
 }
 
+/// [`concat`] for one length of `B`, with its power of x computed once: for callers that
+/// concatenate many checksums whose second parts have the same length (a producer's batches
+/// often do), where computing the power each time shows in a profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shift {
+    len: usize,
+    power: u32,
+}
+
+impl Shift {
+    /// The shift over `len` bytes.
+    #[must_use]
+    pub fn new(len: usize) -> Self {
+        Self { len, power: power_of(len) }
+    }
+
+    /// The length it shifts over.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it shifts over no bytes.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The CRC-32C of `A ‖ B` from the CRC-32C of each, `B` being [`Shift::len`] bytes long.
+    #[must_use]
+    pub fn concat(&self, crc_a: u32, crc_b: u32) -> u32 {
+        multiply(self.power, crc_a) ^ crc_b
+    }
+}
+
 /// CRC-32C's polynomial, bit-reflected (bit 31 is x⁰).
 const POLYNOMIAL: u32 = 0x82F6_3B78;
 
@@ -47,6 +82,11 @@ const X_POW_2K: [u32; 67] = {
 /// 64 multiplications of 32 steps for any `len` (the `crc32c` crate's own combine squares a
 /// 32 × 32 matrix per bit of `len`, which costs as much as checksumming a large batch).
 fn shift(crc: u32, len: usize) -> u32 {
+    multiply(power_of(len), crc)
+}
+
+/// `x^(8·len) mod P`.
+fn power_of(len: usize) -> u32 {
     let mut power: u32 = 1 << 31; // x⁰
     let mut bits = len as u64;
     let mut k = 3; // a byte is x⁸ = x^(2³)
@@ -57,7 +97,7 @@ fn shift(crc: u32, len: usize) -> u32 {
         bits >>= 1;
         k += 1;
     }
-    multiply(power, crc)
+    power
 }
 
 /// `a · b mod P` in the bit-reflected representation.
@@ -109,6 +149,17 @@ mod tests {
         for len in [1usize, 7, 8, 255, 4096, 1 << 20, (1 << 32) + 5, usize::MAX >> 3] {
             for (a, b) in [(0u32, 0u32), (0xDEAD_BEEF, 0x1234_5678), (u32::MAX, 1)] {
                 assert_eq!(concat(a, b, len), crc32c::crc32c_combine(a, b, len), "len {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_shift_computed_once_concatenates_as_concat_does() {
+        for len in [0usize, 1, 255, 16_128, 1 << 20, usize::MAX >> 3] {
+            let shift = Shift::new(len);
+            assert_eq!(shift.len(), len);
+            for (a, b) in [(0u32, 0u32), (0xDEAD_BEEF, 0x1234_5678), (u32::MAX, 1)] {
+                assert_eq!(shift.concat(a, b), concat(a, b, len), "len {len}");
             }
         }
     }
