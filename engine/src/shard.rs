@@ -216,6 +216,10 @@ pub struct ShardCounters {
     /// Bytes of written prepares other groups' rings gave back to the shard's ring budget for
     /// an append whose own ring had none left to evict.
     pub ring_bytes_taken_back: u64,
+    /// Walks over the other groups' rings for room in the ring budget. A walk that finds
+    /// nothing written to take is not repeated until a flush finishes: at most one per flush
+    /// when the budget is full of unwritten prepares, however many appends it refuses.
+    pub ring_take_back_scans: u64,
     /// Zero steps completed: space ahead of a direct log's tail written with zeros and synced
     /// beside the flush cycles (their bytes count in `segment_bytes_written`).
     pub zero_steps: u64,
@@ -284,6 +288,10 @@ pub struct ShardStore<S: Storage> {
     segment_write_turn: u64,
     /// The group [`ShardStore::take_back_ring_budget`] asks first next time.
     ring_take_back_turn: u64,
+    /// The last walk for ring room found nothing written to take back. Until a flush finishes
+    /// (prepares become written only then), another walk would find nothing either; at 10,000
+    /// groups a walk per refused append would cost milliseconds per flush under backpressure.
+    ring_take_back_futile: bool,
     /// Where the next zero fill's turn starts (a group id): each takes a few of the steps due.
     zero_fill_turn: u64,
     /// Groups whose rolled segments' index files found no room: no checkpoint of theirs starts
@@ -531,6 +539,7 @@ impl<S: Storage> ShardStore<S> {
             active: groups.keys().copied().collect(),
             segment_write_turn: 0,
             ring_take_back_turn: 0,
+            ring_take_back_futile: false,
             zero_fill_turn: 0,
             groups,
             durable,
@@ -915,9 +924,10 @@ impl<S: Storage> ShardStore<S> {
     /// written prepares are taken (readers find them on their segments and in the batch
     /// cache); unwritten ones stay backpressure. True when any room was given back.
     fn take_back_ring_budget(&mut self, group: u64, size_bytes: usize) -> bool {
-        if !self.shared.ring_budget.over(size_bytes) {
+        if !self.shared.ring_budget.over(size_bytes) || self.ring_take_back_futile {
             return false;
         }
+        self.counters.ring_take_back_scans += 1;
         let turn = self.ring_take_back_turn;
         let mut given_back_bytes = 0;
         let from_turn = (Bound::Included(turn), Bound::Unbounded);
@@ -935,6 +945,7 @@ impl<S: Storage> ShardStore<S> {
             }
         }
         self.counters.ring_bytes_taken_back += given_back_bytes as u64;
+        self.ring_take_back_futile = given_back_bytes == 0;
         given_back_bytes > 0
     }
 
@@ -1347,6 +1358,8 @@ impl<S: Storage> ShardStore<S> {
             "flush cycles finish in the order they began"
         );
         self.flushes_in_flight -= 1;
+        // Its jobs may have written prepares other rings can give back.
+        self.ring_take_back_futile = false;
         let mut report = FlushReport::default();
         let mut synced = BTreeMap::new();
         if done.filesystem_synced {

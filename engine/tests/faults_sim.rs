@@ -354,8 +354,16 @@ fn the_ring_budget_held_by_written_prepares_of_other_groups_is_taken_back() {
         }
     }
     assert!(refused, "unwritten prepares are backpressure");
+    // Refused again and again before a flush, the shard walks the rings once: the first walk
+    // found nothing written, and nothing becomes written until a flush finishes.
+    let scans = shard.counters().ring_take_back_scans;
+    for _ in 0..5 {
+        assert!(matches!(try_append(&mut shard, 2, 20_000), Err(Error::LimitReached(_))));
+    }
+    assert_eq!(shard.counters().ring_take_back_scans, scans, "a futile walk is not repeated");
     sim.block_on(shard.flush()).unwrap();
     try_append(&mut shard, 2, 20_000).unwrap();
+    assert_eq!(shard.counters().ring_take_back_scans, scans + 1, "walks again after a flush");
 }
 
 #[test]
