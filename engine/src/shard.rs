@@ -817,7 +817,7 @@ impl<S: Storage> ShardStore<S> {
         if persisted {
             let op = prepare_of(header).op;
             let record = log.ring().by_op(op).expect("just appended").record.clone();
-            if self.body_shift.len() != header.body_size() {
+            if self.body_shift.len_bytes() != header.body_size() {
                 self.body_shift = checksum::Shift::new(header.body_size());
             }
             let checksum = self

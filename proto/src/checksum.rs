@@ -24,7 +24,7 @@ pub fn suffix(crc_whole: u32, prefix: &[u8], suffix_len: usize) -> u32 {
 /// The CRC-32C of `A ‖ B` from the CRC-32C of each and the length of `B`.
 #[must_use]
 pub fn concat(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
-    shift(crc_a, len_b) ^ crc_b
+    Shift::new(len_b).concat(crc_a, crc_b)
 }
 
 /// [`concat`] for one length of `B`, with its power of x computed once: for callers that
@@ -32,30 +32,24 @@ pub fn concat(crc_a: u32, crc_b: u32, len_b: usize) -> u32 {
 /// often do), where computing the power each time shows in a profile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shift {
-    len: usize,
+    len_bytes: usize,
     power: u32,
 }
 
 impl Shift {
-    /// The shift over `len` bytes.
+    /// The shift over `len_bytes` bytes.
     #[must_use]
-    pub fn new(len: usize) -> Self {
-        Self { len, power: power_of(len) }
+    pub fn new(len_bytes: usize) -> Self {
+        Self { len_bytes, power: power_of(len_bytes) }
     }
 
     /// The length it shifts over.
     #[must_use]
-    pub fn len(&self) -> usize {
-        self.len
+    pub fn len_bytes(&self) -> usize {
+        self.len_bytes
     }
 
-    /// Whether it shifts over no bytes.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The CRC-32C of `A ‖ B` from the CRC-32C of each, `B` being [`Shift::len`] bytes long.
+    /// The CRC-32C of `A ‖ B` from the CRC-32C of each, `B` being [`Shift::len_bytes`] long.
     #[must_use]
     pub fn concat(&self, crc_a: u32, crc_b: u32) -> u32 {
         multiply(self.power, crc_a) ^ crc_b
@@ -157,7 +151,7 @@ mod tests {
     fn a_shift_computed_once_concatenates_as_concat_does() {
         for len in [0usize, 1, 255, 16_128, 1 << 20, usize::MAX >> 3] {
             let shift = Shift::new(len);
-            assert_eq!(shift.len(), len);
+            assert_eq!(shift.len_bytes(), len);
             for (a, b) in [(0u32, 0u32), (0xDEAD_BEEF, 0x1234_5678), (u32::MAX, 1)] {
                 assert_eq!(shift.concat(a, b), concat(a, b, len), "len {len}");
             }
