@@ -853,6 +853,57 @@ fn zero_steps_due_together_are_written_a_few_at_a_time_in_turn() {
     }
 }
 
+/// A group on the direct path syncs its segment in every job, so its checkpoints record what is
+/// already durable without syncing the segment again: one device flush fewer per checkpoint
+/// beside the appends' own (docs/benchmarks.md, "The one-partition row: a round against its
+/// replay"). A group on the journal path still syncs its segment at each checkpoint, and after a
+/// power loss both groups have every op.
+#[test]
+fn checkpoints_of_a_direct_group_sync_no_segment_a_direct_job_synced() {
+    const APPENDS: u64 = 64;
+    for (path, segment_syncs_expected) in [
+        (shoal_engine::direct::PersistedPath::Direct, false),
+        (shoal_engine::direct::PersistedPath::Journal, true),
+    ] {
+        let sim = Sim::new(9, SimConfig::default());
+        let dir = Path::new("/data/shard-0");
+        let config = ShardConfig { persisted_path: path, ..ShardConfig::small() };
+        let (mut shard, _) =
+            sim.block_on(ShardStore::open(sim.storage(), dir, config.clone())).unwrap();
+        // One segment: rolled segments are synced when they settle, on either path.
+        let group =
+            GroupConfig { segment_size_bytes: 8 << 20, ..group_config(Durability::Persisted) };
+        sim.block_on(shard.create_group(GROUP, group)).unwrap();
+        let before = shard.counters();
+        for _ in 0..APPENDS {
+            // 48 KiB per append: the small profile's 1 MiB checkpoint interval every ~21.
+            append_to(&mut shard, GROUP, 48 << 10);
+            while let Some(cycle) = shard.begin_flush() {
+                let report = shard.finish_flush(sim.block_on(cycle.run()));
+                assert!(report.failed.is_empty(), "{report:?}");
+            }
+            if let Some(job) = shard.begin_checkpoint() {
+                shard.finish_checkpoint(sim.block_on(job.run())).unwrap();
+            }
+        }
+        let after = shard.counters();
+        assert_eq!(shard.durable_op(GROUP), Some(APPENDS));
+        assert!(after.superblock_writes - before.superblock_writes >= 2, "{path:?}: {after:?}");
+        if segment_syncs_expected {
+            assert!(after.segment_syncs > before.segment_syncs, "{path:?}: {after:?}");
+        } else {
+            assert!(after.direct_syncs - before.direct_syncs >= APPENDS, "{path:?}: {after:?}");
+            assert_eq!(after.segment_syncs, before.segment_syncs, "{path:?}: a checkpoint synced");
+        }
+        drop(shard);
+        // A power loss: the simulated disk keeps only what a sync made durable.
+        sim.crash();
+        let (shard, report) = sim.block_on(ShardStore::open(sim.storage(), dir, config)).unwrap();
+        assert!(report.groups.iter().all(|g| g.corruption.is_none()), "{path:?}: {report:?}");
+        assert_eq!(shard.durable_op(GROUP), Some(APPENDS), "{path:?}");
+    }
+}
+
 /// A power loss can tear one journal cycle so that a later entry of it survives whole past a
 /// damaged one (the disk keeps any subset of an unsynced write's sectors; an entry that starts
 /// on a block is found past the damage). Recovery must treat the cycle as torn where it first

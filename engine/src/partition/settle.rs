@@ -82,7 +82,8 @@ impl<S: Storage> SettleJob<S> {
 pub struct CheckpointCandidate<S: Storage> {
     /// Where it lies.
     pub checkpoint: Checkpoint,
-    /// The file to sync before recording it (None: that segment was synced when it rolled).
+    /// The file to sync before recording it (None: that segment was synced when it rolled, or
+    /// a direct job's sync already covers everything written).
     pub file: Option<Rc<S::File>>,
     /// Rolled segments below it to settle first (None: every one is settled).
     pub settle: Option<SettleJob<S>>,
@@ -98,7 +99,9 @@ impl<S: Storage> PartitionLog<S> {
 
     /// The checkpoint the written data allows, when it is past the durable one: the location,
     /// the file to sync before recording it (None when that segment was already synced when it
-    /// rolled), the rolled segments below it to settle, and the append count it stands for.
+    /// rolled, or when a direct job synced through the written op: its sync covered every file
+    /// with written data, `unsynced_segments` included), the rolled segments below it to
+    /// settle, and the append count it stands for.
     pub fn checkpoint_candidate(&self) -> Option<CheckpointCandidate<S>> {
         if !self.has_checkpoint_candidate() {
             return None;
@@ -122,9 +125,12 @@ impl<S: Storage> PartitionLog<S> {
             group: self.group,
             segments,
         });
+        // A group on the direct path syncs every job: a checkpoint sync would repeat it, one more
+        // device flush per checkpoint beside the appends' own.
+        let synced = self.synced.is_some_and(|(op, _)| op >= self.written.op);
         Some(CheckpointCandidate {
             checkpoint: self.written.checkpoint(),
-            file: self.files.get(&written_base).cloned(),
+            file: if synced { None } else { self.files.get(&written_base).cloned() },
             settle,
             appended_bytes: self.written_appended_bytes,
         })
