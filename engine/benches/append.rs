@@ -20,7 +20,9 @@
 //! ones run checkpoints and zero fills beside the flush cycles, as the node layer does.
 //!
 //! The data directory is a temporary directory under `SHOAL_BENCH_DIR` (default: the system
-//! temporary directory), which should be on the disk under test.
+//! temporary directory), which should be on the disk under test. With `SHOAL_BENCH_PHASES` set,
+//! the 64 KiB benchmarks also print the thread's time per append in each step between one
+//! append's sync and the next append's writes ([`Phases`]).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -422,13 +424,21 @@ fn persisted_64k_bench(c: &mut Criterion, name: &str, recycled_segment_bytes: Op
     let mut beside = Beside::default();
     let mut appended = 0u64;
     let mut latencies_us: Vec<u64> = Vec::new();
+    let mut phases = Phases::from_env();
     group.bench_function(name, |b| {
         b.iter_custom(|iterations| {
             let mut elapsed = Duration::ZERO;
             rt.block_on(async {
                 let mut append_and_flush = async |shard: &mut ShardStore<UringStorage>| {
-                    let op = append_one(shard, 1, &batch);
-                    beside.flush(shard).await;
+                    let start = phases.now();
+                    let next = shard.next(1).expect("group");
+                    let fields = Prepare { record_count: 1, ..Prepare::default() };
+                    let header = build_prepare(&next, 1, 0, fields, &batch);
+                    let built = phases.took(Phase::Prepare, start);
+                    shard.append(1, &header, &batch).expect("append");
+                    let op = next.op;
+                    phases.took(Phase::Append, built);
+                    beside.flush_timed(shard, &mut phases).await;
                     assert_eq!(shard.durable_op(1), Some(op));
                     appended += 1;
                     if recycled_segment_bytes.is_some()
@@ -481,6 +491,72 @@ fn persisted_64k_bench(c: &mut Criterion, name: &str, recycled_segment_bytes: Op
     drop(store);
     print_latencies(name, &mut latencies_us);
     io.print(name);
+    phases.print(name);
+}
+
+/// The steps of one 64 KiB append, from building its prepare to the flush cycle's end.
+#[derive(Clone, Copy)]
+enum Phase {
+    /// The prepare's header over the body: its body checksum, which a server computes when the
+    /// request arrives.
+    Prepare,
+    /// `ShardStore::append`: the copy into the write buffer and the ring.
+    Append,
+    /// `ShardStore::begin_flush`: the cycle's jobs and their writes.
+    BeginFlush,
+    /// The cycle's first poll, which issues its writes.
+    FirstPoll,
+    /// The cycle's later polls: each write's and the sync's completion.
+    LaterPolls,
+    /// `ShardStore::finish_flush`, and the jobs beside the cycles.
+    Finish,
+}
+
+/// Where an append's thread time goes, step by step ([`Phase`]), when `SHOAL_BENCH_PHASES` is
+/// set: what lies between a sync's completion and the next append's writes when one append is
+/// in flight, beside the replay of the same I/O (`shoal-bench replay --form direct`), which
+/// spends none of it (docs/benchmarks.md, "The one-partition row: a round against its replay").
+/// Unset, it reads no clock.
+struct Phases {
+    enabled: bool,
+    appends: u64,
+    ns: [u64; 6],
+}
+
+impl Phases {
+    const NAMES: [&str; 6] =
+        ["prepare", "append", "begin_flush", "first poll", "later polls", "finish and beside"];
+
+    fn from_env() -> Self {
+        Self { enabled: std::env::var_os("SHOAL_BENCH_PHASES").is_some(), appends: 0, ns: [0; 6] }
+    }
+
+    fn now(&self) -> Option<Instant> {
+        self.enabled.then(Instant::now)
+    }
+
+    /// Adds the time since `since` to `phase`; returns now, the next phase's start.
+    fn took(&mut self, phase: Phase, since: Option<Instant>) -> Option<Instant> {
+        let since = since?;
+        let now = Instant::now();
+        self.ns[phase as usize] += (now - since).as_nanos() as u64;
+        if matches!(phase, Phase::Append) {
+            self.appends += 1;
+        }
+        Some(now)
+    }
+
+    fn print(&self, name: &str) {
+        if self.appends == 0 {
+            return;
+        }
+        let steps: Vec<String> = Self::NAMES
+            .iter()
+            .zip(self.ns)
+            .map(|(step, ns)| format!("{step} {:.2}", ns as f64 / self.appends as f64 / 1000.0))
+            .collect();
+        println!("{name} thread time per append, us: {}", steps.join(", "));
+    }
 }
 
 /// A job running beside the flush cycles, and its output once it finished.
@@ -521,18 +597,34 @@ struct Beside {
 }
 
 impl Beside {
-    /// Runs one flush cycle to its end while the jobs beside it progress.
-    async fn flush(&mut self, shard: &mut ShardStore<UringStorage>) {
+    /// Runs one flush cycle to its end while the jobs beside it progress, adding each step's
+    /// time to `phases`.
+    async fn flush_timed(&mut self, shard: &mut ShardStore<UringStorage>, phases: &mut Phases) {
+        let start = phases.now();
         if let Some(flush) = shard.begin_flush() {
+            let begun = phases.took(Phase::BeginFlush, start);
             let mut run = std::pin::pin!(flush.run());
+            let mut polls = 0;
             let done = poll_fn(|context| {
+                let poll_start = phases.now();
                 self.checkpoint.poll(context);
                 self.zero_fill.poll(context);
-                run.as_mut().poll(context)
+                let result = run.as_mut().poll(context);
+                let phase = if polls == 0 { Phase::FirstPoll } else { Phase::LaterPolls };
+                // The first poll counts from the cycle's start, the later ones each alone: the
+                // thread waits between them.
+                phases.took(phase, if polls == 0 { begun } else { poll_start });
+                polls += 1;
+                result
             })
             .await;
+            let finish_start = phases.now();
             let report = shard.finish_flush(done);
             assert!(report.failed.is_empty() && !report.storage_full, "{report:?}");
+            self.apply(shard);
+            self.begin(shard);
+            phases.took(Phase::Finish, finish_start);
+            return;
         }
         self.apply(shard);
         self.begin(shard);
