@@ -67,7 +67,7 @@ fn swarm_of_fixed_seeds_keeps_every_invariant_and_reaches_every_branch() {
         ("zero_steps", coverage.zero_steps, 100),
         ("damage_repaired", coverage.damage_repaired, 100),
         ("damaged_ops_repaired", coverage.damaged_ops_repaired, 5_000),
-        ("read_errors", coverage.read_errors, 25),
+        ("read_errors", coverage.read_errors, 20),
         ("opens_failed", coverage.opens_failed, 1),
         ("disk_full_periods", coverage.disk_full_periods, 150),
         ("storage_full_rounds", coverage.storage_full_rounds, 50),
