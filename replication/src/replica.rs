@@ -1104,19 +1104,52 @@ impl Replica {
         self.finish_epoch_change();
     }
 
-    /// Whether a tick would do nothing but count: the primary of a one-replica group, normal,
-    /// with no configuration change to finish. Its commit broadcast reaches no one and no timer
-    /// of its status can fire, until an input changes that. The driver may then stop ticking
-    /// it and call [`Replica::skip_ticks`] before its next input (a shard of 10,000 such groups
-    /// would otherwise walk them all every tick).
-    pub fn tick_only_counts(&self) -> bool {
-        self.config.replica_count == 1 && self.is_primary() && self.epoch_change.is_none()
+    /// How many of the next ticks would do nothing but count, were no input to arrive first:
+    /// no timer of its status fires, nothing is sent, retried or repaired. The driver may stop
+    /// ticking the replica for that many ticks and call [`Replica::skip_ticks`] before its next
+    /// input or tick (a shard of 10,000 groups would otherwise walk them all every tick).
+    ///
+    /// - `u64::MAX` for the primary of a one-replica group (its commit broadcast reaches no
+    ///   one) and a removed replica.
+    /// - For a normal backup that misses nothing, the ticks before its heartbeat deadline: an
+    ///   idle group's backups then wake once per heartbeat, which is an input.
+    /// - 0 for everything else. A primary with peers keeps ticking: besides its heartbeat
+    ///   timer, its peers' silence and lag grow with its ticks, and the driver reads them
+    ///   between ticks ([`Replica::group_status`], [`Replica::in_sync_ticks`]).
+    pub fn ticks_only_counting(&self) -> u64 {
+        if self.epoch_change.is_some() {
+            return 0;
+        }
+        if self.config.replica_count == 1 && self.is_primary() {
+            return u64::MAX;
+        }
+        match self.status {
+            Status::Removed => u64::MAX,
+            Status::Normal if !self.is_primary() => {
+                // Before the deadline a backup's tick only repairs: nothing to do while it
+                // misses nothing and no round or transfer is open.
+                if self.repair_wanted
+                    || self.repair_round.is_some()
+                    || self.transfer.is_some()
+                    || self.needs_state_transfer()
+                    || !self.missing_requests().0.is_empty()
+                {
+                    return 0;
+                }
+                self.heartbeat_deadline_tick.saturating_sub(self.tick + 1)
+            }
+            _ => 0,
+        }
     }
 
-    /// `ticks` ticks at once, for a replica whose ticks only count ([`Replica::tick_only_counts`]):
-    /// it ends in the state `ticks` calls of [`Replica::on_tick`] would leave it in.
+    /// `ticks` ticks at once, for a replica whose next `ticks` ticks only count
+    /// ([`Replica::ticks_only_counting`]): it ends in the state `ticks` calls of
+    /// [`Replica::on_tick`] would leave it in.
     pub fn skip_ticks(&mut self, ticks: u64) {
-        assert!(self.tick_only_counts(), "ticks skipped on a replica whose tick does work");
+        assert!(
+            ticks <= self.ticks_only_counting(),
+            "ticks skipped on a replica whose tick does work"
+        );
         if ticks == 0 {
             return;
         }
@@ -3207,7 +3240,7 @@ mod tests {
                     for _ in 0..before {
                         skipping.on_tick();
                     }
-                    assert!(ticking.tick_only_counts());
+                    assert_eq!(ticking.ticks_only_counting(), u64::MAX);
                     for _ in 0..skipped {
                         ticking.on_tick();
                     }
@@ -3220,11 +3253,12 @@ mod tests {
         }
     }
 
-    /// A replica with peers, or one that is not the primary, does work on its tick.
+    /// Only a one-replica primary's ticks count until an input; a replica with peers has
+    /// timers (heartbeats sent or awaited) that end its counting ticks.
     #[test]
-    fn only_a_one_replica_primary_may_skip_ticks() {
-        assert!(Replica::new(ReplicaConfig::new(1, 0, 1, 0), 7).tick_only_counts());
-        assert!(!Replica::new(ReplicaConfig::new(1, 0, 3, 0), 7).tick_only_counts());
-        assert!(!Replica::new(ReplicaConfig::new(1, 1, 3, 0), 7).tick_only_counts());
+    fn only_a_one_replica_primary_counts_ticks_until_an_input() {
+        assert_eq!(Replica::new(ReplicaConfig::new(1, 0, 1, 0), 7).ticks_only_counting(), u64::MAX);
+        assert!(Replica::new(ReplicaConfig::new(1, 0, 3, 0), 7).ticks_only_counting() < u64::MAX);
+        assert!(Replica::new(ReplicaConfig::new(1, 1, 3, 0), 7).ticks_only_counting() < u64::MAX);
     }
 }

@@ -223,23 +223,28 @@ fn a_seed_reproduces_its_trace() {
     assert_ne!(run(&options).trace_hash, first.trace_hash, "the seed decides the run");
 }
 
-/// Groups that sleep through ticks that would only count (one-replica primaries) end every
-/// run as ticking them all would: the swarm's one-replica seeds, faults and all, give the same
-/// trace and coverage both ways, and the groups did sleep.
+/// Groups that sleep through ticks that would only count end every run as ticking them all
+/// would: the swarm's seeds of one replica (primaries sleep until an input) and of three and
+/// five (backups sleep until their heartbeat deadline or the next heartbeat), faults and all,
+/// give the same trace and coverage both ways, and the groups did sleep.
 #[test]
 fn sleeping_groups_change_no_run() {
-    for seed in [0, 10, 20, 30] {
-        let options = SimOptions { replicas: 1, ..SimOptions::new(seed) };
+    for (seed, replicas) in [(0, 1), (10, 1), (20, 1), (30, 1), (1, 3), (2, 3), (3, 5)] {
+        let options = SimOptions { replicas, ..SimOptions::new(seed) };
         let sleeping = run(&options);
         let ticking = run(&SimOptions { groups_sleep: false, ..options });
-        assert!(sleeping.violation.is_none(), "seed {seed}: {:?}", sleeping.violation);
-        assert!(sleeping.coverage.ticks_slept > 0, "seed {seed}: no group slept");
-        assert_eq!(ticking.coverage.ticks_slept, 0, "seed {seed}");
-        assert_eq!(sleeping.trace_hash, ticking.trace_hash, "seed {seed}");
+        assert!(
+            sleeping.violation.is_none(),
+            "seed {seed} of {replicas}: {:?}",
+            sleeping.violation
+        );
+        assert!(sleeping.coverage.ticks_slept > 0, "seed {seed} of {replicas}: no group slept");
+        assert_eq!(ticking.coverage.ticks_slept, 0, "seed {seed} of {replicas}");
+        assert_eq!(sleeping.trace_hash, ticking.trace_hash, "seed {seed} of {replicas}");
         assert_eq!(
             Coverage { ticks_slept: 0, ..sleeping.coverage },
             ticking.coverage,
-            "seed {seed}"
+            "seed {seed} of {replicas}"
         );
     }
 }

@@ -101,6 +101,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     pub fn on_tick(&mut self) {
         self.store.retry_storage_full();
         self.ticks += 1;
+        self.wake_due();
         // Every replica ticks first, then the ones with output are collected in group order:
         // one group's tick never depends on another's output, so this is the order of ticking
         // and collecting each in turn, without looking every group up again.

@@ -86,6 +86,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             Some(node) => self.preferred_primaries.insert(group, node),
             None => self.preferred_primaries.remove(&group),
         };
+        // Its next tick decides whether its primary is away: a sleeping group ticks again.
+        self.wake(group);
     }
 
     /// On a tick: `group`, led by this node away from where its primary belongs (its home, or

@@ -1,8 +1,11 @@
-//! Which groups tick. A group whose tick would only count (`Replica::tick_only_counts`: a
-//! one-replica primary with nothing to finish) sleeps: the node's tick skips it, and the next
-//! input first hands it the ticks it slept through (`Replica::skip_ticks`), so it is in the
-//! state ticking it every time would have left it in. A single node's 10,000 idle groups then
-//! cost its tick nothing.
+//! Which groups tick. A group whose next ticks would only count (`Replica::ticks_only_counting`)
+//! sleeps: the node's tick skips it until an input arrives or the tick at which its own tick
+//! does work again comes, and then first hands it the ticks it slept through
+//! (`Replica::skip_ticks`), so it is in the state ticking it every time would have left it in.
+//! A one-replica primary with nothing to finish sleeps until an input: a single node's 10,000
+//! idle groups cost its tick nothing. A backup that misses nothing sleeps until its heartbeat
+//! deadline, and in an idle group the primary's heartbeat (an input) wakes it once per commit
+//! interval; a primary with peers keeps ticking (`Replica::ticks_only_counting` says why).
 //!
 //! Every input to a group goes through [`Node::wake`]; a group is put to sleep only at the end
 //! of its tick, never while an input may still follow. Nothing here decides what a replica
@@ -17,13 +20,16 @@ use crate::replica::Replica;
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// Adds `replica` as `group`, awake (its first tick decides whether it sleeps).
     pub(super) fn insert_group(&mut self, group: u64, replica: Replica, failed: Option<String>) {
-        self.groups.insert(group, Group { replica, failed, asleep_since_tick: None });
+        let entry = Group { replica, failed, asleep_since_tick: None, wake_at_tick: None };
+        self.groups.insert(group, entry);
         self.awake.insert(group);
     }
 
     /// Removes `group`, asleep or not.
     pub(super) fn remove_group(&mut self, group: u64) {
-        self.groups.remove(&group);
+        if let Some(at) = self.groups.remove(&group).and_then(|entry| entry.wake_at_tick) {
+            self.wake_ticks.remove(&(at, group));
+        }
         self.awake.remove(&group);
     }
 
@@ -35,24 +41,55 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             entry.replica.skip_ticks(self.ticks - since);
             self.counters.ticks_slept += self.ticks - since;
             self.awake.insert(group);
+            if let Some(at) = entry.wake_at_tick.take() {
+                self.wake_ticks.remove(&(at, group));
+            }
         }
         Some(entry)
     }
 
-    /// Puts `group` to sleep after its tick if that tick, and every one after it until an
-    /// input, would only count: nothing failed, no output waits, no repair is wanted or due.
+    /// At the start of a node tick: wakes the sleeping groups whose tick does work at this
+    /// one, handing them every tick before it, so that they take this one with the others.
+    pub(super) fn wake_due(&mut self) {
+        while let Some(&(at, group)) = self.wake_ticks.first() {
+            if at > self.ticks {
+                break;
+            }
+            assert_eq!(at, self.ticks, "a sleeping group's working tick passed by");
+            self.wake_ticks.pop_first();
+            let entry = self.groups.get_mut(&group).expect("a group with a wake tick is held");
+            let since = entry.asleep_since_tick.take().expect("a group with a wake tick sleeps");
+            entry.wake_at_tick = None;
+            entry.replica.skip_ticks(self.ticks - 1 - since);
+            self.counters.ticks_slept += self.ticks - 1 - since;
+            self.awake.insert(group);
+        }
+    }
+
+    /// Puts `group` to sleep after its tick if the next ticks would only count: nothing failed,
+    /// no output waits, no repair is wanted or due, and no timer of the replica's fires. It
+    /// sleeps until an input, or until the tick at which its own tick works again.
     pub(super) fn sleep_if_idle(&mut self, group: u64) {
         let Some(entry) = self.groups.get_mut(&group) else { return };
         let replica = &entry.replica;
-        if self.config.groups_sleep
-            && entry.failed.is_none()
-            && replica.tick_only_counts()
-            && !replica.has_ready()
-            && !replica.repair_wanted()
-            && !replica.repair_in_flight()
+        if !self.config.groups_sleep
+            || entry.failed.is_some()
+            || replica.has_ready()
+            || replica.repair_wanted()
+            || replica.repair_in_flight()
         {
-            entry.asleep_since_tick = Some(self.ticks);
-            self.awake.remove(&group);
+            return;
         }
+        let ticks = replica.ticks_only_counting();
+        if ticks == 0 {
+            return;
+        }
+        entry.asleep_since_tick = Some(self.ticks);
+        // Past the ticks that only count comes one that works: the node wakes the group then.
+        entry.wake_at_tick = ticks.checked_add(self.ticks + 1);
+        if let Some(at) = entry.wake_at_tick {
+            self.wake_ticks.insert((at, group));
+        }
+        self.awake.remove(&group);
     }
 }

@@ -24,8 +24,11 @@ pub(super) struct Group {
     /// Set when the engine failed the group: it takes no more input.
     pub(super) failed: Option<String>,
     /// The node's tick count when the group stopped ticking, its ticks only counting
-    /// (`Replica::tick_only_counts`); `None` while it ticks. See the `sleep` module.
+    /// (`Replica::ticks_only_counting`); `None` while it ticks. See the `sleep` module.
     pub(super) asleep_since_tick: Option<u64>,
+    /// The node tick at which a sleeping group's tick does work again, when one will before
+    /// any input (it is then in [`Node::wake_ticks`]).
+    pub(super) wake_at_tick: Option<u64>,
 }
 
 /// One shard's replicas and engine. See the documentation of the `node` module.
@@ -43,6 +46,8 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     pub(super) ticks: u64,
     /// The groups that tick (every group not asleep), in group order.
     pub(super) awake: BTreeSet<u64>,
+    /// Sleeping groups whose tick does work at a known node tick, by (that tick, group).
+    pub(super) wake_ticks: BTreeSet<(u64, u64)>,
     /// The writes the replicas asked for, not yet applied to the engine: (ticket, group, write),
     /// in ticket order.
     pub(super) writes: VecDeque<(u64, u64, Write)>,
@@ -114,6 +119,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             groups: BTreeMap::new(),
             ticks: 0,
             awake: BTreeSet::new(),
+            wake_ticks: BTreeSet::new(),
             writes: VecDeque::new(),
             tickets_issued: 0,
             tickets_durable: 0,
