@@ -192,15 +192,7 @@ impl LagTracker {
             if replica == own || members & (1 << replica) == 0 {
                 continue;
             }
-            let silent_ticks = tick.saturating_sub(heard_tick);
-            let lag_ticks = tick.saturating_sub(caught_up_tick);
-            let now = if silent_ticks > self.lag_ticks_max {
-                ReplicaState::Dead
-            } else if lag_ticks > self.lag_ticks_max {
-                ReplicaState::Lagging
-            } else {
-                ReplicaState::InSync
-            };
+            let now = state_at(self.lag_ticks_max, tick, heard_tick, caught_up_tick);
             if now != ReplicaState::InSync {
                 self.in_sync_since_tick[replica] = None;
             }
@@ -217,6 +209,38 @@ impl LagTracker {
                 _ => {}
             }
         }
+    }
+
+    /// The first of the next ticks after `tick` (1: the next) at which [`LagTracker::update`]
+    /// would change some backup's state, were no backup heard from in between; `u64::MAX`
+    /// when none would. Silence and lag only grow until then, so a state changes only where
+    /// one of them passes `lag_ticks_max`.
+    pub(crate) fn ticks_until_change(
+        &self,
+        tick: u64,
+        members: u32,
+        last_heard_tick: &[u64],
+    ) -> u64 {
+        let own = usize::from(self.own);
+        let slots = self.states.iter().zip(&self.caught_up_tick).zip(last_heard_tick);
+        let mut first = u64::MAX;
+        for (replica, ((&state, &caught_up_tick), &heard_tick)) in slots.enumerate() {
+            if replica == own || members & (1 << replica) == 0 {
+                continue;
+            }
+            let passes = |since: u64| (since + self.lag_ticks_max + 1).saturating_sub(tick);
+            let mut candidates = [1, passes(heard_tick), passes(caught_up_tick)];
+            candidates.sort_unstable();
+            let changes = |ticks: &&u64| {
+                **ticks >= 1
+                    && state_at(self.lag_ticks_max, tick + **ticks, heard_tick, caught_up_tick)
+                        != state
+            };
+            if let Some(&change) = candidates.iter().find(changes) {
+                first = first.min(change);
+            }
+        }
+        first
     }
 
     /// How long backup `replica` has been in sync without a break at `tick`, by the evidence of
@@ -263,6 +287,17 @@ impl LagTracker {
                 }
             })
             .collect()
+    }
+}
+
+/// A backup's state at `tick`, by when it was last heard from and last caught up.
+fn state_at(lag_ticks_max: u64, tick: u64, heard_tick: u64, caught_up_tick: u64) -> ReplicaState {
+    if tick.saturating_sub(heard_tick) > lag_ticks_max {
+        ReplicaState::Dead
+    } else if tick.saturating_sub(caught_up_tick) > lag_ticks_max {
+        ReplicaState::Lagging
+    } else {
+        ReplicaState::InSync
     }
 }
 

@@ -801,9 +801,16 @@ impl Replica {
     /// The group as this replica sees it: view, status, commit point and head; and, on the
     /// serving primary only, every member's acknowledged op, lag and state (DESIGN.md §4 "Lag").
     pub fn group_status(&self) -> GroupStatus {
+        self.group_status_after(0)
+    }
+
+    /// [`Replica::group_status`] as it will read once the replica is handed `ticks` ticks that
+    /// only count ([`Replica::ticks_only_counting`]): the peers' silence and lag grow by them.
+    /// A driver that let the replica sleep reads it so.
+    pub fn group_status_after(&self, ticks: u64) -> GroupStatus {
         let primary = self.is_primary();
         let replicas = if primary {
-            self.lag.progress(self.tick, &self.last_heard_tick, self.op_durable)
+            self.lag.progress(self.tick + ticks, &self.last_heard_tick, self.op_durable)
         } else {
             Vec::new()
         };
@@ -1113,9 +1120,11 @@ impl Replica {
     ///   one) and a removed replica.
     /// - For a normal backup that misses nothing, the ticks before its heartbeat deadline: an
     ///   idle group's backups then wake once per heartbeat, which is an input.
-    /// - 0 for everything else. A primary with peers keeps ticking: besides its heartbeat
-    ///   timer, its peers' silence and lag grow with its ticks, and the driver reads them
-    ///   between ticks ([`Replica::group_status`], [`Replica::in_sync_ticks`]).
+    /// - For a normal primary with peers and nothing in its pipeline or handing over, the ticks
+    ///   before its next heartbeat, before it would lose touch with a quorum, and before a
+    ///   peer's lag state would change. Its peers' silence and lag grow meanwhile: a driver
+    ///   reads them through [`Replica::group_status_after`] and the ticks it has not handed on.
+    /// - 0 for everything else.
     pub fn ticks_only_counting(&self) -> u64 {
         if self.epoch_change.is_some() {
             return 0;
@@ -1125,7 +1134,21 @@ impl Replica {
         }
         match self.status {
             Status::Removed => u64::MAX,
-            Status::Normal if !self.is_primary() => {
+            Status::Normal if self.is_primary() => {
+                if self.hand_over.is_some() || !self.pipeline.is_empty() {
+                    return 0;
+                }
+                // The first of the next ticks (1: the next) at which `tick_status` works.
+                let members = self.config.members.members();
+                let first_due = self
+                    .next_commit_tick
+                    .saturating_sub(self.tick)
+                    .max(1)
+                    .min(self.quorum_lost_in_ticks())
+                    .min(self.lag.ticks_until_change(self.tick, members, &self.last_heard_tick));
+                first_due - 1
+            }
+            Status::Normal => {
                 // Before the deadline a backup's tick only repairs: nothing to do while it
                 // misses nothing and no round or transfer is open.
                 if self.repair_wanted
@@ -3037,6 +3060,26 @@ impl Replica {
                 self.ready.replies.push(Reply { client, request, result });
             }
         }
+    }
+
+    /// The first of the next ticks (1: the next) at which [`Replica::quorum_in_touch`] fails,
+    /// were no peer heard from in between; `u64::MAX` when it never would.
+    fn quorum_lost_in_ticks(&self) -> u64 {
+        let needed = self.config.quorum().saturating_sub(1);
+        if needed == 0 {
+            return u64::MAX;
+        }
+        // The last of the next ticks at which each voter peer still counts as in touch.
+        let timeout = self.config.heartbeat_timeout_ticks;
+        let mut fresh_until: Vec<u64> = self
+            .voter_peers()
+            .map(|r| (self.last_heard_tick[usize::from(r)] + timeout).saturating_sub(self.tick))
+            .collect();
+        if fresh_until.len() < needed {
+            return 1;
+        }
+        fresh_until.sort_unstable_by(|a, b| b.cmp(a));
+        fresh_until[needed - 1] + 1
     }
 
     fn quorum_in_touch(&self) -> bool {

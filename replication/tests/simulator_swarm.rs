@@ -225,8 +225,9 @@ fn a_seed_reproduces_its_trace() {
 
 /// Groups that sleep through ticks that would only count end every run as ticking them all
 /// would: the swarm's seeds of one replica (primaries sleep until an input) and of three and
-/// five (backups sleep until their heartbeat deadline or the next heartbeat), faults and all,
-/// give the same trace and coverage both ways, and the groups did sleep.
+/// five (primaries sleep until their next heartbeat, backups until their heartbeat deadline or
+/// the next heartbeat), faults and all, give the same trace and coverage both ways, and the
+/// groups did sleep.
 #[test]
 fn sleeping_groups_change_no_run() {
     for (seed, replicas) in [(0, 1), (10, 1), (20, 1), (30, 1), (1, 3), (2, 3), (3, 5)] {

@@ -39,11 +39,12 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     pub fn hand_over_all(&mut self) -> usize {
         let mut begun = 0;
         for group in self.groups_led() {
-            let replica = &self.groups[&group].replica;
+            let entry = &self.groups[&group];
+            let replica = &entry.replica;
             if replica.handing_over().is_some() {
                 continue;
             }
-            let Some(to) = shutdown_target(replica) else {
+            let Some(to) = shutdown_target(replica, self.asleep_ticks(entry)) else {
                 self.counters.shutdown_groups_without_peer += 1;
                 continue;
             };
@@ -73,7 +74,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             let replica = &g.replica;
             replica.handing_over().is_none()
                 && replica.status() != crate::replica::Status::ViewChange
-                && (!replica.is_primary() || shutdown_target(replica).is_none())
+                && (!replica.is_primary()
+                    || shutdown_target(replica, self.asleep_ticks(g)).is_none())
         })
     }
 
@@ -123,13 +125,15 @@ pub(super) fn primary_belongs(preferred: &BTreeMap<u64, u8>, group: u64, replica
 /// The peer a shutting-down primary hands `replica`'s group to: among the peers in sync that
 /// answered one of the last two heartbeats (a peer that stopped is still "in sync" for
 /// `replica_lag_ticks_max`), the home, else the one in sync the longest (the lowest index among
-/// equals).
-fn shutdown_target(replica: &Replica) -> Option<u8> {
+/// equals). `asleep_ticks`: the ticks the node has not handed the sleeping replica yet, by
+/// which every peer's time in sync and silence are longer than the replica's own figures.
+fn shutdown_target(replica: &Replica, asleep_ticks: u64) -> Option<u8> {
     let config = replica.config();
     let heard_ticks_max = 2 * config.commit_interval_ticks;
     let ready = |peer: u8| {
-        let in_sync = replica.in_sync_ticks(peer)?;
-        replica.silent_ticks(peer).filter(|&silent| silent <= heard_ticks_max).map(|_| in_sync)
+        let in_sync = replica.in_sync_ticks(peer)? + asleep_ticks;
+        let silent = replica.silent_ticks(peer)? + asleep_ticks;
+        (silent <= heard_ticks_max).then_some(in_sync)
     };
     if ready(config.home()).is_some() {
         return Some(config.home());

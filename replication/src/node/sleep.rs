@@ -3,9 +3,11 @@
 //! does work again comes, and then first hands it the ticks it slept through
 //! (`Replica::skip_ticks`), so it is in the state ticking it every time would have left it in.
 //! A one-replica primary with nothing to finish sleeps until an input: a single node's 10,000
-//! idle groups cost its tick nothing. A backup that misses nothing sleeps until its heartbeat
-//! deadline, and in an idle group the primary's heartbeat (an input) wakes it once per commit
-//! interval; a primary with peers keeps ticking (`Replica::ticks_only_counting` says why).
+//! idle groups cost its tick nothing. In an idle group of three, the primary sleeps until its
+//! next heartbeat is due and its backups until that heartbeat arrives (an input): each wakes
+//! about once per commit interval instead of ticking ten times. A sleeping primary's peers grow
+//! more silent and lag more with every tick it slept through, so the node adds those ticks to
+//! what it reports of them (`Node::asleep_ticks`, `Node::group_status`).
 //!
 //! Every input to a group goes through [`Node::wake`]; a group is put to sleep only at the end
 //! of its tick, never while an input may still follow. Nothing here decides what a replica
@@ -46,6 +48,12 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             }
         }
         Some(entry)
+    }
+
+    /// The ticks `entry`'s replica slept through and has not been handed yet (0 while it
+    /// ticks): what the node adds to the replica's figures that grow with time.
+    pub(super) fn asleep_ticks(&self, entry: &Group) -> u64 {
+        entry.asleep_since_tick.map_or(0, |since| self.ticks - since)
     }
 
     /// At the start of a node tick: wakes the sleeping groups whose tick does work at this

@@ -97,7 +97,9 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.store.storage_full_group_count()
     }
 
-    /// The replica of `group`.
+    /// The replica of `group`. A sleeping replica's figures that grow with time (its peers'
+    /// silence and lag) trail the node's by the ticks it slept through: read those through
+    /// [`Node::group_status`].
     pub fn replica(&self, group: u64) -> Option<&Replica> {
         self.groups.get(&group).map(|g| &g.replica)
     }
@@ -106,7 +108,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// on the group's primary, every member's progress and the in-sync set. Lags are in ticks;
     /// the driver knows how long its tick is.
     pub fn group_status(&self, group: u64) -> Option<GroupStatus> {
-        self.groups.get(&group).map(|g| g.replica.group_status())
+        self.groups.get(&group).map(|g| g.replica.group_status_after(self.asleep_ticks(g)))
     }
 
     /// Why `group` stopped, if it did.

@@ -301,8 +301,9 @@ impl ShardState {
             }
             Work::Report { reply } => {
                 let groups = self.node.group_ids();
-                let replication =
-                    groups.iter().filter_map(|&g| self.node.replica(g)).map(GroupReport::of);
+                let replication = groups.iter().filter_map(|&g| {
+                    Some(GroupReport::of(self.node.replica(g)?, self.node.group_status(g)?))
+                });
                 let _ = reply.send(ShardReport {
                     shard: self.index,
                     groups: groups.len(),

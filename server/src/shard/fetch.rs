@@ -183,7 +183,8 @@ impl ShardState {
             ));
         }
         let timeout_ticks = config.heartbeat_timeout_ticks;
-        let status = replica.group_status();
+        // Through the node: a sleeping primary's own figures trail the ticks it slept through.
+        let status = self.node.group_status(group)?;
         let heard = status
             .replicas
             .iter()

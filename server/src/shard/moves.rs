@@ -209,7 +209,7 @@ impl ShardState {
         if self.mover.awaited.get(&group).is_some_and(|&until| tick < until) {
             return None;
         }
-        let status = replica.group_status();
+        let status = self.node.group_status(group)?;
         let head_before = self.mover.heads.insert(group, status.head);
         let in_sync = |member: u8| {
             status.replicas.iter().any(|p| {

@@ -13,7 +13,8 @@ use shoal_proto::protocol::consumer::{ConsumerId, GroupMember, JoinGroup, Offset
 use shoal_proto::protocol::{ErrorCode, FetchFrom, NODE_UNKNOWN, ProduceReply};
 use shoal_proto::wire::ClientRequest;
 use shoal_replication::{
-    LogStats, Replica, ReplicaState, ReplyResult, Request, RequestRefused, Status, TICK_MS,
+    GroupStatus, LogStats, Replica, ReplicaState, ReplyResult, Request, RequestRefused, Status,
+    TICK_MS,
 };
 
 use crate::kafka_groups::{GroupAnswer, GroupDescription, GroupState, Join, Sync};
@@ -201,9 +202,9 @@ pub struct ReplicaReport {
 }
 
 impl GroupReport {
-    /// What `replica` reports of its group (replica states only on the serving primary).
-    pub fn of(replica: &Replica) -> GroupReport {
-        let status = replica.group_status();
+    /// What `replica` reports of its group (replica states only on the serving primary), with
+    /// `status` as the node reads it (`Node::group_status`).
+    pub fn of(replica: &Replica, status: GroupStatus) -> GroupReport {
         let replicas = status
             .replicas
             .iter()
