@@ -315,6 +315,38 @@ mod tests {
         tracker.progress(tick, heard, 0).iter().map(|p| p.state).collect()
     }
 
+    /// `ticks_until_change` names the first tick at which `update` changes a backup's state,
+    /// as updating tick by tick finds it: from every mix of in sync, lagging and dead, with
+    /// the backups last heard from and caught up at different ticks.
+    #[test]
+    fn the_next_state_change_is_where_ticking_finds_it() {
+        let members = 0b111;
+        for (heard_1, caught_up_1, heard_2, caught_up_2) in [
+            (0, 0, 0, 0),
+            (90, 40, 10, 10),
+            (150, 0, 30, 150),
+            (0, 0, 150, 120),
+            (150, 150, 149, 60),
+        ] {
+            let (mut lag, mut heard, mut counters) = tracker();
+            heard[1] = heard_1;
+            heard[2] = heard_2;
+            lag.caught_up_tick[1] = caught_up_1;
+            lag.caught_up_tick[2] = caught_up_2;
+            let tick = 160;
+            lag.update(tick, members, &heard, &mut counters);
+            let expected = (1..=400)
+                .find(|&ticks| {
+                    let mut ticking = lag.clone();
+                    ticking.update(tick + ticks, members, &heard, &mut counters);
+                    ticking.states != lag.states
+                })
+                .unwrap_or(u64::MAX);
+            let case = format!("{heard:?} {:?}", lag.caught_up_tick);
+            assert_eq!(lag.ticks_until_change(tick, members, &heard), expected, "{case}");
+        }
+    }
+
     #[test]
     fn an_acknowledgement_trailing_the_head_counts_until_the_next_op_was_prepared() {
         let (mut lag, mut heard, mut counters) = tracker();
