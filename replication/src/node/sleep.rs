@@ -13,10 +13,13 @@
 //! of its tick, never while an input may still follow. Nothing here decides what a replica
 //! does.
 
+use std::collections::BTreeSet;
+
 use shoal_engine::storage::Storage;
 
 use super::config::{Clock, Transport};
 use super::state::{Group, Node};
+use super::status::NodeCounters;
 use crate::replica::Replica;
 
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
@@ -39,14 +42,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// does not hold it.
     pub(super) fn wake(&mut self, group: u64) -> Option<&mut Group> {
         let entry = self.groups.get_mut(&group)?;
-        if let Some(since) = entry.asleep_since_tick.take() {
-            entry.replica.skip_ticks(self.ticks - since);
-            self.counters.ticks_slept += self.ticks - since;
-            self.awake.insert(group);
-            if let Some(at) = entry.wake_at_tick.take() {
-                self.wake_ticks.remove(&(at, group));
-            }
-        }
+        let through = self.ticks;
+        rouse(group, entry, through, &mut self.counters, &mut self.awake, &mut self.wake_ticks);
         Some(entry)
     }
 
@@ -64,13 +61,11 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 break;
             }
             assert_eq!(at, self.ticks, "a sleeping group's working tick passed by");
-            self.wake_ticks.pop_first();
             let entry = self.groups.get_mut(&group).expect("a group with a wake tick is held");
-            let since = entry.asleep_since_tick.take().expect("a group with a wake tick sleeps");
-            entry.wake_at_tick = None;
-            entry.replica.skip_ticks(self.ticks - 1 - since);
-            self.counters.ticks_slept += self.ticks - 1 - since;
-            self.awake.insert(group);
+            assert!(entry.asleep_since_tick.is_some(), "a group with a wake tick sleeps");
+            // Every tick before this one: it takes this one awake, with the others.
+            let through = self.ticks - 1;
+            rouse(group, entry, through, &mut self.counters, &mut self.awake, &mut self.wake_ticks);
         }
     }
 
@@ -99,5 +94,25 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             self.wake_ticks.insert((at, group));
         }
         self.awake.remove(&group);
+    }
+}
+
+/// Wakes `group` (`entry`) if it sleeps: hands its replica the ticks it slept through up to node
+/// tick `through`, and drops its working tick from `wake_ticks`. The one way out of sleep, for
+/// an input and for a working tick alike.
+fn rouse(
+    group: u64,
+    entry: &mut Group,
+    through: u64,
+    counters: &mut NodeCounters,
+    awake: &mut BTreeSet<u64>,
+    wake_ticks: &mut BTreeSet<(u64, u64)>,
+) {
+    let Some(since) = entry.asleep_since_tick.take() else { return };
+    entry.replica.skip_ticks(through - since);
+    counters.ticks_slept += through - since;
+    awake.insert(group);
+    if let Some(at) = entry.wake_at_tick.take() {
+        wake_ticks.remove(&(at, group));
     }
 }
