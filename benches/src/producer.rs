@@ -168,7 +168,7 @@ fn stamp(batch: &mut [u8], positions: &[usize], now_wall_ns: u64) {
     for &position in positions {
         batch[position..position + 8].copy_from_slice(&now_wall_ns.to_le_bytes());
     }
-    let crc = crc32c::crc32c(&batch[BATCH_ATTRIBUTES_POS..]);
+    let crc = shoal_proto::checksum::crc32c(&batch[BATCH_ATTRIBUTES_POS..]);
     batch[BATCH_CRC_POS..BATCH_CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
 }
 

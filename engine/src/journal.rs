@@ -667,7 +667,7 @@ mod tests {
             .block_on(Journal::open(&storage, Path::new("/j"), 1, 1 << 20, 64 << 10, 1))
             .unwrap();
         let cycle = |journal: &mut Journal<_>, record: Bytes, op: u64| {
-            journal.add(record.clone(), crc32c::crc32c(&record), 1, op);
+            journal.add(record.clone(), shoal_proto::checksum::crc32c(&record), 1, op);
             let (cycle, _) = journal.begin_cycle(|_| Take::Journal);
             let cycle = cycle.expect("one entry");
             let written = cycle.bytes.clone();
@@ -698,7 +698,7 @@ mod tests {
                 break;
             }
             let record = Bytes::from(vec![op as u8; 100]);
-            journal.add(record.clone(), crc32c::crc32c(&record), 1, op);
+            journal.add(record.clone(), shoal_proto::checksum::crc32c(&record), 1, op);
             cycles.push(journal.begin_cycle(|_| Take::Journal).0.expect("one entry"));
         }
         (cycles, journal)
@@ -719,7 +719,7 @@ mod tests {
         journal.finish_cycle(&cycles[0]);
         assert!(journal.can_begin_cycle());
         let record = Bytes::from(vec![3; 100]);
-        journal.add(record.clone(), crc32c::crc32c(&record), 1, 3);
+        journal.add(record.clone(), shoal_proto::checksum::crc32c(&record), 1, 3);
         let third = journal.begin_cycle(|_| Take::Journal).0.expect("one entry");
         assert_eq!(third.announces, 1, "the first cycle finished, the second did not");
         journal.finish_cycle(&cycles[1]);

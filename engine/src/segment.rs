@@ -147,7 +147,7 @@ impl SegmentIndex {
             bytes.extend_from_slice(&entry.position_bytes.to_le_bytes());
             bytes.extend_from_slice(&entry.append_time_ms.to_le_bytes());
         }
-        let checksum = crc32c::crc32c(&bytes[INDEX_OFF_CHECKSUM + 4..]);
+        let checksum = shoal_proto::checksum::crc32c(&bytes[INDEX_OFF_CHECKSUM + 4..]);
         bytes[INDEX_OFF_CHECKSUM..INDEX_OFF_CHECKSUM + 4].copy_from_slice(&checksum.to_le_bytes());
         bytes
     }
@@ -174,7 +174,7 @@ impl SegmentIndex {
         let stored = u32::from_le_bytes(
             bytes[INDEX_OFF_CHECKSUM..INDEX_OFF_CHECKSUM + 4].try_into().expect("4"),
         );
-        if stored != crc32c::crc32c(&bytes[INDEX_OFF_CHECKSUM + 4..end]) {
+        if stored != shoal_proto::checksum::crc32c(&bytes[INDEX_OFF_CHECKSUM + 4..end]) {
             return Err("index checksum mismatch".to_string());
         }
         if bytes[INDEX_OFF_VERSION] != INDEX_VERSION {

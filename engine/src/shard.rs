@@ -822,7 +822,7 @@ impl<S: Storage> ShardStore<S> {
             }
             let checksum = self
                 .body_shift
-                .concat(crc32c::crc32c(&record[..HEADER_SIZE]), header.checksum_body);
+                .concat(checksum::crc32c(&record[..HEADER_SIZE]), header.checksum_body);
             self.journal.add(record, checksum, group, op);
         }
         Ok(())

@@ -106,7 +106,7 @@ impl GroupState {
 }
 
 fn checksum(header: &[u8], bytes: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(header), bytes)
+    shoal_proto::checksum::crc32c_append(shoal_proto::checksum::crc32c(header), bytes)
 }
 
 /// Replaces the group's snapshot with `state`, durably (see the module doc).

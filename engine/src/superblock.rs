@@ -755,7 +755,7 @@ fn encode_version(state: &SuperblockState, copy_size_bytes: usize) -> Vec<u8> {
         let start = HEADER_SIZE_BYTES + index * SLOT_SIZE_BYTES;
         encode_slot(&mut bytes[start..start + SLOT_SIZE_BYTES], slot);
     }
-    let checksum = crc32c::crc32c(&bytes[OFF_PARENT..]);
+    let checksum = shoal_proto::checksum::crc32c(&bytes[OFF_PARENT..]);
     bytes[OFF_CHECKSUM..OFF_CHECKSUM + 4].copy_from_slice(&checksum.to_le_bytes());
     debug_assert!(bytes.len() <= copy_size_bytes);
     bytes
@@ -819,7 +819,7 @@ pub fn decode_copy(bytes: &[u8]) -> Result<SuperblockState, String> {
         return Err(format!("slot count {slot_count} does not fit the copy"));
     }
     let stored = u32_at(OFF_CHECKSUM);
-    let computed = crc32c::crc32c(&bytes[OFF_PARENT..used]);
+    let computed = shoal_proto::checksum::crc32c(&bytes[OFF_PARENT..used]);
     if stored != computed {
         return Err(format!(
             "checksum {stored:#010x} != computed {computed:#010x} (torn or corrupt)"
@@ -1085,7 +1085,7 @@ mod tests {
         assert_eq!(bytes[flags_at], SLOT_FLAG_TRANSFER_PENDING);
         let reseal = |bytes: &mut Vec<u8>| {
             let used = used_size_bytes(VERSION, 2);
-            let checksum = crc32c::crc32c(&bytes[OFF_PARENT..used]);
+            let checksum = shoal_proto::checksum::crc32c(&bytes[OFF_PARENT..used]);
             bytes[OFF_CHECKSUM..OFF_CHECKSUM + 4].copy_from_slice(&checksum.to_le_bytes());
         };
         bytes[flags_at] = 0;
@@ -1140,7 +1140,7 @@ mod tests {
             let start = HEADER_SIZE_BYTES + index * SLOT_SIZE_BYTES;
             bytes.extend_from_slice(&current[start..start + SLOT_SIZE_BYTES_V1]);
         }
-        let checksum = crc32c::crc32c(&bytes[OFF_PARENT..]);
+        let checksum = shoal_proto::checksum::crc32c(&bytes[OFF_PARENT..]);
         bytes[OFF_CHECKSUM..OFF_CHECKSUM + 4].copy_from_slice(&checksum.to_le_bytes());
         bytes
     }

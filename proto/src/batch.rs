@@ -374,7 +374,7 @@ fn validate_header(
     let covered = bytes.len() - ATTRIBUTES_POS;
     let computed = match crc_whole {
         Some(crc) => checksum::suffix(crc, &bytes[..ATTRIBUTES_POS], covered),
-        None => crc32c::crc32c(&bytes[ATTRIBUTES_POS..]),
+        None => checksum::crc32c(&bytes[ATTRIBUTES_POS..]),
     };
     if computed != header.crc {
         return Err(BatchError::BadCrc { stored: header.crc, computed });
@@ -432,7 +432,7 @@ pub fn stamp_checksummed(
     let rest_len = bytes.len().saturating_sub(STAMPED_END);
     let rest = checksum::suffix(crc_whole, &bytes[..STAMPED_END.min(bytes.len())], rest_len);
     stamp(bytes, base_offset, partition_leader_epoch);
-    checksum::concat(crc32c::crc32c(&bytes[..STAMPED_END]), rest, rest_len)
+    checksum::concat(checksum::crc32c(&bytes[..STAMPED_END]), rest, rest_len)
 }
 
 /// Iterates the records of an uncompressed batch. Checks the fixed header as [`BatchHeader::parse`]
@@ -983,7 +983,7 @@ impl BatchBuilder {
         debug_assert_eq!(out.len() - start, BATCH_HEADER_SIZE);
         out.extend_from_slice(&self.records_bytes);
 
-        let crc = crc32c::crc32c(&out[start + ATTRIBUTES_POS..]);
+        let crc = checksum::crc32c(&out[start + ATTRIBUTES_POS..]);
         out[start + CRC_POS..start + CRC_POS + size_of::<u32>()]
             .copy_from_slice(&crc.to_be_bytes());
     }

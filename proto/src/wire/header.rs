@@ -2,6 +2,8 @@
 //! encode, and [`Header::decode`], the only door from untrusted bytes to a header. Also the
 //! raw-bytes helpers recovery uses (`checksum_header`, `is_zeroed`).
 
+use crate::checksum;
+
 use super::fields::*;
 use super::layout::*;
 use super::{Command, Fields, HeaderError};
@@ -241,7 +243,7 @@ impl Header {
     /// As [`Header::reply`].
     pub fn reply_parts<P: AsRef<[u8]>>(cluster: u64, fields: ClientReply, parts: &[P]) -> Header {
         let (len, checksum) = parts.iter().fold((0usize, 0u32), |(len, crc), part| {
-            (len + part.as_ref().len(), crc32c::crc32c_append(crc, part.as_ref()))
+            (len + part.as_ref().len(), checksum::crc32c_append(crc, part.as_ref()))
         });
         Header::sealed_sized(cluster, 0, 0, Fields::Reply(fields), len, checksum)
     }
@@ -404,7 +406,7 @@ impl Header {
         if body.len() != expected {
             return Err(HeaderError::BodySizeMismatch { expected, actual: body.len() });
         }
-        let computed = crc32c::crc32c(body);
+        let computed = checksum::crc32c(body);
         if computed != self.checksum_body {
             return Err(HeaderError::BadBodyChecksum { stored: self.checksum_body, computed });
         }
@@ -543,7 +545,7 @@ impl Header {
     /// fields are ones [`Header::decode`] accepts with this body length: a sender must never
     /// put on the wire what its peer will reject.
     fn sealed(cluster: u64, view: u32, replica: u8, fields: Fields, body: &[u8]) -> Header {
-        Header::sealed_checksummed(cluster, view, replica, fields, body, crc32c::crc32c(body))
+        Header::sealed_checksummed(cluster, view, replica, fields, body, checksum::crc32c(body))
     }
 
     /// [`Header::sealed`] with the body's CRC-32C already known (derived from checksums verified
@@ -556,7 +558,7 @@ impl Header {
         body: &[u8],
         checksum_body: u32,
     ) -> Header {
-        debug_assert_eq!(crc32c::crc32c(body), checksum_body, "a derived body checksum is wrong");
+        debug_assert_eq!(checksum::crc32c(body), checksum_body, "a derived body checksum is wrong");
         Header::sealed_sized(cluster, view, replica, fields, body.len(), checksum_body)
     }
 
@@ -623,7 +625,7 @@ impl Header {
 /// The `checksum_header` that encoded header `bytes` should carry: CRC-32C over bytes 4..256.
 /// Useful when only raw bytes are at hand, e.g. to check a parent link without a full decode.
 pub fn checksum_header(bytes: &[u8; HEADER_SIZE]) -> u32 {
-    crc32c::crc32c(&bytes[OFF_CHECKSUM_BODY..])
+    checksum::crc32c(&bytes[OFF_CHECKSUM_BODY..])
 }
 
 /// True if every byte is zero (and for an empty slice).

@@ -7,18 +7,27 @@
 //! only derives checksums from others it is given; it never decides whether one is trusted —
 //! the caller derives only from checksums it has verified.
 
+mod wide;
+
 /// The CRC-32C of `bytes` (one pass), for crates that compute the checksum the others derive
-/// from.
+/// from. Long inputs take the wide path where the CPU has it ([`wide`]).
 #[must_use]
 pub fn crc32c(bytes: &[u8]) -> u32 {
-    crc32c::crc32c(bytes)
+    wide::crc32c_append(0, bytes)
+}
+
+/// The CRC-32C of `bytes` continued from `crc`, the finished checksum of what came before
+/// (as `crc32c::crc32c_append`).
+#[must_use]
+pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
+    wide::crc32c_append(crc, bytes)
 }
 
 /// The CRC-32C of `whole[prefix.len()..]`, from the CRC-32C of `whole` and its first bytes
 /// `prefix`: one pass over the prefix instead of one over the suffix.
 #[must_use]
 pub fn suffix(crc_whole: u32, prefix: &[u8], suffix_len: usize) -> u32 {
-    crc_whole ^ shift(crc32c::crc32c(prefix), suffix_len)
+    crc_whole ^ shift(crc32c(prefix), suffix_len)
 }
 
 /// The CRC-32C of `A ‖ B` from the CRC-32C of each and the length of `B`.
