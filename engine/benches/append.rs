@@ -429,25 +429,26 @@ fn persisted_64k_bench(c: &mut Criterion, name: &str, recycled_segment_bytes: Op
         b.iter_custom(|iterations| {
             let mut elapsed = Duration::ZERO;
             rt.block_on(async {
-                let mut append_and_flush = async |shard: &mut ShardStore<UringStorage>| {
-                    let start = phases.now();
-                    let next = shard.next(1).expect("group");
-                    let fields = Prepare { record_count: 1, ..Prepare::default() };
-                    let header = build_prepare(&next, 1, 0, fields, &batch);
-                    let built = phases.took(Phase::Prepare, start);
-                    shard.append(1, &header, &batch).expect("append");
-                    let op = next.op;
-                    phases.took(Phase::Append, built);
-                    beside.flush_timed(shard, &mut phases).await;
-                    assert_eq!(shard.durable_op(1), Some(op));
-                    appended += 1;
-                    if recycled_segment_bytes.is_some()
-                        && appended.is_multiple_of(RETENTION_EVERY_APPENDS)
-                    {
-                        beside.settle(shard).await;
-                        shard.enforce_retention(0).await.expect("retention");
-                    }
-                };
+                let mut append_and_flush =
+                    async |shard: &mut ShardStore<UringStorage>, phases: &mut Phases| {
+                        let start = phases.now();
+                        let next = shard.next(1).expect("group");
+                        let fields = Prepare { record_count: 1, ..Prepare::default() };
+                        let header = build_prepare(&next, 1, 0, fields, &batch);
+                        let built = phases.took(Phase::Prepare, start);
+                        shard.append(1, &header, &batch).expect("append");
+                        let op = next.op;
+                        phases.took(Phase::Append, built);
+                        beside.flush_timed(shard, phases).await;
+                        assert_eq!(shard.durable_op(1), Some(op));
+                        appended += 1;
+                        if recycled_segment_bytes.is_some()
+                            && appended.is_multiple_of(RETENTION_EVERY_APPENDS)
+                        {
+                            beside.settle(shard).await;
+                            shard.enforce_retention(0).await.expect("retention");
+                        }
+                    };
                 if store.is_none() {
                     let dir = bench_dir();
                     let (mut shard, _) =
@@ -465,7 +466,8 @@ fn persisted_64k_bench(c: &mut Criterion, name: &str, recycled_segment_bytes: Op
                         || (recycled_segment_bytes.is_some()
                             && shard.counters().segments_recycled < 2)
                     {
-                        append_and_flush(&mut shard).await;
+                        // Not timed by step: the warm-up touches the pool's memory first.
+                        append_and_flush(&mut shard, &mut Phases::default()).await;
                         warm_up_appends += 1;
                     }
                     store = Some((dir, shard));
@@ -477,7 +479,7 @@ fn persisted_64k_bench(c: &mut Criterion, name: &str, recycled_segment_bytes: Op
                     let start = Instant::now();
                     for _ in 0..appends_per_iteration {
                         let append_start = Instant::now();
-                        append_and_flush(shard).await;
+                        append_and_flush(shard, &mut phases).await;
                         latencies_us.push(append_start.elapsed().as_micros() as u64);
                     }
                     elapsed += start.elapsed();
@@ -517,6 +519,7 @@ enum Phase {
 /// in flight, beside the replay of the same I/O (`shoal-bench replay --form direct`), which
 /// spends none of it (docs/benchmarks.md, "The one-partition row: a round against its replay").
 /// Unset, it reads no clock.
+#[derive(Default)]
 struct Phases {
     enabled: bool,
     appends: u64,
