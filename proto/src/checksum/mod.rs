@@ -90,14 +90,19 @@ fn shift(crc: u32, len: usize) -> u32 {
 
 /// `x^(8·len) mod P`.
 fn power_of(len: usize) -> u32 {
+    x_pow_scaled(len as u64, 3) // a byte is x⁸ = x^(2³)
+}
+
+/// `x^(n · 2^shift) mod P`: the product of `x^(2^(k + shift))` over the set bits `k` of `n`.
+const fn x_pow_scaled(n: u64, shift: usize) -> u32 {
     let mut power: u32 = 1 << 31; // x⁰
-    let mut bits = len as u64;
-    let mut k = 3; // a byte is x⁸ = x^(2³)
-    while bits != 0 {
-        if bits & 1 != 0 {
+    let mut rest = n;
+    let mut k = shift;
+    while rest != 0 {
+        if rest & 1 != 0 {
             power = multiply(X_POW_2K[k], power);
         }
-        bits >>= 1;
+        rest >>= 1;
         k += 1;
     }
     power

@@ -14,7 +14,7 @@
 //! `d` bits forward with two 64 × 64 carry-less products and is added to the lane found there.
 //! What is left at the end is 16 bytes with the same remainder as everything folded into them.
 
-use super::{X_POW_2K, multiply};
+use super::x_pow_scaled;
 
 /// Shorter inputs go to the `crc32c` crate whole: the wide path's setup and its final folds
 /// cost about what the instruction takes for this many bytes.
@@ -33,17 +33,7 @@ pub(super) fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
 
 /// `x^n mod P`, bit-reflected (bit 31 is x⁰).
 const fn x_pow(n: u64) -> u32 {
-    let mut power: u32 = 1 << 31;
-    let mut rest = n;
-    let mut k = 0;
-    while rest != 0 {
-        if rest & 1 != 0 {
-            power = multiply(X_POW_2K[k], power);
-        }
-        rest >>= 1;
-        k += 1;
-    }
-    power
+    x_pow_scaled(n, 0)
 }
 
 /// The two 64-bit multipliers that move a 128-bit lane `distance_bits` forward: for its
