@@ -14,10 +14,12 @@
 //! `d` bits forward with two 64 × 64 carry-less products and is added to the lane found there.
 //! What is left at the end is 16 bytes with the same remainder as everything folded into them.
 
+#[cfg(target_arch = "x86_64")]
 use super::x_pow_scaled;
 
 /// Shorter inputs go to the `crc32c` crate whole: the wide path's setup and its final folds
 /// cost about what the instruction takes for this many bytes.
+#[cfg(target_arch = "x86_64")]
 const WIDE_MIN_BYTES: usize = 512;
 
 /// The CRC-32C of `bytes` continued from `crc` (a finished checksum, as `crc32c_append`
@@ -32,6 +34,7 @@ pub(super) fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
 }
 
 /// `x^n mod P`, bit-reflected (bit 31 is x⁰).
+#[cfg(target_arch = "x86_64")]
 const fn x_pow(n: u64) -> u32 {
     x_pow_scaled(n, 0)
 }
@@ -40,6 +43,7 @@ const fn x_pow(n: u64) -> u32 {
 /// first (low) and its second (high) half, `x^(d+63)` and `x^(d−1)` mod P as reflected 64-bit
 /// polynomials. One power of x less than the lane's shift, because a carry-less product of two
 /// reflected 64-bit values lands one bit short of the reflected 128-bit product.
+#[cfg(target_arch = "x86_64")]
 const fn fold_multipliers(distance_bits: u64) -> (u64, u64) {
     ((x_pow(distance_bits + 63) as u64) << 32, (x_pow(distance_bits - 1) as u64) << 32)
 }
