@@ -3070,10 +3070,9 @@ impl Replica {
             return u64::MAX;
         }
         // The last of the next ticks at which each voter peer still counts as in touch.
-        let timeout = self.config.heartbeat_timeout_ticks;
         let mut fresh_until: Vec<u64> = self
             .voter_peers()
-            .map(|r| (self.last_heard_tick[usize::from(r)] + timeout).saturating_sub(self.tick))
+            .map(|r| self.in_touch_through_tick(r).saturating_sub(self.tick))
             .collect();
         if fresh_until.len() < needed {
             return 1;
@@ -3083,14 +3082,16 @@ impl Replica {
     }
 
     fn quorum_in_touch(&self) -> bool {
-        let fresh = self
-            .voter_peers()
-            .filter(|&r| {
-                self.tick.saturating_sub(self.last_heard_tick[usize::from(r)])
-                    <= self.config.heartbeat_timeout_ticks
-            })
-            .count();
+        let fresh =
+            self.voter_peers().filter(|&r| self.in_touch_through_tick(r) >= self.tick).count();
         fresh + 1 >= self.config.quorum()
+    }
+
+    /// The last tick at which peer `r` counts as in touch: a heartbeat timeout after it was
+    /// last heard from. [`Replica::quorum_in_touch`] and [`Replica::quorum_lost_in_ticks`] both
+    /// read it, so they cannot disagree on what "in touch" means.
+    fn in_touch_through_tick(&self, r: u8) -> u64 {
+        self.last_heard_tick[usize::from(r)].saturating_add(self.config.heartbeat_timeout_ticks)
     }
 
     /// Hands the driver every body that now continues the appended chain.
