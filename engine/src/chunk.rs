@@ -376,6 +376,14 @@ impl ChunkPool {
         Some(chunk)
     }
 
+    /// The size of the chunk [`ChunkPool::take`] hands out for `wanted_bytes` when it has its
+    /// class to give (None past the largest class).
+    #[must_use]
+    pub fn size_for(&self, wanted_bytes: usize) -> Option<usize> {
+        let class = self.class_sizes_bytes.iter().position(|&size| size >= wanted_bytes)?;
+        Some(self.class_sizes_bytes[self.huge_class_for(class)])
+    }
+
     /// `class`, or the huge-page class when `class` is at least half of it: a busy group's
     /// chunks then sit in huge pages, so the kernel pins one page per direct write instead of
     /// one per 4 KiB block (measured in docs/benchmarks.md, "Write chunks of busy groups in

@@ -248,7 +248,7 @@ pub struct FlushReport {
     /// Groups that failed (now fail-stop) with the error.
     pub failed: Vec<(u64, String)>,
     /// Storage was full: some group's pending bytes stay pending until a retried reservation
-    /// succeeds (see [`ShardStore::retry_storage_full`]).
+    /// succeeds (see [`ShardStore::on_tick`]).
     pub storage_full: bool,
 }
 
@@ -295,7 +295,7 @@ pub struct ShardStore<S: Storage> {
     /// Where the next zero fill's turn starts (a group id): each takes a few of the steps due.
     zero_fill_turn: u64,
     /// Groups whose rolled segments' index files found no room: no checkpoint of theirs starts
-    /// until the next [`ShardStore::retry_storage_full`].
+    /// until the next [`ShardStore::on_tick`].
     settle_blocked: BTreeSet<u64>,
     counters: ShardCounters,
     marker_wanted: bool,
@@ -890,12 +890,19 @@ impl<S: Storage> ShardStore<S> {
         self.marker_wanted = true;
     }
 
-    /// The write-buffer pool ran dry while memory handed back to it is still held by ring
-    /// views: the idle groups' rings (then, if that is not enough, every ring) drop what is on
-    /// their segments, which readers find there. True when there was such memory to free.
+    /// The write-buffer pool ran dry: the chunks groups keep between flushes go back (those
+    /// with nothing unwritten), and while memory handed back is still held by views, the batch
+    /// cache, then the idle groups' rings (then, if that is not enough, every ring) drop what
+    /// is on the segments, which readers find there. True when there was memory to free.
     fn release_pinned_chunks(&mut self) -> bool {
+        let mut given_back = false;
+        for id in &self.active {
+            if let Some(log) = self.groups.get_mut(id) {
+                given_back |= log.give_back_idle_chunk();
+            }
+        }
         if !self.shared.pool.borrow().has_pinned() {
-            return false;
+            return given_back;
         }
         // The batch cache's write views are the cheapest to give up: they are on disk, and
         // only consumers far behind want them.
@@ -1187,19 +1194,24 @@ impl<S: Storage> ShardStore<S> {
         self.touched().filter(|(_, log)| log.is_storage_full()).count()
     }
 
-    /// Lets the next flush cycle and checkpoint job try again what a full disk refused: each
-    /// storage-full group's reservation, and the index files of rolled segments. The caller
-    /// paces this (the node layer calls it once per tick): a full disk is probed at that pace,
-    /// never by every cycle, and once space is freed writes resume without anyone's help.
+    /// The shard's once-per-tick work (the node layer calls it once per tick).
     ///
-    /// Groups found idle leave the active set here, once per tick.
-    pub fn retry_storage_full(&mut self) {
+    /// It lets the next flush cycle and checkpoint job try again what a full disk refused: each
+    /// storage-full group's reservation, and the index files of rolled segments. A full disk is
+    /// probed at that pace, never by every cycle, and once space is freed writes resume without
+    /// anyone's help.
+    ///
+    /// Groups found idle leave the active set here and hand their write chunk back to the pool:
+    /// a group keeps its chunk between flushes while it writes, and for at most a tick after.
+    pub fn on_tick(&mut self) {
         let touched: Vec<u64> = self.touched().map(|(id, _)| id).collect();
         for id in touched {
             let log = &self.groups[&id];
             if self.is_idle(id, log) {
                 self.active.remove(&id);
-                self.groups.get_mut(&id).expect("touched groups exist").reset_pace();
+                let log = self.groups.get_mut(&id).expect("touched groups exist");
+                log.reset_pace();
+                log.give_back_idle_chunk();
             } else {
                 self.groups.get_mut(&id).expect("touched groups exist").retry_storage_full();
             }
@@ -1250,7 +1262,7 @@ impl<S: Storage> ShardStore<S> {
     ///
     /// `StorageFull` when an index file found no room: nothing is recorded, no group fails, and
     /// the job's groups checkpoint again — the one that found no room after the next
-    /// [`ShardStore::retry_storage_full`].
+    /// [`ShardStore::on_tick`].
     pub fn finish_checkpoint(&mut self, done: CheckpointDone<S>) -> Result<()> {
         assert!(self.checkpoint_in_flight, "finish without a checkpoint in flight");
         self.checkpoint_in_flight = false;
@@ -1437,7 +1449,7 @@ impl<S: Storage> ShardStore<S> {
     ///
     /// A checkpoint job and a zero fill that are due run after the cycle (the node layer runs
     /// them side by side instead). What a full disk refused is tried again only after
-    /// [`ShardStore::retry_storage_full`]; a full disk is in the report (`storage_full`, or
+    /// [`ShardStore::on_tick`]; a full disk is in the report (`storage_full`, or
     /// [`ShardStore::is_storage_full`]), never an error.
     pub async fn flush(&mut self) -> Result<FlushReport> {
         self.check_serving()?;
@@ -1784,7 +1796,7 @@ impl<S: Storage> ShardStore<S> {
     pub async fn close(mut self) -> Result<()> {
         assert!(self.is_between_jobs(), "close with nothing in flight");
         // One more try at what a full disk refused, so that whatever fits now is written.
-        self.retry_storage_full();
+        self.on_tick();
         for _ in 0..4 {
             self.checkpoint_wanted.extend(self.groups.keys().copied());
             self.marker_wanted = true;

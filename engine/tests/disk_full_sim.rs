@@ -77,7 +77,7 @@ impl Model {
     /// One flush, after allowing a retry of what a full disk refused (as the node layer does
     /// once per tick); what it made durable counts as acknowledged.
     fn flush(&mut self, sim: &Sim, shard: &mut ShardStore<SimStorage>, group: u64) -> bool {
-        shard.retry_storage_full();
+        shard.on_tick();
         let report = sim.block_on(shard.flush()).expect("a full disk is no error");
         assert!(report.failed.is_empty(), "{report:?}");
         self.acknowledged = self.acknowledged.max(shard.durable_op(group).unwrap_or(0));

@@ -584,13 +584,15 @@ fn an_idle_group_holds_no_chunk_and_a_dry_pool_takes_back_what_idle_rings_hold()
         sim.block_on(shard.create_group(group, group_config(Durability::Replicated))).unwrap();
     }
     // Forty groups write one small record each, one after the other: each takes a small chunk,
-    // hands it back once written, and its ring keeps a view of it; the pool runs dry after
-    // sixteen and takes back what the idle rings hold.
+    // hands it back at the first tick that finds it idle (as the node layer ticks), and its
+    // ring keeps a view of it; the pool runs dry after sixteen and takes back what the idle
+    // rings hold.
     for group in groups.clone() {
         append_to(&mut shard, group, 1000);
         let report = sim.block_on(shard.flush()).unwrap();
         assert!(report.failed.is_empty(), "{report:?}");
         assert_eq!(shard.durable_op(group), Some(1));
+        shard.on_tick();
         assert_eq!(shard.group(group).unwrap().write_buffer_chunks(), 0, "group {group}");
     }
     assert!(shard.chunks_allocated() <= 16, "{} chunks", shard.chunks_allocated());
@@ -603,6 +605,45 @@ fn an_idle_group_holds_no_chunk_and_a_dry_pool_takes_back_what_idle_rings_hold()
         };
         assert_eq!(records.len(), 1, "group {group}");
     }
+}
+
+#[test]
+fn a_group_writing_one_batch_at_a_time_keeps_its_chunk_between_flushes() {
+    let sim = Sim::new(6, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    let config = ShardConfig { chunk_size_bytes: 256 << 10, chunks_max: 4, ..ShardConfig::small() };
+    let (mut shard, _) = sim.block_on(ShardStore::open(sim.storage(), dir, config)).unwrap();
+    const GROUP: u64 = 1;
+    sim.block_on(shard.create_group(GROUP, group_config(Durability::Persisted))).unwrap();
+    // One batch, then its flush, and only then the next, as a producer with one request in
+    // flight writes: nothing is in flight between the batches. Each batch continues the chunk
+    // the last one wrote into, so one chunk serves them all while the ring keeps views of them.
+    for op in 1..=20 {
+        append_to(&mut shard, GROUP, 2000);
+        let report = sim.block_on(shard.flush()).unwrap();
+        assert!(report.failed.is_empty(), "{report:?}");
+        assert_eq!(shard.durable_op(GROUP), Some(op));
+        assert_eq!(shard.group(GROUP).unwrap().write_buffer_chunks(), 1, "after op {op}");
+    }
+    assert_eq!(shard.chunks_allocated(), 1, "one chunk for twenty batches");
+    // So the pool never ran dry, and the ring still serves every batch from memory. With a
+    // chunk per batch, the sixteenth filled the pool and the ring let go of what was written.
+    let log = shard.group_mut(GROUP).unwrap();
+    match log.plan_read_offset(0, 1 << 20).unwrap() {
+        ReadPlan::Done(found) => assert_eq!(found.len(), 20),
+        ReadPlan::Disk(_) => panic!("the ring let go of written batches"),
+    }
+    // Once idle (its last direct sync announced by an idle mark, as the node layer asks when a
+    // shard goes idle), the first tick takes the chunk back; the next batch takes one again.
+    shard.on_tick();
+    assert_eq!(shard.group(GROUP).unwrap().write_buffer_chunks(), 1, "not idle before its mark");
+    shard.request_journal_marker();
+    assert!(sim.block_on(shard.flush()).unwrap().failed.is_empty());
+    shard.on_tick();
+    assert_eq!(shard.group(GROUP).unwrap().write_buffer_chunks(), 0);
+    append_to(&mut shard, GROUP, 2000);
+    assert!(sim.block_on(shard.flush()).unwrap().failed.is_empty());
+    assert_eq!(shard.durable_op(GROUP), Some(21));
 }
 
 /// The small profile's `persisted` segment write batch: a quarter of its 1 MiB ring.

@@ -211,7 +211,7 @@ impl<S: Storage> PartitionLog<S> {
     /// A `persisted` group's chunk also holds [`CHUNK_CYCLES`] cycles of its pace, up to its
     /// segment write batch: its writes wait for a batch, and they would otherwise come due
     /// whenever a small chunk filled, a chunk at a time.
-    fn next_chunk_bytes(&self, size: usize) -> usize {
+    pub(super) fn next_chunk_bytes(&self, size: usize) -> usize {
         let busy = self.chunks.back().filter(|chunk| chunk.has_unwritten());
         let grown = busy.map_or(0, |chunk| 2 * chunk.size_bytes());
         let paced = if self.config.durability == Durability::Persisted {

@@ -674,7 +674,12 @@ impl<S: Storage> PartitionLog<S> {
             let chunk = self.chunks.pop_front().expect("len > 1");
             self.shared.pool.borrow_mut().give_back(chunk);
         }
-        if self.flushes_in_flight == 0 {
+        // The last chunk stays once all of it is written, unless it grew past what the group's
+        // pace asks for: a group appending one batch at a time has no flush in flight between
+        // its batches, and handing the chunk back then took a fresh one for every batch (a
+        // 2 MiB chunk per 64 KiB batch, whose ring view kept the whole chunk from the pool).
+        // The shard hands it back once the group is found idle.
+        if self.flushes_in_flight == 0 && self.chunk_outgrew_pace() {
             self.give_back_idle_chunk();
         }
         assert!(job.target.op >= self.written.op, "flush jobs finish in the order they began");
@@ -691,14 +696,25 @@ impl<S: Storage> PartitionLog<S> {
         Ok(outcome)
     }
 
+    /// Whether the last chunk is larger than the one the group would take now: it grew while
+    /// the group's writes lagged (see `next_chunk_bytes`), and a trickle that kept it would
+    /// keep doubling it whenever a chunk filled with writes put off for a batch.
+    fn chunk_outgrew_pace(&self) -> bool {
+        let Some(chunk) = self.chunks.back() else { return false };
+        let wanted = self.next_chunk_bytes(0);
+        self.shared.pool.borrow().size_for(wanted).is_some_and(|size| chunk.size_bytes() > size)
+    }
+
     /// Hands the last chunk back once everything in it is written and no job is in flight: a
     /// group that stopped writing keeps only the partial block its next append continues
-    /// (`tail_prefix`), not a chunk (DESIGN.md §3: buffers come from a shard pool).
-    fn give_back_idle_chunk(&mut self) {
-        if self.chunks.len() != 1 || self.chunks[0].has_unwritten() {
-            return;
+    /// (`tail_prefix`), not a chunk (DESIGN.md §3: buffers come from a shard pool). The shard
+    /// calls this for a group it found idle at a tick, and for every group when its pool runs
+    /// dry. True when a chunk went back.
+    pub fn give_back_idle_chunk(&mut self) -> bool {
+        if self.flushes_in_flight > 0 || self.chunks.len() != 1 || self.chunks[0].has_unwritten() {
+            return false;
         }
-        let Some(active) = self.segments.last() else { return };
+        let Some(active) = self.segments.last() else { return false };
         let chunk = &self.chunks[0];
         let end = active.end_bytes;
         let block_start = end - end % BLOCK_SIZE_BYTES as u64;
@@ -706,12 +722,13 @@ impl<S: Storage> PartitionLog<S> {
             || chunk.file_end_bytes() != end
             || block_start < chunk.file_base_bytes
         {
-            return;
+            return false;
         }
         let start = (block_start - chunk.file_base_bytes) as usize;
         self.tail_prefix = chunk.view(start, (end - block_start) as usize).to_vec();
         let chunk = self.chunks.pop_back().expect("one chunk");
         self.shared.pool.borrow_mut().give_back(chunk);
+        true
     }
 
     /// Drops the ring's prepares that are on their segment, so the pool can reuse the memory

@@ -99,7 +99,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// again, once, whatever a full disk refused, so writes resume by themselves once space is
     /// freed (and a full disk is probed once per tick, not by every flush cycle).
     pub fn on_tick(&mut self) {
-        self.store.retry_storage_full();
+        self.store.on_tick();
         self.ticks += 1;
         self.wake_due();
         // Every replica ticks first, then the ones with output are collected in group order:
