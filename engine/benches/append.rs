@@ -704,6 +704,7 @@ struct IoPerAppend {
     journal_bytes: u64,
     segment_bytes: u64,
     segments_recycled: u64,
+    write_chunks_taken: u64,
 }
 
 impl IoPerAppend {
@@ -715,6 +716,7 @@ impl IoPerAppend {
         self.journal_bytes += after.journal_bytes_written - before.journal_bytes_written;
         self.segment_bytes += after.segment_bytes_written - before.segment_bytes_written;
         self.segments_recycled += after.segments_recycled - before.segments_recycled;
+        self.write_chunks_taken += after.write_chunks_taken - before.write_chunks_taken;
     }
 
     fn print(&self, name: &str) {
@@ -723,13 +725,14 @@ impl IoPerAppend {
         }
         let per = |value: u64| value as f64 / self.appends as f64;
         println!(
-            "{name} per append: journal syncs {:.3}, direct syncs {:.3}, segment syncs {:.4}, superblock writes {:.4}, journal bytes {:.0}, segment bytes {:.0}; segments recycled {}",
+            "{name} per append: journal syncs {:.3}, direct syncs {:.3}, segment syncs {:.4}, superblock writes {:.4}, journal bytes {:.0}, segment bytes {:.0}, write chunks taken {:.4}; segments recycled {}",
             per(self.journal_syncs),
             per(self.direct_syncs),
             per(self.segment_syncs),
             per(self.superblock_writes),
             per(self.journal_bytes),
             per(self.segment_bytes),
+            per(self.write_chunks_taken),
             self.segments_recycled
         );
     }

@@ -323,6 +323,12 @@ impl ChunkPool {
         self.allocated_bytes
     }
 
+    /// Chunks handed out so far.
+    #[must_use]
+    pub fn taken(&self) -> u64 {
+        self.taken
+    }
+
     /// Whether some memory handed back is still held by views (a ring's), so that dropping
     /// those views would let the pool reuse it.
     #[must_use]

@@ -223,6 +223,9 @@ pub struct ShardCounters {
     /// Zero steps completed: space ahead of a direct log's tail written with zeros and synced
     /// beside the flush cycles (their bytes count in `segment_bytes_written`).
     pub zero_steps: u64,
+    /// Write-buffer chunks groups took from the pool. A busy group takes one per chunk it
+    /// fills; one per append means groups hand their chunks back between appends.
+    pub write_chunks_taken: u64,
 }
 
 /// What opening the shard found.
@@ -573,7 +576,11 @@ impl<S: Storage> ShardStore<S> {
 
     /// I/O counters.
     pub fn counters(&self) -> ShardCounters {
-        ShardCounters { superblock_writes: self.superblock.writes(), ..self.counters }
+        ShardCounters {
+            superblock_writes: self.superblock.writes(),
+            write_chunks_taken: self.shared.pool.borrow().taken(),
+            ..self.counters
+        }
     }
 
     /// Group ids, in order.

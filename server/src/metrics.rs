@@ -676,7 +676,7 @@ fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
 /// One series per answering shard for each of the shard's own figures (a flat table).
 fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 61] = [
+    let per_shard: [(&str, Kind, &str, Figure); 62] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -998,6 +998,13 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
             "Bytes of written prepares other partitions' rings gave back to the shard's ring \
              budget for an append whose own ring had none left to evict.",
             |s| s.engine.ring_bytes_taken_back,
+        ),
+        (
+            "shoal_write_chunks_taken_total",
+            Kind::Counter,
+            "Write-buffer chunks partitions took from the shard's pool: one per chunk a busy \
+             partition fills, and one per batch of a partition that goes idle between batches.",
+            |s| s.engine.write_chunks_taken,
         ),
         (
             "shoal_ring_take_back_scans_total",
