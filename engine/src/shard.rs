@@ -1209,7 +1209,8 @@ impl<S: Storage> ShardStore<S> {
     /// anyone's help.
     ///
     /// Groups found idle leave the active set here and hand their write chunk back to the pool:
-    /// a group keeps its chunk between flushes while it writes, and for at most a tick after.
+    /// a group keeps its chunk between flushes while it writes, until the first tick that finds
+    /// it idle.
     pub fn on_tick(&mut self) {
         let touched: Vec<u64> = self.touched().map(|(id, _)| id).collect();
         for id in touched {

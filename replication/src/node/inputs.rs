@@ -95,9 +95,10 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         Ok(())
     }
 
-    /// One tick for every replica awake (see the `sleep` module). It also lets the engine try
-    /// again, once, whatever a full disk refused, so writes resume by themselves once space is
-    /// freed (and a full disk is probed once per tick, not by every flush cycle).
+    /// One tick for every replica awake (see the `sleep` module). It also runs the engine's
+    /// tick (`ShardStore::on_tick`): whatever a full disk refused is tried again, once, so
+    /// writes resume by themselves once space is freed (and a full disk is probed once per
+    /// tick, not by every flush cycle), and groups gone idle hand their write chunks back.
     pub fn on_tick(&mut self) {
         self.store.on_tick();
         self.ticks += 1;
