@@ -48,6 +48,12 @@ pub struct ReplicaConfig {
     pub view_headers_max: usize,
     /// The primary broadcasts its commit point (the heartbeat) this often.
     pub commit_interval_ticks: u64,
+    /// The heartbeat's interval instead, while the group is settled: nothing in flight, and
+    /// every peer has acknowledged the head and the commit point it now carries. Ten
+    /// heartbeats a second for each of 10,000 idle groups were most of an idle cluster's CPU;
+    /// a settled group's heartbeat only proves the primary alive, which a few heartbeats per
+    /// `heartbeat_timeout_ticks` do. Equal to `commit_interval_ticks`, groups never slow down.
+    pub idle_heartbeat_interval_ticks: u64,
     /// A backup that hears nothing from its primary this long votes for a view change (a
     /// random extra of up to half of it spreads the votes out).
     pub heartbeat_timeout_ticks: u64,
@@ -113,6 +119,7 @@ impl ReplicaConfig {
             pipeline_prepares_max: 32,
             view_headers_max: 128,
             commit_interval_ticks: 100 / TICK_MS,
+            idle_heartbeat_interval_ticks: 250 / TICK_MS,
             heartbeat_timeout_ticks: 1_000 / TICK_MS,
             view_change_timeout_ticks: 2_000 / TICK_MS,
             vote_ttl_ticks: 300 / TICK_MS,
@@ -239,16 +246,23 @@ impl ReplicaConfig {
         if self.producer_expiration_ms <= 0 {
             return Err("producer_expiration_ms must be positive".into());
         }
-        if self.heartbeat_timeout_ticks <= self.commit_interval_ticks {
-            return Err("heartbeat_timeout_ticks must exceed commit_interval_ticks".into());
+        if self.idle_heartbeat_interval_ticks < self.commit_interval_ticks {
+            return Err(
+                "idle_heartbeat_interval_ticks must be at least commit_interval_ticks".into()
+            );
+        }
+        // A settled group's backups hear from the primary once per idle interval: a timeout
+        // within it would depose every idle primary.
+        if self.heartbeat_timeout_ticks <= self.idle_heartbeat_interval_ticks {
+            return Err("heartbeat_timeout_ticks must exceed idle_heartbeat_interval_ticks".into());
         }
         if self.vote_ttl_ticks <= self.commit_interval_ticks {
             return Err("vote_ttl_ticks must exceed commit_interval_ticks".into());
         }
         // An idle group proves its backups caught up only through their answers to the Commit
-        // heartbeat, one per commit interval: a shorter bound would flag every idle backup.
-        if self.replica_lag_ticks_max <= self.commit_interval_ticks {
-            return Err("replica_lag_ticks_max must exceed commit_interval_ticks".into());
+        // heartbeat, one per idle interval: a shorter bound would flag every idle backup.
+        if self.replica_lag_ticks_max <= self.idle_heartbeat_interval_ticks {
+            return Err("replica_lag_ticks_max must exceed idle_heartbeat_interval_ticks".into());
         }
         Ok(())
     }
@@ -335,7 +349,12 @@ mod tests {
         config.view_headers_max = 8;
         assert!(config.validate().unwrap_err().contains("view_headers_max"));
         config.view_headers_max = 128;
-        config.replica_lag_ticks_max = config.commit_interval_ticks;
+        config.replica_lag_ticks_max = config.idle_heartbeat_interval_ticks;
         assert!(config.validate().unwrap_err().contains("replica_lag_ticks_max"));
+        config.replica_lag_ticks_max = 1_000;
+        config.idle_heartbeat_interval_ticks = config.commit_interval_ticks - 1;
+        assert!(config.validate().unwrap_err().contains("idle_heartbeat_interval_ticks"));
+        config.idle_heartbeat_interval_ticks = config.heartbeat_timeout_ticks;
+        assert!(config.validate().unwrap_err().contains("heartbeat_timeout_ticks"));
     }
 }

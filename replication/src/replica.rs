@@ -358,6 +358,18 @@ struct PendingSource {
     askers: Vec<u8>,
 }
 
+/// The peers that acknowledged the primary's head op with its commit point, while the group's
+/// `(view, op, commit)` is the one recorded: once every peer has, the group is settled and its
+/// heartbeat slows to `idle_heartbeat_interval_ticks`. Any new op or commit starts it afresh.
+#[derive(Clone, Copy, Debug, Default)]
+struct Settled {
+    view: u32,
+    op: u64,
+    commit: u64,
+    /// One bit per peer index.
+    peers: u32,
+}
+
 /// A hand-over under way (see [`Replica::hand_over`]): the primary takes no new request until
 /// its target has acknowledged the head and everything is committed, then votes for `view`.
 #[derive(Clone, Copy, Debug)]
@@ -415,6 +427,7 @@ pub struct Replica {
     last_heard_tick: Vec<u64>,
     lag: LagTracker,
     next_commit_tick: u64,
+    settled: Settled,
     hand_over: Option<HandOver>,
     // Backup.
     heartbeat_deadline_tick: u64,
@@ -614,6 +627,7 @@ impl Replica {
             last_heard_tick: vec![0; usize::from(config.replica_count)],
             lag: LagTracker::new(&config),
             next_commit_tick: 0,
+            settled: Settled::default(),
             hand_over: None,
             heartbeat_deadline_tick: 0,
             repair_round: None,
@@ -842,7 +856,10 @@ impl Replica {
     /// The lag bound changes (a topic's own, given after the replica was made): backups are
     /// judged by it from the next tick on.
     pub fn set_replica_lag_ticks_max(&mut self, ticks: u64) {
-        assert!(ticks > self.config.commit_interval_ticks, "a lag bound within a heartbeat");
+        assert!(
+            ticks > self.config.idle_heartbeat_interval_ticks,
+            "a lag bound within a heartbeat"
+        );
         self.config.replica_lag_ticks_max = ticks;
         self.lag.set_lag_ticks_max(ticks);
     }
@@ -1061,6 +1078,10 @@ impl Replica {
         for to in self.peers() {
             self.send(to, Message::Prepare { header, body: body.clone() });
         }
+        // A settled group's next heartbeat may be an idle interval away: its commit point
+        // goes out at the usual pace again.
+        self.next_commit_tick =
+            self.next_commit_tick.min(self.tick + self.config.commit_interval_ticks);
     }
 
     /// A completed write.
@@ -1180,8 +1201,9 @@ impl Replica {
         // The commit timer fired at the first skipped tick at or past it, then every interval.
         let first = self.next_commit_tick.max(self.tick + 1);
         if first <= last {
-            // At least 1, as the config's check requires.
-            let interval = self.config.commit_interval_ticks;
+            // At least 1, as the config's check requires; the same at every skipped tick, since
+            // nothing but the count changes.
+            let interval = self.heartbeat_interval_ticks();
             self.next_commit_tick = first + ((last - first) / interval + 1) * interval;
         }
         self.tick = last;
@@ -1197,7 +1219,7 @@ impl Replica {
                     return;
                 }
                 if self.tick >= self.next_commit_tick {
-                    self.next_commit_tick = self.tick + self.config.commit_interval_ticks;
+                    self.next_commit_tick = self.tick + self.heartbeat_interval_ticks();
                     self.broadcast_commit();
                 }
                 if self.config.replica_count > 1 {
@@ -1334,8 +1356,8 @@ impl Replica {
         }
         match message {
             Message::Prepare { header, body } => self.on_prepare(from, header, body),
-            Message::PrepareOk { view, op, prepare_checksum, .. } => {
-                self.on_prepare_ok(from, view, op, prepare_checksum);
+            Message::PrepareOk { view, op, commit, prepare_checksum } => {
+                self.on_prepare_ok(from, view, op, commit, prepare_checksum);
             }
             Message::Commit { view, commit, commit_checksum } => {
                 self.on_commit(from, view, commit, commit_checksum);
@@ -1478,7 +1500,7 @@ impl Replica {
         }
     }
 
-    fn on_prepare_ok(&mut self, from: u8, view: u32, op: u64, checksum: u32) {
+    fn on_prepare_ok(&mut self, from: u8, view: u32, op: u64, commit: u64, checksum: u32) {
         if !self.is_primary() || view != self.view {
             return;
         }
@@ -1492,6 +1514,7 @@ impl Replica {
         };
         if matches {
             self.lag.acknowledged(from, op, self.op, self.tick);
+            self.note_settled(from, op, commit);
             if let Some(hand_over) = self.hand_over.as_mut().filter(|h| h.to == from) {
                 hand_over.acknowledged = Some(hand_over.acknowledged.unwrap_or(0).max(op));
             }
@@ -1852,6 +1875,37 @@ impl Replica {
             && !(headers.is_empty() && op > commit)
             && (op >= self.commit || self.config.unclean_recovery)
             && commit <= op
+    }
+
+    /// The primary's ticks until its next heartbeat: the idle interval once the group is
+    /// settled — nothing in flight or handing over, and every peer has acknowledged the head
+    /// with the commit point the heartbeats carry, so they tell no one anything new — else
+    /// the commit interval.
+    fn heartbeat_interval_ticks(&self) -> u64 {
+        let now = (self.view, self.op, self.commit);
+        let all = self.peer_bits();
+        let settled = self.pipeline.is_empty()
+            && self.hand_over.is_none()
+            && (self.settled.view, self.settled.op, self.settled.commit) == now
+            && self.settled.peers & all == all;
+        if settled {
+            self.config.idle_heartbeat_interval_ticks
+        } else {
+            self.config.commit_interval_ticks
+        }
+    }
+
+    /// Peer `from` acknowledged `op` holding `commit`: it holds the head and the commit point
+    /// if those are the primary's own.
+    fn note_settled(&mut self, from: u8, op: u64, commit: u64) {
+        let now = (self.view, self.op, self.commit);
+        if (self.settled.view, self.settled.op, self.settled.commit) != now {
+            let (view, op, commit) = now;
+            self.settled = Settled { view, op, commit, peers: 0 };
+        }
+        if op == self.op && commit == self.commit {
+            self.settled.peers |= 1 << from;
+        }
     }
 
     fn broadcast_commit(&mut self) {
@@ -3272,8 +3326,11 @@ mod tests {
     #[test]
     fn skipped_ticks_leave_the_replica_as_ticking_would() {
         for interval in [1, 3, 10] {
-            let config =
-                ReplicaConfig { commit_interval_ticks: interval, ..ReplicaConfig::new(1, 0, 1, 0) };
+            let config = ReplicaConfig {
+                commit_interval_ticks: interval,
+                idle_heartbeat_interval_ticks: interval,
+                ..ReplicaConfig::new(1, 0, 1, 0)
+            };
             for before in 0..12 {
                 for skipped in 0..25 {
                     let mut ticking = Replica::new(config, 7);

@@ -32,6 +32,8 @@ struct Cluster {
     replies: Vec<(u64, ReplyResult)>,
     committed: Vec<Vec<u32>>,
     next_request: u64,
+    /// `Commit` messages (heartbeats) sent, per sender.
+    commits_sent: Vec<u64>,
 }
 
 impl Cluster {
@@ -50,6 +52,7 @@ impl Cluster {
             replies: Vec::new(),
             committed: vec![Vec::new(); usize::from(n)],
             next_request: 1,
+            commits_sent: vec![0; usize::from(n)],
         }
     }
 
@@ -135,6 +138,9 @@ impl Cluster {
             }
         }
         for envelope in ready.messages.into_iter().chain(ready.persisted_messages) {
+            if matches!(envelope.message, Message::Commit { .. }) {
+                self.commits_sent[usize::from(envelope.from)] += 1;
+            }
             self.queue.push_back((envelope.from, envelope.to, envelope.message));
         }
         for read in ready.reads {
@@ -272,6 +278,71 @@ fn three_replicas_commit_on_a_quorum_and_agree() {
         assert_eq!(cluster.replica(r).commit(), 10, "replica {r} learns the commit point");
     }
     cluster.check_committed_prefixes();
+}
+
+/// A settled group (nothing in flight, both backups holding the head and the commit point)
+/// heartbeats every idle interval instead of every commit interval, and its backups never time
+/// out; a write brings the commit interval back at once, so the backups learn the new commit
+/// point within one; a backup that stops answering keeps the group unsettled.
+#[test]
+fn a_settled_group_heartbeats_at_the_idle_interval_until_the_next_write() {
+    let mut cluster = Cluster::new(3);
+    let config = cluster.config;
+    assert!(config.idle_heartbeat_interval_ticks >= 2 * config.commit_interval_ticks);
+    let primary = cluster.primary().unwrap();
+    let p = usize::from(primary);
+    let request = cluster.request(primary);
+    cluster.deliver_all();
+    assert_eq!(cluster.committed_reply(request), Some(1));
+    // A few commit intervals settle it: the backups learn the commit point and acknowledge it.
+    cluster.tick(5 * config.commit_interval_ticks);
+    let window = 20 * config.idle_heartbeat_interval_ticks;
+    let before = cluster.commits_sent[p];
+    cluster.tick(window);
+    let heartbeats = (cluster.commits_sent[p] - before) / 2;
+    let idle_beats = window / config.idle_heartbeat_interval_ticks;
+    assert!(
+        (idle_beats - 1..=idle_beats + 1).contains(&heartbeats),
+        "{heartbeats} heartbeats per backup in {window} ticks of a settled group"
+    );
+    // Across many heartbeat timeouts, no backup moved on.
+    cluster.tick(10 * config.heartbeat_timeout_ticks);
+    assert_eq!(cluster.primary(), Some(primary));
+    for r in 0..3 {
+        assert_eq!(cluster.replica(r).view(), 0, "replica {r} stayed in view 0");
+    }
+    // A write just after an idle heartbeat: its commit point reaches the backups within one
+    // commit interval, not at the next idle heartbeat.
+    let sent = cluster.commits_sent[p];
+    for _ in 0..config.idle_heartbeat_interval_ticks {
+        if cluster.commits_sent[p] > sent {
+            break;
+        }
+        cluster.tick(1);
+    }
+    assert!(cluster.commits_sent[p] > sent, "an idle heartbeat within its interval");
+    let request = cluster.request(primary);
+    cluster.deliver_all();
+    assert_eq!(cluster.committed_reply(request), Some(2));
+    cluster.tick(config.commit_interval_ticks);
+    for r in 0..3 {
+        assert_eq!(cluster.replica(r).commit(), 2, "replica {r} learns the new commit point");
+    }
+    // A backup cut off never acknowledges the next op: the group stays unsettled and keeps
+    // the commit interval.
+    let cut = (primary + 1) % 3;
+    cluster.cut = vec![(primary, cut), (cut, primary)];
+    let request = cluster.request(primary);
+    cluster.deliver_all();
+    assert_eq!(cluster.committed_reply(request), Some(3));
+    let before = cluster.commits_sent[p];
+    cluster.tick(window);
+    let heartbeats = (cluster.commits_sent[p] - before) / 2;
+    let busy_beats = window / config.commit_interval_ticks;
+    assert!(
+        (busy_beats - 1..=busy_beats + 1).contains(&heartbeats),
+        "{heartbeats} heartbeats per backup in {window} ticks with a backup cut off"
+    );
 }
 
 #[test]

@@ -291,21 +291,21 @@ const REGRESSIONS: &[(u64, u8)] = &[
     // only up to its head: node 0 nacks op 205 now.
     (505, 3),
     // Passes; with `canary-refute-any-head` (a kept log-view head taken as proof whether or
-    // not it lies below the op) a view change drops an op that had committed: committed
-    // prefixes diverge (group 2 op 26, tick 4,210). (Seeds 97, 249, 628, 680, 696, 240, 222
-    // and then 1,450 with retention caught it until the hand-over work, repair's round
-    // deadlines, the write buffer's size classes, the batch cache, the direct persisted path,
-    // the split of writes across written and reserved blocks, the zeros ahead of direct jobs
-    // and the zero steps beside them changed every trace; `scripts/sim-soak` with the canary's
-    // shoal-sim finds the next one.)
-    (345, 3),
+    // not it lies below the op) a view change drops an op that had committed, and the
+    // producer's next batch is refused as out of order (group 1, tick 5,896). (Seeds 97, 249,
+    // 628, 680, 696, 240, 222, 1,450 with retention and then 345 caught it until the hand-over
+    // work, repair's round deadlines, the write buffer's size classes, the batch cache, the
+    // direct persisted path, the split of writes across written and reserved blocks, the zeros
+    // ahead of direct jobs, the zero steps beside them and settled groups' slower heartbeats
+    // changed every trace; `shoal-sim --seeds N` built with the canary finds the next one.)
+    (58, 3),
 ];
 
 /// Seeds whose runs move primaries every way a hand-over can (DESIGN.md §8): back to their
 /// homes, off nodes that shut down (each shutdown settling before the node stops), and given up
 /// when the target does not catch up; each must keep every invariant and take each branch.
 /// (seed, replicas, retention).
-const HAND_OVER_SEEDS: &[(u64, u8, bool)] = &[(77, 3, false), (14, 5, false), (2, 3, true)];
+const HAND_OVER_SEEDS: &[(u64, u8, bool)] = &[(77, 3, false), (14, 5, false), (0, 3, true)];
 
 #[test]
 fn hand_over_seeds_move_primaries_home_and_off_stopping_nodes() {

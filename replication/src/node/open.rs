@@ -305,10 +305,11 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     }
 
     /// Gives `group`'s replica its own lag bound (a topic's `replica_lag_time_max_ms`), now and
-    /// whenever it is restarted; `None`: the template's again. A bound within one commit
-    /// interval would flag a healthy backup between two heartbeats, so it is raised past it.
+    /// whenever it is restarted; `None`: the template's again. A bound within one idle
+    /// heartbeat interval would flag a healthy backup between two heartbeats, so it is raised
+    /// past it.
     pub fn set_replica_lag_ticks(&mut self, group: u64, ticks: Option<u64>) {
-        let floor = self.config.replica.commit_interval_ticks + 1;
+        let floor = self.config.replica.idle_heartbeat_interval_ticks + 1;
         let ticks = match ticks {
             Some(ticks) => {
                 let ticks = ticks.max(floor);

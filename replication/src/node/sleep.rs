@@ -5,7 +5,8 @@
 //! A one-replica primary with nothing to finish sleeps until an input: a single node's 10,000
 //! idle groups cost its tick nothing. In an idle group of three, the primary sleeps until its
 //! next heartbeat is due and its backups until that heartbeat arrives (an input): each wakes
-//! about once per commit interval instead of ticking ten times. A sleeping primary's peers grow
+//! about once per heartbeat instead of every tick, and a settled group heartbeats only every
+//! idle interval (`ReplicaConfig::idle_heartbeat_interval_ticks`). A sleeping primary's peers grow
 //! more silent and lag more with every tick it slept through, so the node adds those ticks to
 //! what it reports of them (`Node::asleep_ticks`, `Node::group_status`).
 //!

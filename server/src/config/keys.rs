@@ -332,13 +332,20 @@ pub(super) const CLUSTER_KEYS: [IntKey<ClusterConfig>; 3] = [
 
 /// `[replication]`: the replicas' timers, in milliseconds (the replicas count 10 ms ticks, so
 /// each is at least one tick).
-pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 13] = [
+pub(super) const REPLICATION_KEYS: [IntKey<ReplicationConfig>; 14] = [
     IntKey {
         name: "commit_interval_ms",
         min: 10,
         max: 60_000,
         get: |c| c.commit_interval_ms,
         set: |c, v| c.commit_interval_ms = v,
+    },
+    IntKey {
+        name: "idle_heartbeat_interval_ms",
+        min: 0,
+        max: 600_000,
+        get: |c| c.idle_heartbeat_interval_ms,
+        set: |c, v| c.idle_heartbeat_interval_ms = v,
     },
     IntKey {
         name: "heartbeat_timeout_ms",

@@ -219,6 +219,12 @@ impl NetworkConfig {
 pub struct ReplicationConfig {
     /// The primary's commit broadcast, which doubles as the heartbeat.
     pub commit_interval_ms: u64,
+    /// The heartbeat's interval while a group is settled (nothing in flight, every backup
+    /// holding the head and the commit point): an idle group's heartbeats only prove its
+    /// primary alive. 0: a quarter of `heartbeat_timeout_ms` or `replica_lag_time_max_ms`,
+    /// whichever is shorter, and at least `commit_interval_ms`
+    /// ([`ReplicationConfig::idle_heartbeat_interval_ms_resolved`]).
+    pub idle_heartbeat_interval_ms: u64,
     /// A backup that hears nothing from its primary this long votes for a view change (plus a
     /// random extra of up to half of it).
     pub heartbeat_timeout_ms: u64,
@@ -255,10 +261,23 @@ pub struct ReplicationConfig {
     pub serve_read_bytes_max: u64,
 }
 
+impl ReplicationConfig {
+    /// `idle_heartbeat_interval_ms`, with 0 resolved: four heartbeats per heartbeat timeout
+    /// and per lag bound (whichever is shorter), never more often than the commit interval.
+    pub fn idle_heartbeat_interval_ms_resolved(&self) -> u64 {
+        match self.idle_heartbeat_interval_ms {
+            0 => (self.heartbeat_timeout_ms.min(self.replica_lag_time_max_ms) / 4)
+                .max(self.commit_interval_ms),
+            ms => ms,
+        }
+    }
+}
+
 impl Default for ReplicationConfig {
     fn default() -> Self {
         ReplicationConfig {
             commit_interval_ms: 100,
+            idle_heartbeat_interval_ms: 0,
             heartbeat_timeout_ms: 1_000,
             view_change_timeout_ms: 2_000,
             start_view_probe_interval_ms: 200,

@@ -1467,6 +1467,54 @@ fn replication_timers_resolve_and_must_outlast_the_commit_interval() {
 }
 
 #[test]
+fn the_idle_heartbeat_interval_defaults_to_a_quarter_of_the_timeout_and_is_bounded() {
+    let config = resolve("", &[], &[]);
+    assert_eq!(config.replication.idle_heartbeat_interval_ms, 0);
+    assert_eq!(config.replication.idle_heartbeat_interval_ms_resolved(), 250);
+    let config = resolve("[replication]\nheartbeat_timeout_ms = 200\n", &[], &[]);
+    assert_eq!(
+        config.replication.idle_heartbeat_interval_ms_resolved(),
+        100,
+        "the commit interval"
+    );
+    let config = resolve("[replication]\nheartbeat_timeout_ms = 600000\n", &[], &[]);
+    assert_eq!(config.replication.idle_heartbeat_interval_ms_resolved(), 7_500, "the lag bound's");
+    let config = resolve(
+        "[replication]\nidle_heartbeat_interval_ms = 400\n",
+        &[("SHOAL_REPLICATION_HEARTBEAT_TIMEOUT_MS", "2000")],
+        &[],
+    );
+    assert_eq!(config.replication.idle_heartbeat_interval_ms_resolved(), 400);
+    check_error(
+        "[replication]\nidle_heartbeat_interval_ms = 50\n",
+        &[],
+        &[],
+        "replication.idle_heartbeat_interval_ms",
+        "must be at least commit_interval_ms (100)",
+    );
+    check_error(
+        "[replication]\nidle_heartbeat_interval_ms = 1000\n",
+        &[],
+        &[],
+        "replication.idle_heartbeat_interval_ms",
+        "heartbeat_timeout_ms (1000) must be longer than the idle heartbeat interval (1000 ms",
+    );
+    let config = resolve("[replication]\nreplica_lag_time_max_ms = 200\n", &[], &[]);
+    assert_eq!(
+        config.replication.idle_heartbeat_interval_ms_resolved(),
+        100,
+        "the commit interval"
+    );
+    check_error(
+        "[replication]\nidle_heartbeat_interval_ms = 300\nreplica_lag_time_max_ms = 300\n",
+        &[],
+        &[],
+        "replication.replica_lag_time_max_ms",
+        "must be longer than the idle heartbeat interval (300 ms",
+    );
+}
+
+#[test]
 fn a_repair_round_must_fit_twice_in_a_peer_bus_queue() {
     let config = resolve("[replication]\nrepair_bytes_max = 1048576\n", &[], &[]);
     assert_eq!(config.replication.repair_bytes_max, 1 << 20);

@@ -445,8 +445,9 @@ impl Layers {
     }
 
     /// The replicas' timers: the heartbeat timeout and the lag bound must outlast a commit
-    /// interval, or a healthy primary would be deposed (or its backups flagged) between two of
-    /// its heartbeats. Compared in the replicas' 10 ms ticks.
+    /// interval and a settled group's idle heartbeat interval, or a healthy primary would be
+    /// deposed (or its backups flagged) between two of its heartbeats; the idle interval is
+    /// never shorter than the commit interval. Compared in the replicas' 10 ms ticks.
     fn validate_replication(&self, config: &Config) -> Result<(), ConfigError> {
         let timers = &config.replication;
         let ticks = |ms: u64| (ms / TICK_MS).max(1);
@@ -464,6 +465,34 @@ impl Layers {
                         "{name} ({value}) must be longer than commit_interval_ms ({}) by at least \
                          one 10 ms tick",
                         timers.commit_interval_ms
+                    ),
+                ));
+            }
+        }
+        let idle_key = || self.key_of(Scope::Replication, "idle_heartbeat_interval_ms");
+        let idle_ms = timers.idle_heartbeat_interval_ms_resolved();
+        if ticks(idle_ms) < commit {
+            return Err(blame(
+                idle_key(),
+                interval(),
+                format!(
+                    "idle_heartbeat_interval_ms ({idle_ms}) must be at least commit_interval_ms \
+                     ({}), or 0 for a quarter of heartbeat_timeout_ms",
+                    timers.commit_interval_ms
+                ),
+            ));
+        }
+        for (name, value) in [
+            ("heartbeat_timeout_ms", timers.heartbeat_timeout_ms),
+            ("replica_lag_time_max_ms", timers.replica_lag_time_max_ms),
+        ] {
+            if ticks(value) <= ticks(idle_ms) {
+                return Err(blame(
+                    self.key_of(Scope::Replication, name),
+                    idle_key(),
+                    format!(
+                        "{name} ({value}) must be longer than the idle heartbeat interval \
+                         ({idle_ms} ms, idle_heartbeat_interval_ms) by at least one 10 ms tick"
                     ),
                 ));
             }

@@ -366,6 +366,7 @@ async fn open(
     let timers = &spec.config.replication;
     let ticks = |ms: u64| (ms / TICK_MS).max(1);
     replica.commit_interval_ticks = ticks(timers.commit_interval_ms);
+    replica.idle_heartbeat_interval_ticks = ticks(timers.idle_heartbeat_interval_ms_resolved());
     // Voters repeat their votes every commit interval: a vote counts for three of them.
     replica.vote_ttl_ticks = 3 * replica.commit_interval_ticks;
     replica.heartbeat_timeout_ticks = ticks(timers.heartbeat_timeout_ms);
