@@ -28,6 +28,7 @@ use bytes::Bytes;
 use crate::error::{Corruption, Error, Result};
 use crate::partition::JournalPrepare;
 use crate::record::prepare_of;
+use crate::scan::Scanner;
 use crate::storage::{
     AlignedBuf, BLOCK_SIZE_BYTES, BufferShelf, OpenMode, Storage, StorageFile, zero_pieces,
 };
@@ -35,6 +36,18 @@ use crate::wire::{HEADER_SIZE, Header, JournalEntry};
 
 /// The journal's file name inside a shard directory.
 pub const FILE_NAME: &str = "journal";
+
+/// Recovery reads the journal through a window this large (or one entry, if larger): the file
+/// is 1 GiB by default, and a restart must not hold it whole (nor first touch that much memory).
+const SCAN_WINDOW_BYTES: usize = 4 << 20;
+
+/// An entry the scan found: where it lies and what its header says, not its bytes (the scan
+/// walks stale laps of the ring too, and keeps only the needed entries' records).
+#[derive(Clone, Copy, Debug)]
+struct FoundEntry {
+    position_bytes: u64,
+    fields: JournalEntry,
+}
 
 /// One entry still needed for recovery.
 #[derive(Clone, Copy, Debug)]
@@ -203,42 +216,44 @@ impl<F: StorageFile> Journal<F> {
         self.file.sync_data().await.map_err(|e| Error::io("syncing the journal", e))
     }
 
-    /// Scans the whole file for valid entries; rebuilds the writer's state from the newest.
+    /// Scans the whole file for valid entries, window by window; rebuilds the writer's state
+    /// from the newest, and reads the records of the entries still needed a second time.
     async fn scan(&mut self, record_size_bytes_max: usize) -> Result<JournalRecovery> {
-        let mut buffer = AlignedBuf::zeroed(self.size_bytes as usize, BLOCK_SIZE_BYTES);
-        buffer.set_len(0);
-        let (result, buffer) = self.file.read_at(buffer, 0).await;
-        result.map_err(|e| Error::io("reading the journal", e))?;
-        let bytes = buffer.freeze();
+        let file = Rc::clone(&self.file);
         let entry_max = HEADER_SIZE + record_size_bytes_max;
-        // seq -> (position, outer header, inner header, record)
-        let mut found: BTreeMap<u64, (u64, JournalEntry, Option<Header>, Bytes)> = BTreeMap::new();
-        let block = BLOCK_SIZE_BYTES;
-        let mut position = 0usize;
-        while position + HEADER_SIZE <= bytes.len() {
-            match decode_entry(&bytes[position..], entry_max) {
-                Some((outer, fields, inner)) => {
-                    let size = outer.size as usize;
-                    let record = bytes.slice(position + HEADER_SIZE..position + size);
-                    found.insert(fields.seq, (position as u64, fields, inner, record));
-                    position += size;
+        let mut scanner = Scanner::new(&*file, SCAN_WINDOW_BYTES.max(entry_max))
+            .await
+            .map_err(|e| Error::io("reading the journal", e))?;
+        let mut found: BTreeMap<u64, FoundEntry> = BTreeMap::new();
+        let block = BLOCK_SIZE_BYTES as u64;
+        // The configured size bounds the ring, whatever the file's length.
+        let scan_end = scanner.file_size_bytes().min(self.size_bytes);
+        let mut position = 0u64;
+        while position + HEADER_SIZE as u64 <= scan_end {
+            let mut bytes = scanner
+                .record_at(position, entry_max)
+                .await
+                .map_err(|e| Error::io("reading the journal", e))?;
+            bytes.truncate(bytes.len().min((scan_end - position) as usize));
+            match decode_entry(&bytes, entry_max) {
+                Some((outer, fields, _)) => {
+                    found.insert(fields.seq, FoundEntry { position_bytes: position, fields });
+                    position += u64::from(outer.size);
                 }
                 None => position = (position + 1).next_multiple_of(block),
             }
         }
         let mut recovery =
             JournalRecovery { entries_valid: found.len() as u64, ..JournalRecovery::default() };
-        let Some((_, &(_, newest, _, _))) = found.last_key_value() else {
+        let Some((_, newest)) = found.last_key_value() else {
             return Ok(recovery);
         };
-        let durable_seq =
-            found.values().map(|(_, fields, _, _)| fields.durable_seq).max().unwrap_or(0);
-        let tail_seq = newest.tail_seq.max(1);
-        let torn_at_seq =
-            self.drop_past_torn_entry(&mut found, &bytes, durable_seq.max(tail_seq - 1)).await?;
-        let Some((&newest_seq, &(newest_position, _, _, ref newest_record))) =
-            found.last_key_value()
-        else {
+        let durable_seq = found.values().map(|entry| entry.fields.durable_seq).max().unwrap_or(0);
+        let tail_seq = newest.fields.tail_seq.max(1);
+        let torn_at_seq = self
+            .drop_past_torn_entry(&mut found, &mut scanner, durable_seq.max(tail_seq - 1))
+            .await?;
+        let Some((&newest_seq, &newest)) = found.last_key_value() else {
             // Only a torn cycle's later entries were found, and they are erased now. Their seqs
             // are not reused: the next cycle starts where the torn one broke.
             self.next_seq = torn_at_seq.unwrap_or(1);
@@ -249,7 +264,7 @@ impl<F: StorageFile> Journal<F> {
         if let Some(missing) =
             (tail_seq..=durable_seq.min(newest_seq)).find(|seq| !found.contains_key(seq))
         {
-            let before = found.range(..missing).next_back().map_or(0, |(_, (p, _, _, _))| *p);
+            let before = found.range(..missing).next_back().map_or(0, |(_, e)| e.position_bytes);
             recovery.corruption = Some(Corruption {
                 file: self.path.clone(),
                 position_bytes: before,
@@ -259,24 +274,46 @@ impl<F: StorageFile> Journal<F> {
             });
         }
         self.next_seq = newest_seq + 1;
-        self.head_bytes = (newest_position + HEADER_SIZE as u64 + newest_record.len() as u64)
-            .next_multiple_of(block as u64)
-            % self.size_bytes;
-        for (&seq, (position, _, inner, record)) in found.range(tail_seq..) {
+        for (&seq, entry) in found.range(tail_seq..) {
+            // The second read of an entry the first one found whole: the bytes must not have
+            // changed in between (nothing writes the journal while it opens).
+            let bytes = scanner
+                .record_at(entry.position_bytes, entry_max)
+                .await
+                .map_err(|e| Error::io("reading the journal", e))?;
+            let Some((outer, fields, inner)) =
+                decode_entry(&bytes, entry_max).filter(|(_, fields, _)| *fields == entry.fields)
+            else {
+                return Err(Error::io(
+                    "reading the journal",
+                    std::io::Error::other(format!(
+                        "entry seq {seq} at byte {} read differently the second time",
+                        entry.position_bytes
+                    )),
+                ));
+            };
+            if seq == newest_seq {
+                self.head_bytes = (entry.position_bytes + u64::from(outer.size))
+                    .next_multiple_of(block)
+                    % self.size_bytes;
+            }
             let Some(inner) = inner else { continue };
-            let prepare = prepare_of(inner);
+            let prepare = prepare_of(&inner);
             self.live.push_back(LiveEntry {
-                seq,
+                seq: fields.seq,
                 group: prepare.group,
                 op: prepare.op,
-                position_bytes: *position,
+                position_bytes: entry.position_bytes,
                 released: false,
             });
             recovery.prepares.entry(prepare.group).or_default().push(JournalPrepare {
                 seq,
-                header: *inner,
-                record: record.clone(),
+                header: inner,
+                record: bytes.slice(HEADER_SIZE..outer.size as usize),
             });
+        }
+        if newest_seq < tail_seq {
+            self.head_bytes = self.entry_end(&mut scanner, newest, entry_max).await?;
         }
         for prepares in recovery.prepares.values_mut() {
             // Op order, and within an op the newest view first (it supersedes older ones).
@@ -291,6 +328,33 @@ impl<F: StorageFile> Journal<F> {
         Ok(recovery)
     }
 
+    /// Where the next cycle starts after `entry`, which the scan found whole.
+    async fn entry_end(
+        &self,
+        scanner: &mut Scanner<'_, F>,
+        entry: FoundEntry,
+        entry_max: usize,
+    ) -> Result<u64> {
+        let bytes = scanner
+            .record_at(entry.position_bytes, entry_max)
+            .await
+            .map_err(|e| Error::io("reading the journal", e))?;
+        let size = decode_entry(&bytes, entry_max)
+            .filter(|(_, fields, _)| *fields == entry.fields)
+            .map(|(outer, _, _)| u64::from(outer.size))
+            .ok_or_else(|| {
+                Error::io(
+                    "reading the journal",
+                    std::io::Error::other(format!(
+                        "entry seq {} at byte {} read differently the second time",
+                        entry.fields.seq, entry.position_bytes
+                    )),
+                )
+            })?;
+        Ok((entry.position_bytes + size).next_multiple_of(BLOCK_SIZE_BYTES as u64)
+            % self.size_bytes)
+    }
+
     /// A power loss can tear the last cycle so that entries past a damaged one survive whole
     /// (the disk keeps any subset of an unsynced write's sectors). Nothing in that cycle was
     /// acknowledged: it was never synced (a synced cycle is whole), or it is the newest synced
@@ -302,8 +366,8 @@ impl<F: StorageFile> Journal<F> {
     /// recovery reports as corruption. Returns the missing seq, if entries were dropped.
     async fn drop_past_torn_entry(
         &mut self,
-        found: &mut BTreeMap<u64, (u64, JournalEntry, Option<Header>, Bytes)>,
-        bytes: &Bytes,
+        found: &mut BTreeMap<u64, FoundEntry>,
+        scanner: &mut Scanner<'_, F>,
         announced_seq: u64,
     ) -> Result<Option<u64>> {
         let Some((&newest_seq, _)) = found.last_key_value() else { return Ok(None) };
@@ -314,18 +378,24 @@ impl<F: StorageFile> Journal<F> {
         let dropped = found.split_off(&missing);
         let block = BLOCK_SIZE_BYTES as u64;
         let mut blocks: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
-        for &(position, ..) in dropped.values() {
+        for entry in dropped.values() {
+            let position = entry.position_bytes;
             for block_at in (position - position % block..position + HEADER_SIZE as u64)
                 .step_by(BLOCK_SIZE_BYTES)
             {
-                let contents = blocks.entry(block_at).or_insert_with(|| {
-                    // A short (damaged) file reads as zeros past its end.
-                    let mut contents = vec![0; BLOCK_SIZE_BYTES];
-                    let on_file = &bytes[(block_at as usize).min(bytes.len())
-                        ..((block_at + block) as usize).min(bytes.len())];
-                    contents[..on_file.len()].copy_from_slice(on_file);
-                    contents
-                });
+                let contents = match blocks.entry(block_at) {
+                    std::collections::btree_map::Entry::Occupied(entry) => entry.into_mut(),
+                    std::collections::btree_map::Entry::Vacant(entry) => {
+                        // A short (damaged) file reads as zeros past its end.
+                        let mut contents = vec![0; BLOCK_SIZE_BYTES];
+                        let on_file = scanner
+                            .bytes_at(block_at, BLOCK_SIZE_BYTES)
+                            .await
+                            .map_err(|e| Error::io("reading the journal", e))?;
+                        contents[..on_file.len()].copy_from_slice(&on_file);
+                        entry.insert(contents)
+                    }
+                };
                 let from = position.max(block_at);
                 let to = (position + HEADER_SIZE as u64).min(block_at + block);
                 contents[(from - block_at) as usize..(to - block_at) as usize].fill(0);
@@ -725,6 +795,60 @@ mod tests {
         journal.finish_cycle(&cycles[1]);
         journal.finish_cycle(&third);
         assert!(!journal.cycle_in_flight());
+    }
+
+    /// Reopening a journal many windows long finds every needed entry, the ones that straddle
+    /// a window's end too, and reads it a window at a time: a restart never holds the file
+    /// (1 GiB by default) whole.
+    #[test]
+    fn recovery_reads_the_journal_a_window_at_a_time_and_finds_every_entry() {
+        let sim = Sim::new(4, SimConfig::default());
+        let storage = sim.storage();
+        let dir = Path::new("/j");
+        sim.block_on(storage.create_dir_all(dir)).unwrap();
+        let size_bytes = 16 * super::SCAN_WINDOW_BYTES as u64;
+        let record_max = 64 << 10;
+        let (mut journal, _) =
+            sim.block_on(Journal::open(&storage, dir, 1, size_bytes, record_max, 1)).unwrap();
+        // Odd-sized records, so entries end anywhere in a block and cross windows' ends.
+        let records: Vec<Bytes> = (1..=300u64)
+            .map(|op| {
+                let body = vec![op as u8; 40_000 + op as usize * 7];
+                let fields = crate::wire::Prepare { group: 5, op, ..Default::default() };
+                let header = crate::wire::Header::prepare(1, 1, 0, fields, &body);
+                let mut record = header.encode().to_vec();
+                record.extend_from_slice(&body);
+                Bytes::from(record)
+            })
+            .collect();
+        for (i, record) in records.iter().enumerate() {
+            let op = i as u64 + 1;
+            journal.add(record.clone(), shoal_proto::checksum::crc32c(record), 5, op);
+            let (cycle, _) = journal.begin_cycle(|_| Take::Journal);
+            let cycle = cycle.expect("one entry");
+            sim.block_on(cycle.run()).unwrap();
+            journal.finish_cycle(&cycle);
+        }
+        let head_bytes = journal.head_bytes;
+        assert!(head_bytes > 2 * super::SCAN_WINDOW_BYTES as u64, "entries span windows");
+        drop(journal);
+        let before = sim.stats().read_bytes_max;
+        let (reopened, recovery) =
+            sim.block_on(Journal::open(&storage, dir, 1, size_bytes, record_max, 1)).unwrap();
+        let read_bytes_max = sim.stats().read_bytes_max.max(before);
+        assert!(
+            read_bytes_max <= super::SCAN_WINDOW_BYTES as u64,
+            "one read of {read_bytes_max} bytes, more than a window"
+        );
+        assert_eq!(recovery.entries_valid, 300);
+        assert!(recovery.corruption.is_none());
+        let found = &recovery.prepares[&5];
+        assert_eq!(found.len(), 300, "every entry is needed: nothing was released");
+        for (prepare, record) in found.iter().zip(&records) {
+            assert_eq!(&prepare.record, record, "seq {}", prepare.seq);
+        }
+        assert_eq!(reopened.head_bytes, head_bytes, "the next cycle starts where they ended");
+        assert_eq!(reopened.next_seq, 301);
     }
 
     #[test]

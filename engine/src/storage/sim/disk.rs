@@ -77,6 +77,8 @@ pub struct SimStats {
     pub bit_flips: u64,
     /// Reads failed with EIO by `read_error_one_in`.
     pub read_errors: u64,
+    /// The largest buffer one read asked to fill: what a reader holds at once, at least.
+    pub read_bytes_max: u64,
     /// Writes failed with ENOSPC.
     pub enospc_errors: u64,
     /// Writes and syncs failed by [`Sim::fail_next_write`] and [`Sim::fail_next_sync`].
@@ -695,6 +697,7 @@ impl Disk {
 
     fn complete_read(&mut self, inode: u64, offset: u64, mut buf: AlignedBuf) -> Done {
         buf.set_len(0);
+        self.stats.read_bytes_max = self.stats.read_bytes_max.max(buf.capacity() as u64);
         if self.config.read_error_one_in > 0 && self.rng.chance(1, self.config.read_error_one_in) {
             self.stats.read_errors += 1;
             return Done::Read(Err(io::Error::from_raw_os_error(EIO)), buf);
