@@ -89,7 +89,7 @@ impl<'f, F: StorageFile> Scanner<'f, F> {
         // Let go of the old window first: unless a caller still holds a slice of it, its
         // buffer is the one taken back.
         self.window = Bytes::new();
-        let buffer = self.shelf.take(capacity, BLOCK_SIZE_BYTES);
+        let buffer = self.shelf.take_exact(capacity, BLOCK_SIZE_BYTES);
         let (result, buffer) = self.file.read_at(buffer, start).await;
         result?;
         self.window = self.shelf.freeze(buffer);

@@ -207,6 +207,23 @@ impl BufferShelf {
     /// one rounded up to a power of two, so that the sizes kept settle.
     #[must_use]
     pub fn take(&self, capacity_bytes: usize, alignment_bytes: usize) -> AlignedBuf {
+        self.take_or_new(capacity_bytes, alignment_bytes, capacity_bytes.next_power_of_two())
+    }
+
+    /// As [`BufferShelf::take`], but a new buffer is exactly `capacity_bytes` (rounded up to
+    /// the alignment): for a reader whose every buffer is the same size but one, which should
+    /// not read twice the bytes it asked for.
+    #[must_use]
+    pub fn take_exact(&self, capacity_bytes: usize, alignment_bytes: usize) -> AlignedBuf {
+        self.take_or_new(capacity_bytes, alignment_bytes, capacity_bytes)
+    }
+
+    fn take_or_new(
+        &self,
+        capacity_bytes: usize,
+        alignment_bytes: usize,
+        new_capacity_bytes: usize,
+    ) -> AlignedBuf {
         let mut kept = self.kept.lock().expect("shelf lock");
         let fits = kept
             .iter()
@@ -217,7 +234,7 @@ impl BufferShelf {
                 buf.len = 0;
                 buf
             }
-            None => AlignedBuf::zeroed(capacity_bytes.next_power_of_two(), alignment_bytes),
+            None => AlignedBuf::zeroed(new_capacity_bytes, alignment_bytes),
         }
     }
 
