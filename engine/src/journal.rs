@@ -46,6 +46,8 @@ const SCAN_WINDOW_BYTES: usize = 4 << 20;
 #[derive(Clone, Copy, Debug)]
 struct FoundEntry {
     position_bytes: u64,
+    /// The whole entry's size, header included.
+    size_bytes: u64,
     fields: JournalEntry,
 }
 
@@ -237,8 +239,12 @@ impl<F: StorageFile> Journal<F> {
             bytes.truncate(bytes.len().min((scan_end - position) as usize));
             match decode_entry(&bytes, entry_max) {
                 Some((outer, fields, _)) => {
-                    found.insert(fields.seq, FoundEntry { position_bytes: position, fields });
-                    position += u64::from(outer.size);
+                    let size_bytes = u64::from(outer.size);
+                    found.insert(
+                        fields.seq,
+                        FoundEntry { position_bytes: position, size_bytes, fields },
+                    );
+                    position += size_bytes;
                 }
                 None => position = (position + 1).next_multiple_of(block),
             }
@@ -274,6 +280,8 @@ impl<F: StorageFile> Journal<F> {
             });
         }
         self.next_seq = newest_seq + 1;
+        self.head_bytes =
+            (newest.position_bytes + newest.size_bytes).next_multiple_of(block) % self.size_bytes;
         for (&seq, entry) in found.range(tail_seq..) {
             // The second read of an entry the first one found whole: the bytes must not have
             // changed in between (nothing writes the journal while it opens).
@@ -282,7 +290,9 @@ impl<F: StorageFile> Journal<F> {
                 .await
                 .map_err(|e| Error::io("reading the journal", e))?;
             let Some((outer, fields, inner)) =
-                decode_entry(&bytes, entry_max).filter(|(_, fields, _)| *fields == entry.fields)
+                decode_entry(&bytes, entry_max).filter(|(outer, fields, _)| {
+                    *fields == entry.fields && u64::from(outer.size) == entry.size_bytes
+                })
             else {
                 return Err(Error::io(
                     "reading the journal",
@@ -292,11 +302,6 @@ impl<F: StorageFile> Journal<F> {
                     )),
                 ));
             };
-            if seq == newest_seq {
-                self.head_bytes = (entry.position_bytes + u64::from(outer.size))
-                    .next_multiple_of(block)
-                    % self.size_bytes;
-            }
             let Some(inner) = inner else { continue };
             let prepare = prepare_of(&inner);
             self.live.push_back(LiveEntry {
@@ -312,9 +317,6 @@ impl<F: StorageFile> Journal<F> {
                 record: bytes.slice(HEADER_SIZE..outer.size as usize),
             });
         }
-        if newest_seq < tail_seq {
-            self.head_bytes = self.entry_end(&mut scanner, newest, entry_max).await?;
-        }
         for prepares in recovery.prepares.values_mut() {
             // Op order, and within an op the newest view first (it supersedes older ones).
             prepares.sort_by_key(|prepare| {
@@ -326,33 +328,6 @@ impl<F: StorageFile> Journal<F> {
         self.durable_seq = newest_seq;
         self.announced_seq = durable_seq;
         Ok(recovery)
-    }
-
-    /// Where the next cycle starts after `entry`, which the scan found whole.
-    async fn entry_end(
-        &self,
-        scanner: &mut Scanner<'_, F>,
-        entry: FoundEntry,
-        entry_max: usize,
-    ) -> Result<u64> {
-        let bytes = scanner
-            .record_at(entry.position_bytes, entry_max)
-            .await
-            .map_err(|e| Error::io("reading the journal", e))?;
-        let size = decode_entry(&bytes, entry_max)
-            .filter(|(_, fields, _)| *fields == entry.fields)
-            .map(|(outer, _, _)| u64::from(outer.size))
-            .ok_or_else(|| {
-                Error::io(
-                    "reading the journal",
-                    std::io::Error::other(format!(
-                        "entry seq {} at byte {} read differently the second time",
-                        entry.fields.seq, entry.position_bytes
-                    )),
-                )
-            })?;
-        Ok((entry.position_bytes + size).next_multiple_of(BLOCK_SIZE_BYTES as u64)
-            % self.size_bytes)
     }
 
     /// A power loss can tear the last cycle so that entries past a damaged one survive whole
