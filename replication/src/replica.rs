@@ -363,9 +363,8 @@ struct PendingSource {
 /// heartbeat slows to `idle_heartbeat_interval_ticks`. Any new op or commit starts it afresh.
 #[derive(Clone, Copy, Debug, Default)]
 struct Settled {
-    view: u32,
-    op: u64,
-    commit: u64,
+    /// The group's `(view, op, commit)` the bits are for.
+    at: (u32, u64, u64),
     /// One bit per peer index.
     peers: u32,
 }
@@ -1882,11 +1881,10 @@ impl Replica {
     /// with the commit point the heartbeats carry, so they tell no one anything new — else
     /// the commit interval.
     fn heartbeat_interval_ticks(&self) -> u64 {
-        let now = (self.view, self.op, self.commit);
         let all = self.peer_bits();
         let settled = self.pipeline.is_empty()
             && self.hand_over.is_none()
-            && (self.settled.view, self.settled.op, self.settled.commit) == now
+            && self.settled.at == (self.view, self.op, self.commit)
             && self.settled.peers & all == all;
         if settled {
             self.config.idle_heartbeat_interval_ticks
@@ -1899,9 +1897,8 @@ impl Replica {
     /// if those are the primary's own.
     fn note_settled(&mut self, from: u8, op: u64, commit: u64) {
         let now = (self.view, self.op, self.commit);
-        if (self.settled.view, self.settled.op, self.settled.commit) != now {
-            let (view, op, commit) = now;
-            self.settled = Settled { view, op, commit, peers: 0 };
+        if self.settled.at != now {
+            self.settled = Settled { at: now, peers: 0 };
         }
         if op == self.op && commit == self.commit {
             self.settled.peers |= 1 << from;

@@ -125,8 +125,9 @@ pub(super) fn primary_belongs(preferred: &BTreeMap<u64, u8>, group: u64, replica
 /// The peer a shutting-down primary hands `replica`'s group to: among the peers in sync that
 /// answered one of the last two heartbeats, counted at a settled group's slower pace (a peer
 /// that stopped is still "in sync" for `replica_lag_ticks_max`), the home, else the one in sync
-/// the longest (the lowest index among equals). `asleep_ticks`: the ticks the node has not handed the sleeping replica yet, by
-/// which every peer's time in sync and silence are longer than the replica's own figures.
+/// the longest (the lowest index among equals). `asleep_ticks`: the ticks the node has not
+/// handed the sleeping replica yet, by which every peer's time in sync and silence are longer
+/// than the replica's own figures.
 fn shutdown_target(replica: &Replica, asleep_ticks: u64) -> Option<u8> {
     let config = replica.config();
     let heard_ticks_max = 2 * config.idle_heartbeat_interval_ticks;

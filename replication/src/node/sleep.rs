@@ -6,9 +6,9 @@
 //! idle groups cost its tick nothing. In an idle group of three, the primary sleeps until its
 //! next heartbeat is due and its backups until that heartbeat arrives (an input): each wakes
 //! about once per heartbeat instead of every tick, and a settled group heartbeats only every
-//! idle interval (`ReplicaConfig::idle_heartbeat_interval_ticks`). A sleeping primary's peers grow
-//! more silent and lag more with every tick it slept through, so the node adds those ticks to
-//! what it reports of them (`Node::asleep_ticks`, `Node::group_status`).
+//! idle interval (`ReplicaConfig::idle_heartbeat_interval_ticks`). A sleeping primary's peers
+//! grow more silent and lag more with every tick it slept through, so the node adds those ticks
+//! to what it reports of them (`Node::asleep_ticks`, `Node::group_status`).
 //!
 //! Every input to a group goes through [`Node::wake`]; a group is put to sleep only at the end
 //! of its tick, never while an input may still follow. Nothing here decides what a replica
