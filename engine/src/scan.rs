@@ -31,6 +31,16 @@ pub struct Scanner<'f, F> {
 impl<'f, F: StorageFile> Scanner<'f, F> {
     /// A scanner over `file`, reading `window_bytes` (at least) at a time.
     pub async fn new(file: &'f F, window_bytes: usize) -> io::Result<Scanner<'f, F>> {
+        Self::with_shelf(file, window_bytes, BufferShelf::new(1)).await
+    }
+
+    /// A scanner whose windows come from, and go back to, `shelf`: scans one after the other
+    /// that keep no slice share one buffer.
+    pub async fn with_shelf(
+        file: &'f F,
+        window_bytes: usize,
+        shelf: BufferShelf,
+    ) -> io::Result<Scanner<'f, F>> {
         let file_size_bytes = file.size_bytes().await?;
         Ok(Scanner {
             file,
@@ -38,7 +48,7 @@ impl<'f, F: StorageFile> Scanner<'f, F> {
             window_bytes,
             window: Bytes::new(),
             window_start: 0,
-            shelf: BufferShelf::new(1),
+            shelf,
         })
     }
 

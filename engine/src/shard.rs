@@ -1960,6 +1960,7 @@ fn shared_for(config: &ShardConfig) -> Shared {
             write_views_max_bytes(config),
         )),
         read_ahead_windows: config.read_ahead_windows,
+        replay_scan_shelf: crate::storage::BufferShelf::new(1),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The shard's batch cache on the simulated disk: batches a ring lets go are served from memory,
 //! a reader in order is served by read-ahead after one miss, the budget holds, a truncation
-//! leaves no cut op behind, and damage that read-ahead runs into is left for the read that
-//! wants it.
+//! leaves no cut op behind, damage that read-ahead runs into is left for the read that wants
+//! it, and a restart's reads (headers, ops in order) leave the cache alone.
 
 mod common;
 
@@ -79,6 +79,14 @@ fn filled_with(
     shard
 }
 
+/// A shard filled as [`filled_with`] fills it, closed and opened again: its cache and its
+/// rings are empty.
+fn reopened(sim: &Sim, body: fn(i64) -> bytes::Bytes) -> ShardStore<SimStorage> {
+    let shard = filled_with(sim, 1 << 20, body);
+    sim.block_on(shard.close()).unwrap();
+    open(sim, config(1 << 20))
+}
+
 fn append(shard: &mut ShardStore<SimStorage>, body: &bytes::Bytes) {
     let next = shard.next(GROUP).unwrap();
     let fields = Prepare { record_count: 3, append_time_ms: 1, ..Prepare::default() };
@@ -145,10 +153,8 @@ fn batches_a_ring_lets_go_are_served_from_the_cache_as_they_were_written() {
 #[test]
 fn a_reader_in_order_is_served_by_read_ahead_after_one_miss() {
     let sim = Sim::new(2, SimConfig::default());
-    let shard = filled(&sim, 1 << 20);
-    sim.block_on(shard.close()).unwrap();
     // Reopened: the cache is empty and the ring holds nothing either.
-    let mut shard = open(&sim, config(1 << 20));
+    let mut shard = reopened(&sim, body);
     assert_eq!(shard.batch_cache().0, 0);
     let log = shard.group_mut(GROUP).unwrap();
     let (mut offset, mut op, mut fetches) = (0, 1, 0);
@@ -195,9 +201,7 @@ fn the_cache_stays_within_its_budget_and_keeps_the_newest() {
 #[test]
 fn a_truncation_leaves_no_cut_op_in_the_cache_even_from_a_read_in_flight() {
     let sim = Sim::new(4, SimConfig::default());
-    let shard = filled(&sim, 1 << 20);
-    sim.block_on(shard.close()).unwrap();
-    let mut shard = open(&sim, config(1 << 20));
+    let mut shard = reopened(&sim, body);
     // A disk read planned before the cut, finished after it, caches nothing.
     let log = shard.group_mut(GROUP).unwrap();
     let ReadPlan::Disk(read) = log.plan_read_offset(0, usize::MAX).unwrap() else {
@@ -257,4 +261,37 @@ fn damage_read_ahead_runs_into_is_left_for_the_read_that_wants_it() {
     assert!(error.to_string().contains("checksum mismatch"), "{error}");
     assert!(op > 10, "the reader got as far as the damage: op {op}");
     assert!(log.faulty_reason().is_some(), "the read that wanted it stopped the log");
+}
+
+#[test]
+fn a_restarts_reads_of_headers_and_ops_check_every_record_and_cache_nothing() {
+    let sim = Sim::new(6, SimConfig::default());
+    let mut shard = reopened(&sim, body);
+    let log = shard.group_mut(GROUP).unwrap();
+    let head = RECORDS as u64;
+    let headers = sim.block_on(log.read_headers(head - 127)).unwrap();
+    let ops: Vec<u64> = headers.iter().map(|h| h.as_prepare().unwrap().op).collect();
+    assert_eq!(ops, (head - 127..=head).collect::<Vec<_>>());
+    let ops_read = sim.block_on(log.read_ops(head - 127, usize::MAX, usize::MAX)).unwrap();
+    assert_eq!(ops_read.len(), 128);
+    for (header, prepare) in headers.iter().zip(&ops_read) {
+        assert_eq!(header, &prepare.header, "op {}", prepare.op());
+    }
+    check_run(&ops_read, head - 127);
+    // From below the log's start: from its first op.
+    assert_eq!(sim.block_on(log.read_headers(0)).unwrap().len(), RECORDS as usize);
+    let (cached_bytes, counters) = shard.batch_cache();
+    assert_eq!((cached_bytes, counters.inserted_bytes), (0, 0), "{counters:?}");
+
+    // Damage in a body is found although only the headers are kept.
+    let sim = Sim::new(7, SimConfig::default());
+    let shard = filled_with(&sim, 1 << 20, big_body);
+    sim.block_on(shard.close()).unwrap();
+    let segment = group_dir(Path::new("/data/shard-0"), GROUP).join(log_name(0));
+    sim.corrupt(&segment, 300_000, 3);
+    let mut shard = open(&sim, config(1 << 20));
+    let log = shard.group_mut(GROUP).unwrap();
+    let error = sim.block_on(log.read_headers(1)).unwrap_err();
+    assert!(error.to_string().contains("checksum mismatch"), "{error}");
+    assert!(log.faulty_reason().is_some(), "damage stops the log");
 }

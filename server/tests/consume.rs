@@ -423,3 +423,32 @@ fn a_backlog_behind_the_ring_is_read_back_from_the_batch_cache_and_by_read_ahead
     assert!(metric_sum(&server, "shoal_batch_cache_hits_total") >= 1.0);
     assert!(metric_sum(&server, "shoal_read_ahead_reads_total") >= 1.0);
 }
+
+/// A start after `kill -9` replays each partition's log (its consumer offsets, its producers'
+/// batches, its replica's newest headers), and none of that is a consumer's read: the batch
+/// cache starts empty, so a node of many partitions neither fills its memory at start nor
+/// evicts what consumers will read. The data is all there after.
+#[test]
+fn a_start_after_a_kill_replays_the_logs_without_filling_the_batch_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = start(dir.path(), 1);
+    let mut client = Raw::connect(server.native(), 1);
+    client.create_stream("s").ok();
+    client.create_topic("s", "t", 2, Durability::Persisted).ok();
+    let value = |index: usize| format!("value {index:05} ").repeat(100).into_bytes();
+    const MESSAGES: usize = 200;
+    for index in 0..MESSAGES {
+        client.produce("s", "t", (index % 2) as u32, &[&value(index)]);
+    }
+    server.kill_9();
+    restart(&mut server);
+    assert_eq!(metric_sum(&server, "shoal_batch_cache_bytes"), 0.0, "the start cached nothing");
+    let mut client = Raw::connect(server.native(), 1);
+    for partition in 0..2 {
+        let (_, records) = client.fetch("s", "t", partition, FetchFrom::First, 1_000);
+        let values: Vec<Vec<u8>> = records.into_iter().map(|(_, v)| v).collect();
+        let expected: Vec<Vec<u8>> =
+            (0..MESSAGES).filter(|i| i % 2 == partition as usize).map(value).collect();
+        assert_eq!(values, expected, "partition {partition}");
+    }
+}

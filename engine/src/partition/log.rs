@@ -20,7 +20,7 @@ use crate::ready::{READY_STEP_MIN_BYTES, ReadyBudget};
 use crate::record::{ChainNext, prepare_of};
 use crate::ring::{PrepareRing, RingBudget, RingLimits};
 use crate::segment::{IndexSummary, SegmentIndex};
-use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
+use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, BufferShelf, OpenMode, Storage, StorageFile};
 use crate::superblock::{Checkpoint, Fence, GroupConfig, GroupSlot};
 use crate::wire::Header;
 
@@ -60,6 +60,9 @@ pub struct Shared {
     /// Read-ahead reads a partition keeps in flight at most for a sequential consumer (0:
     /// none), each about `scan_window_bytes` long.
     pub read_ahead_windows: usize,
+    /// The scan window replays share ([`PartitionLog::replay_offset`]): a restart reads every
+    /// group's log, and a fresh window per read cost its first touch each time.
+    pub replay_scan_shelf: BufferShelf,
 }
 
 /// Where one record lies.

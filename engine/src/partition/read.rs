@@ -11,13 +11,16 @@
 use std::path::PathBuf;
 use std::rc::Rc;
 
+use bytes::Bytes;
+
 use super::log::PartitionLog;
 use crate::error::{Corruption, Error, Result};
 use crate::record::{check_standalone, prepare_of};
 use crate::ring::StoredPrepare;
 use crate::scan::Scanner;
 use crate::segment::log_name;
-use crate::storage::{OpenMode, Storage};
+use crate::storage::{BufferShelf, OpenMode, Storage};
+use crate::wire::Header;
 
 /// A read that must go to disk, owning what it needs so it runs without borrowing the log.
 pub struct DiskRead<S: Storage> {
@@ -42,8 +45,19 @@ pub struct DiskRead<S: Storage> {
     read_ahead: bool,
     /// The cache's epoch when planned (see [`crate::cache::BatchCache::epoch`]).
     cache_epoch: u64,
+    /// A replay's read ([`PartitionLog::read_headers`], [`PartitionLog::read_ops`],
+    /// [`PartitionLog::replay_offset`]): its windows come from the shard's replay shelf, and
+    /// nothing it finds enters the batch cache.
+    replay: Option<Replay>,
     /// Held while the read may scan files: see `PartitionLog::disk_reads`.
     _in_flight: Rc<()>,
+}
+
+/// How a replay's disk read differs from a consumer's.
+struct Replay {
+    shelf: BufferShelf,
+    /// Keep only each record's header (its bytes checked, then dropped).
+    headers_only: bool,
 }
 
 /// One segment a disk read scans.
@@ -80,6 +94,8 @@ pub struct DiskReadDone {
     /// Decoded past what was asked for: for the cache.
     ahead: Vec<StoredPrepare>,
     cache_epoch: u64,
+    /// A replay's read: nothing goes into the cache.
+    replay: bool,
     reached_written_end: bool,
     bytes_max: usize,
     prepares_max: usize,
@@ -106,6 +122,7 @@ impl<S: Storage> DiskRead<S> {
             found,
             ahead,
             cache_epoch: self.cache_epoch,
+            replay: self.replay.is_some(),
             reached_written_end,
             bytes_max: self.bytes_max,
             prepares_max: self.prepares_max,
@@ -141,7 +158,9 @@ impl<S: Storage> DiskRead<S> {
                     }
                 },
             };
-            let mut scanner = Scanner::new(file, self.scan_window_bytes)
+            let shelf =
+                self.replay.as_ref().map_or_else(|| BufferShelf::new(1), |r| r.shelf.clone());
+            let mut scanner = Scanner::with_shelf(file, self.scan_window_bytes, shelf)
                 .await
                 .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
             let mut position = planned.start_bytes;
@@ -181,6 +200,9 @@ impl<S: Storage> DiskRead<S> {
                     }
                 };
                 position += u64::from(header.size);
+                // A slice kept would hold the whole window, and the shelf could not take it back.
+                let headers_only = self.replay.as_ref().is_some_and(|replay| replay.headers_only);
+                let record = if headers_only { Bytes::new() } else { record };
                 let prepare = StoredPrepare { header, record };
                 if !full && found.is_empty() && !self.want.accepts(&prepare) {
                     continue;
@@ -308,7 +330,7 @@ impl<S: Storage> PartitionLog<S> {
             Err(error) => return Err(error),
         }
         let mut found = done.found;
-        if matches!(done.want, Want::Offset(_)) {
+        if matches!(done.want, Want::Offset(_)) && !done.replay {
             self.cache_read(done.cache_epoch, found.iter().chain(&done.ahead));
         }
         if done.reached_written_end {
@@ -345,6 +367,61 @@ impl<S: Storage> PartitionLog<S> {
     pub async fn read_op(&mut self, op: u64) -> Result<Option<StoredPrepare>> {
         let plan = self.plan_read_op(op)?;
         Ok(self.complete(plan).await?.into_iter().next())
+    }
+
+    /// Reads up to `prepares_max` prepares from `op` on, and up to `bytes_max` bytes of records
+    /// (always the first, when it exists), in one scan, for a replay that walks the log once
+    /// (a restart's producer tables): see [`PartitionLog::replay_offset`].
+    pub async fn read_ops(
+        &mut self,
+        op: u64,
+        prepares_max: usize,
+        bytes_max: usize,
+    ) -> Result<Vec<StoredPrepare>> {
+        let plan = self.plan_read_ops(op, prepares_max, bytes_max)?;
+        self.complete(self.as_replay(plan, false)).await
+    }
+
+    /// Reads the prepares containing `offset` and after it, up to `bytes_max` bytes of records,
+    /// for a replay that walks the log once (a restart's consumer offsets). Unlike a consumer's
+    /// read, nothing enters the batch cache (a restart replays every group, and would fill
+    /// the cache with fresh memory for reads no consumer made), and the scan's windows come
+    /// from the shard's replay shelf: a caller that drops what it read before the next call
+    /// reuses one window instead of paying a fresh one's first touch each time.
+    pub async fn replay_offset(
+        &mut self,
+        offset: u64,
+        bytes_max: usize,
+    ) -> Result<Vec<StoredPrepare>> {
+        let plan = self.plan_read_offset(offset, bytes_max)?;
+        self.complete(self.as_replay(plan, false)).await
+    }
+
+    /// The headers of the ops from `from_op` (or the oldest the log holds, past retention)
+    /// through the head, ascending, each record's checksums verified on the way: what a
+    /// restarting replica needs of its log. A replay's read (see
+    /// [`PartitionLog::replay_offset`]) that keeps no record at all: each is dropped once
+    /// checked.
+    pub async fn read_headers(&mut self, from_op: u64) -> Result<Vec<Header>> {
+        let from_op = from_op.max(self.first_op());
+        let count = (self.head.op + 1).saturating_sub(from_op);
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let plan = self.plan_read_ops(from_op, count as usize, usize::MAX)?;
+        let found = self.complete(self.as_replay(plan, true)).await?;
+        Ok(found.into_iter().map(|prepare| prepare.header).collect())
+    }
+
+    /// `plan`'s disk read made a replay's: no decoding ahead for the cache, windows from the
+    /// replay shelf.
+    fn as_replay(&self, mut plan: ReadPlan<S>, headers_only: bool) -> ReadPlan<S> {
+        if let ReadPlan::Disk(read) = &mut plan {
+            read.ahead_to_bytes = 0;
+            read.replay =
+                Some(Replay { shelf: self.shared.replay_scan_shelf.clone(), headers_only });
+        }
+        plan
     }
 
     /// The offset of the first message appended at or after `time_ms`, if any.
@@ -397,6 +474,7 @@ impl<S: Storage> PartitionLog<S> {
             ahead_to_bytes: 0,
             read_ahead: false,
             cache_epoch: self.shared.cache.borrow().epoch(),
+            replay: None,
             _in_flight: Rc::clone(&self.disk_reads),
         })
     }

@@ -128,15 +128,16 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.log_mut(group)?.read_op(op).await
     }
 
-    /// Reads `group`'s prepares containing `offset` and after it, up to about `bytes_max` bytes
-    /// (plan, run, finish in one call).
-    pub async fn read_offset(
+    /// Reads `group`'s prepares containing `offset` and after it, up to about `bytes_max` bytes,
+    /// for a replay that walks the log once: nothing enters the batch cache (see
+    /// [`PartitionLog::replay_offset`](shoal_engine::partition::PartitionLog::replay_offset)).
+    pub async fn replay_offset(
         &mut self,
         group: u64,
         offset: u64,
         bytes_max: usize,
     ) -> EngineResult<Vec<StoredPrepare>> {
-        self.log_mut(group)?.read_offset(offset, bytes_max).await
+        self.log_mut(group)?.replay_offset(offset, bytes_max).await
     }
 
     /// Plans a read of `group`'s prepares containing `offset` and after it: done from memory,

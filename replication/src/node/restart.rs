@@ -168,23 +168,19 @@ async fn rebuild_producers<S: Storage>(
     if from_op > head {
         return Ok((table, uncommitted));
     }
-    let mut offset = match log.read_op(from_op).await? {
-        Some(first) => first.base_offset(),
-        // Below the log's start (retention): replay what is left.
-        None => log.first_offset(),
-    };
-    'scan: loop {
-        let prepares = log.read_offset(offset, 1 << 20).await?;
-        let before = offset;
+    // Below the log's start (retention): replay what is left.
+    let mut next_op = from_op.max(log.first_op());
+    // Not through the batch cache: a restart replays every group once, and consumers are
+    // better served by what they read themselves.
+    'scan: while next_op <= head {
+        let prepares = log.read_ops(next_op, usize::MAX, 1 << 20).await?;
+        let before = next_op;
         for prepare in prepares {
             let op = prepare.op();
             if op > head {
                 break 'scan;
             }
-            offset = offset.max(prepare.end_offset());
-            if op < from_op {
-                continue;
-            }
+            next_op = next_op.max(op + 1);
             counters.producer_ops_replayed += 1;
             let Some(batch) = ProducerBatch::from_body(&prepare.body()) else { continue };
             if op <= commit {
@@ -194,7 +190,7 @@ async fn rebuild_producers<S: Storage>(
                 uncommitted.push((op, batch));
             }
         }
-        if offset == before {
+        if next_op == before {
             break;
         }
     }
@@ -215,27 +211,6 @@ async fn newest_headers<S: Storage>(
     log: &mut PartitionLog<S>,
     count: usize,
 ) -> EngineResult<Vec<Header>> {
-    let head = log.head_op();
-    let low = (head + 1).saturating_sub(count as u64).max(1);
-    let mut headers = Vec::new();
-    let mut op = low;
-    while op <= head {
-        let Some(first) = log.read_op(op).await? else {
-            // Below the log's start (retention): begin where it begins.
-            op += 1;
-            continue;
-        };
-        let prepares = log.read_offset(first.base_offset(), 1 << 20).await?;
-        let before = headers.len();
-        for prepare in prepares {
-            if prepare.op() >= op && prepare.op() <= head {
-                headers.push(prepare.header);
-            }
-        }
-        if headers.len() == before {
-            headers.push(first.header);
-        }
-        op = headers.last().and_then(|h| h.as_prepare()).map_or(op + 1, |p| p.op + 1);
-    }
-    Ok(headers)
+    let low = (log.head_op() + 1).saturating_sub(count as u64).max(1);
+    log.read_headers(low).await
 }

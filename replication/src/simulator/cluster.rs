@@ -174,6 +174,11 @@ impl Cluster {
         Some(self.nodes[node].node.as_ref()?.store().group(group)?.first_op())
     }
 
+    /// The bytes node `node`'s batch cache holds, when the node is up.
+    pub fn batch_cache_bytes(&self, node: usize) -> Option<usize> {
+        Some(self.nodes[node].node.as_ref()?.store().batch_cache().0)
+    }
+
     /// The newest op of `group` node `node`'s engine knows durable (synced), when the node is up
     /// and holds the group.
     pub fn durable_op(&self, node: usize, group: u64) -> Option<u64> {

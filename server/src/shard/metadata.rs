@@ -336,7 +336,7 @@ impl ShardState {
         while recovered.state.catalog.applied_op < commit {
             let prepares = self
                 .node
-                .read_offset(METADATA_GROUP, offset, 1 << 20)
+                .replay_offset(METADATA_GROUP, offset, 1 << 20)
                 .await
                 .map_err(|e| format!("reading the metadata log: {e}"))?;
             if prepares.is_empty() {

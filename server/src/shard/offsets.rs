@@ -78,7 +78,7 @@ impl ShardState {
             offsets.data_end = offset;
             let mut replayed = 0;
             'scan: while offset < committed_end {
-                let prepares = match self.node.read_offset(group, offset, 1 << 20).await {
+                let prepares = match self.node.replay_offset(group, offset, 1 << 20).await {
                     Ok(prepares) if !prepares.is_empty() => prepares,
                     other => {
                         let result = format!("{other:?}");
