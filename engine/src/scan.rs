@@ -22,6 +22,8 @@ pub struct Scanner<'f, F> {
     window_bytes: usize,
     window: Bytes,
     window_start: u64,
+    /// Windows end here (rounded up to a block) unless the bytes asked for reach further.
+    read_end_bytes: u64,
     /// The window's buffer comes back here once no slice of it is held, for the next window:
     /// a fresh aligned buffer per window left a long scan's memory behind (glibc's aligned
     /// allocations did not reuse the freed ones; a 1 GiB journal kept about 1 GiB resident).
@@ -48,8 +50,16 @@ impl<'f, F: StorageFile> Scanner<'f, F> {
             window_bytes,
             window: Bytes::new(),
             window_start: 0,
+            read_end_bytes: u64::MAX,
             shelf,
         })
+    }
+
+    /// Windows stop at `end_bytes` (a log's written end): past it lie zeros or a recycled
+    /// file's old bytes, and records cached from a window hold all of it, so a window that
+    /// reached past the tail held memory the batch cache never counted.
+    pub fn read_no_further_than(&mut self, end_bytes: u64) {
+        self.read_end_bytes = end_bytes;
     }
 
     /// The file's size when the scanner was made: nothing past it is read.
@@ -95,7 +105,9 @@ impl<'f, F: StorageFile> Scanner<'f, F> {
         let block = BLOCK_SIZE_BYTES as u64;
         let start = position - position % block;
         let span = (position - start) as usize + needed;
-        let capacity = span.max(self.window_bytes).next_multiple_of(BLOCK_SIZE_BYTES);
+        let read_end = self.read_end_bytes.checked_next_multiple_of(block).unwrap_or(u64::MAX);
+        let window = (self.window_bytes as u64).min(read_end.saturating_sub(start)) as usize;
+        let capacity = span.max(window).next_multiple_of(BLOCK_SIZE_BYTES);
         // Let go of the old window first: unless a caller still holds a slice of it, its
         // buffer is the one taken back.
         self.window = Bytes::new();
@@ -105,5 +117,40 @@ impl<'f, F: StorageFile> Scanner<'f, F> {
         self.window = self.shelf.freeze(buffer);
         self.window_start = start;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::storage::sim::{Sim, SimConfig};
+    use crate::storage::{OpenMode, Storage};
+
+    /// A window stops at the read end (rounded up to a block) unless the bytes asked for reach
+    /// past it; without one it is the whole window.
+    #[test]
+    fn windows_stop_at_the_read_end_unless_the_bytes_asked_for_go_further() {
+        let sim = Sim::new(1, SimConfig::default());
+        let storage = sim.storage();
+        let path = Path::new("/f");
+        let file = sim.block_on(storage.open(path, OpenMode::CreateReadWrite, true)).unwrap();
+        let data: Vec<u8> = (0..1u32 << 20).map(|i| i as u8).collect();
+        sim.block_on(file.write_at(Bytes::from(data.clone()), 0)).unwrap();
+        sim.block_on(async {
+            let mut scanner = Scanner::new(&file, 256 << 10).await.unwrap();
+            assert_eq!(scanner.bytes_at(100, 10).await.unwrap(), data[100..110]);
+            assert_eq!(scanner.window.len(), 256 << 10, "no read end: a whole window");
+
+            let mut scanner = Scanner::new(&file, 256 << 10).await.unwrap();
+            scanner.read_no_further_than(12_388);
+            assert_eq!(scanner.bytes_at(100, 10).await.unwrap(), data[100..110]);
+            assert_eq!(scanner.window.len(), 16 << 10, "up to the block holding the end");
+            // Asked for more than the end: read.
+            assert_eq!(scanner.bytes_at(12_000, 9_000).await.unwrap(), data[12_000..21_000]);
+            assert_eq!(scanner.window_start, 8 << 10);
+            assert_eq!(scanner.window.len(), 16 << 10);
+        });
     }
 }

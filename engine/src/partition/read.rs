@@ -163,6 +163,7 @@ impl<S: Storage> DiskRead<S> {
             let mut scanner = Scanner::with_shelf(file, self.scan_window_bytes, shelf)
                 .await
                 .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+            scanner.read_no_further_than(planned.written_end_bytes);
             let mut position = planned.start_bytes;
             while position < planned.written_end_bytes {
                 full |= !found.is_empty()
