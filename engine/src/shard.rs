@@ -1990,47 +1990,75 @@ async fn recover_groups<S: Storage>(
         checkpoint_wanted: BTreeSet::new(),
     };
     let no_prepares = Vec::new();
-    for (&id, slot) in &superblock.state().groups {
-        if slot.transfer_pending {
-            // A state transfer passed its commit point and the stop came before its second
-            // superblock write: finish replacing the old log's files first.
-            let base = slot.checkpoint.segment_base_offset;
-            transfer::roll_forward(storage, &group_dir(dir, id), base).await?;
+    let clean_shutdown = superblock.state().clean_shutdown;
+    let slots: Vec<(u64, GroupSlot)> =
+        superblock.state().groups.iter().map(|(&id, slot)| (id, *slot)).collect();
+    for batch in slots.chunks(GROUPS_RECOVERED_AT_ONCE) {
+        let recoveries = batch.iter().map(|&(id, slot)| {
+            let prepares = journal_recovery.prepares.get(&id).unwrap_or(&no_prepares);
+            async move {
+                if slot.transfer_pending {
+                    // A state transfer passed its commit point and the stop came before its
+                    // second superblock write: finish replacing the old log's files first.
+                    let base = slot.checkpoint.segment_base_offset;
+                    transfer::roll_forward(storage, &group_dir(dir, id), base).await?;
+                }
+                PartitionLog::recover(
+                    storage.clone(),
+                    Rc::clone(shared),
+                    group_dir(dir, id),
+                    slot,
+                    slot.config,
+                    prepares,
+                )
+                .await
+            }
+        });
+        let recovered_batch = join_all(recoveries.collect()).await;
+        for result in recovered_batch {
+            let (log, recovery) = result?;
+            let journal_corrupt = journal_recovery.corruption.is_some();
+            note_recovered(&mut recovered, report, clean_shutdown, journal_corrupt, log, recovery);
         }
-        let prepares = journal_recovery.prepares.get(&id).unwrap_or(&no_prepares);
-        let (mut log, mut recovery) = PartitionLog::recover(
-            storage.clone(),
-            Rc::clone(shared),
-            group_dir(dir, id),
-            *slot,
-            slot.config,
-            prepares,
-        )
-        .await?;
-        if slot.config.durability == Durability::Persisted && journal_recovery.corruption.is_some()
-        {
-            // A synced journal entry is gone and we cannot tell whose: every persisted
-            // group's suffix is faulty rather than absent (unavailable beats wrong).
-            log.mark_suffix_faulty();
-            recovery.faulty = log.faulty_ops().clone();
-        }
-        if slot.config.durability == Durability::Replicated
-            && !superblock.state().clean_shutdown
-            && recovery.corruption.is_none()
-        {
-            // Writes past the checkpoint were acknowledged once written, not once synced: after
-            // an unclean stop some may be gone without a trace, so the suffix is faulty.
-            log.mark_suffix_faulty();
-            recovery.faulty = log.faulty_ops().clone();
-        }
-        if recovery.journal_replayed > 0 || recovery.torn_tail.is_some() {
-            recovered.checkpoint_wanted.insert(id);
-        }
-        recovered.durable.insert(id, log.head_op());
-        recovered.groups.insert(id, log);
-        report.groups.push(recovery);
     }
     Ok(recovered)
+}
+
+/// Groups whose recoveries run at once. Each is a chain of small dependent I/Os (opening its
+/// files, reading its torn window, rewriting it and syncing), so one group at a time left the
+/// disk idle between them: a start of 10,000 groups spent over 4 s here.
+const GROUPS_RECOVERED_AT_ONCE: usize = 16;
+
+/// Takes in one group's recovery, in id order: the faulty suffixes the shard's state implies,
+/// and what the shard tracks for the group from the start.
+fn note_recovered<S: Storage>(
+    recovered: &mut RecoveredGroups<S>,
+    report: &mut RecoveryReport,
+    clean_shutdown: bool,
+    journal_corrupt: bool,
+    mut log: PartitionLog<S>,
+    mut recovery: GroupRecovery,
+) {
+    let durability = log.config().durability;
+    if durability == Durability::Persisted && journal_corrupt {
+        // A synced journal entry is gone and we cannot tell whose: every persisted group's
+        // suffix is faulty rather than absent (unavailable beats wrong).
+        log.mark_suffix_faulty();
+        recovery.faulty = log.faulty_ops().clone();
+    }
+    if durability == Durability::Replicated && !clean_shutdown && recovery.corruption.is_none() {
+        // Writes past the checkpoint were acknowledged once written, not once synced: after an
+        // unclean stop some may be gone without a trace, so the suffix is faulty.
+        log.mark_suffix_faulty();
+        recovery.faulty = log.faulty_ops().clone();
+    }
+    let id = recovery.group;
+    if recovery.journal_replayed > 0 || recovery.torn_tail.is_some() {
+        recovered.checkpoint_wanted.insert(id);
+    }
+    recovered.durable.insert(id, log.head_op());
+    recovered.groups.insert(id, log);
+    report.groups.push(recovery);
 }
 
 /// Clears the clean-shutdown flag before anything can be acknowledged, and finishes what a crash
