@@ -2,7 +2,9 @@
 //! offset also from the shard's batch cache, else planned as a disk read that runs without
 //! borrowing the log and continues from the ring. Offset reads cache what they decoded, the rest
 //! of their read window included, and a consumer reading in order has read-ahead planned for it:
-//! several window-sized reads in flight past what the cache holds.
+//! several window-sized reads in flight past what the cache holds. A restart's replays of each
+//! log cache nothing and reuse one window per shard. No window reads past a segment's written
+//! end.
 //!
 //! A read verifies every record's checksums and must never serve around damage: corruption it
 //! finds makes the log refuse service; a read that merely failed changes nothing. Damage that
