@@ -443,6 +443,7 @@ fn a_start_after_a_kill_replays_the_logs_without_filling_the_batch_cache() {
     server.kill_9();
     restart(&mut server);
     assert_eq!(metric_sum(&server, "shoal_batch_cache_bytes"), 0.0, "the start cached nothing");
+    assert_eq!(metric_sum(&server, "shoal_batch_cache_misses_total"), 0.0, "no consumer read");
     let mut client = Raw::connect(server.native(), 1);
     for partition in 0..2 {
         let (_, records) = client.fetch("s", "t", partition, FetchFrom::First, 1_000);

@@ -47,7 +47,7 @@ pub struct DiskRead<S: Storage> {
     read_ahead: bool,
     /// The cache's epoch when planned (see [`crate::cache::BatchCache::epoch`]).
     cache_epoch: u64,
-    /// A replay's read ([`PartitionLog::read_headers`], [`PartitionLog::read_ops`],
+    /// A replay's read ([`PartitionLog::read_newest_headers`], [`PartitionLog::read_ops`],
     /// [`PartitionLog::replay_offset`]): its windows come from the shard's replay shelf, and
     /// nothing it finds enters the batch cache.
     replay: Option<Replay>,
@@ -235,6 +235,16 @@ impl<S: Storage> PartitionLog<S> {
     /// Plans a read of the prepares containing `offset` and after it, up to `bytes_max` bytes of
     /// records (always at least one whole record when one exists).
     pub fn plan_read_offset(&self, offset: u64, bytes_max: usize) -> Result<ReadPlan<S>> {
+        self.plan_offset(offset, bytes_max, true)
+    }
+
+    /// [`PartitionLog::plan_read_offset`]; a consumer's (`for_consumer`) miss counts as one.
+    fn plan_offset(
+        &self,
+        offset: u64,
+        bytes_max: usize,
+        for_consumer: bool,
+    ) -> Result<ReadPlan<S>> {
         self.check_serving()?;
         if offset >= self.next.offset || offset < self.first_offset() {
             return Ok(ReadPlan::Done(Vec::new()));
@@ -256,7 +266,9 @@ impl<S: Storage> PartitionLog<S> {
             }
             return Ok(ReadPlan::Done(found));
         }
-        self.shared.cache.borrow_mut().counters_mut().misses += 1;
+        if for_consumer {
+            self.shared.cache.borrow_mut().counters_mut().misses += 1;
+        }
         let segment = self.segments.partition_point(|segment| segment.base_offset <= offset) - 1;
         let position = self.segments[segment].index.position_for_offset(offset);
         let mut plan =
@@ -396,17 +408,17 @@ impl<S: Storage> PartitionLog<S> {
         offset: u64,
         bytes_max: usize,
     ) -> Result<Vec<StoredPrepare>> {
-        let plan = self.plan_read_offset(offset, bytes_max)?;
+        let plan = self.plan_offset(offset, bytes_max, false)?;
         self.complete(self.as_replay(plan, false)).await
     }
 
-    /// The headers of the ops from `from_op` (or the oldest the log holds, past retention)
-    /// through the head, ascending, each record's checksums verified on the way: what a
-    /// restarting replica needs of its log. A replay's read (see
+    /// The headers of the newest `count` ops (fewer where the log holds fewer, past
+    /// retention), ascending and ending at the head, each record's checksums verified on the
+    /// way: what a restarting replica needs of its log. A replay's read (see
     /// [`PartitionLog::replay_offset`]) that keeps no record at all: each is dropped once
     /// checked.
-    pub async fn read_headers(&mut self, from_op: u64) -> Result<Vec<Header>> {
-        let from_op = from_op.max(self.first_op());
+    pub async fn read_newest_headers(&mut self, count: usize) -> Result<Vec<Header>> {
+        let from_op = (self.head.op + 1).saturating_sub(count as u64).max(self.first_op()).max(1);
         let count = (self.head.op + 1).saturating_sub(from_op);
         if count == 0 {
             return Ok(Vec::new());

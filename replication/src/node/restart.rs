@@ -211,6 +211,5 @@ async fn newest_headers<S: Storage>(
     log: &mut PartitionLog<S>,
     count: usize,
 ) -> EngineResult<Vec<Header>> {
-    let low = (log.head_op() + 1).saturating_sub(count as u64).max(1);
-    log.read_headers(low).await
+    log.read_newest_headers(count).await
 }
