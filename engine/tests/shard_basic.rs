@@ -1177,3 +1177,62 @@ fn the_groups_whose_durable_op_changed_are_named_once() {
         assert_eq!(shard.damaged_groups().count(), 0);
     }
 }
+
+/// A shard recovers its groups several at a time (`GROUPS_RECOVERED_AT_ONCE`): with more groups
+/// than one batch, a power loss after each flush leaves every `persisted` group (held in the
+/// journal) with every op it had made durable, every `replicated` group (written, not synced)
+/// with its suffix faulty from its recovered head on (its peers hold the rest), the report
+/// lists the groups in id order, and a group that never wrote is empty.
+#[test]
+fn groups_recovered_in_batches_keep_every_durable_op_after_power_losses() {
+    let sim = Sim::new(12, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    let config = ShardConfig {
+        persisted_path: shoal_engine::direct::PersistedPath::Journal,
+        ..ShardConfig::small()
+    };
+    const GROUPS: u64 = 50;
+    let durability = |group: u64| {
+        if group.is_multiple_of(2) { Durability::Persisted } else { Durability::Replicated }
+    };
+    let (mut shard, _) =
+        sim.block_on(ShardStore::open(sim.storage(), dir, config.clone())).unwrap();
+    for group in 1..=GROUPS {
+        sim.block_on(shard.create_group(group, group_config(durability(group)))).unwrap();
+    }
+    for round in 1..=3u64 {
+        // The last group never writes; the others write `group % 3 + 1` batches a round.
+        for group in 1..GROUPS {
+            for _ in 0..=group % 3 {
+                append_to(&mut shard, group, 500);
+            }
+        }
+        let report = sim.block_on(shard.flush()).unwrap();
+        assert!(report.failed.is_empty(), "round {round}: {report:?}");
+        let durable: Vec<Option<u64>> = (1..=GROUPS).map(|g| shard.durable_op(g)).collect();
+        drop(shard);
+        sim.crash();
+        let (reopened, report) =
+            sim.block_on(ShardStore::open(sim.storage(), dir, config.clone())).unwrap();
+        shard = reopened;
+        let ids: Vec<u64> = report.groups.iter().map(|g| g.group).collect();
+        assert_eq!(ids, (1..=GROUPS).collect::<Vec<_>>(), "round {round}");
+        for group in 1..GROUPS {
+            let log = shard.group(group).unwrap();
+            let recovery = &report.groups[group as usize - 1];
+            assert!(log.faulty_reason().is_none(), "round {round}, group {group}");
+            match durability(group) {
+                Durability::Persisted => {
+                    let written = durable[group as usize - 1].unwrap();
+                    assert!(written >= round * (group % 3 + 1), "group {group}: {written}");
+                    assert!(log.head_op() >= written, "round {round}, group {group}: lost ops");
+                }
+                Durability::Replicated => {
+                    let from = recovery.faulty.suffix_from;
+                    assert_eq!(from, Some(log.head_op() + 1), "round {round}, group {group}");
+                }
+            }
+        }
+        assert_eq!(shard.group(GROUPS).unwrap().head_op(), 0);
+    }
+}
