@@ -280,6 +280,8 @@ pub struct ShardStore<S: Storage> {
     filesystem_sync: bool,
     /// Groups whose slot changed (views, fence) and must reach the superblock.
     slots_dirty: BTreeSet<u64>,
+    /// The dirty slots the checkpoint job in flight writes: dirty again if it fails.
+    slots_in_flight: BTreeSet<u64>,
     /// Groups to checkpoint in the next flush whatever their byte count.
     checkpoint_wanted: BTreeSet<u64>,
     /// Groups that may have flush, checkpoint or storage-full work: every group touched since
@@ -551,6 +553,7 @@ impl<S: Storage> ShardStore<S> {
             damaged,
             filesystem_sync,
             slots_dirty: BTreeSet::new(),
+            slots_in_flight: BTreeSet::new(),
             checkpoint_wanted,
             settle_blocked: BTreeSet::new(),
             counters: ShardCounters::default(),
@@ -869,6 +872,12 @@ impl<S: Storage> ShardStore<S> {
             }
         }
         Ok(appended)
+    }
+
+    /// Whether `group`'s slot, as last changed ([`ShardStore::set_views`]), is in the
+    /// superblock: no change waits for a checkpoint job, and none is in the job in flight.
+    pub fn slot_durable(&self, group: u64) -> bool {
+        !self.slots_dirty.contains(&group) && !self.slots_in_flight.contains(&group)
     }
 
     /// Records a group's view, log_view and the head op that log view began with
@@ -1261,7 +1270,7 @@ impl<S: Storage> ShardStore<S> {
         for (id, _, _) in &checkpoints {
             self.checkpoint_wanted.remove(id);
         }
-        self.slots_dirty.clear();
+        self.slots_in_flight = std::mem::take(&mut self.slots_dirty);
         self.checkpoint_in_flight = true;
         Some(CheckpointJob { syncs, settles, checkpoints, superblock })
     }
@@ -1275,6 +1284,7 @@ impl<S: Storage> ShardStore<S> {
         assert!(self.checkpoint_in_flight, "finish without a checkpoint in flight");
         self.checkpoint_in_flight = false;
         let CheckpointDone { job, failed_sync, settle_syncs, superblock } = done;
+        let slots_written = std::mem::take(&mut self.slots_in_flight);
         self.counters.segment_syncs += job.syncs.len() as u64 + settle_syncs;
         if !failed_sync.is_empty() {
             let mut first = None;
@@ -1294,6 +1304,13 @@ impl<S: Storage> ShardStore<S> {
             for (id, _, _) in &job.checkpoints {
                 self.slots_dirty.insert(*id);
                 self.checkpoint_wanted.insert(*id);
+            }
+            // The superblock was not written: every slot it carried (views too, not only the
+            // checkpoints') must still reach it. Canary (DESIGN.md §7): forget them, so views
+            // announced durable are lost at the next restart.
+            if !cfg!(feature = "canary-views-dropped-on-full") {
+                let live = slots_written.into_iter().filter(|id| self.groups.contains_key(id));
+                self.slots_dirty.extend(live);
             }
             return Err(first.expect("a failure"));
         }

@@ -437,3 +437,45 @@ fn spare_segment_takes_the_roll_on_a_full_disk_after_a_restart() {
     assert!(sim.file_contents(&spare_path()).is_none(), "without recycling it is removed");
     model.check(&sim, &mut shard, FILLED, "after removing a written spare");
 }
+
+/// A checkpoint job carries every dirty slot, a view change's too, not only its checkpoints.
+/// When it finds no room, nothing of it reaches the superblock: the other group's new views
+/// stay waiting (`slot_durable` false, which keeps its replica from revealing them), are
+/// written by the retried job once space is back, and a restart finds them.
+#[test]
+fn views_a_checkpoint_without_room_carried_wait_for_the_retry_and_survive_a_restart() {
+    let sim = Sim::new(41, SimConfig::default());
+    let (mut shard, _) = open(&sim);
+    sim.block_on(shard.create_group(OTHER, group_config(Durability::Replicated))).unwrap();
+    sim.block_on(shard.create_group(FILLED, group_config(Durability::Replicated))).unwrap();
+    let mut model = Model::default();
+    while shard.group(FILLED).unwrap().segment_count() < 2 {
+        model.try_append(&mut shard, FILLED, 29_000).unwrap();
+        while let Some(flush) = shard.begin_flush() {
+            let done = sim.block_on(flush.run());
+            assert!(shard.finish_flush(done).failed.is_empty());
+        }
+    }
+    assert!(shard.slot_durable(OTHER));
+    shard.set_views(OTHER, 3, 3, Some(0)).unwrap();
+    assert!(!shard.slot_durable(OTHER), "recorded, not written");
+    sim.set_capacity_bytes(sim.used_bytes());
+    let job = shard.begin_checkpoint().expect("due");
+    assert!(!shard.slot_durable(OTHER), "in the job in flight");
+    let done = sim.block_on(job.run());
+    assert!(matches!(shard.finish_checkpoint(done), Err(Error::StorageFull)));
+    assert!(!shard.slot_durable(OTHER), "the superblock was not written");
+    sim.set_capacity_bytes(u64::MAX);
+    for _ in 0..4 {
+        if shard.slot_durable(OTHER) {
+            break;
+        }
+        model.flush(&sim, &mut shard, FILLED);
+    }
+    assert!(shard.slot_durable(OTHER), "the retried checkpoint wrote the slot");
+    drop(shard);
+    sim.crash();
+    let (shard, _) = open(&sim);
+    let slot = shard.group(OTHER).unwrap().slot();
+    assert_eq!((slot.view, slot.log_view), (3, 3));
+}

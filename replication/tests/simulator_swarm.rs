@@ -330,6 +330,14 @@ fn hand_over_seeds_move_primaries_home_and_off_stopping_nodes() {
 
 /// Seeds that once failed with retention on ([`with_retention`]).
 const RETENTION_REGRESSIONS: &[(u64, u8)] = &[
+    // A round recorded view 3 (log view 3) for node 1's group 2, its settle found the disk
+    // full, and the replica was told the views were durable all the same; the failed
+    // checkpoint job had also forgotten the slot. A process crash later, the node restarted at
+    // log view 2. Views are now told durable only once the superblock holds the slot
+    // (`ShardStore::slot_durable`), and a checkpoint that finds no room keeps every slot it
+    // carried dirty. Found by a fresh-seed soak (`scripts/sim-soak` with retention); canaries
+    // `canary-views-before-settled` and `canary-views-dropped-on-full`.
+    (744_921_469_840, 3),
     // A restarted replica's damaged first record, with the segments before it removed, failed
     // the group for good instead of cutting the log to empty (every op faulty).
     (0, 3),

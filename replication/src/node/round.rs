@@ -186,6 +186,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 Poll::Ready(())
             })
             .await;
+            // A checkpoint job that finished in the poll may have written waiting views.
+            self.report_settled_views();
         } else {
             let ticket = self.applied_ticket();
             complete &= self.settle().await;
@@ -195,13 +197,40 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             for (group, op) in installed {
                 self.persisted(group, Persisted::Installed { op });
             }
+            // Told durable only once the superblock holds them: a settle that found the disk
+            // full left them waiting for a later checkpoint job.
             for (group, (view, log_view)) in views {
-                self.persisted(group, Persisted::Views { view, log_view });
+                let unsettled = self.views_unsettled.entry(group).or_default();
+                *unsettled = (unsettled.0.max(view), unsettled.1.max(log_view));
             }
+            if cfg!(feature = "canary-views-before-settled") {
+                for (group, (view, log_view)) in std::mem::take(&mut self.views_unsettled) {
+                    self.persisted(group, Persisted::Views { view, log_view });
+                }
+            }
+            self.report_settled_views();
             self.report_durable();
             if complete {
                 self.tickets_durable = self.tickets_durable.max(ticket);
             }
+        }
+    }
+
+    /// Tells each replica whose recorded views reached the superblock since they were
+    /// recorded (see `views_unsettled`).
+    fn report_settled_views(&mut self) {
+        if self.views_unsettled.is_empty() {
+            return;
+        }
+        let settled: Vec<u64> = self
+            .views_unsettled
+            .keys()
+            .copied()
+            .filter(|&group| self.store.slot_durable(group))
+            .collect();
+        for group in settled {
+            let (view, log_view) = self.views_unsettled.remove(&group).expect("listed");
+            self.persisted(group, Persisted::Views { view, log_view });
         }
     }
 

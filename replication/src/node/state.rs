@@ -96,6 +96,10 @@ pub struct Node<S: Storage, T: Transport, C: Clock> {
     /// Groups whose primary belongs on a voter other than their home (the leader balancer's
     /// choice, `Node::set_preferred_primary`).
     pub(super) preferred_primaries: BTreeMap<u64, u8>,
+    /// Views recorded whose superblock write has not succeeded yet (a round's settle found
+    /// the disk full): each replica hears of them once the engine has its slot on disk
+    /// ([`ShardStore::slot_durable`]), never before.
+    pub(super) views_unsettled: BTreeMap<u64, (u32, u32)>,
 }
 
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
@@ -144,6 +148,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             repaired_groups: Vec::new(),
             damage_clear_at: BTreeMap::new(),
             lag_ticks_by_group: BTreeMap::new(),
+            views_unsettled: BTreeMap::new(),
             preferred_primaries: BTreeMap::new(),
         }
     }
