@@ -1372,7 +1372,13 @@ impl<S: Storage> ShardStore<S> {
                     self.counters.zero_steps += 1;
                     self.counters.segment_bytes_written += bytes;
                 }
-                Err(Error::StorageFull) => report.storage_full = true,
+                Err(Error::StorageFull) => {
+                    // The group may have left the active set while its step ran (nothing else
+                    // was due): only active groups are retried, and a log left full with no
+                    // retry would refuse every append for good.
+                    self.active.insert(group);
+                    report.storage_full = true;
+                }
                 Err(error) => report.failed.push((group, error.to_string())),
             }
         }

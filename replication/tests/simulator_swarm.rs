@@ -338,6 +338,12 @@ const RETENTION_REGRESSIONS: &[(u64, u8)] = &[
     // carried dirty. Found by a fresh-seed soak (`scripts/sim-soak` with retention); canaries
     // `canary-views-before-settled` and `canary-views-dropped-on-full`.
     (744_921_469_840, 3),
+    // A group went idle (left the shard's active set) while its zero step was in flight; the
+    // step found the disk full, and only active groups are retried: the log refused every
+    // append for good once the disk had room again (clients of group 1 waited for ever).
+    // A zero step that finds no room now puts its group back among the active ones. Found by
+    // a fresh-seed soak with one replica.
+    (288_323_685_807, 1),
     // A restarted replica's damaged first record, with the segments before it removed, failed
     // the group for good instead of cutting the log to empty (every op faulty).
     (0, 3),
