@@ -87,6 +87,17 @@ fn reopened(sim: &Sim, body: fn(i64) -> bytes::Bytes) -> ShardStore<SimStorage> 
     open(sim, config(1 << 20))
 }
 
+/// A shard filled with [`big_body`]s and closed, bits of its first segment flipped 300,000
+/// bytes in (past its first records), then opened again. The first segment is sealed: its index
+/// is on file, so recovery does not scan it and finds nothing wrong.
+fn damaged_past_its_first_records(sim: &Sim) -> ShardStore<SimStorage> {
+    let shard = filled_with(sim, 1 << 20, big_body);
+    sim.block_on(shard.close()).unwrap();
+    let segment = group_dir(Path::new("/data/shard-0"), GROUP).join(log_name(0));
+    sim.corrupt(&segment, 300_000, 3);
+    open(sim, config(1 << 20))
+}
+
 fn append(shard: &mut ShardStore<SimStorage>, body: &bytes::Bytes) {
     let next = shard.next(GROUP).unwrap();
     let fields = Prepare { record_count: 3, append_time_ms: 1, ..Prepare::default() };
@@ -239,12 +250,7 @@ fn a_truncation_leaves_no_cut_op_in_the_cache_even_from_a_read_in_flight() {
 #[test]
 fn damage_read_ahead_runs_into_is_left_for_the_read_that_wants_it() {
     let sim = Sim::new(5, SimConfig::default());
-    let shard = filled_with(&sim, 1 << 20, big_body);
-    sim.block_on(shard.close()).unwrap();
-    // The first segment is sealed: its index is on file, so recovery does not scan it.
-    let segment = group_dir(Path::new("/data/shard-0"), GROUP).join(log_name(0));
-    sim.corrupt(&segment, 300_000, 3);
-    let mut shard = open(&sim, config(1 << 20));
+    let mut shard = damaged_past_its_first_records(&sim);
     let log = shard.group_mut(GROUP).unwrap();
     let (mut offset, mut op) = (0, 1);
     let error = loop {
@@ -285,11 +291,7 @@ fn a_restarts_reads_of_headers_and_ops_check_every_record_and_cache_nothing() {
 
     // Damage in a body is found although only the headers are kept.
     let sim = Sim::new(7, SimConfig::default());
-    let shard = filled_with(&sim, 1 << 20, big_body);
-    sim.block_on(shard.close()).unwrap();
-    let segment = group_dir(Path::new("/data/shard-0"), GROUP).join(log_name(0));
-    sim.corrupt(&segment, 300_000, 3);
-    let mut shard = open(&sim, config(1 << 20));
+    let mut shard = damaged_past_its_first_records(&sim);
     let log = shard.group_mut(GROUP).unwrap();
     let error = sim.block_on(log.read_newest_headers(1_000)).unwrap_err();
     assert!(error.to_string().contains("checksum mismatch"), "{error}");

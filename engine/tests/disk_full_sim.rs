@@ -271,6 +271,18 @@ fn index_files(sim: &Sim, group: u64) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Appends to `FILLED` until its log rolled, written by flush cycles alone (no checkpoint job
+/// yet: the roll's index file waits for one).
+fn roll_by_flush_cycles(sim: &Sim, shard: &mut ShardStore<SimStorage>, model: &mut Model) {
+    while shard.group(FILLED).unwrap().segment_count() < 2 {
+        model.try_append(shard, FILLED, 29_000).unwrap();
+        while let Some(flush) = shard.begin_flush() {
+            let done = sim.block_on(flush.run());
+            assert!(shard.finish_flush(done).failed.is_empty());
+        }
+    }
+}
+
 /// Regression: a rolled segment's index file is a new file written at checkpoint; ENOSPC there
 /// was mapped to `StorageFull` and the node layer stopped every group on it. It now delays the
 /// checkpoint until a retry, and no group fails.
@@ -280,14 +292,7 @@ fn index_file_without_room_delays_the_checkpoint_and_fails_nothing() {
     let (mut shard, _) = open(&sim);
     sim.block_on(shard.create_group(FILLED, group_config(Durability::Replicated))).unwrap();
     let mut model = Model::default();
-    // Past a roll, written by flush cycles alone (no checkpoint job yet).
-    while shard.group(FILLED).unwrap().segment_count() < 2 {
-        model.try_append(&mut shard, FILLED, 29_000).unwrap();
-        while let Some(flush) = shard.begin_flush() {
-            let done = sim.block_on(flush.run());
-            assert!(shard.finish_flush(done).failed.is_empty());
-        }
-    }
+    roll_by_flush_cycles(&sim, &mut shard, &mut model);
     assert!(shard.has_checkpoint_pending(), "a roll asks for a checkpoint");
     let before = shard.group(FILLED).unwrap().checkpoint();
     sim.set_capacity_bytes(sim.used_bytes());
@@ -449,13 +454,7 @@ fn views_a_checkpoint_without_room_carried_wait_for_the_retry_and_survive_a_rest
     sim.block_on(shard.create_group(OTHER, group_config(Durability::Replicated))).unwrap();
     sim.block_on(shard.create_group(FILLED, group_config(Durability::Replicated))).unwrap();
     let mut model = Model::default();
-    while shard.group(FILLED).unwrap().segment_count() < 2 {
-        model.try_append(&mut shard, FILLED, 29_000).unwrap();
-        while let Some(flush) = shard.begin_flush() {
-            let done = sim.block_on(flush.run());
-            assert!(shard.finish_flush(done).failed.is_empty());
-        }
-    }
+    roll_by_flush_cycles(&sim, &mut shard, &mut model);
     assert!(shard.slot_durable(OTHER));
     shard.set_views(OTHER, 3, 3, Some(0)).unwrap();
     assert!(!shard.slot_durable(OTHER), "recorded, not written");
