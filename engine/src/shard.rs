@@ -2014,6 +2014,7 @@ async fn recover_groups<S: Storage>(
     };
     let no_prepares = Vec::new();
     let clean_shutdown = superblock.state().clean_shutdown;
+    let journal_corrupt = journal_recovery.corruption.is_some();
     let slots: Vec<(u64, GroupSlot)> =
         superblock.state().groups.iter().map(|(&id, slot)| (id, *slot)).collect();
     for batch in slots.chunks(GROUPS_RECOVERED_AT_ONCE) {
@@ -2040,7 +2041,6 @@ async fn recover_groups<S: Storage>(
         let recovered_batch = join_all(recoveries.collect()).await;
         for result in recovered_batch {
             let (log, recovery) = result?;
-            let journal_corrupt = journal_recovery.corruption.is_some();
             note_recovered(&mut recovered, report, clean_shutdown, journal_corrupt, log, recovery);
         }
     }

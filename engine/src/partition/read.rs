@@ -142,6 +142,8 @@ impl<S: Storage> DiskRead<S> {
         let mut bytes = 0usize;
         // What was asked for is gathered: only the cache's read-ahead goes on.
         let mut full = self.read_ahead;
+        // A slice kept would hold the whole window, and the shelf could not take it back.
+        let headers_only = self.replay.as_ref().is_some_and(|replay| replay.headers_only);
         for (index, planned) in self.segments.iter().enumerate() {
             let ahead_to = if index == 0 { self.ahead_to_bytes } else { 0 };
             let path = self.dir.join(log_name(planned.base_offset));
@@ -203,8 +205,6 @@ impl<S: Storage> DiskRead<S> {
                     }
                 };
                 position += u64::from(header.size);
-                // A slice kept would hold the whole window, and the shelf could not take it back.
-                let headers_only = self.replay.as_ref().is_some_and(|replay| replay.headers_only);
                 let record = if headers_only { Bytes::new() } else { record };
                 let prepare = StoredPrepare { header, record };
                 if !full && found.is_empty() && !self.want.accepts(&prepare) {

@@ -28,7 +28,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             .store
             .group_mut(group)
             .ok_or(EngineError::Faulty { group, reason: "the group's log is gone".into() })?;
-        newest_headers(log, count).await
+        log.read_newest_headers(count).await
     }
 
     /// The faulty suffix after a damage cut at open: the cut's, and for a `replicated` group
@@ -204,12 +204,4 @@ pub(super) fn min_faulty(a: Option<u64>, b: Option<u64>) -> Option<u64> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
-}
-
-/// The newest `count` headers of a recovered log, ascending.
-async fn newest_headers<S: Storage>(
-    log: &mut PartitionLog<S>,
-    count: usize,
-) -> EngineResult<Vec<Header>> {
-    log.read_newest_headers(count).await
 }
