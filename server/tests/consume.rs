@@ -252,6 +252,47 @@ fn a_group_of_three_rebalances_when_one_leaves_and_when_one_dies_and_stale_commi
     assert_eq!(get(&mut admin, &group, own), Some(9));
 }
 
+/// A poll whose consumer has no offset, over a log that starts with thousands of offset
+/// commits (each a control record) and then one message, one record at a time: it skips
+/// them all and returns the message. The skip once called the read again from inside its
+/// answer, a stack frame per control record, and this overflowed the shard thread's stack and
+/// took the server down.
+#[test]
+fn a_poll_skips_thousands_of_offset_commits_one_record_at_a_time() {
+    const COMMITS: u64 = 20_000;
+    const WINDOW: u64 = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 1);
+    let mut client = Raw::connect(server.native(), 1);
+    client.create_stream("s").ok();
+    client.create_topic("s", "t", 1, Durability::Replicated).ok();
+    let writer = ConsumerId::consumer("writer");
+    for window in 0..COMMITS / WINDOW {
+        for offset in 0..WINDOW {
+            let body = store(writer.clone(), Membership::default(), 0, window * WINDOW + offset);
+            client.send(Operation::StoreOffset, &body);
+        }
+        for _ in 0..WINDOW {
+            client.receive().ok();
+        }
+    }
+    client.produce("s", "t", 0, &[b"after the commits"]);
+    let poll = Poll {
+        partition: partition(0),
+        consumer: ConsumerId::consumer("reader"),
+        membership: Membership::default(),
+        bytes_max: 1,
+        count_max: 1,
+        wait_ms_max: 0,
+        auto_commit: false,
+    };
+    let answer = client.call(Operation::Poll, &poll.encode());
+    let (_, records) = decode_fetch(&answer.ok()[8..]);
+    // Every store but the first (offset 0, which a consumer without one reads already) wrote
+    // a control record.
+    assert_eq!(records, vec![(COMMITS - 1, b"after the commits".to_vec())]);
+}
+
 #[test]
 fn poll_continues_from_the_stored_offset_and_auto_commit_moves_it() {
     let dir = tempfile::tempdir().unwrap();

@@ -59,6 +59,18 @@ impl ShardState {
     /// Reads from a partition group owned here, for a fetch or a poll: at once when its start
     /// is below the committed end, else parked until it is (or answered empty).
     pub(super) fn fetch(&mut self, group: u64, args: FetchArgs, to: ReadFor) {
+        self.fetches_next.push_back((group, args, to));
+        if self.fetching {
+            return;
+        }
+        self.fetching = true;
+        while let Some((group, args, to)) = self.fetches_next.pop_front() {
+            self.fetch_one(group, args, to);
+        }
+        self.fetching = false;
+    }
+
+    fn fetch_one(&mut self, group: u64, args: FetchArgs, to: ReadFor) {
         if let Some(refusal) = self.read_refusal(group) {
             to.reply().send_outcome(refusal);
             return;

@@ -19,13 +19,13 @@ use slab::Slab;
 
 use crate::bus::{BusAddresses, BusCounters};
 
-use super::fetch::{ParkedFetch, ReadDone};
+use super::fetch::{ParkedFetch, ReadDone, ReadFor};
 use super::flush_gate::FlushGate;
 use super::formation::Formation;
 use super::metadata::MetadataState;
 use super::snapshots::StateSaved;
 use super::thread::{ShardNode, ShardSpec};
-use super::work::Mesh;
+use super::work::{FetchArgs, Mesh};
 use super::writes::PendingWrite;
 use crate::config::{Config, ShardTuning};
 use crate::metadata::{Catalog, Published};
@@ -58,6 +58,12 @@ pub(super) struct ShardState {
     /// Fetches waiting for their group's committed log to grow: a slab sized once to
     /// `fetch_parked_max`, so parking never allocates and the bound is the table's own.
     pub(super) parked: Slab<ParkedFetch>,
+    /// Reads to run next, while `fetch` runs one: a poll that skips control records goes on
+    /// from past them through here, one step per record at worst, so a long run of offset
+    /// commits is a loop and not a recursion as deep as the run (it overflowed the stack).
+    pub(super) fetches_next: VecDeque<(u64, FetchArgs, ReadFor)>,
+    /// Whether `fetch` is running (its loop takes what `fetches_next` gets meanwhile).
+    pub(super) fetching: bool,
     /// The keys in `parked` of each group's fetches, oldest first.
     pub(super) parked_by_group: HashMap<u64, Vec<usize>>,
     /// Per partition group, its consumers' stored offsets.
@@ -131,6 +137,8 @@ impl ShardState {
             flush_gate: FlushGate::new(tuning.flush_delay_us_max),
             committed_end: HashMap::new(),
             parked: Slab::with_capacity(spec.config.network.fetch_parked_max),
+            fetches_next: VecDeque::new(),
+            fetching: false,
             parked_by_group: HashMap::new(),
             offsets: HashMap::new(),
             commits_in_flight: HashSet::new(),
