@@ -9,6 +9,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use uuid::Uuid;
 
 use crate::header::RequestHeader;
+use crate::response::EncodeError;
 
 /// A Fetch response (versions 4–16).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,12 +44,17 @@ impl FetchAnswer {
             .chain(self.topics.iter().flat_map(|t| &t.partitions).map(|p| p.error_code))
     }
 
-    /// The frame answering `header` at `version` (4–16), as parts in order.
+    /// The frame answering `header` at `version` (4–16), as parts in order; an error when it
+    /// would pass Kafka's 2 GiB frame (the server bounds a response's batches far below it).
     ///
     /// # Panics
-    /// If a string is longer than Kafka's bound (`i16::MAX` bytes) or the frame over 2 GiB:
-    /// Shoal's topic names and fetch bounds keep far below both.
-    pub fn encode_frame(&self, header: &RequestHeader, version: i16) -> Vec<Bytes> {
+    /// If a string is longer than Kafka's bound (`i16::MAX` bytes): Shoal's topic names are
+    /// far shorter.
+    pub fn encode_frame(
+        &self,
+        header: &RequestHeader,
+        version: i16,
+    ) -> Result<Vec<Bytes>, EncodeError> {
         assert!((4..=16).contains(&version), "Fetch v{version} is not served");
         let flexible = version >= 12;
         let mut parts = Vec::new();
@@ -98,9 +104,13 @@ impl FetchAnswer {
         }
         parts.push(out.freeze());
         let size: usize = parts.iter().map(Bytes::len).sum();
-        let size = i32::try_from(size).expect("a Fetch response under 2 GiB");
+        let size = i32::try_from(size).map_err(|_| EncodeError {
+            api_key: header.api_key,
+            api_version: header.api_version,
+            reason: format!("a Fetch response of {size} bytes is over 2 GiB"),
+        })?;
         parts.insert(0, Bytes::copy_from_slice(&size.to_be_bytes()));
-        parts
+        Ok(parts)
     }
 }
 
@@ -217,7 +227,7 @@ mod tests {
                 correlation_id: 77,
                 client_id: None,
             };
-            let ours: Vec<u8> = answer.encode_frame(&header, version).concat();
+            let ours: Vec<u8> = answer.encode_frame(&header, version).unwrap().concat();
             let codec = encode_frame(&header, &as_codec(&answer), version).unwrap();
             assert_eq!(ours, codec.to_vec(), "v{version}");
         }
@@ -227,7 +237,7 @@ mod tests {
         for version in [4, 16] {
             let empty = FetchAnswer::default();
             let codec = encode_frame(&header, &as_codec(&empty), version).unwrap();
-            assert_eq!(empty.encode_frame(&header, version).concat(), codec.to_vec());
+            assert_eq!(empty.encode_frame(&header, version).unwrap().concat(), codec.to_vec());
         }
     }
 
@@ -236,7 +246,7 @@ mod tests {
         let answer = answer();
         let header =
             RequestHeader { api_key: 1, api_version: 12, correlation_id: 1, client_id: None };
-        let parts = answer.encode_frame(&header, 12);
+        let parts = answer.encode_frame(&header, 12).unwrap();
         let batch = &answer.topics[1].partitions[0].batches[0];
         assert!(
             parts.iter().any(|part| part.as_ptr() == batch.as_ptr() && part.len() == batch.len()),

@@ -388,6 +388,62 @@ fn fetch_returns_what_was_produced_waits_for_more_and_refuses_offsets_out_of_ran
     assert_eq!((error, high_watermark, values), (0, 4, vec![(3, b"d".to_vec())]));
 }
 
+/// A Fetch that asks for everything (`max_bytes` and every `partition_max_bytes` at
+/// `i32::MAX`) and names one partition 2,000 times: each partition is read and answered once,
+/// and the batches stay within `[kafka] fetch_bytes_max` plus the first batch past it. Before
+/// the bound, such repeats multiplied one partition's data in the response until it passed
+/// 2 GiB, and the encoder's panic took the shard down.
+#[test]
+fn a_fetch_is_bounded_by_fetch_bytes_max_and_answers_a_repeated_partition_once() {
+    const BOUND: usize = 64 << 10;
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = common::command(dir.path(), 1);
+    command.env("SHOAL_KAFKA_FETCH_BYTES_MAX", BOUND.to_string());
+    let server = common::start_command(command);
+    let mut raw = Raw::connect(server.native(), 1);
+    raw.create_stream("kafka").ok();
+    raw.create_topic("kafka", "orders", 2, Durability::Replicated).ok();
+    let mut kafka = Kafka::connect(&server);
+    let value = vec![b'v'; 10_000];
+    for _ in 0..30 {
+        let batch = Bytes::from(common::batch(&[&value, &value]));
+        produce(&mut kafka, 9, -1, &[("orders", 0, batch.clone()), ("orders", 1, batch)]);
+    }
+    let everything = |index: i32| {
+        FetchPartition::default()
+            .with_partition(index)
+            .with_fetch_offset(0)
+            .with_partition_max_bytes(i32::MAX)
+    };
+    let mut partitions: Vec<FetchPartition> = (0..2_000).map(|_| everything(0)).collect();
+    partitions.push(everything(1));
+    let topic = FetchTopic::default()
+        .with_topic(TopicName(StrBytes::from_static_str("orders")))
+        .with_partitions(partitions);
+    let request = FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_bytes(i32::MAX)
+        .with_topics(vec![topic]);
+    let mut body = kafka.call(ApiKey::Fetch, 12, &request, true);
+    let response = FetchResponse::decode(&mut body, 12).unwrap();
+    let answered: Vec<(i32, i16)> = response.responses[0]
+        .partitions
+        .iter()
+        .map(|p| (p.partition_index, p.error_code))
+        .collect();
+    assert_eq!(answered, [(0, 0), (1, 0)], "each partition once");
+    let sizes: Vec<usize> = response.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.records.as_ref().map_or(0, Bytes::len))
+        .collect();
+    let one_batch = 20_100;
+    assert!(sizes[0] > 0 && sizes[0] <= BOUND + one_batch, "partition 0: {sizes:?}");
+    assert!(sizes.iter().sum::<usize>() <= BOUND + one_batch, "the response: {sizes:?}");
+    // The connection and the server go on serving.
+    assert_eq!(fetched(&fetch(&mut kafka, 12, shoal_kafka::Uuid::nil(), 0, 0), 0).0, 0);
+}
+
 fn init_producer_id(kafka: &mut Kafka, version: i16, transactional: bool) -> (i16, i64, i16) {
     let id = transactional.then(|| TransactionalId(StrBytes::from_static_str("tx")));
     let request = InitProducerIdRequest::default()

@@ -150,8 +150,13 @@ pub(super) const SERVER_KEYS: [&str; 5] =
     ["data_dir", "native_listen", "shards", "profile", "cpus"];
 
 /// The keys of `[kafka]`.
-pub(super) const KAFKA_KEYS: [&str; 4] =
-    ["listen", "stream", "group_initial_rebalance_delay_ms", "auto_create_topics"];
+pub(super) const KAFKA_KEYS: [&str; 5] = [
+    "listen",
+    "stream",
+    "group_initial_rebalance_delay_ms",
+    "auto_create_topics",
+    "fetch_bytes_max",
+];
 
 /// The section and key a `SHOAL_*` variable names.
 pub(super) fn env_key(var: &str) -> Option<(Scope, &'static str)> {

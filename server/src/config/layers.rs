@@ -22,7 +22,8 @@ use super::keys::{
     cluster_nodes, env_key, log_filter, shard_index,
 };
 use super::model::{
-    ClusterNode, Config, GROUP_INITIAL_REBALANCE_DELAY_MS_MAX, Profile, SHARDS_MAX,
+    ClusterNode, Config, GROUP_INITIAL_REBALANCE_DELAY_MS_MAX, KAFKA_FETCH_BYTES_MAX,
+    KAFKA_FETCH_BYTES_MIN, Profile, SHARDS_MAX,
 };
 
 /// What the machine offers, for the defaults that depend on it.
@@ -60,6 +61,7 @@ pub struct Layers {
     pub(super) kafka_stream: Option<Given<String>>,
     pub(super) kafka_group_delay: Option<Given<u32>>,
     pub(super) kafka_auto_create: Option<Given<bool>>,
+    pub(super) kafka_fetch_bytes_max: Option<Given<u32>>,
     pub(super) shard_listen: Option<Given<Option<SocketAddr>>>,
     pub(super) log_level: Option<Given<String>>,
     pub(super) shards: Option<Given<u32>>,
@@ -261,6 +263,9 @@ impl Layers {
         if let Some(auto_create) = &self.kafka_auto_create {
             config.kafka.auto_create_topics = auto_create.value;
         }
+        if let Some(bytes) = &self.kafka_fetch_bytes_max {
+            config.kafka.fetch_bytes_max = bytes.value;
+        }
         if let Some(listen) = &self.shard_listen {
             config.network.shard_listen = listen.value;
         }
@@ -431,6 +436,11 @@ impl Layers {
             (Scope::Kafka, "auto_create_topics") => {
                 let value = raw.bool().map_err(error)?;
                 self.kafka_auto_create = Some(Given { value, key: written });
+            }
+            (Scope::Kafka, "fetch_bytes_max") => {
+                let bounds = (u64::from(KAFKA_FETCH_BYTES_MIN), u64::from(KAFKA_FETCH_BYTES_MAX));
+                let value = raw.int(bounds.0, bounds.1).map_err(error)? as u32;
+                self.kafka_fetch_bytes_max = Some(Given { value, key: written });
             }
             (Scope::Network, "shard_listen") => {
                 let listen = raw.listen_or_off("127.0.0.1:7100").map_err(error)?;

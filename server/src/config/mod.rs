@@ -40,8 +40,9 @@ pub use error::ConfigError;
 pub use keys::{LOG_LEVELS, NODES_MAX, log_filter};
 pub use layers::{Host, Layers, Resolved};
 pub use model::{
-    ClusterConfig, ClusterNode, Config, GROUP_INITIAL_REBALANCE_DELAY_MS_MAX, LogConfig,
-    MetadataConfig, MetricsConfig, NetworkConfig, Profile, ReplicationConfig, SHARDS_MAX,
-    ShardSettings, ShardTuning, TopicDefaults,
+    ClusterConfig, ClusterNode, Config, GROUP_INITIAL_REBALANCE_DELAY_MS_MAX,
+    KAFKA_FETCH_BYTES_MAX, KAFKA_FETCH_BYTES_MIN, LogConfig, MetadataConfig, MetricsConfig,
+    NetworkConfig, Profile, ReplicationConfig, SHARDS_MAX, ShardSettings, ShardTuning,
+    TopicDefaults,
 };
 pub use print::shard_settings;

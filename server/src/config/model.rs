@@ -330,7 +330,17 @@ pub struct KafkaConfig {
     /// Whether Metadata creates a topic a client names that does not exist (with the
     /// `[topic_defaults]`), as Kafka's `auto.create.topics.enable`.
     pub auto_create_topics: bool,
+    /// The most bytes of batches one Fetch response carries, whatever the request asks (Kafka's
+    /// broker `fetch.max.bytes`): a partition's first batch may pass it, so that a consumer
+    /// always progresses, and no partition's batches are added once it is spent.
+    pub fetch_bytes_max: u32,
 }
+
+/// The bounds of `[kafka] fetch_bytes_max`: at most 512 MiB, so that a response (the bound,
+/// plus one partition's batches past it, plus the partitions' fields) stays under Kafka's
+/// 2 GiB frame.
+pub const KAFKA_FETCH_BYTES_MIN: u32 = 1 << 10;
+pub const KAFKA_FETCH_BYTES_MAX: u32 = 512 << 20;
 
 /// The longest `[kafka] group_initial_rebalance_delay_ms`.
 pub const GROUP_INITIAL_REBALANCE_DELAY_MS_MAX: u32 = 300_000;
@@ -345,6 +355,8 @@ impl Default for KafkaConfig {
             group_initial_rebalance_delay_ms: 3_000,
             // Kafka 4 recommends it off: a typo should not become a topic.
             auto_create_topics: false,
+            // Kafka's broker default (55 MiB).
+            fetch_bytes_max: 57_671_680,
         }
     }
 }

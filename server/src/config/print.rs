@@ -100,6 +100,7 @@ struct Kafka<'a> {
     stream: &'a str,
     group_initial_rebalance_delay_ms: u32,
     auto_create_topics: bool,
+    fetch_bytes_max: u32,
 }
 
 #[derive(Serialize)]
@@ -191,6 +192,7 @@ impl<'a> Node<'a> {
                 stream: &config.kafka.stream,
                 group_initial_rebalance_delay_ms: config.kafka.group_initial_rebalance_delay_ms,
                 auto_create_topics: config.kafka.auto_create_topics,
+                fetch_bytes_max: config.kafka.fetch_bytes_max,
             },
             log: Log { level: &config.log.level },
             replication: keys(&REPLICATION_KEYS, &config.replication),

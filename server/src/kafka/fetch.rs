@@ -12,6 +12,7 @@
 //! as the buffers the shards read them into (ring, batch cache or disk read), never copied
 //! (`shoal_kafka::FetchAnswer`: one vectored write per response).
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
@@ -38,25 +39,40 @@ struct Asked {
 
 pub(super) async fn answer(connection: &Connection, request: FetchRequest) -> FetchAnswer {
     let config = &connection.context.config;
+    // Whatever the request asks, a response carries at most `[kafka] fetch_bytes_max` of
+    // batches (plus the first partition's past it), and the reads ask for no more in all: the
+    // partitions take the read budget in request order, and once it is spent each reads only
+    // its first batch (for its offsets; `partition_data` adds no batches past the bound).
+    let max_bytes = request.max_bytes.clamp(1, config.kafka.fetch_bytes_max as i32);
+    let mut read_left = max_bytes;
+    let mut seen = HashSet::new();
     let mut topics = Vec::with_capacity(request.topics.len());
     for wanted in &request.topics {
         let found = connection.find_topic(wanted.name.as_deref(), &wanted.topic_id);
-        let asked: Vec<Asked> = wanted
-            .partitions
-            .iter()
-            .map(|p| Asked {
+        let name = found
+            .as_ref()
+            .map_or_else(|_| wanted.name.clone().unwrap_or_default(), |(n, _)| n.clone());
+        let mut asked = Vec::with_capacity(wanted.partitions.len());
+        for p in &wanted.partitions {
+            // A partition named twice is read and answered once (Kafka keeps the request's
+            // partitions in a map): repeats would multiply the reads and the response.
+            if !seen.insert((name.clone(), wanted.topic_id, p.index)) {
+                continue;
+            }
+            let bytes_max = p.partition_max_bytes.clamp(1, read_left.max(1));
+            read_left -= bytes_max.min(read_left);
+            asked.push(Asked {
                 index: p.index,
                 fetch_offset: p.fetch_offset,
-                bytes_max: p.partition_max_bytes.clamp(1, request.max_bytes.max(1)) as u32,
+                bytes_max: bytes_max as u32,
                 place: found.as_ref().map_err(|error| *error).and_then(|(_, topic)| {
                     let index = usize::try_from(p.index).ok();
                     let place = index.and_then(|index| topic.partitions.get(index)).copied();
                     place.ok_or(ResponseError::UnknownTopicOrPartition)
                 }),
                 found: None,
-            })
-            .collect();
-        let name = found.map_or_else(|_| wanted.name.clone().unwrap_or_default(), |(n, _)| n);
+            });
+        }
         topics.push((name, wanted.topic_id, asked));
     }
 
@@ -67,7 +83,7 @@ pub(super) async fn answer(connection: &Connection, request: FetchRequest) -> Fe
         connection.read_all(&mut topics, wait_ms).await;
     }
 
-    let mut left = usize::try_from(request.max_bytes).unwrap_or(0).max(1);
+    let mut left = usize::try_from(max_bytes).unwrap_or(1);
     let topics = topics
         .into_iter()
         .map(|(name, id, asked)| FetchTopicAnswer {

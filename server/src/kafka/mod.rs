@@ -398,7 +398,11 @@ answer!(ProduceResponse, |b| b
 impl Answer for FetchAnswer {
     fn frame(&self, header: &RequestHeader, version: i16) -> Result<(Option<Frame>, bool), Close> {
         let error = self.error_codes().any(|code| code != 0);
-        Ok((Some(self.encode_frame(header, version)), error))
+        let frame = self.encode_frame(header, version).map_err(|error| {
+            tracing::error!("{error}");
+            Close::Refused(error.to_string())
+        })?;
+        Ok((Some(frame), error))
     }
 }
 answer!(InitProducerIdResponse, |b| [b.error_code]);
