@@ -22,6 +22,7 @@
 //! shard does not.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -1087,9 +1088,17 @@ pub(crate) async fn partition_stats(
 ) -> Vec<PartitionPrimary> {
     let unknown = PartitionPrimary { primary: NODE_UNKNOWN, view: 0 };
     let mut primaries = vec![unknown; partitions.len()];
+    // Where each group sits in `partitions` (a lookup per answer, not a scan: a topic of
+    // 10,000 partitions made that 50 million comparisons on the shard's thread).
+    let mut at: HashMap<u64, Vec<usize>> = HashMap::new();
+    for (index, partition) in partitions.iter().enumerate() {
+        at.entry(partition.group).or_default().push(index);
+    }
     for (shard, inbox) in (0u32..).zip(mesh.iter()) {
-        let groups: Vec<u64> =
+        let mut groups: Vec<u64> =
             partitions.iter().filter(|p| p.shard == shard).map(|p| p.group).collect();
+        groups.sort_unstable();
+        groups.dedup();
         if groups.is_empty() {
             continue;
         }
@@ -1099,8 +1108,8 @@ pub(crate) async fn partition_stats(
         }
         let Ok(stats) = answer.recv_async().await else { continue };
         for (group, stats) in stats {
-            if let Some(index) = partitions.iter().position(|p| p.group == group) {
-                let GroupStats { first_offset, next_offset, size_bytes, view, primary } = stats;
+            let GroupStats { first_offset, next_offset, size_bytes, view, primary } = stats;
+            for &index in at.get(&group).map_or(&[][..], Vec::as_slice) {
                 let p = &mut partitions[index];
                 p.first_offset = first_offset;
                 p.next_offset = next_offset;

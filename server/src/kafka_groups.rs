@@ -579,7 +579,10 @@ impl<W> KafkaGroups<W> {
         });
         member.session_timeout_ms = join.session_timeout_ms;
         member.rebalance_timeout_ms = join.rebalance_timeout_ms.max(join.session_timeout_ms);
-        member.protocols = join.protocols;
+        // Copied out of the request's frame: a slice would keep the whole frame alive while
+        // the bound counted only the slice.
+        member.protocols =
+            join.protocols.into_iter().map(|(n, m)| (n, Bytes::copy_from_slice(&m))).collect();
         member.last_heard_ms = now_ms;
         if unchanged && settled && !is_leader {
             let answer = GroupAnswer::Join(JoinAnswer {
@@ -698,7 +701,20 @@ impl<W> KafkaGroups<W> {
                 if group.leader.as_deref() != Some(member_id) {
                     return;
                 }
-                let mut assignments: BTreeMap<String, Bytes> = assignments.into_iter().collect();
+                // The assignments count against the bound as the members' metadata does (a
+                // leader's sync over it is refused, and the group rebalances after the timeout).
+                let mut assignments: BTreeMap<String, Bytes> = assignments
+                    .into_iter()
+                    .filter(|(id, _)| group.members.contains_key(id))
+                    .map(|(id, assignment)| (id, Bytes::copy_from_slice(&assignment)))
+                    .collect();
+                let held_now: usize = group.members.values().map(|m| m.assignment.len()).sum();
+                let adding: usize = assignments.values().map(Bytes::len).sum();
+                if self.held_bytes - held_now + adding > self.held_bytes_max {
+                    let member = group.members.get_mut(member_id).expect("checked above");
+                    let waiter = member.sync.take().expect("the leader's sync, set above");
+                    return self.refuse_sync(waiter, ResponseError::GroupMaxSizeReached);
+                }
                 group.state = GroupState::Stable;
                 for (id, member) in group.members.iter_mut() {
                     member.assignment = assignments.remove(id).unwrap_or_default();

@@ -444,6 +444,29 @@ fn a_fetch_is_bounded_by_fetch_bytes_max_and_answers_a_repeated_partition_once()
     assert_eq!(fetched(&fetch(&mut kafka, 12, shoal_kafka::Uuid::nil(), 0, 0), 0).0, 0);
 }
 
+/// Metadata, DescribeGroups and OffsetFetch (v8, without topics) each answer a name repeated
+/// in one request once: repeats would each carry the whole answer again (every partition,
+/// every member's metadata, every partition's offset), so a small request could ask for an
+/// answer of gigabytes.
+#[test]
+fn a_name_repeated_in_one_request_is_answered_once() {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
+    let dir = tempfile::tempdir().unwrap();
+    let (server, _) = server_with_orders(dir.path(), 1, 3, Durability::Replicated);
+    let mut kafka = Kafka::connect(&server);
+    let listed = metadata(&mut kafka, 12, Some(&["orders"; 50]));
+    assert_eq!(listed.topics.len(), 1);
+    assert_eq!(listed.topics[0].partitions.len(), 3);
+    let request = DescribeGroupsRequest::default().with_groups(vec![group_id(); 50]);
+    let described: DescribeGroupsResponse =
+        exchange(&mut kafka, ApiKey::DescribeGroups, 5, &request, true);
+    assert_eq!(described.groups.len(), 1);
+    let every = OffsetFetchRequestGroup::default().with_group_id(group_id()).with_topics(None);
+    let request = OffsetFetchRequest::default().with_groups(vec![every; 50]);
+    let fetched: OffsetFetchResponse = exchange(&mut kafka, ApiKey::OffsetFetch, 8, &request, true);
+    assert_eq!(fetched.groups.len(), 1);
+}
+
 fn init_producer_id(kafka: &mut Kafka, version: i16, transactional: bool) -> (i16, i64, i16) {
     let id = transactional.then(|| TransactionalId(StrBytes::from_static_str("tx")));
     let request = InitProducerIdRequest::default()

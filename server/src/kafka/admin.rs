@@ -518,7 +518,11 @@ pub(super) async fn describe_groups(
     connection: &Connection,
     request: DescribeGroupsRequest,
 ) -> DescribeGroupsResponse {
-    let names = request.groups;
+    // A group named twice is described once: each repeat would carry every member's
+    // metadata and assignment again.
+    let mut seen = std::collections::HashSet::new();
+    let names: Vec<String> =
+        request.groups.into_iter().filter(|n| seen.insert(n.clone())).collect();
     let ask = KafkaGroupRequest::Describe { groups: names.clone() };
     let described = match connection.ask_coordinator(ask).await {
         KafkaGroupReply::Described(described) => Ok(described),

@@ -40,7 +40,13 @@ pub(super) async fn answer(connection: &Connection, request: &MetadataRequest) -
             }
         }
         Some(topics) => {
+            // A topic named twice is answered once (Kafka keeps the names in a set): each
+            // repeat would list every partition again.
+            let mut seen = std::collections::HashSet::new();
             for wanted in topics {
+                if !seen.insert((wanted.name.clone(), wanted.topic_id)) {
+                    continue;
+                }
                 match connection.find_topic(wanted.name.as_deref(), &wanted.topic_id) {
                     Ok((name, topic)) => {
                         asked.push(Asked { name: Some(name), id: [0; 16], topic: Ok(topic) })

@@ -239,8 +239,13 @@ pub(super) async fn fetch(
     version: i16,
 ) -> OffsetFetchResponse {
     let mut groups = Vec::with_capacity(request.groups.len());
+    // A group named twice is answered once: each repeat of one without topics would read
+    // every Kafka partition again.
+    let mut seen = std::collections::HashSet::new();
     for group in request.groups {
-        groups.push(fetch_group(connection, group).await);
+        if seen.insert(group.group_id.clone()) {
+            groups.push(fetch_group(connection, group).await);
+        }
     }
     let response = OffsetFetchResponse::default();
     if version <= 7 {

@@ -349,6 +349,32 @@ fn members_hold_at_most_the_byte_bound() {
     assert!(answers.iter().all(|(_, answer)| answer.error.is_none()), "{answers:?}");
 }
 
+/// A leader's assignments count against the same bound: a sync that would pass it is
+/// refused, and nothing of it is kept.
+#[test]
+fn a_leaders_assignments_past_the_byte_bound_are_refused() {
+    let mut probe = groups();
+    let a = first_join(&mut probe, 1, 0);
+    let one = a.len() + "client".len() + "range".len() + "meta-range".len();
+    let mut groups = groups().with_held_bytes_max(one + 100);
+    let a = first_join(&mut groups, 1, 0);
+    groups.take_answers();
+    let big = Bytes::from(vec![b'x'; 101]);
+    let leader_sync = |assignment: Bytes| {
+        sync(&a, 1, Some("consumer".into()), Some("range".into()), vec![(a.clone(), assignment)])
+    };
+    groups.sync(leader_sync(big), 0, 2);
+    let refused = synced(groups.take_answers());
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0].1.error, Some(ResponseError::GroupMaxSizeReached));
+    assert_eq!(groups.describe("g").unwrap().state, GroupState::CompletingRebalance);
+    // Within the bound, the same leader's sync is taken.
+    groups.sync(leader_sync(Bytes::from(vec![b'x'; 100])), 0, 3);
+    let taken = synced(groups.take_answers());
+    assert_eq!(taken[0].1.error, None);
+    assert_eq!(taken[0].1.assignment.len(), 100);
+}
+
 /// A completed rebalance is handed out to be stored — the members with their metadata for the
 /// chosen protocol and their assignments — and the group's end (the last member leaves) too;
 /// a coordinator that loads it serves the stored generation as if nothing had happened.
