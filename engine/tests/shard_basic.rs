@@ -121,9 +121,14 @@ fn appends_survive_flush_and_restart_and_read_back_by_offset_op_and_time() {
 /// A group with a 2 MiB retention bound and 400 appends of one 16 KiB record in 1 MiB segments,
 /// all flushed (`seed` decides the simulated disk).
 fn retained_log(seed: u64) -> (Sim, ShardStore<SimStorage>) {
+    let config = GroupConfig { retention_bytes: 2 << 20, ..group_config(Durability::Replicated) };
+    log_of(seed, config)
+}
+
+/// A group of `config` with 400 appends of one 16 KiB record in 1 MiB segments, all flushed.
+fn log_of(seed: u64, config: GroupConfig) -> (Sim, ShardStore<SimStorage>) {
     let sim = Sim::new(seed, SimConfig::default());
     let mut shard = open(&sim, Path::new("/data/shard-0"));
-    let config = GroupConfig { retention_bytes: 2 << 20, ..group_config(Durability::Replicated) };
     sim.block_on(shard.create_group(GROUP, config)).unwrap();
     for i in 0..400 {
         append(&mut shard, 1, 16 << 10, i);
@@ -156,6 +161,19 @@ fn retention_deletes_a_segment_only_once_the_op_after_it_is_committed() {
     shard.group_mut(GROUP).unwrap().set_committed_end(first_end + 1);
     assert_eq!(sim.block_on(shard.enforce_retention(1_000_000)).unwrap(), 1);
     assert_eq!(shard.group(GROUP).unwrap().first_offset(), first_end);
+}
+
+/// A retention time past `i64::MAX` milliseconds keeps everything: it once wrapped to a
+/// negative age, which every segment was older than, and retention deleted them all.
+#[test]
+fn a_retention_time_beyond_i64_keeps_every_segment() {
+    let config = GroupConfig { retention_ms: u64::MAX, ..group_config(Durability::Replicated) };
+    let (sim, mut shard) = log_of(4, config);
+    let log = shard.group_mut(GROUP).unwrap();
+    log.set_retention_floor(u64::MAX);
+    log.set_committed_end(u64::MAX);
+    assert!(log.segment_count() >= 6);
+    assert_eq!(sim.block_on(shard.enforce_retention(1_000_000)).unwrap(), 0);
 }
 
 #[test]

@@ -32,8 +32,11 @@ impl<S: Storage> PartitionLog<S> {
                 // this one goes, is committed too, so a restart may take it as committed.
                 && end_offset < self.committed_end_offset;
             let by_size = self.config.retention_bytes > 0 && total > self.config.retention_bytes;
-            let by_age = self.config.retention_ms > 0
-                && segment.last_append_ms < now_ms.saturating_sub(self.config.retention_ms as i64);
+            // A retention time past i64 milliseconds keeps everything (a cast would wrap it
+            // negative, an age every segment has).
+            let retention_ms = i64::try_from(self.config.retention_ms).unwrap_or(i64::MAX);
+            let by_age =
+                retention_ms > 0 && segment.last_append_ms < now_ms.saturating_sub(retention_ms);
             if !deletable || !(by_size || by_age) {
                 break;
             }
