@@ -676,7 +676,7 @@ fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
 /// One series per answering shard for each of the shard's own figures (a flat table).
 fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 62] = [
+    let per_shard: [(&str, Kind, &str, Figure); 63] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -814,6 +814,12 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
             Kind::Counter,
             "Appends the engine refused for lack of room and retried after a flush.",
             |s| s.node.append_backpressure,
+        ),
+        (
+            "shoal_appends_waiting_rounds_total",
+            Kind::Counter,
+            "I/O rounds in which an append a bound still refused after settling waited (retried).",
+            |s| s.node.appends_waiting_rounds,
         ),
         ("shoal_groups_failed_total", Kind::Counter, "Groups stopped by an engine failure.", |s| {
             s.node.groups_failed

@@ -109,21 +109,22 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     }
 
     /// Applies every queued write to the engine in ticket order, the writes of a group whose
-    /// storage is full (and its later ones) kept in order for a later round, those of a stopped
-    /// group dropped.
+    /// storage is full or whose append a bound still refuses after settling (and its later
+    /// ones) kept in order for a later round, those of a stopped group dropped.
     async fn apply_writes(&mut self) -> AppliedWrites {
         let mut views: BTreeMap<u64, (u32, u32)> = BTreeMap::new();
         let mut truncated: Vec<(u64, u64)> = Vec::new();
         let mut installed: Vec<(u64, u64)> = Vec::new();
         let mut complete = true;
-        // Writes of groups whose storage is full, kept in order for a later round.
+        // Writes of groups whose storage is full (or whose append a bound refused), kept in
+        // order for a later round.
         let mut deferred: VecDeque<(u64, u64, Write)> = VecDeque::new();
-        let mut full_groups: Vec<u64> = Vec::new();
+        let mut waiting_groups: Vec<u64> = Vec::new();
         while let Some((ticket, group, write)) = self.writes.pop_front() {
             if self.groups.get(&group).is_none_or(|g| g.failed.is_some()) {
                 continue;
             }
-            if full_groups.contains(&group) {
+            if waiting_groups.contains(&group) {
                 deferred.push_back((ticket, group, write));
                 continue;
             }
@@ -160,7 +161,17 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 // on. The durability ticket stops below the first one waiting, so nothing held
                 // behind them leaves.
                 Err(EngineError::StorageFull) => {
-                    full_groups.push(group);
+                    waiting_groups.push(group);
+                    deferred.push_back((ticket, group, write));
+                    complete = false;
+                }
+                // An append a bound still refuses after settling waits too, instead of
+                // stopping the group: what holds the memory may be outside the engine's reach
+                // (a consumer's reply still being sent holds views of the write chunks), and it
+                // lets go in time.
+                Err(EngineError::LimitReached(_)) if matches!(write, Write::Append { .. }) => {
+                    self.counters.appends_waiting_rounds += 1;
+                    waiting_groups.push(group);
                     deferred.push_back((ticket, group, write));
                     complete = false;
                 }

@@ -30,6 +30,9 @@ pub struct NodeCounters {
     pub heartbeat_packets: u64,
     /// Appends the engine refused for lack of room, retried after a flush.
     pub append_backpressure: u64,
+    /// Appends a bound still refused after settling, left waiting (with their group's later
+    /// writes) for a later round instead of stopping the group.
+    pub appends_waiting_rounds: u64,
     /// Groups stopped by an engine failure.
     pub groups_failed: u64,
     /// Groups deleted from this node (removed replicas, deleted topics).

@@ -488,6 +488,50 @@ fn a_full_disk_refuses_requests_as_storage_full_until_a_tick_finds_room() {
     assert_eq!(replied(&mut node), vec![(1, 901)]);
 }
 
+/// A write-chunk pool held by views outside the engine (a consumer's reply still being sent)
+/// makes appends wait, not fail: the group keeps serving, its writes resume in order once the
+/// views are dropped. The group used to stop (fail-stop) after the append's retries.
+#[test]
+fn appends_wait_while_readers_hold_every_write_chunk() {
+    let sim = Sim::new(5, SimConfig::default());
+    let replica = ReplicaConfig { stamp_batches: false, ..ReplicaConfig::new(1, 0, 1, 0) };
+    let config = NodeConfig { held_messages_max: 64, ..NodeConfig::new(0, replica) };
+    let shard = ShardConfig { cluster: 1, chunks_max: 4, ..ShardConfig::small() };
+    let open = Node::open(sim.storage(), Path::new("/d"), shard, config, Sent::default(), Zero, 3);
+    let (mut node, _) = sim.block_on(open).unwrap();
+    add_group(&sim, &mut node, 1);
+    // A reader keeps every written prepare, as views of the chunks they were written from.
+    let mut held = Vec::new();
+    let mut acknowledged = 0;
+    let mut number = 0;
+    while node.counters().appends_waiting_rounds == 0 {
+        number += 1;
+        assert!(number < 200, "a pool of 1 MiB never ran dry");
+        node.on_client_request(1, request(number, 32 << 10)).unwrap();
+        sim.block_on(node.run_io());
+        acknowledged += replied(&mut node).len();
+        let log = node.store_mut().group_mut(1).unwrap();
+        if let Ok(Some(prepare)) = sim.block_on(log.read_op(log.head_op())) {
+            held.push(prepare);
+        }
+        assert!(node.group_failure(1).is_none(), "{:?}", node.group_failure(1));
+    }
+    assert_eq!(acknowledged as u64, number - 1, "the last append waits");
+    for _ in 0..3 {
+        node.on_tick();
+        sim.block_on(node.run_io());
+        assert!(replied(&mut node).is_empty(), "still waiting");
+        assert!(node.group_failure(1).is_none(), "{:?}", node.group_failure(1));
+    }
+    held.clear();
+    node.on_tick();
+    sim.block_on(node.run_io());
+    assert_eq!(replied(&mut node), vec![(1, number)], "the waiting append went through");
+    node.on_client_request(1, request(number + 1, 32 << 10)).unwrap();
+    sim.block_on(node.run_io());
+    assert_eq!(replied(&mut node), vec![(1, number + 1)]);
+}
+
 /// A write the replica took before the engine knew the disk was full waits for space — in
 /// order, with the group's later writes — while other groups' writes are applied and
 /// acknowledged; once space is freed every waiting write is acknowledged, in order.
