@@ -605,7 +605,8 @@ impl Session {
                 let args = FetchArgs {
                     partition: fetch.partition,
                     from: fetch.from,
-                    bytes_max: fetch.bytes_max.min(self.reply_bytes_max()),
+                    // At least one batch, whatever the client asks (0 is the Kafka path's offsets only).
+                    bytes_max: fetch.bytes_max.clamp(1, self.reply_bytes_max()),
                     count_max: fetch.count_max,
                     wait_ms_max: fetch.wait_ms_max,
                 };
@@ -821,7 +822,7 @@ impl Session {
         let args = FetchArgs {
             partition: target.partition,
             from: FetchFrom::First,
-            bytes_max: poll.bytes_max.min(self.reply_bytes_max()),
+            bytes_max: poll.bytes_max.clamp(1, self.reply_bytes_max()),
             count_max: poll.count_max,
             wait_ms_max: poll.wait_ms_max,
         };

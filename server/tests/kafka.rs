@@ -444,6 +444,58 @@ fn a_fetch_is_bounded_by_fetch_bytes_max_and_answers_a_repeated_partition_once()
     assert_eq!(fetched(&fetch(&mut kafka, 12, shoal_kafka::Uuid::nil(), 0, 0), 0).0, 0);
 }
 
+/// A Fetch's partitions are read in request order within the response's budget, as Kafka's
+/// broker reads them: partitions with nothing leave the budget to the next, the first with
+/// data fills it, and the ones after it get their offsets but no batches.
+#[test]
+fn a_fetch_gives_its_budget_to_the_partitions_with_data_in_request_order() {
+    const BOUND: usize = 64 << 10;
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = common::command(dir.path(), 2);
+    command.env("SHOAL_KAFKA_FETCH_BYTES_MAX", BOUND.to_string());
+    let server = common::start_command(command);
+    let mut raw = Raw::connect(server.native(), 1);
+    raw.create_stream("kafka").ok();
+    raw.create_topic("kafka", "orders", 4, Durability::Replicated).ok();
+    let mut kafka = Kafka::connect(&server);
+    let value = vec![b'v'; 10_000];
+    for _ in 0..30 {
+        let batch = Bytes::from(common::batch(&[&value, &value]));
+        produce(&mut kafka, 9, -1, &[("orders", 2, batch.clone()), ("orders", 3, batch)]);
+    }
+    let partitions = (0..4)
+        .map(|index| {
+            FetchPartition::default()
+                .with_partition(index)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(i32::MAX)
+        })
+        .collect();
+    let topic = FetchTopic::default()
+        .with_topic(TopicName(StrBytes::from_static_str("orders")))
+        .with_partitions(partitions);
+    let request = FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_bytes(i32::MAX)
+        .with_topics(vec![topic]);
+    let mut body = kafka.call(ApiKey::Fetch, 12, &request, true);
+    let response = FetchResponse::decode(&mut body, 12).unwrap();
+    let answered: Vec<(i32, i16, i64, usize)> = response.responses[0]
+        .partitions
+        .iter()
+        .map(|p| {
+            let size = p.records.as_ref().map_or(0, Bytes::len);
+            (p.partition_index, p.error_code, p.high_watermark, size)
+        })
+        .collect();
+    let one_batch = 20_100;
+    assert_eq!(answered[..2], [(0, 0, 0, 0), (1, 0, 0, 0)], "{answered:?}");
+    let (index, error, high_watermark, size) = answered[2];
+    assert_eq!((index, error, high_watermark), (2, 0, 60));
+    assert!(size + one_batch > BOUND && size <= BOUND + one_batch, "{answered:?}");
+    assert_eq!(answered[3], (3, 0, 60, 0), "past the budget: offsets only");
+}
+
 /// Metadata, DescribeGroups and OffsetFetch (v8, without topics) each answer a name repeated
 /// in one request once: repeats would each carry the whole answer again (every partition,
 /// every member's metadata, every partition's offset), so a small request could ask for an

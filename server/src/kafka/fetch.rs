@@ -32,7 +32,10 @@ use crate::shard::{Body, FetchArgs, Outcome, Work};
 struct Asked {
     index: i32,
     fetch_offset: i64,
-    bytes_max: u32,
+    /// Its `partition_max_bytes`, within the response's bound.
+    partition_max: u32,
+    /// What its next read may return (0: its offsets only); `None` until a wave plans it.
+    bytes_max: Option<u32>,
     place: Result<PartitionPlace, ResponseError>,
     found: Option<Outcome>,
 }
@@ -40,11 +43,8 @@ struct Asked {
 pub(super) async fn answer(connection: &Connection, request: FetchRequest) -> FetchAnswer {
     let config = &connection.context.config;
     // Whatever the request asks, a response carries at most `[kafka] fetch_bytes_max` of
-    // batches (plus the first partition's past it), and the reads ask for no more in all: the
-    // partitions take the read budget in request order, and once it is spent each reads only
-    // its first batch (for its offsets; `partition_data` adds no batches past the bound).
+    // batches, plus the first partition's past it.
     let max_bytes = request.max_bytes.clamp(1, config.kafka.fetch_bytes_max as i32);
-    let mut read_left = max_bytes;
     let mut seen = HashSet::new();
     let mut topics = Vec::with_capacity(request.topics.len());
     for wanted in &request.topics {
@@ -59,12 +59,11 @@ pub(super) async fn answer(connection: &Connection, request: FetchRequest) -> Fe
             if !seen.insert((name.clone(), wanted.topic_id, p.index)) {
                 continue;
             }
-            let bytes_max = p.partition_max_bytes.clamp(1, read_left.max(1));
-            read_left -= bytes_max.min(read_left);
             asked.push(Asked {
                 index: p.index,
                 fetch_offset: p.fetch_offset,
-                bytes_max: bytes_max as u32,
+                partition_max: p.partition_max_bytes.clamp(1, max_bytes) as u32,
+                bytes_max: None,
                 place: found.as_ref().map_err(|error| *error).and_then(|(_, topic)| {
                     let index = usize::try_from(p.index).ok();
                     let place = index.and_then(|index| topic.partitions.get(index)).copied();
@@ -76,23 +75,67 @@ pub(super) async fn answer(connection: &Connection, request: FetchRequest) -> Fe
         topics.push((name, wanted.topic_id, asked));
     }
 
-    connection.read_all(&mut topics, 0).await;
+    read_in_waves(connection, &mut topics, max_bytes as usize).await;
     let found_bytes: usize = topics.iter().flat_map(|t| &t.2).map(batch_bytes).sum();
     if found_bytes == 0 && request.max_wait_ms > 0 {
+        // Nothing found, so every partition was read with its own bound: each waits with it.
         let wait_ms = (request.max_wait_ms as u32).min(config.network.fetch_wait_ms_max);
         connection.read_all(&mut topics, wait_ms).await;
     }
 
-    let mut left = usize::try_from(max_bytes).unwrap_or(1);
+    let mut budget = Budget { left: usize::try_from(max_bytes).unwrap_or(1), first: true };
     let topics = topics
         .into_iter()
         .map(|(name, id, asked)| FetchTopicAnswer {
             name,
             topic_id: Uuid::from_bytes(id),
-            partitions: asked.into_iter().map(|a| partition_data(a, &mut left)).collect(),
+            partitions: asked.into_iter().map(|a| partition_data(a, &mut budget)).collect(),
         })
         .collect();
     FetchAnswer { error_code: 0, topics }
+}
+
+/// Reads the partitions in request order as Kafka's broker does, so that what they return
+/// stays within the response's budget however many are asked: in waves read at once, each
+/// taking partitions while their bounds fit what is left of the budget (at least one), what a
+/// wave found coming off the budget before the next is planned. Once the budget is spent the
+/// rest are read for their offsets only.
+async fn read_in_waves(
+    connection: &Connection,
+    topics: &mut [(String, [u8; 16], Vec<Asked>)],
+    budget_bytes: usize,
+) {
+    let order: Vec<(usize, usize)> = topics
+        .iter()
+        .enumerate()
+        .flat_map(|(t, (_, _, asked))| (0..asked.len()).map(move |a| (t, a)))
+        .collect();
+    let mut budget = budget_bytes;
+    let mut next = 0;
+    while next < order.len() && budget > 0 {
+        let wave_start = next;
+        let mut planned = 0usize;
+        while let Some(&(t, a)) = order.get(next) {
+            let asked = &mut topics[t].2[a];
+            let bound = (asked.partition_max as usize).min(budget);
+            if next > wave_start && planned + bound > budget {
+                break;
+            }
+            planned += bound;
+            asked.bytes_max = Some(bound as u32);
+            next += 1;
+        }
+        connection.read_all(topics, 0).await;
+        let found: usize =
+            order[wave_start..next].iter().map(|&(t, a)| batch_bytes(&topics[t].2[a])).sum();
+        budget = budget.saturating_sub(found);
+    }
+    if next < order.len() {
+        for &(t, a) in &order[next..] {
+            topics[t].2[a].bytes_max = Some(0);
+        }
+        connection.read_all(topics, 0).await;
+    }
 }
 
 /// Bytes of batches a partition's answer holds (0 without one).
@@ -105,9 +148,9 @@ fn batch_bytes(asked: &Asked) -> usize {
     }
 }
 
-/// One partition's part of the response; its batches count against `left` (the response's
-/// byte bound), and none are added once it is spent.
-fn partition_data(asked: Asked, left: &mut usize) -> FetchPartitionAnswer {
+/// One partition's part of the response; its batches count against the response's byte bound,
+/// which only the first partition with data may pass (by its first batch).
+fn partition_data(asked: Asked, budget: &mut Budget) -> FetchPartitionAnswer {
     let data = FetchPartitionAnswer {
         index: asked.index,
         error_code: 0,
@@ -141,32 +184,56 @@ fn partition_data(asked: Asked, left: &mut usize) -> FetchPartitionAnswer {
     if offset < reply.first_offset || offset > reply.next_offset {
         return FetchPartitionAnswer { error_code: ResponseError::OffsetOutOfRange.code(), ..data };
     }
-    let size: usize = parts.iter().skip(1).map(Bytes::len).sum();
-    if size == 0 || *left == 0 {
+    let mut batches = parts;
+    batches.remove(0);
+    if !budget.first {
+        // Past the first partition with data, only whole batches within what is left (Kafka
+        // forces one batch past the bound for the first only).
+        let mut kept = 0;
+        let fit = batches.iter().take_while(|b| {
+            kept += b.len();
+            kept <= budget.left
+        });
+        let fit = fit.count();
+        batches.truncate(fit);
+    }
+    let size: usize = batches.iter().map(Bytes::len).sum();
+    if size == 0 {
         return data;
     }
-    *left = left.saturating_sub(size);
-    let mut parts = parts;
-    parts.remove(0);
-    FetchPartitionAnswer { batches: parts, ..data }
+    budget.left = budget.left.saturating_sub(size);
+    budget.first = false;
+    FetchPartitionAnswer { batches, ..data }
+}
+
+/// What is left of a response's byte bound as its partitions are answered in order.
+struct Budget {
+    left: usize,
+    /// No partition has returned batches yet: the next may pass the bound by its first batch.
+    first: bool,
 }
 
 impl Connection {
-    /// Reads every readable partition that has no batches yet, at once, each from its owning
-    /// shard. Without a wait, every answer is awaited; with one (a long-poll round), the first
-    /// answer ends the round and the others are taken as they stand.
+    /// Reads at once, each from its owning shard, every readable partition a wave planned: without
+    /// a wait, those not read yet, every answer awaited; with one (a long-poll round), those
+    /// without batches, the first answer ending the round and the others taken as they stand.
     async fn read_all(&self, topics: &mut [(String, [u8; 16], Vec<Asked>)], wait_ms_max: u32) {
         let mut pending = Vec::new();
         for (topic, (_, _, asked)) in topics.iter().enumerate() {
             for (at, a) in asked.iter().enumerate() {
-                let Ok(place) = a.place else { continue };
-                if batch_bytes(a) > 0 || matches!(&a.found, Some(o) if o.error != 0) {
+                let (Ok(place), Some(bytes_max)) = (a.place, a.bytes_max) else { continue };
+                let read = if wait_ms_max == 0 {
+                    a.found.is_none()
+                } else {
+                    batch_bytes(a) == 0 && !matches!(&a.found, Some(o) if o.error != 0)
+                };
+                if !read {
                     continue;
                 }
                 let args = FetchArgs {
                     partition: a.index as u32,
                     from: FetchFrom::Offset(u64::try_from(a.fetch_offset).unwrap_or(u64::MAX)),
-                    bytes_max: a.bytes_max,
+                    bytes_max,
                     count_max: u32::MAX,
                     wait_ms_max,
                 };

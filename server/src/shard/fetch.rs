@@ -121,6 +121,11 @@ impl ShardState {
             self.park_or_answer(group, args, to);
             return;
         }
+        // Offsets only (a Kafka Fetch's partitions past its response's budget): no read.
+        if args.bytes_max == 0 && start.is_some() {
+            self.answer_fetch(group, args, Vec::new(), to);
+            return;
+        }
         let plan = match args.from {
             FetchFrom::Timestamp(time_ms) => self.node.plan_read_time(group, time_ms),
             _ => self.node.plan_read_offset(group, start.unwrap_or(0), args.bytes_max as usize),

@@ -105,7 +105,8 @@ pub struct FetchArgs {
     pub partition: u32,
     /// Start.
     pub from: FetchFrom,
-    /// Byte limit.
+    /// Byte limit; the first batch always comes whatever it says, except at 0: the offsets only
+    /// (the Kafka path's partitions past a response's budget; native clients ask for 1 at least).
     pub bytes_max: u32,
     /// Record limit.
     pub count_max: u32,
