@@ -104,6 +104,13 @@ impl<W> Coordinator<W> {
                 ),
             ));
         }
+        // A named member must exist already: no entry is made for it (an unknown name must
+        // not leave an empty group behind).
+        if !member.is_empty()
+            && !self.groups.get(group).is_some_and(|g| g.members.contains_key(member))
+        {
+            return Err((ErrorCode::UnknownMember, format!("no member {member}: join as new")));
+        }
         let entry = self.groups.entry(group.clone()).or_default();
         let id = if member.is_empty() {
             if entry.members.len() >= GROUP_MEMBERS_MAX {
@@ -224,6 +231,34 @@ impl<W> Coordinator<W> {
             ));
         }
         due
+    }
+
+    /// A proposed rebalance of `group` was refused (a bound of the catalog, a full disk): it is
+    /// no longer in flight, and every waiting join of a member without a part in the assignment
+    /// in force is dropped with its member (it never got in), its waiter returned to hear the
+    /// refusal. So a refusal that comes from the new members alone (the topic's bound on
+    /// groups) leaves nothing due; anything else still due is proposed again later.
+    pub fn refused(&mut self, group: &GroupRef, in_force: Option<&ConsumerGroup>) -> Vec<W> {
+        let Some(entry) = self.groups.get_mut(group) else { return Vec::new() };
+        entry.proposed = None;
+        let mut refused = Vec::new();
+        let mut index = 0;
+        while index < entry.joins.len() {
+            if in_force.is_some_and(|g| g.member(&entry.joins[index].0).is_some()) {
+                index += 1;
+                continue;
+            }
+            let (member, waiter) = entry.joins.swap_remove(index);
+            entry.members.remove(&member);
+            refused.push(waiter);
+        }
+        if entry.members.is_empty()
+            && entry.joins.is_empty()
+            && in_force.is_none_or(|g| g.members.is_empty())
+        {
+            self.groups.remove(group);
+        }
+        refused
     }
 
     /// A proposed rebalance of `group` committed (`in_force` is then the group's assignment) or
@@ -423,6 +458,28 @@ mod tests {
         settle(&mut coordinator, &mut catalog);
         let only = assignment_of(&catalog, &group(), &a);
         assert_eq!((only.generation, only.partitions), (3, vec![0, 1, 2, 3, 4]));
+    }
+
+    /// A refused rebalance hands back the joins of members not in the assignment in force, and
+    /// drops those members: nothing is due again (the shard once proposed the same rebalance
+    /// from inside the refusal, for ever). A join naming an unknown member leaves no group
+    /// behind.
+    #[test]
+    fn a_refused_rebalance_answers_its_new_members_and_leaves_nothing_due() {
+        let mut catalog = catalog(2);
+        let mut coordinator = Coordinator::new("boot".into());
+        let a = joined(&mut coordinator, "", 1000, 0, 1);
+        assert_eq!(settle(&mut coordinator, &mut catalog).len(), 1);
+        joined(&mut coordinator, "", 1000, 0, 2);
+        assert_eq!(coordinator.rebalances_due(&catalog).len(), 1);
+        let in_force = catalog.topic("s", "t").unwrap().consumer_groups.get("g").cloned();
+        assert_eq!(coordinator.refused(&group(), in_force.as_ref()), vec![2]);
+        assert!(coordinator.rebalances_due(&catalog).is_empty(), "the refused member is gone");
+        coordinator.heartbeat(&group(), &a, 10).unwrap();
+        let other = GroupRef { group: "other".into(), ..group() };
+        let unknown = coordinator.join(&other, "nobody", 1000, 0).unwrap_err();
+        assert_eq!(unknown.0, ErrorCode::UnknownMember);
+        assert!(!coordinator.groups.contains_key(&other), "no entry for an unknown member");
     }
 
     #[test]

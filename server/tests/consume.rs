@@ -293,6 +293,43 @@ fn a_poll_skips_thousands_of_offset_commits_one_record_at_a_time() {
     assert_eq!(records, vec![(COMMITS - 1, b"after the commits".to_vec())]);
 }
 
+/// A join that would make a topic's consumer groups pass their bound (1,024) is refused with
+/// the catalog's reason, the server goes on, and so do the groups it has. The refused
+/// rebalance's answer once proposed the same rebalance again at once, which was refused again,
+/// until the metadata shard's stack overflowed and the process died.
+#[test]
+fn a_join_past_the_topics_bound_on_groups_is_refused_and_the_server_goes_on() {
+    const GROUPS_MAX: usize = 1024;
+    const WINDOW: usize = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 1);
+    let mut client = Raw::connect(server.native(), 1);
+    client.create_stream("s").ok();
+    client.create_topic("s", "t", 1, Durability::Replicated).ok();
+    let join = |index: usize| {
+        let group = GroupRef { stream: "s".into(), topic: "t".into(), group: format!("g{index}") };
+        JoinGroup { group, member: String::new(), session_timeout_ms: 60_000 }.encode()
+    };
+    for window in 0..GROUPS_MAX / WINDOW {
+        for index in window * WINDOW..(window + 1) * WINDOW {
+            client.send(Operation::JoinGroup, &join(index));
+        }
+        for _ in 0..WINDOW {
+            client.receive().ok();
+        }
+    }
+    let refused = client.call(Operation::JoinGroup, &join(GROUPS_MAX));
+    assert_eq!(
+        refused.error(),
+        ErrorCode::LimitReached,
+        "{:?}",
+        String::from_utf8_lossy(&refused.body)
+    );
+    // The server is alive, and an existing group still takes a member.
+    let again = client.call(Operation::JoinGroup, &join(0));
+    assert!(Assignment::decode(again.ok()).is_ok());
+}
+
 #[test]
 fn poll_continues_from_the_stored_offset_and_auto_commit_moves_it() {
     let dir = tempfile::tempdir().unwrap();

@@ -152,7 +152,8 @@ impl ShardState {
     pub(super) fn expire_members(&mut self) {
         self.sync_coordinator();
         let Some(metadata) = self.metadata.as_mut().filter(|m| m.coordinating) else { return };
-        if metadata.coordinator.expire(now_ms()) > 0 {
+        let retry = std::mem::take(&mut metadata.rebalances_retry);
+        if metadata.coordinator.expire(now_ms()) > 0 || retry {
             self.propose_rebalances();
         }
     }

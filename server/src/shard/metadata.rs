@@ -78,6 +78,10 @@ pub(super) struct MetadataState {
     /// otherwise (`coordinator::sync_coordinator`).
     pub(super) coordinator: Coordinator<ReplySender>,
     pub(super) coordinating: bool,
+    /// A rebalance was refused: the coordinator looks for rebalances due again at the next
+    /// tick, not from inside the refusal's answer (which found the same group due at once and
+    /// recursed until the stack overflowed).
+    pub(super) rebalances_retry: bool,
     /// The Kafka groups, coordinated alongside (`kafka_coordinator`): soft state, empty while
     /// not coordinating.
     pub(super) kafka_groups: KafkaGroups<KafkaGroupReplySender>,
@@ -183,6 +187,7 @@ impl ShardState {
             snapshot_deferred_end: None,
             coordinator,
             coordinating: false,
+            rebalances_retry: false,
             kafka_groups: KafkaGroups::new(String::new(), 0),
             internal_client: self.node_seed | (1 << 63),
             internal_request: 0,
@@ -458,9 +463,17 @@ impl ShardState {
                     .ok()
                     .and_then(|topic| topic.consumer_groups.get(&group.group))
                     .cloned();
-                let applied = reply.error == 0;
-                let answered =
-                    metadata.coordinator.settled(&group, in_force.as_ref().filter(|_| applied));
+                if reply.error != 0 {
+                    // Refused (a bound of the catalog, a full disk): the joins it would have
+                    // let in hear why, and the coordinator tries what is still due next tick.
+                    for slot in metadata.coordinator.refused(&group, in_force.as_ref()) {
+                        let body = Body::Encoded(reply.body.clone());
+                        let _ = slot.send(Outcome { error: reply.error, body });
+                    }
+                    metadata.rebalances_retry = true;
+                    return;
+                }
+                let answered = metadata.coordinator.settled(&group, in_force.as_ref());
                 for (slot, assignment) in answered {
                     let _ = slot.send(Outcome::ok(assignment.encode()));
                 }
