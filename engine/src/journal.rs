@@ -166,6 +166,7 @@ impl<F: StorageFile> Journal<F> {
         size_bytes: u64,
         record_size_bytes_max: usize,
         cycles_in_flight_max: usize,
+        groups_named: usize,
     ) -> Result<(Self, JournalRecovery)> {
         let cycles_in_flight_max = cycles_in_flight_max.max(1);
         let path = dir.join(FILE_NAME);
@@ -178,6 +179,19 @@ impl<F: StorageFile> Journal<F> {
         }
         let exists =
             storage.exists(&path).await.map_err(|e| Error::io("probing the journal", e))?;
+        // A first start writes the journal before any group exists: a superblock naming groups
+        // beside no journal lost it, with whatever acknowledged prepares it alone held.
+        if !exists && groups_named > 0 {
+            return Err(Error::Corruption(crate::Corruption {
+                file: path,
+                position_bytes: 0,
+                offset: None,
+                op: None,
+                reason: format!(
+                    "the journal is missing while the superblock names {groups_named} groups"
+                ),
+            }));
+        }
         let file = storage
             .open(&path, OpenMode::CreateReadWrite, true)
             .await
@@ -204,7 +218,28 @@ impl<F: StorageFile> Journal<F> {
             return Ok((journal, JournalRecovery::default()));
         }
         let recovery = journal.scan(record_size_bytes_max).await?;
+        journal.prewrite_past_end().await?;
         Ok((journal, recovery))
+    }
+
+    /// Zeros from the file's end to the configured size, when the file is shorter: a first
+    /// start stopped during its pre-write, or `journal_size_bytes` grew. The ring then never
+    /// writes past the file's end, where a full disk would be a write error that stops the
+    /// shard instead of a clean "storage full" here, at start.
+    async fn prewrite_past_end(&self) -> Result<()> {
+        let file_size_bytes =
+            self.file.size_bytes().await.map_err(|e| Error::io("sizing the journal", e))?;
+        let from = file_size_bytes - file_size_bytes % BLOCK_SIZE_BYTES as u64;
+        if from >= self.size_bytes {
+            return Ok(());
+        }
+        for (position, zeros) in zero_pieces(from, self.size_bytes, 1 << 20) {
+            self.file
+                .write_at(zeros, position)
+                .await
+                .map_err(|e| Error::preparing("pre-writing the journal", e))?;
+        }
+        self.file.sync_data().await.map_err(|e| Error::io("syncing the journal", e))
     }
 
     async fn prewrite(&self) -> Result<()> {
@@ -698,8 +733,35 @@ mod tests {
 
     use super::{Journal, Take};
     use crate::storage::sim::{Sim, SimConfig, SimFile};
-    use crate::storage::{BLOCK_SIZE_BYTES, Storage};
+    use crate::storage::{BLOCK_SIZE_BYTES, Storage, StorageFile};
     use crate::wire::HEADER_SIZE;
+
+    /// A journal shorter than its configured size (a first start stopped during its pre-write)
+    /// is written with zeros to that size at open, so the ring never writes past the file's
+    /// end; a journal missing beside a superblock that names groups is refused as damage.
+    #[test]
+    fn a_short_journal_is_written_to_its_size_and_a_lost_one_is_refused() {
+        let sim = Sim::new(2, SimConfig::default());
+        let storage = sim.storage();
+        let dir = Path::new("/j");
+        sim.block_on(storage.create_dir_all(dir)).unwrap();
+        let path = dir.join(super::FILE_NAME);
+        let file = sim
+            .block_on(storage.open(&path, crate::storage::OpenMode::CreateReadWrite, true))
+            .unwrap();
+        sim.block_on(file.write_at(Bytes::from(vec![0; 8 << 10]), 0)).unwrap();
+        drop(file);
+        sim.block_on(Journal::open(&storage, dir, 1, 1 << 20, 64 << 10, 1, 3)).unwrap();
+        let file =
+            sim.block_on(storage.open(&path, crate::storage::OpenMode::ReadWrite, true)).unwrap();
+        assert_eq!(sim.block_on(file.size_bytes()).unwrap(), 1 << 20);
+        drop(file);
+        sim.block_on(storage.remove_file(&path)).unwrap();
+        let refused = sim.block_on(Journal::open(&storage, dir, 1, 1 << 20, 64 << 10, 1, 3));
+        assert!(matches!(refused, Err(crate::Error::Corruption(_))), "{:?}", refused.err());
+        // With no group named, a missing journal is a first start's.
+        sim.block_on(Journal::open(&storage, dir, 1, 1 << 20, 64 << 10, 1, 0)).unwrap();
+    }
 
     /// A cycle writes from the buffer the previous cycle used: the bytes past its entries must
     /// still be zeros (DESIGN.md §3: zeros end the data), not what the longer cycle left there.
@@ -709,7 +771,7 @@ mod tests {
         let storage = sim.storage();
         sim.block_on(storage.create_dir_all(Path::new("/j"))).unwrap();
         let (mut journal, _) = sim
-            .block_on(Journal::open(&storage, Path::new("/j"), 1, 1 << 20, 64 << 10, 1))
+            .block_on(Journal::open(&storage, Path::new("/j"), 1, 1 << 20, 64 << 10, 1, 0))
             .unwrap();
         let cycle = |journal: &mut Journal<_>, record: Bytes, op: u64| {
             journal.add(record.clone(), shoal_proto::checksum::crc32c(&record), 1, op);
@@ -735,7 +797,7 @@ mod tests {
         let storage = sim.storage();
         sim.block_on(storage.create_dir_all(Path::new("/j"))).unwrap();
         let (mut journal, _) = sim
-            .block_on(Journal::open(&storage, Path::new("/j"), 1, 1 << 20, 64 << 10, 2))
+            .block_on(Journal::open(&storage, Path::new("/j"), 1, 1 << 20, 64 << 10, 2, 0))
             .unwrap();
         let mut cycles = Vec::new();
         for op in 1..=3 {
@@ -784,7 +846,7 @@ mod tests {
         let size_bytes = 16 * super::SCAN_WINDOW_BYTES as u64;
         let record_max = 64 << 10;
         let (mut journal, _) =
-            sim.block_on(Journal::open(&storage, dir, 1, size_bytes, record_max, 1)).unwrap();
+            sim.block_on(Journal::open(&storage, dir, 1, size_bytes, record_max, 1, 0)).unwrap();
         // Odd-sized records, so entries end anywhere in a block and cross windows' ends.
         let records: Vec<Bytes> = (1..=300u64)
             .map(|op| {
@@ -809,7 +871,7 @@ mod tests {
         drop(journal);
         let before = sim.stats().read_bytes_max;
         let (reopened, recovery) =
-            sim.block_on(Journal::open(&storage, dir, 1, size_bytes, record_max, 1)).unwrap();
+            sim.block_on(Journal::open(&storage, dir, 1, size_bytes, record_max, 1, 0)).unwrap();
         let read_bytes_max = sim.stats().read_bytes_max.max(before);
         assert!(
             read_bytes_max <= super::SCAN_WINDOW_BYTES as u64,

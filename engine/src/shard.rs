@@ -504,8 +504,10 @@ impl<S: Storage> ShardStore<S> {
             shard: config.shard,
             shard_count: config.shard_count,
         };
+        refuse_a_lost_superblock(&storage, dir).await?;
         let (superblock, superblock_status) =
             Superblock::open(&storage, dir, identity, config.groups_max).await?;
+        let groups_named = superblock.state().groups.len();
         let (journal, journal_recovery) = Journal::open(
             &storage,
             dir,
@@ -513,6 +515,7 @@ impl<S: Storage> ShardStore<S> {
             config.journal_size_bytes,
             config.record_size_bytes_max,
             config.journal_cycles_in_flight_max,
+            groups_named,
         )
         .await?;
         let shared = Rc::new(shared_for(&config));
@@ -2168,6 +2171,37 @@ async fn remove_group_dir<S: Storage>(storage: &S, dir: &Path) -> Result<()> {
 /// Removes the group directories the superblock does not name: a deletion's files the stop
 /// came before, or a creation's directories the stop came before its superblock write (they
 /// hold nothing). Left, they would hold disk space no group accounts for.
+/// A shard directory holding a journal or a group directory but no superblock lost it: a first
+/// start writes the superblock (renamed into place) before anything else, so only damage or a
+/// mistake leaves the others without it. A new superblock would name no group, and the open
+/// would then remove every group directory as unnamed: refused instead.
+async fn refuse_a_lost_superblock<S: Storage>(storage: &S, dir: &Path) -> Result<()> {
+    let superblock = dir.join(crate::superblock::FILE_NAME);
+    if storage.exists(&superblock).await.map_err(|e| Error::io("probing the superblock", e))? {
+        return Ok(());
+    }
+    let names = storage
+        .list_dir(dir)
+        .await
+        .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+    let left = names
+        .iter()
+        .find(|name| *name == crate::journal::FILE_NAME || group_of_dir_name(name).is_some());
+    match left {
+        None => Ok(()),
+        Some(name) => Err(Error::Corruption(crate::Corruption {
+            file: superblock,
+            position_bytes: 0,
+            offset: None,
+            op: None,
+            reason: format!(
+                "the superblock is missing beside {name}: refusing to start a new one, which \
+                 would forget every group and remove its data"
+            ),
+        })),
+    }
+}
+
 async fn remove_unnamed_group_dirs<S: Storage>(
     storage: &S,
     dir: &Path,

@@ -163,6 +163,26 @@ fn retention_deletes_a_segment_only_once_the_op_after_it_is_committed() {
     assert_eq!(shard.group(GROUP).unwrap().first_offset(), first_end);
 }
 
+/// A shard directory that lost its superblock but holds a journal and group directories is
+/// refused at open, and its groups' files stay: a new superblock would have named no group,
+/// and the open would have removed every group directory as unnamed.
+#[test]
+fn a_shard_that_lost_its_superblock_refuses_to_open_and_keeps_its_groups() {
+    let sim = Sim::new(5, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    let mut shard = open(&sim, dir);
+    sim.block_on(shard.create_group(GROUP, group_config(Durability::Persisted))).unwrap();
+    append(&mut shard, 1, 1000, 0);
+    sim.block_on(shard.flush()).unwrap();
+    sim.block_on(shard.close()).unwrap();
+    let storage = sim.storage();
+    sim.block_on(storage.remove_file(&dir.join("superblock"))).unwrap();
+    let refused = sim.block_on(ShardStore::open(storage.clone(), dir, ShardConfig::small()));
+    assert!(matches!(refused, Err(shoal_engine::Error::Corruption(_))), "{:?}", refused.err());
+    let names = sim.block_on(storage.list_dir(dir)).unwrap();
+    assert!(names.iter().any(|name| name.starts_with("group-")), "{names:?}");
+}
+
 /// A retention time past `i64::MAX` milliseconds keeps everything: it once wrapped to a
 /// negative age, which every segment was older than, and retention deleted them all.
 #[test]
