@@ -29,10 +29,11 @@
 //! peers. This module never creates partition groups (the catalog does) and never decides for a
 //! node that has its state.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
+use shoal_proto::checksum;
 use shoal_replication::Status;
 
 use super::state::ShardState;
@@ -42,8 +43,16 @@ use crate::metadata::METADATA_GROUP;
 /// groups): once a second.
 const SETTLE_CHECK_TICKS: u64 = 100;
 
-/// The file in the data directory that records how the node joined its cluster.
+/// The file in the data directory that records how the node joined its cluster: its words, then
+/// the CRC-32C of them (`crc32c:` and eight hex digits), since a damaged rejoin floor would
+/// let replicas that may have forgotten acknowledgements vote.
 pub const FORMATION_FILE: &str = "formation";
+
+/// The longest `formation` file read: its words are a few dozen bytes.
+const FILE_BYTES_MAX: u64 = 256;
+
+/// What starts the checksum word of the `formation` file.
+const CHECKSUM_PREFIX: &str = "crc32c:";
 
 /// Where shard 0 stands in forming or rejoining its cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,12 +71,29 @@ pub(super) enum Formation {
 /// formed the cluster; `u64::MAX`: a rejoin whose floor is not known yet).
 pub fn read(data_dir: &Path) -> Result<Option<u64>, String> {
     let path = data_dir.join(FORMATION_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
+    let mut text = String::new();
+    let opened = std::fs::File::open(&path);
+    let read = opened.and_then(|file| file.take(FILE_BYTES_MAX + 1).read_to_string(&mut text));
+    match read {
+        Ok(_) => {}
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(error) => return Err(format!("cannot read {}: {error}", path.display())),
-    };
-    let words: Vec<&str> = text.split_whitespace().collect();
+    }
+    if text.len() as u64 > FILE_BYTES_MAX {
+        return Err(format!("{}: longer than {FILE_BYTES_MAX} bytes", path.display()));
+    }
+    let mut words: Vec<&str> = text.split_whitespace().collect();
+    // The checksum of the words before it (files written before it had none: taken as they are).
+    if let Some(sum) = words.last().and_then(|word| word.strip_prefix(CHECKSUM_PREFIX)) {
+        words.pop();
+        let expected = format!("{:08x}", checksum::crc32c(words.join(" ").as_bytes()));
+        if sum != expected {
+            return Err(format!(
+                "{}: {text:?} fails its checksum (damaged): refusing to guess the rejoin floor",
+                path.display()
+            ));
+        }
+    }
     match words.as_slice() {
         ["formed"] => Ok(Some(0)),
         ["rejoining"] => Ok(Some(u64::MAX)),
@@ -88,7 +114,8 @@ pub fn read(data_dir: &Path) -> Result<Option<u64>, String> {
 fn write(data_dir: &Path, text: &str) -> std::io::Result<()> {
     let temporary = data_dir.join(format!("{FORMATION_FILE}.new"));
     let mut file = std::fs::File::create(&temporary)?;
-    file.write_all(text.as_bytes())?;
+    let sum = checksum::crc32c(text.as_bytes());
+    file.write_all(format!("{text} {CHECKSUM_PREFIX}{sum:08x}\n").as_bytes())?;
     file.sync_all()?;
     std::fs::rename(&temporary, data_dir.join(FORMATION_FILE))?;
     std::fs::File::open(data_dir)?.sync_all()
@@ -238,5 +265,30 @@ impl ShardState {
         self.rejoin_floor.store(0, Ordering::SeqCst);
         self.node.set_rejoin_floor(0);
         tracing::info!(floor, "every group this node held before it rejoined is back: no floor");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FORMATION_FILE, read, write};
+
+    /// What is written reads back; a damaged word fails the checksum instead of moving the
+    /// floor; a file from before the checksum reads as it is; a huge file is refused.
+    #[test]
+    fn the_formation_file_reads_back_and_damage_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FORMATION_FILE);
+        assert_eq!(read(dir.path()), Ok(None));
+        write(dir.path(), "rejoined 42").unwrap();
+        assert_eq!(read(dir.path()), Ok(Some(42)));
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("42", "40")).unwrap();
+        assert!(read(dir.path()).unwrap_err().contains("checksum"));
+        std::fs::write(&path, "rejoined 7\n").unwrap();
+        assert_eq!(read(dir.path()), Ok(Some(7)));
+        write(dir.path(), "formed").unwrap();
+        assert_eq!(read(dir.path()), Ok(Some(0)));
+        std::fs::write(&path, vec![b' '; 10_000]).unwrap();
+        assert!(read(dir.path()).unwrap_err().contains("longer than"));
     }
 }
