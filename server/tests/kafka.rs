@@ -496,6 +496,55 @@ fn a_fetch_gives_its_budget_to_the_partitions_with_data_in_request_order() {
     assert_eq!(answered[3], (3, 0, 60, 0), "past the budget: offsets only");
 }
 
+/// A Fetch makes at most 16 waves of reads: when the partitions before hold nothing, the
+/// last wave shares what is left of the budget among the rest (each gets its first batch at
+/// least), instead of one more wave per partition.
+#[test]
+fn a_fetch_after_fifteen_empty_partitions_shares_its_budget_among_the_rest() {
+    const BOUND: usize = 64 << 10;
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = common::command(dir.path(), 1);
+    command.env("SHOAL_KAFKA_FETCH_BYTES_MAX", BOUND.to_string());
+    let server = common::start_command(command);
+    let mut raw = Raw::connect(server.native(), 1);
+    raw.create_stream("kafka").ok();
+    raw.create_topic("kafka", "orders", 20, Durability::Replicated).ok();
+    let mut kafka = Kafka::connect(&server);
+    let value = vec![b'v'; 10_000];
+    for _ in 0..3 {
+        let batch = Bytes::from(common::batch(&[&value, &value]));
+        let batches: Vec<(&str, i32, Bytes)> =
+            (15..20).map(|index| ("orders", index, batch.clone())).collect();
+        produce(&mut kafka, 9, -1, &batches);
+    }
+    let partitions = (0..20)
+        .map(|index| {
+            FetchPartition::default()
+                .with_partition(index)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(i32::MAX)
+        })
+        .collect();
+    let topic = FetchTopic::default()
+        .with_topic(TopicName(StrBytes::from_static_str("orders")))
+        .with_partitions(partitions);
+    let request = FetchRequest::default()
+        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+        .with_max_bytes(i32::MAX)
+        .with_topics(vec![topic]);
+    let mut body = kafka.call(ApiKey::Fetch, 12, &request, true);
+    let response = FetchResponse::decode(&mut body, 12).unwrap();
+    let batches: Vec<usize> = response.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.records.as_ref().map_or(0, Bytes::len) / 20_000)
+        .collect();
+    // Partitions 15 to 19 share 64 KiB: each reads its first batch, and the response keeps
+    // whole batches while the bound lasts (the first may pass it).
+    assert_eq!(batches[..15], [0; 15], "{batches:?}");
+    assert_eq!(batches[15..], [1, 1, 1, 0, 0], "{batches:?}");
+}
+
 /// Metadata, DescribeGroups and OffsetFetch (v8, without topics) each answer a name repeated
 /// in one request once: repeats would each carry the whole answer again (every partition,
 /// every member's metadata, every partition's offset), so a small request could ask for an

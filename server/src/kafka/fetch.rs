@@ -75,12 +75,17 @@ pub(super) async fn answer(connection: &Connection, request: FetchRequest) -> Fe
         topics.push((name, wanted.topic_id, asked));
     }
 
-    read_in_waves(connection, &mut topics, max_bytes as usize).await;
+    let order: Vec<(usize, usize)> = topics
+        .iter()
+        .enumerate()
+        .flat_map(|(t, (_, _, asked))| (0..asked.len()).map(move |a| (t, a)))
+        .collect();
+    read_in_waves(connection, &mut topics, &order, max_bytes as usize).await;
     let found_bytes: usize = topics.iter().flat_map(|t| &t.2).map(batch_bytes).sum();
     if found_bytes == 0 && request.max_wait_ms > 0 {
-        // Nothing found, so every partition was read with its own bound: each waits with it.
+        // Nothing found, so every partition was read within its share: each waits with it.
         let wait_ms = (request.max_wait_ms as u32).min(config.network.fetch_wait_ms_max);
-        connection.read_all(&mut topics, wait_ms).await;
+        connection.read_all(&mut topics, &order, wait_ms).await;
     }
 
     let mut budget = Budget { left: usize::try_from(max_bytes).unwrap_or(1), first: true };
@@ -95,25 +100,34 @@ pub(super) async fn answer(connection: &Connection, request: FetchRequest) -> Fe
     FetchAnswer { error_code: 0, topics }
 }
 
-/// Reads the partitions in request order as Kafka's broker does, so that what they return
+/// Reads the partitions in request `order` as Kafka's broker does, so that what they return
 /// stays within the response's budget however many are asked: in waves read at once, each
 /// taking partitions while their bounds fit what is left of the budget (at least one), what a
-/// wave found coming off the budget before the next is planned. Once the budget is spent the
-/// rest are read for their offsets only.
+/// wave found coming off the budget before the next is planned. The last of at most
+/// [`WAVES_MAX`] waves shares what is left among the rest (partitions that hold little would
+/// otherwise make a wave each). Once the budget is spent the rest are read for their offsets
+/// only.
 async fn read_in_waves(
     connection: &Connection,
     topics: &mut [(String, [u8; 16], Vec<Asked>)],
+    order: &[(usize, usize)],
     budget_bytes: usize,
 ) {
-    let order: Vec<(usize, usize)> = topics
-        .iter()
-        .enumerate()
-        .flat_map(|(t, (_, _, asked))| (0..asked.len()).map(move |a| (t, a)))
-        .collect();
     let mut budget = budget_bytes;
     let mut next = 0;
+    let mut waves = 0;
     while next < order.len() && budget > 0 {
+        waves += 1;
         let wave_start = next;
+        if waves == WAVES_MAX {
+            let share = (budget / (order.len() - next)).max(1);
+            for &(t, a) in &order[next..] {
+                let asked = &mut topics[t].2[a];
+                asked.bytes_max = Some((asked.partition_max as usize).min(share) as u32);
+            }
+            connection.read_all(topics, &order[next..], 0).await;
+            return;
+        }
         let mut planned = 0usize;
         while let Some(&(t, a)) = order.get(next) {
             let asked = &mut topics[t].2[a];
@@ -125,7 +139,7 @@ async fn read_in_waves(
             asked.bytes_max = Some(bound as u32);
             next += 1;
         }
-        connection.read_all(topics, 0).await;
+        connection.read_all(topics, &order[wave_start..next], 0).await;
         let found: usize =
             order[wave_start..next].iter().map(|&(t, a)| batch_bytes(&topics[t].2[a])).sum();
         budget = budget.saturating_sub(found);
@@ -134,9 +148,12 @@ async fn read_in_waves(
         for &(t, a) in &order[next..] {
             topics[t].2[a].bytes_max = Some(0);
         }
-        connection.read_all(topics, 0).await;
+        connection.read_all(topics, &order[next..], 0).await;
     }
 }
+
+/// The most waves of reads one Fetch makes (each a round trip to the shards).
+const WAVES_MAX: usize = 16;
 
 /// Bytes of batches a partition's answer holds (0 without one).
 fn batch_bytes(asked: &Asked) -> usize {
@@ -214,34 +231,39 @@ struct Budget {
 }
 
 impl Connection {
-    /// Reads at once, each from its owning shard, every readable partition a wave planned: without
-    /// a wait, those not read yet, every answer awaited; with one (a long-poll round), those
-    /// without batches, the first answer ending the round and the others taken as they stand.
-    async fn read_all(&self, topics: &mut [(String, [u8; 16], Vec<Asked>)], wait_ms_max: u32) {
+    /// Reads at once, each from its owning shard, the readable partitions of `positions`
+    /// (topic, partition) a wave planned: without a wait, those not read yet, every answer
+    /// awaited; with one (a long-poll round), those without batches, the first answer ending the
+    /// round and the others taken as they stand.
+    async fn read_all(
+        &self,
+        topics: &mut [(String, [u8; 16], Vec<Asked>)],
+        positions: &[(usize, usize)],
+        wait_ms_max: u32,
+    ) {
         let mut pending = Vec::new();
-        for (topic, (_, _, asked)) in topics.iter().enumerate() {
-            for (at, a) in asked.iter().enumerate() {
-                let (Ok(place), Some(bytes_max)) = (a.place, a.bytes_max) else { continue };
-                let read = if wait_ms_max == 0 {
-                    a.found.is_none()
-                } else {
-                    batch_bytes(a) == 0 && !matches!(&a.found, Some(o) if o.error != 0)
-                };
-                if !read {
-                    continue;
-                }
-                let args = FetchArgs {
-                    partition: a.index as u32,
-                    from: FetchFrom::Offset(u64::try_from(a.fetch_offset).unwrap_or(u64::MAX)),
-                    bytes_max,
-                    count_max: u32::MAX,
-                    wait_ms_max,
-                };
-                let (reply, answer) = flume::bounded(1);
-                let work = Work::Fetch { group: place.group, args, reply };
-                if self.send(place.shard, work).await.is_ok() {
-                    pending.push((topic, at, answer));
-                }
+        for &(topic, at) in positions {
+            let a = &topics[topic].2[at];
+            let (Ok(place), Some(bytes_max)) = (a.place, a.bytes_max) else { continue };
+            let read = if wait_ms_max == 0 {
+                a.found.is_none()
+            } else {
+                batch_bytes(a) == 0 && !matches!(&a.found, Some(o) if o.error != 0)
+            };
+            if !read {
+                continue;
+            }
+            let args = FetchArgs {
+                partition: a.index as u32,
+                from: FetchFrom::Offset(u64::try_from(a.fetch_offset).unwrap_or(u64::MAX)),
+                bytes_max,
+                count_max: u32::MAX,
+                wait_ms_max,
+            };
+            let (reply, answer) = flume::bounded(1);
+            let work = Work::Fetch { group: place.group, args, reply };
+            if self.send(place.shard, work).await.is_ok() {
+                pending.push((topic, at, answer));
             }
         }
         let mut found: Vec<Option<Outcome>> = pending.iter().map(|_| None).collect();
