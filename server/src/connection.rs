@@ -23,9 +23,11 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use monoio::io::{AsyncReadRent, AsyncReadRentExt, AsyncWriteRent, AsyncWriteRentExt, Splitable};
@@ -129,13 +131,14 @@ impl Drop for ConnectionGuard {
 async fn refuse(stream: TcpStream, cluster: u64, limit: usize) {
     let text = format!("the server holds at most {limit} connections");
     let reply = ClientReply { error: ErrorCode::LimitReached as u32, ..ClientReply::default() };
+    let socket = stream.as_raw_fd();
     let (mut reader, mut writer) = stream.into_split();
     let mut bytes = Vec::new();
     write_frame(&mut bytes, cluster, reply, text.as_bytes());
     let (result, _) = writer.write_all(bytes).await;
     if result.is_ok() {
         let _ = writer.shutdown().await;
-        drain(&mut reader, vec![0u8; HEADER_SIZE]).await;
+        drain(&mut reader, vec![0u8; HEADER_SIZE], socket).await;
     }
 }
 
@@ -235,6 +238,7 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
     let _open = context.metrics.connection_opened();
     // What a one-node cluster's `Hello` names as its address: the one this client reached.
     let reached = stream.local_addr().map(|address| address.to_string()).unwrap_or_default();
+    let socket = stream.as_raw_fd();
     let (mut reader, mut writer) = stream.into_split();
     let (queue, replies) = flume::bounded::<Pending>(context.config.network.requests_in_flight_max);
     let metrics = Rc::clone(&context.metrics);
@@ -244,6 +248,10 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
     let writer_version = Rc::clone(&version);
     let config = Arc::clone(&context.config);
     let published = Arc::clone(&context.published);
+    // Requests read and not yet answered: while any is, the client may rightly be silent (a
+    // long-poll), so the idle timeout does not close the connection.
+    let unanswered = Rc::new(Cell::new(0usize));
+    let writer_unanswered = Rc::clone(&unanswered);
     let writing = monoio::spawn(async move {
         // One frame buffer for the connection's life: replies are written one at a time.
         let mut out = Vec::with_capacity(HEADER_SIZE + 64);
@@ -281,6 +289,7 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
                 out = buffer;
                 result
             };
+            writer_unanswered.set(writer_unanswered.get() - 1);
             let Ok(written) = written else { break };
             metrics.sent(written);
             if pending.close {
@@ -299,8 +308,21 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
     };
     let mut header_buffer = vec![0u8; HEADER_SIZE];
     let mut refused = false;
+    let idle = Duration::from_millis(u64::from(session.context.config.network.idle_timeout_ms));
     loop {
-        let (result, buffer) = reader.read_exact(header_buffer).await;
+        let (result, buffer) = if idle.is_zero() {
+            reader.read_exact(header_buffer).await
+        } else {
+            match read_unless_idle(&mut reader, header_buffer, idle, &unanswered).await {
+                Some(read) => read,
+                None => {
+                    session.context.metrics.idle_connection_closed();
+                    shut_down(socket);
+                    header_buffer = Vec::new();
+                    break;
+                }
+            }
+        };
         header_buffer = buffer;
         if result.is_err() {
             break;
@@ -312,6 +334,7 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
             Err(Some(pending)) => pending,
         };
         refused = pending.close;
+        unanswered.set(unanswered.get() + 1);
         if queue.send_async(pending).await.is_err() || refused {
             break;
         }
@@ -319,23 +342,52 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
     drop(queue);
     let _ = writing.await;
     if refused {
-        drain(&mut reader, header_buffer).await;
+        drain(&mut reader, header_buffer, socket).await;
+    }
+}
+
+/// Ends a connection the server gives up on while a receive on it may still be in flight (a
+/// timed-out read): monoio does not cancel a dropped operation, and the socket closes only once
+/// none is in flight, so without this the receive waited for a client that sends nothing and
+/// the client never saw the connection end.
+pub(crate) fn shut_down(socket: std::os::fd::RawFd) {
+    // SAFETY: `socket` is the connection's descriptor, open while the caller holds its stream.
+    unsafe { libc::shutdown(socket, libc::SHUT_RDWR) };
+}
+
+/// The next header, read while the client keeps talking or is owed a reply; `None` once it
+/// has sent nothing for `idle` with nothing owed (`[network] idle_timeout_ms`). A timeout while
+/// a reply is owed reads on: the header read is started again, so only a client that stopped
+/// in the middle of a header for that long (and is owed a reply) loses those bytes.
+async fn read_unless_idle(
+    reader: &mut Reader,
+    mut buffer: Vec<u8>,
+    idle: Duration,
+    unanswered: &Cell<usize>,
+) -> Option<(std::io::Result<usize>, Vec<u8>)> {
+    loop {
+        match monoio::time::timeout(idle, reader.read_exact(buffer)).await {
+            Ok(read) => return Some(read),
+            Err(_) if unanswered.get() == 0 => return None,
+            Err(_) => buffer = vec![0u8; HEADER_SIZE],
+        }
     }
 }
 
 /// Bytes a refused connection's unread input is drained for at most, and for how long.
 const DRAIN_BYTES_MAX: usize = 4 << 20;
-const DRAIN_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+const DRAIN_TIME_MAX: Duration = Duration::from_secs(2);
 
 /// Reads and discards what a refused client still sends (bounded in bytes and time), so that
 /// closing does not reset the connection before the client has read the error reply: a close
 /// with unread input sends a reset, which discards data the client has not read yet.
-async fn drain(reader: &mut Reader, mut buffer: Vec<u8>) {
+async fn drain(reader: &mut Reader, mut buffer: Vec<u8>, socket: std::os::fd::RawFd) {
     let deadline = std::time::Instant::now() + DRAIN_TIME_MAX;
     let mut drained = 0;
     while drained < DRAIN_BYTES_MAX {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         let Ok((result, back)) = monoio::time::timeout(left, reader.read(buffer)).await else {
+            shut_down(socket);
             return;
         };
         buffer = back;

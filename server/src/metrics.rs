@@ -128,6 +128,7 @@ pub struct ShardMetrics {
     connections_open: Cell<u64>,
     connections_accepted: Cell<u64>,
     connections_refused: Cell<u64>,
+    connections_idle_closed: Cell<u64>,
     /// Requests decoded, by operation code (slot 0: past [`CODE_SLOTS`]).
     requests: [Cell<u64>; CODE_SLOTS],
     /// Error replies written, by error code (slot 0: past [`CODE_SLOTS`]).
@@ -177,6 +178,7 @@ impl Default for ShardMetrics {
             connections_open: Cell::new(0),
             connections_accepted: Cell::new(0),
             connections_refused: Cell::new(0),
+            connections_idle_closed: Cell::new(0),
             requests: std::array::from_fn(cell),
             errors: std::array::from_fn(cell),
             requests_forwarded: Cell::new(0),
@@ -223,6 +225,11 @@ impl ShardMetrics {
     /// A connection was refused at the node's connection bound.
     pub fn connection_refused(&self) {
         add(&self.connections_refused, 1);
+    }
+
+    /// A client connection was closed for staying silent past `[network] idle_timeout_ms`.
+    pub fn idle_connection_closed(&self) {
+        add(&self.connections_idle_closed, 1);
     }
 
     /// A request with this operation code was decoded.
@@ -384,6 +391,7 @@ pub struct ShardSnapshot {
     pub connections_open: u64,
     pub connections_accepted: u64,
     pub connections_refused: u64,
+    pub connections_idle_closed: u64,
     pub requests: [u64; CODE_SLOTS],
     pub errors: [u64; CODE_SLOTS],
     pub requests_forwarded: u64,
@@ -521,6 +529,7 @@ pub fn snapshot<S: Storage, T: Transport, C: Clock>(
         connections_open: metrics.connections_open.get(),
         connections_accepted: metrics.connections_accepted.get(),
         connections_refused: metrics.connections_refused.get(),
+        connections_idle_closed: metrics.connections_idle_closed.get(),
         requests: std::array::from_fn(|index| metrics.requests[index].get()),
         errors: std::array::from_fn(|index| metrics.errors[index].get()),
         requests_forwarded: metrics.requests_forwarded.get(),
@@ -676,7 +685,7 @@ fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
 /// One series per answering shard for each of the shard's own figures (a flat table).
 fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 63] = [
+    let per_shard: [(&str, Kind, &str, Figure); 64] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -694,6 +703,12 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
             Kind::Counter,
             "Client connections (native and Kafka) refused at network.connections_max.",
             |s| s.connections_refused,
+        ),
+        (
+            "shoal_connections_idle_closed_total",
+            Kind::Counter,
+            "Client connections (native and Kafka) closed after network.idle_timeout_ms of silence.",
+            |s| s.connections_idle_closed,
         ),
         (
             "shoal_kafka_connections_closed_total",

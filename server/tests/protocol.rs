@@ -394,3 +394,42 @@ fn sigterm_answers_what_it_finished_and_keeps_it() {
     }
     assert_eq!(terminate(&mut server), 0);
 }
+
+/// A client connection that sends nothing while the server owes it nothing is closed after
+/// `[network] idle_timeout_ms` (native and Kafka alike), so silent connections cannot hold
+/// `connections_max` for good; one owed a reply (a long-poll longer than the timeout) is not.
+#[test]
+fn an_idle_connection_is_closed_and_one_owed_a_reply_is_not() {
+    use std::io::Read;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = common::command(dir.path(), 1);
+    command.env("SHOAL_NETWORK_IDLE_TIMEOUT_MS", "1000");
+    let server = common::start_command(command);
+    let ends = |stream: &mut std::net::TcpStream| {
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut byte = [0u8; 1];
+        matches!(stream.read(&mut byte), Ok(0))
+    };
+    let mut silent = std::net::TcpStream::connect(server.native()).unwrap();
+    let mut kafka =
+        std::net::TcpStream::connect(server.kafka().expect("a Kafka listener")).unwrap();
+    let mut client = Raw::connect(server.native(), 1);
+    client.create_stream("s").ok();
+    client.create_topic("s", "t", 1, Durability::Replicated).ok();
+    // Waits 3 s for data that never comes: three idle timeouts with a reply owed.
+    let fetch = protocol::Fetch {
+        stream: "s".into(),
+        topic: "t".into(),
+        partition: 0,
+        from: FetchFrom::Offset(0),
+        bytes_max: 1 << 20,
+        count_max: 100,
+        wait_ms_max: 3_000,
+    };
+    let answer = client.call(Operation::Fetch, &fetch.encode());
+    assert_eq!(answer.reply.error, 0);
+    assert!(ends(&mut silent), "a silent native connection is closed");
+    assert!(ends(&mut kafka), "a silent Kafka connection is closed");
+    assert!(ends(&mut client.stream), "and the long-poller once it has nothing owed");
+}

@@ -478,7 +478,7 @@ pub(super) const METADATA_KEYS: [IntKey<MetadataConfig>; 5] = [
 ];
 
 /// `[network]`.
-pub(super) const NETWORK_KEYS: [IntKey<NetworkConfig>; 8] = [
+pub(super) const NETWORK_KEYS: [IntKey<NetworkConfig>; 9] = [
     IntKey {
         name: "connections_max",
         min: 1,
@@ -513,6 +513,13 @@ pub(super) const NETWORK_KEYS: [IntKey<NetworkConfig>; 8] = [
         max: 600_000,
         get: |c| u64::from(c.fetch_wait_ms_max),
         set: |c, v| c.fetch_wait_ms_max = v as u32,
+    },
+    IntKey {
+        name: "idle_timeout_ms",
+        min: 0,
+        max: 86_400_000,
+        get: |c| u64::from(c.idle_timeout_ms),
+        set: |c, v| c.idle_timeout_ms = v as u32,
     },
     IntKey {
         name: "fetch_parked_max",

@@ -166,6 +166,9 @@ pub struct NetworkConfig {
     pub shard_inbox_max: usize,
     /// Longest a fetch may wait for new data (long-poll); a longer wait is refused.
     pub fetch_wait_ms_max: u32,
+    /// A client connection (native or Kafka) with nothing to answer that sends nothing for
+    /// this long is closed (Kafka's `connections.max.idle.ms`); 0: never.
+    pub idle_timeout_ms: u32,
     /// Fetches a shard holds waiting for new data; one more is answered at once (empty).
     pub fetch_parked_max: usize,
     /// Replica packets queued per peer on each shard's bus at most; beyond, new ones are dropped
@@ -187,6 +190,8 @@ impl Default for NetworkConfig {
             requests_in_flight_max: 256,
             shard_inbox_max: 4096,
             fetch_wait_ms_max: 30_000,
+            // Kafka's default (10 minutes).
+            idle_timeout_ms: 600_000,
             fetch_parked_max: 4096,
             bus_queue_packets_max: 4096,
             bus_queue_bytes_max: 64 << 20,

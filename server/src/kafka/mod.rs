@@ -25,10 +25,11 @@ mod produce;
 mod producer_id;
 
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use monoio::io::{AsyncReadRentExt, AsyncWriteRentExt};
@@ -119,8 +120,23 @@ async fn serve(mut stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionG
         context,
     };
     let mut size_buf = vec![0u8; 4];
+    let idle_ms = connection.context.config.network.idle_timeout_ms;
     loop {
-        let (read, buf) = stream.read_exact(size_buf).await;
+        // One request at a time: between them the connection owes nothing, so a client that
+        // stays silent past the idle timeout is closed (Kafka's connections.max.idle.ms).
+        let read = stream.read_exact(size_buf);
+        let (read, buf) = if idle_ms == 0 {
+            read.await
+        } else {
+            match monoio::time::timeout(Duration::from_millis(u64::from(idle_ms)), read).await {
+                Ok(read) => read,
+                Err(_) => {
+                    connection.context.metrics.idle_connection_closed();
+                    crate::connection::shut_down(stream.as_raw_fd());
+                    return;
+                }
+            }
+        };
         size_buf = buf;
         if read.is_err() {
             return;
