@@ -64,12 +64,25 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
 
     /// Stops `group` (fail-stop); one already stopped keeps its first reason.
     pub(super) fn fail_group(&mut self, group: u64, error: EngineError) {
+        if self.groups.get(&group).is_some_and(|g| g.failed.is_none()) {
+            self.abandon_pipeline(group);
+        }
         if let Some(entry) = self.wake(group)
             && entry.failed.is_none()
         {
             entry.failed = Some(error.to_string());
             self.counters.groups_failed += 1;
         }
+    }
+
+    /// Answers the requests in `group`'s pipeline with "outcome unknown", before its replica
+    /// stops or is replaced: neither would ever answer them, and their clients (and connection
+    /// slots) waited for good. What else the replica had ready goes with it.
+    fn abandon_pipeline(&mut self, group: u64) {
+        let Some(entry) = self.wake(group) else { return };
+        entry.replica.abandon_pipeline();
+        let replies = entry.replica.take_ready().replies;
+        self.replies.extend(replies.into_iter().map(|reply| (group, reply)));
     }
 
     /// Protocol-aware recovery of a damaged group (DESIGN.md §3): the engine cuts its log at
@@ -112,6 +125,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         // What the replica asked for, and what it wanted sent, belongs to a replica that is
         // about to be replaced; a restarted replica asks again for what it still needs.
         self.forget_queued(group);
+        self.abandon_pipeline(group);
         self.counters.groups_reopened += 1;
         // Ops the replica already held faulty stay faulty: the replica is replaced, not its
         // history.

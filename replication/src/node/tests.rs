@@ -488,6 +488,28 @@ fn a_full_disk_refuses_requests_as_storage_full_until_a_tick_finds_room() {
     assert_eq!(replied(&mut node), vec![(1, 901)]);
 }
 
+/// A group that fails (a write error: fail-stop) answers the requests its pipeline holds
+/// with "outcome unknown" at once: its stopped replica takes no more input, and they waited for
+/// good, holding their clients and connections.
+#[test]
+fn a_failed_group_answers_its_pipelined_requests_as_outcome_unknown() {
+    let sim = Sim::new(9, SimConfig::default());
+    let mut node = single_node(&sim);
+    node.on_client_request(1, request(1, 1000)).unwrap();
+    sim.block_on(node.run_io());
+    assert_eq!(replied(&mut node), vec![(1, 1)]);
+    let segment =
+        shoal_engine::shard::group_dir(Path::new("/d"), 1).join(shoal_engine::segment::log_name(0));
+    sim.fail_next_write(&segment);
+    node.on_client_request(1, request(2, 1000)).unwrap();
+    sim.block_on(node.run_io());
+    assert!(node.group_failure(1).is_some(), "the write error stops the group");
+    let replies = node.take_replies();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(replies[0].1.request, 2);
+    assert!(matches!(replies[0].1.result, ReplyResult::TransientNotCommitted));
+}
+
 /// A write-chunk pool held by views outside the engine (a consumer's reply still being sent)
 /// makes appends wait, not fail: the group keeps serving, its writes resume in order once the
 /// views are dropped. The group used to stop (fail-stop) after the append's retries.
