@@ -388,35 +388,49 @@ fn fetch_returns_what_was_produced_waits_for_more_and_refuses_offsets_out_of_ran
     assert_eq!((error, high_watermark, values), (0, 4, vec![(3, b"d".to_vec())]));
 }
 
-/// A Fetch that asks for everything (`max_bytes` and every `partition_max_bytes` at
-/// `i32::MAX`) and names one partition 2,000 times: each partition is read and answered once,
-/// and the batches stay within `[kafka] fetch_bytes_max` plus the first batch past it. Before
-/// the bound, such repeats multiplied one partition's data in the response until it passed
-/// 2 GiB, and the encoder's panic took the shard down.
-#[test]
-fn a_fetch_is_bounded_by_fetch_bytes_max_and_answers_a_repeated_partition_once() {
-    const BOUND: usize = 64 << 10;
-    let dir = tempfile::tempdir().unwrap();
-    let mut command = common::command(dir.path(), 1);
-    command.env("SHOAL_KAFKA_FETCH_BYTES_MAX", BOUND.to_string());
+/// A server whose `[kafka] fetch_bytes_max` is [`FETCH_BOUND`], with a Kafka topic `orders` of
+/// `partitions` partitions, each of `with_data` holding `batches` batches of two 10,000-byte
+/// records (about 20 KB each).
+fn fetch_bound_server(
+    dir: &std::path::Path,
+    partitions: u32,
+    with_data: std::ops::Range<i32>,
+    batches: usize,
+) -> (ShoalProcess, Kafka) {
+    let mut command = common::command(dir, 1);
+    command.env("SHOAL_KAFKA_FETCH_BYTES_MAX", FETCH_BOUND.to_string());
     let server = common::start_command(command);
     let mut raw = Raw::connect(server.native(), 1);
     raw.create_stream("kafka").ok();
-    raw.create_topic("kafka", "orders", 2, Durability::Replicated).ok();
+    raw.create_topic("kafka", "orders", partitions, Durability::Replicated).ok();
     let mut kafka = Kafka::connect(&server);
     let value = vec![b'v'; 10_000];
-    for _ in 0..30 {
+    for _ in 0..batches {
         let batch = Bytes::from(common::batch(&[&value, &value]));
-        produce(&mut kafka, 9, -1, &[("orders", 0, batch.clone()), ("orders", 1, batch)]);
+        let all: Vec<(&str, i32, Bytes)> =
+            with_data.clone().map(|index| ("orders", index, batch.clone())).collect();
+        produce(&mut kafka, 9, -1, &all);
     }
-    let everything = |index: i32| {
-        FetchPartition::default()
-            .with_partition(index)
-            .with_fetch_offset(0)
-            .with_partition_max_bytes(i32::MAX)
-    };
-    let mut partitions: Vec<FetchPartition> = (0..2_000).map(|_| everything(0)).collect();
-    partitions.push(everything(1));
+    (server, kafka)
+}
+
+const FETCH_BOUND: usize = 64 << 10;
+/// About one batch of [`fetch_bound_server`]'s, in bytes.
+const ONE_BATCH: usize = 20_100;
+
+/// A Fetch v12 of `orders` from offset 0 of each partition of `indexes`, in that order, asking
+/// for everything (`max_bytes` and every `partition_max_bytes` at `i32::MAX`): each answered
+/// partition's (index, error, high watermark, bytes of batches).
+fn fetch_everything(kafka: &mut Kafka, indexes: &[i32]) -> Vec<(i32, i16, i64, usize)> {
+    let partitions = indexes
+        .iter()
+        .map(|&index| {
+            FetchPartition::default()
+                .with_partition(index)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(i32::MAX)
+        })
+        .collect();
     let topic = FetchTopic::default()
         .with_topic(TopicName(StrBytes::from_static_str("orders")))
         .with_partitions(partitions);
@@ -426,20 +440,32 @@ fn a_fetch_is_bounded_by_fetch_bytes_max_and_answers_a_repeated_partition_once()
         .with_topics(vec![topic]);
     let mut body = kafka.call(ApiKey::Fetch, 12, &request, true);
     let response = FetchResponse::decode(&mut body, 12).unwrap();
-    let answered: Vec<(i32, i16)> = response.responses[0]
+    response.responses[0]
         .partitions
         .iter()
-        .map(|p| (p.partition_index, p.error_code))
-        .collect();
-    assert_eq!(answered, [(0, 0), (1, 0)], "each partition once");
-    let sizes: Vec<usize> = response.responses[0]
-        .partitions
-        .iter()
-        .map(|p| p.records.as_ref().map_or(0, Bytes::len))
-        .collect();
-    let one_batch = 20_100;
-    assert!(sizes[0] > 0 && sizes[0] <= BOUND + one_batch, "partition 0: {sizes:?}");
-    assert!(sizes.iter().sum::<usize>() <= BOUND + one_batch, "the response: {sizes:?}");
+        .map(|p| {
+            let size = p.records.as_ref().map_or(0, Bytes::len);
+            (p.partition_index, p.error_code, p.high_watermark, size)
+        })
+        .collect()
+}
+
+/// A Fetch that asks for everything and names one partition 2,000 times: each partition is
+/// read and answered once, and the batches stay within `[kafka] fetch_bytes_max` plus the
+/// first batch past it. Before the bound, such repeats multiplied one partition's data in the
+/// response until it passed 2 GiB, and the encoder's panic took the shard down.
+#[test]
+fn a_fetch_is_bounded_by_fetch_bytes_max_and_answers_a_repeated_partition_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, mut kafka) = fetch_bound_server(dir.path(), 2, 0..2, 30);
+    let mut indexes = vec![0; 2_000];
+    indexes.push(1);
+    let answered = fetch_everything(&mut kafka, &indexes);
+    let ids: Vec<(i32, i16)> = answered.iter().map(|a| (a.0, a.1)).collect();
+    assert_eq!(ids, [(0, 0), (1, 0)], "each partition once");
+    let sizes: Vec<usize> = answered.iter().map(|a| a.3).collect();
+    assert!(sizes[0] > 0 && sizes[0] <= FETCH_BOUND + ONE_BATCH, "partition 0: {sizes:?}");
+    assert!(sizes.iter().sum::<usize>() <= FETCH_BOUND + ONE_BATCH, "the response: {sizes:?}");
     // The connection and the server go on serving.
     assert_eq!(fetched(&fetch(&mut kafka, 12, shoal_kafka::Uuid::nil(), 0, 0), 0).0, 0);
 }
@@ -449,50 +475,13 @@ fn a_fetch_is_bounded_by_fetch_bytes_max_and_answers_a_repeated_partition_once()
 /// data fills it, and the ones after it get their offsets but no batches.
 #[test]
 fn a_fetch_gives_its_budget_to_the_partitions_with_data_in_request_order() {
-    const BOUND: usize = 64 << 10;
     let dir = tempfile::tempdir().unwrap();
-    let mut command = common::command(dir.path(), 2);
-    command.env("SHOAL_KAFKA_FETCH_BYTES_MAX", BOUND.to_string());
-    let server = common::start_command(command);
-    let mut raw = Raw::connect(server.native(), 1);
-    raw.create_stream("kafka").ok();
-    raw.create_topic("kafka", "orders", 4, Durability::Replicated).ok();
-    let mut kafka = Kafka::connect(&server);
-    let value = vec![b'v'; 10_000];
-    for _ in 0..30 {
-        let batch = Bytes::from(common::batch(&[&value, &value]));
-        produce(&mut kafka, 9, -1, &[("orders", 2, batch.clone()), ("orders", 3, batch)]);
-    }
-    let partitions = (0..4)
-        .map(|index| {
-            FetchPartition::default()
-                .with_partition(index)
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(i32::MAX)
-        })
-        .collect();
-    let topic = FetchTopic::default()
-        .with_topic(TopicName(StrBytes::from_static_str("orders")))
-        .with_partitions(partitions);
-    let request = FetchRequest::default()
-        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
-        .with_max_bytes(i32::MAX)
-        .with_topics(vec![topic]);
-    let mut body = kafka.call(ApiKey::Fetch, 12, &request, true);
-    let response = FetchResponse::decode(&mut body, 12).unwrap();
-    let answered: Vec<(i32, i16, i64, usize)> = response.responses[0]
-        .partitions
-        .iter()
-        .map(|p| {
-            let size = p.records.as_ref().map_or(0, Bytes::len);
-            (p.partition_index, p.error_code, p.high_watermark, size)
-        })
-        .collect();
-    let one_batch = 20_100;
+    let (_server, mut kafka) = fetch_bound_server(dir.path(), 4, 2..4, 30);
+    let answered = fetch_everything(&mut kafka, &[0, 1, 2, 3]);
     assert_eq!(answered[..2], [(0, 0, 0, 0), (1, 0, 0, 0)], "{answered:?}");
     let (index, error, high_watermark, size) = answered[2];
     assert_eq!((index, error, high_watermark), (2, 0, 60));
-    assert!(size + one_batch > BOUND && size <= BOUND + one_batch, "{answered:?}");
+    assert!(size + ONE_BATCH > FETCH_BOUND && size <= FETCH_BOUND + ONE_BATCH, "{answered:?}");
     assert_eq!(answered[3], (3, 0, 60, 0), "past the budget: offsets only");
 }
 
@@ -501,44 +490,11 @@ fn a_fetch_gives_its_budget_to_the_partitions_with_data_in_request_order() {
 /// least), instead of one more wave per partition.
 #[test]
 fn a_fetch_after_fifteen_empty_partitions_shares_its_budget_among_the_rest() {
-    const BOUND: usize = 64 << 10;
     let dir = tempfile::tempdir().unwrap();
-    let mut command = common::command(dir.path(), 1);
-    command.env("SHOAL_KAFKA_FETCH_BYTES_MAX", BOUND.to_string());
-    let server = common::start_command(command);
-    let mut raw = Raw::connect(server.native(), 1);
-    raw.create_stream("kafka").ok();
-    raw.create_topic("kafka", "orders", 20, Durability::Replicated).ok();
-    let mut kafka = Kafka::connect(&server);
-    let value = vec![b'v'; 10_000];
-    for _ in 0..3 {
-        let batch = Bytes::from(common::batch(&[&value, &value]));
-        let batches: Vec<(&str, i32, Bytes)> =
-            (15..20).map(|index| ("orders", index, batch.clone())).collect();
-        produce(&mut kafka, 9, -1, &batches);
-    }
-    let partitions = (0..20)
-        .map(|index| {
-            FetchPartition::default()
-                .with_partition(index)
-                .with_fetch_offset(0)
-                .with_partition_max_bytes(i32::MAX)
-        })
-        .collect();
-    let topic = FetchTopic::default()
-        .with_topic(TopicName(StrBytes::from_static_str("orders")))
-        .with_partitions(partitions);
-    let request = FetchRequest::default()
-        .with_replica_id(kafka_protocol::messages::BrokerId(-1))
-        .with_max_bytes(i32::MAX)
-        .with_topics(vec![topic]);
-    let mut body = kafka.call(ApiKey::Fetch, 12, &request, true);
-    let response = FetchResponse::decode(&mut body, 12).unwrap();
-    let batches: Vec<usize> = response.responses[0]
-        .partitions
-        .iter()
-        .map(|p| p.records.as_ref().map_or(0, Bytes::len) / 20_000)
-        .collect();
+    let (_server, mut kafka) = fetch_bound_server(dir.path(), 20, 15..20, 3);
+    let indexes: Vec<i32> = (0..20).collect();
+    let batches: Vec<usize> =
+        fetch_everything(&mut kafka, &indexes).iter().map(|a| a.3 / 20_000).collect();
     // Partitions 15 to 19 share 64 KiB: each reads its first batch, and the response keeps
     // whole batches while the bound lasts (the first may pass it).
     assert_eq!(batches[..15], [0; 15], "{batches:?}");
