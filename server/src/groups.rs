@@ -233,11 +233,11 @@ impl<W> Coordinator<W> {
         due
     }
 
-    /// A proposed rebalance of `group` was refused (a bound of the catalog, a full disk): it is
-    /// no longer in flight, and every waiting join of a member without a part in the assignment
-    /// in force is dropped with its member (it never got in), its waiter returned to hear the
-    /// refusal. So a refusal that comes from the new members alone (the topic's bound on
-    /// groups) leaves nothing due; anything else still due is proposed again later.
+    /// A proposed rebalance of `group` was refused for good (a bound of the catalog: the topic's
+    /// groups): it is no longer in flight, and every waiting join of a member without a part in
+    /// the assignment in force is dropped with its member (it never got in), its waiter
+    /// returned to hear the refusal. So a refusal that comes from the new members alone leaves
+    /// nothing due; anything else still due is proposed again later.
     pub fn refused(&mut self, group: &GroupRef, in_force: Option<&ConsumerGroup>) -> Vec<W> {
         let Some(entry) = self.groups.get_mut(group) else { return Vec::new() };
         entry.proposed = None;

@@ -464,11 +464,17 @@ impl ShardState {
                     .and_then(|topic| topic.consumer_groups.get(&group.group))
                     .cloned();
                 if reply.error != 0 {
-                    // Refused (a bound of the catalog, a full disk): the joins it would have
-                    // let in hear why, and the coordinator tries what is still due next tick.
-                    for slot in metadata.coordinator.refused(&group, in_force.as_ref()) {
-                        let body = Body::Encoded(reply.body.clone());
-                        let _ = slot.send(Outcome { error: reply.error, body });
+                    // Refused. Past a bound of the catalog (the topic's groups), the joins it
+                    // would have let in hear why and their members go: it would be refused
+                    // again. Otherwise (a full disk) they wait for the next proposal. Either
+                    // way the coordinator looks again at the next tick, not from here.
+                    if reply.error == ErrorCode::LimitReached as u32 {
+                        for slot in metadata.coordinator.refused(&group, in_force.as_ref()) {
+                            let body = Body::Encoded(reply.body.clone());
+                            let _ = slot.send(Outcome { error: reply.error, body });
+                        }
+                    } else {
+                        metadata.coordinator.settled(&group, None);
                     }
                     metadata.rebalances_retry = true;
                     return;
