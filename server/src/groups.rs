@@ -233,8 +233,8 @@ impl<W> Coordinator<W> {
         due
     }
 
-    /// A proposed rebalance of `group` was refused for good (a bound of the catalog: the topic's
-    /// groups): it is no longer in flight, and every waiting join of a member without a part in
+    /// A proposed rebalance of `group` was refused for good (a bound or check of the catalog:
+    /// the topic's groups): it is no longer in flight, and every waiting join of a member without a part in
     /// the assignment in force is dropped with its member (it never got in), its waiter
     /// returned to hear the refusal. So a refusal that comes from the new members alone leaves
     /// nothing due; anything else still due is proposed again later.

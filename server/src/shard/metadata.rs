@@ -464,11 +464,14 @@ impl ShardState {
                     .and_then(|topic| topic.consumer_groups.get(&group.group))
                     .cloned();
                 if reply.error != 0 {
-                    // Refused. Past a bound of the catalog (the topic's groups), the joins it
-                    // would have let in hear why and their members go: it would be refused
-                    // again. Otherwise (a full disk) they wait for the next proposal. Either
-                    // way the coordinator looks again at the next tick, not from here.
-                    if reply.error == ErrorCode::LimitReached as u32 {
+                    // Refused. For good (the topic's bound on groups, a check of the catalog),
+                    // the joins it would have let in hear why and their members go: it would be
+                    // refused again. For now (a full disk, a primary changing) they wait for
+                    // the next proposal. Either way the coordinator looks again at the next
+                    // tick, not from here.
+                    let retryable =
+                        ErrorCode::from_u32(reply.error).is_some_and(|e| e.is_retryable());
+                    if !retryable {
                         for slot in metadata.coordinator.refused(&group, in_force.as_ref()) {
                             let body = Body::Encoded(reply.body.clone());
                             let _ = slot.send(Outcome { error: reply.error, body });
