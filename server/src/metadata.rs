@@ -1819,6 +1819,51 @@ pub(crate) mod tests {
         }
     }
 
+    /// The catalog's bounds, each at its bound: the 4,096th stream, the 4,096th topic of a
+    /// stream and the 1,024th consumer group of a topic are taken, one more of each is refused
+    /// with `LimitReached`.
+    #[test]
+    fn the_catalog_takes_streams_topics_and_groups_up_to_their_bounds() {
+        let refused = |catalog: &Catalog, command: &MetaCommand| {
+            let (code, _) = catalog.check(command).unwrap_err();
+            assert_eq!(code, ErrorCode::LimitReached);
+        };
+        let mut catalog = Catalog::new(1, 100_000);
+        let mut op = 0;
+        for index in 0..STREAMS_MAX {
+            op += 1;
+            let create = MetaCommand::CreateStream { name: format!("s{index}") };
+            catalog.apply(op, 0, &create).unwrap();
+        }
+        refused(&catalog, &MetaCommand::CreateStream { name: "one-more".into() });
+
+        let mut catalog = Catalog::new(1, 100_000);
+        catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
+        let mut op = 1;
+        for index in 0..TOPICS_PER_STREAM_MAX {
+            op += 1;
+            catalog.apply(op, 0, &create_topic(&format!("t{index}"), 1, 1)).unwrap();
+        }
+        refused(&catalog, &create_topic("one-more", 1, 1));
+
+        let mut catalog = Catalog::new(1, 100_000);
+        catalog.apply(1, 0, &MetaCommand::CreateStream { name: "s".into() }).unwrap();
+        catalog.apply(2, 0, &create_topic("t", 1, 1)).unwrap();
+        let rebalance = |group: String| MetaCommand::Rebalance {
+            stream: "s".into(),
+            topic: "t".into(),
+            group,
+            generation: 1,
+            members: Vec::new(),
+        };
+        let mut op = 2;
+        for index in 0..CONSUMER_GROUPS_PER_TOPIC_MAX {
+            op += 1;
+            catalog.apply(op, 0, &rebalance(format!("g{index}"))).unwrap();
+        }
+        refused(&catalog, &rebalance("one-more".into()));
+    }
+
     /// Per (node, shard) pair, the live groups whose view-0 primary the node is.
     fn homes_per_pair(catalog: &Catalog, nodes: u8) -> Vec<u32> {
         let placement = catalog.placement(nodes);
