@@ -729,6 +729,32 @@ fn a_duplicate_still_in_the_pipeline_gets_the_original_ops_reply() {
     assert_eq!(cluster.committed_reply(next), Some(2));
 }
 
+/// Retries of a batch in the pipeline wait for its op at most four at a time
+/// (`DUPLICATES_WAITING_MAX`): the fifth is answered `TransientNotAccepted` at once, and the four
+/// get the original op's reply when it commits.
+#[test]
+fn at_most_four_retries_of_a_batch_in_the_pipeline_wait_for_its_op() {
+    let mut cluster = Cluster::new(3);
+    let primary = cluster.primary().unwrap();
+    for backup in 0..3 {
+        if backup != primary {
+            cluster.cut.push((primary, backup));
+        }
+    }
+    let original = cluster.produce(primary, 0, 0);
+    let waiting: Vec<_> = (0..4).map(|_| cluster.produce(primary, 0, 0)).collect();
+    assert!(cluster.replies.is_empty(), "the original and four retries wait");
+    let fifth = cluster.produce(primary, 0, 0);
+    assert_eq!(cluster.reply(fifth), Some(&ReplyResult::TransientNotAccepted));
+    assert_eq!(cluster.replica(primary).op(), 1, "no retry took an op");
+    cluster.cut.clear();
+    cluster.tick(50);
+    let committed = ReplyResult::Committed { op: 1, base_offset: 0 };
+    for request in std::iter::once(original).chain(waiting) {
+        assert_eq!(cluster.reply(request), Some(&committed));
+    }
+}
+
 /// VR Revisited §4.2 with DESIGN.md §4: every replica applies committed batches to its table,
 /// and a new primary lays its uncommitted log over it, so a retry sent to the new primary —
 /// of a batch the old one committed, or of one it only prepared — is not applied twice.
