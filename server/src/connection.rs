@@ -355,6 +355,17 @@ pub(crate) fn shut_down(socket: std::os::fd::RawFd) {
     unsafe { libc::shutdown(socket, libc::SHUT_RDWR) };
 }
 
+/// Shuts its socket down when dropped ([`shut_down`]): for a task whose every way out must end
+/// the connection at once, even with a timed-out read still in flight. Made after the stream,
+/// so that it drops first, while the descriptor is still the stream's.
+pub(crate) struct ShutDownOnDrop(pub(crate) std::os::fd::RawFd);
+
+impl Drop for ShutDownOnDrop {
+    fn drop(&mut self) {
+        shut_down(self.0);
+    }
+}
+
 /// The next header, read while the client keeps talking or is owed a reply; `None` once it
 /// has sent nothing for `idle` with nothing owed (`[network] idle_timeout_ms`). A timeout while
 /// a reply is owed reads on: the header read is started again, so only a client that stopped

@@ -11,6 +11,7 @@
 
 use std::cell::Cell;
 use std::future::Future;
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -184,6 +185,9 @@ pub async fn serve<P: Page + 'static>(
 
 /// Reads one request from `stream` and answers it.
 async fn answer<P: Page>(mut stream: TcpStream, page: Rc<P>, permit: ConnectionPermit) {
+    // A read or write given up on (the timeouts below) stays in flight: the socket is shut
+    // down on every way out, so that it closes and the client sees the end.
+    let _shut = crate::connection::ShutDownOnDrop(stream.as_raw_fd());
     let counters = Rc::clone(&permit.0);
     let (status, method) = match read_head(&mut stream).await {
         Head::Closed => return,

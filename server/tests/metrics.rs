@@ -640,3 +640,29 @@ fn the_parser_refuses_what_the_format_forbids() {
         assert!(parse(text).is_err(), "accepted: {text:?}");
     }
 }
+
+/// Clients that connect to the metrics port and send nothing get `408` after the head's time
+/// bound, and their sockets are closed on the server's side too: a read given up on stays in
+/// flight in io_uring and held each socket open until its silent client acted.
+#[test]
+fn silent_metrics_clients_are_answered_408_and_their_sockets_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), 1);
+    let pid = server.pid().expect("running");
+    let descriptors = || std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    let before = descriptors();
+    let address = server.metrics().expect("a metrics listener").to_string();
+    let mut silent: Vec<TcpStream> =
+        (0..8).map(|_| TcpStream::connect(&address).unwrap()).collect();
+    for stream in &mut silent {
+        stream.set_read_timeout(Some(HTTP_TIMEOUT)).unwrap();
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 408");
+    }
+    let deadline = Instant::now() + HTTP_TIMEOUT;
+    while descriptors() > before {
+        assert!(Instant::now() < deadline, "{} descriptors, {before} before", descriptors());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

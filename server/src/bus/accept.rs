@@ -8,6 +8,7 @@
 //! node.
 
 use std::cell::Cell;
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
@@ -70,7 +71,12 @@ async fn handshake(spec: &BusSpec, mut stream: TcpStream) -> Result<(Peer, TcpSt
     let header = match read_handshake(&mut stream).await {
         Ok(header) => header,
         Err(FrameError::Closed) => return Err("closed before its handshake".into()),
-        Err(FrameError::Invalid(why)) => return Err(why),
+        Err(FrameError::Invalid(why)) => {
+            // A handshake that timed out leaves its read in flight, which holds the socket
+            // open until the silent dialer acts.
+            crate::connection::shut_down(stream.as_raw_fd());
+            return Err(why);
+        }
     };
     match spec.identity.check(&header, None) {
         Ok(peer) => {

@@ -4,6 +4,7 @@
 //! that doubles up to a ceiling (and starts over once a connection was made), until the node
 //! stops.
 
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -64,7 +65,11 @@ async fn connect(link: &Link) -> Result<(TcpStream, Peer), Option<String>> {
     let header = match read_handshake(&mut stream).await {
         Ok(header) => header,
         Err(FrameError::Closed) => return Err(None),
-        Err(FrameError::Invalid(why)) => return Err(Some(why)),
+        Err(FrameError::Invalid(why)) => {
+            // A timed-out read stays in flight and holds the socket open: shut it down.
+            crate::connection::shut_down(stream.as_raw_fd());
+            return Err(Some(why));
+        }
     };
     let peer = link
         .spec
