@@ -368,19 +368,21 @@ impl Drop for ShutDownOnDrop {
 
 /// The next header, read while the client keeps talking or is owed a reply; `None` once it
 /// has sent nothing for `idle` with nothing owed (`[network] idle_timeout_ms`). A timeout while
-/// a reply is owed reads on: the header read is started again, so only a client that stopped
-/// in the middle of a header for that long (and is owed a reply) loses those bytes.
+/// a reply is owed waits on with the same read: a new one beside it would leave the first in
+/// flight (monoio does not cancel a dropped operation), and it would take the client's next
+/// bytes.
 async fn read_unless_idle(
     reader: &mut Reader,
-    mut buffer: Vec<u8>,
+    buffer: Vec<u8>,
     idle: Duration,
     unanswered: &Cell<usize>,
 ) -> Option<(std::io::Result<usize>, Vec<u8>)> {
+    let mut read = std::pin::pin!(reader.read_exact(buffer));
     loop {
-        match monoio::time::timeout(idle, reader.read_exact(buffer)).await {
+        match monoio::time::timeout(idle, &mut read).await {
             Ok(read) => return Some(read),
             Err(_) if unanswered.get() == 0 => return None,
-            Err(_) => buffer = vec![0u8; HEADER_SIZE],
+            Err(_) => {}
         }
     }
 }

@@ -429,6 +429,10 @@ fn an_idle_connection_is_closed_and_one_owed_a_reply_is_not() {
     };
     let answer = client.call(Operation::Fetch, &fetch.encode());
     assert_eq!(answer.reply.error, 0);
+    // The same connection goes on: its read waited through the timeouts whole (a read
+    // started anew beside the first would have lost these bytes to it).
+    let at_once = protocol::Fetch { wait_ms_max: 0, ..fetch };
+    assert_eq!(client.call(Operation::Fetch, &at_once.encode()).reply.error, 0);
     assert!(ends(&mut silent), "a silent native connection is closed");
     assert!(ends(&mut kafka), "a silent Kafka connection is closed");
     assert!(ends(&mut client.stream), "and the long-poller once it has nothing owed");
