@@ -136,6 +136,17 @@ fn the_bus_refuses_bytes_and_strangers_and_the_cluster_keeps_serving() {
         String::from_utf8_lossy(&answer[shoal_proto::wire::HEADER_SIZE.min(answer.len())..]);
     assert!(reason.contains("cluster id 7 is not this node's 1"), "refusal: {reason:?}");
 
+    // At most 16 connections wait for their handshake (`HANDSHAKING_MAX`): one more is closed
+    // at once, and the silent ones once their handshake's time bound (5 s) passes. They are
+    // shut down: the read still in flight for each held its socket open until the peer acted.
+    let mut silent: Vec<TcpStream> =
+        (0..16).map(|_| TcpStream::connect(bus).expect("the bus port accepts")).collect();
+    silent.push(TcpStream::connect(bus).expect("the bus port accepts"));
+    for stream in &mut silent {
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        assert!(matches!(stream.read(&mut byte), Ok(0)), "the node closes a silent connection");
+    }
+
     let page = metrics_page(cluster.nodes[1].metrics().expect("metrics on")).expect("a page");
     assert!(counter(&page, "shoal_bus_connections_refused_total") >= 2, "{page}");
     let stream = shoal_proto::protocol::encode_stream_name(STREAM);
