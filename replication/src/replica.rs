@@ -3056,15 +3056,10 @@ impl Replica {
         }
     }
 
-    /// The driver stops or replaces this replica (its group failed, or is reopened after
-    /// damage): every request of its pipeline is answered with "outcome unknown" now, since it
-    /// will take no more input to answer them (collected by [`Replica::take_ready`]).
-    pub fn abandon_pipeline(&mut self) {
-        self.fail_pipeline();
-    }
-
-    /// Answers every request of the pipeline that may still commit with "outcome unknown".
-    fn fail_pipeline(&mut self) {
+    /// Answers every request of the pipeline that may still commit with "outcome unknown" (a
+    /// view change; or the driver stopping or replacing this replica, which would take no more
+    /// input to answer them: collected by [`Replica::take_ready`]).
+    pub fn fail_pipeline(&mut self) {
         for (_, in_flight) in std::mem::take(&mut self.pipeline) {
             for (client, request) in in_flight.request.into_iter().chain(in_flight.duplicates) {
                 let result = ReplyResult::TransientNotCommitted;

@@ -449,18 +449,25 @@ fn all_replicas_restarting_at_once_come_back_with_their_log() {
     assert_eq!(cluster.committed_reply(request), Some(6));
 }
 
-/// The pipeline bound (`pipeline_prepares_max`): with no backup acknowledging, the primary takes
-/// exactly that many requests, refuses the next with TransientNotAccepted (never entered the
-/// log), and commits them all once the backups are back.
-#[test]
-fn the_primary_pipeline_is_bounded_and_refuses_beyond_it() {
-    let mut cluster = Cluster::new(3);
+/// Cuts the primary's messages to every backup (no acknowledgement reaches it until
+/// `cluster.cut` is cleared); returns the primary.
+fn cut_off_primary(cluster: &mut Cluster) -> u8 {
     let primary = cluster.primary().unwrap();
     for backup in 0..3 {
         if backup != primary {
             cluster.cut.push((primary, backup));
         }
     }
+    primary
+}
+
+/// The pipeline bound (`pipeline_prepares_max`): with no backup acknowledging, the primary takes
+/// exactly that many requests, refuses the next with TransientNotAccepted (never entered the
+/// log), and commits them all once the backups are back.
+#[test]
+fn the_primary_pipeline_is_bounded_and_refuses_beyond_it() {
+    let mut cluster = Cluster::new(3);
+    let primary = cut_off_primary(&mut cluster);
     let bound = cluster.config.pipeline_prepares_max;
     let accepted: Vec<u64> = (0..bound).map(|_| cluster.request(primary)).collect();
     let refused = cluster.request(primary);
@@ -708,12 +715,7 @@ fn a_committed_duplicate_gets_its_original_offsets_and_bad_sequences_are_refused
 #[test]
 fn a_duplicate_still_in_the_pipeline_gets_the_original_ops_reply() {
     let mut cluster = Cluster::new(3);
-    let primary = cluster.primary().unwrap();
-    for backup in 0..3 {
-        if backup != primary {
-            cluster.cut.push((primary, backup));
-        }
-    }
+    let primary = cut_off_primary(&mut cluster);
     let original = cluster.produce(primary, 0, 0);
     let retry = cluster.produce(primary, 0, 0);
     assert_eq!(cluster.replica(primary).op(), 1, "the retry took no op");
@@ -735,12 +737,7 @@ fn a_duplicate_still_in_the_pipeline_gets_the_original_ops_reply() {
 #[test]
 fn at_most_four_retries_of_a_batch_in_the_pipeline_wait_for_its_op() {
     let mut cluster = Cluster::new(3);
-    let primary = cluster.primary().unwrap();
-    for backup in 0..3 {
-        if backup != primary {
-            cluster.cut.push((primary, backup));
-        }
-    }
+    let primary = cut_off_primary(&mut cluster);
     let original = cluster.produce(primary, 0, 0);
     let waiting: Vec<_> = (0..4).map(|_| cluster.produce(primary, 0, 0)).collect();
     assert!(cluster.replies.is_empty(), "the original and four retries wait");

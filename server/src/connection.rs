@@ -23,7 +23,7 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -350,7 +350,7 @@ async fn serve(stream: TcpStream, context: Rc<Acceptor>, _guard: ConnectionGuard
 /// timed-out read): monoio does not cancel a dropped operation, and the socket closes only once
 /// none is in flight, so without this the receive waited for a client that sends nothing and
 /// the client never saw the connection end.
-pub(crate) fn shut_down(socket: std::os::fd::RawFd) {
+pub(crate) fn shut_down(socket: RawFd) {
     // SAFETY: `socket` is the connection's descriptor, open while the caller holds its stream.
     unsafe { libc::shutdown(socket, libc::SHUT_RDWR) };
 }
@@ -358,7 +358,7 @@ pub(crate) fn shut_down(socket: std::os::fd::RawFd) {
 /// Shuts its socket down when dropped ([`shut_down`]): for a task whose every way out must end
 /// the connection at once, even with a timed-out read still in flight. Made after the stream,
 /// so that it drops first, while the descriptor is still the stream's.
-pub(crate) struct ShutDownOnDrop(pub(crate) std::os::fd::RawFd);
+pub(crate) struct ShutDownOnDrop(pub(crate) RawFd);
 
 impl Drop for ShutDownOnDrop {
     fn drop(&mut self) {
@@ -394,7 +394,7 @@ const DRAIN_TIME_MAX: Duration = Duration::from_secs(2);
 /// Reads and discards what a refused client still sends (bounded in bytes and time), so that
 /// closing does not reset the connection before the client has read the error reply: a close
 /// with unread input sends a reset, which discards data the client has not read yet.
-async fn drain(reader: &mut Reader, mut buffer: Vec<u8>, socket: std::os::fd::RawFd) {
+async fn drain(reader: &mut Reader, mut buffer: Vec<u8>, socket: RawFd) {
     let deadline = std::time::Instant::now() + DRAIN_TIME_MAX;
     let mut drained = 0;
     while drained < DRAIN_BYTES_MAX {

@@ -104,16 +104,9 @@ impl<W> Coordinator<W> {
                 ),
             ));
         }
-        // A named member must exist already: no entry is made for it (an unknown name must
-        // not leave an empty group behind).
-        if !member.is_empty()
-            && !self.groups.get(group).is_some_and(|g| g.members.contains_key(member))
-        {
-            return Err((ErrorCode::UnknownMember, format!("no member {member}: join as new")));
-        }
-        let entry = self.groups.entry(group.clone()).or_default();
+        let members = self.groups.get(group).map(|g| &g.members);
         let id = if member.is_empty() {
-            if entry.members.len() >= GROUP_MEMBERS_MAX {
+            if members.is_some_and(|m| m.len() >= GROUP_MEMBERS_MAX) {
                 return Err((
                     ErrorCode::LimitReached,
                     format!("a consumer group has at most {GROUP_MEMBERS_MAX} members"),
@@ -122,11 +115,14 @@ impl<W> Coordinator<W> {
             let id = format!("{}-{}", self.member_prefix, self.next_member);
             self.next_member += 1;
             id
-        } else if entry.members.contains_key(member) {
+        } else if members.is_some_and(|m| m.contains_key(member)) {
             member.to_string()
         } else {
+            // Refused before any entry is made: an unknown name must not leave an empty group
+            // behind.
             return Err((ErrorCode::UnknownMember, format!("no member {member}: join as new")));
         };
+        let entry = self.groups.entry(group.clone()).or_default();
         if entry.joins.len() >= JOINS_WAITING_MAX {
             return Err((ErrorCode::Busy, "too many joins waiting for this group".into()));
         }
@@ -234,9 +230,9 @@ impl<W> Coordinator<W> {
     }
 
     /// A proposed rebalance of `group` was refused for good (a bound or check of the catalog:
-    /// the topic's groups): it is no longer in flight, and every waiting join of a member without a part in
-    /// the assignment in force is dropped with its member (it never got in), its waiter
-    /// returned to hear the refusal. So a refusal that comes from the new members alone leaves
+    /// the topic's groups): it is no longer in flight, and every waiting join of a member
+    /// without a part in the assignment in force is dropped with its member (it never got in),
+    /// its waiter returned to hear the refusal. So a refusal that comes from the new members alone leaves
     /// nothing due; anything else still due is proposed again later.
     pub fn refused(&mut self, group: &GroupRef, in_force: Option<&ConsumerGroup>) -> Vec<W> {
         let Some(entry) = self.groups.get_mut(group) else { return Vec::new() };

@@ -64,14 +64,12 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
 
     /// Stops `group` (fail-stop); one already stopped keeps its first reason.
     pub(super) fn fail_group(&mut self, group: u64, error: EngineError) {
-        if self.groups.get(&group).is_some_and(|g| g.failed.is_none()) {
-            self.abandon_pipeline(group);
-        }
         if let Some(entry) = self.wake(group)
             && entry.failed.is_none()
         {
             entry.failed = Some(error.to_string());
             self.counters.groups_failed += 1;
+            self.abandon_pipeline(group);
         }
     }
 
@@ -80,7 +78,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// slots) waited for good. What else the replica had ready goes with it.
     fn abandon_pipeline(&mut self, group: u64) {
         let Some(entry) = self.wake(group) else { return };
-        entry.replica.abandon_pipeline();
+        entry.replica.fail_pipeline();
         let replies = entry.replica.take_ready().replies;
         self.replies.extend(replies.into_iter().map(|reply| (group, reply)));
     }
