@@ -31,7 +31,8 @@ pub use message::{
     Request, ServePrepare, Write,
 };
 pub use node::{
-    Clock, DamageCut, LogStats, Node, NodeConfig, NodeCounters, RequestRefused, Transport,
+    Clock, DamageCut, LogStats, Node, NodeConfig, NodeCounters, RequestRefused, SavedProducers,
+    Transport,
 };
 pub use producers::{
     BatchRecord, Check, PRODUCER_BATCHES_MAX, ProducerBatch, ProducerLimits, ProducerState,

@@ -8,12 +8,15 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Raw, ShoalProcess, decode_fetch, metrics_page, restart, start, start_command};
+use shoal_engine::shard::{group_dir, shard_dir};
 use shoal_proto::Durability;
 use shoal_proto::protocol::consumer::{
     Assignment, ConsumerId, GroupMember, GroupRef, JoinGroup, Membership, OffsetKey, PartitionRef,
     Poll, StoreOffset, decode_stored_offset,
 };
-use shoal_proto::protocol::{ErrorCode, Fetch, FetchFrom, Operation};
+use shoal_proto::protocol::{
+    CreateTopic, ErrorCode, Fetch, FetchFrom, Operation, decode_describe, encode_topic_name,
+};
 
 /// Longer than any test should need, shorter than the harness's 30 s read timeout: a parked
 /// fetch that is not woken comes back empty after this, and the test fails on it.
@@ -145,6 +148,75 @@ fn stored_offsets_survive_a_clean_restart_and_a_kill_and_deletes_stick() {
     common::restart(&mut server);
     let mut client = Raw::connect(server.native(), 1);
     assert_eq!((get(&mut client, &alice, 0), get(&mut client, &bob, 1)), (Some(3), None));
+}
+
+/// DESIGN.md §6, a damaged file: once retention removed the log a partition's state snapshot
+/// covered, the snapshot is all that holds its older offset commits (and producers). Damaged,
+/// the partition refuses service with the reason, rather than answer offsets rebuilt from what
+/// is left (a consumer would start over, or skip). A partition whose log still holds all its
+/// commits rebuilds them from the log, as before.
+#[test]
+fn a_damaged_state_snapshot_stops_its_partition_once_retention_removed_what_it_covered() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = start(dir.path(), 1);
+    let mut client = Raw::connect(server.native(), 1);
+    client.create_stream("s").ok();
+    let create = CreateTopic {
+        stream: "s".into(),
+        topic: "t".into(),
+        partitions: 2,
+        durability: Some(Durability::Persisted),
+        retention_bytes: Some(1 << 20),
+        segment_size_bytes: Some(1 << 20),
+        ..CreateTopic::default()
+    };
+    client.call(Operation::CreateTopic, &create.encode()).ok();
+    let alice = ConsumerId::consumer("alice");
+    for index in [0, 1] {
+        client.call(Operation::StoreOffset, &store(alice.clone(), Membership::default(), index, 7));
+    }
+    // Partition 0 is written until retention deletes the segment holding the commit (retention
+    // waits for a snapshot that covers it); partition 1 keeps its log whole.
+    let describe = |client: &mut Raw| {
+        let body = client.call(Operation::DescribeTopic, &encode_topic_name("s", "t"));
+        decode_describe(body.ok()).unwrap().1
+    };
+    let value = vec![b'r'; 50_000];
+    let body = Raw::produce_body("s", "t", 0, &[&value]);
+    let mut produced = 0;
+    let started = Instant::now();
+    while describe(&mut client)[0].first_offset == 0 {
+        assert!(started.elapsed() < Duration::from_secs(60), "retention never deleted a segment");
+        if produced < 100 {
+            client.call(Operation::Produce, &body).ok();
+            produced += 1;
+        } else {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let partitions = describe(&mut client);
+    assert_eq!(common::terminate(&mut server), 0);
+    for partition in &partitions {
+        let group = group_dir(&shard_dir(dir.path(), partition.shard), partition.group);
+        let path = group.join(shoal_engine::state::STATE_FILE);
+        let mut bytes = std::fs::read(&path).expect("a state snapshot");
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x5a;
+        std::fs::write(&path, &bytes).unwrap();
+    }
+
+    restart(&mut server);
+    let mut client = Raw::connect(server.native(), 1);
+    assert_eq!(get(&mut client, &alice, 1), Some(7), "rebuilt from partition 1's whole log");
+    let key = OffsetKey { partition: partition(0), consumer: alice.clone() };
+    let refused = client.call(Operation::GetOffset, &key.encode());
+    assert_eq!(refused.error(), ErrorCode::PartitionFailed);
+    let why = String::from_utf8_lossy(&refused.body).into_owned();
+    assert!(why.contains("state snapshot is unusable"), "{why}");
+    let refused = client.call(Operation::Produce, &Raw::produce_body("s", "t", 0, &[b"v"]));
+    assert_eq!(refused.error(), ErrorCode::PartitionFailed);
+    client.produce("s", "t", 1, &[b"v"]);
+    assert_eq!(common::terminate(&mut server), 0);
 }
 
 fn join(client: &mut Raw, member: &str, session_timeout_ms: u32) -> Assignment {

@@ -12,7 +12,7 @@ use shoal_engine::storage::Storage;
 use shoal_proto::wire::Header;
 
 use super::config::{Clock, Transport};
-use super::restart::min_faulty;
+use super::restart::{SavedProducers, min_faulty};
 use super::state::Node;
 
 /// Damage cuts a node remembers for status.
@@ -147,7 +147,8 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             let before = faulty_before.map(|from| from.max(head + 1));
             // No snapshot here: the table is rebuilt from the whole log the cut left.
             let faulty_from = min_faulty(faulty_from, before);
-            if let Err(error) = self.insert_recovered(group, headers, faulty_from, None).await {
+            let saved = SavedProducers::NotKept;
+            if let Err(error) = self.insert_recovered(group, headers, faulty_from, saved).await {
                 self.fail_group(group, error);
             }
         }

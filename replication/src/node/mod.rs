@@ -44,5 +44,6 @@ pub use config::{Clock, NodeConfig, Transport};
 pub use damage::DamageCut;
 pub use inputs::RequestRefused;
 pub use logs::LogStats;
+pub use restart::SavedProducers;
 pub use state::Node;
 pub use status::NodeCounters;

@@ -14,7 +14,7 @@ use shoal_engine::{Error as EngineError, Result as EngineResult};
 use shoal_proto::wire::{HEADER_SIZE, Header};
 
 use super::config::{Clock, NodeConfig, Transport};
-use super::restart::min_faulty;
+use super::restart::{SavedProducers, min_faulty};
 use super::state::Node;
 use crate::config::{Membership, ReplicaConfig};
 use crate::replica::{RecoveredLog, Replica};
@@ -32,7 +32,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         clock: C,
         seed: u64,
     ) -> EngineResult<(Self, RecoveryReport)> {
-        let none = async |_group: u64| -> Option<Vec<u8>> { None };
+        let none = async |_group: u64| Ok(SavedProducers::NotKept);
         Node::open_with_producer_snapshots(
             storage,
             dir,
@@ -46,13 +46,13 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         .await
     }
 
-    /// [`Node::open`], with each group's producer table (DESIGN.md §4) rebuilt from the
-    /// snapshot `load_producers(group)` returns — bytes of
-    /// [`ProducerTable::encode`](crate::ProducerTable::encode), which the driver saved from
-    /// [`Replica::producers`] wherever it keeps group state — plus the log past the snapshot's
-    /// op. Without a usable snapshot the whole log (from its first retained op) is replayed.
-    /// This is where a restarted group's producer table is rebuilt, so the server and the
-    /// simulator share it.
+    /// [`Node::open`], with each group's producer table (DESIGN.md §4) rebuilt from what
+    /// `load_producers(group)` says the driver saved of it (see [`SavedProducers`]; an error
+    /// there fails the open, to be retried, as a read of the engine's own files does) plus the
+    /// log past the snapshot's op. Without a usable snapshot the whole log is replayed; a group
+    /// whose snapshot is unusable and whose log no longer begins where its history does is
+    /// recorded as stopped. This is where a restarted group's producer table is rebuilt, so
+    /// the server and the simulator share it.
     #[expect(clippy::too_many_arguments, reason = "open's arguments plus the snapshot source")]
     pub async fn open_with_producer_snapshots<L>(
         storage: S,
@@ -65,7 +65,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         mut load_producers: L,
     ) -> EngineResult<(Self, RecoveryReport)>
     where
-        L: AsyncFnMut(u64) -> Option<Vec<u8>>,
+        L: AsyncFnMut(u64) -> EngineResult<SavedProducers>,
     {
         let (store, report) = ShardStore::open(storage.clone(), dir, shard_config).await?;
         let mut node = Node::blank(config, store, storage, transport, clock, seed);
@@ -76,7 +76,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             else {
                 continue;
             };
-            let snapshot = load_producers(group).await;
+            let snapshot = load_producers(group).await?;
             node.insert_recovered(group, headers, faulty_from, snapshot).await?;
         }
         Ok((node, report))

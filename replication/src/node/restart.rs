@@ -20,6 +20,47 @@ use super::status::NodeCounters;
 use crate::producers::{ProducerBatch, ProducerTable};
 use crate::replica::{RecoveredLog, Replica};
 
+/// What a driver saved of a restarting group's producer table (the answer of
+/// [`Node::open_with_producer_snapshots`]' `load_producers`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SavedProducers {
+    /// The driver keeps no snapshot of this group: its table is what its log rebuilds.
+    NotKept,
+    /// The driver keeps snapshots of this group but has none it can use: none was saved yet,
+    /// or the one saved is missing or damaged (the reason). The table is then rebuilt from
+    /// the beginning of the group's history (op 1, or the state a transfer installed), which
+    /// the log holds only if retention removed none of it. Retention deletes only what a saved
+    /// snapshot covers, so a log that no longer begins there lost part of its history with
+    /// the snapshot: the group stops (DESIGN.md §6, a damaged file), rather than forget
+    /// producers and, in the driver's state, consumer offsets.
+    Unavailable(String),
+    /// The bytes of [`ProducerTable::encode`] the driver saved.
+    Saved(Vec<u8>),
+}
+
+impl SavedProducers {
+    /// What a driver that keeps the table in its group state snapshot saved, from its load of
+    /// that snapshot ([`state::load`]) and `table`, which finds the table's bytes in the
+    /// state: None when the state holds none (as the driver wrote it), the reason when it does
+    /// not decode. A read that failed is returned: the open fails and is retried, as for the
+    /// engine's own files; damage or a missing file makes the snapshot unavailable.
+    pub fn from_load(
+        loaded: EngineResult<Option<state::GroupState>>,
+        table: impl FnOnce(state::GroupState) -> Result<Option<Vec<u8>>, String>,
+    ) -> EngineResult<Self> {
+        Ok(match loaded {
+            Ok(Some(saved)) => match table(saved) {
+                Ok(Some(bytes)) => Self::Saved(bytes),
+                Ok(None) => Self::NotKept,
+                Err(why) => Self::Unavailable(format!("it does not decode: {why}")),
+            },
+            Ok(None) => Self::Unavailable("none was saved".into()),
+            Err(error @ (EngineError::Io { .. } | EngineError::StorageFull)) => return Err(error),
+            Err(error) => Self::Unavailable(error.to_string()),
+        })
+    }
+}
+
 impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// The newest headers of `group`'s log (for a restarting replica).
     pub(super) async fn newest_headers(&mut self, group: u64) -> EngineResult<Vec<Header>> {
@@ -49,14 +90,15 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     }
 
     /// Restarts `group`'s replica, `Recovering`, on its recovered log, with its producer table
-    /// rebuilt from the newer of `producer_snapshot` and the `transferred` state (when usable)
-    /// and the log past it.
+    /// rebuilt from the newer of the `saved` snapshot and the transferred state (when usable)
+    /// and the log past it. A group whose history that leaves unknown is recorded as stopped
+    /// instead (see [`SavedProducers::Unavailable`]).
     pub(super) async fn insert_recovered(
         &mut self,
         group: u64,
         headers: Vec<Header>,
         faulty_from: Option<u64>,
-        producer_snapshot: Option<Vec<u8>>,
+        saved: SavedProducers,
     ) -> EngineResult<()> {
         if let Err(reason) = self.stored_members(group) {
             self.insert_failed(group, reason);
@@ -91,6 +133,41 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
                 }
             },
         };
+        let limits = replica_config.producer_limits();
+        let saved = match saved {
+            SavedProducers::NotKept => Ok(None),
+            SavedProducers::Saved(bytes) => match ProducerTable::decode(&bytes, limits) {
+                Ok(table) => Ok(Some((table.op(), bytes))),
+                Err(error) => {
+                    self.counters.producer_snapshots_rejected += 1;
+                    Err(format!("it does not decode: {error}"))
+                }
+            },
+            SavedProducers::Unavailable(why) => Err(why),
+        };
+        let Some(first_op) = self.store.group(group).map(|log| log.first_op()) else {
+            return Ok(());
+        };
+        let saved = match saved {
+            Ok(saved) => saved,
+            Err(why) => {
+                // The history then starts from the transferred state, or from op 1, and only
+                // a log that still begins there holds the rest of it.
+                let history_from = transferred.as_ref().map_or(1, |&(op, _)| op + 1);
+                if first_op > history_from && !cfg!(feature = "canary-lost-state-served") {
+                    self.insert_failed(
+                        group,
+                        format!(
+                            "its state snapshot is unusable ({why}) and its log begins at op \
+                             {first_op}, past op {history_from}: retention removed history only \
+                             that snapshot held"
+                        ),
+                    );
+                    return Ok(());
+                }
+                None
+            }
+        };
         let Some(log) = self.store.group_mut(group) else { return Ok(()) };
         // Nothing is known committed until the replica commits again.
         log.set_committed_end(0);
@@ -100,13 +177,11 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         // installed begins with the transferred op, committed too.
         let first_committed = if log.first_op() > 1 { log.first_op() } else { 0 };
         let commit_min = transferred.as_ref().map_or(0, |&(op, _)| op).max(first_committed);
-        let limits = replica_config.producer_limits();
-        let snapshot_op = |bytes: &Vec<u8>| ProducerTable::decode(bytes, limits).map(|t| t.op());
-        let producer_snapshot = match (producer_snapshot, transferred) {
-            (Some(saved), Some((op, _))) if snapshot_op(&saved).is_ok_and(|saved| saved >= op) => {
-                Some(saved)
+        let producer_snapshot = match (saved, transferred) {
+            (Some((saved_op, saved)), Some((op, _))) if saved_op >= op => Some(saved),
+            (saved, transferred) => {
+                transferred.map(|(_, producers)| producers).or(saved.map(|(_, bytes)| bytes))
             }
-            (saved, transferred) => transferred.map(|(_, producers)| producers).or(saved),
         };
         let recovered = RecoveredLog {
             view: slot.view,

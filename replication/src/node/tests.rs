@@ -11,7 +11,7 @@ use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::superblock::GroupConfig;
 use shoal_proto::wire::{CommitEntry, HEADER_SIZE};
 
-use super::{Clock, Node, NodeConfig, RequestRefused, Transport};
+use super::{Clock, Node, NodeConfig, RequestRefused, SavedProducers, Transport};
 use crate::codec::{self, CodecLimits, DecodeError};
 use crate::config::{Membership, ReplicaConfig};
 use crate::message::{Message, ReplyResult, Request};
@@ -735,7 +735,7 @@ fn a_producer_snapshot_past_the_head_is_kept_unless_recovery_is_unclean() {
         let limits = node.replica(1).unwrap().config().producer_limits();
         sim.block_on(node.close()).unwrap();
         let shard = ShardConfig { cluster: 1, ..ShardConfig::small() };
-        let load = async |_group: u64| Some(snapshot(limits));
+        let load = async |_group: u64| Ok(SavedProducers::Saved(snapshot(limits)));
         let open = Node::open_with_producer_snapshots(
             sim.storage(),
             Path::new("/d"),
@@ -751,6 +751,75 @@ fn a_producer_snapshot_past_the_head_is_kept_unless_recovery_is_unclean() {
         assert_eq!(table.state(PRODUCER, 0).is_some(), peers, "peers: {peers}");
         assert_eq!(node.counters().producer_snapshots_rejected, u64::from(!peers));
     }
+}
+
+/// DESIGN.md §6, a damaged or missing file: retention deletes only what a saved snapshot
+/// covers, so a group whose snapshot is unusable and whose log retention shortened has lost
+/// history only that snapshot held. It restarts stopped, with the reason, instead of serving a
+/// producer table (and a driver state) rebuilt from what is left. A group whose log still
+/// begins at op 1 is rebuilt from it, and a driver that keeps no snapshot is not second-guessed.
+#[test]
+fn a_group_whose_snapshot_is_unusable_and_whose_log_retention_shortened_restarts_stopped() {
+    let sim = Sim::new(12, SimConfig::default());
+    // Group 1 keeps its whole log; group 2 keeps one 1 MiB segment.
+    let mut node = single_node_with_segments(&sim, 1 << 20);
+    let retained = GroupConfig {
+        durability: shoal_proto::Durability::Replicated,
+        segment_size_bytes: 1 << 20,
+        retention_bytes: 1 << 20,
+        record_size_bytes_max: 64 << 10,
+        ..GroupConfig::default()
+    };
+    sim.block_on(node.create_group(2, retained)).unwrap();
+    for number in 1..=40 {
+        for group in [1, 2] {
+            node.on_client_request(group, request(number, 60 << 10)).unwrap();
+        }
+        sim.block_on(node.run_io());
+        assert_eq!(replied(&mut node).len(), 2);
+    }
+    assert!(sim.block_on(node.enforce_retention(0)).unwrap() > 0);
+    let first_op = node.store().group(2).unwrap().first_op();
+    assert!(first_op > 1, "retention removed group 2's first segments");
+    assert_eq!(node.store().group(1).unwrap().first_op(), 1);
+    let config = node.config;
+    sim.block_on(node.close()).unwrap();
+
+    let reopen = |saved: &dyn Fn(u64) -> SavedProducers| {
+        let shard = ShardConfig { cluster: 1, ..ShardConfig::small() };
+        let load = async |group: u64| Ok(saved(group));
+        let open = Node::open_with_producer_snapshots(
+            sim.storage(),
+            Path::new("/d"),
+            shard,
+            config,
+            Sent::default(),
+            Zero,
+            3,
+            load,
+        );
+        sim.block_on(open).unwrap().0
+    };
+    let damaged = |_group: u64| SavedProducers::Unavailable("its checksum does not match".into());
+    let node = reopen(&damaged);
+    assert_eq!(node.group_failure(1), None, "group 1's log holds its whole history");
+    let why = node.group_failure(2).expect("group 2 lost history with its snapshot");
+    assert!(why.contains("its checksum does not match"), "{why}");
+    assert!(why.contains(&format!("begins at op {first_op}")), "{why}");
+    sim.block_on(node.close()).unwrap();
+
+    let garbage = |group: u64| match group {
+        2 => SavedProducers::Saved(vec![0xff; 16]),
+        _ => SavedProducers::NotKept,
+    };
+    let node = reopen(&garbage);
+    assert!(node.group_failure(2).is_some_and(|why| why.contains("does not decode")));
+    assert_eq!(node.counters().producer_snapshots_rejected, 1);
+    sim.block_on(node.close()).unwrap();
+
+    let node = reopen(&|_| SavedProducers::NotKept);
+    assert_eq!((node.group_failure(1), node.group_failure(2)), (None, None));
+    sim.block_on(node.close()).unwrap();
 }
 
 /// A node of one lets its idle groups sleep (see the `sleep` module): a tick walks only the

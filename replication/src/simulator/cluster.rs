@@ -31,7 +31,7 @@ use super::options::{FaultProfile, Mode, SHUTDOWN_SEED_SALT, SimOptions};
 use crate::config::{Membership, ReplicaConfig};
 use crate::lag::GroupStatus;
 use crate::message::Reply;
-use crate::node::{Clock, Node, NodeConfig, NodeCounters, Transport};
+use crate::node::{Clock, Node, NodeConfig, NodeCounters, SavedProducers, Transport};
 use crate::replica::{HandOverRefused, Replica};
 
 /// A simulated cluster, for [`run`](super::run) and for scripted scenarios.
@@ -310,11 +310,12 @@ impl Cluster {
         let floors = RefCell::new(BTreeMap::new());
         let load_producers = async |group: u64| {
             if admin_group == Some(group) {
-                return None;
+                return Ok(SavedProducers::NotKept);
             }
-            let saved = state::load(&storage, &sim_group_dir(group)).await.ok().flatten();
-            floors.borrow_mut().insert(group, saved.as_ref().map_or(0, |s| s.end_offset));
-            saved.map(|saved| saved.bytes)
+            let saved = state::load(&storage, &sim_group_dir(group)).await;
+            let end_offset = saved.as_ref().ok().and_then(Option::as_ref).map(|s| s.end_offset);
+            floors.borrow_mut().insert(group, end_offset.unwrap_or(0));
+            SavedProducers::from_load(saved, |saved| Ok(Some(saved.bytes)))
         };
         let open = Node::open_with_producer_snapshots(
             sim.storage(),

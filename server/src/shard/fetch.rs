@@ -174,8 +174,14 @@ impl ShardState {
     /// ([`redirect`]); and a primary that has not heard from a quorum of its group within the
     /// heartbeat timeout may have been deposed without knowing it, so it refuses
     /// (`TransientNotAccepted`) rather than serve what a new primary may already have
-    /// overtaken. A group of one voter always serves (learners cannot depose it).
+    /// overtaken. A group of one voter always serves (learners cannot depose it). A stopped
+    /// group serves nothing (DESIGN.md §6: a partition with damage refuses service), and says
+    /// why.
     pub(super) fn read_refusal(&self, group: u64) -> Option<Outcome> {
+        if let Some(reason) = self.node.group_failure(group) {
+            let why = format!("group {group} stopped: {reason}");
+            return Some(Outcome::error(ErrorCode::PartitionFailed, why));
+        }
         let replica = self.node.replica(group)?;
         let config = replica.config();
         // The one voter of its group serves alone; a replica a move removed (no longer a

@@ -23,7 +23,7 @@ use shoal_engine::state;
 use shoal_engine::storage::BLOCK_SIZE_BYTES;
 use shoal_engine::storage::uring::UringStorage;
 use shoal_proto::wire::Membership;
-use shoal_replication::{Clock, Node, NodeConfig, ReplicaConfig, Status, TICK_MS};
+use shoal_replication::{Clock, Node, NodeConfig, ReplicaConfig, SavedProducers, Status, TICK_MS};
 
 use super::state::ShardState;
 use super::work::{Mesh, Work, refuse};
@@ -406,15 +406,17 @@ async fn open(
     // its consumer offsets) plus the log past it; the node layer replays the log.
     let load_producers = {
         let (storage, dir) = (storage.clone(), dir.to_path_buf());
-        async move |group: u64| -> Option<Vec<u8>> {
+        async move |group: u64| {
             // The metadata group's `state` file is the metadata snapshot, and its log holds no
             // idempotent batches.
             if group == METADATA_GROUP {
-                return None;
+                return Ok(SavedProducers::NotKept);
             }
-            let saved = state::load(&storage, &group_dir(&dir, group)).await.ok()??;
-            let (_, producers) = PartitionOffsets::decode_snapshot(&saved.bytes).ok()?;
-            producers.map(<[u8]>::to_vec)
+            let loaded = state::load(&storage, &group_dir(&dir, group)).await;
+            SavedProducers::from_load(loaded, |saved| {
+                let (_, producers) = PartitionOffsets::decode_snapshot(&saved.bytes)?;
+                Ok(producers.map(<[u8]>::to_vec))
+            })
         }
     };
     let open = Node::open_with_producer_snapshots(
