@@ -13,9 +13,10 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::cluster::*;
-use common::{DEADLINE, metrics_page};
+use common::{DEADLINE, Raw, metrics_page};
 use shoal_proto::Durability;
-use shoal_proto::protocol::Operation;
+use shoal_proto::protocol::{ErrorCode, Operation, encode_stream_name};
+use shoal_proto::wire::{ClientRequest, Header};
 use shoal_testkit::ShoalCluster;
 
 #[test]
@@ -468,4 +469,89 @@ fn chaos_rounds_of_kills_and_pauses_lose_nothing_acknowledged() {
         ledger.check(&cluster);
     }
     check_logs_agree(&mut cluster);
+}
+
+/// The bounds on what a node holds for a group without a quorum (every queue bounded, and
+/// tested at its bound): with both backups paused, the partition's primary takes
+/// `pipeline_prepares_max` (32) writes into its pipeline and `network.shard_inbox_max` (8 here)
+/// more into the shard's queue of waiting writes, and answers the next one `Busy` at once. The
+/// metadata primary holds an admin request in flight with 16 waiters (the original and 15
+/// retries of it) and tells one more retry to retry later. Once the backups resume, every held
+/// write and every waiter is answered: the waiters all with the original's one answer.
+#[test]
+fn without_a_quorum_the_writes_and_admin_retries_a_node_holds_are_bounded() {
+    const PIPELINE: usize = 32;
+    const WAITING_WRITES_MAX: usize = 8;
+    const ADMIN_WAITERS_MAX: usize = 16;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("inbox.toml");
+    std::fs::write(&config, format!("[network]\nshard_inbox_max = {WAITING_WRITES_MAX}\n"))
+        .unwrap();
+    let cluster = cluster_with_args(dir.path(), &["--config", config.to_str().unwrap()]);
+    create_stream_and_topic(&cluster);
+    let node = metadata_primary(&cluster);
+    let led = partition_led_by(&cluster, node, "p");
+    let address = cluster.clients[node].clone();
+    let connect_all = |count: usize| -> Vec<Raw> {
+        (0..count).map(|_| connect(&address).expect("the primary's node answers")).collect()
+    };
+    let mut session_raw = connect(&address).expect("the primary's node answers");
+    let session = session_raw.call(Operation::Register, &[]);
+    let session = shoal_proto::protocol::decode_session(session.ok()).expect("a session");
+    let errors = |code: &str| {
+        gauge_sum(&cluster, node, "shoal_request_errors_total", &format!("code=\"{code}\""))
+            .expect("the primary's node answers a scrape")
+    };
+    let others: Vec<usize> = (0..3).filter(|&other| other != node).collect();
+    for &other in &others {
+        cluster.nodes[other].stop();
+    }
+
+    // One admin request and retries of it, byte for byte the same frame, each on a connection
+    // of its own: exactly one retry finds the waiters full (whichever arrives last).
+    let fields = ClientRequest {
+        client: session_raw.client,
+        session,
+        request: 7,
+        operation: Operation::CreateStream as u32,
+    };
+    let body = encode_stream_name("held");
+    let mut frame = Header::request(1, fields, &body).encode().to_vec();
+    frame.extend_from_slice(&body);
+    let refused_before = errors("transient_not_accepted");
+    let mut admin = connect_all(ADMIN_WAITERS_MAX + 1);
+    for raw in &mut admin {
+        raw.stream.write_all(&frame).unwrap();
+    }
+    wait_until(&cluster, "a retry refused", || errors("transient_not_accepted") > refused_before);
+
+    // Writes, one per connection, so that each answer is written as soon as it is decided.
+    let busy_before = errors("busy");
+    let mut writes = connect_all(PIPELINE + WAITING_WRITES_MAX + 1);
+    for raw in &mut writes {
+        raw.send(Operation::Produce, &Raw::produce_body(STREAM, "p", led.partition, &[b"w"]));
+    }
+    wait_until(&cluster, "a write refused as busy", || errors("busy") > busy_before);
+
+    for &other in &others {
+        cluster.nodes[other].cont();
+    }
+    let answers: Vec<(u32, String)> = admin
+        .iter_mut()
+        .map(|raw| {
+            let answer = raw.receive();
+            (answer.reply.error, String::from_utf8_lossy(&answer.body).into_owned())
+        })
+        .collect();
+    let too_often = |(code, text): &&(u32, String)| {
+        *code == ErrorCode::TransientNotAccepted as u32 && text.contains("retried too often")
+    };
+    assert_eq!(answers.iter().filter(too_often).count(), 1, "{answers:?}");
+    let held: Vec<&(u32, String)> = answers.iter().filter(|a| !too_often(a)).collect();
+    assert_eq!(held.len(), ADMIN_WAITERS_MAX);
+    assert!(held.iter().all(|answer| *answer == held[0]), "one answer for all: {held:?}");
+    let codes: Vec<u32> = writes.iter_mut().map(|raw| raw.receive().reply.error).collect();
+    let busy = codes.iter().filter(|&&code| code == ErrorCode::Busy as u32).count();
+    assert_eq!(busy, 1, "{codes:?}");
+    converge(&cluster);
 }

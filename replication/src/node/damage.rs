@@ -16,7 +16,7 @@ use super::restart::{SavedProducers, min_faulty};
 use super::state::Node;
 
 /// Damage cuts a node remembers for status.
-const DAMAGE_CUTS_KEPT: usize = 16;
+pub(super) const DAMAGE_CUTS_KEPT: usize = 16;
 
 /// Where protocol-aware recovery cut a group's log (DESIGN.md §3).
 #[derive(Clone, Debug, PartialEq, Eq)]

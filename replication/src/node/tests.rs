@@ -822,6 +822,25 @@ fn a_group_whose_snapshot_is_unusable_and_whose_log_retention_shortened_restarts
     sim.block_on(node.close()).unwrap();
 }
 
+/// The damage cuts a node remembers for status are bounded (`DAMAGE_CUTS_KEPT`): past the
+/// bound the oldest goes, while the counter keeps counting every cut.
+#[test]
+fn a_node_remembers_its_newest_damage_cuts_only() {
+    let sim = Sim::new(13, SimConfig::default());
+    let mut node = node(&sim, 64);
+    let groups = super::damage::DAMAGE_CUTS_KEPT as u64 + 1;
+    for group in 2..=groups {
+        sim.block_on(node.create_group(group, small_group())).unwrap();
+    }
+    for group in 1..=groups {
+        sim.block_on(node.cut_damaged(group)).unwrap();
+    }
+    let kept: Vec<u64> = node.damage_cuts().map(|cut| cut.group).collect();
+    assert_eq!(kept, (2..=groups).collect::<Vec<u64>>(), "the oldest cut went");
+    assert_eq!(node.counters().damage_cuts, groups);
+    sim.block_on(node.close()).unwrap();
+}
+
 /// A node of one lets its idle groups sleep (see the `sleep` module): a tick walks only the
 /// groups awake, an input wakes its group with the ticks it slept through, and the replicas
 /// end where a node that ticks every group leaves them.
