@@ -67,8 +67,9 @@ pub async fn connect(
         return Ok((client, None));
     };
     let primary = description.primaries.get(index).map(|p| p.primary);
-    let nodes = client.nodes();
-    if let Some(address) = primary.and_then(|node| nodes.get(usize::from(node)))
+    let nodes = client.node_addresses();
+    let address_of = |node: u8| nodes.iter().find(|(index, _)| *index == node).map(|(_, a)| a);
+    if let Some(address) = primary.and_then(address_of)
         && client.address() != Some(address.as_str())
     {
         let seeds = std::iter::once(address.clone()).chain(config.seeds.iter().cloned());

@@ -1075,7 +1075,7 @@ impl TopicInfo {
         Ok(TopicInfo {
             stream: r.name("stream")?,
             name: r.name("topic")?,
-            partitions: r.u32("partitions")?,
+            partitions: read_partition_count(r)?,
             durability: durability_from(r.u8("durability")?, "durability")?
                 .ok_or_else(|| invalid("durability", "missing".into()))?,
             retention_bytes: r.u64("retention_bytes")?,
@@ -1085,6 +1085,22 @@ impl TopicInfo {
             created_ms: r.i64("created_ms")?,
         })
     }
+}
+
+/// The most partitions a topic may have on any server (the highest `topic_partitions_max` a
+/// server accepts): what a client sizes its per-partition tables by is bounded by it.
+pub const TOPIC_PARTITIONS_MAX: u32 = 1 << 20;
+
+/// A topic's partition count, refused past [`TOPIC_PARTITIONS_MAX`].
+fn read_partition_count(r: &mut Reader<'_>) -> Result<u32> {
+    let partitions = r.u32("partitions")?;
+    if partitions > TOPIC_PARTITIONS_MAX {
+        return Err(invalid(
+            "partitions",
+            format!("{partitions} is past the bound of {TOPIC_PARTITIONS_MAX}"),
+        ));
+    }
+    Ok(partitions)
 }
 
 /// Encodes a `ListTopics` result.
@@ -1195,6 +1211,15 @@ impl TopicDescription {
                 next_offset: r.u64("next_offset")?,
                 size_bytes: r.u64("size_bytes")?,
             });
+        }
+        // Every partition once, in order: clients index their tables by partition.
+        if count != topic.partitions as usize
+            || partitions.iter().enumerate().any(|(index, p)| p.partition as usize != index)
+        {
+            return Err(invalid(
+                "partitions",
+                format!("not partitions 0..{} in order ({count} listed)", topic.partitions),
+            ));
         }
         let mut primaries = Vec::new();
         if r.remaining() > 0 {
@@ -1777,6 +1802,47 @@ mod tests {
         let mut hostile = v2;
         hostile.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(TopicDescription::decode(&hostile).is_err(), "a huge count allocates nothing");
+    }
+
+    /// Clients size and index their per-partition tables by what a description says, so it
+    /// must list partitions 0..count in order, and no topic may claim more than any server
+    /// allows.
+    #[test]
+    fn protocol_describe_refuses_partitions_a_client_cannot_index() {
+        let info = |partition| PartitionInfo {
+            partition,
+            shard: 0,
+            group: 1,
+            first_offset: 0,
+            next_offset: 0,
+            size_bytes: 0,
+        };
+        let describe = |partitions: u32, listed: Vec<u32>| {
+            let description = TopicDescription {
+                topic: TopicInfo { partitions, ..topic_info() },
+                partitions: listed.into_iter().map(info).collect(),
+                primaries: Vec::new(),
+            };
+            TopicDescription::decode(&description.encode(2))
+        };
+        assert!(describe(2, vec![0, 1]).is_ok());
+        for (partitions, listed) in [
+            (u32::MAX, vec![]),
+            (2, vec![0]),
+            (1, vec![0, 1]),
+            (2, vec![1, 0]),
+            (2, vec![0, u32::MAX]),
+        ] {
+            let refused = describe(partitions, listed.clone());
+            assert!(
+                matches!(refused, Err(ProtocolError::Invalid { field: "partitions", .. })),
+                "{partitions} {listed:?}: {refused:?}"
+            );
+        }
+        let most = TopicInfo { partitions: TOPIC_PARTITIONS_MAX, ..topic_info() };
+        assert_eq!(decode_topics(&encode_topics(std::slice::from_ref(&most))), Ok(vec![most]));
+        let more = TopicInfo { partitions: TOPIC_PARTITIONS_MAX + 1, ..topic_info() };
+        assert!(decode_topics(&encode_topics(&[more])).is_err());
     }
 
     #[test]

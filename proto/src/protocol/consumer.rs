@@ -291,6 +291,9 @@ impl Assignment {
         let count = r.count("partitions", 4)?;
         let partitions = (0..count).map(|_| r.u32("partitions")).collect::<Result<Vec<u32>>>()?;
         r.end()?;
+        if let Some(past) = partitions.iter().find(|&&p| p >= super::TOPIC_PARTITIONS_MAX) {
+            return Err(invalid("partitions", format!("partition {past} is past any topic's")));
+        }
         Ok(Assignment { member, generation, partitions })
     }
 }
@@ -495,6 +498,9 @@ mod tests {
         let mut w = Writer::new();
         w.str("m").u64(1).u32(u32::MAX);
         assert!(Assignment::decode(&w.finish()).is_err());
+        // A partition past any topic's: clients index their tables by partition.
+        let past = Assignment { member: "m".into(), generation: 1, partitions: vec![0, u32::MAX] };
+        assert!(Assignment::decode(&past.encode()).is_err());
         let mut w = Writer::new();
         w.str("s").str("t").u32(0).u8(7).str("c");
         assert!(OffsetKey::decode(&w.finish()).is_err(), "unknown consumer kind");

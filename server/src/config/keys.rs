@@ -12,6 +12,7 @@ use shoal_engine::ring::RingLimits;
 use shoal_engine::shard::ShardConfig;
 use shoal_engine::storage::BLOCK_SIZE_BYTES;
 use shoal_engine::superblock::{SEGMENT_SIZE_BYTES_MAX, SEGMENT_SIZE_BYTES_MIN};
+use shoal_proto::protocol::TOPIC_PARTITIONS_MAX;
 use shoal_proto::wire::HEADER_SIZE;
 
 use super::error::ConfigError;
@@ -457,7 +458,7 @@ pub(super) const METADATA_KEYS: [IntKey<MetadataConfig>; 5] = [
     IntKey {
         name: "topic_partitions_max",
         min: 1,
-        max: 1 << 20,
+        max: TOPIC_PARTITIONS_MAX as u64,
         get: |c| u64::from(c.topic_partitions_max),
         set: |c, v| c.topic_partitions_max = v as u32,
     },

@@ -25,7 +25,7 @@
 //! per-core object in Shoal.
 
 use std::hash::{BuildHasher, Hasher};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use shoal_proto::protocol::consumer::{
@@ -170,7 +170,7 @@ impl Client {
             address: None,
             routes: Routes::default(),
         };
-        client.reconnect().await?;
+        client.reconnect(None).await?;
         if client.config.register {
             client.register().await?;
         }
@@ -198,8 +198,9 @@ impl Client {
         self.address.as_deref()
     }
 
-    /// Every node's client address, by index, as a version 3 `Hello` named them (empty before
-    /// one did: an older server).
+    /// The client address of every node a version 3 `Hello` named, in node order (empty before
+    /// one did: an older server). Nodes without an address are left out, so a position here
+    /// is not a node index: [`Client::node_addresses`] pairs each with its index.
     pub fn nodes(&self) -> Vec<String> {
         self.routes.addresses().map(str::to_string).collect()
     }
@@ -242,7 +243,7 @@ impl Client {
         }
         let Some(address) = self.shard_address(shard) else { return Ok(false) };
         self.preferred = Some(address);
-        self.reconnect().await?;
+        self.reconnect(Some(Instant::now() + self.request_timeout())).await?;
         Ok(self.server.as_ref().is_some_and(|hello| hello.version >= 2 && hello.shard == shard))
     }
 
@@ -347,7 +348,7 @@ impl Client {
 
     /// The status document of node `node` (see [`Client::nodes`]).
     pub async fn status_of(&mut self, node: u8) -> Result<String> {
-        let link = self.link_to(Some(node)).await?;
+        let link = self.link_to(Some(node), Instant::now() + self.request_timeout()).await?;
         let body = self.call_on(link, Duration::ZERO, Operation::Status, &[]).await?;
         status_text(&body)
     }
@@ -549,7 +550,9 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::testing::{Faults, MemoryServer, batch_of, spawn_cluster, spawn_tcp};
+    use crate::testing::{
+        Faults, MemoryServer, batch_of, spawn_cluster, spawn_cluster_with_silent, spawn_tcp,
+    };
     use shoal_proto::protocol::{ErrorCode, FetchFrom};
 
     fn config(address: std::net::SocketAddr) -> ClientConfig {
@@ -742,6 +745,28 @@ mod tests {
             let error = client.create_stream("s").await.unwrap_err();
             assert!(error.is_retryable(), "{error:?}");
             assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        });
+    }
+
+    /// Reconnecting counts towards a call's request timeout: a call whose node went down does
+    /// not try hung nodes a `Hello` named one request timeout each.
+    #[test]
+    fn a_reconnect_past_hung_nodes_stays_within_the_request_timeout() {
+        let server = Arc::new(Mutex::new(MemoryServer::new(2)));
+        let nodes = spawn_cluster_with_silent(&server, 9, 8);
+        runtime().unwrap().block_on(async move {
+            let config = ClientConfig { request_timeout_ms: 400, ..config(nodes[0]) };
+            let mut client = Client::connect(config).await.unwrap();
+            assert_eq!(client.nodes().len(), 9);
+            server.lock().unwrap().down[0] = true;
+            // The call that finds the connection closed fails at once; the next reconnects.
+            client.create_stream("s").await.unwrap_err();
+            let started = std::time::Instant::now();
+            let error = client.create_stream("s").await.unwrap_err();
+            assert!(matches!(error, ClientError::Timeout), "{error:?}");
+            // One timeout per hung node would be 3.2 s.
+            let took = started.elapsed();
+            assert!(took < Duration::from_millis(2_000), "the call took {took:?}");
         });
     }
 

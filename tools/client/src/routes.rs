@@ -13,7 +13,9 @@
 
 use std::collections::HashMap;
 
-use shoal_proto::protocol::{CLUSTER_NODES_MAX, HelloReply, NODE_UNKNOWN, PartitionPrimary};
+use shoal_proto::protocol::{
+    CLUSTER_NODES_MAX, HelloReply, NODE_UNKNOWN, PartitionPrimary, TOPIC_PARTITIONS_MAX,
+};
 
 /// What a request is about, which decides where it goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,6 +101,9 @@ impl Routes {
         match *route {
             Route::Any => {}
             Route::Metadata => self.metadata = known,
+            // Decoders refuse partitions past any topic's bound; a belief about one is dropped
+            // here too, since the table is indexed by partition.
+            Route::Partition { partition, .. } if partition >= TOPIC_PARTITIONS_MAX => {}
             Route::Partition { stream, topic, partition } => {
                 let topics = self.partitions.entry(stream.to_string()).or_default();
                 let primaries = topics.entry(topic.to_string()).or_default();
@@ -219,6 +224,10 @@ mod tests {
         routes.forget_node(2);
         assert_eq!((routes.primary(&PARTITION), routes.primary(&Route::Metadata)), (None, None));
         assert_eq!(routes.primary(&partition(0)), Some(0));
+        // A partition past any topic's is no belief: the table is indexed by partition.
+        routes.learn(&partition(u32::MAX), 1);
+        assert_eq!(routes.primary(&partition(u32::MAX)), None);
+        assert_eq!(routes.partitions["s"]["t"].len(), 3);
     }
 
     #[test]

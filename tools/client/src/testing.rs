@@ -467,13 +467,24 @@ pub fn spawn_tcp_as_shard(
 /// Binds one loopback listener per node of a cluster, makes `server` that cluster
 /// ([`MemoryServer::cluster`]) and serves each listener as its node. Returns the addresses.
 pub fn spawn_cluster(server: &Arc<Mutex<MemoryServer>>, nodes: u8) -> Vec<SocketAddr> {
+    spawn_cluster_with_silent(server, nodes, 0)
+}
+
+/// [`spawn_cluster`] whose last `silent` nodes accept connections and never answer anything
+/// (hung nodes).
+pub fn spawn_cluster_with_silent(
+    server: &Arc<Mutex<MemoryServer>>,
+    nodes: u8,
+    silent: u8,
+) -> Vec<SocketAddr> {
     let listeners: Vec<TcpListener> =
         (0..nodes).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind loopback")).collect();
     let addresses: Vec<SocketAddr> =
         listeners.iter().map(|l| l.local_addr().expect("local address")).collect();
     server.lock().unwrap().cluster(addresses.iter().map(ToString::to_string).collect());
     for (node, listener) in listeners.into_iter().enumerate() {
-        serve_tcp(listener, Arc::clone(server), Faults::default(), Listener::Node(node as u8));
+        let faults = Faults { silent: node >= usize::from(nodes - silent), ..Faults::default() };
+        serve_tcp(listener, Arc::clone(server), faults, Listener::Node(node as u8));
     }
     addresses
 }

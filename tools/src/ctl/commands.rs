@@ -479,6 +479,10 @@ impl Consume {
         let heartbeat_every =
             Duration::from_millis(u64::from(GROUP_SESSION_TIMEOUT_MS / HEARTBEATS_PER_SESSION));
         let mut last_heartbeat = std::time::Instant::now();
+        // Without --follow, a member given no partition (more members than partitions) waits
+        // one session for a rebalance to give it some, then stops as a caught-up one does.
+        let mut idle_since: Option<std::time::Instant> = None;
+        let session = Duration::from_millis(u64::from(GROUP_SESSION_TIMEOUT_MS));
         let mut remaining = self.count;
         let mut out = Vec::new();
         let result: Outcome = async {
@@ -551,8 +555,13 @@ impl Consume {
                         return Ok(());
                     }
                 }
+                if !idle {
+                    idle_since = None;
+                }
+                let idle_for = idle.then(|| idle_since.get_or_insert_with(std::time::Instant::now));
+                let idle_done = idle_for.is_some_and(|since| since.elapsed() >= session);
                 if !printed_any {
-                    if !self.follow && !idle {
+                    if !self.follow && (!idle || idle_done) {
                         return Ok(());
                     }
                     // Nothing new anywhere: wait on the first partition (or, with none
@@ -809,6 +818,9 @@ fn describe_text(info: &TopicInfo, partitions: &[PartitionInfo]) -> String {
     text
 }
 
+/// Shards a status summary lists whether or not they hold partitions (a server has far fewer).
+const SHARDS_LISTED_MAX: u64 = 4096;
+
 /// The human summary of the server's status document (extra keys are ignored, missing ones
 /// shown as `?`).
 pub fn status_text(status: &Value) -> String {
@@ -819,8 +831,9 @@ pub fn status_text(status: &Value) -> String {
     let shown = |value: Option<u64>| value.map_or_else(|| "?".to_string(), |v| v.to_string());
 
     let mut text = format!("shards: {}\n", shown(shards));
+    // Shards without partitions are listed too, up to a bound: the count is the server's word.
     let mut per_shard: BTreeMap<u64, (u64, u64)> =
-        (0..shards.unwrap_or(0)).map(|shard| (shard, (0, 0))).collect();
+        (0..shards.unwrap_or(0).min(SHARDS_LISTED_MAX)).map(|shard| (shard, (0, 0))).collect();
     let mut total_bytes = 0u64;
     for p in partitions {
         let size = number(p, "size_bytes").unwrap_or(0);
@@ -1274,6 +1287,9 @@ mod tests {
         assert!(text.contains('?'), "{text}");
         let empty = status_text(&json!({}));
         assert!(empty.contains("shards: ?"), "{empty}");
+        // The server's shard count lists at most SHARDS_LISTED_MAX empty shards.
+        let huge = status_text(&json!({"shards": u64::MAX, "partitions": []}));
+        assert_eq!(huge.lines().count(), empty.lines().count() + SHARDS_LISTED_MAX as usize);
     }
 
     #[test]

@@ -73,7 +73,7 @@ impl Client {
         loop {
             attempts += 1;
             let target = hint.take().or_else(|| self.routes.primary(route));
-            let (answered_by, error) = match self.link_to(target).await {
+            let (answered_by, error) = match self.link_to(target, deadline).await {
                 Ok(link) => {
                     let node = self.link_node(link);
                     match self.call_on(link, held, operation, body_parts).await {
@@ -221,8 +221,8 @@ impl Client {
         body_parts: &[&[u8]],
     ) -> Result<(u64, u64)> {
         let target = self.routes.primary(route);
-        let link = self.link_to(target).await?;
         let timeout = self.request_timeout();
+        let link = self.link_to(target, Instant::now() + timeout).await?;
         match monoio::time::timeout(timeout, self.submit_on(link, operation, body_parts)).await {
             Ok(result) => result.map(|request| (link, request)),
             Err(_) => {
@@ -261,8 +261,8 @@ impl Client {
     /// at most `in_flight_max` requests outstanding ([`Client::has_room`]); pipelining tools
     /// (the load tool) use this pair. It goes wherever the connection is: nothing is routed.
     pub async fn submit(&mut self, operation: Operation, body_parts: &[&[u8]]) -> Result<u64> {
-        let link = self.link_to(None).await?;
         let timeout = self.request_timeout();
+        let link = self.link_to(None, Instant::now() + timeout).await?;
         match monoio::time::timeout(timeout, self.submit_on(link, operation, body_parts)).await {
             Ok(result) => result,
             Err(_) => {
@@ -284,8 +284,8 @@ impl Client {
     /// request timeout but never reconnect or follow a primary: after a failure, connect a new
     /// client.
     pub async fn into_split(mut self) -> Result<(RequestSender, ReplyReceiver)> {
-        let link = self.link_to(None).await?;
         let timeout = self.request_timeout();
+        let link = self.link_to(None, Instant::now() + timeout).await?;
         let index = self.links.iter().position(|l| l.id == link).ok_or(ClientError::Closed)?;
         let (stream, connection) = self.links.swap_remove(index).transport.into_parts();
         Ok(crate::split::split(stream, connection, timeout))
@@ -323,7 +323,8 @@ impl Client {
     /// A live link to node `node` (the current connection if it is one, else any, else a new
     /// one to the node's address), or with no node the current connection (reconnecting if
     /// there is none). A node that cannot be reached is forgotten as anyone's primary.
-    pub(super) async fn link_to(&mut self, node: Option<u8>) -> Result<u64> {
+    /// Connecting counts towards the call's `deadline`: past it, no further address is tried.
+    pub(super) async fn link_to(&mut self, node: Option<u8>, deadline: Instant) -> Result<u64> {
         if let Some(node) = node {
             let serves = |l: &Link| l.node == Some(node) && !l.transport.connection.is_failed();
             if let Some(id) = self.current.filter(|&id| self.link(id).is_some_and(serves)) {
@@ -333,7 +334,7 @@ impl Client {
                 return Ok(link.id);
             }
             if let Some(address) = self.routes.address(node).map(str::to_string) {
-                return match self.open_link(&address).await {
+                return match self.open_link_by(&address, Some(deadline)).await {
                     Ok(id) => Ok(id),
                     Err(error) => {
                         self.routes.forget_node(node);
@@ -345,8 +346,20 @@ impl Client {
         if let Some(id) = self.current.filter(|&id| self.link_alive(id)) {
             return Ok(id);
         }
-        self.reconnect().await?;
+        self.reconnect(Some(deadline)).await?;
         self.current.ok_or(ClientError::Closed)
+    }
+
+    /// [`Self::open_link`] within `deadline` when there is one ([`ClientError::Timeout`]
+    /// past it).
+    async fn open_link_by(&mut self, address: &str, deadline: Option<Instant>) -> Result<u64> {
+        let Some(deadline) = deadline else { return self.open_link(address).await };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ClientError::Timeout);
+        }
+        let opened = monoio::time::timeout(left, self.open_link(address)).await;
+        opened.unwrap_or(Err(ClientError::Timeout))
     }
 
     /// Opens a link to `address` (replacing a dead one there), learning the cluster's nodes
@@ -382,13 +395,14 @@ impl Client {
 
     /// Drops the current connection and connects anew: to the chosen shard address, else to
     /// the first that completes the handshake of the seeds (starting with the one that worked
-    /// last) and every node a `Hello` named.
-    pub(super) async fn reconnect(&mut self) -> Result<()> {
+    /// last) and every node a `Hello` named — within `deadline` when one is given (the initial
+    /// connect has none: it tries only the seeds, each within the connect timeout).
+    pub(super) async fn reconnect(&mut self, deadline: Option<Instant>) -> Result<()> {
         if let Some(id) = self.current.take() {
             self.drop_link(id);
         }
         if let Some(address) = self.preferred.clone() {
-            match self.open_link(&address).await {
+            match self.open_link_by(&address, deadline).await {
                 Ok(id) => {
                     self.make_current(id);
                     return Ok(());
@@ -416,7 +430,7 @@ impl Client {
             let live = self.links.iter().find(|l| l.address == address).map(|l| l.id);
             let opened = match live.filter(|&id| self.link_alive(id)) {
                 Some(id) => Ok(id),
-                None => self.open_link(&address).await,
+                None => self.open_link_by(&address, deadline).await,
             };
             match opened {
                 Ok(id) => {
