@@ -26,6 +26,10 @@ impl DataDirLock {
         // pointers.
         let result = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if result != 0 {
+            let error = std::io::Error::last_os_error();
+            if error.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(format!("cannot lock {}: {error}", path.display()));
+            }
             return Err(format!(
                 "data directory {} is locked by another shoal process; stop it or choose \
                  another --data-dir",

@@ -63,7 +63,11 @@ fn main() -> ExitCode {
         for warning in &resolved.warnings {
             eprintln!("shoal: {warning}");
         }
-        print!("{}", resolved.config.to_toml());
+        let mut stdout = std::io::stdout().lock();
+        if let Err(error) = write!(stdout, "{}", resolved.config.to_toml()) {
+            eprintln!("shoal: cannot print the configuration: {error}");
+            return ExitCode::FAILURE;
+        }
         return ExitCode::SUCCESS;
     }
     serve(resolved).unwrap_or_else(|code| code)
@@ -113,7 +117,7 @@ fn shoal_environment() -> Result<Vec<(String, String)>, ConfigError> {
 
 /// Serves the node: the log, signal handling, the data directory, the listeners, the shards and
 /// their recovery, the readiness line; then waits for a signal and the shards' graceful stop.
-fn serve(Resolved { mut config, warnings }: Resolved) -> Start<ExitCode> {
+fn serve(Resolved { mut config, warnings, cpu_keys }: Resolved) -> Start<ExitCode> {
     if let Err(error) = logging::init(&config.log.level) {
         eprintln!("shoal: {error}");
         return Err(ExitCode::FAILURE);
@@ -126,8 +130,10 @@ fn serve(Resolved { mut config, warnings }: Resolved) -> Start<ExitCode> {
         tracing::error!(%error, "cannot set up signal handling");
         ExitCode::FAILURE
     })?;
+    check_cpus(&config, &cpu_keys)?;
     let _lock = open_data_dir(&mut config)?;
     let formation = formation_of(&config)?;
+    probe_shared_ports(&config)?;
     let (metrics_listener, metrics_address) = bind_metrics(&config)?;
     let (own_listeners, shard_addresses) = bind_shard_listeners(&config)?;
     let shard_addresses = Arc::new(shard_addresses);
@@ -201,6 +207,52 @@ fn bind_metrics(config: &Config) -> Start<(Option<TcpListener>, Option<SocketAdd
         }
     };
     Ok((metrics_listener, metrics_address))
+}
+
+/// Refuses, before anything is created, a shard CPU (or SQPOLL CPU) this process may not run
+/// on: a config may be written for another machine (`--print-config` shows it anywhere), and
+/// the shard that cannot pin itself would stop the start only once the data directory exists.
+fn check_cpus(config: &Config, cpu_keys: &[String]) -> Start<()> {
+    let available: Vec<usize> =
+        core_affinity::get_core_ids().unwrap_or_default().into_iter().map(|c| c.id).collect();
+    if available.is_empty() {
+        return Ok(());
+    }
+    for (index, shard) in config.shard.iter().enumerate().take(config.shards as usize) {
+        let pinned = shard.cpu.map(|cpu| (cpu_keys[index].clone(), "pinned to", cpu));
+        let sqpoll = shard
+            .tuning
+            .sqpoll_cpu
+            .map(|cpu| (format!("shard.{index}.sqpoll_cpu"), "given its SQPOLL thread on", cpu));
+        for (key, what, cpu) in pinned.into_iter().chain(sqpoll) {
+            if !available.contains(&cpu) {
+                eprintln!(
+                    "shoal: config: {key}: shard {index} would be {what} CPU {cpu}, which this \
+                     process may not run on (CPUs {available:?})"
+                );
+                return Err(ExitCode::from(2));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fails the start when a fixed port of the listeners the shards share (native, Kafka) is
+/// taken. The shards bind them with SO_REUSEPORT, which the kernel grants to any process of the
+/// same user: a second server on the same ports would start without a word and split the
+/// connections with the first. A bind without SO_REUSEPORT (dropped at once) fails on a port
+/// anyone listens on. Port 0 needs no probe: the kernel picks a port nobody holds.
+fn probe_shared_ports(config: &Config) -> Start<()> {
+    let shared =
+        [("native clients", Some(config.native_listen)), ("Kafka clients", config.kafka.listen)];
+    for (what, address) in shared {
+        let Some(address) = address.filter(|address| address.port() != 0) else { continue };
+        if let Err(error) = TcpListener::bind(address) {
+            tracing::error!(%error, "cannot listen for {what} on {address}");
+            return Err(ExitCode::FAILURE);
+        }
+    }
+    Ok(())
 }
 
 /// Each shard's own listener (`[network] shard_listen`; none when it is off) and its address,
@@ -354,7 +406,12 @@ fn announce_ready(
 ) {
     let ready = Ready { ready: true, native: listen, metrics: metrics_address, kafka, shards };
     let line = serde_json::to_string(&ready).expect("addresses and strings serialize");
-    println!("{line}");
+    // A closed or broken stdout (its reader gone) must not take a serving server down: the
+    // line is in the log below too.
+    let mut stdout = std::io::stdout().lock();
+    if let Err(error) = writeln!(stdout, "{line}").and_then(|()| stdout.flush()) {
+        tracing::warn!(%error, "the readiness line could not be written to stdout");
+    }
     let metrics = metrics_address.map_or_else(|| "off".to_string(), |address| address.to_string());
     let shards = if shards.is_empty() { "off".to_string() } else { shards.join(",") };
     let kafka = kafka.map_or_else(|| "off".to_string(), |address| address.to_string());

@@ -112,8 +112,13 @@ fn an_invalid_setting_exits_2_naming_its_key_and_creates_no_data_directory() {
     let file = dir.path().join("bad.toml");
     std::fs::write(&file, "[topic_defaults]\nsegment_size_bytes = 1000\n").unwrap();
     let bad_file = ["--config", file.to_str().unwrap()];
+    // A CPU the process may not run on: refused when serving, though --print-config shows it.
+    let cpu_file = dir.path().join("cpu.toml");
+    std::fs::write(&cpu_file, "[shard.0]\ncpu = 4000\n").unwrap();
+    let cpu_file = ["--config", cpu_file.to_str().unwrap()];
     let cases = [
         Case { args: &bad_file, env: &[], key: "topic_defaults.segment_size_bytes" },
+        Case { args: &cpu_file, env: &[], key: "shard.0.cpu" },
         Case {
             args: &[],
             env: &[("SHOAL_NETWORK_CONNECTIONS_MAX", "0")],
@@ -221,4 +226,51 @@ fn the_test_config_starts_a_server_that_stops_cleanly() {
     assert!(dir.path().join("shard-0").exists(), "one shard");
     assert!(!dir.path().join("shard-1").exists(), "one shard only");
     assert_eq!(common::terminate(&mut server), 0, "graceful shutdown");
+}
+
+/// `[metadata] segment_size_bytes` at its least (1 MiB) starts on shards whose records may be
+/// larger than that: the metadata group's records are bounded by its segment too.
+#[test]
+fn the_smallest_metadata_segment_starts_beside_larger_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = common::command(dir.path(), 1);
+    command
+        .env("SHOAL_METADATA_SEGMENT_SIZE_BYTES", "1048576")
+        .env("SHOAL_SHARD_RECORD_SIZE_BYTES_MAX", "1048832")
+        .env("SHOAL_SHARD_CHUNK_SIZE_BYTES", "2097152")
+        .env("SHOAL_SHARD_RING_BYTES_MAX", "2097152");
+    let mut server = common::start_command(command);
+    let mut client = common::Raw::connect(server.native(), 1);
+    client.create_stream("s").ok();
+    assert_eq!(common::terminate(&mut server), 0, "graceful shutdown");
+}
+
+/// The native and Kafka listeners are shared by the shards (SO_REUSEPORT), which the kernel
+/// would grant a second server on the same port too: a fixed port anyone listens on stops the
+/// start instead, naming it.
+#[test]
+fn a_second_server_on_a_taken_port_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = common::start(&dir.path().join("first"), 1);
+    let native = first.native().to_string();
+    let kafka = first.kafka().expect("a Kafka listener").to_string();
+    for (flag, taken) in [("--listen", &native), ("--kafka-listen", &kafka)] {
+        let mut listeners = vec![
+            ("--listen", "127.0.0.1:0"),
+            ("--kafka-listen", "127.0.0.1:0"),
+            ("--metrics-listen", "127.0.0.1:0"),
+        ];
+        listeners.iter_mut().filter(|(name, _)| *name == flag).for_each(|l| l.1 = taken);
+        let mut command = shoal(&[]);
+        command.arg("--data-dir").arg(dir.path().join("second"));
+        for (name, address) in listeners {
+            command.args([name, address]);
+        }
+        let output = command.args(["--profile", "small", "--cpus", "none"]).output_within();
+        let said = format!("{}{}", stdout(&output), stderr(&output));
+        assert_eq!(output.status.code(), Some(1), "{flag} {taken}: {said}");
+        assert!(said.contains(&format!("on {taken}")), "{flag} {taken}: {said}");
+        assert!(!said.contains("\"ready\""), "{flag} {taken}: {said}");
+    }
+    assert_eq!(common::terminate(&mut first), 0);
 }

@@ -42,6 +42,9 @@ pub struct Resolved {
     pub config: Config,
     /// Notes for stderr (a default that could not be applied, such as the CPU placement).
     pub warnings: Vec<String>,
+    /// The key that chose each shard's CPU, for an error about it once the server checks the
+    /// CPUs it may run on (resolving checks none: `--print-config` shows any machine's config).
+    pub cpu_keys: Vec<String>,
 }
 
 /// The `SHOAL_*` variables other programs of the project own; the server ignores them instead of
@@ -334,7 +337,8 @@ impl Layers {
             settings.cpu = cpu;
         }
         self.validate(&config)?;
-        Ok(Resolved { config, warnings })
+        let cpu_keys = (0..shards).map(|index| self.cpu_key(index)).collect();
+        Ok(Resolved { config, warnings, cpu_keys })
     }
 
     /// The CPU of each shard: the `cpus` setting, else — when no `[shard.N] cpu` is given either
@@ -379,7 +383,28 @@ impl Layers {
                 *cpu = Some(given.value as usize);
             }
         }
+        for (index, cpu) in cpus.iter().enumerate() {
+            let Some(cpu) = *cpu else { continue };
+            if let Some(other) = cpus[..index].iter().position(|&earlier| earlier == Some(cpu)) {
+                return Err(ConfigError::new(
+                    self.cpu_key(index as u32),
+                    format!(
+                        "shards {other} and {index} would both be pinned to CPU {cpu}: a shard \
+                         needs a CPU of its own (or use cpus = \"none\")"
+                    ),
+                ));
+            }
+        }
         Ok(cpus)
+    }
+
+    /// The key that chose shard `index`'s CPU: its `[shard.N] cpu`, else `cpus` as written.
+    fn cpu_key(&self, index: u32) -> String {
+        self.ints
+            .get(&(Scope::ShardN(index), "cpu"))
+            .map(|given| given.key.clone())
+            .or_else(|| self.cpus.as_ref().map(|given| given.key.clone()))
+            .unwrap_or_else(|| "cpus".into())
     }
 
     /// Sets one key from any layer; `written` is the key as the user wrote it, for errors.

@@ -285,6 +285,12 @@ fn every_validation_error_names_its_key() {
         ("cpus = \"0,one\"\n", "cpus", "comma-separated CPU list"),
         ("cpus = \"0,1\"\n", "cpus", "cpus names 2 CPUs for 4 shards"),
         ("[shard.0]\ncpu = 70000\n", "shard.0.cpu", "outside 0..=65535"),
+        ("shards = 2\ncpus = \"1,1\"\n", "cpus", "shards 0 and 1 would both be pinned"),
+        (
+            "shards = 2\n[shard.0]\ncpu = 1\n[shard.1]\ncpu = 1\n",
+            "shard.1.cpu",
+            "shards 0 and 1 would both",
+        ),
         ("[shard]\nchunks_max = 0\n", "shard.chunks_max", "outside 1..="),
         // Rules between keys: the key the user set is named.
         ("[shard]\nchunk_size_bytes = 8192\n", "shard.chunk_size_bytes", "must hold record_size"),
@@ -334,6 +340,23 @@ fn every_validation_error_names_its_key() {
             "network.frame_size_bytes_max",
             "must carry the largest message",
         ),
+        ("[kafka]\nlisten = \"0.0.0.0:7070\"\n", "kafka.listen", "would share a port"),
+        (
+            "[metrics]\nlisten = \"127.0.0.1:9092\"\n[kafka]\nlisten = \"0.0.0.0:9092\"\n",
+            "kafka.listen",
+            "would share a port",
+        ),
+        (
+            "[replication]\nview_change_timeout_ms = 150\n",
+            "replication.view_change_timeout_ms",
+            "at least twice commit_interval_ms",
+        ),
+        (
+            "[network]\nbus_queue_bytes_max = 2097152\n",
+            "network.bus_queue_bytes_max",
+            "must hold two of shard",
+        ),
+        ("[topic_defaults]\npartitions = 20000\n", "topic_defaults.partitions", "past the bound"),
         // The file's shape.
         ("shards = 2\n[server]\nshards = 3\n", "server.shards", "set it once"),
         ("network = 5\n", "network", "must be a table"),

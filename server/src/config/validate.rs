@@ -27,6 +27,7 @@ impl Layers {
             self.validate_shard(config, index, settings)?;
         }
         self.validate_shard_listen(config)?;
+        self.validate_listeners(config)?;
         self.validate_replication(config)?;
         self.validate_topic_defaults(config)?;
         self.validate_cluster(config)
@@ -148,6 +149,45 @@ impl Layers {
         Ok(())
     }
 
+    /// The node's own listeners: no two of the native, Kafka and metrics ones on one port of
+    /// one host. The native and Kafka listeners share their port among the shards, so the
+    /// kernel would let them share it with each other too, and split connections between the
+    /// two protocols without a word.
+    fn validate_listeners(&self, config: &Config) -> Result<(), ConfigError> {
+        let written = |given: Option<String>, default: &str| match given {
+            Some(key) => Written { key, given: true },
+            None => Written { key: default.to_string(), given: false },
+        };
+        let listeners = [
+            (
+                written(self.native_listen.as_ref().map(|g| g.key.clone()), "native_listen"),
+                Some(config.native_listen),
+            ),
+            (
+                written(self.kafka_listen.as_ref().map(|g| g.key.clone()), "kafka.listen"),
+                config.kafka.listen,
+            ),
+            (
+                written(self.metrics_listen.as_ref().map(|g| g.key.clone()), "metrics.listen"),
+                config.metrics.listen,
+            ),
+        ];
+        for (index, (first, a)) in listeners.iter().enumerate() {
+            for (second, b) in &listeners[index + 1..] {
+                let (Some(a), Some(b)) = (a, b) else { continue };
+                if a.port() != 0 && a.port() == b.port() && same_host(*a, *b) {
+                    let reason = format!(
+                        "{} ({a}) and {} ({b}) would share a port: each listener needs its own",
+                        first.key, second.key
+                    );
+                    let (first, second) = (first.clone(), second.clone());
+                    return Err(blame(first, second, reason));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The topic defaults' rules: the largest message fits every shard's record, a segment and a
     /// frame, and the storage engine accepts the defaults as a group's settings.
     fn validate_topic_defaults(&self, config: &Config) -> Result<(), ConfigError> {
@@ -189,6 +229,19 @@ impl Layers {
                 format!(
                     "frame_size_bytes_max ({frame}) must carry the largest message \
                      (message_size_bytes_max {message}) plus the {HEADER_SIZE_BYTES}-byte header"
+                ),
+            ));
+        }
+        let partitions = topic.partitions;
+        let partitions_max = config.metadata.topic_partitions_max;
+        if partitions > partitions_max {
+            return Err(blame(
+                self.key_of(Scope::TopicDefaults, "partitions"),
+                self.key_of(Scope::Metadata, "topic_partitions_max"),
+                format!(
+                    "partitions ({partitions}) is past the bound on a topic's partitions \
+                     (topic_partitions_max {partitions_max}): every topic created with the \
+                     defaults would be refused"
                 ),
             ));
         }
@@ -497,6 +550,39 @@ impl Layers {
                 ));
             }
         }
+        // A view change waits for votes its peers resend once per commit interval: a deadline
+        // shorter than two of those moves on to the next view before a lost vote comes again.
+        let view_change_ms = timers.view_change_timeout_ms;
+        if ticks(view_change_ms) < 2 * commit {
+            return Err(blame(
+                self.key_of(Scope::Replication, "view_change_timeout_ms"),
+                interval(),
+                format!(
+                    "view_change_timeout_ms ({view_change_ms}) must be at least twice \
+                     commit_interval_ms ({})",
+                    timers.commit_interval_ms
+                ),
+            ));
+        }
+        // A bus queue takes a prepare only whole: one of the largest record, and its
+        // retransmission or repair answer beside it, must fit.
+        let largest = (0..config.shards)
+            .zip(&config.shard)
+            .max_by_key(|(_, settings)| settings.storage.record_size_bytes_max);
+        if let Some((index, settings)) = largest {
+            let record = settings.storage.record_size_bytes_max as u64;
+            let queue = config.network.bus_queue_bytes_max;
+            if queue < 2 * record {
+                return Err(blame(
+                    self.key_of(Scope::Network, "bus_queue_bytes_max"),
+                    self.storage_key(index, "record_size_bytes_max"),
+                    format!(
+                        "bus_queue_bytes_max ({queue}) must hold two of shard {index}'s largest \
+                         records (record_size_bytes_max {record})"
+                    ),
+                ));
+            }
+        }
         // A peer answering a repair round (or serving one read of it) must be able to queue all
         // of it, twice over (two peers may ask at once), or what its bus queue drops is asked
         // again at the deadline.
@@ -541,7 +627,7 @@ fn same_host(a: SocketAddr, b: SocketAddr) -> bool {
 }
 
 /// A key as an error should name it, and whether the user set it (or it is a default).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Written {
     key: String,
     given: bool,

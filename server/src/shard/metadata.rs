@@ -233,10 +233,14 @@ impl ShardState {
         } else {
             GroupMembers::first(founders, founders)
         };
+        // Its records are small: the group's bound only has to fit the shard's and a segment
+        // (the smallest segment is below the default record bound).
+        let segment_size_bytes = u32::try_from(config.segment_size_bytes).unwrap_or(u32::MAX);
         let config = GroupConfig {
             record_size_bytes_max: config
                 .record_size_bytes_max
-                .min(self.node.shard_config().record_size_bytes_max as u32),
+                .min(self.node.shard_config().record_size_bytes_max as u32)
+                .min(segment_size_bytes),
             members: members.to_word(),
             ..config
         };

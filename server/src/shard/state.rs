@@ -136,7 +136,8 @@ impl ShardState {
             tuning,
             flush_gate: FlushGate::new(tuning.flush_delay_us_max),
             committed_end: HashMap::new(),
-            parked: Slab::with_capacity(spec.config.network.fetch_parked_max),
+            // Grown as fetches park: the bound (up to 2^20) is counted, not reserved.
+            parked: Slab::new(),
             fetches_next: VecDeque::new(),
             fetching: false,
             parked_by_group: HashMap::new(),
