@@ -156,7 +156,7 @@ impl fmt::Display for ClusterNode {
 /// Connection and request limits (the same on every shard).
 #[derive(Clone, Copy, Debug)]
 pub struct NetworkConfig {
-    /// Open native connections per node; one more is refused with `LimitReached`.
+    /// Open client connections (native and Kafka) per node; one more is refused.
     pub connections_max: usize,
     /// Largest frame (header plus body) a client may send.
     pub frame_size_bytes_max: usize,
