@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use config::{Args, Config, ConfigError, Host, Layers, Resolved};
 use serde::Serialize;
@@ -130,6 +131,8 @@ fn serve(Resolved { mut config, warnings, cpu_keys }: Resolved) -> Start<ExitCod
         tracing::error!(%error, "cannot set up signal handling");
         ExitCode::FAILURE
     })?;
+    let stop = Arc::new(AtomicBool::new(false));
+    signals::watch(signals, Arc::clone(&stop));
     check_cpus(&config, &cpu_keys)?;
     let _lock = open_data_dir(&mut config)?;
     let formation = formation_of(&config)?;
@@ -137,11 +140,11 @@ fn serve(Resolved { mut config, warnings, cpu_keys }: Resolved) -> Start<ExitCod
     let (metrics_listener, metrics_address) = bind_metrics(&config)?;
     let (own_listeners, shard_addresses) = bind_shard_listeners(&config)?;
     let shard_addresses = Arc::new(shard_addresses);
-    let shards =
-        start_shards(config, metrics_listener, own_listeners, &shard_addresses, formation)?;
+    let listeners = (metrics_listener, own_listeners);
+    let shards = start_shards(config, listeners, &shard_addresses, formation, stop)?;
     let shards = await_recovery(shards)?;
     announce_ready(shards.listen, metrics_address, shards.kafka_listen, &shard_addresses);
-    signals::wait_then_stop(signals, &shards.stop);
+    // The shards serve until a signal sets `stop` (or one fails and sets it for all).
     Ok(join_all(shards.threads, ExitCode::SUCCESS))
 }
 
@@ -310,17 +313,16 @@ impl Shards {
 /// binds first so that port 0 becomes a real port the other shards share.
 fn start_shards(
     config: Config,
-    mut metrics_listener: Option<TcpListener>,
-    own_listeners: Vec<TcpListener>,
+    (mut metrics_listener, own_listeners): (Option<TcpListener>, Vec<TcpListener>),
     shard_addresses: &Arc<Vec<String>>,
     (formed, rejoin_floor): (bool, u64),
+    stop: Arc<AtomicBool>,
 ) -> Start<Shards> {
     let formed = Arc::new(AtomicBool::new(formed));
     let rejoin_floor = Arc::new(std::sync::atomic::AtomicU64::new(rejoin_floor));
     let rejoin_settled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let config = Arc::new(config);
     let (ready_tx, ready) = mpsc::channel();
-    let stop = Arc::new(AtomicBool::new(false));
     let mut shards = Shards {
         threads: Vec::new(),
         stop,
@@ -360,7 +362,7 @@ fn start_shards(
             rejoin_floor: Arc::clone(&rejoin_floor),
             rejoin_settled: Arc::clone(&rejoin_settled),
         };
-        shards.threads.push(std::thread::spawn(move || shard::run(spec)));
+        shards.threads.push(std::thread::spawn(move || run_shard(spec)));
         match bound_rx.recv() {
             Ok(Ok((address, kafka))) => (shards.listen, shards.kafka_listen) = (address, kafka),
             Ok(Err(error)) => return Err(shards.abort(format!("shard {index}: {error}"))),
@@ -370,13 +372,51 @@ fn start_shards(
     Ok(shards)
 }
 
-/// Waits for every shard's recovery and logs its report.
+/// Runs one shard's thread. A panic in it stops the node: the panic is reported where the
+/// start waits for the shard (a start must not wait for good on a shard that died) and every
+/// other shard is told to stop gracefully, so the process exits (with failure) for a
+/// supervisor to restart, rather than serve on without one shard.
+fn run_shard(spec: shard::ShardSpec) -> Result<(), String> {
+    let (index, ready, bound, stop) =
+        (spec.index, spec.ready.clone(), spec.bound.clone(), Arc::clone(&spec.stop));
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| shard::run(spec))) {
+        Ok(result) => result,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|text| (*text).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            let message = format!("shard {index} panicked: {what}");
+            stop.store(true, Ordering::SeqCst);
+            let _ = bound.send(Err(message.clone()));
+            let _ = ready.send(Err(message.clone()));
+            Err(message)
+        }
+    }
+}
+
+/// How often a start waiting for the shards' recovery looks whether a signal asked it to stop.
+const RECOVERY_STOP_POLL: Duration = Duration::from_millis(100);
+
+/// Waits for every shard's recovery and logs its report; gives up when `stop` is set (a
+/// signal, or a shard that failed).
 fn await_recovery(shards: Shards) -> Start<Shards> {
-    for _ in 0..shards.threads.len() {
-        match shards.ready.recv() {
-            Ok(Ok(report)) => tracing::info!("{report}"),
+    let mut reported = 0;
+    while reported < shards.threads.len() {
+        match shards.ready.recv_timeout(RECOVERY_STOP_POLL) {
+            Ok(Ok(report)) => {
+                tracing::info!("{report}");
+                reported += 1;
+            }
             Ok(Err(error)) => return Err(shards.abort(error)),
-            Err(_) => return Err(shards.abort("a shard stopped during recovery".into())),
+            Err(mpsc::RecvTimeoutError::Timeout) if shards.stop.load(Ordering::SeqCst) => {
+                return Err(shards.abort("stopped during start-up".into()));
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(shards.abort("a shard stopped during recovery".into()));
+            }
         }
     }
     Ok(shards)

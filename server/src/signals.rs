@@ -27,13 +27,14 @@ pub fn block() -> Result<Signals, String> {
     }
 }
 
-/// Waits for the first signal, sets `stop`, then watches for a second one on another thread,
-/// which exits the process at once.
-pub fn wait_then_stop(signals: Signals, stop: &Arc<AtomicBool>) {
-    let signal = wait(&signals);
-    tracing::info!(signal, "shutting down (signal again to exit at once)");
-    stop.store(true, Ordering::SeqCst);
+/// Watches for signals on a thread of its own from now on, through start-up and serving alike:
+/// the first sets `stop` (every shard stops gracefully, a start under way gives up), a second
+/// exits the process at once.
+pub fn watch(signals: Signals, stop: Arc<AtomicBool>) {
     std::thread::spawn(move || {
+        let signal = wait(&signals);
+        tracing::info!(signal, "shutting down (signal again to exit at once)");
+        stop.store(true, Ordering::SeqCst);
         let signal = wait(&signals);
         tracing::warn!(signal, "second signal: exiting now");
         std::process::exit(130);
