@@ -20,6 +20,7 @@ pub mod metadata;
 pub mod metrics;
 pub mod node_book;
 pub mod offsets;
+pub mod ports;
 pub mod shard;
 pub mod signals;
 pub mod vectored;

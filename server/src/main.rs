@@ -12,7 +12,7 @@
 //! and configuration errors as one plain line (the log is not set up before the configuration is
 //! known), the rest as `tracing` events (`logging`).
 
-use shoal_server::{alloc, config, lock, logging, metadata, shard, signals};
+use shoal_server::{alloc, config, lock, logging, metadata, ports, shard, signals};
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
@@ -131,19 +131,21 @@ fn serve(Resolved { mut config, warnings, cpu_keys }: Resolved) -> Start<ExitCod
         tracing::error!(%error, "cannot set up signal handling");
         ExitCode::FAILURE
     })?;
-    let stop = Arc::new(AtomicBool::new(false));
-    signals::watch(signals, Arc::clone(&stop));
+    let (stop, signalled) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    signals::watch(signals, Arc::clone(&stop), Arc::clone(&signalled));
     check_cpus(&config, &cpu_keys)?;
     let _lock = open_data_dir(&mut config)?;
     let formation = formation_of(&config)?;
-    probe_shared_ports(&config)?;
+    refuse_taken_ports(&config)?;
     let (metrics_listener, metrics_address) = bind_metrics(&config)?;
     let (own_listeners, shard_addresses) = bind_shard_listeners(&config)?;
     let shard_addresses = Arc::new(shard_addresses);
     let listeners = (metrics_listener, own_listeners);
     let shards = start_shards(config, listeners, &shard_addresses, formation, stop)?;
-    let shards = await_recovery(shards)?;
-    announce_ready(shards.listen, metrics_address, shards.kafka_listen, &shard_addresses);
+    let shards = await_recovery(shards, &signalled)?;
+    if !shards.stop.load(Ordering::SeqCst) {
+        announce_ready(shards.listen, metrics_address, shards.kafka_listen, &shard_addresses);
+    }
     // The shards serve until a signal sets `stop` (or one fails and sets it for all).
     Ok(join_all(shards.threads, ExitCode::SUCCESS))
 }
@@ -212,13 +214,16 @@ fn bind_metrics(config: &Config) -> Start<(Option<TcpListener>, Option<SocketAdd
     Ok((metrics_listener, metrics_address))
 }
 
-/// Refuses, before anything is created, a shard CPU (or SQPOLL CPU) this process may not run
-/// on: a config may be written for another machine (`--print-config` shows it anywhere), and
+/// Refuses, before anything is created, a shard CPU (or SQPOLL CPU) this machine does not
+/// have: a config may be written for another machine (`--print-config` shows it anywhere), and
 /// the shard that cannot pin itself would stop the start only once the data directory exists.
+/// The machine's CPUs, not this process's affinity: a thread may move to any CPU of its cpuset
+/// (`taskset` on the launcher narrows only the launcher's own mask).
 fn check_cpus(config: &Config, cpu_keys: &[String]) -> Start<()> {
-    let available: Vec<usize> =
-        core_affinity::get_core_ids().unwrap_or_default().into_iter().map(|c| c.id).collect();
-    if available.is_empty() {
+    // SAFETY: sysconf reads a system constant; it takes no pointers.
+    let configured = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    let Ok(count) = usize::try_from(configured) else { return Ok(()) };
+    if count == 0 {
         return Ok(());
     }
     for (index, shard) in config.shard.iter().enumerate().take(config.shards as usize) {
@@ -228,10 +233,10 @@ fn check_cpus(config: &Config, cpu_keys: &[String]) -> Start<()> {
             .sqpoll_cpu
             .map(|cpu| (format!("shard.{index}.sqpoll_cpu"), "given its SQPOLL thread on", cpu));
         for (key, what, cpu) in pinned.into_iter().chain(sqpoll) {
-            if !available.contains(&cpu) {
+            if cpu >= count {
                 eprintln!(
                     "shoal: config: {key}: shard {index} would be {what} CPU {cpu}, which this \
-                     process may not run on (CPUs {available:?})"
+                     machine does not have (CPUs 0..{count})"
                 );
                 return Err(ExitCode::from(2));
             }
@@ -240,18 +245,27 @@ fn check_cpus(config: &Config, cpu_keys: &[String]) -> Start<()> {
     Ok(())
 }
 
-/// Fails the start when a fixed port of the listeners the shards share (native, Kafka) is
-/// taken. The shards bind them with SO_REUSEPORT, which the kernel grants to any process of the
-/// same user: a second server on the same ports would start without a word and split the
-/// connections with the first. A bind without SO_REUSEPORT (dropped at once) fails on a port
-/// anyone listens on. Port 0 needs no probe: the kernel picks a port nobody holds.
-fn probe_shared_ports(config: &Config) -> Start<()> {
+/// Fails the start when another socket already listens on a port the shards will share
+/// (native, Kafka, this node's bus ports): they bind with SO_REUSEPORT, which the kernel grants
+/// a second server of the same user, so the two would split the connections without a word
+/// (`shoal_server::ports`).
+fn refuse_taken_ports(config: &Config) -> Start<()> {
+    let bus = (0..config.shards).filter_map(|shard| {
+        let address = config.cluster.bus_address(config.cluster.node, shard)?;
+        Some(("peers", address))
+    });
     let shared =
-        [("native clients", Some(config.native_listen)), ("Kafka clients", config.kafka.listen)];
+        [("native clients", Some(config.native_listen)), ("Kafka clients", config.kafka.listen)]
+            .into_iter()
+            .filter_map(|(what, address)| Some((what, address?)))
+            .chain(bus);
+    let listening = ports::listening();
     for (what, address) in shared {
-        let Some(address) = address.filter(|address| address.port() != 0) else { continue };
-        if let Err(error) = TcpListener::bind(address) {
-            tracing::error!(%error, "cannot listen for {what} on {address}");
+        if let Some(other) = ports::taken_by(address, &listening) {
+            tracing::error!(
+                "cannot listen for {what} on {address}: another socket listens on {other} \
+                 (another server?)"
+            );
             return Err(ExitCode::FAILURE);
         }
     }
@@ -399,9 +413,10 @@ fn run_shard(spec: shard::ShardSpec) -> Result<(), String> {
 /// How often a start waiting for the shards' recovery looks whether a signal asked it to stop.
 const RECOVERY_STOP_POLL: Duration = Duration::from_millis(100);
 
-/// Waits for every shard's recovery and logs its report; gives up when `stop` is set (a
-/// signal, or a shard that failed).
-fn await_recovery(shards: Shards) -> Start<Shards> {
+/// Waits for every shard's recovery and logs its report; gives up when `stop` is set: by a
+/// shard that failed (an error), or by a signal (`signalled`: a stop that was asked for, which
+/// ends the process with success once the shards stopped).
+fn await_recovery(shards: Shards, signalled: &AtomicBool) -> Start<Shards> {
     let mut reported = 0;
     while reported < shards.threads.len() {
         match shards.ready.recv_timeout(RECOVERY_STOP_POLL) {
@@ -410,6 +425,11 @@ fn await_recovery(shards: Shards) -> Start<Shards> {
                 reported += 1;
             }
             Ok(Err(error)) => return Err(shards.abort(error)),
+            Err(mpsc::RecvTimeoutError::Timeout) if signalled.load(Ordering::SeqCst) => {
+                tracing::info!("a signal stopped the start-up");
+                shards.stop.store(true, Ordering::SeqCst);
+                return Err(join_all(shards.threads, ExitCode::SUCCESS));
+            }
             Err(mpsc::RecvTimeoutError::Timeout) if shards.stop.load(Ordering::SeqCst) => {
                 return Err(shards.abort("stopped during start-up".into()));
             }

@@ -28,12 +28,13 @@ pub fn block() -> Result<Signals, String> {
 }
 
 /// Watches for signals on a thread of its own from now on, through start-up and serving alike:
-/// the first sets `stop` (every shard stops gracefully, a start under way gives up), a second
-/// exits the process at once.
-pub fn watch(signals: Signals, stop: Arc<AtomicBool>) {
+/// the first sets `signalled`, then `stop` (every shard stops gracefully, a start under way
+/// gives up), a second exits the process at once.
+pub fn watch(signals: Signals, stop: Arc<AtomicBool>, signalled: Arc<AtomicBool>) {
     std::thread::spawn(move || {
         let signal = wait(&signals);
         tracing::info!(signal, "shutting down (signal again to exit at once)");
+        signalled.store(true, Ordering::SeqCst);
         stop.store(true, Ordering::SeqCst);
         let signal = wait(&signals);
         tracing::warn!(signal, "second signal: exiting now");

@@ -70,6 +70,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             entry.failed = Some(error.to_string());
             self.counters.groups_failed += 1;
             self.abandon_pipeline(group);
+            self.keep_stopped_log(group);
         }
     }
 
@@ -128,6 +129,13 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         // Ops the replica already held faulty stay faulty: the replica is replaced, not its
         // history.
         let faulty_before = self.groups.get(&group).and_then(|g| g.replica.faulty_from());
+        // So is its producer table, as of its commit point: the log the cut leaves may no
+        // longer begin at op 1 (retention), and rebuilt from it alone the table would forget
+        // producers only the older ops knew. The ops past the cut come back from peers
+        // unchanged, and applying them again changes nothing.
+        let saved = self.groups.get(&group).map_or(SavedProducers::NotKept, |g| {
+            SavedProducers::Saved(g.replica.producers().encode())
+        });
         let headers = match self.cut_damaged(group).await {
             Ok(from) => match self.newest_headers(group).await {
                 Ok(headers) => Some((headers, from)),
@@ -145,9 +153,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             let head = headers.last().and_then(Header::as_prepare).map_or(0, |p| p.op);
             // A faulty op the reopened log holds again is no longer missing.
             let before = faulty_before.map(|from| from.max(head + 1));
-            // No snapshot here: the table is rebuilt from the whole log the cut left.
             let faulty_from = min_faulty(faulty_from, before);
-            let saved = SavedProducers::NotKept;
             if let Err(error) = self.insert_recovered(group, headers, faulty_from, saved).await {
                 self.fail_group(group, error);
             }

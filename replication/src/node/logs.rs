@@ -109,10 +109,23 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
 
     /// Keeps retention from deleting any segment of `group` that holds an offset at or above
     /// `offset`: the driver's state derived from the log (consumer offsets) can be rebuilt only
-    /// from its last snapshot on. Nothing happens when the engine holds no log for `group`.
+    /// from its last snapshot on. Nothing happens when the engine holds no log for `group`,
+    /// nor for a stopped group, whose log retention keeps whole (see [`Node::keep_stopped_log`]).
     pub fn set_retention_floor(&mut self, group: u64, offset: u64) {
+        if self.groups.get(&group).is_some_and(|g| g.failed.is_some()) {
+            return;
+        }
         if let Some(log) = self.store.group_mut(group) {
             log.set_retention_floor(offset);
+        }
+    }
+
+    /// A stopped group's log stays as it is: retention deletes none of it (DESIGN.md §6, a
+    /// partition with damage refuses service and is never truncated away; what it still holds
+    /// is what an operator or a repair has to work with).
+    pub(super) fn keep_stopped_log(&mut self, group: u64) {
+        if let Some(log) = self.store.group_mut(group) {
+            log.set_retention_floor(0);
         }
     }
 

@@ -42,22 +42,21 @@ impl SavedProducers {
     /// What a driver that keeps the table in its group state snapshot saved, from its load of
     /// that snapshot ([`state::load`]) and `table`, which finds the table's bytes in the
     /// state: None when the state holds none (as the driver wrote it), the reason when it does
-    /// not decode. A read that failed is returned: the open fails and is retried, as for the
-    /// engine's own files; damage or a missing file makes the snapshot unavailable.
+    /// not decode. A snapshot that is missing, damaged or cannot be read is unavailable: one
+    /// unreadable file stops at most its own group, never the whole shard's start.
     pub fn from_load(
         loaded: EngineResult<Option<state::GroupState>>,
         table: impl FnOnce(state::GroupState) -> Result<Option<Vec<u8>>, String>,
-    ) -> EngineResult<Self> {
-        Ok(match loaded {
+    ) -> Self {
+        match loaded {
             Ok(Some(saved)) => match table(saved) {
                 Ok(Some(bytes)) => Self::Saved(bytes),
                 Ok(None) => Self::NotKept,
                 Err(why) => Self::Unavailable(format!("it does not decode: {why}")),
             },
             Ok(None) => Self::Unavailable("none was saved".into()),
-            Err(error @ (EngineError::Io { .. } | EngineError::StorageFull)) => return Err(error),
             Err(error) => Self::Unavailable(error.to_string()),
-        })
+        }
     }
 }
 
@@ -205,6 +204,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         let replica =
             Replica::recover(self.replica_config(group), RecoveredLog::default(), self.seed);
         self.insert_group(group, replica, Some(reason));
+        self.keep_stopped_log(group);
         self.counters.groups_failed += 1;
     }
 }

@@ -782,6 +782,12 @@ fn a_group_whose_snapshot_is_unusable_and_whose_log_retention_shortened_restarts
     let first_op = node.store().group(2).unwrap().first_op();
     assert!(first_op > 1, "retention removed group 2's first segments");
     assert_eq!(node.store().group(1).unwrap().first_op(), 1);
+    // Past the bound again, for the retention below.
+    for number in 41..=80 {
+        node.on_client_request(2, request(number, 60 << 10)).unwrap();
+        sim.block_on(node.run_io());
+        assert_eq!(replied(&mut node).len(), 1);
+    }
     let config = node.config;
     sim.block_on(node.close()).unwrap();
 
@@ -806,6 +812,11 @@ fn a_group_whose_snapshot_is_unusable_and_whose_log_retention_shortened_restarts
     let why = node.group_failure(2).expect("group 2 lost history with its snapshot");
     assert!(why.contains("its checksum does not match"), "{why}");
     assert!(why.contains(&format!("begins at op {first_op}")), "{why}");
+    // What the stopped group still holds stays: retention deletes none of it.
+    let mut node = node;
+    node.set_retention_floor(2, u64::MAX);
+    sim.block_on(node.enforce_retention(0)).unwrap();
+    assert_eq!(node.store().group(2).unwrap().first_op(), first_op);
     sim.block_on(node.close()).unwrap();
 
     let garbage = |group: u64| match group {

@@ -315,7 +315,7 @@ impl Cluster {
             let saved = state::load(&storage, &sim_group_dir(group)).await;
             let end_offset = saved.as_ref().ok().and_then(Option::as_ref).map(|s| s.end_offset);
             floors.borrow_mut().insert(group, end_offset.unwrap_or(0));
-            SavedProducers::from_load(saved, |saved| Ok(Some(saved.bytes)))
+            Ok(SavedProducers::from_load(saved, |saved| Ok(Some(saved.bytes))))
         };
         let open = Node::open_with_producer_snapshots(
             sim.storage(),

@@ -346,16 +346,6 @@ fn every_validation_error_names_its_key() {
             "kafka.listen",
             "would share a port",
         ),
-        (
-            "[replication]\nview_change_timeout_ms = 150\n",
-            "replication.view_change_timeout_ms",
-            "at least twice commit_interval_ms",
-        ),
-        (
-            "[network]\nbus_queue_bytes_max = 2097152\n",
-            "network.bus_queue_bytes_max",
-            "must hold two of shard",
-        ),
         ("[topic_defaults]\npartitions = 20000\n", "topic_defaults.partitions", "past the bound"),
         // The file's shape.
         ("shards = 2\n[server]\nshards = 3\n", "server.shards", "set it once"),
@@ -1461,6 +1451,32 @@ fn cluster_3_configs_resolve_agree_and_never_share_a_port() {
         }
     }
     assert_eq!(listeners.len(), 3 * (1 + 1 + 2 + 1), "native, metrics, 2 bus ports, kafka");
+}
+
+/// A cluster's view changes and bus have rules a node of one, which has neither, is spared.
+#[test]
+fn a_cluster_needs_view_changes_longer_than_two_commit_intervals_and_a_bus_queue_of_two_records() {
+    let view_change = "[replication]\nview_change_timeout_ms = 150\n";
+    let bus_queue = "[network]\nbus_queue_bytes_max = 2097152\n[replication]\n\
+                     repair_bytes_max = 524288\nserve_read_bytes_max = 524288\n";
+    for file in [view_change, bus_queue] {
+        resolve(file, &[], &[]);
+    }
+    let in_cluster = |file: &str| format!("{THREE_NODES}{file}");
+    check_error(
+        &in_cluster(view_change),
+        &[],
+        &[],
+        "replication.view_change_timeout_ms",
+        "at least twice commit_interval_ms",
+    );
+    check_error(
+        &in_cluster(bus_queue),
+        &[],
+        &[],
+        "network.bus_queue_bytes_max",
+        "must hold two of shard",
+    );
 }
 
 #[test]

@@ -550,10 +550,12 @@ impl Layers {
                 ));
             }
         }
+        // A node of one has neither view changes nor a bus: the next two rules are a cluster's.
+        let clustered = !config.cluster.nodes.is_empty();
         // A view change waits for votes its peers resend once per commit interval: a deadline
         // shorter than two of those moves on to the next view before a lost vote comes again.
         let view_change_ms = timers.view_change_timeout_ms;
-        if ticks(view_change_ms) < 2 * commit {
+        if clustered && ticks(view_change_ms) < 2 * commit {
             return Err(blame(
                 self.key_of(Scope::Replication, "view_change_timeout_ms"),
                 interval(),
@@ -569,7 +571,7 @@ impl Layers {
         let largest = (0..config.shards)
             .zip(&config.shard)
             .max_by_key(|(_, settings)| settings.storage.record_size_bytes_max);
-        if let Some((index, settings)) = largest {
+        if let Some((index, settings)) = largest.filter(|_| clustered) {
             let record = settings.storage.record_size_bytes_max as u64;
             let queue = config.network.bus_queue_bytes_max;
             if queue < 2 * record {

@@ -413,10 +413,10 @@ async fn open(
                 return Ok(SavedProducers::NotKept);
             }
             let loaded = state::load(&storage, &group_dir(&dir, group)).await;
-            SavedProducers::from_load(loaded, |saved| {
+            Ok(SavedProducers::from_load(loaded, |saved| {
                 let (_, producers) = PartitionOffsets::decode_snapshot(&saved.bytes)?;
                 Ok(producers.map(<[u8]>::to_vec))
-            })
+            }))
         }
     };
     let open = Node::open_with_producer_snapshots(

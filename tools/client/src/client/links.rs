@@ -336,6 +336,8 @@ impl Client {
             if let Some(address) = self.routes.address(node).map(str::to_string) {
                 return match self.open_link_by(&address, Some(deadline)).await {
                     Ok(id) => Ok(id),
+                    // A call that ran out of time says nothing of the node.
+                    Err(error) if Instant::now() >= deadline => Err(error),
                     Err(error) => {
                         self.routes.forget_node(node);
                         Err(error)
@@ -406,6 +408,10 @@ impl Client {
                 Ok(id) => {
                     self.make_current(id);
                     return Ok(());
+                }
+                // A call that ran out of time says nothing of the address.
+                Err(error) if deadline.is_some_and(|deadline| Instant::now() >= deadline) => {
+                    return Err(error);
                 }
                 // Stale or unreachable (a restarted server may listen elsewhere): the seeds
                 // are the way back, and the next connect_to_shard learns the address anew.
