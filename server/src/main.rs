@@ -259,9 +259,8 @@ fn refuse_taken_ports(config: &Config) -> Start<()> {
             .into_iter()
             .filter_map(|(what, address)| Some((what, address?)))
             .chain(bus);
-    let listening = ports::listening();
     for (what, address) in shared {
-        if let Some(other) = ports::taken_by(address, &listening) {
+        if let Some(other) = ports::taken(address) {
             tracing::error!(
                 "cannot listen for {what} on {address}: another socket listens on {other} \
                  (another server?)"

@@ -19,19 +19,23 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 /// `/proc/net/tcp`'s state code for LISTEN.
 const STATE_LISTEN: &str = "0A";
 
-/// The local addresses of the sockets listening in this network namespace (IPv4 and IPv6)
-/// that a process this one may inspect holds. An unreadable table counts as empty: the check
-/// is a courtesy to the operator, and the bind that follows still fails on a port truly taken
-/// by a socket without `SO_REUSEPORT`.
-pub fn listening() -> Vec<SocketAddr> {
-    let held = held_socket_inodes();
-    ["/proc/net/tcp", "/proc/net/tcp6"]
+/// The listener of this network namespace, held by a process this one may inspect, that
+/// `address` would share a port with; None when there is none. An unreadable table counts as
+/// empty: the check is a courtesy to the operator, and the bind that follows still fails on a
+/// port truly taken by a socket without `SO_REUSEPORT`. The processes' descriptors are read
+/// only when a listener is on the port at all (a machine may run many processes).
+pub fn taken(address: SocketAddr) -> Option<SocketAddr> {
+    let candidates: Vec<(SocketAddr, u64)> = ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .filter_map(|path| std::fs::read_to_string(path).ok())
         .flat_map(|table| parse_listening(&table))
-        .filter(|(_, inode)| held.contains(inode))
-        .map(|(address, _)| address)
-        .collect()
+        .filter(|&(other, _)| shares_port(address, other))
+        .collect();
+    if candidates.is_empty() {
+        return None;
+    }
+    let held = held_socket_inodes();
+    candidates.into_iter().find(|(_, inode)| held.contains(inode)).map(|(other, _)| other)
 }
 
 /// The inodes of every socket a process holds open, of the processes whose descriptors this
@@ -53,20 +57,16 @@ fn socket_inode(link: &str) -> Option<u64> {
     link.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
 }
 
-/// The listener of `listening` that `address` would share a port with: the same port on the
-/// same IP, or either IP unspecified (a listener on `0.0.0.0` or `::` takes every address).
-/// Port 0 shares nothing: the kernel picks a free port.
-pub fn taken_by(address: SocketAddr, listening: &[SocketAddr]) -> Option<SocketAddr> {
-    if address.port() == 0 {
-        return None;
-    }
-    listening.iter().copied().find(|other| {
-        other.port() == address.port()
-            && (other.ip() == address.ip()
-                || other.ip().is_unspecified()
-                || address.ip().is_unspecified()
-                || v4_mapped(other.ip()) == Some(address.ip()))
-    })
+/// Whether a listener on `other` takes `address`'s port: the same port on the same IP, or
+/// either IP unspecified (a listener on `0.0.0.0` or `::` takes every address). Port 0 shares
+/// nothing: the kernel picks a free port.
+fn shares_port(address: SocketAddr, other: SocketAddr) -> bool {
+    address.port() != 0
+        && other.port() == address.port()
+        && (other.ip() == address.ip()
+            || other.ip().is_unspecified()
+            || address.ip().is_unspecified()
+            || v4_mapped(other.ip()) == Some(address.ip()))
 }
 
 fn v4_mapped(ip: IpAddr) -> Option<IpAddr> {
@@ -155,25 +155,27 @@ mod tests {
     fn this_processs_own_listener_is_found() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
-        assert_eq!(taken_by(address, &listening()), Some(address));
+        assert_eq!(taken(address), Some(address));
         drop(listener);
-        assert_eq!(taken_by(address, &listening()), None);
+        assert_eq!(taken(address), None);
     }
 
     #[test]
     fn a_port_is_taken_on_the_same_ip_or_through_an_unspecified_one() {
         let listening: Vec<SocketAddr> =
             addresses(TCP).into_iter().chain(addresses(TCP6)).collect();
-        let taken = |address: &str| taken_by(at(address), &listening);
-        assert_eq!(taken("127.0.0.1:7070"), Some(at("127.0.0.1:7070")));
-        assert_eq!(taken("0.0.0.0:7070"), Some(at("127.0.0.1:7070")));
-        assert_eq!(taken("10.0.0.1:7070"), None, "another IP of the host");
-        assert_eq!(taken("10.0.0.1:2024"), Some(at("0.0.0.0:2024")));
-        assert_eq!(taken("127.0.0.1:9092"), Some(at("[::]:9092")));
-        assert_eq!(taken("127.0.0.1:8080"), Some(at("[::ffff:127.0.0.1]:8080")));
-        assert_eq!(taken("127.0.0.1:7071"), None);
-        assert_eq!(taken("127.0.0.1:0"), None, "port 0 is the kernel's choice");
+        let shared_with = |address: &str| {
+            listening.iter().copied().find(|&other| shares_port(at(address), other))
+        };
+        assert_eq!(shared_with("127.0.0.1:7070"), Some(at("127.0.0.1:7070")));
+        assert_eq!(shared_with("0.0.0.0:7070"), Some(at("127.0.0.1:7070")));
+        assert_eq!(shared_with("10.0.0.1:7070"), None, "another IP of the host");
+        assert_eq!(shared_with("10.0.0.1:2024"), Some(at("0.0.0.0:2024")));
+        assert_eq!(shared_with("127.0.0.1:9092"), Some(at("[::]:9092")));
+        assert_eq!(shared_with("127.0.0.1:8080"), Some(at("[::ffff:127.0.0.1]:8080")));
+        assert_eq!(shared_with("127.0.0.1:7071"), None);
+        assert_eq!(shared_with("127.0.0.1:0"), None, "port 0 is the kernel's choice");
         // The connection in row 2 does not listen.
-        assert_eq!(taken("127.0.0.1:37590"), None);
+        assert_eq!(shared_with("127.0.0.1:37590"), None);
     }
 }
