@@ -10,8 +10,9 @@
 //! behind for a moment, held by nothing but its io_uring's teardown: a restart must not take
 //! those for another server. A listener of another user is not seen as held (its process's
 //! descriptors cannot be read), and needs not be: the kernel refuses to share a port across
-//! users, so the bind fails by itself. It owns that parsing; it never binds, connects or
-//! changes anything.
+//! users, so the bind fails by itself. Two servers started at the same instant can still both
+//! pass the check before either binds: it catches the common mistake, not every race. It owns
+//! that parsing; it never binds, connects or changes anything.
 
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
