@@ -713,6 +713,27 @@ fn a_deleted_group_goes_with_its_queued_writes_and_its_id_comes_back_empty() {
     sim.block_on(node.close()).unwrap();
 }
 
+/// Opens the node of `/d` again, with what `saved` says the driver saved of each group.
+fn reopen_with(
+    sim: &Sim,
+    config: NodeConfig,
+    saved: &dyn Fn(u64) -> SavedProducers,
+) -> Node<SimStorage, Sent, Zero> {
+    let shard = ShardConfig { cluster: 1, ..ShardConfig::small() };
+    let load = async |group: u64| Ok(saved(group));
+    let open = Node::open_with_producer_snapshots(
+        sim.storage(),
+        Path::new("/d"),
+        shard,
+        config,
+        Sent::default(),
+        Zero,
+        3,
+        load,
+    );
+    sim.block_on(open).unwrap().0
+}
+
 /// A producer snapshot past the recovered log's head (a damage cut, or a power loss of a
 /// `replicated` group, took committed ops it covers): a replica with peers keeps it, since
 /// those ops come back from peers unchanged and re-applying them changes nothing; rebuilt from
@@ -734,19 +755,7 @@ fn a_producer_snapshot_past_the_head_is_kept_unless_recovery_is_unclean() {
         let config = node.config;
         let limits = node.replica(1).unwrap().config().producer_limits();
         sim.block_on(node.close()).unwrap();
-        let shard = ShardConfig { cluster: 1, ..ShardConfig::small() };
-        let load = async |_group: u64| Ok(SavedProducers::Saved(snapshot(limits)));
-        let open = Node::open_with_producer_snapshots(
-            sim.storage(),
-            Path::new("/d"),
-            shard,
-            config,
-            Sent::default(),
-            Zero,
-            3,
-            load,
-        );
-        let (node, _) = sim.block_on(open).unwrap();
+        let node = reopen_with(&sim, config, &|_| SavedProducers::Saved(snapshot(limits)));
         let table = node.replica(1).unwrap().producers();
         assert_eq!(table.state(PRODUCER, 0).is_some(), peers, "peers: {peers}");
         assert_eq!(node.counters().producer_snapshots_rejected, u64::from(!peers));
@@ -791,21 +800,7 @@ fn a_group_whose_snapshot_is_unusable_and_whose_log_retention_shortened_restarts
     let config = node.config;
     sim.block_on(node.close()).unwrap();
 
-    let reopen = |saved: &dyn Fn(u64) -> SavedProducers| {
-        let shard = ShardConfig { cluster: 1, ..ShardConfig::small() };
-        let load = async |group: u64| Ok(saved(group));
-        let open = Node::open_with_producer_snapshots(
-            sim.storage(),
-            Path::new("/d"),
-            shard,
-            config,
-            Sent::default(),
-            Zero,
-            3,
-            load,
-        );
-        sim.block_on(open).unwrap().0
-    };
+    let reopen = |saved: &dyn Fn(u64) -> SavedProducers| reopen_with(&sim, config, saved);
     let damaged = |_group: u64| SavedProducers::Unavailable("its checksum does not match".into());
     let node = reopen(&damaged);
     assert_eq!(node.group_failure(1), None, "group 1's log holds its whole history");
