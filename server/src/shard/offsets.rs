@@ -31,9 +31,10 @@ pub const CONSUMERS_PER_PARTITION_MAX: usize = 65_536;
 
 impl ShardState {
     /// Rebuilds every partition group's consumer offsets: the newer of its snapshot and the
-    /// state a transfer installed its log from, then the committed log past it (a damaged or
-    /// missing snapshot means the whole log still held). Retention then keeps whatever the
-    /// snapshot does not cover.
+    /// state a transfer installed its log from, then the committed log past it (without a
+    /// usable snapshot, the whole log: the node layer stopped every group whose log retention
+    /// shortened past what only the snapshot held, see `SavedProducers`). Retention then keeps
+    /// whatever the snapshot does not cover.
     pub(super) async fn recover_offsets(&mut self) {
         let shard_dir = shard_dir(&self.config.data_dir, self.index);
         let storage = self.storage.clone();
