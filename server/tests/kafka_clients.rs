@@ -697,7 +697,7 @@ fn confluent_kafka_producer_with_acks_all_survives_kill_9_of_the_partition_leade
         cluster.nodes.iter().map(|node| node.pid().expect("running").to_string()).collect();
     let script = r#"
 import json, os, signal, sys, time
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 bootstrap, pids = sys.argv[1], [int(p) for p in sys.argv[2].split(",")]
 admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -709,6 +709,11 @@ while True:
         admin.create_topics([topic])["orders"].result(timeout=10)
         break
     except Exception as error:  # the cluster may still be electing its metadata primary
+        # An earlier attempt whose answer was an error (a timeout, a primary changing) may
+        # have created the topic all the same, as with Kafka: a retry then finds it.
+        reason = error.args[0] if error.args else None
+        if isinstance(reason, KafkaError) and reason.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+            break
         if time.time() > deadline:
             raise
         time.sleep(0.2)
