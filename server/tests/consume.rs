@@ -15,7 +15,7 @@ use shoal_proto::protocol::consumer::{
     Poll, StoreOffset, decode_stored_offset,
 };
 use shoal_proto::protocol::{
-    CreateTopic, ErrorCode, Fetch, FetchFrom, Operation, decode_describe, encode_topic_name,
+    ErrorCode, Fetch, FetchFrom, Operation, decode_describe, encode_topic_name,
 };
 
 /// Longer than any test should need, shorter than the harness's 30 s read timeout: a parked
@@ -161,16 +161,7 @@ fn a_damaged_state_snapshot_stops_its_partition_once_retention_removed_what_it_c
     let mut server = start(dir.path(), 1);
     let mut client = Raw::connect(server.native(), 1);
     client.create_stream("s").ok();
-    let create = CreateTopic {
-        stream: "s".into(),
-        topic: "t".into(),
-        partitions: 2,
-        durability: Some(Durability::Persisted),
-        retention_bytes: Some(1 << 20),
-        segment_size_bytes: Some(1 << 20),
-        ..CreateTopic::default()
-    };
-    client.call(Operation::CreateTopic, &create.encode()).ok();
+    client.create_retained_topic("s", "t", 2, Durability::Persisted).ok();
     let alice = ConsumerId::consumer("alice");
     for index in [0, 1] {
         client.call(Operation::StoreOffset, &store(alice.clone(), Membership::default(), index, 7));

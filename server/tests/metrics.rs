@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::{OutputWithin, Raw, ShoalProcess, start, start_command, terminate};
 use shoal_proto::Durability;
-use shoal_proto::protocol::{CreateTopic, ErrorCode, FetchFrom, Operation};
+use shoal_proto::protocol::{ErrorCode, FetchFrom, Operation};
 
 /// How long any single HTTP exchange may take.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -132,16 +132,7 @@ fn retention_deletes_old_segments_in_the_background_and_the_page_shows_it() {
     let mut server = start(dir.path(), 1);
     let mut client = Raw::connect(server.native(), 1);
     client.create_stream("s").ok();
-    let create = CreateTopic {
-        stream: "s".into(),
-        topic: "t".into(),
-        partitions: 1,
-        durability: Some(Durability::Replicated),
-        segment_size_bytes: Some(1 << 20),
-        retention_bytes: Some(1 << 20),
-        ..CreateTopic::default()
-    };
-    client.call(Operation::CreateTopic, &create.encode()).ok();
+    client.create_retained_topic("s", "t", 1, Durability::Replicated).ok();
     // 4 MiB in 50 KiB messages: four 1 MiB segments and more, several checkpoints.
     let value = vec![7u8; 50 << 10];
     for _ in 0..84 {

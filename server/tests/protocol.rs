@@ -303,16 +303,7 @@ fn retention_deletes_the_oldest_segments_beyond_the_size_bound() {
     let mut server = start(dir.path(), 1);
     let mut client = Raw::connect(server.native(), 1);
     client.create_stream("s").ok();
-    let create = protocol::CreateTopic {
-        stream: "s".into(),
-        topic: "t".into(),
-        partitions: 1,
-        durability: Some(Durability::Persisted),
-        retention_bytes: Some(1 << 20),
-        segment_size_bytes: Some(1 << 20),
-        ..protocol::CreateTopic::default()
-    };
-    client.call(Operation::CreateTopic, &create.encode()).ok();
+    client.create_retained_topic("s", "t", 1, Durability::Persisted).ok();
     let value = vec![b'r'; 50_000];
     let body = Raw::produce_body("s", "t", 0, &[&value]);
     for _ in 0..100 {

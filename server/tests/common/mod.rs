@@ -197,6 +197,27 @@ impl Raw {
         self.call(Operation::CreateTopic, &create.encode())
     }
 
+    /// A topic whose partitions roll 1 MiB segments (the smallest) and keep 1 MiB: retention
+    /// deletes a segment as soon as a second one is full.
+    pub fn create_retained_topic(
+        &mut self,
+        stream: &str,
+        topic: &str,
+        partitions: u32,
+        durability: Durability,
+    ) -> Answer {
+        let create = CreateTopic {
+            stream: stream.into(),
+            topic: topic.into(),
+            partitions,
+            durability: Some(durability),
+            retention_bytes: Some(1 << 20),
+            segment_size_bytes: Some(1 << 20),
+            ..CreateTopic::default()
+        };
+        self.call(Operation::CreateTopic, &create.encode())
+    }
+
     pub fn produce_body(stream: &str, topic: &str, partition: u32, values: &[&[u8]]) -> Vec<u8> {
         let produce = Produce {
             stream: stream.into(),
