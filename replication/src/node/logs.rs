@@ -112,7 +112,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     /// from its last snapshot on. Nothing happens when the engine holds no log for `group`,
     /// nor for a stopped group, whose log retention keeps whole (see [`Node::keep_stopped_log`]).
     pub fn set_retention_floor(&mut self, group: u64, offset: u64) {
-        if self.groups.get(&group).is_some_and(|g| g.failed.is_some()) {
+        if self.group_failure(group).is_some() {
             return;
         }
         if let Some(log) = self.store.group_mut(group) {

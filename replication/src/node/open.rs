@@ -32,7 +32,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         clock: C,
         seed: u64,
     ) -> EngineResult<(Self, RecoveryReport)> {
-        let none = async |_group: u64| Ok(SavedProducers::NotKept);
+        let none = async |_group: u64| SavedProducers::NotKept;
         Node::open_with_producer_snapshots(
             storage,
             dir,
@@ -47,8 +47,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     }
 
     /// [`Node::open`], with each group's producer table (DESIGN.md §4) rebuilt from what
-    /// `load_producers(group)` says the driver saved of it (see [`SavedProducers`]; an error
-    /// there fails the open, to be retried, as a read of the engine's own files does) plus the
+    /// `load_producers(group)` says the driver saved of it (see [`SavedProducers`]) plus the
     /// log past the snapshot's op. Without a usable snapshot the whole log is replayed; a group
     /// whose snapshot is unusable and whose log no longer begins where its history does is
     /// recorded as stopped. This is where a restarted group's producer table is rebuilt, so
@@ -65,7 +64,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         mut load_producers: L,
     ) -> EngineResult<(Self, RecoveryReport)>
     where
-        L: AsyncFnMut(u64) -> EngineResult<SavedProducers>,
+        L: AsyncFnMut(u64) -> SavedProducers,
     {
         let (store, report) = ShardStore::open(storage.clone(), dir, shard_config).await?;
         let mut node = Node::blank(config, store, storage, transport, clock, seed);
@@ -76,7 +75,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
             else {
                 continue;
             };
-            let snapshot = load_producers(group).await?;
+            let snapshot = load_producers(group).await;
             node.insert_recovered(group, headers, faulty_from, snapshot).await?;
         }
         Ok((node, report))

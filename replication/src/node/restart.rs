@@ -17,7 +17,7 @@ use shoal_proto::wire::Header;
 use super::config::{Clock, Transport};
 use super::state::Node;
 use super::status::NodeCounters;
-use crate::producers::{ProducerBatch, ProducerTable};
+use crate::producers::{ProducerBatch, ProducerTable, SnapshotError};
 use crate::replica::{RecoveredLog, Replica};
 
 /// What a driver saved of a restarting group's producer table (the answer of
@@ -136,7 +136,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         let saved = match saved {
             SavedProducers::NotKept => Ok(None),
             SavedProducers::Saved(bytes) => match ProducerTable::decode(&bytes, limits) {
-                Ok(table) => Ok(Some((table.op(), bytes))),
+                Ok(table) => Ok(Some(table)),
                 Err(error) => {
                     self.counters.producer_snapshots_rejected += 1;
                     Err(format!("it does not decode: {error}"))
@@ -177,10 +177,10 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         let first_committed = if log.first_op() > 1 { log.first_op() } else { 0 };
         let commit_min = transferred.as_ref().map_or(0, |&(op, _)| op).max(first_committed);
         let producer_snapshot = match (saved, transferred) {
-            (Some((saved_op, saved)), Some((op, _))) if saved_op >= op => Some(saved),
-            (saved, transferred) => {
-                transferred.map(|(_, producers)| producers).or(saved.map(|(_, bytes)| bytes))
-            }
+            (Some(saved), Some((op, _))) if saved.op() >= op => Some(Ok(saved)),
+            (saved, transferred) => transferred
+                .map(|(_, producers)| ProducerTable::decode(&producers, limits))
+                .or(saved.map(Ok)),
         };
         let recovered = RecoveredLog {
             view: slot.view,
@@ -209,7 +209,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
     }
 }
 
-/// A restarted group's producer table: the snapshot (when it decodes, and lies within the log
+/// A restarted group's producer table: the snapshot (when it decoded, and lies within the log
 /// or the group's committed ops will come back from peers),
 /// then every idempotent batch of the log past it up to the replica's commit point applied;
 /// and the idempotence fields of the ops above the commit point, for the replica's pipeline
@@ -217,7 +217,7 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
 async fn rebuild_producers<S: Storage>(
     log: &mut PartitionLog<S>,
     replica: &Replica,
-    snapshot: Option<Vec<u8>>,
+    snapshot: Option<Result<ProducerTable, SnapshotError>>,
     counters: &mut NodeCounters,
 ) -> EngineResult<(ProducerTable, Vec<(u64, ProducerBatch)>)> {
     let limits = replica.config().producer_limits();
@@ -229,7 +229,7 @@ async fn rebuild_producers<S: Storage>(
     // ops retention removed (seed 227 with retention). Where recovery is unclean, those ops
     // may be gone for good and their offsets reissued: not this log's state.
     let trust_past_head = !replica.config().unclean_recovery;
-    let mut table = match snapshot.map(|bytes| ProducerTable::decode(&bytes, limits)) {
+    let mut table = match snapshot {
         Some(Ok(table)) if table.op() <= head || trust_past_head => table,
         Some(_) => {
             counters.producer_snapshots_rejected += 1;

@@ -720,7 +720,7 @@ fn reopen_with(
     saved: &dyn Fn(u64) -> SavedProducers,
 ) -> Node<SimStorage, Sent, Zero> {
     let shard = ShardConfig { cluster: 1, ..ShardConfig::small() };
-    let load = async |group: u64| Ok(saved(group));
+    let load = async |group: u64| saved(group);
     let open = Node::open_with_producer_snapshots(
         sim.storage(),
         Path::new("/d"),

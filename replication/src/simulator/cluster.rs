@@ -310,12 +310,12 @@ impl Cluster {
         let floors = RefCell::new(BTreeMap::new());
         let load_producers = async |group: u64| {
             if admin_group == Some(group) {
-                return Ok(SavedProducers::NotKept);
+                return SavedProducers::NotKept;
             }
             let saved = state::load(&storage, &sim_group_dir(group)).await;
             let end_offset = saved.as_ref().ok().and_then(Option::as_ref).map(|s| s.end_offset);
             floors.borrow_mut().insert(group, end_offset.unwrap_or(0));
-            Ok(SavedProducers::from_load(saved, |saved| Ok(Some(saved.bytes))))
+            SavedProducers::from_load(saved, |saved| Ok(Some(saved.bytes)))
         };
         let open = Node::open_with_producer_snapshots(
             sim.storage(),

@@ -410,13 +410,13 @@ async fn open(
             // The metadata group's `state` file is the metadata snapshot, and its log holds no
             // idempotent batches.
             if group == METADATA_GROUP {
-                return Ok(SavedProducers::NotKept);
+                return SavedProducers::NotKept;
             }
             let loaded = state::load(&storage, &group_dir(&dir, group)).await;
-            Ok(SavedProducers::from_load(loaded, |saved| {
+            SavedProducers::from_load(loaded, |saved| {
                 let (_, producers) = PartitionOffsets::decode_snapshot(&saved.bytes)?;
                 Ok(producers.map(<[u8]>::to_vec))
-            }))
+            })
         }
     };
     let open = Node::open_with_producer_snapshots(
