@@ -555,11 +555,12 @@ impl Consume {
                         return Ok(());
                     }
                 }
-                if !idle {
-                    idle_since = None;
-                }
-                let idle_for = idle.then(|| idle_since.get_or_insert_with(std::time::Instant::now));
-                let idle_done = idle_for.is_some_and(|since| since.elapsed() >= session);
+                idle_since = if idle {
+                    idle_since.or_else(|| Some(std::time::Instant::now()))
+                } else {
+                    None
+                };
+                let idle_done = idle_since.is_some_and(|since| since.elapsed() >= session);
                 if !printed_any {
                     if !self.follow && (!idle || idle_done) {
                         return Ok(());
