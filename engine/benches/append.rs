@@ -705,6 +705,7 @@ struct IoPerAppend {
     segment_bytes: u64,
     segments_recycled: u64,
     write_chunks_taken: u64,
+    write_chunk_bytes_allocated: u64,
 }
 
 impl IoPerAppend {
@@ -717,6 +718,8 @@ impl IoPerAppend {
         self.segment_bytes += after.segment_bytes_written - before.segment_bytes_written;
         self.segments_recycled += after.segments_recycled - before.segments_recycled;
         self.write_chunks_taken += after.write_chunks_taken - before.write_chunks_taken;
+        self.write_chunk_bytes_allocated +=
+            after.write_chunk_bytes_allocated - before.write_chunk_bytes_allocated;
     }
 
     fn print(&self, name: &str) {
@@ -725,7 +728,7 @@ impl IoPerAppend {
         }
         let per = |value: u64| value as f64 / self.appends as f64;
         println!(
-            "{name} per append: journal syncs {:.3}, direct syncs {:.3}, segment syncs {:.4}, superblock writes {:.4}, journal bytes {:.0}, segment bytes {:.0}, write chunks taken {:.4}; segments recycled {}",
+            "{name} per append: journal syncs {:.3}, direct syncs {:.3}, segment syncs {:.4}, superblock writes {:.4}, journal bytes {:.0}, segment bytes {:.0}, write chunks taken {:.4}; segments recycled {}, new chunk memory {} MiB",
             per(self.journal_syncs),
             per(self.direct_syncs),
             per(self.segment_syncs),
@@ -733,7 +736,8 @@ impl IoPerAppend {
             per(self.journal_bytes),
             per(self.segment_bytes),
             per(self.write_chunks_taken),
-            self.segments_recycled
+            self.segments_recycled,
+            self.write_chunk_bytes_allocated >> 20
         );
     }
 }

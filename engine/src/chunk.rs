@@ -10,9 +10,10 @@
 //! are still changing. The pool reuses a chunk once no view of it is left.
 
 use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
-use std::collections::VecDeque;
+use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
 
@@ -34,23 +35,20 @@ pub fn written_extent_end(end_bytes: u64) -> u64 {
     if padded - end_bytes < HEADER_SIZE as u64 { padded + block } else { padded }
 }
 
-/// The memory of one chunk. Shared (behind `Arc`) by its owner and every view of its frozen
-/// prefix; written only by the owner, only past the prefix.
-struct ChunkMemory {
+/// Chunk memory no one uses: on a pool's free list, or on its way back to one. Freed when
+/// dropped.
+struct FreeMemory {
     ptr: NonNull<u8>,
     layout: Layout,
 }
 
-// SAFETY: the memory is a plain heap allocation. Views only read the frozen prefix, which is
-// never written again; the owner writes only past it, from one thread at a time (the owner is
-// not `Sync` and is moved, not shared, between threads).
-unsafe impl Send for ChunkMemory {}
-// SAFETY: as above: concurrent access is read-only on bytes no one writes any more.
-unsafe impl Sync for ChunkMemory {}
+// SAFETY: a plain heap allocation with no thread affinity; whoever holds a `FreeMemory` is its
+// only user.
+unsafe impl Send for FreeMemory {}
 
-impl Drop for ChunkMemory {
+impl Drop for FreeMemory {
     fn drop(&mut self) {
-        // SAFETY: allocated in `ChunkMemory::new` with this layout, freed exactly once.
+        // SAFETY: allocated in `FreeMemory::new` with this layout, freed exactly once.
         unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
     }
 }
@@ -63,7 +61,7 @@ impl Drop for ChunkMemory {
 /// measured in docs/benchmarks.md, "Write chunks in huge pages".
 const HUGE_PAGE_BYTES: usize = 2 << 20;
 
-impl ChunkMemory {
+impl FreeMemory {
     fn new(size_bytes: usize) -> Self {
         let size = size_bytes.next_multiple_of(BLOCK_SIZE_BYTES);
         let huge = size.is_multiple_of(HUGE_PAGE_BYTES);
@@ -87,6 +85,70 @@ impl ChunkMemory {
     }
 }
 
+/// Chunk memory on its way back to its pool, and whether the pool had been handed it back
+/// ([`ChunkPool::give_back`]) before its last view went.
+struct Returned {
+    memory: FreeMemory,
+    given_back: bool,
+}
+
+/// Where chunk memory goes when the last of its owner and views lets go: onto its pool's
+/// return list, which the pool drains when it needs memory. Views may be dropped on any
+/// thread, hence the lock (taken once per chunk, not per view). `None` once the pool is gone:
+/// memory coming back then is freed.
+struct Returns {
+    list: Mutex<Option<Vec<Returned>>>,
+}
+
+impl Returns {
+    fn lock(&self) -> MutexGuard<'_, Option<Vec<Returned>>> {
+        // A panic elsewhere while the lock was held leaves the list whole: pushes and swaps
+        // cannot stop halfway.
+        self.list.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The memory of one chunk. Shared (behind `Arc`) by its owner and every view of its frozen
+/// prefix; written only by the owner, only past the prefix. When the last of them drops, the
+/// memory goes back to its pool ([`Returns`]): the pool learns of each chunk it can reuse the
+/// moment it can, without checking the chunks views still hold.
+struct ChunkMemory {
+    memory: ManuallyDrop<FreeMemory>,
+    returns: Arc<Returns>,
+    given_back: AtomicBool,
+}
+
+// SAFETY: the memory is a plain heap allocation. Views only read the frozen prefix, which is
+// never written again; the owner writes only past it, from one thread at a time (the owner is
+// not `Sync` and is moved, not shared, between threads).
+unsafe impl Sync for ChunkMemory {}
+
+impl Drop for ChunkMemory {
+    fn drop(&mut self) {
+        // SAFETY: taken exactly once, here; `self.memory` is not used again.
+        let memory = unsafe { ManuallyDrop::take(&mut self.memory) };
+        let given_back = *self.given_back.get_mut();
+        let mut list = self.returns.lock();
+        match list.as_mut() {
+            Some(list) => list.push(Returned { memory, given_back }),
+            None => {
+                drop(list);
+                drop(memory);
+            }
+        }
+    }
+}
+
+impl ChunkMemory {
+    fn ptr(&self) -> *mut u8 {
+        self.memory.ptr.as_ptr()
+    }
+
+    fn capacity(&self) -> usize {
+        self.memory.capacity()
+    }
+}
+
 /// A read-only window onto a chunk's frozen prefix: the owner behind a [`Bytes`] view.
 struct FrozenView {
     memory: Arc<ChunkMemory>,
@@ -98,7 +160,7 @@ impl AsRef<[u8]> for FrozenView {
     fn as_ref(&self) -> &[u8] {
         // SAFETY: `start + len <= filled <= capacity` was checked when the view was made, and
         // the frozen prefix is never written again while any view exists.
-        unsafe { std::slice::from_raw_parts(self.memory.ptr.as_ptr().add(self.start), self.len) }
+        unsafe { std::slice::from_raw_parts(self.memory.ptr().add(self.start), self.len) }
     }
 }
 
@@ -165,11 +227,7 @@ impl Chunk {
             // SAFETY: `[at, at + part.len())` lies in the spare suffix (checked above), which no
             // view covers and only this owner (`&mut self`) writes.
             unsafe {
-                std::ptr::copy_nonoverlapping(
-                    part.as_ptr(),
-                    self.memory.ptr.as_ptr().add(at),
-                    part.len(),
-                );
+                std::ptr::copy_nonoverlapping(part.as_ptr(), self.memory.ptr().add(at), part.len());
             }
             at += part.len();
         }
@@ -252,27 +310,43 @@ impl Chunk {
 /// a whole large chunk (capped by the configured chunk size, if that is smaller).
 pub const CHUNK_SIZE_MIN_BYTES: usize = 64 << 10;
 
-/// Retired chunks a take checks before it allocates: views are mostly dropped in the order
-/// their chunks retired (rings and the batch cache evict oldest first), so the oldest are
-/// checked first and one still held goes to the back; a pool at its bound checks them all.
-const RETIRED_CHECKS_PER_TAKE: usize = 8;
-
 /// A shard's pool of chunk memory, in size classes from [`CHUNK_SIZE_MIN_BYTES`] doubling up to
 /// the configured chunk size, bounded in bytes: chunks are allocated once and reused once no
 /// view of them is left, so first-touch costs are paid once, not per append. A chunk handed
 /// back while views remain (the ring's) still counts against the bound until they go; the shard
 /// asks idle rings to let go when the pool runs dry ([`ChunkPool::has_pinned`]).
+///
+/// Memory comes back by itself when its last holder drops ([`Returns`]), so a take finds every
+/// chunk no view holds, at no cost per chunk still held. A pool that checked its handed-back
+/// chunks for views instead, a few per take, missed free ones behind held ones and kept
+/// allocating until its bound: a first touch of 2 MiB stalled an append some 5 ms, every few
+/// hundred appends (docs/benchmarks.md, "Chunk memory comes back when its last view goes").
 pub struct ChunkPool {
     /// Every class's size, ascending; the last is the configured chunk size.
     class_sizes_bytes: Vec<usize>,
     /// Free memory per class.
-    free: Vec<Vec<Arc<ChunkMemory>>>,
-    /// Memory handed back, oldest first, until no view holds it.
-    retired: VecDeque<Arc<ChunkMemory>>,
+    free: Vec<Vec<FreeMemory>>,
+    /// Where memory comes back to, and the list it is drained into (kept, so that draining
+    /// allocates nothing).
+    returns: Arc<Returns>,
+    draining: Vec<Returned>,
+    /// Chunks handed back whose memory has not come back: views still hold them.
+    given_back_held: usize,
     allocated: usize,
     allocated_bytes: usize,
+    /// Bytes of new memory allocated since the pool was made (memory freed to make room for
+    /// another class and allocated again counts again).
+    allocated_bytes_total: u64,
     bytes_max: usize,
     taken: u64,
+}
+
+impl Drop for ChunkPool {
+    fn drop(&mut self) {
+        // Memory still held by views is freed when they go; what came back is freed now.
+        let returned = self.returns.lock().take();
+        drop(returned);
+    }
 }
 
 impl ChunkPool {
@@ -289,11 +363,14 @@ impl ChunkPool {
         }
         class_sizes_bytes.push(largest);
         Self {
-            free: vec![Vec::new(); class_sizes_bytes.len()],
+            free: (0..class_sizes_bytes.len()).map(|_| Vec::new()).collect(),
             class_sizes_bytes,
-            retired: VecDeque::new(),
+            returns: Arc::new(Returns { list: Mutex::new(Some(Vec::new())) }),
+            draining: Vec::new(),
+            given_back_held: 0,
             allocated: 0,
             allocated_bytes: 0,
+            allocated_bytes_total: 0,
             bytes_max: largest.saturating_mul(allocated_max),
             taken: 0,
         }
@@ -323,6 +400,13 @@ impl ChunkPool {
         self.allocated_bytes
     }
 
+    /// Bytes of new memory allocated so far, whether or not still held: flat once the pool
+    /// reached its working set.
+    #[must_use]
+    pub fn allocated_bytes_total(&self) -> u64 {
+        self.allocated_bytes_total
+    }
+
     /// Chunks handed out so far.
     #[must_use]
     pub fn taken(&self) -> u64 {
@@ -331,9 +415,9 @@ impl ChunkPool {
 
     /// Whether some memory handed back is still held by views (a ring's), so that dropping
     /// those views would let the pool reuse it.
-    #[must_use]
-    pub fn has_pinned(&self) -> bool {
-        self.retired.iter().any(|memory| Arc::strong_count(memory) > 1)
+    pub fn has_pinned(&mut self) -> bool {
+        self.drain_returns();
+        self.given_back_held > 0
     }
 
     /// A chunk of `wanted_bytes` (the smallest class that holds it, or a huge page's
@@ -356,17 +440,18 @@ impl ChunkPool {
         assert!(needed_bytes <= wanted_bytes, "a chunk that holds less than it needs");
         let class = self.class_sizes_bytes.iter().position(|&size| size >= wanted_bytes)?;
         let class = self.huge_class_for(class);
-        let memory = self
-            .reusable(class)
+        self.drain_returns();
+        let memory = self.free[class]
+            .pop()
             .or_else(|| self.allocate_within_bound(class))
             .or_else(|| self.free_smaller(class, needed_bytes))
-            .or_else(|| self.allocate(class))
-            .or_else(|| {
-                // At the bound: any retired memory no view holds, wherever it is in the list.
-                self.collect_retired();
-                self.free[class].pop().or_else(|| self.allocate(class))
-            })?;
+            .or_else(|| self.allocate(class))?;
         self.taken += 1;
+        let memory = Arc::new(ChunkMemory {
+            memory: ManuallyDrop::new(memory),
+            returns: Arc::clone(&self.returns),
+            given_back: AtomicBool::new(false),
+        });
         let mut chunk = Chunk {
             memory,
             id: self.taken,
@@ -404,46 +489,30 @@ impl ChunkPool {
 
     /// Hands a chunk back; its memory is reused once every view of it is dropped.
     pub fn give_back(&mut self, chunk: Chunk) {
-        self.retired.push_back(chunk.memory);
+        self.given_back_held += 1;
+        chunk.memory.given_back.store(true, Ordering::Relaxed);
     }
 
-    /// Free memory of `class`, after checking the oldest few retired chunks
-    /// ([`RETIRED_CHECKS_PER_TAKE`]): each no view holds any more goes to its class's free list,
-    /// each still held to the back of the list. Bounded work per take, however long the list.
-    fn reusable(&mut self, class: usize) -> Option<Arc<ChunkMemory>> {
-        if let Some(memory) = self.free[class].pop() {
-            return Some(memory);
+    /// Moves the memory that came back since the last call to its class's free list.
+    fn drain_returns(&mut self) {
+        if let Some(list) = self.returns.lock().as_mut() {
+            std::mem::swap(list, &mut self.draining);
         }
-        for _ in 0..RETIRED_CHECKS_PER_TAKE.min(self.retired.len()) {
-            let memory = self.retired.pop_front().expect("checked against the length");
-            if Arc::strong_count(&memory) == 1 {
-                let of = self.class_of(memory.capacity());
-                self.free[of].push(memory);
-                if of == class {
-                    break;
-                }
-            } else {
-                self.retired.push_back(memory);
+        for Returned { memory, given_back } in self.draining.drain(..) {
+            if given_back {
+                self.given_back_held -= 1;
             }
-        }
-        self.free[class].pop()
-    }
-
-    /// Moves every retired chunk no view holds any more to its class's free list.
-    fn collect_retired(&mut self) {
-        let retired = std::mem::take(&mut self.retired);
-        for memory in retired {
-            if Arc::strong_count(&memory) == 1 {
-                let of = self.class_of(memory.capacity());
-                self.free[of].push(memory);
-            } else {
-                self.retired.push_back(memory);
-            }
+            let class = self
+                .class_sizes_bytes
+                .iter()
+                .position(|&size| size == memory.capacity())
+                .expect("pool memory comes in its classes");
+            self.free[class].push(memory);
         }
     }
 
     /// New memory of `class`, if the bound has room for it as it is.
-    fn allocate_within_bound(&mut self, class: usize) -> Option<Arc<ChunkMemory>> {
+    fn allocate_within_bound(&mut self, class: usize) -> Option<FreeMemory> {
         let fits = self.allocated_bytes + self.class_sizes_bytes[class] <= self.bytes_max;
         if fits { self.allocate(class) } else { None }
     }
@@ -455,7 +524,7 @@ impl ChunkPool {
     /// lists often lack the class wanted; trading classes there touched 200–400 MiB/s of new
     /// memory in the 64-partition benchmark (docs/benchmarks.md, "Chunk memory at the pool's
     /// bound").
-    fn free_smaller(&mut self, class: usize, needed_bytes: usize) -> Option<Arc<ChunkMemory>> {
+    fn free_smaller(&mut self, class: usize, needed_bytes: usize) -> Option<FreeMemory> {
         (0..class)
             .rev()
             .take_while(|&smaller| self.class_sizes_bytes[smaller] >= needed_bytes)
@@ -464,7 +533,7 @@ impl ChunkPool {
 
     /// New memory of `class` within the bound, freeing memory of other classes no one uses
     /// when that makes room.
-    fn allocate(&mut self, class: usize) -> Option<Arc<ChunkMemory>> {
+    fn allocate(&mut self, class: usize) -> Option<FreeMemory> {
         let size = self.class_sizes_bytes[class];
         let mut other = 0;
         while self.allocated_bytes + size > self.bytes_max {
@@ -477,14 +546,8 @@ impl ChunkPool {
         }
         self.allocated += 1;
         self.allocated_bytes += size;
-        Some(Arc::new(ChunkMemory::new(size)))
-    }
-
-    fn class_of(&self, capacity_bytes: usize) -> usize {
-        self.class_sizes_bytes
-            .iter()
-            .position(|&size| size == capacity_bytes)
-            .expect("pool memory comes in its classes")
+        self.allocated_bytes_total += size as u64;
+        Some(FreeMemory::new(size))
     }
 }
 
@@ -537,28 +600,52 @@ mod tests {
         assert_eq!(pool.allocated(), 1);
     }
 
-    /// A take checks only the oldest few retired chunks (a held one goes to the back), so its
-    /// cost does not grow with the pool; at the bound it finds free memory anywhere.
+    /// Memory comes back when its last view goes, whichever chunk that is and in whatever
+    /// order: a take below the bound finds it without checking the chunks still held, so the
+    /// pool stays at the memory its holders need instead of growing to its bound.
     #[test]
-    fn a_take_checks_the_oldest_retired_chunks_and_at_the_bound_all_of_them() {
-        let count = 3 * RETIRED_CHECKS_PER_TAKE;
-        let mut pool = ChunkPool::new(4096, count);
+    fn memory_comes_back_when_its_last_view_goes_in_any_order() {
+        let count = 32;
+        let mut pool = ChunkPool::new(4096, 4 * count);
         let mut views = Vec::new();
         for _ in 0..count {
             let mut chunk = pool.take(4096, 4096, 0, 0, &[]).unwrap();
             views.push(chunk.append(&[b"abc"]));
             pool.give_back(chunk);
         }
-        // Everything is held except the newest chunk, at the back of the list.
+        // Only the newest chunk is let go: the next take finds it, behind 31 held ones.
         views.pop();
-        assert!(pool.reusable(0).is_none(), "only the oldest few are checked");
-        assert_eq!(pool.retired.len(), count, "held ones go to the back");
-        assert!(pool.take(4096, 4096, 0, 0, &[]).is_some(), "at the bound, the free one is found");
+        let chunk = pool.take(4096, 4096, 0, 0, &[]).unwrap();
         assert_eq!(pool.allocated(), count);
-        // Views dropped oldest first: the next take reuses the oldest chunk.
-        views.remove(0);
-        assert!(pool.take(4096, 4096, 0, 0, &[]).is_some());
-        assert_eq!(pool.allocated(), count);
+        pool.give_back(chunk);
+        // Views dropped from a thread that is not the pool's come back too.
+        let middle = views.remove(count / 2);
+        std::thread::spawn(move || drop(middle)).join().unwrap();
+        for _ in 0..2 {
+            let chunk = pool.take(4096, 4096, 0, 0, &[]).unwrap();
+            drop(chunk);
+        }
+        assert_eq!(pool.allocated(), count, "reused, never allocated past the held ones");
+        assert!(pool.has_pinned(), "30 chunks handed back are still held");
+        views.clear();
+        assert!(!pool.has_pinned());
+    }
+
+    /// A chunk whose owner drops it without handing it back (a log dropped whole) comes back
+    /// as well, and views that outlive their pool free their memory when they go.
+    #[test]
+    fn dropped_chunks_come_back_and_views_may_outlive_the_pool() {
+        let mut pool = ChunkPool::new(4096, 1);
+        let chunk = pool.take(4096, 4096, 0, 0, &[]).unwrap();
+        drop(chunk);
+        assert!(!pool.has_pinned(), "it was never handed back");
+        let mut chunk = pool.take(4096, 4096, 0, 0, &[]).expect("the dropped chunk's memory");
+        assert_eq!(pool.allocated(), 1);
+        let view = chunk.append(&[b"kept"]);
+        pool.give_back(chunk);
+        drop(pool);
+        assert_eq!(&view[..], b"kept");
+        drop(view);
     }
 
     #[test]

@@ -226,6 +226,9 @@ pub struct ShardCounters {
     /// Write-buffer chunks groups took from the pool. A busy group takes one per chunk it
     /// fills; one per append means groups hand their chunks back between appends.
     pub write_chunks_taken: u64,
+    /// Bytes of new write-buffer memory the pool allocated (first touched, which is slow).
+    /// It grows while the pool reaches the memory its rings and batch cache hold, then stays.
+    pub write_chunk_bytes_allocated: u64,
 }
 
 /// What opening the shard found.
@@ -585,6 +588,7 @@ impl<S: Storage> ShardStore<S> {
         ShardCounters {
             superblock_writes: self.superblock.writes(),
             write_chunks_taken: self.shared.pool.borrow().taken(),
+            write_chunk_bytes_allocated: self.shared.pool.borrow().allocated_bytes_total(),
             ..self.counters
         }
     }
@@ -920,13 +924,13 @@ impl<S: Storage> ShardStore<S> {
                 given_back |= log.give_back_idle_chunk();
             }
         }
-        if !self.shared.pool.borrow().has_pinned() {
+        if !self.shared.pool.borrow_mut().has_pinned() {
             return given_back;
         }
         // The batch cache's write views are the cheapest to give up: they are on disk, and
         // only consumers far behind want them.
         self.shared.cache.borrow_mut().release_written();
-        if !self.shared.pool.borrow().has_pinned() {
+        if !self.shared.pool.borrow_mut().has_pinned() {
             return true;
         }
         for (id, log) in &mut self.groups {
@@ -934,7 +938,7 @@ impl<S: Storage> ShardStore<S> {
                 log.release_written_ring();
             }
         }
-        if self.shared.pool.borrow().has_pinned() {
+        if self.shared.pool.borrow_mut().has_pinned() {
             for log in self.groups.values_mut() {
                 log.release_written_ring();
             }

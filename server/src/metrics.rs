@@ -685,7 +685,7 @@ fn render_build_and_scrape(page: &mut Page, shards: &[Option<ShardSnapshot>]) {
 /// One series per answering shard for each of the shard's own figures (a flat table).
 fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
     type Figure = fn(&ShardSnapshot) -> u64;
-    let per_shard: [(&str, Kind, &str, Figure); 64] = [
+    let per_shard: [(&str, Kind, &str, Figure); 65] = [
         (
             "shoal_connections_open",
             Kind::Gauge,
@@ -1026,6 +1026,14 @@ fn render_per_shard(page: &mut Page, answered: &[&ShardSnapshot]) {
             "Write-buffer chunks partitions took from the shard's pool: one per chunk a busy \
              partition fills, and one per batch of a partition that goes idle between batches.",
             |s| s.engine.write_chunks_taken,
+        ),
+        (
+            "shoal_write_chunk_bytes_allocated_total",
+            Kind::Counter,
+            "Bytes of new write-buffer memory the shard's pool allocated. It grows while the \
+             pool reaches the memory the rings and the batch cache hold, then stays: chunks are \
+             reused. Steady growth means the pool keeps trading memory between chunk sizes.",
+            |s| s.engine.write_chunk_bytes_allocated,
         ),
         (
             "shoal_ring_take_back_scans_total",

@@ -290,8 +290,9 @@ pub struct PartitionLog<S: Storage> {
 impl<S: Storage> Drop for PartitionLog<S> {
     fn drop(&mut self) {
         // A log replaced while the shard runs (a damage cut, a state transfer) hands its write
-        // chunks back, or the pool would count them as allocated for good and, one replacement
-        // at a time, run out. The ring gives its budget back on its own.
+        // chunks back: their memory would come back to the pool anyway once unviewed, but
+        // handed back, views still holding it count as pinned (`ChunkPool::has_pinned`), which
+        // a dry pool asks the rings to let go. The ring gives its budget back on its own.
         let mut pool = self.shared.pool.borrow_mut();
         for chunk in self.chunks.drain(..) {
             pool.give_back(chunk);
