@@ -228,6 +228,10 @@ struct RunArgs {
     /// replicated or persisted, for the topics created (default replicated)
     #[arg(long, value_name = "D")]
     durability: Option<Durability>,
+    /// Size-based retention per partition of the topics created, in bytes (default: the
+    /// server's); a run that writes more than the disk holds needs it
+    #[arg(long, value_name = "B")]
+    retention_bytes: Option<u64>,
     /// Batches in flight per producer (default 8)
     #[arg(long, value_name = "N", value_parser = at_least_one)]
     in_flight: Option<usize>,
@@ -275,6 +279,7 @@ impl RunArgs {
         options.messages = self.messages.unwrap_or(options.messages);
         options.rate = self.rate;
         options.durability = self.durability.unwrap_or(options.durability);
+        options.retention_bytes = self.retention_bytes;
         options.in_flight_max = self.in_flight.unwrap_or(options.in_flight_max);
         options.warmup = self.warmup.unwrap_or(options.warmup);
         options.cpus = self.cpus.unwrap_or(options.cpus);
