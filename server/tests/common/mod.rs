@@ -187,13 +187,7 @@ impl Raw {
         partitions: u32,
         durability: Durability,
     ) -> Answer {
-        let create = CreateTopic {
-            stream: stream.into(),
-            topic: topic.into(),
-            partitions,
-            durability: Some(durability),
-            ..CreateTopic::default()
-        };
+        let create = topic_args(stream, topic, partitions, durability);
         self.call(Operation::CreateTopic, &create.encode())
     }
 
@@ -207,13 +201,9 @@ impl Raw {
         durability: Durability,
     ) -> Answer {
         let create = CreateTopic {
-            stream: stream.into(),
-            topic: topic.into(),
-            partitions,
-            durability: Some(durability),
             retention_bytes: Some(1 << 20),
             segment_size_bytes: Some(1 << 20),
-            ..CreateTopic::default()
+            ..topic_args(stream, topic, partitions, durability)
         };
         self.call(Operation::CreateTopic, &create.encode())
     }
@@ -299,4 +289,15 @@ pub fn decode_fetch(body: &[u8]) -> (FetchReply, Vec<(u64, Vec<u8>)>) {
     }
     assert!(rest.is_empty(), "bytes after the last batch");
     (reply, records)
+}
+
+/// `CreateTopic` arguments with the server's defaults for everything but these.
+fn topic_args(stream: &str, topic: &str, partitions: u32, durability: Durability) -> CreateTopic {
+    CreateTopic {
+        stream: stream.into(),
+        topic: topic.into(),
+        partitions,
+        durability: Some(durability),
+        ..CreateTopic::default()
+    }
 }
