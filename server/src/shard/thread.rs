@@ -296,8 +296,8 @@ fn message_size_bytes_max(spec: &ShardSpec) -> usize {
     spec.config.shard[spec.index as usize].storage.record_size_bytes_max + (64 << 10)
 }
 
-/// The ready-space budget `[shard] ready_budget_bytes = 0` stands for: a 64th of the data
-/// directory's file system shared by the node's shards, between 64 MiB and 4 GiB per shard (a
+/// The ready-space budget `[shard] ready_budget_bytes = 0` stands for: a 64th of the file
+/// system holding `dir` (the data directory) shared by the node's shards, between 64 MiB and 4 GiB per shard (a
 /// 3.75 TB NVMe with 14 shards: 4 GiB each), so idle partitions never hold disk and the writing
 /// ones together hold under 2% of it. 1 GiB when the file system cannot be asked.
 fn auto_ready_budget_bytes(dir: &Path, shards: u32) -> u64 {
@@ -310,6 +310,9 @@ fn auto_ready_budget_bytes(dir: &Path, shards: u32) -> u64 {
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `path` is a valid C string and `stat` a writable `statvfs` the call fills in.
     if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        let error = std::io::Error::last_os_error();
+        tracing::warn!(dir = %dir.display(), %error, "cannot size the ready-space budget for \
+            the data directory's file system: 1 GiB per shard (set [shard] ready_budget_bytes)");
         return 1 << 30;
     }
     let disk_bytes = stat.f_blocks.saturating_mul(stat.f_frsize);
@@ -336,6 +339,26 @@ fn auto_batch_cache_bytes(shards: u32) -> usize {
     (memory_bytes / 8 / u64::from(shards.max(1))).clamp(MIN, MAX) as usize
 }
 
+/// Shard `index`'s engine configuration, with the sizes `0` stands for worked out on this
+/// machine. The budget is sized from the data directory's file system: the directory exists
+/// (`main` locked it) before any shard opens, while a new shard's own directory does not yet,
+/// and asking about that one fell back to 1 GiB, too little to recycle a 1 GiB segment.
+fn storage_config(config: &Config, index: u32) -> ShardConfig {
+    let cluster = &config.cluster;
+    let mut shard_config = ShardConfig {
+        cluster: cluster.id,
+        node: u64::from(cluster.node),
+        ..config.shard[index as usize].storage.clone()
+    };
+    if shard_config.ready_budget_bytes == 0 {
+        shard_config.ready_budget_bytes = auto_ready_budget_bytes(&config.data_dir, config.shards);
+    }
+    if shard_config.batch_cache_bytes == 0 {
+        shard_config.batch_cache_bytes = auto_batch_cache_bytes(config.shards);
+    }
+    shard_config
+}
+
 /// Opens (recovering) the shard's node in `dir` and the loop's state around it, and says how
 /// many groups recovery found; tells `main` why when it cannot.
 async fn open(
@@ -346,17 +369,7 @@ async fn open(
 ) -> Result<(ShardState, usize), String> {
     let index = spec.index;
     let cluster = &spec.config.cluster;
-    let mut shard_config = ShardConfig {
-        cluster: cluster.id,
-        node: u64::from(cluster.node),
-        ..spec.config.shard[index as usize].storage.clone()
-    };
-    if shard_config.ready_budget_bytes == 0 {
-        shard_config.ready_budget_bytes = auto_ready_budget_bytes(dir, spec.config.shards);
-    }
-    if shard_config.batch_cache_bytes == 0 {
-        shard_config.batch_cache_bytes = auto_batch_cache_bytes(spec.config.shards);
-    }
+    let shard_config = storage_config(&spec.config, index);
     // Every node index the cluster may ever have is a member slot; the groups created without
     // members of their own (the metadata group, partitions placed before replication factors)
     // have the founding nodes as voters.
@@ -590,5 +603,41 @@ impl ShardState {
             self.node.group_failure(group).is_some()
                 || self.node.replica(group).is_some_and(|r| r.status() == Status::Normal)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new data directory has no shard directories when its shards open: the budget comes
+    /// from the file system holding the data directory, not the 1 GiB fallback for a path that
+    /// cannot be asked.
+    #[test]
+    fn a_new_data_directory_sizes_the_ready_budget_for_its_disk() {
+        let data_dir = tempfile::tempdir().expect("temporary directory");
+        let mut config = Config::defaults(2, false);
+        config.data_dir = data_dir.path().to_path_buf();
+        assert!(!shard_dir(&config.data_dir, 0).exists());
+        let expected = auto_ready_budget_bytes(data_dir.path(), 2);
+        let disk_bytes = {
+            let path = std::ffi::CString::new(data_dir.path().as_os_str().as_encoded_bytes())
+                .expect("a path without NUL");
+            // SAFETY: as in `auto_ready_budget_bytes`.
+            let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+            // SAFETY: as in `auto_ready_budget_bytes`.
+            assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut stat) }, 0);
+            stat.f_blocks * stat.f_frsize
+        };
+        let share = (disk_bytes / 64 / 2).clamp(64 << 20, 4 << 30);
+        assert_eq!(expected, share - share % BLOCK_SIZE_BYTES as u64);
+        for index in 0..2 {
+            let resolved = storage_config(&config, index);
+            assert_eq!(resolved.ready_budget_bytes, expected, "shard {index}");
+            assert_ne!(resolved.batch_cache_bytes, 0, "shard {index}");
+        }
+        // An explicit budget stays as configured.
+        config.shard[1].storage.ready_budget_bytes = 8 << 20;
+        assert_eq!(storage_config(&config, 1).ready_budget_bytes, 8 << 20);
     }
 }
