@@ -421,9 +421,8 @@ impl ChunkPool {
     }
 
     /// A chunk of `wanted_bytes` (the smallest class that holds it, or a huge page's
-    /// [`ChunkPool::huge_class_for`]; `None` past the largest),
-    /// or at least `needed_bytes` when the pool is at its bound and holds free memory of a
-    /// smaller class that fits them, for `segment_base_offset` starting at block-aligned
+    /// [`ChunkPool::huge_class_for`]; `None` past the largest), or free memory of the next class
+    /// up, or of a smaller class that holds `needed_bytes`, before any new memory, for `segment_base_offset` starting at block-aligned
     /// `file_base_bytes`, with `prefix` (the partial block before the append point, already on
     /// file) copied to its start. `None` when the pool is at its bound and has no such memory
     /// free: the caller applies backpressure.
@@ -443,8 +442,9 @@ impl ChunkPool {
         self.drain_returns();
         let memory = self.free[class]
             .pop()
-            .or_else(|| self.allocate_within_bound(class))
+            .or_else(|| self.free_larger(class))
             .or_else(|| self.free_smaller(class, needed_bytes))
+            .or_else(|| self.allocate_within_bound(class))
             .or_else(|| self.allocate(class))?;
         self.taken += 1;
         let memory = Arc::new(ChunkMemory {
@@ -511,16 +511,24 @@ impl ChunkPool {
         }
     }
 
+    /// Free memory of the class above `class` (at most twice the size wanted), before any new
+    /// memory is touched for `class`. A busy group's wanted class follows its pace between two
+    /// neighbours, so one class's memory sits free while the other's list is empty: growing the
+    /// pool for it then touched new memory, a 5 ms stall per 2 MiB, a few times a second while
+    /// 600 MiB of the next class lay free (docs/benchmarks.md, "Free chunks of the next class").
+    fn free_larger(&mut self, class: usize) -> Option<FreeMemory> {
+        self.free.get_mut(class + 1)?.pop()
+    }
+
     /// New memory of `class`, if the bound has room for it as it is.
     fn allocate_within_bound(&mut self, class: usize) -> Option<FreeMemory> {
         let fits = self.allocated_bytes + self.class_sizes_bytes[class] <= self.bytes_max;
         if fits { self.allocate(class) } else { None }
     }
 
-    /// At the bound, free memory of the largest class below `class` that still holds
-    /// `needed_bytes`: the caller gets a smaller chunk than it wanted (it takes the next one
-    /// sooner) instead of the pool freeing memory of another class and touching new memory for
-    /// this one. Groups want chunks of sizes that follow their pace, so at the bound the free
+    /// Free memory of the largest class below `class` that still holds `needed_bytes`: the
+    /// caller gets a smaller chunk than it wanted (it takes the next one sooner) instead of the
+    /// pool touching new memory for this one, or, at the bound, freeing another class's. Groups want chunks of sizes that follow their pace, so at the bound the free
     /// lists often lack the class wanted; trading classes there touched 200–400 MiB/s of new
     /// memory in the 64-partition benchmark (docs/benchmarks.md, "Chunk memory at the pool's
     /// bound").
@@ -629,6 +637,41 @@ mod tests {
         assert!(pool.has_pinned(), "30 chunks handed back are still held");
         views.clear();
         assert!(!pool.has_pinned());
+    }
+
+    /// A take whose class has no free memory takes the next class's, or a smaller one's that
+    /// holds what it needs, before allocating; never a class further up, which would let a
+    /// trickle pin far more than it wants.
+    #[test]
+    fn a_take_uses_the_next_class_up_before_allocating() {
+        let mut pool = ChunkPool::new(4 * CHUNK_SIZE_MIN_BYTES, 8);
+        let (small, middle, large) =
+            (CHUNK_SIZE_MIN_BYTES, 2 * CHUNK_SIZE_MIN_BYTES, 4 * CHUNK_SIZE_MIN_BYTES);
+        let taken = [
+            pool.take(large, large, 0, 0, &[]).unwrap(),
+            pool.take(middle, middle, 0, 0, &[]).unwrap(),
+        ];
+        drop(taken);
+        assert_eq!(pool.allocated(), 2);
+        let chunk = pool.take(middle, middle, 0, 0, &[]).unwrap();
+        assert_eq!(chunk.size_bytes(), middle, "its own class first");
+        let next = pool.take(middle, middle, 0, 0, &[]).unwrap();
+        assert_eq!(next.size_bytes(), large, "the next class up, not new memory");
+        assert_eq!(pool.allocated(), 2);
+        drop((chunk, next));
+        let trickle = pool.take(small, small, 0, 0, &[]).unwrap();
+        assert_eq!(trickle.size_bytes(), middle);
+        let another = pool.take(small, small, 0, 0, &[]).unwrap();
+        assert_eq!(another.size_bytes(), small, "two classes up is new memory of its own class");
+        assert_eq!(pool.allocated(), 3);
+        drop((trickle, another));
+        // Free memory of a smaller class that holds what the append needs comes before new
+        // memory too, bound or not.
+        let wanted = pool.take(large, middle, 0, 0, &[]).unwrap();
+        let smaller = pool.take(large, middle, 0, 0, &[]).unwrap();
+        assert_eq!((wanted.size_bytes(), smaller.size_bytes()), (large, middle));
+        assert_eq!(pool.allocated(), 3);
+        assert_eq!(pool.allocated_bytes_total(), (small + middle + large) as u64);
     }
 
     /// A chunk whose owner drops it without handing it back (a log dropped whole) comes back
