@@ -29,6 +29,7 @@ use crate::partition::{
 };
 use crate::record::{ChainNext, check_standalone, prepare_of};
 use crate::ring::{RingBudget, RingLimits};
+use crate::segment::is_retired_name;
 use crate::state::GroupState;
 use crate::storage::{AlignedBuf, BLOCK_SIZE_BYTES, Storage, StorageFile};
 use crate::superblock::{
@@ -1829,6 +1830,13 @@ impl<S: Storage> ShardStore<S> {
         Ok(deleted)
     }
 
+    /// The files of segments retention retired since the last call, to be removed off the
+    /// driver's loop ([`remove_retired_files`]); a driver that never asks leaves retention to
+    /// remove them itself once [`RETIRED_FILES_MAX`](crate::partition::RETIRED_FILES_MAX) wait.
+    pub fn take_retired_files(&mut self) -> Vec<PathBuf> {
+        std::mem::take(&mut *self.shared.retired_files.borrow_mut())
+    }
+
     /// Flushes everything, checkpoints every group and records a clean shutdown (graceful
     /// shutdown). Call with no flush in flight.
     pub async fn close(mut self) -> Result<()> {
@@ -1990,6 +1998,7 @@ fn shared_for(config: &ShardConfig) -> Shared {
             write_views_max_bytes(config),
         )),
         read_ahead_windows: config.read_ahead_windows,
+        retired_files: std::cell::RefCell::new(Vec::new()),
         replay_scan_shelf: crate::storage::BufferShelf::new(1),
     }
 }
@@ -2155,19 +2164,35 @@ pub fn group_of_dir_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// Removes retired segment files ([`ShardStore::take_retired_files`]), each once: one already
+/// gone (its group was deleted meanwhile) is no error. Their directories need no sync: the
+/// rename out of the log was synced, and a file a crash brings back is removed at open.
+pub async fn remove_retired_files<S: Storage>(storage: &S, paths: Vec<PathBuf>) -> Result<()> {
+    for path in paths {
+        match storage.remove_file(&path).await {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::io(format!("removing {}", path.display()), error));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Removes a group's directory: every file in it, then the directory. Group directories hold
-/// files only.
+/// files only. A retired segment the driver removes meanwhile is no error.
 async fn remove_group_dir<S: Storage>(storage: &S, dir: &Path) -> Result<()> {
     let names = storage
         .list_dir(dir)
         .await
         .map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
     for name in names {
-        let path = dir.join(name);
-        storage
-            .remove_file(&path)
-            .await
-            .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+        let path = dir.join(&name);
+        match storage.remove_file(&path).await {
+            Err(error)
+                if error.kind() == std::io::ErrorKind::NotFound && is_retired_name(&name) => {}
+            result => result.map_err(|e| Error::io(format!("removing {}", path.display()), e))?,
+        }
     }
     storage.remove_dir(dir).await.map_err(|e| Error::io(format!("removing {}", dir.display()), e))
 }

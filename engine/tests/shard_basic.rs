@@ -3,10 +3,14 @@
 
 mod common;
 
+use shoal_engine::partition::RETIRED_FILES_MAX;
 use shoal_engine::partition::{ReadPlan, ZERO_STEPS_PER_FILL_MAX};
 use shoal_engine::record::build_prepare;
 use shoal_engine::ring::StoredPrepare;
-use shoal_engine::shard::{ShardConfig, ShardFlush, ShardFlushDone, ShardStore};
+use shoal_engine::segment::{is_retired_name, parse_log_name};
+use shoal_engine::shard::{
+    ShardConfig, ShardFlush, ShardFlushDone, ShardStore, group_dir, remove_retired_files,
+};
 use shoal_engine::storage::sim::{Sim, SimConfig, SimStorage};
 use shoal_engine::storage::{AlignedBuf, BLOCK_SIZE_BYTES, OpenMode, Storage, StorageFile};
 use shoal_engine::superblock::{Durability, GroupConfig};
@@ -1273,4 +1277,72 @@ fn groups_recovered_in_batches_keep_every_durable_op_after_power_losses() {
         }
         assert_eq!(shard.group(GROUPS).unwrap().head_op(), 0);
     }
+}
+
+/// The retired files in the group's directory.
+fn retired_in(sim: &Sim, dir: &Path) -> Vec<String> {
+    let names = sim.block_on(sim.storage().list_dir(&group_dir(dir, GROUP))).unwrap();
+    names.into_iter().filter(|name| is_retired_name(name)).collect()
+}
+
+/// Segments retention deletes leave the log at once, their files renamed to wait for the
+/// driver, which removes them off its loop; a crash before it leaves them for the next open,
+/// which removes them and keeps the log as retention left it.
+#[test]
+fn retired_segments_wait_for_the_driver_and_an_open_removes_what_a_crash_left_behind() {
+    let dir = Path::new("/data/shard-0");
+    let (sim, mut shard) = retained_log(7);
+    shard.group_mut(GROUP).unwrap().set_retention_floor(u64::MAX);
+    let deleted = sim.block_on(shard.enforce_retention(1_000_000)).unwrap();
+    assert!(deleted >= 2, "{deleted}");
+    let first = shard.group(GROUP).unwrap().first_offset();
+    let retired = shard.take_retired_files();
+    // The first goes to the spare (recycled); the others are retired.
+    assert_eq!(retired.len(), deleted - 1, "{retired:?}");
+    assert!(shard.take_retired_files().is_empty(), "handed out once");
+    assert_eq!(retired_in(&sim, dir).len(), retired.len());
+    // Nothing of them is in the log any more, on disk either.
+    let logs = sim.block_on(sim.storage().list_dir(&group_dir(dir, GROUP))).unwrap();
+    let bases: Vec<u64> = logs.iter().filter_map(|name| parse_log_name(name)).collect();
+    assert!(bases.iter().all(|&base| base >= first), "{bases:?} from {first}");
+    // A process crash: what was written stays (a power loss could take the unsynced tail of
+    // this `replicated` log, not the retirement, which a directory sync made durable).
+    drop(shard);
+    let mut shard = open(&sim, dir);
+    assert!(retired_in(&sim, dir).is_empty(), "the open removes them");
+    let log = shard.group_mut(GROUP).unwrap();
+    assert_eq!(log.first_offset(), first);
+    let all = sim.block_on(log.read_offset(first, usize::MAX)).unwrap();
+    assert_eq!(all.len() as u64, 400 - first);
+    // The driver's removal finds them gone: no error.
+    sim.block_on(remove_retired_files(&sim.storage(), retired)).unwrap();
+}
+
+/// A driver that never takes the retired files makes retention remove them itself past
+/// `RETIRED_FILES_MAX`: the list, and the disk they hold, stay bounded.
+#[test]
+fn retired_files_past_their_bound_are_removed_by_retention() {
+    let dir = Path::new("/data/shard-0");
+    let sim = Sim::new(9, SimConfig::default());
+    // Without recycling every segment retention deletes is retired.
+    let shard_config = ShardConfig { recycle_segments: false, ..ShardConfig::small() };
+    let (mut shard, _) = sim.block_on(ShardStore::open(sim.storage(), dir, shard_config)).unwrap();
+    let config = GroupConfig { retention_bytes: 1 << 20, ..group_config(Durability::Replicated) };
+    sim.block_on(shard.create_group(GROUP, config)).unwrap();
+    shard.group_mut(GROUP).unwrap().set_retention_floor(u64::MAX);
+    let mut deleted = 0;
+    let mut op = 0;
+    while deleted < RETIRED_FILES_MAX + 8 {
+        for _ in 0..64 {
+            append(&mut shard, 1, 16 << 10, op);
+            op += 1;
+            if op % 8 == 0 {
+                sim.block_on(shard.flush()).unwrap();
+            }
+        }
+        deleted += sim.block_on(shard.enforce_retention(1_000_000)).unwrap();
+        assert!(retired_in(&sim, dir).len() <= RETIRED_FILES_MAX);
+    }
+    assert_eq!(retired_in(&sim, dir).len(), RETIRED_FILES_MAX);
+    assert_eq!(shard.take_retired_files().len(), RETIRED_FILES_MAX);
 }

@@ -237,6 +237,12 @@ impl<S: Storage> Checker<'_, S> {
                         format!("transferred state: {error}"),
                     ),
                 }
+            } else if crate::segment::is_retired_name(name) {
+                self.note(
+                    dir.join(name),
+                    None,
+                    "segment retention retired, not yet removed (open removes it)",
+                );
             } else if crate::transfer::is_staged_name(name) {
                 self.note(
                     dir.join(name),

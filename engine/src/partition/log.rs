@@ -60,6 +60,9 @@ pub struct Shared {
     /// Read-ahead reads a partition keeps in flight at most for a sequential consumer (0:
     /// none), each about `scan_window_bytes` long.
     pub read_ahead_windows: usize,
+    /// Segments retention retired (renamed out of the log) whose files are still to be
+    /// removed: the shard's driver removes them off its loop.
+    pub retired_files: RefCell<Vec<PathBuf>>,
     /// The scan window replays share ([`PartitionLog::replay_offset`]): a restart reads every
     /// group's log, and a fresh window per read cost its first touch each time.
     pub replay_scan_shelf: BufferShelf,

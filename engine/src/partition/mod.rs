@@ -27,5 +27,6 @@ pub(crate) use log::spare_holds_records;
 pub use log::{FaultyOps, PartitionLog, Shared};
 pub use read::{DiskRead, DiskReadDone, ReadPlan};
 pub use recover::{GroupRecovery, JournalPrepare};
+pub use retention::RETIRED_FILES_MAX;
 pub use settle::{CheckpointCandidate, SettleJob};
 pub use zero_fill::{ZERO_STEPS_PER_FILL_MAX, ZeroStep, ZeroStepDone};

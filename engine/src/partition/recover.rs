@@ -263,6 +263,13 @@ impl<S: Storage> PartitionLog<S> {
         // Staged files of a state transfer that never reached its commit point: the shard rolls
         // a committed one forward before it recovers the group, so any found here are such.
         crate::transfer::remove_leftovers(&self.storage, &self.dir, &names).await?;
+        // Segments retention retired, whose removal the crash (or stop) cut short.
+        let retired: Vec<_> = names
+            .iter()
+            .filter(|name| crate::segment::is_retired_name(name))
+            .map(|name| self.dir.join(name))
+            .collect();
+        crate::shard::remove_retired_files(&self.storage, retired).await?;
         let bases: Vec<u64> = names.iter().filter_map(|name| parse_log_name(name)).collect();
         if checkpoint.op > 0 && !bases.contains(&checkpoint.segment_base_offset) {
             return Err(Error::Corruption(Corruption {

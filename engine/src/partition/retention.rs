@@ -10,8 +10,12 @@ use std::rc::Rc;
 
 use super::log::{PartitionLog, SegmentMeta};
 use crate::error::{Error, Result};
-use crate::segment::{SPARE_NAME, index_name, log_name};
+use crate::segment::{SPARE_NAME, index_name, log_name, retired_name};
 use crate::storage::{BLOCK_SIZE_BYTES, Storage};
+
+/// Retired segment files a shard keeps for its driver to remove at most; past it, retention
+/// removes them itself.
+pub const RETIRED_FILES_MAX: usize = 64;
 
 impl<S: Storage> PartitionLog<S> {
     /// Deletes whole sealed, settled segments beyond the retention bounds (total size, age of
@@ -53,7 +57,7 @@ impl<S: Storage> PartitionLog<S> {
             let result = if self.may_recycle(segment) {
                 self.recycle_segment(segment).await
             } else {
-                self.remove_segment_files(segment.base_offset).await
+                self.retire_segment(segment.base_offset).await
             };
             if let Err(error) = result {
                 return Err(self.fail(error));
@@ -114,6 +118,26 @@ impl<S: Storage> PartitionLog<S> {
         self.spare_written_end_bytes = held_bytes;
         self.recycled_segments += 1;
         Ok(())
+    }
+
+    /// Takes a segment retention deletes out of the log: its index goes and its file is
+    /// renamed to its retired name, for the shard's driver to remove off its loop (removing a
+    /// 1 GiB file frees its blocks for some 0.2 s, which stalled every partition of the shard;
+    /// docs/benchmarks.md, "Retired segments removed off the loop"). Past
+    /// [`RETIRED_FILES_MAX`] waiting, a driver that does not take them, the file is removed
+    /// here. Either way the directory sync that follows makes the log a suffix of itself.
+    async fn retire_segment(&self, base_offset: u64) -> Result<()> {
+        if self.shared.retired_files.borrow().len() >= RETIRED_FILES_MAX {
+            return self.remove_segment_files(base_offset).await;
+        }
+        let from = self.dir.join(log_name(base_offset));
+        let to = self.dir.join(retired_name(base_offset));
+        match self.storage.rename(&from, &to).await {
+            Ok(()) => self.shared.retired_files.borrow_mut().push(to),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(Error::io(format!("retiring {}", from.display()), error)),
+        }
+        self.remove_if_present(&self.dir.join(index_name(base_offset))).await
     }
 
     pub(super) async fn remove_segment_files(&self, base_offset: u64) -> Result<()> {

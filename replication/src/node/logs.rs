@@ -136,6 +136,12 @@ impl<S: Storage, T: Transport, C: Clock> Node<S, T, C> {
         self.store.enforce_retention(now_ms).await
     }
 
+    /// The files of segments retention retired since the last call: the driver removes them
+    /// off its loop ([`shoal_engine::shard::remove_retired_files`]).
+    pub fn take_retired_files(&mut self) -> Vec<std::path::PathBuf> {
+        self.store.take_retired_files()
+    }
+
     /// Reads `group`'s prepare with this op (plan, run, finish in one call).
     pub async fn read_op(&mut self, group: u64, op: u64) -> EngineResult<Option<StoredPrepare>> {
         self.log_mut(group)?.read_op(op).await

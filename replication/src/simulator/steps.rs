@@ -8,6 +8,7 @@
 //! the checks (`checks`) at fixed points.
 
 use bytes::BytesMut;
+use shoal_engine::shard::remove_retired_files;
 
 use super::checks::{Violation, into_result};
 use super::cluster::{Cluster, Host, Packet};
@@ -159,6 +160,10 @@ impl Cluster {
             };
             // A failure here is the engine's fail-stop, which the final checks report.
             let _ = sim.block_on(node.enforce_retention(now_ms));
+            // Removed at once, as the server's task does soon after; a crash before leaves
+            // them for the next open to remove.
+            let retired = node.take_retired_files();
+            let _ = sim.block_on(remove_retired_files(&sim.storage(), retired));
         }
     }
 

@@ -5,7 +5,7 @@
 //! spawns (disk reads, snapshot saves) hand their results back through its `Rc` lists and wake
 //! it through its inbox.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -97,6 +97,9 @@ pub(super) struct ShardState {
     pub(super) formed: Arc<AtomicBool>,
     /// Groups refusing writes for lack of disk space at the last tick (logged when it changes).
     pub(super) storage_full_groups: usize,
+    /// Whether a task is removing segment files retention retired (one at a time; the engine
+    /// keeps what retention retires meanwhile, under its bound).
+    pub(super) removing_retired: Rc<Cell<bool>>,
     /// The catalog op up to which every group it lets go was deleted (see `deletion`).
     pub(super) groups_swept_op: u64,
     /// Partition groups this shard deleted since it started.
@@ -159,6 +162,7 @@ impl ShardState {
             rejoin_settled_here: false,
             formed: Arc::clone(&spec.formed),
             storage_full_groups: 0,
+            removing_retired: Rc::new(Cell::new(false)),
             groups_swept_op: 0,
             groups_deleted: 0,
             #[cfg(feature = "canary-ack-on-receipt")]
