@@ -126,6 +126,52 @@ fn a_shard_override_shows_in_that_shards_config_gauge() {
     assert_eq!(terminate(&mut server), 0);
 }
 
+/// The files under `dir` whose name ends with `suffix`, at any depth.
+fn files_ending(dir: &std::path::Path, suffix: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_ending(&path, suffix));
+        } else if path.to_string_lossy().ends_with(suffix) {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// Without recycling, every segment retention deletes is retired (renamed out of the log) and
+/// then removed by a task of the shard, off its loop: none is left behind for long.
+#[test]
+fn segments_retention_retires_are_removed_off_the_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = common::command(dir.path(), 1);
+    command.env("SHOAL_SHARD_RECYCLE_SEGMENTS", "false");
+    let mut server = common::start_command(command);
+    let mut client = Raw::connect(server.native(), 1);
+    client.create_stream("s").ok();
+    client.create_retained_topic("s", "t", 1, Durability::Replicated).ok();
+    let value = vec![7u8; 50 << 10];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for _ in 0..20 {
+            client.produce("s", "t", 0, &[&value[..]]);
+        }
+        let deleted =
+            scrape(&server).value("shoal_retention_deleted_segments_total", &[("shard", "0")]);
+        let left = files_ending(dir.path(), ".retired");
+        if deleted >= 3.0 && left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{deleted} segments deleted, retired ones left: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(terminate(&mut server), 0);
+}
+
 #[test]
 fn retention_deletes_old_segments_in_the_background_and_the_page_shows_it() {
     let dir = tempfile::tempdir().unwrap();

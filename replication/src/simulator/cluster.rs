@@ -293,9 +293,12 @@ impl Cluster {
         }
     }
 
-    /// Every node's shard configuration.
-    fn shard_config() -> ShardConfig {
-        ShardConfig { cluster: 0x5ea1, ..ShardConfig::small() }
+    /// Every node's shard configuration. Half the seeds turn segment recycling off, so that
+    /// retention retires (renames, then removes) the segments it deletes instead of recycling
+    /// nearly all of them into the spare.
+    fn shard_config(&self) -> ShardConfig {
+        let recycle_segments = Rng::new(self.options.seed ^ 0x5e9_4ec7).chance(1, 2);
+        ShardConfig { cluster: 0x5ea1, recycle_segments, ..ShardConfig::small() }
     }
 
     /// Opens node `index` on its disk; fails when recovery could not read or write it (a read
@@ -320,7 +323,7 @@ impl Cluster {
         let open = Node::open_with_producer_snapshots(
             sim.storage(),
             &dir,
-            Cluster::shard_config(),
+            self.shard_config(),
             self.node_config(index),
             Outbox::default(),
             clock,

@@ -111,6 +111,8 @@ pub struct Coverage {
     pub failed_restarts: u64,
     /// Periods of a full disk.
     pub disk_full_periods: u64,
+    /// Segments retention retired and the driver removed (runs with a retention bound).
+    pub segments_retired: u64,
     /// I/O rounds in which a full disk deferred writes.
     pub storage_full_rounds: u64,
     /// Hand-overs primaries began (back home, or off a node shutting down).
@@ -246,6 +248,7 @@ impl Coverage {
             (&mut self.opens_failed, other.opens_failed),
             (&mut self.failed_restarts, other.failed_restarts),
             (&mut self.disk_full_periods, other.disk_full_periods),
+            (&mut self.segments_retired, other.segments_retired),
             (&mut self.storage_full_rounds, other.storage_full_rounds),
             (&mut self.hand_overs_begun, other.hand_overs_begun),
             (&mut self.hand_overs_done, other.hand_overs_done),

@@ -154,6 +154,7 @@ impl Cluster {
     /// Lets every live node delete what its groups' retention allows.
     fn enforce_retention(&mut self) {
         let now_ms = self.clock.get();
+        let mut retired_total = 0;
         for index in 0..self.nodes.len() {
             let Some(Host { sim, node: Some(node), .. }) = self.live_slot(index) else {
                 continue;
@@ -163,8 +164,10 @@ impl Cluster {
             // Removed at once, as the server's task does soon after; a crash before leaves
             // them for the next open to remove.
             let retired = node.take_retired_files();
+            retired_total += retired.len() as u64;
             let _ = sim.block_on(remove_retired_files(&sim.storage(), retired));
         }
+        self.coverage.segments_retired += retired_total;
     }
 
     /// The liveness phase's goal: every client completed its share and every replica rejoined.
