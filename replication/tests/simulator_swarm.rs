@@ -149,6 +149,7 @@ fn retention_swarm_keeps_every_invariant_and_takes_state_transfers() {
         ("damage_cuts", coverage.damage_cuts, 10),
         ("hand_overs_done", coverage.hand_overs_done, 100),
         ("shutdowns_settled", coverage.shutdowns_settled, 30),
+        ("segments_retired", coverage.segments_retired, 20),
     ];
     require_minimums("retention swarm", &minimums, &coverage);
 }
