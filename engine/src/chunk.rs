@@ -422,10 +422,11 @@ impl ChunkPool {
 
     /// A chunk of `wanted_bytes` (the smallest class that holds it, or a huge page's
     /// [`ChunkPool::huge_class_for`]; `None` past the largest), or free memory of the next class
-    /// up, or of a smaller class that holds `needed_bytes`, before any new memory, for `segment_base_offset` starting at block-aligned
-    /// `file_base_bytes`, with `prefix` (the partial block before the append point, already on
-    /// file) copied to its start. `None` when the pool is at its bound and has no such memory
-    /// free: the caller applies backpressure.
+    /// up, or of a smaller class that holds `needed_bytes`, before any new memory, for
+    /// `segment_base_offset` starting at block-aligned `file_base_bytes`, with `prefix` (the
+    /// partial block before the append point, already on file) copied to its start. `None`
+    /// when the pool is at its bound and has no such memory free: the caller applies
+    /// backpressure.
     pub fn take(
         &mut self,
         wanted_bytes: usize,
@@ -528,10 +529,10 @@ impl ChunkPool {
 
     /// Free memory of the largest class below `class` that still holds `needed_bytes`: the
     /// caller gets a smaller chunk than it wanted (it takes the next one sooner) instead of the
-    /// pool touching new memory for this one, or, at the bound, freeing another class's. Groups want chunks of sizes that follow their pace, so at the bound the free
-    /// lists often lack the class wanted; trading classes there touched 200–400 MiB/s of new
-    /// memory in the 64-partition benchmark (docs/benchmarks.md, "Chunk memory at the pool's
-    /// bound").
+    /// pool touching new memory for this one, or, at the bound, freeing another class's.
+    /// Groups want chunks of sizes that follow their pace, so at the bound the free lists often
+    /// lack the class wanted; trading classes there touched 200–400 MiB/s of new memory in the
+    /// 64-partition benchmark (docs/benchmarks.md, "Chunk memory at the pool's bound").
     fn free_smaller(&mut self, class: usize, needed_bytes: usize) -> Option<FreeMemory> {
         (0..class)
             .rev()

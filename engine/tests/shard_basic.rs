@@ -3,8 +3,7 @@
 
 mod common;
 
-use shoal_engine::partition::RETIRED_FILES_MAX;
-use shoal_engine::partition::{ReadPlan, ZERO_STEPS_PER_FILL_MAX};
+use shoal_engine::partition::{RETIRED_FILES_MAX, ReadPlan, ZERO_STEPS_PER_FILL_MAX};
 use shoal_engine::record::build_prepare;
 use shoal_engine::ring::StoredPrepare;
 use shoal_engine::segment::{is_retired_name, parse_log_name};

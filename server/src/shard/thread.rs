@@ -297,28 +297,38 @@ fn message_size_bytes_max(spec: &ShardSpec) -> usize {
 }
 
 /// The ready-space budget `[shard] ready_budget_bytes = 0` stands for: a 64th of the file
-/// system holding `dir` (the data directory) shared by the node's shards, between 64 MiB and 4 GiB per shard (a
-/// 3.75 TB NVMe with 14 shards: 4 GiB each), so idle partitions never hold disk and the writing
-/// ones together hold under 2% of it. 1 GiB when the file system cannot be asked.
+/// system holding `dir` (the data directory) shared by the node's shards, between 64 MiB and
+/// 4 GiB per shard (a 3.75 TB NVMe with 14 shards: 4 GiB each), so idle partitions never hold
+/// disk and the writing ones together hold under 2% of it. 1 GiB when the file system cannot be
+/// asked.
 fn auto_ready_budget_bytes(dir: &Path, shards: u32) -> u64 {
     const MIN: u64 = 64 << 20;
     const MAX: u64 = 4 << 30;
-    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
-        return 1 << 30;
+    let disk_bytes = match file_system_bytes(dir) {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            tracing::warn!(dir = %dir.display(), %error, "cannot size the ready-space budget \
+                for the data directory's file system: 1 GiB per shard (set [shard] \
+                ready_budget_bytes)");
+            return 1 << 30;
+        }
     };
+    let share = disk_bytes / 64 / u64::from(shards.max(1));
+    let budget = share.clamp(MIN, MAX);
+    budget - budget % BLOCK_SIZE_BYTES as u64
+}
+
+/// The size of the file system holding `dir` (`statvfs`).
+fn file_system_bytes(dir: &Path) -> std::io::Result<u64> {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     // SAFETY: `statvfs` is plain data, for which all zeros is a valid value.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `path` is a valid C string and `stat` a writable `statvfs` the call fills in.
     if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
-        let error = std::io::Error::last_os_error();
-        tracing::warn!(dir = %dir.display(), %error, "cannot size the ready-space budget for \
-            the data directory's file system: 1 GiB per shard (set [shard] ready_budget_bytes)");
-        return 1 << 30;
+        return Err(std::io::Error::last_os_error());
     }
-    let disk_bytes = stat.f_blocks.saturating_mul(stat.f_frsize);
-    let share = disk_bytes / 64 / u64::from(shards.max(1));
-    let budget = share.clamp(MIN, MAX);
-    budget - budget % BLOCK_SIZE_BYTES as u64
+    Ok(stat.f_blocks.saturating_mul(stat.f_frsize))
 }
 
 /// The batch cache `[shard] batch_cache_bytes = 0` stands for: an eighth of the machine's
@@ -620,15 +630,9 @@ mod tests {
         config.data_dir = data_dir.path().to_path_buf();
         assert!(!shard_dir(&config.data_dir, 0).exists());
         let expected = auto_ready_budget_bytes(data_dir.path(), 2);
-        let disk_bytes = {
-            let path = std::ffi::CString::new(data_dir.path().as_os_str().as_encoded_bytes())
-                .expect("a path without NUL");
-            // SAFETY: as in `auto_ready_budget_bytes`.
-            let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-            // SAFETY: as in `auto_ready_budget_bytes`.
-            assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut stat) }, 0);
-            stat.f_blocks * stat.f_frsize
-        };
+        // The bug this guards against: the shard's own directory cannot be asked yet.
+        assert!(file_system_bytes(&shard_dir(&config.data_dir, 0)).is_err());
+        let disk_bytes = file_system_bytes(data_dir.path()).expect("the data directory's size");
         let share = (disk_bytes / 64 / 2).clamp(64 << 20, 4 << 30);
         assert_eq!(expected, share - share % BLOCK_SIZE_BYTES as u64);
         for index in 0..2 {
