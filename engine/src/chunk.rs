@@ -420,8 +420,9 @@ impl ChunkPool {
         self.given_back_held > 0
     }
 
-    /// A chunk of `wanted_bytes` (the smallest class that holds it, or a huge page's
-    /// [`ChunkPool::huge_class_for`]; `None` past the largest), or free memory of the next class
+    /// A chunk of `wanted_bytes` (the smallest class that holds it; `None` past the largest;
+    /// [`ChunkPool::filled_chunk_bytes`] says what to want for a chunk many appends will fill),
+    /// or free memory of the next class
     /// up, or of a smaller class that holds `needed_bytes`, before any new memory, for
     /// `segment_base_offset` starting at block-aligned `file_base_bytes`, with `prefix` (the
     /// partial block before the append point, already on file) copied to its start. `None`
@@ -439,7 +440,6 @@ impl ChunkPool {
         assert!(prefix.len() < BLOCK_SIZE_BYTES);
         assert!(needed_bytes <= wanted_bytes, "a chunk that holds less than it needs");
         let class = self.class_sizes_bytes.iter().position(|&size| size >= wanted_bytes)?;
-        let class = self.huge_class_for(class);
         self.drain_returns();
         let memory = self.free[class]
             .pop()
@@ -473,19 +473,24 @@ impl ChunkPool {
     #[must_use]
     pub fn size_for(&self, wanted_bytes: usize) -> Option<usize> {
         let class = self.class_sizes_bytes.iter().position(|&size| size >= wanted_bytes)?;
-        Some(self.class_sizes_bytes[self.huge_class_for(class)])
+        Some(self.class_sizes_bytes[class])
     }
 
-    /// `class`, or the huge-page class when `class` is at least half of it: a busy group's
-    /// chunks then sit in huge pages, so the kernel pins one page per direct write instead of
-    /// one per 4 KiB block (measured in docs/benchmarks.md, "Write chunks of busy groups in
-    /// huge pages"), for at most twice the memory of a chunk that large.
-    fn huge_class_for(&self, class: usize) -> usize {
-        if self.class_sizes_bytes[class] < HUGE_PAGE_BYTES / 2 {
-            return class;
+    /// What to want for a chunk that many appends will fill, `bytes` of them: `bytes`, or a
+    /// whole huge page when its class is at least half of one. Such a chunk sits in one huge
+    /// page, so the kernel pins one page per direct write instead of one per 4 KiB block
+    /// (docs/benchmarks.md, "Write chunks of busy groups in huge pages"), for at most twice the
+    /// memory. Not for a chunk sized by one record: a group that gets a 1 MB batch now and
+    /// then fills half of such a page, the rest sits pinned by the ring's and the cache's views
+    /// of that one batch, and the pool touches twice the new memory for the same data
+    /// (docs/benchmarks.md, "Huge pages only for chunks that fill").
+    #[must_use]
+    pub fn filled_chunk_bytes(&self, bytes: usize) -> usize {
+        let Some(size) = self.size_for(bytes) else { return bytes };
+        if size < HUGE_PAGE_BYTES / 2 {
+            return bytes;
         }
-        let huge = self.class_sizes_bytes.iter().position(|&size| size >= HUGE_PAGE_BYTES);
-        huge.map_or(class, |huge| huge.max(class))
+        self.size_for(HUGE_PAGE_BYTES).map_or(bytes, |huge| huge.max(bytes))
     }
 
     /// Hands a chunk back; its memory is reused once every view of it is dropped.
@@ -721,18 +726,25 @@ mod tests {
     }
 
     #[test]
-    fn a_chunk_of_half_a_huge_page_or_more_takes_a_whole_one() {
+    fn a_chunk_that_fills_wants_a_whole_huge_page_from_half_of_one() {
+        let pool = ChunkPool::new(8 << 20, 4);
+        assert_eq!(pool.filled_chunk_bytes(512 << 10), 512 << 10, "below half a huge page");
+        assert_eq!(pool.filled_chunk_bytes(1 << 20), HUGE_PAGE_BYTES, "half a huge page");
+        assert_eq!(pool.filled_chunk_bytes(3 << 20), 3 << 20, "past a huge page: its own");
+        // Where no class reaches a huge page, the want stays.
+        assert_eq!(ChunkPool::new(1 << 20, 4).filled_chunk_bytes(1 << 20), 1 << 20);
+    }
+
+    /// A take is of the class of what is wanted: one record of half a huge page gets a chunk
+    /// of its class, not a whole huge page it would fill half of.
+    #[test]
+    fn a_take_is_of_the_class_wanted() {
         let mut pool = ChunkPool::new(8 << 20, 4);
-        let half = pool.take(512 << 10, 512 << 10, 0, 0, &[]).unwrap();
-        assert_eq!(half.spare(), 512 << 10, "below half a huge page: its own class");
-        let paced = pool.take(1 << 20, 1 << 20, 0, 0, &[]).unwrap();
-        assert_eq!(paced.spare(), HUGE_PAGE_BYTES, "half a huge page: a whole one");
-        let large = pool.take((2 << 20) + 1, (2 << 20) + 1, 0, 0, &[]).unwrap();
-        assert_eq!(large.spare(), 4 << 20, "past a huge page: its own class");
-        // Where no class reaches a huge page, the class stays.
-        let mut small_pool = ChunkPool::new(1 << 20, 4);
-        assert_eq!(small_pool.take(1 << 20, 1 << 20, 0, 0, &[]).unwrap().spare(), 1 << 20);
-        drop((half, paced, large));
+        let batch = pool.take(1 << 20, 1 << 20, 0, 0, &[]).unwrap();
+        assert_eq!(batch.spare(), 1 << 20);
+        assert_eq!(pool.size_for((1 << 20) - 1), Some(1 << 20));
+        assert_eq!(pool.size_for((8 << 20) + 1), None);
+        drop(batch);
     }
 
     /// At the bound, a take whose class has no free memory gets free memory of a smaller class

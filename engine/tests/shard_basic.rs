@@ -688,6 +688,42 @@ fn a_group_writing_one_batch_at_a_time_keeps_its_chunk_between_flushes() {
     assert_eq!(shard.durable_op(GROUP), Some(21));
 }
 
+/// A group that gets one batch of about half a huge page now and then takes a chunk of that
+/// batch's class: a whole huge page would sit half empty, pinned by the ring's view of the one
+/// batch, and 1,000 such groups made the pool touch twice the new memory (docs/benchmarks.md,
+/// "Huge pages only for chunks that fill").
+#[test]
+fn a_group_getting_one_large_batch_at_a_time_takes_chunks_of_the_batch_class() {
+    let sim = Sim::new(7, SimConfig::default());
+    let dir = Path::new("/data/shard-0");
+    let record_max = 1 << 20;
+    let config = ShardConfig {
+        chunk_size_bytes: 4 << 20,
+        chunks_max: 4,
+        ring: shoal_engine::ring::RingLimits { entries_max: 1024, bytes_max: 8 << 20 },
+        ring_budget_bytes: 16 << 20,
+        record_size_bytes_max: shoal_proto::wire::HEADER_SIZE + record_max,
+        ..ShardConfig::small()
+    };
+    let (mut shard, _) = sim.block_on(ShardStore::open(sim.storage(), dir, config)).unwrap();
+    const GROUP: u64 = 1;
+    let group = GroupConfig {
+        segment_size_bytes: 16 << 20,
+        ..common::group_config(Durability::Replicated, record_max as u32)
+    };
+    sim.block_on(shard.create_group(GROUP, group)).unwrap();
+    for op in 1..=2 {
+        append_to(&mut shard, GROUP, 1_000_000);
+        assert!(sim.block_on(shard.flush()).unwrap().failed.is_empty());
+        assert_eq!(shard.durable_op(GROUP), Some(op));
+        // Idle between batches: the chunk goes back, the ring keeps its view.
+        shard.on_tick();
+        assert_eq!(shard.group(GROUP).unwrap().write_buffer_chunks(), 0);
+    }
+    assert_eq!(shard.counters().write_chunks_taken, 2);
+    assert_eq!(shard.counters().write_chunk_bytes_allocated, 2 << 20, "two chunks of 1 MiB");
+}
+
 /// The small profile's `persisted` segment write batch: a quarter of its 1 MiB ring.
 const SMALL_WRITE_BATCH_BYTES: usize = 256 << 10;
 

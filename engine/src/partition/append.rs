@@ -207,7 +207,9 @@ impl<S: Storage> PartitionLog<S> {
     /// The size of the next chunk, which must hold a record of `size` bytes after a partial
     /// block: twice the current chunk while that one still has bytes to write (the group fills
     /// chunks faster than a flush cycle empties them), else the smallest class, so a group that
-    /// writes a trickle holds a small chunk and a busy one large ones (pool classes round up).
+    /// writes a trickle holds a small chunk and a busy one large ones (pool classes round up;
+    /// a chunk many appends fill is a whole huge page from half of one on,
+    /// [`crate::chunk::ChunkPool::filled_chunk_bytes`]).
     /// A `persisted` group's chunk also holds [`CHUNK_CYCLES`] cycles of its pace, up to its
     /// segment write batch: its writes wait for a batch, and they would otherwise come due
     /// whenever a small chunk filled, a chunk at a time.
@@ -222,7 +224,11 @@ impl<S: Storage> PartitionLog<S> {
         };
         let pool = self.shared.pool.borrow();
         let (smallest, largest) = (pool.chunk_size_min_bytes(), pool.chunk_size_bytes());
-        (size + BLOCK_SIZE_BYTES).max(grown.max(paced).min(largest)).max(smallest)
+        let filled = match grown.max(paced).min(largest) {
+            0 => 0,
+            many => pool.filled_chunk_bytes(many),
+        };
+        (size + BLOCK_SIZE_BYTES).max(filled).max(smallest)
     }
 
     /// Makes sure the chunk receiving appends has room for `size` more bytes.
