@@ -422,12 +422,11 @@ impl ChunkPool {
 
     /// A chunk of `wanted_bytes` (the smallest class that holds it; `None` past the largest;
     /// [`ChunkPool::filled_chunk_bytes`] says what to want for a chunk many appends will fill),
-    /// or free memory of the next class
-    /// up, or of a smaller class that holds `needed_bytes`, before any new memory, for
-    /// `segment_base_offset` starting at block-aligned `file_base_bytes`, with `prefix` (the
-    /// partial block before the append point, already on file) copied to its start. `None`
-    /// when the pool is at its bound and has no such memory free: the caller applies
-    /// backpressure.
+    /// or free memory of the next class up, or of a smaller class that holds `needed_bytes`,
+    /// before any new memory, for `segment_base_offset` starting at block-aligned
+    /// `file_base_bytes`, with `prefix` (the partial block before the append point, already on
+    /// file) copied to its start. `None` when the pool is at its bound and has no such memory
+    /// free: the caller applies backpressure.
     pub fn take(
         &mut self,
         wanted_bytes: usize,
@@ -481,8 +480,8 @@ impl ChunkPool {
     /// page, so the kernel pins one page per direct write instead of one per 4 KiB block
     /// (docs/benchmarks.md, "Write chunks of busy groups in huge pages"), for at most twice the
     /// memory. Not for a chunk sized by one record: a group that gets a 1 MB batch now and
-    /// then fills half of such a page, the rest sits pinned by the ring's and the cache's views
-    /// of that one batch, and the pool touches twice the new memory for the same data
+    /// then would fill half of such a page, the ring's and the cache's views of that one batch
+    /// would pin the rest, and the pool would touch twice the new memory for the same data
     /// (docs/benchmarks.md, "Huge pages only for chunks that fill").
     #[must_use]
     pub fn filled_chunk_bytes(&self, bytes: usize) -> usize {
