@@ -438,7 +438,7 @@ impl ChunkPool {
         assert!(file_base_bytes.is_multiple_of(BLOCK_SIZE_BYTES as u64));
         assert!(prefix.len() < BLOCK_SIZE_BYTES);
         assert!(needed_bytes <= wanted_bytes, "a chunk that holds less than it needs");
-        let class = self.class_sizes_bytes.iter().position(|&size| size >= wanted_bytes)?;
+        let class = self.class_for(wanted_bytes)?;
         self.drain_returns();
         let memory = self.free[class]
             .pop()
@@ -471,8 +471,12 @@ impl ChunkPool {
     /// class to give (None past the largest class).
     #[must_use]
     pub fn size_for(&self, wanted_bytes: usize) -> Option<usize> {
-        let class = self.class_sizes_bytes.iter().position(|&size| size >= wanted_bytes)?;
-        Some(self.class_sizes_bytes[class])
+        Some(self.class_sizes_bytes[self.class_for(wanted_bytes)?])
+    }
+
+    /// The smallest class that holds `wanted_bytes` (None past the largest).
+    fn class_for(&self, wanted_bytes: usize) -> Option<usize> {
+        self.class_sizes_bytes.iter().position(|&size| size >= wanted_bytes)
     }
 
     /// What to want for a chunk that many appends will fill, `bytes` of them: `bytes`, or a

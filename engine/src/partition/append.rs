@@ -224,10 +224,7 @@ impl<S: Storage> PartitionLog<S> {
         };
         let pool = self.shared.pool.borrow();
         let (smallest, largest) = (pool.chunk_size_min_bytes(), pool.chunk_size_bytes());
-        let filled = match grown.max(paced).min(largest) {
-            0 => 0,
-            many => pool.filled_chunk_bytes(many),
-        };
+        let filled = pool.filled_chunk_bytes(grown.max(paced).min(largest));
         (size + BLOCK_SIZE_BYTES).max(filled).max(smallest)
     }
 

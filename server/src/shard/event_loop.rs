@@ -87,13 +87,15 @@ impl ShardState {
                 self.expire_members();
                 self.tick_kafka_groups();
                 ticks += 1;
-                if ticks.is_multiple_of(STATE_SAVE_INTERVAL_TICKS) {
+                // In the order they ran when all three came at once: saves, retention, sweep.
+                let states_due = ticks.is_multiple_of(STATE_SAVE_INTERVAL_TICKS);
+                if states_due {
                     self.save_states();
                 }
                 if ticks.is_multiple_of(RETENTION_INTERVAL_TICKS) {
                     self.enforce_retention().await;
                 }
-                if ticks.is_multiple_of(STATE_SAVE_INTERVAL_TICKS) {
+                if states_due {
                     self.delete_unneeded_groups().await;
                 }
                 self.log_storage_full();
